@@ -1,0 +1,2 @@
+/* Compiled alone to prove include/cerberus.h is self-contained. */
+#include "cerberus.h"

@@ -1,0 +1,125 @@
+/*
+ * config.h — the parsed, validated, immutable configuration (DESIGN.md §6).
+ *
+ * Nothing but config/ parses configuration. A `struct cerb_config` is built
+ * whole, validated whole, and never changed afterwards; a reload builds a new
+ * one and the client swaps pointers, so a reader holding a snapshot never sees
+ * a half-applied file. Strings are owned by the struct and freed with it.
+ */
+#ifndef CERB_CONFIG_H
+#define CERB_CONFIG_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "cerberus.h"
+
+#define CERB_MAX_ENGINES 8
+#define CERB_ENGINE_NAME_MAX 16
+#define CERB_MAX_ENDPOINTS 16
+
+struct cerb_lock_config {
+    int64_t lease_ms;   /* default 10000, 100 .. 86400000 */
+    bool renew;         /* default true */
+    bool fair;          /* default true */
+};
+
+struct cerb_retry_config {
+    int max;                /* default 2, 0 .. 100: retries after the first try */
+    int64_t backoff_ms;     /* default 20, 0 .. 60000 */
+    int64_t backoff_max_ms; /* default 200, >= backoff_ms, .. 600000 */
+};
+
+struct cerb_failover_config {
+    int64_t probe_interval_ms;   /* 250, 10 .. 600000 */
+    int64_t probe_timeout_ms;    /* 200, 1 .. 600000 */
+    int consecutive_failures;    /* 3, 1 .. 1000 */
+    int failure_rate;            /* 50 (percent), 1 .. 100 */
+    int64_t window_ms;           /* 10000, 100 .. 3600000 */
+    int min_calls;               /* 10, 1 .. 1000000 */
+    int64_t open_ms;             /* 5000, 10 .. 3600000 */
+    int half_open_successes;     /* 3, 1 .. 1000 */
+    bool failback_auto;          /* "auto" (true) | "manual" (false) */
+    int64_t failback_after_ms;   /* 60000, 0 .. 86400000 */
+    int64_t switch_grace_ms;     /* -1 (= old lease + drift), -1 .. 86400000 */
+    bool watch_config;           /* true */
+};
+
+struct cerb_redis_config {
+    char *host;                  /* "127.0.0.1" */
+    int port;                    /* 6379, 1 .. 65535 */
+    char *user;                  /* "" = no ACL user */
+    char *password;              /* "" = no AUTH */
+    int db;                      /* 0, 0 .. 15 */
+    char *prefix;                /* "" */
+    int64_t connect_timeout_ms;  /* 500, 1 .. 600000 */
+    int64_t op_timeout_ms;       /* 500, 1 .. 600000 */
+    int pool;                    /* 4, 1 .. 256 */
+};
+
+struct cerb_zk_config {
+    char *hosts;                 /* "127.0.0.1:2181" */
+    char *root;                  /* "/cerberus/locks": absolute, no trailing '/' */
+    int64_t session_timeout_ms;  /* 10000, 1000 .. 600000 */
+    int64_t connect_timeout_ms;  /* 2000, 1 .. 600000 */
+    char *user;                  /* "" = no digest auth */
+    char *password;              /* "" */
+};
+
+struct cerb_etcd_config {
+    size_t n_endpoints;                   /* >= 1 */
+    char *endpoints[CERB_MAX_ENDPOINTS];  /* ("http://127.0.0.1:2379") */
+    char *prefix;                         /* "" */
+    int64_t session_ttl_s;                /* 10, 2 .. 3600 */
+    int64_t op_timeout_ms;                /* 1000, 1 .. 600000 */
+    int64_t connect_timeout_ms;           /* 500, 1 .. 600000 */
+    char *user;                           /* "" = no auth */
+    char *password;                       /* "" */
+};
+
+struct cerb_local_config {
+    char *dir;   /* "" = in-process only; else flock files under dir */
+};
+
+struct cerb_config {
+    char *path;                 /* file it came from; NULL for text/defaults */
+    size_t n_engines;           /* >= 1 */
+    char engines[CERB_MAX_ENGINES][CERB_ENGINE_NAME_MAX]; /* config order */
+    char active[CERB_ENGINE_NAME_MAX];  /* "auto" or one of engines[] */
+    int64_t epoch;              /* 1, 0 .. 65535 (high 16 bits of fences) */
+    struct cerb_lock_config lock;
+    struct cerb_retry_config retry;
+    struct cerb_failover_config failover;
+    struct cerb_redis_config redis;
+    struct cerb_zk_config zk;
+    struct cerb_etcd_config etcd;
+    struct cerb_local_config local;
+};
+
+/*
+ * Parse and validate. On failure *out is NULL, the status is CERB_ECONFIG
+ * (or CERB_ENOMEM) and cerb_last_error() reads `file:line: message`, where
+ * file is the path, or "config" for text. An unknown engine name lists the
+ * engines this library was built with.
+ */
+cerb_status cerb__config_from_file(const char *path, struct cerb_config **out);
+cerb_status cerb__config_from_string(const char *text,
+                                     struct cerb_config **out);
+/* All defaults, with engines = ("local"). */
+cerb_status cerb__config_defaults(struct cerb_config **out);
+/* NULL is a no-op. */
+void cerb__config_free(struct cerb_config *cfg);
+
+/*
+ * Reload check: CERB_OK when `next` differs from `cur` only in keys marked
+ * reloadable (lock, retry, failover, active, epoch); otherwise CERB_ECONFIG
+ * naming the first immutable key that changed.
+ */
+cerb_status cerb__config_reloadable(const struct cerb_config *cur,
+                                    const struct cerb_config *next);
+
+/* Index of engine `name` in cfg->engines, or -1. */
+int cerb__config_engine_index(const struct cerb_config *cfg, const char *name);
+
+#endif /* CERB_CONFIG_H */

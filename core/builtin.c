@@ -1,0 +1,37 @@
+/*
+ * builtin.c — registers the engines compiled into this library. It is the
+ * only core file that knows which optional engines exist (CERB_WITH_*), and
+ * it knows them only as extern tables: no client-library header is included.
+ */
+#include "engine.h"
+
+#include <pthread.h>
+
+extern const struct cerb_engine_ops cerb__local_engine_ops;
+#ifdef CERB_WITH_REDIS
+extern const struct cerb_engine_ops cerb__redis_engine_ops;
+#endif
+#ifdef CERB_WITH_ZK
+extern const struct cerb_engine_ops cerb__zk_engine_ops;
+#endif
+#ifdef CERB_WITH_ETCD
+extern const struct cerb_engine_ops cerb__etcd_engine_ops;
+#endif
+
+static pthread_once_t once = PTHREAD_ONCE_INIT;
+
+static void register_all(void)
+{
+    cerb__engine_register(&cerb__local_engine_ops);
+#ifdef CERB_WITH_REDIS
+    cerb__engine_register(&cerb__redis_engine_ops);
+#endif
+#ifdef CERB_WITH_ZK
+    cerb__engine_register(&cerb__zk_engine_ops);
+#endif
+#ifdef CERB_WITH_ETCD
+    cerb__engine_register(&cerb__etcd_engine_ops);
+#endif
+}
+
+void cerb__engines_builtin(void) { pthread_once(&once, register_all); }

@@ -1,0 +1,379 @@
+/*
+ * client.c — the client: configuration snapshot, the opened engines, the
+ * current engine and switching, the table of per-name slots.
+ *
+ * Configuration is two pointers. `boot_cfg` is what the engines were opened
+ * with and lives as long as the client, because engines keep pointers into
+ * it and their keys cannot change at run time. `cfg` is the current
+ * snapshot for reloadable keys (lock defaults, retry, epoch, active); a
+ * reload parses and validates a whole new struct, checks that no immutable
+ * key changed, and swaps the pointer under the client mutex. Readers copy
+ * what they need under that mutex (cerb__client_call_cfg), so a reload
+ * never shows a half-applied file.
+ */
+#include "internal_posix.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#include "alloc.h"
+#include "clock.h"
+#include "error.h"
+#include "internal.h"
+#include "log.h"
+
+bool cerb__client_ok(const cerb_client *c)
+{
+    return c && atomic_load(&((cerb_client *)c)->magic) == CERB_CLIENT_MAGIC;
+}
+
+void cerb__client_call_cfg(cerb_client *c, struct cerb_call_cfg *out)
+{
+    cerb__mutex_lock(&c->mu);
+    out->lease_ms = c->cfg->lock.lease_ms;
+    out->renew = c->cfg->lock.renew;
+    out->fair = c->cfg->lock.fair;
+    out->retry = c->cfg->retry;
+    out->epoch = c->cfg->epoch;
+    cerb__mutex_unlock(&c->mu);
+}
+
+static unsigned name_hash(const char *s)
+{
+    unsigned h = 2166136261u;
+    for (; *s; s++)
+        h = (h ^ (unsigned char)*s) * 16777619u;
+    return h % CERB_NAME_BUCKETS;
+}
+
+struct cerb_slot *cerb__slot_get(cerb_client *c, const char *name)
+{
+    unsigned b = name_hash(name);
+    struct cerb_slot *s;
+
+    cerb__mutex_lock(&c->mu);
+    for (s = c->names[b]; s; s = s->next)
+        if (strcmp(s->name, name) == 0)
+            break;
+    if (!s) {
+        s = cerb__calloc(1, sizeof *s);
+        if (s && !(s->name = cerb__strdup(name))) {
+            cerb__free(s);
+            s = NULL;
+        }
+        if (s) {
+            cerb__mutex_init(&s->mu);
+            cerb__cond_init(&s->cond);
+            s->next = c->names[b];
+            c->names[b] = s;
+        }
+    }
+    if (s)
+        s->refs++;
+    cerb__mutex_unlock(&c->mu);
+    return s;
+}
+
+void cerb__slot_put(cerb_client *c, struct cerb_slot *s)
+{
+    cerb__mutex_lock(&c->mu);
+    if (--s->refs == 0) {
+        struct cerb_slot **pp = &c->names[name_hash(s->name)];
+        while (*pp != s)
+            pp = &(*pp)->next;
+        *pp = s->next;
+        cerb__mutex_destroy(&s->mu);
+        cerb__cond_destroy(&s->cond);
+        cerb__free(s->name);
+        cerb__free(s);
+    }
+    cerb__mutex_unlock(&c->mu);
+}
+
+/* ---- open / close ---- */
+
+static cerb_status open_engine(cerb_client *c, size_t i)
+{
+    struct cerb_client_engine *ce = &c->engines[i];
+    cerb_engine_env env = {c->boot_cfg, cerb__watchdog_event, ce};
+
+    if (ce->e)
+        return CERB_OK;
+    cerb_status st = cerb__engine_open(ce->ops, &env, &ce->e);
+    if (st != CERB_OK) {
+        cerb__error_prefix("engine %s", ce->name);
+        CERB_LOG_W("%s", cerb_last_error());
+        ce->e = NULL;
+    }
+    return st;
+}
+
+static cerb_status client_open(cerb_client **out, struct cerb_config *cfg)
+{
+    cerb_client *c = cerb__calloc(1, sizeof *c);
+    cerb_status st, first_err = CERB_OK;
+    char first_msg[CERB_ERROR_MAX] = "";
+
+    if (!c) {
+        cerb__config_free(cfg);
+        return cerb__error_set(CERB_ENOMEM, "out of memory");
+    }
+    cerb__mutex_init(&c->mu);
+    c->cfg = c->boot_cfg = cfg;
+    c->n_engines = cfg->n_engines;
+    for (size_t i = 0; i < cfg->n_engines; i++) {
+        struct cerb_client_engine *ce = &c->engines[i];
+        snprintf(ce->name, sizeof ce->name, "%s", cfg->engines[i]);
+        ce->client = c;
+        ce->idx = (int)i;
+        atomic_init(&ce->last_probe_us, -1);
+        ce->ops = cerb__engine_find(ce->name);
+        if (!ce->ops) {
+            st = CERB_ECONFIG;
+            goto fail;
+        }
+    }
+    atomic_store(&c->magic, CERB_CLIENT_MAGIC);
+
+    /* Open every engine; the client works as long as one answers. */
+    int want = strcmp(cfg->active, "auto") == 0 ? -1 : cerb__config_engine_index(cfg, cfg->active);
+    int current = -1;
+    for (size_t i = 0; i < c->n_engines; i++) {
+        st = open_engine(c, i);
+        if (st != CERB_OK && first_err == CERB_OK) {
+            first_err = st;
+            cerb__error_copy(first_msg, sizeof first_msg);
+        }
+        if (st == CERB_OK && current < 0 && (want < 0 || want == (int)i))
+            current = (int)i;
+    }
+    if (current < 0) {
+        for (size_t i = 0; i < c->n_engines && current < 0; i++)
+            if (c->engines[i].e)
+                current = (int)i;
+    }
+    if (current < 0) {
+        st = first_err == CERB_EIO ? CERB_UNAVAILABLE : first_err;
+        if (st == CERB_OK)
+            st = CERB_UNAVAILABLE;
+        cerb__error_set(st, "no engine could be opened: %s", first_msg);
+        goto fail;
+    }
+    atomic_store(&c->current, current);
+    st = cerb__watchdog_start(c);
+    if (st != CERB_OK)
+        goto fail;
+    *out = c;
+    return CERB_OK;
+fail:
+    atomic_store(&c->magic, CERB_DEAD_MAGIC);
+    for (size_t i = 0; i < c->n_engines; i++)
+        if (c->engines[i].ops)
+            cerb__engine_close(c->engines[i].ops, c->engines[i].e);
+    cerb__config_free(cfg);
+    cerb__mutex_destroy(&c->mu);
+    cerb__free(c);
+    return st;
+}
+
+cerb_status cerb_client_open(cerb_client **out, const char *path)
+{
+    struct cerb_config *cfg = NULL;
+    cerb_status st;
+
+    if (!out)
+        return cerb__error_set(CERB_EINVAL, "cerb_client_open: out is NULL");
+    *out = NULL;
+    st = path ? cerb__config_from_file(path, &cfg) : cerb__config_defaults(&cfg);
+    if (st != CERB_OK)
+        return st;
+    return client_open(out, cfg);
+}
+
+cerb_status cerb_client_open_string(cerb_client **out, const char *text)
+{
+    struct cerb_config *cfg = NULL;
+    cerb_status st;
+
+    if (!out)
+        return cerb__error_set(CERB_EINVAL, "cerb_client_open_string: out is NULL");
+    *out = NULL;
+    if (!text)
+        return cerb__error_set(CERB_EINVAL, "cerb_client_open_string: text is NULL");
+    st = cerb__config_from_string(text, &cfg);
+    if (st != CERB_OK)
+        return st;
+    return client_open(out, cfg);
+}
+
+void cerb_client_close(cerb_client *c)
+{
+    if (!cerb__client_ok(c))
+        return;
+    atomic_store(&c->magic, CERB_DEAD_MAGIC);
+    /* Stop the watchdog first: no callback may run after close. */
+    cerb__watchdog_stop(c);
+    while (c->handles) {
+        cerb_lock *l = c->handles;
+        struct cerb_slot *s = l->slot;
+        if (s->hold && s->hold->owner_handle == l) {
+            struct cerb_hold *h = s->hold;
+            struct cerb_client_engine *ce = &c->engines[h->engine_idx];
+            cerb__engine_release(ce->ops, ce->e, &h->lk);
+            s->hold = NULL;
+            s->count = 0;
+            s->holder_tid = 0;
+            s->occupied = false;
+            cerb__free(h->lk.priv);
+            cerb__free(h);
+        }
+        c->handles = l->next;
+        atomic_store(&l->magic, CERB_DEAD_MAGIC);
+        cerb__slot_put(c, s);
+        cerb__free(l);
+    }
+    for (size_t i = 0; i < c->n_engines; i++)
+        cerb__engine_close(c->engines[i].ops, c->engines[i].e);
+    if (c->cfg != c->boot_cfg)
+        cerb__config_free(c->cfg);
+    cerb__config_free(c->boot_cfg);
+    cerb__mutex_destroy(&c->mu);
+    cerb__free(c);
+}
+
+/* ---- switching ---- */
+
+static const char *switch_to_index(cerb_client *c, int to, const char *why)
+{
+    void (*cb)(const char *, const char *, const char *, void *);
+    void *ud;
+    int from = atomic_exchange(&c->current, to);
+
+    if (from == to)
+        return c->engines[to].name;
+    CERB_LOG_I("engine switch %s -> %s (%s)", c->engines[from].name, c->engines[to].name, why);
+    cerb__mutex_lock(&c->mu);
+    cb = c->switch_cb;
+    ud = c->switch_ud;
+    cerb__mutex_unlock(&c->mu);
+    if (cb)
+        cb(c->engines[from].name, c->engines[to].name, why, ud);
+    return c->engines[to].name;
+}
+
+const char *cerb_engine_current(cerb_client *c)
+{
+    if (!cerb__client_ok(c))
+        return NULL;
+    return c->engines[atomic_load(&c->current)].name;
+}
+
+const char *cerb_engine_switch(cerb_client *c)
+{
+    if (!cerb__client_ok(c))
+        return NULL;
+    int cur = atomic_load(&c->current);
+    for (size_t k = 1; k <= c->n_engines; k++) {
+        int i = (int)((cur + k) % c->n_engines);
+        if (open_engine(c, (size_t)i) == CERB_OK)
+            return switch_to_index(c, i, "manual");
+    }
+    return c->engines[cur].name;
+}
+
+const char *cerb_engine_switch_to(cerb_client *c, const char *name)
+{
+    if (!cerb__client_ok(c)) {
+        cerb__error_set(CERB_EINVAL, "cerb_engine_switch_to: bad client");
+        return NULL;
+    }
+    if (!name) {
+        cerb__error_set(CERB_EINVAL, "cerb_engine_switch_to: name is NULL");
+        return NULL;
+    }
+    for (size_t i = 0; i < c->n_engines; i++) {
+        if (strcmp(c->engines[i].name, name) != 0)
+            continue;
+        if (open_engine(c, i) != CERB_OK)
+            return NULL;
+        return switch_to_index(c, (int)i, "manual");
+    }
+    char names[128] = "";
+    for (size_t i = 0; i < c->n_engines; i++) {
+        size_t n = strlen(names);
+        snprintf(names + n, sizeof names - n, "%s%s", i ? ", " : "", c->engines[i].name);
+    }
+    cerb__error_set(CERB_EINVAL, "engine \"%s\" is not configured (configured: %s)", name, names);
+    return NULL;
+}
+
+cerb_status cerb_client_on_switch(cerb_client *c,
+                                  void (*cb)(const char *, const char *, const char *, void *),
+                                  void *ud)
+{
+    if (!cerb__client_ok(c))
+        return cerb__error_set(CERB_EINVAL, "cerb_client_on_switch: bad client");
+    cerb__mutex_lock(&c->mu);
+    c->switch_cb = cb;
+    c->switch_ud = ud;
+    cerb__mutex_unlock(&c->mu);
+    return CERB_OK;
+}
+
+cerb_status cerb_engine_info(cerb_client *c, const char *name, struct cerb_engine_info *out)
+{
+    if (!cerb__client_ok(c) || !out)
+        return cerb__error_set(CERB_EINVAL, "cerb_engine_info: bad client or out");
+    int cur = atomic_load(&c->current);
+    int idx = name ? -1 : cur;
+    for (size_t i = 0; name && i < c->n_engines; i++)
+        if (strcmp(c->engines[i].name, name) == 0)
+            idx = (int)i;
+    if (idx < 0)
+        return cerb__error_set(CERB_EINVAL, "engine \"%s\" is not configured", name);
+    struct cerb_client_engine *ce = &c->engines[idx];
+    memset(out, 0, sizeof *out);
+    out->name = ce->name;
+    out->active = idx == cur;
+    out->breaker = CERB_BREAKER_CLOSED;
+    out->last_probe_us = atomic_load(&ce->last_probe_us);
+    out->acquires = atomic_load(&ce->acquires);
+    out->failures = atomic_load(&ce->failures);
+    out->lost = atomic_load(&ce->lost);
+    return CERB_OK;
+}
+
+/* ---- reload ---- */
+
+cerb_status cerb_client_reload(cerb_client *c)
+{
+    struct cerb_config *next = NULL, *old;
+    cerb_status st;
+
+    if (!cerb__client_ok(c))
+        return cerb__error_set(CERB_EINVAL, "cerb_client_reload: bad client");
+    if (!c->boot_cfg->path)
+        return cerb__error_set(CERB_EINVAL, "cerb_client_reload: client has no config file");
+    st = cerb__config_from_file(c->boot_cfg->path, &next);
+    if (st != CERB_OK)
+        return st;
+    st = cerb__config_reloadable(c->boot_cfg, next);
+    if (st != CERB_OK) {
+        cerb__config_free(next);
+        return st;
+    }
+    char active[CERB_ENGINE_NAME_MAX];
+    snprintf(active, sizeof active, "%s", next->active);
+    cerb__mutex_lock(&c->mu);
+    old = c->cfg;
+    c->cfg = next;
+    cerb__mutex_unlock(&c->mu);
+    if (old != c->boot_cfg)
+        cerb__config_free(old);
+    /* `next` may be replaced by a concurrent reload from here on. */
+    int i = strcmp(active, "auto") == 0 ? -1 : cerb__config_engine_index(c->boot_cfg, active);
+    if (i >= 0 && open_engine(c, (size_t)i) == CERB_OK)
+        switch_to_index(c, i, "config reload");
+    CERB_LOG_I("configuration reloaded from %s", c->boot_cfg->path);
+    return CERB_OK;
+}

@@ -1,0 +1,70 @@
+/*
+ * clock.c — monotonic clock, deadline arithmetic and jitter.
+ */
+#include "internal_posix.h"
+
+#include "clock.h"
+
+#include <time.h>
+
+int64_t cerb_monotime(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+int64_t cerb__deadline_in(int64_t ms)
+{
+    if (ms < 0 || ms > INT64_MAX / CERB_NS_PER_MS / 2)
+        return CERB_DEADLINE_NEVER;
+    return cerb_monotime() + ms * CERB_NS_PER_MS;
+}
+
+int64_t cerb__ms_left(int64_t deadline_ns)
+{
+    if (deadline_ns == CERB_DEADLINE_NEVER)
+        return INT64_MAX;
+    int64_t left = deadline_ns - cerb_monotime();
+    if (left <= 0)
+        return 0;
+    return (left + CERB_NS_PER_MS - 1) / CERB_NS_PER_MS;
+}
+
+/* xorshift64*, seeded per thread from the clock and the thread's address. */
+static _Thread_local uint64_t rng_state;
+
+uint64_t cerb__rand_below(uint64_t n)
+{
+    if (n == 0)
+        return 0;
+    if (rng_state == 0) {
+        rng_state = (uint64_t)cerb_monotime() ^ (uint64_t)(uintptr_t)&rng_state;
+        rng_state |= 1;
+    }
+    rng_state ^= rng_state >> 12;
+    rng_state ^= rng_state << 25;
+    rng_state ^= rng_state >> 27;
+    return (rng_state * UINT64_C(2685821657736338717)) % n;
+}
+
+int64_t cerb__backoff_ms(int attempt, int64_t base_ms, int64_t max_ms)
+{
+    int64_t cap = base_ms;
+    for (int i = 0; i < attempt && cap < max_ms; i++)
+        cap *= 2;
+    if (cap > max_ms)
+        cap = max_ms;
+    if (cap <= 0)
+        return 0;
+    return (int64_t)cerb__rand_below((uint64_t)cap + 1);
+}
+
+void cerb__nap_ms(int64_t ms)
+{
+    if (ms <= 0)
+        return;
+    struct timespec ts = {ms / 1000, (ms % 1000) * 1000000};
+    while (nanosleep(&ts, &ts) != 0)
+        ;
+}

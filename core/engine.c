@@ -1,0 +1,197 @@
+/*
+ * engine.c — the engine registry and the checking shims.
+ *
+ * The core reaches an engine only through the cerb__engine_* shims below, in
+ * the way SQLite reaches a VFS only through os.c: each shim checks that the
+ * table's version covers the method and that the slot is filled, fills a
+ * sane default (renew_batch becomes a loop; a missing cancel is a no-op, the
+ * engine's bounded waits notice the interrupt flag), and normalises what
+ * comes back (a grant's outcome is NO unless the engine says otherwise).
+ *
+ * Registered tables are immutable and live for the process; the registry is
+ * a small fixed array guarded by a mutex, searched by name.
+ */
+#include "internal_posix.h"
+
+#include "engine.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#include "clock.h"
+#include "error.h"
+#include "sync.h"
+
+#define MAX_REGISTERED 16
+
+static cerb_mutex reg_mu = {PTHREAD_MUTEX_INITIALIZER};
+static const struct cerb_engine_ops *registry[MAX_REGISTERED];
+static size_t n_registered;
+
+cerb_status cerb__engine_register(const struct cerb_engine_ops *ops)
+{
+    cerb_status st = CERB_OK;
+
+    if (!ops || !ops->name || !ops->open || !ops->close || !ops->acquire ||
+        !ops->release || !ops->check_owner)
+        return cerb__error_set(CERB_EINVAL, "engine table incomplete");
+    if (ops->version < CERB_ENGINE_OPS_V1 || ops->version > CERB_ENGINE_OPS_VERSION)
+        return cerb__error_set(CERB_EINVAL, "engine %s: unsupported table version %d",
+                               ops->name, ops->version);
+    cerb__mutex_lock(&reg_mu);
+    for (size_t i = 0; i < n_registered; i++) {
+        if (registry[i] == ops)
+            goto out; /* idempotent */
+        if (strcmp(registry[i]->name, ops->name) == 0) {
+            st = cerb__error_set(CERB_EINVAL, "engine %s already registered", ops->name);
+            goto out;
+        }
+    }
+    if (n_registered == MAX_REGISTERED) {
+        st = cerb__error_set(CERB_ENOMEM, "engine registry full");
+        goto out;
+    }
+    registry[n_registered++] = ops;
+out:
+    cerb__mutex_unlock(&reg_mu);
+    return st;
+}
+
+void cerb__engine_names(char *buf, size_t len)
+{
+    size_t used = 0;
+
+    if (len == 0)
+        return;
+    buf[0] = '\0';
+    cerb__mutex_lock(&reg_mu);
+    for (size_t i = 0; i < n_registered && used < len; i++) {
+        int n = snprintf(buf + used, len - used, "%s%s", i ? ", " : "", registry[i]->name);
+        if (n < 0)
+            break;
+        used += (size_t)n;
+    }
+    cerb__mutex_unlock(&reg_mu);
+}
+
+const struct cerb_engine_ops *cerb__engine_find(const char *name)
+{
+    const struct cerb_engine_ops *found = NULL;
+    char names[256];
+
+    cerb__engines_builtin();
+    if (!name)
+        name = "local";
+    cerb__mutex_lock(&reg_mu);
+    for (size_t i = 0; i < n_registered; i++)
+        if (strcmp(registry[i]->name, name) == 0)
+            found = registry[i];
+    cerb__mutex_unlock(&reg_mu);
+    if (!found) {
+        cerb__engine_names(names, sizeof names);
+        cerb__error_set(CERB_EINVAL, "unknown engine \"%s\" (available: %s)", name, names);
+    }
+    return found;
+}
+
+/* ---- shims ---- */
+
+cerb_status cerb__engine_open(const struct cerb_engine_ops *ops,
+                              const cerb_engine_env *env, cerb_engine **out)
+{
+    *out = NULL;
+    return ops->open(env, out);
+}
+
+void cerb__engine_close(const struct cerb_engine_ops *ops, cerb_engine *e)
+{
+    if (e)
+        ops->close(e);
+}
+
+static void grant_reset(cerb_grant *g)
+{
+    memset(g, 0, sizeof *g);
+    g->outcome = CERB_OUTCOME_NO;
+}
+
+cerb_status cerb__engine_acquire(const struct cerb_engine_ops *ops,
+                                 cerb_engine *e, cerb_engine_lock *lk,
+                                 int64_t deadline_ns,
+                                 const atomic_int *interrupted,
+                                 cerb_grant *grant)
+{
+    grant_reset(grant);
+    cerb_status st = ops->acquire(e, lk, deadline_ns, interrupted, grant);
+    if (st == CERB_OK)
+        grant->outcome = CERB_OUTCOME_YES;
+    else if (grant->outcome == CERB_OUTCOME_YES)
+        grant->outcome = CERB_OUTCOME_UNKNOWN; /* an error cannot be a grant */
+    return st;
+}
+
+cerb_status cerb__engine_renew(const struct cerb_engine_ops *ops,
+                               cerb_engine *e, cerb_engine_lock *lk,
+                               cerb_grant *grant)
+{
+    grant_reset(grant);
+    if (!ops->renew) {
+        /* An engine without renewal holds until release (session based):
+         * confirm ownership instead, which is what a renewal proves. */
+        cerb_status st = ops->check_owner(e, lk, grant);
+        if (st == CERB_OK && grant->sent_ns == 0)
+            grant->sent_ns = cerb_monotime();
+        return st;
+    }
+    return ops->renew(e, lk, grant);
+}
+
+void cerb__engine_renew_batch(const struct cerb_engine_ops *ops,
+                              cerb_engine *e, cerb_renew_item *items, size_t n)
+{
+    if (ops->renew_batch && n > 1) {
+        for (size_t i = 0; i < n; i++)
+            grant_reset(&items[i].grant);
+        ops->renew_batch(e, items, n);
+        return;
+    }
+    for (size_t i = 0; i < n; i++)
+        items[i].st = cerb__engine_renew(ops, e, items[i].lk, &items[i].grant);
+}
+
+cerb_status cerb__engine_release(const struct cerb_engine_ops *ops,
+                                 cerb_engine *e, cerb_engine_lock *lk)
+{
+    return ops->release(e, lk);
+}
+
+cerb_status cerb__engine_check_owner(const struct cerb_engine_ops *ops,
+                                     cerb_engine *e, cerb_engine_lock *lk,
+                                     cerb_grant *grant)
+{
+    grant_reset(grant);
+    return ops->check_owner(e, lk, grant);
+}
+
+void cerb__engine_cancel(const struct cerb_engine_ops *ops, cerb_engine *e,
+                         cerb_engine_lock *lk)
+{
+    if (ops->cancel)
+        ops->cancel(e, lk);
+}
+
+cerb_status cerb__engine_probe(const struct cerb_engine_ops *ops,
+                               cerb_engine *e, int64_t timeout_ms)
+{
+    if (!ops->probe)
+        return CERB_OK; /* no probe: health is learnt from real calls */
+    return ops->probe(e, timeout_ms);
+}
+
+cerb_status cerb__engine_check_name(const struct cerb_engine_ops *ops,
+                                    const char *name)
+{
+    if (!ops->check_name)
+        return CERB_OK;
+    return ops->check_name(name);
+}

@@ -1,0 +1,213 @@
+/*
+ * engine.h — the contract between the core and the lock engines.
+ *
+ * An engine is a `const struct cerb_engine_ops` table, in the manner of
+ * SQLite's VFS: `version` first, methods appended only, each new group behind
+ * a version comment. The core never calls a method directly; it goes through
+ * the shims in engine.c, which check the version and NULL slots and fall back
+ * (no renew_batch → renew one by one; no cancel → the engine's own bounded
+ * wake-ups notice the interrupt flag).
+ *
+ * Division of labour. The core owns everything that is the same for every
+ * engine: name validation, per-thread reentrancy, the in-process wait queue
+ * (only one thread per client and name calls acquire at a time), owner
+ * tokens, renewal scheduling, lost detection and callbacks, ambiguity
+ * re-checks, retries with jitter, fencing epochs. The engine owns the server
+ * protocol: how a grant is made, how a waiter queues and is woken, how a
+ * release hands over.
+ *
+ * Outcomes are three-valued. A method that returns an error also says in
+ * `outcome` whether the request may have taken effect on the server
+ * (CERB_OUTCOME_UNKNOWN: a timeout or connection loss after the request was
+ * sent). The core then asks check_owner() — on a fresh connection — before
+ * it retries or reports failure, so an acquire whose reply was lost is never
+ * mistaken for "not acquired".
+ *
+ * Engines include this header and otherwise only error.h, alloc.h, clock.h,
+ * sync.h and log.h from core, and config/config.h for their settings.
+ */
+#ifndef CERB_ENGINE_H
+#define CERB_ENGINE_H
+
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "cerberus.h"
+
+struct cerb_config;
+
+#define CERB_ENGINE_OPS_V1 1
+#define CERB_ENGINE_OPS_VERSION CERB_ENGINE_OPS_V1
+
+/* Capability bits in cerb_engine_ops.caps. */
+enum {
+    CERB_CAP_FENCING = 1u << 0,      /* grants carry a server-made counter */
+    CERB_CAP_FAIR_QUEUE = 1u << 1,   /* server-side FIFO hand-off */
+    CERB_CAP_WAIT = 1u << 2,         /* acquire can block for a release */
+    CERB_CAP_BATCH_RENEW = 1u << 3,  /* renew_batch is cheaper than a loop */
+    CERB_CAP_CROSS_PROCESS = 1u << 4 /* excludes other processes */
+};
+
+/* An engine instance; each engine defines the struct privately. */
+typedef struct cerb_engine cerb_engine;
+
+typedef enum cerb_outcome {
+    CERB_OUTCOME_NO = 0,  /* the request certainly had no effect */
+    CERB_OUTCOME_YES,     /* it took effect */
+    CERB_OUTCOME_UNKNOWN  /* sent, no answer: may or may not have */
+} cerb_outcome;
+
+/*
+ * One hold as the engine sees it. The core fills the first fields and keeps
+ * the struct (and `priv`) alive from acquire until release returns, so an
+ * engine can remember per-hold state there (a ZooKeeper node path, an etcd
+ * key, a Redis waiter registration).
+ */
+typedef struct cerb_engine_lock {
+    const char *name;   /* validated lock name, NUL-terminated */
+    char token[33];     /* owner token: 32 lowercase hex chars */
+    int64_t lease_ms;   /* requested lease (> 0) */
+    int fair;           /* 1 = FIFO hand-off asked */
+    void *priv;         /* ops->lock_priv_size bytes, zeroed before acquire */
+} cerb_engine_lock;
+
+/*
+ * What a grant or renewal established. The core derives the conservative
+ * local deadline as sent_ns + ttl_ms × (1 − drift): `sent_ns` must be a
+ * monotonic time taken *before* the request that set the lease was sent, so
+ * that the server's lease cannot have started earlier.
+ */
+typedef struct cerb_grant {
+    uint64_t fence;        /* engine counter (< 2^48) when CERB_CAP_FENCING */
+    int64_t sent_ns;       /* cerb_monotime() before sending */
+    int64_t ttl_ms;        /* validity from sent_ns; 0 = until session loss */
+    cerb_outcome outcome;  /* on a failed call: NO or UNKNOWN */
+} cerb_grant;
+
+/* Events an engine reports asynchronously (session loss, expiry). */
+typedef enum cerb_engine_event {
+    CERB_EV_SUSPECT,   /* holds may be in doubt (disconnected) */
+    CERB_EV_VALID,     /* doubt resolved in our favour (reconnected) */
+    CERB_EV_LOST       /* holds are gone (session expired) */
+} cerb_engine_event;
+
+/*
+ * Given to open(): the configuration (valid for the engine's whole life) and
+ * a sink for asynchronous events. `token` NULL in an event means every hold
+ * of this engine instance.
+ */
+typedef struct cerb_engine_env {
+    const struct cerb_config *cfg;
+    void (*event)(void *ud, cerb_engine_event ev, const char *name,
+                  const char *token);
+    void *ud;
+} cerb_engine_env;
+
+/* One item of a batched renewal: in lk/lease, out st/grant. */
+typedef struct cerb_renew_item {
+    cerb_engine_lock *lk;
+    cerb_status st;     /* CERB_OK, CERB_NOT_OWNER (definitive), or error */
+    cerb_grant grant;
+} cerb_renew_item;
+
+struct cerb_engine_ops {
+    int version;       /* CERB_ENGINE_OPS_Vn this table was written for */
+    const char *name;  /* "redis", "zk", "etcd", "local" */
+    unsigned caps;     /* CERB_CAP_* */
+    size_t lock_priv_size;
+
+    /* ---- version 1 ---- */
+
+    /* Connect within the configured connect timeout. */
+    cerb_status (*open)(const cerb_engine_env *env, cerb_engine **out);
+    /* Free everything; holds still on the server are left to expire. */
+    void (*close)(cerb_engine *e);
+
+    /*
+     * Acquire lk. `deadline_ns` (monotonic) bounds the whole call; 0 means
+     * one attempt without queuing (trylock). Until the deadline the engine
+     * may queue on the server and block for a release. It returns:
+     *   CERB_OK (grant filled), CERB_BUSY (deadline 0 and held elsewhere),
+     *   CERB_TIMEOUT, CERB_INTERRUPTED (*interrupted became non-zero),
+     *   or an error with grant->outcome saying whether it may have landed.
+     * Before returning anything but CERB_OK it must leave no queue entry of
+     * lk on the server (and pass on a lock that was handed to it meanwhile).
+     * It must look at *interrupted at least every 200 ms while blocked.
+     */
+    cerb_status (*acquire)(cerb_engine *e, cerb_engine_lock *lk,
+                           int64_t deadline_ns, const atomic_int *interrupted,
+                           cerb_grant *grant);
+
+    /* Extend lk to lk->lease_ms. CERB_NOT_OWNER when the server says it is
+     * held by someone else or by nobody: definitive loss. */
+    cerb_status (*renew)(cerb_engine *e, cerb_engine_lock *lk,
+                         cerb_grant *grant);
+
+    /* Release lk if and only if it is still ours (atomic compare on the
+     * server). CERB_OK, CERB_NOT_OWNER, or an error (grant-less; the core
+     * treats an error as "the lease will expire by itself"). */
+    cerb_status (*release)(cerb_engine *e, cerb_engine_lock *lk);
+
+    /* Is lk held by its token right now? CERB_OK (and fence in grant),
+     * CERB_NOT_OWNER, or an error. Used to settle ambiguous outcomes, so
+     * it must not reuse a connection whose last request timed out. */
+    cerb_status (*check_owner)(cerb_engine *e, cerb_engine_lock *lk,
+                               cerb_grant *grant);
+
+    /* Optional: wake a thread blocked in acquire() for lk so that it looks
+     * at its interrupt flag now. Must not block on the network for long. */
+    void (*cancel)(cerb_engine *e, cerb_engine_lock *lk);
+
+    /* Health probe on the lock path, bounded by timeout_ms. */
+    cerb_status (*probe)(cerb_engine *e, int64_t timeout_ms);
+
+    /* Optional: renew many holds in one round trip. */
+    void (*renew_batch)(cerb_engine *e, cerb_renew_item *items, size_t n);
+
+    /* Optional: refuse names this engine cannot represent (beyond the
+     * core's 1–255 bytes without control characters), with the reason in
+     * cerb_last_error(). Called without an engine instance. */
+    cerb_status (*check_name)(const char *name);
+};
+
+/* ---- registry and checking shims (engine.c) ---- */
+
+/* Register a table; refuses a duplicate name or a version we do not know.
+ * Tables are immutable once registered. */
+cerb_status cerb__engine_register(const struct cerb_engine_ops *ops);
+/* Find by name; NULL name = the default ("local"). NULL when unknown, with
+ * the available names listed in cerb_last_error(). */
+const struct cerb_engine_ops *cerb__engine_find(const char *name);
+/* "local, redis, zk" — names registered, for error messages. */
+void cerb__engine_names(char *buf, size_t len);
+/* Register the engines compiled into this library (idempotent). */
+void cerb__engines_builtin(void);
+
+cerb_status cerb__engine_open(const struct cerb_engine_ops *ops,
+                              const cerb_engine_env *env, cerb_engine **out);
+void cerb__engine_close(const struct cerb_engine_ops *ops, cerb_engine *e);
+cerb_status cerb__engine_acquire(const struct cerb_engine_ops *ops,
+                                 cerb_engine *e, cerb_engine_lock *lk,
+                                 int64_t deadline_ns,
+                                 const atomic_int *interrupted,
+                                 cerb_grant *grant);
+cerb_status cerb__engine_renew(const struct cerb_engine_ops *ops,
+                               cerb_engine *e, cerb_engine_lock *lk,
+                               cerb_grant *grant);
+void cerb__engine_renew_batch(const struct cerb_engine_ops *ops,
+                              cerb_engine *e, cerb_renew_item *items,
+                              size_t n);
+cerb_status cerb__engine_release(const struct cerb_engine_ops *ops,
+                                 cerb_engine *e, cerb_engine_lock *lk);
+cerb_status cerb__engine_check_owner(const struct cerb_engine_ops *ops,
+                                     cerb_engine *e, cerb_engine_lock *lk,
+                                     cerb_grant *grant);
+void cerb__engine_cancel(const struct cerb_engine_ops *ops, cerb_engine *e,
+                         cerb_engine_lock *lk);
+cerb_status cerb__engine_probe(const struct cerb_engine_ops *ops,
+                               cerb_engine *e, int64_t timeout_ms);
+cerb_status cerb__engine_check_name(const struct cerb_engine_ops *ops,
+                                    const char *name);
+
+#endif /* CERB_ENGINE_H */

@@ -1,0 +1,30 @@
+/*
+ * error.h — the thread-local "why" behind a failing status.
+ *
+ * A status drives control flow; the text in cerb_last_error() is for humans.
+ * cerb__error_set() formats into a bounded thread-local buffer and returns
+ * the status it is given, so a failure path reads
+ * `return cerb__error_set(CERB_EINVAL, "name is empty");`.
+ */
+#ifndef CERB_ERROR_H
+#define CERB_ERROR_H
+
+#include "cerberus.h"
+
+#define CERB_ERROR_MAX 512
+
+#if defined(__GNUC__)
+#define CERB_PRINTF(a, b) __attribute__((format(printf, a, b)))
+#else
+#define CERB_PRINTF(a, b)
+#endif
+
+/* Set the calling thread's last error; returns `st` unchanged. */
+cerb_status cerb__error_set(cerb_status st, const char *fmt, ...)
+    CERB_PRINTF(2, 3);
+/* Prepend "prefix: " to the current last error (context on the way up). */
+void cerb__error_prefix(const char *fmt, ...) CERB_PRINTF(1, 2);
+/* Copy of the current last error into buf (for keeping it across calls). */
+void cerb__error_copy(char *buf, size_t len);
+
+#endif

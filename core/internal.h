@@ -1,0 +1,171 @@
+/*
+ * internal.h — the core's shared structures: client, per-name slot, hold,
+ * lock handle. Not installed; engines never include it.
+ *
+ * Ownership map:
+ *   cerb_client ─┬─ engines[] (ops + instance + counters)
+ *                ├─ names: hash table of cerb_slot, one per lock name in use
+ *                │    cerb_slot ─ local wait queue + the current hold
+ *                │                (which thread, how many times, which engine)
+ *                ├─ handles: list of cerb_lock (each refers to one slot)
+ *                └─ watchdog: renews holds, detects and reports loss
+ * A slot lives while a handle refers to it. A hold lives from a grant until
+ * the release returns (and the watchdog has let go of it).
+ */
+#ifndef CERB_INTERNAL_H
+#define CERB_INTERNAL_H
+
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "../config/config.h"
+#include "cerberus.h"
+#include "engine.h"
+#include "sync.h"
+
+#define CERB_CLIENT_MAGIC 0x43455242u /* "CERB" */
+#define CERB_LOCK_MAGIC 0x4c4f434bu   /* "LOCK" */
+#define CERB_DEAD_MAGIC 0xdeadbeefu
+
+/* Fraction of a lease the local deadline gives up for clock drift between
+ * us and the server (plus a fixed 2 ms), as Redlock does. */
+#define CERB_DRIFT_PERMILLE 10
+#define CERB_DRIFT_FIXED_MS 2
+
+struct cerb_client_engine {
+    cerb_client *client;         /* back pointer for engine events */
+    int idx;
+    char name[CERB_ENGINE_NAME_MAX];
+    const struct cerb_engine_ops *ops;
+    cerb_engine *e;              /* NULL when it failed to open */
+    atomic_uint_fast64_t acquires, failures, lost;
+    atomic_int_fast64_t last_probe_us;
+};
+
+struct cerb_hold;
+struct cerb_slot;
+struct cerb_watchdog;
+
+/* A thread waiting in this process for a slot (on its stack). */
+struct cerb_waiter {
+    struct cerb_waiter *next, *prev;    /* slot's local queue */
+    struct cerb_waiter *hnext;          /* handle's interruptible waiters */
+    cerb_lock *handle;
+    cerb_cond cond;                     /* signalled when it may proceed */
+    bool interruptible;
+    atomic_int interrupted;
+    struct cerb_hold *engine_hold;      /* set while it calls the engine */
+};
+
+struct cerb_hold {
+    cerb_engine_lock lk;                 /* lk.name points at slot->name */
+    struct cerb_slot *slot;
+    int engine_idx;
+    uint64_t fence;                      /* already with the epoch */
+    int64_t valid_until_ns;              /* conservative local deadline */
+    int64_t next_renew_ns;
+    bool renew;
+    atomic_int state;                    /* enum cerb_lock_state */
+    bool lost_reported;
+    cerb_lock *owner_handle;             /* whose lost callback to call */
+    /* watchdog bookkeeping, under the watchdog mutex */
+    struct cerb_hold *wd_next, *wd_prev;
+    bool wd_linked, wd_busy;
+    int renew_failures;
+};
+
+struct cerb_slot {
+    char *name;
+    unsigned refs;                       /* handles referring to it */
+    struct cerb_slot *next;              /* hash chain */
+    cerb_mutex mu;
+    cerb_cond cond;
+    struct cerb_waiter *qhead, *qtail;   /* local FIFO */
+    bool occupied;                       /* a thread holds or is acquiring */
+    uint64_t holder_tid;                 /* 0 = none */
+    unsigned count;                      /* reentrant holds */
+    struct cerb_hold *hold;
+};
+
+struct cerb_lock {
+    atomic_uint magic;
+    cerb_client *client;
+    struct cerb_slot *slot;
+    int64_t lease_ms;                    /* 0 = config default */
+    bool renew, fair;
+    bool renew_set, fair_set;            /* false = config default */
+    /* under slot->mu */
+    struct cerb_waiter *iwaiters;        /* interruptible waiters */
+    unsigned nwaiting;                   /* all threads inside an acquire */
+    bool intr_pending;
+    void (*lost_cb)(cerb_lock *, void *);
+    void *lost_ud;
+    cerb_lock *next, *prev;              /* client's handle list */
+};
+
+#define CERB_NAME_BUCKETS 256
+
+struct cerb_client {
+    atomic_uint magic;
+    cerb_mutex mu;                       /* cfg, names, handles, switch cb */
+    struct cerb_config *cfg;             /* current (reloadable keys) */
+    struct cerb_config *boot_cfg;        /* the engines' config, for life */
+    size_t n_engines;
+    struct cerb_client_engine engines[CERB_MAX_ENGINES];
+    atomic_int current;
+    void (*switch_cb)(const char *, const char *, const char *, void *);
+    void *switch_ud;
+    struct cerb_slot *names[CERB_NAME_BUCKETS];
+    cerb_lock *handles;
+    struct cerb_watchdog *wd;
+};
+
+/* client.c */
+bool cerb__client_ok(const cerb_client *c);
+/* Snapshot of settings that a lock call needs, read under the client lock. */
+struct cerb_call_cfg {
+    int64_t lease_ms;
+    bool renew, fair;
+    struct cerb_retry_config retry;
+    int64_t epoch;
+};
+void cerb__client_call_cfg(cerb_client *c, struct cerb_call_cfg *out);
+struct cerb_slot *cerb__slot_get(cerb_client *c, const char *name);
+void cerb__slot_put(cerb_client *c, struct cerb_slot *s);
+
+/* lock.c */
+bool cerb__lock_ok(const cerb_lock *l);
+cerb_status cerb__lock_acquire(cerb_lock *l, int64_t deadline_ns, bool interruptible,
+                               bool try_only);
+cerb_status cerb__lock_release_all(cerb_lock *l);
+
+/* waitq.c — the local FIFO per slot. slot->mu held for all. */
+void cerb__waitq_push(struct cerb_slot *s, struct cerb_waiter *w);
+void cerb__waitq_remove(struct cerb_slot *s, struct cerb_waiter *w);
+/* Wait until w is at the head and the slot is not occupied, or deadline, or
+ * interrupt. Returns CERB_OK (w still queued, caller takes the slot),
+ * CERB_TIMEOUT or CERB_INTERRUPTED (w removed). */
+cerb_status cerb__waitq_wait(struct cerb_slot *s, struct cerb_waiter *w,
+                             int64_t deadline_ns);
+/* The slot became free: wake the head waiter. */
+void cerb__waitq_wake(struct cerb_slot *s);
+
+/* watchdog.c */
+cerb_status cerb__watchdog_start(cerb_client *c);
+void cerb__watchdog_stop(cerb_client *c);
+/* Start tracking a fresh hold (renewal and loss detection). */
+void cerb__watchdog_add(cerb_client *c, struct cerb_hold *h);
+/* Stop tracking; waits until a renewal or callback in flight for h is done,
+ * so that a release is never overtaken by a renewal. */
+void cerb__watchdog_remove(cerb_client *c, struct cerb_hold *h);
+/* Engine event sink (cerb_engine_env.event). */
+void cerb__watchdog_event(void *ud, cerb_engine_event ev, const char *name,
+                          const char *token);
+
+/* Deadline from a grant: sent + ttl × (1 − drift); NEVER for ttl 0. */
+int64_t cerb__grant_deadline(const cerb_grant *g);
+/* Public fencing token from an engine counter and the epoch. */
+uint64_t cerb__fence_compose(int64_t epoch, uint64_t counter);
+
+#endif

@@ -1,0 +1,567 @@
+/*
+ * lock.c — lock handles: validation, per-thread reentrancy, the acquire and
+ * release paths, interruption, state.
+ *
+ * Acquire, in order:
+ *  1. A thread that already holds the name only bumps its count: no round
+ *     trip, no token change (reentrancy is counted here, the server holds one
+ *     token).
+ *  2. Otherwise it joins the name's local FIFO (waitq.c) and waits to be
+ *     head with the slot unoccupied, bounded by its deadline.
+ *  3. The head marks the slot occupied and calls the current engine with a
+ *     fresh owner token. Errors are retried with full-jitter backoff, at most
+ *     retry.max times and never past the deadline. An error whose outcome is
+ *     UNKNOWN (the request left, no answer came) is first settled with
+ *     check_owner: if the server says we own it, it is a grant; if it cannot
+ *     be settled, a best-effort release by token makes sure no orphan stays.
+ *  4. On a grant the hold goes to the watchdog for renewal and loss
+ *     detection.
+ * Release takes the hold away from the watchdog first (waiting for a renewal
+ * in flight), so a renewal can never land after the release, then releases
+ * on the server with the token compare, retried like acquire.
+ */
+#include "internal_posix.h"
+
+#include <string.h>
+
+#include "alloc.h"
+#include "clock.h"
+#include "error.h"
+#include "internal.h"
+#include "log.h"
+#include "token.h"
+
+#define NAME_MAX_LEN 255
+#define FENCE_MASK ((UINT64_C(1) << 48) - 1)
+
+static const atomic_int never_interrupted;
+
+bool cerb__lock_ok(const cerb_lock *l)
+{
+    return l && atomic_load(&((cerb_lock *)l)->magic) == CERB_LOCK_MAGIC &&
+           cerb__client_ok(l->client);
+}
+
+uint64_t cerb__fence_compose(int64_t epoch, uint64_t counter)
+{
+    return ((uint64_t)epoch << 48) | (counter & FENCE_MASK);
+}
+
+int64_t cerb__grant_deadline(const cerb_grant *g)
+{
+    if (g->ttl_ms <= 0)
+        return CERB_DEADLINE_NEVER;
+    int64_t keep_ms = g->ttl_ms - g->ttl_ms * CERB_DRIFT_PERMILLE / 1000 - CERB_DRIFT_FIXED_MS;
+    if (keep_ms < 0)
+        keep_ms = 0;
+    return g->sent_ns + keep_ms * CERB_NS_PER_MS;
+}
+
+static cerb_status check_name(cerb_client *c, const char *name)
+{
+    if (!name)
+        return cerb__error_set(CERB_EINVAL, "lock name is NULL");
+    size_t n = strnlen(name, NAME_MAX_LEN + 1);
+    if (n == 0)
+        return cerb__error_set(CERB_EINVAL, "lock name is empty");
+    if (n > NAME_MAX_LEN)
+        return cerb__error_set(CERB_EINVAL, "lock name is longer than %d bytes", NAME_MAX_LEN);
+    for (size_t i = 0; i < n; i++) {
+        unsigned char ch = (unsigned char)name[i];
+        if (ch < 0x20 || ch == 0x7f)
+            return cerb__error_set(CERB_EINVAL,
+                                   "lock name has a control character (0x%02x) at byte %zu", ch, i);
+    }
+    for (size_t i = 0; i < c->n_engines; i++) {
+        cerb_status st = cerb__engine_check_name(c->engines[i].ops, name);
+        if (st != CERB_OK) {
+            cerb__error_prefix("lock name not valid for engine %s", c->engines[i].name);
+            return st;
+        }
+    }
+    return CERB_OK;
+}
+
+cerb_status cerb_lock_new(cerb_client *c, const char *name, const cerb_lock_opts *opts,
+                          cerb_lock **out)
+{
+    if (!out)
+        return cerb__error_set(CERB_EINVAL, "cerb_lock_new: out is NULL");
+    *out = NULL;
+    if (!cerb__client_ok(c))
+        return cerb__error_set(CERB_EINVAL, "cerb_lock_new: bad client");
+    cerb_status st = check_name(c, name);
+    if (st != CERB_OK)
+        return st;
+    cerb_lock_opts o = CERB_LOCK_OPTS_INIT;
+    if (opts)
+        o = *opts;
+    if (o.lease_ms < 0 || (o.lease_ms > 0 && (o.lease_ms < 100 || o.lease_ms > 86400000)))
+        return cerb__error_set(CERB_EINVAL, "lease_ms %lld is out of range 100..86400000 (0 = default)",
+                               (long long)o.lease_ms);
+    if (o.renew < -1 || o.renew > 1 || o.fair < -1 || o.fair > 1)
+        return cerb__error_set(CERB_EINVAL, "renew and fair take -1 (default), 0 or 1");
+
+    cerb_lock *l = cerb__calloc(1, sizeof *l);
+    if (!l)
+        return cerb__error_set(CERB_ENOMEM, "out of memory");
+    l->slot = cerb__slot_get(c, name);
+    if (!l->slot) {
+        cerb__free(l);
+        return cerb__error_set(CERB_ENOMEM, "out of memory");
+    }
+    l->client = c;
+    l->lease_ms = o.lease_ms;
+    l->renew = o.renew;
+    l->fair = o.fair;
+    l->renew_set = o.renew >= 0;
+    l->fair_set = o.fair >= 0;
+    cerb__mutex_lock(&c->mu);
+    l->next = c->handles;
+    if (c->handles)
+        c->handles->prev = l;
+    c->handles = l;
+    cerb__mutex_unlock(&c->mu);
+    atomic_store(&l->magic, CERB_LOCK_MAGIC);
+    *out = l;
+    return CERB_OK;
+}
+
+/* ---- the engine call with retries and ambiguity settling ---- */
+
+static void hold_free(struct cerb_hold *h)
+{
+    if (!h)
+        return;
+    cerb__free(h->lk.priv);
+    cerb__free(h);
+}
+
+static struct cerb_hold *hold_new(cerb_client *c, struct cerb_slot *s, int idx)
+{
+    struct cerb_hold *h = cerb__calloc(1, sizeof *h);
+    if (!h)
+        return NULL;
+    size_t psz = c->engines[idx].ops->lock_priv_size;
+    h->lk.priv = psz ? cerb__calloc(1, psz) : NULL;
+    if (psz && !h->lk.priv) {
+        cerb__free(h);
+        return NULL;
+    }
+    h->slot = s;
+    h->engine_idx = idx;
+    h->lk.name = s->name;
+    return h;
+}
+
+static bool hard_error(cerb_status st)
+{
+    return st != CERB_OK && st != CERB_BUSY && st != CERB_TIMEOUT && st != CERB_INTERRUPTED;
+}
+
+/*
+ * Settle an UNKNOWN outcome: ask the server whether the token holds the
+ * lock. Returns CERB_OK (it does; fence filled), CERB_NOT_OWNER (it does
+ * not), or the last error when no answer came in retry.max + 1 tries.
+ */
+static cerb_status settle(struct cerb_client_engine *ce, struct cerb_hold *h,
+                          const struct cerb_retry_config *rc, int64_t deadline_ns,
+                          cerb_grant *g)
+{
+    cerb_status st = CERB_EIO;
+    for (int k = 0; k <= rc->max; k++) {
+        if (k > 0)
+            cerb__nap_ms(cerb__backoff_ms(k - 1, rc->backoff_ms, rc->backoff_max_ms));
+        st = cerb__engine_check_owner(ce->ops, ce->e, &h->lk, g);
+        if (st == CERB_OK || st == CERB_NOT_OWNER)
+            return st;
+        if (deadline_ns != 0 && cerb_monotime() >= deadline_ns && k > 0)
+            break;
+    }
+    return st;
+}
+
+static cerb_status engine_acquire(cerb_client *c, struct cerb_hold *h, int64_t deadline_ns,
+                                  const atomic_int *intr, const struct cerb_retry_config *rc)
+{
+    struct cerb_client_engine *ce = &c->engines[h->engine_idx];
+    cerb_status st;
+    cerb_grant g;
+
+    for (int attempt = 0;; attempt++) {
+        int64_t t0 = cerb_monotime();
+        st = cerb__engine_acquire(ce->ops, ce->e, &h->lk, deadline_ns, intr, &g);
+        if (st == CERB_OK)
+            break;
+        if (!hard_error(st))
+            return st;
+        atomic_fetch_add(&ce->failures, 1);
+        char why[CERB_ERROR_MAX];
+        cerb__error_copy(why, sizeof why);
+        if (g.outcome == CERB_OUTCOME_UNKNOWN) {
+            cerb_grant g2;
+            cerb_status s2 = settle(ce, h, rc, deadline_ns, &g2);
+            if (s2 == CERB_OK) {
+                /* It landed. The lease started after t0 at the earliest. */
+                g.fence = g2.fence;
+                g.sent_ns = g.sent_ns ? g.sent_ns : t0;
+                g.ttl_ms = h->lk.lease_ms;
+                h->next_renew_ns = cerb_monotime(); /* refresh at once */
+                st = CERB_OK;
+                break;
+            }
+            if (s2 != CERB_NOT_OWNER) {
+                /* Unsettled: make sure a late landing leaves no orphan. */
+                cerb__engine_release(ce->ops, ce->e, &h->lk);
+                return cerb__error_set(st, "%s (outcome unknown, re-check failed)", why);
+            }
+        }
+        if (deadline_ns == 0 || attempt >= rc->max)
+            return cerb__error_set(st, "%s", why);
+        int64_t nap = cerb__backoff_ms(attempt, rc->backoff_ms, rc->backoff_max_ms);
+        int64_t left = cerb__ms_left(deadline_ns);
+        if (left <= nap)
+            return cerb__error_set(st, "%s", why);
+        cerb__nap_ms(nap);
+        if (intr && atomic_load(intr))
+            return CERB_INTERRUPTED;
+    }
+    atomic_fetch_add(&ce->acquires, 1);
+    h->fence = g.fence;
+    h->valid_until_ns = cerb__grant_deadline(&g);
+    int64_t eff = g.ttl_ms > 0 && g.ttl_ms < h->lk.lease_ms ? g.ttl_ms : h->lk.lease_ms;
+    if (h->next_renew_ns == 0)
+        h->next_renew_ns = g.ttl_ms > 0 && g.ttl_ms < h->lk.lease_ms
+                               ? cerb_monotime() /* short hand-off lease: extend now */
+                               : g.sent_ns + eff * CERB_NS_PER_MS / 3;
+    return CERB_OK;
+}
+
+static void iwaiter_unlink(cerb_lock *l, struct cerb_waiter *w)
+{
+    for (struct cerb_waiter **pp = &l->iwaiters; *pp; pp = &(*pp)->hnext)
+        if (*pp == w) {
+            *pp = w->hnext;
+            break;
+        }
+}
+
+cerb_status cerb__lock_acquire(cerb_lock *l, int64_t deadline_ns, bool interruptible,
+                               bool try_only)
+{
+    if (!cerb__lock_ok(l))
+        return cerb__error_set(CERB_EINVAL, "bad lock handle");
+    cerb_client *c = l->client;
+    struct cerb_slot *s = l->slot;
+    uint64_t me = cerb__thread_id();
+    struct cerb_call_cfg cc;
+    cerb_status st;
+
+    cerb__mutex_lock(&s->mu);
+    if (s->holder_tid == me) {
+        if (atomic_load(&s->hold->state) == CERB_LOCK_LOST) {
+            cerb__mutex_unlock(&s->mu);
+            return cerb__error_set(CERB_LOST, "lock \"%s\" was lost; unlock it first", s->name);
+        }
+        s->count++;
+        cerb__mutex_unlock(&s->mu);
+        return CERB_OK;
+    }
+    if (interruptible && l->intr_pending) {
+        l->intr_pending = false;
+        cerb__mutex_unlock(&s->mu);
+        return cerb__error_set(CERB_INTERRUPTED, "interrupted");
+    }
+    struct cerb_waiter w;
+    memset(&w, 0, sizeof w);
+    w.handle = l;
+    w.interruptible = interruptible;
+    cerb__cond_init(&w.cond);
+    cerb__waitq_push(s, &w);
+    l->nwaiting++;
+    if (interruptible) {
+        w.hnext = l->iwaiters;
+        l->iwaiters = &w;
+    }
+    if (try_only) {
+        st = s->qhead == &w && !s->occupied ? CERB_OK : CERB_BUSY;
+        if (st != CERB_OK)
+            cerb__waitq_remove(s, &w);
+    } else {
+        st = cerb__waitq_wait(s, &w, deadline_ns);
+    }
+    if (st != CERB_OK) {
+        iwaiter_unlink(l, &w);
+        l->nwaiting--;
+        cerb__mutex_unlock(&s->mu);
+        cerb__cond_destroy(&w.cond);
+        if (st == CERB_BUSY)
+            return cerb__error_set(st, "lock \"%s\" is held by another thread of this process", s->name);
+        return cerb__error_set(st, "lock \"%s\": %s", s->name, cerb_strerror(st));
+    }
+    /* Head of the local line and the slot is free: take it to the server. */
+    cerb__waitq_remove(s, &w);
+    s->occupied = true;
+    cerb__client_call_cfg(c, &cc);
+    int idx = atomic_load(&c->current);
+    struct cerb_hold *h = hold_new(c, s, idx);
+    if (!h) {
+        st = cerb__error_set(CERB_ENOMEM, "out of memory");
+    } else {
+        h->lk.lease_ms = l->lease_ms > 0 ? l->lease_ms : cc.lease_ms;
+        h->lk.fair = l->fair_set ? l->fair : cc.fair;
+        h->renew = l->renew_set ? l->renew : cc.renew;
+        st = cerb__token_new(h->lk.token);
+    }
+    w.engine_hold = h;
+    cerb__mutex_unlock(&s->mu);
+
+    if (st == CERB_OK)
+        st = engine_acquire(c, h, try_only ? 0 : deadline_ns,
+                            interruptible ? &w.interrupted : &never_interrupted, &cc.retry);
+
+    cerb__mutex_lock(&s->mu);
+    w.engine_hold = NULL;
+    iwaiter_unlink(l, &w);
+    l->nwaiting--;
+    if (st == CERB_OK) {
+        h->fence = cerb__fence_compose(cc.epoch, h->fence);
+        h->owner_handle = l;
+        atomic_store(&h->state, CERB_LOCK_VALID);
+        s->hold = h;
+        s->holder_tid = me;
+        s->count = 1;
+    } else {
+        s->occupied = false;
+        cerb__waitq_wake(s);
+    }
+    cerb__mutex_unlock(&s->mu);
+    cerb__cond_destroy(&w.cond);
+    if (st != CERB_OK) {
+        hold_free(h);
+        if (st == CERB_BUSY)
+            return cerb__error_set(st, "lock \"%s\" is held by another owner", s->name);
+        if (st == CERB_TIMEOUT || st == CERB_INTERRUPTED)
+            return cerb__error_set(st, "lock \"%s\": %s", s->name, cerb_strerror(st));
+        return st;
+    }
+    cerb__watchdog_add(c, h);
+    return CERB_OK;
+}
+
+cerb_status cerb_lock_lock(cerb_lock *l)
+{
+    return cerb__lock_acquire(l, CERB_DEADLINE_NEVER, false, false);
+}
+
+cerb_status cerb_lock_trylock(cerb_lock *l)
+{
+    return cerb__lock_acquire(l, 0, false, true);
+}
+
+cerb_status cerb_lock_trylock_for(cerb_lock *l, int64_t wait_ms)
+{
+    if (wait_ms == 0) {
+        cerb_status st = cerb__lock_acquire(l, 0, true, true);
+        return st == CERB_BUSY ? CERB_TIMEOUT : st;
+    }
+    return cerb__lock_acquire(l, cerb__deadline_in(wait_ms), true, false);
+}
+
+cerb_status cerb_lock_lock_interruptibly(cerb_lock *l)
+{
+    return cerb__lock_acquire(l, CERB_DEADLINE_NEVER, true, false);
+}
+
+cerb_status cerb_lock_interrupt(cerb_lock *l)
+{
+    if (!cerb__lock_ok(l))
+        return cerb__error_set(CERB_EINVAL, "bad lock handle");
+    struct cerb_slot *s = l->slot;
+    cerb__mutex_lock(&s->mu);
+    if (!l->iwaiters)
+        l->intr_pending = true;
+    for (struct cerb_waiter *w = l->iwaiters; w; w = w->hnext) {
+        atomic_store(&w->interrupted, 1);
+        cerb__cond_signal(&w->cond);
+        if (w->engine_hold) {
+            /* The hold stays alive: its thread needs s->mu to free it. */
+            struct cerb_client_engine *ce = &l->client->engines[w->engine_hold->engine_idx];
+            cerb__engine_cancel(ce->ops, ce->e, &w->engine_hold->lk);
+        }
+    }
+    cerb__mutex_unlock(&s->mu);
+    return CERB_OK;
+}
+
+/* ---- release ---- */
+
+static cerb_status engine_release(cerb_client *c, struct cerb_hold *h)
+{
+    struct cerb_client_engine *ce = &c->engines[h->engine_idx];
+    struct cerb_call_cfg cc;
+    cerb_status st;
+
+    cerb__client_call_cfg(c, &cc);
+    for (int attempt = 0;; attempt++) {
+        st = cerb__engine_release(ce->ops, ce->e, &h->lk);
+        if (st == CERB_OK || st == CERB_NOT_OWNER || attempt >= cc.retry.max)
+            break;
+        atomic_fetch_add(&ce->failures, 1);
+        cerb__nap_ms(cerb__backoff_ms(attempt, cc.retry.backoff_ms, cc.retry.backoff_max_ms));
+    }
+    return st;
+}
+
+/* Drop the calling thread's hold entirely; slot->mu not held. */
+static cerb_status release_hold(cerb_lock *l)
+{
+    cerb_client *c = l->client;
+    struct cerb_slot *s = l->slot;
+    struct cerb_hold *h = s->hold;
+
+    cerb__watchdog_remove(c, h);
+    bool was_lost = atomic_load(&h->state) == CERB_LOCK_LOST;
+    cerb_status st = engine_release(c, h);
+    if (was_lost || st == CERB_NOT_OWNER)
+        st = cerb__error_set(CERB_LOST, "lock \"%s\" had been lost before unlock", s->name);
+    else if (st != CERB_OK)
+        cerb__error_prefix("unlock \"%s\" (the lease will expire by itself)", s->name);
+
+    cerb__mutex_lock(&s->mu);
+    s->hold = NULL;
+    s->holder_tid = 0;
+    s->count = 0;
+    s->occupied = false;
+    cerb__waitq_wake(s);
+    cerb__mutex_unlock(&s->mu);
+    hold_free(h);
+    return st;
+}
+
+cerb_status cerb_lock_unlock(cerb_lock *l)
+{
+    if (!cerb__lock_ok(l))
+        return cerb__error_set(CERB_EINVAL, "bad lock handle");
+    struct cerb_slot *s = l->slot;
+    uint64_t me = cerb__thread_id();
+
+    cerb__mutex_lock(&s->mu);
+    if (s->holder_tid != me) {
+        cerb__mutex_unlock(&s->mu);
+        return cerb__error_set(CERB_NOT_OWNER, "lock \"%s\" is not held by this thread", s->name);
+    }
+    if (--s->count > 0) {
+        cerb__mutex_unlock(&s->mu);
+        return CERB_OK;
+    }
+    cerb__mutex_unlock(&s->mu);
+    return release_hold(l);
+}
+
+cerb_status cerb__lock_release_all(cerb_lock *l)
+{
+    struct cerb_slot *s = l->slot;
+    cerb__mutex_lock(&s->mu);
+    bool mine = s->holder_tid == cerb__thread_id();
+    cerb__mutex_unlock(&s->mu);
+    return mine ? release_hold(l) : CERB_NOT_OWNER;
+}
+
+/* ---- queries ---- */
+
+uint64_t cerb_lock_fencing_token(const cerb_lock *cl)
+{
+    if (!cerb__lock_ok(cl))
+        return 0;
+    struct cerb_slot *s = cl->slot;
+    uint64_t f = 0;
+    cerb__mutex_lock(&s->mu);
+    if (s->holder_tid == cerb__thread_id())
+        f = s->hold->fence;
+    cerb__mutex_unlock(&s->mu);
+    return f;
+}
+
+unsigned cerb_lock_hold_count(const cerb_lock *cl)
+{
+    if (!cerb__lock_ok(cl))
+        return 0;
+    struct cerb_slot *s = cl->slot;
+    unsigned n = 0;
+    cerb__mutex_lock(&s->mu);
+    if (s->holder_tid == cerb__thread_id())
+        n = s->count;
+    cerb__mutex_unlock(&s->mu);
+    return n;
+}
+
+const char *cerb_lock_name(const cerb_lock *cl)
+{
+    return cerb__lock_ok(cl) ? cl->slot->name : NULL;
+}
+
+enum cerb_lock_state cerb_lock_state(const cerb_lock *cl)
+{
+    if (!cerb__lock_ok(cl))
+        return CERB_LOCK_FREE;
+    struct cerb_slot *s = cl->slot;
+    enum cerb_lock_state st = CERB_LOCK_FREE;
+    cerb__mutex_lock(&s->mu);
+    if (s->holder_tid == cerb__thread_id()) {
+        st = (enum cerb_lock_state)atomic_load(&s->hold->state);
+        /* The watchdog may not have run yet: the deadline is the truth. */
+        if (st != CERB_LOCK_LOST && cerb_monotime() >= s->hold->valid_until_ns)
+            st = CERB_LOCK_LOST;
+    }
+    cerb__mutex_unlock(&s->mu);
+    return st;
+}
+
+cerb_status cerb_lock_on_lost(cerb_lock *l, void (*cb)(cerb_lock *, void *), void *ud)
+{
+    if (!cerb__lock_ok(l))
+        return cerb__error_set(CERB_EINVAL, "bad lock handle");
+    cerb__mutex_lock(&l->slot->mu);
+    l->lost_cb = cb;
+    l->lost_ud = ud;
+    cerb__mutex_unlock(&l->slot->mu);
+    return CERB_OK;
+}
+
+cerb_status cerb_lock_free(cerb_lock *l)
+{
+    if (!l)
+        return CERB_OK;
+    if (!cerb__lock_ok(l))
+        return cerb__error_set(CERB_EINVAL, "bad lock handle");
+    cerb_client *c = l->client;
+    struct cerb_slot *s = l->slot;
+    uint64_t me = cerb__thread_id();
+
+    cerb__mutex_lock(&s->mu);
+    bool through_me = s->hold && s->hold->owner_handle == l;
+    if ((through_me && s->holder_tid != me) || l->nwaiting > 0) {
+        cerb__mutex_unlock(&s->mu);
+        return cerb__error_set(CERB_BUSY, "lock \"%s\" is held or awaited through this handle by another thread",
+                               s->name);
+    }
+    bool mine = through_me && s->holder_tid == me;
+    cerb__mutex_unlock(&s->mu);
+    cerb_status st = mine ? release_hold(l) : CERB_OK;
+    if (st == CERB_LOST)
+        st = CERB_OK; /* freeing a lost hold is what the caller should do */
+
+    cerb__mutex_lock(&c->mu);
+    if (l->prev)
+        l->prev->next = l->next;
+    else
+        c->handles = l->next;
+    if (l->next)
+        l->next->prev = l->prev;
+    cerb__mutex_unlock(&c->mu);
+    atomic_store(&l->magic, CERB_DEAD_MAGIC);
+    cerb__slot_put(c, s);
+    cerb__free(l);
+    return st;
+}

@@ -1,0 +1,66 @@
+/*
+ * log.c — formatted log lines to a user callback or stderr. The sink and
+ * level are read atomically so cerb_log_set() is safe while background
+ * threads log. Wall-clock timestamps appear here and nowhere else.
+ */
+#include "internal_posix.h"
+
+#include "log.h"
+
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <time.h>
+
+#include "sync.h"
+
+static cerb_mutex sink_mu = {PTHREAD_MUTEX_INITIALIZER};
+static void (*sink_cb)(cerb_log_level, const char *, void *);
+static void *sink_ud;
+static atomic_int min_level = CERB_LOG_WARN;
+
+cerb_status cerb_log_set(void (*cb)(cerb_log_level, const char *, void *),
+                         void *ud, cerb_log_level level)
+{
+    if ((int)level < CERB_LOG_DEBUG || level > CERB_LOG_OFF)
+        return cerb__error_set(CERB_EINVAL, "log level %d out of range", (int)level);
+    cerb__mutex_lock(&sink_mu);
+    sink_cb = cb;
+    sink_ud = ud;
+    atomic_store(&min_level, (int)level);
+    cerb__mutex_unlock(&sink_mu);
+    return CERB_OK;
+}
+
+int cerb__log_enabled(cerb_log_level level)
+{
+    return (int)level >= atomic_load_explicit(&min_level, memory_order_relaxed) &&
+           level < CERB_LOG_OFF;
+}
+
+void cerb__log(cerb_log_level level, const char *fmt, ...)
+{
+    static const char *names[] = {"debug", "info", "warn", "error"};
+    char line[1024];
+    va_list ap;
+
+    if (!cerb__log_enabled(level))
+        return;
+    va_start(ap, fmt);
+    vsnprintf(line, sizeof line, fmt, ap);
+    va_end(ap);
+
+    cerb__mutex_lock(&sink_mu);
+    if (sink_cb) {
+        sink_cb(level, line, sink_ud);
+    } else {
+        struct timespec ts;
+        struct tm tm;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        gmtime_r(&ts.tv_sec, &tm);
+        fprintf(stderr, "%04d-%02d-%02dT%02d:%02d:%02d.%03ldZ cerberus %s: %s\n",
+                tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday, tm.tm_hour,
+                tm.tm_min, tm.tm_sec, ts.tv_nsec / 1000000, names[level], line);
+    }
+    cerb__mutex_unlock(&sink_mu);
+}

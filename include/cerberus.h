@@ -1,0 +1,370 @@
+/*
+ * cerberus.h — the one public header of Cerberus, distributed locks that keep
+ * working when their backing store fails.
+ *
+ * Everything declared here is API; anything not declared here is not. Every
+ * public type is opaque except the small option and information structs, which
+ * are plain data the caller owns.
+ *
+ * Conventions that hold for every function below unless its comment says
+ * otherwise:
+ *  - It returns a cerb_status; CERB_OK (0) is success. On failure,
+ *    cerb_last_error() gives a detailed message for the calling thread.
+ *  - A NULL or freed handle gives CERB_EINVAL, never a crash.
+ *  - Every call that can block returns by a deadline: its own wait argument,
+ *    or the configured connect/operation timeouts.
+ *  - Callbacks registered here are never called after the handle they were
+ *    registered on has been closed or freed.
+ */
+#ifndef CERBERUS_H
+#define CERBERUS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define CERB_VERSION_MAJOR 0
+#define CERB_VERSION_MINOR 1
+#define CERB_VERSION_PATCH 0
+
+/*
+ * Status codes. The list is append-only: codes are never renumbered or
+ * removed, so a value stays meaningful across versions. X(NAME, text).
+ */
+#define CERB_STATUS_MAP(X)                                                     \
+    X(OK, "success")                                                           \
+    X(BUSY, "lock is held by another owner")                                   \
+    X(TIMEOUT, "wait deadline passed")                                         \
+    X(INTERRUPTED, "wait was interrupted")                                     \
+    X(NOT_OWNER, "caller does not hold the lock")                              \
+    X(LOST, "lock lease or session ended while held")                          \
+    X(UNAVAILABLE, "no engine could serve the request")                        \
+    X(EINVAL, "invalid argument")                                              \
+    X(ECONFIG, "invalid configuration")                                        \
+    X(ENOMEM, "out of memory")                                                 \
+    X(EPROTO, "unexpected server reply")                                       \
+    X(EIO, "connection or I/O failure")
+
+typedef enum cerb_status {
+#define CERB__STATUS_ENUM(name, text) CERB_##name,
+    CERB_STATUS_MAP(CERB__STATUS_ENUM)
+#undef CERB__STATUS_ENUM
+    CERB_STATUS_COUNT /* not a status: the number of codes */
+} cerb_status;
+
+/**
+ * cerb_strerror — a short description of a status code.
+ * Returns: a static string; "unknown status" for a value outside the list.
+ * Thread-safety: safe from any thread.
+ */
+const char *cerb_strerror(cerb_status status);
+
+/**
+ * cerb_status_name — the code's name without prefix, e.g. "BUSY".
+ * Returns: a static string; "UNKNOWN" for a value outside the list.
+ * Thread-safety: safe from any thread.
+ */
+const char *cerb_status_name(cerb_status status);
+
+/**
+ * cerb_last_error — detailed text of the last failure on this thread, such as
+ * `config:12: unknown engine "redsi"`.
+ * Returns: a thread-local string, valid until the next Cerberus call on this
+ * thread; "" when no call on this thread has failed yet. Successful calls do
+ * not clear it.
+ */
+const char *cerb_last_error(void);
+
+/* ---------------------------------------------------------------- logging */
+
+typedef enum cerb_log_level {
+    CERB_LOG_DEBUG,
+    CERB_LOG_INFO,
+    CERB_LOG_WARN,
+    CERB_LOG_ERROR,
+    CERB_LOG_OFF
+} cerb_log_level;
+
+/**
+ * cerb_log_set — route the library's log lines (breaker transitions, engine
+ * switches, lost locks, server client-library messages) to a callback.
+ * @cb: called with a NUL-terminated line without newline; NULL restores the
+ *      default sink (stderr).
+ * @min_level: lines below this level are dropped before formatting.
+ * Returns: CERB_OK, or CERB_EINVAL for a level out of range.
+ * Thread-safety: safe from any thread; @cb may be called from any thread,
+ * including the library's background threads, and must not block for long.
+ */
+cerb_status cerb_log_set(void (*cb)(cerb_log_level level, const char *line,
+                                    void *ud),
+                         void *ud, cerb_log_level min_level);
+
+/* ----------------------------------------------------------------- client */
+
+typedef struct cerb_client cerb_client;
+
+/**
+ * cerb_client_open — create a client from a configuration file.
+ * @out: receives the client; set to NULL on failure.
+ * @config_path: a libconfig file (schema in DESIGN.md §6); NULL means no file:
+ *      defaults with the in-process "local" engine.
+ * Returns: CERB_OK; CERB_ECONFIG with `file:line: message` in
+ * cerb_last_error() for a bad file; CERB_UNAVAILABLE when no configured engine
+ * could be opened; CERB_ENOMEM; CERB_EINVAL for a NULL @out.
+ * Blocking: connects the configured engines, each bounded by its connect
+ * timeout.
+ * Ownership: the caller closes the client with cerb_client_close().
+ */
+cerb_status cerb_client_open(cerb_client **out, const char *config_path);
+
+/**
+ * cerb_client_open_string — like cerb_client_open(), configuration given as
+ * text. Error positions read `config:LINE: message`. The client has no file
+ * to reload from: cerb_client_reload() then gives CERB_EINVAL.
+ */
+cerb_status cerb_client_open_string(cerb_client **out, const char *config_text);
+
+/**
+ * cerb_client_close — release every lock this client holds, stop its
+ * background threads and free it. Lock handles made from it must be freed
+ * first; handles still alive are freed here and must not be used afterwards.
+ * cerb_client_close(NULL) does nothing.
+ * Thread-safety: no other call on this client or its locks may be running.
+ */
+void cerb_client_close(cerb_client *client);
+
+/**
+ * cerb_client_reload — re-read the client's configuration file. The new file
+ * is parsed and validated whole before it replaces the old configuration; on
+ * any error the old configuration stays in force and the error is returned
+ * (CERB_ECONFIG, `file:line: message`). Keys that cannot change at run time
+ * (the engine list and connection settings) are reported as errors too.
+ * Thread-safety: safe from any thread; locks already held keep the settings
+ * they were acquired with.
+ */
+cerb_status cerb_client_reload(cerb_client *client);
+
+/**
+ * cerb_engine_current — name of the engine new acquisitions go to.
+ * Returns: a string owned by the client, valid until cerb_client_close();
+ * NULL for a NULL client.
+ */
+const char *cerb_engine_current(cerb_client *client);
+
+/**
+ * cerb_engine_switch — move new acquisitions to the next engine in
+ * configuration order, wrapping around at the end.
+ * Returns: the new current engine's name (owned by the client), or NULL for
+ * a NULL client. With one engine this is that engine.
+ */
+const char *cerb_engine_switch(cerb_client *client);
+
+/**
+ * cerb_engine_switch_to — move new acquisitions to the named engine.
+ * Returns: the engine's name (owned by the client), or NULL with
+ * cerb_last_error() set when no configured engine has that name.
+ */
+const char *cerb_engine_switch_to(cerb_client *client, const char *name);
+
+/**
+ * cerb_client_on_switch — register a callback for engine switches.
+ * @cb: called once per switch with the old and new engine names and a reason
+ *      (e.g. "manual", "breaker open"); NULL removes the callback. The strings
+ *      are valid only during the call.
+ * Thread-safety: @cb runs on the thread that switched (the caller or a
+ * background thread) and must not call cerb_client_close().
+ */
+cerb_status cerb_client_on_switch(cerb_client *client,
+                                  void (*cb)(const char *from, const char *to,
+                                             const char *why, void *ud),
+                                  void *ud);
+
+typedef enum cerb_breaker_state {
+    CERB_BREAKER_CLOSED,
+    CERB_BREAKER_OPEN,
+    CERB_BREAKER_HALF_OPEN,
+    CERB_BREAKER_DISABLED,
+    CERB_BREAKER_FORCED_OPEN
+} cerb_breaker_state;
+
+/*
+ * Health and counters of one configured engine (plain data). The type is
+ * spelled `struct cerb_engine_info` because cerb_engine_info() is the function
+ * that fills it.
+ */
+struct cerb_engine_info {
+    const char *name;           /* owned by the client */
+    int active;                 /* 1 when new acquisitions go here */
+    cerb_breaker_state breaker; /* CLOSED until failover is configured */
+    int64_t last_probe_us;      /* latency of the last probe; -1 if none */
+    uint64_t acquires;          /* acquisitions granted by this engine */
+    uint64_t failures;          /* hard failures (I/O, protocol) seen */
+    uint64_t lost;              /* holds reported LOST */
+};
+
+/**
+ * cerb_engine_info — fill @out with the state of engine @name (NULL = the
+ * current engine).
+ * Returns: CERB_OK, or CERB_EINVAL for an unknown name.
+ */
+cerb_status cerb_engine_info(cerb_client *client, const char *name,
+                             struct cerb_engine_info *out);
+
+/* ------------------------------------------------------------------ locks */
+
+typedef struct cerb_lock cerb_lock;
+
+/** Per-lock options; zero or negative fields take the configured defaults. */
+typedef struct cerb_lock_opts {
+    int64_t lease_ms; /* server-side lease; 0 = config lock.lease_ms */
+    int renew;        /* 1 renew while held, 0 never, -1 = config lock.renew */
+    int fair;         /* 1 FIFO hand-off, 0 barging, -1 = config lock.fair */
+} cerb_lock_opts;
+
+#define CERB_LOCK_OPTS_INIT {0, -1, -1}
+
+/*
+ * Spelled `enum cerb_lock_state` because cerb_lock_state() is the function
+ * that reports it.
+ */
+enum cerb_lock_state {
+    CERB_LOCK_FREE,    /* the calling thread does not hold it */
+    CERB_LOCK_VALID,   /* held and the lease is known to be in force */
+    CERB_LOCK_SUSPECT, /* held, but a renewal failed or the session is down */
+    CERB_LOCK_LOST     /* held no more: lease passed, session expired, key gone */
+};
+
+/**
+ * cerb_lock_new — make a handle for the lock called @name on @client.
+ * @name: 1–255 bytes, no control characters; engines may refuse more (a
+ *        ZooKeeper path component cannot be "." or contain '/').
+ * @opts: NULL for the configured defaults.
+ * Returns: CERB_OK; CERB_EINVAL with the reason for a bad name or option;
+ * CERB_ENOMEM. Does not contact a server.
+ * Ownership: free with cerb_lock_free() before closing the client.
+ * Thread-safety: a handle may be used from any number of threads; holds are
+ * per thread and reentrant. Handles with the same name on one client share
+ * their holds (a thread holding "x" through one handle holds it through all).
+ */
+cerb_status cerb_lock_new(cerb_client *client, const char *name,
+                          const cerb_lock_opts *opts, cerb_lock **out);
+
+/**
+ * cerb_lock_lock — acquire, waiting as long as it takes. Reentrant: a thread
+ * that holds the lock only increments its hold count (no round trip).
+ * Returns: CERB_OK; CERB_UNAVAILABLE/CERB_EIO when no engine can serve after
+ * bounded retries. Blocking: until acquired or the engines fail.
+ */
+cerb_status cerb_lock_lock(cerb_lock *lock);
+
+/**
+ * cerb_lock_trylock — one attempt without waiting.
+ * Returns: CERB_OK or CERB_BUSY (held by another thread or process), or an
+ * engine error. Blocking: at most one operation timeout (plus a re-check when
+ * the answer was lost).
+ */
+cerb_status cerb_lock_trylock(cerb_lock *lock);
+
+/**
+ * cerb_lock_trylock_for — acquire, waiting at most @wait_ms milliseconds.
+ * Returns: CERB_OK, CERB_TIMEOUT when the wait passed, CERB_INTERRUPTED after
+ * cerb_lock_interrupt(), or an engine error. A negative @wait_ms waits
+ * forever; 0 behaves as cerb_lock_trylock() but returns CERB_TIMEOUT.
+ */
+cerb_status cerb_lock_trylock_for(cerb_lock *lock, int64_t wait_ms);
+
+/**
+ * cerb_lock_lock_interruptibly — like cerb_lock_lock(), but returns
+ * CERB_INTERRUPTED once another thread calls cerb_lock_interrupt(), or if an
+ * interrupt is already pending for the calling thread's next wait.
+ */
+cerb_status cerb_lock_lock_interruptibly(cerb_lock *lock);
+
+/**
+ * cerb_lock_interrupt — wake every thread waiting on this handle in
+ * cerb_lock_lock_interruptibly() or cerb_lock_trylock_for(); they return
+ * CERB_INTERRUPTED. When nobody waits, the next such wait on this handle
+ * returns CERB_INTERRUPTED at once (the interrupt is consumed once).
+ * Thread-safety: safe from any thread, including signal-free async contexts
+ * of other threads; it never blocks on the network.
+ */
+cerb_status cerb_lock_interrupt(cerb_lock *lock);
+
+/**
+ * cerb_lock_unlock — drop one hold of the calling thread; at zero the lock is
+ * released on the server (renewal is stopped before the release is sent).
+ * Returns: CERB_OK; CERB_NOT_OWNER when the calling thread does not hold it;
+ * CERB_LOST when the hold had been lost (the local hold is dropped anyway);
+ * an engine error when the release could not be confirmed (the local hold is
+ * dropped and the server lease will expire by itself).
+ */
+cerb_status cerb_lock_unlock(cerb_lock *lock);
+
+/**
+ * cerb_lock_fencing_token — the token of the calling thread's current hold:
+ * strictly increasing per lock name across successive grants (the switch
+ * epoch in the high 16 bits, the engine's counter in the low 48).
+ * Returns: the token, or 0 when the calling thread does not hold the lock.
+ */
+uint64_t cerb_lock_fencing_token(const cerb_lock *lock);
+
+/**
+ * cerb_lock_hold_count — how many times the calling thread holds the lock.
+ * Returns: 0 when it does not hold it or for a bad handle.
+ */
+unsigned cerb_lock_hold_count(const cerb_lock *lock);
+
+/**
+ * cerb_lock_name — the lock's name. Returns: a string owned by the handle,
+ * valid until cerb_lock_free(); NULL for a bad handle.
+ */
+const char *cerb_lock_name(const cerb_lock *lock);
+
+/**
+ * cerb_lock_on_lost — set the callback told when a held lock is lost
+ * (renewal failed past the lease, session expired, key deleted or taken by
+ * someone else). Called exactly once per lost hold, from a background
+ * thread; it must not free the handle. NULL removes it.
+ */
+cerb_status cerb_lock_on_lost(cerb_lock *lock,
+                              void (*cb)(cerb_lock *lock, void *ud), void *ud);
+
+/**
+ * cerb_lock_state — state of the calling thread's hold.
+ * Returns: CERB_LOCK_FREE when it holds nothing (or for a bad handle).
+ */
+enum cerb_lock_state cerb_lock_state(const cerb_lock *lock);
+
+/**
+ * cerb_lock_free — free a handle. A hold of the calling thread through this
+ * handle is released first. A handle through which another thread still
+ * holds the lock is not freed: CERB_BUSY. cerb_lock_free(NULL) does nothing
+ * and returns CERB_OK.
+ */
+cerb_status cerb_lock_free(cerb_lock *lock);
+
+/**
+ * cerb_multilock_lock — acquire all @n locks or none. Locks are acquired in
+ * name order (so two callers never deadlock) and, on failure, the ones
+ * already taken are released in reverse order.
+ * @wait_ms: total wait for all of them; negative waits forever, 0 tries once.
+ * Returns: CERB_OK; CERB_BUSY (@wait_ms == 0) or CERB_TIMEOUT; an engine
+ * error; CERB_EINVAL for a NULL array or a NULL element.
+ */
+cerb_status cerb_multilock_lock(cerb_lock **locks, size_t n, int64_t wait_ms);
+
+/**
+ * cerb_multilock_unlock — release locks taken by cerb_multilock_lock(), in
+ * reverse name order. Every lock is released even when one fails; the first
+ * failure is returned.
+ */
+cerb_status cerb_multilock_unlock(cerb_lock **locks, size_t n);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* CERBERUS_H */
