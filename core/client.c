@@ -340,6 +340,11 @@ cerb_status cerb_engine_info(cerb_client *c, const char *name, struct cerb_engin
     out->acquires = atomic_load(&ce->acquires);
     out->failures = atomic_load(&ce->failures);
     out->lost = atomic_load(&ce->lost);
+    struct cerb_engine_stats es;
+    cerb__engine_stats(ce->ops, ce->e, &es);
+    out->acquire_calls = es.acquire_calls;
+    out->wakeups = es.wakeups;
+    out->handoffs = es.handoffs;
     return CERB_OK;
 }
 

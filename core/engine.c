@@ -195,3 +195,11 @@ cerb_status cerb__engine_check_name(const struct cerb_engine_ops *ops,
         return CERB_OK;
     return ops->check_name(name);
 }
+
+void cerb__engine_stats(const struct cerb_engine_ops *ops, cerb_engine *e,
+                        struct cerb_engine_stats *out)
+{
+    memset(out, 0, sizeof *out);
+    if (ops->stats && e)
+        ops->stats(e, out);
+}

@@ -111,6 +111,13 @@ typedef struct cerb_renew_item {
     cerb_grant grant;
 } cerb_renew_item;
 
+/* Protocol counters an engine may report (all since open). */
+struct cerb_engine_stats {
+    uint64_t acquire_calls; /* acquire requests sent to the server */
+    uint64_t wakeups;       /* times a blocked waiter was woken */
+    uint64_t handoffs;      /* grants made by a release to a waiter */
+};
+
 struct cerb_engine_ops {
     int version;       /* CERB_ENGINE_OPS_Vn this table was written for */
     const char *name;  /* "redis", "zk", "etcd", "local" */
@@ -165,6 +172,10 @@ struct cerb_engine_ops {
     /* Optional: renew many holds in one round trip. */
     void (*renew_batch)(cerb_engine *e, cerb_renew_item *items, size_t n);
 
+    /* Optional: protocol counters since open (for cerb_engine_info and the
+     * bench). Must be cheap and safe from any thread. */
+    void (*stats)(cerb_engine *e, struct cerb_engine_stats *out);
+
     /* Optional: refuse names this engine cannot represent (beyond the
      * core's 1–255 bytes without control characters), with the reason in
      * cerb_last_error(). Called without an engine instance. */
@@ -209,5 +220,7 @@ cerb_status cerb__engine_probe(const struct cerb_engine_ops *ops,
                                cerb_engine *e, int64_t timeout_ms);
 cerb_status cerb__engine_check_name(const struct cerb_engine_ops *ops,
                                     const char *name);
+void cerb__engine_stats(const struct cerb_engine_ops *ops, cerb_engine *e,
+                        struct cerb_engine_stats *out);
 
 #endif /* CERB_ENGINE_H */

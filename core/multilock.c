@@ -67,17 +67,37 @@ cerb_status cerb_multilock_lock(cerb_lock **locks, size_t n, int64_t wait_ms)
     return st;
 }
 
+/* Order by (name, position) so equal names still have a strict order. */
+static int before(cerb_lock **v, size_t i, size_t j)
+{
+    int c = strcmp(v[i]->slot->name, v[j]->slot->name);
+    return c < 0 || (c == 0 && i < j);
+}
+
 cerb_status cerb_multilock_unlock(cerb_lock **locks, size_t n)
 {
-    cerb_lock **v;
-    cerb_status st = sorted_copy(locks, n, &v), first = CERB_OK;
-    if (st != CERB_OK)
-        return st;
-    for (size_t i = n; i-- > 0;) {
-        st = cerb_lock_unlock(v[i]);
+    cerb_status st, first = CERB_OK;
+
+    if (!locks && n > 0)
+        return cerb__error_set(CERB_EINVAL, "multilock: locks is NULL");
+    for (size_t i = 0; i < n; i++)
+        if (!cerb__lock_ok(locks[i]))
+            return cerb__error_set(CERB_EINVAL, "multilock: element %zu is not a valid lock", i);
+    /* Reverse name order by selection, without allocating: a release path
+     * must not be able to fail for want of memory. n is small. */
+    size_t prev = n;
+    for (size_t done = 0; done < n; done++) {
+        size_t pick = n;
+        for (size_t i = 0; i < n; i++) {
+            if (prev < n && !before(locks, i, prev))
+                continue; /* already released */
+            if (pick == n || before(locks, pick, i))
+                pick = i;
+        }
+        st = cerb_lock_unlock(locks[pick]);
         if (st != CERB_OK && first == CERB_OK)
             first = st;
+        prev = pick;
     }
-    cerb__free(v);
     return first;
 }

@@ -1,0 +1,233 @@
+/*
+ * validate.c — the rules a configuration must satisfy beyond its syntax.
+ *
+ * Two kinds of rule live here. Value checks look at one string at a time
+ * (an engine name is registered in this build, zk.root is an absolute path
+ * without a trailing '/', an etcd endpoint is an http:// or https:// URL);
+ * the schema rows point at them, and the parser runs them as it reads each
+ * value so the error names the exact line. cerb__config_validate() then
+ * checks a whole struct: it re-runs every row's range and value check (so
+ * it is complete on its own, for a struct from any source) and the rules
+ * that tie keys together, which only make sense once everything is read.
+ * For those it reports the line of the key that was set in the file.
+ */
+#include "internal_posix.h"
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "engine.h"
+#include "error.h"
+#include "schema.h"
+
+bool cerb__cfg_check_engine(const struct cerb__cfg_key *k, const char *s,
+                            char *why, size_t len)
+{
+    char names[256];
+
+    (void)k;
+    cerb__engines_builtin();
+    /* The length tests first: a registered name always fits the buffer,
+     * and an empty or over-long one must not reach the registry, where an
+     * empty name could be read as "the default engine". */
+    if (s[0] != '\0' && strlen(s) < CERB_ENGINE_NAME_MAX &&
+        cerb__engine_find(s))
+        return true;
+    cerb__engine_names(names, sizeof names);
+    snprintf(why, len, "unknown engine \"%s\" (available: %s)", s, names);
+    return false;
+}
+
+bool cerb__cfg_check_active(const struct cerb__cfg_key *k, const char *s,
+                            char *why, size_t len)
+{
+    if (strcmp(s, "auto") == 0)
+        return true;
+    return cerb__cfg_check_engine(k, s, why, len);
+}
+
+bool cerb__cfg_check_zk_root(const struct cerb__cfg_key *k, const char *s,
+                             char *why, size_t len)
+{
+    size_t n = strlen(s);
+    /* Lock nodes are created as <root>/<name>/…, so the root must be a
+     * valid ZooKeeper path that a '/' can follow: absolute, no empty
+     * component, no trailing slash (which also rules out "/" itself). */
+    if (n > 1 && s[0] == '/' && s[n - 1] != '/' && !strstr(s, "//"))
+        return true;
+    snprintf(why, len,
+             "%s: \"%s\" must be an absolute path without a trailing '/'",
+             k->path, s);
+    return false;
+}
+
+static bool has_prefix_and_more(const char *s, const char *prefix)
+{
+    size_t n = strlen(prefix);
+    return strncmp(s, prefix, n) == 0 && s[n] != '\0';
+}
+
+bool cerb__cfg_check_endpoint(const struct cerb__cfg_key *k, const char *s,
+                              char *why, size_t len)
+{
+    if (has_prefix_and_more(s, "http://") ||
+        has_prefix_and_more(s, "https://"))
+        return true;
+    snprintf(why, len, "%s: \"%s\" must start with http:// or https://",
+             k->path, s);
+    return false;
+}
+
+bool cerb__cfg_check_nonempty(const struct cerb__cfg_key *k, const char *s,
+                              char *why, size_t len)
+{
+    if (s[0] != '\0')
+        return true;
+    snprintf(why, len, "%s: must not be empty", k->path);
+    return false;
+}
+
+/* ---- whole-struct validation ---- */
+
+struct vctx {
+    const char *file;
+    const unsigned *lines;
+};
+
+/* Line of the first of the keys that was set in the source, else 0. */
+static unsigned line_of(const struct vctx *v, const char *a, const char *b)
+{
+    const char *paths[2] = {a, b};
+    if (!v->lines)
+        return 0;
+    for (int i = 0; i < 2; i++) {
+        int idx = paths[i] ? cerb__cfg_key_index(paths[i]) : -1;
+        if (idx >= 0 && v->lines[idx])
+            return v->lines[idx];
+    }
+    return 0;
+}
+
+static cerb_status check_row(const struct vctx *v,
+                             const struct cerb__cfg_key *k,
+                             const struct cerb_config *cfg)
+{
+    char why[CERB_ERROR_MAX];
+    unsigned line = line_of(v, k->path, NULL);
+    const char *s;
+    size_t n;
+
+    switch (k->type) {
+    case CERB__CFG_INT:
+    case CERB__CFG_INT64:
+    case CERB__CFG_BOOL:
+    case CERB__CFG_ENUM:
+        if (!cerb__cfg_check_int(k, cerb__cfg_get_int(k, cfg), why,
+                                 sizeof why))
+            return cerb__cfg_error_at(v->file, line, why);
+        return CERB_OK;
+    case CERB__CFG_STRING:
+        s = cerb__cfg_get_str(k, cfg);
+        if (!s) {
+            snprintf(why, sizeof why, "%s: missing", k->path);
+            return cerb__cfg_error_at(v->file, line, why);
+        }
+        if (!cerb__cfg_check_str(k, s, why, sizeof why))
+            return cerb__cfg_error_at(v->file, line, why);
+        return CERB_OK;
+    case CERB__CFG_STRLIST:
+        n = cerb__cfg_list_len(k, cfg);
+        if (n < (size_t)k->min || n > (size_t)k->max) {
+            snprintf(why, sizeof why,
+                     "%s: expected %" PRId64 "..%" PRId64 " entries, got %zu",
+                     k->path, k->min, k->max, n);
+            return cerb__cfg_error_at(v->file, line, why);
+        }
+        for (size_t i = 0; i < n; i++) {
+            s = cerb__cfg_list_get(k, cfg, i);
+            if (!s || !cerb__cfg_check_str(k, s, why, sizeof why)) {
+                if (!s)
+                    snprintf(why, sizeof why, "%s: missing entry", k->path);
+                return cerb__cfg_error_at(v->file, line, why);
+            }
+        }
+        return CERB_OK;
+    }
+    return cerb__cfg_error_at(v->file, line, "bad schema row");
+}
+
+static cerb_status check_engines(const struct vctx *v,
+                                 const struct cerb_config *cfg)
+{
+    char why[CERB_ERROR_MAX];
+
+    /* Each engine is opened once and selected by name: a repeat would be
+     * two instances answering to one name. */
+    for (size_t i = 0; i < cfg->n_engines; i++)
+        for (size_t j = i + 1; j < cfg->n_engines; j++)
+            if (strcmp(cfg->engines[i], cfg->engines[j]) == 0) {
+                snprintf(why, sizeof why, "engine \"%s\" is listed twice",
+                         cfg->engines[i]);
+                return cerb__cfg_error_at(v->file,
+                                          line_of(v, "engines", NULL), why);
+            }
+    if (strcmp(cfg->active, "auto") != 0 &&
+        cerb__config_engine_index(cfg, cfg->active) < 0) {
+        snprintf(why, sizeof why, "active engine \"%s\" is not listed in engines",
+                 cfg->active);
+        return cerb__cfg_error_at(v->file, line_of(v, "active", "engines"),
+                                  why);
+    }
+    return CERB_OK;
+}
+
+static cerb_status check_timing(const struct vctx *v,
+                                const struct cerb_config *cfg)
+{
+    char why[CERB_ERROR_MAX];
+
+    /* Full-jitter backoff draws from [0, min(cap, base·2^n)]: a cap below
+     * the base would shrink every delay below the configured base. */
+    if (cfg->retry.backoff_max_ms < cfg->retry.backoff_ms) {
+        snprintf(why, sizeof why,
+                 "retry.backoff_max_ms (%" PRId64
+                 ") must be >= retry.backoff_ms (%" PRId64 ")",
+                 cfg->retry.backoff_max_ms, cfg->retry.backoff_ms);
+        return cerb__cfg_error_at(
+            v->file, line_of(v, "retry.backoff_max_ms", "retry.backoff_ms"),
+            why);
+    }
+    /* A probe that may outlast the interval would overlap the next one. */
+    if (cfg->failover.probe_timeout_ms > cfg->failover.probe_interval_ms) {
+        snprintf(why, sizeof why,
+                 "failover.probe_timeout_ms (%" PRId64
+                 ") must be <= failover.probe_interval_ms (%" PRId64 ")",
+                 cfg->failover.probe_timeout_ms,
+                 cfg->failover.probe_interval_ms);
+        return cerb__cfg_error_at(v->file,
+                                  line_of(v, "failover.probe_timeout_ms",
+                                          "failover.probe_interval_ms"),
+                                  why);
+    }
+    return CERB_OK;
+}
+
+cerb_status cerb__config_validate(const struct cerb_config *cfg,
+                                  const char *file, const unsigned *lines)
+{
+    struct vctx v = {file ? file : "config", lines};
+    cerb_status st;
+
+    if (!cfg)
+        return cerb__error_set(CERB_EINVAL, "no configuration");
+    for (size_t i = 0; i < cerb__cfg_nkeys; i++) {
+        st = check_row(&v, &cerb__cfg_keys[i], cfg);
+        if (st != CERB_OK)
+            return st;
+    }
+    st = check_engines(&v, cfg);
+    if (st == CERB_OK)
+        st = check_timing(&v, cfg);
+    return st;
+}

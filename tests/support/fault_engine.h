@@ -1,0 +1,32 @@
+/*
+ * fault_engine.h — a test engine that wraps the local engine and makes its
+ * calls fail on purpose: the Nth call of a kind, once or from then on, either
+ * before the request "leaves" (outcome NO) or after it took effect with the
+ * answer lost (outcome UNKNOWN: the ambiguous timeout), or slowly.
+ * Register it with fault_engine_register(), then open a client with
+ * `engines = ("fault");`.
+ */
+#ifndef CERB_FAULT_ENGINE_H
+#define CERB_FAULT_ENGINE_H
+
+#include <stdbool.h>
+
+enum fault_op { FAULT_ACQUIRE, FAULT_RENEW, FAULT_RELEASE, FAULT_CHECK, FAULT_ANY, FAULT_NOPS };
+
+enum fault_kind {
+    FAULT_BEFORE, /* fail without effect: connection refused */
+    FAULT_AFTER   /* the call takes effect, the reply is lost */
+};
+
+/* Fail the nth call (1-based, counted from now) of op; with persistent,
+ * also every later one. nth = 0 disables. */
+void fault_engine_set(enum fault_op op, long nth, bool persistent, enum fault_kind kind);
+/* Clear every plan and counter. */
+void fault_engine_reset(void);
+/* Calls made of op since the last reset, and faults injected. */
+long fault_engine_calls(enum fault_op op);
+long fault_engine_faults(void);
+/* Register "fault" (idempotent). */
+void fault_engine_register(void);
+
+#endif
