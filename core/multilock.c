@@ -42,7 +42,7 @@ static cerb_status sorted_copy(cerb_lock **locks, size_t n, cerb_lock ***out)
 
 cerb_status cerb_multilock_lock(cerb_lock **locks, size_t n, int64_t wait_ms)
 {
-    cerb_lock **v;
+    cerb_lock **v = NULL;
     cerb_status st = sorted_copy(locks, n, &v);
     if (st != CERB_OK)
         return st;

@@ -1,0 +1,525 @@
+/*
+ * test_redis.c — the public lock API on a real redis-server: exclusion across
+ * threads and processes with strictly increasing fencing tokens, try / timed /
+ * interruptible semantics, non-owner unlock, renewal past the lease, loss
+ * when the key is deleted or stolen behind the holder, the redis-py wire
+ * layout, bad input and an unreachable server.
+ */
+#define _POSIX_C_SOURCE 200809L
+#include <fcntl.h>
+#include <hiredis/hiredis.h>
+#include <pthread.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "cerberus.h"
+#include "test_util.h"
+
+static cerb_client *open_client(const char *redis_extra, const char *extra)
+{
+    char *cfg = cerb_test_redis_config(redis_extra, extra);
+    cerb_client *c = NULL;
+    cerb_status st = cerb_client_open_string(&c, cfg);
+    if (st != CERB_OK)
+        fail_msg("open: %s: %s", cerb_status_name(st), cerb_last_error());
+    free(cfg);
+    return c;
+}
+
+static redisContext *raw(void)
+{
+    struct timeval tv = {2, 0};
+    redisContext *r = redisConnectWithTimeout("127.0.0.1", cerb_test_redis_port(), tv);
+    assert_non_null(r);
+    assert_int_equal(r->err, 0);
+    redisSetTimeout(r, tv);
+    return r;
+}
+
+static char *raw_get(const char *key)
+{
+    redisContext *r = raw();
+    redisReply *rep = redisCommand(r, "GET %s", key);
+    char *v = rep && rep->type == REDIS_REPLY_STRING ? strdup(rep->str) : NULL;
+    freeReplyObject(rep);
+    redisFree(r);
+    return v;
+}
+
+static long long raw_int(const char *fmt, const char *key)
+{
+    redisContext *r = raw();
+    redisReply *rep = redisCommand(r, fmt, key);
+    long long v = rep && rep->type == REDIS_REPLY_INTEGER ? rep->integer : -999;
+    freeReplyObject(rep);
+    redisFree(r);
+    return v;
+}
+
+static cerb_lock *mk(cerb_client *c, const char *name, int64_t lease, int renew)
+{
+    cerb_lock_opts o = CERB_LOCK_OPTS_INIT;
+    o.lease_ms = lease;
+    o.renew = renew;
+    cerb_lock *l = NULL;
+    cerb_status st = cerb_lock_new(c, name, &o, &l);
+    if (st != CERB_OK)
+        fail_msg("lock_new: %s", cerb_last_error());
+    return l;
+}
+
+/* ---- wire layout ---- */
+
+static void test_redispy_layout(void **state)
+{
+    (void)state;
+    cerb_client *c = open_client(NULL, NULL);
+    char *name = test_name("layout");
+    cerb_lock *l = mk(c, name, 5000, 0);
+    assert_int_equal(cerb_lock_lock(l), CERB_OK);
+    char *v = raw_get(name);
+    assert_non_null(v);
+    assert_int_equal(strlen(v), 32); /* 32 lowercase hex chars, like redis-py */
+    for (const char *p = v; *p; p++)
+        assert_true((*p >= '0' && *p <= '9') || (*p >= 'a' && *p <= 'f'));
+    long long pttl = raw_int("PTTL %s", name);
+    assert_true(pttl > 0 && pttl <= 5000);
+    /* Reentry changes nothing on the server. */
+    assert_int_equal(cerb_lock_lock(l), CERB_OK);
+    char *v2 = raw_get(name);
+    assert_string_equal(v, v2);
+    assert_int_equal(cerb_lock_unlock(l), CERB_OK);
+    assert_int_equal(cerb_lock_unlock(l), CERB_OK);
+    assert_null(raw_get(name));
+    /* A fresh acquisition gets a fresh token. */
+    assert_int_equal(cerb_lock_lock(l), CERB_OK);
+    char *v3 = raw_get(name);
+    assert_string_not_equal(v, v3);
+    assert_int_equal(cerb_lock_unlock(l), CERB_OK);
+    free(v);
+    free(v2);
+    free(v3);
+    cerb_lock_free(l);
+    free(name);
+    cerb_client_close(c);
+}
+
+/* ---- exclusion across threads, each with its own client ---- */
+
+struct mx {
+    const char *name;
+    atomic_int inside;
+    int overlap;
+    int counter;
+    uint64_t last_fence;
+    int fence_regress;
+    int errors;
+};
+
+static void *mx_main(void *arg)
+{
+    struct mx *m = arg;
+    cerb_client *c = open_client("pool = 2;", NULL);
+    cerb_lock *l = mk(c, m->name, 5000, -1);
+    for (int i = 0; i < 100; i++) {
+        if (cerb_lock_lock(l) != CERB_OK) {
+            m->errors++;
+            continue;
+        }
+        if (atomic_fetch_add(&m->inside, 1) != 0)
+            m->overlap++;
+        uint64_t f = cerb_lock_fencing_token(l);
+        if (f <= m->last_fence)
+            m->fence_regress++;
+        m->last_fence = f;
+        m->counter++;
+        atomic_fetch_sub(&m->inside, 1);
+        cerb_lock_unlock(l);
+    }
+    cerb_lock_free(l);
+    cerb_client_close(c);
+    return NULL;
+}
+
+static void test_exclusion_threads(void **state)
+{
+    (void)state;
+    char *name = test_name("mx");
+    struct mx m = {.name = name};
+    pthread_t t[4];
+    for (int i = 0; i < 4; i++)
+        pthread_create(&t[i], NULL, mx_main, &m);
+    for (int i = 0; i < 4; i++)
+        pthread_join(t[i], NULL);
+    assert_int_equal(m.errors, 0);
+    assert_int_equal(m.overlap, 0);
+    assert_int_equal(m.fence_regress, 0);
+    assert_int_equal(m.counter, 400);
+    assert_null(raw_get(name));
+    free(name);
+}
+
+/* ---- exclusion across processes: a counter file, read-modify-write ---- */
+
+struct proc_arg {
+    const char *name;
+    const char *file;
+    int iters;
+};
+
+static int proc_main(void *ud)
+{
+    struct proc_arg *a = ud;
+    cerb_client *c = NULL;
+    char *cfg = cerb_test_redis_config(NULL, NULL);
+    if (cerb_client_open_string(&c, cfg) != CERB_OK)
+        return 10;
+    free(cfg);
+    cerb_lock *l = NULL;
+    if (cerb_lock_new(c, a->name, NULL, &l) != CERB_OK)
+        return 11;
+    for (int i = 0; i < a->iters; i++) {
+        if (cerb_lock_lock(l) != CERB_OK)
+            return 12;
+        int fd = open(a->file, O_RDWR);
+        char buf[32] = {0};
+        if (fd < 0 || pread(fd, buf, sizeof buf - 1, 0) < 0)
+            return 13;
+        long v = atol(buf);
+        int n = snprintf(buf, sizeof buf, "%ld\n", v + 1);
+        if (pwrite(fd, buf, (size_t)n, 0) != n)
+            return 14;
+        close(fd);
+        if (cerb_lock_unlock(l) != CERB_OK)
+            return 15;
+    }
+    cerb_lock_free(l);
+    cerb_client_close(c);
+    return 0;
+}
+
+static void test_exclusion_processes(void **state)
+{
+    (void)state;
+    char *name = test_name("procs");
+    char file[] = "/tmp/cerb-counter-XXXXXX";
+    int fd = mkstemp(file);
+    assert_true(fd >= 0);
+    assert_int_equal(write(fd, "0\n", 2), 2);
+    close(fd);
+    struct proc_arg a = {name, file, 50};
+    pid_t pids[4];
+    for (int i = 0; i < 4; i++)
+        pids[i] = cerb_test_fork(proc_main, &a);
+    for (int i = 0; i < 4; i++)
+        assert_int_equal(cerb_test_wait(pids[i], 60000), 0);
+    FILE *f = fopen(file, "r");
+    long v = -1;
+    assert_int_equal(fscanf(f, "%ld", &v), 1);
+    fclose(f);
+    unlink(file);
+    assert_int_equal(v, 200); /* no lost update */
+    free(name);
+}
+
+/* ---- try / timed / interruptible / non-owner ---- */
+
+struct other {
+    cerb_lock *l;
+    int mode; /* 0 trylock, 1 trylock_for, 2 interruptibly, 3 unlock */
+    int64_t wait_ms;
+    cerb_status st;
+    atomic_bool done;
+};
+
+static void *other_main(void *arg)
+{
+    struct other *o = arg;
+    switch (o->mode) {
+    case 0: o->st = cerb_lock_trylock(o->l); break;
+    case 1: o->st = cerb_lock_trylock_for(o->l, o->wait_ms); break;
+    case 2: o->st = cerb_lock_lock_interruptibly(o->l); break;
+    default: o->st = cerb_lock_unlock(o->l); break;
+    }
+    if (o->st == CERB_OK && o->mode != 3)
+        cerb_lock_unlock(o->l);
+    atomic_store(&o->done, true);
+    return NULL;
+}
+
+static bool other_done(void *ud) { return atomic_load(&((struct other *)ud)->done); }
+
+static void test_semantics(void **state)
+{
+    (void)state;
+    cerb_client *c1 = open_client(NULL, NULL), *c2 = open_client(NULL, NULL);
+    char *name = test_name("sem");
+    cerb_lock *a = mk(c1, name, 5000, -1), *b = mk(c2, name, 5000, -1);
+    assert_int_equal(cerb_lock_lock(a), CERB_OK);
+    assert_int_equal(cerb_lock_trylock(b), CERB_BUSY);
+    int64_t t0 = cerb_test_now_ms();
+    assert_int_equal(cerb_lock_trylock_for(b, 300), CERB_TIMEOUT);
+    int64_t took = cerb_test_now_ms() - t0;
+    assert_true(took >= 290 && took < 2000);
+    assert_int_equal(cerb_lock_unlock(b), CERB_NOT_OWNER);
+    /* Non-owner thread of the same client. */
+    struct other o3 = {.l = a, .mode = 3};
+    pthread_t t;
+    pthread_create(&t, NULL, other_main, &o3);
+    pthread_join(t, NULL);
+    assert_int_equal(o3.st, CERB_NOT_OWNER);
+    /* Interruptible wait on b wakes on interrupt. */
+    struct other oi = {.l = b, .mode = 2};
+    pthread_create(&t, NULL, other_main, &oi);
+    assert_false(wait_until(other_done, &oi, 300));
+    t0 = cerb_test_now_ms();
+    assert_int_equal(cerb_lock_interrupt(b), CERB_OK);
+    assert_wait_until(other_done, &oi, 2000);
+    pthread_join(t, NULL);
+    assert_int_equal(oi.st, CERB_INTERRUPTED);
+    assert_true(cerb_test_now_ms() - t0 < 1000);
+    /* A waiter gets it once released. */
+    struct other ow = {.l = b, .mode = 1, .wait_ms = 5000};
+    pthread_create(&t, NULL, other_main, &ow);
+    assert_false(wait_until(other_done, &ow, 100));
+    uint64_t fa = cerb_lock_fencing_token(a);
+    assert_int_equal(cerb_lock_unlock(a), CERB_OK);
+    assert_wait_until(other_done, &ow, 3000);
+    pthread_join(t, NULL);
+    assert_int_equal(ow.st, CERB_OK);
+    assert_int_equal(cerb_lock_trylock(b), CERB_OK);
+    assert_true(cerb_lock_fencing_token(b) > fa);
+    assert_int_equal(cerb_lock_unlock(b), CERB_OK);
+    /* Nothing of the queue is left behind. */
+    redisContext *r = raw();
+    redisReply *rep = redisCommand(r, "EXISTS %s", name);
+    assert_int_equal(rep->integer, 0);
+    freeReplyObject(rep);
+    redisFree(r);
+    cerb_lock_free(a);
+    cerb_lock_free(b);
+    free(name);
+    cerb_client_close(c1);
+    cerb_client_close(c2);
+}
+
+/* ---- renewal and loss ---- */
+
+static atomic_int lost_calls;
+static void on_lost(cerb_lock *l, void *ud)
+{
+    (void)l;
+    (void)ud;
+    atomic_fetch_add(&lost_calls, 1);
+}
+static bool lost_seen(void *ud) { (void)ud; return atomic_load(&lost_calls) > 0; }
+
+static void test_renewal_past_lease(void **state)
+{
+    (void)state;
+    cerb_client *c1 = open_client(NULL, NULL), *c2 = open_client(NULL, NULL);
+    char *name = test_name("renew");
+    cerb_lock *a = mk(c1, name, 300, 1), *b = mk(c2, name, 300, 1);
+    atomic_store(&lost_calls, 0);
+    cerb_lock_on_lost(a, on_lost, NULL);
+    assert_int_equal(cerb_lock_lock(a), CERB_OK);
+    int64_t end = cerb_test_now_ms() + 1500; /* five leases */
+    while (cerb_test_now_ms() < end)
+        assert_int_equal(cerb_lock_trylock_for(b, 50), CERB_TIMEOUT);
+    assert_int_equal(cerb_lock_state(a), CERB_LOCK_VALID);
+    assert_int_equal(atomic_load(&lost_calls), 0);
+    assert_int_equal(cerb_lock_unlock(a), CERB_OK);
+    assert_int_equal(cerb_lock_trylock(b), CERB_OK);
+    cerb_lock_unlock(b);
+    cerb_lock_free(a);
+    cerb_lock_free(b);
+    free(name);
+    cerb_client_close(c1);
+    cerb_client_close(c2);
+}
+
+static bool is_lost(void *ud) { return cerb_lock_state(ud) == CERB_LOCK_LOST; }
+
+static void test_lost_when_key_deleted(void **state)
+{
+    (void)state;
+    cerb_client *c = open_client(NULL, NULL);
+    char *name = test_name("deleted");
+    cerb_lock *a = mk(c, name, 600, 1);
+    atomic_store(&lost_calls, 0);
+    cerb_lock_on_lost(a, on_lost, NULL);
+    assert_int_equal(cerb_lock_lock(a), CERB_OK);
+    assert_int_equal(raw_int("DEL %s", name), 1);
+    assert_wait_until(lost_seen, NULL, 3000);
+    assert_wait_until(is_lost, a, 1000);
+    assert_int_equal(atomic_load(&lost_calls), 1);
+    assert_int_equal(cerb_lock_unlock(a), CERB_LOST);
+    cerb_lock_free(a);
+    free(name);
+    cerb_client_close(c);
+}
+
+static void test_lost_when_key_stolen(void **state)
+{
+    (void)state;
+    cerb_client *c = open_client(NULL, NULL);
+    char *name = test_name("stolen");
+    cerb_lock *a = mk(c, name, 600, 1);
+    atomic_store(&lost_calls, 0);
+    cerb_lock_on_lost(a, on_lost, NULL);
+    assert_int_equal(cerb_lock_lock(a), CERB_OK);
+    redisContext *r = raw();
+    freeReplyObject(redisCommand(r, "SET %s someone-else PX 10000", name));
+    assert_wait_until(lost_seen, NULL, 3000);
+    /* The holder's unlock must not delete the thief's key. */
+    assert_int_equal(cerb_lock_unlock(a), CERB_LOST);
+    char *v = raw_get(name);
+    assert_non_null(v);
+    assert_string_equal(v, "someone-else");
+    free(v);
+    freeReplyObject(redisCommand(r, "DEL %s", name));
+    redisFree(r);
+    cerb_lock_free(a);
+    free(name);
+    cerb_client_close(c);
+}
+
+static void test_no_renew_expires(void **state)
+{
+    (void)state;
+    cerb_client *c1 = open_client(NULL, NULL), *c2 = open_client(NULL, NULL);
+    char *name = test_name("expire");
+    cerb_lock *a = mk(c1, name, 200, 0), *b = mk(c2, name, 5000, -1);
+    atomic_store(&lost_calls, 0);
+    cerb_lock_on_lost(a, on_lost, NULL);
+    assert_int_equal(cerb_lock_lock(a), CERB_OK);
+    /* b waits and gets it when the server expires a's key. */
+    assert_int_equal(cerb_lock_trylock_for(b, 3000), CERB_OK);
+    assert_wait_until(lost_seen, NULL, 2000);
+    assert_int_equal(cerb_lock_state(a), CERB_LOCK_LOST);
+    assert_int_equal(cerb_lock_unlock(a), CERB_LOST);
+    char *v = raw_get(name); /* b's key untouched by a's unlock */
+    assert_non_null(v);
+    free(v);
+    assert_int_equal(cerb_lock_unlock(b), CERB_OK);
+    cerb_lock_free(a);
+    cerb_lock_free(b);
+    free(name);
+    cerb_client_close(c1);
+    cerb_client_close(c2);
+}
+
+/* ---- bad input, unreachable server ---- */
+
+static void test_bad_names(void **state)
+{
+    (void)state;
+    cerb_client *c = open_client(NULL, NULL);
+    cerb_lock *l = NULL;
+    char big[300];
+    memset(big, 'x', sizeof big - 1);
+    big[sizeof big - 1] = '\0';
+    assert_int_equal(cerb_lock_new(c, NULL, NULL, &l), CERB_EINVAL);
+    assert_int_equal(cerb_lock_new(c, "", NULL, &l), CERB_EINVAL);
+    assert_int_equal(cerb_lock_new(c, big, NULL, &l), CERB_EINVAL);
+    assert_int_equal(cerb_lock_new(c, "tab\there", NULL, &l), CERB_EINVAL);
+    assert_int_equal(cerb_lock_new(c, "del\x7f", NULL, &l), CERB_EINVAL);
+    assert_null(l);
+    cerb_client_close(c);
+}
+
+static void test_unreachable_server(void **state)
+{
+    (void)state;
+    cerb_client *c = NULL;
+    /* A port nobody listens on: refused at once; and a bounded connect. */
+    int64_t t0 = cerb_test_now_ms();
+    cerb_status st = cerb_client_open_string(&c,
+        "engines = (\"redis\"); redis = { port = 1; connect_timeout_ms = 300; };");
+    int64_t took = cerb_test_now_ms() - t0;
+    assert_int_not_equal(st, CERB_OK);
+    assert_null(c);
+    assert_true(st == CERB_UNAVAILABLE || st == CERB_EIO);
+    assert_non_null(strstr(cerb_last_error(), "127.0.0.1"));
+    assert_true(took < 2000);
+}
+
+static void test_bad_config(void **state)
+{
+    (void)state;
+    cerb_client *c = NULL;
+    assert_int_equal(cerb_client_open_string(&c, "engines = (\"redsi\");"), CERB_ECONFIG);
+    assert_non_null(strstr(cerb_last_error(), "config:1:"));
+    assert_non_null(strstr(cerb_last_error(), "redsi"));
+    assert_int_equal(cerb_client_open(&c, "/nonexistent/cerberus.cfg"), CERB_ECONFIG);
+    assert_null(c);
+}
+
+static void test_reload(void **state)
+{
+    (void)state;
+    char *path = cerb_test_write_config(
+        "engines = (\"redis\"); redis = { port = %d; }; lock = { lease_ms = 4000; };",
+        cerb_test_redis_port());
+    cerb_client *c = NULL;
+    assert_int_equal(cerb_client_open(&c, path), CERB_OK);
+    char *name = test_name("reload");
+    cerb_lock *l = mk(c, name, 0, 0);
+    assert_int_equal(cerb_lock_lock(l), CERB_OK);
+    long long pttl = raw_int("PTTL %s", name);
+    assert_true(pttl > 3000 && pttl <= 4000);
+    assert_int_equal(cerb_lock_unlock(l), CERB_OK);
+    /* A valid new lease applies to the next acquisition. */
+    FILE *f = fopen(path, "w");
+    fprintf(f, "engines = (\"redis\"); redis = { port = %d; }; lock = { lease_ms = 8000; };",
+            cerb_test_redis_port());
+    fclose(f);
+    assert_int_equal(cerb_client_reload(c), CERB_OK);
+    assert_int_equal(cerb_lock_lock(l), CERB_OK);
+    pttl = raw_int("PTTL %s", name);
+    assert_true(pttl > 7000);
+    assert_int_equal(cerb_lock_unlock(l), CERB_OK);
+    /* An invalid file is rejected and the old config stays. */
+    f = fopen(path, "w");
+    fprintf(f, "engines = (\"redis\");\nlock = { lease_ms = -5; };\n");
+    fclose(f);
+    assert_int_equal(cerb_client_reload(c), CERB_ECONFIG);
+    assert_non_null(strstr(cerb_last_error(), ":2:"));
+    assert_int_equal(cerb_lock_lock(l), CERB_OK);
+    pttl = raw_int("PTTL %s", name);
+    assert_true(pttl > 7000);
+    assert_int_equal(cerb_lock_unlock(l), CERB_OK);
+    cerb_lock_free(l);
+    free(name);
+    cerb_client_close(c);
+    cerb_test_remove_file(path);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_redispy_layout),
+        cmocka_unit_test(test_exclusion_threads),
+        cmocka_unit_test(test_exclusion_processes),
+        cmocka_unit_test(test_semantics),
+        cmocka_unit_test(test_renewal_past_lease),
+        cmocka_unit_test(test_lost_when_key_deleted),
+        cmocka_unit_test(test_lost_when_key_stolen),
+        cmocka_unit_test(test_no_renew_expires),
+        cmocka_unit_test(test_bad_names),
+        cmocka_unit_test(test_unreachable_server),
+        cmocka_unit_test(test_bad_config),
+        cmocka_unit_test(test_reload),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
