@@ -104,17 +104,24 @@ static void test_lost_when_server_stopped_past_lease(void **state)
 
 struct acq {
     cerb_lock *l;
-    cerb_status st;
+    cerb_status st, unlock_st;
     char err[512];
-    atomic_bool done;
+    atomic_bool done, release;
 };
 
+static bool release_set(void *ud) { return atomic_load(&((struct acq *)ud)->release); }
+
+/* Holds are per thread: the thread that acquired also unlocks, when told. */
 static void *acq_main(void *arg)
 {
     struct acq *a = arg;
     a->st = cerb_lock_trylock(a->l);
     snprintf(a->err, sizeof a->err, "%s", cerb_last_error());
     atomic_store(&a->done, true);
+    if (a->st == CERB_OK) {
+        wait_until(release_set, a, 20000);
+        a->unlock_st = cerb_lock_unlock(a->l);
+    }
     return NULL;
 }
 
@@ -143,7 +150,6 @@ static void test_lost_reply_no_orphan_no_double_grant(void **state)
     assert_false(wait_until(acq_done, &a, 400));
     assert_int_equal(cerb_test_redis_resume(), 0);
     assert_wait_until(acq_done, &a, 10000);
-    pthread_join(t, NULL);
 
     char *v = raw_get(name);
     if (a.st == CERB_OK) {
@@ -153,7 +159,9 @@ static void test_lost_reply_no_orphan_no_double_grant(void **state)
         cerb_lock *l2 = NULL;
         assert_int_equal(cerb_lock_new(c2, name, NULL, &l2), CERB_OK);
         assert_int_equal(cerb_lock_trylock(l2), CERB_BUSY);
-        assert_int_equal(cerb_lock_unlock(l), CERB_OK);
+        atomic_store(&a.release, true);
+        pthread_join(t, NULL);
+        assert_int_equal(a.unlock_st, CERB_OK);
         assert_int_equal(cerb_lock_trylock(l2), CERB_OK);
         cerb_lock_unlock(l2);
         cerb_lock_free(l2);
@@ -161,6 +169,7 @@ static void test_lost_reply_no_orphan_no_double_grant(void **state)
     } else {
         /* Not acquired: no key may be left behind holding the name. */
         print_message("acquire ended with %s: %s\n", cerb_status_name(a.st), a.err);
+        pthread_join(t, NULL);
         assert_null(v);
         assert_int_equal(cerb_lock_hold_count(l), 0);
     }

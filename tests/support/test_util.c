@@ -1,0 +1,407 @@
+/*
+ * test_util.c — helpers shared by the cmocka suites (see test_util.h).
+ *
+ * Every wait here is a poll under a deadline on CLOCK_MONOTONIC: the pause
+ * between polls starts at 1 ms and doubles up to 20 ms, so a condition that
+ * turns true quickly is seen quickly while a long wait does not spin. This is
+ * the one place tests may nanosleep, and only as a poll interval: the result
+ * never depends on how long the pause was, only on the condition.
+ *
+ * Server PIDs come from the PID files scripts/servers.sh writes, so a test
+ * signals exactly the server its fixture started. A paused server is always
+ * resumed at exit (atexit), because a failed cmocka assertion jumps over the
+ * test's own resume call and would leave the server stopped for every later
+ * test in the suite.
+ */
+#include "internal_posix.h"
+
+#include "test_util.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#define POLL_MIN_MS 1
+#define POLL_MAX_MS 20
+#define STATE_DIR_MAX 4096
+
+int64_t cerb_test_now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* Poll pause: a fixed interval, not synchronisation (see file comment). */
+static void poll_pause(int64_t ms)
+{
+    struct timespec ts = {.tv_sec = (time_t)(ms / 1000),
+                          .tv_nsec = (long)(ms % 1000) * 1000000L};
+    while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
+    }
+}
+
+/* Next poll interval: doubled, capped, and never past the deadline. */
+static int64_t next_pause(int64_t *pause_ms, int64_t deadline_ms)
+{
+    int64_t left = deadline_ms - cerb_test_now_ms();
+    int64_t p = *pause_ms < left ? *pause_ms : left;
+    if (*pause_ms < POLL_MAX_MS)
+        *pause_ms = *pause_ms * 2 > POLL_MAX_MS ? POLL_MAX_MS : *pause_ms * 2;
+    return p > 0 ? p : 0;
+}
+
+bool wait_until(cerb_test_pred pred, void *ud, int64_t timeout_ms)
+{
+    int64_t deadline = cerb_test_now_ms() + (timeout_ms > 0 ? timeout_ms : 0);
+    int64_t pause = POLL_MIN_MS;
+    for (;;) {
+        if (pred(ud))
+            return true;
+        if (cerb_test_now_ms() >= deadline)
+            return pred(ud);
+        poll_pause(next_pause(&pause, deadline));
+    }
+}
+
+/* ------------------------------------------------------------ environment */
+
+static const char *env_or(const char *name, const char *def)
+{
+    const char *v = getenv(name);
+    return (v && *v) ? v : def;
+}
+
+int cerb_test_redis_port(void)
+{
+    const char *v = getenv("CERB_REDIS_PORT");
+    if (v && *v) {
+        char *end;
+        long p = strtol(v, &end, 10);
+        if (*end == '\0' && p > 0 && p < 65536)
+            return (int)p;
+    }
+    return 26379;
+}
+
+static char default_state_dir[64];
+static pthread_once_t default_state_once = PTHREAD_ONCE_INIT;
+
+static void init_default_state_dir(void)
+{
+    snprintf(default_state_dir, sizeof default_state_dir,
+             "/tmp/cerberus-servers-%lu", (unsigned long)getuid());
+}
+
+const char *cerb_test_state_dir(void)
+{
+    /* Same default as scripts/servers.sh: /tmp/cerberus-servers-$UID. */
+    const char *v = getenv("CERB_STATE_DIR");
+    if (v && *v)
+        return v;
+    pthread_once(&default_state_once, init_default_state_dir);
+    return default_state_dir;
+}
+
+const char *cerb_test_source_dir(void) { return env_or("CERB_SOURCE_DIR", "."); }
+const char *cerb_test_build_dir(void) { return env_or("CERB_BUILD_DIR", "."); }
+const char *cerb_test_python(void)
+{
+    return env_or("CERB_PYTHON", "/usr/bin/python3");
+}
+
+/* ------------------------------------------------------------------ names */
+
+static atomic_uint name_counter;
+
+char *test_name(const char *prefix)
+{
+    uint32_t rnd = 0;
+    /* getrandom never fails for 4 bytes once the pool is initialised; if it
+     * somehow does, the pid and counter alone are still unique per run. */
+    if (getrandom(&rnd, sizeof rnd, 0) != (ssize_t)sizeof rnd)
+        rnd = (uint32_t)cerb_test_now_ms();
+    unsigned n = atomic_fetch_add(&name_counter, 1u) + 1u;
+    const char *p = prefix ? prefix : "t";
+    int len = snprintf(NULL, 0, "%s-%ld-%u-%08x", p, (long)getpid(), n,
+                       (unsigned)rnd);
+    char *s = malloc((size_t)len + 1);
+    if (s)
+        snprintf(s, (size_t)len + 1, "%s-%ld-%u-%08x", p, (long)getpid(), n,
+                 (unsigned)rnd);
+    return s;
+}
+
+/* ---------------------------------------------------------------- configs */
+
+char *cerb_test_write_config(const char *fmt, ...)
+{
+    const char *tmp = env_or("TMPDIR", "/tmp");
+    size_t n = strlen(tmp) + sizeof "/cerb-test-XXXXXX.cfg";
+    char *path = malloc(n);
+    if (!path)
+        return NULL;
+    snprintf(path, n, "%s/cerb-test-XXXXXX.cfg", tmp);
+    int fd = mkstemps(path, 4);
+    if (fd < 0) {
+        int e = errno;
+        free(path);
+        errno = e;
+        return NULL;
+    }
+    FILE *f = fdopen(fd, "w");
+    if (!f) {
+        int e = errno;
+        close(fd);
+        cerb_test_remove_file(path);
+        errno = e;
+        return NULL;
+    }
+    va_list ap;
+    va_start(ap, fmt);
+    int w = vfprintf(f, fmt, ap);
+    va_end(ap);
+    if (fclose(f) != 0 || w < 0) {
+        int e = errno;
+        cerb_test_remove_file(path);
+        errno = e ? e : EIO;
+        return NULL;
+    }
+    return path;
+}
+
+char *cerb_test_redis_config(const char *redis_extra, const char *extra)
+{
+    static const char fmt[] =
+        "engines = (\"redis\");\n"
+        "redis = { host = \"127.0.0.1\"; port = %d; %s };\n"
+        "%s\n";
+    const char *re = redis_extra ? redis_extra : "";
+    const char *ex = extra ? extra : "";
+    int port = cerb_test_redis_port();
+    int len = snprintf(NULL, 0, fmt, port, re, ex);
+    char *s = malloc((size_t)len + 1);
+    if (s)
+        snprintf(s, (size_t)len + 1, fmt, port, re, ex);
+    return s;
+}
+
+void cerb_test_remove_file(char *path)
+{
+    if (!path)
+        return;
+    unlink(path);
+    free(path);
+}
+
+/* -------------------------------------------------------- child processes */
+
+/* Child side of spawn/fork: own process group (so a timeout kills all it
+ * started), stdin from /dev/null (a child must never wait on the tty). */
+static void child_setup(void)
+{
+    setpgid(0, 0);
+    int fd = open("/dev/null", O_RDONLY);
+    if (fd >= 0) {
+        dup2(fd, STDIN_FILENO);
+        if (fd != STDIN_FILENO)
+            close(fd);
+    }
+}
+
+pid_t cerb_test_spawn(char *const argv[])
+{
+    if (!argv || !argv[0]) {
+        errno = EINVAL;
+        return -1;
+    }
+    pid_t pid = fork();
+    if (pid == 0) {
+        child_setup();
+        execvp(argv[0], argv);
+        _exit(127);
+    }
+    if (pid > 0)
+        setpgid(pid, pid); /* also from the parent: no race with the kill */
+    return pid;
+}
+
+pid_t cerb_test_fork(int (*fn)(void *ud), void *ud)
+{
+    if (!fn) {
+        errno = EINVAL;
+        return -1;
+    }
+    fflush(NULL); /* or buffered output would be written twice */
+    pid_t pid = fork();
+    if (pid == 0) {
+        child_setup();
+        int rc = fn(ud);
+        fflush(NULL);
+        _exit(rc & 0xff);
+    }
+    if (pid > 0)
+        setpgid(pid, pid);
+    return pid;
+}
+
+static int decode_status(int st)
+{
+    if (WIFEXITED(st))
+        return WEXITSTATUS(st);
+    if (WIFSIGNALED(st))
+        return 128 + WTERMSIG(st);
+    return CERB_TEST_CHILD_ERROR;
+}
+
+int cerb_test_wait(pid_t pid, int64_t timeout_ms)
+{
+    if (pid <= 0) {
+        errno = EINVAL;
+        return CERB_TEST_CHILD_ERROR;
+    }
+    int st;
+    if (timeout_ms < 0) {
+        pid_t r;
+        while ((r = waitpid(pid, &st, 0)) < 0 && errno == EINTR) {
+        }
+        return r == pid ? decode_status(st) : CERB_TEST_CHILD_ERROR;
+    }
+    int64_t deadline = cerb_test_now_ms() + timeout_ms;
+    int64_t pause = POLL_MIN_MS;
+    for (;;) {
+        pid_t r = waitpid(pid, &st, WNOHANG);
+        if (r == pid)
+            return decode_status(st);
+        if (r < 0 && errno != EINTR)
+            return CERB_TEST_CHILD_ERROR;
+        if (cerb_test_now_ms() >= deadline)
+            break;
+        poll_pause(next_pause(&pause, deadline));
+    }
+    /* Deadline: kill the child's whole group and reap the child, so no test
+     * leaves a process behind. */
+    kill(-pid, SIGKILL);
+    kill(pid, SIGKILL);
+    while (waitpid(pid, &st, 0) < 0 && errno == EINTR) {
+    }
+    return CERB_TEST_CHILD_TIMEOUT;
+}
+
+int cerb_test_run(char *const argv[], int64_t timeout_ms)
+{
+    pid_t pid = cerb_test_spawn(argv);
+    if (pid < 0)
+        return CERB_TEST_CHILD_ERROR;
+    return cerb_test_wait(pid, timeout_ms);
+}
+
+int cerb_test_servers(const char *cmd)
+{
+    char script[STATE_DIR_MAX];
+    char port[16];
+    snprintf(script, sizeof script, "%s/scripts/servers.sh",
+             cerb_test_source_dir());
+    snprintf(port, sizeof port, "%d", cerb_test_redis_port());
+    char *argv[] = {"bash", script, (char *)cmd, "redis", "--port", port, NULL};
+    return cerb_test_run(argv, 30000);
+}
+
+/* ----------------------------------------------------- pausing the server */
+
+/* One-letter process state from /proc/<pid>/stat ('R', 'S', 'T', 'Z'...), or
+ * 0 when the process does not exist. */
+static char proc_state(pid_t pid)
+{
+    char path[64], buf[512];
+    snprintf(path, sizeof path, "/proc/%ld/stat", (long)pid);
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return 0;
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = '\0';
+    /* The command name is in parentheses and may hold spaces or ')': the
+     * state is the character after the last ") ". */
+    char *rp = strrchr(buf, ')');
+    if (!rp || rp[1] != ' ' || rp[2] == '\0')
+        return 0;
+    return rp[2];
+}
+
+pid_t cerb_test_redis_pid(void)
+{
+    char path[STATE_DIR_MAX];
+    snprintf(path, sizeof path, "%s/redis-%d.pid", cerb_test_state_dir(),
+             cerb_test_redis_port());
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return -1;
+    long pid = -1;
+    if (fscanf(f, "%ld", &pid) != 1)
+        pid = -1;
+    fclose(f);
+    if (pid <= 0)
+        return -1;
+    char st = proc_state((pid_t)pid);
+    if (st == 0 || st == 'Z' || st == 'X')
+        return -1;
+    return (pid_t)pid;
+}
+
+/* The PID we paused and have not resumed yet; 0 when none. */
+static pid_t paused_pid;
+static pthread_once_t resume_once = PTHREAD_ONCE_INIT;
+
+static void resume_at_exit(void)
+{
+    if (paused_pid > 0)
+        kill(paused_pid, SIGCONT);
+}
+
+static void register_resume_at_exit(void) { atexit(resume_at_exit); }
+
+static bool is_stopped(void *ud)
+{
+    return proc_state(*(pid_t *)ud) == 'T';
+}
+
+static bool is_running(void *ud)
+{
+    char st = proc_state(*(pid_t *)ud);
+    return st != 'T' && st != 't';
+}
+
+int cerb_test_redis_pause(void)
+{
+    pid_t pid = cerb_test_redis_pid();
+    if (pid < 0)
+        return -1;
+    pthread_once(&resume_once, register_resume_at_exit);
+    paused_pid = pid;
+    if (kill(pid, SIGSTOP) != 0)
+        return -1;
+    /* kill() returns before the stop takes effect: wait until it has. */
+    return wait_until(is_stopped, &pid, 5000) ? 0 : -1;
+}
+
+int cerb_test_redis_resume(void)
+{
+    pid_t pid = paused_pid > 0 ? paused_pid : cerb_test_redis_pid();
+    if (pid < 0)
+        return -1;
+    if (kill(pid, SIGCONT) != 0)
+        return -1;
+    paused_pid = 0;
+    return wait_until(is_running, &pid, 5000) ? 0 : -1;
+}
