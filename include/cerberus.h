@@ -203,6 +203,10 @@ struct cerb_engine_info {
     uint64_t acquires;          /* acquisitions granted by this engine */
     uint64_t failures;          /* hard failures (I/O, protocol) seen */
     uint64_t lost;              /* holds reported LOST */
+    /* Protocol counters, where the engine reports them (else 0): */
+    uint64_t acquire_calls;     /* acquire requests sent to the server */
+    uint64_t wakeups;           /* blocked waiters woken by a release */
+    uint64_t handoffs;          /* grants handed over by a release */
 };
 
 /**

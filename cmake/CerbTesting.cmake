@@ -1,0 +1,124 @@
+# CerbTesting.cmake — cmocka suites as ctest tests, and real test servers as
+# ctest fixtures (libuv/cmocka style: one executable per suite, each test in
+# its own process with a timeout).
+#
+#   cerb_add_suite(NAME <name>
+#                  SOURCES <file.c>...
+#                  [LABELS <label>...]        unit | integration | fault ...
+#                  [FIXTURES <fixture>...]    FIXTURES_REQUIRED, e.g. redis
+#                  [RESOURCE_LOCK <res>...]   serialise with other holders
+#                  [TIMEOUT <seconds>]        default CERB_TEST_TIMEOUT (300)
+#                  [REDIS_PORT <port>]        default CERB_TEST_REDIS_PORT
+#                  [ENV <VAR=value>...]       extra environment
+#                  [LIBS <target>...])        extra link libraries
+#
+# builds one executable from SOURCES linked with cerberus_static, the
+# cerb_test_support library (tests/support/*.c), cmocka, threads and raw
+# hiredis (tests inspect the server directly), compiled with the project's
+# warnings and sanitizers, and registers it as a ctest test of the same name.
+# Every suite gets in its environment: CERB_REDIS_PORT, CERB_STATE_DIR (where
+# servers.sh keeps PID files, so a test can find the server's PID),
+# CERB_SOURCE_DIR, CERB_BUILD_DIR, CERB_PYTHON (the Debian python3 that has
+# python3-redis) and sanitizer options with leak checking on.
+#
+#   cerb_add_server_fixture(<fixture> ENGINE redis PORT <port> [NODES n])
+#
+# adds the FIXTURES_SETUP test `<fixture>_start` (scripts/servers.sh start)
+# and the FIXTURES_CLEANUP test `<fixture>_stop` (servers.sh stop, by PID),
+# with the servers' state inside the build dir.
+
+set(CERB_TEST_TIMEOUT 300 CACHE STRING "Default ctest timeout of a suite, seconds")
+set(CERB_TEST_REDIS_PORT 26379 CACHE STRING "Port of the shared test redis-server")
+set(CERB_TEST_STATE_DIR ${CMAKE_BINARY_DIR}/test-servers)
+
+find_program(CERB_BASH bash REQUIRED)
+# python3-redis installs for the Debian interpreter; a pyenv python3 earlier
+# on PATH would not see it.
+if(EXISTS /usr/bin/python3)
+  set(CERB_TEST_PYTHON /usr/bin/python3)
+else()
+  find_program(CERB_TEST_PYTHON python3)
+endif()
+
+function(cerb_add_server_fixture fixture)
+  cmake_parse_arguments(F "" "ENGINE;PORT;NODES" "" ${ARGN})
+  if(NOT F_ENGINE OR NOT F_PORT)
+    message(FATAL_ERROR "cerb_add_server_fixture(${fixture}): ENGINE and PORT are required")
+  endif()
+  if(NOT F_NODES)
+    set(F_NODES 1)
+  endif()
+  set(script ${PROJECT_SOURCE_DIR}/scripts/servers.sh)
+  set(args ${F_ENGINE} --port ${F_PORT} --nodes ${F_NODES})
+  add_test(NAME ${fixture}_start COMMAND ${CERB_BASH} ${script} start ${args})
+  add_test(NAME ${fixture}_stop COMMAND ${CERB_BASH} ${script} stop ${args})
+  set_tests_properties(${fixture}_start PROPERTIES FIXTURES_SETUP ${fixture}
+    LABELS "fixture" TIMEOUT 60)
+  set_tests_properties(${fixture}_stop PROPERTIES FIXTURES_CLEANUP ${fixture}
+    LABELS "fixture" TIMEOUT 60)
+  set_tests_properties(${fixture}_start ${fixture}_stop PROPERTIES
+    ENVIRONMENT "CERB_STATE_DIR=${CERB_TEST_STATE_DIR}")
+endfunction()
+
+function(cerb_add_suite)
+  cmake_parse_arguments(S "" "NAME;TIMEOUT;REDIS_PORT"
+    "SOURCES;LABELS;FIXTURES;RESOURCE_LOCK;ENV;LIBS" ${ARGN})
+  if(NOT S_NAME OR NOT S_SOURCES)
+    message(FATAL_ERROR "cerb_add_suite: NAME and SOURCES are required")
+  endif()
+  if(NOT S_TIMEOUT)
+    set(S_TIMEOUT ${CERB_TEST_TIMEOUT})
+  endif()
+  if(NOT S_REDIS_PORT)
+    set(S_REDIS_PORT ${CERB_TEST_REDIS_PORT})
+  endif()
+
+  add_executable(${S_NAME} ${S_SOURCES})
+  target_include_directories(${S_NAME} PRIVATE
+    ${PROJECT_SOURCE_DIR}/include ${PROJECT_SOURCE_DIR}/core
+    ${PROJECT_SOURCE_DIR}/config ${PROJECT_SOURCE_DIR}/engine_redis
+    ${PROJECT_SOURCE_DIR}/tests/support)
+  target_compile_definitions(${S_NAME} PRIVATE _POSIX_C_SOURCE=200809L _DEFAULT_SOURCE)
+  # The support library first: it uses cerberus_static, so the static
+  # archive must come after it on the link line.
+  target_link_libraries(${S_NAME} PRIVATE cerb_test_support cerberus_static
+    PkgConfig::CMOCKA Threads::Threads ${S_LIBS})
+  if(TARGET PkgConfig::HIREDIS)
+    target_link_libraries(${S_NAME} PRIVATE PkgConfig::HIREDIS)
+  endif()
+  cerb_set_warnings(${S_NAME})
+  cerb_add_sanitizers(${S_NAME})
+
+  add_test(NAME ${S_NAME} COMMAND ${S_NAME})
+
+  # LSan rides on ASan; UBSan findings abort with a stack. Suppression files
+  # are used when someone adds them.
+  set(env
+    "CERB_REDIS_PORT=${S_REDIS_PORT}"
+    "CERB_STATE_DIR=${CERB_TEST_STATE_DIR}"
+    "CERB_SOURCE_DIR=${PROJECT_SOURCE_DIR}"
+    "CERB_BUILD_DIR=${CMAKE_BINARY_DIR}"
+    "CERB_PYTHON=${CERB_TEST_PYTHON}"
+    "ASAN_OPTIONS=detect_leaks=1"
+    "UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1")
+  if(EXISTS ${PROJECT_SOURCE_DIR}/tests/lsan.supp)
+    list(APPEND env "LSAN_OPTIONS=suppressions=${PROJECT_SOURCE_DIR}/tests/lsan.supp:print_suppressions=0")
+  endif()
+  if(EXISTS ${PROJECT_SOURCE_DIR}/tests/tsan.supp)
+    list(APPEND env "TSAN_OPTIONS=suppressions=${PROJECT_SOURCE_DIR}/tests/tsan.supp:halt_on_error=1")
+  endif()
+  list(APPEND env ${S_ENV})
+
+  set_tests_properties(${S_NAME} PROPERTIES
+    TIMEOUT ${S_TIMEOUT}
+    ENVIRONMENT "${env}")
+  if(S_LABELS)
+    set_tests_properties(${S_NAME} PROPERTIES LABELS "${S_LABELS}")
+  endif()
+  if(S_FIXTURES)
+    set_tests_properties(${S_NAME} PROPERTIES FIXTURES_REQUIRED "${S_FIXTURES}")
+  endif()
+  if(S_RESOURCE_LOCK)
+    set_tests_properties(${S_NAME} PROPERTIES RESOURCE_LOCK "${S_RESOURCE_LOCK}")
+  endif()
+endfunction()

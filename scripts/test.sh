@@ -1,0 +1,62 @@
+#!/usr/bin/env bash
+#
+# test.sh — what CI runs (through .ci/run): install the missing Debian
+# packages, configure a warnings-as-errors ASan+UBSan build, build it, and run
+# every ctest suite against real servers. Exits with ctest's status.
+#
+# The steps, each printed before it runs:
+#   1. scripts/deps.sh: install missing packages (apt-get update only when
+#      something is missing);
+#   2. cmake -S . -B $CERB_BUILD_DIR -DCMAKE_BUILD_TYPE=RelWithDebInfo
+#        -DCERB_WERROR=ON -DCERB_ASAN=ON
+#   3. cmake --build $CERB_BUILD_DIR -j$(nproc)
+#   4. ctest --test-dir $CERB_BUILD_DIR --output-on-failure --timeout 300
+#      (-j $CERB_TEST_JOBS: suites use unique lock names, and the ones that
+#      stop or pause the server hold the redis_server resource lock).
+#
+# The test servers are ctest fixtures (tests/CMakeLists.txt), started by
+# scripts/servers.sh with their state inside the build dir and stopped by PID.
+#
+# Environment:
+#   CERB_BUILD_DIR    build directory (default: <repo>/build-ci)
+#   CERB_TEST_JOBS    parallel ctest jobs (default: nproc)
+#   CERB_CMAKE_ARGS   extra cmake configure arguments (word-split)
+#   CERB_CTEST_ARGS   extra ctest arguments, e.g. "-L unit" (word-split)
+#   CERB_NO_INSTALL=1 never install packages; fail if some are missing
+
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+cd "$ROOT"
+# shellcheck source=scripts/deps.sh
+. "$ROOT/scripts/deps.sh"
+
+BUILD_DIR=${CERB_BUILD_DIR:-$ROOT/build-ci}
+JOBS=$(nproc 2>/dev/null || echo 2)
+TEST_JOBS=${CERB_TEST_JOBS:-$JOBS}
+read -r -a EXTRA_CMAKE <<<"${CERB_CMAKE_ARGS:-}"
+read -r -a EXTRA_CTEST <<<"${CERB_CTEST_ARGS:-}"
+
+step() { printf '\n==> %s\n' "$*"; }
+run() {
+    printf '+ %s\n' "$*"
+    "$@"
+}
+
+step "dependencies"
+cerb_ensure_packages "${CERB_DEB_PACKAGES[@]}"
+
+step "configure ($BUILD_DIR)"
+run cmake -S "$ROOT" -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+    -DCERB_WERROR=ON -DCERB_ASAN=ON ${EXTRA_CMAKE[@]+"${EXTRA_CMAKE[@]}"}
+
+step "build (-j$JOBS)"
+run cmake --build "$BUILD_DIR" -j "$JOBS"
+
+step "test"
+start=$SECONDS
+rc=0
+run ctest --test-dir "$BUILD_DIR" --output-on-failure --timeout 300 \
+    -j "$TEST_JOBS" ${EXTRA_CTEST[@]+"${EXTRA_CTEST[@]}"} || rc=$?
+printf '\n==> ctest finished in %ss with status %s\n' "$((SECONDS - start))" "$rc"
+exit "$rc"
