@@ -165,7 +165,7 @@ static cerb_status parse_list(struct pctx *c, const struct cerb__cfg_key *k,
                     (long long)k->min, (long long)k->max, n);
     cerb__cfg_list_clear(k, c->cfg);
     for (int i = 0; i < n; i++) {
-        const char *v;
+        const char *v = NULL;
         st = take_string(c, k, config_setting_get_elem(s, (unsigned)i),
                          "a list of strings", &v);
         if (st == CERB_OK)
@@ -180,7 +180,7 @@ static cerb_status parse_key(struct pctx *c, const struct cerb__cfg_key *k,
                              const config_setting_t *s)
 {
     char why[CERB_ERROR_MAX];
-    const char *v;
+    const char *v = NULL;
     int64_t i;
     cerb_status st;
 

@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# check_install.sh SRC WORK — build Cerberus without sanitizers, install it
+# into WORK/prefix, then build a program against the installed copy three
+# ways (pkg-config shared, pkg-config --static, CMake find_package) and run
+# each. Proves the installed header, libraries, cerberus.pc and the CMake
+# package config are complete and self-sufficient.
+set -euo pipefail
+src=$1
+work=$2
+rm -rf "$work"
+mkdir -p "$work"
+prefix=$work/prefix
+here=$(cd "$(dirname "$0")" && pwd)
+
+cmake -S "$src" -B "$work/build" -DCMAKE_BUILD_TYPE=Release -DCERB_WERROR=ON \
+    -DCERB_BUILD_TESTS=OFF -DCERB_BUILD_BENCH=OFF -DCMAKE_INSTALL_PREFIX="$prefix" >"$work/configure.log"
+cmake --build "$work/build" -j "$(nproc)" --target cerberus cerberus_static >"$work/build.log"
+cmake --install "$work/build" >"$work/install.log"
+
+libdir=$(dirname "$(find "$prefix" -name cerberus.pc | head -n1)")/..
+export PKG_CONFIG_PATH=$libdir/pkgconfig
+export LD_LIBRARY_PATH=$libdir
+
+echo "pkg-config: $(pkg-config --cflags --libs cerberus)"
+# shellcheck disable=SC2046
+cc -std=c11 -Wall -Werror "$here/app.c" -o "$work/app-shared" $(pkg-config --cflags --libs cerberus)
+"$work/app-shared"
+# shellcheck disable=SC2046
+cc -std=c11 -Wall -Werror "$here/app.c" -o "$work/app-static" $(pkg-config --cflags cerberus) \
+    -Wl,-Bstatic $(pkg-config --libs-only-L cerberus) -lcerberus -Wl,-Bdynamic \
+    $(pkg-config --static --libs cerberus | sed 's/-lcerberus//')
+"$work/app-static"
+
+mkdir -p "$work/consumer"
+cp "$here/app.c" "$work/consumer/"
+cp "$here/CMakeLists.txt.in" "$work/consumer/CMakeLists.txt"
+cmake -S "$work/consumer" -B "$work/consumer/build" -DCMAKE_PREFIX_PATH="$prefix" >"$work/consumer.log"
+cmake --build "$work/consumer/build" >>"$work/consumer.log"
+"$work/consumer/build/app"
+echo "install check passed"
