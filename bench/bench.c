@@ -1,0 +1,402 @@
+/*
+ * bench.c — the `cerberus-bench` command: parse the command line, decide
+ * which engines to measure and how to reach them, run the scenarios
+ * (scenarios.c) and print the report (report.c).
+ *
+ *   cerberus-bench [-c FILE] [--engine E|all] [--scenario uncontended|handoff|all]
+ *                  [--threads N[,N...]] [--duration S] [--waiters N]
+ *                  [--port P] [--json FILE]
+ *
+ * Without -c the bench writes its own configuration: Redis on 127.0.0.1,
+ * port --port (26379, the test server's), a pool of max(4, threads)
+ * connections; `--engine local` gives the in-process engine instead. With
+ * -c the file names the engines (`--engine all` is every one of them, in
+ * configuration order) and their servers. The file is read through the
+ * library's own parser, so the bench and the library can never disagree on
+ * where the server is: the raw ceiling needs the same host, port and
+ * credentials as the engine.
+ *
+ * Exit status: 0 when every scenario ran; 1 when one failed (server not
+ * reachable, lock error); 2 for a bad command line or configuration; 3 when a
+ * phase hung past its grace period.
+ */
+#include <errno.h>
+#include <getopt.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "config.h" /* the library's configuration parser (see above) */
+#include "scenarios.h"
+
+#define MAX_THREAD_COUNTS 16
+#define MAX_THREADS 1024
+#define DEFAULT_PORT 26379
+
+struct cli {
+    const char *config_path;
+    const char *engine;        /* "all" or a name */
+    const char *scenario;      /* "all", "uncontended", "handoff" */
+    int threads[MAX_THREAD_COUNTS];
+    int n_threads;
+    int waiters;
+    double duration_s;
+    int port;
+    const char *json_path;
+};
+
+static void usage(FILE *f)
+{
+    fprintf(f,
+        "usage: cerberus-bench [-c FILE] [--engine E|all] "
+        "[--scenario uncontended|handoff|all]\n"
+        "                      [--threads N[,N...]] [--duration S] "
+        "[--waiters N] [--port P] [--json FILE]\n"
+        "\n"
+        "  -c, --config FILE   engines and servers from a Cerberus config file;\n"
+        "                      without it: redis on 127.0.0.1:PORT\n"
+        "  --engine E|all      engine to measure (default all: every configured one)\n"
+        "  --scenario S        uncontended, handoff or all (default all)\n"
+        "  --threads N[,N...]  uncontended: worker threads, one run per value (default 1)\n"
+        "  --waiters N         handoff: contending clients (default 8)\n"
+        "  --duration S        seconds measured per side of each scenario (default 5)\n"
+        "  --port P            redis port when no -c is given (default %d)\n"
+        "  --json FILE         also write the results as a JSON array\n",
+        DEFAULT_PORT);
+}
+
+/* Parse an integer in [lo, hi]; -1 on error (message printed). */
+static int parse_int(const char *opt, const char *s, long lo, long hi,
+                     int *out)
+{
+    char *end;
+    errno = 0;
+    long v = strtol(s, &end, 10);
+    if (errno || end == s || *end || v < lo || v > hi) {
+        bench_errorf("%s: \"%s\" is not an integer in %ld..%ld", opt, s, lo,
+                     hi);
+        return -1;
+    }
+    *out = (int)v;
+    return 0;
+}
+
+static int parse_threads(const char *s, struct cli *c)
+{
+    char buf[256];
+    if (strlen(s) >= sizeof buf) {
+        bench_errorf("--threads: list too long");
+        return -1;
+    }
+    strcpy(buf, s);
+    c->n_threads = 0;
+    for (char *save = NULL, *tok = strtok_r(buf, ",", &save); tok;
+         tok = strtok_r(NULL, ",", &save)) {
+        if (c->n_threads == MAX_THREAD_COUNTS) {
+            bench_errorf("--threads: at most %d values", MAX_THREAD_COUNTS);
+            return -1;
+        }
+        if (parse_int("--threads", tok, 1, MAX_THREADS,
+                      &c->threads[c->n_threads]) != 0)
+            return -1;
+        c->n_threads++;
+    }
+    if (c->n_threads == 0) {
+        bench_errorf("--threads: no value");
+        return -1;
+    }
+    return 0;
+}
+
+/* 0 = parsed, 1 = --help shown, -1 = error (printed). */
+static int parse_cli(int argc, char **argv, struct cli *c)
+{
+    enum { O_ENGINE = 256, O_SCENARIO, O_THREADS, O_DURATION, O_WAITERS,
+           O_PORT, O_JSON };
+    static const struct option opts[] = {
+        {"config", required_argument, NULL, 'c'},
+        {"engine", required_argument, NULL, O_ENGINE},
+        {"scenario", required_argument, NULL, O_SCENARIO},
+        {"threads", required_argument, NULL, O_THREADS},
+        {"duration", required_argument, NULL, O_DURATION},
+        {"waiters", required_argument, NULL, O_WAITERS},
+        {"port", required_argument, NULL, O_PORT},
+        {"json", required_argument, NULL, O_JSON},
+        {"help", no_argument, NULL, 'h'},
+        {NULL, 0, NULL, 0},
+    };
+    int ch, port_given = 0;
+
+    memset(c, 0, sizeof *c);
+    c->engine = "all";
+    c->scenario = "all";
+    c->threads[0] = 1;
+    c->n_threads = 1;
+    c->waiters = 8;
+    c->duration_s = 5.0;
+    c->port = DEFAULT_PORT;
+
+    while ((ch = getopt_long(argc, argv, "c:h", opts, NULL)) != -1) {
+        switch (ch) {
+        case 'c':
+            c->config_path = optarg;
+            break;
+        case O_ENGINE:
+            c->engine = optarg;
+            break;
+        case O_SCENARIO:
+            c->scenario = optarg;
+            break;
+        case O_THREADS:
+            if (parse_threads(optarg, c) != 0)
+                return -1;
+            break;
+        case O_DURATION: {
+            char *end;
+            errno = 0;
+            c->duration_s = strtod(optarg, &end);
+            if (errno || end == optarg || *end || !(c->duration_s >= 0.1) ||
+                c->duration_s > 86400) {
+                bench_errorf("--duration: \"%s\" is not a number of seconds "
+                             "in 0.1..86400", optarg);
+                return -1;
+            }
+            break;
+        }
+        case O_WAITERS:
+            if (parse_int("--waiters", optarg, 1, MAX_THREADS, &c->waiters))
+                return -1;
+            break;
+        case O_PORT:
+            if (parse_int("--port", optarg, 1, 65535, &c->port))
+                return -1;
+            port_given = 1;
+            break;
+        case O_JSON:
+            c->json_path = optarg;
+            break;
+        case 'h':
+            usage(stdout);
+            return 1;
+        default:
+            usage(stderr);
+            return -1;
+        }
+    }
+    if (optind < argc) {
+        bench_errorf("unexpected argument \"%s\"", argv[optind]);
+        usage(stderr);
+        return -1;
+    }
+    if (strcmp(c->scenario, "all") && strcmp(c->scenario, "uncontended") &&
+        strcmp(c->scenario, "handoff")) {
+        bench_errorf("--scenario: unknown scenario \"%s\" (known: "
+                     "uncontended, handoff, all)", c->scenario);
+        return -1;
+    }
+    if (port_given && c->config_path) {
+        bench_errorf("--port applies only without -c (the file gives the "
+                     "servers)");
+        return -1;
+    }
+    return 0;
+}
+
+static void engine_free(struct bench_engine *e)
+{
+    free(e->config_text);
+    free(e->redis.host);
+    free(e->redis.user);
+    free(e->redis.password);
+    memset(e, 0, sizeof *e);
+}
+
+static char *dup_or_die(const char *s)
+{
+    char *d = strdup(s ? s : "");
+    if (!d) {
+        bench_errorf("out of memory");
+        exit(1);
+    }
+    return d;
+}
+
+static int max_threads(const struct cli *c)
+{
+    int m = 1;
+    for (int i = 0; i < c->n_threads; i++)
+        if (c->threads[i] > m)
+            m = c->threads[i];
+    return m;
+}
+
+/*
+ * Engines without a file: our own configuration text. The pool is sized to
+ * the largest thread count so the library is not pool-bound where the raw
+ * ceiling (one connection per thread) is not. Returns the count, or -1.
+ */
+static int engines_builtin(const struct cli *c, struct bench_engine *out)
+{
+    const char *want = strcmp(c->engine, "all") == 0 ? "redis" : c->engine;
+    struct bench_engine *e = &out[0];
+    char text[512];
+
+    memset(e, 0, sizeof *e);
+    snprintf(e->name, sizeof e->name, "%s", want);
+    if (strcmp(want, "redis") == 0) {
+        int pool = max_threads(c);
+        if (pool < 4)
+            pool = 4;
+        if (pool > 256)
+            pool = 256; /* the configuration's limit */
+        snprintf(text, sizeof text,
+                 "engines = (\"redis\");\n"
+                 "redis = { host = \"127.0.0.1\"; port = %d; pool = %d; };\n",
+                 c->port, pool);
+        e->redis.host = dup_or_die("127.0.0.1");
+        e->redis.port = c->port;
+        e->redis.user = dup_or_die("");
+        e->redis.password = dup_or_die("");
+        e->redis.connect_timeout_ms = 500;
+        e->redis.op_timeout_ms = 500;
+    } else if (strcmp(want, "local") == 0) {
+        snprintf(text, sizeof text, "engines = (\"local\");\n");
+    } else {
+        bench_errorf("--engine %s needs a configuration file (-c); without "
+                     "one the bench knows redis and local", want);
+        return -1;
+    }
+    e->config_text = dup_or_die(text);
+    return 1;
+}
+
+/* Engines from a configuration file, validated by the library's parser. */
+static int engines_from_file(const struct cli *c, struct bench_engine *out)
+{
+    struct cerb_config *cfg = NULL;
+    int n = 0;
+
+    if (cerb__config_from_file(c->config_path, &cfg) != CERB_OK) {
+        bench_errorf("%s", cerb_last_error());
+        return -1;
+    }
+    for (size_t i = 0; i < cfg->n_engines; i++) {
+        const char *name = cfg->engines[i];
+        if (strcmp(c->engine, "all") && strcmp(c->engine, name))
+            continue;
+        struct bench_engine *e = &out[n++];
+        memset(e, 0, sizeof *e);
+        snprintf(e->name, sizeof e->name, "%s", name);
+        e->config_path = c->config_path;
+        if (strcmp(name, "redis") == 0) {
+            e->redis.host = dup_or_die(cfg->redis.host);
+            e->redis.port = cfg->redis.port;
+            e->redis.user = dup_or_die(cfg->redis.user);
+            e->redis.password = dup_or_die(cfg->redis.password);
+            e->redis.db = cfg->redis.db;
+            e->redis.connect_timeout_ms = cfg->redis.connect_timeout_ms;
+            e->redis.op_timeout_ms = cfg->redis.op_timeout_ms;
+            if (cfg->redis.pool < max_threads(c))
+                fprintf(stderr,
+                        "cerberus-bench: note: redis.pool = %d in %s is "
+                        "below %d threads; uncontended threads will share "
+                        "connections (the raw ceiling has one each)\n",
+                        cfg->redis.pool, c->config_path, max_threads(c));
+        }
+    }
+    if (n == 0) {
+        char names[CERB_MAX_ENGINES * (CERB_ENGINE_NAME_MAX + 2)] = "";
+        for (size_t i = 0; i < cfg->n_engines; i++) {
+            size_t len = strlen(names);
+            snprintf(names + len, sizeof names - len, "%s%s", i ? ", " : "",
+                     cfg->engines[i]);
+        }
+        bench_errorf("engine \"%s\" is not configured in %s (configured: %s)",
+                     c->engine, c->config_path, names);
+        cerb__config_free(cfg);
+        return -1;
+    }
+    cerb__config_free(cfg);
+    return n;
+}
+
+int main(int argc, char **argv)
+{
+    struct cli cli;
+    struct bench_engine engines[CERB_MAX_ENGINES];
+    struct bench_result *results = NULL;
+    size_t n_results = 0, cap = 0;
+    int n_engines, status = 0;
+
+    int p = parse_cli(argc, argv, &cli);
+    if (p != 0)
+        return p > 0 ? 0 : 2;
+
+    /* A server that closes a connection must give an error, not kill us. */
+    signal(SIGPIPE, SIG_IGN);
+
+    n_engines = cli.config_path ? engines_from_file(&cli, engines)
+                                : engines_builtin(&cli, engines);
+    if (n_engines < 0)
+        return 2;
+
+    struct bench_opts opts = {
+        .threads = cli.threads[0],
+        .waiters = cli.waiters,
+        .duration_s = cli.duration_s,
+        .progress = isatty(STDERR_FILENO),
+    };
+    int do_unc = strcmp(cli.scenario, "handoff") != 0;
+    int do_ho = strcmp(cli.scenario, "uncontended") != 0;
+
+    printf("# cerberus-bench %d.%d.%d: %.1f s measured per side; %s\n",
+           CERB_VERSION_MAJOR, CERB_VERSION_MINOR, CERB_VERSION_PATCH,
+           cli.duration_s,
+           cli.config_path ? cli.config_path : "built-in configuration");
+    for (int i = 0; i < n_engines; i++)
+        if (strcmp(engines[i].name, "redis") == 0)
+            printf("# redis at %s:%d (raw ceiling on the same server)\n",
+                   engines[i].redis.host, engines[i].redis.port);
+    bench_report_header(stdout);
+
+    for (int i = 0; i < n_engines && status == 0; i++) {
+        int runs = (do_unc ? cli.n_threads : 0) + (do_ho ? 1 : 0);
+        for (int k = 0; k < runs && status == 0; k++) {
+            if (n_results == cap) {
+                size_t ncap = cap ? 2 * cap : 8;
+                struct bench_result *nr = realloc(results, ncap * sizeof *nr);
+                if (!nr) {
+                    bench_errorf("out of memory");
+                    status = 1;
+                    break;
+                }
+                results = nr;
+                cap = ncap;
+            }
+            struct bench_result *r = &results[n_results];
+            int rc;
+            if (do_unc && k < cli.n_threads) {
+                opts.threads = cli.threads[k];
+                rc = bench_uncontended(&engines[i], &opts, cli.threads[k], r);
+            } else {
+                rc = bench_handoff(&engines[i], &opts, r);
+            }
+            if (rc != 0) {
+                status = 1;
+                break;
+            }
+            n_results++;
+            bench_report_row(stdout, r);
+        }
+    }
+
+    if (status == 0 && cli.json_path &&
+        bench_report_json(cli.json_path, results, n_results) != 0)
+        status = 1;
+    for (int i = 0; i < n_engines; i++)
+        engine_free(&engines[i]);
+    free(results);
+    return status;
+}

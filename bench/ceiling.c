@@ -1,0 +1,206 @@
+/*
+ * ceiling.c — the raw ceilings: for each engine, the fewest server commands
+ * a lock needs, sent over a bare client connection with no library logic,
+ * so the bench can say what fraction of the server's speed Cerberus keeps.
+ *
+ * Redis: one hiredis context per thread (contexts are not thread-safe),
+ * connected with redisConnectWithTimeout and given redisSetTimeout at once
+ * (hiredis 0.14 bounds only the connect otherwise), then AUTH and SELECT as
+ * configured. A cycle is the redis-py-compatible protocol reduced to its two
+ * round trips: `SET name token NX PX 10000` and EVALSHA of the
+ * compare-and-delete script, which is loaded once per connection with SCRIPT
+ * LOAD (and again on NOSCRIPT, should the server lose its script cache).
+ * The owner token is fixed per thread: generating a fresh random one is
+ * library work, which the ceiling leaves out on purpose. The round trip for
+ * the hand-off scenario is PING on such a context.
+ *
+ * Engines without a ceiling here (local: there is no server) are reported as
+ * "n/a".
+ */
+#include <hiredis/hiredis.h>
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/time.h>
+
+#include "scenarios.h"
+
+/* The release half of the protocol: delete only while the value is ours. */
+static const char release_script[] =
+    "if redis.call('get',KEYS[1]) == ARGV[1] then "
+    "return redis.call('del',KEYS[1]) else return 0 end";
+
+struct redis_sess {
+    redisContext *ctx;
+    char sha[41];
+};
+
+/* Describe a NULL reply (I/O or protocol failure) or an error reply. */
+static void redis_err(struct redis_sess *s, redisReply *r, const char *what,
+                      char *err, size_t errlen)
+{
+    if (!r)
+        snprintf(err, errlen, "redis %s: %s", what,
+                 s->ctx->errstr[0] ? s->ctx->errstr : "connection failed");
+    else if (r->type == REDIS_REPLY_ERROR)
+        snprintf(err, errlen, "redis %s: %s", what, r->str);
+    else
+        snprintf(err, errlen, "redis %s: unexpected reply type %d", what,
+                 r->type);
+}
+
+static int redis_load(struct redis_sess *s, char *err, size_t errlen)
+{
+    redisReply *r = redisCommand(s->ctx, "SCRIPT LOAD %s", release_script);
+    if (!r || r->type != REDIS_REPLY_STRING || r->len != 40) {
+        redis_err(s, r, "SCRIPT LOAD", err, errlen);
+        if (r)
+            freeReplyObject(r);
+        return -1;
+    }
+    memcpy(s->sha, r->str, 40);
+    s->sha[40] = '\0';
+    freeReplyObject(r);
+    return 0;
+}
+
+static void redis_close(void *p)
+{
+    struct redis_sess *s = p;
+    if (!s)
+        return;
+    if (s->ctx)
+        redisFree(s->ctx);
+    free(s);
+}
+
+static struct timeval tv_ms(int64_t ms)
+{
+    struct timeval tv = {(time_t)(ms / 1000), (suseconds_t)(ms % 1000) * 1000};
+    return tv;
+}
+
+static void *redis_open(const struct bench_engine *e, char *err,
+                        size_t errlen)
+{
+    const struct bench_redis_addr *a = &e->redis;
+    struct redis_sess *s = calloc(1, sizeof *s);
+    redisReply *r = NULL;
+
+    if (!s) {
+        snprintf(err, errlen, "out of memory");
+        return NULL;
+    }
+    s->ctx = redisConnectWithTimeout(a->host, a->port,
+                                     tv_ms(a->connect_timeout_ms));
+    if (!s->ctx || s->ctx->err) {
+        snprintf(err, errlen, "redis at %s:%d: %s", a->host, a->port,
+                 s->ctx ? s->ctx->errstr : "cannot allocate a context");
+        goto fail;
+    }
+    if (redisSetTimeout(s->ctx, tv_ms(a->op_timeout_ms)) != REDIS_OK) {
+        snprintf(err, errlen, "redis at %s:%d: cannot set the timeout: %s",
+                 a->host, a->port, s->ctx->errstr);
+        goto fail;
+    }
+    if (a->password && a->password[0]) {
+        if (a->user && a->user[0])
+            r = redisCommand(s->ctx, "AUTH %s %s", a->user, a->password);
+        else
+            r = redisCommand(s->ctx, "AUTH %s", a->password);
+        if (!r || r->type == REDIS_REPLY_ERROR) {
+            redis_err(s, r, "AUTH", err, errlen);
+            goto fail;
+        }
+        freeReplyObject(r);
+        r = NULL;
+    }
+    if (a->db != 0) {
+        r = redisCommand(s->ctx, "SELECT %d", a->db);
+        if (!r || r->type == REDIS_REPLY_ERROR) {
+            redis_err(s, r, "SELECT", err, errlen);
+            goto fail;
+        }
+        freeReplyObject(r);
+        r = NULL;
+    }
+    if (redis_load(s, err, errlen) != 0)
+        goto fail;
+    return s;
+
+fail:
+    if (r)
+        freeReplyObject(r);
+    redis_close(s);
+    return NULL;
+}
+
+static int redis_cycle(void *p, const char *name, const char *token,
+                       char *err, size_t errlen)
+{
+    struct redis_sess *s = p;
+    redisReply *r = redisCommand(s->ctx, "SET %s %s NX PX 10000", name, token);
+    if (!r || r->type != REDIS_REPLY_STATUS) {
+        /* A nil reply means the key exists: a leftover from another run. */
+        if (r && r->type == REDIS_REPLY_NIL)
+            snprintf(err, errlen, "redis SET NX: key \"%s\" already exists",
+                     name);
+        else
+            redis_err(s, r, "SET NX PX", err, errlen);
+        if (r)
+            freeReplyObject(r);
+        return -1;
+    }
+    freeReplyObject(r);
+
+    for (int attempt = 0;; attempt++) {
+        r = redisCommand(s->ctx, "EVALSHA %s 1 %s %s", s->sha, name, token);
+        if (r && r->type == REDIS_REPLY_ERROR && attempt == 0 &&
+            strncmp(r->str, "NOSCRIPT", 8) == 0) {
+            freeReplyObject(r);
+            if (redis_load(s, err, errlen) != 0)
+                return -1;
+            continue;
+        }
+        break;
+    }
+    if (!r || r->type != REDIS_REPLY_INTEGER || r->integer != 1) {
+        if (r && r->type == REDIS_REPLY_INTEGER)
+            snprintf(err, errlen, "redis release of \"%s\": value was not ours",
+                     name);
+        else
+            redis_err(s, r, "EVALSHA release", err, errlen);
+        if (r)
+            freeReplyObject(r);
+        return -1;
+    }
+    freeReplyObject(r);
+    return 0;
+}
+
+static int redis_round_trip(void *p, char *err, size_t errlen)
+{
+    struct redis_sess *s = p;
+    redisReply *r = redisCommand(s->ctx, "PING");
+    if (!r || r->type != REDIS_REPLY_STATUS) {
+        redis_err(s, r, "PING", err, errlen);
+        if (r)
+            freeReplyObject(r);
+        return -1;
+    }
+    freeReplyObject(r);
+    return 0;
+}
+
+static const struct bench_ceiling ceilings[] = {
+    {"redis", redis_open, redis_cycle, redis_round_trip, redis_close},
+};
+
+const struct bench_ceiling *bench_ceiling_find(const char *engine)
+{
+    for (size_t i = 0; i < sizeof ceilings / sizeof ceilings[0]; i++)
+        if (strcmp(ceilings[i].engine, engine) == 0)
+            return &ceilings[i];
+    return NULL;
+}
