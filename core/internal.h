@@ -66,6 +66,9 @@ struct cerb_hold {
     int64_t valid_until_ns;              /* conservative local deadline */
     int64_t next_renew_ns;
     bool renew;
+    bool renew_once;                     /* extend once now (short hand-off
+                                            lease or a settled ambiguity),
+                                            even when renew is off */
     atomic_int state;                    /* enum cerb_lock_state */
     bool lost_reported;
     cerb_lock *owner_handle;             /* whose lost callback to call */

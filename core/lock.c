@@ -207,6 +207,7 @@ static cerb_status engine_acquire(cerb_client *c, struct cerb_hold *h, int64_t d
                 g.sent_ns = g.sent_ns ? g.sent_ns : t0;
                 g.ttl_ms = h->lk.lease_ms;
                 h->next_renew_ns = cerb_monotime(); /* refresh at once */
+                h->renew_once = true;
                 st = CERB_OK;
                 break;
             }
@@ -230,10 +231,13 @@ static cerb_status engine_acquire(cerb_client *c, struct cerb_hold *h, int64_t d
     h->fence = g.fence;
     h->valid_until_ns = cerb__grant_deadline(&g);
     int64_t eff = g.ttl_ms > 0 && g.ttl_ms < h->lk.lease_ms ? g.ttl_ms : h->lk.lease_ms;
-    if (h->next_renew_ns == 0)
-        h->next_renew_ns = g.ttl_ms > 0 && g.ttl_ms < h->lk.lease_ms
-                               ? cerb_monotime() /* short hand-off lease: extend now */
-                               : g.sent_ns + eff * CERB_NS_PER_MS / 3;
+    if (g.ttl_ms > 0 && g.ttl_ms < h->lk.lease_ms) {
+        /* A short hand-off lease: extend it to the full lease at once. */
+        h->next_renew_ns = cerb_monotime();
+        h->renew_once = true;
+    } else if (h->next_renew_ns == 0) {
+        h->next_renew_ns = g.sent_ns + eff * CERB_NS_PER_MS / 3;
+    }
     return CERB_OK;
 }
 

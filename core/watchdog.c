@@ -99,6 +99,7 @@ static void apply_result(struct cerb_hold *h, cerb_status st, const cerb_grant *
         h->valid_until_ns = until;
         h->renew_failures = 0;
         h->next_renew_ns = (g->sent_ns ? g->sent_ns : now) + period_ns(h);
+        h->renew_once = false;
         atomic_store(&h->state, CERB_LOCK_VALID);
         return;
     }
@@ -143,13 +144,14 @@ static void cycle(struct cerb_watchdog *wd)
             continue;
         }
         /* Renew a little early so neighbours share a batch. */
-        if (h->renew && h->next_renew_ns <= now + period_ns(h) / 20) {
+        bool renews = h->renew || h->renew_once;
+        if (renews && h->next_renew_ns <= now + period_ns(h) / 20) {
             h->wd_busy = true;
             wd->items[nrenew].lk = &h->lk;
             nrenew++;
             continue;
         }
-        if (h->renew && h->next_renew_ns < next)
+        if (renews && h->next_renew_ns < next)
             next = h->next_renew_ns;
         if (h->valid_until_ns < next)
             next = h->valid_until_ns;
@@ -268,7 +270,7 @@ void cerb__watchdog_add(cerb_client *c, struct cerb_hold *h)
     h->wd_linked = true;
     /* Wake the thread only if this hold needs it before its planned wake:
      * no syscall on the common path. */
-    int64_t due = h->renew ? h->next_renew_ns : h->valid_until_ns;
+    int64_t due = h->renew || h->renew_once ? h->next_renew_ns : h->valid_until_ns;
     if (h->valid_until_ns < due)
         due = h->valid_until_ns;
     if (wd->next_wake_ns == 0 || due < wd->next_wake_ns)

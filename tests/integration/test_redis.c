@@ -419,6 +419,74 @@ static void test_no_renew_expires(void **state)
     cerb_client_close(c2);
 }
 
+/* ---- a fair hand-off without renewal still gets its full lease ---- */
+
+struct handed {
+    cerb_lock *l;
+    const char *name;
+    cerb_status st, unlock_st;
+    enum cerb_lock_state later;
+    long long pttl_later;
+    atomic_bool waiting;
+};
+
+static bool never(void *ud) { (void)ud; return false; }
+
+static void *handed_main(void *arg)
+{
+    struct handed *h = arg;
+    atomic_store(&h->waiting, true);
+    h->st = cerb_lock_trylock_for(h->l, 5000);
+    if (h->st == CERB_OK) {
+        /* Past the engine's 2 s hand-off lease. */
+        wait_until(never, NULL, 2500);
+        h->later = cerb_lock_state(h->l);
+        h->pttl_later = raw_int("PTTL %s", h->name);
+        h->unlock_st = cerb_lock_unlock(h->l);
+    }
+    return NULL;
+}
+
+static bool is_waiting(void *ud) { return atomic_load(&((struct handed *)ud)->waiting); }
+
+static void test_handoff_without_renewal_gets_full_lease(void **state)
+{
+    (void)state;
+    cerb_client *c1 = open_client(NULL, NULL), *c2 = open_client(NULL, NULL);
+    char *name = test_name("handoff-norenew");
+    cerb_lock_opts o = {6000, 0, 1};
+    cerb_lock *a = NULL, *b = NULL;
+    assert_int_equal(cerb_lock_new(c1, name, &o, &a), CERB_OK);
+    assert_int_equal(cerb_lock_new(c2, name, &o, &b), CERB_OK);
+    assert_int_equal(cerb_lock_lock(a), CERB_OK);
+    struct handed h = {.l = b, .name = name};
+    pthread_t t;
+    pthread_create(&t, NULL, handed_main, &h);
+    assert_wait_until(is_waiting, &h, 2000);
+    wait_until(never, NULL, 100); /* let it queue on the server */
+    assert_int_equal(cerb_lock_unlock(a), CERB_OK);
+    pthread_join(t, NULL);
+    assert_int_equal(h.st, CERB_OK);
+    assert_int_equal(h.later, CERB_LOCK_VALID);
+    assert_true(h.pttl_later > 2000); /* extended beyond the hand-off lease */
+    assert_int_equal(h.unlock_st, CERB_OK);
+    cerb_lock_free(a);
+    cerb_lock_free(b);
+    free(name);
+    cerb_client_close(c1);
+    cerb_client_close(c2);
+}
+
+static void test_reserved_name(void **state)
+{
+    (void)state;
+    cerb_client *c = open_client(NULL, NULL);
+    cerb_lock *l = NULL;
+    assert_int_equal(cerb_lock_new(c, "__cerberus_probe__:x", NULL, &l), CERB_EINVAL);
+    assert_non_null(strstr(cerb_last_error(), "reserved"));
+    cerb_client_close(c);
+}
+
 /* ---- bad input, unreachable server ---- */
 
 static void test_bad_names(void **state)
@@ -516,6 +584,8 @@ int main(void)
         cmocka_unit_test(test_lost_when_key_deleted),
         cmocka_unit_test(test_lost_when_key_stolen),
         cmocka_unit_test(test_no_renew_expires),
+        cmocka_unit_test(test_handoff_without_renewal_gets_full_lease),
+        cmocka_unit_test(test_reserved_name),
         cmocka_unit_test(test_bad_names),
         cmocka_unit_test(test_unreachable_server),
         cmocka_unit_test(test_bad_config),

@@ -1,0 +1,468 @@
+/*
+ * redis_conn.c — connections of the Redis engine: set-up, the command pool,
+ * blocking connections for waiters, and the pipelined exchange every request
+ * goes through.
+ *
+ * Set-up. hiredis 0.14's redisConnectWithTimeout bounds only the connect;
+ * without redisSetTimeout afterwards a command can block forever, so every
+ * connection gets its socket timeout right after connecting (the operation
+ * timeout). A waiter never reads a BLPOP reply before poll() says it has
+ * arrived, so blocking connections get the operation timeout too. AUTH and
+ * SELECT go out together in one round trip.
+ *
+ * The pool. A fixed array of `redis.pool` slots, connected lazily, and a
+ * stack of free slot indexes under a mutex: the most recently returned
+ * (warm) connection is reused first, an unconnected slot last, and a caller
+ * waits on a monotonic condition variable at most until its deadline. A
+ * connection that failed is freed when it comes back and its slot
+ * reconnects on next use: hiredis kills a context after a timeout, and the
+ * core settles ambiguities only on a connection whose last request did not
+ * time out (engine.h, check_owner). A connection idle for a while is first
+ * checked with a zero-timeout poll(): a healthy idle connection has nothing
+ * to read, so anything there is the server's close (a restart, its idle
+ * `timeout`), and the slot reconnects instead of failing one request with a
+ * false "outcome unknown".
+ *
+ * The exchange. Requests are formatted by hiredis into the connection's own
+ * buffer and written by send() with MSG_NOSIGNAL, not by hiredis' write():
+ * a dead peer must not raise SIGPIPE in the host process, and writing
+ * ourselves tells exactly whether a failure came before the request left
+ * (outcome NO) or after (UNKNOWN). The replies are then read with
+ * redisGetReply, which finds nothing to write and only reads.
+ */
+#include "internal_posix.h"
+
+#include "redis_conn.h"
+
+#include <errno.h>
+#include <poll.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/time.h>
+
+#include "alloc.h"
+#include "clock.h"
+#include "error.h"
+#include "log.h"
+
+static struct timeval ms_to_tv(int64_t ms)
+{
+    struct timeval tv;
+    if (ms < 1)
+        ms = 1;
+    tv.tv_sec = (time_t)(ms / 1000);
+    tv.tv_usec = (suseconds_t)((ms % 1000) * 1000);
+    return tv;
+}
+
+cerb_status cerb__redis_append(struct redis_conn *c, int argc, const char **argv,
+                               const size_t *argvlen)
+{
+    char *cmd = NULL;
+    int len = redisFormatCommandArgv(&cmd, argc, argv, argvlen);
+
+    if (len < 0 || !cmd)
+        return cerb__error_set(CERB_ENOMEM, "redis: cannot format a request");
+    if (c->out_len + (size_t)len > c->out_cap) {
+        size_t cap = c->out_cap ? c->out_cap : 512;
+        while (cap < c->out_len + (size_t)len)
+            cap *= 2;
+        char *p = cerb__realloc(c->out, cap);
+        if (!p) {
+            redisFreeCommand(cmd);
+            return cerb__error_set(CERB_ENOMEM, "redis: out of memory for a request");
+        }
+        c->out = p;
+        c->out_cap = cap;
+    }
+    memcpy(c->out + c->out_len, cmd, (size_t)len);
+    c->out_len += (size_t)len;
+    c->pending++;
+    redisFreeCommand(cmd);
+    return CERB_OK;
+}
+
+cerb_status cerb__redis_send(cerb_engine *e, struct redis_conn *c, const char *what,
+                             cerb_outcome *outcome)
+{
+    size_t n = c->pending;
+    const char *p = c->out;
+    size_t left = c->out_len;
+    size_t written = 0;
+
+    c->out_len = 0;
+    c->pending = 0;
+    if (outcome)
+        *outcome = CERB_OUTCOME_NO;
+    REDIS_COUNT(e, round_trips);
+    if (!c->ctx || c->broken) {
+        c->broken = true;
+        struct redis_failure f = {.phase = REDIS_PHASE_SEND, .sys_errno = ENOTCONN};
+        return cerb__redis_fail(e->where, what, &f, outcome);
+    }
+    while (left > 0) {
+        ssize_t k = send(c->ctx->fd, p, left, MSG_NOSIGNAL);
+        if (k < 0) {
+            if (errno == EINTR)
+                continue;
+            c->broken = true;
+            struct redis_failure f = {.phase = REDIS_PHASE_SEND,
+                                      .sys_errno = errno,
+                                      .timeout_ms = c->timeout_ms};
+            cerb_status st = cerb__redis_fail(e->where, what, &f, outcome);
+            /* Redis runs only whole commands, but in a pipeline the ones
+             * before the cut may have been whole. */
+            if (outcome && n > 1 && written > 0)
+                *outcome = CERB_OUTCOME_UNKNOWN;
+            return st;
+        }
+        p += k;
+        left -= (size_t)k;
+        written += (size_t)k;
+    }
+    return CERB_OK;
+}
+
+cerb_status cerb__redis_recv(cerb_engine *e, struct redis_conn *c, const char *what,
+                             redisReply **r, cerb_outcome *outcome)
+{
+    void *rep = NULL;
+
+    *r = NULL;
+    if (redisGetReply(c->ctx, &rep) != REDIS_OK || !rep) {
+        c->broken = true;
+        struct redis_failure f = {.phase = REDIS_PHASE_REPLY,
+                                  .err = c->ctx->err ? c->ctx->err : REDIS_ERR_IO,
+                                  .errstr = c->ctx->errstr,
+                                  .timeout_ms = c->timeout_ms};
+        return cerb__redis_fail(e->where, what, &f, outcome);
+    }
+    *r = rep;
+    return CERB_OK;
+}
+
+cerb_status cerb__redis_exchange(cerb_engine *e, struct redis_conn *c, const char *what,
+                                 redisReply **r, size_t *n_read, cerb_outcome *outcome)
+{
+    size_t n = c->pending;
+    cerb_status st;
+
+    *n_read = 0;
+    for (size_t i = 0; i < n; i++)
+        r[i] = NULL;
+    st = cerb__redis_send(e, c, what, outcome);
+    for (size_t i = 0; st == CERB_OK && i < n; i++) {
+        st = cerb__redis_recv(e, c, what, &r[i], outcome);
+        if (st == CERB_OK)
+            (*n_read)++;
+    }
+    return st;
+}
+
+static void free_replies(redisReply **r, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        if (r[i])
+            freeReplyObject(r[i]);
+}
+
+/* Check one set-up reply: anything but an error is fine. */
+static cerb_status setup_reply(cerb_engine *e, const char *what, const redisReply *r)
+{
+    if (r->type != REDIS_REPLY_ERROR)
+        return CERB_OK;
+    struct redis_failure f = {.phase = REDIS_PHASE_CONNECT, .reply = r};
+    return cerb__redis_fail(e->where, what, &f, NULL);
+}
+
+/* Connect c (whose ctx is NULL) and run the set-up commands. */
+static cerb_status conn_connect(cerb_engine *e, struct redis_conn *c, int64_t connect_ms,
+                                int64_t timeout_ms)
+{
+    const struct cerb_redis_config *rc = e->rc;
+    redisContext *ctx = redisConnectWithTimeout(rc->host, rc->port, ms_to_tv(connect_ms));
+    cerb_status st;
+
+    REDIS_COUNT(e, connects);
+    if (!ctx)
+        return cerb__error_set(CERB_ENOMEM, "redis %s: cannot allocate a connection", e->where);
+    if (ctx->err) {
+        struct redis_failure f = {.phase = REDIS_PHASE_CONNECT,
+                                  .err = ctx->err,
+                                  .errstr = ctx->errstr,
+                                  .timeout_ms = connect_ms};
+        st = cerb__redis_fail(e->where, "connect", &f, NULL);
+        redisFree(ctx);
+        return st;
+    }
+    if (redisSetTimeout(ctx, ms_to_tv(timeout_ms)) != REDIS_OK) {
+        struct redis_failure f = {.phase = REDIS_PHASE_CONNECT,
+                                  .err = ctx->err ? ctx->err : REDIS_ERR_IO,
+                                  .errstr = ctx->errstr};
+        st = cerb__redis_fail(e->where, "set socket timeout", &f, NULL);
+        redisFree(ctx);
+        return st;
+    }
+    c->ctx = ctx;
+    c->broken = false;
+    c->timeout_ms = timeout_ms;
+    c->out_len = 0;
+    c->pending = 0;
+
+    /* AUTH (ACL form when a user is set) and SELECT, one round trip. */
+    const char *argv[3];
+    size_t argl[3];
+    const char *names[2];
+    int n = 0;
+    char db[16];
+    st = CERB_OK;
+    if (rc->user && rc->user[0]) {
+        argv[0] = "AUTH", argv[1] = rc->user, argv[2] = rc->password ? rc->password : "";
+        for (int i = 0; i < 3; i++)
+            argl[i] = strlen(argv[i]);
+        st = cerb__redis_append(c, 3, argv, argl);
+        names[n++] = "AUTH";
+    } else if (rc->password && rc->password[0]) {
+        argv[0] = "AUTH", argv[1] = rc->password;
+        for (int i = 0; i < 2; i++)
+            argl[i] = strlen(argv[i]);
+        st = cerb__redis_append(c, 2, argv, argl);
+        names[n++] = "AUTH";
+    }
+    if (st == CERB_OK && rc->db != 0) {
+        snprintf(db, sizeof db, "%d", rc->db);
+        argv[0] = "SELECT", argv[1] = db;
+        for (int i = 0; i < 2; i++)
+            argl[i] = strlen(argv[i]);
+        st = cerb__redis_append(c, 2, argv, argl);
+        names[n++] = "SELECT";
+    }
+    if (st == CERB_OK && n > 0) {
+        redisReply *r[2];
+        size_t got;
+        st = cerb__redis_exchange(e, c, names[0], r, &got, NULL);
+        for (size_t i = 0; st == CERB_OK && i < got; i++)
+            st = setup_reply(e, names[i], r[i]);
+        free_replies(r, got);
+    }
+    if (st != CERB_OK) {
+        redisFree(c->ctx);
+        c->ctx = NULL;
+        c->broken = false;
+        c->out_len = 0;
+        c->pending = 0;
+    }
+    return st;
+}
+
+cerb_status cerb__redis_conn_open(cerb_engine *e, int64_t connect_ms, int64_t timeout_ms,
+                                  struct redis_conn **out)
+{
+    struct redis_conn *c = cerb__calloc(1, sizeof *c);
+
+    *out = NULL;
+    if (!c)
+        return cerb__error_set(CERB_ENOMEM, "redis: out of memory for a connection");
+    c->slot = -1;
+    cerb_status st = conn_connect(e, c, connect_ms, timeout_ms);
+    if (st != CERB_OK) {
+        cerb__redis_conn_free(c);
+        return st;
+    }
+    *out = c;
+    return CERB_OK;
+}
+
+void cerb__redis_conn_free(struct redis_conn *c)
+{
+    if (!c)
+        return;
+    if (c->ctx)
+        redisFree(c->ctx);
+    cerb__free(c->out);
+    cerb__free(c);
+}
+
+cerb_status cerb__redis_conn_set_timeout(cerb_engine *e, struct redis_conn *c,
+                                         int64_t timeout_ms)
+{
+    if (c->timeout_ms == timeout_ms)
+        return CERB_OK;
+    if (redisSetTimeout(c->ctx, ms_to_tv(timeout_ms)) != REDIS_OK) {
+        c->broken = true;
+        struct redis_failure f = {.phase = REDIS_PHASE_SEND, .sys_errno = errno};
+        return cerb__redis_fail(e->where, "set socket timeout", &f, NULL);
+    }
+    c->timeout_ms = timeout_ms;
+    return CERB_OK;
+}
+
+/* ---- the command pool ---- */
+
+cerb_status cerb__redis_pool_init(cerb_engine *e)
+{
+    struct redis_pool *p = &e->pool;
+    int n = e->rc->pool > 0 ? e->rc->pool : 1;
+
+    p->size = n;
+    p->slots = cerb__calloc((size_t)n, sizeof *p->slots);
+    p->free_slots = cerb__calloc((size_t)n, sizeof *p->free_slots);
+    p->max_idle = n;
+    p->idle = cerb__calloc((size_t)n, sizeof *p->idle);
+    if (!p->slots || !p->free_slots || !p->idle) {
+        cerb__free(p->slots);
+        cerb__free(p->free_slots);
+        cerb__free(p->idle);
+        memset(p, 0, sizeof *p);
+        return cerb__error_set(CERB_ENOMEM, "redis: out of memory for the pool");
+    }
+    /* Slot 0 on top of the stack: open() connects it first. */
+    for (int i = 0; i < n; i++) {
+        p->slots[i].slot = i;
+        p->free_slots[i] = n - 1 - i;
+    }
+    p->n_free = n;
+    cerb__mutex_init(&p->mu);
+    cerb__cond_init(&p->cond);
+    return CERB_OK;
+}
+
+void cerb__redis_pool_destroy(cerb_engine *e)
+{
+    struct redis_pool *p = &e->pool;
+
+    if (!p->slots)
+        return;
+    for (int i = 0; i < p->size; i++) {
+        if (p->slots[i].ctx)
+            redisFree(p->slots[i].ctx);
+        cerb__free(p->slots[i].out);
+    }
+    for (int i = 0; i < p->n_idle; i++)
+        cerb__redis_conn_free(p->idle[i]);
+    cerb__free(p->slots);
+    cerb__free(p->free_slots);
+    cerb__free(p->idle);
+    cerb__cond_destroy(&p->cond);
+    cerb__mutex_destroy(&p->mu);
+    memset(p, 0, sizeof *p);
+}
+
+/* Idle longer than this, a connection is checked before use. */
+#define IDLE_CHECK_NS (1000 * CERB_NS_PER_MS)
+
+/* Did the server close (or write to) this idle connection? */
+static bool idle_conn_dead(struct redis_conn *c)
+{
+    if (!c->ctx || cerb_monotime() - c->idle_since < IDLE_CHECK_NS)
+        return false;
+    struct pollfd pfd = {.fd = c->ctx->fd, .events = POLLIN};
+    return poll(&pfd, 1, 0) != 0;
+}
+
+cerb_status cerb__redis_get(cerb_engine *e, int64_t deadline_ns, struct redis_conn **out)
+{
+    struct redis_pool *p = &e->pool;
+    int idx;
+
+    *out = NULL;
+    cerb__mutex_lock(&p->mu);
+    while (p->n_free == 0) {
+        if (cerb__cond_wait_until(&p->cond, &p->mu, deadline_ns) && p->n_free == 0) {
+            cerb__mutex_unlock(&p->mu);
+            return cerb__error_set(CERB_EIO,
+                                   "redis %s: all %d connections stayed busy for %lld ms",
+                                   e->where, p->size, (long long)e->rc->op_timeout_ms);
+        }
+    }
+    idx = p->free_slots[--p->n_free];
+    cerb__mutex_unlock(&p->mu);
+
+    struct redis_conn *c = &p->slots[idx];
+    if (idle_conn_dead(c)) {
+        redisFree(c->ctx);
+        c->ctx = NULL;
+    }
+    if (!c->ctx) {
+        cerb_status st = conn_connect(e, c, e->rc->connect_timeout_ms, e->rc->op_timeout_ms);
+        if (st != CERB_OK) {
+            cerb__redis_put(e, c);
+            return st;
+        }
+    }
+    *out = c;
+    return CERB_OK;
+}
+
+void cerb__redis_put(cerb_engine *e, struct redis_conn *c)
+{
+    struct redis_pool *p = &e->pool;
+
+    if (!c)
+        return;
+    if (c->ctx && (c->broken || c->ctx->err)) {
+        redisFree(c->ctx);
+        c->ctx = NULL;
+    }
+    c->broken = false;
+    c->out_len = 0;
+    c->pending = 0;
+    c->idle_since = cerb_monotime();
+    cerb__mutex_lock(&p->mu);
+    if (c->ctx) {
+        p->free_slots[p->n_free++] = c->slot;
+    } else {
+        /* Unconnected: to the bottom, so warm connections go first. */
+        memmove(p->free_slots + 1, p->free_slots, (size_t)p->n_free * sizeof *p->free_slots);
+        p->free_slots[0] = c->slot;
+        p->n_free++;
+    }
+    cerb__cond_signal(&p->cond);
+    cerb__mutex_unlock(&p->mu);
+}
+
+/* ---- blocking connections ---- */
+
+cerb_status cerb__redis_block_get(cerb_engine *e, struct redis_conn **out)
+{
+    struct redis_pool *p = &e->pool;
+
+    for (;;) {
+        struct redis_conn *c = NULL;
+        cerb__mutex_lock(&p->mu);
+        if (p->n_idle > 0)
+            c = p->idle[--p->n_idle];
+        cerb__mutex_unlock(&p->mu);
+        if (!c)
+            break;
+        if (!idle_conn_dead(c)) {
+            *out = c;
+            return CERB_OK;
+        }
+        cerb__redis_conn_free(c);
+    }
+    /* The socket timeout bounds replies already under way: the waiter
+     * polls the socket with its own timeouts before it reads. */
+    return cerb__redis_conn_open(e, e->rc->connect_timeout_ms, e->rc->op_timeout_ms, out);
+}
+
+void cerb__redis_block_put(cerb_engine *e, struct redis_conn *c)
+{
+    struct redis_pool *p = &e->pool;
+
+    if (!c)
+        return;
+    if (!c->broken && c->ctx && !c->ctx->err) {
+        c->out_len = 0;
+        c->pending = 0;
+        c->idle_since = cerb_monotime();
+        cerb__mutex_lock(&p->mu);
+        if (p->n_idle < p->max_idle) {
+            p->idle[p->n_idle++] = c;
+            c = NULL;
+        }
+        cerb__mutex_unlock(&p->mu);
+    }
+    cerb__redis_conn_free(c);
+}

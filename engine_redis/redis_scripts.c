@@ -1,0 +1,783 @@
+/*
+ * redis_scripts.c — the Lua scripts of the Redis engine and the operations
+ * that are one script run: renew, release, check_owner, renew_batch, probe.
+ *
+ * Every decision about a lock is taken inside one script, atomically on the
+ * server, and every script compares the owner token before it changes K:
+ * a release or renewal by a client that no longer holds the lock is a
+ * no-op that answers "not owner". Scripts read the time with TIME, never a
+ * client's clock (Redis >= 5 replicates scripts by effects, so TIME in a
+ * writing script is allowed; BLPOP's fractional timeout needs Redis >= 6).
+ *
+ * acquire(K F Q D W; token lease wait fair)
+ *   K free, no queue  -> SET K PX lease, INCR F: granted, the fence. This
+ *                        uncontended path comes first in the script and
+ *                        touches nothing else (measured on Redis 7.0: the
+ *                        helper closures and a table reply cost more than
+ *                        the commands). Without a queue our wake list can
+ *                        hold at most a stale "w", which expires unread.
+ *   K == token        -> ours already (a retried request, or handed to us
+ *                        and not yet noticed): extend, leave the queue,
+ *                        granted. This makes acquire idempotent per token.
+ *   K free, a queue   -> drop waiters at the head of Q whose deadline has
+ *                        passed. Fair and a live head other than us: hand
+ *                        the lock to the head and go on as "busy" (no
+ *                        barging past the queue). Otherwise take it and
+ *                        leave the queue.
+ *   busy, wait > 0    -> join Q once (HSET D returns 1 only for a new
+ *                        waiter) and refresh our deadline in D to now +
+ *                        min(wait, alive); answer the holder's PTTL and
+ *                        whether we are the live head.
+ * release(K F Q D W; token fair leave)
+ *   leave             -> first take token out of Q/D and drop its wake list.
+ *   K ~= token        -> 0, not owner.
+ *   no live waiter    -> DEL K, 1.
+ *   fair              -> hand-off: K = head's token PX min(head lease, cap),
+ *                        INCR F, push "f<fence>" to the head's wake list, 2.
+ *   not fair          -> DEL K, push "w" to the head's wake list (once), 3.
+ * renew(K F; token lease) -> -1, or PEXPIRE K and the fence.
+ * check(K F; token)       -> {-1, 0}, or {fence, PTTL K}.
+ *
+ * The hand-off gives the new owner a short lease (cap), which its core
+ * extends at once: a waiter that died just after its last re-check then
+ * blocks the lock for `cap`, not for a whole lease. Q and D change only
+ * together (a token is in Q iff it is in D) and get the same expiry, later
+ * than any live deadline; wake lists expire by themselves.
+ *
+ * SHAs come from the server (SCRIPT LOAD at open), and a NOSCRIPT answer
+ * (SCRIPT FLUSH, a restarted server) loads the script on that connection and
+ * retries once: a NOSCRIPT request never ran, so the retry is safe.
+ */
+#include "internal_posix.h"
+
+#include "redis_scripts.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#include "alloc.h"
+#include "clock.h"
+#include "error.h"
+#include "log.h"
+
+/* ---- the scripts ---- */
+
+#define STR_(x) #x
+#define STR(x) STR_(x)
+
+/* Helpers of the queue paths. They come after the uncontended path in each
+ * script, so that path does not pay for creating their closures. */
+#define LUA_HELPERS                                                              \
+    "local F, Q, D, W = KEYS[2], KEYS[3], KEYS[4], KEYS[5]\n"                    \
+    "local CAP, WTTL = " STR(REDIS_HANDOFF_TTL_MS) ", " STR(REDIS_WAKE_TTL_MS) "\n" \
+    "local function now_ms()\n"                                                  \
+    "  local t = redis.call('TIME')\n"                                           \
+    "  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)\n"       \
+    "end\n"                                                                      \
+    "local function live_head(now)\n"                                            \
+    "  while true do\n"                                                          \
+    "    local h = redis.call('LINDEX', Q, 0)\n"                                 \
+    "    if not h then return nil end\n"                                         \
+    "    local v = redis.call('HGET', D, h)\n"                                   \
+    "    if v then\n"                                                            \
+    "      local dl, ls = string.match(v, '^(%d+) (%d+)$')\n"                    \
+    "      if dl and tonumber(dl) >= now then return h, tonumber(ls) end\n"      \
+    "      redis.call('HDEL', D, h)\n"                                           \
+    "    end\n"                                                                  \
+    "    redis.call('LPOP', Q)\n"                                                \
+    "  end\n"                                                                    \
+    "end\n"                                                                      \
+    "local function wake_key(h) return string.sub(W, 1, #W - #tok) .. h end\n"   \
+    "local function hand_to(h, hl)\n"                                            \
+    "  redis.call('LPOP', Q)\n"                                                  \
+    "  redis.call('HDEL', D, h)\n"                                               \
+    "  redis.call('SET', K, h, 'PX', math.min(hl, CAP))\n"                       \
+    "  local fence = redis.call('INCR', F)\n"                                    \
+    "  local w = wake_key(h)\n"                                                  \
+    "  redis.call('DEL', w)\n"                                                   \
+    "  redis.call('RPUSH', w, string.format('f%d', fence))\n"                    \
+    "  redis.call('PEXPIRE', w, WTTL)\n"                                         \
+    "end\n"                                                                      \
+    "local function leave_queue()\n"                                             \
+    "  if redis.call('HDEL', D, tok) == 1 then redis.call('LREM', Q, 1, tok) end\n" \
+    "end\n"
+
+/* KEYS K F Q D W, ARGV token lease wait fair. A grant answers its fence (an
+ * integer); "busy" answers {0, PTTL, head, handed}. */
+static const char lua_acquire[] =
+    "local K, tok = KEYS[1], ARGV[1]\n"
+    "local cur = redis.call('GET', K)\n"
+    "if not cur and redis.call('EXISTS', KEYS[3]) == 0 then\n"
+    "  redis.call('SET', K, tok, 'PX', ARGV[2])\n"
+    "  return redis.call('INCR', KEYS[2])\n"
+    "end\n"
+    LUA_HELPERS
+    "local lease, wait, fair = tonumber(ARGV[2]), tonumber(ARGV[3]), ARGV[4] == '1'\n"
+    "local ALIVE = " STR(REDIS_ALIVE_MS) "\n"
+    "if cur == tok then\n"
+    "  redis.call('PEXPIRE', K, lease)\n"
+    "  leave_queue()\n"
+    "  redis.call('DEL', W)\n"
+    "  return tonumber(redis.call('GET', F) or '0')\n"
+    "end\n"
+    "local now, handed = nil, 0\n"
+    "if not cur then\n"
+    "  now = now_ms()\n"
+    "  local h, hl = live_head(now)\n"
+    "  if fair and h and h ~= tok then\n"
+    "    hand_to(h, hl)\n"
+    "    handed = 1\n"
+    "  else\n"
+    "    redis.call('SET', K, tok, 'PX', lease)\n"
+    "    local fence = redis.call('INCR', F)\n"
+    "    leave_queue()\n"
+    "    redis.call('DEL', W)\n"
+    "    return fence\n"
+    "  end\n"
+    "end\n"
+    "local head = 0\n"
+    "if wait > 0 then\n"
+    "  now = now or now_ms()\n"
+    "  local v = string.format('%d %d', now + math.min(wait, ALIVE), lease)\n"
+    "  if redis.call('HSET', D, tok, v) == 1 then redis.call('RPUSH', Q, tok) end\n"
+    "  redis.call('PEXPIRE', Q, ALIVE + WTTL)\n"
+    "  redis.call('PEXPIRE', D, ALIVE + WTTL)\n"
+    "  if live_head(now) == tok then head = 1 end\n"
+    "end\n"
+    "return {0, redis.call('PTTL', K), head, handed}\n";
+
+/* KEYS K F Q D W, ARGV token fair leave. Answers a REDIS_REL_* code. */
+static const char lua_release[] =
+    "local K, tok = KEYS[1], ARGV[1]\n"
+    "if ARGV[3] ~= '1' then\n"
+    "  if redis.call('GET', K) ~= tok then return 0 end\n"
+    "  if redis.call('EXISTS', KEYS[3]) == 0 then\n"
+    "    redis.call('DEL', K)\n"
+    "    return 1\n"
+    "  end\n"
+    "end\n"
+    LUA_HELPERS
+    "if ARGV[3] == '1' then\n"
+    "  leave_queue()\n"
+    "  redis.call('DEL', W)\n"
+    "  if redis.call('GET', K) ~= tok then return 0 end\n"
+    "end\n"
+    "local h, hl = live_head(now_ms())\n"
+    "if not h then\n"
+    "  redis.call('DEL', K)\n"
+    "  return 1\n"
+    "end\n"
+    "if ARGV[2] == '1' then\n"
+    "  hand_to(h, hl)\n"
+    "  return 2\n"
+    "end\n"
+    "redis.call('DEL', K)\n"
+    "local w = wake_key(h)\n"
+    "if redis.call('LLEN', w) == 0 then\n"
+    "  redis.call('RPUSH', w, 'w')\n"
+    "  redis.call('PEXPIRE', w, WTTL)\n"
+    "end\n"
+    "return 3\n";
+
+static const char lua_renew[] =
+    "if redis.call('GET', KEYS[1]) ~= ARGV[1] then return -1 end\n"
+    "redis.call('PEXPIRE', KEYS[1], ARGV[2])\n"
+    "return tonumber(redis.call('GET', KEYS[2]) or '0')\n";
+
+static const char lua_check[] =
+    "if redis.call('GET', KEYS[1]) ~= ARGV[1] then return {-1, 0} end\n"
+    "return {tonumber(redis.call('GET', KEYS[2]) or '0'), redis.call('PTTL', KEYS[1])}\n";
+
+static const struct {
+    const char *name;
+    const char *text;
+    size_t len;
+} scripts[REDIS_SCRIPT_COUNT] = {
+    [REDIS_SCRIPT_ACQUIRE] = {"acquire", lua_acquire, sizeof lua_acquire - 1},
+    [REDIS_SCRIPT_RELEASE] = {"release", lua_release, sizeof lua_release - 1},
+    [REDIS_SCRIPT_RENEW] = {"renew", lua_renew, sizeof lua_renew - 1},
+    [REDIS_SCRIPT_CHECK] = {"check", lua_check, sizeof lua_check - 1},
+};
+
+/* ---- key names ---- */
+
+cerb_status cerb__redis_keys_init(struct redis_keys *ks, const char *prefix,
+                                  const char *name, const char *token)
+{
+    static const char *const suffix[REDIS_NKEYS] = {"", "}:fence", "}:q", "}:d", "}:w:"};
+    size_t pl = prefix ? strlen(prefix) : 0;
+    size_t kl = pl + strlen(name);
+    size_t tl = strlen(token);
+    size_t need = 0;
+    char *p;
+
+    for (int i = 0; i < REDIS_NKEYS; i++)
+        need += kl + (i ? 1 + strlen(suffix[i]) : 0) + 1;
+    need += tl;
+    ks->heap = NULL;
+    p = ks->buf;
+    if (need > sizeof ks->buf) {
+        p = ks->heap = cerb__malloc(need);
+        if (!p)
+            return cerb__error_set(CERB_ENOMEM, "redis: out of memory for key names");
+    }
+    for (int i = 0; i < REDIS_NKEYS; i++) {
+        char *start = p;
+        if (i)
+            *p++ = '{';
+        memcpy(p, prefix, pl);
+        p += pl;
+        memcpy(p, name, kl - pl);
+        p += kl - pl;
+        size_t sl = strlen(suffix[i]);
+        memcpy(p, suffix[i], sl);
+        p += sl;
+        if (i == REDIS_W) {
+            memcpy(p, token, tl);
+            p += tl;
+        }
+        ks->len[i] = (size_t)(p - start);
+        *p++ = '\0';
+        ks->k[i] = start;
+    }
+    return CERB_OK;
+}
+
+void cerb__redis_keys_free(struct redis_keys *ks)
+{
+    cerb__free(ks->heap);
+    ks->heap = NULL;
+}
+
+/* ---- running scripts ---- */
+
+static cerb_status append_eval(struct redis_conn *c, const char *sha, int nkeys,
+                               const struct redis_keys *ks, int nargs, const char *const *args)
+{
+    const char *argv[3 + REDIS_NKEYS + 8];
+    size_t argl[3 + REDIS_NKEYS + 8];
+    char nk[8];
+    int n = 0;
+
+    snprintf(nk, sizeof nk, "%d", nkeys);
+    argv[n] = "EVALSHA", argl[n++] = 7;
+    argv[n] = sha, argl[n++] = 40;
+    argv[n] = nk, argl[n++] = strlen(nk);
+    for (int i = 0; i < nkeys; i++)
+        argv[n] = ks->k[i], argl[n++] = ks->len[i];
+    for (int i = 0; i < nargs; i++)
+        argv[n] = args[i], argl[n++] = strlen(args[i]);
+    return cerb__redis_append(c, n, argv, argl);
+}
+
+static cerb_status append_load(struct redis_conn *c, enum redis_script id)
+{
+    const char *argv[3] = {"SCRIPT", "LOAD", scripts[id].text};
+    size_t argl[3] = {6, 4, scripts[id].len};
+    return cerb__redis_append(c, 3, argv, argl);
+}
+
+/* Check a SCRIPT LOAD reply; at open (`store`) remember the SHA. */
+static cerb_status take_sha(cerb_engine *e, enum redis_script id, const redisReply *r,
+                            bool store)
+{
+    if (r->type != REDIS_REPLY_STRING || r->len != 40) {
+        struct redis_failure f = {.phase = REDIS_PHASE_REPLY, .reply = r};
+        cerb_status st = cerb__redis_fail(e->where, "SCRIPT LOAD", &f, NULL);
+        cerb__error_prefix("%s script", scripts[id].name);
+        return st;
+    }
+    if (store) {
+        memcpy(e->sha[id], r->str, 40);
+        e->sha[id][40] = '\0';
+    } else if (memcmp(e->sha[id], r->str, 40) != 0) {
+        return cerb__error_set(CERB_EPROTO, "redis %s: %s script reloaded under another SHA",
+                               e->where, scripts[id].name);
+    }
+    return CERB_OK;
+}
+
+cerb_status cerb__redis_scripts_load(cerb_engine *e, struct redis_conn *c)
+{
+    redisReply *r[REDIS_SCRIPT_COUNT];
+    size_t got = 0;
+    cerb_status st = CERB_OK;
+
+    for (int i = 0; i < REDIS_SCRIPT_COUNT && st == CERB_OK; i++)
+        st = append_load(c, (enum redis_script)i);
+    if (st == CERB_OK)
+        st = cerb__redis_exchange(e, c, "SCRIPT LOAD", r, &got, NULL);
+    for (size_t i = 0; st == CERB_OK && i < got; i++)
+        st = take_sha(e, (enum redis_script)i, r[i], true);
+    for (size_t i = 0; i < got; i++)
+        freeReplyObject(r[i]);
+    return st;
+}
+
+/* Load one script again after NOSCRIPT. */
+static cerb_status reload(cerb_engine *e, struct redis_conn *c, enum redis_script id)
+{
+    redisReply *r;
+    size_t got;
+    cerb_status st = append_load(c, id);
+
+    if (st == CERB_OK)
+        st = cerb__redis_exchange(e, c, "SCRIPT LOAD", &r, &got, NULL);
+    if (st == CERB_OK) {
+        st = take_sha(e, id, r, false);
+        freeReplyObject(r);
+    }
+    if (st == CERB_OK) {
+        REDIS_COUNT(e, noscript_reloads);
+        CERB_LOG_I("redis %s: %s script reloaded (NOSCRIPT)", e->where, scripts[id].name);
+    }
+    return st;
+}
+
+/*
+ * Run script `id` once on c, reloading it after NOSCRIPT. On success *out is
+ * a reply that is not an error (the caller frees it). *sent_ns: before the
+ * first send (the earliest moment the script can have run).
+ */
+static cerb_status eval(cerb_engine *e, struct redis_conn *c, enum redis_script id, int nkeys,
+                        const struct redis_keys *ks, int nargs, const char *const *args,
+                        int64_t *sent_ns, redisReply **out, cerb_outcome *oc)
+{
+    *out = NULL;
+    *oc = CERB_OUTCOME_NO;
+    for (int attempt = 0;; attempt++) {
+        redisReply *r;
+        size_t got;
+        cerb_status st = append_eval(c, e->sha[id], nkeys, ks, nargs, args);
+        if (st != CERB_OK)
+            return st;
+        if (attempt == 0 && sent_ns)
+            *sent_ns = cerb_monotime();
+        st = cerb__redis_exchange(e, c, scripts[id].name, &r, &got, oc);
+        if (st != CERB_OK)
+            return st;
+        if (attempt == 0 && cerb__redis_is_noscript(r)) {
+            freeReplyObject(r);
+            st = reload(e, c, id);
+            *oc = CERB_OUTCOME_NO;
+            if (st != CERB_OK)
+                return st;
+            continue;
+        }
+        if (r->type == REDIS_REPLY_ERROR) {
+            struct redis_failure f = {.phase = REDIS_PHASE_REPLY, .reply = r};
+            st = cerb__redis_fail(e->where, scripts[id].name, &f, oc);
+            freeReplyObject(r);
+            return st;
+        }
+        *out = r;
+        return CERB_OK;
+    }
+}
+
+static cerb_status bad_reply(cerb_engine *e, enum redis_script id, const redisReply *r,
+                             cerb_outcome *oc)
+{
+    struct redis_failure f = {.phase = REDIS_PHASE_REPLY, .reply = r};
+    return cerb__redis_fail(e->where, scripts[id].name, &f, oc);
+}
+
+static bool all_integers(const redisReply *r, size_t n)
+{
+    if (r->type != REDIS_REPLY_ARRAY || r->elements != n)
+        return false;
+    for (size_t i = 0; i < n; i++)
+        if (r->element[i]->type != REDIS_REPLY_INTEGER)
+            return false;
+    return true;
+}
+
+#define NUM_BUF 24
+
+/* Decimal text of v (hot path: no printf machinery). */
+static void fmt_i64(char *buf, int64_t v)
+{
+    char tmp[NUM_BUF];
+    uint64_t u = v < 0 ? (uint64_t)0 - (uint64_t)v : (uint64_t)v;
+    int n = 0;
+
+    do {
+        tmp[n++] = (char)('0' + u % 10);
+        u /= 10;
+    } while (u);
+    if (v < 0)
+        *buf++ = '-';
+    while (n)
+        *buf++ = tmp[--n];
+    *buf = '\0';
+}
+
+cerb_status cerb__redis_run_acquire(cerb_engine *e, struct redis_conn *c,
+                                    const struct redis_keys *ks, const cerb_engine_lock *lk,
+                                    int64_t wait_ms, struct redis_acquire_result *res,
+                                    int64_t *sent_ns, cerb_outcome *outcome)
+{
+    char lease[NUM_BUF], wait[NUM_BUF];
+    const char *args[4] = {lk->token, lease, wait, lk->fair ? "1" : "0"};
+    redisReply *r;
+
+    /* A wait longer than a few years is "forever" and keeps the text short. */
+    if (wait_ms > INT64_C(100000000000))
+        wait_ms = INT64_C(100000000000);
+    fmt_i64(lease, lk->lease_ms);
+    fmt_i64(wait, wait_ms);
+    memset(res, 0, sizeof *res);
+    REDIS_COUNT(e, acquire_calls);
+    cerb_status st = eval(e, c, REDIS_SCRIPT_ACQUIRE, REDIS_NKEYS, ks, 4, args, sent_ns, &r,
+                          outcome);
+    if (st != CERB_OK)
+        return st;
+    if (r->type == REDIS_REPLY_INTEGER) {
+        res->granted = true;
+        res->fence = (uint64_t)r->integer;
+    } else if (all_integers(r, 4) && r->element[0]->integer == 0) {
+        res->pttl = r->element[1]->integer;
+        res->head = r->element[2]->integer == 1;
+        res->handed = r->element[3]->integer == 1;
+        if (res->handed)
+            REDIS_COUNT(e, handoffs_sent);
+    } else {
+        st = bad_reply(e, REDIS_SCRIPT_ACQUIRE, r, outcome);
+    }
+    freeReplyObject(r);
+    return st;
+}
+
+cerb_status cerb__redis_run_release(cerb_engine *e, struct redis_conn *c,
+                                    const struct redis_keys *ks, const cerb_engine_lock *lk,
+                                    int leave, int *code, cerb_outcome *outcome)
+{
+    const char *args[3] = {lk->token, lk->fair ? "1" : "0", leave ? "1" : "0"};
+    redisReply *r;
+
+    cerb_status st = eval(e, c, REDIS_SCRIPT_RELEASE, REDIS_NKEYS, ks, 3, args, NULL, &r,
+                          outcome);
+    if (st != CERB_OK)
+        return st;
+    if (r->type != REDIS_REPLY_INTEGER || r->integer < 0 || r->integer > 3) {
+        st = bad_reply(e, REDIS_SCRIPT_RELEASE, r, outcome);
+        freeReplyObject(r);
+        return st;
+    }
+    *code = (int)r->integer;
+    freeReplyObject(r);
+    if (*code == REDIS_REL_HANDED)
+        REDIS_COUNT(e, handoffs_sent);
+    else if (*code == REDIS_REL_WOKE)
+        REDIS_COUNT(e, wakes_sent);
+    return CERB_OK;
+}
+
+cerb_status cerb__redis_leave(cerb_engine *e, const struct redis_keys *ks,
+                              const cerb_engine_lock *lk)
+{
+    struct redis_conn *c;
+    cerb_outcome oc;
+    int code;
+    cerb_status st = cerb__redis_get(e, cerb__deadline_in(e->rc->op_timeout_ms), &c);
+
+    if (st != CERB_OK)
+        return st;
+    REDIS_COUNT(e, leaves);
+    st = cerb__redis_run_release(e, c, ks, lk, 1, &code, &oc);
+    cerb__redis_put(e, c);
+    return st;
+}
+
+/* ---- engine operations ---- */
+
+static cerb_status keys_for(cerb_engine *e, const cerb_engine_lock *lk, struct redis_keys *ks)
+{
+    return cerb__redis_keys_init(ks, e->rc->prefix, lk->name, lk->token);
+}
+
+cerb_status cerb__redis_op_release(cerb_engine *e, cerb_engine_lock *lk)
+{
+    struct redis_keys ks;
+    struct redis_conn *c;
+    cerb_outcome oc;
+    int code = 0;
+    cerb_status st = keys_for(e, lk, &ks);
+
+    if (st != CERB_OK)
+        return st;
+    st = cerb__redis_get(e, cerb__deadline_in(e->rc->op_timeout_ms), &c);
+    if (st == CERB_OK) {
+        st = cerb__redis_run_release(e, c, &ks, lk, 0, &code, &oc);
+        cerb__redis_put(e, c);
+    }
+    if (st == CERB_OK && code == REDIS_REL_NOT_OWNER)
+        st = cerb__error_set(CERB_NOT_OWNER, "redis %s: \"%s\" is not held by this owner",
+                             e->where, ks.k[REDIS_K]);
+    cerb__redis_keys_free(&ks);
+    return st;
+}
+
+cerb_status cerb__redis_op_renew(cerb_engine *e, cerb_engine_lock *lk, cerb_grant *grant)
+{
+    struct redis_keys ks;
+    struct redis_conn *c;
+    redisReply *r = NULL;
+    char lease[NUM_BUF];
+    const char *args[2] = {lk->token, lease};
+    cerb_status st = keys_for(e, lk, &ks);
+
+    if (st != CERB_OK)
+        return st;
+    fmt_i64(lease, lk->lease_ms);
+    st = cerb__redis_get(e, cerb__deadline_in(e->rc->op_timeout_ms), &c);
+    if (st == CERB_OK) {
+        st = eval(e, c, REDIS_SCRIPT_RENEW, 2, &ks, 2, args, &grant->sent_ns, &r,
+                  &grant->outcome);
+        cerb__redis_put(e, c);
+    }
+    if (st == CERB_OK) {
+        if (r->type != REDIS_REPLY_INTEGER) {
+            st = bad_reply(e, REDIS_SCRIPT_RENEW, r, &grant->outcome);
+        } else if (r->integer < 0) {
+            st = cerb__error_set(CERB_NOT_OWNER, "redis %s: \"%s\" is no longer held by this owner",
+                                 e->where, ks.k[REDIS_K]);
+        } else {
+            grant->fence = (uint64_t)r->integer;
+            grant->ttl_ms = lk->lease_ms;
+        }
+        freeReplyObject(r);
+    }
+    cerb__redis_keys_free(&ks);
+    return st;
+}
+
+cerb_status cerb__redis_op_check(cerb_engine *e, cerb_engine_lock *lk, cerb_grant *grant)
+{
+    struct redis_keys ks;
+    struct redis_conn *c;
+    redisReply *r = NULL;
+    const char *args[1] = {lk->token};
+    cerb_status st = keys_for(e, lk, &ks);
+
+    if (st != CERB_OK)
+        return st;
+    /* The pool never hands out a connection whose last request failed. */
+    st = cerb__redis_get(e, cerb__deadline_in(e->rc->op_timeout_ms), &c);
+    if (st == CERB_OK) {
+        st = eval(e, c, REDIS_SCRIPT_CHECK, 2, &ks, 1, args, &grant->sent_ns, &r,
+                  &grant->outcome);
+        cerb__redis_put(e, c);
+    }
+    if (st == CERB_OK) {
+        if (!all_integers(r, 2)) {
+            st = bad_reply(e, REDIS_SCRIPT_CHECK, r, &grant->outcome);
+        } else if (r->element[0]->integer < 0) {
+            st = cerb__error_set(CERB_NOT_OWNER, "redis %s: \"%s\" is not held by this owner",
+                                 e->where, ks.k[REDIS_K]);
+        } else {
+            grant->fence = (uint64_t)r->element[0]->integer;
+            /* A key without expiry (PTTL -1) is held until deleted. */
+            grant->ttl_ms = r->element[1]->integer > 0 ? r->element[1]->integer : 0;
+        }
+        freeReplyObject(r);
+    }
+    cerb__redis_keys_free(&ks);
+    return st;
+}
+
+/* Renewals per pipeline: bounds the request buffer, not the round trips. */
+#define RENEW_CHUNK 256
+
+static void renew_item_fail(cerb_renew_item *it, cerb_status st, cerb_outcome oc)
+{
+    it->st = st;
+    it->grant.outcome = oc;
+}
+
+/* One pipeline over items[0..n): append, exchange, read per item. ns[i]
+ * says whether item i found no script (NOSCRIPT: it did not run). */
+static void renew_pipeline(cerb_engine *e, struct redis_conn *c, cerb_renew_item *items,
+                           size_t n, redisReply **r, bool *ns)
+{
+    char lease[NUM_BUF];
+    cerb_status st = CERB_OK;
+    cerb_outcome oc = CERB_OUTCOME_NO;
+    size_t got = 0;
+    int64_t sent;
+
+    for (size_t i = 0; i < n; i++)
+        ns[i] = false;
+    for (size_t i = 0; i < n && st == CERB_OK; i++) {
+        struct redis_keys ks;
+        cerb_engine_lock *lk = items[i].lk;
+        const char *args[2] = {lk->token, lease};
+        fmt_i64(lease, lk->lease_ms);
+        st = keys_for(e, lk, &ks);
+        if (st == CERB_OK) {
+            st = append_eval(c, e->sha[REDIS_SCRIPT_RENEW], 2, &ks, 2, args);
+            cerb__redis_keys_free(&ks);
+        }
+    }
+    if (st != CERB_OK) {
+        c->out_len = 0;
+        c->pending = 0;
+        for (size_t i = 0; i < n; i++)
+            renew_item_fail(&items[i], st, CERB_OUTCOME_NO);
+        return;
+    }
+    sent = cerb_monotime();
+    st = cerb__redis_exchange(e, c, "renew", r, &got, &oc);
+    for (size_t i = 0; i < n; i++) {
+        cerb_renew_item *it = &items[i];
+        it->grant.sent_ns = sent;
+        if (i >= got) {
+            renew_item_fail(it, st, oc);
+            continue;
+        }
+        if (cerb__redis_is_noscript(r[i])) {
+            ns[i] = true;
+            renew_item_fail(it, CERB_EPROTO, CERB_OUTCOME_NO);
+        } else if (r[i]->type != REDIS_REPLY_INTEGER) {
+            cerb_outcome o;
+            it->st = bad_reply(e, REDIS_SCRIPT_RENEW, r[i], &o);
+            it->grant.outcome = o;
+        } else if (r[i]->integer < 0) {
+            it->st = CERB_NOT_OWNER;
+        } else {
+            it->st = CERB_OK;
+            it->grant.fence = (uint64_t)r[i]->integer;
+            it->grant.ttl_ms = it->lk->lease_ms;
+        }
+        freeReplyObject(r[i]);
+        r[i] = NULL;
+    }
+}
+
+void cerb__redis_op_renew_batch(cerb_engine *e, cerb_renew_item *items, size_t n)
+{
+    redisReply *r[RENEW_CHUNK];
+    bool ns[RENEW_CHUNK], ns2[RENEW_CHUNK];
+
+    for (size_t base = 0; base < n; base += RENEW_CHUNK) {
+        size_t m = n - base < RENEW_CHUNK ? n - base : RENEW_CHUNK;
+        cerb_renew_item *chunk = items + base;
+        struct redis_conn *c;
+
+        for (size_t i = 0; i < m; i++) {
+            memset(&chunk[i].grant, 0, sizeof chunk[i].grant);
+            chunk[i].grant.outcome = CERB_OUTCOME_NO;
+        }
+        cerb_status st = cerb__redis_get(e, cerb__deadline_in(e->rc->op_timeout_ms), &c);
+        if (st != CERB_OK) {
+            for (size_t i = 0; i < m; i++)
+                renew_item_fail(&chunk[i], st, CERB_OUTCOME_NO);
+            continue;
+        }
+        renew_pipeline(e, c, chunk, m, r, ns);
+        bool any = false;
+        for (size_t i = 0; i < m; i++)
+            any = any || ns[i];
+        if (any && !c->broken && reload(e, c, REDIS_SCRIPT_RENEW) == CERB_OK) {
+            /* Run again, once, the runs of items that found no script. */
+            for (size_t i = 0; i < m; i++) {
+                if (!ns[i])
+                    continue;
+                size_t j = i;
+                while (j < m && ns[j])
+                    j++;
+                renew_pipeline(e, c, chunk + i, j - i, r, ns2);
+                i = j - 1;
+            }
+        }
+        cerb__redis_put(e, c);
+    }
+}
+
+/*
+ * The probe walks the lock path on a connection of its own: acquire and
+ * release a reserved name of this engine instance with a fresh token and a
+ * short lease, pipelined (one round trip). The pipeline also keeps the
+ * name's fence counter from living forever. A BUSY answer (a previous
+ * probe's hold not yet expired) is still a healthy lock path.
+ */
+cerb_status cerb__redis_op_probe(cerb_engine *e, int64_t timeout_ms)
+{
+    int64_t deadline = cerb__deadline_in(timeout_ms);
+    char token[33], lease[NUM_BUF], fttl[NUM_BUF];
+    struct redis_keys ks;
+    cerb_status st;
+
+    snprintf(token, sizeof token, "%016llx%016llx",
+             (unsigned long long)cerb__rand_below(UINT64_MAX),
+             (unsigned long long)cerb__rand_below(UINT64_MAX));
+    fmt_i64(lease, REDIS_PROBE_LEASE_MS);
+    fmt_i64(fttl, 60000);
+    st = cerb__redis_keys_init(&ks, e->rc->prefix, e->probe_name, token);
+    if (st != CERB_OK)
+        return st;
+
+    cerb__mutex_lock(&e->probe_mu);
+    struct redis_conn *c = e->probe_conn;
+    int64_t left = cerb__ms_left(deadline);
+    if (!c) {
+        int64_t cms = left < e->rc->connect_timeout_ms ? left : e->rc->connect_timeout_ms;
+        st = cerb__redis_conn_open(e, cms, left, &c);
+    } else {
+        st = cerb__redis_conn_set_timeout(e, c, left);
+    }
+    for (int attempt = 0; st == CERB_OK; attempt++) {
+        const char *acq[4] = {token, lease, "0", "0"};
+        const char *rel[3] = {token, "0", "0"};
+        redisReply *r[3];
+        size_t got = 0;
+        cerb_outcome oc;
+
+        st = append_eval(c, e->sha[REDIS_SCRIPT_ACQUIRE], REDIS_NKEYS, &ks, 4, acq);
+        if (st == CERB_OK)
+            st = append_eval(c, e->sha[REDIS_SCRIPT_RELEASE], REDIS_NKEYS, &ks, 3, rel);
+        if (st == CERB_OK) {
+            const char *argv[3] = {"PEXPIRE", ks.k[REDIS_F], fttl};
+            size_t argl[3] = {7, ks.len[REDIS_F], strlen(fttl)};
+            st = cerb__redis_append(c, 3, argv, argl);
+        }
+        if (st == CERB_OK)
+            st = cerb__redis_exchange(e, c, "probe", r, &got, &oc);
+        if (st == CERB_OK) {
+            bool noscript = cerb__redis_is_noscript(r[0]) || cerb__redis_is_noscript(r[1]);
+            if (noscript && attempt == 0) {
+                st = reload(e, c, REDIS_SCRIPT_ACQUIRE);
+                if (st == CERB_OK)
+                    st = reload(e, c, REDIS_SCRIPT_RELEASE);
+                for (size_t i = 0; i < got; i++)
+                    freeReplyObject(r[i]);
+                if (st == CERB_OK && cerb__ms_left(deadline) > 0)
+                    continue;
+                if (st == CERB_OK)
+                    st = cerb__error_set(CERB_EIO, "redis %s: probe: no time left", e->where);
+                break;
+            }
+            static const char *const what[3] = {"probe acquire", "probe release",
+                                                "probe PEXPIRE"};
+            for (int i = 0; i < 3 && st == CERB_OK; i++) {
+                bool ok = r[i]->type == REDIS_REPLY_INTEGER || (i == 0 && all_integers(r[0], 4));
+                if (!ok) {
+                    struct redis_failure f = {.phase = REDIS_PHASE_REPLY, .reply = r[i]};
+                    st = cerb__redis_fail(e->where, what[i], &f, &oc);
+                }
+            }
+        }
+        for (size_t i = 0; i < got; i++)
+            freeReplyObject(r[i]);
+        break;
+    }
+    if (c && (st != CERB_OK || c->broken)) {
+        /* Whatever went wrong, the next probe starts on a new connection. */
+        cerb__redis_conn_free(c);
+        c = NULL;
+    }
+    e->probe_conn = c;
+    cerb__mutex_unlock(&e->probe_mu);
+    cerb__redis_keys_free(&ks);
+    return st;
+}

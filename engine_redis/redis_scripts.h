@@ -1,0 +1,101 @@
+/*
+ * redis_scripts.h — the lock's keys, its Lua scripts, and the engine
+ * operations built on them (redis_scripts.c), plus the waiting acquire and
+ * cancel (redis_wait.c). redis_engine.c puts these into the ops table.
+ *
+ * Keys of a lock, K = redis.prefix + name (the redis-py compatible key):
+ *   K             string: owner token, PX lease
+ *   {K}:fence     INCR counter: the fence of a grant
+ *   {K}:q         list: waiter tokens, FIFO
+ *   {K}:d         hash: waiter token -> "deadline_ms lease_ms" (server time)
+ *   {K}:w:<token> list: a waiter's wake-ups ("f<fence>" = handed the lock,
+ *                 "w" = the lock was freed, try again)
+ * The {K} hash tag keeps them all in K's cluster slot.
+ */
+#ifndef CERB_REDIS_SCRIPTS_H
+#define CERB_REDIS_SCRIPTS_H
+
+#include <stdbool.h>
+
+#include "redis_conn.h"
+
+/* Timing of the wait protocol, all in milliseconds. */
+#define REDIS_HANDOFF_TTL_MS 2000 /* lease of a handed-over key until its
+                                     new owner extends it */
+#define REDIS_ALIVE_MS 1500       /* a waiter counts as alive this long
+                                     after its last re-check */
+#define REDIS_HEAD_POLL_MS 200    /* head waiter re-check (silent releases) */
+#define REDIS_TAIL_POLL_MS 500    /* other waiters' re-check (liveness) */
+#define REDIS_WAKE_TTL_MS 10000   /* lifetime of a wake list, and the slack
+                                     of the queue keys over a deadline */
+#define REDIS_PROBE_LEASE_MS 1000
+
+enum { REDIS_K, REDIS_F, REDIS_Q, REDIS_D, REDIS_W, REDIS_NKEYS };
+
+/* The key names of one lock and token, built once per operation. */
+struct redis_keys {
+    const char *k[REDIS_NKEYS];
+    size_t len[REDIS_NKEYS];
+    char *heap;       /* when the names do not fit in buf */
+    char buf[1536];
+};
+
+cerb_status cerb__redis_keys_init(struct redis_keys *ks, const char *prefix,
+                                  const char *name, const char *token);
+void cerb__redis_keys_free(struct redis_keys *ks);
+
+/* SCRIPT LOAD every script on c and remember the SHAs (open()). */
+cerb_status cerb__redis_scripts_load(cerb_engine *e, struct redis_conn *c);
+
+/* What one run of the acquire script said. */
+struct redis_acquire_result {
+    bool granted;
+    uint64_t fence;  /* granted */
+    int64_t pttl;    /* not granted: the holder's remaining lease, -1 = none */
+    bool head;       /* not granted, queued: we are the live head */
+    bool handed;     /* not granted: this run handed the lock to the head */
+};
+
+/*
+ * Run the acquire script once on c. wait_ms > 0 joins (or refreshes) the
+ * queue when the lock is busy. *sent_ns is the monotonic time before the
+ * request left.
+ */
+cerb_status cerb__redis_run_acquire(cerb_engine *e, struct redis_conn *c,
+                                    const struct redis_keys *ks, const cerb_engine_lock *lk,
+                                    int64_t wait_ms, struct redis_acquire_result *res,
+                                    int64_t *sent_ns, cerb_outcome *outcome);
+
+/* Release codes of the release script. */
+enum {
+    REDIS_REL_NOT_OWNER = 0,
+    REDIS_REL_FREED = 1,
+    REDIS_REL_HANDED = 2,  /* given to the head waiter (fair) */
+    REDIS_REL_WOKE = 3     /* freed, head waiter told to try (not fair) */
+};
+
+/* Run the release script on c; leave = 1 also takes lk's token out of the
+ * queue and drops its wake list first (a waiter giving up). */
+cerb_status cerb__redis_run_release(cerb_engine *e, struct redis_conn *c,
+                                    const struct redis_keys *ks, const cerb_engine_lock *lk,
+                                    int leave, int *code, cerb_outcome *outcome);
+
+/* Leave the queue on a pool connection (best effort after a failure).
+ * CERB_OK when the server confirmed. */
+cerb_status cerb__redis_leave(cerb_engine *e, const struct redis_keys *ks,
+                              const cerb_engine_lock *lk);
+
+/* ---- engine operations (see engine.h for their contracts) ---- */
+
+cerb_status cerb__redis_op_renew(cerb_engine *e, cerb_engine_lock *lk, cerb_grant *grant);
+void cerb__redis_op_renew_batch(cerb_engine *e, cerb_renew_item *items, size_t n);
+cerb_status cerb__redis_op_release(cerb_engine *e, cerb_engine_lock *lk);
+cerb_status cerb__redis_op_check(cerb_engine *e, cerb_engine_lock *lk, cerb_grant *grant);
+cerb_status cerb__redis_op_probe(cerb_engine *e, int64_t timeout_ms);
+
+/* redis_wait.c */
+cerb_status cerb__redis_op_acquire(cerb_engine *e, cerb_engine_lock *lk, int64_t deadline_ns,
+                                   const atomic_int *interrupted, cerb_grant *grant);
+void cerb__redis_op_cancel(cerb_engine *e, cerb_engine_lock *lk);
+
+#endif
