@@ -56,30 +56,60 @@ static struct timeval ms_to_tv(int64_t ms)
     return tv;
 }
 
+/* Decimal digits of v into the end of buf[0..21); returns the first. */
+static char *put_dec(char *end, size_t v)
+{
+    *--end = '\0';
+    do {
+        *--end = (char)('0' + v % 10);
+        v /= 10;
+    } while (v);
+    return end;
+}
+
+/*
+ * Append one request in RESP framing (`*N`, then `$len` + bytes per
+ * argument) straight into the connection's output buffer. This is the hot
+ * path of every lock call: hiredis' redisFormatCommandArgv mallocs and runs
+ * sprintf per argument, which was a quarter of the client's CPU in the
+ * 8-thread bench. Replies are still parsed by hiredis.
+ */
 cerb_status cerb__redis_append(struct redis_conn *c, int argc, const char **argv,
                                const size_t *argvlen)
 {
-    char *cmd = NULL;
-    int len = redisFormatCommandArgv(&cmd, argc, argv, argvlen);
-
-    if (len < 0 || !cmd)
-        return cerb__error_set(CERB_ENOMEM, "redis: cannot format a request");
-    if (c->out_len + (size_t)len > c->out_cap) {
+    char num[24];
+    size_t need = 1 + 21 + 2;
+    for (int i = 0; i < argc; i++)
+        need += 1 + 21 + 2 + argvlen[i] + 2;
+    if (c->out_len + need > c->out_cap) {
         size_t cap = c->out_cap ? c->out_cap : 512;
-        while (cap < c->out_len + (size_t)len)
+        while (cap < c->out_len + need)
             cap *= 2;
         char *p = cerb__realloc(c->out, cap);
-        if (!p) {
-            redisFreeCommand(cmd);
+        if (!p)
             return cerb__error_set(CERB_ENOMEM, "redis: out of memory for a request");
-        }
         c->out = p;
         c->out_cap = cap;
     }
-    memcpy(c->out + c->out_len, cmd, (size_t)len);
-    c->out_len += (size_t)len;
+    char *w = c->out + c->out_len;
+    *w++ = '*';
+    for (const char *d = put_dec(num + sizeof num, (size_t)argc); *d;)
+        *w++ = *d++;
+    *w++ = '\r';
+    *w++ = '\n';
+    for (int i = 0; i < argc; i++) {
+        *w++ = '$';
+        for (const char *d = put_dec(num + sizeof num, argvlen[i]); *d;)
+            *w++ = *d++;
+        *w++ = '\r';
+        *w++ = '\n';
+        memcpy(w, argv[i], argvlen[i]);
+        w += argvlen[i];
+        *w++ = '\r';
+        *w++ = '\n';
+    }
+    c->out_len = (size_t)(w - c->out);
     c->pending++;
-    redisFreeCommand(cmd);
     return CERB_OK;
 }
 
