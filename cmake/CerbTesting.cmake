@@ -77,7 +77,14 @@ function(cerb_add_suite)
   target_include_directories(${S_NAME} PRIVATE
     ${PROJECT_SOURCE_DIR}/include ${PROJECT_SOURCE_DIR}/core
     ${PROJECT_SOURCE_DIR}/config ${PROJECT_SOURCE_DIR}/engine_redis
-    ${PROJECT_SOURCE_DIR}/tests/support)
+    ${PROJECT_SOURCE_DIR}/engine_zk ${PROJECT_SOURCE_DIR}/engine_etcd
+    ${PROJECT_SOURCE_DIR}/failover ${PROJECT_SOURCE_DIR}/tests/support)
+  if(TARGET ZooKeeper::zookeeper_mt)
+    target_link_libraries(${S_NAME} PRIVATE ZooKeeper::zookeeper_mt)
+  endif()
+  if(TARGET PkgConfig::LIBCURL)
+    target_link_libraries(${S_NAME} PRIVATE PkgConfig::LIBCURL PkgConfig::JANSSON)
+  endif()
   target_compile_definitions(${S_NAME} PRIVATE _POSIX_C_SOURCE=200809L _DEFAULT_SOURCE)
   # The support library first: it uses cerberus_static, so the static
   # archive must come after it on the link line.
@@ -99,6 +106,8 @@ function(cerb_add_suite)
     "CERB_SOURCE_DIR=${PROJECT_SOURCE_DIR}"
     "CERB_BUILD_DIR=${CMAKE_BINARY_DIR}"
     "CERB_PYTHON=${CERB_TEST_PYTHON}"
+    "CERB_ZK_PORT=${CERB_TEST_ZK_PORT}"
+    "CERB_ETCD_PORT=${CERB_TEST_ETCD_PORT}"
     "ASAN_OPTIONS=detect_leaks=1"
     "UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1")
   if(EXISTS ${PROJECT_SOURCE_DIR}/tests/lsan.supp)

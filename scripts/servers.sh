@@ -49,7 +49,7 @@ usage() {
     cat <<EOF
 usage: $PROG start|stop|status ENGINE [--nodes N] [--port P]
 
-ENGINE     redis (zk and etcd are planned)
+ENGINE     redis, or one defined in scripts/servers.d/ (zk, etcd)
 --nodes N  number of nodes; node i listens on base port + i (default 1)
 --port P   base port (redis default: \$CERB_REDIS_PORT or 26379)
 
@@ -362,10 +362,18 @@ done
 [[ -z $OPT_PORT || ($OPT_PORT =~ ^[1-9][0-9]*$ && $OPT_PORT -lt 65536) ]] ||
     die "bad --port '$OPT_PORT'"
 
+# Other engines live in scripts/servers.d/<engine>.sh, sourced here so they
+# share the helpers above (pid_alive, kill_pid, wait_exit, lock_state, ...)
+# and define <engine>_start, <engine>_stop and <engine>_status.
+HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 case $ENGINE in
     redis) ;;
-    zk | etcd) die "engine '$ENGINE' is planned but not supported yet" ;;
-    *) die "unknown engine '$ENGINE' (known: redis)" ;;
+    *)
+        [[ $ENGINE =~ ^[a-z0-9_]+$ && -f $HERE/servers.d/$ENGINE.sh ]] ||
+            die "unknown engine '$ENGINE' (known: redis $(cd "$HERE/servers.d" && ls -- *.sh 2>/dev/null | sed 's/\.sh$//' | tr '\n' ' '))"
+        # shellcheck source=/dev/null
+        . "$HERE/servers.d/$ENGINE.sh"
+        ;;
 esac
 
 lock_state
