@@ -44,6 +44,7 @@ struct cli {
     int waiters;
     double duration_s;
     int port;
+    int port_set; /* --port given: overrides the engine's default port */
     const char *json_path;
 };
 
@@ -170,6 +171,7 @@ static int parse_cli(int argc, char **argv, struct cli *c)
                 return -1;
             break;
         case O_PORT:
+            c->port_set = 1;
             if (parse_int("--port", optarg, 1, 65535, &c->port))
                 return -1;
             port_given = 1;
@@ -206,6 +208,7 @@ static int parse_cli(int argc, char **argv, struct cli *c)
 
 static void engine_free(struct bench_engine *e)
 {
+    cerb__config_free(e->cfg);
     free(e->config_text);
     free(e->redis.host);
     free(e->redis.user);
@@ -261,6 +264,14 @@ static int engines_builtin(const struct cli *c, struct bench_engine *out)
         e->redis.password = dup_or_die("");
         e->redis.connect_timeout_ms = 500;
         e->redis.op_timeout_ms = 500;
+    } else if (strcmp(want, "zk") == 0) {
+        snprintf(text, sizeof text,
+                 "engines = (\"zk\");\nzk = { hosts = \"127.0.0.1:%d\"; };\n",
+                 c->port_set ? c->port : 22181);
+    } else if (strcmp(want, "etcd") == 0) {
+        snprintf(text, sizeof text,
+                 "engines = (\"etcd\");\netcd = { endpoints = (\"http://127.0.0.1:%d\"); };\n",
+                 c->port_set ? c->port : 22379);
     } else if (strcmp(want, "local") == 0) {
         snprintf(text, sizeof text, "engines = (\"local\");\n");
     } else {
@@ -269,6 +280,10 @@ static int engines_builtin(const struct cli *c, struct bench_engine *out)
         return -1;
     }
     e->config_text = dup_or_die(text);
+    if (cerb__config_from_string(text, &e->cfg) != CERB_OK) {
+        bench_errorf("%s", cerb_last_error());
+        return -1;
+    }
     return 1;
 }
 
@@ -290,6 +305,11 @@ static int engines_from_file(const struct cli *c, struct bench_engine *out)
         memset(e, 0, sizeof *e);
         snprintf(e->name, sizeof e->name, "%s", name);
         e->config_path = c->config_path;
+        if (cerb__config_from_file(c->config_path, &e->cfg) != CERB_OK) {
+            bench_errorf("%s", cerb_last_error());
+            cerb__config_free(cfg);
+            return -1;
+        }
         if (strcmp(name, "redis") == 0) {
             e->redis.host = dup_or_die(cfg->redis.host);
             e->redis.port = cfg->redis.port;

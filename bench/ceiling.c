@@ -193,14 +193,24 @@ static int redis_round_trip(void *p, char *err, size_t errlen)
     return 0;
 }
 
-static const struct bench_ceiling ceilings[] = {
-    {"redis", redis_open, redis_cycle, redis_round_trip, redis_close},
+static const struct bench_ceiling redis_ceiling = {
+    "redis", redis_open, redis_cycle, redis_round_trip, redis_close,
+};
+
+static const struct bench_ceiling *const ceilings[] = {
+    &redis_ceiling,
+#ifdef CERB_WITH_ZK
+    &bench_ceiling_zk,
+#endif
+#ifdef CERB_WITH_ETCD
+    &bench_ceiling_etcd,
+#endif
 };
 
 const struct bench_ceiling *bench_ceiling_find(const char *engine)
 {
     for (size_t i = 0; i < sizeof ceilings / sizeof ceilings[0]; i++)
-        if (strcmp(ceilings[i].engine, engine) == 0)
-            return &ceilings[i];
+        if (strcmp(ceilings[i]->engine, engine) == 0)
+            return ceilings[i];
     return NULL;
 }

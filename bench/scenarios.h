@@ -12,6 +12,7 @@
 #include <stdio.h>
 
 #include "cerberus.h"
+#include "config.h"
 #include "histogram.h"
 
 #define BENCH_NAME_MAX 16
@@ -34,6 +35,9 @@ struct bench_redis_addr {
 /* One engine to benchmark and how to open a client on it. */
 struct bench_engine {
     char name[BENCH_NAME_MAX];
+    struct cerb_config *cfg; /* the parsed configuration, owned: the
+                                ceilings of zk and etcd read their servers
+                                from it */
     const char *config_path; /* -c FILE; NULL when config_text is used */
     char *config_text;       /* generated configuration (no -c), owned */
     struct bench_redis_addr redis; /* strings owned; valid for "redis" */
@@ -168,6 +172,10 @@ struct bench_ceiling {
     int (*round_trip)(void *sess, char *err, size_t errlen);
     void (*close)(void *sess);
 };
+
+/* Ceilings of the other engines, each in its own file (ceiling_<e>.c). */
+extern const struct bench_ceiling bench_ceiling_zk;
+extern const struct bench_ceiling bench_ceiling_etcd;
 
 /* The ceiling for @engine, or NULL when none is implemented ("n/a"). */
 const struct bench_ceiling *bench_ceiling_find(const char *engine);
