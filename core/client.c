@@ -92,19 +92,25 @@ void cerb__slot_put(cerb_client *c, struct cerb_slot *s)
 
 /* ---- open / close ---- */
 
-static cerb_status open_engine(cerb_client *c, size_t i)
+cerb_status cerb__client_open_engine(cerb_client *c, size_t i)
 {
     struct cerb_client_engine *ce = &c->engines[i];
     cerb_engine_env env = {c->boot_cfg, cerb__watchdog_event, ce};
+    cerb_engine *e = NULL;
 
-    if (ce->e)
+    cerb__mutex_lock(&c->open_mu);
+    if (ce->e) {
+        cerb__mutex_unlock(&c->open_mu);
         return CERB_OK;
-    cerb_status st = cerb__engine_open(ce->ops, &env, &ce->e);
+    }
+    cerb_status st = cerb__engine_open(ce->ops, &env, &e);
     if (st != CERB_OK) {
         cerb__error_prefix("engine %s", ce->name);
         CERB_LOG_W("%s", cerb_last_error());
-        ce->e = NULL;
+    } else {
+        ce->e = e;
     }
+    cerb__mutex_unlock(&c->open_mu);
     return st;
 }
 
@@ -119,6 +125,7 @@ static cerb_status client_open(cerb_client **out, struct cerb_config *cfg)
         return cerb__error_set(CERB_ENOMEM, "out of memory");
     }
     cerb__mutex_init(&c->mu);
+    cerb__mutex_init(&c->open_mu);
     c->cfg = c->boot_cfg = cfg;
     c->n_engines = cfg->n_engines;
     for (size_t i = 0; i < cfg->n_engines; i++) {
@@ -139,7 +146,7 @@ static cerb_status client_open(cerb_client **out, struct cerb_config *cfg)
     int want = strcmp(cfg->active, "auto") == 0 ? -1 : cerb__config_engine_index(cfg, cfg->active);
     int current = -1;
     for (size_t i = 0; i < c->n_engines; i++) {
-        st = open_engine(c, i);
+        st = cerb__client_open_engine(c, i);
         if (st != CERB_OK && first_err == CERB_OK) {
             first_err = st;
             cerb__error_copy(first_msg, sizeof first_msg);
@@ -160,9 +167,17 @@ static cerb_status client_open(cerb_client **out, struct cerb_config *cfg)
         goto fail;
     }
     atomic_store(&c->current, current);
+    cerb__health_init(c);
     st = cerb__watchdog_start(c);
-    if (st != CERB_OK)
+    if (st == CERB_OK) {
+        st = cerb__prober_start(c);
+        if (st != CERB_OK)
+            cerb__watchdog_stop(c);
+    }
+    if (st != CERB_OK) {
+        cerb__mutex_destroy(&c->fo_mu);
         goto fail;
+    }
     *out = c;
     return CERB_OK;
 fail:
@@ -171,6 +186,7 @@ fail:
         if (c->engines[i].ops)
             cerb__engine_close(c->engines[i].ops, c->engines[i].e);
     cerb__config_free(cfg);
+    cerb__mutex_destroy(&c->open_mu);
     cerb__mutex_destroy(&c->mu);
     cerb__free(c);
     return st;
@@ -211,7 +227,8 @@ void cerb_client_close(cerb_client *c)
     if (!cerb__client_ok(c))
         return;
     atomic_store(&c->magic, CERB_DEAD_MAGIC);
-    /* Stop the watchdog first: no callback may run after close. */
+    /* Stop the background threads first: no callback may run after close. */
+    cerb__prober_stop(c);
     cerb__watchdog_stop(c);
     while (c->handles) {
         cerb_lock *l = c->handles;
@@ -237,29 +254,13 @@ void cerb_client_close(cerb_client *c)
     if (c->cfg != c->boot_cfg)
         cerb__config_free(c->cfg);
     cerb__config_free(c->boot_cfg);
+    cerb__mutex_destroy(&c->fo_mu);
+    cerb__mutex_destroy(&c->open_mu);
     cerb__mutex_destroy(&c->mu);
     cerb__free(c);
 }
 
 /* ---- switching ---- */
-
-static const char *switch_to_index(cerb_client *c, int to, const char *why)
-{
-    void (*cb)(const char *, const char *, const char *, void *);
-    void *ud;
-    int from = atomic_exchange(&c->current, to);
-
-    if (from == to)
-        return c->engines[to].name;
-    CERB_LOG_I("engine switch %s -> %s (%s)", c->engines[from].name, c->engines[to].name, why);
-    cerb__mutex_lock(&c->mu);
-    cb = c->switch_cb;
-    ud = c->switch_ud;
-    cerb__mutex_unlock(&c->mu);
-    if (cb)
-        cb(c->engines[from].name, c->engines[to].name, why, ud);
-    return c->engines[to].name;
-}
 
 const char *cerb_engine_current(cerb_client *c)
 {
@@ -275,8 +276,8 @@ const char *cerb_engine_switch(cerb_client *c)
     int cur = atomic_load(&c->current);
     for (size_t k = 1; k <= c->n_engines; k++) {
         int i = (int)((cur + k) % c->n_engines);
-        if (open_engine(c, (size_t)i) == CERB_OK)
-            return switch_to_index(c, i, "manual");
+        if (cerb__client_open_engine(c, (size_t)i) == CERB_OK)
+            return c->engines[cerb__client_switch(c, i, "manual switch", 1)].name;
     }
     return c->engines[cur].name;
 }
@@ -291,12 +292,19 @@ const char *cerb_engine_switch_to(cerb_client *c, const char *name)
         cerb__error_set(CERB_EINVAL, "cerb_engine_switch_to: name is NULL");
         return NULL;
     }
+    if (strcmp(name, "auto") == 0) {
+        /* Back to automatic selection from wherever we are. */
+        int cur = atomic_load(&c->current);
+        cerb__client_switch(c, cur, "auto", -1);
+        cerb__health_reselect(c);
+        return c->engines[atomic_load(&c->current)].name;
+    }
     for (size_t i = 0; i < c->n_engines; i++) {
         if (strcmp(c->engines[i].name, name) != 0)
             continue;
-        if (open_engine(c, i) != CERB_OK)
+        if (cerb__client_open_engine(c, i) != CERB_OK)
             return NULL;
-        return switch_to_index(c, (int)i, "manual");
+        return c->engines[cerb__client_switch(c, (int)i, "manual switch", 1)].name;
     }
     char names[128] = "";
     for (size_t i = 0; i < c->n_engines; i++) {
@@ -335,7 +343,11 @@ cerb_status cerb_engine_info(cerb_client *c, const char *name, struct cerb_engin
     memset(out, 0, sizeof *out);
     out->name = ce->name;
     out->active = idx == cur;
-    out->breaker = CERB_BREAKER_CLOSED;
+    cerb__mutex_lock(&c->fo_mu);
+    out->breaker = cerb__breaker_state(&ce->brk);
+    out->breaker_transitions = ce->transitions;
+    out->switches = c->switches;
+    cerb__mutex_unlock(&c->fo_mu);
     out->last_probe_us = atomic_load(&ce->last_probe_us);
     out->acquires = atomic_load(&ce->acquires);
     out->failures = atomic_load(&ce->failures);
@@ -367,18 +379,30 @@ cerb_status cerb_client_reload(cerb_client *c)
         cerb__config_free(next);
         return st;
     }
-    char active[CERB_ENGINE_NAME_MAX];
+    char active[CERB_ENGINE_NAME_MAX], old_active[CERB_ENGINE_NAME_MAX];
     snprintf(active, sizeof active, "%s", next->active);
+    int64_t epoch = next->epoch;
     cerb__mutex_lock(&c->mu);
     old = c->cfg;
+    snprintf(old_active, sizeof old_active, "%s", old->active);
     c->cfg = next;
     cerb__mutex_unlock(&c->mu);
     if (old != c->boot_cfg)
         cerb__config_free(old);
-    /* `next` may be replaced by a concurrent reload from here on. */
-    int i = strcmp(active, "auto") == 0 ? -1 : cerb__config_engine_index(c->boot_cfg, active);
-    if (i >= 0 && open_engine(c, (size_t)i) == CERB_OK)
-        switch_to_index(c, i, "config reload");
+    /* `next` may be replaced by a concurrent reload from here on. A raised
+     * epoch (cerberus switch) orders every later grant above earlier ones. */
+    for (int64_t e = atomic_load(&c->epoch); e < epoch;)
+        if (atomic_compare_exchange_weak(&c->epoch, &e, epoch))
+            break;
+    if (strcmp(active, old_active) != 0) {
+        int i = strcmp(active, "auto") == 0 ? -1 : cerb__config_engine_index(c->boot_cfg, active);
+        if (i < 0) {
+            cerb__client_switch(c, atomic_load(&c->current), "config: active = auto", -1);
+            cerb__health_reselect(c);
+        } else if (cerb__client_open_engine(c, (size_t)i) == CERB_OK) {
+            cerb__client_switch(c, i, "config: active engine changed", 1);
+        }
+    }
     CERB_LOG_I("configuration reloaded from %s", c->boot_cfg->path);
     return CERB_OK;
 }

@@ -203,3 +203,12 @@ void cerb__engine_stats(const struct cerb_engine_ops *ops, cerb_engine *e,
     if (ops->stats && e)
         ops->stats(e, out);
 }
+
+cerb_status cerb__engine_held(const struct cerb_engine_ops *ops, cerb_engine *e,
+                              const char *name)
+{
+    if (!ops->held || !e)
+        return cerb__error_set(CERB_UNAVAILABLE, "engine %s cannot tell whether a name is held",
+                               ops->name);
+    return ops->held(e, name);
+}

@@ -176,6 +176,11 @@ struct cerb_engine_ops {
      * bench). Must be cheap and safe from any thread. */
     void (*stats)(cerb_engine *e, struct cerb_engine_stats *out);
 
+    /* Optional: is `name` held by anyone right now? CERB_OK when free,
+     * CERB_BUSY when held (by anyone, us included), or an error. The safe
+     * switch asks the engine it left before the new one grants a name. */
+    cerb_status (*held)(cerb_engine *e, const char *name);
+
     /* Optional: refuse names this engine cannot represent (beyond the
      * core's 1–255 bytes without control characters), with the reason in
      * cerb_last_error(). Called without an engine instance. */
@@ -222,5 +227,9 @@ cerb_status cerb__engine_check_name(const struct cerb_engine_ops *ops,
                                     const char *name);
 void cerb__engine_stats(const struct cerb_engine_ops *ops, cerb_engine *e,
                         struct cerb_engine_stats *out);
+/* CERB_OK free, CERB_BUSY held; CERB_UNAVAILABLE when the engine cannot
+ * tell (no `held` method), or its error. */
+cerb_status cerb__engine_held(const struct cerb_engine_ops *ops, cerb_engine *e,
+                              const char *name);
 
 #endif /* CERB_ENGINE_H */

@@ -394,6 +394,27 @@ static void local_cancel(cerb_engine *e, cerb_engine_lock *lk)
         mem_cancel(lk);
 }
 
+static cerb_status local_held(cerb_engine *e, const char *name)
+{
+    if (e->dir) {
+        char path[4096];
+        cerb_status st = file_path(e, name, path, sizeof path);
+        if (st != CERB_OK)
+            return st;
+        int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+        if (fd < 0)
+            return cerb__error_set(CERB_EIO, "local: open %s: %s", path, strerror(errno));
+        st = flock(fd, LOCK_EX | LOCK_NB) == 0 ? CERB_OK : CERB_BUSY;
+        close(fd); /* drops the probe's flock, if it got one */
+        return st;
+    }
+    cerb__mutex_lock(&table_mu);
+    struct local_entry *en = entry_get(name);
+    cerb_status st = en && !entry_free_now(en, cerb_monotime()) ? CERB_BUSY : CERB_OK;
+    cerb__mutex_unlock(&table_mu);
+    return st;
+}
+
 static cerb_status local_probe(cerb_engine *e, int64_t timeout_ms)
 {
     return CERB_OK;
@@ -412,4 +433,5 @@ const struct cerb_engine_ops cerb__local_engine_ops = {
     .check_owner = local_check,
     .cancel = local_cancel,
     .probe = local_probe,
+    .held = local_held,
 };

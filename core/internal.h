@@ -20,6 +20,7 @@
 #include <stdint.h>
 
 #include "../config/config.h"
+#include "../failover/breaker.h"
 #include "cerberus.h"
 #include "engine.h"
 #include "sync.h"
@@ -38,9 +39,15 @@ struct cerb_client_engine {
     int idx;
     char name[CERB_ENGINE_NAME_MAX];
     const struct cerb_engine_ops *ops;
-    cerb_engine *e;              /* NULL when it failed to open */
+    cerb_engine *_Atomic e;      /* NULL until opened (set once, open_mu) */
     atomic_uint_fast64_t acquires, failures, lost;
     atomic_int_fast64_t last_probe_us;
+    /* health, under client->fo_mu (pending_ok is batched lock-free) */
+    struct cerb_breaker brk;
+    int64_t healthy_since_ms;
+    int64_t grace_until_ns;       /* safe switch: ask this engine until then */
+    atomic_uint_fast64_t pending_ok;
+    uint64_t transitions;
 };
 
 struct cerb_hold;
@@ -76,6 +83,7 @@ struct cerb_hold {
     struct cerb_hold *wd_next, *wd_prev;
     bool wd_linked, wd_busy;
     int renew_failures;
+    int64_t orphan_until_ns;             /* orphans: give up after this */
 };
 
 struct cerb_slot {
@@ -117,6 +125,13 @@ struct cerb_client {
     size_t n_engines;
     struct cerb_client_engine engines[CERB_MAX_ENGINES];
     atomic_int current;
+    cerb_mutex open_mu;                  /* serialises engine opens */
+    /* failover state, under fo_mu */
+    cerb_mutex fo_mu;
+    int pinned;                          /* -1: auto */
+    atomic_int_fast64_t epoch;           /* fences' high 16 bits */
+    uint64_t switches;
+    struct cerb_prober *prober;
     void (*switch_cb)(const char *, const char *, const char *, void *);
     void *switch_ud;
     struct cerb_slot *names[CERB_NAME_BUCKETS];
@@ -162,9 +177,40 @@ void cerb__watchdog_add(cerb_client *c, struct cerb_hold *h);
 /* Stop tracking; waits until a renewal or callback in flight for h is done,
  * so that a release is never overtaken by a renewal. */
 void cerb__watchdog_remove(cerb_client *c, struct cerb_hold *h);
+/* Take over a hold whose acquire may have landed on a failing engine:
+ * release it there in the background until definite, or until its lease
+ * must have run out; then free it. */
+void cerb__watchdog_orphan(cerb_client *c, struct cerb_hold *h);
 /* Engine event sink (cerb_engine_env.event). */
 void cerb__watchdog_event(void *ud, cerb_engine_event ev, const char *name,
                           const char *token);
+
+/* health.c — breakers, selection, switching, safe-switch gate */
+int64_t cerb__now_ms(void);
+void cerb__health_init(cerb_client *c);
+/* A real call's outcome on engine idx (only hard failures count as bad;
+ * successes are batched without a lock). */
+void cerb__health_ok(cerb_client *c, int idx);
+void cerb__health_fail(cerb_client *c, int idx, const char *what);
+/* A probe's outcome (prober thread). */
+void cerb__health_probe(cerb_client *c, int idx, bool ok, int64_t latency_us);
+/* Re-run the selector; switches when it says so. */
+void cerb__health_reselect(cerb_client *c);
+/* Switch to `to`; `pin` 1 pins it, 0 leaves pinning alone, -1 unpins.
+ * Returns the new current index. */
+int cerb__client_switch(cerb_client *c, int to, const char *why, int pin);
+/* Wait until engine idx may grant `name`: every engine switched away from
+ * within its grace period must confirm the name is free there, or the
+ * grace must run out. CERB_OK, CERB_BUSY (deadline 0), CERB_TIMEOUT,
+ * CERB_INTERRUPTED. */
+cerb_status cerb__switch_gate(cerb_client *c, int idx, const char *name, int64_t deadline_ns,
+                              const atomic_int *intr);
+
+/* prober.c (failover/) */
+cerb_status cerb__prober_start(cerb_client *c);
+void cerb__prober_stop(cerb_client *c);
+/* Open engine i if it is not (bounded by its connect timeout). */
+cerb_status cerb__client_open_engine(cerb_client *c, size_t i);
 
 /* Deadline from a grant: sent + ttl × (1 − drift); NEVER for ttl 0. */
 int64_t cerb__grant_deadline(const cerb_grant *g);

@@ -164,7 +164,7 @@ static bool hard_error(cerb_status st)
  * lock. Returns CERB_OK (it does; fence filled), CERB_NOT_OWNER (it does
  * not), or the last error when no answer came in retry.max + 1 tries.
  */
-static cerb_status settle(struct cerb_client_engine *ce, struct cerb_hold *h,
+static cerb_status settle(cerb_client *c, struct cerb_client_engine *ce, struct cerb_hold *h,
                           const struct cerb_retry_config *rc, int64_t deadline_ns,
                           cerb_grant *g)
 {
@@ -175,32 +175,89 @@ static cerb_status settle(struct cerb_client_engine *ce, struct cerb_hold *h,
         st = cerb__engine_check_owner(ce->ops, ce->e, &h->lk, g);
         if (st == CERB_OK || st == CERB_NOT_OWNER)
             return st;
-        if (deadline_ns != 0 && cerb_monotime() >= deadline_ns && k > 0)
+        /* Give up settling here once the caller's time is up or new
+         * acquisitions have moved to another engine. */
+        if (deadline_ns != 0 && cerb_monotime() >= deadline_ns)
+            break;
+        if (atomic_load(&c->current) != h->engine_idx)
             break;
     }
     return st;
 }
 
-static cerb_status engine_acquire(cerb_client *c, struct cerb_hold *h, int64_t deadline_ns,
-                                  const atomic_int *intr, const struct cerb_retry_config *rc)
+/*
+ * Carry an acquisition over to engine `to` after its engine failed: a fresh
+ * hold (same token) replaces *hp, and the old one — whose last request may
+ * still land on the failed engine — goes to the watchdog, which releases it
+ * there in the background once that engine answers (or its lease has run
+ * out), so no orphan outlives its lease and the caller does not wait for a
+ * dead server. slot->mu guards the swap: an interrupt may be looking at the
+ * hold through the waiter.
+ */
+static cerb_status rehome(cerb_client *c, struct cerb_hold **hp, struct cerb_waiter *w, int to,
+                          bool maybe_landed)
 {
-    struct cerb_client_engine *ce = &c->engines[h->engine_idx];
+    struct cerb_hold *old = *hp;
+    struct cerb_hold *h = hold_new(c, old->slot, to);
+    if (!h)
+        return cerb__error_set(CERB_ENOMEM, "out of memory");
+    h->lk.lease_ms = old->lk.lease_ms;
+    h->lk.fair = old->lk.fair;
+    h->renew = old->renew;
+    memcpy(h->lk.token, old->lk.token, sizeof h->lk.token);
+    cerb__mutex_lock(&old->slot->mu);
+    if (w)
+        w->engine_hold = h;
+    *hp = h;
+    cerb__mutex_unlock(&old->slot->mu);
+    if (maybe_landed)
+        cerb__watchdog_orphan(c, old);
+    else
+        hold_free(old);
+    return CERB_OK;
+}
+
+static cerb_status engine_acquire(cerb_client *c, struct cerb_hold **hp, struct cerb_waiter *w,
+                                  int64_t deadline_ns, const atomic_int *intr,
+                                  const struct cerb_retry_config *rc)
+{
     cerb_status st;
     cerb_grant g;
+    size_t moves = 0;
+    struct cerb_hold *h = *hp;
 
     for (int attempt = 0;; attempt++) {
+        h = *hp;
+        struct cerb_client_engine *ce = &c->engines[h->engine_idx];
+        /* After a switch, the engine we left must agree first. */
+        st = cerb__switch_gate(c, h->engine_idx, h->lk.name, deadline_ns, intr);
+        if (st != CERB_OK)
+            return st;
         int64_t t0 = cerb_monotime();
         st = cerb__engine_acquire(ce->ops, ce->e, &h->lk, deadline_ns, intr, &g);
-        if (st == CERB_OK)
+        if (st == CERB_OK) {
+            cerb__health_ok(c, h->engine_idx);
             break;
+        }
         if (!hard_error(st))
             return st;
-        atomic_fetch_add(&ce->failures, 1);
         char why[CERB_ERROR_MAX];
         cerb__error_copy(why, sizeof why);
+        cerb__health_fail(c, h->engine_idx, "acquire");
+        /* The selector may have moved new acquisitions elsewhere by now:
+         * carry on there, within the same deadline, leaving whatever our
+         * last request did on the failed engine to the background. */
+        int cur = atomic_load(&c->current);
+        if (cur != h->engine_idx && moves < c->n_engines &&
+            (deadline_ns == 0 || cerb_monotime() < deadline_ns) && c->engines[cur].e &&
+            rehome(c, hp, w, cur, g.outcome == CERB_OUTCOME_UNKNOWN) == CERB_OK) {
+            moves++;
+            attempt = -1;
+            continue;
+        }
         if (g.outcome == CERB_OUTCOME_UNKNOWN) {
             cerb_grant g2;
-            cerb_status s2 = settle(ce, h, rc, deadline_ns, &g2);
+            cerb_status s2 = settle(c, ce, h, rc, deadline_ns, &g2);
             if (s2 == CERB_OK) {
                 /* It landed. The lease started after t0 at the earliest. */
                 g.fence = g2.fence;
@@ -212,8 +269,19 @@ static cerb_status engine_acquire(cerb_client *c, struct cerb_hold *h, int64_t d
                 break;
             }
             if (s2 != CERB_NOT_OWNER) {
-                /* Unsettled: make sure a late landing leaves no orphan. */
-                cerb__engine_release(ce->ops, ce->e, &h->lk);
+                /* Unsettled: a late landing must leave no orphan. Move on
+                 * if the selector has switched meanwhile; otherwise hand
+                 * the release to the background and report the failure. */
+                cur = atomic_load(&c->current);
+                if (cur != h->engine_idx && moves < c->n_engines &&
+                    (deadline_ns == 0 || cerb_monotime() < deadline_ns) && c->engines[cur].e &&
+                    rehome(c, hp, w, cur, true) == CERB_OK) {
+                    moves++;
+                    attempt = -1;
+                    continue;
+                }
+                if (rehome(c, hp, w, h->engine_idx, true) != CERB_OK)
+                    cerb__engine_release(ce->ops, ce->e, &h->lk); /* no memory: try now */
                 return cerb__error_set(st, "%s (outcome unknown, re-check failed)", why);
             }
         }
@@ -227,6 +295,8 @@ static cerb_status engine_acquire(cerb_client *c, struct cerb_hold *h, int64_t d
         if (intr && atomic_load(intr))
             return CERB_INTERRUPTED;
     }
+    h = *hp;
+    struct cerb_client_engine *ce = &c->engines[h->engine_idx];
     atomic_fetch_add(&ce->acquires, 1);
     h->fence = g.fence;
     h->valid_until_ns = cerb__grant_deadline(&g);
@@ -321,7 +391,7 @@ cerb_status cerb__lock_acquire(cerb_lock *l, int64_t deadline_ns, bool interrupt
     cerb__mutex_unlock(&s->mu);
 
     if (st == CERB_OK)
-        st = engine_acquire(c, h, try_only ? 0 : deadline_ns,
+        st = engine_acquire(c, &h, &w, try_only ? 0 : deadline_ns,
                             interruptible ? &w.interrupted : &never_interrupted, &cc.retry);
 
     cerb__mutex_lock(&s->mu);
@@ -329,7 +399,7 @@ cerb_status cerb__lock_acquire(cerb_lock *l, int64_t deadline_ns, bool interrupt
     iwaiter_unlink(l, &w);
     l->nwaiting--;
     if (st == CERB_OK) {
-        h->fence = cerb__fence_compose(cc.epoch, h->fence);
+        h->fence = cerb__fence_compose(atomic_load(&c->epoch), h->fence);
         h->owner_handle = l;
         atomic_store(&h->state, CERB_LOCK_VALID);
         s->hold = h;
@@ -409,9 +479,11 @@ static cerb_status engine_release(cerb_client *c, struct cerb_hold *h)
     cerb__client_call_cfg(c, &cc);
     for (int attempt = 0;; attempt++) {
         st = cerb__engine_release(ce->ops, ce->e, &h->lk);
-        if (st == CERB_OK || st == CERB_NOT_OWNER || attempt >= cc.retry.max)
+        if (st == CERB_OK || st == CERB_NOT_OWNER)
             break;
-        atomic_fetch_add(&ce->failures, 1);
+        cerb__health_fail(c, h->engine_idx, "release");
+        if (attempt >= cc.retry.max)
+            break;
         cerb__nap_ms(cerb__backoff_ms(attempt, cc.retry.backoff_ms, cc.retry.backoff_max_ms));
     }
     return st;

@@ -41,6 +41,8 @@ struct cerb_watchdog {
     int64_t next_wake_ns;
     struct cerb_hold *head;
     size_t n;
+    struct cerb_hold *orphans;  /* wd_next chain; only this thread releases */
+    int64_t next_orphan_ns;
     cerb_renew_item *items; /* scratch for one cycle */
     struct cerb_hold **lost; /* scratch: holds to report */
     size_t cap;
@@ -120,6 +122,68 @@ static void apply_result(struct cerb_hold *h, cerb_status st, const cerb_grant *
                cerb_last_error());
 }
 
+/*
+ * Try to release every queued orphan once, outside the mutex; keep those
+ * whose engine did not answer, until their lease must have run out. Their
+ * token is unique to them, so the server-side compare makes this safe
+ * whatever happened meanwhile. wd->mu held on entry and exit.
+ */
+static void release_orphans(struct cerb_watchdog *wd)
+{
+    struct cerb_hold *list = wd->orphans, *keep = NULL;
+    wd->orphans = NULL;
+    cerb__mutex_unlock(&wd->mu);
+    while (list) {
+        struct cerb_hold *h = list;
+        list = h->wd_next;
+        struct cerb_client_engine *ce = &wd->c->engines[h->engine_idx];
+        cerb_status st = cerb__engine_release(ce->ops, ce->e, &h->lk);
+        if (st == CERB_OK || st == CERB_NOT_OWNER || cerb_monotime() >= h->orphan_until_ns) {
+            if (st == CERB_OK)
+                CERB_LOG_I("released \"%s\" on %s: an acquire had landed after its reply was lost",
+                           h->lk.name, ce->name);
+            cerb__free((char *)h->lk.name);
+            cerb__free(h->lk.priv);
+            cerb__free(h);
+        } else {
+            h->wd_next = keep;
+            keep = h;
+        }
+    }
+    cerb__mutex_lock(&wd->mu);
+    while (keep) {
+        struct cerb_hold *h = keep;
+        keep = h->wd_next;
+        h->wd_next = wd->orphans;
+        wd->orphans = h;
+    }
+    wd->next_orphan_ns = cerb_monotime() + 200 * CERB_NS_PER_MS;
+}
+
+void cerb__watchdog_orphan(cerb_client *c, struct cerb_hold *h)
+{
+    struct cerb_watchdog *wd = c->wd;
+    int64_t lease = h->lk.lease_ms;
+    h->orphan_until_ns = cerb_monotime() + (lease + lease * CERB_DRIFT_PERMILLE / 1000 + 1000) *
+                                               CERB_NS_PER_MS;
+    /* lk.name points into the slot, which may go away: own a copy. */
+    char *name = cerb__strdup(h->lk.name);
+    if (!name) {
+        cerb__free(h->lk.priv);
+        cerb__free(h);
+        return;
+    }
+    h->lk.name = name;
+    h->slot = NULL;
+    cerb__mutex_lock(&wd->mu);
+    h->wd_next = wd->orphans;
+    wd->orphans = h;
+    if (wd->next_orphan_ns == 0 || wd->next_orphan_ns > cerb_monotime())
+        wd->next_orphan_ns = cerb_monotime();
+    cerb__cond_signal(&wd->wake);
+    cerb__mutex_unlock(&wd->mu);
+}
+
 /* One cycle; wd->mu held on entry and exit. */
 static void cycle(struct cerb_watchdog *wd)
 {
@@ -128,6 +192,10 @@ static void cycle(struct cerb_watchdog *wd)
     int64_t next = now + 1000 * CERB_NS_PER_MS;
     size_t nrenew = 0, nlost = 0;
 
+    if (wd->orphans && now >= wd->next_orphan_ns) {
+        release_orphans(wd);
+        return;
+    }
     if (!grow(wd, wd->n)) {
         cerb__cond_wait_until(&wd->wake, &wd->mu, now + 10 * CERB_NS_PER_MS);
         return;
@@ -156,6 +224,8 @@ static void cycle(struct cerb_watchdog *wd)
         if (h->valid_until_ns < next)
             next = h->valid_until_ns;
     }
+    if (wd->orphans && wd->next_orphan_ns < next)
+        next = wd->next_orphan_ns;
     if (nrenew == 0 && nlost == 0) {
         wd->next_wake_ns = next;
         cerb__cond_wait_until(&wd->wake, &wd->mu, next);
@@ -183,8 +253,10 @@ static void cycle(struct cerb_watchdog *wd)
         int64_t t = cerb_monotime();
         for (size_t k = i; k < j; k++) {
             struct cerb_hold *h = (struct cerb_hold *)wd->items[k].lk;
-            if (wd->items[k].st != CERB_OK && wd->items[k].st != CERB_NOT_OWNER)
-                atomic_fetch_add(&ce->failures, 1);
+            if (wd->items[k].st == CERB_OK)
+                cerb__health_ok(c, idx);
+            else if (wd->items[k].st != CERB_NOT_OWNER)
+                cerb__health_fail(c, idx, "renew");
             apply_result(h, wd->items[k].st, &wd->items[k].grant, t);
             if (atomic_load(&h->state) == CERB_LOCK_LOST ||
                 cerb_monotime() >= h->valid_until_ns) {
@@ -248,6 +320,13 @@ void cerb__watchdog_stop(cerb_client *c)
     pthread_join(wd->thread, NULL);
     for (struct cerb_hold *h = wd->head; h; h = h->wd_next)
         h->wd_linked = false;
+    while (wd->orphans) { /* their leases will expire by themselves */
+        struct cerb_hold *h = wd->orphans;
+        wd->orphans = h->wd_next;
+        cerb__free((char *)h->lk.name);
+        cerb__free(h->lk.priv);
+        cerb__free(h);
+    }
     cerb__cond_destroy(&wd->wake);
     cerb__cond_destroy(&wd->idle);
     cerb__mutex_destroy(&wd->mu);

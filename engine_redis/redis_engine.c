@@ -138,5 +138,6 @@ const struct cerb_engine_ops cerb__redis_engine_ops = {
     .probe = cerb__redis_op_probe,
     .renew_batch = cerb__redis_op_renew_batch,
     .stats = redis_op_stats,
+    .held = cerb__redis_op_held,
     .check_name = redis_check_name,
 };

@@ -596,6 +596,38 @@ cerb_status cerb__redis_op_check(cerb_engine *e, cerb_engine_lock *lk, cerb_gran
     return st;
 }
 
+/* Is the lock key there at all (held by anyone, redis-py included)? */
+cerb_status cerb__redis_op_held(cerb_engine *e, const char *name)
+{
+    struct redis_conn *c;
+    redisReply *r = NULL;
+    size_t got = 0;
+    char key[1024];
+    cerb_outcome oc;
+    int n = snprintf(key, sizeof key, "%s%s", e->rc->prefix ? e->rc->prefix : "", name);
+    if (n < 0 || (size_t)n >= sizeof key)
+        return cerb__error_set(CERB_EINVAL, "redis: key for \"%s\" too long", name);
+    cerb_status st = cerb__redis_get(e, cerb__deadline_in(e->rc->op_timeout_ms), &c);
+    if (st != CERB_OK)
+        return st;
+    const char *argv[2] = {"EXISTS", key};
+    size_t argl[2] = {6, (size_t)n};
+    st = cerb__redis_append(c, 2, argv, argl);
+    if (st == CERB_OK)
+        st = cerb__redis_exchange(e, c, "EXISTS", &r, &got, &oc);
+    cerb__redis_put(e, c);
+    if (st != CERB_OK)
+        return st;
+    if (r->type != REDIS_REPLY_INTEGER) {
+        struct redis_failure f = {.phase = REDIS_PHASE_REPLY, .reply = r};
+        st = cerb__redis_fail(e->where, "EXISTS", &f, NULL);
+    } else {
+        st = r->integer ? CERB_BUSY : CERB_OK;
+    }
+    freeReplyObject(r);
+    return st;
+}
+
 /* Renewals per pipeline: bounds the request buffer, not the round trips. */
 #define RENEW_CHUNK 256
 

@@ -91,6 +91,7 @@ cerb_status cerb__redis_op_renew(cerb_engine *e, cerb_engine_lock *lk, cerb_gran
 void cerb__redis_op_renew_batch(cerb_engine *e, cerb_renew_item *items, size_t n);
 cerb_status cerb__redis_op_release(cerb_engine *e, cerb_engine_lock *lk);
 cerb_status cerb__redis_op_check(cerb_engine *e, cerb_engine_lock *lk, cerb_grant *grant);
+cerb_status cerb__redis_op_held(cerb_engine *e, const char *name);
 cerb_status cerb__redis_op_probe(cerb_engine *e, int64_t timeout_ms);
 
 /* redis_wait.c */

@@ -207,6 +207,8 @@ struct cerb_engine_info {
     uint64_t acquire_calls;     /* acquire requests sent to the server */
     uint64_t wakeups;           /* blocked waiters woken by a release */
     uint64_t handoffs;          /* grants handed over by a release */
+    uint64_t breaker_transitions; /* state changes of this engine's breaker */
+    uint64_t switches;          /* engine switches of the whole client */
 };
 
 /**

@@ -1,0 +1,244 @@
+/*
+ * health.c — the client's side of failover: feeding each engine's circuit
+ * breaker, choosing the active engine, switching, and the safe-switch gate.
+ *
+ * Breakers (failover/breaker.c) are pure state machines; this file gives
+ * them the time, holds the client's failover mutex around them, logs and
+ * counts their transitions, and asks the selector (failover/selector.c)
+ * after every change whether new acquisitions should move.
+ *
+ * Successes of real calls are frequent and must not serialise the lock hot
+ * path on one mutex, so they are counted in an atomic and folded into the
+ * breaker the next time anything takes the mutex (a failure, a probe — the
+ * prober runs every probe_interval_ms). Their time stamp is then a little
+ * late, which only matters at the edge of the rate window.
+ *
+ * Safe switch. When acquisitions leave engine A for engine B, A keeps a
+ * "grace until" time: switch time + switch_grace_ms (default: the longest a
+ * hold on A can outlive our contact with it — the lease or session timeout
+ * — plus drift). Until then B grants a name only after A confirms the name
+ * is free there (one round trip, the fast path) or, when A cannot answer,
+ * once the grace has run out. With switch_grace_ms = 0 there is no gate:
+ * availability first, as in the original Cerberus.
+ *
+ * Fencing epoch. Tokens carry an epoch in their high 16 bits: the
+ * configuration's `epoch`, which `cerberus switch` bumps for every client at
+ * once, raised by one on each switch this client makes by itself, so that a
+ * client's tokens never go backwards when the new engine's counter is lower.
+ */
+#include "internal_posix.h"
+
+#include <string.h>
+
+#include "clock.h"
+#include "error.h"
+#include "internal.h"
+#include "log.h"
+#include "selector.h"
+
+int64_t cerb__now_ms(void) { return cerb_monotime() / CERB_NS_PER_MS; }
+
+static void breaker_cfg(const struct cerb_config *cfg, struct cerb_breaker_cfg *out)
+{
+    cerb__breaker_cfg_from(&cfg->failover, out);
+}
+
+void cerb__health_init(cerb_client *c)
+{
+    struct cerb_breaker_cfg bc;
+    int64_t now = cerb__now_ms();
+
+    cerb__mutex_init(&c->fo_mu);
+    breaker_cfg(c->cfg, &bc);
+    c->pinned = strcmp(c->cfg->active, "auto") == 0 ? -1
+                                                     : cerb__config_engine_index(c->cfg, c->cfg->active);
+    atomic_store(&c->epoch, c->cfg->epoch);
+    for (size_t i = 0; i < c->n_engines; i++) {
+        struct cerb_client_engine *ce = &c->engines[i];
+        cerb__breaker_init(&ce->brk, &bc, (uint64_t)cerb_monotime() ^ (i * 0x9e3779b97f4a7c15ull), now);
+        ce->healthy_since_ms = now;
+    }
+}
+
+/* Log and count a transition; fo_mu held. */
+static void noted(cerb_client *c, struct cerb_client_engine *ce, bool changed)
+{
+    (void)c;
+    if (!changed)
+        return;
+    ce->transitions++;
+    enum cerb_breaker_state st = cerb__breaker_state(&ce->brk);
+    if (st == CERB_BREAKER_CLOSED || st == CERB_BREAKER_DISABLED)
+        ce->healthy_since_ms = cerb__now_ms();
+    static const char *names[] = {"closed", "open", "half-open", "disabled", "forced-open"};
+    CERB_LOG_W("engine %s: breaker %s (%s)", ce->name, names[st], ce->brk.reason);
+}
+
+/* Fold batched successes in; fo_mu held. */
+static void fold_ok(cerb_client *c, struct cerb_client_engine *ce, int64_t now)
+{
+    uint64_t n = atomic_exchange(&ce->pending_ok, 0);
+    for (uint64_t k = 0; k < n; k++)
+        noted(c, ce, cerb__breaker_on_success(&ce->brk, now, CERB_CALL));
+}
+
+void cerb__health_ok(cerb_client *c, int idx)
+{
+    atomic_fetch_add_explicit(&c->engines[idx].pending_ok, 1, memory_order_relaxed);
+}
+
+/* Run the selector; fo_mu held. Returns the index to switch to, or -1. */
+static int pick_locked(cerb_client *c, const char **why)
+{
+    struct cerb_sel_engine se[CERB_MAX_ENGINES];
+    int64_t now = cerb__now_ms();
+    for (size_t i = 0; i < c->n_engines; i++) {
+        struct cerb_client_engine *ce = &c->engines[i];
+        noted(c, ce, cerb__breaker_poll(&ce->brk, now)); /* OPEN ages into HALF_OPEN */
+        se[i].open = ce->e != NULL;
+        se[i].st = cerb__breaker_state(&ce->brk);
+        se[i].healthy_since_ms = ce->healthy_since_ms;
+    }
+    struct cerb_sel_in in = {c->n_engines, se, atomic_load(&c->current), c->pinned,
+                             c->cfg->failover.failback_auto, c->cfg->failover.failback_after_ms, now};
+    int to = cerb__select(&in, why);
+    return to == in.current ? -1 : to;
+}
+
+void cerb__health_reselect(cerb_client *c)
+{
+    const char *why = NULL;
+    cerb__mutex_lock(&c->fo_mu);
+    int to = pick_locked(c, &why);
+    cerb__mutex_unlock(&c->fo_mu);
+    if (to >= 0)
+        cerb__client_switch(c, to, why ? why : "selector", 0);
+}
+
+void cerb__health_fail(cerb_client *c, int idx, const char *what)
+{
+    struct cerb_client_engine *ce = &c->engines[idx];
+    int64_t now = cerb__now_ms();
+    atomic_fetch_add(&ce->failures, 1);
+    cerb__mutex_lock(&c->fo_mu);
+    fold_ok(c, ce, now);
+    noted(c, ce, cerb__breaker_on_failure(&ce->brk, now, CERB_CALL));
+    cerb__mutex_unlock(&c->fo_mu);
+    CERB_LOG_D("engine %s: %s failed: %s", ce->name, what, cerb_last_error());
+    cerb__health_reselect(c);
+}
+
+void cerb__health_probe(cerb_client *c, int idx, bool ok, int64_t latency_us)
+{
+    struct cerb_client_engine *ce = &c->engines[idx];
+    int64_t now = cerb__now_ms();
+    atomic_store(&ce->last_probe_us, latency_us);
+    cerb__mutex_lock(&c->fo_mu);
+    fold_ok(c, ce, now);
+    if (ok)
+        noted(c, ce, cerb__breaker_on_success(&ce->brk, now, CERB_PROBE));
+    else
+        noted(c, ce, cerb__breaker_on_failure(&ce->brk, now, CERB_PROBE));
+    cerb__mutex_unlock(&c->fo_mu);
+}
+
+/* How long a hold on engine i can outlive our last contact with it. */
+static int64_t grace_ms(cerb_client *c, int i)
+{
+    const struct cerb_config *cfg = c->cfg;
+    if (cfg->failover.switch_grace_ms >= 0)
+        return cfg->failover.switch_grace_ms;
+    int64_t g = cfg->lock.lease_ms;
+    const char *name = c->engines[i].name;
+    if (strcmp(name, "zk") == 0 && c->boot_cfg->zk.session_timeout_ms > g)
+        g = c->boot_cfg->zk.session_timeout_ms;
+    if (strcmp(name, "etcd") == 0 && c->boot_cfg->etcd.session_ttl_s * 1000 > g)
+        g = c->boot_cfg->etcd.session_ttl_s * 1000;
+    return g + g * CERB_DRIFT_PERMILLE / 1000 + CERB_DRIFT_FIXED_MS;
+}
+
+int cerb__client_switch(cerb_client *c, int to, const char *why, int pin)
+{
+    void (*cb)(const char *, const char *, const char *, void *);
+    void *ud;
+
+    cerb__mutex_lock(&c->fo_mu);
+    if (pin > 0)
+        c->pinned = to;
+    else if (pin < 0)
+        c->pinned = -1;
+    int from = atomic_load(&c->current);
+    if (from == to) {
+        cerb__mutex_unlock(&c->fo_mu);
+        return to;
+    }
+    int64_t g = grace_ms(c, from);
+    if (g > 0)
+        c->engines[from].grace_until_ns = cerb_monotime() + g * CERB_NS_PER_MS;
+    c->engines[to].grace_until_ns = 0; /* no need to ask where we go */
+    atomic_fetch_add(&c->epoch, 1);
+    c->switches++;
+    atomic_store(&c->current, to);
+    cerb__mutex_unlock(&c->fo_mu);
+
+    CERB_LOG_W("engine switch %s -> %s (%s)", c->engines[from].name, c->engines[to].name, why);
+    cerb__mutex_lock(&c->mu);
+    cb = c->switch_cb;
+    ud = c->switch_ud;
+    cerb__mutex_unlock(&c->mu);
+    if (cb)
+        cb(c->engines[from].name, c->engines[to].name, why, ud);
+    return to;
+}
+
+cerb_status cerb__switch_gate(cerb_client *c, int idx, const char *name, int64_t deadline_ns,
+                              const atomic_int *intr)
+{
+    for (int round = 0;; round++) {
+        int64_t now = cerb_monotime();
+        int64_t wait_until = 0;
+        bool blocked = false;
+        for (size_t i = 0; i < c->n_engines; i++) {
+            if ((int)i == idx)
+                continue;
+            cerb__mutex_lock(&c->fo_mu);
+            int64_t until = c->engines[i].grace_until_ns;
+            cerb__mutex_unlock(&c->fo_mu);
+            if (until <= now)
+                continue;
+            struct cerb_client_engine *ce = &c->engines[i];
+            cerb_status st = cerb__engine_held(ce->ops, ce->e, name);
+            if (st == CERB_OK)
+                continue; /* confirmed free there */
+            blocked = true;
+            if (st == CERB_BUSY) {
+                cerb__error_set(CERB_BUSY, "lock \"%s\" is still held on engine %s after a switch",
+                                name, ce->name);
+                wait_until = now; /* ask again soon */
+            } else if (until > wait_until) {
+                wait_until = until; /* cannot tell: wait out the grace */
+            }
+        }
+        if (!blocked)
+            return CERB_OK;
+        if (deadline_ns == 0)
+            return cerb__error_set(CERB_BUSY, "lock \"%s\": an engine switched from cannot "
+                                              "confirm it is free yet", name);
+        if (now >= deadline_ns)
+            return CERB_TIMEOUT;
+        int64_t nap_ns = wait_until > now ? wait_until - now : 0;
+        int64_t step = (round < 5 ? 20 : 100) * CERB_NS_PER_MS;
+        if (nap_ns < step)
+            nap_ns = step;
+        if (now + nap_ns > deadline_ns)
+            nap_ns = deadline_ns - now;
+        /* Bounded naps so an interrupt is seen within 50 ms. */
+        for (int64_t slept = 0; slept < nap_ns;) {
+            int64_t piece = nap_ns - slept < 50 * CERB_NS_PER_MS ? nap_ns - slept : 50 * CERB_NS_PER_MS;
+            cerb__nap_ms((piece + CERB_NS_PER_MS - 1) / CERB_NS_PER_MS);
+            slept += piece;
+            if (intr && atomic_load(intr))
+                return CERB_INTERRUPTED;
+        }
+    }
+}

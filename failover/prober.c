@@ -1,0 +1,210 @@
+/*
+ * prober.c — one background thread per client that
+ *   - probes every engine every probe_interval_ms (± 20 % jitter, so many
+ *     clients do not probe in step) with probe_timeout_ms, by the engine's
+ *     canary on the lock path, and feeds the result to its breaker;
+ *   - reopens engines that could not be opened (a probe failure each time);
+ *   - lets the selector move new acquisitions after every round;
+ *   - watches the configuration file and reloads it when it changes.
+ *
+ * The file watch uses inotify on the file's directory (so a `cerberus
+ * switch`, which writes a temporary file and renames it over the original,
+ * is seen as one event) and falls back to comparing inode, size and mtime
+ * on every round when inotify is unavailable. The thread sleeps in poll(2)
+ * on the inotify descriptor and a self-pipe, so a file change is acted on at
+ * once and cerb__prober_stop() never waits for a round to end.
+ */
+#include "internal_posix.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <string.h>
+#include <sys/inotify.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "alloc.h"
+#include "clock.h"
+#include "error.h"
+#include "internal.h"
+#include "log.h"
+
+struct cerb_prober {
+    cerb_client *c;
+    pthread_t thread;
+    int stop_pipe[2];
+    int ino_fd;          /* -1 without inotify */
+    char *dir, *base;    /* the config file's directory and name */
+    struct stat last;    /* for the polling fallback */
+    bool have_last;
+    bool probing;        /* more than one engine: probe them */
+};
+
+static bool file_changed(struct cerb_prober *p)
+{
+    struct stat st;
+    if (stat(p->c->boot_cfg->path, &st) != 0)
+        return false; /* gone for a moment during a replace: look again later */
+    bool changed = p->have_last &&
+                   (st.st_ino != p->last.st_ino || st.st_size != p->last.st_size ||
+                    st.st_mtim.tv_sec != p->last.st_mtim.tv_sec ||
+                    st.st_mtim.tv_nsec != p->last.st_mtim.tv_nsec);
+    p->last = st;
+    p->have_last = true;
+    return changed;
+}
+
+static void reload(struct cerb_prober *p)
+{
+    cerb_status st = cerb_client_reload(p->c);
+    if (st != CERB_OK)
+        CERB_LOG_E("configuration %s not reloaded, the old one stays: %s", p->c->boot_cfg->path,
+                   cerb_last_error());
+}
+
+/* Drain inotify events; true when one names our file. */
+static bool ino_hit(struct cerb_prober *p)
+{
+    char buf[4096] __attribute__((aligned(__alignof__(struct inotify_event))));
+    bool hit = false;
+    for (;;) {
+        ssize_t n = read(p->ino_fd, buf, sizeof buf);
+        if (n <= 0)
+            break;
+        for (char *q = buf; q < buf + n;) {
+            struct inotify_event *ev = (struct inotify_event *)q;
+            if (ev->len && strcmp(ev->name, p->base) == 0)
+                hit = true;
+            q += sizeof *ev + ev->len;
+        }
+    }
+    return hit;
+}
+
+static void probe_all(struct cerb_prober *p)
+{
+    cerb_client *c = p->c;
+    int64_t timeout = c->cfg->failover.probe_timeout_ms;
+    for (size_t i = 0; i < c->n_engines; i++) {
+        struct cerb_client_engine *ce = &c->engines[i];
+        int64_t t0 = cerb_monotime();
+        cerb_status st = ce->e ? cerb__engine_probe(ce->ops, ce->e, timeout)
+                               : cerb__client_open_engine(c, i);
+        int64_t us = (cerb_monotime() - t0) / 1000;
+        /* A busy canary still proves the engine answers. */
+        bool ok = st == CERB_OK || st == CERB_BUSY;
+        if (!ok)
+            CERB_LOG_D("probe of %s failed: %s", ce->name, cerb_last_error());
+        cerb__health_probe(c, (int)i, ok, ok ? us : -1);
+    }
+    cerb__health_reselect(c);
+}
+
+static void *prober_main(void *arg)
+{
+    struct cerb_prober *p = arg;
+    cerb_client *c = p->c;
+    int64_t next_probe = cerb_monotime();
+
+    for (;;) {
+        int64_t now = cerb_monotime();
+        if (p->probing && now >= next_probe) {
+            probe_all(p);
+            int64_t iv = c->cfg->failover.probe_interval_ms;
+            int64_t jitter = iv / 5;
+            int64_t d = iv - jitter + (int64_t)cerb__rand_below((uint64_t)(2 * jitter + 1));
+            next_probe = cerb_monotime() + d * CERB_NS_PER_MS;
+        }
+        if (!p->have_last && c->boot_cfg->path)
+            file_changed(p); /* baseline */
+        int64_t wait_ms = p->probing ? (next_probe - cerb_monotime()) / CERB_NS_PER_MS : 1000;
+        if (p->ino_fd < 0 && wait_ms > 250)
+            wait_ms = 250; /* polling fallback for the file */
+        if (wait_ms < 0)
+            wait_ms = 0;
+        struct pollfd fds[2] = {{p->stop_pipe[0], POLLIN, 0}, {p->ino_fd, POLLIN, 0}};
+        int rc = poll(fds, p->ino_fd >= 0 ? 2 : 1, (int)wait_ms);
+        if (rc > 0 && (fds[0].revents & POLLIN))
+            break;
+        bool changed = false;
+        if (p->ino_fd >= 0 && rc > 0 && (fds[1].revents & POLLIN))
+            changed = ino_hit(p) && file_changed(p);
+        else if (p->ino_fd < 0 && c->boot_cfg->path)
+            changed = file_changed(p);
+        if (changed)
+            reload(p);
+    }
+    return NULL;
+}
+
+cerb_status cerb__prober_start(cerb_client *c)
+{
+    bool watch = c->boot_cfg->path && c->cfg->failover.watch_config;
+    bool probing = c->n_engines > 1;
+    if (!watch && !probing)
+        return CERB_OK;
+    struct cerb_prober *p = cerb__calloc(1, sizeof *p);
+    if (!p)
+        return cerb__error_set(CERB_ENOMEM, "out of memory");
+    p->c = c;
+    p->ino_fd = -1;
+    p->probing = probing;
+    if (pipe(p->stop_pipe) != 0) {
+        cerb__free(p);
+        return cerb__error_set(CERB_EIO, "prober: pipe: %s", strerror(errno));
+    }
+    if (watch) {
+        const char *path = c->boot_cfg->path;
+        const char *slash = strrchr(path, '/');
+        p->dir = slash ? cerb__malloc((size_t)(slash - path) + 2) : cerb__strdup(".");
+        p->base = cerb__strdup(slash ? slash + 1 : path);
+        if (!p->dir || !p->base)
+            goto oom;
+        if (slash) {
+            size_t n = (size_t)(slash - path);
+            memcpy(p->dir, path, n ? n : 1);
+            p->dir[n ? n : 1] = '\0';
+        }
+        p->ino_fd = inotify_init1(IN_NONBLOCK | IN_CLOEXEC);
+        if (p->ino_fd >= 0 &&
+            inotify_add_watch(p->ino_fd, p->dir, IN_CLOSE_WRITE | IN_MOVED_TO | IN_CREATE) < 0) {
+            close(p->ino_fd);
+            p->ino_fd = -1;
+        }
+        if (p->ino_fd < 0)
+            CERB_LOG_I("config watch: inotify unavailable, polling %s", path);
+        file_changed(p);
+    }
+    if (pthread_create(&p->thread, NULL, prober_main, p) != 0)
+        goto oom;
+    c->prober = p;
+    return CERB_OK;
+oom:
+    if (p->ino_fd >= 0)
+        close(p->ino_fd);
+    close(p->stop_pipe[0]);
+    close(p->stop_pipe[1]);
+    cerb__free(p->dir);
+    cerb__free(p->base);
+    cerb__free(p);
+    return cerb__error_set(CERB_ENOMEM, "cannot start the prober");
+}
+
+void cerb__prober_stop(cerb_client *c)
+{
+    struct cerb_prober *p = c->prober;
+    if (!p)
+        return;
+    ssize_t w = write(p->stop_pipe[1], "x", 1);
+    (void)w;
+    pthread_join(p->thread, NULL);
+    if (p->ino_fd >= 0)
+        close(p->ino_fd);
+    close(p->stop_pipe[0]);
+    close(p->stop_pipe[1]);
+    cerb__free(p->dir);
+    cerb__free(p->base);
+    cerb__free(p);
+    c->prober = NULL;
+}

@@ -1,0 +1,389 @@
+/*
+ * test_redis_fault_failover.c — failover with a real primary (redis) and
+ * the local engine as secondary: kill -9 and SIGSTOP of the primary while
+ * clients lock in a loop (first grant on the secondary within a second with
+ * grace 0; no call past its deadline), failback after failback_after_ms
+ * (auto) or never (manual), a holder on the dead primary told LOST while
+ * nobody else gets the name before its lease ran out (default grace), the
+ * fast path after a manual switch (the live old engine confirms free), a
+ * config file switch followed by three processes, and an invalid edit
+ * that keeps the old configuration.
+ * This suite owns its redis-server (it kills and pauses it).
+ */
+#define _POSIX_C_SOURCE 200809L
+#include <pthread.h>
+#include <setjmp.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "cerberus.h"
+#include "test_util.h"
+
+/* printf into a fresh malloc'd string. */
+static char *fmt(const char *f, ...) __attribute__((format(printf, 1, 2)));
+static char *fmt(const char *f, ...)
+{
+    va_list ap;
+    va_start(ap, f);
+    int n = vsnprintf(NULL, 0, f, ap);
+    va_end(ap);
+    char *s = malloc((size_t)n + 1);
+    assert_non_null(s);
+    va_start(ap, f);
+    vsnprintf(s, (size_t)n + 1, f, ap);
+    va_end(ap);
+    return s;
+}
+
+static char *cfg_text(const char *failover_extra)
+{
+    char *t = fmt(
+                     "engines = (\"redis\", \"local\");\n"
+                     "redis = { port = %d; op_timeout_ms = 200; connect_timeout_ms = 200; };\n"
+                     "lock = { lease_ms = 1500; };\n"
+                     "retry = { max = 1; backoff_ms = 5; backoff_max_ms = 20; };\n"
+                     "failover = { probe_interval_ms = 100; probe_timeout_ms = 100;\n"
+                     "  consecutive_failures = 2; open_ms = 500; half_open_successes = 2;\n"
+                     "  %s };\n",
+                     cerb_test_redis_port(), failover_extra);
+    return t;
+}
+
+static cerb_client *open_text(const char *failover_extra)
+{
+    char *t = cfg_text(failover_extra);
+    cerb_client *c = NULL;
+    cerb_status st = cerb_client_open_string(&c, t);
+    free(t);
+    if (st != CERB_OK)
+        fail_msg("open: %s", cerb_last_error());
+    return c;
+}
+
+static int setup(void **state)
+{
+    (void)state;
+    cerb_test_redis_resume();
+    return cerb_test_servers("start") == 0 ? 0 : -1;
+}
+
+static int teardown(void **state)
+{
+    (void)state;
+    cerb_test_redis_resume();
+    return cerb_test_servers("start") == 0 ? 0 : -1;
+}
+
+static bool on_local(void *ud) { return strcmp(cerb_engine_current(ud), "local") == 0; }
+static bool on_redis(void *ud) { return strcmp(cerb_engine_current(ud), "redis") == 0; }
+
+/* A client locking in a loop; records when the first grant on "local"
+ * happened and the longest any single call took. */
+struct looper {
+    cerb_client *c;
+    const char *name;
+    atomic_bool stop;
+    atomic_llong first_local_ms;
+    atomic_llong longest_call_ms;
+};
+
+static void *loop_main(void *arg)
+{
+    struct looper *L = arg;
+    cerb_lock *l = NULL;
+    if (cerb_lock_new(L->c, L->name, NULL, &l) != CERB_OK)
+        return NULL;
+    while (!atomic_load(&L->stop)) {
+        int64_t t0 = cerb_test_now_ms();
+        cerb_status st = cerb_lock_trylock_for(l, 300);
+        int64_t took = cerb_test_now_ms() - t0;
+        if (took > atomic_load(&L->longest_call_ms))
+            atomic_store(&L->longest_call_ms, took);
+        if (st == CERB_OK) {
+            struct cerb_engine_info info;
+            cerb_engine_info(L->c, NULL, &info);
+            if (strcmp(info.name, "local") == 0 && atomic_load(&L->first_local_ms) == 0)
+                atomic_store(&L->first_local_ms, cerb_test_now_ms());
+            cerb_lock_unlock(l);
+        }
+    }
+    cerb_lock_free(l);
+    return NULL;
+}
+
+static bool first_local(void *ud) { return atomic_load(&((struct looper *)ud)->first_local_ms) != 0; }
+
+static void run_outage(bool kill_it)
+{
+    cerb_client *c = open_text("switch_grace_ms = 0; failback_after_ms = 800;");
+    char *name = test_name(kill_it ? "killed" : "stopped");
+    struct looper L = {.c = c, .name = name};
+    pthread_t t;
+    assert_string_equal(cerb_engine_current(c), "redis");
+    pthread_create(&t, NULL, loop_main, &L);
+    wait_until(first_local, &L, 300); /* let it run on redis a little */
+    pid_t pid = cerb_test_redis_pid();
+    assert_true(pid > 0);
+    int64_t t_out = cerb_test_now_ms();
+    if (kill_it)
+        assert_int_equal(kill(pid, SIGKILL), 0);
+    else
+        assert_int_equal(cerb_test_redis_pause(), 0);
+    assert_wait_until(first_local, &L, 3000);
+    int64_t took = atomic_load(&L.first_local_ms) - t_out;
+    print_message("%s primary: first grant on the secondary after %lld ms\n",
+                  kill_it ? "killed" : "stopped", (long long)took);
+    assert_true(took <= 1000);
+    /* Bring it back: automatic failback after failback_after_ms. */
+    if (kill_it)
+        assert_int_equal(cerb_test_servers("start"), 0);
+    else
+        assert_int_equal(cerb_test_redis_resume(), 0);
+    int64_t t_back = cerb_test_now_ms();
+    assert_wait_until(on_redis, c, 5000);
+    assert_true(cerb_test_now_ms() - t_back >= 700);
+    atomic_store(&L.stop, true);
+    pthread_join(t, NULL);
+    /* No call ran far past its 300 ms wait (op and probe timeouts 200 ms). */
+    print_message("longest call %lld ms\n", (long long)atomic_load(&L.longest_call_ms));
+    assert_true(atomic_load(&L.longest_call_ms) < 1500);
+    struct cerb_engine_info info;
+    assert_int_equal(cerb_engine_info(c, "redis", &info), CERB_OK);
+    assert_true(info.breaker_transitions >= 2);
+    assert_true(info.switches >= 2);
+    free(name);
+    cerb_client_close(c);
+}
+
+static void test_kill_primary(void **state)
+{
+    (void)state;
+    run_outage(true);
+}
+
+static void test_stop_primary(void **state)
+{
+    (void)state;
+    run_outage(false);
+}
+
+static void test_manual_failback_never(void **state)
+{
+    (void)state;
+    cerb_client *c = open_text("switch_grace_ms = 0; failback = \"manual\"; failback_after_ms = 100;");
+    pid_t pid = cerb_test_redis_pid();
+    assert_int_equal(kill(pid, SIGKILL), 0);
+    assert_wait_until(on_local, c, 3000);
+    assert_int_equal(cerb_test_servers("start"), 0);
+    /* Well past failback_after_ms and several probe rounds: still local. */
+    assert_false(wait_until(on_redis, c, 1500));
+    assert_string_equal(cerb_engine_switch_to(c, "redis"), "redis");
+    cerb_client_close(c);
+}
+
+static atomic_int lost_calls;
+static void on_lost(cerb_lock *l, void *ud)
+{
+    (void)l;
+    (void)ud;
+    atomic_fetch_add(&lost_calls, 1);
+}
+static bool lost_seen(void *ud) { (void)ud; return atomic_load(&lost_calls) > 0; }
+
+struct holder {
+    cerb_client *c;
+    const char *name;
+    cerb_status st;
+    atomic_bool held, release;
+};
+
+static bool holder_held(void *ud) { return atomic_load(&((struct holder *)ud)->held); }
+static bool holder_release(void *ud) { return atomic_load(&((struct holder *)ud)->release); }
+
+static void *holder_main(void *arg)
+{
+    struct holder *h = arg;
+    cerb_lock *l = NULL;
+    cerb_lock_new(h->c, h->name, NULL, &l);
+    cerb_lock_on_lost(l, on_lost, NULL);
+    h->st = cerb_lock_lock(l);
+    atomic_store(&h->held, true);
+    wait_until(holder_release, h, 20000);
+    cerb_lock_unlock(l);
+    cerb_lock_free(l);
+    return NULL;
+}
+
+static void test_holder_lost_and_grace_respected(void **state)
+{
+    (void)state;
+    /* Default grace: the old engine's lease (1500 ms) plus drift. */
+    cerb_client *a = open_text("failback = \"manual\";");
+    cerb_client *b = open_text("failback = \"manual\";");
+    char *name = test_name("grace");
+    atomic_store(&lost_calls, 0);
+    struct holder h = {.c = a, .name = name};
+    pthread_t t;
+    pthread_create(&t, NULL, holder_main, &h);
+    assert_wait_until(holder_held, &h, 3000);
+    assert_int_equal(h.st, CERB_OK);
+    pid_t pid = cerb_test_redis_pid();
+    int64_t t_kill = cerb_test_now_ms();
+    assert_int_equal(kill(pid, SIGKILL), 0);
+    assert_wait_until(on_local, b, 3000);
+    cerb_lock *lb = NULL;
+    assert_int_equal(cerb_lock_new(b, name, NULL, &lb), CERB_OK);
+    assert_int_equal(cerb_lock_trylock_for(lb, 5000), CERB_OK);
+    int64_t granted_after = cerb_test_now_ms() - t_kill;
+    print_message("other client granted after %lld ms (lease 1500)\n", (long long)granted_after);
+    assert_true(granted_after >= 1500);
+    assert_wait_until(lost_seen, NULL, 3000); /* the old holder was told */
+    assert_int_equal(atomic_load(&lost_calls), 1);
+    assert_int_equal(cerb_lock_unlock(lb), CERB_OK);
+    cerb_lock_free(lb);
+    atomic_store(&h.release, true);
+    pthread_join(t, NULL);
+    free(name);
+    cerb_client_close(a);
+    cerb_client_close(b);
+}
+
+static void test_manual_switch_fast_path(void **state)
+{
+    (void)state;
+    cerb_client *a = open_text("failback = \"manual\";");
+    cerb_client *b = open_text("failback = \"manual\";");
+    char *name = test_name("fastpath");
+    struct holder h = {.c = a, .name = name};
+    pthread_t t;
+    pthread_create(&t, NULL, holder_main, &h);
+    assert_wait_until(holder_held, &h, 3000);
+    assert_string_equal(cerb_engine_switch_to(b, "local"), "local");
+    cerb_lock *lb = NULL;
+    assert_int_equal(cerb_lock_new(b, name, NULL, &lb), CERB_OK);
+    /* Held on the live old engine: not granted on the new one. */
+    assert_int_equal(cerb_lock_trylock(lb), CERB_BUSY);
+    atomic_store(&h.release, true);
+    pthread_join(t, NULL);
+    /* Confirmed free there: granted at once, long before the grace ends. */
+    int64_t t0 = cerb_test_now_ms();
+    assert_int_equal(cerb_lock_trylock_for(lb, 5000), CERB_OK);
+    assert_true(cerb_test_now_ms() - t0 < 500);
+    uint64_t f = cerb_lock_fencing_token(lb);
+    assert_true((f >> 48) >= 2); /* the switch raised the epoch */
+    cerb_lock_unlock(lb);
+    cerb_lock_free(lb);
+    free(name);
+    cerb_client_close(a);
+    cerb_client_close(b);
+}
+
+/* ---- config file switching ---- */
+
+static char *write_cfg(const char *path_or_null, const char *active, int epoch)
+{
+    char *body = fmt(
+                     "# test config\n"
+                     "engines = (\"redis\", \"local\");\n"
+                     "active = \"%s\";\n"
+                     "epoch = %d;\n"
+                     "redis = { port = %d; };\n"
+                     "failover = { probe_interval_ms = 100; probe_timeout_ms = 100; };\n",
+                     active, epoch, cerb_test_redis_port());
+    char *path;
+    if (!path_or_null) {
+        path = cerb_test_write_config("%s", body);
+    } else {
+        /* Atomic replace, as `cerberus switch` does: write + rename. */
+        path = strdup(path_or_null);
+        char tmp[4096];
+        snprintf(tmp, sizeof tmp, "%s.tmp", path);
+        FILE *f = fopen(tmp, "w");
+        fputs(body, f);
+        fclose(f);
+        assert_int_equal(rename(tmp, path), 0);
+    }
+    free(body);
+    return path;
+}
+
+static int child_follows(void *ud)
+{
+    const char *path = ud;
+    cerb_client *c = NULL;
+    if (cerb_client_open(&c, path) != CERB_OK)
+        return 10;
+    /* Tell the parent we are up by taking a lock name of our own. */
+    int64_t end = cerb_test_now_ms() + 8000;
+    int rc = 1;
+    while (cerb_test_now_ms() < end) {
+        if (strcmp(cerb_engine_current(c), "local") == 0) {
+            rc = 0;
+            break;
+        }
+        struct timespec ts = {0, 10 * 1000000};
+        nanosleep(&ts, NULL);
+    }
+    cerb_client_close(c);
+    return rc;
+}
+
+static void test_config_switch_followed_by_processes(void **state)
+{
+    (void)state;
+    char *path = write_cfg(NULL, "auto", 1);
+    pid_t kids[3];
+    for (int i = 0; i < 3; i++)
+        kids[i] = cerb_test_fork(child_follows, path);
+    /* Our own client to see the children have had time to start. */
+    cerb_client *c = NULL;
+    assert_int_equal(cerb_client_open(&c, path), CERB_OK);
+    assert_string_equal(cerb_engine_current(c), "redis");
+    wait_until(on_local, c, 500); /* give the children a moment to open */
+    free(write_cfg(path, "local", 2));
+    int64_t t0 = cerb_test_now_ms();
+    assert_wait_until(on_local, c, 2000);
+    assert_true(cerb_test_now_ms() - t0 < 1000);
+    for (int i = 0; i < 3; i++)
+        assert_int_equal(cerb_test_wait(kids[i], 10000), 0);
+    /* Grants after the switch carry the new epoch. */
+    cerb_lock *l = NULL;
+    char *name = test_name("epoch");
+    assert_int_equal(cerb_lock_new(c, name, NULL, &l), CERB_OK);
+    assert_int_equal(cerb_lock_trylock_for(l, 5000), CERB_OK);
+    assert_true((cerb_lock_fencing_token(l) >> 48) >= 2);
+    cerb_lock_unlock(l);
+    cerb_lock_free(l);
+    free(name);
+    /* An invalid edit is refused and the old configuration stays. */
+    FILE *f = fopen(path, "w");
+    fputs("engines = (\"redis\", \"local\");\nactive = \"redsi\";\n", f);
+    fclose(f);
+    assert_int_equal(cerb_client_reload(c), CERB_ECONFIG);
+    assert_non_null(strstr(cerb_last_error(), ":2:"));
+    assert_string_equal(cerb_engine_current(c), "local");
+    cerb_client_close(c);
+    cerb_test_remove_file(path);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(test_kill_primary, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_stop_primary, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_manual_failback_never, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_holder_lost_and_grace_respected, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_manual_switch_fast_path, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_config_switch_followed_by_processes, setup, teardown),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
