@@ -46,6 +46,7 @@ struct cli {
     int port;
     int port_set; /* --port given: overrides the engine's default port */
     const char *json_path;
+    struct bench_fo_opts fo;
 };
 
 static void usage(FILE *f)
@@ -64,7 +65,16 @@ static void usage(FILE *f)
         "  --waiters N         handoff: contending clients (default 8)\n"
         "  --duration S        seconds measured per side of each scenario (default 5)\n"
         "  --port P            redis port when no -c is given (default %d)\n"
-        "  --json FILE         also write the results as a JSON array\n",
+        "  --json FILE         also write the results as a JSON array\n"
+        "\n"
+        "failover scenario (-c FILE with two or more engines; the first is failed):\n"
+        "  --fail-cmd CMD      shell command that kills the primary (e.g. kill -9 ...)\n"
+        "  --restore-cmd CMD   shell command that brings it back\n"
+        "  --grace0-config F   FILE with failover.switch_grace_ms = 0, measured first\n"
+        "  --flap S            then fail/restore the primary for S seconds (default 0)\n"
+        "  --flap-period MS    one outage + one recovery (default 2000)\n"
+        "  --max-wait MS       longest wait for a grant elsewhere (default 30000)\n"
+        "  bench/failover.sh runs it all against test servers.\n",
         DEFAULT_PORT);
 }
 
@@ -115,7 +125,7 @@ static int parse_threads(const char *s, struct cli *c)
 static int parse_cli(int argc, char **argv, struct cli *c)
 {
     enum { O_ENGINE = 256, O_SCENARIO, O_THREADS, O_DURATION, O_WAITERS,
-           O_PORT, O_JSON };
+           O_PORT, O_JSON, O_FAIL, O_RESTORE, O_GRACE0, O_FLAP, O_FLAP_PERIOD, O_MAX_WAIT };
     static const struct option opts[] = {
         {"config", required_argument, NULL, 'c'},
         {"engine", required_argument, NULL, O_ENGINE},
@@ -125,6 +135,12 @@ static int parse_cli(int argc, char **argv, struct cli *c)
         {"waiters", required_argument, NULL, O_WAITERS},
         {"port", required_argument, NULL, O_PORT},
         {"json", required_argument, NULL, O_JSON},
+        {"fail-cmd", required_argument, NULL, O_FAIL},
+        {"restore-cmd", required_argument, NULL, O_RESTORE},
+        {"grace0-config", required_argument, NULL, O_GRACE0},
+        {"flap", required_argument, NULL, O_FLAP},
+        {"flap-period", required_argument, NULL, O_FLAP_PERIOD},
+        {"max-wait", required_argument, NULL, O_MAX_WAIT},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
@@ -133,6 +149,8 @@ static int parse_cli(int argc, char **argv, struct cli *c)
     memset(c, 0, sizeof *c);
     c->engine = "all";
     c->scenario = "all";
+    c->fo.flap_period_ms = 2000;
+    c->fo.max_wait_ms = 30000;
     c->threads[0] = 1;
     c->n_threads = 1;
     c->waiters = 8;
@@ -179,6 +197,30 @@ static int parse_cli(int argc, char **argv, struct cli *c)
         case O_JSON:
             c->json_path = optarg;
             break;
+        case O_FAIL:
+            c->fo.fail_cmd = optarg;
+            break;
+        case O_RESTORE:
+            c->fo.restore_cmd = optarg;
+            break;
+        case O_GRACE0:
+            c->fo.grace0_config = optarg;
+            break;
+        case O_FLAP:
+            if (parse_int("--flap", optarg, 0, 3600, &c->fo.flap_s))
+                return -1;
+            break;
+        case O_FLAP_PERIOD:
+            if (parse_int("--flap-period", optarg, 100, 600000, &c->fo.flap_period_ms))
+                return -1;
+            break;
+        case O_MAX_WAIT: {
+            int v;
+            if (parse_int("--max-wait", optarg, 100, 600000, &v))
+                return -1;
+            c->fo.max_wait_ms = v;
+            break;
+        }
         case 'h':
             usage(stdout);
             return 1;
@@ -193,9 +235,9 @@ static int parse_cli(int argc, char **argv, struct cli *c)
         return -1;
     }
     if (strcmp(c->scenario, "all") && strcmp(c->scenario, "uncontended") &&
-        strcmp(c->scenario, "handoff")) {
+        strcmp(c->scenario, "handoff") && strcmp(c->scenario, "failover")) {
         bench_errorf("--scenario: unknown scenario \"%s\" (known: "
-                     "uncontended, handoff, all)", c->scenario);
+                     "uncontended, handoff, failover, all)", c->scenario);
         return -1;
     }
     if (port_given && c->config_path) {
@@ -368,6 +410,20 @@ int main(int argc, char **argv)
         .duration_s = cli.duration_s,
         .progress = isatty(STDERR_FILENO),
     };
+    if (strcmp(cli.scenario, "failover") == 0) {
+        /* One run over the whole configuration: the first engine fails. */
+        struct bench_result fr[3];
+        size_t nfr = 0;
+        bench_report_header(stdout);
+        status = bench_failover(&engines[0], &cli.fo, fr, &nfr) == 0 ? 0 : 1;
+        for (size_t k = 0; k < nfr; k++)
+            bench_report_row(stdout, &fr[k]);
+        if (status == 0 && cli.json_path && bench_report_json(cli.json_path, fr, nfr) != 0)
+            status = 1;
+        for (int i = 0; i < n_engines; i++)
+            engine_free(&engines[i]);
+        return status;
+    }
     int do_unc = strcmp(cli.scenario, "handoff") != 0;
     int do_ho = strcmp(cli.scenario, "uncontended") != 0;
 

@@ -33,6 +33,11 @@ void bench_report_row(FILE *f, const struct bench_result *r)
 {
     char ceiling[32] = "n/a", ratio[16] = "n/a";
 
+    if (r->note[0]) { /* failover rows: one finding in words */
+        fprintf(f, "%-12s %-8s %7d  %s\n", r->scenario, r->engine, r->threads, r->note);
+        return;
+    }
+
     if (r->ceiling_kind && strcmp(r->ceiling_kind, "ops") == 0)
         snprintf(ceiling, sizeof ceiling, "%.0f ops/s", r->ceiling_ops_per_s);
     else if (r->ceiling_kind)
@@ -90,6 +95,8 @@ static json_t *result_json(const struct bench_result *r)
     if (!ok)
         return NULL;
     put(o, "scenario", json_string(r->scenario), &ok);
+    if (r->note[0])
+        put(o, "note", json_string(r->note), &ok);
     put(o, "engine", json_string(r->engine), &ok);
     put(o, "threads", json_integer(r->threads), &ok);
     put(o, "elapsed_s", json_real(r->elapsed_s), &ok);

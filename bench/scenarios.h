@@ -73,6 +73,9 @@ struct bench_result {
      * the machine changes speed during the run. <0 = n/a. */
     double ratio_paired_median;
 
+    /* failover / flapping: the finding in words (empty otherwise). */
+    char note[160];
+
     /* handoff: engine counters (deltas summed over the clients). */
     int has_counters;
     uint64_t acquisitions;      /* every grant, including the drain */
@@ -141,6 +144,20 @@ static inline int bench_worker_done(const struct bench_worker *w, int64_t now)
     return now >= w->ph->deadline_ns ||
            atomic_load_explicit(&w->ph->stop, memory_order_relaxed);
 }
+
+/* The failover scenario's knobs (failover.c). */
+struct bench_fo_opts {
+    const char *fail_cmd;       /* shell command that kills the primary */
+    const char *restore_cmd;    /* and one that brings it back */
+    const char *grace0_config;  /* the same config with switch_grace_ms = 0 */
+    int64_t max_wait_ms;        /* give up waiting for a grant elsewhere */
+    int flap_s;                 /* flapping run length; 0 = skip */
+    int flap_period_ms;         /* one outage + one recovery */
+};
+
+/* Returns 0 and fills out[0..*n_out) (at most 3 rows), or -1. */
+int bench_failover(const struct bench_engine *e, const struct bench_fo_opts *fo,
+                   struct bench_result *out, size_t *n_out);
 
 /* ---- scenarios (scenarios.c) ---- */
 
