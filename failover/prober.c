@@ -138,6 +138,17 @@ static void *prober_main(void *arg)
     return NULL;
 }
 
+static void prober_free(struct cerb_prober *p)
+{
+    if (p->ino_fd >= 0)
+        close(p->ino_fd);
+    close(p->stop_pipe[0]);
+    close(p->stop_pipe[1]);
+    cerb__free(p->dir);
+    cerb__free(p->base);
+    cerb__free(p);
+}
+
 cerb_status cerb__prober_start(cerb_client *c)
 {
     bool watch = c->boot_cfg->path && c->cfg->failover.watch_config;
@@ -181,13 +192,7 @@ cerb_status cerb__prober_start(cerb_client *c)
     c->prober = p;
     return CERB_OK;
 oom:
-    if (p->ino_fd >= 0)
-        close(p->ino_fd);
-    close(p->stop_pipe[0]);
-    close(p->stop_pipe[1]);
-    cerb__free(p->dir);
-    cerb__free(p->base);
-    cerb__free(p);
+    prober_free(p);
     return cerb__error_set(CERB_ENOMEM, "cannot start the prober");
 }
 
@@ -199,12 +204,6 @@ void cerb__prober_stop(cerb_client *c)
     ssize_t w = write(p->stop_pipe[1], "x", 1);
     (void)w;
     pthread_join(p->thread, NULL);
-    if (p->ino_fd >= 0)
-        close(p->ino_fd);
-    close(p->stop_pipe[0]);
-    close(p->stop_pipe[1]);
-    cerb__free(p->dir);
-    cerb__free(p->base);
-    cerb__free(p);
+    prober_free(p);
     c->prober = NULL;
 }
