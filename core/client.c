@@ -347,6 +347,7 @@ cerb_status cerb_engine_info(cerb_client *c, const char *name, struct cerb_engin
     out->breaker = cerb__breaker_state(&ce->brk);
     out->breaker_transitions = ce->transitions;
     out->switches = c->switches;
+    out->epoch = atomic_load(&c->epoch);
     cerb__mutex_unlock(&c->fo_mu);
     out->last_probe_us = atomic_load(&ce->last_probe_us);
     out->acquires = atomic_load(&ce->acquires);

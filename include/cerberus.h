@@ -209,6 +209,7 @@ struct cerb_engine_info {
     uint64_t handoffs;          /* grants handed over by a release */
     uint64_t breaker_transitions; /* state changes of this engine's breaker */
     uint64_t switches;          /* engine switches of the whole client */
+    int64_t epoch;              /* the client's fencing epoch (high 16 bits) */
 };
 
 /**
