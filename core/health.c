@@ -70,8 +70,8 @@ static void noted(cerb_client *c, struct cerb_client_engine *ce, bool changed)
     enum cerb_breaker_state st = cerb__breaker_state(&ce->brk);
     if (st == CERB_BREAKER_CLOSED || st == CERB_BREAKER_DISABLED)
         ce->healthy_since_ms = cerb__now_ms();
-    static const char *names[] = {"closed", "open", "half-open", "disabled", "forced-open"};
-    CERB_LOG_W("engine %s: breaker %s (%s)", ce->name, names[st], ce->brk.reason);
+    CERB_LOG_W("engine %s: breaker %s (%s)", ce->name, cerb__breaker_state_name(st),
+               ce->brk.reason);
 }
 
 /* Fold batched successes in; fo_mu held. */

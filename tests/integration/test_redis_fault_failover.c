@@ -289,29 +289,16 @@ static void test_manual_switch_fast_path(void **state)
 
 /* ---- config file switching ---- */
 
-static char *write_cfg(const char *path_or_null, const char *active, int epoch)
+static char *write_cfg(const char *active, int epoch)
 {
-    char *body = fmt(
-                     "# test config\n"
+    char *body = fmt("# test config\n"
                      "engines = (\"redis\", \"local\");\n"
                      "active = \"%s\";\n"
                      "epoch = %d;\n"
                      "redis = { port = %d; };\n"
                      "failover = { probe_interval_ms = 100; probe_timeout_ms = 100; };\n",
                      active, epoch, cerb_test_redis_port());
-    char *path;
-    if (!path_or_null) {
-        path = cerb_test_write_config("%s", body);
-    } else {
-        /* Atomic replace, as `cerberus switch` does: write + rename. */
-        path = strdup(path_or_null);
-        char tmp[4096];
-        snprintf(tmp, sizeof tmp, "%s.tmp", path);
-        FILE *f = fopen(tmp, "w");
-        fputs(body, f);
-        fclose(f);
-        assert_int_equal(rename(tmp, path), 0);
-    }
+    char *path = cerb_test_write_config("%s", body);
     free(body);
     return path;
 }
@@ -340,7 +327,7 @@ static int child_follows(void *ud)
 static void test_config_switch_followed_by_processes(void **state)
 {
     (void)state;
-    char *path = write_cfg(NULL, "auto", 1);
+    char *path = write_cfg("auto", 1);
     pid_t kids[3];
     for (int i = 0; i < 3; i++)
         kids[i] = cerb_test_fork(child_follows, path);
@@ -349,7 +336,11 @@ static void test_config_switch_followed_by_processes(void **state)
     assert_int_equal(cerb_client_open(&c, path), CERB_OK);
     assert_string_equal(cerb_engine_current(c), "redis");
     wait_until(on_local, c, 500); /* give the children a moment to open */
-    free(write_cfg(path, "local", 2));
+    /* The operator's tool: `cerberus switch local` rewrites the file. */
+    char cli[4096];
+    snprintf(cli, sizeof cli, "%s/cli/cerberus", cerb_test_build_dir());
+    char *argv[] = {cli, "-c", path, "switch", "local", NULL};
+    assert_int_equal(cerb_test_run(argv, 20000), 0);
     int64_t t0 = cerb_test_now_ms();
     assert_wait_until(on_local, c, 2000);
     assert_true(cerb_test_now_ms() - t0 < 1000);

@@ -1,0 +1,120 @@
+/*
+ * cli.h — what the files of the `cerberus` command share: the resolved
+ * global options, the exit codes, message and parsing helpers, and one entry
+ * point per subcommand (cmd_*.c). Nothing here is library API; the command
+ * uses the library through include/cerberus.h, plus config/config.h for the
+ * commands that read or rewrite a configuration file themselves.
+ */
+#ifndef CERB_CLI_H
+#define CERB_CLI_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "cerberus.h"
+
+#if defined(__GNUC__)
+#define CERB_CLI_PRINTF(a, b) __attribute__((format(printf, a, b)))
+#else
+#define CERB_CLI_PRINTF(a, b)
+#endif
+
+/*
+ * Exit codes. The numbers are sysexits(3) values so that cron wrappers and
+ * supervisors already know them; 75 and 76 are given the meanings of
+ * DESIGN.md §7 ("not obtained", "lost").
+ */
+enum {
+    CLI_EXIT_OK = 0,
+    CLI_EXIT_USAGE = 64,       /* EX_USAGE: bad arguments */
+    CLI_EXIT_UNAVAILABLE = 69, /* EX_UNAVAILABLE: no engine could be reached */
+    CLI_EXIT_SOFTWARE = 70,    /* EX_SOFTWARE: an unexpected library answer */
+    CLI_EXIT_OSERR = 71,       /* EX_OSERR: fork, pipe, out of memory */
+    CLI_EXIT_CANTCREAT = 73,   /* EX_CANTCREAT: cannot write the config file */
+    CLI_EXIT_NOT_OBTAINED = 75,/* EX_TEMPFAIL: the lock was not obtained */
+    CLI_EXIT_LOST = 76,        /* the lock was lost while CMD ran */
+    CLI_EXIT_CONFIG = 78,      /* EX_CONFIG: bad or missing configuration */
+    CLI_EXIT_CANNOT_EXEC = 126,/* CMD found but could not be executed */
+    CLI_EXIT_NOT_FOUND = 127   /* CMD not found (as a shell says) */
+};
+
+/* Where the configuration came from (DESIGN.md §6 lookup order). */
+enum cli_config_origin {
+    CLI_CONFIG_OPTION,   /* -c FILE */
+    CLI_CONFIG_ENV,      /* $CERBERUS_CONFIG */
+    CLI_CONFIG_CWD,      /* ./cerberus.cfg */
+    CLI_CONFIG_ETC,      /* /etc/cerberus/cerberus.cfg */
+    CLI_CONFIG_NONE      /* no file: defaults, engine "local" */
+};
+
+/* The global options, resolved by main.c before a subcommand runs. */
+struct cerb__cli {
+    const char *config_path;        /* NULL with CLI_CONFIG_NONE */
+    enum cli_config_origin origin;
+    int verbose;                    /* -v given (any number of times) */
+};
+
+/* Subcommands: argv[0] is the subcommand's name; return the exit code. */
+int cerb__cli_run(const struct cerb__cli *cli, int argc, char **argv);
+int cerb__cli_status(const struct cerb__cli *cli, int argc, char **argv);
+int cerb__cli_switch(const struct cerb__cli *cli, int argc, char **argv);
+int cerb__cli_check(const struct cerb__cli *cli, int argc, char **argv);
+int cerb__cli_holders(const struct cerb__cli *cli, int argc, char **argv);
+
+/* Usage texts (man-page style), printed by --help and by `cerberus help`. */
+extern const char cerb__cli_run_usage[];
+extern const char cerb__cli_status_usage[];
+extern const char cerb__cli_switch_usage[];
+extern const char cerb__cli_check_usage[];
+extern const char cerb__cli_holders_usage[];
+
+/* "cerberus: <message>\n" on stderr. */
+void cerb__cli_error(const char *fmt, ...) CERB_CLI_PRINTF(1, 2);
+
+/* Reports a usage error for subcommand @cmd and returns CLI_EXIT_USAGE. */
+int cerb__cli_usage_error(const char *cmd, const char *fmt, ...)
+    CERB_CLI_PRINTF(2, 3);
+
+/* True for "-h" and "--help". */
+bool cerb__cli_is_help(const char *arg);
+
+/* The exit code that stands for a library status. */
+int cerb__cli_exit_code(cerb_status st);
+
+/*
+ * Parses a decimal count of milliseconds in [min, max] (the whole string,
+ * no sign, no suffix). Returns false for anything else.
+ */
+bool cerb__cli_parse_ms(const char *s, int64_t min, int64_t max, int64_t *out);
+
+/*
+ * Checks a lock name the way the library does (1–255 bytes, no control
+ * characters), so a command can refuse it with a usage error before it
+ * connects anywhere.
+ */
+bool cerb__cli_name_ok(const char *name);
+
+/*
+ * Opens a client on the resolved configuration and routes the library's
+ * log lines to stderr as "cerberus: <level>: <line>" (warnings and worse;
+ * everything with -v). On failure prints the reason and returns the exit
+ * code (78 for a bad file, 69 when no engine answers); else CLI_EXIT_OK.
+ */
+int cerb__cli_open_client(const struct cerb__cli *cli, cerb_client **out);
+
+/*
+ * A human name for the resolved configuration in messages: the path, or
+ * "(defaults)" when no file was found.
+ */
+const char *cerb__cli_config_name(const struct cerb__cli *cli);
+
+/*
+ * Replaces a leading "config:" (the name the parser gives to text it was
+ * handed as a string) by @path, so errors about a rewritten file point at
+ * the file. Writes into @buf and returns it.
+ */
+const char *cerb__cli_error_in(const char *path, const char *msg, char *buf,
+                               size_t len);
+
+#endif /* CERB_CLI_H */
