@@ -14,7 +14,7 @@ here=$(cd "$(dirname "$0")" && pwd)
 
 cmake -S "$src" -B "$work/build" -DCMAKE_BUILD_TYPE=Release -DCERB_WERROR=ON \
     -DCERB_BUILD_TESTS=OFF -DCERB_BUILD_BENCH=OFF -DCMAKE_INSTALL_PREFIX="$prefix" >"$work/configure.log"
-cmake --build "$work/build" -j "$(nproc)" --target cerberus cerberus_static >"$work/build.log"
+cmake --build "$work/build" -j "$(nproc)" --target cerberus cerberus_static cerberus_cli >"$work/build.log"
 cmake --install "$work/build" >"$work/install.log"
 
 libdir=$(dirname "$(find "$prefix" -name cerberus.pc | head -n1)")/..
@@ -37,4 +37,5 @@ cp "$here/CMakeLists.txt.in" "$work/consumer/CMakeLists.txt"
 cmake -S "$work/consumer" -B "$work/consumer/build" -DCMAKE_PREFIX_PATH="$prefix" >"$work/consumer.log"
 cmake --build "$work/consumer/build" >>"$work/consumer.log"
 "$work/consumer/build/app"
+"$prefix/bin/cerberus" --version
 echo "install check passed"
