@@ -26,9 +26,12 @@ echo "pkg-config: $(pkg-config --cflags --libs cerberus)"
 cc -std=c11 -Wall -Werror "$here/app.c" -o "$work/app-shared" $(pkg-config --cflags --libs cerberus)
 "$work/app-shared"
 # shellcheck disable=SC2046
+# Static libcerberus, its dependencies shared (libcurl's own static closure
+# needs -dev packages nobody installs just for this).
+deps=$(pkg-config --print-requires-private cerberus | awk '{print $1}' | tr '\n' ' ')
+privs=$(pkg-config --static --libs-only-l cerberus | tr ' ' '\n' | grep -E '^-l(zookeeper_mt|pthread)$' | tr '\n' ' ')
 cc -std=c11 -Wall -Werror "$here/app.c" -o "$work/app-static" $(pkg-config --cflags cerberus) \
-    -Wl,-Bstatic $(pkg-config --libs-only-L cerberus) -lcerberus -Wl,-Bdynamic \
-    $(pkg-config --static --libs cerberus | sed 's/-lcerberus//')
+    "$libdir/libcerberus.a" $(pkg-config --libs $deps) $privs
 "$work/app-static"
 
 mkdir -p "$work/consumer"
