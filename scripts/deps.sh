@@ -19,7 +19,8 @@ CERB_DEB_PACKAGES=(
     libhiredis-dev libconfig-dev libjansson-dev libcurl4-openssl-dev
     libcmocka-dev uuid-dev libssl-dev libzookeeper-mt-dev
     redis-server redis-tools python3-redis
-    zookeeper default-jre-headless libcurator-recipes-java libslf4j-java
+    zookeeper default-jre-headless default-jdk-headless libcurator-recipes-java libslf4j-java
+    gnuplot-nox
     etcd-server etcd-client python3-etcd3
 )
 
