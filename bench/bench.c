@@ -3,13 +3,21 @@
  * which engines to measure and how to reach them, run the scenarios
  * (scenarios.c) and print the report (report.c).
  *
- *   cerberus-bench [-c FILE] [--engine E|all] [--scenario uncontended|handoff|all]
+ *   cerberus-bench [-c FILE] [--engine E|all] [--scenario S[,S...]|all]
  *                  [--threads N[,N...]] [--duration S] [--waiters N]
- *                  [--port P] [--json FILE]
+ *                  [--locks M] [--lease MS] [--port P] [--json FILE]
+ *                  [--plot FILE.png]
+ *
+ * Scenarios: uncontended, contended, handoff, herd, many (scenarios.c and
+ * scenario_<name>.c), and failover (failover.c), which needs commands to
+ * kill and restore a server and so is not part of `all`. For each engine
+ * the chosen scenarios run in that order; each row goes to the table as soon
+ * as it is measured.
  *
  * Without -c the bench writes its own configuration: Redis on 127.0.0.1,
- * port --port (26379, the test server's), a pool of max(4, threads)
- * connections; `--engine local` gives the in-process engine instead. With
+ * port --port (26379, the test server's), a pool of max(4, threads, the
+ * many scenario's acquiring threads) connections; `--engine local` gives
+ * the in-process engine instead. With
  * -c the file names the engines (`--engine all` is every one of them, in
  * configuration order) and their servers. The file is read through the
  * library's own parser, so the bench and the library can never disagree on
@@ -35,17 +43,48 @@
 #define MAX_THREADS 1024
 #define DEFAULT_PORT 26379
 
+#define DEFAULT_HANDOFF_WAITERS 8
+#define DEFAULT_HERD_WAITERS 100
+#define DEFAULT_CONTENDED_THREADS 8
+#define DEFAULT_LOCKS 10000
+#define DEFAULT_MANY_LEASE_MS 3000
+
+/* Scenario bits, in the order they run. */
+enum {
+    SC_UNCONTENDED = 1 << 0,
+    SC_CONTENDED = 1 << 1,
+    SC_HANDOFF = 1 << 2,
+    SC_HERD = 1 << 3,
+    SC_MANY = 1 << 4,
+    SC_FAILOVER = 1 << 5,
+    SC_ALL = SC_UNCONTENDED | SC_CONTENDED | SC_HANDOFF | SC_HERD | SC_MANY,
+};
+
+static const struct {
+    const char *name;
+    int bit;
+} scenario_names[] = {
+    {"uncontended", SC_UNCONTENDED}, {"contended", SC_CONTENDED},
+    {"handoff", SC_HANDOFF},         {"herd", SC_HERD},
+    {"many", SC_MANY},               {"failover", SC_FAILOVER},
+    {"all", SC_ALL},
+};
+
 struct cli {
     const char *config_path;
     const char *engine;        /* "all" or a name */
-    const char *scenario;      /* "all", "uncontended", "handoff" */
+    int scenarios;             /* SC_* bits */
     int threads[MAX_THREAD_COUNTS];
     int n_threads;
-    int waiters;
+    int threads_given;         /* --threads given: contended uses it too */
+    int waiters;               /* 0 = the scenarios' defaults */
+    int locks;
+    int lease_ms;
     double duration_s;
     int port;
     int port_set; /* --port given: overrides the engine's default port */
     const char *json_path;
+    const char *plot_path;
     struct bench_fo_opts fo;
 };
 
@@ -53,19 +92,31 @@ static void usage(FILE *f)
 {
     fprintf(f,
         "usage: cerberus-bench [-c FILE] [--engine E|all] "
-        "[--scenario uncontended|handoff|all]\n"
+        "[--scenario S[,S...]|all]\n"
         "                      [--threads N[,N...]] [--duration S] "
-        "[--waiters N] [--port P] [--json FILE]\n"
+        "[--waiters N] [--locks M]\n"
+        "                      [--lease MS] [--port P] [--json FILE] "
+        "[--plot FILE.png]\n"
         "\n"
         "  -c, --config FILE   engines and servers from a Cerberus config file;\n"
         "                      without it: redis on 127.0.0.1:PORT\n"
         "  --engine E|all      engine to measure (default all: every configured one)\n"
-        "  --scenario S        uncontended, handoff or all (default all)\n"
-        "  --threads N[,N...]  uncontended: worker threads, one run per value (default 1)\n"
-        "  --waiters N         handoff: contending clients (default 8)\n"
-        "  --duration S        seconds measured per side of each scenario (default 5)\n"
+        "  --scenario S        uncontended, contended, handoff, herd, many, failover,\n"
+        "                      or all (default: every one but failover); a comma list\n"
+        "                      runs several\n"
+        "  --threads N[,N...]  uncontended: worker threads, one run per value (default 1);\n"
+        "                      contended: clients on one name, one run per value\n"
+        "                      (default %d)\n"
+        "  --waiters N         handoff and herd: contending clients, one each\n"
+        "                      (default %d for handoff, %d for herd)\n"
+        "  --locks M           many: locks held by one client (default %d)\n"
+        "  --lease MS          many: their lease, renewed every third (default %d)\n"
+        "  --duration S        seconds measured per side of each scenario; herd: rounds\n"
+        "                      for that long; many: the hold period (default 5)\n"
         "  --port P            redis port when no -c is given (default %d)\n"
         "  --json FILE         also write the results as a JSON array\n"
+        "  --plot FILE.png     also draw them with gnuplot: ops/s and p50/p99 per\n"
+        "                      scenario, engines side by side\n"
         "\n"
         "failover scenario (-c FILE with two or more engines; the first is failed):\n"
         "  --fail-cmd CMD      shell command that kills the primary (e.g. kill -9 ...)\n"
@@ -75,6 +126,8 @@ static void usage(FILE *f)
         "  --flap-period MS    one outage + one recovery (default 2000)\n"
         "  --max-wait MS       longest wait for a grant elsewhere (default 30000)\n"
         "  bench/failover.sh runs it all against test servers.\n",
+        DEFAULT_CONTENDED_THREADS, DEFAULT_HANDOFF_WAITERS,
+        DEFAULT_HERD_WAITERS, DEFAULT_LOCKS, DEFAULT_MANY_LEASE_MS,
         DEFAULT_PORT);
 }
 
@@ -121,11 +174,48 @@ static int parse_threads(const char *s, struct cli *c)
     return 0;
 }
 
+/* A comma list of scenario names into SC_* bits. Returns 0 or -1. */
+static int parse_scenarios(const char *s, int *out)
+{
+    char buf[256];
+    if (strlen(s) >= sizeof buf) {
+        bench_errorf("--scenario: list too long");
+        return -1;
+    }
+    strcpy(buf, s);
+    *out = 0;
+    for (char *save = NULL, *tok = strtok_r(buf, ",", &save); tok;
+         tok = strtok_r(NULL, ",", &save)) {
+        size_t i, n = sizeof scenario_names / sizeof scenario_names[0];
+        for (i = 0; i < n; i++)
+            if (strcmp(tok, scenario_names[i].name) == 0)
+                break;
+        if (i == n) {
+            bench_errorf("--scenario: unknown scenario \"%s\" (known: "
+                         "uncontended, contended, handoff, herd, many, "
+                         "failover, all)", tok);
+            return -1;
+        }
+        *out |= scenario_names[i].bit;
+    }
+    if (*out == 0) {
+        bench_errorf("--scenario: no value");
+        return -1;
+    }
+    if ((*out & SC_FAILOVER) && *out != SC_FAILOVER) {
+        bench_errorf("--scenario: failover runs on its own (it fails a "
+                     "server); run the others separately");
+        return -1;
+    }
+    return 0;
+}
+
 /* 0 = parsed, 1 = --help shown, -1 = error (printed). */
 static int parse_cli(int argc, char **argv, struct cli *c)
 {
     enum { O_ENGINE = 256, O_SCENARIO, O_THREADS, O_DURATION, O_WAITERS,
-           O_PORT, O_JSON, O_FAIL, O_RESTORE, O_GRACE0, O_FLAP, O_FLAP_PERIOD, O_MAX_WAIT };
+           O_PORT, O_JSON, O_FAIL, O_RESTORE, O_GRACE0, O_FLAP, O_FLAP_PERIOD, O_MAX_WAIT,
+           O_LOCKS, O_LEASE, O_PLOT };
     static const struct option opts[] = {
         {"config", required_argument, NULL, 'c'},
         {"engine", required_argument, NULL, O_ENGINE},
@@ -135,6 +225,9 @@ static int parse_cli(int argc, char **argv, struct cli *c)
         {"waiters", required_argument, NULL, O_WAITERS},
         {"port", required_argument, NULL, O_PORT},
         {"json", required_argument, NULL, O_JSON},
+        {"plot", required_argument, NULL, O_PLOT},
+        {"locks", required_argument, NULL, O_LOCKS},
+        {"lease", required_argument, NULL, O_LEASE},
         {"fail-cmd", required_argument, NULL, O_FAIL},
         {"restore-cmd", required_argument, NULL, O_RESTORE},
         {"grace0-config", required_argument, NULL, O_GRACE0},
@@ -148,12 +241,13 @@ static int parse_cli(int argc, char **argv, struct cli *c)
 
     memset(c, 0, sizeof *c);
     c->engine = "all";
-    c->scenario = "all";
+    c->scenarios = SC_ALL;
     c->fo.flap_period_ms = 2000;
     c->fo.max_wait_ms = 30000;
     c->threads[0] = 1;
     c->n_threads = 1;
-    c->waiters = 8;
+    c->locks = DEFAULT_LOCKS;
+    c->lease_ms = DEFAULT_MANY_LEASE_MS;
     c->duration_s = 5.0;
     c->port = DEFAULT_PORT;
 
@@ -166,11 +260,25 @@ static int parse_cli(int argc, char **argv, struct cli *c)
             c->engine = optarg;
             break;
         case O_SCENARIO:
-            c->scenario = optarg;
+            if (parse_scenarios(optarg, &c->scenarios) != 0)
+                return -1;
             break;
         case O_THREADS:
             if (parse_threads(optarg, c) != 0)
                 return -1;
+            c->threads_given = 1;
+            break;
+        case O_LOCKS:
+            if (parse_int("--locks", optarg, 1, 1000000, &c->locks))
+                return -1;
+            break;
+        case O_LEASE:
+            /* The configuration's range for lock.lease_ms. */
+            if (parse_int("--lease", optarg, 100, 86400000, &c->lease_ms))
+                return -1;
+            break;
+        case O_PLOT:
+            c->plot_path = optarg;
             break;
         case O_DURATION: {
             char *end;
@@ -234,12 +342,6 @@ static int parse_cli(int argc, char **argv, struct cli *c)
         usage(stderr);
         return -1;
     }
-    if (strcmp(c->scenario, "all") && strcmp(c->scenario, "uncontended") &&
-        strcmp(c->scenario, "handoff") && strcmp(c->scenario, "failover")) {
-        bench_errorf("--scenario: unknown scenario \"%s\" (known: "
-                     "uncontended, handoff, failover, all)", c->scenario);
-        return -1;
-    }
     if (port_given && c->config_path) {
         bench_errorf("--port applies only without -c (the file gives the "
                      "servers)");
@@ -268,12 +370,15 @@ static char *dup_or_die(const char *s)
     return d;
 }
 
+/* Threads one client runs at once: uncontended's, and many's acquirers. */
 static int max_threads(const struct cli *c)
 {
     int m = 1;
-    for (int i = 0; i < c->n_threads; i++)
+    for (int i = 0; c->scenarios & SC_UNCONTENDED && i < c->n_threads; i++)
         if (c->threads[i] > m)
             m = c->threads[i];
+    if (c->scenarios & SC_MANY && m < BENCH_MANY_THREADS)
+        m = BENCH_MANY_THREADS;
     return m;
 }
 
@@ -363,7 +468,7 @@ static int engines_from_file(const struct cli *c, struct bench_engine *out)
             if (cfg->redis.pool < max_threads(c))
                 fprintf(stderr,
                         "cerberus-bench: note: redis.pool = %d in %s is "
-                        "below %d threads; uncontended threads will share "
+                        "below %d threads of one client; they will share "
                         "connections (the raw ceiling has one each)\n",
                         cfg->redis.pool, c->config_path, max_threads(c));
         }
@@ -384,6 +489,71 @@ static int engines_from_file(const struct cli *c, struct bench_engine *out)
     return n;
 }
 
+/* Append room for one more result. Returns the slot, or NULL (printed). */
+static struct bench_result *results_slot(struct bench_result **results,
+                                         size_t n, size_t *cap)
+{
+    if (n == *cap) {
+        size_t ncap = *cap ? 2 * *cap : 8;
+        struct bench_result *nr = realloc(*results, ncap * sizeof *nr);
+        if (!nr) {
+            bench_errorf("out of memory");
+            return NULL;
+        }
+        *results = nr;
+        *cap = ncap;
+    }
+    return &(*results)[n];
+}
+
+/* Run every chosen scenario on engine @e, appending rows as they come.
+ * Returns 0, or -1 when one failed (printed). */
+static int run_engine(const struct cli *cli, struct bench_opts *opts,
+                      const struct bench_engine *e,
+                      struct bench_result **results, size_t *n, size_t *cap)
+{
+    static const int default_contended[1] = {DEFAULT_CONTENDED_THREADS};
+    const int *ct = cli->threads_given ? cli->threads : default_contended;
+    int n_ct = cli->threads_given ? cli->n_threads : 1;
+
+    for (int bit = SC_UNCONTENDED; bit <= SC_MANY; bit <<= 1) {
+        if (!(cli->scenarios & bit))
+            continue;
+        int runs = bit == SC_UNCONTENDED ? cli->n_threads
+                 : bit == SC_CONTENDED   ? n_ct
+                                         : 1;
+        for (int k = 0; k < runs; k++) {
+            struct bench_result *r = results_slot(results, *n, cap);
+            int rc;
+            if (!r)
+                return -1;
+            switch (bit) {
+            case SC_UNCONTENDED:
+                opts->threads = cli->threads[k];
+                rc = bench_uncontended(e, opts, cli->threads[k], r);
+                break;
+            case SC_CONTENDED:
+                rc = bench_contended(e, opts, ct[k], r);
+                break;
+            case SC_HANDOFF:
+                rc = bench_handoff(e, opts, r);
+                break;
+            case SC_HERD:
+                rc = bench_herd(e, opts, r);
+                break;
+            default:
+                rc = bench_many(e, opts, r);
+                break;
+            }
+            if (rc != 0)
+                return -1;
+            (*n)++;
+            bench_report_row(stdout, r);
+        }
+    }
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     struct cli cli;
@@ -395,6 +565,9 @@ int main(int argc, char **argv)
     int p = parse_cli(argc, argv, &cli);
     if (p != 0)
         return p > 0 ? 0 : 2;
+    /* Before a long run, not after it. */
+    if (cli.plot_path && bench_plot_check() != 0)
+        return 2;
 
     /* A server that closes a connection must give an error, not kill us. */
     signal(SIGPIPE, SIG_IGN);
@@ -406,11 +579,14 @@ int main(int argc, char **argv)
 
     struct bench_opts opts = {
         .threads = cli.threads[0],
-        .waiters = cli.waiters,
+        .waiters = cli.waiters ? cli.waiters : DEFAULT_HANDOFF_WAITERS,
+        .herd_waiters = cli.waiters ? cli.waiters : DEFAULT_HERD_WAITERS,
+        .locks = cli.locks,
+        .many_lease_ms = cli.lease_ms,
         .duration_s = cli.duration_s,
         .progress = isatty(STDERR_FILENO),
     };
-    if (strcmp(cli.scenario, "failover") == 0) {
+    if (cli.scenarios == SC_FAILOVER) {
         /* One run over the whole configuration: the first engine fails. */
         struct bench_result fr[3];
         size_t nfr = 0;
@@ -420,12 +596,13 @@ int main(int argc, char **argv)
             bench_report_row(stdout, &fr[k]);
         if (status == 0 && cli.json_path && bench_report_json(cli.json_path, fr, nfr) != 0)
             status = 1;
+        if (status == 0 && cli.plot_path)
+            fprintf(stderr, "cerberus-bench: note: failover rows are findings "
+                            "in words; nothing to plot\n");
         for (int i = 0; i < n_engines; i++)
             engine_free(&engines[i]);
         return status;
     }
-    int do_unc = strcmp(cli.scenario, "handoff") != 0;
-    int do_ho = strcmp(cli.scenario, "uncontended") != 0;
 
     printf("# cerberus-bench %d.%d.%d: %.1f s measured per side; %s\n",
            CERB_VERSION_MAJOR, CERB_VERSION_MINOR, CERB_VERSION_PATCH,
@@ -437,39 +614,16 @@ int main(int argc, char **argv)
                    engines[i].redis.host, engines[i].redis.port);
     bench_report_header(stdout);
 
-    for (int i = 0; i < n_engines && status == 0; i++) {
-        int runs = (do_unc ? cli.n_threads : 0) + (do_ho ? 1 : 0);
-        for (int k = 0; k < runs && status == 0; k++) {
-            if (n_results == cap) {
-                size_t ncap = cap ? 2 * cap : 8;
-                struct bench_result *nr = realloc(results, ncap * sizeof *nr);
-                if (!nr) {
-                    bench_errorf("out of memory");
-                    status = 1;
-                    break;
-                }
-                results = nr;
-                cap = ncap;
-            }
-            struct bench_result *r = &results[n_results];
-            int rc;
-            if (do_unc && k < cli.n_threads) {
-                opts.threads = cli.threads[k];
-                rc = bench_uncontended(&engines[i], &opts, cli.threads[k], r);
-            } else {
-                rc = bench_handoff(&engines[i], &opts, r);
-            }
-            if (rc != 0) {
-                status = 1;
-                break;
-            }
-            n_results++;
-            bench_report_row(stdout, r);
-        }
-    }
+    for (int i = 0; i < n_engines && status == 0; i++)
+        if (run_engine(&cli, &opts, &engines[i], &results, &n_results,
+                       &cap) != 0)
+            status = 1;
 
     if (status == 0 && cli.json_path &&
         bench_report_json(cli.json_path, results, n_results) != 0)
+        status = 1;
+    if (status == 0 && cli.plot_path &&
+        bench_plot(cli.plot_path, results, n_results) != 0)
         status = 1;
     for (int i = 0; i < n_engines; i++)
         engine_free(&engines[i]);

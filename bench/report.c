@@ -4,10 +4,25 @@
  * array of result objects built with jansson (never hand-written JSON).
  *
  * Columns: scenario, engine, threads, ops/s, p50/p99/max in microseconds,
- * the ceiling (raw cycles/s for uncontended, one server round trip for
- * handoff) and the ratio: library ops/s ÷ raw ops/s for uncontended (higher
- * is better, target >= 0.9), hand-off p50 ÷ round trip for handoff (lower is
- * better, target <= 3). "n/a" where the engine has no raw ceiling.
+ * the ceiling and the ratio. Per scenario:
+ *   uncontended  cycles/s; ceiling raw cycles/s; ratio ops/s ÷ raw ops/s
+ *                (higher is better, target >= 0.9);
+ *   contended    acquisitions/s, latency = acquire wait; ceiling the raw
+ *                spin-and-retry cycle on one key; ratio as uncontended;
+ *   handoff      latency = release → next holder; ceiling one round trip;
+ *                ratio hand-off p50 ÷ RTT (lower is better, target <= 3);
+ *   herd         as handoff, with W waiters queued behind one holder;
+ *   many         acquisitions/s and acquire latency of the M locks; no
+ *                ceiling; the detail line has CPU % and bytes per lock.
+ * "n/a" where the engine has no raw ceiling. The detail line under a row
+ * gives the per-acquisition protocol counters (wake-ups, acquire calls)
+ * where the engine reports them.
+ *
+ * JSON: one object per row. Every object has the same core keys (scenario,
+ * engine, threads, ops_per_s, p50_us, p99_us, max_us, ratio, ... — ratio
+ * and the ceiling keys null when n/a) and the four per-scenario figures
+ * wakeups_per_acq, calls_per_acq, cpu_percent and bytes_per_lock, null
+ * where they do not apply; scenario-specific keys follow.
  */
 #include <jansson.h>
 
@@ -27,6 +42,14 @@ void bench_report_header(FILE *f)
 static double per_acq(uint64_t v, uint64_t acq)
 {
     return acq ? (double)v / (double)acq : 0.0;
+}
+
+/* Scenarios whose rows count acquisitions on one contended name. */
+static int is_queue(const struct bench_result *r)
+{
+    return strcmp(r->scenario, "handoff") == 0 ||
+           strcmp(r->scenario, "contended") == 0 ||
+           strcmp(r->scenario, "herd") == 0;
 }
 
 void bench_report_row(FILE *f, const struct bench_result *r)
@@ -49,9 +72,16 @@ void bench_report_row(FILE *f, const struct bench_result *r)
             r->scenario, r->engine, r->threads, r->ops_per_s, r->p50_us,
             r->p99_us, r->max_us, ceiling, ratio);
 
-    if (strcmp(r->scenario, "handoff") == 0) {
-        fprintf(f, "%-12s hand-off p90 %.1f us, mean %.1f us; %llu acquisitions",
-                "", r->p90_us, r->mean_us, (unsigned long long)r->acquisitions);
+    if (is_queue(r)) {
+        const char *what = strcmp(r->scenario, "contended") == 0
+                               ? "acquire wait" : "hand-off";
+        fprintf(f, "%-12s %s p90 %.1f us, mean %.1f us; %llu acquisitions",
+                "", what, r->p90_us, r->mean_us,
+                (unsigned long long)r->acquisitions);
+        if (strcmp(r->scenario, "herd") == 0)
+            fprintf(f, " in %d rounds, drain %.2f ms per round", r->rounds,
+                    r->drain_ms);
+        fprintf(f, "; %s", r->fair ? "fair" : "barging");
         if (r->has_counters)
             fprintf(f, "; per acquisition: %.2f wake-ups, %.2f acquire calls, "
                        "%.2f hand-offs",
@@ -61,11 +91,36 @@ void bench_report_row(FILE *f, const struct bench_result *r)
         else
             fputs("; engine reports no protocol counters", f);
         fputc('\n', f);
-        if (r->ceiling_kind)
+        if (r->ceiling_kind && strcmp(r->ceiling_kind, "rtt") == 0 &&
+            r->ratio_paired_median >= 0)
             fprintf(f, "%-12s ratio = hand-off p50 / RTT p50; RTT p50 per "
                        "round %.1f..%.1f us; per-round ratio, median %.2f\n",
                     "", r->ceiling_round_p50_min_us,
                     r->ceiling_round_p50_max_us, r->ratio_paired_median);
+        else if (r->ceiling_kind && strcmp(r->ceiling_kind, "rtt") == 0)
+            fprintf(f, "%-12s ratio = hand-off p50 / RTT p50 (RTT p50 %.1f "
+                       "us, p99 %.1f us, measured before the rounds)\n",
+                    "", r->ceiling_p50_us, r->ceiling_p99_us);
+        else if (r->ceiling_kind)
+            fprintf(f, "%-12s raw spin-and-retry: acquire wait p50 %.1f us, "
+                       "p99 %.1f us, max %.1f us; ratio = ops/s / raw ops/s; "
+                       "per-round ratio, median %.2f\n",
+                    "", r->ceiling_p50_us, r->ceiling_p99_us,
+                    r->ceiling_max_us, r->ratio_paired_median);
+        if (strcmp(r->scenario, "herd") == 0 && r->has_counters)
+            fprintf(f, "%-12s target (DESIGN 10): 1 wake-up and <= 1.1 "
+                       "acquire calls per acquisition\n", "");
+    } else if (strcmp(r->scenario, "many") == 0) {
+        fprintf(f, "%-12s %llu locks held %.1f s (lease %lld ms, renewed): "
+                   "CPU %.2f %% of one core, %.0f B per lock (RSS %+.1f MiB); "
+                   "%llu not valid at the end\n",
+                "", (unsigned long long)r->locks, r->hold_s,
+                (long long)r->lease_ms, r->cpu_percent, r->bytes_per_lock,
+                (double)r->rss_delta_bytes / (1024.0 * 1024.0),
+                (unsigned long long)r->not_valid);
+        fprintf(f, "%-12s ops/s and latency: acquiring them with %d threads; "
+                   "target (DESIGN 10): < 5 %% of one core, < 1 KiB per lock\n",
+                "", r->threads);
     } else if (r->ceiling_kind) {
         fprintf(f, "%-12s raw cycle p50 %.1f us, p99 %.1f us, max %.1f us "
                    "(p50 per round %.1f..%.1f us)\n",
@@ -129,6 +184,45 @@ static json_t *result_json(const struct bench_result *r)
     put(o, "ratio_paired_median",
         r->ratio_paired_median >= 0 ? json_real(r->ratio_paired_median)
                                     : json_null(), &ok);
+    /* The per-scenario figures, on every object (null where n/a). */
+    int counted = is_queue(r) && r->has_counters && r->acquisitions;
+    int many = strcmp(r->scenario, "many") == 0 && !r->note[0];
+    put(o, "wakeups_per_acq",
+        counted ? json_real(per_acq(r->wakeups, r->acquisitions))
+                : json_null(), &ok);
+    put(o, "calls_per_acq",
+        counted ? json_real(per_acq(r->acquire_calls, r->acquisitions))
+                : json_null(), &ok);
+    put(o, "cpu_percent", many ? json_real(r->cpu_percent) : json_null(),
+        &ok);
+    put(o, "bytes_per_lock", many ? json_real(r->bytes_per_lock)
+                                  : json_null(), &ok);
+    if (strcmp(r->scenario, "contended") == 0 ||
+        strcmp(r->scenario, "herd") == 0) {
+        put(o, "fair", json_boolean(r->fair), &ok);
+        put(o, "acquisitions", json_integer((json_int_t)r->acquisitions),
+            &ok);
+        put(o, "acquire_calls", r->has_counters
+                ? json_integer((json_int_t)r->acquire_calls) : json_null(),
+            &ok);
+        put(o, "wakeups", r->has_counters
+                ? json_integer((json_int_t)r->wakeups) : json_null(), &ok);
+        put(o, "handoffs", r->has_counters
+                ? json_integer((json_int_t)r->handoffs) : json_null(), &ok);
+    }
+    if (strcmp(r->scenario, "herd") == 0) {
+        put(o, "waiters", json_integer(r->threads), &ok);
+        put(o, "rounds", json_integer(r->rounds), &ok);
+        put(o, "drain_ms", json_real(r->drain_ms), &ok);
+    }
+    if (many) {
+        put(o, "locks", json_integer((json_int_t)r->locks), &ok);
+        put(o, "lease_ms", json_integer((json_int_t)r->lease_ms), &ok);
+        put(o, "hold_s", json_real(r->hold_s), &ok);
+        put(o, "rss_delta_bytes", json_integer((json_int_t)r->rss_delta_bytes),
+            &ok);
+        put(o, "not_valid", json_integer((json_int_t)r->not_valid), &ok);
+    }
     if (strcmp(r->scenario, "handoff") == 0) {
         uint64_t a = r->acquisitions;
         put(o, "acquisitions", json_integer((json_int_t)a), &ok);

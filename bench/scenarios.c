@@ -32,6 +32,11 @@
  * clients. The ceiling is one server round trip (PING p50 on a bare
  * connection), measured in phases half as long as, and alternating with,
  * the hand-off rounds.
+ *
+ * The helpers the other scenario files share (bench_run_and_merge, the
+ * latency fillers, bench_sync for scenarios with threads of their own, the
+ * progress line) live here too; contended, herd and many are each in a
+ * scenario_<name>.c of their own.
  */
 #include <pthread.h>
 #include <stdarg.h>
@@ -60,7 +65,7 @@ int64_t bench_now_ns(void)
  * output. Only the main thread draws it. */
 static int progress_shown;
 
-static void progress_clear(void)
+void bench_progress_clear(void)
 {
     if (progress_shown) {
         fputs("\r\033[K", stderr);
@@ -71,12 +76,69 @@ static void progress_clear(void)
 void bench_errorf(const char *fmt, ...)
 {
     va_list ap;
-    progress_clear();
+    bench_progress_clear();
     fputs("cerberus-bench: ", stderr);
     va_start(ap, fmt);
     vfprintf(stderr, fmt, ap);
     va_end(ap);
     fputc('\n', stderr);
+}
+
+void bench_progress(int enabled, const char *fmt, ...)
+{
+    va_list ap;
+    if (!enabled)
+        return;
+    fputs("\r\033[K", stderr);
+    va_start(ap, fmt);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fflush(stderr);
+    progress_shown = 1;
+}
+
+_Noreturn void bench_hung(const char *what)
+{
+    bench_errorf("%s (server or library hung?); giving up", what);
+    fflush(stdout);
+    exit(3);
+}
+
+/* ------------------------------------------------------ scenario threads */
+
+int bench_sync_init(struct bench_sync *s)
+{
+    pthread_condattr_t a;
+    int err = pthread_mutex_init(&s->mu, NULL);
+    if (err) {
+        bench_errorf("pthread_mutex_init: %s", strerror(err));
+        return -1;
+    }
+    if ((err = pthread_condattr_init(&a)) != 0 ||
+        (err = pthread_condattr_setclock(&a, CLOCK_MONOTONIC)) != 0 ||
+        (err = pthread_cond_init(&s->cond, &a)) != 0) {
+        bench_errorf("pthread_cond_init: %s", strerror(err));
+        pthread_mutex_destroy(&s->mu);
+        return -1;
+    }
+    pthread_condattr_destroy(&a);
+    return 0;
+}
+
+void bench_sync_destroy(struct bench_sync *s)
+{
+    pthread_cond_destroy(&s->cond);
+    pthread_mutex_destroy(&s->mu);
+}
+
+int bench_sync_wait_until(struct bench_sync *s, int64_t deadline_ns)
+{
+    if (bench_now_ns() >= deadline_ns)
+        return 1;
+    struct timespec ts = {(time_t)(deadline_ns / NS_PER_S),
+                          (long)(deadline_ns % NS_PER_S)};
+    pthread_cond_timedwait(&s->cond, &s->mu, &ts);
+    return 0;
 }
 
 /* ---------------------------------------------------------- phase runner */
@@ -235,7 +297,7 @@ int bench_phase_run(struct bench_phase *ph, const char *label, int n,
 
     for (int i = 0; i < started; i++)
         pthread_join(tids[i], NULL);
-    progress_clear();
+    bench_progress_clear();
     free(tids);
     free(args);
     /* ph->w stays for the caller (end times, counts); freed by phase_end. */
@@ -279,7 +341,7 @@ cerb_client *bench_client_open(const struct bench_engine *e)
     return c;
 }
 
-static void fill_latency(struct bench_result *r, const struct bench_hist *h)
+void bench_fill_latency(struct bench_result *r, const struct bench_hist *h)
 {
     r->p50_us = (double)bench_hist_quantile(h, 0.50) / 1e3;
     r->p90_us = (double)bench_hist_quantile(h, 0.90) / 1e3;
@@ -288,8 +350,8 @@ static void fill_latency(struct bench_result *r, const struct bench_hist *h)
     r->mean_us = bench_hist_mean(h) / 1e3;
 }
 
-static void fill_ceiling_latency(struct bench_result *r,
-                                 const struct bench_hist *h)
+void bench_fill_ceiling_latency(struct bench_result *r,
+                                const struct bench_hist *h)
 {
     r->ceiling_p50_us = (double)bench_hist_quantile(h, 0.50) / 1e3;
     r->ceiling_p99_us = (double)bench_hist_quantile(h, 0.99) / 1e3;
@@ -298,7 +360,7 @@ static void fill_ceiling_latency(struct bench_result *r,
 
 /* Warm-up length: a tenth of a side's time, 50..500 ms. Connections are
  * made, scripts loaded and caches filled before anything is measured. */
-static int64_t warmup_ns(double duration_s)
+int64_t bench_warmup_ns(double duration_s)
 {
     int64_t w = (int64_t)(duration_s * 1e8);
     if (w < 50 * INT64_C(1000000))
@@ -316,16 +378,16 @@ static int64_t warmup_ns(double duration_s)
  * lets both sides see the same mix of regimes.
  */
 #define ROUND_TARGET_NS (500 * INT64_C(1000000))
-#define MAX_ROUNDS 50
+#define MAX_ROUNDS BENCH_MAX_ROUNDS
 
-static int rounds_for(double duration_s)
+int bench_rounds_for(double duration_s)
 {
     int r = (int)(duration_s * 1e9 / (double)ROUND_TARGET_NS + 0.5);
     return r < 2 ? 2 : r > MAX_ROUNDS ? MAX_ROUNDS : r;
 }
 
 /* Remember the smallest and largest per-round p50 of the ceiling side. */
-static void note_round_p50(struct bench_result *r, const struct bench_hist *h)
+void bench_note_round_p50(struct bench_result *r, const struct bench_hist *h)
 {
     double p50 = (double)bench_hist_quantile(h, 0.50) / 1e3;
     if (r->ceiling_round_p50_min_us == 0 || p50 < r->ceiling_round_p50_min_us)
@@ -340,8 +402,7 @@ static int cmp_double(const void *a, const void *b)
     return (x > y) - (x < y);
 }
 
-/* Median of @n values (sorts them in place); -1 when n is 0. */
-static double median(double *v, int n)
+double bench_median(double *v, int n)
 {
     if (n == 0)
         return -1;
@@ -349,12 +410,10 @@ static double median(double *v, int n)
     return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
 }
 
-/* Run a phase and fold its histograms into @acc; adds the measured time to
- * *elapsed_ns. Returns 0, or -1 after printing the failure. */
-static int run_and_merge(const char *label, int n, int64_t dur_ns,
-                         void *(*body)(void *), void **ctx, void *shared,
-                         struct bench_hist *hists, struct bench_hist *acc,
-                         int64_t *elapsed_ns, int progress)
+int bench_run_and_merge(const char *label, int n, int64_t dur_ns,
+                        void *(*body)(void *), void **ctx, void *shared,
+                        struct bench_hist *hists, struct bench_hist *acc,
+                        int64_t *elapsed_ns, int progress)
 {
     struct bench_phase ph;
     if (bench_phase_run(&ph, label, n, dur_ns, body, ctx, shared, hists,
@@ -454,7 +513,7 @@ int bench_uncontended(const struct bench_engine *e, const struct bench_opts *o,
     struct bench_hist *one = malloc(sizeof *one); /* one ceiling round */
     cerb_client *client = NULL;
     int64_t lib_ns = 0, raw_ns = 0;
-    const int rounds = rounds_for(o->duration_s);
+    const int rounds = bench_rounds_for(o->duration_s);
     const int64_t side_ns = (int64_t)(o->duration_s * 1e9 / rounds);
     double paired[MAX_ROUNDS];
     int n_paired = 0;
@@ -507,11 +566,11 @@ int bench_uncontended(const struct bench_engine *e, const struct bench_opts *o,
     /* Warm-up, not measured. */
     snprintf(label, sizeof label, "uncontended %s x%d warm-up", e->name,
              threads);
-    if (ceil && run_and_merge(label, threads, warmup_ns(o->duration_s),
+    if (ceil && bench_run_and_merge(label, threads, bench_warmup_ns(o->duration_s),
                               unc_ceiling_body, ctxp, NULL, hists, NULL, NULL,
                               o->progress) != 0)
         goto done;
-    if (run_and_merge(label, threads, warmup_ns(o->duration_s),
+    if (bench_run_and_merge(label, threads, bench_warmup_ns(o->duration_s),
                       unc_library_body, ctxp, NULL, hists, NULL, NULL,
                       o->progress) != 0)
         goto done;
@@ -523,15 +582,15 @@ int bench_uncontended(const struct bench_engine *e, const struct bench_opts *o,
             snprintf(label, sizeof label, "uncontended %s x%d raw %d/%d",
                      e->name, threads, round, rounds);
             bench_hist_init(one);
-            if (run_and_merge(label, threads, side_ns, unc_ceiling_body, ctxp,
+            if (bench_run_and_merge(label, threads, side_ns, unc_ceiling_body, ctxp,
                               NULL, hists, one, &raw_ns, o->progress) != 0)
                 goto done;
             bench_hist_merge(raw, one);
-            note_round_p50(out, one);
+            bench_note_round_p50(out, one);
         }
         snprintf(label, sizeof label, "uncontended %s x%d cerberus %d/%d",
                  e->name, threads, round, rounds);
-        if (run_and_merge(label, threads, side_ns, unc_library_body, ctxp,
+        if (bench_run_and_merge(label, threads, side_ns, unc_library_body, ctxp,
                           NULL, hists, lib, &lib_ns, o->progress) != 0)
             goto done;
         /* This round's ratio, from two phases a moment apart. */
@@ -543,16 +602,16 @@ int bench_uncontended(const struct bench_engine *e, const struct bench_opts *o,
             paired[n_paired++] = lib_rate / raw_rate;
         }
     }
-    out->ratio_paired_median = median(paired, n_paired);
+    out->ratio_paired_median = bench_median(paired, n_paired);
 
     out->elapsed_s = (double)lib_ns / 1e9;
     out->ops = lib->n;
     out->ops_per_s = lib_ns > 0 ? (double)lib->n / out->elapsed_s : 0;
-    fill_latency(out, lib);
+    bench_fill_latency(out, lib);
     if (ceil && raw_ns > 0) {
         out->ceiling_kind = "ops";
         out->ceiling_ops_per_s = (double)raw->n / ((double)raw_ns / 1e9);
-        fill_ceiling_latency(out, raw);
+        bench_fill_ceiling_latency(out, raw);
         if (out->ceiling_ops_per_s > 0)
             out->ratio = out->ops_per_s / out->ceiling_ops_per_s;
     }
@@ -632,15 +691,10 @@ static void *ho_body(void *p)
 }
 
 /* The round-trip ceiling: one thread, one bare connection, PING. */
-struct rtt_ctx {
-    const struct bench_ceiling *ceil;
-    void *sess;
-};
-
-static void *rtt_body(void *p)
+void *bench_rtt_body(void *p)
 {
     struct bench_worker *w = p;
-    struct rtt_ctx *c = w->ctx;
+    struct bench_rtt_ctx *c = w->ctx;
     char err[BENCH_ERR_MAX];
     uint64_t n = 0;
     int64_t t0 = bench_now_ns(), t1 = t0;
@@ -661,8 +715,7 @@ static void *rtt_body(void *p)
     return NULL;
 }
 
-/* Sum the protocol counters of every client into @sum. */
-static int ho_counters(cerb_client **clients, int n, const char *engine,
+int bench_counters_sum(cerb_client **clients, int n, const char *engine,
                        struct cerb_engine_info *sum)
 {
     memset(sum, 0, sizeof *sum);
@@ -696,13 +749,13 @@ int bench_handoff(const struct bench_engine *e, const struct bench_opts *o,
     struct bench_hist *one_ho = malloc(sizeof *one_ho); /* one hand-off round */
     double paired[MAX_ROUNDS];
     int n_paired = 0;
-    struct rtt_ctx rc_ctx = {ceil, NULL};
+    struct bench_rtt_ctx rc_ctx = {ceil, NULL};
     void *rtt_ctxp[1] = {&rc_ctx};
     struct ho_shared sh;
     struct cerb_engine_info before, after;
     cerb_lock_opts lopts = CERB_LOCK_OPTS_INIT;
     int64_t ho_ns = 0;
-    const int rounds = rounds_for(o->duration_s);
+    const int rounds = bench_rounds_for(o->duration_s);
     const int64_t side_ns = (int64_t)(o->duration_s * 1e9 / rounds);
     char name[64], label[96];
     int rc = -1;
@@ -720,6 +773,7 @@ int bench_handoff(const struct bench_engine *e, const struct bench_opts *o,
     bench_hist_init(lat);
     bench_hist_init(rtt);
     lopts.fair = 1;
+    out->fair = 1;
     snprintf(name, sizeof name, "bench-h-%ld", (long)getpid());
 
     if (ceil) {
@@ -743,16 +797,16 @@ int bench_handoff(const struct bench_engine *e, const struct bench_opts *o,
 
     snprintf(label, sizeof label, "handoff %s x%d warm-up", e->name, n);
     atomic_init(&sh.last_release_ns, 0);
-    if (ceil && run_and_merge(label, 1, warmup_ns(o->duration_s), rtt_body,
+    if (ceil && bench_run_and_merge(label, 1, bench_warmup_ns(o->duration_s), bench_rtt_body,
                               rtt_ctxp, NULL, hists, NULL, NULL,
                               o->progress) != 0)
         goto done;
-    if (run_and_merge(label, n, warmup_ns(o->duration_s), ho_body, ctxp, &sh,
+    if (bench_run_and_merge(label, n, bench_warmup_ns(o->duration_s), ho_body, ctxp, &sh,
                       hists, NULL, NULL, o->progress) != 0)
         goto done;
     for (int i = 0; i < n; i++)
         ctxs[i].timed = ctxs[i].total = 0;
-    if (ho_counters(clients, n, e->name, &before) != 0)
+    if (bench_counters_sum(clients, n, e->name, &before) != 0)
         goto done;
 
     for (int round = 1; round <= rounds; round++) {
@@ -760,17 +814,17 @@ int bench_handoff(const struct bench_engine *e, const struct bench_opts *o,
             snprintf(label, sizeof label, "handoff %s round trip %d/%d",
                      e->name, round, rounds);
             bench_hist_init(one);
-            if (run_and_merge(label, 1, side_ns / 2, rtt_body, rtt_ctxp, NULL,
+            if (bench_run_and_merge(label, 1, side_ns / 2, bench_rtt_body, rtt_ctxp, NULL,
                               hists, one, NULL, o->progress) != 0)
                 goto done;
             bench_hist_merge(rtt, one);
-            note_round_p50(out, one);
+            bench_note_round_p50(out, one);
         }
         snprintf(label, sizeof label, "handoff %s x%d cerberus %d/%d",
                  e->name, n, round, rounds);
         atomic_store(&sh.last_release_ns, 0);
         bench_hist_init(one_ho);
-        if (run_and_merge(label, n, side_ns, ho_body, ctxp, &sh, hists, one_ho,
+        if (bench_run_and_merge(label, n, side_ns, ho_body, ctxp, &sh, hists, one_ho,
                           NULL, o->progress) != 0)
             goto done;
         bench_hist_merge(lat, one_ho);
@@ -780,8 +834,8 @@ int bench_handoff(const struct bench_engine *e, const struct bench_opts *o,
             paired[n_paired++] = (double)bench_hist_quantile(one_ho, 0.5) /
                                  (double)bench_hist_quantile(one, 0.5);
     }
-    out->ratio_paired_median = median(paired, n_paired);
-    if (ho_counters(clients, n, e->name, &after) != 0)
+    out->ratio_paired_median = bench_median(paired, n_paired);
+    if (bench_counters_sum(clients, n, e->name, &after) != 0)
         goto done;
 
     uint64_t timed = 0, total = 0;
@@ -792,7 +846,7 @@ int bench_handoff(const struct bench_engine *e, const struct bench_opts *o,
     out->elapsed_s = (double)ho_ns / 1e9;
     out->ops = timed;
     out->ops_per_s = ho_ns > 0 ? (double)timed / out->elapsed_s : 0;
-    fill_latency(out, lat);
+    bench_fill_latency(out, lat);
     out->acquisitions = total;
     out->acquire_calls = after.acquire_calls - before.acquire_calls;
     out->wakeups = after.wakeups - before.wakeups;
@@ -801,7 +855,7 @@ int bench_handoff(const struct bench_engine *e, const struct bench_opts *o,
     out->has_counters = out->acquire_calls || out->wakeups || out->handoffs;
     if (ceil && rtt->n) {
         out->ceiling_kind = "rtt";
-        fill_ceiling_latency(out, rtt);
+        bench_fill_ceiling_latency(out, rtt);
         if (out->ceiling_p50_us > 0 && lat->n)
             out->ratio = out->p50_us / out->ceiling_p50_us;
     }

@@ -7,6 +7,7 @@
 #ifndef CERB_BENCH_SCENARIOS_H
 #define CERB_BENCH_SCENARIOS_H
 
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -46,9 +47,15 @@ struct bench_engine {
 struct bench_opts {
     int threads;        /* uncontended: worker threads */
     int waiters;        /* handoff: contenders, one client each */
+    int herd_waiters;   /* herd: clients queued on one name */
+    int locks;          /* many: locks held by one client */
+    int64_t many_lease_ms; /* many: the lease of each of those locks */
     double duration_s;  /* measured time per side of each scenario */
     int progress;       /* draw a progress line on stderr */
 };
+
+/* many: threads that acquire (and later release) the locks. */
+#define BENCH_MANY_THREADS 8
 
 /* One row of the report (and one object of the JSON array). */
 struct bench_result {
@@ -76,10 +83,28 @@ struct bench_result {
     /* failover / flapping: the finding in words (empty otherwise). */
     char note[160];
 
-    /* handoff: engine counters (deltas summed over the clients). */
+    /* handoff, contended, herd: engine counters (deltas summed over the
+     * clients). */
     int has_counters;
     uint64_t acquisitions;      /* every grant, including the drain */
     uint64_t acquire_calls, wakeups, handoffs;
+    int fair;                   /* the locks' mode (lock.fair): 1 FIFO */
+
+    /* herd: rounds run and the mean time from the holder's release to the
+     * last waiter's release. */
+    int rounds;
+    double drain_ms;
+
+    /* many: locks held, their lease, how long they were held, the process
+     * CPU over that time (% of one core), memory per lock (RSS delta ÷
+     * locks) and holds not VALID at the end of the hold period. */
+    uint64_t locks;
+    int64_t lease_ms;
+    double hold_s;
+    double cpu_percent;
+    double bytes_per_lock;
+    int64_t rss_delta_bytes;
+    uint64_t not_valid;
 };
 
 /* ---- utilities (scenarios.c) ---- */
@@ -159,7 +184,7 @@ struct bench_fo_opts {
 int bench_failover(const struct bench_engine *e, const struct bench_fo_opts *fo,
                    struct bench_result *out, size_t *n_out);
 
-/* ---- scenarios (scenarios.c) ---- */
+/* ---- scenarios (scenarios.c, scenario_<name>.c) ---- */
 
 /* Each returns 0 and fills @out, or -1 after printing why. */
 int bench_uncontended(const struct bench_engine *e,
@@ -167,10 +192,119 @@ int bench_uncontended(const struct bench_engine *e,
                       struct bench_result *out);
 int bench_handoff(const struct bench_engine *e, const struct bench_opts *o,
                   struct bench_result *out);
+/* @threads clients, one thread each, on one name (scenario_contended.c). */
+int bench_contended(const struct bench_engine *e, const struct bench_opts *o,
+                    int threads, struct bench_result *out);
+/* o->herd_waiters clients queued behind one holder (scenario_herd.c). */
+int bench_herd(const struct bench_engine *e, const struct bench_opts *o,
+               struct bench_result *out);
+/* One client holding o->locks renewed locks (scenario_many.c). */
+int bench_many(const struct bench_engine *e, const struct bench_opts *o,
+               struct bench_result *out);
 
 /* Open a client on engine @e with new acquisitions pinned to it.
  * Returns: the client, or NULL after printing why. */
 cerb_client *bench_client_open(const struct bench_engine *e);
+
+/* ---- helpers the scenario files share (scenarios.c) ---- */
+
+/* Most alternating rounds a scenario runs (see bench_rounds_for). */
+#define BENCH_MAX_ROUNDS 50
+
+/* p50/p90/p99/max/mean of @h into @r (microseconds). */
+void bench_fill_latency(struct bench_result *r, const struct bench_hist *h);
+/* The ceiling's p50/p99/max of @h into @r. */
+void bench_fill_ceiling_latency(struct bench_result *r,
+                                const struct bench_hist *h);
+/* Unmeasured warm-up for a side of @duration_s: 50..500 ms. */
+int64_t bench_warmup_ns(double duration_s);
+/* Alternating rounds for @duration_s: about half a second each side. */
+int bench_rounds_for(double duration_s);
+/* Keep the smallest and largest per-round ceiling p50 in @r. */
+void bench_note_round_p50(struct bench_result *r, const struct bench_hist *h);
+/* Median of @n values (sorts them in place); -1 when n is 0. */
+double bench_median(double *v, int n);
+
+/*
+ * Run a phase (bench_phase_run) and fold its histograms into @acc (may be
+ * NULL); add its measured length (start to the last worker's end) to
+ * *elapsed_ns (may be NULL).
+ * Returns: 0, or -1 after printing the failure.
+ */
+int bench_run_and_merge(const char *label, int n, int64_t dur_ns,
+                        void *(*body)(void *), void **ctx, void *shared,
+                        struct bench_hist *hists, struct bench_hist *acc,
+                        int64_t *elapsed_ns, int progress);
+
+/* The round-trip ceiling's worker: one bare connection, round_trip() in a
+ * loop. Its context is a struct bench_rtt_ctx. */
+struct bench_rtt_ctx {
+    const struct bench_ceiling *ceil;
+    void *sess;
+};
+void *bench_rtt_body(void *worker);
+
+/* Sum the protocol counters of @n clients' engine @engine into @sum.
+ * Returns: 0, or -1 after printing why. */
+int bench_counters_sum(cerb_client **clients, int n, const char *engine,
+                       struct cerb_engine_info *sum);
+
+/* Draw "text" as the progress line on stderr (a terminal only: callers pass
+ * o->progress). It is erased before the next report or error line. */
+void bench_progress(int enabled, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+/* Erase the progress line, if one is shown. */
+void bench_progress_clear(void);
+
+/*
+ * A mutex and a condition variable on CLOCK_MONOTONIC, for scenarios that
+ * coordinate their own threads (herd, many). Every wait has a deadline.
+ */
+struct bench_sync {
+    pthread_mutex_t mu;
+    pthread_cond_t cond;
+};
+/* Returns 0, or -1 after printing why. */
+int bench_sync_init(struct bench_sync *s);
+void bench_sync_destroy(struct bench_sync *s);
+/* With s->mu held: wait for a broadcast or until @deadline_ns (monotonic).
+ * Returns: 1 when the deadline has passed, else 0 (re-check the state). */
+int bench_sync_wait_until(struct bench_sync *s, int64_t deadline_ns);
+/* End the process with status 3 after printing @what: a wait with a
+ * deadline found its server or the library hung. Every run is bounded. */
+_Noreturn void bench_hung(const char *what);
+
+/* ---- contended raw ceiling (scenario_contended.c) ---- */
+
+/*
+ * The raw contended cycle: a try that may fail because another session holds
+ * the key, retried at once, then the release. Kept apart from struct
+ * bench_ceiling so that table, which other files initialise, does not change.
+ */
+struct bench_contended_ceiling {
+    const char *engine;
+    void *(*open)(const struct bench_engine *e, char *err, size_t errlen);
+    /* Returns 1 when @name was taken with value @token, 0 when someone else
+     * holds it, -1 with @err on failure. */
+    int (*try_acquire)(void *sess, const char *name, const char *token,
+                       char *err, size_t errlen);
+    /* Compare-and-delete. Returns 0 or -1 with @err. */
+    int (*release)(void *sess, const char *name, const char *token, char *err,
+                   size_t errlen);
+    void (*close)(void *sess);
+};
+
+/* The contended ceiling for @engine, or NULL ("n/a"). */
+const struct bench_contended_ceiling *
+bench_contended_ceiling_find(const char *engine);
+
+/* ---- plot (plot.c) ---- */
+
+/* Returns 0 when gnuplot can be run, else -1 after printing how to get it. */
+int bench_plot_check(void);
+/* Draw @n results into the PNG @path with gnuplot. Returns 0 or -1
+ * (printed). */
+int bench_plot(const char *path, const struct bench_result *r, size_t n);
 
 /* ---- raw ceilings (ceiling.c) ---- */
 

@@ -1,0 +1,172 @@
+/*
+ * etcd_engine.c — the "etcd" engine table, and the glue that opens and
+ * closes an instance, probes it and reports its counters.
+ *
+ * The engine speaks etcd's concurrency.Mutex layout over the v3 JSON
+ * gateway (HTTP/1.1 + JSON, libcurl + jansson), so `etcdctl lock NAME` and a
+ * Cerberus lock on the same name exclude each other. Where the work is done:
+ *   etcd_http.c    handles, endpoints (sticky, rotated on failure), auth,
+ *                  the unary request and its retry rules
+ *   etcd_errors.c  curl / HTTP / gRPC failures to cerb_status
+ *   etcd_json.c    request builders, answer parsers, base64
+ *   etcd_lease.c   the session lease, its keepalive thread, orphan keys
+ *   etcd_mutex.c   acquire (and trylock), waiting, renew, release, check
+ *   etcd_watch.c   the waiter's watch on its predecessor; cancel
+ * open() authenticates (when a user is set), reads under the prefix (a
+ * lease grant needs no credentials, a read does) and grants the session
+ * lease, all within the connect + operation timeouts, so unreachable
+ * endpoints, something that is not the v3 gateway, or missing or bad
+ * credentials fail open() with a message naming the endpoint.
+ */
+#include "internal_posix.h"
+
+#include <string.h>
+
+#include "alloc.h"
+#include "clock.h"
+#include "error.h"
+#include "etcd_internal.h"
+#include "etcd_json.h"
+#include "log.h"
+
+/* Longest etcd.prefix accepted: keys stay small, and a hold never needs
+ * more than a stack buffer or one allocation per request. */
+#define ETCD_PREFIX_MAX 1024
+
+static void etcd_close(cerb_engine *e)
+{
+    if (!e)
+        return;
+    cerb__etcd_session_stop(e);
+    cerb__etcd_http_destroy(&e->http);
+    cerb__mutex_destroy(&e->wait_mu);
+    cerb__free(e);
+}
+
+static cerb_status etcd_open(const cerb_engine_env *env, cerb_engine **out)
+{
+    cerb_engine *e;
+    cerb_status st;
+
+    *out = NULL;
+    if (!env || !env->cfg)
+        return cerb__error_set(CERB_EINVAL, "etcd: no configuration");
+    const struct cerb_etcd_config *ec = &env->cfg->etcd;
+    if (ec->n_endpoints == 0)
+        return cerb__error_set(CERB_ECONFIG, "etcd: no endpoints configured");
+    if (ec->prefix && strlen(ec->prefix) > ETCD_PREFIX_MAX)
+        return cerb__error_set(CERB_ECONFIG, "etcd: prefix longer than %d bytes",
+                               ETCD_PREFIX_MAX);
+    e = cerb__calloc(1, sizeof *e);
+    if (!e)
+        return cerb__error_set(CERB_ENOMEM, "etcd: out of memory");
+    e->cfg = env->cfg;
+    e->ec = ec;
+    e->env = *env;
+    st = cerb__etcd_http_init(&e->http, ec);
+    if (st != CERB_OK) {
+        cerb__free(e);
+        return st;
+    }
+    cerb__mutex_init(&e->wait_mu);
+    cerb__etcd_session_init(e);
+    /* Authenticate, then read under the prefix (which is what fails when
+     * the server wants credentials we lack: a lease grant needs none),
+     * then the session. */
+    int64_t deadline = cerb__deadline_in(ec->connect_timeout_ms + ec->op_timeout_ms);
+    st = cerb__etcd_authenticate(e, deadline, atomic_load(&e->http.auth_gen));
+    if (st == CERB_OK)
+        st = cerb__etcd_probe_read(e, deadline);
+    if (st == CERB_OK)
+        st = cerb__etcd_session_start(e, deadline);
+    if (st != CERB_OK) {
+        char why[CERB_ERROR_MAX];
+        cerb__error_copy(why, sizeof why);
+        etcd_close(e);
+        return cerb__error_set(st, "%s", why);
+    }
+    CERB_LOG_D("etcd %s: engine open (%zu endpoints, lease %llx, TTL %llds)",
+               cerb__etcd_endpoint(&e->http), e->http.n_ep, (unsigned long long)e->sess.id,
+               (long long)e->ttl_s);
+    *out = e;
+    return CERB_OK;
+}
+
+/*
+ * The probe is a linearizable range of one key under the prefix (nothing
+ * is ever stored there; count only): it needs a member that answers, that
+ * has a leader (`Grpc-Metadata-hasleader`) and that can confirm it with a
+ * quorum (ReadIndex) — what a lock needs — tried over the endpoints within
+ * timeout_ms. Not GET /health: etcd 3.4 answers it with a quorum *write*
+ * (a v2 QGET through raft, fsync included), which the prober would send
+ * several times a second per client.
+ */
+static cerb_status etcd_probe(cerb_engine *e, int64_t timeout_ms)
+{
+    return cerb__etcd_probe_read(e, cerb__deadline_in(timeout_ms));
+}
+
+cerb_status cerb__etcd_probe_read(cerb_engine *e, int64_t deadline_ns)
+{
+    static const char probe_key[] = "__cerberus_probe__";
+    size_t pl = e->ec->prefix ? strlen(e->ec->prefix) : 0;
+    char *key = cerb__malloc(pl + sizeof probe_key);
+    if (!key)
+        return cerb__error_set(CERB_ENOMEM, "etcd: out of memory");
+    memcpy(key, e->ec->prefix, pl);
+    memcpy(key + pl, probe_key, sizeof probe_key);
+    json_t *req = json_pack("{s:o, s:b}", "key", cerb__etcd_json_bytes(key, strlen(key)),
+                            "count_only", 1);
+    cerb__free(key);
+    if (!req)
+        return cerb__error_set(CERB_ENOMEM, "etcd: out of memory");
+    struct etcd_call call = {.what = "probe",
+                             .path = "/v3/kv/range",
+                             .body = req,
+                             .deadline_ns = deadline_ns,
+                             .idempotent = true};
+    cerb_status st = cerb__etcd_call(e, &call);
+    json_decref(req);
+    if (st == CERB_OK)
+        json_decref(call.resp);
+    return st;
+}
+
+static void etcd_stats(cerb_engine *e, struct cerb_engine_stats *out)
+{
+    out->acquire_calls = atomic_load_explicit(&e->stats.acquire_calls, memory_order_relaxed);
+    out->wakeups = atomic_load_explicit(&e->stats.wakeups, memory_order_relaxed);
+    out->handoffs = 0; /* a release only deletes; the next waiter takes it */
+}
+
+/*
+ * A name is the key prefix "<name>/": a name with a '/' would put its keys
+ * under another name's prefix ("a/b/<lease>" is under "a/"), and the lock
+ * "a" would then queue behind holders of "a/b".
+ */
+static cerb_status etcd_check_name(const char *name)
+{
+    if (strchr(name, '/'))
+        return cerb__error_set(CERB_EINVAL,
+                               "etcd lock names cannot contain '/': the lock \"%s\" would share "
+                               "its key prefix with another lock",
+                               name);
+    return CERB_OK;
+}
+
+const struct cerb_engine_ops cerb__etcd_engine_ops = {
+    .version = CERB_ENGINE_OPS_V1,
+    .name = "etcd",
+    .caps = CERB_CAP_FENCING | CERB_CAP_FAIR_QUEUE | CERB_CAP_WAIT | CERB_CAP_CROSS_PROCESS,
+    .lock_priv_size = sizeof(struct etcd_lock_priv),
+    .open = etcd_open,
+    .close = etcd_close,
+    .acquire = cerb__etcd_op_acquire,
+    .renew = cerb__etcd_op_renew,
+    .release = cerb__etcd_op_release,
+    .check_owner = cerb__etcd_op_check,
+    .cancel = cerb__etcd_op_cancel,
+    .probe = etcd_probe,
+    .stats = etcd_stats,
+    .check_name = etcd_check_name,
+};

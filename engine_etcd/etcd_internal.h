@@ -1,0 +1,221 @@
+/*
+ * etcd_internal.h — the etcd engine instance and what its files share.
+ *
+ * One instance (one per client) has:
+ *  - the gateway client (etcd_http.c): endpoints, pooled curl handles, token;
+ *  - one session (etcd_lease.c): a lease with a client-chosen ID, kept alive
+ *    by a background thread every TTL/3, replaced by a new one when it is
+ *    lost; every lock key of the instance is attached to it;
+ *  - orphans: keys of ours that a failed request could not delete, which
+ *    the session thread deletes later, so that a key never outlives its
+ *    purpose while the session keeps it alive (etcd_mutex.c);
+ *  - counters for the bench and the tests.
+ * Per hold, lk->priv is a struct etcd_lock_priv: which lease the key was put
+ * with and its create revision (the fencing token). The key itself is
+ * rebuilt from the prefix, the name and the lease when needed, so a hold
+ * costs a few dozen bytes.
+ */
+#ifndef CERB_ETCD_INTERNAL_H
+#define CERB_ETCD_INTERNAL_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "config.h"
+#include "engine.h"
+#include "error.h"
+#include "etcd_http.h"
+#include "sync.h"
+
+/* How often a blocked waiter looks at its flags (interrupt, deadline,
+ * session) when nothing arrives; cancel() wakes it at once anyway. */
+#define ETCD_SLICE_MS 100
+/* A waiter re-reads its queue position this often even without events,
+ * in case its watch went quiet on a server that stopped answering. */
+#define ETCD_RECHECK_MS 5000
+/* A waiter tolerates failures (an election, an endpoint going away) this
+ * long in a row before it gives up, at least. */
+#define ETCD_ERR_BUDGET_MS 2000
+
+struct etcd_counters {
+    atomic_uint_fast64_t acquire_calls; /* txns that put (or re-put) a key */
+    atomic_uint_fast64_t wakeups;       /* watch DELETE events that woke a waiter */
+    atomic_uint_fast64_t requests;      /* HTTP attempts */
+    atomic_uint_fast64_t rotations;     /* endpoint changes */
+    atomic_uint_fast64_t reauths;       /* tokens fetched */
+    atomic_uint_fast64_t keepalives;    /* keepalive requests that succeeded */
+    atomic_uint_fast64_t sessions;      /* leases granted */
+    atomic_uint_fast64_t watches;       /* watch streams opened */
+    atomic_uint_fast64_t watch_checks;  /* reads after a watch came up late */
+    atomic_uint_fast64_t orphans;       /* keys handed to the session thread */
+};
+
+#define ETCD_COUNT(e, f) atomic_fetch_add_explicit(&(e)->stats.f, 1, memory_order_relaxed)
+
+/* The session as the rest of the engine sees it (a copy, under sess_mu). */
+struct etcd_session {
+    int64_t id;          /* lease ID; 0 = none */
+    uint64_t gen;        /* bumped for every new lease */
+    bool live;           /* granted and not known lost */
+    bool suspect;        /* the last keepalive failed */
+    int64_t ok_sent_ns;  /* send time of the last grant/keepalive that succeeded */
+};
+
+/* A key to delete that an operation could not delete itself. */
+struct etcd_orphan {
+    struct etcd_orphan *next;
+    char *key;
+    size_t key_len;
+    int64_t rev;   /* delete only while create_revision == rev; 0 = any */
+    bool busy;     /* the session thread is deleting it right now */
+};
+
+/*
+ * Which lock keys of this instance are in use, and by which hold. A key
+ * names the session and the lock, not the acquisition, so two holds of the
+ * same name in one client (a current one, and an old one whose acquire
+ * failed and which the core releases later in the background) would share
+ * it: before touching a key, an operation claims it here. A permanent claim
+ * is a hold or an acquire in progress; a temporary one a release, check or
+ * clean-up of a hold that is not (or no longer) the key's user, which others
+ * wait for. The node lives in the hold's priv: no allocation.
+ */
+struct etcd_reg {
+    struct etcd_reg *next;
+    const cerb_engine_lock *lk;
+    int64_t lease;
+    uint64_t hash;
+    bool temp;
+    bool linked;
+};
+
+#define ETCD_REG_BUCKETS 1024
+
+struct cerb_engine {
+    const struct cerb_config *cfg;
+    const struct cerb_etcd_config *ec;
+    cerb_engine_env env;
+    struct etcd_http http;
+
+    /* session (etcd_lease.c), under sess_mu */
+    cerb_mutex sess_mu;
+    cerb_cond sess_cond;      /* session changed; a claim or orphan freed */
+    cerb_cond ka_cond;        /* the thread: kicked, orphans, stop */
+    int claim_waiters;        /* threads waiting in cerb__etcd_claim */
+    struct etcd_session sess;
+    int64_t ttl_s;
+    bool ka_stop, ka_kick, ka_started;
+    pthread_t ka_thread;
+    atomic_int ka_abort;      /* stops the thread's request in flight */
+    int64_t revoke_id;        /* a lost lease to revoke when possible */
+    char grant_err[CERB_ERROR_MAX]; /* why the last grant failed */
+    struct etcd_orphan *orphans;
+    struct etcd_reg *reg[ETCD_REG_BUCKETS]; /* claimed keys, under sess_mu */
+
+    cerb_mutex wait_mu;       /* etcd_lock_priv waiting fields (cancel) */
+    struct etcd_counters stats;
+};
+
+/* Per hold (ops->lock_priv_size), zeroed by the core before acquire. */
+struct etcd_lock_priv {
+    int64_t lease;   /* lease the key was put with; 0 = none yet */
+    uint64_t gen;    /* session generation of that lease */
+    int64_t rev;     /* our key's create revision (the fence); 0 = unknown */
+    /* under e->wait_mu: */
+    void *multi;     /* the CURLM of the watch we block in, or NULL */
+    bool cancelled;  /* cancel() came: look at the flags */
+    /* under e->sess_mu: */
+    struct etcd_reg reg;
+};
+
+/* A lock key: <prefix><name>/<lease hex>, and its name prefix's range. */
+struct etcd_key {
+    char *k;         /* the key */
+    size_t len;
+    size_t pfx_len;  /* <prefix><name>/ is k[0 .. pfx_len) */
+    char *end;       /* range end of that prefix (same length) */
+    char buf[384];
+    char *heap;
+};
+cerb_status cerb__etcd_key_init(struct etcd_key *k, const char *prefix, const char *name,
+                                int64_t lease);
+void cerb__etcd_key_free(struct etcd_key *k);
+
+/* ---- etcd_lease.c ---- */
+
+/* Set up the session's lock and state (no network). */
+void cerb__etcd_session_init(cerb_engine *e);
+/* Grant the first lease by deadline_ns and start the keepalive thread. */
+cerb_status cerb__etcd_session_start(cerb_engine *e, int64_t deadline_ns);
+/* Stop the thread, revoke the lease (bounded by the operation timeout). */
+void cerb__etcd_session_stop(cerb_engine *e);
+/* A copy of a live session, waiting for one until deadline_ns. */
+cerb_status cerb__etcd_session_get(cerb_engine *e, int64_t deadline_ns, struct etcd_session *out);
+/* A copy of the session as it is (live or not). */
+void cerb__etcd_session_peek(cerb_engine *e, struct etcd_session *out);
+/* The server said the lease of generation `gen` is not found: check now. */
+void cerb__etcd_session_doubt(cerb_engine *e, uint64_t gen);
+/* Hand a key to the thread for deletion (orphan). */
+void cerb__etcd_orphan_add(cerb_engine *e, const char *key, size_t len, int64_t rev);
+/*
+ * Claim key k (of lk, put with `lease`) for lk: wait (until deadline) while
+ * another temporary claim or the thread's deletion of it is in progress,
+ * drop its orphan entry (*orphaned says there was one: the key may exist),
+ * and register lk. CERB_BUSY when another hold of this instance has it
+ * (permanent claim): then lk is a stale hold and must leave the key alone.
+ */
+cerb_status cerb__etcd_claim(cerb_engine *e, cerb_engine_lock *lk, const struct etcd_key *k,
+                             int64_t lease, bool temp, int64_t deadline_ns, bool *orphaned);
+/* Make lk's temporary claim permanent (it turned out to be the holder). */
+void cerb__etcd_claim_keep(cerb_engine *e, cerb_engine_lock *lk);
+/* Give lk's claim up (no-op when it has none). */
+void cerb__etcd_unclaim(cerb_engine *e, cerb_engine_lock *lk);
+/* Does lk hold a permanent claim on its key? */
+bool cerb__etcd_claimed(cerb_engine *e, cerb_engine_lock *lk);
+
+/* ---- etcd_mutex.c ---- */
+
+cerb_status cerb__etcd_op_acquire(cerb_engine *e, cerb_engine_lock *lk, int64_t deadline_ns,
+                                  const atomic_int *interrupted, cerb_grant *grant);
+cerb_status cerb__etcd_op_renew(cerb_engine *e, cerb_engine_lock *lk, cerb_grant *grant);
+cerb_status cerb__etcd_op_release(cerb_engine *e, cerb_engine_lock *lk);
+cerb_status cerb__etcd_op_check(cerb_engine *e, cerb_engine_lock *lk, cerb_grant *grant);
+void cerb__etcd_op_cancel(cerb_engine *e, cerb_engine_lock *lk);
+/* Delete key (if create_revision == rev, rev 0 = unconditionally), re-sent
+ * until definite or deadline. CERB_OK (gone, or not ours to delete; *deleted,
+ * which may be NULL, says whether this call deleted it) or the error. */
+cerb_status cerb__etcd_delete_key(cerb_engine *e, const char *key, size_t len, int64_t rev,
+                                  int64_t deadline_ns, const atomic_int *abort, bool *deleted);
+
+/* ---- etcd_engine.c ---- */
+
+/* A linearizable read of one key under the prefix, by deadline_ns: the
+ * server is up, has a leader and a quorum, and lets us read. */
+cerb_status cerb__etcd_probe_read(cerb_engine *e, int64_t deadline_ns);
+
+/* ---- etcd_watch.c ---- */
+
+enum etcd_watch_end {
+    ETCD_WATCH_DELETED,  /* the key was deleted */
+    ETCD_WATCH_EXPIRED,  /* `until` came: look again */
+    ETCD_WATCH_WAKE,     /* cancel(), the interrupt flag or a new session */
+    ETCD_WATCH_RESTART   /* the server ended the watch (compaction, cancel):
+                            read again */
+};
+
+/*
+ * Block until `key` (seen with create revision key_rev in a read at
+ * revision read_rev) is deleted, or `until_ns`, or a reason to look at the
+ * flags (*interrupted, cancel() on lk, the session generation moving past
+ * `gen`). One HTTP connection for the watch, driven by a curl multi handle
+ * that cancel() can wake.
+ * Returns: CERB_OK with *end, or an error (stream failed; rotate done).
+ */
+cerb_status cerb__etcd_watch_delete(cerb_engine *e, cerb_engine_lock *lk, const char *key,
+                                    size_t len, int64_t key_rev, int64_t read_rev,
+                                    int64_t until_ns, const atomic_int *interrupted,
+                                    uint64_t gen, enum etcd_watch_end *end);
+
+#endif

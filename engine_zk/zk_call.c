@@ -1,0 +1,261 @@
+/*
+ * zk_call.c — batches of asynchronous requests (see zk_call.h).
+ *
+ * Life of a call: cerb__zk_call_new() (one reference, the caller's) →
+ * submits (each takes a reference and counts one pending completion before
+ * the request can possibly complete; a request the client refuses is
+ * finished in place) → cerb__zk_call_wait() → cerb__zk_call_put(). Every
+ * completion finishes its slot under the call's mutex, signals when it was
+ * the last one, updates the session's last answered send time, and drops its
+ * reference outside the mutex; whoever drops the last reference frees the
+ * call and everything its slots own.
+ */
+#include "internal_posix.h"
+
+#include "zk_call.h"
+
+#include <string.h>
+
+#include "alloc.h"
+#include "clock.h"
+#include "zk_errors.h"
+#include "zk_session.h"
+
+struct zk_call *cerb__zk_call_new(size_t n)
+{
+    struct zk_call *c = cerb__calloc(1, sizeof *c + n * sizeof c->res[0]);
+    if (!c)
+        return NULL;
+    cerb__mutex_init(&c->mu);
+    cerb__cond_init(&c->cond);
+    atomic_init(&c->refs, 1);
+    c->n = n;
+    return c;
+}
+
+static void call_free(struct zk_call *c)
+{
+    for (size_t i = 0; i < c->used; i++) {
+        cerb__free(c->res[i].path);
+        cerb__zk_children_clear(&c->res[i].kids);
+    }
+    cerb__cond_destroy(&c->cond);
+    cerb__mutex_destroy(&c->mu);
+    cerb__free(c);
+}
+
+void cerb__zk_call_put(struct zk_call *c)
+{
+    if (c && atomic_fetch_sub(&c->refs, 1) == 1)
+        call_free(c);
+}
+
+/* Raise *slot to v if v is larger. */
+static void atomic_max64(_Atomic int64_t *slot, int64_t v)
+{
+    int64_t cur = atomic_load(slot);
+    while (cur < v && !atomic_compare_exchange_weak(slot, &cur, v))
+        ;
+}
+
+/* Run by every completion: note the session alive (before the waiter can
+ * see the answer, so a grant never reports an older send time), store rc,
+ * count down, signal, let go. */
+static void finish(struct zk_res *r, int rc)
+{
+    struct zk_call *c = r->call;
+    if (c->sess && cerb__zk_rc_is_answer(rc))
+        atomic_max64(&c->sess->last_ok_ns, c->sent_ns);
+    cerb__mutex_lock(&c->mu);
+    r->rc = rc;
+    if (--c->pending == 0)
+        cerb__cond_broadcast(&c->cond);
+    cerb__mutex_unlock(&c->mu);
+    cerb__zk_call_put(c);
+}
+
+/* ---- completions (on the C client's completion thread) ---- */
+
+static void create_done(int rc, const char *path, const struct Stat *stat, const void *data)
+{
+    struct zk_res *r = (struct zk_res *)data;
+    if (rc == ZOK && path) {
+        r->path = cerb__strdup(path);
+        if (!r->path)
+            rc = CERB_ZK_RC_NOMEM;
+    }
+    if (rc == ZOK && stat) {
+        r->stat = *stat;
+        r->has_stat = true;
+    }
+    finish(r, rc);
+}
+
+static void children_done(int rc, const struct String_vector *v, const void *data)
+{
+    struct zk_res *r = (struct zk_res *)data;
+    if (rc == ZOK) {
+        /* Our name: given, or from a create earlier in this batch, whose
+         * completion ran before this one on this same thread. */
+        const char *self = r->self;
+        if (!self && r->self_from >= 0 && r->call->res[r->self_from].path)
+            self = cerb__zk_basename(r->call->res[r->self_from].path);
+        cerb__zk_children_analyze(v, self, r->uuid, &r->kids);
+        if (r->kids.oom)
+            rc = CERB_ZK_RC_NOMEM;
+    }
+    finish(r, rc);
+}
+
+static void wchildren_done(int rc, const struct String_vector *v, const void *data)
+{
+    struct zk_res *r = (struct zk_res *)data;
+    (void)v;
+    r->rc = rc;
+    if (r->on_done)
+        r->on_done(r);
+    finish(r, rc);
+}
+
+static void stat_done(int rc, const struct Stat *stat, const void *data)
+{
+    struct zk_res *r = (struct zk_res *)data;
+    if (rc == ZOK && stat) {
+        r->stat = *stat;
+        r->has_stat = true;
+    }
+    finish(r, rc);
+}
+
+static void void_done(int rc, const void *data)
+{
+    finish((struct zk_res *)data, rc);
+}
+
+static void data_done(int rc, const char *value, int len, const struct Stat *stat,
+                      const void *data)
+{
+    struct zk_res *r = (struct zk_res *)data;
+    r->data_len = rc == ZOK && value ? len : -1;
+    if (r->data_len > 0)
+        memcpy(r->data, value,
+               (size_t)(len < (int)sizeof r->data ? len : (int)sizeof r->data));
+    r->rc = rc;
+    if (r->on_done)
+        r->on_done(r);
+    stat_done(rc, stat, data);
+}
+
+/* ---- submitting ---- */
+
+/* Claim the next slot and count its completion as pending. */
+static struct zk_res *slot_begin(struct zk_call *c, struct zk_session *s, enum zk_req kind)
+{
+    struct zk_res *r = &c->res[c->used++];
+    r->call = c;
+    r->kind = kind;
+    r->self_from = -1;
+    if (!c->sess) {
+        c->sess = s;
+        c->sent_ns = cerb_monotime();
+    }
+    atomic_fetch_add(&c->refs, 1);
+    cerb__mutex_lock(&c->mu);
+    c->pending++;
+    cerb__mutex_unlock(&c->mu);
+    return r;
+}
+
+/* After the zoo_a* call: a refusal finishes the slot here (no completion
+ * will come). Returns the slot index. */
+static int slot_end(struct zk_call *c, struct zk_res *r, int api_rc)
+{
+    if (api_rc == ZOK) {
+        r->sent = true;
+    } else {
+        cerb__mutex_lock(&c->mu);
+        r->rc = api_rc;
+        c->pending--;
+        cerb__mutex_unlock(&c->mu);
+        atomic_fetch_sub(&c->refs, 1); /* the caller still holds one */
+    }
+    return (int)(r - c->res);
+}
+
+int cerb__zk_call_create(struct zk_call *c, struct zk_session *s, const char *path,
+                         const char *data, const struct ACL_vector *acl, int mode)
+{
+    struct zk_res *r = slot_begin(c, s, ZK_REQ_CREATE);
+    int rc = zoo_acreate2(s->zh, path, data, data ? (int)strlen(data) : -1, acl, mode,
+                          create_done, r);
+    return slot_end(c, r, rc);
+}
+
+int cerb__zk_call_children(struct zk_call *c, struct zk_session *s, const char *path,
+                           int self_from, const char *self, const char *uuid)
+{
+    struct zk_res *r = slot_begin(c, s, ZK_REQ_CHILDREN);
+    r->self_from = self_from;
+    r->self = self;
+    r->uuid = uuid;
+    int rc = zoo_aget_children(s->zh, path, 0, children_done, r);
+    return slot_end(c, r, rc);
+}
+
+int cerb__zk_call_exists(struct zk_call *c, struct zk_session *s, const char *path)
+{
+    struct zk_res *r = slot_begin(c, s, ZK_REQ_EXISTS);
+    int rc = zoo_aexists(s->zh, path, 0, stat_done, r);
+    return slot_end(c, r, rc);
+}
+
+int cerb__zk_call_delete(struct zk_call *c, struct zk_session *s, const char *path)
+{
+    struct zk_res *r = slot_begin(c, s, ZK_REQ_DELETE);
+    int rc = zoo_adelete(s->zh, path, -1, void_done, r);
+    return slot_end(c, r, rc);
+}
+
+int cerb__zk_call_wget(struct zk_call *c, struct zk_session *s, const char *path,
+                       watcher_fn watcher, void *watcher_ctx, void (*on_done)(struct zk_res *),
+                       void *owner, uint64_t owner_id)
+{
+    struct zk_res *r = slot_begin(c, s, ZK_REQ_WGET);
+    r->on_done = on_done;
+    r->owner = owner;
+    r->owner_id = owner_id;
+    int rc = zoo_awget(s->zh, path, watcher, watcher_ctx, data_done, r);
+    return slot_end(c, r, rc);
+}
+
+int cerb__zk_call_set(struct zk_call *c, struct zk_session *s, const char *path,
+                      const char *data)
+{
+    struct zk_res *r = slot_begin(c, s, ZK_REQ_SET);
+    int rc = zoo_aset(s->zh, path, data, (int)strlen(data), -1, stat_done, r);
+    return slot_end(c, r, rc);
+}
+
+int cerb__zk_call_wchildren(struct zk_call *c, struct zk_session *s, const char *path,
+                            watcher_fn watcher, void *watcher_ctx,
+                            void (*on_done)(struct zk_res *), void *owner, uint64_t owner_id)
+{
+    struct zk_res *r = slot_begin(c, s, ZK_REQ_WCHILDREN);
+    r->on_done = on_done;
+    r->owner = owner;
+    r->owner_id = owner_id;
+    int rc = zoo_awget_children(s->zh, path, watcher, watcher_ctx, wchildren_done, r);
+    return slot_end(c, r, rc);
+}
+
+bool cerb__zk_call_wait(struct zk_call *c, int64_t deadline_ns)
+{
+    bool done;
+    cerb__mutex_lock(&c->mu);
+    while (c->pending > 0)
+        if (cerb__cond_wait_until(&c->cond, &c->mu, deadline_ns))
+            break;
+    done = c->pending == 0;
+    cerb__mutex_unlock(&c->mu);
+    return done;
+}

@@ -1,0 +1,115 @@
+/*
+ * zk_call.h — asynchronous ZooKeeper requests sent back to back and waited
+ * for together.
+ *
+ * A call is a small batch: the caller submits one or more requests on one
+ * session (zoo_a* functions return at once; the C client sends them from the
+ * calling thread), then waits until every completion has run. The server
+ * answers a session's requests in order, so a create and a getChildren
+ * submitted together cost one round trip, and the listing already contains
+ * the node just created.
+ *
+ * Completions run on the C client's single completion thread and must not
+ * block: each one stores its result in its slot, counts down, and signals
+ * the call's condition variable. A call is reference-counted (the caller
+ * plus one per request in flight), so a caller that stops waiting at its
+ * deadline (cerb__zk_call_put without a finished wait) leaves the call to
+ * be freed by the last completion; the C client runs every completion
+ * exactly once, with ZCLOSING at the latest when the handle is closed.
+ *
+ * A completion that carries a server answer proves the session was alive
+ * when the batch was sent: it raises the session's last_ok_ns to the
+ * batch's send time, which is what renew() reports (zk_session.h).
+ */
+#ifndef CERB_ZK_CALL_H
+#define CERB_ZK_CALL_H
+
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <zookeeper/zookeeper.h>
+
+#include "sync.h"
+#include "zk_layout.h"
+
+struct zk_session;
+
+enum zk_req {
+    ZK_REQ_CREATE,   /* zoo_acreate2: path + stat of the new node */
+    ZK_REQ_CHILDREN, /* zoo_aget_children: analysed at once (zk_children) */
+    ZK_REQ_EXISTS,   /* zoo_aexists: stat */
+    ZK_REQ_DELETE,   /* zoo_adelete, any version */
+    ZK_REQ_WGET,     /* zoo_awget: arms a data watch; its data is kept */
+    ZK_REQ_WCHILDREN, /* zoo_awget_children: arms a child watch */
+    ZK_REQ_SET       /* zoo_aset, any version */
+};
+
+/* One request's result. Valid to read once the call is finished. */
+struct zk_res {
+    struct zk_call *call;
+    enum zk_req kind;
+    int rc;              /* ZOK, a ZooKeeper code, or CERB_ZK_RC_* */
+    bool sent;           /* accepted by the client: a completion came */
+    bool has_stat;
+    struct Stat stat;    /* CREATE, EXISTS, WGET when rc == ZOK */
+    char *path;          /* CREATE: the node's full path (owned) */
+    char data[16];       /* WGET: the first bytes of the node's data */
+    int data_len;        /* WGET: its full length (-1: none) */
+    /* WGET, WCHILDREN: run on the completion thread before the call
+     * counts it done, in order with the session's watch events. */
+    void (*on_done)(struct zk_res *r);
+    void *owner;
+    uint64_t owner_id;
+    /* CHILDREN: who we are (our name, or the CREATE slot naming us, or
+     * neither) and whose uuid to collect; the analysis of the listing. */
+    int self_from;
+    const char *self;
+    const char *uuid;
+    struct zk_children kids;
+};
+
+struct zk_call {
+    cerb_mutex mu;
+    cerb_cond cond;
+    atomic_int refs;
+    int pending;               /* submitted, completion not yet run */
+    int64_t sent_ns;           /* monotonic time before the first submit */
+    struct zk_session *sess;   /* where the requests went */
+    size_t n, used;
+    struct zk_res res[];
+};
+
+/* A call with room for n requests; NULL on out of memory. */
+struct zk_call *cerb__zk_call_new(size_t n);
+
+/*
+ * Submit one request on session s (whose handle the caller keeps open for
+ * the duration of the submit: zk_session.h, cerb__zk_session_begin).
+ * Returns the slot index; when the client refuses the request its slot is
+ * finished at once with the refusal code (sent = false).
+ */
+int cerb__zk_call_create(struct zk_call *c, struct zk_session *s, const char *path,
+                         const char *data, const struct ACL_vector *acl, int mode);
+int cerb__zk_call_children(struct zk_call *c, struct zk_session *s, const char *path,
+                           int self_from, const char *self, const char *uuid);
+int cerb__zk_call_exists(struct zk_call *c, struct zk_session *s, const char *path);
+int cerb__zk_call_delete(struct zk_call *c, struct zk_session *s, const char *path);
+int cerb__zk_call_wget(struct zk_call *c, struct zk_session *s, const char *path,
+                       watcher_fn watcher, void *watcher_ctx, void (*on_done)(struct zk_res *),
+                       void *owner, uint64_t owner_id);
+int cerb__zk_call_set(struct zk_call *c, struct zk_session *s, const char *path,
+                      const char *data);
+int cerb__zk_call_wchildren(struct zk_call *c, struct zk_session *s, const char *path,
+                            watcher_fn watcher, void *watcher_ctx,
+                            void (*on_done)(struct zk_res *), void *owner, uint64_t owner_id);
+
+/* Wait until every submitted request is answered (true) or the deadline
+ * passes (false). */
+bool cerb__zk_call_wait(struct zk_call *c, int64_t deadline_ns);
+
+/* Drop the caller's reference. Results are not to be read afterwards; a
+ * call still in flight is freed by its last completion. NULL: no-op. */
+void cerb__zk_call_put(struct zk_call *c);
+
+#endif

@@ -1,0 +1,137 @@
+/*
+ * zk_engine.c — the "zk" engine table, and the glue that opens and closes
+ * an instance.
+ *
+ * The engine speaks Curator's InterProcessMutex layout on libzookeeper_mt,
+ * so a Curator (Java) service and a Cerberus lock on the same path exclude
+ * each other: <zk.root>/<name>/_c_<uuid>-lock-<seq>, EPHEMERAL_SEQUENTIAL,
+ * parents as CONTAINER nodes, the first child holds, each waiter watches
+ * only its predecessor. Our nodes carry the data "cerb:waiting", rewritten
+ * to "cerb:holding" by a holder that may have a successor, which lets that
+ * successor take over on the release without listing again (zk_mutex.c);
+ * Curator ignores node data. Where the work is done:
+ *   zk_session.c  the session, its events, the keeper thread, the probe
+ *   zk_mutex.c    acquire / release / renew / check_owner / cancel
+ *   zk_cleanup.c  deletions retried through connection loss; adoption of a
+ *                 node whose create reply was lost
+ *   zk_call.c     batches of asynchronous requests
+ *   zk_layout.c   names, paths, the order of children
+ *   zk_errors.c   ZooKeeper codes to cerb_status
+ *   zk_log.c      the C client's log into ours
+ * open() makes the session and waits for it to connect within
+ * zk.connect_timeout_ms, so an unreachable ensemble fails open() with
+ * CERB_EIO naming the hosts, quickly.
+ *
+ * ACLs. Without credentials every node is open (world:anyone, all), as
+ * Curator's defaults. With zk.user/zk.password the session adds digest
+ * auth, and the lock nodes and the parents we create carry
+ * creator-all + world-read: ZooKeeper checks a delete against the *parent's*
+ * ACL, so it is the parent's creator-only DELETE (and CREATE) that keeps
+ * another identity from deleting our lock nodes or queueing on the name;
+ * the node's own ACL keeps its data and ACL ours. Parents that already exist
+ * keep whatever ACL their creator gave them.
+ */
+#include "internal_posix.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#include "alloc.h"
+#include "error.h"
+#include "log.h"
+#include "zk_layout.h"
+#include "zk_mutex.h"
+
+static void zk_close(cerb_engine *e)
+{
+    if (!e)
+        return;
+    cerb__zk_session_stop(e);
+    if (e->auth) {
+        memset(e->auth, 0, strlen(e->auth));
+        cerb__free(e->auth);
+    }
+    cerb__free(e);
+}
+
+static cerb_status zk_open(const cerb_engine_env *env, cerb_engine **out)
+{
+    cerb_engine *e;
+    cerb_status st;
+
+    *out = NULL;
+    if (!env || !env->cfg)
+        return cerb__error_set(CERB_EINVAL, "zk: no configuration");
+    const struct cerb_zk_config *zc = &env->cfg->zk;
+    if (!zc->hosts || !zc->hosts[0])
+        return cerb__error_set(CERB_ECONFIG, "zk: no hosts configured");
+    if (!zc->root || zc->root[0] != '/')
+        return cerb__error_set(CERB_ECONFIG, "zk: root \"%s\" is not an absolute path",
+                               zc->root ? zc->root : "");
+    e = cerb__calloc(1, sizeof *e);
+    if (!e)
+        return cerb__error_set(CERB_ENOMEM, "zk: out of memory");
+    e->cfg = env->cfg;
+    e->zc = zc;
+    e->env = *env;
+    e->hosts = zc->hosts;
+
+    e->acl = ZOO_OPEN_ACL_UNSAFE;
+    if (zc->user && zc->user[0]) {
+        size_t n = strlen(zc->user) + 1 + strlen(zc->password ? zc->password : "") + 1;
+        e->auth = cerb__malloc(n);
+        if (!e->auth) {
+            cerb__free(e);
+            return cerb__error_set(CERB_ENOMEM, "zk: out of memory");
+        }
+        snprintf(e->auth, n, "%s:%s", zc->user, zc->password ? zc->password : "");
+        e->acl_entries[0].perms = ZOO_PERM_ALL;
+        e->acl_entries[0].id = ZOO_AUTH_IDS;
+        e->acl_entries[1].perms = ZOO_PERM_READ;
+        e->acl_entries[1].id = ZOO_ANYONE_ID_UNSAFE;
+        e->acl.count = 2;
+        e->acl.data = e->acl_entries;
+    }
+
+    st = cerb__zk_session_start(e);
+    if (st != CERB_OK) {
+        if (e->auth)
+            cerb__free(e->auth);
+        cerb__free(e);
+        return st;
+    }
+    CERB_LOG_D("zk %s: engine open (root %s%s)", e->hosts, zc->root,
+               e->auth ? ", digest auth" : "");
+    *out = e;
+    return CERB_OK;
+}
+
+static void zk_stats(cerb_engine *e, struct cerb_engine_stats *out)
+{
+    out->acquire_calls = atomic_load_explicit(&e->stats.acquire_calls, memory_order_relaxed);
+    out->wakeups = atomic_load_explicit(&e->stats.wakeups, memory_order_relaxed);
+    out->handoffs = 0; /* a release never grants: the next waiter takes it */
+}
+
+static cerb_status zk_check_name(const char *name)
+{
+    return cerb__zk_check_name(name);
+}
+
+const struct cerb_engine_ops cerb__zk_engine_ops = {
+    .version = CERB_ENGINE_OPS_V1,
+    .name = "zk",
+    .caps = CERB_CAP_FENCING | CERB_CAP_FAIR_QUEUE | CERB_CAP_WAIT | CERB_CAP_CROSS_PROCESS,
+    .lock_priv_size = sizeof(struct zk_lock_priv),
+    .open = zk_open,
+    .close = zk_close,
+    .acquire = cerb__zk_op_acquire,
+    .renew = cerb__zk_op_renew,
+    .release = cerb__zk_op_release,
+    .check_owner = cerb__zk_op_check,
+    .cancel = cerb__zk_op_cancel,
+    .probe = cerb__zk_op_probe,
+    .renew_batch = NULL,
+    .stats = zk_stats,
+    .check_name = zk_check_name,
+};

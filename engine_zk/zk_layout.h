@@ -1,0 +1,80 @@
+/*
+ * zk_layout.h — Curator InterProcessMutex's node layout, as pure functions:
+ * names, paths, the order of a lock's children, which of them are ours.
+ *
+ *   <zk.root>/<name>/_c_<uuid>-lock-<10-digit sequence>
+ *
+ * `_c_<uuid>-` is Curator's "protection" prefix (the uuid is 36 characters,
+ * 8-4-4-4-12 lowercase hex); the sequence is appended by the server
+ * (EPHEMERAL_SEQUENTIAL). Children are ordered by the text after the last
+ * "lock-" (the whole name when there is none), exactly as Curator's
+ * StandardLockInternalsDriver.fixForSorting does, so both sides agree on
+ * who is first.
+ */
+#ifndef CERB_ZK_LAYOUT_H
+#define CERB_ZK_LAYOUT_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "cerberus.h"
+
+#define ZK_UUID_LEN 36
+#define ZK_PROTECT_PREFIX "_c_"
+#define ZK_LOCK_MARK "lock-"
+/* At most this many children carrying our uuid are remembered by one
+ * listing (there is one, or none; more only after repeated ambiguity). */
+#define ZK_MAX_MINE 8
+
+struct String_vector;
+
+/* The ordering key of child `name` (a suffix of it). */
+const char *cerb__zk_child_key(const char *name);
+
+/* Does child `name` carry uuid `uuid` (prefix "_c_<uuid>-")? */
+bool cerb__zk_child_has_uuid(const char *name, const char *uuid);
+
+/* The last component of a path (after the last '/'). */
+const char *cerb__zk_basename(const char *path);
+
+/*
+ * "<root>/<name>" (root "/" gives "/<name>"), and "<parent>/_c_<uuid>-lock-"
+ * (the create path; the server appends the sequence), malloc'd with
+ * cerb__malloc. NULL on out of memory.
+ */
+char *cerb__zk_parent_path(const char *root, const char *name);
+char *cerb__zk_node_prefix(const char *parent, const char *uuid);
+/* "<dir>/<child>", malloc'd; NULL on out of memory. */
+char *cerb__zk_join(const char *dir, const char *child);
+
+/*
+ * What one listing of a lock's children says about us.
+ * In: `self` (our node's name, or NULL when we do not know it) and `uuid`
+ * (collect children carrying it, or NULL).
+ */
+struct zk_children {
+    size_t n_children;
+    bool found_self;    /* self is among them */
+    size_t n_lower;     /* children ordered before self */
+    char *pred;         /* the child just before self (owned), NULL if none */
+    size_t n_mine;      /* children carrying uuid */
+    char *mine[ZK_MAX_MINE];  /* their names (owned) */
+    bool oom;           /* an allocation failed: the result is incomplete */
+};
+
+/* Fill `out` from a listing. Allocations go through cerb__malloc. */
+void cerb__zk_children_analyze(const struct String_vector *v, const char *self,
+                               const char *uuid, struct zk_children *out);
+/* Free what an analysis allocated, and zero it. */
+void cerb__zk_children_clear(struct zk_children *c);
+
+/*
+ * Refuse a lock name that is not one valid ZooKeeper path component:
+ * empty, "." or "..", a '/', invalid UTF-8, or a code point the server
+ * rejects in paths (U+0000–U+001F, U+007F–U+009F, U+D800–U+F8FF,
+ * U+FFF0 and above: Java sees those as surrogates or specials).
+ * CERB_EINVAL with the reason in cerb_last_error().
+ */
+cerb_status cerb__zk_check_name(const char *name);
+
+#endif

@@ -1,0 +1,1048 @@
+/*
+ * zk_mutex.c — Curator's InterProcessMutex protocol: acquire (with waiting),
+ * release, renew, check_owner and cancel.
+ *
+ * Acquire, one attempt (a fresh uuid each, from libuuid):
+ *  1. Wait for a connected session (bounded by the connect timeout and the
+ *     caller's deadline).
+ *  2. Send, back to back without waiting in between, a create of
+ *     <root>/<name>/_c_<uuid>-lock- (EPHEMERAL_SEQUENTIAL; the create2 form,
+ *     whose stat gives the node's czxid: the fencing token) and a
+ *     getChildren of <root>/<name>. The server answers a session's requests
+ *     in order, so the listing already contains our node and the whole
+ *     uncontended acquire costs one round trip (Curator spends two). When
+ *     the parent is missing (NONODE), the missing ancestors are created as
+ *     CONTAINER nodes in front of the same two requests, still one round
+ *     trip. A lost create reply is settled in zk_cleanup.c (adopt the node
+ *     with our uuid owned by our current session, or create again).
+ *  3. Order the children by the text after the last "lock-" (zk_layout.c).
+ *     None before ours: we hold the lock. Otherwise, with no time to wait
+ *     (trylock), delete our node and answer BUSY.
+ *  4. Watch the child just before ours only (each release wakes exactly one
+ *     waiter, there is no herd), with two watches set in one round trip: a
+ *     data watch (getData, not exists: an exists watch on a node that is
+ *     already gone stays armed as a creation watch) and a child watch
+ *     (getChildren on it: it has no children, but its deletion fires it).
+ *     When the predecessor goes (or is already gone):
+ *       - if it was first — the only child before ours in our listing, or
+ *         it told us it held the lock — we now hold the lock without
+ *         listing again: sequence numbers only grow, so no child created
+ *         after ours can sort before it, and while it held the lock the
+ *         ones before it were all gone;
+ *       - otherwise list again (a waiter in the middle gave up) and go to 3.
+ *     How it tells us: our lock nodes are created with the data
+ *     ZK_DATA_WAITING, and a holder that may have a successor (it waited
+ *     itself, or its listing shows a later child) rewrites its own node to
+ *     ZK_DATA_HOLDING as soon as it is granted — one write, sent without
+ *     waiting, before its release can follow on the same session. The
+ *     successor reads the data with its data watch; ZK_DATA_HOLDING, or a
+ *     change of a node that read ZK_DATA_WAITING (only its owner writes it,
+ *     and only this once), says the predecessor holds. That change uses up
+ *     the data watch, which is why the child watch is there: it stays set
+ *     for the deletion, so no watch has to be set again between the two
+ *     (the holder may release a few microseconds after its grant). A
+ *     release then hands over in the time of one deletion and one
+ *     notification; Curator lists again first (one more round trip, behind
+ *     the releaser's own next create). Curator's nodes (data: an IP
+ *     address) never change, so behind one of them we list as Curator
+ *     does; a Curator waiter behind one of ours sees the change as a
+ *     spurious wake-up and lists again.
+ *  5. Giving up (deadline, interrupt, error) deletes our node, retried
+ *     through connection loss (zk_cleanup.c) before returning.
+ * A session lost while waiting (zk_session.c) ends the attempt: its node
+ * dies with the session, and a new attempt starts on the next session
+ * while the deadline allows.
+ *
+ * The blocked waiter sleeps on its own condition variable, woken by the
+ * predecessor's watch (routed by path, see lock_watcher), by a session
+ * change, or by cancel(); it looks at its interrupt flag at least every
+ * ZK_INTR_SLICE_MS. cancel() only sets a flag and signals: it never touches
+ * the network.
+ *
+ * A grant is valid as long as the session: renew() does no I/O, it reports
+ * the session's state — OK with the send time of the last answered request
+ * (the keeper's heartbeat keeps it within a sixth of the session timeout),
+ * EIO while disconnected, NOT_OWNER once the session is gone. Its ttl is the
+ * negotiated session timeout, or the lock's lease when that is longer (the
+ * core renews every lease/3; a shorter ttl would expire between renewals;
+ * the keeper reports a lost session on its own).
+ */
+#include "internal_posix.h"
+
+#include "zk_mutex.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <uuid/uuid.h>
+
+#include "alloc.h"
+#include "clock.h"
+#include "error.h"
+#include "log.h"
+#include "zk_call.h"
+#include "zk_errors.h"
+
+/* The data of our lock nodes: queued, and granted (see the header). */
+#define ZK_DATA_WAITING "cerb:waiting"
+#define ZK_DATA_HOLDING "cerb:holding"
+
+/* Restarts of an acquisition after its session was lost. */
+#define ZK_MAX_RESTARTS 10
+/* Rounds of create when parents vanish under us or replies get lost. */
+#define ZK_MAX_CREATE_ROUNDS 6
+
+/* One acquire() call. */
+struct acq {
+    cerb_engine *e;
+    cerb_engine_lock *lk;
+    struct zk_lock_priv *p;
+    char *parent;             /* <root>/<name> */
+    int64_t deadline;         /* the caller's; 0 = one attempt */
+    const atomic_int *intr;
+    char *prefix;             /* create path: <parent>/_c_<uuid>-lock- */
+    struct zk_children kids;  /* the latest listing */
+    bool listed;              /* kids is current */
+    bool waited;              /* we were queued behind someone */
+};
+
+/* How a blocked wait ended. */
+enum woke {
+    W_DELETED, W_CHANGED, W_OTHER, W_GONE, W_CONN, W_SESSION, W_TIMEOUT, W_INTR, W_ERROR
+};
+
+static int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
+static int64_t max64(int64_t a, int64_t b) { return a > b ? a : b; }
+
+/* Waiting for a connection: the connect timeout, or less if the caller's
+ * deadline is nearer. */
+static int64_t conn_deadline(const struct acq *a)
+{
+    int64_t c = cerb__deadline_in(a->e->zc->connect_timeout_ms);
+    return a->deadline != 0 ? min64(a->deadline, c) : c;
+}
+
+/*
+ * How long to wait for a connection when cleaning up after ourselves
+ * (deleting our node): while connected, a connection loss in the middle is
+ * most likely a leader election (~1 s), so wait for it, at least the
+ * connect timeout even past the caller's deadline; while disconnected
+ * already, not at all: the keeper finishes the deletion when the session
+ * is back (or the node goes with the session), and the caller — an
+ * interrupt, an unlock, a client closing — is not held up for nothing.
+ */
+static int64_t cleanup_deadline_at(cerb_engine *e, int64_t base)
+{
+    struct zk_state st;
+    cerb__zk_state(e, &st);
+    if (!st.connected)
+        return cerb_monotime();
+    int64_t c = cerb__deadline_in(e->zc->connect_timeout_ms);
+    return base != CERB_DEADLINE_NEVER && base > c ? base : c;
+}
+
+static int64_t cleanup_deadline(const struct acq *a)
+{
+    return cleanup_deadline_at(a->e, a->deadline);
+}
+
+/* Settling a lost create reply: the caller wants the lock, so wait for the
+ * session to come back until its deadline, and at least the connect
+ * timeout (a leader election takes ~1 s). */
+static int64_t settle_deadline(const struct acq *a)
+{
+    int64_t c = cerb__deadline_in(a->e->zc->connect_timeout_ms);
+    return a->deadline != CERB_DEADLINE_NEVER && a->deadline > c ? a->deadline : c;
+}
+
+static int64_t grant_ttl(const struct zk_state *st, const cerb_engine_lock *lk)
+{
+    return max64(st->timeout_ms, lk->lease_ms);
+}
+
+static void list_unlink(cerb_engine *e, struct zk_lock_priv *p)
+{
+    struct zk_lock_priv **head = p->list == ZK_LIST_WAITING ? &e->waiting : &e->held;
+    if (p->list == ZK_LIST_NONE)
+        return;
+    if (p->prev)
+        p->prev->next = p->next;
+    else
+        *head = p->next;
+    if (p->next)
+        p->next->prev = p->prev;
+    p->next = p->prev = NULL;
+    p->list = ZK_LIST_NONE;
+}
+
+/* A hold joins e->held (mu): a short lease may need the heartbeat sooner
+ * (see ZK_HEARTBEATS). */
+static void hb_sooner_locked(cerb_engine *e, const cerb_engine_lock *lk)
+{
+    int64_t ms = lk->lease_ms / ZK_HEARTBEATS;
+    if (ms < ZK_HEARTBEAT_MIN_MS)
+        ms = ZK_HEARTBEAT_MIN_MS;
+    int64_t at = cerb_monotime() + ms * CERB_NS_PER_MS;
+    if (at < e->next_hb_ns) {
+        e->next_hb_ns = at;
+        cerb__cond_signal(&e->keeper_cond);
+    }
+}
+
+static void list_link(cerb_engine *e, struct zk_lock_priv *p, enum zk_list which)
+{
+    struct zk_lock_priv **head = which == ZK_LIST_WAITING ? &e->waiting : &e->held;
+    if (p->list == which)
+        return;
+    list_unlink(e, p);
+    p->prev = NULL;
+    p->next = *head;
+    if (*head)
+        (*head)->prev = p;
+    *head = p;
+    p->list = which;
+}
+
+/* Replace p->node (under mu: the watch callbacks read it). */
+static void set_node(cerb_engine *e, struct zk_lock_priv *p, char *node)
+{
+    cerb__mutex_lock(&e->mu);
+    char *old = p->node;
+    p->node = node;
+    cerb__mutex_unlock(&e->mu);
+    cerb__free(old);
+}
+
+static void drop_node(cerb_engine *e, struct zk_lock_priv *p) { set_node(e, p, NULL); }
+
+/* ---- watches (the C client's completion thread) ---- */
+
+/*
+ * Watches are routed by path to the waiter that set them (its zk_wait's
+ * watch), under e->mu. The watcher context is the session, which outlives
+ * every callback of its handle; a watch left set by a waiter that gave up
+ * finds nobody and is dropped. Session events (delivered to every set
+ * watcher) are the session watcher's business. Only the predecessor's
+ * deletion wakes the waiter; its data change is noted (see the header).
+ */
+static void lock_watcher(zhandle_t *zh, int type, int state, const char *path, void *ctx)
+{
+    struct zk_session *s = ctx;
+    cerb_engine *e = s->e;
+    (void)zh;
+    (void)state;
+
+    if (type == ZOO_SESSION_EVENT || !path)
+        return;
+    cerb__mutex_lock(&e->mu);
+    if (s->gen == e->gen_counter) {
+        for (struct zk_lock_priv *p = e->waiting; p; p = p->next) {
+            struct zk_wait *w = p->w;
+            if (p->gen != s->gen || !w)
+                continue;
+            if (!w->watch || strcmp(w->watch, path) != 0)
+                continue;
+            if (type == ZOO_CHANGED_EVENT) {
+                /* A data change: our kind of predecessor saying it holds
+                 * (nothing else writes our nodes). No need to wake: the
+                 * child watch is still set for its deletion. */
+                w->data_armed = false;
+                if (w->pred_ours)
+                    w->pred_holds = true;
+                ZK_COUNT(e, notices);
+                continue;
+            }
+            if (type != ZOO_DELETED_EVENT)
+                continue; /* a child event cannot happen to an ephemeral */
+            if (w->woken && w->pred_event == ZOO_DELETED_EVENT)
+                continue; /* the other watch of the same deletion */
+            w->woken = true;
+            w->pred_event = type;
+            w->data_armed = w->child_armed = false;
+            ZK_COUNT(e, wakeups); /* "woken by a release" */
+            cerb__cond_signal(&w->cond);
+        }
+    }
+    cerb__mutex_unlock(&e->mu);
+}
+
+/* The waiter a watch-arming answer belongs to, if it still waits (mu). */
+static struct zk_lock_priv *waiter_of(cerb_engine *e, const struct zk_res *r)
+{
+    for (struct zk_lock_priv *p = e->waiting; p; p = p->next)
+        if (p == r->owner && p->acq_id == r->owner_id)
+            return p;
+    return NULL;
+}
+
+static bool data_is(const struct zk_res *r, const char *what)
+{
+    return r->data_len == (int)strlen(what) && memcmp(r->data, what, strlen(what)) == 0;
+}
+
+/* The predecessor's getData answer (in order with the events): its data
+ * watch is set until an event for it comes, and its data says whose it is
+ * and whether it holds. */
+static void data_armed(struct zk_res *r)
+{
+    struct zk_session *s = r->call->sess;
+    cerb__mutex_lock(&s->e->mu);
+    struct zk_lock_priv *p = waiter_of(s->e, r);
+    if (p && p->w && r->rc == ZOK) {
+        p->w->data_armed = true;
+        if (data_is(r, ZK_DATA_HOLDING))
+            p->w->pred_holds = true;
+        else if (data_is(r, ZK_DATA_WAITING))
+            p->w->pred_ours = true;
+    }
+    cerb__mutex_unlock(&s->e->mu);
+}
+
+/* Its getChildren answer: the child watch is set. */
+static void child_armed(struct zk_res *r)
+{
+    struct zk_session *s = r->call->sess;
+    cerb__mutex_lock(&s->e->mu);
+    struct zk_lock_priv *p = waiter_of(s->e, r);
+    if (p && p->w && r->rc == ZOK)
+        p->w->child_armed = true;
+    cerb__mutex_unlock(&s->e->mu);
+}
+
+/* ---- requests ---- */
+
+/* The ancestors of `parent` and itself: "/a", "/a/b", ..., parent. */
+static size_t ancestors(const char *parent, char **out, size_t max, bool *oom)
+{
+    size_t n = 0;
+    for (const char *p = parent + 1;; p++) {
+        if (*p == '/' || *p == '\0') {
+            if (n == max)
+                break;
+            size_t len = (size_t)(p - parent);
+            out[n] = cerb__malloc(len + 1);
+            if (!out[n]) {
+                *oom = true;
+                break;
+            }
+            memcpy(out[n], parent, len);
+            out[n][len] = '\0';
+            n++;
+        }
+        if (*p == '\0')
+            break;
+    }
+    return n;
+}
+
+#define ZK_MAX_DEPTH 32
+
+/*
+ * One round of create (+ parents) + getChildren on session `gen`.
+ * CERB_OK: p->node is set, and a->listed says whether the listing came too.
+ * Otherwise *rc_create is the create's result and *ambiguous says whether
+ * it may have landed.
+ */
+static cerb_status create_round(struct acq *a, uint64_t gen, bool with_parents, int *rc_create,
+                                bool *ambiguous)
+{
+    cerb_engine *e = a->e;
+    struct zk_lock_priv *p = a->p;
+    char *anc[ZK_MAX_DEPTH];
+    size_t n_anc = 0;
+    bool oom = false;
+    cerb_status st;
+
+    *ambiguous = false;
+    *rc_create = ZOK;
+    cerb__zk_children_clear(&a->kids);
+    a->listed = false;
+    if (with_parents)
+        n_anc = ancestors(a->parent, anc, ZK_MAX_DEPTH, &oom);
+    struct zk_call *c = oom ? NULL : cerb__zk_call_new(n_anc + 2);
+    if (!c) {
+        st = cerb__error_set(CERB_ENOMEM, "zk %s: out of memory", e->hosts);
+        goto out;
+    }
+    struct zk_session *s = cerb__zk_session_begin(e);
+    int kc = -1, kl = -1;
+    if (s && s->gen == gen) {
+        /* Counted before it is sent: whoever sees the node sees the count. */
+        ZK_COUNT(e, acquire_calls);
+        for (size_t i = 0; i < n_anc; i++)
+            cerb__zk_call_create(c, s, anc[i], NULL, &e->acl, ZOO_CONTAINER);
+        kc = cerb__zk_call_create(c, s, a->prefix, ZK_DATA_WAITING, &e->acl,
+                                  ZOO_EPHEMERAL_SEQUENTIAL);
+        kl = cerb__zk_call_children(c, s, a->parent, kc, NULL, NULL);
+    }
+    cerb__zk_session_end(e);
+    if (kc < 0) {
+        *rc_create = ZINVALIDSTATE;
+        st = cerb__error_set(CERB_EIO, "zk %s: the session changed", e->hosts);
+        goto out;
+    }
+    if (!cerb__zk_call_wait(c, cerb__zk_call_deadline(e))) {
+        *rc_create = CERB_ZK_RC_ABANDONED;
+        *ambiguous = true;
+        st = cerb__zk_fail(e->hosts, "create", a->prefix, CERB_ZK_RC_ABANDONED, true, NULL);
+        goto out;
+    }
+    struct zk_res *r = &c->res[kc];
+    *rc_create = r->rc;
+    if (r->rc == ZOK) {
+        set_node(e, p, r->path);
+        r->path = NULL;
+        p->czxid = (uint64_t)r->stat.czxid;
+        p->gen = gen;
+        if (c->res[kl].rc == ZOK) {
+            a->kids = c->res[kl].kids;
+            memset(&c->res[kl].kids, 0, sizeof c->res[kl].kids);
+            a->listed = true;
+        }
+        st = CERB_OK;
+        goto out;
+    }
+    if (r->rc == ZNONODE && with_parents) {
+        /* Say why a parent is missing, if one of ours was refused. */
+        for (size_t i = 0; i < n_anc; i++)
+            if (c->res[i].rc != ZOK && c->res[i].rc != ZNODEEXISTS) {
+                *rc_create = c->res[i].rc;
+                st = cerb__zk_fail(e->hosts, "create", anc[i], c->res[i].rc, c->res[i].sent,
+                                   NULL);
+                goto out;
+            }
+    }
+    *ambiguous = r->sent && cerb__zk_rc_ambiguous(r->rc);
+    st = cerb__zk_fail(e->hosts, "create", a->prefix, r->rc, r->sent, NULL);
+out:
+    for (size_t i = 0; i < n_anc; i++)
+        cerb__free(anc[i]);
+    cerb__zk_call_put(c);
+    return st;
+}
+
+/* A new attempt: a new uuid, hence a new create path. */
+static cerb_status new_uuid(struct acq *a)
+{
+    uuid_t u;
+    uuid_generate_random(u);
+    uuid_unparse_lower(u, a->p->uuid);
+    cerb__free(a->prefix);
+    a->prefix = cerb__zk_node_prefix(a->parent, a->p->uuid);
+    if (!a->prefix)
+        return cerb__error_set(CERB_ENOMEM, "zk %s: out of memory", a->e->hosts);
+    return CERB_OK;
+}
+
+/*
+ * Create our node on session (gen, sid), settling lost replies.
+ * CERB_OK with p->node set; or *restart when the session was lost (any
+ * node of ours is gone with it, or left to the keeper); or an error.
+ */
+static cerb_status create_node(struct acq *a, uint64_t gen, int64_t sid, bool *restart)
+{
+    cerb_engine *e = a->e;
+    struct zk_lock_priv *p = a->p;
+    bool with_parents = false;
+
+    for (int round = 0;; round++) {
+        int rcc;
+        bool amb;
+        cerb_status st = create_round(a, gen, with_parents, &rcc, &amb);
+        if (st == CERB_OK)
+            return CERB_OK;
+        if (round + 1 >= ZK_MAX_CREATE_ROUNDS) {
+            if (amb)
+                cerb__zk_reap_add(e, a->parent, NULL, p->uuid);
+            return st;
+        }
+        if (rcc == ZNONODE && !amb) {
+            with_parents = true; /* the parent is missing: make it */
+            continue;
+        }
+        if (rcc == ZINVALIDSTATE || rcc == ZSESSIONEXPIRED || rcc == ZCLOSING) {
+            /* The handle is expired or being closed. */
+            if (amb)
+                cerb__zk_reap_add(e, a->parent, NULL, p->uuid);
+            *restart = true;
+            return CERB_OK;
+        }
+        if (!amb)
+            return st; /* the server refused: nothing happened */
+
+        /* The create may have landed: wait for this session to come back
+         * and look (again, should the connection drop while we look). */
+        char why[CERB_ERROR_MAX];
+        cerb__error_copy(why, sizeof why);
+        char *node = NULL;
+        uint64_t czxid = 0;
+        for (int look = 0;; look++) {
+            struct zk_state s2;
+            cerb_status ws = cerb__zk_wait_connected(e, settle_deadline(a), NULL, gen, &s2);
+            if (ws == CERB_NOT_OWNER) {
+                /* Lost with the session; an old session's node may linger
+                 * if we gave up before the server did: delete it by uuid. */
+                cerb__zk_reap_add(e, a->parent, NULL, p->uuid);
+                *restart = true;
+                return CERB_OK;
+            }
+            if (ws == CERB_OK)
+                st = cerb__zk_find_mine(e, gen, sid, a->parent, p->uuid, &node, &czxid);
+            if (ws == CERB_OK && st == CERB_OK)
+                break;
+            if (ws != CERB_OK || look >= ZK_MAX_CREATE_ROUNDS) {
+                cerb__zk_reap_add(e, a->parent, NULL, p->uuid);
+                return cerb__error_set(CERB_EIO, "%s (not settled in time; the node, if it "
+                                       "was made, is deleted when the session reconnects)",
+                                       why);
+            }
+        }
+        if (node) {
+            set_node(e, p, node);
+            p->czxid = czxid;
+            p->gen = gen;
+            a->listed = false;
+            return CERB_OK;
+        }
+        /* It did not land: create again (nothing carries the uuid now). */
+    }
+}
+
+/*
+ * List the children again. CERB_OK with a->kids current; *restart when the
+ * session was lost; or an error (the caller's deadline, an interrupt, a
+ * refusal).
+ */
+static cerb_status relist(struct acq *a, uint64_t gen, bool *restart)
+{
+    cerb_engine *e = a->e;
+    struct zk_lock_priv *p = a->p;
+
+    for (;;) {
+        cerb__zk_children_clear(&a->kids);
+        a->listed = false;
+        struct zk_call *c = cerb__zk_call_new(1);
+        if (!c)
+            return cerb__error_set(CERB_ENOMEM, "zk %s: out of memory", e->hosts);
+        struct zk_session *s = cerb__zk_session_begin(e);
+        int k = s && s->gen == gen
+                    ? cerb__zk_call_children(c, s, a->parent, -1, cerb__zk_basename(p->node),
+                                             NULL)
+                    : -1;
+        cerb__zk_session_end(e);
+        int rc = k < 0 ? ZINVALIDSTATE
+                 : cerb__zk_call_wait(c, cerb__zk_call_deadline(e)) ? c->res[k].rc
+                                                                     : CERB_ZK_RC_ABANDONED;
+        if (rc == ZOK) {
+            a->kids = c->res[k].kids;
+            memset(&c->res[k].kids, 0, sizeof c->res[k].kids);
+        }
+        bool sent = k >= 0 && c->res[k].sent;
+        cerb__zk_call_put(c);
+        ZK_COUNT(e, relists);
+        if (rc == ZOK || rc == ZNONODE) {
+            a->listed = true; /* NONODE: no parent, so no node of ours */
+            return CERB_OK;
+        }
+        if (rc != ZINVALIDSTATE && rc != ZSESSIONEXPIRED && !cerb__zk_rc_ambiguous(rc))
+            return cerb__zk_fail(e->hosts, "getChildren", a->parent, rc, sent, NULL);
+        /* Connection trouble: wait for this session to come back. */
+        struct zk_state st;
+        int64_t dl = a->deadline == 0 ? conn_deadline(a) : a->deadline;
+        cerb_status ws = cerb__zk_wait_connected(e, dl, a->intr, gen, &st);
+        if (ws == CERB_NOT_OWNER) {
+            *restart = true;
+            return CERB_OK;
+        }
+        if (ws == CERB_EIO && a->deadline != 0)
+            return cerb__error_set(CERB_TIMEOUT, "wait for \"%s\" timed out (disconnected)",
+                                   a->lk->name);
+        if (ws != CERB_OK)
+            return ws;
+    }
+}
+
+/* Set the watch on the predecessor (unless it is still set from before)
+ * and sleep until something happens. */
+static enum woke arm_and_wait(struct acq *a, uint64_t gen, cerb_status *err)
+{
+    cerb_engine *e = a->e;
+    struct zk_lock_priv *p = a->p;
+    struct zk_wait *wt = p->w;
+    char *watch = cerb__zk_join(a->parent, a->kids.pred);
+    enum woke w;
+
+    if (!watch) {
+        *err = cerb__error_set(CERB_ENOMEM, "zk %s: out of memory", e->hosts);
+        return W_ERROR;
+    }
+    cerb__mutex_lock(&e->mu);
+    if (!wt->watch || strcmp(wt->watch, watch) != 0) {
+        /* A new predecessor: learn about it anew. */
+        wt->data_armed = wt->child_armed = wt->pred_ours = wt->pred_holds = false;
+    }
+    /* Watches still set from before (no event since) are kept; the data
+     * watch is no use once we know the predecessor holds. */
+    bool arm_data = !wt->data_armed && !wt->pred_holds;
+    bool arm_child = !wt->child_armed;
+    cerb__free(wt->watch);
+    wt->watch = watch;
+    wt->woken = false;
+    wt->pred_event = 0;
+    list_link(e, p, ZK_LIST_WAITING);
+    uint64_t id = p->acq_id;
+    cerb__mutex_unlock(&e->mu);
+
+    if (arm_data || arm_child) {
+        struct zk_call *c = cerb__zk_call_new(2);
+        if (!c) {
+            *err = cerb__error_set(CERB_ENOMEM, "zk %s: out of memory", e->hosts);
+            return W_ERROR;
+        }
+        struct zk_session *s = cerb__zk_session_begin(e);
+        int kd = -1, kc = -1;
+        if (s && s->gen == gen) {
+            if (arm_data)
+                kd = cerb__zk_call_wget(c, s, watch, lock_watcher, s, data_armed, p, id);
+            if (arm_child)
+                kc = cerb__zk_call_wchildren(c, s, watch, lock_watcher, s, child_armed, p, id);
+        }
+        cerb__zk_session_end(e);
+        int k = kc >= 0 ? kc : kd; /* either answer tells whether it is there */
+        int rc = k < 0 ? ZINVALIDSTATE
+                 : cerb__zk_call_wait(c, cerb__zk_call_deadline(e)) ? c->res[k].rc
+                                                                     : CERB_ZK_RC_ABANDONED;
+        if (rc == ZOK && kd >= 0 && kc >= 0 && c->res[kd].rc != ZOK)
+            rc = c->res[kd].rc; /* both must be set */
+        bool sent = k >= 0 && c->res[k].sent;
+        cerb__zk_call_put(c);
+        if (rc == ZNONODE)
+            return W_GONE;
+        if (rc == ZINVALIDSTATE || rc == ZSESSIONEXPIRED || cerb__zk_rc_ambiguous(rc))
+            return W_CONN;
+        if (rc != ZOK) {
+            *err = cerb__zk_fail(e->hosts, "watch", watch, rc, sent, NULL);
+            return W_ERROR;
+        }
+    }
+
+    cerb__mutex_lock(&e->mu);
+    for (;;) {
+        if (wt->woken) {
+            w = wt->pred_event == ZOO_DELETED_EVENT   ? W_DELETED
+                : wt->pred_event == ZOO_CHANGED_EVENT ? W_CHANGED
+                                                      : W_OTHER;
+            break;
+        }
+        if (e->gen_counter != gen) {
+            w = W_SESSION;
+            break;
+        }
+        if (a->intr && atomic_load(a->intr)) {
+            w = W_INTR;
+            break;
+        }
+        int64_t now = cerb_monotime();
+        if (now >= a->deadline) {
+            w = W_TIMEOUT;
+            break;
+        }
+        cerb__cond_wait_until(&wt->cond, &e->mu,
+                              min64(a->deadline, now + ZK_INTR_SLICE_MS * CERB_NS_PER_MS));
+    }
+    cerb__mutex_unlock(&e->mu);
+    return w;
+}
+
+/*
+ * Tell a successor we hold the lock (see the header): rewrite our node's
+ * data, without waiting for the answer. Only when someone may be queued
+ * behind us: we waited ourselves, or the listing shows a later child.
+ */
+static void announce(struct acq *a, uint64_t gen)
+{
+    size_t after = a->kids.n_children - a->kids.n_lower - (a->kids.found_self ? 1 : 0);
+    if (!a->waited && (!a->listed || after == 0))
+        return;
+    struct zk_call *c = cerb__zk_call_new(1);
+    if (!c)
+        return; /* the successor lists again instead */
+    struct zk_session *s = cerb__zk_session_begin(a->e);
+    if (s && s->gen == gen) {
+        cerb__zk_call_set(c, s, a->p->node, ZK_DATA_HOLDING);
+        ZK_COUNT(a->e, announces);
+    }
+    cerb__zk_session_end(a->e);
+    cerb__zk_call_put(c);
+}
+
+/* We are first: the grant. *restart when the session went meanwhile. */
+static cerb_status grant(struct acq *a, uint64_t gen, cerb_grant *g, bool *restart)
+{
+    cerb_engine *e = a->e;
+    struct zk_lock_priv *p = a->p;
+    struct zk_state st;
+
+    cerb__mutex_lock(&e->mu);
+    cerb__zk_state_locked(e, &st);
+    if (st.gen != gen) {
+        cerb__mutex_unlock(&e->mu);
+        *restart = true;
+        return CERB_OK;
+    }
+    p->gone = false;
+    list_link(e, p, ZK_LIST_HELD);
+    hb_sooner_locked(e, a->lk);
+    cerb__mutex_unlock(&e->mu);
+    announce(a, gen);
+
+    g->fence = p->czxid;
+    /* Answered after our create was sent, so never 0 here. */
+    g->sent_ns = st.last_ok_ns ? st.last_ok_ns : cerb_monotime();
+    g->ttl_ms = grant_ttl(&st, a->lk);
+    g->outcome = CERB_OUTCOME_YES;
+    ZK_COUNT(e, grants);
+    return CERB_OK;
+}
+
+/* Leave: delete our node (or have the keeper do it), return `st` with its
+ * message. The outcome is NO either way: nothing of ours will hold. */
+static cerb_status give_up(struct acq *a, cerb_status st, cerb_grant *g)
+{
+    cerb_engine *e = a->e;
+    struct zk_lock_priv *p = a->p;
+    char why[CERB_ERROR_MAX];
+
+    cerb__error_copy(why, sizeof why);
+    cerb__mutex_lock(&e->mu);
+    list_unlink(e, p);
+    cerb__mutex_unlock(&e->mu);
+    if (p->node) {
+        if (cerb__zk_remove(e, a->parent, p->node, NULL, cleanup_deadline(a)) ==
+            ZK_REMOVE_FAILED)
+            CERB_LOG_W("%s", cerb_last_error());
+        drop_node(e, p);
+    }
+    g->outcome = CERB_OUTCOME_NO;
+    return cerb__error_set(st, "%s", why);
+}
+
+/* The queue: steps 3–5 of the algorithm. */
+static cerb_status wait_turn(struct acq *a, uint64_t gen, cerb_grant *g, bool *restart)
+{
+    cerb_engine *e = a->e;
+    struct zk_lock_priv *p = a->p;
+    cerb_status st;
+
+    for (;;) {
+        if (!a->listed) {
+            st = relist(a, gen, restart);
+            if (st != CERB_OK)
+                return give_up(a, st, g);
+            if (*restart)
+                return CERB_OK;
+        }
+        if (!a->kids.found_self) {
+            /* Our node went while our session lives: someone deleted it. */
+            CERB_LOG_W("zk %s: our lock node %s disappeared while waiting", e->hosts, p->node);
+            drop_node(e, p);
+            *restart = true;
+            return CERB_OK;
+        }
+        if (a->kids.n_lower == 0)
+            return grant(a, gen, g, restart);
+        if (a->deadline == 0) {
+            st = cerb__error_set(CERB_BUSY, "zk %s: \"%s\" is held by another owner", e->hosts,
+                                 a->lk->name);
+            return give_up(a, st, g);
+        }
+        cerb_status err = CERB_OK;
+        a->waited = true;
+        enum woke w = arm_and_wait(a, gen, &err);
+        bool first;
+        switch (w) {
+        case W_DELETED:
+        case W_GONE:
+            /* Our predecessor went: if it was first, ours now (see the
+             * header). */
+            cerb__mutex_lock(&e->mu);
+            first = a->kids.n_lower == 1 || p->w->pred_holds;
+            cerb__mutex_unlock(&e->mu);
+            if (first) {
+                ZK_COUNT(e, quick_grants);
+                return grant(a, gen, g, restart);
+            }
+            a->listed = false;
+            break;
+        case W_CHANGED:
+            break; /* not used: data changes do not wake */
+        case W_OTHER:
+        case W_CONN:
+            a->listed = false; /* relist waits for the connection */
+            break;
+        case W_SESSION:
+            *restart = true;
+            return CERB_OK;
+        case W_TIMEOUT:
+            st = cerb__error_set(CERB_TIMEOUT, "wait for \"%s\" timed out", a->lk->name);
+            return give_up(a, st, g);
+        case W_INTR:
+            st = cerb__error_set(CERB_INTERRUPTED, "wait for \"%s\" interrupted", a->lk->name);
+            return give_up(a, st, g);
+        case W_ERROR:
+            return give_up(a, err, g);
+        }
+    }
+}
+
+static cerb_status acquire_flow(struct acq *a, cerb_grant *g)
+{
+    cerb_engine *e = a->e;
+    struct zk_lock_priv *p = a->p;
+    cerb_status st;
+
+    for (int attempt = 0;; attempt++) {
+        struct zk_state ss;
+        bool restart = false;
+
+        if (attempt > 0) {
+            /* The previous attempt's session is gone. Any node of it that
+             * outlives our giving up is deleted by path (or by uuid). */
+            if (p->node) {
+                cerb__zk_reap_add(e, a->parent, p->node, NULL);
+                drop_node(e, p);
+            }
+            if (attempt > ZK_MAX_RESTARTS || (a->deadline != 0 && cerb_monotime() >= a->deadline) ||
+                (a->deadline == 0 && attempt > 1))
+                return cerb__error_set(CERB_EIO, "zk %s: the session was lost while acquiring "
+                                       "\"%s\"",
+                                       e->hosts, a->lk->name);
+        }
+        cerb__mutex_lock(&e->mu);
+        p->w->data_armed = p->w->child_armed = false;
+        p->w->pred_ours = p->w->pred_holds = false;
+        cerb__free(p->w->watch);
+        p->w->watch = NULL;
+        cerb__mutex_unlock(&e->mu);
+        st = new_uuid(a);
+        if (st != CERB_OK)
+            return st;
+        st = cerb__zk_wait_connected(e, conn_deadline(a), a->intr, 0, &ss);
+        if (st != CERB_OK)
+            return st;
+        st = create_node(a, ss.gen, ss.id, &restart);
+        if (st != CERB_OK)
+            return st;
+        if (restart)
+            continue;
+        st = wait_turn(a, ss.gen, g, &restart);
+        if (st != CERB_OK || !restart)
+            return st;
+    }
+}
+
+cerb_status cerb__zk_op_acquire(cerb_engine *e, cerb_engine_lock *lk, int64_t deadline_ns,
+                                const atomic_int *interrupted, cerb_grant *grant_out)
+{
+    struct zk_lock_priv *p = lk->priv;
+    struct acq a = {.e = e, .lk = lk, .p = p, .deadline = deadline_ns, .intr = interrupted};
+    struct zk_wait *w = cerb__calloc(1, sizeof *w);
+    cerb_status st;
+
+    grant_out->outcome = CERB_OUTCOME_NO;
+    a.parent = cerb__zk_parent_path(e->zc->root, lk->name);
+    if (!w || !a.parent) {
+        cerb__free(w);
+        cerb__free(a.parent);
+        return cerb__error_set(CERB_ENOMEM, "zk %s: out of memory", e->hosts);
+    }
+    cerb__cond_init(&w->cond);
+    cerb__mutex_lock(&e->mu);
+    list_unlink(e, p);
+    p->lk = lk;
+    p->node = NULL;
+    p->gone = false;
+    p->reaped = false;
+    p->acq_id = atomic_fetch_add(&e->stats.acq_ids, 1) + 1;
+    p->w = w;
+    cerb__mutex_unlock(&e->mu);
+
+    st = acquire_flow(&a, grant_out);
+
+    cerb__mutex_lock(&e->mu);
+    if (p->list == ZK_LIST_WAITING)
+        list_unlink(e, p);
+    p->w = NULL;
+    cerb__mutex_unlock(&e->mu);
+    cerb__cond_destroy(&w->cond);
+    cerb__free(w->watch);
+    cerb__free(w);
+    cerb__free(a.prefix);
+    cerb__free(a.parent);
+    cerb__zk_children_clear(&a.kids);
+    if (st != CERB_OK) {
+        drop_node(e, p);
+        p->uuid[0] = '\0'; /* nothing to check or release */
+    }
+    return st;
+}
+
+/* ---- cancel, renew, release, check ---- */
+
+void cerb__zk_op_cancel(cerb_engine *e, cerb_engine_lock *lk)
+{
+    struct zk_lock_priv *p = lk->priv;
+    if (!p)
+        return;
+    cerb__mutex_lock(&e->mu);
+    if (p->w) {
+        p->w->cancelled = true;
+        cerb__cond_signal(&p->w->cond);
+    }
+    cerb__mutex_unlock(&e->mu);
+}
+
+cerb_status cerb__zk_op_renew(cerb_engine *e, cerb_engine_lock *lk, cerb_grant *g)
+{
+    struct zk_lock_priv *p = lk->priv;
+    struct zk_state st;
+    bool gone;
+
+    cerb__mutex_lock(&e->mu);
+    cerb__zk_state_locked(e, &st);
+    gone = p->gone || !p->node || p->gen != st.gen;
+    cerb__mutex_unlock(&e->mu);
+    if (gone)
+        return cerb__error_set(CERB_NOT_OWNER, "zk %s: the session or the lock node of \"%s\" "
+                               "is gone",
+                               e->hosts, lk->name);
+    if (!st.connected)
+        return cerb__error_set(CERB_EIO, "zk %s: disconnected; the session may expire",
+                               e->hosts);
+    g->fence = p->czxid;
+    g->sent_ns = st.last_ok_ns;
+    g->ttl_ms = grant_ttl(&st, lk);
+    g->outcome = CERB_OUTCOME_YES;
+    return CERB_OK;
+}
+
+cerb_status cerb__zk_op_release(cerb_engine *e, cerb_engine_lock *lk)
+{
+    struct zk_lock_priv *p = lk->priv;
+    cerb_status st;
+    bool gone;
+
+    cerb__mutex_lock(&e->mu);
+    list_unlink(e, p);
+    gone = p->gone || p->gen != e->gen_counter;
+    cerb__mutex_unlock(&e->mu);
+    if (p->reaped)
+        return cerb__error_set(CERB_EIO, "zk %s: the lock node of \"%s\" is deleted when the "
+                               "session reconnects",
+                               e->hosts, lk->name);
+    if (!p->uuid[0])
+        return cerb__error_set(CERB_NOT_OWNER, "zk %s: \"%s\" is not held", e->hosts, lk->name);
+    char *parent = cerb__zk_parent_path(e->zc->root, lk->name);
+    if (!parent)
+        return cerb__error_set(CERB_ENOMEM, "zk %s: out of memory", e->hosts);
+
+    int64_t dl = cleanup_deadline_at(e, 0);
+    enum zk_removed r = cerb__zk_remove(e, parent, p->node, p->node ? NULL : p->uuid, dl);
+    switch (r) {
+    case ZK_REMOVED:
+        st = gone || !p->node ? cerb__error_set(CERB_NOT_OWNER, "zk %s: the session of \"%s\" "
+                                                "had been lost",
+                                                e->hosts, lk->name)
+                              : CERB_OK;
+        break;
+    case ZK_REMOVED_NONODE:
+        st = cerb__error_set(CERB_NOT_OWNER, "zk %s: the lock node of \"%s\" was gone",
+                             e->hosts, lk->name);
+        break;
+    case ZK_REMOVED_LATER:
+        p->reaped = true;
+        st = cerb__error_set(CERB_EIO, "zk %s: not connected; the lock node of \"%s\" is "
+                             "deleted when the session reconnects",
+                             e->hosts, lk->name);
+        break;
+    case ZK_REMOVE_FAILED:
+    default:
+        p->reaped = true;
+        st = CERB_EIO; /* message set by cerb__zk_remove */
+        break;
+    }
+    drop_node(e, p);
+    p->uuid[0] = '\0';
+    cerb__free(parent);
+    return st;
+}
+
+cerb_status cerb__zk_op_check(cerb_engine *e, cerb_engine_lock *lk, cerb_grant *g)
+{
+    struct zk_lock_priv *p = lk->priv;
+    struct zk_state ss;
+    cerb_status st;
+
+    if (!p->uuid[0])
+        return cerb__error_set(CERB_NOT_OWNER, "zk %s: no acquisition of \"%s\" to check",
+                               e->hosts, lk->name);
+    st = cerb__zk_wait_connected(e, cerb__deadline_in(e->zc->connect_timeout_ms), NULL, 0, &ss);
+    if (st != CERB_OK)
+        return st;
+    struct acq a = {.e = e, .lk = lk, .p = p, .deadline = 0};
+    a.parent = cerb__zk_parent_path(e->zc->root, lk->name);
+    if (!a.parent)
+        return cerb__error_set(CERB_ENOMEM, "zk %s: out of memory", e->hosts);
+    if (p->node && p->gen != ss.gen) {
+        /* A node of a session we gave up: not a hold; make sure it goes. */
+        cerb__zk_remove(e, a.parent, p->node, NULL, cerb__deadline_in(0));
+        drop_node(e, p);
+    }
+    if (!p->node) {
+        char *node = NULL;
+        uint64_t czxid = 0;
+        st = cerb__zk_find_mine(e, ss.gen, ss.id, a.parent, p->uuid, &node, &czxid);
+        if (st != CERB_OK) {
+            cerb__free(a.parent);
+            return st;
+        }
+        if (!node)
+            goto not_owner;
+        set_node(e, p, node);
+        p->czxid = czxid;
+        p->gen = ss.gen;
+    }
+
+    bool restart = false;
+    st = relist(&a, ss.gen, &restart);
+    if (st != CERB_OK) {
+        cerb__zk_children_clear(&a.kids);
+        cerb__free(a.parent);
+        return st;
+    }
+    bool first = !restart && a.kids.found_self && a.kids.n_lower == 0;
+    bool queued = !restart && a.kids.found_self && a.kids.n_lower > 0;
+    cerb__zk_children_clear(&a.kids);
+    if (first) {
+        cerb__mutex_lock(&e->mu);
+        cerb__zk_state_locked(e, &ss);
+        p->gone = false;
+        list_link(e, p, ZK_LIST_HELD);
+        hb_sooner_locked(e, lk);
+        cerb__mutex_unlock(&e->mu);
+        g->fence = p->czxid;
+        g->sent_ns = ss.last_ok_ns;
+        g->ttl_ms = grant_ttl(&ss, lk);
+        g->outcome = CERB_OUTCOME_YES;
+        cerb__free(a.parent);
+        return CERB_OK;
+    }
+    if (queued) /* in the queue but not first: nobody waits on it, leave */
+        cerb__zk_remove(e, a.parent, p->node, NULL, cleanup_deadline_at(e, 0));
+not_owner:
+    drop_node(e, p);
+    p->uuid[0] = '\0';
+    cerb__free(a.parent);
+    return cerb__error_set(CERB_NOT_OWNER, "zk %s: \"%s\" is not held by this owner", e->hosts,
+                           lk->name);
+}

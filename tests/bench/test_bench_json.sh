@@ -1,0 +1,150 @@
+#!/usr/bin/env bash
+# test_bench_json.sh — the shape of cerberus-bench's --json output, with no
+# server: every scenario of `--scenario all` on the in-process local engine,
+# kept short (--duration 1, 20 waiters, 2000 locks), then the JSON checked
+# with Python's json module. Also: --plot draws a PNG when gnuplot is
+# installed, and says plainly when it is not; bad options exit 2.
+#
+# Usage: test_bench_json.sh PATH/TO/cerberus-bench
+#
+# Every run is under timeout(1). Output is TAP-like: one "ok"/"not ok" line
+# per check; the exit status is 1 if any failed.
+
+set -u
+
+BENCH=${1:?usage: test_bench_json.sh PATH/TO/cerberus-bench}
+# Absolute, so it still runs with PATH emptied (check 4).
+case $BENCH in /*) ;; *) BENCH=$PWD/$BENCH ;; esac
+PY=${CERB_PYTHON:-/usr/bin/python3}
+[ -x "$PY" ] || PY=python3
+WORK=$(mktemp -d "${TMPDIR:-/tmp}/cerb-bench-json.XXXXXX")
+trap 'rm -rf "$WORK"' EXIT
+FAILED=0
+N=0
+
+ok() { N=$((N + 1)); echo "ok $N - $1"; }
+not_ok() { N=$((N + 1)); FAILED=1; echo "not ok $N - $1"; }
+check() { # check DESCRIPTION COMMAND...
+    local what=$1
+    shift
+    if "$@"; then ok "$what"; else not_ok "$what"; fi
+}
+
+# 1. The full run on the local engine.
+if timeout 100 "$BENCH" --engine local --scenario all --duration 1 \
+        --waiters 20 --locks 2000 --json "$WORK/out.json" \
+        >"$WORK/table.txt" 2>"$WORK/err.txt"; then
+    ok "cerberus-bench --scenario all on the local engine exits 0"
+else
+    not_ok "cerberus-bench --scenario all on the local engine exits 0 (status $?)"
+    sed 's/^/# /' "$WORK/err.txt" "$WORK/table.txt"
+fi
+
+# 2. The JSON: shape of every object, and the scenario-specific figures.
+if "$PY" - "$WORK/out.json" <<'PYEOF'
+import json, sys
+
+def num(v):
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+errors = []
+try:
+    with open(sys.argv[1]) as f:
+        rows = json.load(f)
+except (OSError, ValueError) as e:
+    print("# cannot read the JSON: %s" % e)
+    sys.exit(1)
+if not isinstance(rows, list) or not rows:
+    print("# the JSON is not a non-empty array")
+    sys.exit(1)
+for i, r in enumerate(rows):
+    where = "object %d (%s)" % (i, r.get("scenario") if isinstance(r, dict) else "?")
+    if not isinstance(r, dict):
+        errors.append("%s is not an object" % where)
+        continue
+    for k in ("scenario", "engine"):
+        if not isinstance(r.get(k), str) or not r[k]:
+            errors.append("%s: %s is not a non-empty string" % (where, k))
+    if not isinstance(r.get("threads"), int) or isinstance(r.get("threads"), bool) \
+            or r["threads"] < 1:
+        errors.append("%s: threads is not a positive integer" % where)
+    for k in ("ops_per_s", "p50_us", "p99_us", "max_us"):
+        if not num(r.get(k)) or r[k] < 0:
+            errors.append("%s: %s is not a number >= 0" % (where, k))
+    if "ratio" not in r or not (r["ratio"] is None or num(r["ratio"])):
+        errors.append("%s: ratio is not a number or null" % where)
+    for k in ("wakeups_per_acq", "calls_per_acq", "cpu_percent", "bytes_per_lock"):
+        if k not in r or not (r[k] is None or num(r[k])):
+            errors.append("%s: %s is missing or not a number or null" % (where, k))
+    if num(r.get("ops_per_s")) and r["ops_per_s"] <= 0:
+        errors.append("%s: ops_per_s is 0" % where)
+    if r.get("engine") != "local":
+        errors.append("%s: engine is %r, not local" % (where, r.get("engine")))
+    if r.get("ratio") is not None:
+        errors.append("%s: the local engine has no ceiling, ratio must be null" % where)
+
+seen = [r.get("scenario") for r in rows if isinstance(r, dict)]
+want = ["uncontended", "contended", "handoff", "herd", "many"]
+if seen != want:
+    errors.append("scenarios are %r, expected %r" % (seen, want))
+by = {r.get("scenario"): r for r in rows if isinstance(r, dict)}
+m = by.get("many", {})
+if m.get("locks") != 2000:
+    errors.append("many: locks is %r, expected 2000" % m.get("locks"))
+for k in ("cpu_percent", "bytes_per_lock"):
+    if not num(m.get(k)):
+        errors.append("many: %s is not a number" % k)
+if m.get("not_valid") != 0:
+    errors.append("many: %r holds not valid at the end" % m.get("not_valid"))
+h = by.get("herd", {})
+if h.get("waiters") != 20 or h.get("threads") != 20:
+    errors.append("herd: waiters/threads are %r/%r, expected 20" %
+                  (h.get("waiters"), h.get("threads")))
+if not isinstance(h.get("rounds"), int) or h["rounds"] < 1:
+    errors.append("herd: rounds is %r" % h.get("rounds"))
+if not isinstance(h.get("acquisitions"), int) or h["acquisitions"] != 20 * h.get("rounds", 0):
+    errors.append("herd: acquisitions %r is not 20 x rounds" % h.get("acquisitions"))
+if by.get("contended", {}).get("threads") != 8:
+    errors.append("contended: threads is not the default 8")
+for e in errors:
+    print("# " + e)
+sys.exit(1 if errors else 0)
+PYEOF
+then
+    ok "the JSON has the documented shape"
+else
+    not_ok "the JSON has the documented shape"
+fi
+
+# 3. --plot: a PNG when gnuplot is installed.
+if command -v gnuplot >/dev/null 2>&1; then
+    if timeout 100 "$BENCH" --engine local --scenario uncontended,many \
+            --duration 0.2 --locks 100 --plot "$WORK/out.png" \
+            >"$WORK/plot.txt" 2>&1 &&
+        [ "$(head -c 8 "$WORK/out.png" | od -An -tx1 | tr -d ' \n')" = 89504e470d0a1a0a ]; then
+        ok "--plot writes a PNG"
+    else
+        not_ok "--plot writes a PNG"
+        sed 's/^/# /' "$WORK/plot.txt"
+    fi
+else
+    ok "--plot writes a PNG # SKIP gnuplot is not installed"
+fi
+
+# 4. --plot without gnuplot on PATH: a clear error before any run, status 2.
+out=$(timeout 30 env PATH=/nonexistent "$BENCH" --engine local --scenario uncontended \
+    --duration 0.2 --plot "$WORK/none.png" 2>&1)
+st=$?
+check "--plot without gnuplot exits 2 and names it" \
+    test "$st" = 2 -a -n "$(printf '%s' "$out" | grep gnuplot-nox)"
+
+# 5. Bad command lines exit 2.
+timeout 30 "$BENCH" --engine local --scenario nosuch >/dev/null 2>&1
+check "an unknown scenario exits 2" test $? = 2
+timeout 30 "$BENCH" --engine local --scenario failover,herd >/dev/null 2>&1
+check "failover with other scenarios exits 2" test $? = 2
+timeout 30 "$BENCH" --engine local --locks 0 >/dev/null 2>&1
+check "--locks 0 exits 2" test $? = 2
+
+echo "1..$N"
+exit $FAILED

@@ -1,0 +1,288 @@
+/*
+ * test_zk_engine.c — the "zk" engine below the lock API, on the shared test
+ * ZooKeeper: the order of a lock's children (Curator's key, foreign names,
+ * the predecessor), grants through the core's shims
+ * with check_owner and release, what renew() reports (no I/O: the session's
+ * last answered send time and timeout), deletion by uuid, and the settling
+ * of a lost create reply: the child carrying our uuid is adopted only when
+ * it is an ephemeral of our current session, and one of another session is
+ * deleted instead (Curator's CURATOR-604).
+ */
+#define _POSIX_C_SOURCE 200809L
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "cerberus.h"
+#include "clock.h"
+#include "config.h"
+#include "engine.h"
+#include "test_util.h"
+#include "zk_call.h"
+#include "zk_layout.h"
+#include "zk_mutex.h"
+#include "zk_util.h"
+
+static const struct cerb_engine_ops *ops;
+
+struct eng {
+    struct cerb_config *cfg;
+    cerb_engine *e;
+};
+
+static void eng_open(struct eng *g, const char *zk_extra)
+{
+    char *text = cerb_test_zk_config(NULL, zk_extra, NULL);
+    memset(g, 0, sizeof *g);
+    if (cerb__config_from_string(text, &g->cfg) != CERB_OK)
+        fail_msg("config: %s", cerb_last_error());
+    free(text);
+    cerb_engine_env env = {.cfg = g->cfg, .event = NULL, .ud = NULL};
+    cerb_status st = cerb__engine_open(ops, &env, &g->e);
+    if (st != CERB_OK)
+        fail_msg("open: %s", cerb_last_error());
+}
+
+static void eng_close(struct eng *g)
+{
+    cerb__engine_close(ops, g->e);
+    cerb__config_free(g->cfg);
+}
+
+static int setup(void **state)
+{
+    (void)state;
+    cerb__engines_builtin();
+    ops = cerb__engine_find("zk");
+    return ops ? 0 : -1;
+}
+
+/* ---- the order of children (pure) ---- */
+
+static void test_children_order(void **state)
+{
+    (void)state;
+    char *names[] = {
+        "_c_bbbbbbbb-0000-4000-8000-000000000000-lock-0000000007",
+        "foo",                                  /* no "lock-": key "foo", sorts last */
+        "_c_aaaaaaaa-0000-4000-8000-000000000000-lock-0000000003",
+        "x-lock-0000000005",                    /* a foreign prefix: key only counts */
+        "_c_cccccccc-0000-4000-8000-000000000000-lock-0000000011",
+        "lock-0000000001-lock-0000000009",      /* the last "lock-" counts: 9 */
+    };
+    struct String_vector v = {(int32_t)(sizeof names / sizeof names[0]), names};
+    struct zk_children k;
+
+    cerb__zk_children_analyze(&v, names[0], "cccccccc-0000-4000-8000-000000000000", &k);
+    assert_false(k.oom);
+    assert_int_equal(k.n_children, 6);
+    assert_true(k.found_self);
+    assert_int_equal(k.n_lower, 2); /* 3 and 5 come before 7 */
+    assert_string_equal(k.pred, "x-lock-0000000005");
+    assert_int_equal(k.n_mine, 1);
+    assert_string_equal(k.mine[0], names[4]);
+    cerb__zk_children_clear(&k);
+
+    cerb__zk_children_analyze(&v, names[2], NULL, &k);
+    assert_int_equal(k.n_lower, 0); /* 3 is first */
+    assert_null(k.pred);
+    cerb__zk_children_clear(&k);
+
+    cerb__zk_children_analyze(&v, "_c_dddddddd-0000-4000-8000-000000000000-lock-0000000099",
+                              NULL, &k);
+    assert_false(k.found_self); /* not in the listing */
+    assert_int_equal(k.n_lower, 5);
+    assert_string_equal(k.pred, names[4]);
+    cerb__zk_children_clear(&k);
+
+    assert_string_equal(cerb__zk_child_key("a-lock-0000000001"), "0000000001");
+    assert_string_equal(cerb__zk_child_key("plain"), "plain");
+    assert_true(cerb__zk_child_has_uuid(names[0], "bbbbbbbb-0000-4000-8000-000000000000"));
+    assert_false(cerb__zk_child_has_uuid(names[0], "aaaaaaaa-0000-4000-8000-000000000000"));
+    assert_false(cerb__zk_child_has_uuid("foo", "aaaaaaaa-0000-4000-8000-000000000000"));
+}
+
+/* ---- grants through the shims ---- */
+
+static void fill_lock(cerb_engine_lock *lk, void *priv, const char *name, int64_t lease)
+{
+    memset(lk, 0, sizeof *lk);
+    memset(priv, 0, ops->lock_priv_size);
+    lk->name = name;
+    snprintf(lk->token, sizeof lk->token, "%032x", 0x5eed);
+    lk->lease_ms = lease;
+    lk->fair = 1;
+    lk->priv = priv;
+}
+
+static void test_grant_check_renew_release(void **state)
+{
+    (void)state;
+    struct eng g;
+    eng_open(&g, "session_timeout_ms = 3000;");
+    char *name = test_name("eng");
+    void *priv = calloc(1, ops->lock_priv_size), *priv2 = calloc(1, ops->lock_priv_size);
+    cerb_engine_lock lk, lk2;
+    cerb_grant gr;
+
+    fill_lock(&lk, priv, name, 1000);
+    int64_t t0 = cerb_monotime();
+    assert_int_equal(cerb__engine_acquire(ops, g.e, &lk, 0, NULL, &gr), CERB_OK);
+    assert_true(gr.fence > 0);
+    assert_true(gr.sent_ns >= t0 && gr.sent_ns <= cerb_monotime());
+    assert_int_equal(gr.ttl_ms, 3000); /* the session's, longer than the lease */
+    uint64_t fence = gr.fence;
+
+    cerb_grant gc;
+    assert_int_equal(cerb__engine_check_owner(ops, g.e, &lk, &gc), CERB_OK);
+    assert_int_equal(gc.fence, fence);
+
+    /* renew: no round trip, the session's word. */
+    cerb_grant rn;
+    assert_int_equal(cerb__engine_renew(ops, g.e, &lk, &rn), CERB_OK);
+    assert_int_equal(rn.fence, fence);
+    assert_true(rn.sent_ns >= gr.sent_ns);
+    assert_true(cerb_monotime() - rn.sent_ns < 3000 * CERB_NS_PER_MS);
+
+    /* Another owner: busy, and its node gone again. */
+    fill_lock(&lk2, priv2, name, 1000);
+    assert_int_equal(cerb__engine_acquire(ops, g.e, &lk2, 0, NULL, &gr), CERB_BUSY);
+    assert_int_equal(gr.outcome, CERB_OUTCOME_NO);
+    zhandle_t *zh = cerb_test_zk_connect(NULL, NULL);
+    assert_non_null(zh);
+    char *path = cerb_test_zk_lock_path(name);
+    assert_int_equal(cerb_test_zk_children(zh, path, NULL, NULL), 1);
+
+    assert_int_equal(cerb__engine_release(ops, g.e, &lk), CERB_OK);
+    assert_int_equal(cerb_test_zk_children(zh, path, NULL, NULL), 0);
+    /* Released: check_owner says no, a second release says not owner. */
+    assert_int_equal(cerb__engine_check_owner(ops, g.e, &lk, &gc), CERB_NOT_OWNER);
+    assert_int_equal(cerb__engine_release(ops, g.e, &lk), CERB_NOT_OWNER);
+
+    struct cerb_engine_stats es;
+    cerb__engine_stats(ops, g.e, &es);
+    assert_true(es.acquire_calls >= 2);
+    assert_int_equal(cerb__engine_probe(ops, g.e, 1000), CERB_OK);
+
+    free(path);
+    cerb_test_zk_close(zh);
+    free(priv);
+    free(priv2);
+    free(name);
+    eng_close(&g);
+}
+
+/* ---- deletion by uuid; adoption only of our current session's node ---- */
+
+static char *make_node(zhandle_t *zh, const char *parent, const char *uuid)
+{
+    char prefix[1024], made[1024];
+    snprintf(prefix, sizeof prefix, "%s/_c_%s-lock-", parent, uuid);
+    int rc = zoo_create(zh, prefix, NULL, -1, &ZOO_OPEN_ACL_UNSAFE, ZOO_EPHEMERAL_SEQUENTIAL,
+                        made, sizeof made);
+    if (rc != ZOK)
+        fail_msg("create %s: %s", prefix, zerror(rc));
+    return strdup(made);
+}
+
+/* A node made on the engine's own session (as a lost create would be). */
+static char *make_own_node(cerb_engine *e, const char *parent, const char *uuid)
+{
+    char prefix[1024];
+    snprintf(prefix, sizeof prefix, "%s/_c_%s-lock-", parent, uuid);
+    struct zk_call *c = cerb__zk_call_new(1);
+    assert_non_null(c);
+    struct zk_session *s = cerb__zk_session_begin(e);
+    assert_non_null(s);
+    int k = cerb__zk_call_create(c, s, prefix, NULL, &ZOO_OPEN_ACL_UNSAFE,
+                                 ZOO_EPHEMERAL_SEQUENTIAL);
+    cerb__zk_session_end(e);
+    assert_true(cerb__zk_call_wait(c, cerb__deadline_in(5000)));
+    assert_int_equal(c->res[k].rc, ZOK);
+    char *path = strdup(c->res[k].path);
+    cerb__zk_call_put(c);
+    return path;
+}
+
+static void test_adopt_only_current_session(void **state)
+{
+    (void)state;
+    struct eng g;
+    eng_open(&g, NULL);
+    zhandle_t *other = cerb_test_zk_connect(NULL, NULL);
+    assert_non_null(other);
+    char *name = test_name("adopt");
+    char *parent = cerb_test_zk_lock_path(name);
+    const char *uuid = "0badc0de-0000-4000-8000-00000000cafe";
+    zoo_create(other, "/cerberus", NULL, -1, &ZOO_OPEN_ACL_UNSAFE, ZOO_CONTAINER, NULL, 0);
+    zoo_create(other, CERB_TEST_ZK_ROOT, NULL, -1, &ZOO_OPEN_ACL_UNSAFE, ZOO_CONTAINER, NULL, 0);
+    assert_int_equal(zoo_create(other, parent, NULL, -1, &ZOO_OPEN_ACL_UNSAFE, ZOO_CONTAINER,
+                                NULL, 0),
+                     ZOK);
+
+    struct zk_state st;
+    cerb__zk_state(g.e, &st);
+    assert_true(st.connected);
+
+    /* Only a stale node (another session) carries the uuid: not ours. */
+    char *stale = make_node(other, parent, uuid);
+    char *node = NULL;
+    uint64_t czxid = 0;
+    assert_int_equal(cerb__zk_find_mine(g.e, st.gen, st.id, parent, uuid, &node, &czxid),
+                     CERB_OK);
+    assert_null(node);
+    struct Stat sx;
+    assert_int_equal(zoo_exists(other, stale, 0, &sx), ZNONODE); /* and deleted */
+
+    /* Ours and a stale one: ours is adopted, the other deleted. */
+    free(stale);
+    stale = make_node(other, parent, uuid);
+    char *mine = make_own_node(g.e, parent, uuid);
+    assert_int_equal(cerb__zk_find_mine(g.e, st.gen, st.id, parent, uuid, &node, &czxid),
+                     CERB_OK);
+    assert_non_null(node);
+    assert_string_equal(node, mine);
+    assert_int_equal(zoo_exists(other, mine, 0, &sx), ZOK);
+    assert_int_equal((uint64_t)sx.czxid, czxid);
+    assert_int_equal(sx.ephemeralOwner, st.id);
+    assert_int_equal(zoo_exists(other, stale, 0, &sx), ZNONODE);
+    free(node);
+
+    /* Deletion by uuid takes every node carrying it, nothing else. */
+    char *m2 = make_own_node(g.e, parent, uuid);
+    char *keep = make_node(other, parent, "11111111-0000-4000-8000-000000000000");
+    assert_int_equal(cerb__zk_remove(g.e, parent, NULL, uuid, cerb__deadline_in(5000)),
+                     ZK_REMOVED);
+    assert_int_equal(zoo_exists(other, mine, 0, &sx), ZNONODE);
+    assert_int_equal(zoo_exists(other, m2, 0, &sx), ZNONODE);
+    assert_int_equal(zoo_exists(other, keep, 0, &sx), ZOK);
+    /* And by path: gone already is NONODE. */
+    assert_int_equal(cerb__zk_remove(g.e, parent, m2, NULL, cerb__deadline_in(5000)),
+                     ZK_REMOVED_NONODE);
+
+    zoo_delete(other, keep, -1);
+    free(keep);
+    free(m2);
+    free(mine);
+    free(stale);
+    free(parent);
+    free(name);
+    cerb_test_zk_close(other);
+    eng_close(&g);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_children_order),
+        cmocka_unit_test(test_grant_check_renew_release),
+        cmocka_unit_test(test_adopt_only_current_session),
+    };
+    return cmocka_run_group_tests(tests, setup, NULL);
+}

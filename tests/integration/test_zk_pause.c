@@ -1,0 +1,169 @@
+/*
+ * test_zk_pause.c — what a holder is told when its ZooKeeper stops
+ * answering. The server is this suite's own (fixture zk_excl: the name
+ * contains "_pause"), paused with SIGSTOP and resumed with SIGCONT.
+ *  - A pause shorter than the session timeout: the holder sees SUSPECT
+ *    while disconnected and VALID again after the reconnect; the session and
+ *    its lock node survive, nobody else got the lock, the lost callback
+ *    never ran.
+ *  - A pause past the session timeout: the holder is told LOST (state and
+ *    callback, exactly once) while the server is still stopped; after it
+ *    resumes, another client gets the lock, and the first client works
+ *    again on a new session.
+ */
+#define _POSIX_C_SOURCE 200809L
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "cerberus.h"
+#include "test_util.h"
+#include "zk_util.h"
+
+static cerb_client *open_client(const char *zk_extra)
+{
+    char *cfg = cerb_test_zk_config(NULL, zk_extra, NULL);
+    cerb_client *c = NULL;
+    cerb_status st = cerb_client_open_string(&c, cfg);
+    if (st != CERB_OK)
+        fail_msg("open: %s: %s", cerb_status_name(st), cerb_last_error());
+    free(cfg);
+    return c;
+}
+
+static atomic_int lost_calls;
+static void on_lost(cerb_lock *l, void *ud)
+{
+    (void)l;
+    (void)ud;
+    atomic_fetch_add(&lost_calls, 1);
+}
+
+struct state_is {
+    cerb_lock *l;
+    enum cerb_lock_state want;
+};
+static bool state_is(void *ud)
+{
+    struct state_is *s = ud;
+    return cerb_lock_state(s->l) == s->want;
+}
+
+static int resume(void **state)
+{
+    (void)state;
+    cerb_test_zk_resume(cerb_test_zk_port()); /* a failed test must not leave it stopped */
+    return 0;
+}
+
+static void test_short_outage_suspect_then_valid(void **state)
+{
+    (void)state;
+    /* 6 s sessions: the client drops the connection after 4 s of silence;
+     * the engine would give the session up only ~5 s after its last
+     * answered heartbeat (at most 1 s before the pause). */
+    cerb_client *c1 = open_client("session_timeout_ms = 6000;");
+    char *name = test_name("pause-short");
+    cerb_lock *a = NULL;
+    assert_int_equal(cerb_lock_new(c1, name, NULL, &a), CERB_OK);
+    atomic_store(&lost_calls, 0);
+    cerb_lock_on_lost(a, on_lost, NULL);
+    assert_int_equal(cerb_lock_lock(a), CERB_OK);
+    uint64_t fence = cerb_lock_fencing_token(a);
+
+    assert_int_equal(cerb_test_zk_pause(cerb_test_zk_port()), 0);
+    int64_t t0 = cerb_test_now_ms();
+    struct state_is suspect = {a, CERB_LOCK_SUSPECT}, valid = {a, CERB_LOCK_VALID};
+    assert_wait_until(state_is, &suspect, 4500);
+    int64_t took = cerb_test_now_ms() - t0;
+    assert_int_equal(cerb_test_zk_resume(cerb_test_zk_port()), 0);
+    assert_true(took >= 1500); /* not before the client could tell */
+    assert_wait_until(state_is, &valid, 5000);
+    assert_int_equal(atomic_load(&lost_calls), 0);
+
+    /* Still ours: nobody else gets it, the fence is the same. */
+    cerb_client *c2 = open_client(NULL);
+    cerb_lock *b = NULL;
+    assert_int_equal(cerb_lock_new(c2, name, NULL, &b), CERB_OK);
+    assert_int_equal(cerb_lock_trylock(b), CERB_BUSY);
+    assert_int_equal(cerb_lock_fencing_token(a), fence);
+    assert_int_equal(cerb_lock_unlock(a), CERB_OK);
+    assert_int_equal(cerb_lock_trylock(b), CERB_OK);
+    assert_true(cerb_lock_fencing_token(b) > fence);
+    assert_int_equal(cerb_lock_unlock(b), CERB_OK);
+    assert_int_equal(atomic_load(&lost_calls), 0);
+
+    cerb_lock_free(a);
+    cerb_lock_free(b);
+    cerb_client_close(c1);
+    cerb_client_close(c2);
+    free(name);
+}
+
+static void test_lost_past_session_timeout(void **state)
+{
+    (void)state;
+    cerb_client *c1 = open_client("session_timeout_ms = 2000; connect_timeout_ms = 1000;");
+    char *name = test_name("pause-lost");
+    cerb_lock *a = NULL;
+    assert_int_equal(cerb_lock_new(c1, name, NULL, &a), CERB_OK);
+    atomic_store(&lost_calls, 0);
+    cerb_lock_on_lost(a, on_lost, NULL);
+    assert_int_equal(cerb_lock_lock(a), CERB_OK);
+    uint64_t fence = cerb_lock_fencing_token(a);
+
+    assert_int_equal(cerb_test_zk_pause(cerb_test_zk_port()), 0);
+    int64_t t0 = cerb_test_now_ms();
+    struct state_is lost = {a, CERB_LOCK_LOST};
+    /* Told while the server is still stopped: within the session timeout
+     * (measured from the last answered request, before the pause) plus
+     * the watchdog's reaction. */
+    assert_wait_until(state_is, &lost, 4000);
+    int64_t took = cerb_test_now_ms() - t0;
+    assert_true(took < 3000);
+    int64_t settle = cerb_test_now_ms() + 300;
+    while (cerb_test_now_ms() < settle)
+        assert_int_equal(cerb_lock_state(a), CERB_LOCK_LOST);
+    assert_int_equal(atomic_load(&lost_calls), 1);
+    assert_int_equal(cerb_test_zk_resume(cerb_test_zk_port()), 0);
+
+    /* Once the server has expired the old session, someone else gets it. */
+    cerb_client *c2 = open_client(NULL);
+    cerb_lock *b = NULL;
+    assert_int_equal(cerb_lock_new(c2, name, NULL, &b), CERB_OK);
+    assert_int_equal(cerb_lock_trylock_for(b, 10000), CERB_OK);
+    uint64_t fb = cerb_lock_fencing_token(b);
+    assert_true(fb > fence);
+    assert_int_equal(cerb_lock_unlock(a), CERB_LOST);
+    assert_int_equal(atomic_load(&lost_calls), 1);
+    assert_int_equal(cerb_lock_unlock(b), CERB_OK);
+
+    /* The first client carries on with a new session. */
+    assert_int_equal(cerb_lock_trylock_for(a, 10000), CERB_OK);
+    assert_true(cerb_lock_fencing_token(a) > fb);
+    assert_int_equal(cerb_lock_state(a), CERB_LOCK_VALID);
+    assert_int_equal(cerb_lock_unlock(a), CERB_OK);
+    assert_int_equal(atomic_load(&lost_calls), 1);
+
+    cerb_lock_free(a);
+    cerb_lock_free(b);
+    cerb_client_close(c1);
+    cerb_client_close(c2);
+    free(name);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_teardown(test_short_outage_suspect_then_valid, resume),
+        cmocka_unit_test_teardown(test_lost_past_session_timeout, resume),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
