@@ -70,7 +70,7 @@ struct cerb_hold {
     struct cerb_slot *slot;
     int engine_idx;
     uint64_t fence;                      /* already with the epoch */
-    int64_t valid_until_ns;              /* conservative local deadline */
+    _Atomic int64_t valid_until_ns;      /* conservative local deadline */
     int64_t next_renew_ns;
     bool renew;
     bool renew_once;                     /* extend once now (short hand-off
@@ -136,7 +136,7 @@ struct cerb_client {
     void *switch_ud;
     struct cerb_slot *names[CERB_NAME_BUCKETS];
     cerb_lock *handles;
-    struct cerb_watchdog *wd;
+    struct cerb_watchdog *_Atomic wd;    /* engine events may arrive early */
 };
 
 /* client.c */

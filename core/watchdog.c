@@ -101,6 +101,10 @@ static void apply_result(struct cerb_hold *h, cerb_status st, const cerb_grant *
         h->valid_until_ns = until;
         h->renew_failures = 0;
         h->next_renew_ns = (g->sent_ns ? g->sent_ns : now) + period_ns(h);
+        /* An engine answering from an older heartbeat (sent_ns well in the
+         * past) must not make us renew again at once, in a loop. */
+        if (h->next_renew_ns < now + period_ns(h) / 10)
+            h->next_renew_ns = now + period_ns(h) / 10;
         h->renew_once = false;
         atomic_store(&h->state, CERB_LOCK_VALID);
         return;
