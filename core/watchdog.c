@@ -100,7 +100,12 @@ static void apply_result(struct cerb_hold *h, cerb_status st, const cerb_grant *
         int64_t until = g->sent_ns ? cerb__grant_deadline(g) : h->valid_until_ns;
         h->valid_until_ns = until;
         h->renew_failures = 0;
-        h->next_renew_ns = (g->sent_ns ? g->sent_ns : now) + period_ns(h);
+        /* Space renewals by the shorter of the lease and what the grant
+         * gave (a session TTL can be shorter than the lease asked). */
+        int64_t period = period_ns(h);
+        if (g->ttl_ms > 0 && g->ttl_ms * CERB_NS_PER_MS / 3 < period)
+            period = g->ttl_ms * CERB_NS_PER_MS / 3;
+        h->next_renew_ns = (g->sent_ns ? g->sent_ns : now) + period;
         /* An engine answering from an older heartbeat (sent_ns well in the
          * past) must not make us renew again at once, in a loop. */
         if (h->next_renew_ns < now + period_ns(h) / 10)

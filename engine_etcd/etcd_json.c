@@ -166,6 +166,8 @@ json_t *cerb__etcd_range_json(const struct etcd_range_req *r)
         o = put(o, "max_create_revision", cerb__etcd_json_i64(r->max_create_revision));
     if (o && r->keys_only)
         o = put(o, "keys_only", json_true());
+    if (o && r->count_only)
+        o = put(o, "count_only", json_true());
     return o;
 }
 

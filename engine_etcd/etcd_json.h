@@ -67,6 +67,7 @@ struct etcd_range_req {
     const char *sort_target; /* NULL (KEY) or ETCD_TARGET_CREATE */
     int64_t max_create_revision;
     bool keys_only;
+    bool count_only;
 };
 
 json_t *cerb__etcd_range_json(const struct etcd_range_req *r);

@@ -10,10 +10,14 @@
  * increases across the grants of a name: a holder's key was created before
  * every key that can hold after it.
  *
- * Acquire, one txn:  if create_revision(K) == 0
+ * Acquire, in Go:    if create_revision(K) == 0
  *                    then put K (lease), range P (sort by create, limit 1)
  *                    else range K,       range P (sort by create, limit 1)
- * We hold the lock when K's create revision is the owner's. The txn is
+ * and K holds the lock when its create revision is the owner's. We take the
+ * same decision more cheaply for the server (put_txn): then put K, count P
+ * (a count of 1 is us alone: we hold it; more, and the first read of the
+ * wait loop tells whether anyone is ahead); else nothing, followed by a read
+ * of K and the owner in the rare case our key was there already. The txn is
  * idempotent — K names the session, so a re-sent txn finds the key its
  * first copy put — which is how an ambiguous outcome (a timeout after
  * sending) is settled: send it again until the answer is definite.
@@ -133,6 +137,17 @@ static json_t *op_owner(const struct etcd_key *k)
     return cerb__etcd_op_range(&r);
 }
 
+/* range P, count only: how many contenders, ourselves included. */
+static json_t *op_count(const struct etcd_key *k)
+{
+    struct etcd_range_req r = {.key = k->k,
+                               .key_len = k->pfx_len,
+                               .end = k->end,
+                               .end_len = end_len(k),
+                               .count_only = true};
+    return cerb__etcd_op_range(&r);
+}
+
 static json_t *op_own(const struct etcd_key *k)
 {
     struct etcd_range_req r = {.key = k->k, .key_len = k->len, .keys_only = true};
@@ -233,7 +248,7 @@ static void drop_key(cerb_engine *e, const struct etcd_key *k, int64_t rev)
 struct put_result {
     bool own_exists;   /* our key exists (put now, or found) */
     int64_t mine;      /* its create revision */
-    int64_t owner;     /* the owner's create revision (0 = nobody) */
+    int64_t owner;     /* the owner's create revision (0 = not known) */
 };
 
 /* Read our key and the owner (one read-only txn) into *pr. */
@@ -266,10 +281,14 @@ static cerb_status read_own_owner(cerb_engine *e, const struct etcd_key *k, int6
 }
 
 /*
- * The acquire txn, queuing or trylock's non-queuing form. Its `else` branch
- * is left empty: the gateway's cost grows with the request, and our key
- * already exists only after a re-send or a leftover of an earlier failure
- * (`maybe_exists`), when a separate read finds out where it stands.
+ * The acquire txn, queuing or trylock's non-queuing form. Two economies on
+ * the server's side, each worth a few per cent of uncontended throughput
+ * (measured against the bare put-if-absent): the `then` branch counts the
+ * keys under P instead of fetching the owner (count 1 = only ours: we hold
+ * it; more, and the wait loop's read finds out whether anyone is ahead),
+ * and the `else` branch is left empty: our key exists already only after
+ * a re-send or a leftover of an earlier failure (`maybe_exists`), when a
+ * separate read finds out where it stands.
  */
 static cerb_status put_txn(cerb_engine *e, const struct etcd_key *k, int64_t lease, bool try_only,
                            bool maybe_exists, int64_t deadline_ns, struct put_result *pr,
@@ -286,7 +305,7 @@ static cerb_status put_txn(cerb_engine *e, const struct etcd_key *k, int64_t lea
         succ = cerb__etcd_list(cerb__etcd_op_put(k->k, k->len, lease), NULL);
     } else {
         cmp = cerb__etcd_cmp_create(k->k, k->len, NULL, 0, "EQUAL", 0);
-        succ = cerb__etcd_list(cerb__etcd_op_put(k->k, k->len, lease), op_owner(k));
+        succ = cerb__etcd_list(cerb__etcd_op_put(k->k, k->len, lease), op_count(k));
     }
     ETCD_COUNT(e, acquire_calls);
     cerb_status st = run_txn(e, try_only ? "trylock txn" : "lock txn",
@@ -300,12 +319,12 @@ static cerb_status put_txn(cerb_engine *e, const struct etcd_key *k, int64_t lea
         pr->own_exists = true;
         pr->mine = pr->owner = rev;
     } else if (ok && !try_only && n == 2) {
-        struct etcd_range_res owner = {0};
-        st = range_at(e, resp, 1, &owner);
+        struct etcd_range_res count = {0};
+        st = range_at(e, resp, 1, &count);
         pr->own_exists = true;
         pr->mine = rev;
-        pr->owner = owner.n_kvs ? owner.first.create_revision : 0;
-        cerb__etcd_kv_clear(&owner.first);
+        pr->owner = count.count == 1 ? rev : 0;
+        cerb__etcd_kv_clear(&count.first);
     } else if (ok) {
         st = cerb__error_set(CERB_EPROTO, "etcd %s: lock txn: %zu responses", ep(e), n);
     }
