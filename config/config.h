@@ -76,6 +76,9 @@ struct cerb_etcd_config {
     int64_t connect_timeout_ms;           /* 500, 1 .. 600000 */
     char *user;                           /* "" = no auth */
     char *password;                       /* "" */
+    char *ca_file;                        /* "" = system CA store (https) */
+    char *cert_file;                      /* "" = no client certificate */
+    char *key_file;                       /* "" = no client key */
 };
 
 struct cerb_local_config {

@@ -125,6 +125,9 @@ const struct cerb__cfg_key cerb__cfg_keys[] = {
             600000),
     KEY_STR("etcd.user", etcd.user, I, "", NULL),
     KEY_STR("etcd.password", etcd.password, I, "", NULL),
+    KEY_STR("etcd.ca_file", etcd.ca_file, I, "", NULL),
+    KEY_STR("etcd.cert_file", etcd.cert_file, I, "", NULL),
+    KEY_STR("etcd.key_file", etcd.key_file, I, "", NULL),
 
     KEY_STR("local.dir", local.dir, I, "", NULL),
 };

@@ -45,25 +45,18 @@
 #include "log.h"
 
 /*
- * TODO(config): TLS client files. https:// endpoints work today with the
- * system's CA store; a private CA, a client certificate and its key need
- * three string keys that config.h does not have yet. Asked of the lead:
- * etcd.ca_file, etcd.cert_file, etcd.key_file ("" = not set). Once they
- * exist, define CERB_ETCD_TLS_KEYS (or drop the #ifdef) and they are used.
+ * TLS client files for https:// endpoints: etcd.ca_file (a private CA;
+ * "" = the system's store), etcd.cert_file and etcd.key_file (a client
+ * certificate). Handed to libcurl as they are.
  */
 static void set_tls(CURL *h, const struct cerb_etcd_config *ec)
 {
-#ifdef CERB_ETCD_TLS_KEYS
     if (ec->ca_file && ec->ca_file[0])
         curl_easy_setopt(h, CURLOPT_CAINFO, ec->ca_file);
     if (ec->cert_file && ec->cert_file[0])
         curl_easy_setopt(h, CURLOPT_SSLCERT, ec->cert_file);
     if (ec->key_file && ec->key_file[0])
         curl_easy_setopt(h, CURLOPT_SSLKEY, ec->key_file);
-#else
-    (void)h;
-    (void)ec;
-#endif
 }
 
 static pthread_once_t curl_once = PTHREAD_ONCE_INIT;

@@ -317,6 +317,23 @@ static void test_syntax_error(void **state)
                  "config:2: duplicate setting name");
 }
 
+static void test_etcd_tls_keys(void **state)
+{
+    (void)state;
+    struct cerb_config *cfg = NULL;
+    assert_int_equal(cerb__config_from_string(
+                         "etcd = { endpoints = (\"https://127.0.0.1:2379\");\n"
+                         "  ca_file = \"/etc/ca.pem\"; cert_file = \"c.pem\"; key_file = \"k.pem\"; };\n",
+                         &cfg),
+                     CERB_OK);
+    assert_string_equal(cfg->etcd.ca_file, "/etc/ca.pem");
+    assert_string_equal(cfg->etcd.cert_file, "c.pem");
+    assert_string_equal(cfg->etcd.key_file, "k.pem");
+    cerb__config_free(cfg);
+    assert_int_equal(cerb__config_from_string("etcd = { ca_file = 3; };\n", &cfg), CERB_ECONFIG);
+    assert_non_null(strstr(cerb_last_error(), "config:1:"));
+}
+
 static void test_unknown_keys(void **state)
 {
     expect_error("engines = (\"local\");\n"
@@ -716,6 +733,7 @@ int main(void)
         cmocka_unit_test(test_values_and_int_forms),
         cmocka_unit_test(test_syntax_error),
         cmocka_unit_test(test_unknown_keys),
+        cmocka_unit_test(test_etcd_tls_keys),
         cmocka_unit_test(test_wrong_types),
         cmocka_unit_test(test_out_of_range),
         cmocka_unit_test(test_engines),
