@@ -78,8 +78,7 @@ static void noted(cerb_client *c, struct cerb_client_engine *ce, bool changed)
 static void fold_ok(cerb_client *c, struct cerb_client_engine *ce, int64_t now)
 {
     uint64_t n = atomic_exchange(&ce->pending_ok, 0);
-    for (uint64_t k = 0; k < n; k++)
-        noted(c, ce, cerb__breaker_on_success(&ce->brk, now, CERB_CALL));
+    noted(c, ce, cerb__breaker_on_call_successes(&ce->brk, now, n));
 }
 
 void cerb__health_ok(cerb_client *c, int idx)

@@ -197,6 +197,21 @@ bool cerb__breaker_on_success(struct cerb_breaker *b, int64_t now_ms,
                       n == 1 ? "" : "s");
 }
 
+bool cerb__breaker_on_call_successes(struct cerb_breaker *b, int64_t now_ms, uint64_t n)
+{
+    if (n == 0)
+        return false;
+    if (cerb__breaker_poll(b, now_ms))
+        return true; /* sent while OPEN: not counted */
+    if (b->force == CERB_BREAKER_FORCED_OPEN)
+        return false;
+    if (b->force == CERB_BREAKER_DISABLED || b->state == CERB_BREAKER_CLOSED) {
+        cerb__window_add_n(&b->window, now_ms, n, 0);
+        b->failures_in_row = 0;
+    }
+    return false;
+}
+
 bool cerb__breaker_on_failure(struct cerb_breaker *b, int64_t now_ms,
                               enum cerb_breaker_kind kind)
 {

@@ -152,6 +152,12 @@ bool cerb__breaker_allow(struct cerb_breaker *b, int64_t now_ms);
 bool cerb__breaker_on_success(struct cerb_breaker *b, int64_t now_ms,
                               enum cerb_breaker_kind kind);
 
+/* @n successful real calls at once (the client batches them between two
+ * mutex holds): the same as n cerb__breaker_on_success(CERB_CALL) calls, in
+ * O(1). Returns true when the state changed (only the time-driven OPEN →
+ * HALF_OPEN can: calls never close a breaker). */
+bool cerb__breaker_on_call_successes(struct cerb_breaker *b, int64_t now_ms, uint64_t n);
+
 /* A hard failure of a call or probe (see the contract above for what counts).
  * Returns true when the state changed (CLOSED → OPEN, HALF_OPEN → OPEN, or the
  * time-driven OPEN → HALF_OPEN). */

@@ -76,14 +76,20 @@ void cerb__window_reset(struct cerb_window *w, int64_t now_ms)
 
 void cerb__window_add(struct cerb_window *w, int64_t now_ms, bool failed)
 {
+    cerb__window_add_n(w, now_ms, 1, failed ? 1 : 0);
+}
+
+void cerb__window_add_n(struct cerb_window *w, int64_t now_ms, uint64_t calls,
+                        uint64_t failures)
+{
+    if (failures > calls)
+        failures = calls;
     win_advance(w, now_ms);
     int s = win_slot(w, w->head);
-    w->calls[s]++;
-    w->total_calls++;
-    if (failed) {
-        w->failures[s]++;
-        w->total_failures++;
-    }
+    w->calls[s] += calls;
+    w->total_calls += calls;
+    w->failures[s] += failures;
+    w->total_failures += failures;
 }
 
 void cerb__window_counts(struct cerb_window *w, int64_t now_ms,

@@ -40,6 +40,12 @@ void cerb__window_reset(struct cerb_window *w, int64_t now_ms);
 /* Record one call at now_ms, failed or not. O(1). */
 void cerb__window_add(struct cerb_window *w, int64_t now_ms, bool failed);
 
+/* Record @calls calls at now_ms, @failures of them failed (clamped to
+ * @calls). O(1) however many: successes batched by a busy client are folded
+ * in at once. */
+void cerb__window_add_n(struct cerb_window *w, int64_t now_ms, uint64_t calls,
+                        uint64_t failures);
+
 /*
  * Calls and failures within the window as of now_ms (results that have aged
  * out are dropped first, which is why this takes a non-const window). Either

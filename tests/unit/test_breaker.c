@@ -278,6 +278,46 @@ static void test_rate_threshold(void **state)
 /* Failures older than window_ms no longer count toward the rate: 8 failures
  * at t=0, then 6 successes and 4 failures later. Inside the window the first
  * of those failures makes 9/15 and trips; after it, 4/10 does not. */
+/* A batch of n call successes acts as n single ones: the same rate trip
+ * point afterwards, the run of failures reset, nothing counted while OPEN,
+ * and a batch never closes a HALF_OPEN breaker (only probes do). */
+static void test_batched_call_successes(void **state)
+{
+    (void)state;
+    struct cerb_breaker_cfg c = rate_cfg();
+    struct cerb_breaker one, many;
+    cerb__breaker_init(&one, &c, SEED, 0);
+    cerb__breaker_init(&many, &c, SEED, 0);
+    succeed_n(&one, 100, 40, CERB_CALL);
+    assert_false(cerb__breaker_on_call_successes(&many, 100, 40));
+    assert_false(cerb__breaker_on_call_successes(&many, 100, 0));
+    /* 40 good + 39 failures: 49 %, still closed; the 40th trips both. */
+    fail_n(&one, 200, 39, CERB_CALL);
+    fail_n(&many, 200, 39, CERB_CALL);
+    assert_true(cerb__breaker_on_failure(&one, 200, CERB_CALL));
+    assert_true(cerb__breaker_on_failure(&many, 200, CERB_CALL));
+    assert_int_equal(cerb__breaker_state(&many), CERB_BREAKER_OPEN);
+
+    /* While OPEN a batch is not counted; at the due time it reports the
+     * move to HALF_OPEN, and later batches leave HALF_OPEN alone. */
+    int64_t due = cerb__breaker_due_ms(&many);
+    assert_false(cerb__breaker_on_call_successes(&many, due - 1, 1000));
+    assert_true(cerb__breaker_on_call_successes(&many, due, 1000));
+    assert_int_equal(cerb__breaker_state(&many), CERB_BREAKER_HALF_OPEN);
+    assert_false(cerb__breaker_on_call_successes(&many, due + 1, 1000000));
+    assert_int_equal(cerb__breaker_state(&many), CERB_BREAKER_HALF_OPEN);
+
+    /* The run of failures: 2 failures, a batch, 2 more → no trip at 3. */
+    struct cerb_breaker run;
+    struct cerb_breaker_cfg rc = base_cfg();
+    rc.failure_rate = 0;
+    cerb__breaker_init(&run, &rc, SEED, 0);
+    fail_n(&run, 10, 2, CERB_CALL);
+    assert_false(cerb__breaker_on_call_successes(&run, 10, 5));
+    fail_n(&run, 10, 2, CERB_CALL);
+    assert_true(cerb__breaker_on_failure(&run, 10, CERB_CALL));
+}
+
 static void test_rate_window_slides(void **state)
 {
     (void)state;
@@ -943,6 +983,7 @@ int main(void)
         cmocka_unit_test(test_singular_reasons),
         cmocka_unit_test(test_rate_trip_needs_min_calls),
         cmocka_unit_test(test_rate_threshold),
+        cmocka_unit_test(test_batched_call_successes),
         cmocka_unit_test(test_rate_window_slides),
         cmocka_unit_test(test_open_period_elapses),
         cmocka_unit_test(test_poll_reports_half_open),
