@@ -22,6 +22,7 @@ CERB_DEB_PACKAGES=(
     zookeeper default-jre-headless default-jdk-headless libcurator-recipes-java libslf4j-java
     gnuplot-nox
     etcd-server etcd-client python3-etcd3
+    openssl curl
 )
 
 # cerb_missing_packages PKG...: print the packages (one per line) that dpkg

@@ -34,16 +34,58 @@
 #
 # Environment: CERB_ETCD_PORT (default base port, 22379), ETCD_BIN (default
 # etcd from PATH), CERB_ETCD_EXTRA_ARGS (extra etcd flags, word-split, for a
-# test that needs e.g. --auth-token-ttl; applied only when a node starts).
+# test that needs e.g. --auth-token-ttl; applied only when a node starts),
+# CERB_ETCD_TLS_DIR (serve clients over https with client certificates: the
+# files below are made there with openssl when missing, see etcd_tls_files).
 
 ETCD_BIN=${ETCD_BIN:-etcd}
 
 etcd_default_port() { printf '%s' "${CERB_ETCD_PORT:-22379}"; }
 
-# etcd_curl PORT PATH: GET http://127.0.0.1:PORT/PATH bounded by a timeout
+# etcd_scheme: the client URL scheme (https with CERB_ETCD_TLS_DIR).
+etcd_scheme() { if [[ -n ${CERB_ETCD_TLS_DIR:-} ]]; then printf https; else printf http; fi; }
+
+# etcd_curl PORT PATH: GET <scheme>://127.0.0.1:PORT/PATH bounded by a timeout
 # (a SIGSTOPped server accepts connections and then never answers).
 etcd_curl() {
-    curl -s -m 2 --connect-timeout 1 "http://127.0.0.1:$1/$2" 2>/dev/null
+    local -a tls=()
+    if [[ -n ${CERB_ETCD_TLS_DIR:-} ]]; then
+        local d=$CERB_ETCD_TLS_DIR
+        tls=(--cacert "$d/ca.crt" --cert "$d/client.crt" --key "$d/client.key")
+    fi
+    curl -s -m 2 --connect-timeout 1 ${tls[@]+"${tls[@]}"} \
+        "$(etcd_scheme)://127.0.0.1:$1/$2" 2>/dev/null
+}
+
+# etcd_tls_cert DIR NAME CN USAGE: a P-256 key and a certificate for
+# 127.0.0.1 signed by DIR/ca (two days, enough for any test run).
+etcd_tls_cert() {
+    local d=$1 name=$2 cn=$3 usage=$4
+    openssl req -new -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes \
+        -keyout "$d/$name.key" -out "$d/$name.csr" -subj "/CN=$cn" 2>/dev/null &&
+        openssl x509 -req -in "$d/$name.csr" -CA "$d/ca.crt" -CAkey "$d/ca.key" \
+            -CAcreateserial -days 2 -out "$d/$name.crt" \
+            -extfile <(printf 'subjectAltName=IP:127.0.0.1\nextendedKeyUsage=%s\n' "$usage") \
+            2>/dev/null
+}
+
+# etcd_tls_files DIR: make, unless present, a private CA (ca.crt, ca.key),
+# the server's pair (server.crt/.key, SAN IP:127.0.0.1), a client pair
+# signed by that CA (client.crt/.key) and a CA nobody uses (other-ca.crt),
+# for a test's "wrong CA" case.
+etcd_tls_files() {
+    local d=$1 ca
+    [[ -f $d/server.crt && -f $d/client.crt && -f $d/other-ca.crt ]] && return 0
+    mkdir -p -- "$d" || die "etcd tls: cannot create $d"
+    command -v openssl >/dev/null || die "etcd tls: openssl not found (apt-get install openssl)"
+    for ca in ca other-ca; do
+        openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes \
+            -keyout "$d/$ca.key" -out "$d/$ca.crt" -days 2 -subj "/CN=cerberus test $ca" \
+            2>/dev/null || die "etcd tls: openssl could not make $d/$ca.crt"
+    done
+    etcd_tls_cert "$d" server 127.0.0.1 serverAuth,clientAuth &&
+        etcd_tls_cert "$d" client cerberus-client clientAuth ||
+        die "etcd tls: openssl could not sign the certificates in $d"
 }
 
 # etcd_healthy PORT: /health says true (the member is up and has a leader).
@@ -93,6 +135,12 @@ etcd_launch() {
     local -a extra=()
 
     read -r -a extra <<<"${CERB_ETCD_EXTRA_ARGS:-}"
+    if [[ -n ${CERB_ETCD_TLS_DIR:-} ]]; then
+        local d=$CERB_ETCD_TLS_DIR
+        etcd_tls_files "$d"
+        extra+=(--cert-file "$d/server.crt" --key-file "$d/server.key"
+            --trusted-ca-file "$d/ca.crt" --client-cert-auth)
+    fi
     if [[ -f $dirf ]]; then read -r data <"$dirf" || true; fi
     if [[ -f $clf ]]; then read -r old_spec <"$clf" || true; fi
     if [[ -n $data && -d $data/member && $old_spec == "$spec" ]]; then
@@ -111,8 +159,8 @@ etcd_launch() {
     # setsid and redirected stdio detach it from the caller (ctest waits for
     # a fixture's output pipe to close); 9>&- keeps the state lock out of it.
     setsid "$ETCD_BIN" --name "cerb$port" --data-dir "$data" \
-        --listen-client-urls "http://127.0.0.1:$port" \
-        --advertise-client-urls "http://127.0.0.1:$port" \
+        --listen-client-urls "$(etcd_scheme)://127.0.0.1:$port" \
+        --advertise-client-urls "$(etcd_scheme)://127.0.0.1:$port" \
         --listen-peer-urls "http://127.0.0.1:$((port + 1))" \
         --initial-advertise-peer-urls "http://127.0.0.1:$((port + 1))" \
         --initial-cluster "$spec" --initial-cluster-state "$state" \
