@@ -20,6 +20,7 @@ CERB_DEB_PACKAGES=(
     libcmocka-dev uuid-dev libssl-dev libzookeeper-mt-dev
     redis-server redis-tools python3-redis
     zookeeper default-jre-headless default-jdk-headless libcurator-recipes-java libslf4j-java
+    python3-kazoo
     gnuplot-nox
     etcd-server etcd-client python3-etcd3
     openssl curl
