@@ -200,13 +200,19 @@ cerb_status cerb__switch_gate(cerb_client *c, int idx, const char *name, int64_t
         for (size_t i = 0; i < c->n_engines; i++) {
             if ((int)i == idx)
                 continue;
+            struct cerb_client_engine *ce = &c->engines[i];
             cerb__mutex_lock(&c->fo_mu);
-            int64_t until = c->engines[i].grace_until_ns;
+            int64_t until = ce->grace_until_ns;
+            enum cerb_breaker_state bs = cerb__breaker_state(&ce->brk);
             cerb__mutex_unlock(&c->fo_mu);
             if (until <= now)
                 continue;
-            struct cerb_client_engine *ce = &c->engines[i];
-            cerb_status st = cerb__engine_held(ce->ops, ce->e, name);
+            /* An engine whose breaker is open is known not to answer: asking
+             * would only cost every caller an op timeout (a blackholed
+             * server) for the same "cannot tell". */
+            bool down = bs == CERB_BREAKER_OPEN || bs == CERB_BREAKER_FORCED_OPEN;
+            cerb_status st = down ? cerb__error_set(CERB_UNAVAILABLE, "engine %s is down", ce->name)
+                                  : cerb__engine_held(ce->ops, ce->e, name);
             if (st == CERB_OK)
                 continue; /* confirmed free there */
             blocked = true;
