@@ -465,6 +465,11 @@ cerb_status cerb__etcd_call(cerb_engine *e, struct etcd_call *call)
     cerb_status st;
     bool any_unknown = false, reauthed = false;
     int tries = 0;
+    /* The error of the last attempt that had a whole op timeout: when the
+     * final one was cut short by the deadline ("no answer within 6 ms"),
+     * this says what actually went wrong. */
+    char full_why[CERB_ERROR_MAX] = "";
+    bool cut_short = false;
 
     call->resp = NULL;
     call->grpc_code = -1;
@@ -495,6 +500,9 @@ cerb_status cerb__etcd_call(cerb_engine *e, struct etcd_call *call)
         tries++;
         if (st == CERB_OK)
             break;
+        cut_short = tmo < e->ec->op_timeout_ms;
+        if (!cut_short)
+            cerb__error_copy(full_why, sizeof full_why);
         if (oc == CERB_OUTCOME_UNKNOWN)
             any_unknown = true;
         if (st == CERB_INTERRUPTED || st == CERB_ENOMEM)
@@ -534,6 +542,8 @@ cerb_status cerb__etcd_call(cerb_engine *e, struct etcd_call *call)
             }
         }
     }
+    if (st != CERB_OK && st != CERB_INTERRUPTED && cut_short && full_why[0])
+        cerb__error_set(st, "%s (retried until the deadline)", full_why);
     call->resent = any_unknown;
     call->outcome = st == CERB_OK ? CERB_OUTCOME_YES
                                   : (any_unknown ? CERB_OUTCOME_UNKNOWN : CERB_OUTCOME_NO);

@@ -1,16 +1,17 @@
 /*
- * test_zk.c — the public lock API on a real ZooKeeper: Curator's node
- * layout with the czxid as fencing token, exclusion across threads and
- * processes with strictly increasing fences, try / timed / interruptible
- * semantics with no node left behind, a holder that waited marking its node
- * for its successor, the herd check (20 waiters, each release wakes exactly
- * one), digest ACLs that keep another identity from
- * deleting our lock nodes, holds that outlive many leases, bad names and an
- * unreachable ensemble. The server is the shared fixture `zk`; lock names
- * are unique per test (test_name), so suites run in parallel.
+ * test_zk.c — what only the zk engine has, on a real ZooKeeper: Curator's
+ * node layout with the czxid as fencing token and a CONTAINER parent, a
+ * holder that waited marking its node for its successor, the herd check (20
+ * waiters, each release wakes exactly one, FIFO), digest ACLs that keep
+ * another identity from deleting our lock nodes, names a ZooKeeper path
+ * component cannot take, and an unreachable ensemble. The engine-independent
+ * contract (exclusion, try / timed / interruptible waits with no node left
+ * behind, fences, holds past the lease and the session timeout, the prober)
+ * is in conformance.c, run as conformance_zk. The server is the shared
+ * fixture `zk`; lock names are unique per test (test_name), so suites run in
+ * parallel.
  */
 #define _POSIX_C_SOURCE 200809L
-#include <fcntl.h>
 #include <pthread.h>
 #include <regex.h>
 #include <setjmp.h>
@@ -21,7 +22,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #include <cmocka.h>
 
@@ -115,170 +115,6 @@ static void test_curator_layout_and_czxid_fence(void **state)
     cerb_client_close(c);
 }
 
-/* ---- exclusion across threads, each with its own client ---- */
-
-struct mx {
-    const char *name;
-    int iters;
-    atomic_int inside;
-    atomic_int overlap, errors, counter, fence_regress;
-    pthread_mutex_t fmu;
-    uint64_t last_fence;
-};
-
-static void *mx_main(void *arg)
-{
-    struct mx *m = arg;
-    cerb_client *c = open_client(NULL, NULL);
-    cerb_lock *l = mk(c, m->name);
-    for (int i = 0; i < m->iters; i++) {
-        if (cerb_lock_lock(l) != CERB_OK) {
-            atomic_fetch_add(&m->errors, 1);
-            continue;
-        }
-        if (atomic_fetch_add(&m->inside, 1) != 0)
-            atomic_fetch_add(&m->overlap, 1);
-        uint64_t f = cerb_lock_fencing_token(l);
-        pthread_mutex_lock(&m->fmu);
-        if (f <= m->last_fence)
-            atomic_fetch_add(&m->fence_regress, 1);
-        m->last_fence = f;
-        pthread_mutex_unlock(&m->fmu);
-        atomic_fetch_add(&m->counter, 1);
-        atomic_fetch_sub(&m->inside, 1);
-        if (cerb_lock_unlock(l) != CERB_OK)
-            atomic_fetch_add(&m->errors, 1);
-    }
-    cerb_lock_free(l);
-    cerb_client_close(c);
-    return NULL;
-}
-
-static void test_exclusion_threads(void **state)
-{
-    (void)state;
-    char *name = test_name("mx");
-    struct mx m = {.name = name, .iters = 40};
-    pthread_mutex_init(&m.fmu, NULL);
-    pthread_t t[4];
-    for (int i = 0; i < 4; i++)
-        pthread_create(&t[i], NULL, mx_main, &m);
-    for (int i = 0; i < 4; i++)
-        pthread_join(t[i], NULL);
-    assert_int_equal(atomic_load(&m.errors), 0);
-    assert_int_equal(atomic_load(&m.overlap), 0);
-    assert_int_equal(atomic_load(&m.fence_regress), 0);
-    assert_int_equal(atomic_load(&m.counter), 160);
-    zhandle_t *zh = cerb_test_zk_connect(NULL, NULL);
-    assert_non_null(zh);
-    assert_int_equal(n_children(zh, name), 0);
-    cerb_test_zk_close(zh);
-    pthread_mutex_destroy(&m.fmu);
-    free(name);
-}
-
-/* ---- exclusion across processes: a counter and a fence file ---- */
-
-struct proc_arg {
-    const char *name;
-    const char *file;
-    int iters;
-};
-
-static int proc_main(void *ud)
-{
-    struct proc_arg *a = ud;
-    cerb_client *c = NULL;
-    char *cfg = cerb_test_zk_config(NULL, NULL, NULL);
-    if (cerb_client_open_string(&c, cfg) != CERB_OK)
-        return 10;
-    free(cfg);
-    cerb_lock *l = NULL;
-    if (cerb_lock_new(c, a->name, NULL, &l) != CERB_OK)
-        return 11;
-    for (int i = 0; i < a->iters; i++) {
-        if (cerb_lock_lock(l) != CERB_OK)
-            return 12;
-        /* "<count> <last fence>": the count must not lose updates and the
-         * fence must grow with every holder, across processes. */
-        int fd = open(a->file, O_RDWR);
-        char buf[64] = {0};
-        if (fd < 0 || pread(fd, buf, sizeof buf - 1, 0) < 0)
-            return 13;
-        long v = 0;
-        unsigned long long last = 0;
-        if (sscanf(buf, "%ld %llu", &v, &last) != 2)
-            return 14;
-        unsigned long long f = cerb_lock_fencing_token(l);
-        if (f <= last)
-            return 16;
-        int n = snprintf(buf, sizeof buf, "%ld %llu\n", v + 1, f);
-        if (pwrite(fd, buf, (size_t)n, 0) != n)
-            return 14;
-        close(fd);
-        if (cerb_lock_unlock(l) != CERB_OK)
-            return 15;
-    }
-    cerb_lock_free(l);
-    cerb_client_close(c);
-    return 0;
-}
-
-static void test_exclusion_processes(void **state)
-{
-    (void)state;
-    char *name = test_name("procs");
-    char file[] = "/tmp/cerb-zk-counter-XXXXXX";
-    int fd = mkstemp(file);
-    assert_true(fd >= 0);
-    assert_int_equal(write(fd, "0 0\n", 4), 4);
-    close(fd);
-    struct proc_arg a = {name, file, 25};
-    pid_t pids[4];
-    for (int i = 0; i < 4; i++)
-        pids[i] = cerb_test_fork(proc_main, &a);
-    for (int i = 0; i < 4; i++)
-        assert_int_equal(cerb_test_wait(pids[i], 60000), 0);
-    FILE *f = fopen(file, "r");
-    long v = -1;
-    unsigned long long last = 0;
-    assert_int_equal(fscanf(f, "%ld %llu", &v, &last), 2);
-    fclose(f);
-    unlink(file);
-    assert_int_equal(v, 100);
-    free(name);
-}
-
-/* ---- try / timed / interruptible ---- */
-
-struct other {
-    cerb_lock *l;
-    int mode; /* 0 trylock, 1 trylock_for, 2 interruptibly, 3 unlock */
-    int64_t wait_ms;
-    cerb_status st;
-    uint64_t fence;
-    atomic_bool done;
-};
-
-static void *other_main(void *arg)
-{
-    struct other *o = arg;
-    switch (o->mode) {
-    case 0: o->st = cerb_lock_trylock(o->l); break;
-    case 1: o->st = cerb_lock_trylock_for(o->l, o->wait_ms); break;
-    case 2: o->st = cerb_lock_lock_interruptibly(o->l); break;
-    default: o->st = cerb_lock_unlock(o->l); break;
-    }
-    if (o->st == CERB_OK && o->mode != 3) {
-        o->fence = cerb_lock_fencing_token(o->l);
-        cerb_lock_unlock(o->l);
-    }
-    atomic_store(&o->done, true);
-    return NULL;
-}
-
-static bool other_done(void *ud) { return atomic_load(&((struct other *)ud)->done); }
-
 struct kids_arg {
     zhandle_t *zh;
     const char *name;
@@ -288,65 +124,6 @@ static bool kids_are(void *ud)
 {
     struct kids_arg *k = ud;
     return n_children(k->zh, k->name) == k->want;
-}
-
-static void test_semantics(void **state)
-{
-    (void)state;
-    cerb_client *c1 = open_client(NULL, NULL), *c2 = open_client(NULL, NULL);
-    zhandle_t *zh = cerb_test_zk_connect(NULL, NULL);
-    assert_non_null(zh);
-    char *name = test_name("sem");
-    cerb_lock *a = mk(c1, name), *b = mk(c2, name);
-
-    assert_int_equal(cerb_lock_lock(a), CERB_OK);
-    /* trylock: BUSY, and its node is gone again. */
-    assert_int_equal(cerb_lock_trylock(b), CERB_BUSY);
-    assert_int_equal(n_children(zh, name), 1);
-    /* trylock_for: TIMEOUT on time, node gone. */
-    int64_t t0 = cerb_test_now_ms();
-    assert_int_equal(cerb_lock_trylock_for(b, 300), CERB_TIMEOUT);
-    int64_t took = cerb_test_now_ms() - t0;
-    assert_true(took >= 290 && took < 2000);
-    assert_int_equal(n_children(zh, name), 1);
-    assert_int_equal(cerb_lock_unlock(b), CERB_NOT_OWNER);
-
-    /* Interruptible: queued on the server, woken by the interrupt. */
-    struct other oi = {.l = b, .mode = 2};
-    pthread_t t;
-    pthread_create(&t, NULL, other_main, &oi);
-    struct kids_arg two = {zh, name, 2};
-    assert_wait_until(kids_are, &two, 3000);
-    assert_false(other_done(&oi));
-    t0 = cerb_test_now_ms();
-    assert_int_equal(cerb_lock_interrupt(b), CERB_OK);
-    assert_wait_until(other_done, &oi, 2000);
-    pthread_join(t, NULL);
-    assert_int_equal(oi.st, CERB_INTERRUPTED);
-    assert_true(cerb_test_now_ms() - t0 < 1000);
-    assert_int_equal(n_children(zh, name), 1);
-
-    /* A waiter gets it when released, with a larger fence. */
-    struct other ow = {.l = b, .mode = 1, .wait_ms = 5000};
-    pthread_create(&t, NULL, other_main, &ow);
-    assert_wait_until(kids_are, &two, 3000);
-    uint64_t fa = cerb_lock_fencing_token(a);
-    assert_int_equal(cerb_lock_unlock(a), CERB_OK);
-    assert_wait_until(other_done, &ow, 3000);
-    pthread_join(t, NULL);
-    assert_int_equal(ow.st, CERB_OK);
-    assert_true(ow.fence > fa);
-    assert_int_equal(cerb_lock_trylock(b), CERB_OK);
-    assert_true(cerb_lock_fencing_token(b) > ow.fence);
-    assert_int_equal(cerb_lock_unlock(b), CERB_OK);
-    assert_int_equal(n_children(zh, name), 0);
-
-    cerb_lock_free(a);
-    cerb_lock_free(b);
-    free(name);
-    cerb_test_zk_close(zh);
-    cerb_client_close(c1);
-    cerb_client_close(c2);
 }
 
 /* ---- a holder that waited marks its node for its successor ---- */
@@ -572,42 +349,6 @@ static void test_herd_one_wakeup_per_release(void **state)
     free(name);
 }
 
-/* ---- holds outlive many leases and renewals ---- */
-
-static void test_long_hold_stays_valid(void **state)
-{
-    (void)state;
-    /* A lease shorter and one longer than the session timeout: either way
-     * the hold lives as long as the session, and renewals do no I/O. */
-    cerb_client *c1 = open_client("session_timeout_ms = 2000;", NULL);
-    cerb_client *c2 = open_client(NULL, NULL);
-    char *name = test_name("long");
-    char *name2 = test_name("long2");
-    cerb_lock_opts o = CERB_LOCK_OPTS_INIT;
-    o.lease_ms = 300;
-    cerb_lock *a = NULL, *a2 = mk(c1, name2), *b = mk(c2, name);
-    assert_int_equal(cerb_lock_new(c1, name, &o, &a), CERB_OK);
-    assert_int_equal(cerb_lock_lock(a), CERB_OK);
-    assert_int_equal(cerb_lock_lock(a2), CERB_OK); /* default 10 s lease */
-    int64_t end = cerb_test_now_ms() + 3000;
-    while (cerb_test_now_ms() < end) {
-        assert_int_equal(cerb_lock_trylock_for(b, 100), CERB_TIMEOUT);
-        assert_int_equal(cerb_lock_state(a), CERB_LOCK_VALID);
-        assert_int_equal(cerb_lock_state(a2), CERB_LOCK_VALID);
-    }
-    assert_int_equal(cerb_lock_unlock(a), CERB_OK);
-    assert_int_equal(cerb_lock_unlock(a2), CERB_OK);
-    assert_int_equal(cerb_lock_trylock(b), CERB_OK);
-    assert_int_equal(cerb_lock_unlock(b), CERB_OK);
-    cerb_lock_free(a);
-    cerb_lock_free(a2);
-    cerb_lock_free(b);
-    free(name);
-    free(name2);
-    cerb_client_close(c1);
-    cerb_client_close(c2);
-}
-
 /* ---- digest auth and ACLs ---- */
 
 static void test_acl_other_identity_cannot_delete(void **state)
@@ -679,7 +420,7 @@ static void test_acl_other_identity_cannot_delete(void **state)
     free(root);
 }
 
-/* ---- bad input, unreachable ensemble ---- */
+/* ---- names a path component cannot take, unreachable ensemble ---- */
 
 static void expect_bad_name(cerb_client *c, const char *name, const char *why)
 {
@@ -705,19 +446,9 @@ static void test_bad_names(void **state)
     expect_bad_name(c, "c1\xc2\x85", "U+0085");
     expect_bad_name(c, "priv\xee\x80\x80", "U+E000");
     expect_bad_name(c, "emoji\xf0\x9f\x98\x80", "U+1F600");
-    expect_bad_name(c, "tab\there", "control");
-    /* Fine as one component: dots, spaces, "zookeeper" (we are under the
-     * root), non-ASCII letters. */
-    const char *good[] = {"a.b", "...", "with space", "zookeeper", "caf\xc3\xa9"};
-    for (size_t i = 0; i < sizeof good / sizeof good[0]; i++) {
-        char *n = test_name(good[i]);
-        cerb_lock *l = NULL;
-        assert_int_equal(cerb_lock_new(c, n, NULL, &l), CERB_OK);
-        assert_int_equal(cerb_lock_lock(l), CERB_OK);
-        assert_int_equal(cerb_lock_unlock(l), CERB_OK);
-        cerb_lock_free(l);
-        free(n);
-    }
+    /* The limits of every engine (length, control characters) and names
+     * that are fine as one component here too ("a.b", "...", "zookeeper",
+     * spaces, non-ASCII letters) are checked in conformance.c. */
     cerb_client_close(c);
 }
 
@@ -739,50 +470,15 @@ static void test_unreachable_ensemble(void **state)
     assert_true(took >= 450 && took < 2000);
 }
 
-struct probe_arg {
-    cerb_client *c;
-    struct cerb_engine_info info;
-};
-static bool probed(void *ud)
-{
-    struct probe_arg *p = ud;
-    return cerb_engine_info(p->c, "zk", &p->info) == CERB_OK && p->info.last_probe_us >= 0;
-}
-
-static void test_probe_and_info(void **state)
-{
-    (void)state;
-    /* The prober runs when there is a second engine to fail over to. */
-    char cfg[512];
-    snprintf(cfg, sizeof cfg,
-             "engines = (\"zk\", \"local\"); zk = { hosts = \"127.0.0.1:%d\"; };\n"
-             "failover = { probe_interval_ms = 50; probe_timeout_ms = 50; };",
-             cerb_test_zk_port());
-    struct probe_arg p = {0};
-    cerb_status st = cerb_client_open_string(&p.c, cfg);
-    if (st != CERB_OK)
-        fail_msg("open: %s: %s", cerb_status_name(st), cerb_last_error());
-    assert_string_equal(cerb_engine_current(p.c), "zk");
-    assert_wait_until(probed, &p, 3000);
-    assert_int_equal(p.info.breaker, CERB_BREAKER_CLOSED);
-    assert_true(p.info.last_probe_us < 1000000);
-    cerb_client_close(p.c);
-}
-
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_curator_layout_and_czxid_fence),
-        cmocka_unit_test(test_exclusion_threads),
-        cmocka_unit_test(test_exclusion_processes),
-        cmocka_unit_test(test_semantics),
         cmocka_unit_test(test_grant_marks_node),
         cmocka_unit_test(test_herd_one_wakeup_per_release),
-        cmocka_unit_test(test_long_hold_stays_valid),
         cmocka_unit_test(test_acl_other_identity_cannot_delete),
         cmocka_unit_test(test_bad_names),
         cmocka_unit_test(test_unreachable_ensemble),
-        cmocka_unit_test(test_probe_and_info),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,0 +1,43 @@
+# conformance.cmake — the engine conformance suite (integration/conformance.c):
+# one source, built once per engine with CERB_CONFORMANCE_ENGINE naming the
+# engine it runs against, so each ctest test says which engine failed:
+#   conformance_local   no server
+#   conformance_redis   fixture redis (shared server)
+#   conformance_zk      fixture zk, when CERB_WITH_ZK
+#   conformance_etcd    fixture etcd, when CERB_WITH_ETCD
+# Included at the end of tests/CMakeLists.txt, after the fixtures exist. The
+# file is not named test_*.c, so the integration globs there do not pick it
+# up a second time. Every build includes the helpers of each engine that is
+# built (CERB_CONF_<ENGINE>), so one binary could serve any of them; only
+# the compile definition of the engine differs.
+
+set(CERB_CONFORMANCE_SOURCE ${CMAKE_CURRENT_SOURCE_DIR}/integration/conformance.c)
+set(CERB_CONFORMANCE_DEFS "")
+if(TARGET PkgConfig::HIREDIS)
+  list(APPEND CERB_CONFORMANCE_DEFS CERB_CONF_REDIS=1)
+endif()
+if(CERB_WITH_ZK)
+  list(APPEND CERB_CONFORMANCE_DEFS CERB_CONF_ZK=1)
+endif()
+if(CERB_WITH_ETCD)
+  list(APPEND CERB_CONFORMANCE_DEFS CERB_CONF_ETCD=1)
+endif()
+
+# cerb_conformance_suite(ENGINE [cerb_add_suite arguments...])
+function(cerb_conformance_suite engine)
+  cerb_add_suite(NAME conformance_${engine} SOURCES ${CERB_CONFORMANCE_SOURCE}
+    LABELS integration conformance TIMEOUT 120 ${ARGN})
+  target_compile_definitions(conformance_${engine} PRIVATE
+    CERB_CONFORMANCE_ENGINE="${engine}" ${CERB_CONFORMANCE_DEFS})
+endfunction()
+
+cerb_conformance_suite(local)
+if(TARGET PkgConfig::HIREDIS)
+  cerb_conformance_suite(redis FIXTURES redis)
+endif()
+if(CERB_WITH_ZK)
+  cerb_conformance_suite(zk FIXTURES zk ENV CERB_ZK_PORT=${CERB_TEST_ZK_PORT})
+endif()
+if(CERB_WITH_ETCD)
+  cerb_conformance_suite(etcd FIXTURES etcd ENV CERB_ETCD_PORT=${CERB_TEST_ETCD_PORT})
+endif()
