@@ -62,6 +62,20 @@ int cerb__cli_switch(const struct cerb__cli *cli, int argc, char **argv);
 int cerb__cli_check(const struct cerb__cli *cli, int argc, char **argv);
 int cerb__cli_holders(const struct cerb__cli *cli, int argc, char **argv);
 
+/*
+ * `holders` readers of the engines with servers (holders_zk.c,
+ * holders_etcd.c; Redis is read in cmd_holders.c). Each prints its lines
+ * ("<engine>: ...") on stdout and its errors on stderr, and returns an
+ * exit code. Built only with the engine (CERB_CLI_WITH_ZK / _ETCD).
+ */
+struct cerb_zk_config;
+struct cerb_etcd_config;
+int cerb__cli_holders_zk(const struct cerb_zk_config *zc, const char *name, int verbose);
+int cerb__cli_holders_etcd(const struct cerb_etcd_config *ec, const char *name, int verbose);
+
+/* Prints s[0..n) with bytes that are not printable ASCII (and '\\') as \xNN. */
+void cerb__cli_print_bytes(const char *s, size_t n);
+
 /* Usage texts (man-page style), printed by --help and by `cerberus help`. */
 extern const char cerb__cli_run_usage[];
 extern const char cerb__cli_status_usage[];

@@ -1,18 +1,22 @@
 /*
  * cmd_holders.c — `cerberus [-c FILE] holders NAME`: who holds lock NAME on
- * each configured engine, and who waits for it.
+ * each configured engine, and who waits for it, in queue order.
  *
- * No engine operation answers "who holds this" yet, so the command reads
- * the servers itself, engine by engine, through the wire layout of
- * DESIGN.md §4. On Redis (engine_redis/redis_scripts.h) the lock of NAME is
- * the string key K = redis.prefix + NAME holding the owner token with a PX
- * lease; `{K}:fence` counts grants, `{K}:q` lists waiter tokens in order and
+ * No engine operation answers "who holds this", so the command reads the
+ * servers itself, engine by engine, through the wire layouts of DESIGN.md
+ * §4, read-only and with the configuration's timeouts: Redis here, ZooKeeper
+ * in holders_zk.c, etcd in holders_etcd.c. The name is first checked with
+ * each engine's own rule (a '/' is fine on Redis, not on zk or etcd).
+ *
+ * On Redis (engine_redis/redis_scripts.h) the lock of NAME is the string
+ * key K = redis.prefix + NAME holding the owner token with a PX lease;
+ * `{K}:fence` counts grants, `{K}:q` lists waiter tokens in order and
  * `{K}:d` maps each waiter to "deadline_ms lease_ms" in server time, a
  * waiter whose deadline passed being dead. One MULTI/EXEC reads all of it
  * and the server's TIME at once, so the answer is a consistent snapshot and
  * the command never writes. A key without an expiry (a redis-py Lock with no
- * timeout) is shown as held with no expiry. Other engines print "not
- * supported yet" until they grow the same reader.
+ * timeout) is shown as held with no expiry. The in-process "local" engine
+ * cannot be seen from another process.
  */
 #include "internal_posix.h"
 
@@ -25,23 +29,35 @@
 
 #include "cli.h"
 #include "config.h"
+#include "engine.h"
 
 const char cerb__cli_holders_usage[] =
     "Usage: cerberus [-c FILE] holders NAME\n"
     "\n"
-    "Show who holds lock NAME on every configured engine: the owner token,\n"
-    "the lease left, the engine's grant counter (the low 48 bits of the\n"
-    "fencing token), and the tokens of live waiters in queue order. Reads\n"
-    "the servers directly and changes nothing.\n"
+    "Show who holds lock NAME on every configured engine, in configuration\n"
+    "order: the owner, the time its lease has left where the engine has one,\n"
+    "the engine's fencing counter (the low 48 bits of the holder's fencing\n"
+    "token), and the waiters in queue order. Reads the servers directly,\n"
+    "with the configured timeouts, and changes nothing.\n"
     "\n"
     "  redis: held by 3f9c...e1, 8412 ms left, fence 17\n"
     "  redis: waiting: 77ab...02, 01cd...9e\n"
-    "  redis: free\n"
+    "  zk: held by _c_0b6e...-lock-0000000004 (session 0x1000a2f3c0001), fence 388\n"
+    "  zk: waiting: _c_91d2...-lock-0000000005 (session 0x1000a2f3c0002)\n"
+    "  etcd: held by 694d7a1b2c3d4e5f, 7 s left (TTL 10 s), fence 1207\n"
+    "  etcd: waiting: 694d7a1b2c3d4e61\n"
+    "  local: in-process, not visible from here\n"
     "\n"
-    "Supported today: redis. Other engines print \"not supported yet\".\n"
+    "redis: the owner token and the key's PTTL; the fence is {KEY}:fence.\n"
+    "zk: the lock node (Curator's _c_<uuid>-lock-<seq> under zk.root/NAME)\n"
+    "  and the session it lives with; the fence is the node's czxid.\n"
+    "etcd: the key under etcd.prefix NAME/ (the contender's lease in hex),\n"
+    "  the lease's time to live; the fence is the key's create revision.\n"
+    "A server that cannot be reached prints \"ENGINE: unreachable\", with\n"
+    "the reason on stderr; the other engines are still shown.\n"
     "\n"
     "Exit status: 0 ok, 69 a server could not be asked, 78 configuration\n"
-    "error, 64 usage.\n";
+    "error, 64 usage (or NAME is not a valid lock name on some engine).\n";
 
 static struct timeval ms_to_tv(int64_t ms)
 {
@@ -49,8 +65,7 @@ static struct timeval ms_to_tv(int64_t ms)
     return tv;
 }
 
-/* Prints @s with bytes that are not printable ASCII as \xNN. */
-static void print_token(const char *s, size_t n)
+void cerb__cli_print_bytes(const char *s, size_t n)
 {
     for (size_t i = 0; i < n; i++) {
         unsigned char c = (unsigned char)s[i];
@@ -157,7 +172,7 @@ static int holders_redis(const struct cerb_redis_config *rc, const char *name)
     ctx = redis_connect(rc, err, sizeof err);
     if (!ctx) {
         printf("redis: unreachable\n");
-        cerb__cli_error("redis: %s", err);
+        cerb__cli_error("redis: unreachable: %s", err);
         return CLI_EXIT_UNAVAILABLE;
     }
     k = concat3("", prefix, name);
@@ -184,7 +199,8 @@ static int holders_redis(const struct cerb_redis_config *rc, const char *name)
         r = NULL;
         if (redisGetReply(ctx, &reply) != REDIS_OK) {
             printf("redis: unreachable\n");
-            cerb__cli_error("redis: %s:%d: %s", rc->host, rc->port, reply_error(ctx, NULL));
+            cerb__cli_error("redis: unreachable: %s:%d: %s", rc->host, rc->port,
+                            reply_error(ctx, NULL));
             rc_exit = CLI_EXIT_UNAVAILABLE;
             goto out;
         }
@@ -214,7 +230,7 @@ static int holders_redis(const struct cerb_redis_config *rc, const char *name)
     } else {
         const redisReply *ttl = r->element[Q_PTTL], *fence = r->element[Q_FENCE];
         printf("redis: held by ");
-        print_token(x->str, x->len);
+        cerb__cli_print_bytes(x->str, x->len);
         if (ttl->type == REDIS_REPLY_INTEGER && ttl->integer >= 0)
             printf(", %lld ms left", ttl->integer);
         else
@@ -238,7 +254,7 @@ static int holders_redis(const struct cerb_redis_config *rc, const char *name)
             if (tok->type != REDIS_REPLY_STRING || waiter_deadline(data, tok) < now)
                 continue;
             printf(shown++ ? ", " : "redis: waiting: ");
-            print_token(tok->str, tok->len);
+            cerb__cli_print_bytes(tok->str, tok->len);
         }
         if (shown)
             printf("\n");
@@ -289,14 +305,33 @@ int cerb__cli_holders(const struct cerb__cli *cli, int argc, char **argv)
         return cerb__cli_exit_code(st);
     }
     for (size_t i = 0; i < cfg->n_engines; i++) {
-        int r;
-        if (strcmp(cfg->engines[i], "redis") == 0) {
-            fflush(stdout);
+        const char *e = cfg->engines[i];
+        const struct cerb_engine_ops *ops = cerb__engine_find(e);
+        int r = CLI_EXIT_OK;
+        fflush(stdout);
+        if (ops && cerb__engine_check_name(ops, name) != CERB_OK) {
+            /* Shown, not fatal: the name may still be fine elsewhere. */
+            const char *why = cerb_last_error();
+            bool named = strncmp(why, e, strlen(e)) == 0; /* "zk: ..." */
+            printf("%s: not a valid lock name here\n", e);
+            cerb__cli_error("%s%s%s", named ? "" : e, named ? "" : ": ", why);
+            r = CLI_EXIT_USAGE;
+        } else if (strcmp(e, "redis") == 0) {
             r = holders_redis(&cfg->redis, name);
+#ifdef CERB_CLI_WITH_ZK
+        } else if (strcmp(e, "zk") == 0) {
+            r = cerb__cli_holders_zk(&cfg->zk, name, cli->verbose);
+#endif
+#ifdef CERB_CLI_WITH_ETCD
+        } else if (strcmp(e, "etcd") == 0) {
+            r = cerb__cli_holders_etcd(&cfg->etcd, name, cli->verbose);
+#endif
+        } else if (strcmp(e, "local") == 0) {
+            printf("local: in-process, not visible from here\n");
         } else {
-            printf("%s: not supported yet\n", cfg->engines[i]);
-            r = CLI_EXIT_OK;
+            printf("%s: not supported by this build\n", e);
         }
+        fflush(stdout);
         if (r != CLI_EXIT_OK && rc == CLI_EXIT_OK)
             rc = r;
     }
