@@ -5,14 +5,21 @@
  *
  *   cerberus-bench [-c FILE] [--engine E|all] [--scenario S[,S...]|all]
  *                  [--threads N[,N...]] [--duration S] [--waiters N]
- *                  [--locks M] [--lease MS] [--port P] [--json FILE]
- *                  [--plot FILE.png]
+ *                  [--locks M] [--lease MS] [--port P] [--peers]
+ *                  [--json FILE] [--plot FILE.png]
  *
  * Scenarios: uncontended, contended, handoff, herd, many (scenarios.c and
  * scenario_<name>.c), and failover (failover.c), which needs commands to
  * kill and restore a server and so is not part of `all`. For each engine
  * the chosen scenarios run in that order; each row goes to the table as soon
  * as it is measured.
+ *
+ * --peers (peers.c) runs other lock libraries on the same servers in the
+ * same run — redis-py on redis, Curator and kazoo on ZooKeeper,
+ * python-etcd3 and etcdctl on etcd — through the scripts in bench/peers/,
+ * and puts a row for each right under Cerberus's uncontended and handoff
+ * rows, with Cerberus's figure over the peer's. A peer that is not
+ * installed is a "skipped" row, never a failure of the bench.
  *
  * Without -c the bench writes its own configuration: Redis on 127.0.0.1,
  * port --port (26379, the test server's), a pool of max(4, threads, the
@@ -85,6 +92,7 @@ struct cli {
     int port_set; /* --port given: overrides the engine's default port */
     const char *json_path;
     const char *plot_path;
+    int peers;                 /* --peers */
     struct bench_fo_opts fo;
 };
 
@@ -95,8 +103,9 @@ static void usage(FILE *f)
         "[--scenario S[,S...]|all]\n"
         "                      [--threads N[,N...]] [--duration S] "
         "[--waiters N] [--locks M]\n"
-        "                      [--lease MS] [--port P] [--json FILE] "
-        "[--plot FILE.png]\n"
+        "                      [--lease MS] [--port P] [--peers] "
+        "[--json FILE]\n"
+        "                      [--plot FILE.png]\n"
         "\n"
         "  -c, --config FILE   engines and servers from a Cerberus config file;\n"
         "                      without it: redis on 127.0.0.1:PORT\n"
@@ -114,6 +123,13 @@ static void usage(FILE *f)
         "  --duration S        seconds measured per side of each scenario; herd: rounds\n"
         "                      for that long; many: the hold period (default 5)\n"
         "  --port P            redis port when no -c is given (default %d)\n"
+        "  --peers             also run the peers on the same servers, a row each\n"
+        "                      under Cerberus's uncontended and handoff rows:\n"
+        "                      redis-py (redis), Curator and kazoo (zk),\n"
+        "                      python-etcd3 and etcdctl (etcd); one not installed\n"
+        "                      is a \"skipped\" row. Scripts: $CERB_BENCH_PEERS_DIR\n"
+        "                      (default: the source tree's bench/peers); Python\n"
+        "                      ones run with $CERB_PEER_PYTHON (/usr/bin/python3)\n"
         "  --json FILE         also write the results as a JSON array\n"
         "  --plot FILE.png     also draw them with gnuplot: ops/s and p50/p99 per\n"
         "                      scenario, engines side by side\n"
@@ -215,7 +231,7 @@ static int parse_cli(int argc, char **argv, struct cli *c)
 {
     enum { O_ENGINE = 256, O_SCENARIO, O_THREADS, O_DURATION, O_WAITERS,
            O_PORT, O_JSON, O_FAIL, O_RESTORE, O_GRACE0, O_FLAP, O_FLAP_PERIOD, O_MAX_WAIT,
-           O_LOCKS, O_LEASE, O_PLOT };
+           O_LOCKS, O_LEASE, O_PLOT, O_PEERS };
     static const struct option opts[] = {
         {"config", required_argument, NULL, 'c'},
         {"engine", required_argument, NULL, O_ENGINE},
@@ -226,6 +242,7 @@ static int parse_cli(int argc, char **argv, struct cli *c)
         {"port", required_argument, NULL, O_PORT},
         {"json", required_argument, NULL, O_JSON},
         {"plot", required_argument, NULL, O_PLOT},
+        {"peers", no_argument, NULL, O_PEERS},
         {"locks", required_argument, NULL, O_LOCKS},
         {"lease", required_argument, NULL, O_LEASE},
         {"fail-cmd", required_argument, NULL, O_FAIL},
@@ -279,6 +296,9 @@ static int parse_cli(int argc, char **argv, struct cli *c)
             break;
         case O_PLOT:
             c->plot_path = optarg;
+            break;
+        case O_PEERS:
+            c->peers = 1;
             break;
         case O_DURATION: {
             char *end;
@@ -340,6 +360,10 @@ static int parse_cli(int argc, char **argv, struct cli *c)
     if (optind < argc) {
         bench_errorf("unexpected argument \"%s\"", argv[optind]);
         usage(stderr);
+        return -1;
+    }
+    if (c->peers && c->scenarios == SC_FAILOVER) {
+        bench_errorf("--peers: the failover scenario has no peer rows");
         return -1;
     }
     if (port_given && c->config_path) {
@@ -506,28 +530,12 @@ static void bench_log(cerb_log_level level, const char *line, void *ud)
     fprintf(stderr, "%s\n", line);
 }
 
-/* Append room for one more result. Returns the slot, or NULL (printed). */
-static struct bench_result *results_slot(struct bench_result **results,
-                                         size_t n, size_t *cap)
-{
-    if (n == *cap) {
-        size_t ncap = *cap ? 2 * *cap : 8;
-        struct bench_result *nr = realloc(*results, ncap * sizeof *nr);
-        if (!nr) {
-            bench_errorf("out of memory");
-            return NULL;
-        }
-        *results = nr;
-        *cap = ncap;
-    }
-    return &(*results)[n];
-}
-
-/* Run every chosen scenario on engine @e, appending rows as they come.
+/* Run every chosen scenario on engine @e, appending rows as they come
+ * (and the peers' rows after uncontended and handoff when @peers).
  * Returns 0, or -1 when one failed (printed). */
 static int run_engine(const struct cli *cli, struct bench_opts *opts,
-                      const struct bench_engine *e,
-                      struct bench_result **results, size_t *n, size_t *cap)
+                      const struct bench_engine *e, struct bench_rows *rows,
+                      struct bench_peers *peers)
 {
     static const int default_contended[1] = {DEFAULT_CONTENDED_THREADS};
     const int *ct = cli->threads_given ? cli->threads : default_contended;
@@ -540,7 +548,7 @@ static int run_engine(const struct cli *cli, struct bench_opts *opts,
                  : bit == SC_CONTENDED   ? n_ct
                                          : 1;
         for (int k = 0; k < runs; k++) {
-            struct bench_result *r = results_slot(results, *n, cap);
+            struct bench_result *r = bench_rows_slot(rows);
             int rc;
             if (!r)
                 return -1;
@@ -564,8 +572,14 @@ static int run_engine(const struct cli *cli, struct bench_opts *opts,
             }
             if (rc != 0)
                 return -1;
-            (*n)++;
+            rows->n++;
             bench_report_row(stdout, r);
+            /* The row may move when the peers' rows are added. */
+            if (peers) {
+                struct bench_result cerb = rows->v[rows->n - 1];
+                if (bench_peers_after(peers, e, opts, &cerb, rows) != 0)
+                    return -1;
+            }
         }
     }
     return 0;
@@ -575,8 +589,8 @@ int main(int argc, char **argv)
 {
     struct cli cli;
     struct bench_engine engines[CERB_MAX_ENGINES];
-    struct bench_result *results = NULL;
-    size_t n_results = 0, cap = 0;
+    struct bench_rows rows = {NULL, 0, 0};
+    struct bench_peers *peers = NULL;
     int n_engines, status = 0;
 
     int p = parse_cli(argc, argv, &cli);
@@ -593,6 +607,13 @@ int main(int argc, char **argv)
                                 : engines_builtin(&cli, engines);
     if (n_engines < 0)
         return 2;
+    /* Its environment (CERB_BENCH_PEER_LIMIT_S) is input too: checked
+     * before any run. */
+    if (cli.peers && !(peers = bench_peers_new(isatty(STDERR_FILENO)))) {
+        for (int i = 0; i < n_engines; i++)
+            engine_free(&engines[i]);
+        return 2;
+    }
 
     struct bench_opts opts = {
         .threads = cli.threads[0],
@@ -630,21 +651,23 @@ int main(int argc, char **argv)
         if (strcmp(engines[i].name, "redis") == 0)
             printf("# redis at %s:%d (raw ceiling on the same server)\n",
                    engines[i].redis.host, engines[i].redis.port);
+    if (cli.peers)
+        bench_peers_describe(peers, stdout, engines, n_engines);
     bench_report_header(stdout);
 
     for (int i = 0; i < n_engines && status == 0; i++)
-        if (run_engine(&cli, &opts, &engines[i], &results, &n_results,
-                       &cap) != 0)
+        if (run_engine(&cli, &opts, &engines[i], &rows, peers) != 0)
             status = 1;
 
     if (status == 0 && cli.json_path &&
-        bench_report_json(cli.json_path, results, n_results) != 0)
+        bench_report_json(cli.json_path, rows.v, rows.n) != 0)
         status = 1;
     if (status == 0 && cli.plot_path &&
-        bench_plot(cli.plot_path, results, n_results) != 0)
+        bench_plot(cli.plot_path, rows.v, rows.n) != 0)
         status = 1;
+    bench_peers_free(peers);
     for (int i = 0; i < n_engines; i++)
         engine_free(&engines[i]);
-    free(results);
+    free(rows.v);
     return status;
 }

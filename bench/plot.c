@@ -18,7 +18,13 @@
  * case, a ceiling that is n/a) are "?" in the data file, which gnuplot
  * skips. Failover rows (findings in words) are not drawn.
  *
- * Data file columns: 1 = case label, then per engine four columns: ops/s,
+ * With --peers, each measured peer (redis-py, curator, ...) is a series of
+ * its own next to the engines, titled "<peer> (peer, <engine>)", with the
+ * engines titled "cerberus <engine>"; peers that were skipped or failed are
+ * not drawn. A series' column with no value at all (a peer has no raw
+ * ceiling) gets no plot term: gnuplot rejects a term with no points.
+ *
+ * Data file columns: 1 = case label, then per series four columns: ops/s,
  * raw ceiling ops/s, p50 µs, p99 µs.
  */
 #include <errno.h>
@@ -40,6 +46,23 @@ extern char **environ;
 #define PLOT_POLL_NS (10 * INT64_C(1000000))
 #define PLOT_MAX_CASES 64
 #define PLOT_LABEL_MAX 48
+/* Engines, plus the peers of --peers. */
+#define PLOT_MAX_SERIES (CERB_MAX_ENGINES + 16)
+
+/* Whether row @r is drawn: failover findings and peers that did not run
+ * are not. */
+static int drawn(const struct bench_result *r)
+{
+    if (r->note[0])
+        return 0;
+    return !r->peer[0] || strcmp(r->peer_status, "measured") == 0;
+}
+
+/* The series of a row: its peer, or its engine. */
+static const char *series_of(const struct bench_result *r)
+{
+    return r->peer[0] ? r->peer : r->engine;
+}
 
 int bench_plot_check(void)
 {
@@ -124,7 +147,7 @@ static int write_data(const char *file, const struct bench_result *r,
             const struct bench_result *row = NULL;
             for (size_t i = 0; i < n; i++) {
                 char label[PLOT_LABEL_MAX];
-                if (r[i].note[0] || strcmp(r[i].engine, engines[e]) != 0)
+                if (!drawn(&r[i]) || strcmp(series_of(&r[i]), engines[e]) != 0)
                     continue;
                 case_label(&r[i], label, sizeof label);
                 if (strcmp(label, cases[c]) == 0)
@@ -151,6 +174,79 @@ static int write_data(const char *file, const struct bench_result *r,
     return 0;
 }
 
+/* Whether series @s has a positive value in column @col (0 ops/s, 1 raw
+ * ceiling, 2 p50, 3 p99) of any drawn row. */
+static int has_value(const struct bench_result *r, size_t n, const char *s,
+                     int col)
+{
+    for (size_t i = 0; i < n; i++) {
+        if (!drawn(&r[i]) || strcmp(series_of(&r[i]), s) != 0)
+            continue;
+        double v = col == 0 ? r[i].ops_per_s
+                 : col == 1 ? (r[i].ceiling_kind &&
+                               strcmp(r[i].ceiling_kind, "ops") == 0
+                                   ? r[i].ceiling_ops_per_s : 0)
+                 : col == 2 ? r[i].p50_us
+                            : r[i].p99_us;
+        if (v > 0)
+            return 1;
+    }
+    return 0;
+}
+
+/* A log axis' lower bound: the power of ten one decade below the smallest
+ * value drawn in columns @c0..@c1 (see has_value), so that the shortest
+ * bar still shows; "*" (autoscale) when nothing is drawn. */
+static void put_ymin(FILE *f, const struct bench_result *r, size_t n, int c0,
+                     int c1)
+{
+    double min = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (!drawn(&r[i]))
+            continue;
+        for (int col = c0; col <= c1; col++) {
+            double v = col == 0 ? r[i].ops_per_s
+                     : col == 1 ? (r[i].ceiling_kind &&
+                                   strcmp(r[i].ceiling_kind, "ops") == 0
+                                       ? r[i].ceiling_ops_per_s : 0)
+                     : col == 2 ? r[i].p50_us
+                                : r[i].p99_us;
+            if (v > 0 && (min == 0 || v < min))
+                min = v;
+        }
+    }
+    if (min <= 0) {
+        fputs("set yrange [*:*]\n", f);
+        return;
+    }
+    double d = 1e-3;
+    while (d * 10 <= min)
+        d *= 10;
+    fprintf(f, "set yrange [%g:*]\n", d / 10);
+}
+
+/* The legend name of series @s: "cerberus redis" or "curator (peer, zk)"
+ * when peers are drawn, else the engine's name. */
+static void series_title(const struct bench_result *r, size_t n,
+                         const char *s, char *buf, size_t len)
+{
+    int peers = 0;
+    const char *engine = NULL;
+    for (size_t i = 0; i < n; i++) {
+        if (!drawn(&r[i]))
+            continue;
+        peers |= r[i].peer[0] != 0;
+        if (r[i].peer[0] && strcmp(r[i].peer, s) == 0)
+            engine = r[i].engine;
+    }
+    if (engine)
+        snprintf(buf, len, "%s (peer, %s)", s, engine);
+    else if (peers)
+        snprintf(buf, len, "cerberus %s", s);
+    else
+        snprintf(buf, len, "%s", s);
+}
+
 static int write_script(const char *file, const char *png, const char *data,
                         const struct bench_result *r, size_t n,
                         char (*engines)[PLOT_LABEL_MAX], int n_engines)
@@ -171,44 +267,60 @@ static int write_script(const char *file, const char *png, const char *data,
           "set logscale y\n"
           "set grid ytics mytics\n"
           "set key outside right top vertical\n"
-          "set xtics nomirror\n"
-          "set multiplot layout 2,1 title 'cerberus-bench: engines side by "
-          "side (log scales)'\n",
+          "set xtics nomirror\n",
           f);
+    int any_peer = 0;
+    for (size_t i = 0; i < n; i++)
+        any_peer |= drawn(&r[i]) && r[i].peer[0];
+    fprintf(f, "set multiplot layout 2,1 title 'cerberus-bench: engines%s "
+               "side by side (log scales)'\n",
+            any_peer ? " and their peers on the same servers" : "");
 
-    /* Top: ops/s and the raw ceiling. Colours: one per engine. */
-    fputs("set title 'throughput'\nset ylabel 'ops/s'\nplot ", f);
+    /* Top: ops/s and the raw ceiling. Colours: one per series; the first
+     * term carries the x labels. */
+    fputs("set title 'throughput'\nset ylabel 'ops/s'\n", f);
+    put_ymin(f, r, n, 0, 1);
+    fputs("plot ", f);
+    int terms = 0;
     for (int e = 0; e < n_engines; e++) {
-        int has_raw = 0;
-        for (size_t i = 0; i < n; i++)
-            if (!r[i].note[0] && strcmp(r[i].engine, engines[e]) == 0 &&
-                r[i].ceiling_kind && strcmp(r[i].ceiling_kind, "ops") == 0)
-                has_raw = 1;
-        fprintf(f, "%s", e ? ", \\\n     " : "");
-        put_quoted(f, data);
-        fprintf(f, " using %d:xtic(1) title '%s' linecolor %d", 2 + 4 * e,
-                engines[e], e + 1);
-        if (has_raw) {
-            fputs(", \\\n     ", f);
+        char title[2 * PLOT_LABEL_MAX];
+        series_title(r, n, engines[e], title, sizeof title);
+        for (int col = 0; col < 2; col++) {
+            if (!has_value(r, n, engines[e], col))
+                continue;
+            fputs(terms++ ? ", \\\n     " : "", f);
             put_quoted(f, data);
-            fprintf(f, " using %d title '%s raw ceiling' linecolor %d "
-                       "fill pattern 4",
-                    3 + 4 * e, engines[e], e + 1);
+            char t[3 * PLOT_LABEL_MAX];
+            snprintf(t, sizeof t, "%s%s", title, col ? " raw ceiling" : "");
+            fprintf(f, " using %d%s title ", 2 + col + 4 * e,
+                    terms == 1 ? ":xtic(1)" : "");
+            put_quoted(f, t);
+            fprintf(f, " linecolor %d%s", e + 1, col ? " fill pattern 4" : "");
         }
     }
     /* Bottom: latency percentiles. */
     fputs("\nset title 'latency (uncontended: cycle; contended: acquire "
           "wait; handoff, herd: release to next holder; many: acquire)'\n"
-          "set ylabel 'microseconds'\nplot ",
+          "set ylabel 'microseconds'\n",
           f);
+    put_ymin(f, r, n, 2, 3);
+    fputs("plot ", f);
+    terms = 0;
     for (int e = 0; e < n_engines; e++) {
-        fprintf(f, "%s", e ? ", \\\n     " : "");
-        put_quoted(f, data);
-        fprintf(f, " using %d:xtic(1) title '%s p50' linecolor %d, \\\n     ",
-                4 + 4 * e, engines[e], e + 1);
-        put_quoted(f, data);
-        fprintf(f, " using %d title '%s p99' linecolor %d fill pattern 5",
-                5 + 4 * e, engines[e], e + 1);
+        char title[2 * PLOT_LABEL_MAX];
+        series_title(r, n, engines[e], title, sizeof title);
+        for (int col = 2; col < 4; col++) {
+            if (!has_value(r, n, engines[e], col))
+                continue;
+            fputs(terms++ ? ", \\\n     " : "", f);
+            put_quoted(f, data);
+            char t[3 * PLOT_LABEL_MAX];
+            snprintf(t, sizeof t, "%s %s", title, col == 2 ? "p50" : "p99");
+            fprintf(f, " using %d%s title ", 2 + col + 4 * e,
+                    terms == 1 ? ":xtic(1)" : "");
+            put_quoted(f, t);
+            fprintf(f, " linecolor %d%s", e + 1, col == 3 ? " fill pattern 5" : "");
+        }
     }
     fputs("\nunset multiplot\n", f);
     if (fclose(f) != 0) {
@@ -263,7 +375,7 @@ static int run_gnuplot(const char *script)
 int bench_plot(const char *path, const struct bench_result *r, size_t n)
 {
     char cases[PLOT_MAX_CASES][PLOT_LABEL_MAX];
-    char engines[CERB_MAX_ENGINES][PLOT_LABEL_MAX];
+    char engines[PLOT_MAX_SERIES][PLOT_LABEL_MAX];
     int n_cases = 0, n_engines = 0;
     char dir[] = "/tmp/cerb-plot-XXXXXX";
     char data[sizeof dir + 16], script[sizeof dir + 16], png[4096];
@@ -271,11 +383,11 @@ int bench_plot(const char *path, const struct bench_result *r, size_t n)
 
     for (size_t i = 0; i < n; i++) {
         char label[PLOT_LABEL_MAX];
-        if (r[i].note[0])
+        if (!drawn(&r[i]))
             continue;
         case_label(&r[i], label, sizeof label);
         if (intern(cases, &n_cases, PLOT_MAX_CASES, label) < 0 ||
-            intern(engines, &n_engines, CERB_MAX_ENGINES, r[i].engine) < 0) {
+            intern(engines, &n_engines, PLOT_MAX_SERIES, series_of(&r[i])) < 0) {
             bench_errorf("--plot: too many cases to draw");
             return -1;
         }

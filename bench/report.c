@@ -18,11 +18,26 @@
  * gives the per-acquisition protocol counters (wake-ups, acquire calls)
  * where the engine reports them.
  *
+ * Peer rows (--peers, peers.c) follow Cerberus's row of the same scenario
+ * and threads: the peer's name in the engine column, its ops/s and
+ * latencies, and in place of ceiling and ratio "cerberus/peer = 2.10x"
+ * (uncontended: Cerberus's ops/s over the peer's, higher is better) or
+ * "cerberus/peer p50 0.45x, p99 0.30x" (handoff: Cerberus's hand-off
+ * latency over the peer's, lower is better), with DESIGN.md §10's target
+ * where there is one; the detail line says how the peer was measured. A
+ * peer that could not run is a row "skipped: <why>" or "failed: <why>".
+ *
  * JSON: one object per row. Every object has the same core keys (scenario,
  * engine, threads, ops_per_s, p50_us, p99_us, max_us, ratio, ... — ratio
  * and the ceiling keys null when n/a) and the four per-scenario figures
  * wakeups_per_acq, calls_per_acq, cpu_percent and bytes_per_lock, null
- * where they do not apply; scenario-specific keys follow.
+ * where they do not apply; scenario-specific keys follow. Every object has
+ * "peer": null on Cerberus's rows, the peer's name on a peer's row, which
+ * also has peer_status ("measured", "skipped", "failed"), peer_reason
+ * (null when measured), peer_how, cerberus_over_peer and
+ * cerberus_over_peer_p99 (null where n/a), compared ("ops_per_s" or
+ * "p50_us"), target (text, or null) and target_met (boolean, or null); the
+ * figures of a peer that did not run are null.
  */
 #include <jansson.h>
 
@@ -33,7 +48,7 @@
 
 void bench_report_header(FILE *f)
 {
-    fprintf(f, "%-12s %-8s %7s %11s %9s %9s %10s  %-18s %7s\n", "scenario",
+    fprintf(f, "%-12s %-12s %7s %11s %9s %9s %10s  %-18s %7s\n", "scenario",
             "engine", "threads", "ops/s", "p50(us)", "p99(us)", "max(us)",
             "ceiling", "ratio");
     fflush(f);
@@ -52,12 +67,79 @@ static int is_queue(const struct bench_result *r)
            strcmp(r->scenario, "herd") == 0;
 }
 
+/* Whether peer row @r meets its DESIGN.md §10 target: 1, 0, or -1 when
+ * it has none (or no ratio to judge). */
+static int target_met(const struct bench_result *r)
+{
+    if (r->peer_target_min > 0)
+        return r->cerb_over_peer < 0 ? -1
+                                     : r->cerb_over_peer >= r->peer_target_min;
+    if (r->peer_target_max > 0 || r->peer_target_p99_max > 0) {
+        if (r->cerb_over_peer < 0 ||
+            (r->peer_target_p99_max > 0 && r->cerb_over_peer_p99 < 0))
+            return -1;
+        return (r->peer_target_max <= 0 ||
+                r->cerb_over_peer <= r->peer_target_max) &&
+               (r->peer_target_p99_max <= 0 ||
+                r->cerb_over_peer_p99 <= r->peer_target_p99_max);
+    }
+    return -1;
+}
+
+/* The target of peer row @r in words ("" when none). */
+static void target_text(const struct bench_result *r, char *buf, size_t len)
+{
+    buf[0] = '\0';
+    if (r->peer_target_min > 0)
+        snprintf(buf, len, ">= %.1fx", r->peer_target_min);
+    else if (r->peer_target_max > 0 && r->peer_target_p99_max > 0)
+        snprintf(buf, len, "p50 <= %.1fx, p99 <= %.1fx", r->peer_target_max,
+                 r->peer_target_p99_max);
+    else if (r->peer_target_max > 0)
+        snprintf(buf, len, "p50 <= %.1fx", r->peer_target_max);
+}
+
+static void peer_row(FILE *f, const struct bench_result *r)
+{
+    char cmp[96] = "cerberus/peer n/a", tgt[64];
+    int unc = strcmp(r->scenario, "uncontended") == 0;
+
+    if (strcmp(r->peer_status, "measured") != 0) {
+        fprintf(f, "%-12s %-12s %7d %11s %9s %9s %10s  %s: %s\n", r->scenario,
+                r->peer, r->threads, "-", "-", "-", "-", r->peer_status,
+                r->peer_reason);
+        fflush(f);
+        return;
+    }
+    if (unc && r->cerb_over_peer >= 0)
+        snprintf(cmp, sizeof cmp, "cerberus/peer = %.2fx", r->cerb_over_peer);
+    else if (!unc && r->cerb_over_peer >= 0)
+        snprintf(cmp, sizeof cmp, "cerberus/peer p50 %.2fx, p99 %.2fx",
+                 r->cerb_over_peer, r->cerb_over_peer_p99);
+    target_text(r, tgt, sizeof tgt);
+    int met = target_met(r);
+    fprintf(f, "%-12s %-12s %7d %11.0f %9.1f %9.1f %10.1f  %s", r->scenario,
+            r->peer, r->threads, r->ops_per_s, r->p50_us, r->p99_us,
+            r->max_us, cmp);
+    if (tgt[0])
+        fprintf(f, " (target %s: %s)", tgt,
+                met < 0 ? "n/a" : met ? "met" : "MISSED");
+    fputc('\n', f);
+    fprintf(f, "%-12s %s peer: %s\n", "", r->engine,
+            r->peer_how[0] ? r->peer_how : "(no description)");
+    fflush(f);
+}
+
 void bench_report_row(FILE *f, const struct bench_result *r)
 {
     char ceiling[32] = "n/a", ratio[16] = "n/a";
 
+    if (r->peer[0]) {
+        peer_row(f, r);
+        return;
+    }
     if (r->note[0]) { /* failover rows: one finding in words */
-        fprintf(f, "%-12s %-8s %7d  %s\n", r->scenario, r->engine, r->threads, r->note);
+        fprintf(f, "%-12s %-12s %7d  %s\n", r->scenario, r->engine, r->threads, r->note);
         return;
     }
 
@@ -68,7 +150,7 @@ void bench_report_row(FILE *f, const struct bench_result *r)
     if (r->ratio >= 0)
         snprintf(ratio, sizeof ratio, "%.2f", r->ratio);
 
-    fprintf(f, "%-12s %-8s %7d %11.0f %9.1f %9.1f %10.1f  %-18s %7s\n",
+    fprintf(f, "%-12s %-12s %7d %11.0f %9.1f %9.1f %10.1f  %-18s %7s\n",
             r->scenario, r->engine, r->threads, r->ops_per_s, r->p50_us,
             r->p99_us, r->max_us, ceiling, ratio);
 
@@ -140,6 +222,64 @@ static void put(json_t *o, const char *key, json_t *v, int *ok)
         *ok = 0;
 }
 
+/* A number, or null when @v < 0 (n/a). */
+static json_t *real_or_null(double v)
+{
+    return v >= 0 ? json_real(v) : json_null();
+}
+
+/* A peer's row: the core keys (its figures null unless measured), then the
+ * peer_* keys. */
+static json_t *peer_json(const struct bench_result *r)
+{
+    json_t *o = json_object();
+    int ok = o != NULL;
+    int m = strcmp(r->peer_status, "measured") == 0;
+    int unc = strcmp(r->scenario, "uncontended") == 0;
+    char tgt[64];
+    int met = target_met(r);
+
+    if (!ok)
+        return NULL;
+    target_text(r, tgt, sizeof tgt);
+    put(o, "scenario", json_string(r->scenario), &ok);
+    put(o, "engine", json_string(r->engine), &ok);
+    put(o, "peer", json_string(r->peer), &ok);
+    put(o, "threads", json_integer(r->threads), &ok);
+    put(o, "elapsed_s", m ? json_real(r->elapsed_s) : json_null(), &ok);
+    put(o, "ops", m && r->ops ? json_integer((json_int_t)r->ops) : json_null(),
+        &ok);
+    put(o, "ops_per_s", m ? json_real(r->ops_per_s) : json_null(), &ok);
+    put(o, "p50_us", m ? json_real(r->p50_us) : json_null(), &ok);
+    put(o, "p90_us", m ? real_or_null(r->p90_us) : json_null(), &ok);
+    put(o, "p99_us", m ? json_real(r->p99_us) : json_null(), &ok);
+    put(o, "max_us", m ? json_real(r->max_us) : json_null(), &ok);
+    put(o, "mean_us", json_null(), &ok);
+    put(o, "ceiling_kind", json_null(), &ok);
+    put(o, "ratio", json_null(), &ok);
+    put(o, "ratio_paired_median", json_null(), &ok);
+    put(o, "wakeups_per_acq", json_null(), &ok);
+    put(o, "calls_per_acq", json_null(), &ok);
+    put(o, "cpu_percent", json_null(), &ok);
+    put(o, "bytes_per_lock", json_null(), &ok);
+    put(o, "peer_status", json_string(r->peer_status), &ok);
+    put(o, "peer_reason", m ? json_null() : json_string(r->peer_reason), &ok);
+    put(o, "peer_how", m && r->peer_how[0] ? json_string(r->peer_how)
+                                           : json_null(), &ok);
+    put(o, "compared", json_string(unc ? "ops_per_s" : "p50_us"), &ok);
+    put(o, "cerberus_over_peer", m ? real_or_null(r->cerb_over_peer)
+                                   : json_null(), &ok);
+    put(o, "cerberus_over_peer_p99",
+        m && !unc ? real_or_null(r->cerb_over_peer_p99) : json_null(), &ok);
+    put(o, "target", tgt[0] ? json_string(tgt) : json_null(), &ok);
+    put(o, "target_met", m && met >= 0 ? json_boolean(met) : json_null(), &ok);
+    if (!ok) {
+        json_decref(o);
+        return NULL;
+    }
+    return o;
+}
+
 static json_t *result_json(const struct bench_result *r)
 {
     json_t *o = json_object();
@@ -149,10 +289,15 @@ static json_t *result_json(const struct bench_result *r)
 
     if (!ok)
         return NULL;
+    if (r->peer[0]) {
+        json_decref(o);
+        return peer_json(r);
+    }
     put(o, "scenario", json_string(r->scenario), &ok);
     if (r->note[0])
         put(o, "note", json_string(r->note), &ok);
     put(o, "engine", json_string(r->engine), &ok);
+    put(o, "peer", json_null(), &ok);
     put(o, "threads", json_integer(r->threads), &ok);
     put(o, "elapsed_s", json_real(r->elapsed_s), &ok);
     put(o, "ops", json_integer((json_int_t)r->ops), &ok);

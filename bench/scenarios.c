@@ -97,6 +97,22 @@ void bench_progress(int enabled, const char *fmt, ...)
     progress_shown = 1;
 }
 
+struct bench_result *bench_rows_slot(struct bench_rows *rows)
+{
+    if (rows->n == rows->cap) {
+        size_t ncap = rows->cap ? 2 * rows->cap : 8;
+        struct bench_result *nv = realloc(rows->v, ncap * sizeof *nv);
+        if (!nv) {
+            bench_errorf("out of memory");
+            return NULL;
+        }
+        rows->v = nv;
+        rows->cap = ncap;
+    }
+    memset(&rows->v[rows->n], 0, sizeof rows->v[rows->n]);
+    return &rows->v[rows->n];
+}
+
 _Noreturn void bench_hung(const char *what)
 {
     bench_errorf("%s (server or library hung?); giving up", what);

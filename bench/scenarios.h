@@ -105,7 +105,33 @@ struct bench_result {
     double bytes_per_lock;
     int64_t rss_delta_bytes;
     uint64_t not_valid;
+
+    /* --peers (peers.c): a row measured by another lock library on the
+     * engine's server, right after Cerberus's row of the same scenario and
+     * threads. peer[0] is 0 on Cerberus's own rows. */
+    char peer[BENCH_NAME_MAX];      /* "redis-py", "curator", ... */
+    const char *peer_status;        /* "measured", "skipped" or "failed" */
+    char peer_reason[256];          /* skipped/failed: why */
+    char peer_how[200];             /* measured: how, in the script's words */
+    /* Cerberus's figure over the peer's: ops/s (uncontended, higher is
+     * better for Cerberus) or hand-off p50 and p99 (handoff, lower is
+     * better); <0 = n/a. */
+    double cerb_over_peer, cerb_over_peer_p99;
+    /* DESIGN.md §10's bound on those ratios: at least peer_target_min
+     * (uncontended) or at most peer_target_max / peer_target_p99_max
+     * (handoff); 0 = no target for this peer and case. */
+    double peer_target_min, peer_target_max, peer_target_p99_max;
 };
+
+/* A growing array of result rows. */
+struct bench_rows {
+    struct bench_result *v;
+    size_t n, cap;
+};
+
+/* Room for one more row, zeroed (the caller fills it and then counts it
+ * with rows->n++). Returns NULL after printing "out of memory". */
+struct bench_result *bench_rows_slot(struct bench_rows *rows);
 
 /* ---- utilities (scenarios.c) ---- */
 
@@ -297,6 +323,36 @@ struct bench_contended_ceiling {
 /* The contended ceiling for @engine, or NULL ("n/a"). */
 const struct bench_contended_ceiling *
 bench_contended_ceiling_find(const char *engine);
+
+/* ---- peers (peers.c) ---- */
+
+/* --peers: which peer libraries run on which engine's server, the scripts
+ * that measure them, and the state of one bench run (opaque). */
+struct bench_peers;
+
+/* Returns the state, or NULL after printing why (out of memory, or a bad
+ * $CERB_BENCH_PEER_LIMIT_S). The scripts are looked up in
+ * $CERB_BENCH_PEERS_DIR, else in the source tree's bench/peers. */
+struct bench_peers *bench_peers_new(int progress);
+/* Removes the scratch directory and frees. NULL does nothing. */
+void bench_peers_free(struct bench_peers *p);
+/* One header line for the table: the peers of these engines, or that
+ * there are none. */
+void bench_peers_describe(const struct bench_peers *p, FILE *f,
+                          const struct bench_engine *engines, int n);
+/*
+ * After Cerberus's row @cerb on engine @e (uncontended or handoff; other
+ * scenarios have no peer rows): run each peer of @e with the same scenario,
+ * threads and duration, bounded in time, and append one row per peer to
+ * @rows, printed to stdout as it comes. A peer that is not installed gives
+ * one "skipped: <why>" row (the first time only), one that fails a
+ * "failed: <why>" row; neither is an error of the bench.
+ * Returns: 0, or -1 when out of memory (printed).
+ */
+int bench_peers_after(struct bench_peers *p, const struct bench_engine *e,
+                      const struct bench_opts *o,
+                      const struct bench_result *cerb,
+                      struct bench_rows *rows);
 
 /* ---- plot (plot.c) ---- */
 

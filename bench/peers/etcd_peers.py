@@ -1,78 +1,107 @@
 #!/usr/bin/python3
-"""The etcd engine's peers, measured the way cerberus-bench measures
-Cerberus, on one etcd endpoint, for the closing note of the etcd engine
-(DESIGN.md §10: >= python-etcd3 and etcdctl; hand-off p50 <= 6 ms,
-p90 <= 10 ms with 8 contenders).
+"""etcd_peers.py — the etcd engine's peers, python-etcd3's Lock and
+`etcdctl lock`, measured the way cerberus-bench measures Cerberus, on the
+same etcd in the same run (`cerberus-bench --peers` runs it through
+etcd_peers.sh; DESIGN.md §10: >= python-etcd3 and etcdctl; hand-off p50 <=
+6 ms, p90 <= 10 ms with 8 contenders).
 
-usage: etcd_peers.py ENDPOINT [--duration S] [--clients N[,N...]]
-                     [--contenders N] [--skip-etcdctl] [--skip-python]
+usage: etcd_peers.py --peer python-etcd3|etcdctl
+                     --check | --scenario uncontended|handoff
+                     [--threads N] [--duration S] [--endpoint URL] [--work DIR]
 
-  ENDPOINT      host:port of the etcd client URL, e.g. 127.0.0.1:22379
+  --endpoint   the etcd client URL, http://HOST:PORT (or HOST:PORT)
 
 Measures, each on lock names of its own (bench-peer-<pid>-...):
-  python-etcd3 uncontended  N client processes (default 1 and 8), each with
-      its own client, lock.acquire() + lock.release() on a name of its own;
-      cycles/s summed over the processes. (python-etcd3's Lock grants a
-      new lease per acquire: three writes per cycle.)
-  python-etcd3 handoff  --contenders processes (default 8) on one name;
-      hand-off = the next holder's acquire return minus the previous
-      holder's release call (CLOCK_MONOTONIC, shared by processes). Its
-      acquire loop is re-implemented step for step (py_acquire): Debian 12's
-      python3-etcd3 0.12 crashes in Lock.acquire when the lock is busy.
-  etcdctl handoff  --contenders loops of `etcdctl lock NAME -- bash -c ...`
-      (one process per acquisition, as scripts use it); the command stamps
-      "A" on entry and "R" on exit with bash's EPOCHREALTIME (no fork); the
-      hand-off is the next A minus the previous R, so it includes etcdctl's
-      unlock, the waiter's wake-up and the start of the next bash.
-  etcdctl uncontended  one loop of `etcdctl lock NAME -- true`: cycles/s,
-      process start and session set-up included (context only).
-
-Prints one line per measure: "<peer> <scenario> key=value ...".
-Uses /usr/bin/python3 (Debian's python3-etcd3) and etcdctl (etcd-client).
+  python-etcd3 uncontended  N client processes, each with its own client
+      (the library's best case: no GIL shared), lock.acquire() +
+      lock.release() on a name of its own; cycles/s summed over the
+      processes. (python-etcd3's Lock grants a new lease per acquire:
+      three writes per cycle.)
+  python-etcd3 handoff  N processes on one name. Its acquire loop is
+      re-implemented step for step (py_acquire): Debian 12's python3-etcd3
+      0.12 crashes in Lock.acquire when the lock is busy. The lock is not
+      fair: a releaser contending again at once takes it back before the
+      watchers hear of the release, so it steps aside until another
+      process holds.
+  etcdctl uncontended  N loops of `etcdctl lock NAME -- true`, a name each:
+      one process per cycle, start-up and session set-up included, as a
+      shell script uses it.
+  etcdctl handoff  N loops of `etcdctl lock NAME -- bash -c ...` on one
+      name (one process per acquisition; fair: each joins the queue); the
+      command stamps "A" on entry and "R" on exit with bash's EPOCHREALTIME
+      (no fork); the hand-off is the next A minus the previous R, so it
+      includes etcdctl's unlock, the waiter's wake-up and the start of the
+      next bash.
+Hand-offs are counted between two different contenders; a holder of the
+python-etcd3 lock busy-works 20 us. Output: one line on stdout, "ok
+<what>" (--check), "skip <why>" (exit 3: not installed) or "result
+peer=... " (see peerlib.py). Uses /usr/bin/python3 with Debian's
+python3-etcd3, and etcdctl (etcd-client) from PATH or $ETCDCTL.
 """
-import multiprocessing as mp
+import importlib.util
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import peerlib  # noqa: E402
 
-def pct(sorted_vals, q):
-    if not sorted_vals:
-        return float("nan")
-    i = min(len(sorted_vals) - 1, max(0, int(round(q * (len(sorted_vals) - 1)))))
-    return sorted_vals[i]
+PEERS = ("python-etcd3", "etcdctl")
 
 
-def handoffs(events):
-    """events: (t_acquired, t_released) per hold, any order -> hand-off
-    latencies between consecutive holds, in the same unit."""
-    events = sorted(events)
-    out = []
-    for prev, cur in zip(events, events[1:]):
-        d = cur[0] - prev[1]
-        if d >= 0:
-            out.append(d)
-    out.sort()
-    return out
+def host_port(endpoint):
+    e = endpoint
+    for scheme in ("http://", "https://"):
+        if e.startswith(scheme):
+            e = e[len(scheme):]
+    e = e.rstrip("/")
+    host, _, port = e.rpartition(":")
+    if not host or not port.isdigit():
+        peerlib.fail("bad --endpoint %r (want http://HOST:PORT)" % endpoint)
+    return host, int(port)
 
 
 # ---- python-etcd3 ----
 
-def py_uncontended(args):
-    host, port, idx, seconds, q = args
+def have_etcd3():
+    """Whether etcd3 can be imported, without importing it: gRPC, which it
+    loads, does not survive a fork, and the measuring processes are forked
+    from this one (each imports it for itself)."""
+    if importlib.util.find_spec("etcd3") is None:
+        peerlib.skip("python3-etcd3 is not installed for %s (Debian package "
+                     "python3-etcd3)" % sys.executable)
+
+
+def py_client(a):
     import etcd3
-    c = etcd3.client(host=host, port=port)
+    host, port = host_port(a.endpoint)
+    c = etcd3.client(host=host, port=port, timeout=10)
+    c.status()  # connected before the clock starts
+    return c
+
+
+def py_uncontended_proc(idx, a):
+    c = py_client(a)
     lock = c.lock("bench-peer-%d-u%d" % (os.getpid(), idx), ttl=10)
-    n = 0
-    end = time.monotonic() + seconds
-    while time.monotonic() < end:
-        lock.acquire(timeout=10)
-        lock.release()
-        n += 1
-    q.put(n)
+
+    def loop(t0):
+        clock = peerlib.Clock(a.duration, t0)
+        lat = []
+        while True:
+            t_0 = clock.now()
+            if not lock.acquire(timeout=10):
+                raise RuntimeError("an uncontended lock was not granted in 10 s")
+            lock.release()
+            t_1 = clock.now()
+            if t_1 >= clock.end:
+                break
+            if t_0 >= clock.start:
+                lat.append(t_1 - t_0)
+        return lat
+    return loop
 
 
 def py_acquire(c, lock, timeout):
@@ -101,150 +130,156 @@ def py_acquire(c, lock, timeout):
             pass
 
 
-def py_handoff(args):
-    host, port, name, seconds, q = args
-    import etcd3
-    c = etcd3.client(host=host, port=port)
+def py_handoff_proc(idx, a, name, baton):
+    c = py_client(a)
     lock = c.lock(name, ttl=10)
-    ev = []
-    end = time.monotonic() + seconds
-    while time.monotonic() < end:
-        if not py_acquire(c, lock, 30):
-            continue
-        t_acq = time.monotonic_ns()
-        while time.monotonic_ns() - t_acq < 20000:  # 20 us of work
-            pass
-        t_rel = time.monotonic_ns()
-        lock.release()
-        ev.append((t_acq, t_rel))
-    q.put(ev)
+
+    def loop(t0):
+        clock = peerlib.Clock(a.duration, t0)
+        ev = []
+        while True:
+            if not py_acquire(c, lock, 30):
+                raise RuntimeError("no grant in 30 s")
+            t_acq = clock.now()
+            baton.taken(idx)
+            t_rel = peerlib.busy_work(t_acq)
+            lock.release()
+            if clock.start <= t_acq < clock.end:
+                ev.append((t_acq, t_rel, idx))
+            if t_rel >= clock.end:
+                break
+            baton.step_aside(idx, clock.end)
+        return ev
+    return loop
 
 
-def run_procs(target, arglist):
-    q = mp.Queue()
-    ps = [mp.Process(target=target, args=(a + (q,),)) for a in arglist]
-    for p in ps:
-        p.start()
-    res = [q.get() for _ in ps]
-    for p in ps:
-        p.join()
-    return res
-
-
-def measure_python(host, port, seconds, clients_list, contenders):
-    for n in clients_list:
-        t0 = time.monotonic()
-        res = run_procs(py_uncontended,
-                        [(host, port, i, seconds) for i in range(n)])
-        total = sum(res)
-        print("python-etcd3 uncontended clients=%d ops_per_s=%.0f cycles=%d"
-              % (n, total / seconds, total), flush=True)
-        del t0
+def python_etcd3(a):
+    have_etcd3()
+    if a.check:  # nothing is forked after a check
+        try:
+            py_client(a).close()
+        except Exception as e:  # noqa: B902 - grpc raises several kinds
+            peerlib.fail("etcd at %s: %s: %s" % (a.endpoint, type(e).__name__, e))
+        import etcd3
+        peerlib.ok("python-etcd3 %s" % getattr(etcd3, "__version__", "?"))
+    if a.scenario == "uncontended":
+        lat = peerlib.run_procs(a.threads, py_uncontended_proc, (a,), a.duration)
+        peerlib.result("python-etcd3", a, len(lat) / a.duration, lat,
+                       "%d process(es), a client each, lock.acquire()+release()"
+                       % a.threads)
     name = "bench-peer-%d-h" % os.getpid()
-    res = run_procs(py_handoff,
-                    [(host, port, name, seconds) for _ in range(contenders)])
-    ev = [e for r in res for e in r]
-    h = handoffs(ev)
-    print("python-etcd3 handoff contenders=%d p50_ms=%.2f p90_ms=%.2f p99_ms=%.2f "
-          "acquisitions=%d" % (contenders, pct(h, .5) / 1e6, pct(h, .9) / 1e6,
-                               pct(h, .99) / 1e6, len(ev)), flush=True)
+    ev = peerlib.run_procs(a.threads, py_handoff_proc,
+                           (a, name, peerlib.Baton()), a.duration)
+    peerlib.result("python-etcd3", a, len(ev) / a.duration, peerlib.handoffs(ev),
+                   "%d processes; not fair, so a releaser steps aside until "
+                   "another holds" % a.threads)
 
 
 # ---- etcdctl ----
 
-def etcdctl_env():
-    env = dict(os.environ)
-    env["ETCDCTL_API"] = "3"
-    return env
+def etcdctl_cmd():
+    exe = os.environ.get("ETCDCTL") or shutil.which("etcdctl")
+    if not exe or not os.access(exe, os.X_OK):
+        peerlib.skip("%s not found (Debian package etcd-client)"
+                     % (os.environ.get("ETCDCTL") or "etcdctl"))
+    return exe
 
 
-def measure_etcdctl(endpoint, seconds, contenders):
-    env = etcdctl_env()
-    ep = "--endpoints=http://%s" % endpoint
-    # uncontended: process per cycle
-    name = "bench-peer-%d-cu" % os.getpid()
-    n = 0
-    end = time.monotonic() + seconds
-    while time.monotonic() < end:
-        subprocess.run(["etcdctl", ep, "lock", name, "--", "true"], env=env,
-                       stdout=subprocess.DEVNULL, check=True, timeout=30)
-        n += 1
-    print("etcdctl uncontended clients=1 ops_per_s=%.1f cycles=%d (a process per cycle)"
-          % (n / seconds, n), flush=True)
+def etcdctl(a):
+    exe = etcdctl_cmd()
+    env = dict(os.environ, ETCDCTL_API="3")
+    host, port = host_port(a.endpoint)
+    ep = "--endpoints=http://%s:%d" % (host, port)
+    if a.check:
+        r = subprocess.run([exe, ep, "endpoint", "health"], env=env,
+                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                           timeout=30)
+        if r.returncode != 0:
+            peerlib.fail("etcdctl endpoint health: %s"
+                         % r.stdout.decode(errors="replace").strip())
+        v = subprocess.run([exe, "version"], env=env, stdout=subprocess.PIPE,
+                           timeout=30).stdout.decode(errors="replace").split("\n")[0]
+        peerlib.ok(v.strip() or "etcdctl")
 
-    # hand-off: `contenders` loops, one etcdctl process per acquisition
-    name = "bench-peer-%d-ch" % os.getpid()
+    warm = min(0.5, max(0.05, a.duration / 10.0))
+    t_start = time.time() + warm           # EPOCHREALTIME is wall time
+    t_end = t_start + a.duration
+    errors = []
     with tempfile.TemporaryDirectory(prefix="cerb-etcdctl-") as d:
-        log = os.path.join(d, "stamps")
-        cmd = 'echo "A $EPOCHREALTIME" >> %s; echo "R $EPOCHREALTIME" >> %s' % (log, log)
-        end = time.monotonic() + seconds
-        errors = []
+        if a.scenario == "uncontended":
+            def loop(i):
+                name = "bench-peer-%d-cu%d" % (os.getpid(), i)
+                lat = []
+                while True:
+                    t0 = time.monotonic_ns()
+                    w0 = time.time()
+                    r = subprocess.run([exe, ep, "lock", name, "--", "true"],
+                                       env=env, stdout=subprocess.DEVNULL,
+                                       stderr=subprocess.PIPE, timeout=60)
+                    if r.returncode != 0:
+                        errors.append(r.stderr.decode(errors="replace").strip())
+                        return
+                    t1 = time.monotonic_ns()
+                    if time.time() >= t_end:
+                        break
+                    if w0 >= t_start:
+                        lat.append(t1 - t0)
+                out[i] = lat
 
-        def loop():
-            while time.monotonic() < end:
-                r = subprocess.run(["etcdctl", ep, "lock", name, "--", "bash", "-c", cmd],
+            out = {}
+            peerlib.run_threads(a.threads, loop)
+            if errors:
+                peerlib.fail("etcdctl lock: %s" % errors[0])
+            lat = [x for i in range(a.threads) for x in out.get(i, [])]
+            peerlib.result("etcdctl", a, len(lat) / a.duration, lat,
+                           "%d loop(s) of `etcdctl lock NAME -- true`: a "
+                           "process and a session per cycle" % a.threads)
+
+        name = "bench-peer-%d-ch" % os.getpid()
+
+        def contend(i):
+            log = os.path.join(d, "stamps-%d" % i)
+            cmd = 'echo "A $EPOCHREALTIME" >> %s; echo "R $EPOCHREALTIME" >> %s' % (log, log)
+            while time.time() < t_end:
+                r = subprocess.run([exe, ep, "lock", name, "--", "bash", "-c", cmd],
                                    env=env, stdout=subprocess.DEVNULL,
                                    stderr=subprocess.PIPE, timeout=60)
                 if r.returncode != 0:
                     errors.append(r.stderr.decode(errors="replace").strip())
                     return
 
-        ts = [threading.Thread(target=loop) for _ in range(contenders)]
-        for t in ts:
-            t.start()
-        for t in ts:
-            t.join()
+        peerlib.run_threads(a.threads, contend)
         if errors:
-            print("etcdctl handoff error: %s" % errors[0], flush=True)
-        stamps = []
-        with open(log) as f:
-            for line in f:
-                k, v = line.split()
-                stamps.append((k, float(v.replace(",", "."))))
-    ev = []
-    cur = None
-    for k, v in stamps:  # appended in order: A R A R ...
-        if k == "A":
-            cur = v
-        elif cur is not None:
-            ev.append((cur, v))
-            cur = None
-    h = handoffs(ev)
-    print("etcdctl handoff contenders=%d p50_ms=%.2f p90_ms=%.2f p99_ms=%.2f acquisitions=%d"
-          % (contenders, pct(h, .5) * 1e3, pct(h, .9) * 1e3, pct(h, .99) * 1e3, len(ev)),
-          flush=True)
+            peerlib.fail("etcdctl lock: %s" % errors[0])
+        ev = []
+        for i in range(a.threads):
+            acq = None
+            try:
+                f = open(os.path.join(d, "stamps-%d" % i))
+            except FileNotFoundError:
+                continue
+            with f:
+                for line in f:
+                    k, v = line.split()
+                    t = int(float(v.replace(",", ".")) * 1e9)
+                    if k == "A":
+                        acq = t
+                    elif acq is not None:
+                        if t_start * 1e9 <= acq < t_end * 1e9:
+                            ev.append((acq, t, i))
+                        acq = None
+    peerlib.result("etcdctl", a, len(ev) / a.duration, peerlib.handoffs(ev),
+                   "%d loops of `etcdctl lock NAME -- bash -c ...`, a process "
+                   "per acquisition; fair (each joins the queue)" % a.threads)
 
 
 def main():
-    argv = sys.argv[1:]
-    if not argv or argv[0] in ("-h", "--help"):
-        print(__doc__)
-        return 0 if argv else 2
-    endpoint = argv.pop(0)
-    seconds, clients, contenders = 5.0, [1, 8], 8
-    skip_ctl = skip_py = False
-    while argv:
-        a = argv.pop(0)
-        if a == "--duration":
-            seconds = float(argv.pop(0))
-        elif a == "--clients":
-            clients = [int(x) for x in argv.pop(0).split(",")]
-        elif a == "--contenders":
-            contenders = int(argv.pop(0))
-        elif a == "--skip-etcdctl":
-            skip_ctl = True
-        elif a == "--skip-python":
-            skip_py = True
-        else:
-            print(__doc__, file=sys.stderr)
-            return 2
-    host, port = endpoint.rsplit(":", 1)
-    if not skip_py:
-        measure_python(host, int(port), seconds, clients, contenders)
-    if not skip_ctl:
-        measure_etcdctl(endpoint, seconds, contenders)
-    return 0
+    a = peerlib.parse_args(__doc__, etcd=True, peer_choices=PEERS)
+    if a.peer == "python-etcd3":
+        python_etcd3(a)
+    else:
+        etcdctl(a)
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    peerlib.main(main)

@@ -1,50 +1,138 @@
 #!/usr/bin/python3
-"""redis-py's Lock as a peer for cerberus-bench: uncontended acquire+release
-cycles/s on distinct names, one thread or several (the GIL is redis-py's
-own limit), against the same server in the same session.
+"""redispy_lock.py — redis-py's Lock, the redis engine's peer, measured the
+way cerberus-bench measures Cerberus, on the same server in the same run
+(`cerberus-bench --peers` runs it; DESIGN.md §10: Cerberus >= 3 x redis-py's
+Lock uncontended at 1 thread).
 
-usage: redispy_lock.py PORT [THREADS] [SECONDS]
-prints: redispy uncontended threads=N ops_per_s=X p50_us=Y p99_us=Z
+usage: redispy_lock.py --check | --scenario uncontended|handoff
+                       [--threads N] [--duration S] [--host H] [--port P]
+                       [--db N] [--work DIR]
+
+  uncontended  N threads of one process (the GIL is redis-py's own limit,
+               as it is for a Python service), a connection pool shared by
+               them, each looping acquire(blocking=False) + release on a
+               name of its own; a cycle's latency is from before acquire
+               to after release.
+  handoff      N processes, each its own client, on one name, blocking
+               acquire with redis-py's default polling (sleep 0.1 s); a
+               holder does 20 us of busy work. The lock is not fair: a
+               releaser contending again at once takes it back while the
+               others sleep (and nothing is handed off), so it rests one
+               polling interval first, as a waiter that just missed would;
+               each process starts at a random phase of the interval.
+               Hand-off (between two different processes) =
+               the next holder's acquire return minus the previous
+               holder's release stamp (CLOCK_MONOTONIC, shared by
+               processes on Linux).
+Both run an unmeasured warm-up of a tenth of the time (0.05..0.5 s) first.
+
+Output, one line on stdout (the protocol every peer script speaks):
+  ok <what>            --check: the peer can run
+  skip <why>           exit status 3: the peer is not installed
+  result peer=redis-py scenario=S threads=N ops_per_s=X p50_us=.. p90_us=..
+         p99_us=.. max_us=.. samples=K # how it was measured
+Uses /usr/bin/python3 with Debian's python3-redis (cerberus-bench runs it
+with $CERB_PEER_PYTHON, default /usr/bin/python3). --work is accepted and
+unused. Lock names: bench-redispy-<pid>-*.
 """
 import os
+import random
 import sys
-import threading
 import time
 
-import redis
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import peerlib  # noqa: E402
 
 
-def worker(port, idx, seconds, out):
-    r = redis.Redis(host="127.0.0.1", port=port)
-    name = "bench-redispy-%d-%d" % (os.getpid(), idx)
+def have_redis():
+    try:
+        import redis
+    except ImportError:
+        peerlib.skip("python3-redis is not installed for %s (Debian package "
+                     "python3-redis)" % sys.executable)
+    return redis
+
+
+def client(a):
+    redis = have_redis()
+    return redis.Redis(host=a.host, port=a.port, db=a.db, socket_timeout=10,
+                       socket_connect_timeout=5)
+
+
+def unc_worker(a, idx, clock, out):
+    r = out["client"]
+    lock = r.lock("bench-redispy-%d-u%d" % (os.getpid(), idx), timeout=10)
     lat = []
-    end = time.monotonic() + seconds
-    while time.monotonic() < end:
-        t0 = time.perf_counter()
-        lock = r.lock(name, timeout=10)
-        lock.acquire(blocking=False)
+    while True:
+        t0 = clock.now()
+        if not lock.acquire(blocking=False):
+            raise RuntimeError("an uncontended lock was busy")
         lock.release()
-        lat.append(time.perf_counter() - t0)
+        t1 = clock.now()
+        if t1 >= clock.end:
+            break
+        if t0 >= clock.start:
+            lat.append(t1 - t0)
     out[idx] = lat
 
 
+def handoff_proc(idx, a, name):
+    r = client(a)
+    r.ping()  # connected before the clock starts
+    lock = r.lock(name, timeout=10)  # sleep=0.1: redis-py's default polling
+
+    def loop(t0):
+        clock = peerlib.Clock(a.duration, t0)
+        ev = []
+        # Independent services poll at independent phases; started
+        # together, the processes would poll in step and hand off in bursts.
+        time.sleep(random.uniform(0, lock.sleep))
+        while True:
+            if not lock.acquire(blocking=True, blocking_timeout=30):
+                raise RuntimeError("no grant in 30 s")
+            t_acq = clock.now()
+            t_rel = peerlib.busy_work(t_acq)
+            lock.release()
+            if clock.start <= t_acq < clock.end:
+                ev.append((t_acq, t_rel, idx))
+            if t_rel >= clock.end:
+                break
+            # Rest one polling interval, as a waiter that just missed
+            # would: the lock is not fair, and a releaser contending again
+            # at once takes it back while the others sleep.
+            time.sleep(lock.sleep)
+        return ev
+    return loop
+
+
 def main():
-    port = int(sys.argv[1])
-    threads = int(sys.argv[2]) if len(sys.argv) > 2 else 1
-    seconds = float(sys.argv[3]) if len(sys.argv) > 3 else 5.0
-    out = [None] * threads
-    ts = [threading.Thread(target=worker, args=(port, i, seconds, out)) for i in range(threads)]
-    t0 = time.monotonic()
-    for t in ts:
-        t.start()
-    for t in ts:
-        t.join()
-    elapsed = time.monotonic() - t0
-    lat = sorted(x for lst in out for x in lst)
-    n = len(lat)
-    print("redispy uncontended threads=%d ops_per_s=%.0f p50_us=%.1f p99_us=%.1f"
-          % (threads, n / elapsed, lat[n // 2] * 1e6, lat[min(n - 1, n * 99 // 100)] * 1e6))
+    a = peerlib.parse_args(__doc__, redis=True)
+    redis = have_redis()
+    if a.check:
+        c = client(a)
+        try:
+            c.ping()
+        except redis.exceptions.RedisError as e:
+            peerlib.fail("redis at %s:%d: %s" % (a.host, a.port, e))
+        peerlib.ok("redis-py %s" % redis.__version__)
+    if a.scenario == "uncontended":
+        out = {"client": client(a)}
+        clock = peerlib.Clock(a.duration)
+        peerlib.run_threads(a.threads, lambda i: unc_worker(a, i, clock, out))
+        lat = [x for i in range(a.threads) for x in out[i]]
+        peerlib.result("redis-py", a, len(lat) / a.duration, lat,
+                       "%d thread(s) of one process, one shared connection "
+                       "pool, acquire(blocking=False)+release" % a.threads)
+    else:
+        name = "bench-redispy-%d-h" % os.getpid()
+        ev = peerlib.run_procs(a.threads, handoff_proc, (a, name), a.duration)
+        lat = peerlib.handoffs(ev)
+        peerlib.result("redis-py", a, len(ev) / a.duration, lat,
+                       "%d processes, blocking acquire polling every 0.1 s "
+                       "(redis-py's default); not fair, so a releaser rests "
+                       "one polling interval before contending again"
+                       % a.threads)
 
 
 if __name__ == "__main__":
-    main()
+    peerlib.main(main)

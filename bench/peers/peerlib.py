@@ -1,0 +1,276 @@
+"""peerlib.py — what the Python peer scripts of cerberus-bench share: the
+command line, the timing, the percentiles and the one-line output protocol
+that bench/peers.c reads.
+
+Command line (every peer script, Python or shell):
+  --check                      say whether the peer can run, measure nothing
+  --scenario uncontended|handoff
+  --threads N                  uncontended: threads (or processes); handoff:
+                               contenders (default 1)
+  --duration S                 measured seconds (default 5)
+  --work DIR                   a scratch directory the bench owns (unused here)
+plus the server: --host/--port/--db (redis), --hosts/--root (zk) or
+--endpoint URL (etcd).
+
+Output: exactly one line on stdout,
+  ok <what>                    exit 0, after --check
+  skip <why>                   exit 3: the peer is not installed here
+  result peer=P scenario=S threads=N ops_per_s=X p50_us=.. p90_us=..
+         p99_us=.. max_us=.. samples=K # how it was measured
+and any error on stderr with exit status 1.
+
+Timing follows bench/scenarios.c: a measured window of --duration seconds
+after an unmeasured warm-up of a tenth of it (0.05..0.5 s), CLOCK_MONOTONIC
+(time.monotonic_ns, one clock for every process on Linux), latencies kept
+in nanoseconds, percentiles by nearest rank. A hand-off is the next
+holder's acquire return minus the previous holder's release stamp, taken
+just before it releases, as in the bench's handoff scenario; the holder
+busy-works 20 us first.
+"""
+import argparse
+import multiprocessing as mp
+import sys
+import threading
+import time
+import traceback
+
+HOLD_NS = 20000          # handoff: busy work while holding, as scenarios.c
+SETUP_TIMEOUT_S = 60     # processes and threads must be ready by then
+
+
+class Usage(Exception):
+    pass
+
+
+def ok(what):
+    print("ok " + what, flush=True)
+    sys.exit(0)
+
+
+def skip(why):
+    print("skip " + why, flush=True)
+    sys.exit(3)
+
+
+def fail(why):
+    print("error: " + why, file=sys.stderr, flush=True)
+    sys.exit(1)
+
+
+def parse_args(doc, redis=False, zk=False, etcd=False, peer_choices=None):
+    p = argparse.ArgumentParser(add_help=False)
+    p.add_argument("-h", "--help", action="store_true")
+    p.add_argument("--check", action="store_true")
+    p.add_argument("--scenario", choices=("uncontended", "handoff"))
+    p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--duration", type=float, default=5.0)
+    p.add_argument("--work")
+    if peer_choices:
+        p.add_argument("--peer", choices=peer_choices, required=False)
+    if redis:
+        p.add_argument("--host", default="127.0.0.1")
+        p.add_argument("--port", type=int, default=26379)
+        p.add_argument("--db", type=int, default=0)
+    if zk:
+        p.add_argument("--hosts", default="127.0.0.1:22181")
+        p.add_argument("--root", default="/cerberus/locks")
+    if etcd:
+        p.add_argument("--endpoint", default="http://127.0.0.1:22379")
+    try:
+        a = p.parse_args()
+    except SystemExit:
+        print(doc, file=sys.stderr)
+        sys.exit(2)
+    if a.help:
+        print(doc)
+        sys.exit(0)
+    err = None
+    if not a.check and not a.scenario:
+        err = "--scenario uncontended|handoff (or --check) is required"
+    elif not 1 <= a.threads <= 1024:
+        err = "--threads must be in 1..1024"
+    elif not 0.1 <= a.duration <= 3600:
+        err = "--duration must be in 0.1..3600 seconds"
+    elif peer_choices and not a.peer:
+        err = "--peer %s is required" % "|".join(peer_choices)
+    elif zk and not a.root.startswith("/"):
+        err = "--root must be an absolute path"
+    if err:
+        print("%s: error: %s" % (sys.argv[0], err), file=sys.stderr)
+        sys.exit(2)
+    return a
+
+
+def now():
+    return time.monotonic_ns()
+
+
+class Clock:
+    """The measured window [start, end) of one run, in monotonic ns."""
+
+    def __init__(self, duration_s, t0=None):
+        warm = min(0.5, max(0.05, duration_s / 10.0))
+        t0 = now() if t0 is None else t0
+        self.start = t0 + int(warm * 1e9)
+        self.end = self.start + int(duration_s * 1e9)
+
+    @staticmethod
+    def now():
+        return time.monotonic_ns()
+
+
+def busy_work(t_acq):
+    """The critical section: HOLD_NS of real work, not a sleep. Returns the
+    release stamp."""
+    t = now()
+    while t - t_acq < HOLD_NS:
+        t = now()
+    return t
+
+
+def pct(sorted_vals, q):
+    """Nearest rank, as CuratorBench and the bench's histogram."""
+    n = len(sorted_vals)
+    if n == 0:
+        return 0.0
+    i = max(0, min(n - 1, int(-(-q * n // 1)) - 1))
+    return sorted_vals[i]
+
+
+def handoffs(events):
+    """events: (t_acquired, t_released, contender) per hold, any order ->
+    the hand-off latencies between consecutive holds of two different
+    contenders (a contender re-taking its own lock hands nothing off)."""
+    events = sorted(events)
+    out = []
+    for prev, cur in zip(events, events[1:]):
+        d = cur[0] - prev[1]
+        if d >= 0 and cur[2] != prev[2]:
+            out.append(d)
+    return out
+
+
+def result(peer, a, ops_per_s, lat_ns, how):
+    lat = sorted(lat_ns)
+    if not lat:
+        fail("no %s measured in %.1f s" % (
+            "cycle" if a.scenario == "uncontended" else "hand-off", a.duration))
+    us = [pct(lat, q) / 1000.0 for q in (0.5, 0.9, 0.99)]
+    print("result peer=%s scenario=%s threads=%d ops_per_s=%.1f p50_us=%.1f "
+          "p90_us=%.1f p99_us=%.1f max_us=%.1f samples=%d # %s"
+          % (peer, a.scenario, a.threads, ops_per_s, us[0], us[1], us[2],
+             lat[-1] / 1000.0, len(lat), how), flush=True)
+    sys.exit(0)
+
+
+class Baton:
+    """Fair turns for a lock that is not fair. After releasing, a contender
+    steps aside until another one has taken the lock, as a fair lock's
+    releaser queues behind the waiters; otherwise the releaser re-acquires
+    at once (it is awake, the waiters are polling or watching) and what is
+    measured is no hand-off at all. Shared by forked processes."""
+
+    def __init__(self):
+        ctx = mp.get_context("fork")
+        self.holder = ctx.Value("i", -1, lock=False)
+        self.cond = ctx.Condition()
+
+    def taken(self, who):
+        with self.cond:
+            self.holder.value = who
+            self.cond.notify_all()
+
+    def step_aside(self, who, until_ns):
+        """Wait until someone else holds, or until @until_ns (monotonic)."""
+        with self.cond:
+            while self.holder.value == who:
+                left = (until_ns - now()) / 1e9
+                if left <= 0:
+                    return
+                self.cond.wait(left)
+
+
+def run_threads(n, body):
+    """Run body(i) in n threads; re-raise the first failure."""
+    errors = []
+
+    def wrap(i):
+        try:
+            body(i)
+        except BaseException as e:  # noqa: B902 - reported below
+            errors.append("%s: %s" % (type(e).__name__, e))
+
+    ts = [threading.Thread(target=wrap, args=(i,), daemon=True) for i in range(n)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    if errors:
+        raise RuntimeError(errors[0])
+
+
+def _proc_main(idx, target, args, ready, go, start, q):
+    try:
+        loop = target(idx, *args)          # connect: not timed
+        ready.wait(SETUP_TIMEOUT_S)
+        go.wait(SETUP_TIMEOUT_S)
+        q.put(("ok", loop(start.value)))
+    except BaseException as e:  # noqa: B902 - sent to the parent
+        q.put(("error", "%s: %s" % (type(e).__name__, e)))
+
+
+def run_procs(n, target, args, duration_s):
+    """n processes; in process i, target(i, *args) sets up (connects) and returns
+    loop(t0), which runs the measured loop with Clock(duration_s, t0) and
+    returns a list of events. Every process is ready before t0 is taken,
+    so the warm-up does not have to cover their start. Returns the events
+    of all, or raises the first failure."""
+    ctx = mp.get_context("fork")
+    q = ctx.Queue()
+    ready, go = ctx.Barrier(n + 1), ctx.Barrier(n + 1)
+    start = ctx.Value("q", 0)
+    ps = [ctx.Process(target=_proc_main, args=(i, target, args, ready, go, start, q),
+                      daemon=True) for i in range(n)]
+    for p in ps:
+        p.start()
+    try:
+        ready.wait(SETUP_TIMEOUT_S)
+        start.value = now()
+        go.wait(SETUP_TIMEOUT_S)
+    except threading.BrokenBarrierError:
+        pass  # a child failed during set-up: its message is in the queue
+    res, err = [], None
+    deadline = time.monotonic() + SETUP_TIMEOUT_S + duration_s + 30
+    for _ in ps:
+        left = deadline - time.monotonic()
+        try:
+            kind, v = q.get(timeout=max(0.1, left))
+        except Exception:  # queue.Empty
+            err = err or "a process did not report within its deadline"
+            break
+        if kind == "ok":
+            res.extend(v)
+        else:
+            err = err or v
+            ready.abort()
+            go.abort()
+    for p in ps:
+        p.join(timeout=5)
+        if p.is_alive():
+            p.kill()  # our own child, by its handle
+            p.join()
+    if err:
+        raise RuntimeError(err)
+    return res
+
+
+def main(fn):
+    try:
+        fn()
+    except SystemExit:
+        raise
+    except KeyboardInterrupt:
+        sys.exit(130)
+    except BaseException as e:  # noqa: B902 - one clear line, exit 1
+        traceback.print_exc(limit=3, file=sys.stderr)
+        fail("%s: %s" % (type(e).__name__, e))
