@@ -126,6 +126,7 @@ static cerb_status client_open(cerb_client **out, struct cerb_config *cfg)
     }
     cerb__mutex_init(&c->mu);
     cerb__mutex_init(&c->open_mu);
+    cerb__mutex_init(&c->inflight_mu);
     c->cfg = c->boot_cfg = cfg;
     c->n_engines = cfg->n_engines;
     for (size_t i = 0; i < cfg->n_engines; i++) {
@@ -187,6 +188,7 @@ fail:
             cerb__engine_close(c->engines[i].ops, c->engines[i].e);
     cerb__config_free(cfg);
     cerb__mutex_destroy(&c->open_mu);
+    cerb__mutex_destroy(&c->inflight_mu);
     cerb__mutex_destroy(&c->mu);
     cerb__free(c);
     return st;
@@ -256,6 +258,7 @@ void cerb_client_close(cerb_client *c)
     cerb__config_free(c->boot_cfg);
     cerb__mutex_destroy(&c->fo_mu);
     cerb__mutex_destroy(&c->open_mu);
+    cerb__mutex_destroy(&c->inflight_mu);
     cerb__mutex_destroy(&c->mu);
     cerb__free(c);
 }

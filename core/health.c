@@ -13,13 +13,19 @@
  * prober runs every probe_interval_ms). Their time stamp is then a little
  * late, which only matters at the edge of the rate window.
  *
- * Safe switch. When acquisitions leave engine A for engine B, A keeps a
- * "grace until" time: switch time + switch_grace_ms (default: the longest a
- * hold on A can outlive our contact with it — the lease or session timeout
- * — plus drift). Until then B grants a name only after A confirms the name
- * is free there (one round trip, the fast path) or, when A cannot answer,
- * once the grace has run out. With switch_grace_ms = 0 there is no gate:
- * availability first, as in the original Cerberus.
+ * Safe switch. When acquisitions leave engine A for engine B, A is gated:
+ * B grants a name only after A confirms the name is free there (one round
+ * trip, the fast path), for as long as A answers — a hold taken on A before
+ * the switch is renewed there as long as A lives, so a time limit while A
+ * is up would let B grant it twice. When A cannot answer (its breaker is
+ * open, or the question fails) B waits until A's grace has passed since A
+ * last answered anyone here: switch_grace_ms, default the longest a hold on
+ * A can outlive its holder's last contact (the lease or session timeout)
+ * plus drift; every hold on A has then expired, and the gate is lifted.
+ * Switching back to A lifts it too. With switch_grace_ms = 0 there is no
+ * gate: availability first, as in the original Cerberus. A client that
+ * opens on a lower engine because a higher one would not open gates the
+ * higher one the same way: other processes may hold names there.
  *
  * Fencing epoch. Tokens carry an epoch in their high 16 bits: the
  * configuration's `epoch`, which `cerberus switch` bumps for every client at
@@ -38,6 +44,8 @@
 
 int64_t cerb__now_ms(void) { return cerb_monotime() / CERB_NS_PER_MS; }
 
+static int64_t grace_ms(cerb_client *c, int i);
+
 static void breaker_cfg(const struct cerb_config *cfg, struct cerb_breaker_cfg *out)
 {
     cerb__breaker_cfg_from(&cfg->failover, out);
@@ -53,10 +61,18 @@ void cerb__health_init(cerb_client *c)
     c->pinned = strcmp(c->cfg->active, "auto") == 0 ? -1
                                                      : cerb__config_engine_index(c->cfg, c->cfg->active);
     atomic_store(&c->epoch, c->cfg->epoch);
+    int cur = atomic_load(&c->current);
+    int64_t now_ns = cerb_monotime();
     for (size_t i = 0; i < c->n_engines; i++) {
         struct cerb_client_engine *ce = &c->engines[i];
         cerb__breaker_init(&ce->brk, &bc, (uint64_t)cerb_monotime() ^ (i * 0x9e3779b97f4a7c15ull), now);
         ce->healthy_since_ms = now;
+        /* Opening below an engine that would not open (auto mode): others
+         * may be holding names there. */
+        if (c->pinned < 0 && (int)i < cur && !ce->e && grace_ms(c, (int)i) > 0) {
+            ce->gated = true;
+            ce->gate_from_ns = now_ns;
+        }
     }
 }
 
@@ -132,8 +148,11 @@ void cerb__health_probe(cerb_client *c, int idx, bool ok, int64_t latency_us)
     struct cerb_client_engine *ce = &c->engines[idx];
     int64_t now = cerb__now_ms();
     atomic_store(&ce->last_probe_us, latency_us);
+    int64_t now_ns = cerb_monotime();
     cerb__mutex_lock(&c->fo_mu);
     fold_ok(c, ce, now);
+    if (ok)
+        ce->last_ok_ns = now_ns;
     if (ok)
         noted(c, ce, cerb__breaker_on_success(&ce->brk, now, CERB_PROBE));
     else
@@ -171,14 +190,16 @@ int cerb__client_switch(cerb_client *c, int to, const char *why, int pin)
         cerb__mutex_unlock(&c->fo_mu);
         return to;
     }
-    int64_t g = grace_ms(c, from);
-    if (g > 0)
-        c->engines[from].grace_until_ns = cerb_monotime() + g * CERB_NS_PER_MS;
-    c->engines[to].grace_until_ns = 0; /* no need to ask where we go */
+    if (grace_ms(c, from) > 0 && !c->engines[from].gated) {
+        c->engines[from].gated = true;
+        c->engines[from].gate_from_ns = cerb_monotime();
+    }
+    c->engines[to].gated = false; /* no need to ask where we go */
     atomic_fetch_add(&c->epoch, 1);
     c->switches++;
     atomic_store(&c->current, to);
     cerb__mutex_unlock(&c->fo_mu);
+    cerb__lock_follow_switch(c, to);
 
     CERB_LOG_W("engine switch %s -> %s (%s)", c->engines[from].name, c->engines[to].name, why);
     cerb__mutex_lock(&c->mu);
@@ -190,51 +211,86 @@ int cerb__client_switch(cerb_client *c, int to, const char *why, int pin)
     return to;
 }
 
+/*
+ * One gated engine's answer for `name`: CERB_OK (ask no more: free there,
+ * or every hold there has expired), CERB_BUSY (held there), or
+ * CERB_UNAVAILABLE with *until_ns = when its grace ends.
+ */
+static cerb_status gate_one(cerb_client *c, struct cerb_client_engine *ce, const char *name,
+                            int64_t now, int64_t *until_ns)
+{
+    cerb__mutex_lock(&c->fo_mu);
+    bool gated = ce->gated;
+    int64_t last = ce->last_ok_ns > ce->gate_from_ns ? ce->last_ok_ns : ce->gate_from_ns;
+    enum cerb_breaker_state bs = cerb__breaker_state(&ce->brk);
+    int64_t g = grace_ms(c, ce->idx);
+    cerb__mutex_unlock(&c->fo_mu);
+    if (!gated)
+        return CERB_OK;
+    /* An engine whose breaker is open is known not to answer: asking would
+     * only cost every caller an op timeout for the same "cannot tell". */
+    bool down = !ce->e || bs == CERB_BREAKER_OPEN || bs == CERB_BREAKER_FORCED_OPEN;
+    if (!down) {
+        cerb_status st = cerb__engine_held(ce->ops, ce->e, name);
+        if (st == CERB_OK || st == CERB_BUSY) {
+            cerb__mutex_lock(&c->fo_mu);
+            if (ce->last_ok_ns < now)
+                ce->last_ok_ns = now;
+            cerb__mutex_unlock(&c->fo_mu);
+            if (st == CERB_BUSY)
+                cerb__error_set(CERB_BUSY, "lock \"%s\" is still held on engine %s after a switch",
+                                name, ce->name);
+            return st;
+        }
+    }
+    *until_ns = last + (g > 0 ? g : 0) * CERB_NS_PER_MS;
+    if (now < *until_ns)
+        return cerb__error_set(CERB_UNAVAILABLE, "lock \"%s\": engine %s, switched from, cannot "
+                                                 "confirm it is free (waiting out its grace)",
+                               name, ce->name);
+    /* Silent for a whole grace: every hold there has expired. */
+    cerb__mutex_lock(&c->fo_mu);
+    if (ce->gated && ce->last_ok_ns <= last) {
+        ce->gated = false;
+        CERB_LOG_I("engine %s: no answer for its grace since the switch; no longer asked",
+                   ce->name);
+    }
+    cerb__mutex_unlock(&c->fo_mu);
+    return CERB_OK;
+}
+
 cerb_status cerb__switch_gate(cerb_client *c, int idx, const char *name, int64_t deadline_ns,
                               const atomic_int *intr)
 {
+    char why[CERB_ERROR_MAX] = "";
     for (int round = 0;; round++) {
         int64_t now = cerb_monotime();
         int64_t wait_until = 0;
-        bool blocked = false;
+        cerb_status worst = CERB_OK;
         for (size_t i = 0; i < c->n_engines; i++) {
             if ((int)i == idx)
                 continue;
-            struct cerb_client_engine *ce = &c->engines[i];
-            cerb__mutex_lock(&c->fo_mu);
-            int64_t until = ce->grace_until_ns;
-            enum cerb_breaker_state bs = cerb__breaker_state(&ce->brk);
-            cerb__mutex_unlock(&c->fo_mu);
-            if (until <= now)
-                continue;
-            /* An engine whose breaker is open is known not to answer: asking
-             * would only cost every caller an op timeout (a blackholed
-             * server) for the same "cannot tell". */
-            bool down = bs == CERB_BREAKER_OPEN || bs == CERB_BREAKER_FORCED_OPEN;
-            cerb_status st = down ? cerb__error_set(CERB_UNAVAILABLE, "engine %s is down", ce->name)
-                                  : cerb__engine_held(ce->ops, ce->e, name);
+            int64_t until = 0;
+            cerb_status st = gate_one(c, &c->engines[i], name, now, &until);
             if (st == CERB_OK)
-                continue; /* confirmed free there */
-            blocked = true;
-            if (st == CERB_BUSY) {
-                cerb__error_set(CERB_BUSY, "lock \"%s\" is still held on engine %s after a switch",
-                                name, ce->name);
-                wait_until = now; /* ask again soon */
-            } else if (until > wait_until) {
-                wait_until = until; /* cannot tell: wait out the grace */
-            }
+                continue;
+            if (worst == CERB_OK || st == CERB_BUSY)
+                cerb__error_copy(why, sizeof why);
+            worst = st == CERB_BUSY ? st : (worst == CERB_OK ? st : worst);
+            if (until > wait_until)
+                wait_until = until;
         }
-        if (!blocked)
+        if (worst == CERB_OK)
             return CERB_OK;
         if (deadline_ns == 0)
-            return cerb__error_set(CERB_BUSY, "lock \"%s\": an engine switched from cannot "
-                                              "confirm it is free yet", name);
+            return cerb__error_set(CERB_BUSY, "%s", why);
         if (now >= deadline_ns)
-            return CERB_TIMEOUT;
-        int64_t nap_ns = wait_until > now ? wait_until - now : 0;
-        int64_t step = (round < 5 ? 20 : 100) * CERB_NS_PER_MS;
-        if (nap_ns < step)
-            nap_ns = step;
+            return cerb__error_set(CERB_TIMEOUT, "%s", why);
+        /* Ask again soon: the engine may answer (or free the name) before
+         * its grace ends; a grace that ends sooner ends the nap. */
+        int64_t nap_ns = (round < 5 ? 20 : 100) * CERB_NS_PER_MS;
+        if (worst != CERB_BUSY && wait_until > now && wait_until - now < nap_ns)
+            nap_ns = wait_until - now;
         if (now + nap_ns > deadline_ns)
             nap_ns = deadline_ns - now;
         /* Bounded naps so an interrupt is seen within 50 ms. */

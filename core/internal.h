@@ -45,7 +45,12 @@ struct cerb_client_engine {
     /* health, under client->fo_mu (pending_ok is batched lock-free) */
     struct cerb_breaker brk;
     int64_t healthy_since_ms;
-    int64_t grace_until_ns;       /* safe switch: ask this engine until then */
+    /* Safe switch (health.c): acquisitions elsewhere ask this engine
+     * first while `gated`; it ends once the engine has not answered for
+     * its grace (holds there are then expired) or when we switch back. */
+    bool gated;
+    int64_t gate_from_ns;        /* when the gate was set */
+    int64_t last_ok_ns;          /* last answered probe or held() */
     atomic_uint_fast64_t pending_ok;
     uint64_t transitions;
 };
@@ -63,6 +68,12 @@ struct cerb_waiter {
     bool interruptible;
     atomic_int interrupted;
     struct cerb_hold *engine_hold;      /* set while it calls the engine */
+    /* The flag the engine watches while this waiter is in acquire(): set
+     * by an interrupt, or by a switch (with `moved`), which makes the
+     * acquisition carry on on the new engine. */
+    atomic_int stop;
+    atomic_int moved;
+    struct cerb_waiter *cnext, *cprev;  /* client's in-engine list */
 };
 
 struct cerb_hold {
@@ -134,6 +145,8 @@ struct cerb_client {
     struct cerb_prober *prober;
     void (*switch_cb)(const char *, const char *, const char *, void *);
     void *switch_ud;
+    cerb_mutex inflight_mu;              /* before any slot->mu */
+    struct cerb_waiter *inflight;        /* acquisitions inside an engine */
     struct cerb_slot *names[CERB_NAME_BUCKETS];
     cerb_lock *handles;
     struct cerb_watchdog *_Atomic wd;    /* engine events may arrive early */
@@ -154,6 +167,8 @@ void cerb__slot_put(cerb_client *c, struct cerb_slot *s);
 
 /* lock.c */
 bool cerb__lock_ok(const cerb_lock *l);
+/* After a switch to engine `to`: acquisitions waiting elsewhere move there. */
+void cerb__lock_follow_switch(cerb_client *c, int to);
 cerb_status cerb__lock_acquire(cerb_lock *l, int64_t deadline_ns, bool interruptible,
                                bool try_only);
 cerb_status cerb__lock_release_all(cerb_lock *l);

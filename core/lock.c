@@ -217,6 +217,80 @@ static cerb_status rehome(cerb_client *c, struct cerb_hold **hp, struct cerb_wai
     return CERB_OK;
 }
 
+/* ---- acquisitions follow a switch ---- */
+
+static void inflight_add(cerb_client *c, struct cerb_waiter *w)
+{
+    cerb__mutex_lock(&c->inflight_mu);
+    w->cprev = NULL;
+    w->cnext = c->inflight;
+    if (c->inflight)
+        c->inflight->cprev = w;
+    c->inflight = w;
+    cerb__mutex_unlock(&c->inflight_mu);
+}
+
+static void inflight_del(cerb_client *c, struct cerb_waiter *w)
+{
+    cerb__mutex_lock(&c->inflight_mu);
+    if (w->cprev)
+        w->cprev->cnext = w->cnext;
+    else
+        c->inflight = w->cnext;
+    if (w->cnext)
+        w->cnext->cprev = w->cprev;
+    cerb__mutex_unlock(&c->inflight_mu);
+}
+
+/*
+ * A switch to engine `to`: every acquisition waiting on another engine is
+ * stopped there (its flag, and the engine's cancel() to wake it) and carries
+ * on on `to` behind the safe-switch gate. Left where it was, a wait that
+ * began before the switch could be granted on the old engine long after the
+ * gate stopped asking it — a second holder.
+ */
+void cerb__lock_follow_switch(cerb_client *c, int to)
+{
+    cerb__mutex_lock(&c->inflight_mu);
+    for (struct cerb_waiter *w = c->inflight; w; w = w->cnext) {
+        struct cerb_slot *s = w->handle->slot;
+        cerb__mutex_lock(&s->mu);
+        struct cerb_hold *h = w->engine_hold;
+        if (h && h->engine_idx != to) {
+            atomic_store(&w->moved, 1);
+            atomic_store(&w->stop, 1);
+            struct cerb_client_engine *ce = &c->engines[h->engine_idx];
+            cerb__engine_cancel(ce->ops, ce->e, &h->lk);
+        }
+        cerb__mutex_unlock(&s->mu);
+    }
+    cerb__mutex_unlock(&c->inflight_mu);
+}
+
+/*
+ * The engine or the gate stopped on w->stop. A caller's interrupt: false.
+ * A switch: true, with *hp moved to the current engine (the old hold goes
+ * to the background release when a request was @sent — a hand-off may have
+ * landed) or left alone when its engine is current again.
+ */
+static bool follow_switch(cerb_client *c, struct cerb_hold **hp, struct cerb_waiter *w, bool sent)
+{
+    if (atomic_load(&w->interrupted) || !atomic_exchange(&w->moved, 0))
+        return false;
+    atomic_store(&w->stop, 0);
+    if (atomic_load(&w->interrupted)) {
+        atomic_store(&w->stop, 1); /* an interrupt raced the reset: keep it */
+        return false;
+    }
+    int cur = atomic_load(&c->current);
+    if (cur == (*hp)->engine_idx || !c->engines[cur].e)
+        return true;
+    if (rehome(c, hp, w, cur, sent) == CERB_OK)
+        return true;
+    cerb__error_set(CERB_ENOMEM, "out of memory");
+    return false;
+}
+
 static cerb_status engine_acquire(cerb_client *c, struct cerb_hold **hp, struct cerb_waiter *w,
                                   int64_t deadline_ns, const atomic_int *intr,
                                   const struct cerb_retry_config *rc)
@@ -228,16 +302,32 @@ static cerb_status engine_acquire(cerb_client *c, struct cerb_hold **hp, struct 
 
     for (int attempt = 0;; attempt++) {
         h = *hp;
+        if (attempt == 0 && moves == 0) {
+            /* A switch between choosing the engine and registering in
+             * the in-flight list: nothing was sent yet, just move. */
+            int cur = atomic_load(&c->current);
+            if (cur != h->engine_idx && c->engines[cur].e &&
+                rehome(c, hp, w, cur, false) == CERB_OK)
+                h = *hp;
+        }
         struct cerb_client_engine *ce = &c->engines[h->engine_idx];
         /* After a switch, the engine we left must agree first. */
-        st = cerb__switch_gate(c, h->engine_idx, h->lk.name, deadline_ns, intr);
+        st = cerb__switch_gate(c, h->engine_idx, h->lk.name, deadline_ns, &w->stop);
+        if (st == CERB_INTERRUPTED && follow_switch(c, hp, w, false)) {
+            attempt = -1;
+            continue;
+        }
         if (st != CERB_OK)
             return st;
         int64_t t0 = cerb_monotime();
-        st = cerb__engine_acquire(ce->ops, ce->e, &h->lk, deadline_ns, intr, &g);
+        st = cerb__engine_acquire(ce->ops, ce->e, &h->lk, deadline_ns, &w->stop, &g);
         if (st == CERB_OK) {
             cerb__health_ok(c, h->engine_idx);
             break;
+        }
+        if (st == CERB_INTERRUPTED && follow_switch(c, hp, w, true)) {
+            attempt = -1;
+            continue;
         }
         if (!hard_error(st))
             return st;
@@ -390,9 +480,12 @@ cerb_status cerb__lock_acquire(cerb_lock *l, int64_t deadline_ns, bool interrupt
     w.engine_hold = h;
     cerb__mutex_unlock(&s->mu);
 
-    if (st == CERB_OK)
+    if (st == CERB_OK) {
+        inflight_add(c, &w);
         st = engine_acquire(c, &h, &w, try_only ? 0 : deadline_ns,
                             interruptible ? &w.interrupted : &never_interrupted, &cc.retry);
+        inflight_del(c, &w);
+    }
 
     cerb__mutex_lock(&s->mu);
     w.engine_hold = NULL;
@@ -457,6 +550,7 @@ cerb_status cerb_lock_interrupt(cerb_lock *l)
         l->intr_pending = true;
     for (struct cerb_waiter *w = l->iwaiters; w; w = w->hnext) {
         atomic_store(&w->interrupted, 1);
+        atomic_store(&w->stop, 1);
         cerb__cond_signal(&w->cond);
         if (w->engine_hold) {
             /* The hold stays alive: its thread needs s->mu to free it. */

@@ -287,6 +287,140 @@ static void test_manual_switch_fast_path(void **state)
     cerb_client_close(b);
 }
 
+/*
+ * While the old engine answers, the gate keeps asking it, however long
+ * after the switch: a hold taken there before the switch is renewed there
+ * past any grace, so the new engine must not grant the name until it is
+ * released.
+ */
+static void test_gate_outlasts_grace_while_old_engine_answers(void **state)
+{
+    (void)state;
+    cerb_client *a = open_text("failback = \"manual\";");
+    cerb_client *b = open_text("failback = \"manual\";");
+    char *name = test_name("outlast");
+    struct holder h = {.c = a, .name = name};
+    pthread_t t;
+    pthread_create(&t, NULL, holder_main, &h);
+    assert_wait_until(holder_held, &h, 3000);
+    assert_string_equal(cerb_engine_switch_to(b, "local"), "local");
+    cerb_lock *lb = NULL;
+    assert_int_equal(cerb_lock_new(b, name, NULL, &lb), CERB_OK);
+    /* Twice the grace (lease 1500 ms + drift): still held on redis. */
+    assert_int_equal(cerb_lock_trylock_for(lb, 3500), CERB_TIMEOUT);
+    atomic_store(&h.release, true);
+    pthread_join(t, NULL);
+    assert_int_equal(cerb_lock_trylock_for(lb, 2000), CERB_OK);
+    cerb_lock_unlock(lb);
+    cerb_lock_free(lb);
+    free(name);
+    cerb_client_close(a);
+    cerb_client_close(b);
+}
+
+/* A waiter blocked on the old engine when its client switches. */
+struct waiter {
+    cerb_client *c;
+    const char *name;
+    cerb_status st;
+    atomic_bool done;
+};
+
+static void *waiter_main(void *arg)
+{
+    struct waiter *w = arg;
+    cerb_lock *l = NULL;
+    cerb_lock_new(w->c, w->name, NULL, &l);
+    w->st = cerb_lock_trylock_for(l, 10000);
+    if (w->st == CERB_OK)
+        cerb_lock_unlock(l);
+    cerb_lock_free(l);
+    atomic_store(&w->done, true);
+    return NULL;
+}
+
+static bool waiter_done(void *ud) { return atomic_load(&((struct waiter *)ud)->done); }
+
+static bool waiting_on_redis(void *ud)
+{
+    struct cerb_engine_info info;
+    return cerb_engine_info(ud, "redis", &info) == CERB_OK && info.acquire_calls >= 1;
+}
+
+/*
+ * An acquisition waiting on the old engine moves to the new one when its
+ * client switches, and is granted there once the old engine says the name
+ * is free — never on the old engine after the switch.
+ */
+static void test_waiter_follows_switch(void **state)
+{
+    (void)state;
+    cerb_client *a = open_text("failback = \"manual\";");
+    cerb_client *b = open_text("failback = \"manual\";");
+    char *name = test_name("follow");
+    struct holder h = {.c = a, .name = name};
+    pthread_t th, tw;
+    pthread_create(&th, NULL, holder_main, &h);
+    assert_wait_until(holder_held, &h, 3000);
+    struct waiter w = {.c = b, .name = name};
+    pthread_create(&tw, NULL, waiter_main, &w);
+    assert_wait_until(waiting_on_redis, b, 3000);
+    assert_string_equal(cerb_engine_switch_to(b, "local"), "local");
+    atomic_store(&h.release, true);
+    pthread_join(th, NULL);
+    assert_wait_until(waiter_done, &w, 5000);
+    pthread_join(tw, NULL);
+    assert_int_equal(w.st, CERB_OK);
+    struct cerb_engine_info ri, li;
+    assert_int_equal(cerb_engine_info(b, "redis", &ri), CERB_OK);
+    assert_int_equal(cerb_engine_info(b, "local", &li), CERB_OK);
+    print_message("waiter: %llu grants on redis, %llu on local\n",
+                  (unsigned long long)ri.acquires, (unsigned long long)li.acquires);
+    assert_int_equal(ri.acquires, 0);
+    assert_int_equal(li.acquires, 1);
+    free(name);
+    cerb_client_close(a);
+    cerb_client_close(b);
+}
+
+/*
+ * A client that opens on the secondary because the primary would not open
+ * cannot know whether others hold names there: it waits the primary's
+ * grace before granting (unless switch_grace_ms = 0).
+ */
+static void test_open_below_dead_engine_waits_grace(void **state)
+{
+    (void)state;
+    static const char cfg[] =
+        "engines = (\"redis\", \"local\");\n"
+        "redis = { port = 1; op_timeout_ms = 200; connect_timeout_ms = 200; };\n"
+        "lock = { lease_ms = 1500; };\n"
+        "failover = { probe_interval_ms = 100; probe_timeout_ms = 100; %s };\n";
+    char *name = test_name("opengate");
+    for (int grace0 = 0; grace0 <= 1; grace0++) {
+        char *text = fmt(cfg, grace0 ? "switch_grace_ms = 0;" : "");
+        cerb_client *c = NULL;
+        int64_t t0 = cerb_test_now_ms();
+        assert_int_equal(cerb_client_open_string(&c, text), CERB_OK);
+        free(text);
+        assert_string_equal(cerb_engine_current(c), "local");
+        cerb_lock *l = NULL;
+        assert_int_equal(cerb_lock_new(c, name, NULL, &l), CERB_OK);
+        assert_int_equal(cerb_lock_trylock_for(l, 5000), CERB_OK);
+        int64_t took = cerb_test_now_ms() - t0;
+        print_message("grace %s: granted %lld ms after open\n", grace0 ? "0" : "default",
+                      (long long)took);
+        if (grace0)
+            assert_true(took < 1000);
+        else
+            assert_true(took >= 1500);
+        cerb_lock_unlock(l);
+        cerb_lock_free(l);
+        cerb_client_close(c);
+    }
+    free(name);
+}
+
 /* ---- config file switching ---- */
 
 static char *write_cfg(const char *active, int epoch)
@@ -374,6 +508,9 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_manual_failback_never, setup, teardown),
         cmocka_unit_test_setup_teardown(test_holder_lost_and_grace_respected, setup, teardown),
         cmocka_unit_test_setup_teardown(test_manual_switch_fast_path, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_gate_outlasts_grace_while_old_engine_answers, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_waiter_follows_switch, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_open_below_dead_engine_waits_grace, setup, teardown),
         cmocka_unit_test_setup_teardown(test_config_switch_followed_by_processes, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
