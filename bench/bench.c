@@ -514,12 +514,11 @@ static int engines_from_file(const struct cli *c, struct bench_engine *out)
 }
 
 /*
- * The library's log lines, minus one kind: bench_client_open() pins every
- * client to the engine under test with cerb_engine_switch_to(), which the
- * library logs at WARN for operators ("engine switch ... (manual switch)").
- * In the bench that is its own doing, once per client (a hundred in
- * `herd`), so those lines are dropped; everything else goes to stderr as
- * the default sink would print it. Called from any thread.
+ * The library's log lines, minus one kind: "engine switch ... (manual
+ * switch)", which only the bench itself could cause (it pins clients
+ * through `active` at open and does not switch them) and which would
+ * otherwise repeat once per client. Everything else goes to stderr as the
+ * default sink would print it. Called from any thread.
  */
 static void bench_log(cerb_log_level level, const char *line, void *ud)
 {

@@ -115,6 +115,15 @@ cerb_status cerb__config_defaults(struct cerb_config **out);
 void cerb__config_free(struct cerb_config *cfg);
 
 /*
+ * Open a client on an already parsed configuration (core/client.c), which
+ * the client then owns (freed on failure too). For in-tree tools that
+ * adjust a file's settings before opening — cerberus-bench pins each
+ * client to the engine under test with `active` this way: a client pinned
+ * from the start has switched from nothing, so no engine is gated.
+ */
+cerb_status cerb__client_open_config(cerb_client **out, struct cerb_config *cfg);
+
+/*
  * Reload check: CERB_OK when `next` differs from `cur` only in keys marked
  * reloadable (lock, retry, failover, active, epoch); otherwise CERB_ECONFIG
  * naming the first immutable key that changed.

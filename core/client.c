@@ -208,6 +208,18 @@ cerb_status cerb_client_open(cerb_client **out, const char *path)
     return client_open(out, cfg);
 }
 
+cerb_status cerb__client_open_config(cerb_client **out, struct cerb_config *cfg)
+{
+    if (!out) {
+        cerb__config_free(cfg);
+        return cerb__error_set(CERB_EINVAL, "cerb__client_open_config: out is NULL");
+    }
+    *out = NULL;
+    if (!cfg)
+        return cerb__error_set(CERB_EINVAL, "cerb__client_open_config: cfg is NULL");
+    return client_open(out, cfg);
+}
+
 cerb_status cerb_client_open_string(cerb_client **out, const char *text)
 {
     struct cerb_config *cfg = NULL;
