@@ -25,7 +25,9 @@
  * Switching back to A lifts it too. With switch_grace_ms = 0 there is no
  * gate: availability first, as in the original Cerberus. A client that
  * opens on a lower engine because a higher one would not open gates the
- * higher one the same way: other processes may hold names there.
+ * higher one the same way, and a client whose configuration pins an engine
+ * gates all the others: other processes may hold names there (a process
+ * started after `cerberus switch` must respect the holds taken before it).
  *
  * Fencing epoch. Tokens carry an epoch in their high 16 bits: the
  * configuration's `epoch`, which `cerberus switch` bumps for every client at
@@ -67,9 +69,11 @@ void cerb__health_init(cerb_client *c)
         struct cerb_client_engine *ce = &c->engines[i];
         cerb__breaker_init(&ce->brk, &bc, (uint64_t)cerb_monotime() ^ (i * 0x9e3779b97f4a7c15ull), now);
         ce->healthy_since_ms = now;
-        /* Opening below an engine that would not open (auto mode): others
-         * may be holding names there. */
-        if (c->pinned < 0 && (int)i < cur && !ce->e && grace_ms(c, (int)i) > 0) {
+        /* Others may hold names on an engine we do not start on: above
+         * us when it would not open (auto mode), or any other one when the
+         * configuration pins us (`cerberus switch` left it). */
+        bool maybe_held = c->pinned >= 0 ? (int)i != cur : (int)i < cur && !ce->e;
+        if (maybe_held && grace_ms(c, (int)i) > 0) {
             ce->gated = true;
             ce->gate_from_ns = now_ns;
         }

@@ -132,6 +132,45 @@ cerb_status cerb__etcd_probe_read(cerb_engine *e, int64_t deadline_ns)
     return st;
 }
 
+/*
+ * Is `name` held by anyone (the safe-switch question)? A linearizable
+ * count of the keys under "<prefix><name>/": a holder or any queued
+ * contender (ours, etcdctl's) answers BUSY, none OK. One round trip,
+ * bounded by the operation timeout.
+ */
+static cerb_status etcd_held(cerb_engine *e, const char *name)
+{
+    struct etcd_key k;
+    cerb_status st = cerb__etcd_key_init(&k, e->ec->prefix, name, 0);
+    if (st != CERB_OK)
+        return st;
+    struct etcd_range_req rq = {.key = k.k, .key_len = k.pfx_len, .end = k.end,
+                                .end_len = strlen(k.end), .count_only = true};
+    json_t *req = cerb__etcd_range_json(&rq);
+    cerb__etcd_key_free(&k);
+    if (!req)
+        return cerb__error_set(CERB_ENOMEM, "etcd: out of memory");
+    struct etcd_call call = {.what = "held",
+                             .path = "/v3/kv/range",
+                             .body = req,
+                             .deadline_ns = cerb__deadline_in(e->ec->op_timeout_ms),
+                             .idempotent = true};
+    st = cerb__etcd_call(e, &call);
+    json_decref(req);
+    if (st != CERB_OK)
+        return st;
+    struct etcd_range_res rr;
+    st = cerb__etcd_parse_range(call.resp, &rr);
+    json_decref(call.resp);
+    if (st != CERB_OK)
+        return st;
+    cerb__etcd_kv_clear(&rr.first);
+    if (rr.count > 0)
+        return cerb__error_set(CERB_BUSY, "etcd: \"%s\" is held (%lld keys)", name,
+                               (long long)rr.count);
+    return CERB_OK;
+}
+
 static void etcd_stats(cerb_engine *e, struct cerb_engine_stats *out)
 {
     out->acquire_calls = atomic_load_explicit(&e->stats.acquire_calls, memory_order_relaxed);
@@ -167,6 +206,7 @@ const struct cerb_engine_ops cerb__etcd_engine_ops = {
     .check_owner = cerb__etcd_op_check,
     .cancel = cerb__etcd_op_cancel,
     .probe = etcd_probe,
+    .held = etcd_held,
     .stats = etcd_stats,
     .check_name = etcd_check_name,
 };

@@ -131,6 +131,7 @@ const struct cerb_engine_ops cerb__zk_engine_ops = {
     .check_owner = cerb__zk_op_check,
     .cancel = cerb__zk_op_cancel,
     .probe = cerb__zk_op_probe,
+    .held = cerb__zk_op_held,
     .renew_batch = NULL,
     .stats = zk_stats,
     .check_name = zk_check_name,

@@ -20,6 +20,7 @@ cerb_status cerb__zk_op_release(cerb_engine *e, cerb_engine_lock *lk);
 cerb_status cerb__zk_op_check(cerb_engine *e, cerb_engine_lock *lk, cerb_grant *grant);
 void cerb__zk_op_cancel(cerb_engine *e, cerb_engine_lock *lk);
 cerb_status cerb__zk_op_probe(cerb_engine *e, int64_t timeout_ms);
+cerb_status cerb__zk_op_held(cerb_engine *e, const char *name);
 
 /* ---- clean-up (zk_cleanup.c) ---- */
 

@@ -661,3 +661,49 @@ cerb_status cerb__zk_op_probe(cerb_engine *e, int64_t timeout_ms)
     cerb__zk_call_put(c);
     return rc;
 }
+
+/* ---- held (the safe-switch question) ---- */
+
+/*
+ * Is `name` held by anyone? One getChildren of its lock node: any child —
+ * a holder or a queued contender, ours or Curator's — answers BUSY (a
+ * contender may be granted at any moment), no node or no children OK.
+ * Bounded by the connect timeout, like the other short calls.
+ */
+cerb_status cerb__zk_op_held(cerb_engine *e, const char *name)
+{
+    int64_t deadline = cerb__deadline_in(e->zc->connect_timeout_ms);
+    struct zk_state st;
+    cerb_status rc;
+
+    cerb__zk_state(e, &st);
+    if (!st.connected)
+        return cerb__error_set(CERB_EIO, "zk %s: not connected", e->hosts);
+    char *parent = cerb__zk_parent_path(e->zc->root, name);
+    struct zk_call *c = parent ? cerb__zk_call_new(1) : NULL;
+    if (!c) {
+        cerb__free(parent);
+        return cerb__error_set(CERB_ENOMEM, "zk %s: out of memory", e->hosts);
+    }
+    struct zk_session *s = cerb__zk_session_begin(e);
+    int k = s ? cerb__zk_call_children(c, s, parent, -1, NULL, NULL) : -1;
+    cerb__zk_session_end(e);
+    if (k < 0) {
+        rc = cerb__error_set(CERB_EIO, "zk %s: not connected", e->hosts);
+    } else if (!cerb__zk_call_wait(c, deadline)) {
+        rc = cerb__error_set(CERB_EIO, "zk %s: is \"%s\" held: no answer within %lld ms",
+                             e->hosts, name, (long long)e->zc->connect_timeout_ms);
+    } else if (c->res[k].rc == ZNONODE) {
+        rc = CERB_OK;
+    } else if (c->res[k].rc == ZOK) {
+        rc = c->res[k].kids.n_children == 0
+                 ? CERB_OK
+                 : cerb__error_set(CERB_BUSY, "zk %s: \"%s\" is held", e->hosts, name);
+    } else {
+        rc = cerb__zk_fail(e->hosts, "held: children", parent, c->res[k].rc, c->res[k].sent,
+                           NULL);
+    }
+    cerb__zk_call_put(c);
+    cerb__free(parent);
+    return rc;
+}

@@ -27,8 +27,8 @@
 # bare sleep. Lock names carry the PID and a random part, so the suite can
 # share the server with the cmocka suites running in parallel. Processes
 # started here are stopped by PID at exit. Output is TAP-like: one
-# "ok"/"not ok" line per check ("# TODO" marks a known bug that does not
-# fail the run), and the exit status is 1 if any check failed.
+
+
 
 set -u
 
@@ -87,19 +87,6 @@ check() {
     local d=$1
     shift
     if "$@"; then ok "$d"; else not_ok "$d" "output: ${OUT:-}"; fi
-}
-
-# todo DESCRIPTION CMD... — a check of a known bug: reported, never fails
-# the run (TAP's TODO directive).
-todo() {
-    local d=$1
-    shift
-    N=$((N + 1))
-    if "$@"; then
-        echo "ok $N - $d # TODO passes now: make it a check"
-    else
-        echo "not ok $N - $d # TODO known bug"
-    fi
 }
 
 now_ms() { date +%s%3N; }
@@ -931,7 +918,7 @@ EOF
         cerb -c "$SWR" run -n "$L" -- echo must-not-run
         [ "$RC" -eq 75 ]
     }
-    todo "switch: a new client on zk is refused while redis still holds the name" refused
+    check "switch: a new client on zk is refused while redis still holds the name" refused
     touch "$WORK/swa.go"
     if wait_for 30 bg_done swa && [ "$(bg_rc swa)" = 0 ]; then
         ok "switch: the holder exits 0 (its lock was not lost)"
