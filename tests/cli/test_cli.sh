@@ -27,8 +27,7 @@
 # bare sleep. Lock names carry the PID and a random part, so the suite can
 # share the server with the cmocka suites running in parallel. Processes
 # started here are stopped by PID at exit. Output is TAP-like: one
-
-
+# "ok"/"not ok" line per check, and the exit status is 1 if any failed.
 
 set -u
 
