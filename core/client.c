@@ -407,8 +407,9 @@ cerb_status cerb_client_reload(cerb_client *c)
         cerb__config_free(old);
     /* `next` may be replaced by a concurrent reload from here on. A raised
      * epoch (cerberus switch) orders every later grant above earlier ones. */
-    for (int64_t e = atomic_load(&c->epoch); e < epoch;)
-        if (atomic_compare_exchange_weak(&c->epoch, &e, epoch))
+    int64_t want = epoch << CERB_EPOCH_LOCAL_BITS;
+    for (int64_t e = atomic_load(&c->epoch); e < want;)
+        if (atomic_compare_exchange_weak(&c->epoch, &e, want))
             break;
     if (strcmp(active, old_active) != 0) {
         int i = strcmp(active, "auto") == 0 ? -1 : cerb__config_engine_index(c->boot_cfg, active);

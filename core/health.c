@@ -29,10 +29,15 @@
  * gates all the others: other processes may hold names there (a process
  * started after `cerberus switch` must respect the holds taken before it).
  *
- * Fencing epoch. Tokens carry an epoch in their high 16 bits: the
- * configuration's `epoch`, which `cerberus switch` bumps for every client at
- * once, raised by one on each switch this client makes by itself, so that a
- * client's tokens never go backwards when the new engine's counter is lower.
+ * Fencing epoch. Tokens carry a 16-bit epoch above the engine's 48-bit
+ * counter: the configuration's `epoch` (12 bits), which `cerberus switch`
+ * bumps for every client at once — so every grant after it ranks above
+ * every grant before it, in any process — and below it (4 bits) the
+ * switches this client made since that epoch, so that its own tokens never
+ * go backwards when the new engine's counter is lower. Adding the switches
+ * to the whole field instead would let a client that switched by itself
+ * reach the next configuration epoch early and outrank grants made after a
+ * `cerberus switch`. The count saturates at 15 (logged): bump the epoch.
  */
 #include "internal_posix.h"
 
@@ -62,7 +67,7 @@ void cerb__health_init(cerb_client *c)
     breaker_cfg(c->cfg, &bc);
     c->pinned = strcmp(c->cfg->active, "auto") == 0 ? -1
                                                      : cerb__config_engine_index(c->cfg, c->cfg->active);
-    atomic_store(&c->epoch, c->cfg->epoch);
+    atomic_store(&c->epoch, c->cfg->epoch << CERB_EPOCH_LOCAL_BITS);
     int cur = atomic_load(&c->current);
     int64_t now_ns = cerb_monotime();
     for (size_t i = 0; i < c->n_engines; i++) {
@@ -199,7 +204,13 @@ int cerb__client_switch(cerb_client *c, int to, const char *why, int pin)
         c->engines[from].gate_from_ns = cerb_monotime();
     }
     c->engines[to].gated = false; /* no need to ask where we go */
-    atomic_fetch_add(&c->epoch, 1);
+    int64_t ep = atomic_load(&c->epoch);
+    if ((ep & CERB_EPOCH_LOCAL_MAX) < CERB_EPOCH_LOCAL_MAX)
+        atomic_store(&c->epoch, ep + 1); /* fo_mu: the only writer but reload's raise */
+    else
+        CERB_LOG_W("fencing: %d switches since epoch %lld; tokens of this client may go "
+                   "backwards until the epoch is bumped (cerberus switch)",
+                   CERB_EPOCH_LOCAL_MAX, (long long)(ep >> CERB_EPOCH_LOCAL_BITS));
     c->switches++;
     atomic_store(&c->current, to);
     cerb__mutex_unlock(&c->fo_mu);

@@ -140,7 +140,8 @@ struct cerb_client {
     /* failover state, under fo_mu */
     cerb_mutex fo_mu;
     int pinned;                          /* -1: auto */
-    atomic_int_fast64_t epoch;           /* fences' high 16 bits */
+    atomic_int_fast64_t epoch;           /* fences' high 16 bits: config
+                                            epoch << 4 | own switches */
     uint64_t switches;
     struct cerb_prober *prober;
     void (*switch_cb)(const char *, const char *, const char *, void *);
@@ -229,6 +230,11 @@ cerb_status cerb__client_open_engine(cerb_client *c, size_t i);
 
 /* Deadline from a grant: sent + ttl × (1 − drift); NEVER for ttl 0. */
 int64_t cerb__grant_deadline(const cerb_grant *g);
+/* The fence's 16-bit epoch: the configuration's epoch above this many bits
+ * counting the client's own switches since (health.c). */
+#define CERB_EPOCH_LOCAL_BITS 4
+#define CERB_EPOCH_LOCAL_MAX ((1 << CERB_EPOCH_LOCAL_BITS) - 1)
+
 /* Public fencing token from an engine counter and the epoch. */
 uint64_t cerb__fence_compose(int64_t epoch, uint64_t counter);
 

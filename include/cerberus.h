@@ -209,7 +209,8 @@ struct cerb_engine_info {
     uint64_t handoffs;          /* grants handed over by a release */
     uint64_t breaker_transitions; /* state changes of this engine's breaker */
     uint64_t switches;          /* engine switches of the whole client */
-    int64_t epoch;              /* the client's fencing epoch (high 16 bits) */
+    int64_t epoch;              /* the client's fencing epoch (high 16 bits:
+                                   config epoch << 4 | its switches since) */
 };
 
 /**
@@ -312,8 +313,11 @@ cerb_status cerb_lock_unlock(cerb_lock *lock);
 
 /**
  * cerb_lock_fencing_token — the token of the calling thread's current hold:
- * strictly increasing per lock name across successive grants (the switch
- * epoch in the high 16 bits, the engine's counter in the low 48).
+ * strictly increasing per lock name across successive grants on one engine.
+ * Bits 63..52: the configuration's epoch (`cerberus switch` bumps it, so
+ * every grant after ranks above every grant before); 51..48: switches this
+ * client made since that epoch (its own tokens never go backwards across
+ * an automatic switch); 47..0: the engine's counter.
  * Returns: the token, or 0 when the calling thread does not hold the lock.
  */
 uint64_t cerb_lock_fencing_token(const cerb_lock *lock);

@@ -279,7 +279,8 @@ static void test_manual_switch_fast_path(void **state)
     assert_int_equal(cerb_lock_trylock_for(lb, 5000), CERB_OK);
     assert_true(cerb_test_now_ms() - t0 < 500);
     uint64_t f = cerb_lock_fencing_token(lb);
-    assert_true((f >> 48) >= 2); /* the switch raised the epoch */
+    assert_int_equal(f >> 52, 1);         /* the configuration's epoch */
+    assert_int_equal((f >> 48) & 15, 1);  /* and one switch of this client */
     cerb_lock_unlock(lb);
     cerb_lock_free(lb);
     free(name);
@@ -421,6 +422,48 @@ static void test_open_below_dead_engine_waits_grace(void **state)
     free(name);
 }
 
+/*
+ * A client that switched by itself three times has tokens of epoch field
+ * 1<<4 | 3; a client opened after the epoch was bumped to 2 (what
+ * `cerberus switch` does) has 2<<4 and ranks above it, as every grant after
+ * a `cerberus switch` must rank above every grant before it.
+ */
+static void test_epoch_orders_config_bump_above_own_switches(void **state)
+{
+    (void)state;
+    cerb_client *a = open_text("failback = \"manual\";");
+    assert_string_equal(cerb_engine_switch_to(a, "local"), "local");
+    assert_string_equal(cerb_engine_switch_to(a, "redis"), "redis");
+    assert_string_equal(cerb_engine_switch_to(a, "local"), "local");
+    char *name = test_name("epochbits");
+    cerb_lock *la = NULL;
+    assert_int_equal(cerb_lock_new(a, name, NULL, &la), CERB_OK);
+    assert_int_equal(cerb_lock_trylock_for(la, 5000), CERB_OK);
+    uint64_t before = cerb_lock_fencing_token(la);
+    assert_int_equal(before >> 48, (1 << 4) | 3);
+    cerb_lock_unlock(la);
+    cerb_lock_free(la);
+
+    char *base = cfg_text("");
+    char *text = fmt("epoch = 2;\nactive = \"local\";\n%s", base);
+    free(base);
+    cerb_client *b = NULL;
+    assert_int_equal(cerb_client_open_string(&b, text), CERB_OK);
+    free(text);
+    cerb_lock *lb = NULL;
+    assert_int_equal(cerb_lock_new(b, name, NULL, &lb), CERB_OK);
+    assert_int_equal(cerb_lock_trylock_for(lb, 5000), CERB_OK);
+    uint64_t after = cerb_lock_fencing_token(lb);
+    print_message("before the bump %#llx, after %#llx\n", (unsigned long long)before,
+                  (unsigned long long)after);
+    assert_true(after > before);
+    cerb_lock_unlock(lb);
+    cerb_lock_free(lb);
+    free(name);
+    cerb_client_close(a);
+    cerb_client_close(b);
+}
+
 /* ---- config file switching ---- */
 
 static char *write_cfg(const char *active, int epoch)
@@ -485,7 +528,7 @@ static void test_config_switch_followed_by_processes(void **state)
     char *name = test_name("epoch");
     assert_int_equal(cerb_lock_new(c, name, NULL, &l), CERB_OK);
     assert_int_equal(cerb_lock_trylock_for(l, 5000), CERB_OK);
-    assert_true((cerb_lock_fencing_token(l) >> 48) >= 2);
+    assert_int_equal(cerb_lock_fencing_token(l) >> 52, 2);
     cerb_lock_unlock(l);
     cerb_lock_free(l);
     free(name);
@@ -510,6 +553,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_manual_switch_fast_path, setup, teardown),
         cmocka_unit_test_setup_teardown(test_gate_outlasts_grace_while_old_engine_answers, setup, teardown),
         cmocka_unit_test_setup_teardown(test_waiter_follows_switch, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_epoch_orders_config_bump_above_own_switches, setup, teardown),
         cmocka_unit_test_setup_teardown(test_open_below_dead_engine_waits_grace, setup, teardown),
         cmocka_unit_test_setup_teardown(test_config_switch_followed_by_processes, setup, teardown),
     };

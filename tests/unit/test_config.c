@@ -262,7 +262,7 @@ static void test_values_and_int_forms(void **state)
     struct cerb_config *c = parse_ok(
         "engines = [\"local\", \"redis\"];\n"  /* array form too */
         "active = \"redis\";\n"
-        "epoch = 65535L;\n"
+        "epoch = 4095L;\n"
         "lock = { lease_ms = 86400000L; renew = false; fair = false; };\n"
         "retry = { max = 0; backoff_ms = 0; backoff_max_ms = 0; };\n"
         "failover = { failback = \"manual\"; switch_grace_ms = 0;"
@@ -276,7 +276,7 @@ static void test_values_and_int_forms(void **state)
     assert_int_equal(c->n_engines, 2);
     assert_string_equal(c->engines[1], "redis");
     assert_string_equal(c->active, "redis");
-    assert_int_equal(c->epoch, 65535);
+    assert_int_equal(c->epoch, 4095);
     assert_int_equal(c->lock.lease_ms, 86400000);
     assert_false(c->lock.renew);
     assert_false(c->lock.fair);
@@ -403,8 +403,8 @@ static void test_out_of_range(void **state)
                  "-1..86400000");
     expect_error("failover = { failure_rate = 101; };\n",
                  "config:1: failover.failure_rate: 101 is out of range 1..100");
-    expect_error("epoch = 65536;\n",
-                 "config:1: epoch: 65536 is out of range 0..65535");
+    expect_error("epoch = 4096;\n",
+                 "config:1: epoch: 4096 is out of range 0..4095");
     expect_error("etcd = { session_ttl_s = 1; };\n",
                  "config:1: etcd.session_ttl_s: 1 is out of range 2..3600");
     expect_error("zk = { session_timeout_ms = 999; };\n",
