@@ -172,6 +172,11 @@ static cerb_status settle(cerb_client *c, struct cerb_client_engine *ce, struct 
     for (int k = 0; k <= rc->max; k++) {
         if (k > 0)
             cerb__nap_ms(cerb__backoff_ms(k - 1, rc->backoff_ms, rc->backoff_max_ms));
+        /* No question after the caller's deadline, the first one included:
+         * the caller hands an unsettled hold to the background, which
+         * releases it if it landed, and returns on time. */
+        if (deadline_ns != 0 && cerb_monotime() >= deadline_ns)
+            break;
         st = cerb__engine_check_owner(ce->ops, ce->e, &h->lk, g);
         if (st == CERB_OK || st == CERB_NOT_OWNER)
             return st;
@@ -576,7 +581,9 @@ static cerb_status engine_release(cerb_client *c, struct cerb_hold *h)
         if (st == CERB_OK || st == CERB_NOT_OWNER)
             break;
         cerb__health_fail(c, h->engine_idx, "release");
-        if (attempt >= cc.retry.max)
+        /* Once new acquisitions have left this engine (its breaker opened),
+         * the caller is not kept waiting on it: the lease ends the hold. */
+        if (attempt >= cc.retry.max || atomic_load(&c->current) != h->engine_idx)
             break;
         cerb__nap_ms(cerb__backoff_ms(attempt, cc.retry.backoff_ms, cc.retry.backoff_max_ms));
     }

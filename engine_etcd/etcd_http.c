@@ -464,7 +464,7 @@ cerb_status cerb__etcd_call(cerb_engine *e, struct etcd_call *call)
     char *body = NULL;
     cerb_status st;
     bool any_unknown = false, reauthed = false;
-    int tries = 0;
+    int tries = 0, unconnected = 0;
     /* The error of the last attempt that had a whole op timeout: when the
      * final one was cut short by the deadline ("no answer within 6 ms"),
      * this says what actually went wrong. */
@@ -523,6 +523,14 @@ cerb_status cerb__etcd_call(cerb_engine *e, struct etcd_call *call)
         } else if (act == ETCD_ACT_ROTATE) {
             cerb__etcd_rotate(e, idx);
             again = oc == CERB_OUTCOME_NO || call->idempotent;
+            /* No endpoint would even take a connection: the servers are
+             * down, not busy. Say so now — the caller's retry policy and
+             * the breaker decide what next — instead of knocking until
+             * the deadline (a dead etcd was noticed 300+ ms late). */
+            unconnected = oc == CERB_OUTCOME_NO && !cerb__etcd_conn_connected(c)
+                              ? unconnected + 1 : 0;
+            if (unconnected >= (int)h->n_ep)
+                again = false;
         }
         if (!again || cerb_monotime() >= call->deadline_ns)
             break;

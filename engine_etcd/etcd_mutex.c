@@ -237,7 +237,10 @@ static void drop_key(cerb_engine *e, const struct etcd_key *k, int64_t rev)
 {
     char why[CERB_ERROR_MAX];
     cerb__error_copy(why, sizeof why);
-    int64_t d = cerb__deadline_in(2 * e->ec->op_timeout_ms);
+    /* One operation timeout: the caller's own deadline has often passed
+     * (a wait gave up); a delete that cannot be confirmed by then is the
+     * session thread's to finish. */
+    int64_t d = cerb__deadline_in(e->ec->op_timeout_ms);
     if (cerb__etcd_delete_key(e, k->k, k->len, rev, d, NULL, NULL) != CERB_OK)
         cerb__etcd_orphan_add(e, k->k, k->len, rev);
     cerb__error_set(CERB_OK, "%s", why);
@@ -355,7 +358,7 @@ struct wait_read {
 };
 
 static cerb_status wait_read(cerb_engine *e, const struct etcd_key *k, int64_t mine,
-                             struct wait_read *wr)
+                             int64_t deadline_ns, struct wait_read *wr)
 {
     struct etcd_range_req pred = {.key = k->k,
                                   .key_len = k->pfx_len,
@@ -374,8 +377,10 @@ static cerb_status wait_read(cerb_engine *e, const struct etcd_key *k, int64_t m
     memset(wr, 0, sizeof *wr);
     json_t *req = cerb__etcd_txn(NULL, cerb__etcd_list(cerb__etcd_op_range(&pred), op_own(k)),
                                  NULL);
-    cerb_status st = run_txn(e, "wait read", req, 2, cerb__deadline_in(e->ec->op_timeout_ms),
-                             NULL, &call, &ok, &wr->header, &resp);
+    /* Not past the waiter's deadline: a read that cannot finish by then
+     * is of no use to it. */
+    int64_t d = min64(deadline_ns, cerb__deadline_in(e->ec->op_timeout_ms));
+    cerb_status st = run_txn(e, "wait read", req, 2, d, NULL, &call, &ok, &wr->header, &resp);
     if (st != CERB_OK)
         return st;
     st = range_at(e, resp, 0, &rp);
@@ -437,7 +442,7 @@ static enum turn wait_turn(cerb_engine *e, cerb_engine_lock *lk, const struct et
         if (s.gen != p->gen || !s.live)
             return TURN_RESTART;
 
-        cerb_status rs = wait_read(e, k, *mine, &wr);
+        cerb_status rs = wait_read(e, k, *mine, deadline_ns, &wr);
         if (rs == CERB_OK) {
             err_since = 0;
             if (!wr.own_exists) {
