@@ -123,6 +123,11 @@ void cerb__config_free(struct cerb_config *cfg);
  */
 cerb_status cerb__client_open_config(cerb_client **out, struct cerb_config *cfg);
 
+/* Detach a parsed configuration from its file: the client opened on it
+ * neither watches nor reloads the file, and counts it as settled (no
+ * `cerberus switch` to wait for). cerberus-bench's pinned clients. */
+void cerb__config_forget_path(struct cerb_config *cfg);
+
 /*
  * Reload check: CERB_OK when `next` differs from `cur` only in keys marked
  * reloadable (lock, retry, failover, active, epoch); otherwise CERB_ECONFIG

@@ -79,6 +79,14 @@ static cerb_status apply_defaults(struct cerb_config *cfg)
     return st;
 }
 
+void cerb__config_forget_path(struct cerb_config *cfg)
+{
+    if (!cfg)
+        return;
+    cerb__free(cfg->path);
+    cfg->path = NULL;
+}
+
 void cerb__config_free(struct cerb_config *cfg)
 {
     if (!cfg)

@@ -417,7 +417,7 @@ cerb_status cerb_client_reload(cerb_client *c)
             cerb__client_switch(c, atomic_load(&c->current), "config: active = auto", -1);
             cerb__health_reselect(c);
         } else if (cerb__client_open_engine(c, (size_t)i) == CERB_OK) {
-            cerb__client_switch(c, i, "config: active engine changed", 1);
+            cerb__client_switch(c, i, "config: active engine changed", CERB_PIN_CONFIG);
         }
     }
     CERB_LOG_I("configuration reloaded from %s", c->boot_cfg->path);

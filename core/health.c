@@ -28,6 +28,12 @@
  * higher one the same way, and a client whose configuration pins an engine
  * gates all the others: other processes may hold names there (a process
  * started after `cerberus switch` must respect the holds taken before it).
+ * Asking on every acquisition would cost a pinned client a round trip per
+ * other engine forever, so a gate the configuration set — every process
+ * follows it, nobody acquires on the old engine once all have read it
+ * (CERB_SWITCH_SETTLE_MS after the file changed) — remembers per name that
+ * the old engine confirmed it free after that; a switch the client made by
+ * itself (breaker, API) does not, as others may still be using the engine.
  *
  * Fencing epoch. Tokens carry a 16-bit epoch above the engine's 48-bit
  * counter: the configuration's `epoch` (12 bits), which `cerberus switch`
@@ -42,6 +48,8 @@
 #include "internal_posix.h"
 
 #include <string.h>
+#include <sys/stat.h>
+#include <time.h>
 
 #include "clock.h"
 #include "error.h"
@@ -52,6 +60,25 @@
 int64_t cerb__now_ms(void) { return cerb_monotime() / CERB_NS_PER_MS; }
 
 static int64_t grace_ms(cerb_client *c, int i);
+
+/*
+ * How long from now until every process that follows this configuration
+ * file has read it: CERB_SWITCH_SETTLE_MS after its last change (its
+ * mtime; clients follow a change within a second). A configuration that
+ * is not a file (or whose change is that old) is settled now.
+ */
+static int64_t config_settle_ns(const struct cerb_config *cfg)
+{
+    struct stat st;
+    struct timespec now;
+    if (!cfg->path || stat(cfg->path, &st) != 0 || clock_gettime(CLOCK_REALTIME, &now) != 0)
+        return 0;
+    int64_t age_ms = ((int64_t)now.tv_sec - (int64_t)st.st_mtim.tv_sec) * 1000 +
+                     ((int64_t)now.tv_nsec - (int64_t)st.st_mtim.tv_nsec) / CERB_NS_PER_MS;
+    if (age_ms < 0)
+        age_ms = 0; /* a clock step: assume it just changed */
+    return age_ms >= CERB_SWITCH_SETTLE_MS ? 0 : (CERB_SWITCH_SETTLE_MS - age_ms) * CERB_NS_PER_MS;
+}
 
 static void breaker_cfg(const struct cerb_config *cfg, struct cerb_breaker_cfg *out)
 {
@@ -81,6 +108,9 @@ void cerb__health_init(cerb_client *c)
         if (maybe_held && grace_ms(c, (int)i) > 0) {
             ce->gated = true;
             ce->gate_from_ns = now_ns;
+            ce->gate_gen++;
+            ce->gate_cacheable = c->pinned >= 0;
+            ce->cache_after_ns = now_ns + config_settle_ns(c->cfg);
         }
     }
 }
@@ -199,9 +229,17 @@ int cerb__client_switch(cerb_client *c, int to, const char *why, int pin)
         cerb__mutex_unlock(&c->fo_mu);
         return to;
     }
-    if (grace_ms(c, from) > 0 && !c->engines[from].gated) {
-        c->engines[from].gated = true;
-        c->engines[from].gate_from_ns = cerb_monotime();
+    if (grace_ms(c, from) > 0) {
+        struct cerb_client_engine *fe = &c->engines[from];
+        int64_t now_ns = cerb_monotime();
+        if (!fe->gated)
+            fe->gate_from_ns = now_ns;
+        fe->gated = true;
+        fe->gate_gen++;
+        /* Only a switch every process makes (the configuration's) lets
+         * a name confirmed free there stay confirmed. */
+        fe->gate_cacheable = pin == CERB_PIN_CONFIG;
+        fe->cache_after_ns = now_ns + config_settle_ns(c->cfg);
     }
     c->engines[to].gated = false; /* no need to ask where we go */
     int64_t ep = atomic_load(&c->epoch);
@@ -231,16 +269,26 @@ int cerb__client_switch(cerb_client *c, int to, const char *why, int pin)
  * or every hold there has expired), CERB_BUSY (held there), or
  * CERB_UNAVAILABLE with *until_ns = when its grace ends.
  */
-static cerb_status gate_one(cerb_client *c, struct cerb_client_engine *ce, const char *name,
+static cerb_status gate_one(cerb_client *c, struct cerb_client_engine *ce, struct cerb_slot *s,
                             int64_t now, int64_t *until_ns)
 {
+    const char *name = s->name;
+    /* The hot path, without fo_mu: not gated, or this name confirmed. */
+    if (!atomic_load(&ce->gated))
+        return CERB_OK;
+    uint64_t gen0 = atomic_load(&ce->gate_gen);
+    if (atomic_load(&ce->gate_cacheable) && now >= atomic_load(&ce->cache_after_ns) &&
+        s->clear_gen[ce->idx] == gen0)
+        return CERB_OK;
     cerb__mutex_lock(&c->fo_mu);
     bool gated = ce->gated;
+    uint64_t gen = ce->gate_gen;
+    bool cacheable = ce->gate_cacheable && now >= ce->cache_after_ns;
     int64_t last = ce->last_ok_ns > ce->gate_from_ns ? ce->last_ok_ns : ce->gate_from_ns;
     enum cerb_breaker_state bs = cerb__breaker_state(&ce->brk);
     int64_t g = grace_ms(c, ce->idx);
     cerb__mutex_unlock(&c->fo_mu);
-    if (!gated)
+    if (!gated || (cacheable && s->clear_gen[ce->idx] == gen))
         return CERB_OK;
     /* An engine whose breaker is open is known not to answer: asking would
      * only cost every caller an op timeout for the same "cannot tell". */
@@ -255,6 +303,8 @@ static cerb_status gate_one(cerb_client *c, struct cerb_client_engine *ce, const
             if (st == CERB_BUSY)
                 cerb__error_set(CERB_BUSY, "lock \"%s\" is still held on engine %s after a switch",
                                 name, ce->name);
+            else if (cacheable)
+                s->clear_gen[ce->idx] = gen; /* nobody takes it there any more */
             return st;
         }
     }
@@ -274,7 +324,7 @@ static cerb_status gate_one(cerb_client *c, struct cerb_client_engine *ce, const
     return CERB_OK;
 }
 
-cerb_status cerb__switch_gate(cerb_client *c, int idx, const char *name, int64_t deadline_ns,
+cerb_status cerb__switch_gate(cerb_client *c, int idx, struct cerb_slot *s, int64_t deadline_ns,
                               const atomic_int *intr)
 {
     char why[CERB_ERROR_MAX] = "";
@@ -286,7 +336,7 @@ cerb_status cerb__switch_gate(cerb_client *c, int idx, const char *name, int64_t
             if ((int)i == idx)
                 continue;
             int64_t until = 0;
-            cerb_status st = gate_one(c, &c->engines[i], name, now, &until);
+            cerb_status st = gate_one(c, &c->engines[i], s, now, &until);
             if (st == CERB_OK)
                 continue;
             if (worst == CERB_OK || st == CERB_BUSY)

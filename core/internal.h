@@ -33,6 +33,9 @@
  * us and the server (plus a fixed 2 ms), as Redlock does. */
 #define CERB_DRIFT_PERMILLE 10
 #define CERB_DRIFT_FIXED_MS 2
+/* After a configuration change, how long until every client following the
+ * file has read it (they follow within a second): health.c. */
+#define CERB_SWITCH_SETTLE_MS 2000
 
 struct cerb_client_engine {
     cerb_client *client;         /* back pointer for engine events */
@@ -48,9 +51,17 @@ struct cerb_client_engine {
     /* Safe switch (health.c): acquisitions elsewhere ask this engine
      * first while `gated`; it ends once the engine has not answered for
      * its grace (holds there are then expired) or when we switch back. */
-    bool gated;
+    /* Written under fo_mu; atomic so that the acquire path can see "not
+     * gated" or "confirmed for this name" without taking fo_mu. */
+    atomic_bool gated;
     int64_t gate_from_ns;        /* when the gate was set */
     int64_t last_ok_ns;          /* last answered probe or held() */
+    /* A gate set by the configuration (every process follows it) may
+     * remember a name confirmed free there from cache_after_ns on: nobody
+     * acquires on this engine any more. gate_gen tells gates apart. */
+    atomic_uint_fast64_t gate_gen;
+    atomic_bool gate_cacheable;
+    atomic_int_fast64_t cache_after_ns;
     atomic_uint_fast64_t pending_ok;
     uint64_t transitions;
 };
@@ -108,6 +119,9 @@ struct cerb_slot {
     uint64_t holder_tid;                 /* 0 = none */
     unsigned count;                      /* reentrant holds */
     struct cerb_hold *hold;
+    /* gate_gen of engine i when it confirmed this name free (health.c);
+     * touched only by the thread acquiring the slot (occupied). */
+    uint64_t clear_gen[CERB_MAX_ENGINES];
 };
 
 struct cerb_lock {
@@ -215,11 +229,12 @@ void cerb__health_reselect(cerb_client *c);
 /* Switch to `to`; `pin` 1 pins it, 0 leaves pinning alone, -1 unpins.
  * Returns the new current index. */
 int cerb__client_switch(cerb_client *c, int to, const char *why, int pin);
+#define CERB_PIN_CONFIG 2 /* pin value: pinned by the configuration file */
 /* Wait until engine idx may grant `name`: every engine switched away from
  * within its grace period must confirm the name is free there, or the
  * grace must run out. CERB_OK, CERB_BUSY (deadline 0), CERB_TIMEOUT,
  * CERB_INTERRUPTED. */
-cerb_status cerb__switch_gate(cerb_client *c, int idx, const char *name, int64_t deadline_ns,
+cerb_status cerb__switch_gate(cerb_client *c, int idx, struct cerb_slot *s, int64_t deadline_ns,
                               const atomic_int *intr);
 
 /* prober.c (failover/) */

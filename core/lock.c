@@ -317,7 +317,7 @@ static cerb_status engine_acquire(cerb_client *c, struct cerb_hold **hp, struct 
         }
         struct cerb_client_engine *ce = &c->engines[h->engine_idx];
         /* After a switch, the engine we left must agree first. */
-        st = cerb__switch_gate(c, h->engine_idx, h->lk.name, deadline_ns, &w->stop);
+        st = cerb__switch_gate(c, h->engine_idx, h->slot, deadline_ns, &w->stop);
         if (st == CERB_INTERRUPTED && follow_switch(c, hp, w, false)) {
             attempt = -1;
             continue;

@@ -464,6 +464,48 @@ static void test_epoch_orders_config_bump_above_own_switches(void **state)
     cerb_client_close(b);
 }
 
+/*
+ * A client pinned by its configuration asks the other engine once per
+ * name: with redis stopped afterwards, a name it confirmed free is granted
+ * at once, while a name it never asked about waits out redis's grace.
+ */
+static void test_pinned_client_remembers_confirmed_names(void **state)
+{
+    (void)state;
+    char *base = cfg_text("");
+    char *text = fmt("active = \"local\";\n%s", base);
+    free(base);
+    cerb_client *c = NULL;
+    assert_int_equal(cerb_client_open_string(&c, text), CERB_OK);
+    free(text);
+    char *seen = test_name("seen"), *fresh = test_name("fresh");
+    cerb_lock *ls = NULL, *lf = NULL;
+    assert_int_equal(cerb_lock_new(c, seen, NULL, &ls), CERB_OK);
+    assert_int_equal(cerb_lock_new(c, fresh, NULL, &lf), CERB_OK);
+    assert_int_equal(cerb_lock_trylock_for(ls, 2000), CERB_OK);
+    assert_int_equal(cerb_lock_unlock(ls), CERB_OK);
+
+    assert_int_equal(cerb_test_redis_pause(), 0);
+    int64_t t0 = cerb_test_now_ms();
+    assert_int_equal(cerb_lock_trylock_for(ls, 5000), CERB_OK);
+    int64_t t_seen = cerb_test_now_ms() - t0;
+    assert_int_equal(cerb_lock_unlock(ls), CERB_OK);
+    t0 = cerb_test_now_ms();
+    assert_int_equal(cerb_lock_trylock_for(lf, 5000), CERB_OK);
+    int64_t t_fresh = cerb_test_now_ms() - t0;
+    assert_int_equal(cerb_lock_unlock(lf), CERB_OK);
+    assert_int_equal(cerb_test_redis_resume(), 0);
+    print_message("redis stopped: confirmed name %lld ms, new name %lld ms\n",
+                  (long long)t_seen, (long long)t_fresh);
+    assert_true(t_seen < 100);
+    assert_true(t_fresh >= 1000);
+    cerb_lock_free(ls);
+    cerb_lock_free(lf);
+    free(seen);
+    free(fresh);
+    cerb_client_close(c);
+}
+
 /* ---- config file switching ---- */
 
 static char *write_cfg(const char *active, int epoch)
@@ -553,6 +595,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_manual_switch_fast_path, setup, teardown),
         cmocka_unit_test_setup_teardown(test_gate_outlasts_grace_while_old_engine_answers, setup, teardown),
         cmocka_unit_test_setup_teardown(test_waiter_follows_switch, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_pinned_client_remembers_confirmed_names, setup, teardown),
         cmocka_unit_test_setup_teardown(test_epoch_orders_config_bump_above_own_switches, setup, teardown),
         cmocka_unit_test_setup_teardown(test_open_below_dead_engine_waits_grace, setup, teardown),
         cmocka_unit_test_setup_teardown(test_config_switch_followed_by_processes, setup, teardown),
