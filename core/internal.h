@@ -84,6 +84,7 @@ struct cerb_waiter {
      * acquisition carry on on the new engine. */
     atomic_int stop;
     atomic_int moved;
+    bool gate_said;                     /* the safe-switch gate refused */
     struct cerb_waiter *cnext, *cprev;  /* client's in-engine list */
 };
 

@@ -322,8 +322,10 @@ static cerb_status engine_acquire(cerb_client *c, struct cerb_hold **hp, struct 
             attempt = -1;
             continue;
         }
-        if (st != CERB_OK)
+        if (st != CERB_OK) {
+            w->gate_said = st != CERB_INTERRUPTED; /* its reason is the one to keep */
             return st;
+        }
         int64_t t0 = cerb_monotime();
         st = cerb__engine_acquire(ce->ops, ce->e, &h->lk, deadline_ns, &w->stop, &g);
         if (st == CERB_OK) {
@@ -511,6 +513,9 @@ cerb_status cerb__lock_acquire(cerb_lock *l, int64_t deadline_ns, bool interrupt
     cerb__cond_destroy(&w.cond);
     if (st != CERB_OK) {
         hold_free(h);
+        if (w.gate_said) /* "still held on engine A after a switch", or
+                            "A cannot confirm it is free": not another owner here */
+            return st;
         if (st == CERB_BUSY)
             return cerb__error_set(st, "lock \"%s\" is held by another owner", s->name);
         if (st == CERB_TIMEOUT || st == CERB_INTERRUPTED)
