@@ -1,10 +1,12 @@
 /*
- * failover_pair.c — failover between two real servers, one source built
- * once per pair of engines (tests/CMakeLists.txt defines CERB_FO_PAIR_REDIS_ZK
- * or CERB_FO_PAIR_ETCD_REDIS). The first engine is the primary and runs on
- * this suite's exclusive server, which the tests kill -9, SIGSTOP and
- * restart; the second is the shared server of its engine, where every lock
- * name is unique to this run (test_name()). The cases (the table in main):
+ * failover_pair.c — failover from a real primary server to a secondary
+ * engine, one source built once per pair (tests/CMakeLists.txt defines
+ * CERB_FO_PAIR_REDIS_ZK, CERB_FO_PAIR_ETCD_REDIS or CERB_FO_PAIR_REDIS_LOCAL).
+ * The first engine is the primary and runs on this suite's exclusive
+ * server, which the tests kill -9, SIGSTOP and restart; the second is the
+ * shared server of its engine, where every lock name is unique to this run
+ * (test_name()), or the local engine, which needs no server. The cases (the
+ * table in main), each for every pair:
  *   - the primary killed, or stopped (a blackhole that accepts and never
  *     answers), while two clients lock one name in a loop: with
  *     switch_grace_ms = 0 the first grant on the secondary comes within a
@@ -16,12 +18,23 @@
  *     default grace nobody else is granted the name before the hold could
  *     have expired on the dead server;
  *   - after a manual switch, a name the live old engine holds is refused and
- *     a name it confirms free is granted at once (no grace wait);
+ *     a name it confirms free is granted at once (no grace wait), and while
+ *     the old engine answers it is asked however long after the switch (the
+ *     hold there is renewed past any grace);
+ *   - an acquisition waiting on the primary when its client switches is
+ *     granted on the secondary, never on the primary;
+ *   - a client pinned to the secondary by its configuration remembers the
+ *     names the primary confirmed free: with the primary stopped, such a
+ *     name is granted at once and any other waits the primary's grace;
+ *   - fencing: a client's own switches count in bits 51..48 of its tokens,
+ *     the configuration's epoch above them, so a bumped epoch outranks them;
+ *   - a client that opens on the secondary because the primary's port is
+ *     closed waits the primary's grace before granting (none with grace 0);
  *   - `cerberus switch <secondary>` on a file watched by three processes
  *     moves all three, and an invalid edit afterwards keeps the old
  *     configuration in every one of them, which each says why (file:line).
- * The second engine is only ever a secondary here, so it needs no way to be
- * disrupted. Timings are printed (print_message) for the record.
+ * The secondary is never disrupted, so it needs no way to be. Timings are
+ * printed (print_message) for the record.
  */
 #define _POSIX_C_SOURCE 200809L
 #include <errno.h>
@@ -47,11 +60,11 @@
 #include "zk_util.h"
 #elif defined(CERB_FO_PAIR_ETCD_REDIS)
 #include "etcd_util.h"
-#else
-#error "define CERB_FO_PAIR_REDIS_ZK or CERB_FO_PAIR_ETCD_REDIS (tests/CMakeLists.txt)"
+#elif !defined(CERB_FO_PAIR_REDIS_LOCAL)
+#error "define CERB_FO_PAIR_REDIS_ZK, _ETCD_REDIS or _REDIS_LOCAL (tests/CMakeLists.txt)"
 #endif
 
-/* Small numbers keep the suite short; the model is test_redis_fault_failover.c. */
+/* Small numbers keep the suite short. */
 #define LEASE_MS 1500
 #define WAIT_MS 300        /* the looping client's trylock_for */
 #define OP_TIMEOUT_MS 200  /* the primary's request timeout */
@@ -80,10 +93,12 @@ static char *fmt(const char *f, ...)
  * disrupt its server. */
 struct fo_engine {
     const char *name;
-    /* Its configuration section on this suite's server (malloc'd). */
-    char *(*section)(void);
+    /* Its configuration section (malloc'd): on this suite's server, or with
+     * @dead on a closed port (only asked of a primary). */
+    char *(*section)(bool dead);
     /* How long a hold can outlive the client's last contact with the server
-     * (the lease, or a longer session): what the default grace covers. */
+     * (the lease, or a longer session): what the default grace covers. Only
+     * a primary's is used (n/a for the local engine, never a primary). */
     int64_t hold_ms;
     pid_t (*pid)(void);  /* the server's PID, -1 when not running */
     int (*pause)(void);  /* SIGSTOP, then wait until stopped; 0 or -1 */
@@ -91,10 +106,10 @@ struct fo_engine {
     int (*start)(void);  /* start it (again); servers.sh's exit status */
 };
 
-static char *redis_section(void)
+static char *redis_section(bool dead)
 {
     return fmt("redis = { port = %d; op_timeout_ms = %d; connect_timeout_ms = %d; };\n",
-               cerb_test_redis_port(), OP_TIMEOUT_MS, OP_TIMEOUT_MS);
+               dead ? 1 : cerb_test_redis_port(), OP_TIMEOUT_MS, OP_TIMEOUT_MS);
 }
 static int redis_start(void) { return cerb_test_servers("start"); }
 static const struct fo_engine fo_redis = {"redis", redis_section, LEASE_MS, cerb_test_redis_pid,
@@ -103,21 +118,22 @@ static const struct fo_engine fo_redis = {"redis", redis_section, LEASE_MS, cerb
 
 #if defined(CERB_FO_PAIR_REDIS_ZK)
 #define ZK_SESSION_MS 4000
-static char *zk_section(void)
+static char *zk_section(bool dead)
 {
+    (void)dead;
     return fmt("zk = { hosts = \"127.0.0.1:%d\"; session_timeout_ms = %d; };\n",
                cerb_test_zk_port(), ZK_SESSION_MS);
 }
 static const struct fo_engine fo_zk = {"zk", zk_section, ZK_SESSION_MS, NULL, NULL, NULL, NULL};
 #define PRIMARY fo_redis
 #define SECONDARY fo_zk
-#else
+#elif defined(CERB_FO_PAIR_ETCD_REDIS)
 #define ETCD_TTL_S 2 /* the smallest session TTL etcd.session_ttl_s allows */
-static char *etcd_section(void)
+static char *etcd_section(bool dead)
 {
     return fmt("etcd = { endpoints = (\"http://127.0.0.1:%d\"); session_ttl_s = %d;\n"
                "  op_timeout_ms = %d; connect_timeout_ms = %d; };\n",
-               etcd_test_port(), ETCD_TTL_S, OP_TIMEOUT_MS, OP_TIMEOUT_MS);
+               dead ? 1 : etcd_test_port(), ETCD_TTL_S, OP_TIMEOUT_MS, OP_TIMEOUT_MS);
 }
 static pid_t etcd_pid(void) { return etcd_test_pid(etcd_test_port()); }
 static int etcd_pause(void) { return etcd_test_pause(etcd_test_port()); }
@@ -131,18 +147,38 @@ static const struct fo_engine fo_etcd = {"etcd",       etcd_section, ETCD_TTL_S 
 _Static_assert(ETCD_TTL_S * 1000 >= LEASE_MS, "the hold time above assumes it");
 #define PRIMARY fo_etcd
 #define SECONDARY fo_redis
+#else
+/* In-process: no server, no section, nothing to disrupt. */
+static char *local_section(bool dead)
+{
+    (void)dead;
+    return fmt("%s", "");
+}
+static const struct fo_engine fo_local = {"local", local_section, 0, NULL, NULL, NULL, NULL};
+#define PRIMARY fo_redis
+#define SECONDARY fo_local
 #endif
 
 /* ---- configuration ---- */
+
+/* What differs between the configurations of the cases; a field left zero
+ * is the default: active "auto", epoch 1, the primary on its server. */
+struct cfg {
+    const char *active;
+    int epoch;
+    const char *failover; /* more keys of the failover section */
+    bool dead_primary;    /* the primary on a closed port */
+};
+#define CFG(...) ((struct cfg){__VA_ARGS__})
 
 /*
  * The configuration of every client here: both engines in order, fast
  * probes and a breaker that opens after two failures. `active` is on line
  * 2, which the invalid-edit check relies on.
  */
-static char *cfg_text(const char *active, int epoch, const char *failover_extra)
+static char *cfg_text(struct cfg k)
 {
-    char *p = PRIMARY.section(), *s = SECONDARY.section();
+    char *p = PRIMARY.section(k.dead_primary), *s = SECONDARY.section(false);
     char *t = fmt("engines = (\"%s\", \"%s\");\n"
                   "active = \"%s\";\n"
                   "epoch = %d;\n"
@@ -152,7 +188,8 @@ static char *cfg_text(const char *active, int epoch, const char *failover_extra)
                   "  consecutive_failures = 2; open_ms = 500; half_open_successes = 2;\n"
                   "  %s };\n"
                   "%s%s",
-                  PRIMARY.name, SECONDARY.name, active, epoch, LEASE_MS, failover_extra, p, s);
+                  PRIMARY.name, SECONDARY.name, k.active ? k.active : "auto",
+                  k.epoch ? k.epoch : 1, LEASE_MS, k.failover ? k.failover : "", p, s);
     free(p);
     free(s);
     return t;
@@ -160,38 +197,63 @@ static char *cfg_text(const char *active, int epoch, const char *failover_extra)
 #define ACTIVE_LINE 2
 
 /*
- * Every client a case opens is closed by the teardown, after its threads
- * have stopped, so a failed case leaves no client probing (and failing
- * over) behind it.
+ * Every client and lock handle a case opens in its own thread is freed by
+ * the teardown, after the case's threads have stopped: a failed case leaves
+ * no client probing (and failing over) behind it, and no hold (a handle is
+ * freed, which releases its hold, before the clients close).
  */
-static cerb_client *opened[8];
+static struct owned {
+    cerb_client *c;
+    cerb_lock *l;
+} owned[16];
 
-static cerb_client *track(cerb_client *c)
+static struct owned *own(void)
 {
-    for (size_t i = 0; i < sizeof opened / sizeof opened[0]; i++)
-        if (!opened[i])
-            return opened[i] = c;
-    fail_msg("more than %zu clients in one case", sizeof opened / sizeof opened[0]);
+    for (size_t i = 0; i < sizeof owned / sizeof owned[0]; i++)
+        if (!owned[i].c && !owned[i].l)
+            return &owned[i];
+    fail_msg("more than %zu clients and handles in one case", sizeof owned / sizeof owned[0]);
     return NULL;
 }
 
-static void close_clients(void)
+static cerb_client *track(cerb_client *c) { return own()->c = c; }
+
+/* A handle on @name for client @c. */
+static cerb_lock *handle(cerb_client *c, const char *name)
 {
-    for (size_t i = 0; i < sizeof opened / sizeof opened[0]; i++) {
-        cerb_client_close(opened[i]);
-        opened[i] = NULL;
+    struct owned *o = own();
+    assert_int_equal(cerb_lock_new(c, name, NULL, &o->l), CERB_OK);
+    return o->l;
+}
+
+static void free_owned(void)
+{
+    for (size_t i = 0; i < sizeof owned / sizeof owned[0]; i++) {
+        cerb_lock_free(owned[i].l);
+        owned[i].l = NULL;
+    }
+    for (size_t i = 0; i < sizeof owned / sizeof owned[0]; i++) {
+        cerb_client_close(owned[i].c);
+        owned[i].c = NULL;
     }
 }
 
-static cerb_client *open_cfg(const char *failover_extra)
+/* A client on configuration @k, closed by the teardown. */
+static cerb_client *open_with(struct cfg k)
 {
-    char *t = cfg_text("auto", 1, failover_extra);
+    char *t = cfg_text(k);
     cerb_client *c = NULL;
     cerb_status st = cerb_client_open_string(&c, t);
     free(t);
     if (st != CERB_OK)
         fail_msg("open: %s", cerb_last_error());
-    track(c);
+    return track(c);
+}
+
+/* A client in auto mode, on the primary. */
+static cerb_client *open_cfg(const char *failover_extra)
+{
+    cerb_client *c = open_with(CFG(.failover = failover_extra));
     assert_string_equal(cerb_engine_current(c), PRIMARY.name);
     return c;
 }
@@ -419,6 +481,60 @@ static void holder_release(void)
     H.w.running = false;
 }
 
+/* A thread that waits for one name (10 s at most) and says how it ended. */
+static struct waiter {
+    struct worker w;
+    _Atomic cerb_status st;
+    atomic_bool done;
+} W;
+
+static bool waiter_done(void *ud) { return atomic_load(&((struct waiter *)ud)->done); }
+
+static void *waiter_main(void *arg)
+{
+    struct waiter *w = arg;
+    cerb_lock *l = NULL;
+    cerb_status st = cerb_lock_new(w->w.c, w->w.name, NULL, &l);
+    if (st == CERB_OK)
+        st = cerb_lock_trylock_for(l, 10000);
+    if (st == CERB_OK)
+        cerb_lock_unlock(l);
+    cerb_lock_free(l);
+    atomic_store(&w->st, st);
+    atomic_store(&w->done, true);
+    return NULL;
+}
+
+static void waiter_start(cerb_client *c, const char *name)
+{
+    worker_stop(&W.w);
+    atomic_store(&W.st, CERB_OK);
+    atomic_store(&W.done, false);
+    worker_start(&W.w, waiter_main, &W, c, name);
+}
+
+/* ---- the safe-switch set-up ---- */
+
+/*
+ * Two clients on the primary that stay where the case puts them (failback
+ * manual): the holder takes a fresh name on the first; returns the second.
+ */
+static cerb_client *hold_on_primary(const char *prefix)
+{
+    cerb_client *a = open_cfg("failback = \"manual\";");
+    cerb_client *b = open_cfg("failback = \"manual\";");
+    holder_start(a, prefix);
+    return b;
+}
+
+/* Client @c switches to the secondary by itself (the API, no new epoch);
+ * returns its handle on the holder's name. */
+static cerb_lock *switch_to_secondary(cerb_client *c)
+{
+    assert_string_equal(cerb_engine_switch_to(c, SECONDARY.name), SECONDARY.name);
+    return handle(c, H.w.name);
+}
+
 /* ---- set-up and tear-down ---- */
 
 /* Every case starts with the primary running and answering. */
@@ -434,7 +550,8 @@ static int cleanup(void **state)
 {
     loopers_stop();
     worker_stop(&H.w);
-    close_clients();
+    worker_stop(&W.w);
+    free_owned();
     return primary_up(state);
 }
 
@@ -526,21 +643,17 @@ static void test_manual_failback_never(void **state)
     assert_string_equal(cerb_engine_switch_to(c, PRIMARY.name), PRIMARY.name);
 }
 
-/* ---- holders ---- */
+/* ---- holders and the safe-switch gate ---- */
 
 static void test_holder_lost_and_grace_respected(void **state)
 {
     (void)state;
     /* Default grace: the old engine's lease or session plus drift. */
-    cerb_client *a = open_cfg("failback = \"manual\";");
-    cerb_client *b = open_cfg("failback = \"manual\";");
-    holder_start(a, "grace");
-
+    cerb_client *b = hold_on_primary("grace");
     int64_t t_kill = cerb_test_now_ms();
     assert_int_equal(kill(PRIMARY.pid(), SIGKILL), 0);
     assert_wait_until(on_secondary, b, 3000);
-    cerb_lock *lb = NULL;
-    assert_int_equal(cerb_lock_new(b, H.w.name, NULL, &lb), CERB_OK);
+    cerb_lock *lb = handle(b, H.w.name);
     expect_status(cerb_lock_trylock_for(lb, 10000), CERB_OK, "the other client");
     int64_t granted = cerb_test_now_ms();
     assert_wait_until(holder_lost, &H, 5000);
@@ -554,31 +667,28 @@ static void test_holder_lost_and_grace_respected(void **state)
     assert_true(lost <= granted);
     assert_int_equal(atomic_load(&H.lost_calls), 1);
     assert_int_equal(cerb_lock_unlock(lb), CERB_OK);
-    cerb_lock_free(lb);
     holder_release();
 }
 
 static void test_manual_switch_fast_path(void **state)
 {
     (void)state;
-    cerb_client *a = open_cfg("failback = \"manual\";");
-    cerb_client *b = open_cfg("failback = \"manual\";");
-    holder_start(a, "fastpath");
-    assert_string_equal(cerb_engine_switch_to(b, SECONDARY.name), SECONDARY.name);
+    cerb_client *b = hold_on_primary("fastpath");
+    cerb_lock *lb = switch_to_secondary(b);
 
     /* A name nobody holds: the old engine says so in one round trip, so
      * even a single attempt (no wait at all) is granted. */
     char *other = test_name("never-held");
-    cerb_lock *lo = NULL;
-    assert_int_equal(cerb_lock_new(b, other, NULL, &lo), CERB_OK);
+    cerb_lock *lo = handle(b, other);
     free(other);
     expect_status(cerb_lock_trylock(lo), CERB_OK, "a free name after the switch");
-    cerb_lock_free(lo);
+    assert_int_equal(cerb_lock_unlock(lo), CERB_OK);
 
     /* Held on the live old engine: refused on the new one. */
-    cerb_lock *lb = NULL;
-    assert_int_equal(cerb_lock_new(b, H.w.name, NULL, &lb), CERB_OK);
     expect_status(cerb_lock_trylock(lb), CERB_BUSY, "a name held on the old engine");
+    /* The gate's reason, not "held by another owner": nobody holds it here. */
+    if (!strstr(cerb_last_error(), "after a switch"))
+        fail_msg("refusal says \"%s\"", cerb_last_error());
     holder_release();
     /* Confirmed free there: granted at once, long before the grace ends. */
     int64_t t0 = cerb_test_now_ms();
@@ -587,10 +697,160 @@ static void test_manual_switch_fast_path(void **state)
     print_message("granted %lld ms after the release on %s (grace %lld ms)\n", (long long)took,
                   PRIMARY.name, (long long)PRIMARY.hold_ms);
     assert_true(took < 500);
-    assert_true((cerb_lock_fencing_token(lb) >> 48) >= 2); /* the switch raised the epoch */
+    uint64_t f = cerb_lock_fencing_token(lb);
+    assert_int_equal(f >> 52, 1);        /* the configuration's epoch */
+    assert_int_equal((f >> 48) & 15, 1); /* and one switch of this client */
     assert_int_equal(acquires_on(b, &SECONDARY), 2);
-    cerb_lock_unlock(lb);
-    cerb_lock_free(lb);
+    assert_int_equal(cerb_lock_unlock(lb), CERB_OK);
+}
+
+/*
+ * While the old engine answers, the gate keeps asking it, however long
+ * after the switch: a hold taken there before the switch is renewed there
+ * past any grace, so the new engine must not grant the name until it is
+ * released.
+ */
+static void test_gate_outlasts_grace_while_old_engine_answers(void **state)
+{
+    (void)state;
+    cerb_client *b = hold_on_primary("outlast");
+    cerb_lock *lb = switch_to_secondary(b);
+    /* Twice the grace (the primary's hold plus drift), and then some: still
+     * held on the primary. */
+    int64_t wait = 2 * PRIMARY.hold_ms + 500;
+    expect_status(cerb_lock_trylock_for(lb, wait), CERB_TIMEOUT, "a name held on the old engine");
+    holder_release();
+    int64_t t0 = cerb_test_now_ms();
+    expect_status(cerb_lock_trylock_for(lb, 2000), CERB_OK, "a name released on the old engine");
+    print_message("refused for %lld ms while held on %s, then granted %lld ms after the "
+                  "release\n",
+                  (long long)wait, PRIMARY.name, (long long)(cerb_test_now_ms() - t0));
+    assert_int_equal(cerb_lock_unlock(lb), CERB_OK);
+}
+
+static bool waiting_on_primary(void *ud)
+{
+    struct cerb_engine_info info;
+    return cerb_engine_info(ud, PRIMARY.name, &info) == CERB_OK && info.acquire_calls >= 1;
+}
+
+/*
+ * An acquisition waiting on the old engine moves to the new one when its
+ * client switches, and is granted there once the old engine says the name
+ * is free — never on the old engine after the switch.
+ */
+static void test_waiter_follows_switch(void **state)
+{
+    (void)state;
+    cerb_client *b = hold_on_primary("follow");
+    waiter_start(b, H.w.name);
+    assert_wait_until(waiting_on_primary, b, 3000);
+    assert_string_equal(cerb_engine_switch_to(b, SECONDARY.name), SECONDARY.name);
+    holder_release();
+    assert_wait_until(waiter_done, &W, 5000);
+    expect_status(atomic_load(&W.st), CERB_OK, "the waiter");
+    uint64_t on_p = acquires_on(b, &PRIMARY), on_s = acquires_on(b, &SECONDARY);
+    print_message("waiter: %llu grants on %s, %llu on %s\n", (unsigned long long)on_p,
+                  PRIMARY.name, (unsigned long long)on_s, SECONDARY.name);
+    assert_int_equal(on_p, 0);
+    assert_int_equal(on_s, 1);
+}
+
+/*
+ * A client pinned to the secondary by its configuration asks the primary
+ * once per name (the configuration is no file, so it is settled at once):
+ * with the primary stopped afterwards, a name it confirmed free is granted
+ * at once, while a name it never asked about waits out the primary's grace.
+ */
+static void test_pinned_client_remembers_confirmed_names(void **state)
+{
+    (void)state;
+    cerb_client *c = open_with(CFG(.active = SECONDARY.name));
+    assert_true(on_secondary(c));
+    char *seen = test_name("seen"), *fresh = test_name("fresh");
+    cerb_lock *ls = handle(c, seen), *lf = handle(c, fresh);
+    free(seen);
+    free(fresh);
+    expect_status(cerb_lock_trylock_for(ls, 2000), CERB_OK, "a name the primary confirms free");
+    assert_int_equal(cerb_lock_unlock(ls), CERB_OK);
+
+    assert_int_equal(PRIMARY.pause(), 0);
+    int64_t t0 = cerb_test_now_ms();
+    expect_status(cerb_lock_trylock_for(ls, 5000), CERB_OK, "the confirmed name");
+    int64_t t_seen = cerb_test_now_ms() - t0;
+    assert_int_equal(cerb_lock_unlock(ls), CERB_OK);
+    t0 = cerb_test_now_ms();
+    expect_status(cerb_lock_trylock_for(lf, 5000), CERB_OK, "a name never asked about");
+    int64_t t_fresh = cerb_test_now_ms() - t0;
+    assert_int_equal(cerb_lock_unlock(lf), CERB_OK);
+    assert_int_equal(PRIMARY.resume(), 0);
+    print_message("%s stopped: confirmed name %lld ms, new name %lld ms (hold %lld ms)\n",
+                  PRIMARY.name, (long long)t_seen, (long long)t_fresh,
+                  (long long)PRIMARY.hold_ms);
+    assert_true(t_seen < 100);
+    /* The grace counts from the primary's last answer, a little before
+     * the stop. */
+    assert_true(t_fresh >= PRIMARY.hold_ms - 500);
+}
+
+/*
+ * A client that switched by itself three times has tokens of epoch field
+ * 1<<4 | 3; a client opened after the epoch was bumped to 2 (what
+ * `cerberus switch` does) has 2<<4 and ranks above it, as every grant after
+ * a `cerberus switch` must rank above every grant before it.
+ */
+static void test_epoch_orders_config_bump_above_own_switches(void **state)
+{
+    (void)state;
+    cerb_client *a = open_cfg("failback = \"manual\";");
+    assert_string_equal(cerb_engine_switch_to(a, SECONDARY.name), SECONDARY.name);
+    assert_string_equal(cerb_engine_switch_to(a, PRIMARY.name), PRIMARY.name);
+    assert_string_equal(cerb_engine_switch_to(a, SECONDARY.name), SECONDARY.name);
+    char *name = test_name("epochbits");
+    cerb_lock *la = handle(a, name);
+    expect_status(cerb_lock_trylock_for(la, 5000), CERB_OK, "after three switches");
+    uint64_t before = cerb_lock_fencing_token(la);
+    assert_int_equal(before >> 48, (1 << 4) | 3);
+    assert_int_equal(cerb_lock_unlock(la), CERB_OK);
+
+    cerb_client *b = open_with(CFG(.active = SECONDARY.name, .epoch = 2));
+    cerb_lock *lb = handle(b, name);
+    free(name);
+    expect_status(cerb_lock_trylock_for(lb, 5000), CERB_OK, "after the bump");
+    uint64_t after = cerb_lock_fencing_token(lb);
+    print_message("on %s: before the bump %#llx, after %#llx\n", SECONDARY.name,
+                  (unsigned long long)before, (unsigned long long)after);
+    assert_int_equal(after >> 48, 2 << 4);
+    assert_true(after > before);
+    assert_int_equal(cerb_lock_unlock(lb), CERB_OK);
+}
+
+/*
+ * A client that opens on the secondary because the primary would not open
+ * (its port is closed) cannot know whether others hold names there: it
+ * waits the primary's grace before granting, unless switch_grace_ms = 0.
+ */
+static void test_open_below_dead_engine_waits_grace(void **state)
+{
+    (void)state;
+    char *name = test_name("opengate");
+    for (int grace0 = 0; grace0 <= 1; grace0++) {
+        int64_t t0 = cerb_test_now_ms();
+        cerb_client *c = open_with(
+            CFG(.failover = grace0 ? "switch_grace_ms = 0;" : NULL, .dead_primary = true));
+        assert_true(on_secondary(c));
+        cerb_lock *l = handle(c, name);
+        expect_status(cerb_lock_trylock_for(l, 5000), CERB_OK, "below the dead primary");
+        int64_t took = cerb_test_now_ms() - t0;
+        print_message("grace %s: granted %lld ms after open (hold %lld ms)\n",
+                      grace0 ? "0" : "default", (long long)took, (long long)PRIMARY.hold_ms);
+        if (grace0)
+            assert_true(took < 1000);
+        else
+            assert_true(took >= PRIMARY.hold_ms);
+        assert_int_equal(cerb_lock_unlock(l), CERB_OK);
+    }
+    free(name);
 }
 
 /* ---- `cerberus switch` on a watched file ---- */
@@ -716,7 +976,7 @@ static void replace_file(const char *path, const char *text)
 static void test_cli_switch_followed_by_processes(void **state)
 {
     (void)state;
-    char *text = cfg_text("auto", 1, "");
+    char *text = cfg_text(CFG(.epoch = 1));
     char *path = cerb_test_write_config("%s", text);
     free(text);
     assert_non_null(path);
@@ -756,19 +1016,17 @@ static void test_cli_switch_followed_by_processes(void **state)
     assert_wait_until(on_secondary, c, 1000);
 
     /* Grants after the switch carry the new epoch. */
-    cerb_lock *l = NULL;
     char *name = test_name("epoch");
-    assert_int_equal(cerb_lock_new(c, name, NULL, &l), CERB_OK);
-    expect_status(cerb_lock_trylock_for(l, 5000), CERB_OK, "a grant after the switch");
-    assert_true((cerb_lock_fencing_token(l) >> 48) >= 2);
-    cerb_lock_unlock(l);
-    cerb_lock_free(l);
+    cerb_lock *l = handle(c, name);
     free(name);
+    expect_status(cerb_lock_trylock_for(l, 5000), CERB_OK, "a grant after the switch");
+    assert_int_equal(cerb_lock_fencing_token(l) >> 52, 2); /* the bumped epoch */
+    assert_int_equal(cerb_lock_unlock(l), CERB_OK);
 
     /* An engine name with a typo: refused everywhere, the old
      * configuration stays, and the reason names the file and line. */
     char *bad_active = fmt("%sx", SECONDARY.name);
-    char *bad = cfg_text(bad_active, 3, "");
+    char *bad = cfg_text(CFG(.active = bad_active, .epoch = 3));
     replace_file(path, bad);
     free(bad);
     free(bad_active);
@@ -784,17 +1042,24 @@ static void test_cli_switch_followed_by_processes(void **state)
     cerb_test_remove_file(path);
 }
 
+/* Every case starts with the primary up and ends with nothing of its own
+ * left running (primary_up, cleanup). */
+#define CASE(f) cmocka_unit_test_setup_teardown(f, primary_up, cleanup)
+
 int main(void)
 {
     const struct CMUnitTest cases[] = {
-        cmocka_unit_test_setup_teardown(test_kill_primary, primary_up, cleanup),
-        cmocka_unit_test_setup_teardown(test_stop_primary, primary_up, cleanup),
-        cmocka_unit_test_setup_teardown(test_manual_failback_never, primary_up, cleanup),
-        cmocka_unit_test_setup_teardown(test_holder_lost_and_grace_respected, primary_up,
-                                        cleanup),
-        cmocka_unit_test_setup_teardown(test_manual_switch_fast_path, primary_up, cleanup),
-        cmocka_unit_test_setup_teardown(test_cli_switch_followed_by_processes, primary_up,
-                                        cleanup),
+        CASE(test_kill_primary),
+        CASE(test_stop_primary),
+        CASE(test_manual_failback_never),
+        CASE(test_holder_lost_and_grace_respected),
+        CASE(test_manual_switch_fast_path),
+        CASE(test_gate_outlasts_grace_while_old_engine_answers),
+        CASE(test_waiter_follows_switch),
+        CASE(test_pinned_client_remembers_confirmed_names),
+        CASE(test_epoch_orders_config_bump_above_own_switches),
+        CASE(test_open_below_dead_engine_waits_grace),
+        CASE(test_cli_switch_followed_by_processes),
     };
     char group[64];
     snprintf(group, sizeof group, "failover %s -> %s", PRIMARY.name, SECONDARY.name);
