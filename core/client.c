@@ -27,6 +27,15 @@ bool cerb__client_ok(const cerb_client *c)
     return c && atomic_load(&((cerb_client *)c)->magic) == CERB_CLIENT_MAGIC;
 }
 
+void cerb__client_failover_cfg(cerb_client *c, struct cerb_failover_config *fo, int64_t *lease_ms)
+{
+    cerb__mutex_lock(&c->mu);
+    *fo = c->cfg->failover;
+    if (lease_ms)
+        *lease_ms = c->cfg->lock.lease_ms;
+    cerb__mutex_unlock(&c->mu);
+}
+
 void cerb__client_call_cfg(cerb_client *c, struct cerb_call_cfg *out)
 {
     cerb__mutex_lock(&c->mu);

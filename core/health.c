@@ -110,7 +110,7 @@ void cerb__health_init(cerb_client *c)
             ce->gate_from_ns = now_ns;
             ce->gate_gen++;
             ce->gate_cacheable = c->pinned >= 0;
-            ce->cache_after_ns = now_ns + config_settle_ns(c->cfg);
+            ce->cache_after_ns = now_ns + config_settle_ns(c->boot_cfg);
         }
     }
 }
@@ -145,6 +145,8 @@ void cerb__health_ok(cerb_client *c, int idx)
 static int pick_locked(cerb_client *c, const char **why)
 {
     struct cerb_sel_engine se[CERB_MAX_ENGINES];
+    struct cerb_failover_config fo;
+    cerb__client_failover_cfg(c, &fo, NULL);
     int64_t now = cerb__now_ms();
     for (size_t i = 0; i < c->n_engines; i++) {
         struct cerb_client_engine *ce = &c->engines[i];
@@ -154,7 +156,7 @@ static int pick_locked(cerb_client *c, const char **why)
         se[i].healthy_since_ms = ce->healthy_since_ms;
     }
     struct cerb_sel_in in = {c->n_engines, se, atomic_load(&c->current), c->pinned,
-                             c->cfg->failover.failback_auto, c->cfg->failover.failback_after_ms, now};
+                             fo.failback_auto, fo.failback_after_ms, now};
     int to = cerb__select(&in, why);
     return to == in.current ? -1 : to;
 }
@@ -202,10 +204,11 @@ void cerb__health_probe(cerb_client *c, int idx, bool ok, int64_t latency_us)
 /* How long a hold on engine i can outlive our last contact with it. */
 static int64_t grace_ms(cerb_client *c, int i)
 {
-    const struct cerb_config *cfg = c->cfg;
-    if (cfg->failover.switch_grace_ms >= 0)
-        return cfg->failover.switch_grace_ms;
-    int64_t g = cfg->lock.lease_ms;
+    struct cerb_failover_config fo;
+    int64_t g;
+    cerb__client_failover_cfg(c, &fo, &g);
+    if (fo.switch_grace_ms >= 0)
+        return fo.switch_grace_ms;
     const char *name = c->engines[i].name;
     if (strcmp(name, "zk") == 0 && c->boot_cfg->zk.session_timeout_ms > g)
         g = c->boot_cfg->zk.session_timeout_ms;
@@ -239,7 +242,7 @@ int cerb__client_switch(cerb_client *c, int to, const char *why, int pin)
         /* Only a switch every process makes (the configuration's) lets
          * a name confirmed free there stay confirmed. */
         fe->gate_cacheable = pin == CERB_PIN_CONFIG;
-        fe->cache_after_ns = now_ns + config_settle_ns(c->cfg);
+        fe->cache_after_ns = now_ns + config_settle_ns(c->boot_cfg);
     }
     c->engines[to].gated = false; /* no need to ask where we go */
     int64_t ep = atomic_load(&c->epoch);

@@ -178,6 +178,11 @@ struct cerb_call_cfg {
     int64_t epoch;
 };
 void cerb__client_call_cfg(cerb_client *c, struct cerb_call_cfg *out);
+/* A copy of the reloadable failover settings (and the lease), taken under
+ * c->mu: a reload frees the configuration it replaces, so other threads
+ * must not keep pointers into c->cfg. May be called with fo_mu held (lock
+ * order: fo_mu, then c->mu). */
+void cerb__client_failover_cfg(cerb_client *c, struct cerb_failover_config *fo, int64_t *lease_ms);
 struct cerb_slot *cerb__slot_get(cerb_client *c, const char *name);
 void cerb__slot_put(cerb_client *c, struct cerb_slot *s);
 

@@ -85,7 +85,9 @@ static bool ino_hit(struct cerb_prober *p)
 static void probe_all(struct cerb_prober *p)
 {
     cerb_client *c = p->c;
-    int64_t timeout = c->cfg->failover.probe_timeout_ms;
+    struct cerb_failover_config fo;
+    cerb__client_failover_cfg(c, &fo, NULL);
+    int64_t timeout = fo.probe_timeout_ms;
     for (size_t i = 0; i < c->n_engines; i++) {
         struct cerb_client_engine *ce = &c->engines[i];
         int64_t t0 = cerb_monotime();
@@ -111,7 +113,9 @@ static void *prober_main(void *arg)
         int64_t now = cerb_monotime();
         if (p->probing && now >= next_probe) {
             probe_all(p);
-            int64_t iv = c->cfg->failover.probe_interval_ms;
+            struct cerb_failover_config fo;
+            cerb__client_failover_cfg(c, &fo, NULL);
+            int64_t iv = fo.probe_interval_ms;
             int64_t jitter = iv / 5;
             int64_t d = iv - jitter + (int64_t)cerb__rand_below((uint64_t)(2 * jitter + 1));
             next_probe = cerb_monotime() + d * CERB_NS_PER_MS;

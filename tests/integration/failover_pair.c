@@ -973,6 +973,55 @@ static void replace_file(const char *path, const char *text)
     free(tmp);
 }
 
+/* Reloads in a loop on one thread (each frees the configuration it
+ * replaces) while another switches engines and locks, which read the
+ * failover settings. A reader left pointing into a replaced configuration
+ * is a use-after-free under ASan — a narrow window, so this is a stress
+ * check; the TSan build (-DCERB_TSAN=ON) reports such a read every time,
+ * as the unguarded read of c->cfg it used to be. */
+struct reloader {
+    cerb_client *c;
+    atomic_bool stop;
+    int reloads;
+};
+
+static void *reloader_main(void *arg)
+{
+    struct reloader *r = arg;
+    while (!atomic_load(&r->stop) && r->reloads < 400)
+        if (cerb_client_reload(r->c) == CERB_OK)
+            r->reloads++;
+    return NULL;
+}
+
+static void test_reload_while_switching(void **state)
+{
+    (void)state;
+    char *text = cfg_text(CFG(.epoch = 1));
+    char *path = cerb_test_write_config("%s", text);
+    free(text);
+    assert_non_null(path);
+    cerb_client *c = NULL;
+    assert_int_equal(cerb_client_open(&c, path), CERB_OK);
+    track(c);
+    struct reloader r = {.c = c};
+    pthread_t t;
+    assert_int_equal(pthread_create(&t, NULL, reloader_main, &r), 0);
+    char *name = test_name("reload-race");
+    cerb_lock *l = handle(c, name);
+    free(name);
+    for (int i = 0; i < 100; i++) {
+        assert_non_null(cerb_engine_switch_to(c, i % 2 ? PRIMARY.name : SECONDARY.name));
+        if (cerb_lock_trylock_for(l, 200) == CERB_OK)
+            assert_int_equal(cerb_lock_unlock(l), CERB_OK);
+    }
+    atomic_store(&r.stop, true);
+    pthread_join(t, NULL);
+    print_message("%d reloads during 100 switches\n", r.reloads);
+    assert_true(r.reloads > 0);
+    cerb_test_remove_file(path);
+}
+
 static void test_cli_switch_followed_by_processes(void **state)
 {
     (void)state;
@@ -1059,6 +1108,7 @@ int main(void)
         CASE(test_pinned_client_remembers_confirmed_names),
         CASE(test_epoch_orders_config_bump_above_own_switches),
         CASE(test_open_below_dead_engine_waits_grace),
+        CASE(test_reload_while_switching),
         CASE(test_cli_switch_followed_by_processes),
     };
     char group[64];
