@@ -248,9 +248,9 @@ static void on_lost(cerb_lock *l, void *ud)
 {
     (void)l;
     atomic_fetch_add(&lost_calls, 1);
-    *(int *)ud = 1;
+    atomic_store((atomic_int *)ud, 1); /* read by the test's thread */
 }
-static int int_set(void *ud) { return *(volatile int *)ud != 0; }
+static int int_set(void *ud) { return atomic_load((atomic_int *)ud) != 0; }
 
 static void test_lease_expires_without_renewal(void **state)
 {
@@ -258,7 +258,7 @@ static void test_lease_expires_without_renewal(void **state)
     o.lease_ms = 150;
     o.renew = 0;
     cerb_lock *l = NULL;
-    int flag = 0;
+    atomic_int flag = 0;
     atomic_store(&lost_calls, 0);
     assert_int_equal(cerb_lock_new(*state, "lease", &o, &l), CERB_OK);
     assert_int_equal(cerb_lock_on_lost(l, on_lost, &flag), CERB_OK);
