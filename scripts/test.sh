@@ -23,6 +23,8 @@
 #   CERB_CMAKE_ARGS   extra cmake configure arguments (word-split)
 #   CERB_CTEST_ARGS   extra ctest arguments, e.g. "-L unit" (word-split)
 #   CERB_NO_INSTALL=1 never install packages; fail if some are missing
+#   CERB_SANITIZER    asan (default: ASan+UBSan) or tsan (ThreadSanitizer;
+#                     default build dir <repo>/build-ci-tsan); CI runs asan
 
 set -euo pipefail
 
@@ -31,7 +33,16 @@ cd "$ROOT"
 # shellcheck source=scripts/deps.sh
 . "$ROOT/scripts/deps.sh"
 
-BUILD_DIR=${CERB_BUILD_DIR:-$ROOT/build-ci}
+SANITIZER=${CERB_SANITIZER:-asan}
+case $SANITIZER in
+asan) SAN_FLAG=-DCERB_ASAN=ON DEFAULT_DIR=$ROOT/build-ci ;;
+tsan) SAN_FLAG=-DCERB_TSAN=ON DEFAULT_DIR=$ROOT/build-ci-tsan ;;
+*)
+    echo "test.sh: CERB_SANITIZER must be asan or tsan, not '$SANITIZER'" >&2
+    exit 2
+    ;;
+esac
+BUILD_DIR=${CERB_BUILD_DIR:-$DEFAULT_DIR}
 JOBS=$(nproc 2>/dev/null || echo 2)
 TEST_JOBS=${CERB_TEST_JOBS:-$JOBS}
 read -r -a EXTRA_CMAKE <<<"${CERB_CMAKE_ARGS:-}"
@@ -48,7 +59,7 @@ cerb_ensure_packages "${CERB_DEB_PACKAGES[@]}"
 
 step "configure ($BUILD_DIR)"
 run cmake -S "$ROOT" -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=RelWithDebInfo \
-    -DCERB_WERROR=ON -DCERB_ASAN=ON ${EXTRA_CMAKE[@]+"${EXTRA_CMAKE[@]}"}
+    -DCERB_WERROR=ON "$SAN_FLAG" ${EXTRA_CMAKE[@]+"${EXTRA_CMAKE[@]}"}
 
 step "build (-j$JOBS)"
 run cmake --build "$BUILD_DIR" -j "$JOBS"
