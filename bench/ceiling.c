@@ -65,7 +65,7 @@ static int redis_load(struct redis_sess *s, char *err, size_t errlen)
     return 0;
 }
 
-static void redis_close(void *p)
+void bench_redis_close(void *p)
 {
     struct redis_sess *s = p;
     if (!s)
@@ -81,8 +81,7 @@ static struct timeval tv_ms(int64_t ms)
     return tv;
 }
 
-static void *redis_open(const struct bench_engine *e, char *err,
-                        size_t errlen)
+void *bench_redis_open(const struct bench_engine *e, char *err, size_t errlen)
 {
     const struct bench_redis_addr *a = &e->redis;
     struct redis_sess *s = calloc(1, sizeof *s);
@@ -132,30 +131,37 @@ static void *redis_open(const struct bench_engine *e, char *err,
 fail:
     if (r)
         freeReplyObject(r);
-    redis_close(s);
+    bench_redis_close(s);
     return NULL;
 }
 
-static int redis_cycle(void *p, const char *name, const char *token,
-                       char *err, size_t errlen)
+int bench_redis_try(void *p, const char *name, const char *token, char *err, size_t errlen)
 {
     struct redis_sess *s = p;
     redisReply *r = redisCommand(s->ctx, "SET %s %s NX PX 10000", name, token);
-    if (!r || r->type != REDIS_REPLY_STATUS) {
-        /* A nil reply means the key exists: a leftover from another run. */
-        if (r && r->type == REDIS_REPLY_NIL)
-            snprintf(err, errlen, "redis SET NX: key \"%s\" already exists",
-                     name);
-        else
-            redis_err(s, r, "SET NX PX", err, errlen);
-        if (r)
-            freeReplyObject(r);
-        return -1;
+    int got;
+
+    if (r && r->type == REDIS_REPLY_STATUS)
+        got = 1;
+    else if (r && r->type == REDIS_REPLY_NIL)
+        got = 0;
+    else {
+        redis_err(s, r, "SET NX PX", err, errlen);
+        got = -1;
     }
-    freeReplyObject(r);
+    if (r)
+        freeReplyObject(r);
+    return got;
+}
+
+int bench_redis_release(void *p, const char *name, const char *token, char *err, size_t errlen)
+{
+    struct redis_sess *s = p;
+    redisReply *r;
 
     for (int attempt = 0;; attempt++) {
         r = redisCommand(s->ctx, "EVALSHA %s 1 %s %s", s->sha, name, token);
+        /* The server lost its script cache (restart, SCRIPT FLUSH). */
         if (r && r->type == REDIS_REPLY_ERROR && attempt == 0 &&
             strncmp(r->str, "NOSCRIPT", 8) == 0) {
             freeReplyObject(r);
@@ -179,6 +185,16 @@ static int redis_cycle(void *p, const char *name, const char *token,
     return 0;
 }
 
+/* One uncontended cycle: the name is ours alone, so busy is an error. */
+static int redis_cycle(void *p, const char *name, const char *token,
+                       char *err, size_t errlen)
+{
+    int got = bench_redis_try(p, name, token, err, errlen);
+    if (got == 0)
+        snprintf(err, errlen, "redis SET NX: key \"%s\" already exists", name);
+    return got == 1 ? bench_redis_release(p, name, token, err, errlen) : -1;
+}
+
 static int redis_round_trip(void *p, char *err, size_t errlen)
 {
     struct redis_sess *s = p;
@@ -194,7 +210,7 @@ static int redis_round_trip(void *p, char *err, size_t errlen)
 }
 
 static const struct bench_ceiling redis_ceiling = {
-    "redis", redis_open, redis_cycle, redis_round_trip, redis_close,
+    "redis", bench_redis_open, redis_cycle, redis_round_trip, bench_redis_close,
 };
 
 static const struct bench_ceiling *const ceilings[] = {

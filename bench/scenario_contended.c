@@ -27,11 +27,9 @@
  *
  * The contended ceiling has its own small table (struct
  * bench_contended_ceiling) rather than new members of struct bench_ceiling,
- * whose initialisers live in other files. The Redis connection code is a
- * copy of ceiling.c's because that file keeps it static.
+ * whose initialisers live in other files; its Redis side is ceiling.c's
+ * bare session (bench_redis_*).
  */
-#include <hiredis/hiredis.h>
-
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -42,174 +40,14 @@
 
 /* ------------------------------------------------- redis contended ceiling */
 
-static const char release_script[] =
-    "if redis.call('get',KEYS[1]) == ARGV[1] then "
-    "return redis.call('del',KEYS[1]) else return 0 end";
-
-struct rc_sess {
-    redisContext *ctx;
-    char sha[41];
-};
-
-static void rc_err(struct rc_sess *s, redisReply *r, const char *what,
-                   char *err, size_t errlen)
-{
-    if (!r)
-        snprintf(err, errlen, "redis %s: %s", what,
-                 s->ctx->errstr[0] ? s->ctx->errstr : "connection failed");
-    else if (r->type == REDIS_REPLY_ERROR)
-        snprintf(err, errlen, "redis %s: %s", what, r->str);
-    else
-        snprintf(err, errlen, "redis %s: unexpected reply type %d", what,
-                 r->type);
-}
-
-static struct timeval rc_tv(int64_t ms)
-{
-    struct timeval tv = {(time_t)(ms / 1000), (suseconds_t)(ms % 1000) * 1000};
-    return tv;
-}
-
-static int rc_load(struct rc_sess *s, char *err, size_t errlen)
-{
-    redisReply *r = redisCommand(s->ctx, "SCRIPT LOAD %s", release_script);
-    if (!r || r->type != REDIS_REPLY_STRING || r->len != 40) {
-        rc_err(s, r, "SCRIPT LOAD", err, errlen);
-        if (r)
-            freeReplyObject(r);
-        return -1;
-    }
-    memcpy(s->sha, r->str, 40);
-    s->sha[40] = '\0';
-    freeReplyObject(r);
-    return 0;
-}
-
-static void rc_close(void *p)
-{
-    struct rc_sess *s = p;
-    if (!s)
-        return;
-    if (s->ctx)
-        redisFree(s->ctx);
-    free(s);
-}
-
-/* Run one command that must not fail (AUTH, SELECT). */
-static int rc_simple(struct rc_sess *s, redisReply *r, const char *what,
-                     char *err, size_t errlen)
-{
-    if (!r || r->type == REDIS_REPLY_ERROR) {
-        rc_err(s, r, what, err, errlen);
-        if (r)
-            freeReplyObject(r);
-        return -1;
-    }
-    freeReplyObject(r);
-    return 0;
-}
-
-static void *rc_open(const struct bench_engine *e, char *err, size_t errlen)
-{
-    const struct bench_redis_addr *a = &e->redis;
-    struct rc_sess *s = calloc(1, sizeof *s);
-
-    if (!s) {
-        snprintf(err, errlen, "out of memory");
-        return NULL;
-    }
-    s->ctx = redisConnectWithTimeout(a->host, a->port,
-                                     rc_tv(a->connect_timeout_ms));
-    if (!s->ctx || s->ctx->err) {
-        snprintf(err, errlen, "redis at %s:%d: %s", a->host, a->port,
-                 s->ctx ? s->ctx->errstr : "cannot allocate a context");
-        goto fail;
-    }
-    /* hiredis 0.14 bounds only the connect unless told. */
-    if (redisSetTimeout(s->ctx, rc_tv(a->op_timeout_ms)) != REDIS_OK) {
-        snprintf(err, errlen, "redis at %s:%d: cannot set the timeout: %s",
-                 a->host, a->port, s->ctx->errstr);
-        goto fail;
-    }
-    if (a->password && a->password[0]) {
-        redisReply *r =
-            a->user && a->user[0]
-                ? redisCommand(s->ctx, "AUTH %s %s", a->user, a->password)
-                : redisCommand(s->ctx, "AUTH %s", a->password);
-        if (rc_simple(s, r, "AUTH", err, errlen) != 0)
-            goto fail;
-    }
-    if (a->db != 0 &&
-        rc_simple(s, redisCommand(s->ctx, "SELECT %d", a->db), "SELECT", err,
-                  errlen) != 0)
-        goto fail;
-    if (rc_load(s, err, errlen) != 0)
-        goto fail;
-    return s;
-
-fail:
-    rc_close(s);
-    return NULL;
-}
-
-static int rc_try(void *p, const char *name, const char *token, char *err,
-                  size_t errlen)
-{
-    struct rc_sess *s = p;
-    redisReply *r = redisCommand(s->ctx, "SET %s %s NX PX 10000", name, token);
-    int got;
-
-    if (r && r->type == REDIS_REPLY_STATUS)
-        got = 1;
-    else if (r && r->type == REDIS_REPLY_NIL)
-        got = 0;
-    else {
-        rc_err(s, r, "SET NX PX", err, errlen);
-        got = -1;
-    }
-    if (r)
-        freeReplyObject(r);
-    return got;
-}
-
-static int rc_release(void *p, const char *name, const char *token, char *err,
-                      size_t errlen)
-{
-    struct rc_sess *s = p;
-    redisReply *r;
-
-    for (int attempt = 0;; attempt++) {
-        r = redisCommand(s->ctx, "EVALSHA %s 1 %s %s", s->sha, name, token);
-        /* The server lost its script cache (restart, SCRIPT FLUSH). */
-        if (r && r->type == REDIS_REPLY_ERROR && attempt == 0 &&
-            strncmp(r->str, "NOSCRIPT", 8) == 0) {
-            freeReplyObject(r);
-            if (rc_load(s, err, errlen) != 0)
-                return -1;
-            continue;
-        }
-        break;
-    }
-    if (!r || r->type != REDIS_REPLY_INTEGER || r->integer != 1) {
-        if (r && r->type == REDIS_REPLY_INTEGER)
-            snprintf(err, errlen, "redis release of \"%s\": value was not ours",
-                     name);
-        else
-            rc_err(s, r, "EVALSHA release", err, errlen);
-        if (r)
-            freeReplyObject(r);
-        return -1;
-    }
-    freeReplyObject(r);
-    return 0;
-}
-
+/* The bare hiredis session of the uncontended ceiling (ceiling.c): SET NX PX
+ * to try, the compare-and-delete script to release. */
 static const struct bench_contended_ceiling redis_contended = {
     .engine = "redis",
-    .open = rc_open,
-    .try_acquire = rc_try,
-    .release = rc_release,
-    .close = rc_close,
+    .open = bench_redis_open,
+    .try_acquire = bench_redis_try,
+    .release = bench_redis_release,
+    .close = bench_redis_close,
 };
 
 const struct bench_contended_ceiling *

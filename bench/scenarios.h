@@ -387,6 +387,18 @@ extern const struct bench_ceiling bench_ceiling_etcd;
 /* The ceiling for @engine, or NULL when none is implemented ("n/a"). */
 const struct bench_ceiling *bench_ceiling_find(const char *engine);
 
+/* The bare Redis session behind the Redis ceilings (ceiling.c), shared
+ * with the contended ceiling: one hiredis connection to e->redis (AUTH,
+ * SELECT, the compare-and-delete script loaded). try: `SET name token NX PX
+ * 10000`, 1 = set, 0 = held by someone, -1 = error (in @err). release: the
+ * script, reloaded once on NOSCRIPT; 0, or -1 when the value was not ours
+ * or on error. */
+void *bench_redis_open(const struct bench_engine *e, char *err, size_t errlen);
+int bench_redis_try(void *sess, const char *name, const char *token, char *err, size_t errlen);
+int bench_redis_release(void *sess, const char *name, const char *token, char *err,
+                        size_t errlen);
+void bench_redis_close(void *sess);
+
 /* ---- report (report.c) ---- */
 
 void bench_report_header(FILE *f);
