@@ -285,23 +285,27 @@ redis_status_one() {
     fi
 }
 
-# redis_ports: the ports to act on — explicit (--port/--nodes), else for
-# stop/status every node recorded in the state dir, else the default.
-redis_ports() {
-    local base n i f p
+# engine_ports NAME DEFAULT STEP: the client ports to act on — explicit
+# (--port/--nodes: DEFAULT or --port, then every STEP-th port for each
+# node), else for stop/status every NAME node recorded in the state dir,
+# else the default.
+engine_ports() {
+    local name=$1 def=$2 step=$3 base n i f p
     if [[ -n $OPT_PORT || -n $OPT_NODES || $CMD == start ]]; then
-        base=${OPT_PORT:-$(redis_default_port)}
+        base=${OPT_PORT:-$def}
         n=${OPT_NODES:-1}
-        for ((i = 0; i < n; i++)); do printf '%s\n' $((base + i)); done
+        for ((i = 0; i < n; i++)); do printf '%s\n' $((base + step * i)); done
         return 0
     fi
-    for f in "$STATE_DIR"/redis-*.pid "$STATE_DIR"/redis-*.dir; do
+    for f in "$STATE_DIR/$name"-*.pid "$STATE_DIR/$name"-*.dir; do
         [[ -e $f ]] || continue
-        p=${f##*/redis-}
+        p=${f##*/"$name"-}
         p=${p%.*}
         if [[ $p =~ ^[0-9]+$ ]]; then printf '%s\n' "$p"; fi
     done | sort -un
 }
+
+redis_ports() { engine_ports redis "$(redis_default_port)" 1; }
 
 redis_start() {
     command -v "$REDIS_SERVER" >/dev/null ||

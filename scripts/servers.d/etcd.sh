@@ -192,23 +192,8 @@ etcd_wait_ready() {
     done
 }
 
-# etcd_ports: the client ports to act on — explicit (--port/--nodes), else
-# for stop/status every node recorded in the state dir, else the default.
-etcd_ports() {
-    local base n i f p
-    if [[ -n $OPT_PORT || -n $OPT_NODES || $CMD == start ]]; then
-        base=${OPT_PORT:-$(etcd_default_port)}
-        n=${OPT_NODES:-1}
-        for ((i = 0; i < n; i++)); do printf '%s\n' $((base + 2 * i)); done
-        return 0
-    fi
-    for f in "$STATE_DIR"/etcd-*.pid "$STATE_DIR"/etcd-*.dir; do
-        [[ -e $f ]] || continue
-        p=${f##*/etcd-}
-        p=${p%.*}
-        if [[ $p =~ ^[0-9]+$ ]]; then printf '%s\n' "$p"; fi
-    done | sort -un
-}
+# etcd_ports: the client ports to act on (engine_ports in servers.sh).
+etcd_ports() { engine_ports etcd "$(etcd_default_port)" 2; }
 
 etcd_start() {
     command -v "$ETCD_BIN" >/dev/null || die "$ETCD_BIN not found (Debian package etcd-server)"

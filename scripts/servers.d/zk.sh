@@ -66,23 +66,8 @@ zk_is_ours() {
     [[ $cmd == *QuorumPeerMain* && $cmd == *"/cerberus-zk-$2."*"/zoo.cfg"* ]]
 }
 
-# zk_ports: the client ports to act on — explicit (--port/--nodes), else for
-# stop/status every node recorded in the state dir, else the default.
-zk_ports() {
-    local base n i f p
-    if [[ -n $OPT_PORT || -n $OPT_NODES || $CMD == start ]]; then
-        base=${OPT_PORT:-$(zk_default_port)}
-        n=${OPT_NODES:-1}
-        for ((i = 0; i < n; i++)); do printf '%s\n' $((base + i)); done
-        return 0
-    fi
-    for f in "$STATE_DIR"/zk-*.pid "$STATE_DIR"/zk-*.dir; do
-        [[ -e $f ]] || continue
-        p=${f##*/zk-}
-        p=${p%.*}
-        if [[ $p =~ ^[0-9]+$ ]]; then printf '%s\n' "$p"; fi
-    done | sort -un
-}
+# zk_ports: the client ports to act on (engine_ports in servers.sh).
+zk_ports() { engine_ports zk "$(zk_default_port)" 1; }
 
 
 # zk_launch PORT ID N BASE: write a fresh node dir and start the JVM.
