@@ -198,14 +198,17 @@ static void test_grant_marks_node(void **state)
     struct kids_arg one = {zh, name, 1};
     assert_wait_until(kids_are, &one, 3000);
     int64_t end = cerb_test_now_ms() + 3000;
+    char last[64] = "";
     do {
         d = node_data(zh, name, 0);
         if (strcmp(d, "cerb:holding") == 0)
             break;
+        snprintf(last, sizeof last, "%s", d);
         free(d);
         d = NULL;
     } while (cerb_test_now_ms() < end);
-    assert_non_null(d);
+    if (!d) /* seen once in CI under load: say what the node held */
+        fail_msg("holder's node still says \"%s\" 3 s after the grant", last);
     assert_string_equal(d, "cerb:holding");
     free(d);
     atomic_store(&h.release, true);
