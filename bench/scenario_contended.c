@@ -82,9 +82,7 @@ static void *ct_library_body(void *p)
         cerb_status st = cerb_lock_lock(c->lock);
         t1 = bench_now_ns();
         if (st != CERB_OK) {
-            bench_worker_fail(w, "lock \"%s\": %s (%s)",
-                              cerb_lock_name(c->lock), cerb_last_error(),
-                              cerb_status_name(st));
+            bench_worker_fail_lock(w, "lock", c->lock, st);
             break;
         }
         bench_hist_record(w->hist, t1 - t0);
@@ -93,9 +91,7 @@ static void *ct_library_body(void *p)
         st = cerb_lock_unlock(c->lock);
         t1 = bench_now_ns();
         if (st != CERB_OK) {
-            bench_worker_fail(w, "unlock \"%s\": %s (%s)",
-                              cerb_lock_name(c->lock), cerb_last_error(),
-                              cerb_status_name(st));
+            bench_worker_fail_lock(w, "unlock", c->lock, st);
             break;
         }
         if (bench_worker_done(w, t1))

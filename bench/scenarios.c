@@ -225,6 +225,13 @@ void bench_worker_fail(struct bench_worker *w, const char *fmt, ...)
     atomic_store(&w->ph->stop, 1);
 }
 
+void bench_worker_fail_lock(struct bench_worker *w, const char *what,
+                            const cerb_lock *lock, cerb_status st)
+{
+    bench_worker_fail(w, "%s \"%s\": %s (%s)", what, cerb_lock_name(lock),
+                      cerb_last_error(), cerb_status_name(st));
+}
+
 static void progress_draw(const struct bench_phase *ph, int64_t now)
 {
     uint64_t ops = 0;
@@ -484,16 +491,12 @@ static void *unc_library_body(void *p)
     for (;;) {
         cerb_status st = cerb_lock_lock(c->lock);
         if (st != CERB_OK) {
-            bench_worker_fail(w, "lock \"%s\": %s (%s)",
-                              cerb_lock_name(c->lock), cerb_last_error(),
-                              cerb_status_name(st));
+            bench_worker_fail_lock(w, "lock", c->lock, st);
             break;
         }
         st = cerb_lock_unlock(c->lock);
         if (st != CERB_OK) {
-            bench_worker_fail(w, "unlock \"%s\": %s (%s)",
-                              cerb_lock_name(c->lock), cerb_last_error(),
-                              cerb_status_name(st));
+            bench_worker_fail_lock(w, "unlock", c->lock, st);
             break;
         }
         t1 = bench_now_ns();
@@ -686,9 +689,7 @@ static void *ho_body(void *p)
     for (;;) {
         cerb_status st = cerb_lock_lock(c->lock);
         if (st != CERB_OK) {
-            bench_worker_fail(w, "lock \"%s\": %s (%s)",
-                              cerb_lock_name(c->lock), cerb_last_error(),
-                              cerb_status_name(st));
+            bench_worker_fail_lock(w, "lock", c->lock, st);
             break;
         }
         int64_t t_acq = bench_now_ns();
@@ -707,9 +708,7 @@ static void *ho_body(void *p)
         atomic_store(&sh->last_release_ns, t_rel);
         st = cerb_lock_unlock(c->lock);
         if (st != CERB_OK) {
-            bench_worker_fail(w, "unlock \"%s\": %s (%s)",
-                              cerb_lock_name(c->lock), cerb_last_error(),
-                              cerb_status_name(st));
+            bench_worker_fail_lock(w, "unlock", c->lock, st);
             break;
         }
         if (bench_worker_done(w, t_rel))

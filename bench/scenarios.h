@@ -189,6 +189,11 @@ int bench_phase_run(struct bench_phase *ph, const char *label, int n,
 void bench_worker_fail(struct bench_worker *w, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 
+/* bench_worker_fail for a lock call @what ("lock", "unlock") on @lock that
+ * returned @st: `what "name": last error (STATUS)`. */
+void bench_worker_fail_lock(struct bench_worker *w, const char *what,
+                            const cerb_lock *lock, cerb_status st);
+
 /* 1 once the phase should end for this worker at time @now. */
 static inline int bench_worker_done(const struct bench_worker *w, int64_t now)
 {
