@@ -88,19 +88,11 @@ def py_uncontended_proc(idx, a):
     lock = c.lock("bench-peer-%d-u%d" % (os.getpid(), idx), ttl=10)
 
     def loop(t0):
-        clock = peerlib.Clock(a.duration, t0)
-        lat = []
-        while True:
-            t_0 = clock.now()
+        def cycle():
             if not lock.acquire(timeout=10):
                 raise RuntimeError("an uncontended lock was not granted in 10 s")
             lock.release()
-            t_1 = clock.now()
-            if t_1 >= clock.end:
-                break
-            if t_0 >= clock.start:
-                lat.append(t_1 - t_0)
-        return lat
+        return peerlib.Clock(a.duration, t0).cycles(cycle)
     return loop
 
 

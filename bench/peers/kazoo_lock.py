@@ -55,18 +55,12 @@ def client(a):
 
 def unc_worker(a, c, idx, clock, out):
     lock = c.Lock("%s/bench-kz-%d-u%d" % (a.root, os.getpid(), idx), "bench")
-    lat = []
-    while True:
-        t0 = clock.now()
+
+    def cycle():
         if not lock.acquire(blocking=True, timeout=30):
             raise RuntimeError("an uncontended lock was not granted in 30 s")
         lock.release()
-        t1 = clock.now()
-        if t1 >= clock.end:
-            break
-        if t0 >= clock.start:
-            lat.append(t1 - t0)
-    out[idx] = lat
+    out[idx] = clock.cycles(cycle)
 
 
 def handoff_proc(idx, a, path):

@@ -118,6 +118,19 @@ class Clock:
     def now():
         return time.monotonic_ns()
 
+    def cycles(self, cycle):
+        """Run cycle() (one acquire + release) back to back until the window
+        ends; the latencies (ns) of those that started inside it."""
+        lat = []
+        while True:
+            t0 = self.now()
+            cycle()
+            t1 = self.now()
+            if t1 >= self.end:
+                return lat
+            if t0 >= self.start:
+                lat.append(t1 - t0)
+
 
 def busy_work(t_acq):
     """The critical section: HOLD_NS of real work, not a sleep. Returns the

@@ -62,18 +62,12 @@ def client(a):
 def unc_worker(a, idx, clock, out):
     r = out["client"]
     lock = r.lock("bench-redispy-%d-u%d" % (os.getpid(), idx), timeout=10)
-    lat = []
-    while True:
-        t0 = clock.now()
+
+    def cycle():
         if not lock.acquire(blocking=False):
             raise RuntimeError("an uncontended lock was busy")
         lock.release()
-        t1 = clock.now()
-        if t1 >= clock.end:
-            break
-        if t0 >= clock.start:
-            lat.append(t1 - t0)
-    out[idx] = lat
+    out[idx] = clock.cycles(cycle)
 
 
 def handoff_proc(idx, a, name):
