@@ -339,11 +339,10 @@ static char proc_state(pid_t pid)
     return rp[2];
 }
 
-pid_t cerb_test_redis_pid(void)
+pid_t cerb_test_server_pid(const char *engine, int port)
 {
     char path[STATE_DIR_MAX];
-    snprintf(path, sizeof path, "%s/redis-%d.pid", cerb_test_state_dir(),
-             cerb_test_redis_port());
+    snprintf(path, sizeof path, "%s/%s-%d.pid", cerb_test_state_dir(), engine, port);
     FILE *f = fopen(path, "r");
     if (!f)
         return -1;
@@ -359,14 +358,22 @@ pid_t cerb_test_redis_pid(void)
     return (pid_t)pid;
 }
 
-/* The PID we paused and have not resumed yet; 0 when none. */
-static pid_t paused_pid;
+/* PIDs we paused and have not resumed yet (0 = free slot), resumed at exit
+ * should a failed assertion skip the resume. */
+#define MAX_PAUSED 8
+static pid_t paused[MAX_PAUSED];
+static pthread_mutex_t paused_mu = PTHREAD_MUTEX_INITIALIZER;
 static pthread_once_t resume_once = PTHREAD_ONCE_INIT;
 
 static void resume_at_exit(void)
 {
-    if (paused_pid > 0)
-        kill(paused_pid, SIGCONT);
+    pthread_mutex_lock(&paused_mu);
+    for (int i = 0; i < MAX_PAUSED; i++)
+        if (paused[i] > 0) {
+            kill(paused[i], SIGCONT);
+            paused[i] = 0;
+        }
+    pthread_mutex_unlock(&paused_mu);
 }
 
 static void register_resume_at_exit(void) { atexit(resume_at_exit); }
@@ -382,26 +389,40 @@ static bool is_running(void *ud)
     return st != 'T' && st != 't';
 }
 
-int cerb_test_redis_pause(void)
+int cerb_test_pause_pid(pid_t pid)
 {
-    pid_t pid = cerb_test_redis_pid();
-    if (pid < 0)
+    if (pid <= 0)
         return -1;
     pthread_once(&resume_once, register_resume_at_exit);
-    paused_pid = pid;
+    pthread_mutex_lock(&paused_mu);
+    for (int i = 0; i < MAX_PAUSED; i++)
+        if (paused[i] <= 0 || paused[i] == pid) {
+            paused[i] = pid;
+            break;
+        }
+    pthread_mutex_unlock(&paused_mu);
     if (kill(pid, SIGSTOP) != 0)
         return -1;
     /* kill() returns before the stop takes effect: wait until it has. */
     return wait_until(is_stopped, &pid, 5000) ? 0 : -1;
 }
 
-int cerb_test_redis_resume(void)
+int cerb_test_resume_pid(pid_t pid)
 {
-    pid_t pid = paused_pid > 0 ? paused_pid : cerb_test_redis_pid();
-    if (pid < 0)
+    if (pid <= 0)
         return -1;
+    pthread_mutex_lock(&paused_mu);
+    for (int i = 0; i < MAX_PAUSED; i++)
+        if (paused[i] == pid)
+            paused[i] = 0;
+    pthread_mutex_unlock(&paused_mu);
     if (kill(pid, SIGCONT) != 0)
         return -1;
-    paused_pid = 0;
     return wait_until(is_running, &pid, 5000) ? 0 : -1;
 }
+
+pid_t cerb_test_redis_pid(void) { return cerb_test_server_pid("redis", cerb_test_redis_port()); }
+
+int cerb_test_redis_pause(void) { return cerb_test_pause_pid(cerb_test_redis_pid()); }
+
+int cerb_test_redis_resume(void) { return cerb_test_resume_pid(cerb_test_redis_pid()); }

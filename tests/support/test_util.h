@@ -143,6 +143,22 @@ int cerb_test_servers(const char *cmd);
 /* ------------------------------------------------- pausing the server */
 
 /*
+ * cerb_test_server_pid — PID of a test server of @engine ("redis", "zk",
+ * "etcd") on @port, read from "<CERB_STATE_DIR>/<engine>-<port>.pid"
+ * (scripts/servers.sh). Returns: the PID, or -1 when it is not alive.
+ */
+pid_t cerb_test_server_pid(const char *engine, int port);
+
+/*
+ * cerb_test_pause_pid / cerb_test_resume_pid — SIGSTOP (SIGCONT) @pid and
+ * wait until the kernel reports it stopped (running). A paused process is
+ * also resumed at exit, should a failed assertion skip the resume.
+ * Returns: 0, or -1.
+ */
+int cerb_test_pause_pid(pid_t pid);
+int cerb_test_resume_pid(pid_t pid);
+
+/*
  * cerb_test_redis_pid — PID of this suite's redis-server, read from
  * "<CERB_STATE_DIR>/redis-<port>.pid" written by scripts/servers.sh.
  * Returns: the PID, or -1 when there is no such (live) server.

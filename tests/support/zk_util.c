@@ -194,86 +194,11 @@ char *cerb_test_zk_lock_path(const char *name)
 
 /* ---- servers ---- */
 
-static char proc_state(pid_t pid)
-{
-    char path[64], buf[512];
-    snprintf(path, sizeof path, "/proc/%ld/stat", (long)pid);
-    FILE *f = fopen(path, "r");
-    if (!f)
-        return 0;
-    size_t n = fread(buf, 1, sizeof buf - 1, f);
-    fclose(f);
-    buf[n] = '\0';
-    char *rp = strrchr(buf, ')');
-    if (!rp || rp[1] != ' ' || rp[2] == '\0')
-        return 0;
-    return rp[2];
-}
+pid_t cerb_test_zk_pid(int port) { return cerb_test_server_pid("zk", port); }
 
-pid_t cerb_test_zk_pid(int port)
-{
-    char path[PATH_MAX_LEN];
-    snprintf(path, sizeof path, "%s/zk-%d.pid", cerb_test_state_dir(), port);
-    FILE *f = fopen(path, "r");
-    if (!f)
-        return -1;
-    long pid = -1;
-    if (fscanf(f, "%ld", &pid) != 1)
-        pid = -1;
-    fclose(f);
-    if (pid <= 0)
-        return -1;
-    char st = proc_state((pid_t)pid);
-    if (st == 0 || st == 'Z' || st == 'X')
-        return -1;
-    return (pid_t)pid;
-}
+int cerb_test_zk_pause(int port) { return cerb_test_pause_pid(cerb_test_zk_pid(port)); }
 
-static pid_t paused[8];
-static pthread_once_t resume_once = PTHREAD_ONCE_INIT;
-static void resume_all(void)
-{
-    for (size_t i = 0; i < sizeof paused / sizeof paused[0]; i++)
-        if (paused[i] > 0)
-            kill(paused[i], SIGCONT);
-}
-static void register_resume(void) { atexit(resume_all); }
-
-static bool is_stopped(void *ud) { return proc_state(*(pid_t *)ud) == 'T'; }
-static bool is_running(void *ud)
-{
-    char st = proc_state(*(pid_t *)ud);
-    return st != 'T' && st != 't';
-}
-
-int cerb_test_zk_pause(int port)
-{
-    pid_t pid = cerb_test_zk_pid(port);
-    if (pid < 0)
-        return -1;
-    pthread_once(&resume_once, register_resume);
-    for (size_t i = 0; i < sizeof paused / sizeof paused[0]; i++)
-        if (paused[i] <= 0 || paused[i] == pid) {
-            paused[i] = pid;
-            break;
-        }
-    if (kill(pid, SIGSTOP) != 0)
-        return -1;
-    return wait_until(is_stopped, &pid, 5000) ? 0 : -1;
-}
-
-int cerb_test_zk_resume(int port)
-{
-    pid_t pid = cerb_test_zk_pid(port);
-    if (pid < 0)
-        return -1;
-    if (kill(pid, SIGCONT) != 0)
-        return -1;
-    for (size_t i = 0; i < sizeof paused / sizeof paused[0]; i++)
-        if (paused[i] == pid)
-            paused[i] = 0;
-    return wait_until(is_running, &pid, 5000) ? 0 : -1;
-}
+int cerb_test_zk_resume(int port) { return cerb_test_resume_pid(cerb_test_zk_pid(port)); }
 
 int cerb_test_zk_servers(const char *cmd, int port, int nodes)
 {
