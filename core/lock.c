@@ -488,10 +488,15 @@ cerb_status cerb__lock_acquire(cerb_lock *l, int64_t deadline_ns, bool interrupt
     cerb__mutex_unlock(&s->mu);
 
     if (st == CERB_OK) {
-        inflight_add(c, &w);
+        /* Only acquisitions that may wait are moved by a switch: a try is
+         * over within an op timeout, well inside the settling time before
+         * anyone trusts the old engine's "free" for good. */
+        if (!try_only)
+            inflight_add(c, &w);
         st = engine_acquire(c, &h, &w, try_only ? 0 : deadline_ns,
                             interruptible ? &w.interrupted : &never_interrupted, &cc.retry);
-        inflight_del(c, &w);
+        if (!try_only)
+            inflight_del(c, &w);
     }
 
     cerb__mutex_lock(&s->mu);
