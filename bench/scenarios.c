@@ -350,8 +350,9 @@ static int64_t phase_elapsed(const struct bench_phase *ph)
 cerb_client *bench_client_open(const struct bench_engine *e)
 {
     /* Pinned with `active` from the start rather than switched to after
-     * opening: a switch gates the engine it leaves (every acquisition would
-     * first ask it whether the name is free), which is not what is measured. */
+     * opening, and without a switch grace: a gate on the other engines
+     * (every acquisition would first ask them whether the name is free) is
+     * not what is measured. */
     struct cerb_config *cfg = NULL;
     cerb_client *c = NULL;
     cerb_status st = e->config_path ? cerb__config_from_file(e->config_path, &cfg)
@@ -361,6 +362,10 @@ cerb_client *bench_client_open(const struct bench_engine *e)
          * make it ask the other engines for the first seconds (settling). */
         cerb__config_forget_path(cfg);
         snprintf(cfg->active, sizeof cfg->active, "%s", e->name);
+        /* One engine is measured: a pinned client gates every other
+         * configured engine (each acquisition would ask them first while
+         * they answer), which belongs to the failover scenario, not here. */
+        cfg->failover.switch_grace_ms = 0;
         st = cerb__client_open_config(&c, cfg);
     }
     if (st != CERB_OK) {

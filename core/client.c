@@ -21,10 +21,13 @@
 #include "error.h"
 #include "internal.h"
 #include "log.h"
+#include "token.h"
 
 bool cerb__client_ok(const cerb_client *c)
 {
-    return c && atomic_load(&((cerb_client *)c)->magic) == CERB_CLIENT_MAGIC;
+    /* In a forked child the client is the parent's: refused (EINVAL). */
+    return c && atomic_load(&((cerb_client *)c)->magic) == CERB_CLIENT_MAGIC &&
+           c->fork_gen == cerb__fork_generation();
 }
 
 void cerb__client_failover_cfg(cerb_client *c, struct cerb_failover_config *fo, int64_t *lease_ms)
@@ -150,6 +153,7 @@ static cerb_status client_open(cerb_client **out, struct cerb_config *cfg)
             goto fail;
         }
     }
+    c->fork_gen = cerb__fork_generation();
     atomic_store(&c->magic, CERB_CLIENT_MAGIC);
 
     /* Open every engine; the client works as long as one answers. */
@@ -417,9 +421,12 @@ cerb_status cerb_client_reload(cerb_client *c)
     /* `next` may be replaced by a concurrent reload from here on. A raised
      * epoch (cerberus switch) orders every later grant above earlier ones. */
     int64_t want = epoch << CERB_EPOCH_LOCAL_BITS;
-    for (int64_t e = atomic_load(&c->epoch); e < want;)
-        if (atomic_compare_exchange_weak(&c->epoch, &e, want))
-            break;
+    cerb__mutex_lock(&c->fo_mu);
+    if (atomic_load(&c->epoch) < want) {
+        atomic_store(&c->epoch, want);
+        cerb__route_update(c);
+    }
+    cerb__mutex_unlock(&c->fo_mu);
     if (strcmp(active, old_active) != 0) {
         int i = strcmp(active, "auto") == 0 ? -1 : cerb__config_engine_index(c->boot_cfg, active);
         if (i < 0) {

@@ -15,25 +15,31 @@
  *
  * Safe switch. When acquisitions leave engine A for engine B, A is gated:
  * B grants a name only after A confirms the name is free there (one round
- * trip, the fast path), for as long as A answers — a hold taken on A before
- * the switch is renewed there as long as A lives, so a time limit while A
- * is up would let B grant it twice. When A cannot answer (its breaker is
- * open, or the question fails) B waits until A's grace has passed since A
- * last answered anyone here: switch_grace_ms, default the longest a hold on
- * A can outlive its holder's last contact (the lease or session timeout)
- * plus drift; every hold on A has then expired, and the gate is lifted.
- * Switching back to A lifts it too. With switch_grace_ms = 0 there is no
- * gate: availability first, as in the original Cerberus. A client that
- * opens on a lower engine because a higher one would not open gates the
- * higher one the same way, and a client whose configuration pins an engine
- * gates all the others: other processes may hold names there (a process
- * started after `cerberus switch` must respect the holds taken before it).
- * Asking on every acquisition would cost a pinned client a round trip per
- * other engine forever, so a gate the configuration set — every process
- * follows it, nobody acquires on the old engine once all have read it
- * (CERB_SWITCH_SETTLE_MS after the file changed) — remembers per name that
- * the old engine confirmed it free after that; a switch the client made by
- * itself (breaker, API) does not, as others may still be using the engine.
+ * trip), for as long as A answers — a hold taken on A before the switch is
+ * renewed there as long as A lives, so a time limit while A is up would let
+ * B grant it twice. Whether A is "down" is learnt only by asking it (bounded
+ * by its op timeout): a breaker opened by slow probes says nothing about
+ * holders whose renewals still succeed there (a gray failure). Every answer
+ * counts — a probe, a question, a successful lock call or renewal. When A
+ * does not answer, B waits until A's grace has passed since A last answered
+ * anyone here: switch_grace_ms, default the longest a hold on A can outlive
+ * its holder's last contact (the lease or session timeout) plus drift;
+ * every hold on A has then expired and acquisitions pass — until A answers
+ * again, when asking resumes (a process that failed back to A may be
+ * granting there). Only switching back to A ends its gate. With
+ * switch_grace_ms = 0 there is no gate: availability first, as in the
+ * original Cerberus. A client that opens on a lower engine because a higher
+ * one would not open gates the higher one the same way, and a client whose
+ * configuration pins an engine gates all the others: other processes may
+ * hold names there (a process started after `cerberus switch` must respect
+ * the holds taken before it).
+ *
+ * Asking before the grant leaves a window: two processes on different
+ * engines each hear "free" from the other's engine, then both are granted.
+ * So a grant made while another engine is gated is checked once more after
+ * it (lock.c): a name held elsewhere by then is released again. Of two
+ * racing grants the later one's check sees the earlier, so at most one
+ * survives.
  *
  * Fencing epoch. Tokens carry a 16-bit epoch above the engine's 48-bit
  * counter: the configuration's `epoch` (12 bits), which `cerberus switch`
@@ -48,8 +54,6 @@
 #include "internal_posix.h"
 
 #include <string.h>
-#include <sys/stat.h>
-#include <time.h>
 
 #include "clock.h"
 #include "error.h"
@@ -60,25 +64,6 @@
 int64_t cerb__now_ms(void) { return cerb_monotime() / CERB_NS_PER_MS; }
 
 static int64_t grace_ms(cerb_client *c, int i);
-
-/*
- * How long from now until every process that follows this configuration
- * file has read it: CERB_SWITCH_SETTLE_MS after its last change (its
- * mtime; clients follow a change within a second). A configuration that
- * is not a file (or whose change is that old) is settled now.
- */
-static int64_t config_settle_ns(const struct cerb_config *cfg)
-{
-    struct stat st;
-    struct timespec now;
-    if (!cfg->path || stat(cfg->path, &st) != 0 || clock_gettime(CLOCK_REALTIME, &now) != 0)
-        return 0;
-    int64_t age_ms = ((int64_t)now.tv_sec - (int64_t)st.st_mtim.tv_sec) * 1000 +
-                     ((int64_t)now.tv_nsec - (int64_t)st.st_mtim.tv_nsec) / CERB_NS_PER_MS;
-    if (age_ms < 0)
-        age_ms = 0; /* a clock step: assume it just changed */
-    return age_ms >= CERB_SWITCH_SETTLE_MS ? 0 : (CERB_SWITCH_SETTLE_MS - age_ms) * CERB_NS_PER_MS;
-}
 
 static void breaker_cfg(const struct cerb_config *cfg, struct cerb_breaker_cfg *out)
 {
@@ -95,6 +80,7 @@ void cerb__health_init(cerb_client *c)
     c->pinned = strcmp(c->cfg->active, "auto") == 0 ? -1
                                                      : cerb__config_engine_index(c->cfg, c->cfg->active);
     atomic_store(&c->epoch, c->cfg->epoch << CERB_EPOCH_LOCAL_BITS);
+    cerb__route_update(c);
     int cur = atomic_load(&c->current);
     int64_t now_ns = cerb_monotime();
     for (size_t i = 0; i < c->n_engines; i++) {
@@ -108,9 +94,6 @@ void cerb__health_init(cerb_client *c)
         if (maybe_held && grace_ms(c, (int)i) > 0) {
             ce->gated = true;
             ce->gate_from_ns = now_ns;
-            ce->gate_gen++;
-            ce->gate_cacheable = c->pinned >= 0;
-            ce->cache_after_ns = now_ns + config_settle_ns(c->boot_cfg);
         }
     }
 }
@@ -136,9 +119,20 @@ static void fold_ok(cerb_client *c, struct cerb_client_engine *ce, int64_t now)
     noted(c, ce, cerb__breaker_on_call_successes(&ce->brk, now, n));
 }
 
+/* The engine answered us at `now`: the gate counts its grace from here. */
+static void answered(struct cerb_client_engine *ce, int64_t now)
+{
+    int64_t t = atomic_load_explicit(&ce->last_ok_ns, memory_order_relaxed);
+    while (t < now && !atomic_compare_exchange_weak(&ce->last_ok_ns, &t, now))
+        ;
+}
+
 void cerb__health_ok(cerb_client *c, int idx)
 {
-    atomic_fetch_add_explicit(&c->engines[idx].pending_ok, 1, memory_order_relaxed);
+    struct cerb_client_engine *ce = &c->engines[idx];
+    atomic_fetch_add_explicit(&ce->pending_ok, 1, memory_order_relaxed);
+    if (atomic_load_explicit(&ce->gated, memory_order_relaxed))
+        answered(ce, cerb_monotime()); /* a renewal on an engine we left */
 }
 
 /* Run the selector; fo_mu held. Returns the index to switch to, or -1. */
@@ -193,7 +187,7 @@ void cerb__health_probe(cerb_client *c, int idx, bool ok, int64_t latency_us)
     cerb__mutex_lock(&c->fo_mu);
     fold_ok(c, ce, now);
     if (ok)
-        ce->last_ok_ns = now_ns;
+        answered(ce, now_ns);
     if (ok)
         noted(c, ce, cerb__breaker_on_success(&ce->brk, now, CERB_PROBE));
     else
@@ -228,21 +222,17 @@ int cerb__client_switch(cerb_client *c, int to, const char *why, int pin)
     else if (pin < 0)
         c->pinned = -1;
     int from = atomic_load(&c->current);
-    if (from == to) {
+    /* Never make current an engine without an instance: a pin on one that
+     * has not opened stays a wish until the prober opens it. */
+    if (from == to || !c->engines[to].e) {
         cerb__mutex_unlock(&c->fo_mu);
-        return to;
+        return from;
     }
     if (grace_ms(c, from) > 0) {
         struct cerb_client_engine *fe = &c->engines[from];
-        int64_t now_ns = cerb_monotime();
         if (!fe->gated)
-            fe->gate_from_ns = now_ns;
+            fe->gate_from_ns = cerb_monotime();
         fe->gated = true;
-        fe->gate_gen++;
-        /* Only a switch every process makes (the configuration's) lets
-         * a name confirmed free there stay confirmed. */
-        fe->gate_cacheable = pin == CERB_PIN_CONFIG;
-        fe->cache_after_ns = now_ns + config_settle_ns(c->boot_cfg);
     }
     c->engines[to].gated = false; /* no need to ask where we go */
     int64_t ep = atomic_load(&c->epoch);
@@ -254,6 +244,7 @@ int cerb__client_switch(cerb_client *c, int to, const char *why, int pin)
                    CERB_EPOCH_LOCAL_MAX, (long long)(ep >> CERB_EPOCH_LOCAL_BITS));
     c->switches++;
     atomic_store(&c->current, to);
+    cerb__route_update(c);
     cerb__mutex_unlock(&c->fo_mu);
     cerb__lock_follow_switch(c, to);
 
@@ -267,64 +258,72 @@ int cerb__client_switch(cerb_client *c, int to, const char *why, int pin)
     return to;
 }
 
+/* After a question that got no answer, others do not ask again for this
+ * long unless the engine answered something meanwhile: a blackholed engine
+ * costs one op timeout per interval, not one per acquisition. */
+#define ASK_BACKOFF_NS (250 * CERB_NS_PER_MS)
+
 /*
- * One gated engine's answer for `name`: CERB_OK (ask no more: free there,
- * or every hold there has expired), CERB_BUSY (held there), or
- * CERB_UNAVAILABLE with *until_ns = when its grace ends.
+ * One gated engine's answer for `name`: CERB_OK (free there, or silent for
+ * its whole grace: every hold there has expired), CERB_BUSY (held there),
+ * or CERB_UNAVAILABLE with *until_ns = when its grace ends.
  */
 static cerb_status gate_one(cerb_client *c, struct cerb_client_engine *ce, struct cerb_slot *s,
                             int64_t now, int64_t *until_ns)
 {
     const char *name = s->name;
-    /* The hot path, without fo_mu: not gated, or this name confirmed. */
+    /* The hot path, without fo_mu: not gated. */
     if (!atomic_load(&ce->gated))
-        return CERB_OK;
-    uint64_t gen0 = atomic_load(&ce->gate_gen);
-    if (atomic_load(&ce->gate_cacheable) && now >= atomic_load(&ce->cache_after_ns) &&
-        s->clear_gen[ce->idx] == gen0)
         return CERB_OK;
     cerb__mutex_lock(&c->fo_mu);
     bool gated = ce->gated;
-    uint64_t gen = ce->gate_gen;
-    bool cacheable = ce->gate_cacheable && now >= ce->cache_after_ns;
-    int64_t last = ce->last_ok_ns > ce->gate_from_ns ? ce->last_ok_ns : ce->gate_from_ns;
-    enum cerb_breaker_state bs = cerb__breaker_state(&ce->brk);
-    int64_t g = grace_ms(c, ce->idx);
+    int64_t from = ce->gate_from_ns;
+    int64_t ask_fail = ce->ask_fail_ns;
     cerb__mutex_unlock(&c->fo_mu);
-    if (!gated || (cacheable && s->clear_gen[ce->idx] == gen))
+    if (!gated)
         return CERB_OK;
-    /* An engine whose breaker is open is known not to answer: asking would
-     * only cost every caller an op timeout for the same "cannot tell". */
-    bool down = !ce->e || bs == CERB_BREAKER_OPEN || bs == CERB_BREAKER_FORCED_OPEN;
-    if (!down) {
+    int64_t g = grace_ms(c, ce->idx);
+    int64_t last = atomic_load(&ce->last_ok_ns);
+    if (last < from)
+        last = from;
+    /* Down only when asking gets no answer; while another thread's question
+     * is in flight, or shortly after one failed with nothing heard since,
+     * its answer is not awaited again. */
+    bool ask = ce->e && !(ask_fail > last && now - ask_fail < ASK_BACKOFF_NS);
+    if (ask && !atomic_exchange(&ce->asking, true)) {
         cerb_status st = cerb__engine_held(ce->ops, ce->e, name);
+        int64_t t = cerb_monotime();
         if (st == CERB_OK || st == CERB_BUSY) {
+            answered(ce, t);
+        } else {
             cerb__mutex_lock(&c->fo_mu);
-            if (ce->last_ok_ns < now)
-                ce->last_ok_ns = now;
+            ce->ask_fail_ns = t;
             cerb__mutex_unlock(&c->fo_mu);
-            if (st == CERB_BUSY)
-                cerb__error_set(CERB_BUSY, "lock \"%s\" is still held on engine %s after a switch",
-                                name, ce->name);
-            else if (cacheable)
-                s->clear_gen[ce->idx] = gen; /* nobody takes it there any more */
-            return st;
         }
+        atomic_store(&ce->asking, false);
+        if (st == CERB_BUSY)
+            return cerb__error_set(CERB_BUSY, "lock \"%s\" is still held on engine %s after a switch",
+                                   name, ce->name);
+        if (st == CERB_OK)
+            return CERB_OK;
+        last = atomic_load(&ce->last_ok_ns) > last ? atomic_load(&ce->last_ok_ns) : last;
     }
     *until_ns = last + (g > 0 ? g : 0) * CERB_NS_PER_MS;
     if (now < *until_ns)
         return cerb__error_set(CERB_UNAVAILABLE, "lock \"%s\": engine %s, switched from, cannot "
                                                  "confirm it is free (waiting out its grace)",
                                name, ce->name);
-    /* Silent for a whole grace: every hold there has expired. */
-    cerb__mutex_lock(&c->fo_mu);
-    if (ce->gated && ce->last_ok_ns <= last) {
-        ce->gated = false;
-        CERB_LOG_I("engine %s: no answer for its grace since the switch; no longer asked",
-                   ce->name);
-    }
-    cerb__mutex_unlock(&c->fo_mu);
+    /* Silent for a whole grace: every hold there has expired. The gate
+     * stays: once the engine answers again, it is asked again. */
     return CERB_OK;
+}
+
+bool cerb__gate_any(cerb_client *c, int idx)
+{
+    for (size_t i = 0; i < c->n_engines; i++)
+        if ((int)i != idx && atomic_load(&c->engines[i].gated))
+            return true;
+    return false;
 }
 
 cerb_status cerb__switch_gate(cerb_client *c, int idx, struct cerb_slot *s, int64_t deadline_ns,

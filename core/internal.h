@@ -49,19 +49,19 @@ struct cerb_client_engine {
     struct cerb_breaker brk;
     int64_t healthy_since_ms;
     /* Safe switch (health.c): acquisitions elsewhere ask this engine
-     * first while `gated`; it ends once the engine has not answered for
-     * its grace (holds there are then expired) or when we switch back. */
+     * first while `gated` — for as long as it answers. Set when we leave
+     * it (or start elsewhere while it may hold names); ended only by
+     * switching back to it. Silence for its grace lets acquisitions pass
+     * (holds there have expired) until it answers again. */
     /* Written under fo_mu; atomic so that the acquire path can see "not
-     * gated" or "confirmed for this name" without taking fo_mu. */
+     * gated" without taking fo_mu. */
     atomic_bool gated;
     int64_t gate_from_ns;        /* when the gate was set */
-    int64_t last_ok_ns;          /* last answered probe or held() */
-    /* A gate set by the configuration (every process follows it) may
-     * remember a name confirmed free there from cache_after_ns on: nobody
-     * acquires on this engine any more. gate_gen tells gates apart. */
-    atomic_uint_fast64_t gate_gen;
-    atomic_bool gate_cacheable;
-    atomic_int_fast64_t cache_after_ns;
+    /* Last time this engine answered anything of ours: a probe, a held()
+     * question, a successful lock call (renewals included). */
+    atomic_int_fast64_t last_ok_ns;
+    int64_t ask_fail_ns;         /* last held() question that got no answer */
+    atomic_bool asking;          /* a held() question is in flight */
     atomic_uint_fast64_t pending_ok;
     uint64_t transitions;
 };
@@ -92,6 +92,7 @@ struct cerb_hold {
     cerb_engine_lock lk;                 /* lk.name points at slot->name */
     struct cerb_slot *slot;
     int engine_idx;
+    int64_t epoch;                       /* read with engine_idx (route) */
     uint64_t fence;                      /* already with the epoch */
     _Atomic int64_t valid_until_ns;      /* conservative local deadline */
     int64_t next_renew_ns;
@@ -120,9 +121,6 @@ struct cerb_slot {
     uint64_t holder_tid;                 /* 0 = none */
     unsigned count;                      /* reentrant holds */
     struct cerb_hold *hold;
-    /* gate_gen of engine i when it confirmed this name free (health.c);
-     * touched only by the thread acquiring the slot (occupied). */
-    uint64_t clear_gen[CERB_MAX_ENGINES];
 };
 
 struct cerb_lock {
@@ -166,7 +164,27 @@ struct cerb_client {
     struct cerb_slot *names[CERB_NAME_BUCKETS];
     cerb_lock *handles;
     struct cerb_watchdog *_Atomic wd;    /* engine events may arrive early */
+    unsigned fork_gen;                   /* cerb__fork_generation() at open */
+    /* current and epoch as one word (epoch << 8 | current), written under
+     * fo_mu with them: an acquisition takes its engine and the epoch its
+     * fence will carry in one read, so a switch in between cannot give an
+     * old engine's counter the new epoch (tokens would go backwards). */
+    atomic_uint_fast64_t route;
 };
+
+/* The engine new acquisitions go to, and the epoch they carry. */
+static inline int cerb__route(cerb_client *c, int64_t *epoch)
+{
+    uint64_t r = atomic_load(&c->route);
+    *epoch = (int64_t)(r >> 8);
+    return (int)(r & 0xff);
+}
+/* Refresh c->route from c->current and c->epoch; fo_mu held. */
+static inline void cerb__route_update(cerb_client *c)
+{
+    atomic_store(&c->route, ((uint64_t)atomic_load(&c->epoch) << 8) |
+                                (uint64_t)(atomic_load(&c->current) & 0xff));
+}
 
 /* client.c */
 bool cerb__client_ok(const cerb_client *c);
@@ -242,6 +260,9 @@ int cerb__client_switch(cerb_client *c, int to, const char *why, int pin);
  * CERB_INTERRUPTED. */
 cerb_status cerb__switch_gate(cerb_client *c, int idx, struct cerb_slot *s, int64_t deadline_ns,
                               const atomic_int *intr);
+/* Is any engine other than idx gated (so a grant on idx must be checked
+ * against it once more)? Lock-free. */
+bool cerb__gate_any(cerb_client *c, int idx);
 
 /* prober.c (failover/) */
 cerb_status cerb__prober_start(cerb_client *c);

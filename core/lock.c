@@ -101,6 +101,21 @@ cerb_status cerb_lock_new(cerb_client *c, const char *name, const cerb_lock_opts
                                (long long)o.lease_ms);
     if (o.renew < -1 || o.renew > 1 || o.fair < -1 || o.fair > 1)
         return cerb__error_set(CERB_EINVAL, "renew and fair take -1 (default), 0 or 1");
+    if (o.lease_ms > 0 && c->n_engines > 1) {
+        /* The safe grace (switch_grace_ms = -1) is what every process can
+         * derive from the file: lock.lease_ms. A longer per-lock lease would
+         * outlive it, and another process would be granted the name on the
+         * next engine while this hold still stands on the old one. */
+        struct cerb_failover_config fo;
+        int64_t cfg_lease;
+        cerb__client_failover_cfg(c, &fo, &cfg_lease);
+        if (fo.switch_grace_ms < 0 && o.lease_ms > cfg_lease)
+            return cerb__error_set(CERB_EINVAL,
+                                   "lease_ms %lld is above lock.lease_ms %lld: with more than one "
+                                   "engine and failover.switch_grace_ms = -1 the switch grace covers "
+                                   "only lock.lease_ms; raise lock.lease_ms or set switch_grace_ms",
+                                   (long long)o.lease_ms, (long long)cfg_lease);
+    }
 
     cerb_lock *l = cerb__calloc(1, sizeof *l);
     if (!l)
@@ -137,7 +152,7 @@ static void hold_free(struct cerb_hold *h)
     cerb__free(h);
 }
 
-static struct cerb_hold *hold_new(cerb_client *c, struct cerb_slot *s, int idx)
+static struct cerb_hold *hold_new(cerb_client *c, struct cerb_slot *s, int idx, int64_t epoch)
 {
     struct cerb_hold *h = cerb__calloc(1, sizeof *h);
     if (!h)
@@ -150,6 +165,7 @@ static struct cerb_hold *hold_new(cerb_client *c, struct cerb_slot *s, int idx)
     }
     h->slot = s;
     h->engine_idx = idx;
+    h->epoch = epoch;
     h->lk.name = s->name;
     return h;
 }
@@ -200,10 +216,10 @@ static cerb_status settle(cerb_client *c, struct cerb_client_engine *ce, struct 
  * hold through the waiter.
  */
 static cerb_status rehome(cerb_client *c, struct cerb_hold **hp, struct cerb_waiter *w, int to,
-                          bool maybe_landed)
+                          int64_t epoch, bool maybe_landed)
 {
     struct cerb_hold *old = *hp;
-    struct cerb_hold *h = hold_new(c, old->slot, to);
+    struct cerb_hold *h = hold_new(c, old->slot, to, epoch);
     if (!h)
         return cerb__error_set(CERB_ENOMEM, "out of memory");
     h->lk.lease_ms = old->lk.lease_ms;
@@ -220,6 +236,23 @@ static cerb_status rehome(cerb_client *c, struct cerb_hold **hp, struct cerb_wai
     else
         hold_free(old);
     return CERB_OK;
+}
+
+/*
+ * Take back a grant the gate refused after the fact: released on its
+ * engine, the acquisition goes on with a fresh hold and token there. When
+ * the release gets no answer, the old hold goes to the background release.
+ */
+static cerb_status undo_grant(cerb_client *c, struct cerb_hold **hp, struct cerb_waiter *w)
+{
+    struct cerb_hold *h = *hp;
+    struct cerb_client_engine *ce = &c->engines[h->engine_idx];
+    cerb_status st = cerb__engine_release(ce->ops, ce->e, &h->lk);
+    bool gone = st == CERB_OK || st == CERB_NOT_OWNER;
+    st = rehome(c, hp, w, h->engine_idx, h->epoch, !gone);
+    if (st == CERB_OK)
+        st = cerb__token_new((*hp)->lk.token);
+    return st;
 }
 
 /* ---- acquisitions follow a switch ---- */
@@ -287,10 +320,11 @@ static bool follow_switch(cerb_client *c, struct cerb_hold **hp, struct cerb_wai
         atomic_store(&w->stop, 1); /* an interrupt raced the reset: keep it */
         return false;
     }
-    int cur = atomic_load(&c->current);
+    int64_t ep;
+    int cur = cerb__route(c, &ep);
     if (cur == (*hp)->engine_idx || !c->engines[cur].e)
         return true;
-    if (rehome(c, hp, w, cur, sent) == CERB_OK)
+    if (rehome(c, hp, w, cur, ep, sent) == CERB_OK)
         return true;
     cerb__error_set(CERB_ENOMEM, "out of memory");
     return false;
@@ -310,9 +344,10 @@ static cerb_status engine_acquire(cerb_client *c, struct cerb_hold **hp, struct 
         if (attempt == 0 && moves == 0) {
             /* A switch between choosing the engine and registering in
              * the in-flight list: nothing was sent yet, just move. */
-            int cur = atomic_load(&c->current);
+            int64_t ep;
+            int cur = cerb__route(c, &ep);
             if (cur != h->engine_idx && c->engines[cur].e &&
-                rehome(c, hp, w, cur, false) == CERB_OK)
+                rehome(c, hp, w, cur, ep, false) == CERB_OK)
                 h = *hp;
         }
         struct cerb_client_engine *ce = &c->engines[h->engine_idx];
@@ -330,7 +365,26 @@ static cerb_status engine_acquire(cerb_client *c, struct cerb_hold **hp, struct 
         st = cerb__engine_acquire(ce->ops, ce->e, &h->lk, deadline_ns, &w->stop, &g);
         if (st == CERB_OK) {
             cerb__health_ok(c, h->engine_idx);
-            break;
+            if (!cerb__gate_any(c, h->engine_idx))
+                break;
+            /* The gate asked before the grant; ask again after it, or a
+             * process granted on the gated engine in between (it asked us
+             * before our grant) would hold the name with us. */
+            st = cerb__switch_gate(c, h->engine_idx, h->slot, 0, NULL);
+            if (st == CERB_OK)
+                break;
+            char why[CERB_ERROR_MAX];
+            cerb__error_copy(why, sizeof why);
+            if (undo_grant(c, hp, w) != CERB_OK || deadline_ns == 0 ||
+                cerb__ms_left(deadline_ns) <= rc->backoff_ms) {
+                w->gate_said = true;
+                return cerb__error_set(CERB_BUSY, "%s", why);
+            }
+            /* Two racing grants may both have stepped back: apart again
+             * with jitter before asking the gate once more. */
+            cerb__nap_ms(cerb__backoff_ms(attempt, rc->backoff_ms, rc->backoff_max_ms));
+            attempt = -1;
+            continue;
         }
         if (st == CERB_INTERRUPTED && follow_switch(c, hp, w, true)) {
             attempt = -1;
@@ -344,10 +398,11 @@ static cerb_status engine_acquire(cerb_client *c, struct cerb_hold **hp, struct 
         /* The selector may have moved new acquisitions elsewhere by now:
          * carry on there, within the same deadline, leaving whatever our
          * last request did on the failed engine to the background. */
-        int cur = atomic_load(&c->current);
+        int64_t ep;
+        int cur = cerb__route(c, &ep);
         if (cur != h->engine_idx && moves < c->n_engines &&
             (deadline_ns == 0 || cerb_monotime() < deadline_ns) && c->engines[cur].e &&
-            rehome(c, hp, w, cur, g.outcome == CERB_OUTCOME_UNKNOWN) == CERB_OK) {
+            rehome(c, hp, w, cur, ep, g.outcome == CERB_OUTCOME_UNKNOWN) == CERB_OK) {
             moves++;
             attempt = -1;
             continue;
@@ -356,10 +411,18 @@ static cerb_status engine_acquire(cerb_client *c, struct cerb_hold **hp, struct 
             cerb_grant g2;
             cerb_status s2 = settle(c, ce, h, rc, deadline_ns, &g2);
             if (s2 == CERB_OK) {
-                /* It landed. The lease started after t0 at the earliest. */
+                /* It landed. What the server said about the key is the
+                 * truth (a Redis hand-off key lives only PX 2000); only an
+                 * engine that reports no TTL gets the lease from t0, when
+                 * the request left at the earliest. */
                 g.fence = g2.fence;
-                g.sent_ns = g.sent_ns ? g.sent_ns : t0;
-                g.ttl_ms = h->lk.lease_ms;
+                if (g2.ttl_ms > 0 && g2.sent_ns > 0) {
+                    g.sent_ns = g2.sent_ns;
+                    g.ttl_ms = g2.ttl_ms;
+                } else {
+                    g.sent_ns = g.sent_ns ? g.sent_ns : t0;
+                    g.ttl_ms = h->lk.lease_ms;
+                }
                 h->next_renew_ns = cerb_monotime(); /* refresh at once */
                 h->renew_once = true;
                 st = CERB_OK;
@@ -369,15 +432,15 @@ static cerb_status engine_acquire(cerb_client *c, struct cerb_hold **hp, struct 
                 /* Unsettled: a late landing must leave no orphan. Move on
                  * if the selector has switched meanwhile; otherwise hand
                  * the release to the background and report the failure. */
-                cur = atomic_load(&c->current);
+                cur = cerb__route(c, &ep);
                 if (cur != h->engine_idx && moves < c->n_engines &&
                     (deadline_ns == 0 || cerb_monotime() < deadline_ns) && c->engines[cur].e &&
-                    rehome(c, hp, w, cur, true) == CERB_OK) {
+                    rehome(c, hp, w, cur, ep, true) == CERB_OK) {
                     moves++;
                     attempt = -1;
                     continue;
                 }
-                if (rehome(c, hp, w, h->engine_idx, true) != CERB_OK)
+                if (rehome(c, hp, w, h->engine_idx, h->epoch, true) != CERB_OK)
                     cerb__engine_release(ce->ops, ce->e, &h->lk); /* no memory: try now */
                 return cerb__error_set(st, "%s (outcome unknown, re-check failed)", why);
             }
@@ -430,7 +493,9 @@ cerb_status cerb__lock_acquire(cerb_lock *l, int64_t deadline_ns, bool interrupt
 
     cerb__mutex_lock(&s->mu);
     if (s->holder_tid == me) {
-        if (atomic_load(&s->hold->state) == CERB_LOCK_LOST) {
+        /* The deadline is the truth even before the watchdog marked it. */
+        if (atomic_load(&s->hold->state) == CERB_LOCK_LOST ||
+            cerb_monotime() >= s->hold->valid_until_ns) {
             cerb__mutex_unlock(&s->mu);
             return cerb__error_set(CERB_LOST, "lock \"%s\" was lost; unlock it first", s->name);
         }
@@ -474,8 +539,9 @@ cerb_status cerb__lock_acquire(cerb_lock *l, int64_t deadline_ns, bool interrupt
     cerb__waitq_remove(s, &w);
     s->occupied = true;
     cerb__client_call_cfg(c, &cc);
-    int idx = atomic_load(&c->current);
-    struct cerb_hold *h = hold_new(c, s, idx);
+    int64_t epoch;
+    int idx = cerb__route(c, &epoch);
+    struct cerb_hold *h = hold_new(c, s, idx, epoch);
     if (!h) {
         st = cerb__error_set(CERB_ENOMEM, "out of memory");
     } else {
@@ -504,7 +570,7 @@ cerb_status cerb__lock_acquire(cerb_lock *l, int64_t deadline_ns, bool interrupt
     iwaiter_unlink(l, &w);
     l->nwaiting--;
     if (st == CERB_OK) {
-        h->fence = cerb__fence_compose(atomic_load(&c->epoch), h->fence);
+        h->fence = cerb__fence_compose(h->epoch, h->fence);
         h->owner_handle = l;
         atomic_store(&h->state, CERB_LOCK_VALID);
         s->hold = h;
@@ -588,6 +654,13 @@ static cerb_status engine_release(cerb_client *c, struct cerb_hold *h)
     cerb__client_call_cfg(c, &cc);
     for (int attempt = 0;; attempt++) {
         st = cerb__engine_release(ce->ops, ce->e, &h->lk);
+        /* A failed attempt may have deleted the key with its reply lost.
+         * Then the retry's "not owner" is our own release, not a loss: the
+         * hold was in force (nobody else can be granted it before our
+         * deadline), so the first attempt must have taken it. */
+        if (st == CERB_NOT_OWNER && attempt > 0 && atomic_load(&h->state) != CERB_LOCK_LOST &&
+            cerb_monotime() < h->valid_until_ns)
+            st = CERB_OK;
         if (st == CERB_OK || st == CERB_NOT_OWNER)
             break;
         cerb__health_fail(c, h->engine_idx, "release");

@@ -36,6 +36,12 @@ static _Thread_local unsigned batch_generation;
 static void in_child(void) { atomic_fetch_add(&fork_generation, 1); }
 static void install_atfork(void) { pthread_atfork(NULL, NULL, in_child); }
 
+unsigned cerb__fork_generation(void)
+{
+    pthread_once(&atfork_once, install_atfork);
+    return atomic_load_explicit(&fork_generation, memory_order_relaxed);
+}
+
 cerb_status cerb__token_new(char out[CERB_TOKEN_LEN + 1])
 {
     static const char hex[] = "0123456789abcdef";

@@ -13,5 +13,9 @@
 
 /* Fill out[33] with a fresh token. CERB_EIO if the CSPRNG fails. */
 cerb_status cerb__token_new(char out[CERB_TOKEN_LEN + 1]);
+/* Bumped in the child by every fork(): a client remembers the value it was
+ * opened under, and refuses calls from a forked child (its threads and
+ * connections stayed in the parent; its holds are the parent's). */
+unsigned cerb__fork_generation(void);
 
 #endif

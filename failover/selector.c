@@ -2,7 +2,8 @@
  * selector.c — the active-engine rule of DESIGN.md §5.
  *
  *   pinned (active = "<engine>" or a manual switch) → that engine, whatever
- *     its health: operators asked for it;
+ *     its health: operators asked for it — once it has an instance; until
+ *     it opens, the pin is a wish and the automatic rules below choose;
  *   auto, current usable → stay, except fail back to an engine earlier in
  *     configuration order once it has stayed usable for failback_after_ms
  *     (never by itself with failback = "manual");
@@ -23,7 +24,7 @@ int cerb__select(const struct cerb_sel_in *in, const char **why)
     *why = NULL;
     if (in->n == 0)
         return in->current;
-    if (in->pinned >= 0 && (size_t)in->pinned < in->n) {
+    if (in->pinned >= 0 && (size_t)in->pinned < in->n && in->e[in->pinned].open) {
         if (in->pinned != in->current)
             *why = "pinned";
         return in->pinned;

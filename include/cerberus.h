@@ -10,7 +10,12 @@
  * otherwise:
  *  - It returns a cerb_status; CERB_OK (0) is success. On failure,
  *    cerb_last_error() gives a detailed message for the calling thread.
- *  - A NULL or freed handle gives CERB_EINVAL, never a crash.
+ *  - A NULL handle gives CERB_EINVAL, never a crash. A freed handle must not
+ *    be used again: its memory is gone, so no check can be promised (a
+ *    magic word catches most such uses with CERB_EINVAL, not all).
+ *  - In a child made by fork(), a client (and its locks) opened in the
+ *    parent is refused with CERB_EINVAL: its threads, connections and holds
+ *    stayed in the parent. cerb_client_close() in the child does nothing.
  *  - Every call that can block returns by a deadline: its own wait argument,
  *    or the configured connect/operation timeouts.
  *  - Callbacks registered here are never called after the handle they were
@@ -249,7 +254,10 @@ enum cerb_lock_state {
  * cerb_lock_new — make a handle for the lock called @name on @client.
  * @name: 1–255 bytes, no control characters; engines may refuse more (a
  *        ZooKeeper path component cannot be "." or contain '/').
- * @opts: NULL for the configured defaults.
+ * @opts: NULL for the configured defaults. With more than one engine and
+ *        failover.switch_grace_ms = -1 (the safe default), opts->lease_ms may
+ *        not exceed lock.lease_ms: the switch grace every process derives
+ *        from the file must cover every hold (CERB_EINVAL says so).
  * Returns: CERB_OK; CERB_EINVAL with the reason for a bad name or option;
  * CERB_ENOMEM. Does not contact a server.
  * Ownership: free with cerb_lock_free() before closing the client.

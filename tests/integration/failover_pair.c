@@ -23,9 +23,9 @@
  *     hold there is renewed past any grace);
  *   - an acquisition waiting on the primary when its client switches is
  *     granted on the secondary, never on the primary;
- *   - a client pinned to the secondary by its configuration remembers the
- *     names the primary confirmed free: with the primary stopped, such a
- *     name is granted at once and any other waits the primary's grace;
+ *   - a client pinned to the secondary by its configuration trusts no
+ *     earlier "free" from the primary: with the primary stopped, a name it
+ *     confirmed free before waits the primary's grace like any other;
  *   - fencing: a client's own switches count in bits 51..48 of its tokens,
  *     the configuration's epoch above them, so a bumped epoch outranks them;
  *   - a client that opens on the secondary because the primary's port is
@@ -758,39 +758,34 @@ static void test_waiter_follows_switch(void **state)
 
 /*
  * A client pinned to the secondary by its configuration asks the primary
- * once per name (the configuration is no file, so it is settled at once):
- * with the primary stopped afterwards, a name it confirmed free is granted
- * at once, while a name it never asked about waits out the primary's grace.
+ * on every acquisition while it answers, and does not trust an earlier
+ * "free" once it stops answering: a process that has not read the file yet
+ * may still be granting there (issue 10, item 4 — the per-name cache this
+ * replaces assumed every process follows within 2 s). With the primary
+ * stopped, a name it confirmed free before waits out the grace like any.
  */
-static void test_pinned_client_remembers_confirmed_names(void **state)
+static void test_pinned_client_trusts_no_old_answer(void **state)
 {
     (void)state;
     cerb_client *c = open_with(CFG(.active = SECONDARY.name));
     assert_true(on_secondary(c));
-    char *seen = test_name("seen"), *fresh = test_name("fresh");
-    cerb_lock *ls = handle(c, seen), *lf = handle(c, fresh);
+    char *seen = test_name("seen");
+    cerb_lock *ls = handle(c, seen);
     free(seen);
-    free(fresh);
     expect_status(cerb_lock_trylock_for(ls, 2000), CERB_OK, "a name the primary confirms free");
     assert_int_equal(cerb_lock_unlock(ls), CERB_OK);
 
     assert_int_equal(PRIMARY.pause(), 0);
     int64_t t0 = cerb_test_now_ms();
-    expect_status(cerb_lock_trylock_for(ls, 5000), CERB_OK, "the confirmed name");
+    expect_status(cerb_lock_trylock_for(ls, 5000), CERB_OK, "the name confirmed before");
     int64_t t_seen = cerb_test_now_ms() - t0;
     assert_int_equal(cerb_lock_unlock(ls), CERB_OK);
-    t0 = cerb_test_now_ms();
-    expect_status(cerb_lock_trylock_for(lf, 5000), CERB_OK, "a name never asked about");
-    int64_t t_fresh = cerb_test_now_ms() - t0;
-    assert_int_equal(cerb_lock_unlock(lf), CERB_OK);
     assert_int_equal(PRIMARY.resume(), 0);
-    print_message("%s stopped: confirmed name %lld ms, new name %lld ms (hold %lld ms)\n",
-                  PRIMARY.name, (long long)t_seen, (long long)t_fresh,
-                  (long long)PRIMARY.hold_ms);
-    assert_true(t_seen < 100);
+    print_message("%s stopped: a name confirmed free before waited %lld ms (hold %lld ms)\n",
+                  PRIMARY.name, (long long)t_seen, (long long)PRIMARY.hold_ms);
     /* The grace counts from the primary's last answer, a little before
      * the stop. */
-    assert_true(t_fresh >= PRIMARY.hold_ms - 500);
+    assert_true(t_seen >= PRIMARY.hold_ms - 500);
 }
 
 /*
@@ -1105,7 +1100,7 @@ int main(void)
         CASE(test_manual_switch_fast_path),
         CASE(test_gate_outlasts_grace_while_old_engine_answers),
         CASE(test_waiter_follows_switch),
-        CASE(test_pinned_client_remembers_confirmed_names),
+        CASE(test_pinned_client_trusts_no_old_answer),
         CASE(test_epoch_orders_config_bump_above_own_switches),
         CASE(test_open_below_dead_engine_waits_grace),
         CASE(test_reload_while_switching),

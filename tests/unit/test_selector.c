@@ -84,6 +84,24 @@ static void test_pinned(void **state)
     assert_null(why);
 }
 
+/* A pin on an engine that has no instance (it would not open) is a wish:
+ * never selected until it opens (issue 10, item 1: NULL engine). */
+static void test_pinned_unopened_is_a_wish(void **state)
+{
+    (void)state;
+    healthy_all();
+    const char *why;
+    E[0].open = false;
+    struct cerb_sel_in in = in_at(1, 0, true, 0);
+    assert_int_equal(cerb__select(&in, &why), 1);
+    assert_null(why);
+    E[1].st = CERB_BREAKER_OPEN; /* until it opens, the automatic rules */
+    assert_int_equal(cerb__select(&in, &why), 2);
+    E[0].open = true;
+    assert_int_equal(cerb__select(&in, &why), 0);
+    assert_string_equal(why, "pinned");
+}
+
 static void test_disabled_is_usable(void **state)
 {
     (void)state;
@@ -103,6 +121,7 @@ int main(void)
         cmocka_unit_test(test_fails_over_to_first_usable),
         cmocka_unit_test(test_failback_waits),
         cmocka_unit_test(test_pinned),
+        cmocka_unit_test(test_pinned_unopened_is_a_wish),
         cmocka_unit_test(test_disabled_is_usable),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -1,0 +1,327 @@
+/*
+ * script_engine.c — the "sa" and "sb" test engines (script_engine.h).
+ *
+ * Each server is a small table of names behind one mutex: the owner token,
+ * the lease end on the core's clock (an expired lease is free, as a server's
+ * TTL would be), and a fence counter that only grows. A waiting acquire
+ * polls the table every 2 ms until its deadline or its stop flag, which is
+ * enough for tests of the core's logic and keeps the engine obvious. The
+ * knobs are read under the same mutex, so a test flips a fault between two
+ * calls without races.
+ */
+#define _POSIX_C_SOURCE 200809L
+#include "script_engine.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <string.h>
+#include <time.h>
+
+#include "clock.h"
+#include "engine.h"
+#include "error.h"
+
+#define MAX_NAMES 256
+
+struct entry {
+    char name[256];
+    char token[33];
+    int64_t until_ns;
+    uint64_t fence;
+};
+
+struct server {
+    pthread_mutex_t mu;
+    struct entry e[MAX_NAMES];
+    size_t n;
+    struct script_knobs k;
+    atomic_long held_calls;
+};
+
+static struct server servers[2] = {{.mu = PTHREAD_MUTEX_INITIALIZER},
+                                   {.mu = PTHREAD_MUTEX_INITIALIZER}};
+
+struct cerb_engine {
+    struct server *srv;
+};
+
+/* Find or add; mu held. NULL when the table is full. */
+static struct entry *find(struct server *s, const char *name, bool add)
+{
+    for (size_t i = 0; i < s->n; i++)
+        if (strcmp(s->e[i].name, name) == 0)
+            return &s->e[i];
+    if (!add || s->n == MAX_NAMES)
+        return NULL;
+    struct entry *e = &s->e[s->n++];
+    memset(e, 0, sizeof *e);
+    strncpy(e->name, name, sizeof e->name - 1);
+    return e;
+}
+
+static bool held_now(const struct entry *e, int64_t now)
+{
+    return e && e->token[0] && now < e->until_ns;
+}
+
+static cerb_status down(cerb_grant *g)
+{
+    if (g)
+        g->outcome = CERB_OUTCOME_NO;
+    return cerb__error_set(CERB_EIO, "script: server down");
+}
+
+static cerb_status open_common(struct server *s, cerb_engine **out)
+{
+    static struct cerb_engine inst[2];
+    pthread_mutex_lock(&s->mu);
+    bool fails = s->k.open_fails;
+    pthread_mutex_unlock(&s->mu);
+    if (fails)
+        return cerb__error_set(CERB_EIO, "script: open refused");
+    struct cerb_engine *e = &inst[s - servers];
+    e->srv = s;
+    *out = e;
+    return CERB_OK;
+}
+
+static cerb_status a_open(const cerb_engine_env *env, cerb_engine **out)
+{
+    (void)env;
+    return open_common(&servers[SCRIPT_A], out);
+}
+
+static cerb_status b_open(const cerb_engine_env *env, cerb_engine **out)
+{
+    (void)env;
+    return open_common(&servers[SCRIPT_B], out);
+}
+
+static void s_close(cerb_engine *e) { (void)e; }
+
+/* One attempt; mu held. */
+static cerb_status try_once(struct server *s, cerb_engine_lock *lk, cerb_grant *g)
+{
+    int64_t now = cerb_monotime();
+    struct entry *e = find(s, lk->name, true);
+    if (!e)
+        return cerb__error_set(CERB_ENOMEM, "script: table full");
+    if (held_now(e, now) && strcmp(e->token, lk->token) != 0)
+        return CERB_BUSY;
+    memcpy(e->token, lk->token, sizeof e->token);
+    e->until_ns = now + lk->lease_ms * CERB_NS_PER_MS;
+    g->fence = ++e->fence;
+    g->sent_ns = now;
+    g->ttl_ms = lk->lease_ms;
+    g->outcome = CERB_OUTCOME_YES;
+    return CERB_OK;
+}
+
+static cerb_status s_acquire(cerb_engine *eng, cerb_engine_lock *lk, int64_t deadline_ns,
+                             const atomic_int *stop, cerb_grant *g)
+{
+    struct server *s = eng->srv;
+    memset(g, 0, sizeof *g);
+    pthread_mutex_lock(&s->mu);
+    void (*hook)(void *) = s->k.before_grant;
+    void *hook_ud = s->k.before_grant_ud;
+    s->k.before_grant = NULL;
+    pthread_mutex_unlock(&s->mu);
+    if (hook)
+        hook(hook_ud);
+    for (;;) {
+        pthread_mutex_lock(&s->mu);
+        if (s->k.down) {
+            pthread_mutex_unlock(&s->mu);
+            return down(g);
+        }
+        cerb_status st = try_once(s, lk, g);
+        bool lose = st == CERB_OK && s->k.lose_acquire;
+        if (lose)
+            s->k.lose_acquire = false;
+        pthread_mutex_unlock(&s->mu);
+        if (lose) {
+            g->outcome = CERB_OUTCOME_UNKNOWN;
+            return cerb__error_set(CERB_EIO, "script: reply lost");
+        }
+        if (st != CERB_BUSY)
+            return st;
+        if (deadline_ns == 0)
+            return CERB_BUSY;
+        if (stop && atomic_load(stop))
+            return CERB_INTERRUPTED;
+        if (cerb_monotime() >= deadline_ns)
+            return CERB_TIMEOUT;
+        struct timespec ts = {0, 2000000};
+        nanosleep(&ts, NULL);
+    }
+}
+
+static cerb_status s_renew(cerb_engine *eng, cerb_engine_lock *lk, cerb_grant *g)
+{
+    struct server *s = eng->srv;
+    memset(g, 0, sizeof *g);
+    pthread_mutex_lock(&s->mu);
+    int64_t delay = s->k.renew_delay_ms;
+    pthread_mutex_unlock(&s->mu);
+    if (delay > 0) {
+        struct timespec ts = {delay / 1000, (delay % 1000) * 1000000L};
+        nanosleep(&ts, NULL);
+    }
+    pthread_mutex_lock(&s->mu);
+    if (s->k.down || s->k.renew_fails) {
+        pthread_mutex_unlock(&s->mu);
+        return down(g);
+    }
+    int64_t now = cerb_monotime();
+    struct entry *e = find(s, lk->name, false);
+    cerb_status st = CERB_NOT_OWNER;
+    if (held_now(e, now) && strcmp(e->token, lk->token) == 0) {
+        e->until_ns = now + lk->lease_ms * CERB_NS_PER_MS;
+        g->fence = e->fence;
+        g->sent_ns = now;
+        g->ttl_ms = lk->lease_ms;
+        st = CERB_OK;
+    }
+    pthread_mutex_unlock(&s->mu);
+    return st;
+}
+
+static cerb_status s_release(cerb_engine *eng, cerb_engine_lock *lk)
+{
+    struct server *s = eng->srv;
+    pthread_mutex_lock(&s->mu);
+    if (s->k.down) {
+        pthread_mutex_unlock(&s->mu);
+        return down(NULL);
+    }
+    struct entry *e = find(s, lk->name, false);
+    cerb_status st = CERB_NOT_OWNER;
+    if (held_now(e, cerb_monotime()) && strcmp(e->token, lk->token) == 0) {
+        e->token[0] = '\0';
+        st = CERB_OK;
+    }
+    bool lose = st == CERB_OK && s->k.lose_release;
+    if (lose)
+        s->k.lose_release = false;
+    pthread_mutex_unlock(&s->mu);
+    if (lose)
+        return cerb__error_set(CERB_EIO, "script: release reply lost");
+    return st;
+}
+
+static cerb_status s_check(cerb_engine *eng, cerb_engine_lock *lk, cerb_grant *g)
+{
+    struct server *s = eng->srv;
+    memset(g, 0, sizeof *g);
+    pthread_mutex_lock(&s->mu);
+    if (s->k.down) {
+        pthread_mutex_unlock(&s->mu);
+        return down(g);
+    }
+    int64_t now = cerb_monotime();
+    struct entry *e = find(s, lk->name, false);
+    cerb_status st = CERB_NOT_OWNER;
+    if (held_now(e, now) && strcmp(e->token, lk->token) == 0) {
+        g->fence = e->fence;
+        g->sent_ns = now;
+        g->ttl_ms = (e->until_ns - now) / CERB_NS_PER_MS;
+        if (s->k.check_ttl_ms > 0) {
+            g->ttl_ms = s->k.check_ttl_ms;
+            e->until_ns = now + s->k.check_ttl_ms * CERB_NS_PER_MS;
+        }
+        st = CERB_OK;
+    }
+    pthread_mutex_unlock(&s->mu);
+    return st;
+}
+
+static cerb_status s_probe(cerb_engine *eng, int64_t timeout_ms)
+{
+    (void)timeout_ms;
+    struct server *s = eng->srv;
+    pthread_mutex_lock(&s->mu);
+    bool bad = s->k.down || s->k.probe_fails;
+    pthread_mutex_unlock(&s->mu);
+    return bad ? cerb__error_set(CERB_EIO, "script: probe timed out") : CERB_OK;
+}
+
+static cerb_status s_held(cerb_engine *eng, const char *name)
+{
+    struct server *s = eng->srv;
+    pthread_mutex_lock(&s->mu);
+    if (s->k.down) {
+        pthread_mutex_unlock(&s->mu);
+        return down(NULL);
+    }
+    atomic_fetch_add(&s->held_calls, 1);
+    bool h = held_now(find(s, name, false), cerb_monotime());
+    pthread_mutex_unlock(&s->mu);
+    return h ? CERB_BUSY : CERB_OK;
+}
+
+#define SCRIPT_OPS(NAME, OPEN)                                                                    \
+    {                                                                                             \
+        .version = CERB_ENGINE_OPS_V1, .name = NAME, .caps = CERB_CAP_FENCING | CERB_CAP_WAIT,    \
+        .lock_priv_size = 0, .open = OPEN, .close = s_close, .acquire = s_acquire,                \
+        .renew = s_renew, .release = s_release, .check_owner = s_check, .probe = s_probe,         \
+        .held = s_held,                                                                           \
+    }
+
+static const struct cerb_engine_ops sa_ops = SCRIPT_OPS("sa", a_open);
+static const struct cerb_engine_ops sb_ops = SCRIPT_OPS("sb", b_open);
+
+void script_engine_reset(void)
+{
+    for (int i = 0; i < 2; i++) {
+        pthread_mutex_lock(&servers[i].mu);
+        servers[i].n = 0;
+        memset(&servers[i].k, 0, sizeof servers[i].k);
+        atomic_store(&servers[i].held_calls, 0);
+        pthread_mutex_unlock(&servers[i].mu);
+    }
+}
+
+void script_engine_register(void)
+{
+    cerb__engines_builtin();
+    cerb__engine_register(&sa_ops); /* a second registration is refused: fine */
+    cerb__engine_register(&sb_ops);
+    script_engine_reset();
+}
+
+void script_engine_set(enum script_server s, struct script_knobs k)
+{
+    pthread_mutex_lock(&servers[s].mu);
+    servers[s].k = k;
+    pthread_mutex_unlock(&servers[s].mu);
+}
+
+bool script_engine_holder(enum script_server s, const char *name, char out[33])
+{
+    pthread_mutex_lock(&servers[s].mu);
+    struct entry *e = find(&servers[s], name, false);
+    bool h = held_now(e, cerb_monotime());
+    memcpy(out, h ? e->token : "", h ? 33 : 1);
+    pthread_mutex_unlock(&servers[s].mu);
+    return h;
+}
+
+void script_engine_expire_all(enum script_server s)
+{
+    pthread_mutex_lock(&servers[s].mu);
+    for (size_t i = 0; i < servers[s].n; i++)
+        servers[s].e[i].until_ns = 0;
+    pthread_mutex_unlock(&servers[s].mu);
+}
+
+void script_engine_set_fence(enum script_server s, const char *name, uint64_t v)
+{
+    pthread_mutex_lock(&servers[s].mu);
+    struct entry *e = find(&servers[s], name, true);
+    if (e)
+        e->fence = v;
+    pthread_mutex_unlock(&servers[s].mu);
+}
+
+long script_engine_held_calls(enum script_server s) { return atomic_load(&servers[s].held_calls); }

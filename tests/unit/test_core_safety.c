@@ -1,0 +1,408 @@
+/*
+ * test_core_safety.c — the core's side of DESIGN.md §5a, on the scripted
+ * engines "sa" and "sb" (tests/support/script_engine.h), which can be made
+ * to do what a real server does only by chance: refuse to open, fail only
+ * the health probes while lock calls succeed (a gray failure), lose a reply,
+ * report a short TTL, run code in the middle of an acquire.
+ *
+ * Each case names the defect of issue 10 it reproduces; every one failed on
+ * the code before its fix.
+ */
+#define _POSIX_C_SOURCE 200809L
+#include <pthread.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "cerberus.h"
+#include "script_engine.h"
+#include "test_util.h"
+
+/* Fast probes, breakers that open after 3 failed probes and stay open. */
+#define FAST_FO                                                                                    \
+    "probe_interval_ms = 20; probe_timeout_ms = 10; consecutive_failures = 3; "                    \
+    "open_ms = 600000; half_open_successes = 1; "
+
+static cerb_client *open_text(const char *fmt, ...) CERB_TEST_PRINTF(1, 2);
+static cerb_client *open_text(const char *fmt, ...)
+{
+    char text[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(text, sizeof text, fmt, ap);
+    va_end(ap);
+    cerb_client *c = NULL;
+    cerb_status st = cerb_client_open_string(&c, text);
+    if (st != CERB_OK)
+        fprintf(stderr, "open: %s: %s\n", cerb_strerror(st), cerb_last_error());
+    assert_int_equal(st, CERB_OK);
+    return c;
+}
+
+static cerb_lock *mk(cerb_client *c, const char *name)
+{
+    cerb_lock *l = NULL;
+    assert_int_equal(cerb_lock_new(c, name, NULL, &l), CERB_OK);
+    return l;
+}
+
+static int setup(void **state)
+{
+    (void)state;
+    script_engine_register();
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    (void)state;
+    script_engine_reset();
+    return 0;
+}
+
+struct on_engine {
+    cerb_client *c;
+    const char *name;
+};
+
+static bool is_on(void *ud)
+{
+    struct on_engine *o = ud;
+    const char *cur = cerb_engine_current(o->c);
+    return cur && strcmp(cur, o->name) == 0;
+}
+
+/*
+ * Item 1: `active` names an engine that would not open. The client starts
+ * on another; the prober must not switch to the pinned engine before it has
+ * an instance (the next trylock dereferenced NULL), and must switch once it
+ * opens.
+ */
+static void test_pinned_engine_that_never_opened(void **state)
+{
+    (void)state;
+    script_engine_set(SCRIPT_B, (struct script_knobs){.open_fails = true});
+    /* No grace: this case is about the crash, not the gate a pinned
+     * client keeps on an engine it could not open. */
+    cerb_client *c = open_text("engines = (\"sa\", \"sb\"); active = \"sb\"; "
+                               "failover = { " FAST_FO "switch_grace_ms = 0; };");
+    assert_string_equal(cerb_engine_current(c), "sa");
+    cerb_lock *l = mk(c, "pin-unopened");
+    /* Many probe rounds pass while we lock: every call must work. */
+    int64_t end = cerb_test_now_ms() + 300;
+    while (cerb_test_now_ms() < end) {
+        assert_int_equal(cerb_lock_trylock(l), CERB_OK);
+        assert_int_equal(cerb_lock_unlock(l), CERB_OK);
+    }
+    assert_string_equal(cerb_engine_current(c), "sa");
+    /* Once it opens, the pin is applied. */
+    script_engine_set(SCRIPT_B, (struct script_knobs){0});
+    struct on_engine o = {c, "sb"};
+    assert_wait_until(is_on, &o, 3000);
+    assert_int_equal(cerb_lock_trylock(l), CERB_OK);
+    assert_int_equal(cerb_lock_unlock(l), CERB_OK);
+    cerb_lock_free(l);
+    cerb_client_close(c);
+}
+
+/*
+ * Item 2: a gray failure of the old engine — its probes time out, its lock
+ * calls (renewals) still succeed. Every breaker opens and both clients move
+ * to sb; the holder on sa stays VALID (its renewals succeed), so the gate
+ * must keep asking sa and refuse the name, whatever the grace.
+ */
+static void test_gray_failure_gate_keeps_asking(void **state)
+{
+    (void)state;
+    const char *cfg = "engines = (\"sa\", \"sb\"); lock = { lease_ms = 400; }; "
+                      "failover = { " FAST_FO "failback = \"manual\"; };";
+    cerb_client *a = open_text("%s", cfg);
+    cerb_client *b = open_text("%s", cfg);
+    cerb_lock *la = mk(a, "gray"), *lb = mk(b, "gray");
+    assert_int_equal(cerb_lock_trylock(la), CERB_OK);
+
+    script_engine_set(SCRIPT_A, (struct script_knobs){.probe_fails = true});
+    struct on_engine oa = {a, "sb"}, ob = {b, "sb"};
+    assert_wait_until(is_on, &oa, 3000);
+    assert_wait_until(is_on, &ob, 3000);
+
+    /* Three leases: far past any grace computed from the 400 ms lease. */
+    cerb_status st = cerb_lock_trylock_for(lb, 1200);
+    assert_int_not_equal(st, CERB_OK);
+    assert_int_equal(cerb_lock_state(la), CERB_LOCK_VALID);
+    char tok[33];
+    assert_false(script_engine_holder(SCRIPT_B, "gray", tok));
+
+    /* Released on sa: the gate's question now says free. */
+    assert_int_equal(cerb_lock_unlock(la), CERB_OK);
+    assert_int_equal(cerb_lock_trylock_for(lb, 1000), CERB_OK);
+    assert_true(script_engine_holder(SCRIPT_B, "gray", tok));
+    assert_int_equal(cerb_lock_unlock(lb), CERB_OK);
+    cerb_lock_free(la);
+    cerb_lock_free(lb);
+    cerb_client_close(a);
+    cerb_client_close(b);
+}
+
+/*
+ * Item 3: a per-lock lease longer than the configured one, with more than
+ * one engine and the default (safe) grace, would outlive the grace: refused.
+ */
+static void test_per_lock_lease_beyond_grace_refused(void **state)
+{
+    (void)state;
+    cerb_client *c = open_text("engines = (\"sa\", \"sb\"); lock = { lease_ms = 1000; };");
+    cerb_lock *l = NULL;
+    cerb_lock_opts o = CERB_LOCK_OPTS_INIT;
+    o.lease_ms = 20000;
+    assert_int_equal(cerb_lock_new(c, "long-lease", &o, &l), CERB_EINVAL);
+    assert_null(l);
+    assert_non_null(strstr(cerb_last_error(), "switch_grace_ms"));
+    o.lease_ms = 1000; /* up to the configured lease is fine */
+    assert_int_equal(cerb_lock_new(c, "long-lease", &o, &l), CERB_OK);
+    cerb_lock_free(l);
+    cerb_client_close(c);
+
+    /* One engine, or an explicit grace: nothing to outlive. */
+    c = open_text("engines = (\"sa\"); lock = { lease_ms = 1000; };");
+    o.lease_ms = 20000;
+    assert_int_equal(cerb_lock_new(c, "long-lease", &o, &l), CERB_OK);
+    cerb_lock_free(l);
+    cerb_client_close(c);
+    c = open_text("engines = (\"sa\", \"sb\"); lock = { lease_ms = 1000; }; "
+                  "failover = { switch_grace_ms = 30000; };");
+    assert_int_equal(cerb_lock_new(c, "long-lease", &o, &l), CERB_OK);
+    cerb_lock_free(l);
+    cerb_client_close(c);
+}
+
+static bool is_lost(void *ud) { return cerb_lock_state(ud) == CERB_LOCK_LOST; }
+
+/*
+ * Item 6: an acquire whose reply was lost is settled by check_owner, which
+ * says how long the server keeps the key (a Redis hand-off key: PX 2000).
+ * The hold's deadline must follow that answer, not a full lease from t0:
+ * with renewals failing, LOST comes when the server's TTL runs out.
+ */
+static void test_settled_grant_uses_server_ttl(void **state)
+{
+    (void)state;
+    cerb_client *c = open_text("engines = (\"sa\"); lock = { lease_ms = 10000; };");
+    cerb_lock *l = mk(c, "settle-ttl");
+    script_engine_set(SCRIPT_A, (struct script_knobs){
+                                    .lose_acquire = true, .check_ttl_ms = 300, .renew_fails = true});
+    int64_t t0 = cerb_test_now_ms();
+    assert_int_equal(cerb_lock_trylock(l), CERB_OK);
+    assert_wait_until(is_lost, l, 5000);
+    int64_t took = cerb_test_now_ms() - t0;
+    fprintf(stderr, "settled hold lost after %lld ms (server TTL 300 ms)\n", (long long)took);
+    assert_true(took <= 1000);
+    cerb_lock_unlock(l);
+    cerb_lock_free(l);
+    cerb_client_close(c);
+}
+
+/*
+ * Items 10 and 19: a switch between choosing the engine and the grant. The
+ * grant on the old engine must carry the epoch it was chosen under, or the
+ * next grant on the new engine (lower counter, same epoch) goes backwards.
+ */
+static cerb_client *switch_client;
+static void switch_to_sb(void *ud)
+{
+    (void)ud;
+    cerb_engine_switch_to(switch_client, "sb");
+}
+
+static void test_epoch_captured_with_engine(void **state)
+{
+    (void)state;
+    cerb_client *c = open_text("engines = (\"sa\", \"sb\"); failover = { switch_grace_ms = 0; };");
+    switch_client = c;
+    cerb_lock *l = mk(c, "epoch-race");
+    script_engine_set_fence(SCRIPT_A, "epoch-race", 100);
+    script_engine_set(SCRIPT_A, (struct script_knobs){.before_grant = switch_to_sb});
+    assert_int_equal(cerb_lock_trylock(l), CERB_OK);
+    uint64_t f1 = cerb_lock_fencing_token(l);
+    assert_int_equal(cerb_lock_unlock(l), CERB_OK);
+    assert_string_equal(cerb_engine_current(c), "sb");
+    assert_int_equal(cerb_lock_trylock(l), CERB_OK);
+    uint64_t f2 = cerb_lock_fencing_token(l);
+    assert_int_equal(cerb_lock_unlock(l), CERB_OK);
+    fprintf(stderr, "tokens %#llx then %#llx\n", (unsigned long long)f1, (unsigned long long)f2);
+    assert_true(f2 > f1);
+    cerb_lock_free(l);
+    cerb_client_close(c);
+}
+
+/*
+ * Item 16: failback. Both clients moved to sb while sa was down, sa stayed
+ * silent past its grace, then came back. P1 fails back to sa; P2 (manual
+ * failback) stays on sb. P2's gate on sa must come back with sa's answers,
+ * and the check-then-act window — P1 asks sb "free?", P2 is granted on sb,
+ * P1 is granted on sa — must be closed.
+ */
+struct p2 {
+    cerb_lock *l;
+    cerb_status st;
+};
+
+static void p2_tries(void *ud)
+{
+    struct p2 *p = ud;
+    p->st = cerb_lock_trylock(p->l);
+}
+
+static void test_failback_gate_both_ways(void **state)
+{
+    (void)state;
+#define FAILBACK_CFG(MODE)                                                                         \
+    "engines = (\"sa\", \"sb\"); lock = { lease_ms = 300; }; "                                     \
+    "failover = { probe_interval_ms = 20; probe_timeout_ms = 10; consecutive_failures = 3; "       \
+    "open_ms = 50; half_open_successes = 1; failback_after_ms = 0; failback = \"" MODE "\"; };"
+    cerb_client *p1 = open_text("%s", FAILBACK_CFG("auto"));
+    cerb_client *p2 = open_text("%s", FAILBACK_CFG("manual"));
+    cerb_lock *l1 = mk(p1, "failback"), *l2 = mk(p2, "failback");
+
+    script_engine_set(SCRIPT_A, (struct script_knobs){.down = true});
+    struct on_engine o1 = {p1, "sb"}, o2 = {p2, "sb"};
+    assert_wait_until(is_on, &o1, 3000);
+    assert_wait_until(is_on, &o2, 3000);
+    /* sa silent past its grace: P2's gate on sa lifts (trylock passes it). */
+    int64_t end = cerb_test_now_ms() + 2000;
+    cerb_status st;
+    while ((st = cerb_lock_trylock(l2)) != CERB_OK && cerb_test_now_ms() < end)
+        ;
+    assert_int_equal(st, CERB_OK);
+    assert_int_equal(cerb_lock_unlock(l2), CERB_OK);
+
+    /* sa is back: P1 fails back, P2 stays on sb. */
+    script_engine_set(SCRIPT_A, (struct script_knobs){0});
+    struct on_engine b1 = {p1, "sa"};
+    assert_wait_until(is_on, &b1, 3000);
+    assert_string_equal(cerb_engine_current(p2), "sb");
+
+    /* P1 holds on sa: P2 must see it through its gate on sa. */
+    assert_int_equal(cerb_lock_trylock(l1), CERB_OK);
+    assert_int_not_equal(cerb_lock_trylock(l2), CERB_OK);
+    assert_int_equal(cerb_lock_unlock(l1), CERB_OK);
+
+    /* The window: P2 is granted on sb in the middle of P1's acquire on sa,
+     * after P1's gate asked sb. At most one of them may hold. */
+    struct p2 p = {l2, CERB_EIO};
+    script_engine_set(SCRIPT_A, (struct script_knobs){.before_grant = p2_tries,
+                                                      .before_grant_ud = &p});
+    cerb_status s1 = cerb_lock_trylock(l1);
+    fprintf(stderr, "window: P1 %s, P2 %s\n", cerb_status_name(s1), cerb_status_name(p.st));
+    assert_false(s1 == CERB_OK && p.st == CERB_OK);
+    if (s1 == CERB_OK)
+        assert_int_equal(cerb_lock_unlock(l1), CERB_OK);
+    cerb_lock_free(l1);
+    cerb_lock_free(l2);
+    cerb_client_close(p1);
+    cerb_client_close(p2);
+}
+
+/*
+ * Item 15: a reentrant lock() on a hold whose deadline has passed is not a
+ * success, even before the renewal thread has marked it (here it is stuck
+ * in a slow renewal of another hold).
+ */
+static void test_reentrant_lock_on_expired_hold(void **state)
+{
+    (void)state;
+    cerb_client *c = open_text("engines = (\"sa\"); lock = { lease_ms = 300; };");
+    cerb_lock *busy = mk(c, "reent-busy");
+    cerb_lock *l = NULL;
+    cerb_lock_opts o = CERB_LOCK_OPTS_INIT;
+    o.renew = 0;
+    assert_int_equal(cerb_lock_new(c, "reent-expired", &o, &l), CERB_OK);
+    assert_int_equal(cerb_lock_trylock(busy), CERB_OK);
+    assert_int_equal(cerb_lock_trylock(l), CERB_OK);
+    /* The renewal of `busy` (due at 100 ms) now takes 1.5 s. */
+    script_engine_set(SCRIPT_A, (struct script_knobs){.renew_delay_ms = 1500});
+    assert_wait_until(is_lost, l, 2000);
+    assert_int_equal(cerb_lock_lock(l), CERB_LOST);
+    assert_int_equal(cerb_lock_unlock(l), CERB_LOST);
+    script_engine_set(SCRIPT_A, (struct script_knobs){0});
+    cerb_lock_unlock(busy);
+    cerb_lock_free(l);
+    cerb_lock_free(busy);
+    cerb_client_close(c);
+}
+
+/*
+ * Item 15: a release whose first reply was lost is retried; the retry's
+ * "not owner" means our first attempt deleted the key, not that the hold
+ * was lost: unlock reports CERB_OK.
+ */
+static void test_retried_release_after_lost_reply(void **state)
+{
+    (void)state;
+    cerb_client *c = open_text("engines = (\"sa\"); lock = { lease_ms = 5000; };");
+    cerb_lock *l = mk(c, "release-retry");
+    assert_int_equal(cerb_lock_trylock(l), CERB_OK);
+    script_engine_set(SCRIPT_A, (struct script_knobs){.lose_release = true});
+    assert_int_equal(cerb_lock_unlock(l), CERB_OK);
+    char tok[33];
+    assert_false(script_engine_holder(SCRIPT_A, "release-retry", tok));
+    cerb_lock_free(l);
+    cerb_client_close(c);
+}
+
+/*
+ * Item 15: a forked child must not release (or otherwise use) its parent's
+ * client: its calls are refused with CERB_EINVAL, and the parent's hold is
+ * untouched.
+ */
+static void test_forked_child_refused(void **state)
+{
+    (void)state;
+    cerb_client *c = open_text("engines = (\"sa\"); lock = { lease_ms = 5000; };");
+    cerb_lock *l = mk(c, "fork-child");
+    assert_int_equal(cerb_lock_trylock(l), CERB_OK);
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        /* The child's copy of the calling thread "holds" the lock. */
+        int bad = 0;
+        bad |= cerb_lock_unlock(l) != CERB_EINVAL;
+        bad |= cerb_lock_trylock(l) != CERB_EINVAL;
+        bad |= cerb_lock_fencing_token(l) != 0;
+        _exit(bad);
+    }
+    int status = 0;
+    assert_int_equal(waitpid(pid, &status, 0), pid);
+    assert_true(WIFEXITED(status));
+    assert_int_equal(WEXITSTATUS(status), 0);
+    char tok[33];
+    assert_true(script_engine_holder(SCRIPT_A, "fork-child", tok));
+    assert_int_equal(cerb_lock_unlock(l), CERB_OK);
+    cerb_lock_free(l);
+    cerb_client_close(c);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(test_pinned_engine_that_never_opened, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_gray_failure_gate_keeps_asking, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_per_lock_lease_beyond_grace_refused, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_settled_grant_uses_server_ttl, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_epoch_captured_with_engine, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_failback_gate_both_ways, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_reentrant_lock_on_expired_hold, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_retried_release_after_lost_reply, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_forked_child_refused, setup, teardown),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
