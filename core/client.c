@@ -372,6 +372,7 @@ cerb_status cerb_engine_info(cerb_client *c, const char *name, struct cerb_engin
     out->name = ce->name;
     out->active = idx == cur;
     cerb__mutex_lock(&c->fo_mu);
+    out->wanted = c->pinned == idx && idx != cur;
     out->breaker = cerb__breaker_state(&ce->brk);
     out->breaker_transitions = ce->transitions;
     out->switches = c->switches;
@@ -427,6 +428,7 @@ cerb_status cerb_client_reload(cerb_client *c)
         cerb__route_update(c);
     }
     cerb__mutex_unlock(&c->fo_mu);
+    st = CERB_OK;
     if (strcmp(active, old_active) != 0) {
         int i = strcmp(active, "auto") == 0 ? -1 : cerb__config_engine_index(c->boot_cfg, active);
         if (i < 0) {
@@ -434,8 +436,23 @@ cerb_status cerb_client_reload(cerb_client *c)
             cerb__health_reselect(c);
         } else if (cerb__client_open_engine(c, (size_t)i) == CERB_OK) {
             cerb__client_switch(c, i, "config: active engine changed", CERB_PIN_CONFIG);
+        } else {
+            /* Every other process may have moved: keep the wish (the
+             * prober reopens the engine each round and the selector
+             * applies the pin once it is open) and say the switch failed. */
+            char why[CERB_ERROR_MAX];
+            cerb__error_copy(why, sizeof why);
+            cerb__mutex_lock(&c->fo_mu);
+            c->pinned = i;
+            cerb__mutex_unlock(&c->fo_mu);
+            st = cerb__error_set(CERB_UNAVAILABLE,
+                                 "configuration reloaded, but active engine %s would not open "
+                                 "(%s); new acquisitions stay on %s until it does (retried "
+                                 "every probe round)",
+                                 active, why, cerb_engine_current(c));
+            CERB_LOG_E("%s", cerb_last_error());
         }
     }
     CERB_LOG_I("configuration reloaded from %s", c->boot_cfg->path);
-    return CERB_OK;
+    return st;
 }

@@ -1,18 +1,22 @@
 /*
- * prober.c — one background thread per client that
- *   - probes every engine every probe_interval_ms (± 20 % jitter, so many
- *     clients do not probe in step) with probe_timeout_ms, by the engine's
- *     canary on the lock path, and feeds the result to its breaker;
- *   - reopens engines that could not be opened (a probe failure each time);
- *   - lets the selector move new acquisitions after every round;
- *   - watches the configuration file and reloads it when it changes.
+ * prober.c — two background threads per client:
+ *   - the probe thread probes every engine every probe_interval_ms (± 20 %
+ *     jitter, so many clients do not probe in step) with probe_timeout_ms,
+ *     by the engine's canary on the lock path, and feeds the result to its
+ *     breaker; reopens engines that could not be opened (a probe failure
+ *     each time; this is also how a pin on an engine that would not open
+ *     is applied once it does); lets the selector move new acquisitions
+ *     after every round;
+ *   - the watch thread follows the configuration file and reloads it when
+ *     it changes, never waiting behind a slow probe round.
  *
  * The file watch uses inotify on the file's directory (so a `cerberus
  * switch`, which writes a temporary file and renames it over the original,
  * is seen as one event) and falls back to comparing inode, size and mtime
- * on every round when inotify is unavailable. The thread sleeps in poll(2)
- * on the inotify descriptor and a self-pipe, so a file change is acted on at
- * once and cerb__prober_stop() never waits for a round to end.
+ * every 250 ms when inotify is unavailable. Both threads sleep in poll(2)
+ * on a shared self-pipe (the watch thread on the inotify descriptor too), so
+ * a file change is acted on at once and cerb__prober_stop() never waits for
+ * a sleep to end (only for a probe round in flight).
  */
 #include "internal_posix.h"
 
@@ -32,13 +36,13 @@
 
 struct cerb_prober {
     cerb_client *c;
-    pthread_t thread;
+    pthread_t probe_thread, watch_thread;
+    bool have_probe_thread, have_watch_thread;
     int stop_pipe[2];
     int ino_fd;          /* -1 without inotify */
     char *dir, *base;    /* the config file's directory and name */
     struct stat last;    /* for the polling fallback */
     bool have_last;
-    bool probing;        /* more than one engine: probe them */
 };
 
 static bool file_changed(struct cerb_prober *p)
@@ -103,39 +107,52 @@ static void probe_all(struct cerb_prober *p)
     cerb__health_reselect(c);
 }
 
-static void *prober_main(void *arg)
+/* Sleep up to wait_ms on the stop pipe (and fd when >= 0). Returns -1 on
+ * stop, else poll's revents for fd (0 on timeout). */
+static int nap_or_stop(struct cerb_prober *p, int fd, int64_t wait_ms)
+{
+    struct pollfd fds[2] = {{p->stop_pipe[0], POLLIN, 0}, {fd, POLLIN, 0}};
+    if (wait_ms < 0)
+        wait_ms = 0;
+    if (wait_ms > INT32_MAX)
+        wait_ms = INT32_MAX;
+    int rc = poll(fds, fd >= 0 ? 2 : 1, (int)wait_ms);
+    if (rc > 0 && (fds[0].revents & POLLIN))
+        return -1;
+    return rc > 0 && fd >= 0 ? fds[1].revents : 0;
+}
+
+/* The probe thread: one round every probe_interval_ms ± 20 %. A round can
+ * take long (an engine that will not open costs its connect timeout). */
+static void *probe_main(void *arg)
 {
     struct cerb_prober *p = arg;
     cerb_client *c = p->c;
-    int64_t next_probe = cerb_monotime();
-
     for (;;) {
-        int64_t now = cerb_monotime();
-        if (p->probing && now >= next_probe) {
-            probe_all(p);
-            struct cerb_failover_config fo;
-            cerb__client_failover_cfg(c, &fo, NULL);
-            int64_t iv = fo.probe_interval_ms;
-            int64_t jitter = iv / 5;
-            int64_t d = iv - jitter + (int64_t)cerb__rand_below((uint64_t)(2 * jitter + 1));
-            next_probe = cerb_monotime() + d * CERB_NS_PER_MS;
-        }
-        if (!p->have_last && c->boot_cfg->path)
-            file_changed(p); /* baseline */
-        int64_t wait_ms = p->probing ? (next_probe - cerb_monotime()) / CERB_NS_PER_MS : 1000;
-        if (p->ino_fd < 0 && wait_ms > 250)
-            wait_ms = 250; /* polling fallback for the file */
-        if (wait_ms < 0)
-            wait_ms = 0;
-        struct pollfd fds[2] = {{p->stop_pipe[0], POLLIN, 0}, {p->ino_fd, POLLIN, 0}};
-        int rc = poll(fds, p->ino_fd >= 0 ? 2 : 1, (int)wait_ms);
-        if (rc > 0 && (fds[0].revents & POLLIN))
+        probe_all(p);
+        struct cerb_failover_config fo;
+        cerb__client_failover_cfg(c, &fo, NULL);
+        int64_t iv = fo.probe_interval_ms;
+        int64_t jitter = iv / 5;
+        int64_t d = iv - jitter + (int64_t)cerb__rand_below((uint64_t)(2 * jitter + 1));
+        if (nap_or_stop(p, -1, d) < 0)
             break;
-        bool changed = false;
-        if (p->ino_fd >= 0 && rc > 0 && (fds[1].revents & POLLIN))
-            changed = ino_hit(p) && file_changed(p);
-        else if (p->ino_fd < 0 && c->boot_cfg->path)
-            changed = file_changed(p);
+    }
+    return NULL;
+}
+
+/* The file-watch thread, apart from the probes so that a slow probe round
+ * never delays following a `cerberus switch` (every other process moves at
+ * once; one lagging behind would grant on the engine they left). */
+static void *watch_main(void *arg)
+{
+    struct cerb_prober *p = arg;
+    for (;;) {
+        int ev = nap_or_stop(p, p->ino_fd, p->ino_fd >= 0 ? 1000 : 250);
+        if (ev < 0)
+            break;
+        bool changed = p->ino_fd >= 0 ? (ev & POLLIN) && ino_hit(p) && file_changed(p)
+                                      : file_changed(p);
         if (changed)
             reload(p);
     }
@@ -164,7 +181,6 @@ cerb_status cerb__prober_start(cerb_client *c)
         return cerb__error_set(CERB_ENOMEM, "out of memory");
     p->c = c;
     p->ino_fd = -1;
-    p->probing = probing;
     if (pipe(p->stop_pipe) != 0) {
         cerb__free(p);
         return cerb__error_set(CERB_EIO, "prober: pipe: %s", strerror(errno));
@@ -191,12 +207,21 @@ cerb_status cerb__prober_start(cerb_client *c)
             CERB_LOG_I("config watch: inotify unavailable, polling %s", path);
         file_changed(p);
     }
-    if (pthread_create(&p->thread, NULL, prober_main, p) != 0)
-        goto oom;
+    if (probing) {
+        if (pthread_create(&p->probe_thread, NULL, probe_main, p) != 0)
+            goto oom;
+        p->have_probe_thread = true;
+    }
+    if (watch) {
+        if (pthread_create(&p->watch_thread, NULL, watch_main, p) != 0)
+            goto oom;
+        p->have_watch_thread = true;
+    }
     c->prober = p;
     return CERB_OK;
 oom:
-    prober_free(p);
+    c->prober = p;
+    cerb__prober_stop(c);
     return cerb__error_set(CERB_ENOMEM, "cannot start the prober");
 }
 
@@ -207,7 +232,10 @@ void cerb__prober_stop(cerb_client *c)
         return;
     ssize_t w = write(p->stop_pipe[1], "x", 1);
     (void)w;
-    pthread_join(p->thread, NULL);
+    if (p->have_probe_thread)
+        pthread_join(p->probe_thread, NULL);
+    if (p->have_watch_thread)
+        pthread_join(p->watch_thread, NULL);
     prober_free(p);
     c->prober = NULL;
 }

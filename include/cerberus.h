@@ -147,6 +147,10 @@ void cerb_client_close(cerb_client *client);
  * any error the old configuration stays in force and the error is returned
  * (CERB_ECONFIG, `file:line: message`). Keys that cannot change at run time
  * (the engine list and connection settings) are reported as errors too.
+ * When the new file names an `active` engine that will not open, the new
+ * configuration stays in force, the pin is kept and applied as soon as the
+ * engine opens (the prober retries every round), and CERB_UNAVAILABLE says
+ * so; cerb_engine_info() shows it as `wanted`.
  * Thread-safety: safe from any thread; locks already held keep the settings
  * they were acquired with.
  */
@@ -216,6 +220,9 @@ struct cerb_engine_info {
     uint64_t switches;          /* engine switches of the whole client */
     int64_t epoch;              /* the client's fencing epoch (high 16 bits:
                                    config epoch << 4 | its switches since) */
+    int wanted;                 /* 1 when `active` (or a switch) pins this
+                                   engine but it is not active yet: it would
+                                   not open; retried every probe round */
 };
 
 /**

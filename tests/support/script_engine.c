@@ -36,6 +36,7 @@ struct server {
     size_t n;
     struct script_knobs k;
     atomic_long held_calls;
+    atomic_long open_calls;
 };
 
 static struct server servers[2] = {{.mu = PTHREAD_MUTEX_INITIALIZER},
@@ -74,9 +75,15 @@ static cerb_status down(cerb_grant *g)
 static cerb_status open_common(struct server *s, cerb_engine **out)
 {
     static struct cerb_engine inst[2];
+    atomic_fetch_add(&s->open_calls, 1);
     pthread_mutex_lock(&s->mu);
     bool fails = s->k.open_fails;
+    int64_t delay = s->k.open_delay_ms;
     pthread_mutex_unlock(&s->mu);
+    if (delay > 0) {
+        struct timespec ts = {delay / 1000, (delay % 1000) * 1000000L};
+        nanosleep(&ts, NULL);
+    }
     if (fails)
         return cerb__error_set(CERB_EIO, "script: open refused");
     struct cerb_engine *e = &inst[s - servers];
@@ -323,5 +330,7 @@ void script_engine_set_fence(enum script_server s, const char *name, uint64_t v)
         e->fence = v;
     pthread_mutex_unlock(&servers[s].mu);
 }
+
+long script_engine_open_calls(enum script_server s) { return atomic_load(&servers[s].open_calls); }
 
 long script_engine_held_calls(enum script_server s) { return atomic_load(&servers[s].held_calls); }

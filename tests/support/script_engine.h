@@ -21,6 +21,7 @@ enum script_server { SCRIPT_A = 0, SCRIPT_B = 1 };
 
 struct script_knobs {
     bool open_fails;      /* open() refuses: engine never opened */
+    int64_t open_delay_ms; /* open() first takes this long (a slow connect) */
     bool down;            /* every call fails with EIO, outcome NO */
     bool probe_fails;     /* probes fail (time out); lock calls succeed */
     bool lose_acquire;    /* next granted acquire reports EIO, outcome UNKNOWN */
@@ -48,6 +49,8 @@ bool script_engine_holder(enum script_server s, const char *name, char out[33]);
 void script_engine_expire_all(enum script_server s);
 /* Set the fence counter of `name` on server s (the next grant gets v+1). */
 void script_engine_set_fence(enum script_server s, const char *name, uint64_t v);
+/* Calls of open() made on server s (counted as they start). */
+long script_engine_open_calls(enum script_server s);
 /* Calls of held() answered by server s. */
 long script_engine_held_calls(enum script_server s);
 

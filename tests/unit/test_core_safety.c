@@ -391,6 +391,100 @@ static void test_forked_child_refused(void **state)
     cerb_client_close(c);
 }
 
+/* Replace the file at path atomically, as `cerberus switch` does. */
+static void rewrite(const char *path, const char *text)
+{
+    char tmp[4096];
+    snprintf(tmp, sizeof tmp, "%s.new", path);
+    FILE *f = fopen(tmp, "w");
+    assert_non_null(f);
+    fputs(text, f);
+    assert_int_equal(fclose(f), 0);
+    assert_int_equal(rename(tmp, path), 0);
+}
+
+#define RELOAD_CFG(ACTIVE, EXTRA)                                                                  \
+    "engines = (\"sa\", \"sb\"); active = \"" ACTIVE "\"; " EXTRA                               \
+    "failover = { " FAST_FO "switch_grace_ms = 0; watch_config = false; };\n"
+
+/*
+ * Item 4: a reload that moves `active` to an engine that fails to open once
+ * was never applied, and said OK. The wish is kept and applied when the
+ * engine opens; the reload reports the failed switch, and engine info
+ * shows the engine as wanted.
+ */
+static void test_reload_to_unopened_engine_is_kept(void **state)
+{
+    (void)state;
+    script_engine_set(SCRIPT_B, (struct script_knobs){.open_fails = true});
+    char *path = cerb_test_write_config("%s", RELOAD_CFG("sa", ""));
+    assert_non_null(path);
+    cerb_client *c = NULL;
+    assert_int_equal(cerb_client_open(&c, path), CERB_OK);
+    assert_string_equal(cerb_engine_current(c), "sa");
+    rewrite(path, RELOAD_CFG("sb", ""));
+    assert_int_equal(cerb_client_reload(c), CERB_UNAVAILABLE);
+    assert_non_null(strstr(cerb_last_error(), "sb"));
+    struct cerb_engine_info info;
+    assert_int_equal(cerb_engine_info(c, "sb", &info), CERB_OK);
+    assert_int_equal(info.wanted, 1);
+    assert_string_equal(cerb_engine_current(c), "sa");
+    script_engine_set(SCRIPT_B, (struct script_knobs){0});
+    struct on_engine o = {c, "sb"};
+    assert_wait_until(is_on, &o, 3000);
+    assert_int_equal(cerb_engine_info(c, "sb", &info), CERB_OK);
+    assert_int_equal(info.wanted, 0);
+    cerb_client_close(c);
+    cerb_test_remove_file(path);
+}
+
+struct epoch_seen {
+    cerb_client *c;
+    int64_t want;
+};
+
+static bool epoch_is(void *ud)
+{
+    struct epoch_seen *e = ud;
+    struct cerb_engine_info info;
+    return cerb_engine_info(e->c, NULL, &info) == CERB_OK && info.epoch >> 4 == e->want;
+}
+
+static bool opening(void *ud) { return script_engine_open_calls(SCRIPT_B) > *(long *)ud; }
+
+/*
+ * Item 4: the file watch shared a thread with the probes, so a probe round
+ * stuck opening a dead engine (its connect timeout) delayed following the
+ * file — a `cerberus switch` every other process had followed.
+ */
+static void test_file_watch_not_delayed_by_probes(void **state)
+{
+    (void)state;
+    script_engine_set(SCRIPT_B, (struct script_knobs){.open_fails = true});
+    const char *fo = "failover = { " FAST_FO "switch_grace_ms = 0; };\n";
+    char *path = cerb_test_write_config("engines = (\"sa\", \"sb\"); epoch = 1; %s", fo);
+    assert_non_null(path);
+    cerb_client *c = NULL;
+    assert_int_equal(cerb_client_open(&c, path), CERB_OK);
+    /* From now on an attempt to open sb takes 1.5 s. */
+    long before = script_engine_open_calls(SCRIPT_B);
+    script_engine_set(SCRIPT_B, (struct script_knobs){.open_fails = true, .open_delay_ms = 1500});
+    assert_wait_until(opening, &before, 3000);
+    char text[512];
+    snprintf(text, sizeof text, "engines = (\"sa\", \"sb\"); epoch = 2; %s", fo);
+    int64_t t0 = cerb_test_now_ms();
+    rewrite(path, text);
+    struct epoch_seen e = {c, 2};
+    assert_wait_until(epoch_is, &e, 5000);
+    int64_t took = cerb_test_now_ms() - t0;
+    fprintf(stderr, "file change followed after %lld ms during a 1.5 s probe round\n",
+            (long long)took);
+    assert_true(took < 500);
+    script_engine_set(SCRIPT_B, (struct script_knobs){0});
+    cerb_client_close(c);
+    cerb_test_remove_file(path);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -403,6 +497,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_reentrant_lock_on_expired_hold, setup, teardown),
         cmocka_unit_test_setup_teardown(test_retried_release_after_lost_reply, setup, teardown),
         cmocka_unit_test_setup_teardown(test_forked_child_refused, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_reload_to_unopened_engine_is_kept, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_file_watch_not_delayed_by_probes, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
