@@ -178,14 +178,16 @@ static bool hard_error(cerb_status st)
 /*
  * Settle an UNKNOWN outcome: ask the server whether the token holds the
  * lock. Returns CERB_OK (it does; fence filled), CERB_NOT_OWNER (it does
- * not), or the last error when no answer came in retry.max + 1 tries.
+ * not), or the last error when no answer came in retry.max + 1 tries — one
+ * for a trylock (deadline 0), whose documented bound is one re-check.
  */
 static cerb_status settle(cerb_client *c, struct cerb_client_engine *ce, struct cerb_hold *h,
                           const struct cerb_retry_config *rc, int64_t deadline_ns,
                           cerb_grant *g)
 {
     cerb_status st = CERB_EIO;
-    for (int k = 0; k <= rc->max; k++) {
+    int tries = deadline_ns == 0 ? 1 : rc->max + 1;
+    for (int k = 0; k < tries; k++) {
         if (k > 0)
             cerb__nap_ms(cerb__backoff_ms(k - 1, rc->backoff_ms, rc->backoff_max_ms));
         /* No question after the caller's deadline, the first one included:

@@ -286,8 +286,11 @@ cerb_status cerb_lock_lock(cerb_lock *lock);
 /**
  * cerb_lock_trylock — one attempt without waiting.
  * Returns: CERB_OK or CERB_BUSY (held by another thread or process), or an
- * engine error. Blocking: at most one operation timeout (plus a re-check when
- * the answer was lost).
+ * engine error. Blocking: one acquire request, plus one re-check when its
+ * answer was lost, plus — after a switch, while an engine switched from
+ * still answers — one question to each such engine before and one after
+ * the grant (and a release when it says the name is held there); each is
+ * bounded by its engine's operation timeout.
  */
 cerb_status cerb_lock_trylock(cerb_lock *lock);
 

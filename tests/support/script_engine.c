@@ -37,6 +37,7 @@ struct server {
     struct script_knobs k;
     atomic_long held_calls;
     atomic_long open_calls;
+    atomic_long check_calls;
 };
 
 static struct server servers[2] = {{.mu = PTHREAD_MUTEX_INITIALIZER},
@@ -221,8 +222,9 @@ static cerb_status s_check(cerb_engine *eng, cerb_engine_lock *lk, cerb_grant *g
 {
     struct server *s = eng->srv;
     memset(g, 0, sizeof *g);
+    atomic_fetch_add(&s->check_calls, 1);
     pthread_mutex_lock(&s->mu);
-    if (s->k.down) {
+    if (s->k.down || s->k.check_fails) {
         pthread_mutex_unlock(&s->mu);
         return down(g);
     }
@@ -285,6 +287,7 @@ void script_engine_reset(void)
         servers[i].n = 0;
         memset(&servers[i].k, 0, sizeof servers[i].k);
         atomic_store(&servers[i].held_calls, 0);
+        atomic_store(&servers[i].check_calls, 0);
         pthread_mutex_unlock(&servers[i].mu);
     }
 }
@@ -332,5 +335,7 @@ void script_engine_set_fence(enum script_server s, const char *name, uint64_t v)
 }
 
 long script_engine_open_calls(enum script_server s) { return atomic_load(&servers[s].open_calls); }
+
+long script_engine_check_calls(enum script_server s) { return atomic_load(&servers[s].check_calls); }
 
 long script_engine_held_calls(enum script_server s) { return atomic_load(&servers[s].held_calls); }

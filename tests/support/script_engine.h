@@ -29,6 +29,7 @@ struct script_knobs {
     bool renew_fails;     /* renewals fail with EIO, outcome NO */
     int64_t renew_delay_ms; /* every renewal first takes this long */
     bool lose_release;    /* next release takes effect, reports EIO */
+    bool check_fails;     /* check_owner fails with EIO (no answer) */
     /* Called once, without the server's mutex, inside the next acquire
      * just before it looks at the table (then cleared). */
     void (*before_grant)(void *ud);
@@ -51,6 +52,8 @@ void script_engine_expire_all(enum script_server s);
 void script_engine_set_fence(enum script_server s, const char *name, uint64_t v);
 /* Calls of open() made on server s (counted as they start). */
 long script_engine_open_calls(enum script_server s);
+/* Calls of check_owner() made on server s. */
+long script_engine_check_calls(enum script_server s);
 /* Calls of held() answered by server s. */
 long script_engine_held_calls(enum script_server s);
 

@@ -391,6 +391,31 @@ static void test_forked_child_refused(void **state)
     cerb_client_close(c);
 }
 
+/*
+ * Item 15: a trylock whose reply was lost re-checks once, as documented —
+ * not retry.max + 1 times — and leaves the late grant to the background
+ * release (nobody holds the name once it is done).
+ */
+static bool name_free(void *ud)
+{
+    char tok[33];
+    return !script_engine_holder(SCRIPT_A, ud, tok);
+}
+
+static void test_trylock_rechecks_once(void **state)
+{
+    (void)state;
+    cerb_client *c = open_text("engines = (\"sa\"); retry = { max = 5; backoff_ms = 1; };");
+    cerb_lock *l = mk(c, "try-bound");
+    script_engine_set(SCRIPT_A, (struct script_knobs){.lose_acquire = true, .check_fails = true});
+    assert_int_equal(cerb_lock_trylock(l), CERB_EIO);
+    assert_int_equal(script_engine_check_calls(SCRIPT_A), 1);
+    script_engine_set(SCRIPT_A, (struct script_knobs){0});
+    assert_wait_until(name_free, "try-bound", 3000);
+    cerb_lock_free(l);
+    cerb_client_close(c);
+}
+
 /* Replace the file at path atomically, as `cerberus switch` does. */
 static void rewrite(const char *path, const char *text)
 {
@@ -497,6 +522,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_reentrant_lock_on_expired_hold, setup, teardown),
         cmocka_unit_test_setup_teardown(test_retried_release_after_lost_reply, setup, teardown),
         cmocka_unit_test_setup_teardown(test_forked_child_refused, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_trylock_rechecks_once, setup, teardown),
         cmocka_unit_test_setup_teardown(test_reload_to_unopened_engine_is_kept, setup, teardown),
         cmocka_unit_test_setup_teardown(test_file_watch_not_delayed_by_probes, setup, teardown),
     };
