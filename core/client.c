@@ -35,7 +35,7 @@ void cerb__client_failover_cfg(cerb_client *c, struct cerb_failover_config *fo, 
     cerb__mutex_lock(&c->mu);
     *fo = c->cfg->failover;
     if (lease_ms)
-        *lease_ms = c->cfg->lock.lease_ms;
+        *lease_ms = c->lease_hwm_ms;
     cerb__mutex_unlock(&c->mu);
 }
 
@@ -140,6 +140,7 @@ static cerb_status client_open(cerb_client **out, struct cerb_config *cfg)
     cerb__mutex_init(&c->open_mu);
     cerb__mutex_init(&c->inflight_mu);
     c->cfg = c->boot_cfg = cfg;
+    c->lease_hwm_ms = cfg->lock.lease_ms;
     c->n_engines = cfg->n_engines;
     for (size_t i = 0; i < cfg->n_engines; i++) {
         struct cerb_client_engine *ce = &c->engines[i];
@@ -416,6 +417,10 @@ cerb_status cerb_client_reload(cerb_client *c)
     old = c->cfg;
     snprintf(old_active, sizeof old_active, "%s", old->active);
     c->cfg = next;
+    /* The longest lease this client has been configured with: holds taken
+     * before a reload shortened lock.lease_ms still run on the old one. */
+    if (next->lock.lease_ms > c->lease_hwm_ms)
+        c->lease_hwm_ms = next->lock.lease_ms;
     cerb__mutex_unlock(&c->mu);
     if (old != c->boot_cfg)
         cerb__config_free(old);

@@ -165,6 +165,7 @@ struct cerb_client {
     cerb_lock *handles;
     struct cerb_watchdog *_Atomic wd;    /* engine events may arrive early */
     unsigned fork_gen;                   /* cerb__fork_generation() at open */
+    int64_t lease_hwm_ms;                /* longest lock.lease_ms seen (mu) */
     /* current and epoch as one word (epoch << 8 | current), written under
      * fo_mu with them: an acquisition takes its engine and the epoch its
      * fence will carry in one read, so a switch in between cannot give an
@@ -196,8 +197,8 @@ struct cerb_call_cfg {
     int64_t epoch;
 };
 void cerb__client_call_cfg(cerb_client *c, struct cerb_call_cfg *out);
-/* A copy of the reloadable failover settings (and the lease), taken under
- * c->mu: a reload frees the configuration it replaces, so other threads
+/* A copy of the reloadable failover settings (and the longest lock.lease_ms
+ * this client has had, which every grace must cover), taken under c->mu: a reload frees the configuration it replaces, so other threads
  * must not keep pointers into c->cfg. May be called with fo_mu held (lock
  * order: fo_mu, then c->mu). */
 void cerb__client_failover_cfg(cerb_client *c, struct cerb_failover_config *fo, int64_t *lease_ms);

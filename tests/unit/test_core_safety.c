@@ -432,6 +432,52 @@ static void rewrite(const char *path, const char *text)
     "engines = (\"sa\", \"sb\"); active = \"" ACTIVE "\"; " EXTRA                               \
     "failover = { " FAST_FO "switch_grace_ms = 0; watch_config = false; };\n"
 
+static atomic_int hwm_lost;
+static void hwm_on_lost(cerb_lock *l, void *ud)
+{
+    (void)l;
+    (void)ud;
+    atomic_store(&hwm_lost, 1);
+}
+
+/*
+ * Item 3: a reload that shortens lock.lease_ms must not shorten the grace
+ * below the leases of holds taken before it.
+ */
+static void test_grace_covers_leases_before_reload(void **state)
+{
+    (void)state;
+    const char *fo = "failover = { " FAST_FO "watch_config = false; };\n";
+    char text[512];
+    snprintf(text, sizeof text, "engines = (\"sa\", \"sb\"); lock = { lease_ms = 1000; }; %s", fo);
+    char *path = cerb_test_write_config("%s", text);
+    assert_non_null(path);
+    cerb_client *a = NULL, *b = NULL;
+    assert_int_equal(cerb_client_open(&a, path), CERB_OK);
+    assert_int_equal(cerb_client_open(&b, path), CERB_OK);
+    cerb_lock *la = mk(a, "hwm"), *lb = mk(b, "hwm");
+    atomic_store(&hwm_lost, 0);
+    assert_int_equal(cerb_lock_on_lost(la, hwm_on_lost, NULL), CERB_OK);
+    assert_int_equal(cerb_lock_trylock(la), CERB_OK);
+    snprintf(text, sizeof text, "engines = (\"sa\", \"sb\"); lock = { lease_ms = 200; }; %s", fo);
+    rewrite(path, text);
+    assert_int_equal(cerb_client_reload(a), CERB_OK);
+    assert_int_equal(cerb_client_reload(b), CERB_OK);
+    script_engine_set(SCRIPT_A, (struct script_knobs){.down = true});
+    struct on_engine ob = {b, "sb"};
+    assert_wait_until(is_on, &ob, 3000);
+    assert_int_equal(cerb_lock_trylock_for(lb, 5000), CERB_OK);
+    /* Granted only once the older holder was told. */
+    assert_int_equal(atomic_load(&hwm_lost), 1);
+    assert_int_equal(cerb_lock_unlock(lb), CERB_OK);
+    cerb_lock_unlock(la);
+    cerb_lock_free(la);
+    cerb_lock_free(lb);
+    cerb_client_close(a);
+    cerb_client_close(b);
+    cerb_test_remove_file(path);
+}
+
 /*
  * Item 4: a reload that moves `active` to an engine that fails to open once
  * was never applied, and said OK. The wish is kept and applied when the
@@ -523,6 +569,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_retried_release_after_lost_reply, setup, teardown),
         cmocka_unit_test_setup_teardown(test_forked_child_refused, setup, teardown),
         cmocka_unit_test_setup_teardown(test_trylock_rechecks_once, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_grace_covers_leases_before_reload, setup, teardown),
         cmocka_unit_test_setup_teardown(test_reload_to_unopened_engine_is_kept, setup, teardown),
         cmocka_unit_test_setup_teardown(test_file_watch_not_delayed_by_probes, setup, teardown),
     };
