@@ -39,7 +39,12 @@
  * So a grant made while another engine is gated is checked once more after
  * it (lock.c): a name held elsewhere by then is released again. Of two
  * racing grants the later one's check sees the earlier, so at most one
- * survives.
+ * survives. One window stays: after a question to A went unanswered, this
+ * client does not ask A again for 250 ms unless A answers a probe first; a
+ * process that fails back to A and is granted there within that time can
+ * overlap with a grant here. Failing back takes A's breaker closing
+ * (half_open_successes good probes after open_ms) plus failback_after_ms,
+ * while this client's own probes see A answer within one probe interval.
  *
  * Fencing epoch. Tokens carry a 16-bit epoch above the engine's 48-bit
  * counter: the configuration's `epoch` (12 bits), which `cerberus switch`
@@ -258,9 +263,6 @@ int cerb__client_switch(cerb_client *c, int to, const char *why, int pin)
     return to;
 }
 
-/* After a question that got no answer, others do not ask again for this
- * long unless the engine answered something meanwhile: a blackholed engine
- * costs one op timeout per interval, not one per acquisition. */
 #define ASK_BACKOFF_NS (250 * CERB_NS_PER_MS)
 
 /*
@@ -286,21 +288,23 @@ static cerb_status gate_one(cerb_client *c, struct cerb_client_engine *ce, struc
     int64_t last = atomic_load(&ce->last_ok_ns);
     if (last < from)
         last = from;
-    /* Down only when asking gets no answer; while another thread's question
-     * is in flight, or shortly after one failed with nothing heard since,
-     * its answer is not awaited again. */
-    bool ask = ce->e && !(ask_fail > last && now - ask_fail < ASK_BACKOFF_NS);
-    if (ask && !atomic_exchange(&ce->asking, true)) {
+    /* Down only when asking gets no answer. For ASK_BACKOFF_NS after a
+     * question went unanswered, with nothing heard from the engine since,
+     * nobody asks again: a paused engine costs one op timeout per interval,
+     * not one per acquisition. Any answer (a probe every probe interval)
+     * ends the pause at once; so does the interval, so a slow engine whose
+     * probes time out (a gray failure) is still asked. */
+    if (ce->e && !(ask_fail > last && now - ask_fail < ASK_BACKOFF_NS)) {
         cerb_status st = cerb__engine_held(ce->ops, ce->e, name);
         int64_t t = cerb_monotime();
         if (st == CERB_OK || st == CERB_BUSY) {
             answered(ce, t);
         } else {
             cerb__mutex_lock(&c->fo_mu);
-            ce->ask_fail_ns = t;
+            if (ce->ask_fail_ns < t)
+                ce->ask_fail_ns = t;
             cerb__mutex_unlock(&c->fo_mu);
         }
-        atomic_store(&ce->asking, false);
         if (st == CERB_BUSY)
             return cerb__error_set(CERB_BUSY, "lock \"%s\" is still held on engine %s after a switch",
                                    name, ce->name);

@@ -61,7 +61,6 @@ struct cerb_client_engine {
      * question, a successful lock call (renewals included). */
     atomic_int_fast64_t last_ok_ns;
     int64_t ask_fail_ns;         /* last held() question that got no answer */
-    atomic_bool asking;          /* a held() question is in flight */
     atomic_uint_fast64_t pending_ok;
     uint64_t transitions;
 };
