@@ -164,6 +164,13 @@ static void session_watcher(zhandle_t *zh, int type, int state, const char *path
         } else {
             s->id = id;
             s->timeout_ms = zoo_recv_timeout(zh);
+            /* What the server granted, which can differ from what we asked
+             * in either direction ([min, max]SessionTimeout): the server
+             * keeps a silent session, and our nodes, this long. */
+            int64_t cur = atomic_load(&e->max_timeout_ms);
+            while (cur < s->timeout_ms &&
+                   !atomic_compare_exchange_weak(&e->max_timeout_ms, &cur, s->timeout_ms))
+                ;
             s->connected = true;
             cerb__zk_keeper_poke_locked(e, ZK_PEND_CONNECTED);
             s->ever_connected = true;
@@ -628,6 +635,13 @@ void cerb__zk_session_stop(cerb_engine *e)
     cerb__cond_destroy(&e->state_cond);
     cerb__mutex_destroy(&e->mu);
     pthread_rwlock_destroy(&e->zh_lock);
+}
+
+/* ---- the hold bound ---- */
+
+int64_t cerb__zk_op_hold_bound(cerb_engine *e)
+{
+    return atomic_load(&e->max_timeout_ms);
 }
 
 /* ---- probe ---- */

@@ -165,6 +165,9 @@ struct cerb_engine {
     int64_t backoff_ms;         /* between sessions that did not connect */
 
     struct zk_counters stats;
+    /* The longest session timeout any of our sessions negotiated: how long
+     * a node of ours can outlive our last contact (hold_bound_ms). */
+    _Atomic int64_t max_timeout_ms;
 };
 
 /* Keeper work flags (e->pend). */
@@ -221,6 +224,10 @@ void cerb__zk_keeper_poke_locked(cerb_engine *e, unsigned pend);
  * when the C client gives the connection up (2/3 of the session timeout) or
  * when the keeper closes the handle; this bound only guards against a bug. */
 int64_t cerb__zk_call_deadline(cerb_engine *e);
+
+/* ops->hold_bound_ms: the negotiated session timeout (the longest of
+ * this instance's sessions), 0 before the first connection. */
+int64_t cerb__zk_op_hold_bound(cerb_engine *e);
 
 /* zk_log.c: route the C client's log lines into the library's log. */
 void cerb__zk_log_setup(void);

@@ -178,6 +178,43 @@ static void test_grant_check_renew_release(void **state)
     eng_close(&g);
 }
 
+/* ---- the hold bound: the negotiated session timeout ---- */
+
+/* The negotiated timeout of the engine's current session, from the C
+ * client itself. */
+static int64_t recv_timeout(cerb_engine *e)
+{
+    struct zk_session *s = cerb__zk_session_begin(e);
+    assert_non_null(s);
+    int64_t ms = zoo_recv_timeout(s->zh);
+    cerb__zk_session_end(e);
+    return ms;
+}
+
+/*
+ * The test server allows sessions of 1–60 s (scripts/servers.d/zk.sh): a
+ * 90 s session is granted 60 s. What the engine reports as the hold bound
+ * is what the server granted, not the configuration, and a shim without an
+ * instance or an op says "unknown".
+ */
+static void test_hold_bound_negotiated(void **state)
+{
+    (void)state;
+    struct eng g;
+    assert_int_equal(cerb__engine_hold_bound_ms(ops, NULL), 0);
+    assert_non_null(ops->hold_bound_ms);
+
+    eng_open(&g, "session_timeout_ms = 90000;");
+    assert_int_equal(recv_timeout(g.e), 60000);
+    assert_int_equal(cerb__engine_hold_bound_ms(ops, g.e), 60000);
+    eng_close(&g);
+
+    eng_open(&g, "session_timeout_ms = 3000;");
+    assert_int_equal(cerb__engine_hold_bound_ms(ops, g.e), recv_timeout(g.e));
+    assert_int_equal(cerb__engine_hold_bound_ms(ops, g.e), 3000);
+    eng_close(&g);
+}
+
 /* ---- deletion by uuid; adoption only of our current session's node ---- */
 
 static char *make_node(zhandle_t *zh, const char *parent, const char *uuid)
@@ -283,6 +320,7 @@ int main(void)
         cmocka_unit_test(test_children_order),
         cmocka_unit_test(test_grant_check_renew_release),
         cmocka_unit_test(test_adopt_only_current_session),
+        cmocka_unit_test(test_hold_bound_negotiated),
     };
     return cmocka_run_group_tests(tests, setup, NULL);
 }
