@@ -63,9 +63,9 @@
  * the session's state — OK with the send time of the last answered request
  * (the keeper's heartbeat keeps it within a sixth of the session timeout),
  * EIO while disconnected, NOT_OWNER once the session is gone. Its ttl is the
- * negotiated session timeout, or the lock's lease when that is longer (the
- * core renews every lease/3; a shorter ttl would expire between renewals;
- * the keeper reports a lost session on its own).
+ * negotiated session timeout, also when the lock's lease is longer: the
+ * server drops our node that long after our last contact whatever the lease
+ * (the core then renews every ttl/3, which costs nothing here).
  */
 #include "internal_posix.h"
 
@@ -112,7 +112,6 @@ enum woke {
 };
 
 static int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
-static int64_t max64(int64_t a, int64_t b) { return a > b ? a : b; }
 
 /* Waiting for a connection: the connect timeout, or less if the caller's
  * deadline is nearer. */
@@ -155,9 +154,19 @@ static int64_t settle_deadline(const struct acq *a)
     return a->deadline != CERB_DEADLINE_NEVER && a->deadline > c ? a->deadline : c;
 }
 
+/*
+ * A hold lives as long as its session, and the server ends a silent session
+ * the negotiated timeout after it last heard from us — which is after the
+ * send time we report with it — whatever lease the lock asked for. So the
+ * ttl is that timeout, never more: a longer lease would put the core's
+ * deadline past the moment someone else can be granted the lock. A lease
+ * shorter than the session only makes the core renew (and the keeper
+ * heartbeat, ZK_HEARTBEATS) more often.
+ */
 static int64_t grant_ttl(const struct zk_state *st, const cerb_engine_lock *lk)
 {
-    return max64(st->timeout_ms, lk->lease_ms);
+    (void)lk;
+    return st->timeout_ms;
 }
 
 static void list_unlink(cerb_engine *e, struct zk_lock_priv *p)

@@ -178,7 +178,7 @@ static void test_grant_check_renew_release(void **state)
     eng_close(&g);
 }
 
-/* ---- the hold bound: the negotiated session timeout ---- */
+/* ---- the hold bound and the ttl: the negotiated session timeout ---- */
 
 /* The negotiated timeout of the engine's current session, from the C
  * client itself. */
@@ -213,6 +213,45 @@ static void test_hold_bound_negotiated(void **state)
     assert_int_equal(cerb__engine_hold_bound_ms(ops, g.e), recv_timeout(g.e));
     assert_int_equal(cerb__engine_hold_bound_ms(ops, g.e), 3000);
     eng_close(&g);
+}
+
+/*
+ * A hold lasts as long as the session, which the server ends the
+ * negotiated timeout after our last contact: a lease longer than that must
+ * not stretch the ttl a grant, a renewal or a check reports (the core puts
+ * the local deadline at sent_ns + ttl), or the holder would still count as
+ * VALID after the server dropped its node and someone else got the lock.
+ */
+static void test_ttl_bounded_by_session(void **state)
+{
+    (void)state;
+    struct eng g;
+    eng_open(&g, "session_timeout_ms = 3000;");
+    char *name = test_name("ttl");
+    void *priv = calloc(1, ops->lock_priv_size);
+    cerb_engine_lock lk;
+    cerb_grant gr, rn, gc;
+
+    fill_lock(&lk, priv, name, 20000);
+    assert_int_equal(cerb__engine_acquire(ops, g.e, &lk, 0, NULL, &gr), CERB_OK);
+    assert_true(gr.ttl_ms > 0 && gr.ttl_ms <= 3000);
+    assert_int_equal(cerb__engine_renew(ops, g.e, &lk, &rn), CERB_OK);
+    assert_true(rn.ttl_ms > 0 && rn.ttl_ms <= 3000);
+    assert_int_equal(cerb__engine_check_owner(ops, g.e, &lk, &gc), CERB_OK);
+    assert_true(gc.ttl_ms > 0 && gc.ttl_ms <= 3000);
+    assert_int_equal(cerb__engine_release(ops, g.e, &lk), CERB_OK);
+    eng_close(&g);
+
+    /* Negotiated down (90 s asked, 60 s granted): the granted one counts. */
+    eng_open(&g, "session_timeout_ms = 90000;");
+    fill_lock(&lk, priv, name, 100000);
+    assert_int_equal(cerb__engine_acquire(ops, g.e, &lk, 0, NULL, &gr), CERB_OK);
+    assert_true(gr.ttl_ms > 0 && gr.ttl_ms <= 60000);
+    assert_int_equal(cerb__engine_release(ops, g.e, &lk), CERB_OK);
+    eng_close(&g);
+
+    free(priv);
+    free(name);
 }
 
 /* ---- deletion by uuid; adoption only of our current session's node ---- */
@@ -321,6 +360,7 @@ int main(void)
         cmocka_unit_test(test_grant_check_renew_release),
         cmocka_unit_test(test_adopt_only_current_session),
         cmocka_unit_test(test_hold_bound_negotiated),
+        cmocka_unit_test(test_ttl_bounded_by_session),
     };
     return cmocka_run_group_tests(tests, setup, NULL);
 }

@@ -10,6 +10,8 @@
  *    callback, exactly once) while the server is still stopped; after it
  *    resumes, another client gets the lock, and the first client works
  *    again on a new session.
+ *  - A lease longer than the session: LOST when the session can have ended,
+ *    not when the lease would.
  */
 #define _POSIX_C_SOURCE 200809L
 #include <setjmp.h>
@@ -159,11 +161,48 @@ static void test_lost_past_session_timeout(void **state)
     free(name);
 }
 
+/* ---- lease longer than the session (issue 10 item 14) ---- */
+
+/*
+ * The server drops a silent session's nodes the negotiated timeout after it
+ * last heard from the holder, whatever lease the lock asked for: with a
+ * 20 s lease on a 2 s session, the holder must count as LOST no later than
+ * 2 s after its last contact (at the latest the pause), not ~20 s after.
+ */
+static void test_long_lease_lost_with_session(void **state)
+{
+    (void)state;
+    cerb_client *c1 = open_client("session_timeout_ms = 2000; connect_timeout_ms = 1000;");
+    char *name = test_name("pause-lease");
+    cerb_lock_opts o = CERB_LOCK_OPTS_INIT;
+    o.lease_ms = 20000;
+    cerb_lock *a = NULL;
+    assert_int_equal(cerb_lock_new(c1, name, &o, &a), CERB_OK);
+    assert_int_equal(cerb_lock_lock(a), CERB_OK);
+
+    assert_int_equal(cerb_test_zk_pause(cerb_test_zk_port()), 0);
+    int64_t t0 = cerb_test_now_ms();
+    struct state_is lost = {a, CERB_LOCK_LOST};
+    assert_wait_until(state_is, &lost, 6000);
+    int64_t took = cerb_test_now_ms() - t0;
+    assert_int_equal(cerb_test_zk_resume(cerb_test_zk_port()), 0);
+    /* 2 s after the last contact at the latest, plus the polling step. */
+    if (took > 2100)
+        fail_msg("LOST %lld ms after the pause; the session timeout is 2000 ms",
+                 (long long)took);
+    assert_int_equal(cerb_lock_unlock(a), CERB_LOST);
+
+    cerb_lock_free(a);
+    cerb_client_close(c1);
+    free(name);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_teardown(test_short_outage_suspect_then_valid, resume),
         cmocka_unit_test_teardown(test_lost_past_session_timeout, resume),
+        cmocka_unit_test_teardown(test_long_lease_lost_with_session, resume),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
