@@ -99,6 +99,10 @@ struct acq {
     struct zk_lock_priv *p;
     char *parent;             /* <root>/<name> */
     int64_t deadline;         /* the caller's; 0 = one attempt */
+    int64_t bound;            /* no wait of this call ends later (below) */
+    bool unknown;             /* failed with a create unanswered: it may
+                                 have landed; the uuid stays for check_owner
+                                 and release */
     const atomic_int *intr;
     char *prefix;             /* create path: <parent>/_c_<uuid>-lock- */
     struct zk_children kids;  /* the latest listing */
@@ -113,22 +117,39 @@ enum woke {
 
 static int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
 
-/* Waiting for a connection: the connect timeout, or less if the caller's
- * deadline is nearer. */
-static int64_t conn_deadline(const struct acq *a)
+/*
+ * The bound of one operation: the caller's deadline, or for a call without
+ * one (trylock, check_owner) the connect timeout from its start. Every wait
+ * inside — for a connection, for an answer, for settling a lost reply —
+ * ends by it: on a stopped server an answer comes only when the C client
+ * gives the connection up (2/3 of the session timeout, seconds), and the
+ * caller must not wait for that past its deadline.
+ */
+static int64_t op_bound(cerb_engine *e, int64_t deadline)
 {
-    int64_t c = cerb__deadline_in(a->e->zc->connect_timeout_ms);
-    return a->deadline != 0 ? min64(a->deadline, c) : c;
+    return deadline != 0 ? deadline : cerb__deadline_in(e->zc->connect_timeout_ms);
 }
 
+/* Waiting for a connection: the connect timeout, or less if the bound is
+ * nearer. */
+static int64_t conn_deadline(const struct acq *a)
+{
+    return min64(a->bound, cerb__deadline_in(a->e->zc->connect_timeout_ms));
+}
+
+/* Deleting our node when leaving, past the bound: a delete takes a round
+ * trip, and one not answered by then is finished by the keeper. */
+#define ZK_CLEANUP_GRACE_MS 200
+
 /*
- * How long to wait for a connection when cleaning up after ourselves
- * (deleting our node): while connected, a connection loss in the middle is
- * most likely a leader election (~1 s), so wait for it, at least the
- * connect timeout even past the caller's deadline; while disconnected
- * already, not at all: the keeper finishes the deletion when the session
- * is back (or the node goes with the session), and the caller — an
- * interrupt, an unlock, a client closing — is not held up for nothing.
+ * How long to wait when cleaning up after ourselves (deleting our node):
+ * while connected, until the operation's bound `base` (at least
+ * ZK_CLEANUP_GRACE_MS, for the delete's round trip), or the connect
+ * timeout for an operation without one (an unlock, an interrupted lock());
+ * while disconnected already, not at all. What is not done by then — a
+ * connection loss in the middle, a server that stopped — the keeper
+ * finishes when the session is back (or the node goes with the session),
+ * and the caller is not held up for it.
  */
 static int64_t cleanup_deadline_at(cerb_engine *e, int64_t base)
 {
@@ -136,22 +157,15 @@ static int64_t cleanup_deadline_at(cerb_engine *e, int64_t base)
     cerb__zk_state(e, &st);
     if (!st.connected)
         return cerb_monotime();
-    int64_t c = cerb__deadline_in(e->zc->connect_timeout_ms);
-    return base != CERB_DEADLINE_NEVER && base > c ? base : c;
+    if (base == 0 || base == CERB_DEADLINE_NEVER)
+        return cerb__deadline_in(e->zc->connect_timeout_ms);
+    int64_t g = cerb__deadline_in(ZK_CLEANUP_GRACE_MS);
+    return base > g ? base : g;
 }
 
 static int64_t cleanup_deadline(const struct acq *a)
 {
-    return cleanup_deadline_at(a->e, a->deadline);
-}
-
-/* Settling a lost create reply: the caller wants the lock, so wait for the
- * session to come back until its deadline, and at least the connect
- * timeout (a leader election takes ~1 s). */
-static int64_t settle_deadline(const struct acq *a)
-{
-    int64_t c = cerb__deadline_in(a->e->zc->connect_timeout_ms);
-    return a->deadline != CERB_DEADLINE_NEVER && a->deadline > c ? a->deadline : c;
+    return cleanup_deadline_at(a->e, a->deadline == 0 ? a->bound : a->deadline);
 }
 
 /*
@@ -390,7 +404,7 @@ static cerb_status create_round(struct acq *a, uint64_t gen, bool with_parents, 
         st = cerb__error_set(CERB_EIO, "zk %s: the session changed", e->hosts);
         goto out;
     }
-    if (!cerb__zk_call_wait(c, cerb__zk_call_deadline(e))) {
+    if (!cerb__zk_call_wait(c, cerb__zk_call_deadline(e, a->bound))) {
         *rc_create = CERB_ZK_RC_ABANDONED;
         *ambiguous = true;
         st = cerb__zk_fail(e->hosts, "create", a->prefix, CERB_ZK_RC_ABANDONED, true, NULL);
@@ -480,14 +494,15 @@ static cerb_status create_node(struct acq *a, uint64_t gen, int64_t sid, bool *r
             return st; /* the server refused: nothing happened */
 
         /* The create may have landed: wait for this session to come back
-         * and look (again, should the connection drop while we look). */
+         * and look (again, should the connection drop while we look), as
+         * long as the bound allows. */
         char why[CERB_ERROR_MAX];
         cerb__error_copy(why, sizeof why);
         char *node = NULL;
         uint64_t czxid = 0;
         for (int look = 0;; look++) {
             struct zk_state s2;
-            cerb_status ws = cerb__zk_wait_connected(e, settle_deadline(a), NULL, gen, &s2);
+            cerb_status ws = cerb__zk_wait_connected(e, a->bound, NULL, gen, &s2);
             if (ws == CERB_NOT_OWNER) {
                 /* Lost with the session; an old session's node may linger
                  * if we gave up before the server did: delete it by uuid. */
@@ -496,13 +511,18 @@ static cerb_status create_node(struct acq *a, uint64_t gen, int64_t sid, bool *r
                 return CERB_OK;
             }
             if (ws == CERB_OK)
-                st = cerb__zk_find_mine(e, gen, sid, a->parent, p->uuid, &node, &czxid);
+                st = cerb__zk_find_mine(e, gen, sid, a->parent, p->uuid, a->bound, &node,
+                                        &czxid);
             if (ws == CERB_OK && st == CERB_OK)
                 break;
-            if (ws != CERB_OK || look >= ZK_MAX_CREATE_ROUNDS) {
-                cerb__zk_reap_add(e, a->parent, NULL, p->uuid);
-                return cerb__error_set(CERB_EIO, "%s (not settled in time; the node, if it "
-                                       "was made, is deleted when the session reconnects)",
+            if (ws != CERB_OK || look >= ZK_MAX_CREATE_ROUNDS || cerb_monotime() >= a->bound) {
+                /* Unsettled by the bound: the outcome is unknown. The core
+                 * asks check_owner (which adopts the node or says it is not
+                 * there) or releases it in the background by its uuid;
+                 * deleting it here could delete a node check_owner is about
+                 * to adopt. */
+                a->unknown = true;
+                return cerb__error_set(CERB_EIO, "%s (outcome unknown: not settled in time)",
                                        why);
             }
         }
@@ -540,8 +560,9 @@ static cerb_status relist(struct acq *a, uint64_t gen, bool *restart)
                     : -1;
         cerb__zk_session_end(e);
         int rc = k < 0 ? ZINVALIDSTATE
-                 : cerb__zk_call_wait(c, cerb__zk_call_deadline(e)) ? c->res[k].rc
-                                                                     : CERB_ZK_RC_ABANDONED;
+                 : cerb__zk_call_wait(c, cerb__zk_call_deadline(e, a->bound))
+                     ? c->res[k].rc
+                     : CERB_ZK_RC_ABANDONED;
         if (rc == ZOK) {
             a->kids = c->res[k].kids;
             memset(&c->res[k].kids, 0, sizeof c->res[k].kids);
@@ -555,14 +576,18 @@ static cerb_status relist(struct acq *a, uint64_t gen, bool *restart)
         }
         if (rc != ZINVALIDSTATE && rc != ZSESSIONEXPIRED && !cerb__zk_rc_ambiguous(rc))
             return cerb__zk_fail(e->hosts, "getChildren", a->parent, rc, sent, NULL);
-        /* Connection trouble: wait for this session to come back. */
+        /* Connection trouble: wait for this session to come back, within
+         * the bound (a server that stopped answering leaves the session
+         * "connected" for seconds: no answer by the bound is a timeout). */
         struct zk_state st;
-        int64_t dl = a->deadline == 0 ? conn_deadline(a) : a->deadline;
-        cerb_status ws = cerb__zk_wait_connected(e, dl, a->intr, gen, &st);
+        cerb_status ws = cerb__zk_wait_connected(e, a->bound, a->intr, gen, &st);
         if (ws == CERB_NOT_OWNER) {
             *restart = true;
             return CERB_OK;
         }
+        if (ws == CERB_OK && cerb_monotime() >= a->bound)
+            ws = cerb__error_set(CERB_EIO, "zk %s: getChildren %s: no answer in time", e->hosts,
+                                 a->parent);
         if (ws == CERB_EIO && a->deadline != 0)
             return cerb__error_set(CERB_TIMEOUT, "wait for \"%s\" timed out (disconnected)",
                                    a->lk->name);
@@ -619,8 +644,9 @@ static enum woke arm_and_wait(struct acq *a, uint64_t gen, cerb_status *err)
         cerb__zk_session_end(e);
         int k = kc >= 0 ? kc : kd; /* either answer tells whether it is there */
         int rc = k < 0 ? ZINVALIDSTATE
-                 : cerb__zk_call_wait(c, cerb__zk_call_deadline(e)) ? c->res[k].rc
-                                                                     : CERB_ZK_RC_ABANDONED;
+                 : cerb__zk_call_wait(c, cerb__zk_call_deadline(e, a->bound))
+                     ? c->res[k].rc
+                     : CERB_ZK_RC_ABANDONED;
         if (rc == ZOK && kd >= 0 && kc >= 0 && c->res[kd].rc != ZOK)
             rc = c->res[kd].rc; /* both must be set */
         bool sent = k >= 0 && c->res[k].sent;
@@ -855,6 +881,7 @@ cerb_status cerb__zk_op_acquire(cerb_engine *e, cerb_engine_lock *lk, int64_t de
 {
     struct zk_lock_priv *p = lk->priv;
     struct acq a = {.e = e, .lk = lk, .p = p, .deadline = deadline_ns, .intr = interrupted};
+    a.bound = op_bound(e, deadline_ns);
     struct zk_wait *w = cerb__calloc(1, sizeof *w);
     cerb_status st;
 
@@ -891,7 +918,10 @@ cerb_status cerb__zk_op_acquire(cerb_engine *e, cerb_engine_lock *lk, int64_t de
     cerb__zk_children_clear(&a.kids);
     if (st != CERB_OK) {
         drop_node(e, p);
-        p->uuid[0] = '\0'; /* nothing to check or release */
+        if (a.unknown)
+            grant_out->outcome = CERB_OUTCOME_UNKNOWN; /* check or release by uuid */
+        else
+            p->uuid[0] = '\0'; /* nothing to check or release */
     }
     return st;
 }
@@ -995,10 +1025,11 @@ cerb_status cerb__zk_op_check(cerb_engine *e, cerb_engine_lock *lk, cerb_grant *
     if (!p->uuid[0])
         return cerb__error_set(CERB_NOT_OWNER, "zk %s: no acquisition of \"%s\" to check",
                                e->hosts, lk->name);
-    st = cerb__zk_wait_connected(e, cerb__deadline_in(e->zc->connect_timeout_ms), NULL, 0, &ss);
+    struct acq a = {.e = e, .lk = lk, .p = p, .deadline = 0};
+    a.bound = op_bound(e, 0);
+    st = cerb__zk_wait_connected(e, a.bound, NULL, 0, &ss);
     if (st != CERB_OK)
         return st;
-    struct acq a = {.e = e, .lk = lk, .p = p, .deadline = 0};
     a.parent = cerb__zk_parent_path(e->zc->root, lk->name);
     if (!a.parent)
         return cerb__error_set(CERB_ENOMEM, "zk %s: out of memory", e->hosts);
@@ -1010,7 +1041,7 @@ cerb_status cerb__zk_op_check(cerb_engine *e, cerb_engine_lock *lk, cerb_grant *
     if (!p->node) {
         char *node = NULL;
         uint64_t czxid = 0;
-        st = cerb__zk_find_mine(e, ss.gen, ss.id, a.parent, p->uuid, &node, &czxid);
+        st = cerb__zk_find_mine(e, ss.gen, ss.id, a.parent, p->uuid, a.bound, &node, &czxid);
         if (st != CERB_OK) {
             cerb__free(a.parent);
             return st;
@@ -1047,7 +1078,7 @@ cerb_status cerb__zk_op_check(cerb_engine *e, cerb_engine_lock *lk, cerb_grant *
         return CERB_OK;
     }
     if (queued) /* in the queue but not first: nobody waits on it, leave */
-        cerb__zk_remove(e, a.parent, p->node, NULL, cleanup_deadline_at(e, 0));
+        cerb__zk_remove(e, a.parent, p->node, NULL, cleanup_deadline_at(e, a.bound));
 not_owner:
     drop_node(e, p);
     p->uuid[0] = '\0';

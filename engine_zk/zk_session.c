@@ -82,9 +82,11 @@ void cerb__zk_keeper_poke_locked(cerb_engine *e, unsigned pend)
     cerb__cond_signal(&e->keeper_cond);
 }
 
-int64_t cerb__zk_call_deadline(cerb_engine *e)
+int64_t cerb__zk_call_deadline(cerb_engine *e, int64_t bound_ns)
 {
-    return cerb__deadline_in(e->zc->session_timeout_ms + e->zc->connect_timeout_ms + 2000);
+    int64_t guard =
+        cerb__deadline_in(e->zc->session_timeout_ms + e->zc->connect_timeout_ms + 2000);
+    return bound_ns > 0 && bound_ns < guard ? bound_ns : guard;
 }
 
 struct zk_session *cerb__zk_session_begin(cerb_engine *e)
@@ -405,7 +407,7 @@ static bool verify_held(cerb_engine *e)
         else
             ok = false;
         cerb__zk_session_end(e);
-        if (ok && !cerb__zk_call_wait(c, cerb__zk_call_deadline(e)))
+        if (ok && !cerb__zk_call_wait(c, cerb__zk_call_deadline(e, 0)))
             ok = false;
         for (size_t i = 0; ok && i < n; i++) {
             int rc = c->res[hc[i].slot].rc;

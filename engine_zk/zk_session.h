@@ -220,10 +220,16 @@ void cerb__zk_wake_waiters_locked(cerb_engine *e);
 /* Ask the keeper to do work (mu held). */
 void cerb__zk_keeper_poke_locked(cerb_engine *e, unsigned pend);
 
-/* The per-call bound on waiting for completions: they come at the latest
- * when the C client gives the connection up (2/3 of the session timeout) or
- * when the keeper closes the handle; this bound only guards against a bug. */
-int64_t cerb__zk_call_deadline(cerb_engine *e);
+/*
+ * How long to wait for a call's completions: until `bound_ns`, the bound of
+ * the operation that sent it (the caller's deadline, or the connect timeout
+ * for a call without one; 0 = none), capped by a guard. Completions come at
+ * the latest when the C client gives the connection up (2/3 of the session
+ * timeout) or when the keeper closes the handle — on a stopped server, far
+ * later than a caller's deadline, which is why lock operations pass theirs;
+ * the guard only protects against a bug.
+ */
+int64_t cerb__zk_call_deadline(cerb_engine *e, int64_t bound_ns);
 
 /* ops->hold_bound_ms: the negotiated session timeout (the longest of
  * this instance's sessions), 0 before the first connection. */

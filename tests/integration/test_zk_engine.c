@@ -310,7 +310,8 @@ static void test_adopt_only_current_session(void **state)
     char *stale = make_node(other, parent, uuid);
     char *node = NULL;
     uint64_t czxid = 0;
-    assert_int_equal(cerb__zk_find_mine(g.e, st.gen, st.id, parent, uuid, &node, &czxid),
+    assert_int_equal(cerb__zk_find_mine(g.e, st.gen, st.id, parent, uuid,
+                                        cerb__deadline_in(5000), &node, &czxid),
                      CERB_OK);
     assert_null(node);
     struct Stat sx;
@@ -320,7 +321,8 @@ static void test_adopt_only_current_session(void **state)
     free(stale);
     stale = make_node(other, parent, uuid);
     char *mine = make_own_node(g.e, parent, uuid);
-    assert_int_equal(cerb__zk_find_mine(g.e, st.gen, st.id, parent, uuid, &node, &czxid),
+    assert_int_equal(cerb__zk_find_mine(g.e, st.gen, st.id, parent, uuid,
+                                        cerb__deadline_in(5000), &node, &czxid),
                      CERB_OK);
     assert_non_null(node);
     assert_string_equal(node, mine);

@@ -12,6 +12,8 @@
  *    again on a new session.
  *  - A lease longer than the session: LOST when the session can have ended,
  *    not when the lease would.
+ *  - trylock_for(600) on a stopped server returns after ~600 ms, and the
+ *    node its unanswered create may have made does not stay behind.
  */
 #define _POSIX_C_SOURCE 200809L
 #include <setjmp.h>
@@ -197,12 +199,87 @@ static void test_long_lease_lost_with_session(void **state)
     free(name);
 }
 
+/* ---- calls return by their deadline (issue 10 item 18) ---- */
+
+struct no_nodes {
+    zhandle_t *zh;
+    const char *path;
+};
+static bool no_nodes(void *ud)
+{
+    struct no_nodes *n = ud;
+    int rc = 0;
+    int k = cerb_test_zk_children(n->zh, n->path, NULL, &rc);
+    return k == 0 || (k < 0 && rc == ZNONODE);
+}
+
+/*
+ * A create sent to a stopped server gets no answer until the client gives
+ * the connection up (2/3 of the session timeout): trylock_for(600) must
+ * still return after about 600 ms, with the create's outcome unknown — and
+ * once the server runs again, the node it may have made must not stay
+ * behind (the core re-checks or releases it in the background; the engine
+ * deletes it by its uuid).
+ */
+static void test_trylock_for_on_time_while_paused(void **state)
+{
+    (void)state;
+    cerb_client *c1 = open_client("session_timeout_ms = 6000;");
+    char *name = test_name("pause-try");
+    cerb_lock *a = NULL;
+    assert_int_equal(cerb_lock_new(c1, name, NULL, &a), CERB_OK);
+    /* The parents exist: the create is the only request of the attempt. */
+    assert_int_equal(cerb_lock_trylock(a), CERB_OK);
+    assert_int_equal(cerb_lock_unlock(a), CERB_OK);
+
+    assert_int_equal(cerb_test_zk_pause(cerb_test_zk_port()), 0);
+    int64_t t0 = cerb_test_now_ms();
+    cerb_status st = cerb_lock_trylock_for(a, 600);
+    int64_t took = cerb_test_now_ms() - t0;
+    assert_int_not_equal(st, CERB_OK);
+    if (took > 1000)
+        fail_msg("trylock_for(600) returned %s after %lld ms", cerb_status_name(st),
+                 (long long)took);
+    assert_int_equal(cerb_test_zk_resume(cerb_test_zk_port()), 0);
+
+    /* Nothing of ours stays: the lock is free for another client. */
+    zhandle_t *zh = cerb_test_zk_connect(NULL, NULL);
+    assert_non_null(zh);
+    char *path = cerb_test_zk_lock_path(name);
+    struct no_nodes nn = {zh, path};
+    assert_wait_until(no_nodes, &nn, 15000);
+    cerb_client *c2 = open_client(NULL);
+    cerb_lock *b = NULL;
+    assert_int_equal(cerb_lock_new(c2, name, NULL, &b), CERB_OK);
+    assert_int_equal(cerb_lock_trylock(b), CERB_OK);
+    assert_int_equal(cerb_lock_unlock(b), CERB_OK);
+    /* And the first client works again. */
+    assert_int_equal(cerb_lock_trylock_for(a, 10000), CERB_OK);
+    assert_int_equal(cerb_lock_unlock(a), CERB_OK);
+    assert_true(no_nodes(&nn));
+
+    free(path);
+    cerb_test_zk_close(zh);
+    cerb_lock_free(a);
+    cerb_lock_free(b);
+    cerb_client_close(c1);
+    cerb_client_close(c2);
+    free(name);
+}
+
 int main(void)
 {
+    /* Debugging aids: CERB_TEST_FILTER=<glob> runs only matching tests,
+     * CERB_TEST_DEBUG=1 turns the library's debug log on. */
+    if (getenv("CERB_TEST_FILTER"))
+        cmocka_set_test_filter(getenv("CERB_TEST_FILTER"));
+    if (getenv("CERB_TEST_DEBUG"))
+        cerb_log_set(NULL, NULL, CERB_LOG_DEBUG);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_teardown(test_short_outage_suspect_then_valid, resume),
         cmocka_unit_test_teardown(test_lost_past_session_timeout, resume),
         cmocka_unit_test_teardown(test_long_lease_lost_with_session, resume),
+        cmocka_unit_test_teardown(test_trylock_for_on_time_while_paused, resume),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
