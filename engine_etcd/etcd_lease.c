@@ -232,10 +232,22 @@ static void lose(cerb_engine *e, const char *why, bool revoke_later)
     emit(e, CERB_EV_LOST);
 }
 
-/* Delete the orphans once each (sess_mu held on entry and exit). */
-static void sweep_orphans(cerb_engine *e)
+/* A delete started with less time than this before the next keepalive is
+ * due waits for the keepalive instead. */
+#define SWEEP_MIN_MS 20
+
+/*
+ * Delete orphans until `until_ns`, when the next keepalive is due (sess_mu
+ * held on entry and exit). Each delete is bounded by the time left, so the
+ * keepalive is never late for the sweep: thousands of orphans take longer
+ * than a TTL, and a session lost to its own housekeeping would lose every
+ * hold. What is left waits for the time between the next keepalives.
+ */
+static void sweep_orphans(cerb_engine *e, int64_t until_ns)
 {
     for (;;) {
+        if (cerb_monotime() + SWEEP_MIN_MS * CERB_NS_PER_MS > until_ns)
+            return;
         struct etcd_orphan *o = e->orphans;
         /* Skip keys in use: an acquire that claimed one adopts the key. */
         while (o && (o->busy || reg_find(e, o->key, o->key_len, key_hash(o->key, o->key_len), NULL)))
@@ -247,9 +259,9 @@ static void sweep_orphans(cerb_engine *e)
             return;
         o->busy = true;
         cerb__mutex_unlock(&e->sess_mu);
+        int64_t dl = cerb__deadline_in(e->ec->op_timeout_ms);
         cerb_status st = cerb__etcd_delete_key(e, o->key, o->key_len, o->rev,
-                                               cerb__deadline_in(e->ec->op_timeout_ms),
-                                               &e->ka_abort, NULL);
+                                               dl < until_ns ? dl : until_ns, &e->ka_abort, NULL);
         cerb__mutex_lock(&e->sess_mu);
         o->busy = false;
         cerb__cond_broadcast(&e->sess_cond);
@@ -299,17 +311,23 @@ static void *ka_main(void *arg)
             }
             continue;
         }
-        if (e->revoke_id) {
+        /* The keepalive first; housekeeping only in the time left before
+         * it is due again. */
+        int64_t now = cerb_monotime();
+        if (!e->ka_kick && now < next && e->revoke_id) {
             int64_t id = e->revoke_id;
+            int64_t dl = cerb__deadline_in(e->ec->op_timeout_ms);
             cerb__mutex_unlock(&e->sess_mu);
-            cerb_status st = revoke(e, id, cerb__deadline_in(e->ec->op_timeout_ms), &e->ka_abort);
+            cerb_status st = revoke(e, id, dl < next ? dl : next, &e->ka_abort);
             cerb__mutex_lock(&e->sess_mu);
             if (st == CERB_OK && e->revoke_id == id)
                 e->revoke_id = 0;
+            now = cerb_monotime();
         }
-        if (e->orphans)
-            sweep_orphans(e);
-        int64_t now = cerb_monotime();
+        if (!e->ka_kick && now < next && e->orphans && !e->ka_stop) {
+            sweep_orphans(e, next);
+            now = cerb_monotime();
+        }
         if (!e->ka_kick && now < next) {
             int64_t until = next;
             if (e->orphans || e->revoke_id) {
