@@ -17,9 +17,12 @@
  *    an old session's and deleted, never adopted (adopting it is Curator's
  *    CURATOR-604: a lock "held" by a node that dies with a session already
  *    gone).
- * A caller waits for this at most until its own deadline (at least the
- * connect timeout); what is not done by then goes on the keeper's list of
- * pending deletions, retried whenever the session is connected. Deletions
+ * A caller waits for this at most until its operation's bound (zk_mutex.c:
+ * the caller's deadline, or the connect timeout); what is not done by then
+ * goes on the keeper's list of pending deletions, retried whenever the
+ * session is connected. A create not settled by its bound is the core's to
+ * settle (check_owner) or release (by uuid): the engine never deletes by
+ * uuid a node that check_owner may still adopt. Deletions
  * run on whatever session is current: if we gave a session up before the
  * server expired it, its nodes still exist and any session may delete them
  * (the ACLs we set allow our own identity to).

@@ -14,7 +14,9 @@
  *     the parent is missing (NONODE), the missing ancestors are created as
  *     CONTAINER nodes in front of the same two requests, still one round
  *     trip. A lost create reply is settled in zk_cleanup.c (adopt the node
- *     with our uuid owned by our current session, or create again).
+ *     with our uuid owned by our current session, or create again); one
+ *     not settled by the call's bound fails with an UNKNOWN outcome and
+ *     keeps the uuid, for the core's check_owner or release.
  *  3. Order the children by the text after the last "lock-" (zk_layout.c).
  *     None before ours: we hold the lock. Otherwise, with no time to wait
  *     (trylock), delete our node and answer BUSY.
@@ -48,7 +50,10 @@
  *     does; a Curator waiter behind one of ours sees the change as a
  *     spurious wake-up and lists again.
  *  5. Giving up (deadline, interrupt, error) deletes our node, retried
- *     through connection loss (zk_cleanup.c) before returning.
+ *     through connection loss (zk_cleanup.c) until shortly after the
+ *     call's bound, then left to the keeper.
+ * Every wait of a call ends by its bound: the caller's deadline, or the
+ * connect timeout for trylock and check_owner (op_bound).
  * A session lost while waiting (zk_session.c) ends the attempt: its node
  * dies with the session, and a new attempt starts on the next session
  * while the deadline allows.
