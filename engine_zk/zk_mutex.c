@@ -694,26 +694,128 @@ static enum woke arm_and_wait(struct acq *a, uint64_t gen, cerb_status *err)
     return w;
 }
 
+/* A mark is sent again at most this many times per hold. */
+#define ZK_MARK_MAX_TRIES 5
+/* The keeper sends at most this many marks per pass. */
+#define ZK_MARK_BATCH 64
+
+/*
+ * The mark of hold `owner` (acquisition acq_id, session gen) did not land
+ * (refused by the client, or answered with an error such as a connection
+ * loss): have the keeper send it again while the hold lasts on that
+ * session. Without the mark the successor only lists once more when we
+ * release, so this is about speed, not safety. mu not held.
+ */
+static void mark_again(cerb_engine *e, const void *owner, uint64_t acq_id, uint64_t gen, int rc)
+{
+    bool again = false, held = false;
+    ZK_COUNT(e, mark_failures);
+    cerb__mutex_lock(&e->mu);
+    for (struct zk_lock_priv *p = e->held; p; p = p->next)
+        if (p == owner && p->acq_id == acq_id && p->gen == gen && !p->gone) {
+            held = true;
+            if (p->mark_tries < ZK_MARK_MAX_TRIES) {
+                p->mark_pending = true;
+                cerb__zk_keeper_poke_locked(e, ZK_PEND_MARK);
+                again = true;
+            }
+            break;
+        }
+    cerb__mutex_unlock(&e->mu);
+    if (held)
+        CERB_LOG_W("zk %s: marking a held lock node for its successor failed: %s%s", e->hosts,
+                   zerror(rc), again ? "; sent again when connected" : "");
+}
+
+/* A mark's answer (completion thread). NONODE: released meanwhile. */
+static void mark_done(struct zk_res *r)
+{
+    if (r->rc == ZOK || r->rc == ZNONODE)
+        return;
+    mark_again(r->call->sess->e, r->owner, r->owner_id, r->call->sess->gen, r->rc);
+}
+
+/* Send the mark of hold p (node path `node`) on session s, whose handle
+ * the caller keeps open. ZOK, or the client's refusal (for mark_again once
+ * the handle is let go: it logs). */
+static int mark_send(struct zk_session *s, const char *node, struct zk_lock_priv *p,
+                     uint64_t acq_id)
+{
+    struct zk_call *c = cerb__zk_call_new(1);
+    if (!c)
+        return ZOK; /* out of memory: the successor lists again */
+    int k = cerb__zk_call_set(c, s, node, ZK_DATA_HOLDING, mark_done, p, acq_id);
+    int rc = c->res[k].sent ? ZOK : c->res[k].rc;
+    cerb__zk_call_put(c); /* the completion frees it */
+    return rc;
+}
+
 /*
  * Tell a successor we hold the lock (see the header): rewrite our node's
  * data, without waiting for the answer. Only when someone may be queued
- * behind us: we waited ourselves, or the listing shows a later child.
+ * behind us: we waited ourselves, or the listing shows a later child. One
+ * that does not land is sent again by the keeper (mark_again).
  */
 static void announce(struct acq *a, uint64_t gen)
 {
     size_t after = a->kids.n_children - a->kids.n_lower - (a->kids.found_self ? 1 : 0);
     if (!a->waited && (!a->listed || after == 0))
         return;
-    struct zk_call *c = cerb__zk_call_new(1);
-    if (!c)
-        return; /* the successor lists again instead */
+    int rc = ZOK;
     struct zk_session *s = cerb__zk_session_begin(a->e);
     if (s && s->gen == gen) {
-        cerb__zk_call_set(c, s, a->p->node, ZK_DATA_HOLDING);
         ZK_COUNT(a->e, announces);
+        rc = mark_send(s, a->p->node, a->p, a->p->acq_id);
     }
     cerb__zk_session_end(a->e);
-    cerb__zk_call_put(c);
+    if (rc != ZOK)
+        mark_again(a->e, a->p, a->p->acq_id, gen, rc);
+}
+
+void cerb__zk_marks_retry(cerb_engine *e)
+{
+    struct {
+        struct zk_lock_priv *p;
+        uint64_t acq_id;
+        char *node;
+        int rc;
+    } todo[ZK_MARK_BATCH];
+    size_t n = 0;
+    uint64_t gen;
+
+    cerb__mutex_lock(&e->mu);
+    gen = e->gen_counter;
+    for (struct zk_lock_priv *p = e->held; p && n < ZK_MARK_BATCH; p = p->next) {
+        if (!p->mark_pending)
+            continue;
+        p->mark_pending = false;
+        if (p->gone || p->gen != gen || !p->node)
+            continue;
+        todo[n].node = cerb__strdup(p->node);
+        if (!todo[n].node)
+            continue; /* out of memory: the successor lists again */
+        todo[n].p = p;
+        todo[n].acq_id = p->acq_id;
+        p->mark_tries++;
+        n++;
+    }
+    if (n == ZK_MARK_BATCH)
+        e->pend |= ZK_PEND_MARK; /* more next pass */
+    cerb__mutex_unlock(&e->mu);
+
+    struct zk_session *s = cerb__zk_session_begin(e);
+    for (size_t i = 0; i < n; i++) {
+        todo[i].rc = ZOK;
+        if (s && s->gen == gen) {
+            ZK_COUNT(e, mark_retries);
+            todo[i].rc = mark_send(s, todo[i].node, todo[i].p, todo[i].acq_id);
+        }
+        cerb__free(todo[i].node);
+    }
+    cerb__zk_session_end(e);
+    for (size_t i = 0; i < n; i++)
+        if (todo[i].rc != ZOK)
+            mark_again(e, todo[i].p, todo[i].acq_id, gen, todo[i].rc);
 }
 
 /* We are first: the grant. *restart when the session went meanwhile. */

@@ -22,6 +22,10 @@ void cerb__zk_op_cancel(cerb_engine *e, cerb_engine_lock *lk);
 cerb_status cerb__zk_op_probe(cerb_engine *e, int64_t timeout_ms);
 cerb_status cerb__zk_op_held(cerb_engine *e, const char *name);
 
+/* Keeper: send again the marks of held nodes that did not land
+ * (zk_mutex.c, announce). */
+void cerb__zk_marks_retry(cerb_engine *e);
+
 /* ---- clean-up (zk_cleanup.c) ---- */
 
 /* What cerb__zk_remove() achieved. */

@@ -37,7 +37,9 @@
  *  - a new session that does not connect within the connect timeout is
  *    closed and another made after a backoff (ZK_START_BACKOFF_*), so a
  *    dead ensemble costs a few connection attempts, not a spinning core.
- *  - pending deletions (zk_cleanup.c) are retried whenever connected.
+ *  - pending deletions (zk_cleanup.c) are retried whenever connected, and
+ *    so are the "holding" marks of held nodes that did not land
+ *    (zk_mutex.c, announce), every ZK_MARK_RETRY_MS, a few times each.
  * Events go to the core from the keeper thread only, never from the C
  * client's threads, which must not block.
  */
@@ -56,6 +58,8 @@
 #include "zk_errors.h"
 #include "zk_mutex.h"
 
+/* Marks of held nodes that did not land are sent again this often. */
+#define ZK_MARK_RETRY_MS 200
 /* How often the keeper looks around at the latest. */
 #define ZK_KEEPER_MAX_SLEEP_MS 1000
 /* A new session that does not connect within the connect timeout is
@@ -443,7 +447,7 @@ static bool verify_held(cerb_engine *e)
 static void *keeper_main(void *arg)
 {
     cerb_engine *e = arg;
-    int64_t reap_at = 0;
+    int64_t reap_at = 0, mark_at = 0;
 
     cerb__mutex_lock(&e->mu);
     while (!e->stop) {
@@ -513,6 +517,15 @@ static void *keeper_main(void *arg)
             reap_at = 0;
             continue;
         }
+        if ((e->pend & ZK_PEND_MARK) && s && s->connected && now >= mark_at) {
+            e->pend &= ~(unsigned)ZK_PEND_MARK;
+            cerb__mutex_unlock(&e->mu);
+            cerb__zk_marks_retry(e);
+            cerb__mutex_lock(&e->mu);
+            /* A mark refused again is not resent at once. */
+            mark_at = cerb_monotime() + ZK_MARK_RETRY_MS * CERB_NS_PER_MS;
+            continue;
+        }
         if (s && s->connected && e->reap && now >= reap_at) {
             cerb__mutex_unlock(&e->mu);
             bool left = cerb__zk_reap_run(e);
@@ -538,6 +551,8 @@ static void *keeper_main(void *arg)
             wake = e->start_at_ns;
         if (s && s->connected && e->reap && reap_at < wake)
             wake = reap_at;
+        if (s && s->connected && (e->pend & ZK_PEND_MARK) && mark_at < wake)
+            wake = mark_at;
         if (wake > now)
             cerb__cond_wait_until(&e->keeper_cond, &e->mu, wake);
     }

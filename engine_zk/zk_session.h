@@ -107,6 +107,8 @@ struct zk_lock_priv {
     uint64_t czxid;   /* the fence */
     uint64_t acq_id;  /* this acquisition, for the callbacks */
     struct zk_wait *w;                 /* mu */
+    bool mark_pending;  /* its ZK_DATA_HOLDING mark is to be sent again (mu) */
+    unsigned char mark_tries;          /* marks sent again (mu) */
     char uuid[ZK_UUID_LEN + 1];        /* this acquisition's node uuid */
 };
 
@@ -124,6 +126,8 @@ struct zk_counters {
     atomic_uint_fast64_t wakeups;       /* predecessor deletions that woke a waiter */
     atomic_uint_fast64_t notices;       /* other watch events (grants told) */
     atomic_uint_fast64_t announces;     /* grants marked on our node */
+    atomic_uint_fast64_t mark_failures; /* marks refused or not answered OK */
+    atomic_uint_fast64_t mark_retries;  /* marks sent again by the keeper */
     atomic_uint_fast64_t quick_grants;  /* grants without listing again */
     atomic_uint_fast64_t acq_ids;
     atomic_uint_fast64_t relists;       /* getChildren after the first */
@@ -176,7 +180,8 @@ enum {
     ZK_PEND_CONNECTED = 1u << 1,
     ZK_PEND_REPLACE = 1u << 2,   /* the session is dead: end it, start anew */
     ZK_PEND_REAP = 1u << 3,      /* deletions are pending */
-    ZK_PEND_START = 1u << 4      /* no session: make one at start_at_ns */
+    ZK_PEND_START = 1u << 4,     /* no session: make one at start_at_ns */
+    ZK_PEND_MARK = 1u << 5       /* holds whose mark must be sent again */
 };
 
 /* Make the first session and the keeper; wait for the connection until

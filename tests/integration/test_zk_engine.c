@@ -9,8 +9,10 @@
  * deleted instead (Curator's CURATOR-604).
  */
 #define _POSIX_C_SOURCE 200809L
+#include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -355,6 +357,126 @@ static void test_adopt_only_current_session(void **state)
     eng_close(&g);
 }
 
+/* ---- a holder's mark that did not land is sent again ---- */
+
+struct waiter {
+    struct eng *g;
+    cerb_engine_lock *lk;
+    cerb_status st;
+    atomic_bool done;
+};
+
+static void *waiter_main(void *arg)
+{
+    struct waiter *w = arg;
+    cerb_grant gr;
+    w->st = cerb__engine_acquire(ops, w->g->e, w->lk, cerb__deadline_in(10000), NULL, &gr);
+    atomic_store(&w->done, true);
+    return NULL;
+}
+
+static bool waiter_done(void *ud) { return atomic_load(&((struct waiter *)ud)->done); }
+
+struct kids_n {
+    zhandle_t *zh;
+    const char *path;
+    int want;
+};
+static bool kids_n(void *ud)
+{
+    struct kids_n *k = ud;
+    return cerb_test_zk_children(k->zh, k->path, NULL, NULL) == k->want;
+}
+
+static bool mark_failed(void *ud)
+{
+    return atomic_load(&((cerb_engine *)ud)->stats.mark_failures) > 0;
+}
+
+struct data_is {
+    zhandle_t *zh;
+    const char *node;
+    const char *want;
+};
+static bool data_is(void *ud)
+{
+    struct data_is *d = ud;
+    char buf[64];
+    int len = sizeof buf - 1;
+    if (zoo_get(d->zh, d->node, 0, buf, &len, NULL) != ZOK)
+        return false;
+    buf[len < 0 ? 0 : len] = '\0';
+    return strcmp(buf, d->want) == 0;
+}
+
+/*
+ * A holder that waited marks its node "cerb:holding" for its successor
+ * with one asynchronous write. When that write does not land (here: the
+ * node's ACL briefly forbids writing it; in the field a connection loss
+ * while it is in flight), the keeper sends it again.
+ */
+static void test_mark_sent_again(void **state)
+{
+    (void)state;
+    struct eng g1, g2;
+    eng_open(&g1, NULL);
+    eng_open(&g2, NULL);
+    char *name = test_name("remark");
+    char *parent = cerb_test_zk_lock_path(name);
+    zhandle_t *zh = cerb_test_zk_connect(NULL, NULL);
+    assert_non_null(zh);
+    void *p1 = calloc(1, ops->lock_priv_size), *p2 = calloc(1, ops->lock_priv_size);
+    cerb_engine_lock l1, l2;
+    cerb_grant gr;
+
+    fill_lock(&l1, p1, name, 10000);
+    fill_lock(&l2, p2, name, 10000);
+    assert_int_equal(cerb__engine_acquire(ops, g1.e, &l1, 0, NULL, &gr), CERB_OK);
+    struct waiter w = {.g = &g2, .lk = &l2};
+    pthread_t t;
+    pthread_create(&t, NULL, waiter_main, &w);
+    struct kids_n two = {zh, parent, 2};
+    assert_wait_until(kids_n, &two, 5000);
+
+    /* The waiter's node: everything but WRITE, for everyone. */
+    struct String_vector v;
+    assert_int_equal(cerb_test_zk_children(zh, parent, &v, NULL), 2);
+    char node[1024] = "";
+    for (int i = 0; i < v.count; i++) {
+        snprintf(node, sizeof node, "%s/%s", parent, v.data[i]);
+        if (strcmp(node, ((struct zk_lock_priv *)p1)->node) != 0)
+            break;
+    }
+    deallocate_String_vector(&v);
+    struct ACL no_write_acl = {ZOO_PERM_ALL & ~ZOO_PERM_WRITE, ZOO_ANYONE_ID_UNSAFE};
+    struct ACL_vector no_write = {1, &no_write_acl};
+    assert_int_equal(zoo_set_acl(zh, node, -1, &no_write), ZOK);
+
+    /* The release grants it to the waiter, whose mark is refused... */
+    assert_int_equal(cerb__engine_release(ops, g1.e, &l1), CERB_OK);
+    assert_wait_until(waiter_done, &w, 5000);
+    pthread_join(t, NULL);
+    assert_int_equal(w.st, CERB_OK);
+    assert_wait_until(mark_failed, g2.e, 3000);
+    struct data_is waiting = {zh, node, "cerb:waiting"};
+    assert_true(data_is(&waiting));
+
+    /* ...and lands once it can. */
+    assert_int_equal(zoo_set_acl(zh, node, -1, &ZOO_OPEN_ACL_UNSAFE), ZOK);
+    struct data_is holding = {zh, node, "cerb:holding"};
+    assert_wait_until(data_is, &holding, 3000);
+    assert_true(atomic_load(&g2.e->stats.mark_retries) > 0);
+    assert_int_equal(cerb__engine_release(ops, g2.e, &l2), CERB_OK);
+
+    free(p1);
+    free(p2);
+    cerb_test_zk_close(zh);
+    free(parent);
+    free(name);
+    eng_close(&g1);
+    eng_close(&g2);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -363,6 +485,7 @@ int main(void)
         cmocka_unit_test(test_adopt_only_current_session),
         cmocka_unit_test(test_hold_bound_negotiated),
         cmocka_unit_test(test_ttl_bounded_by_session),
+        cmocka_unit_test(test_mark_sent_again),
     };
     return cmocka_run_group_tests(tests, setup, NULL);
 }
