@@ -28,6 +28,9 @@
 #include <cmocka.h>
 
 #include "cerberus.h"
+#include "clock.h"
+#include "config.h"
+#include "engine.h"
 #include "test_util.h"
 #include "zk_util.h"
 
@@ -267,6 +270,75 @@ static void test_trylock_for_on_time_while_paused(void **state)
     free(name);
 }
 
+/*
+ * The same below the lock API, for calls without a deadline: a trylock
+ * (deadline 0) and check_owner return within the connect timeout, the
+ * trylock with its outcome UNKNOWN (its create was sent); after the resume
+ * check_owner settles it (adopts the node or says it is not there) and
+ * nothing is left behind.
+ */
+static void test_engine_calls_bounded_while_paused(void **state)
+{
+    (void)state;
+    cerb__engines_builtin();
+    const struct cerb_engine_ops *ops = cerb__engine_find("zk");
+    assert_non_null(ops);
+    char *text = cerb_test_zk_config(NULL, "session_timeout_ms = 6000; connect_timeout_ms = 800;",
+                                     NULL);
+    struct cerb_config *cfg = NULL;
+    assert_int_equal(cerb__config_from_string(text, &cfg), CERB_OK);
+    free(text);
+    cerb_engine_env env = {.cfg = cfg};
+    cerb_engine *e = NULL;
+    assert_int_equal(cerb__engine_open(ops, &env, &e), CERB_OK);
+    char *name = test_name("pause-eng");
+    void *priv = calloc(1, ops->lock_priv_size);
+    cerb_engine_lock lk = {.name = name, .lease_ms = 10000, .fair = 1, .priv = priv};
+    snprintf(lk.token, sizeof lk.token, "%032x", 0xfeed);
+    cerb_grant gr, gc;
+    /* Parents made: the attempt below is one create (+ listing). */
+    assert_int_equal(cerb__engine_acquire(ops, e, &lk, 0, NULL, &gr), CERB_OK);
+    assert_int_equal(cerb__engine_release(ops, e, &lk), CERB_OK);
+    memset(priv, 0, ops->lock_priv_size);
+
+    assert_int_equal(cerb_test_zk_pause(cerb_test_zk_port()), 0);
+    int64_t t0 = cerb_test_now_ms();
+    cerb_status st = cerb__engine_acquire(ops, e, &lk, 0, NULL, &gr);
+    int64_t took = cerb_test_now_ms() - t0;
+    if (st == CERB_OK || took > 1100)
+        fail_msg("trylock on a stopped server: %s after %lld ms (connect timeout 800 ms)",
+                 cerb_status_name(st), (long long)took);
+    assert_int_equal(gr.outcome, CERB_OUTCOME_UNKNOWN);
+    t0 = cerb_test_now_ms();
+    st = cerb__engine_check_owner(ops, e, &lk, &gc);
+    took = cerb_test_now_ms() - t0;
+    if (st == CERB_OK || st == CERB_NOT_OWNER || took > 1100)
+        fail_msg("check_owner on a stopped server: %s after %lld ms (connect timeout 800 ms)",
+                 cerb_status_name(st), (long long)took);
+    assert_int_equal(cerb_test_zk_resume(cerb_test_zk_port()), 0);
+
+    /* Settled once the server answers: adopted (then released) or absent. */
+    st = CERB_EIO;
+    for (int i = 0; i < 20 && st != CERB_OK && st != CERB_NOT_OWNER; i++)
+        st = cerb__engine_check_owner(ops, e, &lk, &gc);
+    if (st == CERB_OK)
+        assert_int_equal(cerb__engine_release(ops, e, &lk), CERB_OK);
+    else
+        assert_int_equal(st, CERB_NOT_OWNER);
+    zhandle_t *zh = cerb_test_zk_connect(NULL, NULL);
+    assert_non_null(zh);
+    char *path = cerb_test_zk_lock_path(name);
+    struct no_nodes nn = {zh, path};
+    assert_wait_until(no_nodes, &nn, 10000);
+
+    free(path);
+    cerb_test_zk_close(zh);
+    free(priv);
+    free(name);
+    cerb__engine_close(ops, e);
+    cerb__config_free(cfg);
+}
+
 int main(void)
 {
     /* Debugging aids: CERB_TEST_FILTER=<glob> runs only matching tests,
@@ -280,6 +352,7 @@ int main(void)
         cmocka_unit_test_teardown(test_lost_past_session_timeout, resume),
         cmocka_unit_test_teardown(test_long_lease_lost_with_session, resume),
         cmocka_unit_test_teardown(test_trylock_for_on_time_while_paused, resume),
+        cmocka_unit_test_teardown(test_engine_calls_bounded_while_paused, resume),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
