@@ -88,8 +88,12 @@ void cerb__zk_keeper_poke_locked(cerb_engine *e, unsigned pend)
 
 int64_t cerb__zk_call_deadline(cerb_engine *e, int64_t bound_ns)
 {
-    int64_t guard =
-        cerb__deadline_in(e->zc->session_timeout_ms + e->zc->connect_timeout_ms + 2000);
+    /* The negotiated timeout, which the server may have raised above ours:
+     * the C client drops a silent connection after 2/3 of that one. */
+    int64_t session = atomic_load(&e->max_timeout_ms);
+    if (session < e->zc->session_timeout_ms)
+        session = e->zc->session_timeout_ms;
+    int64_t guard = cerb__deadline_in(session + e->zc->connect_timeout_ms + 2000);
     return bound_ns > 0 && bound_ns < guard ? bound_ns : guard;
 }
 
