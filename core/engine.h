@@ -191,7 +191,11 @@ struct cerb_engine_ops {
      * in ms; 0 when unknown. The safe-switch grace must cover it. For a
      * session-based engine it is what the server granted (ZooKeeper's
      * negotiated session timeout, etcd's lease TTL), not what was asked.
-     * Cheap, no I/O, safe from any thread. */
+     * Not included: a leader change on a replicated server restarts its
+     * count (ZooKeeper resets session expiry, etcd refreshes leases to TTL
+     * plus an election timeout), so a hold whose holder went silent just
+     * before an election can last up to about twice this plus the
+     * election. Cheap, no I/O, safe from any thread. */
     int64_t (*hold_bound_ms)(cerb_engine *e);
 };
 
