@@ -184,8 +184,9 @@ static int64_t cleanup_deadline(const struct acq *a)
  */
 static int64_t grant_ttl(const struct zk_state *st, const cerb_engine_lock *lk)
 {
-    (void)lk;
-    return st->timeout_ms;
+    /* Never 0 ("until session loss"): a session not yet told its timeout
+     * (cannot happen once it answered) falls back to the lease. */
+    return st->timeout_ms > 0 ? st->timeout_ms : lk->lease_ms;
 }
 
 static void list_unlink(cerb_engine *e, struct zk_lock_priv *p)
