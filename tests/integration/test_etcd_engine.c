@@ -7,7 +7,8 @@
  * check_owner, adopted by a waiting acquire); cancel() that returns at once
  * and wakes the waiter; the counters; the probe; the session: LOST event
  * when the lease is revoked, and an acquire that meets "lease not found"
- * moving to the new session.
+ * moving to the new session; thousands of orphan deletes that do not keep
+ * the session thread from its keepalives.
  *
  * Each engine instance here is what one client would own; waiters are
  * threads with instances of their own. Internals (the session's lease) are

@@ -6,7 +6,9 @@
  * last answered send time and timeout), deletion by uuid, and the settling
  * of a lost create reply: the child carrying our uuid is adopted only when
  * it is an ephemeral of our current session, and one of another session is
- * deleted instead (Curator's CURATOR-604).
+ * deleted instead (Curator's CURATOR-604). The hold bound and every ttl are
+ * the negotiated session timeout (not the configured one, not the lease),
+ * and a holder's "cerb:holding" mark that did not land is sent again.
  */
 #define _POSIX_C_SOURCE 200809L
 #include <pthread.h>
