@@ -212,3 +212,11 @@ cerb_status cerb__engine_held(const struct cerb_engine_ops *ops, cerb_engine *e,
                                ops->name);
     return ops->held(e, name);
 }
+
+int64_t cerb__engine_hold_bound_ms(const struct cerb_engine_ops *ops, cerb_engine *e)
+{
+    if (!ops || !ops->hold_bound_ms || !e)
+        return 0;
+    int64_t ms = ops->hold_bound_ms(e);
+    return ms > 0 ? ms : 0;
+}

@@ -185,6 +185,18 @@ struct cerb_engine_ops {
      * core's 1–255 bytes without control characters), with the reason in
      * cerb_last_error(). Called without an engine instance. */
     cerb_status (*check_name)(const char *name);
+
+    /* Optional (NULL: unknown): the longest a hold made by this instance
+     * can stay on the server after the holder's last successful contact,
+     * in ms; 0 when unknown. The safe-switch grace must cover it. For a
+     * session-based engine it is what the server granted (ZooKeeper's
+     * negotiated session timeout, etcd's lease TTL), not what was asked.
+     * Not included: a leader change on a replicated server restarts its
+     * count (ZooKeeper resets session expiry, etcd refreshes leases to TTL
+     * plus an election timeout), so a hold whose holder went silent just
+     * before an election can last up to about twice this plus the
+     * election. Cheap, no I/O, safe from any thread. */
+    int64_t (*hold_bound_ms)(cerb_engine *e);
 };
 
 /* ---- registry and checking shims (engine.c) ---- */
@@ -227,6 +239,9 @@ cerb_status cerb__engine_check_name(const struct cerb_engine_ops *ops,
                                     const char *name);
 void cerb__engine_stats(const struct cerb_engine_ops *ops, cerb_engine *e,
                         struct cerb_engine_stats *out);
+/* ops->hold_bound_ms, or 0 (unknown) when the engine has none or e is
+ * NULL. */
+int64_t cerb__engine_hold_bound_ms(const struct cerb_engine_ops *ops, cerb_engine *e);
 /* CERB_OK free, CERB_BUSY held; CERB_UNAVAILABLE when the engine cannot
  * tell (no `held` method), or its error. */
 cerb_status cerb__engine_held(const struct cerb_engine_ops *ops, cerb_engine *e,

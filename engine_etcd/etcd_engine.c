@@ -209,4 +209,5 @@ const struct cerb_engine_ops cerb__etcd_engine_ops = {
     .held = etcd_held,
     .stats = etcd_stats,
     .check_name = etcd_check_name,
+    .hold_bound_ms = cerb__etcd_hold_bound,
 };

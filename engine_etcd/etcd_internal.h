@@ -105,7 +105,9 @@ struct cerb_engine {
     cerb_cond ka_cond;        /* the thread: kicked, orphans, stop */
     int claim_waiters;        /* threads waiting in cerb__etcd_claim */
     struct etcd_session sess;
-    int64_t ttl_s;
+    int64_t ttl_s;            /* asked for; what the keepalive paces by */
+    _Atomic int64_t granted_ttl_s; /* the longest TTL the server granted or
+                                      renewed a lease of ours to */
     bool ka_stop, ka_kick, ka_started;
     pthread_t ka_thread;
     atomic_int ka_abort;      /* stops the thread's request in flight */
@@ -155,6 +157,8 @@ void cerb__etcd_session_stop(cerb_engine *e);
 cerb_status cerb__etcd_session_get(cerb_engine *e, int64_t deadline_ns, struct etcd_session *out);
 /* A copy of the session as it is (live or not). */
 void cerb__etcd_session_peek(cerb_engine *e, struct etcd_session *out);
+/* ops->hold_bound_ms: the longest TTL granted to a lease of ours, in ms. */
+int64_t cerb__etcd_hold_bound(cerb_engine *e);
 /* The server said the lease of generation `gen` is not found: check now. */
 void cerb__etcd_session_doubt(cerb_engine *e, uint64_t gen);
 /* Hand a key to the thread for deletion (orphan). */

@@ -84,6 +84,22 @@ static int64_t lose_after_ns(const cerb_engine *e)
     return ttl - ttl / 50 - 5 * CERB_NS_PER_MS;
 }
 
+/* Remember a TTL the server gave one of our leases: a server with a long
+ * election timeout raises a short TTL to its minimum (3/2 of the election
+ * timeout), so the lease — and every key on it — can outlive our last
+ * keepalive by more than we asked for. */
+static void note_ttl(cerb_engine *e, int64_t ttl_s)
+{
+    int64_t cur = atomic_load(&e->granted_ttl_s);
+    while (cur < ttl_s && !atomic_compare_exchange_weak(&e->granted_ttl_s, &cur, ttl_s))
+        ;
+}
+
+int64_t cerb__etcd_hold_bound(cerb_engine *e)
+{
+    return atomic_load(&e->granted_ttl_s) * 1000;
+}
+
 /* ---- requests ---- */
 
 static cerb_status lease_req(cerb_engine *e, const char *what, const char *path, json_t *req,
@@ -119,8 +135,13 @@ static cerb_status grant(cerb_engine *e, int64_t id, int64_t deadline_ns, const 
     cerb_status st = lease_req(e, "lease grant", "/v3/lease/grant", req, deadline_ns, abort, &call);
     if (st != CERB_OK) {
         if (call.grpc_code == ETCD_GRPC_FAILED_PRECONDITION &&
-            call.outcome == CERB_OUTCOME_UNKNOWN)
+            call.outcome == CERB_OUTCOME_UNKNOWN) {
+            /* Our first attempt landed; its TTL is not in this answer.
+             * At least what we asked; the next keepalive's answer tells
+             * the truth if the server's minimum raised it. */
+            note_ttl(e, e->ttl_s);
             return CERB_OK;
+        }
         if (call.grpc_code == ETCD_GRPC_FAILED_PRECONDITION)
             return cerb__error_set(CERB_BUSY, "etcd: lease id %llx is taken", (long long)id);
         return st;
@@ -133,6 +154,8 @@ static cerb_status grant(cerb_engine *e, int64_t id, int64_t deadline_ns, const 
     if (st == CERB_OK && (got_id != id || ttl <= 0))
         st = cerb__error_set(CERB_EPROTO, "etcd %s: lease grant answered ID %lld TTL %lld",
                              cerb__etcd_endpoint(&e->http), (long long)got_id, (long long)ttl);
+    if (st == CERB_OK)
+        note_ttl(e, ttl > e->ttl_s ? ttl : e->ttl_s);
     return st;
 }
 
@@ -166,6 +189,8 @@ static cerb_status keepalive(cerb_engine *e, int64_t id, int64_t deadline_ns, in
     json_decref(call.resp);
     if (st == CERB_OK)
         ETCD_COUNT(e, keepalives);
+    if (st == CERB_OK && *ttl > 0)
+        note_ttl(e, *ttl);
     return st;
 }
 
@@ -207,10 +232,22 @@ static void lose(cerb_engine *e, const char *why, bool revoke_later)
     emit(e, CERB_EV_LOST);
 }
 
-/* Delete the orphans once each (sess_mu held on entry and exit). */
-static void sweep_orphans(cerb_engine *e)
+/* A delete started with less time than this before the next keepalive is
+ * due waits for the keepalive instead. */
+#define SWEEP_MIN_MS 20
+
+/*
+ * Delete orphans until `until_ns`, when the next keepalive is due (sess_mu
+ * held on entry and exit). Each delete is bounded by the time left, so the
+ * keepalive is never late for the sweep: thousands of orphans take longer
+ * than a TTL, and a session lost to its own housekeeping would lose every
+ * hold. What is left waits for the time between the next keepalives.
+ */
+static void sweep_orphans(cerb_engine *e, int64_t until_ns)
 {
     for (;;) {
+        if (cerb_monotime() + SWEEP_MIN_MS * CERB_NS_PER_MS > until_ns)
+            return;
         struct etcd_orphan *o = e->orphans;
         /* Skip keys in use: an acquire that claimed one adopts the key. */
         while (o && (o->busy || reg_find(e, o->key, o->key_len, key_hash(o->key, o->key_len), NULL)))
@@ -222,9 +259,9 @@ static void sweep_orphans(cerb_engine *e)
             return;
         o->busy = true;
         cerb__mutex_unlock(&e->sess_mu);
+        int64_t dl = cerb__deadline_in(e->ec->op_timeout_ms);
         cerb_status st = cerb__etcd_delete_key(e, o->key, o->key_len, o->rev,
-                                               cerb__deadline_in(e->ec->op_timeout_ms),
-                                               &e->ka_abort, NULL);
+                                               dl < until_ns ? dl : until_ns, &e->ka_abort, NULL);
         cerb__mutex_lock(&e->sess_mu);
         o->busy = false;
         cerb__cond_broadcast(&e->sess_cond);
@@ -274,17 +311,23 @@ static void *ka_main(void *arg)
             }
             continue;
         }
-        if (e->revoke_id) {
+        /* The keepalive first; housekeeping only in the time left before
+         * it is due again. */
+        int64_t now = cerb_monotime();
+        if (!e->ka_kick && now < next && e->revoke_id) {
             int64_t id = e->revoke_id;
+            int64_t dl = cerb__deadline_in(e->ec->op_timeout_ms);
             cerb__mutex_unlock(&e->sess_mu);
-            cerb_status st = revoke(e, id, cerb__deadline_in(e->ec->op_timeout_ms), &e->ka_abort);
+            cerb_status st = revoke(e, id, dl < next ? dl : next, &e->ka_abort);
             cerb__mutex_lock(&e->sess_mu);
             if (st == CERB_OK && e->revoke_id == id)
                 e->revoke_id = 0;
+            now = cerb_monotime();
         }
-        if (e->orphans)
-            sweep_orphans(e);
-        int64_t now = cerb_monotime();
+        if (!e->ka_kick && now < next && e->orphans && !e->ka_stop) {
+            sweep_orphans(e, next);
+            now = cerb_monotime();
+        }
         if (!e->ka_kick && now < next) {
             int64_t until = next;
             if (e->orphans || e->revoke_id) {
@@ -348,6 +391,7 @@ static void *ka_main(void *arg)
 void cerb__etcd_session_init(cerb_engine *e)
 {
     e->ttl_s = e->ec->session_ttl_s;
+    atomic_init(&e->granted_ttl_s, 0);
     cerb__mutex_init(&e->sess_mu);
     cerb__cond_init(&e->sess_cond);
     cerb__cond_init(&e->ka_cond);

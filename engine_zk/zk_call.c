@@ -127,6 +127,15 @@ static void stat_done(int rc, const struct Stat *stat, const void *data)
     finish(r, rc);
 }
 
+static void set_done(int rc, const struct Stat *stat, const void *data)
+{
+    struct zk_res *r = (struct zk_res *)data;
+    r->rc = rc;
+    if (r->on_done)
+        r->on_done(r);
+    stat_done(rc, stat, data);
+}
+
 static void void_done(int rc, const void *data)
 {
     finish((struct zk_res *)data, rc);
@@ -229,10 +238,14 @@ int cerb__zk_call_wget(struct zk_call *c, struct zk_session *s, const char *path
 }
 
 int cerb__zk_call_set(struct zk_call *c, struct zk_session *s, const char *path,
-                      const char *data)
+                      const char *data, void (*on_done)(struct zk_res *), void *owner,
+                      uint64_t owner_id)
 {
     struct zk_res *r = slot_begin(c, s, ZK_REQ_SET);
-    int rc = zoo_aset(s->zh, path, data, (int)strlen(data), -1, stat_done, r);
+    r->on_done = on_done;
+    r->owner = owner;
+    r->owner_id = owner_id;
+    int rc = zoo_aset(s->zh, path, data, (int)strlen(data), -1, set_done, r);
     return slot_end(c, r, rc);
 }
 

@@ -42,7 +42,7 @@ enum zk_req {
     ZK_REQ_DELETE,   /* zoo_adelete, any version */
     ZK_REQ_WGET,     /* zoo_awget: arms a data watch; its data is kept */
     ZK_REQ_WCHILDREN, /* zoo_awget_children: arms a child watch */
-    ZK_REQ_SET       /* zoo_aset, any version */
+    ZK_REQ_SET       /* zoo_aset, any version; on_done sees the answer */
 };
 
 /* One request's result. Valid to read once the call is finished. */
@@ -98,8 +98,10 @@ int cerb__zk_call_delete(struct zk_call *c, struct zk_session *s, const char *pa
 int cerb__zk_call_wget(struct zk_call *c, struct zk_session *s, const char *path,
                        watcher_fn watcher, void *watcher_ctx, void (*on_done)(struct zk_res *),
                        void *owner, uint64_t owner_id);
+/* on_done (may be NULL) runs on the completion thread with the answer. */
 int cerb__zk_call_set(struct zk_call *c, struct zk_session *s, const char *path,
-                      const char *data);
+                      const char *data, void (*on_done)(struct zk_res *), void *owner,
+                      uint64_t owner_id);
 int cerb__zk_call_wchildren(struct zk_call *c, struct zk_session *s, const char *path,
                             watcher_fn watcher, void *watcher_ctx,
                             void (*on_done)(struct zk_res *), void *owner, uint64_t owner_id);

@@ -17,9 +17,12 @@
  *    an old session's and deleted, never adopted (adopting it is Curator's
  *    CURATOR-604: a lock "held" by a node that dies with a session already
  *    gone).
- * A caller waits for this at most until its own deadline (at least the
- * connect timeout); what is not done by then goes on the keeper's list of
- * pending deletions, retried whenever the session is connected. Deletions
+ * A caller waits for this at most until its operation's bound (zk_mutex.c:
+ * the caller's deadline, or the connect timeout); what is not done by then
+ * goes on the keeper's list of pending deletions, retried whenever the
+ * session is connected. A create not settled by its bound is the core's to
+ * settle (check_owner) or release (by uuid): the engine never deletes by
+ * uuid a node that check_owner may still adopt. Deletions
  * run on whatever session is current: if we gave a session up before the
  * server expired it, its nodes still exist and any session may delete them
  * (the ACLs we set allow our own identity to).
@@ -48,9 +51,11 @@ static bool retryable(int rc)
            rc == ZSESSIONMOVED || rc == ZTHROTTLEDOP;
 }
 
-/* Delete one path and wait for the answer; *rc is its result. Returns the
- * call for the caller to put (NULL when out of memory). */
-static struct zk_call *one_call_delete(cerb_engine *e, const char *path, int *rc)
+/* Delete one path and wait for the answer until deadline_ns; *rc is its
+ * result. Returns the call for the caller to put (NULL when out of
+ * memory). */
+static struct zk_call *one_call_delete(cerb_engine *e, const char *path, int64_t deadline_ns,
+                                       int *rc)
 {
     struct zk_call *c = cerb__zk_call_new(1);
     if (!c) {
@@ -62,7 +67,7 @@ static struct zk_call *one_call_delete(cerb_engine *e, const char *path, int *rc
     cerb__zk_session_end(e);
     if (k < 0) {
         *rc = ZCONNECTIONLOSS;
-    } else if (!cerb__zk_call_wait(c, cerb__zk_call_deadline(e))) {
+    } else if (!cerb__zk_call_wait(c, cerb__zk_call_deadline(e, deadline_ns))) {
         *rc = CERB_ZK_RC_ABANDONED;
     } else {
         *rc = c->res[k].rc;
@@ -71,17 +76,18 @@ static struct zk_call *one_call_delete(cerb_engine *e, const char *path, int *rc
 }
 
 /*
- * One attempt: delete `node`, or every child of `parent` carrying `uuid`.
- * Returns ZOK when nothing of it is left, else the first failure.
- * *deleted is set when a delete succeeded.
+ * One attempt, each answer awaited until deadline_ns: delete `node`, or
+ * every child of `parent` carrying `uuid`. Returns ZOK when nothing of it
+ * is left, else the first failure (CERB_ZK_RC_ABANDONED: no answer in
+ * time). *deleted is set when a delete succeeded.
  */
 static int remove_once(cerb_engine *e, const char *parent, const char *node, const char *uuid,
-                       bool *deleted)
+                       int64_t deadline_ns, bool *deleted)
 {
     int rc;
 
     if (node) {
-        cerb__zk_call_put(one_call_delete(e, node, &rc));
+        cerb__zk_call_put(one_call_delete(e, node, deadline_ns, &rc));
         if (rc == ZOK)
             *deleted = true;
         return rc == ZOK || rc == ZNONODE ? ZOK : rc;
@@ -98,7 +104,7 @@ static int remove_once(cerb_engine *e, const char *parent, const char *node, con
         cerb__zk_session_end(e);
         if (k < 0)
             rc = ZCONNECTIONLOSS;
-        else if (!cerb__zk_call_wait(c, cerb__zk_call_deadline(e)))
+        else if (!cerb__zk_call_wait(c, cerb__zk_call_deadline(e, deadline_ns)))
             rc = CERB_ZK_RC_ABANDONED;
         else
             rc = c->res[k].rc;
@@ -116,7 +122,7 @@ static int remove_once(cerb_engine *e, const char *parent, const char *node, con
                 first_fail = CERB_ZK_RC_NOMEM;
                 break;
             }
-            cerb__zk_call_put(one_call_delete(e, path, &rc));
+            cerb__zk_call_put(one_call_delete(e, path, deadline_ns, &rc));
             cerb__free(path);
             if (rc == ZOK)
                 *deleted = true;
@@ -167,7 +173,7 @@ static void reap_entry_free(struct zk_reap *r)
 bool cerb__zk_reap_run(cerb_engine *e)
 {
     struct zk_reap *list, *keep = NULL;
-    bool left;
+    bool left, stalled = false;
 
     cerb__mutex_lock(&e->mu);
     list = e->reap;
@@ -178,7 +184,13 @@ bool cerb__zk_reap_run(cerb_engine *e)
         struct zk_reap *r = list;
         bool deleted = false;
         list = r->next;
-        int rc = remove_once(e, r->parent, r->node, r->node ? NULL : r->uuid, &deleted);
+        if (stalled) {
+            r->next = keep;
+            keep = r;
+            continue;
+        }
+        int rc = remove_once(e, r->parent, r->node, r->node ? NULL : r->uuid,
+                             cerb__deadline_in(e->zc->connect_timeout_ms), &deleted);
         if (rc == ZOK) {
             ZK_COUNT(e, reaped);
             CERB_LOG_I("zk %s: pending deletion of %s done", e->hosts,
@@ -186,6 +198,10 @@ bool cerb__zk_reap_run(cerb_engine *e)
             reap_entry_free(r);
             continue;
         }
+        /* The server is not answering: the rest waits for the next pass
+         * rather than each costing the keeper a connect timeout. */
+        if (retryable(rc))
+            stalled = true;
         if (!retryable(rc) && ++r->refusals >= ZK_REAP_MAX_REFUSALS) {
             CERB_LOG_E("zk %s: giving up deleting %s: %s", e->hosts,
                        r->node ? r->node : r->parent, zerror(rc));
@@ -226,7 +242,7 @@ enum zk_removed cerb__zk_remove(cerb_engine *e, const char *parent, const char *
         struct zk_state st;
         if (cerb__zk_wait_connected(e, deadline_ns, NULL, 0, &st) != CERB_OK)
             break;
-        int rc = remove_once(e, parent, node, uuid, &deleted);
+        int rc = remove_once(e, parent, node, uuid, deadline_ns, &deleted);
         if (rc == ZOK)
             return deleted || doubt ? ZK_REMOVED : ZK_REMOVED_NONODE;
         if (!retryable(rc)) {
@@ -249,7 +265,8 @@ enum zk_removed cerb__zk_remove(cerb_engine *e, const char *parent, const char *
 }
 
 cerb_status cerb__zk_find_mine(cerb_engine *e, uint64_t gen, int64_t sid, const char *parent,
-                               const char *uuid, char **node, uint64_t *czxid)
+                               const char *uuid, int64_t deadline_ns, char **node,
+                               uint64_t *czxid)
 {
     struct zk_call *c = NULL, *c2 = NULL;
     cerb_status st = CERB_OK;
@@ -266,7 +283,7 @@ cerb_status cerb__zk_find_mine(cerb_engine *e, uint64_t gen, int64_t sid, const 
         st = cerb__error_set(CERB_EIO, "zk %s: the session changed", e->hosts);
         goto out;
     }
-    if (!cerb__zk_call_wait(c, cerb__zk_call_deadline(e))) {
+    if (!cerb__zk_call_wait(c, cerb__zk_call_deadline(e, deadline_ns))) {
         st = cerb__zk_fail(e->hosts, "getChildren", parent, CERB_ZK_RC_ABANDONED, true, NULL);
         goto out;
     }
@@ -300,7 +317,7 @@ cerb_status cerb__zk_find_mine(cerb_engine *e, uint64_t gen, int64_t sid, const 
             st = cerb__error_set(CERB_EIO, "zk %s: the session changed", e->hosts);
         cerb__zk_session_end(e);
     }
-    if (st == CERB_OK && !cerb__zk_call_wait(c2, cerb__zk_call_deadline(e)))
+    if (st == CERB_OK && !cerb__zk_call_wait(c2, cerb__zk_call_deadline(e, deadline_ns)))
         st = cerb__zk_fail(e->hosts, "exists", parent, CERB_ZK_RC_ABANDONED, true, NULL);
     for (size_t i = 0; st == CERB_OK && i < n; i++) {
         const struct zk_res *r = &c2->res[slots[i]];
@@ -320,7 +337,7 @@ cerb_status cerb__zk_find_mine(cerb_engine *e, uint64_t gen, int64_t sid, const 
             CERB_LOG_W("zk %s: deleting %s: carries our uuid but belongs to session 0x%llx",
                        e->hosts, paths[i], (unsigned long long)r->stat.ephemeralOwner);
             int drc;
-            cerb__zk_call_put(one_call_delete(e, paths[i], &drc));
+            cerb__zk_call_put(one_call_delete(e, paths[i], deadline_ns, &drc));
             if (drc != ZOK && drc != ZNONODE)
                 cerb__zk_reap_add(e, parent, paths[i], uuid);
         }

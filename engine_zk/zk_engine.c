@@ -135,4 +135,5 @@ const struct cerb_engine_ops cerb__zk_engine_ops = {
     .renew_batch = NULL,
     .stats = zk_stats,
     .check_name = zk_check_name,
+    .hold_bound_ms = cerb__zk_op_hold_bound,
 };

@@ -14,7 +14,9 @@
  *     the parent is missing (NONODE), the missing ancestors are created as
  *     CONTAINER nodes in front of the same two requests, still one round
  *     trip. A lost create reply is settled in zk_cleanup.c (adopt the node
- *     with our uuid owned by our current session, or create again).
+ *     with our uuid owned by our current session, or create again); one
+ *     not settled by the call's bound fails with an UNKNOWN outcome and
+ *     keeps the uuid, for the core's check_owner or release.
  *  3. Order the children by the text after the last "lock-" (zk_layout.c).
  *     None before ours: we hold the lock. Otherwise, with no time to wait
  *     (trylock), delete our node and answer BUSY.
@@ -48,7 +50,10 @@
  *     does; a Curator waiter behind one of ours sees the change as a
  *     spurious wake-up and lists again.
  *  5. Giving up (deadline, interrupt, error) deletes our node, retried
- *     through connection loss (zk_cleanup.c) before returning.
+ *     through connection loss (zk_cleanup.c) until shortly after the
+ *     call's bound, then left to the keeper.
+ * Every wait of a call ends by its bound: the caller's deadline, or the
+ * connect timeout for trylock and check_owner (op_bound).
  * A session lost while waiting (zk_session.c) ends the attempt: its node
  * dies with the session, and a new attempt starts on the next session
  * while the deadline allows.
@@ -63,9 +68,9 @@
  * the session's state — OK with the send time of the last answered request
  * (the keeper's heartbeat keeps it within a sixth of the session timeout),
  * EIO while disconnected, NOT_OWNER once the session is gone. Its ttl is the
- * negotiated session timeout, or the lock's lease when that is longer (the
- * core renews every lease/3; a shorter ttl would expire between renewals;
- * the keeper reports a lost session on its own).
+ * negotiated session timeout, also when the lock's lease is longer: the
+ * server drops our node that long after our last contact whatever the lease
+ * (the core then renews every ttl/3, which costs nothing here).
  */
 #include "internal_posix.h"
 
@@ -99,6 +104,10 @@ struct acq {
     struct zk_lock_priv *p;
     char *parent;             /* <root>/<name> */
     int64_t deadline;         /* the caller's; 0 = one attempt */
+    int64_t bound;            /* no wait of this call ends later (below) */
+    bool unknown;             /* failed with a create unanswered: it may
+                                 have landed; the uuid stays for check_owner
+                                 and release */
     const atomic_int *intr;
     char *prefix;             /* create path: <parent>/_c_<uuid>-lock- */
     struct zk_children kids;  /* the latest listing */
@@ -112,24 +121,40 @@ enum woke {
 };
 
 static int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
-static int64_t max64(int64_t a, int64_t b) { return a > b ? a : b; }
-
-/* Waiting for a connection: the connect timeout, or less if the caller's
- * deadline is nearer. */
-static int64_t conn_deadline(const struct acq *a)
-{
-    int64_t c = cerb__deadline_in(a->e->zc->connect_timeout_ms);
-    return a->deadline != 0 ? min64(a->deadline, c) : c;
-}
 
 /*
- * How long to wait for a connection when cleaning up after ourselves
- * (deleting our node): while connected, a connection loss in the middle is
- * most likely a leader election (~1 s), so wait for it, at least the
- * connect timeout even past the caller's deadline; while disconnected
- * already, not at all: the keeper finishes the deletion when the session
- * is back (or the node goes with the session), and the caller — an
- * interrupt, an unlock, a client closing — is not held up for nothing.
+ * The bound of one operation: the caller's deadline, or for a call without
+ * one (trylock, check_owner) the connect timeout from its start. Every wait
+ * inside — for a connection, for an answer, for settling a lost reply —
+ * ends by it: on a stopped server an answer comes only when the C client
+ * gives the connection up (2/3 of the session timeout, seconds), and the
+ * caller must not wait for that past its deadline.
+ */
+static int64_t op_bound(cerb_engine *e, int64_t deadline)
+{
+    return deadline != 0 ? deadline : cerb__deadline_in(e->zc->connect_timeout_ms);
+}
+
+/* Waiting for a connection: the connect timeout, or less if the bound is
+ * nearer. */
+static int64_t conn_deadline(const struct acq *a)
+{
+    return min64(a->bound, cerb__deadline_in(a->e->zc->connect_timeout_ms));
+}
+
+/* Deleting our node when leaving, past the bound: a delete takes a round
+ * trip, and one not answered by then is finished by the keeper. */
+#define ZK_CLEANUP_GRACE_MS 200
+
+/*
+ * How long to wait when cleaning up after ourselves (deleting our node):
+ * while connected, until the operation's bound `base` (at least
+ * ZK_CLEANUP_GRACE_MS, for the delete's round trip), or the connect
+ * timeout for an operation without one (an unlock, an interrupted lock());
+ * while disconnected already, not at all. What is not done by then — a
+ * connection loss in the middle, a server that stopped — the keeper
+ * finishes when the session is back (or the node goes with the session),
+ * and the caller is not held up for it.
  */
 static int64_t cleanup_deadline_at(cerb_engine *e, int64_t base)
 {
@@ -137,27 +162,31 @@ static int64_t cleanup_deadline_at(cerb_engine *e, int64_t base)
     cerb__zk_state(e, &st);
     if (!st.connected)
         return cerb_monotime();
-    int64_t c = cerb__deadline_in(e->zc->connect_timeout_ms);
-    return base != CERB_DEADLINE_NEVER && base > c ? base : c;
+    if (base == 0 || base == CERB_DEADLINE_NEVER)
+        return cerb__deadline_in(e->zc->connect_timeout_ms);
+    int64_t g = cerb__deadline_in(ZK_CLEANUP_GRACE_MS);
+    return base > g ? base : g;
 }
 
 static int64_t cleanup_deadline(const struct acq *a)
 {
-    return cleanup_deadline_at(a->e, a->deadline);
+    return cleanup_deadline_at(a->e, a->deadline == 0 ? a->bound : a->deadline);
 }
 
-/* Settling a lost create reply: the caller wants the lock, so wait for the
- * session to come back until its deadline, and at least the connect
- * timeout (a leader election takes ~1 s). */
-static int64_t settle_deadline(const struct acq *a)
-{
-    int64_t c = cerb__deadline_in(a->e->zc->connect_timeout_ms);
-    return a->deadline != CERB_DEADLINE_NEVER && a->deadline > c ? a->deadline : c;
-}
-
+/*
+ * A hold lives as long as its session, and the server ends a silent session
+ * the negotiated timeout after it last heard from us — which is after the
+ * send time we report with it — whatever lease the lock asked for. So the
+ * ttl is that timeout, never more: a longer lease would put the core's
+ * deadline past the moment someone else can be granted the lock. A lease
+ * shorter than the session only makes the core renew (and the keeper
+ * heartbeat, ZK_HEARTBEATS) more often.
+ */
 static int64_t grant_ttl(const struct zk_state *st, const cerb_engine_lock *lk)
 {
-    return max64(st->timeout_ms, lk->lease_ms);
+    /* Never 0 ("until session loss"): a session not yet told its timeout
+     * (cannot happen once it answered) falls back to the lease. */
+    return st->timeout_ms > 0 ? st->timeout_ms : lk->lease_ms;
 }
 
 static void list_unlink(cerb_engine *e, struct zk_lock_priv *p)
@@ -381,7 +410,7 @@ static cerb_status create_round(struct acq *a, uint64_t gen, bool with_parents, 
         st = cerb__error_set(CERB_EIO, "zk %s: the session changed", e->hosts);
         goto out;
     }
-    if (!cerb__zk_call_wait(c, cerb__zk_call_deadline(e))) {
+    if (!cerb__zk_call_wait(c, cerb__zk_call_deadline(e, a->bound))) {
         *rc_create = CERB_ZK_RC_ABANDONED;
         *ambiguous = true;
         st = cerb__zk_fail(e->hosts, "create", a->prefix, CERB_ZK_RC_ABANDONED, true, NULL);
@@ -471,14 +500,15 @@ static cerb_status create_node(struct acq *a, uint64_t gen, int64_t sid, bool *r
             return st; /* the server refused: nothing happened */
 
         /* The create may have landed: wait for this session to come back
-         * and look (again, should the connection drop while we look). */
+         * and look (again, should the connection drop while we look), as
+         * long as the bound allows. */
         char why[CERB_ERROR_MAX];
         cerb__error_copy(why, sizeof why);
         char *node = NULL;
         uint64_t czxid = 0;
         for (int look = 0;; look++) {
             struct zk_state s2;
-            cerb_status ws = cerb__zk_wait_connected(e, settle_deadline(a), NULL, gen, &s2);
+            cerb_status ws = cerb__zk_wait_connected(e, a->bound, NULL, gen, &s2);
             if (ws == CERB_NOT_OWNER) {
                 /* Lost with the session; an old session's node may linger
                  * if we gave up before the server did: delete it by uuid. */
@@ -487,13 +517,18 @@ static cerb_status create_node(struct acq *a, uint64_t gen, int64_t sid, bool *r
                 return CERB_OK;
             }
             if (ws == CERB_OK)
-                st = cerb__zk_find_mine(e, gen, sid, a->parent, p->uuid, &node, &czxid);
+                st = cerb__zk_find_mine(e, gen, sid, a->parent, p->uuid, a->bound, &node,
+                                        &czxid);
             if (ws == CERB_OK && st == CERB_OK)
                 break;
-            if (ws != CERB_OK || look >= ZK_MAX_CREATE_ROUNDS) {
-                cerb__zk_reap_add(e, a->parent, NULL, p->uuid);
-                return cerb__error_set(CERB_EIO, "%s (not settled in time; the node, if it "
-                                       "was made, is deleted when the session reconnects)",
+            if (ws != CERB_OK || look >= ZK_MAX_CREATE_ROUNDS || cerb_monotime() >= a->bound) {
+                /* Unsettled by the bound: the outcome is unknown. The core
+                 * asks check_owner (which adopts the node or says it is not
+                 * there) or releases it in the background by its uuid;
+                 * deleting it here could delete a node check_owner is about
+                 * to adopt. */
+                a->unknown = true;
+                return cerb__error_set(CERB_EIO, "%s (outcome unknown: not settled in time)",
                                        why);
             }
         }
@@ -531,8 +566,9 @@ static cerb_status relist(struct acq *a, uint64_t gen, bool *restart)
                     : -1;
         cerb__zk_session_end(e);
         int rc = k < 0 ? ZINVALIDSTATE
-                 : cerb__zk_call_wait(c, cerb__zk_call_deadline(e)) ? c->res[k].rc
-                                                                     : CERB_ZK_RC_ABANDONED;
+                 : cerb__zk_call_wait(c, cerb__zk_call_deadline(e, a->bound))
+                     ? c->res[k].rc
+                     : CERB_ZK_RC_ABANDONED;
         if (rc == ZOK) {
             a->kids = c->res[k].kids;
             memset(&c->res[k].kids, 0, sizeof c->res[k].kids);
@@ -546,14 +582,18 @@ static cerb_status relist(struct acq *a, uint64_t gen, bool *restart)
         }
         if (rc != ZINVALIDSTATE && rc != ZSESSIONEXPIRED && !cerb__zk_rc_ambiguous(rc))
             return cerb__zk_fail(e->hosts, "getChildren", a->parent, rc, sent, NULL);
-        /* Connection trouble: wait for this session to come back. */
+        /* Connection trouble: wait for this session to come back, within
+         * the bound (a server that stopped answering leaves the session
+         * "connected" for seconds: no answer by the bound is a timeout). */
         struct zk_state st;
-        int64_t dl = a->deadline == 0 ? conn_deadline(a) : a->deadline;
-        cerb_status ws = cerb__zk_wait_connected(e, dl, a->intr, gen, &st);
+        cerb_status ws = cerb__zk_wait_connected(e, a->bound, a->intr, gen, &st);
         if (ws == CERB_NOT_OWNER) {
             *restart = true;
             return CERB_OK;
         }
+        if (ws == CERB_OK && cerb_monotime() >= a->bound)
+            ws = cerb__error_set(CERB_EIO, "zk %s: getChildren %s: no answer in time", e->hosts,
+                                 a->parent);
         if (ws == CERB_EIO && a->deadline != 0)
             return cerb__error_set(CERB_TIMEOUT, "wait for \"%s\" timed out (disconnected)",
                                    a->lk->name);
@@ -610,8 +650,9 @@ static enum woke arm_and_wait(struct acq *a, uint64_t gen, cerb_status *err)
         cerb__zk_session_end(e);
         int k = kc >= 0 ? kc : kd; /* either answer tells whether it is there */
         int rc = k < 0 ? ZINVALIDSTATE
-                 : cerb__zk_call_wait(c, cerb__zk_call_deadline(e)) ? c->res[k].rc
-                                                                     : CERB_ZK_RC_ABANDONED;
+                 : cerb__zk_call_wait(c, cerb__zk_call_deadline(e, a->bound))
+                     ? c->res[k].rc
+                     : CERB_ZK_RC_ABANDONED;
         if (rc == ZOK && kd >= 0 && kc >= 0 && c->res[kd].rc != ZOK)
             rc = c->res[kd].rc; /* both must be set */
         bool sent = k >= 0 && c->res[k].sent;
@@ -654,26 +695,128 @@ static enum woke arm_and_wait(struct acq *a, uint64_t gen, cerb_status *err)
     return w;
 }
 
+/* A mark is sent again at most this many times per hold. */
+#define ZK_MARK_MAX_TRIES 5
+/* The keeper sends at most this many marks per pass. */
+#define ZK_MARK_BATCH 64
+
+/*
+ * The mark of hold `owner` (acquisition acq_id, session gen) did not land
+ * (refused by the client, or answered with an error such as a connection
+ * loss): have the keeper send it again while the hold lasts on that
+ * session. Without the mark the successor only lists once more when we
+ * release, so this is about speed, not safety. mu not held.
+ */
+static void mark_again(cerb_engine *e, const void *owner, uint64_t acq_id, uint64_t gen, int rc)
+{
+    bool again = false, held = false;
+    ZK_COUNT(e, mark_failures);
+    cerb__mutex_lock(&e->mu);
+    for (struct zk_lock_priv *p = e->held; p; p = p->next)
+        if (p == owner && p->acq_id == acq_id && p->gen == gen && !p->gone) {
+            held = true;
+            if (p->mark_tries < ZK_MARK_MAX_TRIES) {
+                p->mark_pending = true;
+                cerb__zk_keeper_poke_locked(e, ZK_PEND_MARK);
+                again = true;
+            }
+            break;
+        }
+    cerb__mutex_unlock(&e->mu);
+    if (held)
+        CERB_LOG_W("zk %s: marking a held lock node for its successor failed: %s%s", e->hosts,
+                   zerror(rc), again ? "; sent again when connected" : "");
+}
+
+/* A mark's answer (completion thread). NONODE: released meanwhile. */
+static void mark_done(struct zk_res *r)
+{
+    if (r->rc == ZOK || r->rc == ZNONODE)
+        return;
+    mark_again(r->call->sess->e, r->owner, r->owner_id, r->call->sess->gen, r->rc);
+}
+
+/* Send the mark of hold p (node path `node`) on session s, whose handle
+ * the caller keeps open. ZOK, or the client's refusal (for mark_again once
+ * the handle is let go: it logs). */
+static int mark_send(struct zk_session *s, const char *node, struct zk_lock_priv *p,
+                     uint64_t acq_id)
+{
+    struct zk_call *c = cerb__zk_call_new(1);
+    if (!c)
+        return ZOK; /* out of memory: the successor lists again */
+    int k = cerb__zk_call_set(c, s, node, ZK_DATA_HOLDING, mark_done, p, acq_id);
+    int rc = c->res[k].sent ? ZOK : c->res[k].rc;
+    cerb__zk_call_put(c); /* the completion frees it */
+    return rc;
+}
+
 /*
  * Tell a successor we hold the lock (see the header): rewrite our node's
  * data, without waiting for the answer. Only when someone may be queued
- * behind us: we waited ourselves, or the listing shows a later child.
+ * behind us: we waited ourselves, or the listing shows a later child. One
+ * that does not land is sent again by the keeper (mark_again).
  */
 static void announce(struct acq *a, uint64_t gen)
 {
     size_t after = a->kids.n_children - a->kids.n_lower - (a->kids.found_self ? 1 : 0);
     if (!a->waited && (!a->listed || after == 0))
         return;
-    struct zk_call *c = cerb__zk_call_new(1);
-    if (!c)
-        return; /* the successor lists again instead */
+    int rc = ZOK;
     struct zk_session *s = cerb__zk_session_begin(a->e);
     if (s && s->gen == gen) {
-        cerb__zk_call_set(c, s, a->p->node, ZK_DATA_HOLDING);
         ZK_COUNT(a->e, announces);
+        rc = mark_send(s, a->p->node, a->p, a->p->acq_id);
     }
     cerb__zk_session_end(a->e);
-    cerb__zk_call_put(c);
+    if (rc != ZOK)
+        mark_again(a->e, a->p, a->p->acq_id, gen, rc);
+}
+
+void cerb__zk_marks_retry(cerb_engine *e)
+{
+    struct {
+        struct zk_lock_priv *p;
+        uint64_t acq_id;
+        char *node;
+        int rc;
+    } todo[ZK_MARK_BATCH];
+    size_t n = 0;
+    uint64_t gen;
+
+    cerb__mutex_lock(&e->mu);
+    gen = e->gen_counter;
+    for (struct zk_lock_priv *p = e->held; p && n < ZK_MARK_BATCH; p = p->next) {
+        if (!p->mark_pending)
+            continue;
+        p->mark_pending = false;
+        if (p->gone || p->gen != gen || !p->node)
+            continue;
+        todo[n].node = cerb__strdup(p->node);
+        if (!todo[n].node)
+            continue; /* out of memory: the successor lists again */
+        todo[n].p = p;
+        todo[n].acq_id = p->acq_id;
+        p->mark_tries++;
+        n++;
+    }
+    if (n == ZK_MARK_BATCH)
+        e->pend |= ZK_PEND_MARK; /* more next pass */
+    cerb__mutex_unlock(&e->mu);
+
+    struct zk_session *s = cerb__zk_session_begin(e);
+    for (size_t i = 0; i < n; i++) {
+        todo[i].rc = ZOK;
+        if (s && s->gen == gen) {
+            ZK_COUNT(e, mark_retries);
+            todo[i].rc = mark_send(s, todo[i].node, todo[i].p, todo[i].acq_id);
+        }
+        cerb__free(todo[i].node);
+    }
+    cerb__zk_session_end(e);
+    for (size_t i = 0; i < n; i++)
+        if (todo[i].rc != ZOK)
+            mark_again(e, todo[i].p, todo[i].acq_id, gen, todo[i].rc);
 }
 
 /* We are first: the grant. *restart when the session went meanwhile. */
@@ -846,6 +989,7 @@ cerb_status cerb__zk_op_acquire(cerb_engine *e, cerb_engine_lock *lk, int64_t de
 {
     struct zk_lock_priv *p = lk->priv;
     struct acq a = {.e = e, .lk = lk, .p = p, .deadline = deadline_ns, .intr = interrupted};
+    a.bound = op_bound(e, deadline_ns);
     struct zk_wait *w = cerb__calloc(1, sizeof *w);
     cerb_status st;
 
@@ -882,7 +1026,10 @@ cerb_status cerb__zk_op_acquire(cerb_engine *e, cerb_engine_lock *lk, int64_t de
     cerb__zk_children_clear(&a.kids);
     if (st != CERB_OK) {
         drop_node(e, p);
-        p->uuid[0] = '\0'; /* nothing to check or release */
+        if (a.unknown)
+            grant_out->outcome = CERB_OUTCOME_UNKNOWN; /* check or release by uuid */
+        else
+            p->uuid[0] = '\0'; /* nothing to check or release */
     }
     return st;
 }
@@ -986,10 +1133,11 @@ cerb_status cerb__zk_op_check(cerb_engine *e, cerb_engine_lock *lk, cerb_grant *
     if (!p->uuid[0])
         return cerb__error_set(CERB_NOT_OWNER, "zk %s: no acquisition of \"%s\" to check",
                                e->hosts, lk->name);
-    st = cerb__zk_wait_connected(e, cerb__deadline_in(e->zc->connect_timeout_ms), NULL, 0, &ss);
+    struct acq a = {.e = e, .lk = lk, .p = p, .deadline = 0};
+    a.bound = op_bound(e, 0);
+    st = cerb__zk_wait_connected(e, a.bound, NULL, 0, &ss);
     if (st != CERB_OK)
         return st;
-    struct acq a = {.e = e, .lk = lk, .p = p, .deadline = 0};
     a.parent = cerb__zk_parent_path(e->zc->root, lk->name);
     if (!a.parent)
         return cerb__error_set(CERB_ENOMEM, "zk %s: out of memory", e->hosts);
@@ -1001,7 +1149,7 @@ cerb_status cerb__zk_op_check(cerb_engine *e, cerb_engine_lock *lk, cerb_grant *
     if (!p->node) {
         char *node = NULL;
         uint64_t czxid = 0;
-        st = cerb__zk_find_mine(e, ss.gen, ss.id, a.parent, p->uuid, &node, &czxid);
+        st = cerb__zk_find_mine(e, ss.gen, ss.id, a.parent, p->uuid, a.bound, &node, &czxid);
         if (st != CERB_OK) {
             cerb__free(a.parent);
             return st;
@@ -1038,7 +1186,7 @@ cerb_status cerb__zk_op_check(cerb_engine *e, cerb_engine_lock *lk, cerb_grant *
         return CERB_OK;
     }
     if (queued) /* in the queue but not first: nobody waits on it, leave */
-        cerb__zk_remove(e, a.parent, p->node, NULL, cleanup_deadline_at(e, 0));
+        cerb__zk_remove(e, a.parent, p->node, NULL, cleanup_deadline_at(e, a.bound));
 not_owner:
     drop_node(e, p);
     p->uuid[0] = '\0';

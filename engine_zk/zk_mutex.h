@@ -22,6 +22,10 @@ void cerb__zk_op_cancel(cerb_engine *e, cerb_engine_lock *lk);
 cerb_status cerb__zk_op_probe(cerb_engine *e, int64_t timeout_ms);
 cerb_status cerb__zk_op_held(cerb_engine *e, const char *name);
 
+/* Keeper: send again the marks of held nodes that did not land
+ * (zk_mutex.c, announce). */
+void cerb__zk_marks_retry(cerb_engine *e);
+
 /* ---- clean-up (zk_cleanup.c) ---- */
 
 /* What cerb__zk_remove() achieved. */
@@ -51,10 +55,11 @@ enum zk_removed cerb__zk_remove(cerb_engine *e, const char *parent, const char *
  * *node (malloc'd) and *czxid are set. Any other carrying the uuid belongs
  * to an old session and is deleted, never adopted (CURATOR-604). *node is
  * NULL when the create did not land. An error when the session could not
- * be asked (connection lost again).
+ * be asked (connection lost again, or no answer by deadline_ns).
  */
 cerb_status cerb__zk_find_mine(cerb_engine *e, uint64_t gen, int64_t sid, const char *parent,
-                               const char *uuid, char **node, uint64_t *czxid);
+                               const char *uuid, int64_t deadline_ns, char **node,
+                               uint64_t *czxid);
 
 /* Hand a deletion to the keeper (copies the strings). */
 void cerb__zk_reap_add(cerb_engine *e, const char *parent, const char *node, const char *uuid);

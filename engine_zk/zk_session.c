@@ -37,7 +37,9 @@
  *  - a new session that does not connect within the connect timeout is
  *    closed and another made after a backoff (ZK_START_BACKOFF_*), so a
  *    dead ensemble costs a few connection attempts, not a spinning core.
- *  - pending deletions (zk_cleanup.c) are retried whenever connected.
+ *  - pending deletions (zk_cleanup.c) are retried whenever connected, and
+ *    so are the "holding" marks of held nodes that did not land
+ *    (zk_mutex.c, announce), every ZK_MARK_RETRY_MS, a few times each.
  * Events go to the core from the keeper thread only, never from the C
  * client's threads, which must not block.
  */
@@ -56,6 +58,8 @@
 #include "zk_errors.h"
 #include "zk_mutex.h"
 
+/* Marks of held nodes that did not land are sent again this often. */
+#define ZK_MARK_RETRY_MS 200
 /* How often the keeper looks around at the latest. */
 #define ZK_KEEPER_MAX_SLEEP_MS 1000
 /* A new session that does not connect within the connect timeout is
@@ -82,9 +86,15 @@ void cerb__zk_keeper_poke_locked(cerb_engine *e, unsigned pend)
     cerb__cond_signal(&e->keeper_cond);
 }
 
-int64_t cerb__zk_call_deadline(cerb_engine *e)
+int64_t cerb__zk_call_deadline(cerb_engine *e, int64_t bound_ns)
 {
-    return cerb__deadline_in(e->zc->session_timeout_ms + e->zc->connect_timeout_ms + 2000);
+    /* The negotiated timeout, which the server may have raised above ours:
+     * the C client drops a silent connection after 2/3 of that one. */
+    int64_t session = atomic_load(&e->max_timeout_ms);
+    if (session < e->zc->session_timeout_ms)
+        session = e->zc->session_timeout_ms;
+    int64_t guard = cerb__deadline_in(session + e->zc->connect_timeout_ms + 2000);
+    return bound_ns > 0 && bound_ns < guard ? bound_ns : guard;
 }
 
 struct zk_session *cerb__zk_session_begin(cerb_engine *e)
@@ -164,6 +174,13 @@ static void session_watcher(zhandle_t *zh, int type, int state, const char *path
         } else {
             s->id = id;
             s->timeout_ms = zoo_recv_timeout(zh);
+            /* What the server granted, which can differ from what we asked
+             * in either direction ([min, max]SessionTimeout): the server
+             * keeps a silent session, and our nodes, this long. */
+            int64_t cur = atomic_load(&e->max_timeout_ms);
+            while (cur < s->timeout_ms &&
+                   !atomic_compare_exchange_weak(&e->max_timeout_ms, &cur, s->timeout_ms))
+                ;
             s->connected = true;
             cerb__zk_keeper_poke_locked(e, ZK_PEND_CONNECTED);
             s->ever_connected = true;
@@ -398,7 +415,7 @@ static bool verify_held(cerb_engine *e)
         else
             ok = false;
         cerb__zk_session_end(e);
-        if (ok && !cerb__zk_call_wait(c, cerb__zk_call_deadline(e)))
+        if (ok && !cerb__zk_call_wait(c, cerb__zk_call_deadline(e, 0)))
             ok = false;
         for (size_t i = 0; ok && i < n; i++) {
             int rc = c->res[hc[i].slot].rc;
@@ -434,7 +451,7 @@ static bool verify_held(cerb_engine *e)
 static void *keeper_main(void *arg)
 {
     cerb_engine *e = arg;
-    int64_t reap_at = 0;
+    int64_t reap_at = 0, mark_at = 0;
 
     cerb__mutex_lock(&e->mu);
     while (!e->stop) {
@@ -504,6 +521,15 @@ static void *keeper_main(void *arg)
             reap_at = 0;
             continue;
         }
+        if ((e->pend & ZK_PEND_MARK) && s && s->connected && now >= mark_at) {
+            e->pend &= ~(unsigned)ZK_PEND_MARK;
+            cerb__mutex_unlock(&e->mu);
+            cerb__zk_marks_retry(e);
+            cerb__mutex_lock(&e->mu);
+            /* A mark refused again is not resent at once. */
+            mark_at = cerb_monotime() + ZK_MARK_RETRY_MS * CERB_NS_PER_MS;
+            continue;
+        }
         if (s && s->connected && e->reap && now >= reap_at) {
             cerb__mutex_unlock(&e->mu);
             bool left = cerb__zk_reap_run(e);
@@ -529,6 +555,8 @@ static void *keeper_main(void *arg)
             wake = e->start_at_ns;
         if (s && s->connected && e->reap && reap_at < wake)
             wake = reap_at;
+        if (s && s->connected && (e->pend & ZK_PEND_MARK) && mark_at < wake)
+            wake = mark_at;
         if (wake > now)
             cerb__cond_wait_until(&e->keeper_cond, &e->mu, wake);
     }
@@ -628,6 +656,13 @@ void cerb__zk_session_stop(cerb_engine *e)
     cerb__cond_destroy(&e->state_cond);
     cerb__mutex_destroy(&e->mu);
     pthread_rwlock_destroy(&e->zh_lock);
+}
+
+/* ---- the hold bound ---- */
+
+int64_t cerb__zk_op_hold_bound(cerb_engine *e)
+{
+    return atomic_load(&e->max_timeout_ms);
 }
 
 /* ---- probe ---- */

@@ -107,6 +107,8 @@ struct zk_lock_priv {
     uint64_t czxid;   /* the fence */
     uint64_t acq_id;  /* this acquisition, for the callbacks */
     struct zk_wait *w;                 /* mu */
+    bool mark_pending;  /* its ZK_DATA_HOLDING mark is to be sent again (mu) */
+    unsigned char mark_tries;          /* marks sent again (mu) */
     char uuid[ZK_UUID_LEN + 1];        /* this acquisition's node uuid */
 };
 
@@ -124,6 +126,8 @@ struct zk_counters {
     atomic_uint_fast64_t wakeups;       /* predecessor deletions that woke a waiter */
     atomic_uint_fast64_t notices;       /* other watch events (grants told) */
     atomic_uint_fast64_t announces;     /* grants marked on our node */
+    atomic_uint_fast64_t mark_failures; /* marks refused or not answered OK */
+    atomic_uint_fast64_t mark_retries;  /* marks sent again by the keeper */
     atomic_uint_fast64_t quick_grants;  /* grants without listing again */
     atomic_uint_fast64_t acq_ids;
     atomic_uint_fast64_t relists;       /* getChildren after the first */
@@ -165,6 +169,9 @@ struct cerb_engine {
     int64_t backoff_ms;         /* between sessions that did not connect */
 
     struct zk_counters stats;
+    /* The longest session timeout any of our sessions negotiated: how long
+     * a node of ours can outlive our last contact (hold_bound_ms). */
+    _Atomic int64_t max_timeout_ms;
 };
 
 /* Keeper work flags (e->pend). */
@@ -173,7 +180,8 @@ enum {
     ZK_PEND_CONNECTED = 1u << 1,
     ZK_PEND_REPLACE = 1u << 2,   /* the session is dead: end it, start anew */
     ZK_PEND_REAP = 1u << 3,      /* deletions are pending */
-    ZK_PEND_START = 1u << 4      /* no session: make one at start_at_ns */
+    ZK_PEND_START = 1u << 4,     /* no session: make one at start_at_ns */
+    ZK_PEND_MARK = 1u << 5       /* holds whose mark must be sent again */
 };
 
 /* Make the first session and the keeper; wait for the connection until
@@ -217,10 +225,20 @@ void cerb__zk_wake_waiters_locked(cerb_engine *e);
 /* Ask the keeper to do work (mu held). */
 void cerb__zk_keeper_poke_locked(cerb_engine *e, unsigned pend);
 
-/* The per-call bound on waiting for completions: they come at the latest
- * when the C client gives the connection up (2/3 of the session timeout) or
- * when the keeper closes the handle; this bound only guards against a bug. */
-int64_t cerb__zk_call_deadline(cerb_engine *e);
+/*
+ * How long to wait for a call's completions: until `bound_ns`, the bound of
+ * the operation that sent it (the caller's deadline, or the connect timeout
+ * for a call without one; 0 = none), capped by a guard. Completions come at
+ * the latest when the C client gives the connection up (2/3 of the session
+ * timeout) or when the keeper closes the handle — on a stopped server, far
+ * later than a caller's deadline, which is why lock operations pass theirs;
+ * the guard only protects against a bug.
+ */
+int64_t cerb__zk_call_deadline(cerb_engine *e, int64_t bound_ns);
+
+/* ops->hold_bound_ms: the negotiated session timeout (the longest of
+ * this instance's sessions), 0 before the first connection. */
+int64_t cerb__zk_op_hold_bound(cerb_engine *e);
 
 /* zk_log.c: route the C client's log lines into the library's log. */
 void cerb__zk_log_setup(void);

@@ -7,7 +7,8 @@
  * check_owner, adopted by a waiting acquire); cancel() that returns at once
  * and wakes the waiter; the counters; the probe; the session: LOST event
  * when the lease is revoked, and an acquire that meets "lease not found"
- * moving to the new session.
+ * moving to the new session; thousands of orphan deletes that do not keep
+ * the session thread from its keepalives.
  *
  * Each engine instance here is what one client would own; waiters are
  * threads with instances of their own. Internals (the session's lease) are
@@ -439,6 +440,79 @@ static void test_session_revoked(void **state)
     free(name2);
 }
 
+/* ---- orphan deletes do not starve the keepalive (issue 10 item 11) ---- */
+
+static size_t orphans_left(struct eng *g)
+{
+    size_t n = 0;
+    cerb__mutex_lock(&g->e->sess_mu);
+    for (struct etcd_orphan *o = g->e->orphans; o; o = o->next)
+        n++;
+    cerb__mutex_unlock(&g->e->sess_mu);
+    return n;
+}
+
+struct ka_seen {
+    struct eng *g;
+    uint64_t want;
+};
+static bool keepalives_reach(void *ud)
+{
+    struct ka_seen *k = ud;
+    return atomic_load(&k->g->e->stats.keepalives) >= k->want ||
+           atomic_load(&k->g->lost_events) > 0;
+}
+
+/*
+ * The session thread owes thousands of deletes (keys that failed requests
+ * could not delete). Each takes a round trip, so together they last longer
+ * than the session's TTL: the thread must keep the lease alive first and
+ * delete in the time left between keepalives, not delete them all and
+ * find the session lost afterwards.
+ */
+#define SWEEP_ORPHANS 12000
+
+static void test_orphan_sweep_keeps_session(void **state)
+{
+    (void)state;
+    struct eng g;
+    char *name = test_name("sweep");
+    char key[512];
+
+    eng_open(&g, "session_ttl_s = 2;");
+    /* Keys that do not exist, with a create revision to compare: each
+     * delete is a real txn that deletes nothing. One warning per key
+     * otherwise. */
+    cerb_log_set(NULL, NULL, CERB_LOG_ERROR);
+    int64_t t_add = cerb_monotime();
+    for (int i = 0; i < SWEEP_ORPHANS; i++) {
+        int n = snprintf(key, sizeof key, "%s/%x", name, i);
+        cerb__etcd_orphan_add(g.e, key, (size_t)n, 1);
+    }
+    cerb_log_set(NULL, NULL, CERB_LOG_WARN);
+    print_message("queued %d orphans in %lld ms\n", SWEEP_ORPHANS,
+                  (long long)((cerb_monotime() - t_add) / CERB_NS_PER_MS));
+
+    /* Two TTLs: four keepalives or more (one per TTL/3), no LOST. */
+    int64_t t0 = cerb_monotime();
+    struct ka_seen k = {&g, atomic_load(&g.e->stats.keepalives) + 4};
+    bool kept = wait_until(keepalives_reach, &k, 4000);
+    size_t left = orphans_left(&g);
+    print_message("after %lld ms: %llu keepalives, %zu orphans left\n",
+                  (long long)((cerb_monotime() - t0) / CERB_NS_PER_MS),
+                  (unsigned long long)atomic_load(&g.e->stats.keepalives), left);
+    assert_int_equal(atomic_load(&g.lost_events), 0);
+    assert_true(kept);
+    /* The sweep went on meanwhile. */
+    assert_true(left < SWEEP_ORPHANS);
+    struct etcd_session s;
+    cerb__etcd_session_peek(g.e, &s);
+    assert_true(s.live);
+    assert_int_equal(s.gen, 1);
+    eng_close(&g);
+    free(name);
+}
+
 static int setup(void **state)
 {
     (void)state;
@@ -457,6 +531,7 @@ int main(void)
         cmocka_unit_test(test_cancel_and_wake),
         cmocka_unit_test(test_probe_stats_names),
         cmocka_unit_test(test_session_revoked),
+        cmocka_unit_test(test_orphan_sweep_keeps_session),
     };
     return cmocka_run_group_tests(tests, setup, NULL);
 }

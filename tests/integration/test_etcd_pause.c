@@ -16,6 +16,9 @@
  * locking with a token, and a token the server no longer knows (401, or a
  * watch cancelled in-band as "Unauthenticated") being fetched again by lock
  * calls, by a waiter after its wake-up, and by a watch.
+ * And on a private server with a slow raft clock (port 22441), whose minimum
+ * lease TTL is above what the client asks: the engine's hold bound is the
+ * TTL the server granted.
  */
 #define _POSIX_C_SOURCE 200809L
 #include <pthread.h>
@@ -39,6 +42,8 @@
 #include "test_util.h"
 
 #define AUTH_PORT 22431
+/* A private single-node server with a slow raft clock (see slow_setup). */
+#define SLOW_PORT 22441
 
 static const struct cerb_engine_ops *ops;
 
@@ -494,6 +499,60 @@ static int setup(void **state)
     return ops ? 0 : -1;
 }
 
+/* ---- a server whose minimum lease TTL is above what we ask (private) ---- */
+
+/*
+ * etcd raises a lease TTL to its minimum, 3/2 of the election timeout
+ * (rounded up to seconds): with a 500 ms heartbeat and a 5 s election
+ * timeout, 8 s. A client asking for 2 s then holds its keys for 8 s after
+ * its last keepalive.
+ */
+static int slow_setup(void **state)
+{
+    (void)state;
+    setenv("CERB_ETCD_EXTRA_ARGS", "--heartbeat-interval=500 --election-timeout=5000", 1);
+    int rc = etcd_test_servers("start", SLOW_PORT, 1);
+    unsetenv("CERB_ETCD_EXTRA_ARGS");
+    return rc == 0 ? 0 : -1;
+}
+
+static int slow_teardown(void **state)
+{
+    (void)state;
+    etcd_test_servers("stop", SLOW_PORT, 1);
+    return 0;
+}
+
+/* The TTL the server granted lease `id`, from /v3/lease/timetolive. */
+static int64_t granted_ttl(int port, int64_t id)
+{
+    char body[64];
+    snprintf(body, sizeof body, "{\"ID\":\"%lld\"}", (long long)id);
+    json_t *r = etcd_test_post(port, "/v3/lease/timetolive", body, NULL, NULL);
+    assert_non_null(r);
+    json_t *g = json_object_get(r, "grantedTTL");
+    int64_t ttl = json_is_string(g) ? strtoll(json_string_value(g), NULL, 10)
+                  : json_is_integer(g) ? (int64_t)json_integer_value(g)
+                                       : -1;
+    json_decref(r);
+    return ttl;
+}
+
+/* The hold bound is the TTL the server granted, not the one configured. */
+static void test_hold_bound_granted_ttl(void **state)
+{
+    (void)state;
+    struct eng g;
+    assert_int_equal(cerb__engine_hold_bound_ms(ops, NULL), 0);
+    eng_open(&g, SLOW_PORT, "session_ttl_s = 2;");
+    struct etcd_session s;
+    cerb__etcd_session_peek(g.e, &s);
+    int64_t ttl = granted_ttl(SLOW_PORT, s.id);
+    assert_true(ttl > 2);
+    assert_int_equal(cerb__engine_hold_bound_ms(ops, g.e), ttl * 1000);
+    eng_close(&g);
+}
+
 int main(void)
 {
     const struct CMUnitTest pause_tests[] = {
@@ -507,6 +566,9 @@ int main(void)
         cmocka_unit_test(test_auth_credentials),
         cmocka_unit_test(test_auth_token_refresh),
     };
+    const struct CMUnitTest slow_tests[] = {
+        cmocka_unit_test(test_hold_bound_granted_ttl),
+    };
     int rc = 0;
     if (setup(NULL) != 0)
         return 1;
@@ -518,5 +580,6 @@ int main(void)
         cerb_log_set(NULL, NULL, CERB_LOG_DEBUG);
     rc |= cmocka_run_group_tests_name("pause", pause_tests, NULL, NULL);
     rc |= cmocka_run_group_tests_name("auth", auth_tests, auth_setup, auth_teardown);
+    rc |= cmocka_run_group_tests_name("slow raft", slow_tests, slow_setup, slow_teardown);
     return rc;
 }

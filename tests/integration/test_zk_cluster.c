@@ -8,9 +8,10 @@
  * PID at the end. Four clients loop lock/unlock on one name and check, with
  * a shared "inside" counter and the fencing tokens, that no two ever hold it
  * at once; a fifth holds another name throughout, with a sixth queued
- * behind it. One second in, the leader is killed. Expected, as measured on
- * this machine: a new leader in about half a second, every client
- * disconnected for under a second and back on the same session. So: no
+ * behind it. Once the contended name has been granted 50 times, the leader
+ * is killed. Expected, as measured on this machine: a new leader in about
+ * half a second, every client disconnected for under a second and back on
+ * the same session (rarely 7–9 s: see open_client). So: no
  * double grant, fences still strictly increasing, the contended name keeps
  * being granted after the election, the held lock is never reported lost
  * and is VALID again, the queued waiter gets it when it is released, and
@@ -67,9 +68,22 @@ static int teardown(void **state)
     return 0;
 }
 
+/*
+ * 20 s sessions. A leader change usually takes under a second, but ZooKeeper
+ * 3.8.0 sometimes botches the new leader's sync with a follower when writes
+ * were in flight at the kill (the follower acknowledges a proposal of the
+ * DIFF before NEWLEADER; the leader logs "NEWLEADER ACK from sid: 1 is from
+ * a different epoch" and never gets its quorum): nobody serves clients
+ * until the follower's sync read times out (syncLimit × tickTime, 5 s here)
+ * and a second election finishes, 7–9 s in all (1 run in 5 under load).
+ * With 8 s sessions every client then rightly gave its session up — it
+ * cannot tell that no leader was serving meanwhile — and the held lock was
+ * reported lost. The engine's behaviour is right; the session must outlast
+ * the ensemble's worst recovery, as it must in production.
+ */
 static cerb_client *open_client(void)
 {
-    char *cfg = cerb_test_zk_config(hosts, "session_timeout_ms = 8000; connect_timeout_ms = 3000;",
+    char *cfg = cerb_test_zk_config(hosts, "session_timeout_ms = 20000; connect_timeout_ms = 3000;",
                                     NULL);
     cerb_client *c = NULL;
     cerb_status st = cerb_client_open_string(&c, cfg);
@@ -174,10 +188,14 @@ static int leader_port(void)
     return -1;
 }
 
-static bool never(void *ud)
+struct progress {
+    atomic_int *count;
+    int want;
+};
+static bool progress_made(void *ud)
 {
-    (void)ud;
-    return false;
+    struct progress *p = ud;
+    return atomic_load(p->count) >= p->want;
 }
 
 static void test_leader_kill_no_double_grant_no_orphans(void **state)
@@ -204,8 +222,8 @@ static void test_leader_kill_no_double_grant_no_orphans(void **state)
     pthread_t t[WORKERS];
     for (int i = 0; i < WORKERS; i++)
         pthread_create(&t[i], NULL, worker, &sh);
-    wait_until(never, NULL, 1000);
-    assert_true(atomic_load(&sh.grants) > 0);
+    struct progress before = {&sh.grants, 50};
+    assert_wait_until(progress_made, &before, 10000);
 
     int lp = leader_port();
     assert_true(lp > 0);
@@ -214,14 +232,20 @@ static void test_leader_kill_no_double_grant_no_orphans(void **state)
     atomic_store(&sh.killed, true);
     assert_int_equal(kill(pid, SIGKILL), 0);
 
-    /* The election, the reconnects, and a few seconds of work after. */
-    wait_until(never, NULL, 4000);
+    /* The election, the reconnects, and some work after (within the
+     * sessions' timeout: see open_client). */
+    int64_t t_kill = cerb_test_now_ms();
+    struct progress after = {&sh.grants_after_kill, 200};
+    bool resumed = wait_until(progress_made, &after, 20000);
+    int64_t t_resumed = cerb_test_now_ms() - t_kill;
     atomic_store(&sh.stop, true);
     for (int i = 0; i < WORKERS; i++)
         pthread_join(t[i], NULL);
-    fprintf(stderr, "cluster: leader :%d killed; %d grants, %d after the kill, %d errors\n",
+    fprintf(stderr, "cluster: leader :%d killed; %d grants, %d after the kill (200 in %lld ms), "
+            "%d errors\n",
             lp, atomic_load(&sh.grants), atomic_load(&sh.grants_after_kill),
-            atomic_load(&sh.errors));
+            (long long)t_resumed, atomic_load(&sh.errors));
+    assert_true(resumed);
     assert_int_equal(atomic_load(&sh.overlap), 0);
     assert_int_equal(atomic_load(&sh.fence_regress), 0);
     assert_true(atomic_load(&sh.grants_after_kill) > 0);
@@ -262,5 +286,9 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_leader_kill_no_double_grant_no_orphans),
     };
+    /* Debugging aid: CERB_TEST_DEBUG=1 turns the library's debug log on
+     * (the C client's connection attempts included). */
+    if (getenv("CERB_TEST_DEBUG"))
+        cerb_log_set(NULL, NULL, CERB_LOG_DEBUG);
     return cmocka_run_group_tests(tests, setup, teardown);
 }

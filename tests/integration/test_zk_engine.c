@@ -6,11 +6,15 @@
  * last answered send time and timeout), deletion by uuid, and the settling
  * of a lost create reply: the child carrying our uuid is adopted only when
  * it is an ephemeral of our current session, and one of another session is
- * deleted instead (Curator's CURATOR-604).
+ * deleted instead (Curator's CURATOR-604). The hold bound and every ttl are
+ * the negotiated session timeout (not the configured one, not the lease),
+ * and a holder's "cerb:holding" mark that did not land is sent again.
  */
 #define _POSIX_C_SOURCE 200809L
+#include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -178,6 +182,82 @@ static void test_grant_check_renew_release(void **state)
     eng_close(&g);
 }
 
+/* ---- the hold bound and the ttl: the negotiated session timeout ---- */
+
+/* The negotiated timeout of the engine's current session, from the C
+ * client itself. */
+static int64_t recv_timeout(cerb_engine *e)
+{
+    struct zk_session *s = cerb__zk_session_begin(e);
+    assert_non_null(s);
+    int64_t ms = zoo_recv_timeout(s->zh);
+    cerb__zk_session_end(e);
+    return ms;
+}
+
+/*
+ * The test server allows sessions of 1–60 s (scripts/servers.d/zk.sh): a
+ * 90 s session is granted 60 s. What the engine reports as the hold bound
+ * is what the server granted, not the configuration, and a shim without an
+ * instance or an op says "unknown".
+ */
+static void test_hold_bound_negotiated(void **state)
+{
+    (void)state;
+    struct eng g;
+    assert_int_equal(cerb__engine_hold_bound_ms(ops, NULL), 0);
+    assert_non_null(ops->hold_bound_ms);
+
+    eng_open(&g, "session_timeout_ms = 90000;");
+    assert_int_equal(recv_timeout(g.e), 60000);
+    assert_int_equal(cerb__engine_hold_bound_ms(ops, g.e), 60000);
+    eng_close(&g);
+
+    eng_open(&g, "session_timeout_ms = 3000;");
+    assert_int_equal(cerb__engine_hold_bound_ms(ops, g.e), recv_timeout(g.e));
+    assert_int_equal(cerb__engine_hold_bound_ms(ops, g.e), 3000);
+    eng_close(&g);
+}
+
+/*
+ * A hold lasts as long as the session, which the server ends the
+ * negotiated timeout after our last contact: a lease longer than that must
+ * not stretch the ttl a grant, a renewal or a check reports (the core puts
+ * the local deadline at sent_ns + ttl), or the holder would still count as
+ * VALID after the server dropped its node and someone else got the lock.
+ */
+static void test_ttl_bounded_by_session(void **state)
+{
+    (void)state;
+    struct eng g;
+    eng_open(&g, "session_timeout_ms = 3000;");
+    char *name = test_name("ttl");
+    void *priv = calloc(1, ops->lock_priv_size);
+    cerb_engine_lock lk;
+    cerb_grant gr, rn, gc;
+
+    fill_lock(&lk, priv, name, 20000);
+    assert_int_equal(cerb__engine_acquire(ops, g.e, &lk, 0, NULL, &gr), CERB_OK);
+    assert_true(gr.ttl_ms > 0 && gr.ttl_ms <= 3000);
+    assert_int_equal(cerb__engine_renew(ops, g.e, &lk, &rn), CERB_OK);
+    assert_true(rn.ttl_ms > 0 && rn.ttl_ms <= 3000);
+    assert_int_equal(cerb__engine_check_owner(ops, g.e, &lk, &gc), CERB_OK);
+    assert_true(gc.ttl_ms > 0 && gc.ttl_ms <= 3000);
+    assert_int_equal(cerb__engine_release(ops, g.e, &lk), CERB_OK);
+    eng_close(&g);
+
+    /* Negotiated down (90 s asked, 60 s granted): the granted one counts. */
+    eng_open(&g, "session_timeout_ms = 90000;");
+    fill_lock(&lk, priv, name, 100000);
+    assert_int_equal(cerb__engine_acquire(ops, g.e, &lk, 0, NULL, &gr), CERB_OK);
+    assert_true(gr.ttl_ms > 0 && gr.ttl_ms <= 60000);
+    assert_int_equal(cerb__engine_release(ops, g.e, &lk), CERB_OK);
+    eng_close(&g);
+
+    free(priv);
+    free(name);
+}
+
 /* ---- deletion by uuid; adoption only of our current session's node ---- */
 
 static char *make_node(zhandle_t *zh, const char *parent, const char *uuid)
@@ -234,7 +314,8 @@ static void test_adopt_only_current_session(void **state)
     char *stale = make_node(other, parent, uuid);
     char *node = NULL;
     uint64_t czxid = 0;
-    assert_int_equal(cerb__zk_find_mine(g.e, st.gen, st.id, parent, uuid, &node, &czxid),
+    assert_int_equal(cerb__zk_find_mine(g.e, st.gen, st.id, parent, uuid,
+                                        cerb__deadline_in(5000), &node, &czxid),
                      CERB_OK);
     assert_null(node);
     struct Stat sx;
@@ -244,7 +325,8 @@ static void test_adopt_only_current_session(void **state)
     free(stale);
     stale = make_node(other, parent, uuid);
     char *mine = make_own_node(g.e, parent, uuid);
-    assert_int_equal(cerb__zk_find_mine(g.e, st.gen, st.id, parent, uuid, &node, &czxid),
+    assert_int_equal(cerb__zk_find_mine(g.e, st.gen, st.id, parent, uuid,
+                                        cerb__deadline_in(5000), &node, &czxid),
                      CERB_OK);
     assert_non_null(node);
     assert_string_equal(node, mine);
@@ -277,12 +359,135 @@ static void test_adopt_only_current_session(void **state)
     eng_close(&g);
 }
 
+/* ---- a holder's mark that did not land is sent again ---- */
+
+struct waiter {
+    struct eng *g;
+    cerb_engine_lock *lk;
+    cerb_status st;
+    atomic_bool done;
+};
+
+static void *waiter_main(void *arg)
+{
+    struct waiter *w = arg;
+    cerb_grant gr;
+    w->st = cerb__engine_acquire(ops, w->g->e, w->lk, cerb__deadline_in(10000), NULL, &gr);
+    atomic_store(&w->done, true);
+    return NULL;
+}
+
+static bool waiter_done(void *ud) { return atomic_load(&((struct waiter *)ud)->done); }
+
+struct kids_n {
+    zhandle_t *zh;
+    const char *path;
+    int want;
+};
+static bool kids_n(void *ud)
+{
+    struct kids_n *k = ud;
+    return cerb_test_zk_children(k->zh, k->path, NULL, NULL) == k->want;
+}
+
+static bool mark_failed(void *ud)
+{
+    return atomic_load(&((cerb_engine *)ud)->stats.mark_failures) > 0;
+}
+
+struct data_is {
+    zhandle_t *zh;
+    const char *node;
+    const char *want;
+};
+static bool data_is(void *ud)
+{
+    struct data_is *d = ud;
+    char buf[64];
+    int len = sizeof buf - 1;
+    if (zoo_get(d->zh, d->node, 0, buf, &len, NULL) != ZOK)
+        return false;
+    buf[len < 0 ? 0 : len] = '\0';
+    return strcmp(buf, d->want) == 0;
+}
+
+/*
+ * A holder that waited marks its node "cerb:holding" for its successor
+ * with one asynchronous write. When that write does not land (here: the
+ * node's ACL briefly forbids writing it; in the field a connection loss
+ * while it is in flight), the keeper sends it again.
+ */
+static void test_mark_sent_again(void **state)
+{
+    (void)state;
+    struct eng g1, g2;
+    eng_open(&g1, NULL);
+    eng_open(&g2, NULL);
+    char *name = test_name("remark");
+    char *parent = cerb_test_zk_lock_path(name);
+    zhandle_t *zh = cerb_test_zk_connect(NULL, NULL);
+    assert_non_null(zh);
+    void *p1 = calloc(1, ops->lock_priv_size), *p2 = calloc(1, ops->lock_priv_size);
+    cerb_engine_lock l1, l2;
+    cerb_grant gr;
+
+    fill_lock(&l1, p1, name, 10000);
+    fill_lock(&l2, p2, name, 10000);
+    assert_int_equal(cerb__engine_acquire(ops, g1.e, &l1, 0, NULL, &gr), CERB_OK);
+    struct waiter w = {.g = &g2, .lk = &l2};
+    pthread_t t;
+    pthread_create(&t, NULL, waiter_main, &w);
+    struct kids_n two = {zh, parent, 2};
+    assert_wait_until(kids_n, &two, 5000);
+
+    /* The waiter's node: everything but WRITE, for everyone. */
+    struct String_vector v;
+    assert_int_equal(cerb_test_zk_children(zh, parent, &v, NULL), 2);
+    char node[1024] = "";
+    for (int i = 0; i < v.count; i++) {
+        snprintf(node, sizeof node, "%s/%s", parent, v.data[i]);
+        if (strcmp(node, ((struct zk_lock_priv *)p1)->node) != 0)
+            break;
+    }
+    deallocate_String_vector(&v);
+    struct ACL no_write_acl = {ZOO_PERM_ALL & ~ZOO_PERM_WRITE, ZOO_ANYONE_ID_UNSAFE};
+    struct ACL_vector no_write = {1, &no_write_acl};
+    assert_int_equal(zoo_set_acl(zh, node, -1, &no_write), ZOK);
+
+    /* The release grants it to the waiter, whose mark is refused... */
+    assert_int_equal(cerb__engine_release(ops, g1.e, &l1), CERB_OK);
+    assert_wait_until(waiter_done, &w, 5000);
+    pthread_join(t, NULL);
+    assert_int_equal(w.st, CERB_OK);
+    assert_wait_until(mark_failed, g2.e, 3000);
+    struct data_is waiting = {zh, node, "cerb:waiting"};
+    assert_true(data_is(&waiting));
+
+    /* ...and lands once it can. */
+    assert_int_equal(zoo_set_acl(zh, node, -1, &ZOO_OPEN_ACL_UNSAFE), ZOK);
+    struct data_is holding = {zh, node, "cerb:holding"};
+    assert_wait_until(data_is, &holding, 3000);
+    assert_true(atomic_load(&g2.e->stats.mark_retries) > 0);
+    assert_int_equal(cerb__engine_release(ops, g2.e, &l2), CERB_OK);
+
+    free(p1);
+    free(p2);
+    cerb_test_zk_close(zh);
+    free(parent);
+    free(name);
+    eng_close(&g1);
+    eng_close(&g2);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_children_order),
         cmocka_unit_test(test_grant_check_renew_release),
         cmocka_unit_test(test_adopt_only_current_session),
+        cmocka_unit_test(test_hold_bound_negotiated),
+        cmocka_unit_test(test_ttl_bounded_by_session),
+        cmocka_unit_test(test_mark_sent_again),
     };
     return cmocka_run_group_tests(tests, setup, NULL);
 }
