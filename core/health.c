@@ -208,10 +208,16 @@ static int64_t grace_ms(cerb_client *c, int i)
     cerb__client_failover_cfg(c, &fo, &g);
     if (fo.switch_grace_ms >= 0)
         return fo.switch_grace_ms;
-    const char *name = c->engines[i].name;
-    if (strcmp(name, "zk") == 0 && c->boot_cfg->zk.session_timeout_ms > g)
+    /* A session engine keeps a hold as long as the server granted the
+     * session (the negotiated ZooKeeper timeout, the etcd TTL), which may
+     * be longer than what the file asked for. */
+    struct cerb_client_engine *ce = &c->engines[i];
+    int64_t bound = cerb__engine_hold_bound_ms(ce->ops, ce->e);
+    if (bound > g)
+        g = bound;
+    if (strcmp(ce->name, "zk") == 0 && c->boot_cfg->zk.session_timeout_ms > g)
         g = c->boot_cfg->zk.session_timeout_ms;
-    if (strcmp(name, "etcd") == 0 && c->boot_cfg->etcd.session_ttl_s * 1000 > g)
+    if (strcmp(ce->name, "etcd") == 0 && c->boot_cfg->etcd.session_ttl_s * 1000 > g)
         g = c->boot_cfg->etcd.session_ttl_s * 1000;
     return g + g * CERB_DRIFT_PERMILLE / 1000 + CERB_DRIFT_FIXED_MS;
 }

@@ -267,12 +267,21 @@ static cerb_status s_held(cerb_engine *eng, const char *name)
     return h ? CERB_BUSY : CERB_OK;
 }
 
+static int64_t s_hold_bound(cerb_engine *eng)
+{
+    struct server *s = eng->srv;
+    pthread_mutex_lock(&s->mu);
+    int64_t b = s->k.hold_bound_ms;
+    pthread_mutex_unlock(&s->mu);
+    return b;
+}
+
 #define SCRIPT_OPS(NAME, OPEN)                                                                    \
     {                                                                                             \
         .version = CERB_ENGINE_OPS_V1, .name = NAME, .caps = CERB_CAP_FENCING | CERB_CAP_WAIT,    \
         .lock_priv_size = 0, .open = OPEN, .close = s_close, .acquire = s_acquire,                \
         .renew = s_renew, .release = s_release, .check_owner = s_check, .probe = s_probe,         \
-        .held = s_held,                                                                           \
+        .held = s_held, .hold_bound_ms = s_hold_bound,                                            \
     }
 
 static const struct cerb_engine_ops sa_ops = SCRIPT_OPS("sa", a_open);

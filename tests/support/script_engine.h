@@ -30,6 +30,7 @@ struct script_knobs {
     int64_t renew_delay_ms; /* every renewal first takes this long */
     bool lose_release;    /* next release takes effect, reports EIO */
     bool check_fails;     /* check_owner fails with EIO (no answer) */
+    int64_t hold_bound_ms; /* what hold_bound_ms() reports (0 = unknown) */
     /* Called once, without the server's mutex, inside the next acquire
      * just before it looks at the table (then cleared). */
     void (*before_grant)(void *ud);

@@ -483,6 +483,33 @@ static void test_grace_covers_leases_before_reload(void **state)
 }
 
 /*
+ * Item 3: the grace covers what the server granted (ZooKeeper's negotiated
+ * session timeout, etcd's TTL) when that is longer than the configuration
+ * says: here the old engine reports holds outliving their holder by 1.5 s.
+ */
+static void test_grace_covers_server_hold_bound(void **state)
+{
+    (void)state;
+    script_engine_set(SCRIPT_A, (struct script_knobs){.hold_bound_ms = 1500});
+    const char *cfg = "engines = (\"sa\", \"sb\"); lock = { lease_ms = 300; }; "
+                      "failover = { " FAST_FO "failback = \"manual\"; };";
+    cerb_client *b = open_text("%s", cfg);
+    cerb_lock *lb = mk(b, "bound");
+    script_engine_set(SCRIPT_A, (struct script_knobs){.hold_bound_ms = 1500, .down = true});
+    int64_t t0 = cerb_test_now_ms();
+    struct on_engine ob = {b, "sb"};
+    assert_wait_until(is_on, &ob, 3000);
+    assert_int_equal(cerb_lock_trylock_for(lb, 5000), CERB_OK);
+    int64_t took = cerb_test_now_ms() - t0;
+    fprintf(stderr, "granted on sb %lld ms after sa went down (hold bound 1500 ms)\n",
+            (long long)took);
+    assert_true(took >= 1400);
+    assert_int_equal(cerb_lock_unlock(lb), CERB_OK);
+    cerb_lock_free(lb);
+    cerb_client_close(b);
+}
+
+/*
  * Item 4: a reload that moves `active` to an engine that fails to open once
  * was never applied, and said OK. The wish is kept and applied when the
  * engine opens; the reload reports the failed switch, and engine info
@@ -574,6 +601,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_forked_child_refused, setup, teardown),
         cmocka_unit_test_setup_teardown(test_trylock_rechecks_once, setup, teardown),
         cmocka_unit_test_setup_teardown(test_grace_covers_leases_before_reload, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_grace_covers_server_hold_bound, setup, teardown),
         cmocka_unit_test_setup_teardown(test_reload_to_unopened_engine_is_kept, setup, teardown),
         cmocka_unit_test_setup_teardown(test_file_watch_not_delayed_by_probes, setup, teardown),
     };
