@@ -219,9 +219,6 @@ static int64_t grace_ms(cerb_client *c, int i)
 
 int cerb__client_switch(cerb_client *c, int to, const char *why, int pin)
 {
-    void (*cb)(const char *, const char *, const char *, void *);
-    void *ud;
-
     cerb__mutex_lock(&c->fo_mu);
     if (pin > 0)
         c->pinned = to;
@@ -258,12 +255,9 @@ int cerb__client_switch(cerb_client *c, int to, const char *why, int pin)
     cerb__lock_follow_switch(c, to);
 
     CERB_LOG_W("engine switch %s -> %s (%s)", c->engines[from].name, c->engines[to].name, why);
-    cerb__mutex_lock(&c->mu);
-    cb = c->switch_cb;
-    ud = c->switch_ud;
-    cerb__mutex_unlock(&c->mu);
-    if (cb)
-        cb(c->engines[from].name, c->engines[to].name, why, ud);
+    /* Called on the callback thread, never here: this may be the renewal
+     * or prober thread, or a caller holding its own mutexes. */
+    cerb__notify_switch(c, c->engines[from].name, c->engines[to].name, why);
     return to;
 }
 

@@ -159,13 +159,12 @@ struct cerb_client {
                                             epoch << 4 | own switches */
     uint64_t switches;
     struct cerb_prober *prober;
-    void (*switch_cb)(const char *, const char *, const char *, void *);
-    void *switch_ud;
     cerb_mutex inflight_mu;              /* before any slot->mu */
     struct cerb_waiter *inflight;        /* acquisitions inside an engine */
     struct cerb_slot *names[CERB_NAME_BUCKETS];
     cerb_lock *handles;
     struct cerb_watchdog *_Atomic wd;    /* engine events may arrive early */
+    struct cerb_notify *nt;              /* callback thread (notify.c) */
 };
 
 /* client.c */
@@ -220,6 +219,30 @@ void cerb__watchdog_orphan(cerb_client *c, struct cerb_hold *h);
 /* Engine event sink (cerb_engine_env.event). */
 void cerb__watchdog_event(void *ud, cerb_engine_event ev, const char *name,
                           const char *token);
+
+/* notify.c — the callback thread: lost and switch callbacks run there, one
+ * at a time, with no library mutex held; nothing in the library waits for
+ * them. Enqueueing takes only the notifier's leaf mutex. */
+cerb_status cerb__notify_start(cerb_client *c);
+/* Queue l's lost callback (cb, ud as set when the loss was found). Returns
+ * false only when out of memory (the caller tries again later). */
+bool cerb__notify_lost(cerb_client *c, cerb_lock *l, void (*cb)(cerb_lock *, void *), void *ud);
+/* Queue a switch callback (names copied), if one is registered. */
+void cerb__notify_switch(cerb_client *c, const char *from, const char *to, const char *why);
+void cerb__notify_set_switch_cb(cerb_client *c,
+                                void (*cb)(const char *, const char *, const char *, void *),
+                                void *ud);
+/* A handle is being freed (magic already dead): drop its queued callbacks.
+ * Returns true when its callback is running: the notifier then frees the
+ * handle's memory when the callback returns, and the caller must not. */
+bool cerb__notify_forget(cerb_client *c, cerb_lock *l);
+/* Close, first step: no callback starts from now on; queued ones are
+ * dropped. Never waits for a running callback. */
+void cerb__notify_stop(cerb_client *c);
+/* Close, last step: join the thread, or — when a callback is still
+ * running — leave it to free the client's memory (returns true: the caller
+ * must not free c). */
+bool cerb__notify_finish(cerb_client *c);
 
 /* health.c — breakers, selection, switching, safe-switch gate */
 int64_t cerb__now_ms(void);
