@@ -101,7 +101,9 @@ typedef enum cerb_log_level {
  * @min_level: lines below this level are dropped before formatting.
  * Returns: CERB_OK, or CERB_EINVAL for a level out of range.
  * Thread-safety: safe from any thread; @cb may be called from any thread,
- * including the library's background threads, and must not block for long.
+ * including the library's background threads, never with a library lock
+ * held (it may call the library), and must not block for long. A line being
+ * written while cerb_log_set() replaces @cb may still reach the previous one.
  */
 cerb_status cerb_log_set(void (*cb)(cerb_log_level level, const char *line,
                                     void *ud),
