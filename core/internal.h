@@ -107,6 +107,8 @@ struct cerb_hold {
     bool wd_linked, wd_busy;
     int renew_failures;
     int64_t orphan_until_ns;             /* orphans: give up after this */
+    bool wd_sending;                     /* wd_busy and its renewal is on the
+                                            wire (else only queued) */
 };
 
 struct cerb_slot {

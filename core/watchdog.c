@@ -27,9 +27,10 @@
  *    not wait for either.
  * LOST is final: a renewal answered after the hold was declared LOST (by its
  * deadline or by an engine event) does not bring it back. A hold whose
- * renewal is in flight is marked wd_busy; cerb__watchdog_remove waits for
- * that flag — one chunk, bounded by the engine's op timeout — so a release
- * is never overtaken by a renewal of the same hold. Nothing waits for a
+ * renewal is queued or in flight is marked wd_busy; cerb__watchdog_remove
+ * withdraws a queued one and waits for one on the wire (wd_sending: one
+ * engine call, bounded by the engine's op timeout), so a release is never
+ * overtaken by a renewal of the same hold. Nothing waits for a
  * callback, and log lines are formatted under the mutex and written after.
  */
 #include "internal_posix.h"
@@ -263,79 +264,106 @@ static void fail_due(struct renewer *rn, int64_t now)
             apply_result(h, CERB_UNAVAILABLE, NULL, now);
 }
 
-/* Send the chunk handed over; wd->mu held on entry and exit. */
+/* One renewal's answer back under wd->mu: apply it, report a loss, let
+ * go of the hold. */
+static void settle_item(struct renewer *rn, cerb_renew_item *it, int64_t t, struct pending_log *pl)
+{
+    struct cerb_hold *h = (struct cerb_hold *)it->lk;
+    apply_result(h, it->st, &it->grant, t);
+    if (atomic_load(&h->state) == CERB_LOCK_LOST || t >= h->valid_until_ns)
+        declare_lost(rn->wd, h, pl);
+    h->wd_busy = false;
+    h->wd_sending = false;
+    it->lk = NULL;
+}
+
+/*
+ * Send the chunk handed over; wd->mu held on entry and exit. A batching
+ * engine gets it in one call (one exchange: one op timeout at most). An
+ * engine without batches gets one call per hold, and a hold is "sending"
+ * only during its own call: a release of a hold still queued withdraws it
+ * (cerb__watchdog_remove) instead of waiting for the holds before it. The
+ * first renewal nobody answered fails the rest unsent.
+ */
 static void renew_chunk(struct renewer *rn)
 {
     struct cerb_watchdog *wd = rn->wd;
     cerb_client *c = wd->c;
     struct cerb_client_engine *ce = &c->engines[rn->idx];
-    size_t n = rn->n;
     struct pending_log pl = {.nlost = 0};
-
-    cerb__mutex_unlock(&wd->mu);
-    size_t sent = 0, answered = 0, failed = 0;
+    size_t answered = 0, failed = 0;
     cerb_status fail_st = CERB_OK;
     char why[CERB_ERROR_MAX] = "";
+
     if (ce->ops->renew_batch) {
-        cerb__engine_renew_batch(ce->ops, ce->e, rn->items, n);
-        sent = n;
-    } else {
-        /* One call per hold: the first that gets no answer fails the
-         * rest of the chunk unsent. */
-        for (; sent < n; sent++) {
-            cerb_renew_item *it = &rn->items[sent];
-            it->st = cerb__engine_renew(ce->ops, ce->e, it->lk, &it->grant);
-            if (it->st != CERB_OK && it->st != CERB_NOT_OWNER) {
-                sent++;
-                break;
+        size_t m = 0;
+        for (size_t k = 0; k < rn->n; k++)
+            if (rn->items[k].lk) {
+                rn->items[m] = rn->items[k];
+                ((struct cerb_hold *)rn->items[m].lk)->wd_sending = true;
+                m++;
             }
-        }
-    }
-    for (size_t k = 0; k < sent; k++) {
-        cerb_status st = rn->items[k].st;
-        if (st == CERB_OK || st == CERB_NOT_OWNER) {
-            answered++;
-        } else {
-            failed++;
-            if (fail_st == CERB_OK) {
+        rn->n = m;
+        cerb__mutex_unlock(&wd->mu);
+        cerb__engine_renew_batch(ce->ops, ce->e, rn->items, m);
+        for (size_t k = 0; k < m; k++) {
+            cerb_status st = rn->items[k].st;
+            if (st == CERB_OK || st == CERB_NOT_OWNER) {
+                answered++;
+            } else if (failed++ == 0) {
                 fail_st = st;
                 cerb__error_copy(why, sizeof why);
             }
         }
+        cerb__mutex_lock(&wd->mu);
+        int64_t t = cerb_monotime();
+        for (size_t k = 0; k < m; k++)
+            settle_item(rn, &rn->items[k], t, &pl);
+    } else {
+        for (size_t k = 0; k < rn->n; k++) {
+            cerb_renew_item *it = &rn->items[k];
+            if (!it->lk)
+                continue; /* withdrawn by a release */
+            if (fail_st != CERB_OK) {
+                it->st = fail_st; /* not sent: the server is not answering */
+                failed++;
+            } else {
+                ((struct cerb_hold *)it->lk)->wd_sending = true;
+                cerb__mutex_unlock(&wd->mu);
+                it->st = cerb__engine_renew(ce->ops, ce->e, it->lk, &it->grant);
+                if (it->st == CERB_OK || it->st == CERB_NOT_OWNER) {
+                    answered++;
+                } else {
+                    failed++;
+                    fail_st = it->st;
+                    cerb__error_copy(why, sizeof why);
+                }
+                cerb__mutex_lock(&wd->mu);
+            }
+            settle_item(rn, it, cerb_monotime(), &pl);
+            cerb__cond_broadcast(&wd->idle);
+        }
     }
-    for (size_t k = sent; k < n; k++) {
-        rn->items[k].st = fail_st;
-        failed++;
-    }
+    if (answered == 0 && failed > 0)
+        fail_due(rn, cerb_monotime());
+    rn->n = 0;
+    cerb__cond_broadcast(&wd->idle);
+    cerb__cond_signal(&wd->wake); /* more may be due on this engine */
+
+    /* Outside the mutex: the breaker (which may switch engines) and the
+     * log sink. */
+    cerb__mutex_unlock(&wd->mu);
     if (answered)
         cerb__health_ok(c, rn->idx);
     if (failed) {
-        /* One failure per chunk for the breaker: a chunk is one exchange. */
+        /* One failure per chunk for the breaker: the server was asked once. */
         cerb__error_set(fail_st, "%s", why);
         cerb__health_fail(c, rn->idx, "renew");
         CERB_LOG_W("renewal of %zu lock(s) on %s failed (%s): %s", failed, ce->name,
                    cerb_status_name(fail_st), why);
     }
-
+    write_log(&pl);
     cerb__mutex_lock(&wd->mu);
-    int64_t t = cerb_monotime();
-    for (size_t k = 0; k < n; k++) {
-        struct cerb_hold *h = (struct cerb_hold *)rn->items[k].lk;
-        apply_result(h, rn->items[k].st, &rn->items[k].grant, t);
-        if (atomic_load(&h->state) == CERB_LOCK_LOST || t >= h->valid_until_ns)
-            declare_lost(wd, h, &pl);
-        h->wd_busy = false;
-    }
-    if (answered == 0 && failed > 0)
-        fail_due(rn, t);
-    rn->n = 0;
-    cerb__cond_broadcast(&wd->idle);
-    cerb__cond_signal(&wd->wake); /* more may be due on this engine */
-    if (pl.nlost) {
-        cerb__mutex_unlock(&wd->mu);
-        write_log(&pl);
-        cerb__mutex_lock(&wd->mu);
-    }
 }
 
 static void *renewer_main(void *arg)
@@ -528,8 +556,18 @@ void cerb__watchdog_remove(cerb_client *c, struct cerb_hold *h)
     if (!wd)
         return;
     cerb__mutex_lock(&wd->mu);
-    while (h->wd_busy) /* a renewal in flight: one chunk, bounded by the op timeout */
-        cerb__cond_wait(&wd->idle, &wd->mu);
+    while (h->wd_busy) {
+        if (h->wd_sending) { /* on the wire: bounded by the op timeout */
+            cerb__cond_wait(&wd->idle, &wd->mu);
+            continue;
+        }
+        /* Only queued: withdraw it, the renewer skips it. */
+        struct renewer *rn = &wd->rn[h->engine_idx];
+        for (size_t k = 0; k < rn->n; k++)
+            if (rn->items[k].lk == &h->lk)
+                rn->items[k].lk = NULL;
+        h->wd_busy = false;
+    }
     if (h->wd_linked) {
         if (h->wd_prev)
             h->wd_prev->wd_next = h->wd_next;

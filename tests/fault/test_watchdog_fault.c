@@ -175,6 +175,36 @@ static void test_lost_event_is_final(void **state)
     cerb_client_close(c);
 }
 
+/* Ten renewals due together on a slow server (400 ms a call, each answered):
+ * releasing the ten holds waits at most for the one renewal on the wire,
+ * not for the whole queue of renewals before it. */
+static void test_unlock_does_not_wait_for_queued_renewals(void **state)
+{
+    (void)state;
+    cerb_client *c = NULL;
+    assert_int_equal(cerb_client_open_string(&c, "engines = (\"fault\");\n"), CERB_OK);
+    open_client = c;
+    cerb_lock *l[10];
+    for (int i = 0; i < 10; i++) {
+        char name[32];
+        snprintf(name, sizeof name, "queued-%d", i);
+        l[i] = mk(c, name, 1500, 1, NULL);
+        assert_int_equal(cerb_lock_lock(l[i]), CERB_OK);
+    }
+    fault_engine_delay(FAULT_RENEW, 400, false);
+    assert_true(wait_until(renew_started, NULL, 3000)); /* at lease/3 */
+    int64_t t0 = cerb_test_now_ms();
+    for (int i = 0; i < 10; i++)
+        assert_int_equal(cerb_lock_unlock(l[i]), CERB_OK);
+    int64_t took = cerb_test_now_ms() - t0;
+    if (took > 1200)
+        fail_msg("releasing ten holds took %lld ms", (long long)took);
+    for (int i = 0; i < 10; i++)
+        cerb_lock_free(l[i]);
+    open_client = NULL;
+    cerb_client_close(c);
+}
+
 struct closer {
     cerb_client *c;
     atomic_int done;
@@ -222,6 +252,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_lost_on_time_while_renewals_stall, setup, teardown),
         cmocka_unit_test_setup_teardown(test_lost_event_is_final, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_unlock_does_not_wait_for_queued_renewals, setup, teardown),
         cmocka_unit_test_setup_teardown(test_close_bounded_with_frozen_engine, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
