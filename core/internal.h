@@ -211,8 +211,9 @@ cerb_status cerb__watchdog_start(cerb_client *c);
 void cerb__watchdog_stop(cerb_client *c);
 /* Start tracking a fresh hold (renewal and loss detection). */
 void cerb__watchdog_add(cerb_client *c, struct cerb_hold *h);
-/* Stop tracking; waits until a renewal or callback in flight for h is done,
- * so that a release is never overtaken by a renewal. */
+/* Stop tracking; withdraws a queued renewal of h and waits for one on the
+ * wire (one engine call, bounded by its op timeout), so that a release is
+ * never overtaken by a renewal. Never waits for a callback. */
 void cerb__watchdog_remove(cerb_client *c, struct cerb_hold *h);
 /* Take over a hold whose acquire may have landed on a failing engine:
  * release it there in the background until definite, or until its lease
