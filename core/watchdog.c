@@ -56,7 +56,7 @@ struct renewer {
     pthread_t thread;
     bool started;
     cerb_cond cond;              /* work handed over, orphans, or stop */
-    cerb_renew_item items[CERB_RENEW_CHUNK];
+    cerb_renew_item *items;      /* CERB_RENEW_CHUNK of them */
     size_t n;                    /* items handed over, 0 = idle */
     struct cerb_hold *orphans;   /* wd_next chain; only this thread releases */
     int64_t next_orphan_ns;
@@ -477,6 +477,7 @@ static void join_all(struct cerb_watchdog *wd, bool main_started)
         if (rn->started)
             pthread_join(rn->thread, NULL);
         free_orphans(rn);
+        cerb__free(rn->items);
         cerb__cond_destroy(&rn->cond);
     }
     cerb__cond_destroy(&wd->wake);
@@ -500,6 +501,11 @@ cerb_status cerb__watchdog_start(cerb_client *c)
         cerb__cond_init(&wd->rn[i].cond);
     }
     for (size_t i = 0; i < c->n_engines; i++) {
+        wd->rn[i].items = cerb__calloc(CERB_RENEW_CHUNK, sizeof *wd->rn[i].items);
+        if (!wd->rn[i].items) {
+            join_all(wd, false);
+            return cerb__error_set(CERB_ENOMEM, "out of memory");
+        }
         if (pthread_create(&wd->rn[i].thread, NULL, renewer_main, &wd->rn[i]) != 0) {
             join_all(wd, false);
             return cerb__error_set(CERB_ENOMEM, "cannot start the renewal threads");
