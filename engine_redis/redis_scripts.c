@@ -24,10 +24,14 @@
  *                        the lock to the head and go on as "busy" (no
  *                        barging past the queue). Otherwise take it and
  *                        leave the queue.
- *   busy, wait > 0    -> join Q once (HSET D returns 1 only for a new
- *                        waiter) and refresh our deadline in D to now +
- *                        min(wait, alive); answer the holder's PTTL and
- *                        whether we are the live head.
+ *   busy              -> drop our wake list: whatever it holds was pushed
+ *                        before this run, which looked at K itself (a
+ *                        hand-off whose short lease ran out while we were
+ *                        stalled must not be read later as a grant).
+ *                        wait > 0: join Q once (HSET D returns 1 only for
+ *                        a new waiter) and refresh our deadline in D to
+ *                        now + min(wait, alive); answer the holder's PTTL
+ *                        and whether we are the live head.
  * release(K F Q D W; token fair leave)
  *   leave             -> first take token out of Q/D and drop its wake list.
  *   K ~= token        -> 0, not owner.
@@ -136,6 +140,7 @@ static const char lua_acquire[] =
     "    return fence\n"
     "  end\n"
     "end\n"
+    "redis.call('DEL', W)\n"
     "local head = 0\n"
     "if wait > 0 then\n"
     "  now = now or now_ms()\n"

@@ -308,10 +308,11 @@ static cerb_status wait_loop(cerb_engine *e, cerb_engine_lock *lk, const struct 
                 uint64_t fence = strtoull(v + 1, NULL, 10);
                 int64_t ttl = min64(lk->lease_ms, REDIS_HANDOFF_TTL_MS);
                 freeReplyObject(r);
-                /* The hand-off came after our last acquire run (which would
-                 * have found the lock ours otherwise), so its lease started
-                 * after last_sent. If half of it is gone already, a run of
-                 * acquire extends it (or finds it lost) before we say yes. */
+                /* The hand-off came after our last acquire run: that run
+                 * found the lock not ours and emptied this list, so the
+                 * message is newer and its lease started after last_sent.
+                 * If half of it is gone already, a run of acquire extends
+                 * it (or finds it lost) before we say yes. */
                 if (cerb_monotime() - last_sent < ttl * CERB_NS_PER_MS / 2) {
                     grant_fill(g, fence, last_sent, ttl);
                     REDIS_COUNT(e, handoffs_received);

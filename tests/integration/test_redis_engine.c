@@ -194,12 +194,18 @@ static void side_key(char *buf, size_t len, const char *name, const char *suffix
     snprintf(buf, len, "{%s}:%s", name, suffix);
 }
 
+/* A waiter's wake list. */
+static void wake_key(char *buf, size_t len, const char *name, const char *token)
+{
+    snprintf(buf, len, "{%s}:w:%s", name, token);
+}
+
 static void assert_no_queue(redisContext *r, const char *name, const char *token)
 {
     char q[512], d[512], w[512];
     side_key(q, sizeof q, name, "q");
     side_key(d, sizeof d, name, "d");
-    snprintf(w, sizeof w, "{%s}:w:%s", name, token);
+    wake_key(w, sizeof w, name, token);
     assert_int_equal(raw_int(r, "EXISTS %s", q), 0);
     assert_int_equal(raw_int(r, "EXISTS %s", d), 0);
     assert_int_equal(raw_int(r, "EXISTS %s", w), 0);
@@ -577,7 +583,7 @@ static void test_timeout_leaves_no_entry(void **state)
     assert_true(leave.elapsed_ms >= 390 && leave.elapsed_ms < 400 + 250);
     assert_int_equal(stats(&leave.g).leaves, 1);
     char w[512];
-    snprintf(w, sizeof w, "{%s}:w:%s", name, leave.lk.token);
+    wake_key(w, sizeof w, name, leave.lk.token);
     assert_int_equal(raw_int(r, "EXISTS %s", w), 0);
     assert_int_equal(raw_int(r, "LLEN %s", q), 1);
     char *head = raw_str(r, "LINDEX %s 0", q);
@@ -1144,7 +1150,7 @@ static void test_handed_while_timing_out(void **state)
     side_key(f, sizeof f, name, "fence");
     side_key(q, sizeof q, name, "q");
     side_key(d, sizeof d, name, "d");
-    snprintf(w1, sizeof w1, "{%s}:w:%s", name, first.lk.token);
+    wake_key(w1, sizeof w1, name, first.lk.token);
     memset(&b, 0, sizeof b);
     snprintf(b.script, sizeof b.script,
              "if redis.call('LINDEX', KEYS[3], 0) ~= ARGV[1] then return -1 end\n"
@@ -1243,6 +1249,183 @@ static void test_ambiguous_acquire(void **state)
     free(name);
 }
 
+/* ---- a waiter in another process, stopped and continued (item 5) ---- */
+
+struct proc_waiter {
+    const char *name;
+    int fd;           /* write end of the result pipe */
+};
+
+/* What the child reports: its status, fence, and whether the key held its
+ * token right after acquire returned. */
+struct proc_result {
+    int st;
+    uint64_t fence;
+    int owned;
+};
+
+static int proc_waiter_main(void *ud)
+{
+    struct proc_waiter *pw = ud;
+    struct eng g;
+    cerb_engine_lock lk;
+    cerb_grant gr;
+    struct proc_result res = {.st = -1};
+    static const atomic_int never = 0;
+
+    if (eng_open_port(&g, PRIV_PORT, "password = \"" PRIV_PASS "\"; op_timeout_ms = 3000;") !=
+        CERB_OK)
+        return 2;
+    lk_init(&lk, pw->name, 5000, 1);
+    res.st = cerb__engine_acquire(ops, g.e, &lk, cerb__deadline_in(20000), &never, &gr);
+    res.fence = gr.fence;
+    struct timeval tv = {2, 0};
+    redisContext *r = redisConnectWithTimeout("127.0.0.1", PRIV_PORT, tv);
+    if (r && !r->err) {
+        freeReplyObject(redisCommand(r, "AUTH %s", PRIV_PASS));
+        redisReply *v = redisCommand(r, "GET %s", pw->name);
+        res.owned = v && v->type == REDIS_REPLY_STRING && strcmp(v->str, lk.token) == 0;
+        freeReplyObject(v);
+    }
+    redisFree(r);
+    if (res.st == CERB_OK)
+        cerb__engine_release(ops, g.e, &lk);
+    if (write(pw->fd, &res, sizeof res) != (ssize_t)sizeof res)
+        return 3;
+    lk_free(&lk);
+    eng_close(&g);
+    return 0;
+}
+
+static bool fd_readable(void *ud)
+{
+    struct pollfd pfd = {.fd = *(int *)ud, .events = POLLIN};
+    return poll(&pfd, 1, 0) == 1;
+}
+
+static bool no_blocked_client(void *ud)
+{
+    (void)ud;
+    redisContext *r = raw_port(PRIV_PORT, PRIV_PASS);
+    char *info = raw_str(r, "INFO %s", "clients");
+    bool none = info && strstr(info, "blocked_clients:0\r\n");
+    free(info);
+    redisFree(r);
+    return none;
+}
+
+struct key_gone {
+    const char *key;
+};
+
+static bool key_gone(void *ud)
+{
+    redisContext *r = raw_port(PRIV_PORT, PRIV_PASS);
+    long long n = raw_int(r, "EXISTS %s", ((struct key_gone *)ud)->key);
+    redisFree(r);
+    return n == 0;
+}
+
+/*
+ * A stale hand-off message. The head waiter (another process) is stopped
+ * while it is between two waits; the lock is handed to it (as the release
+ * script does: K = its token PX 2000, "f<fence>" on its wake list); the
+ * short lease runs out and X takes the lock. When the waiter continues, its
+ * re-check finds X holding and queues it again; it must not then read the
+ * old message as a grant: it keeps waiting, and gets the lock, with a fence
+ * above X's, only when X lets go.
+ */
+static void test_stale_handoff_message(void **state)
+{
+    struct eng h, x;
+    cerb_engine_lock lh, lx;
+    cerb_grant gx;
+    char f[512], q[512], d[512], w[512];
+    struct proc_result res;
+    int fds[2];
+
+    if (priv_pid < 0)
+        skip();
+    char *name = test_name("eng-stalehand");
+    eng_open_priv(&h, NULL);
+    eng_open_priv(&x, NULL);
+    lk_init(&lh, name, 10000, 1);
+    lk_init(&lx, name, 10000, 1);
+    must_acquire(&h, &lh, NULL);
+
+    assert_int_equal(pipe(fds), 0);
+    struct proc_waiter pw = {.name = name, .fd = fds[1]};
+    pid_t pid = cerb_test_fork(proc_waiter_main, &pw);
+    assert_true(pid > 0);
+    close(fds[1]);
+    wait_queue(PRIV_PORT, PRIV_PASS, name, 1);
+
+    /* Stop the waiter; once its BLPOP has timed out on the server nothing
+     * of it is blocked there, and a message pushed now stays in its list. */
+    assert_int_equal(kill(pid, SIGSTOP), 0);
+    assert_wait_until(no_blocked_client, NULL, 5000);
+
+    redisContext *r = raw_port(PRIV_PORT, PRIV_PASS);
+    char *wtok = raw_str(r, "LINDEX %s 0", (side_key(q, sizeof q, name, "q"), q));
+    assert_non_null(wtok);
+    side_key(f, sizeof f, name, "fence");
+    side_key(d, sizeof d, name, "d");
+    wake_key(w, sizeof w, name, wtok);
+    redisReply *rep = redisCommand(
+        r,
+        "EVAL %s 5 %s %s %s %s %s %s",
+        "redis.call('LPOP', KEYS[3])\n"
+        "redis.call('HDEL', KEYS[4], ARGV[1])\n"
+        "redis.call('SET', KEYS[1], ARGV[1], 'PX', 2000)\n"
+        "local fence = redis.call('INCR', KEYS[2])\n"
+        "redis.call('RPUSH', KEYS[5], string.format('f%d', fence))\n"
+        "redis.call('PEXPIRE', KEYS[5], 10000)\n"
+        "return fence\n",
+        name, f, q, d, w, wtok);
+    assert_non_null(rep);
+    assert_int_equal(rep->type, REDIS_REPLY_INTEGER);
+    long long handed = rep->integer;
+    freeReplyObject(rep);
+    free(wtok);
+
+    /* The short lease runs out; X takes the lock. */
+    struct key_gone kg = {.key = name};
+    assert_wait_until(key_gone, &kg, 5000);
+    must_acquire(&x, &lx, &gx);
+    assert_true(gx.fence > (uint64_t)handed);
+
+    /* The waiter goes on: it queues again behind X ... */
+    assert_int_equal(kill(pid, SIGCONT), 0);
+    wait_queue(PRIV_PORT, PRIV_PASS, name, 1);
+    /* ... and must not return while X holds the lock. */
+    bool early = wait_until(fd_readable, &fds[0], 1500);
+    if (early) {
+        assert_int_equal(read(fds[0], &res, sizeof res), (ssize_t)sizeof res);
+        fail_msg("the waiter returned %s with fence %llu (owned %d) while X holds fence %llu",
+                 cerb_status_name(res.st), (unsigned long long)res.fence, res.owned,
+                 (unsigned long long)gx.fence);
+    }
+    char *v = raw_str(r, "GET %s", name);
+    assert_string_equal(v, lx.token);
+    free(v);
+
+    /* X lets go: the waiter gets it now, with a newer fence. */
+    assert_int_equal(cerb__engine_release(ops, x.e, &lx), CERB_OK);
+    assert_wait_until(fd_readable, &fds[0], 5000);
+    assert_int_equal(read(fds[0], &res, sizeof res), (ssize_t)sizeof res);
+    assert_int_equal(res.st, CERB_OK);
+    assert_true(res.owned);
+    assert_true(res.fence > gx.fence);
+    assert_int_equal(cerb_test_wait(pid, 10000), 0);
+    close(fds[0]);
+    redisFree(r);
+    lk_free(&lh);
+    lk_free(&lx);
+    eng_close(&h);
+    eng_close(&x);
+    free(name);
+}
+
 static int suite_setup(void **state)
 {
     cerb__engines_builtin();
@@ -1277,6 +1460,7 @@ int main(void)
         cmocka_unit_test(test_server_closed_idle_connection),
         cmocka_unit_test(test_handed_while_timing_out),
         cmocka_unit_test(test_ambiguous_acquire),
+        cmocka_unit_test(test_stale_handoff_message),
     };
     return cmocka_run_group_tests(tests, suite_setup, priv_stop);
 }
