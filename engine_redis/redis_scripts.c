@@ -592,8 +592,13 @@ cerb_status cerb__redis_op_check(cerb_engine *e, cerb_engine_lock *lk, cerb_gran
                                  e->where, ks.k[REDIS_K]);
         } else {
             grant->fence = (uint64_t)r->element[0]->integer;
-            /* A key without expiry (PTTL -1) is held until deleted. */
-            grant->ttl_ms = r->element[1]->integer > 0 ? r->element[1]->integer : 0;
+            /* What the server promises, not the lease asked for (a
+             * hand-off key has PX 2000 until its owner extends it); the
+             * core counts it from sent_ns, taken before the request left.
+             * A key without expiry (PTTL -1) is held until deleted (ttl 0);
+             * PTTL 0 is a key in its last millisecond, not "no expiry". */
+            int64_t pttl = r->element[1]->integer;
+            grant->ttl_ms = pttl > 0 ? pttl : pttl == 0 ? 1 : 0;
         }
         freeReplyObject(r);
     }

@@ -357,6 +357,41 @@ static void test_acquire_release(void **state)
     free(name);
 }
 
+/*
+ * check_owner reports what the server promises: the key's PTTL (not the
+ * lease asked for) from a send time taken before the request, so a hold
+ * settled after an ambiguous acquire gets the deadline the server keeps
+ * (a hand-off key has only PX 2000).
+ */
+static void test_check_owner_reports_pttl(void **state)
+{
+    struct eng g;
+    cerb_engine_lock lk;
+    cerb_grant chk;
+    char *name = test_name("eng-checkttl");
+    redisContext *r = raw();
+
+    eng_open(&g, NULL);
+    lk_init(&lk, name, 30000, 1);
+    must_acquire(&g, &lk, NULL);
+    assert_int_equal(raw_int(r, "PEXPIRE %s 1500", name), 1);
+    int64_t before = cerb_monotime();
+    assert_int_equal(cerb__engine_check_owner(ops, g.e, &lk, &chk), CERB_OK);
+    int64_t after = cerb_monotime();
+    long long left = raw_int(r, "PTTL %s", name);
+    assert_true(chk.ttl_ms > 0);
+    assert_true(chk.ttl_ms <= 1500);
+    assert_true(chk.ttl_ms >= left); /* read before our PTTL, not after */
+    assert_true(chk.sent_ns >= before && chk.sent_ns <= after);
+    assert_true(chk.fence > 0);
+
+    assert_int_equal(cerb__engine_release(ops, g.e, &lk), CERB_OK);
+    lk_free(&lk);
+    eng_close(&g);
+    redisFree(r);
+    free(name);
+}
+
 /* Uncontended acquire + release: exactly two round trips, one script each. */
 static void test_two_round_trips(void **state)
 {
@@ -1442,6 +1477,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_acquire_release),
+        cmocka_unit_test(test_check_owner_reports_pttl),
         cmocka_unit_test(test_two_round_trips),
         cmocka_unit_test(test_busy_and_not_owner),
         cmocka_unit_test(test_fences_increase),
