@@ -210,7 +210,10 @@ static const struct {
 cerb_status cerb__redis_keys_init(struct redis_keys *ks, const char *prefix,
                                   const char *name, const char *token)
 {
-    static const char *const suffix[REDIS_NKEYS] = {"", "}:fence", "}:q", "}:d", "}:w:"};
+    /* "\x1f" is split from the letters that follow, or C reads one hex
+     * escape: see REDIS_SEP in redis_scripts.h. */
+    static const char *const suffix[REDIS_NKEYS] = {"", "}" REDIS_SEP "fence", "}" REDIS_SEP "q",
+                                                    "}" REDIS_SEP "d", "}" REDIS_SEP "w:"};
     size_t pl = prefix ? strlen(prefix) : 0;
     size_t kl = pl + strlen(name);
     size_t tl = strlen(token);
@@ -259,8 +262,7 @@ void cerb__redis_keys_free(struct redis_keys *ks)
 
 /*
  * Acquire and release declare K, F and Q only: the data hash and the wake
- * lists are named from Q inside the script ({K}:d, {K}:w:<token>), in the
- * same hash slot. Every declared key is a string the server parses and
+ * lists are named from Q inside the script, in the same hash slot ({K}\x1fd, {K}\x1fw:<token>). Every declared key is a string the server parses and
  * hands to Lua on each call, and on the uncontended path only these three
  * are touched; trimming the request cut the server's cost per cycle.
  */
@@ -382,6 +384,9 @@ static cerb_status eval(cerb_engine *e, struct redis_conn *c, enum redis_script 
         if (r->type == REDIS_REPLY_ERROR) {
             struct redis_failure f = {.phase = REDIS_PHASE_REPLY, .reply = r};
             st = cerb__redis_fail(e->where, scripts[id].name, &f, oc);
+            /* Redis keeps what a failing script wrote before the error. */
+            if (cerb__redis_script_may_have_run(r))
+                *oc = CERB_OUTCOME_UNKNOWN;
             freeReplyObject(r);
             return st;
         }

@@ -3,14 +3,18 @@
  * operations built on them (redis_scripts.c), plus the waiting acquire and
  * cancel (redis_wait.c). redis_engine.c puts these into the ops table.
  *
- * Keys of a lock, K = redis.prefix + name (the redis-py compatible key):
- *   K             string: owner token, PX lease
- *   {K}:fence     INCR counter: the fence of a grant
- *   {K}:q         list: waiter tokens, FIFO
- *   {K}:d         hash: waiter token -> "deadline_ms lease_ms" (server time)
- *   {K}:w:<token> list: a waiter's wake-ups ("f<fence>" = handed the lock,
- *                 "w" = the lock was freed, try again)
- * The {K} hash tag keeps them all in K's cluster slot.
+ * Keys of a lock, K = redis.prefix + name (the redis-py compatible key),
+ * with ^_ the byte 0x1f (REDIS_SEP):
+ *   K               string: owner token, PX lease
+ *   {K}^_fence      counter: the fence of the last grant
+ *   {K}^_q          list: waiter tokens, FIFO
+ *   {K}^_d          hash: waiter token -> "deadline_ms lease_ms" (server time)
+ *   {K}^_w:<token>  list: a waiter's wake-ups ("f<fence>" = handed the lock,
+ *                   "w" = the lock was freed, try again)
+ * The {K} hash tag keeps them all in K's cluster slot. The helper keys
+ * contain a control byte, which no lock name can (the core refuses bytes
+ * below 0x20 and 0x7f), so no lock's K is ever another lock's helper key:
+ * with "{K}:fence" a lock named "{x}:fence" was x's counter.
  */
 #ifndef CERB_REDIS_SCRIPTS_H
 #define CERB_REDIS_SCRIPTS_H
@@ -29,6 +33,9 @@
 #define REDIS_WAKE_TTL_MS 10000   /* lifetime of a wake list, and the slack
                                      of the queue keys over a deadline */
 #define REDIS_PROBE_LEASE_MS 1000
+
+/* The separator of a helper key's suffix ("\x1f", unit separator). */
+#define REDIS_SEP "\x1f"
 
 enum { REDIS_K, REDIS_F, REDIS_Q, REDIS_D, REDIS_W, REDIS_NKEYS };
 

@@ -188,16 +188,16 @@ static long long raw_int(redisContext *r, const char *fmt, const char *key)
     return v;
 }
 
-/* The names of a lock's side keys ({K}:q ...), K = name (no prefix). */
+/* The names of a lock's side keys ({K}\x1fq ...), K = name (no prefix). */
 static void side_key(char *buf, size_t len, const char *name, const char *suffix)
 {
-    snprintf(buf, len, "{%s}:%s", name, suffix);
+    snprintf(buf, len, "{%s}\x1f%s", name, suffix);
 }
 
 /* A waiter's wake list. */
 static void wake_key(char *buf, size_t len, const char *name, const char *token)
 {
-    snprintf(buf, len, "{%s}:w:%s", name, token);
+    snprintf(buf, len, "{%s}\x1fw:%s", name, token);
 }
 
 static void assert_no_queue(redisContext *r, const char *name, const char *token)
@@ -767,6 +767,99 @@ static void test_redispy_layout(void **state)
     must_acquire(&g, &lk, &gr);
     assert_int_equal(cerb__engine_release(ops, g.e, &lk), CERB_OK);
 
+    lk_free(&lk);
+    eng_close(&g);
+    redisFree(r);
+    free(name);
+}
+
+/*
+ * Lock names that spell another lock's helper keys in the old layout
+ * ("{x}:fence", "{x}:q", "{x}:d", "{x}:w:<token>") are locks of their own:
+ * each works while "x" is used, in both orders, and neither disturbs the
+ * other's fences or queue.
+ */
+static void test_names_like_helper_keys(void **state)
+{
+    enum { NH = 4 };
+    struct eng g;
+    cerb_engine_lock lx, lh[NH];
+    cerb_grant gx, g2;
+    char hn[NH][512];
+    char *name = test_name("eng-helpername");
+    redisContext *r = raw();
+
+    eng_open(&g, NULL);
+    lk_init(&lx, name, 10000, 1);
+    snprintf(hn[0], sizeof hn[0], "{%s}:fence", name);
+    snprintf(hn[1], sizeof hn[1], "{%s}:q", name);
+    snprintf(hn[2], sizeof hn[2], "{%s}:d", name);
+    snprintf(hn[3], sizeof hn[3], "{%s}:w:%s", name, lx.token);
+
+    /* "x" first (it leaves its fence counter), then the others. */
+    must_acquire(&g, &lx, &gx);
+    for (int i = 0; i < NH; i++) {
+        lk_init(&lh[i], hn[i], 10000, 1);
+        cerb_status st = acq(&g, &lh[i], 0, NULL);
+        if (st != CERB_OK)
+            fail_msg("lock \"%s\" while \"%s\" is held: %s: %s", hn[i], name,
+                     cerb_status_name(st), cerb_last_error());
+    }
+    assert_int_equal(cerb__engine_release(ops, g.e, &lx), CERB_OK);
+
+    /* The others held, "x" again: granted, a newer fence; a waiter on "x"
+     * is handed it by the fair release. */
+    must_acquire(&g, &lx, &g2);
+    assert_true(g2.fence > gx.fence);
+    struct waiter w;
+    waiter_start(&w, 0, name, 5000, 1, 10000, false);
+    wait_queue(cerb_test_redis_port(), NULL, name, 1);
+    assert_int_equal(cerb__engine_release(ops, g.e, &lx), CERB_OK);
+    assert_wait_until(flag_set, &w.done, 5000);
+    assert_int_equal(w.st, CERB_OK);
+    assert_true(w.gr.fence > g2.fence);
+    assert_int_equal(cerb__engine_release(ops, w.g.e, &w.lk), CERB_OK);
+    waiter_join(&w);
+
+    for (int i = 0; i < NH; i++) {
+        char *v = raw_str(r, "GET %s", hn[i]);
+        assert_non_null(v);
+        assert_string_equal(v, lh[i].token);
+        free(v);
+        cerb_grant chk;
+        assert_int_equal(cerb__engine_check_owner(ops, g.e, &lh[i], &chk), CERB_OK);
+        assert_int_equal(cerb__engine_release(ops, g.e, &lh[i]), CERB_OK);
+        lk_free(&lh[i]);
+    }
+    lk_free(&lx);
+    eng_close(&g);
+    redisFree(r);
+    free(name);
+}
+
+/*
+ * A script that fails after it may have written (here WRONGTYPE: someone
+ * put a list at the lock's key) is an UNKNOWN outcome, for the core to
+ * re-check, never "nothing happened".
+ */
+static void test_script_error_is_unknown(void **state)
+{
+    struct eng g;
+    cerb_engine_lock lk;
+    cerb_grant gr;
+    char *name = test_name("eng-wrongtype");
+    redisContext *r = raw();
+
+    eng_open(&g, NULL);
+    lk_init(&lk, name, 5000, 1);
+    assert_int_equal(raw_int(r, "RPUSH %s x", name), 1);
+    cerb_status st = acq(&g, &lk, 0, &gr);
+    assert_int_not_equal(st, CERB_OK);
+    assert_int_not_equal(st, CERB_BUSY);
+    if (!strstr(cerb_last_error(), "WRONGTYPE"))
+        fail_msg("unexpected error: %s", cerb_last_error());
+    assert_int_equal(gr.outcome, CERB_OUTCOME_UNKNOWN);
+    assert_int_equal(raw_int(r, "DEL %s", name), 1);
     lk_free(&lk);
     eng_close(&g);
     redisFree(r);
@@ -1487,6 +1580,8 @@ int main(void)
         cmocka_unit_test(test_interrupt_flag),
         cmocka_unit_test(test_interrupt_cancel),
         cmocka_unit_test(test_redispy_layout),
+        cmocka_unit_test(test_names_like_helper_keys),
+        cmocka_unit_test(test_script_error_is_unknown),
         cmocka_unit_test(test_renew_batch),
         cmocka_unit_test(test_probe),
         cmocka_unit_test(test_unreachable),
