@@ -22,6 +22,7 @@
 #include <stdbool.h>
 
 #include "redis_conn.h"
+#include "redis_marker.h"
 
 /* Timing of the wait protocol, all in milliseconds. */
 #define REDIS_HANDOFF_TTL_MS 2000 /* lease of a handed-over key until its
@@ -33,6 +34,11 @@
 #define REDIS_WAKE_TTL_MS 10000   /* lifetime of a wake list, and the slack
                                      of the queue keys over a deadline */
 #define REDIS_PROBE_LEASE_MS 1000
+#define REDIS_FENCE_TTL_MS 86400000 /* a fence counter lives a day past its
+                                       name's last grant (redis_scripts.c) */
+#define REDIS_FENCE_SEED 10000      /* a lost counter restarts this many
+                                       100 us ticks (1 s) ahead of the
+                                       server's clock */
 
 /* The separator of a helper key's suffix ("\x1f", unit separator). */
 #define REDIS_SEP "\x1f"
@@ -61,6 +67,7 @@ struct redis_acquire_result {
     int64_t pttl;    /* not granted: the holder's remaining lease, -1 = none */
     bool head;       /* not granted, queued: we are the live head */
     bool handed;     /* not granted: this run handed the lock to the head */
+    bool quarantine; /* not granted: no grants yet after a loss of data */
 };
 
 /*

@@ -368,6 +368,10 @@ cerb_status cerb__redis_op_acquire(cerb_engine *e, cerb_engine_lock *lk, int64_t
             st = give_up(e, NULL, &ks, lk, st, grant);
     } else if (res.granted) {
         grant_fill(grant, res.fence, sent, lk->lease_ms);
+    } else if (deadline_ns == 0 && res.quarantine) {
+        st = cerb__error_set(CERB_BUSY, "redis %s: \"%s\": no grants for %lld ms yet: the "
+                             "server lost its data and holders elsewhere may not know",
+                             e->where, ks.k[REDIS_K], (long long)res.pttl);
     } else if (deadline_ns == 0) {
         st = cerb__error_set(CERB_BUSY, "redis %s: \"%s\" is held by another owner", e->where,
                              ks.k[REDIS_K]);

@@ -32,7 +32,9 @@
 #
 # Environment: CERB_STATE_DIR (see above); CERB_REDIS_PORT (default base port
 # when --port is not given, 26379); CERB_SERVER_WAIT_S (readiness deadline,
-# default 10); REDIS_SERVER / REDIS_CLI (binaries, default from PATH).
+# default 10); REDIS_SERVER / REDIS_CLI (binaries, default from PATH);
+# CERB_REDIS_UNMARKED=1 (a new redis is not marked as never used, see
+# redis_start_one).
 
 set -euo pipefail
 
@@ -236,6 +238,15 @@ redis_start_one() {
         fi
         sleep 0.05
     done
+    # A server started here is new and empty: nothing can be held on it, so
+    # mark it as such for Cerberus (engine_redis/redis_marker.h). Without the
+    # marker the first client would take it for one restarted without its
+    # data and grant nothing for one lease. CERB_REDIS_UNMARKED=1 leaves it
+    # out, for tests that restart a server as a real restart looks.
+    if [[ ${CERB_REDIS_UNMARKED:-0} != 1 ]]; then
+        [[ $(redis_cli "$port" SET $'\x1f'cerberus "servers.sh 0") == OK ]] ||
+            die "redis :$port: could not write the Cerberus marker"
+    fi
     say "redis :$port started (pid $pid, data $data)"
 }
 

@@ -60,6 +60,19 @@ struct eng {
     cerb_engine *e;
 };
 
+/* Events the engine reported (env->event), for the data-loss test. */
+static atomic_int events_lost, events_other;
+
+static void on_event(void *ud, cerb_engine_event ev, const char *name, const char *token)
+{
+    (void)ud;
+    /* A loss of data concerns every hold of the instance: no name, no token. */
+    if (ev == CERB_EV_LOST && !name && !token)
+        atomic_fetch_add(&events_lost, 1);
+    else
+        atomic_fetch_add(&events_other, 1);
+}
+
 static cerb_status eng_open_port(struct eng *g, int port, const char *redis_extra)
 {
     char text[1024];
@@ -70,7 +83,7 @@ static cerb_status eng_open_port(struct eng *g, int port, const char *redis_extr
     cerb_status st = cerb__config_from_string(text, &g->cfg);
     if (st != CERB_OK)
         fail_msg("config: %s", cerb_last_error());
-    cerb_engine_env env = {.cfg = g->cfg, .event = NULL, .ud = NULL};
+    cerb_engine_env env = {.cfg = g->cfg, .event = on_event, .ud = NULL};
     st = cerb__engine_open(ops, &env, &g->e);
     if (st != CERB_OK) {
         cerb__config_free(g->cfg);
@@ -1049,6 +1062,25 @@ static bool port_taken(int port)
     return rc != 0;
 }
 
+/* The marker key of the engine (redis_marker.h), prefix "". */
+#define MARKER_KEY "\x1f" "cerberus"
+
+/* A server this suite just started holds nothing: say so, as servers.sh
+ * does, or the engine waits one lease before its first grant. */
+static void priv_mark_fresh(void)
+{
+    struct timeval tv = {2, 0};
+    redisContext *r = redisConnectWithTimeout("127.0.0.1", PRIV_PORT, tv);
+    if (r && !r->err) {
+        freeReplyObject(redisCommand(r, "AUTH %s", PRIV_PASS));
+        for (int db = 0; db < 16; db++) { /* the marker is per database */
+            freeReplyObject(redisCommand(r, "SELECT %d", db));
+            freeReplyObject(redisCommand(r, "SET %s %s", MARKER_KEY, "test 0"));
+        }
+    }
+    redisFree(r);
+}
+
 static int priv_start(void **state)
 {
     char port[16];
@@ -1068,7 +1100,9 @@ static int priv_start(void **state)
             cerb_test_wait(priv_pid, 5000);
         }
         priv_pid = -1;
+        return 0;
     }
+    priv_mark_fresh();
     return 0;
 }
 
@@ -1554,6 +1588,61 @@ static void test_stale_handoff_message(void **state)
     free(name);
 }
 
+/*
+ * FLUSHALL under an engine that holds a lock (engine level; the public API
+ * and a restart are in test_redis_dataloss_fault.c): the next request finds
+ * the marker gone, reports CERB_EV_LOST for every hold once, renewals and
+ * checks answer NOT_OWNER, and nothing is granted during the quarantine.
+ */
+static void test_data_loss_event(void **state)
+{
+    struct eng g;
+    cerb_engine_lock lk, l2;
+    cerb_grant gr, chk;
+    cerb_renew_item it;
+
+    if (priv_pid < 0)
+        skip();
+    char *name = test_name("eng-dataloss");
+    char *other = test_name("eng-dataloss2");
+    eng_open_priv(&g, NULL);
+    lk_init(&lk, name, 10000, 1);
+    lk_init(&l2, other, 10000, 1);
+    must_acquire(&g, &lk, &gr);
+    atomic_store(&events_lost, 0);
+    atomic_store(&events_other, 0);
+
+    redisContext *r = raw_port(PRIV_PORT, PRIV_PASS);
+    freeReplyObject(redisCommand(r, "FLUSHALL"));
+    it.lk = &lk;
+    cerb__engine_renew_batch(ops, g.e, &it, 1);
+    assert_int_equal(it.st, CERB_NOT_OWNER);
+    assert_int_equal(atomic_load(&events_lost), 1);
+    assert_int_equal(stats(&g).data_losses, 1);
+    assert_int_equal(cerb__engine_check_owner(ops, g.e, &lk, &chk), CERB_NOT_OWNER);
+    assert_int_equal(cerb__engine_renew(ops, g.e, &lk, &chk), CERB_NOT_OWNER);
+
+    /* The quarantine: a free name is not granted, and says why. */
+    assert_int_equal(acq(&g, &l2, 0, &gr), CERB_BUSY);
+    if (!strstr(cerb_last_error(), "lost its data"))
+        fail_msg("unexpected refusal: %s", cerb_last_error());
+    assert_int_equal(atomic_load(&events_lost), 1); /* once per loss */
+    assert_int_equal(atomic_load(&events_other), 0);
+
+    /* The test ends the quarantine by hand (the next tests need grants). */
+    priv_mark_fresh();
+    must_acquire(&g, &l2, &gr);
+    assert_int_equal(atomic_load(&events_lost), 2); /* the marker changed again */
+    assert_int_equal(cerb__engine_release(ops, g.e, &l2), CERB_OK);
+
+    redisFree(r);
+    lk_free(&lk);
+    lk_free(&l2);
+    eng_close(&g);
+    free(name);
+    free(other);
+}
+
 static int suite_setup(void **state)
 {
     cerb__engines_builtin();
@@ -1592,6 +1681,7 @@ int main(void)
         cmocka_unit_test(test_handed_while_timing_out),
         cmocka_unit_test(test_ambiguous_acquire),
         cmocka_unit_test(test_stale_handoff_message),
+        cmocka_unit_test(test_data_loss_event),
     };
     return cmocka_run_group_tests(tests, suite_setup, priv_stop);
 }
