@@ -134,10 +134,9 @@
 
 /* KEYS K F Q M, ARGV token lease wait fair marker qend. A grant answers its
  * fence (an integer); "busy" answers {0, PTTL, head, handed, quarantine};
- * a marker
- * other than ours answers "L" and changes nothing. During the quarantine
- * (server time before qend) nothing is granted and the PTTL answered is at
- * least the quarantine's rest. */
+ * a marker other than ours answers "L" and changes nothing. During the
+ * quarantine (server time before qend) nothing is granted and the PTTL
+ * answered is at least the quarantine's rest. */
 static const char lua_acquire[] =
     "local K, tok = KEYS[1], ARGV[1]\n"
     "if redis.call('GET', KEYS[4]) ~= ARGV[5] then return 'L' end\n"

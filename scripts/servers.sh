@@ -239,12 +239,14 @@ redis_start_one() {
         sleep 0.05
     done
     # A server started here is new and empty: nothing can be held on it, so
-    # mark it as such for Cerberus (engine_redis/redis_marker.h). Without the
-    # marker the first client would take it for one restarted without its
-    # data and grant nothing for one lease. CERB_REDIS_UNMARKED=1 leaves it
-    # out, for tests that restart a server as a real restart looks.
+    # mark it as such for Cerberus (engine_redis/redis_marker.h), with an
+    # ended quarantine. Without the marker the first client would take it for
+    # one restarted without its data and grant nothing for one lease. The id
+    # differs per start, so clients of an earlier server on this port still
+    # see their marker gone. CERB_REDIS_UNMARKED=1 leaves it out, for tests
+    # that restart a server as a real restart looks.
     if [[ ${CERB_REDIS_UNMARKED:-0} != 1 ]]; then
-        [[ $(redis_cli "$port" SET $'\x1f'cerberus "servers.sh 0") == OK ]] ||
+        [[ $(redis_cli "$port" SET $'\x1f'cerberus "servers.sh-$pid-$(now_ms) 0") == OK ]] ||
             die "redis :$port: could not write the Cerberus marker"
     fi
     say "redis :$port started (pid $pid, data $data)"

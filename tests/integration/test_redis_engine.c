@@ -1075,7 +1075,11 @@ static void priv_mark_fresh(void)
         freeReplyObject(redisCommand(r, "AUTH %s", PRIV_PASS));
         for (int db = 0; db < 16; db++) { /* the marker is per database */
             freeReplyObject(redisCommand(r, "SELECT %d", db));
-            freeReplyObject(redisCommand(r, "SET %s %s", MARKER_KEY, "test 0"));
+            /* A new value each time: engines that knew the last one see
+             * it change, as after a real loss. */
+            char v[64];
+            snprintf(v, sizeof v, "test-%lld 0", (long long)cerb_test_now_ms());
+            freeReplyObject(redisCommand(r, "SET %s %s", MARKER_KEY, v));
         }
     }
     redisFree(r);
