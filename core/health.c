@@ -115,8 +115,10 @@ static void noted(cerb_client *c, struct cerb_client_engine *ce, bool changed)
     enum cerb_breaker_state st = cerb__breaker_state(&ce->brk);
     if (st == CERB_BREAKER_CLOSED || st == CERB_BREAKER_DISABLED)
         ce->healthy_since_ms = cerb__now_ms();
-    snprintf(ce->log_note, sizeof ce->log_note, "engine %s: breaker %s (%s)", ce->name,
+    char line[sizeof ce->log_note];
+    snprintf(line, sizeof line, "engine %s: breaker %s (%s)", ce->name,
              cerb__breaker_state_name(st), ce->brk.reason);
+    memcpy(ce->log_note, line, sizeof line);
 }
 
 /* Release fo_mu, then write the log lines noted under it. */
