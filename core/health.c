@@ -88,6 +88,7 @@ void cerb__health_init(cerb_client *c)
     atomic_store(&c->epoch, c->cfg->epoch << CERB_EPOCH_LOCAL_BITS);
     cerb__route_update(c);
     int cur = atomic_load(&c->current);
+    atomic_store(&c->pin_pending, c->pinned >= 0 && c->pinned != cur ? c->pinned : -1);
     int64_t now_ns = cerb_monotime();
     for (size_t i = 0; i < c->n_engines; i++) {
         struct cerb_client_engine *ce = &c->engines[i];
@@ -243,6 +244,13 @@ static int64_t grace_ms(cerb_client *c, int i)
     return g + g * CERB_DRIFT_PERMILLE / 1000 + CERB_DRIFT_FIXED_MS;
 }
 
+/* Refresh c->pin_pending; fo_mu held. */
+static void pin_update(cerb_client *c)
+{
+    int cur = atomic_load(&c->current);
+    atomic_store(&c->pin_pending, c->pinned >= 0 && c->pinned != cur ? c->pinned : -1);
+}
+
 int cerb__client_switch(cerb_client *c, int to, const char *why, int pin)
 {
     cerb__mutex_lock(&c->fo_mu);
@@ -254,6 +262,7 @@ int cerb__client_switch(cerb_client *c, int to, const char *why, int pin)
     /* Never make current an engine without an instance: a pin on one that
      * has not opened stays a wish until the prober opens it. */
     if (from == to || !c->engines[to].e) {
+        pin_update(c);
         fo_unlock(c);
         return from;
     }
@@ -271,6 +280,7 @@ int cerb__client_switch(cerb_client *c, int to, const char *why, int pin)
     c->switches++;
     atomic_store(&c->current, to);
     cerb__route_update(c);
+    pin_update(c);
     fo_unlock(c);
     cerb__lock_follow_switch(c, to);
     if (saturated)
@@ -352,6 +362,23 @@ bool cerb__gate_any(cerb_client *c, int idx)
     return false;
 }
 
+/*
+ * The configuration pins an engine that would not open here. Every process
+ * that could open it has moved there and asks this engine only before and
+ * after its own grants; a grant here that asks nobody could overlap. So
+ * with a switch grace nothing is granted until the pin is applied.
+ */
+static cerb_status pin_gate(cerb_client *c, int idx)
+{
+    int p = atomic_load(&c->pin_pending);
+    if (p < 0 || p == idx || grace_ms(c, p) <= 0)
+        return CERB_OK;
+    return cerb__error_set(CERB_UNAVAILABLE,
+                           "engine %s, which the configuration makes active, is not open here "
+                           "(retried every probe round): nothing is granted on %s meanwhile",
+                           c->engines[p].name, c->engines[idx].name);
+}
+
 cerb_status cerb__switch_gate(cerb_client *c, int idx, struct cerb_slot *s, int64_t deadline_ns,
                               const atomic_int *intr)
 {
@@ -359,7 +386,9 @@ cerb_status cerb__switch_gate(cerb_client *c, int idx, struct cerb_slot *s, int6
     for (int round = 0;; round++) {
         int64_t now = cerb_monotime();
         int64_t wait_until = 0;
-        cerb_status worst = CERB_OK;
+        cerb_status worst = pin_gate(c, idx);
+        if (worst != CERB_OK)
+            cerb__error_copy(why, sizeof why);
         for (size_t i = 0; i < c->n_engines; i++) {
             if ((int)i == idx)
                 continue;

@@ -173,6 +173,9 @@ struct cerb_client {
      * old engine's counter the new epoch (tokens would go backwards). */
     atomic_uint_fast64_t route;
     struct cerb_notify *nt;              /* callback thread (notify.c) */
+    /* The pinned engine while it is not current (it would not open), else
+     * -1; written under fo_mu with pinned and current (health.c). */
+    atomic_int pin_pending;
 };
 
 /* The engine new acquisitions go to, and the epoch they carry. */

@@ -367,6 +367,7 @@ static cerb_status engine_acquire(cerb_client *c, struct cerb_hold **hp, struct 
         st = cerb__engine_acquire(ce->ops, ce->e, &h->lk, deadline_ns, &w->stop, &g);
         if (st == CERB_OK) {
             cerb__health_ok(c, h->engine_idx);
+        granted:
             if (!cerb__gate_any(c, h->engine_idx))
                 break;
             /* The gate asked before the grant; ask again after it, or a
@@ -428,7 +429,7 @@ static cerb_status engine_acquire(cerb_client *c, struct cerb_hold **hp, struct 
                 h->next_renew_ns = cerb_monotime(); /* refresh at once */
                 h->renew_once = true;
                 st = CERB_OK;
-                break;
+                goto granted; /* a settled grant is checked like any other */
             }
             if (s2 != CERB_NOT_OWNER) {
                 /* Unsettled: a late landing must leave no orphan. Move on
@@ -572,7 +573,13 @@ cerb_status cerb__lock_acquire(cerb_lock *l, int64_t deadline_ns, bool interrupt
     iwaiter_unlink(l, &w);
     l->nwaiting--;
     if (st == CERB_OK) {
-        h->fence = cerb__fence_compose(h->epoch, h->fence);
+        /* A wait that began before an epoch bump (cerberus switch) on the
+         * engine still current is granted after it: it ranks with the
+         * grants made after the bump, not before. */
+        int64_t ep_now, ep = h->epoch;
+        if (cerb__route(c, &ep_now) == h->engine_idx && ep_now > ep)
+            ep = ep_now;
+        h->fence = cerb__fence_compose(ep, h->fence);
         h->owner_handle = l;
         atomic_store(&h->state, CERB_LOCK_VALID);
         s->hold = h;
