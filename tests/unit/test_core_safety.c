@@ -341,6 +341,33 @@ static void test_failback_gate_both_ways(void **state)
 }
 
 /*
+ * Review of item 16: a grant settled by check_owner after a lost reply is
+ * checked against the gated engine after it, like any grant.
+ */
+static void test_settled_grant_checked_after(void **state)
+{
+    (void)state;
+    cerb_client *x = open_text("engines = (\"sa\");");
+    cerb_client *y = open_text("engines = (\"sa\", \"sb\"); lock = { lease_ms = 300; }; "
+                               "failover = { failback = \"manual\"; };");
+    assert_string_equal(cerb_engine_switch_to(y, "sb"), "sb"); /* gates sa */
+    cerb_lock *lx = mk(x, "settled-window"), *ly = mk(y, "settled-window");
+    struct p2 p = {lx, CERB_EIO};
+    script_engine_set(SCRIPT_B, (struct script_knobs){.lose_acquire = true,
+                                                      .before_grant = p2_tries,
+                                                      .before_grant_ud = &p});
+    cerb_status sy = cerb_lock_trylock(ly);
+    fprintf(stderr, "settled window: X %s, Y %s\n", cerb_status_name(p.st), cerb_status_name(sy));
+    assert_int_equal(p.st, CERB_OK);
+    assert_int_not_equal(sy, CERB_OK);
+    assert_int_equal(cerb_lock_unlock(lx), CERB_OK);
+    cerb_lock_free(lx);
+    cerb_lock_free(ly);
+    cerb_client_close(x);
+    cerb_client_close(y);
+}
+
+/*
  * Item 15: a reentrant lock() on a hold whose deadline has passed is not a
  * success, even before the renewal thread has marked it (here it is stuck
  * in a slow renewal of another hold).
@@ -722,6 +749,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_settled_grant_uses_server_ttl, setup, teardown),
         cmocka_unit_test_setup_teardown(test_epoch_captured_with_engine, setup, teardown),
         cmocka_unit_test_setup_teardown(test_failback_gate_both_ways, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_settled_grant_checked_after, setup, teardown),
         cmocka_unit_test_setup_teardown(test_reentrant_lock_on_expired_hold, setup, teardown),
         cmocka_unit_test_setup_teardown(test_retried_release_after_lost_reply, setup, teardown),
         cmocka_unit_test_setup_teardown(test_forked_child_refused, setup, teardown),
