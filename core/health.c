@@ -69,6 +69,10 @@
 
 int64_t cerb__now_ms(void) { return cerb_monotime() / CERB_NS_PER_MS; }
 
+/* After a question to a gated engine went unanswered, how long nobody asks
+ * it again unless it answers something first (gate_one). */
+#define ASK_BACKOFF_NS (250 * CERB_NS_PER_MS)
+
 static int64_t grace_ms(cerb_client *c, int i);
 
 static void breaker_cfg(const struct cerb_config *cfg, struct cerb_breaker_cfg *out)
@@ -272,7 +276,20 @@ int cerb__client_switch(cerb_client *c, int to, const char *why, int pin)
             fe->gate_from_ns = cerb_monotime();
         fe->gated = true;
     }
-    c->engines[to].gated = false; /* no need to ask where we go */
+    /* Back to an engine we had left (a failback, or a pin applied once it
+     * opened): other processes may still be on the engines we leave, their
+     * gates on `to` paused after unanswered questions until a probe of
+     * theirs hears it again. Grant there only once they can have heard it:
+     * two probe intervals plus their question back-off. */
+    struct cerb_client_engine *te = &c->engines[to];
+    if (te->gated && grace_ms(c, from) > 0) {
+        struct cerb_failover_config fo;
+        cerb__client_failover_cfg(c, &fo, NULL);
+        atomic_store(&te->grant_after_ns,
+                     cerb_monotime() + (2 * fo.probe_interval_ms + fo.probe_timeout_ms) *
+                                           CERB_NS_PER_MS + ASK_BACKOFF_NS);
+    }
+    te->gated = false; /* no need to ask where we go */
     int64_t ep = atomic_load(&c->epoch);
     bool saturated = (ep & CERB_EPOCH_LOCAL_MAX) == CERB_EPOCH_LOCAL_MAX;
     if (!saturated)
@@ -294,8 +311,6 @@ int cerb__client_switch(cerb_client *c, int to, const char *why, int pin)
     cerb__notify_switch(c, c->engines[from].name, c->engines[to].name, why);
     return to;
 }
-
-#define ASK_BACKOFF_NS (250 * CERB_NS_PER_MS)
 
 /*
  * One gated engine's answer for `name`: CERB_OK (free there, or silent for
@@ -389,6 +404,15 @@ cerb_status cerb__switch_gate(cerb_client *c, int idx, struct cerb_slot *s, int6
         cerb_status worst = pin_gate(c, idx);
         if (worst != CERB_OK)
             cerb__error_copy(why, sizeof why);
+        int64_t after = atomic_load(&c->engines[idx].grant_after_ns);
+        if (worst == CERB_OK && now < after) {
+            worst = cerb__error_set(CERB_UNAVAILABLE,
+                                    "engine %s was switched back to: granting once every "
+                                    "client can have heard it answer again",
+                                    c->engines[idx].name);
+            cerb__error_copy(why, sizeof why);
+            wait_until = after;
+        }
         for (size_t i = 0; i < c->n_engines; i++) {
             if ((int)i == idx)
                 continue;
