@@ -545,6 +545,31 @@ static void hwm_on_lost(cerb_lock *l, void *ud)
 }
 
 /*
+ * Review of item 17: the redis engine's quarantine after a data loss lasts
+ * lock.lease_ms in a process that finds the loss without holds of its own,
+ * so with redis configured no per-lock lease may be longer (whatever the
+ * switch grace).
+ */
+static void test_redis_quarantine_bounds_leases(void **state)
+{
+    (void)state;
+    /* redis on a closed port (never opens); sa serves. */
+    cerb_client *c = open_text("engines = (\"sa\", \"redis\"); "
+                               "redis = { port = 1; connect_timeout_ms = 50; }; "
+                               "lock = { lease_ms = 1000; }; "
+                               "failover = { " FAST_FO "switch_grace_ms = 30000; };");
+    cerb_lock *l = NULL;
+    cerb_lock_opts o = CERB_LOCK_OPTS_INIT;
+    o.lease_ms = 5000;
+    assert_int_equal(cerb_lock_new(c, "quarantine", &o, &l), CERB_EINVAL);
+    assert_non_null(strstr(cerb_last_error(), "quarantine"));
+    o.lease_ms = 1000;
+    assert_int_equal(cerb_lock_new(c, "quarantine", &o, &l), CERB_OK);
+    cerb_lock_free(l);
+    cerb_client_close(c);
+}
+
+/*
  * Item 3: a reload that shortens lock.lease_ms must not shorten the grace
  * below the leases of holds taken before it.
  */
@@ -763,6 +788,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_trylock_rechecks_once, setup, teardown),
         cmocka_unit_test_setup_teardown(test_log_sink_may_call_the_library, setup, teardown),
         cmocka_unit_test_setup_teardown(test_grace_covers_leases_before_reload, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_redis_quarantine_bounds_leases, setup, teardown),
         cmocka_unit_test_setup_teardown(test_grace_covers_server_hold_bound, setup, teardown),
         cmocka_unit_test_setup_teardown(test_wait_across_epoch_bump, setup, teardown),
         cmocka_unit_test_setup_teardown(test_reload_to_unopened_engine_is_kept, setup, teardown),
