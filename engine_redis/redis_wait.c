@@ -296,16 +296,15 @@ static cerb_status wait_loop(cerb_engine *e, cerb_engine_lock *lk, const struct 
                 continue;
             break;
         }
-        if (r->type == REDIS_REPLY_NIL) {
+        uint64_t fence = 0;
+        enum redis_wake wake = cerb__redis_reply_wake(r, &fence);
+        if (wake == REDIS_WAKE_TIMEOUT) {
             freeReplyObject(r);
             continue;
         }
-        if (r->type == REDIS_REPLY_ARRAY && r->elements == 2 &&
-            r->element[1]->type == REDIS_REPLY_STRING) {
-            const char *v = r->element[1]->str;
+        if (wake != REDIS_WAKE_BAD) {
             REDIS_COUNT(e, wakeups);
-            if (v[0] == 'f') {
-                uint64_t fence = strtoull(v + 1, NULL, 10);
+            if (wake == REDIS_WAKE_HANDOFF) {
                 int64_t ttl = min64(lk->lease_ms, REDIS_HANDOFF_TTL_MS);
                 freeReplyObject(r);
                 /* The hand-off came after our last acquire run (which would
