@@ -1,0 +1,137 @@
+#!/usr/bin/env bash
+#
+# fuzz.sh — build the libFuzzer harnesses of tests/fuzz/ with clang and run
+# each for a bounded time under ASan+UBSan (leak checking on).
+#
+#   scripts/fuzz.sh                      every harness, 20 s each (CI smoke)
+#   scripts/fuzz.sh --seconds N          every harness, N seconds each
+#   scripts/fuzz.sh --minutes N [--harness H]   the long form
+#   scripts/fuzz.sh --list               the harnesses
+#
+# Build. The main build uses gcc, which has no libFuzzer, so the harnesses
+# get their own build directory ($CERB_FUZZ_BUILD_DIR, default
+# <repo>/build-fuzz) configured with CC=clang, CERB_ASAN=ON and CERB_FUZZ=ON,
+# where every target carries libFuzzer's coverage instrumentation; only the
+# fuzz_* targets and what they link are built. (The gcc build replays the
+# same harnesses on the kept corpus through ctest: tests/fuzz/CMakeLists.txt.)
+#
+# Corpus. libFuzzer reads the kept corpus tests/fuzz/corpus/<H>/ and writes
+# what it finds new to <build>/corpus/<H>/ (first directory on its command
+# line), so a run never changes the repository; copy an input worth keeping
+# by hand. A finding (crash, sanitizer report, leak, failed FUZZ_CHECK,
+# timeout) is saved as <build>/artifacts/<H>/crash-* and fails the run; make
+# it a corpus entry (corpus/<H>/regress-<what>) with its fix, and ctest
+# replays it from then on. Replay one input with the gcc build:
+#   build/tests/fuzz/fuzz_<H>_replay FILE     (CERB_FUZZ_VERBOSE=1 for cli_args)
+#
+# Output: per harness its executions, coverage and corpus size, then a
+# summary table; the exit status is 1 if any harness found something.
+#
+# Environment: CERB_FUZZ_BUILD_DIR, CC (default clang), CERB_FUZZ_JOBS
+# (build parallelism, default nproc), CERB_FUZZ_ARGS (extra libFuzzer flags).
+
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+BUILD=${CERB_FUZZ_BUILD_DIR:-$ROOT/build-fuzz}
+CC_FUZZ=${CC:-clang}
+[[ $CC_FUZZ == *gcc* || $CC_FUZZ == cc ]] && CC_FUZZ=clang
+JOBS=${CERB_FUZZ_JOBS:-$(nproc 2>/dev/null || echo 2)}
+ALL=(config names cli_args etcd_json redis_reply)
+seconds=20
+only=""
+
+usage() {
+    sed -n '3,9p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
+    exit 2
+}
+while (($#)); do
+    case $1 in
+    --seconds) seconds=${2:?}; shift 2 ;;
+    --minutes) seconds=$((${2:?} * 60)); shift 2 ;;
+    --harness) only=${2:?}; shift 2 ;;
+    --list) printf '%s\n' "${ALL[@]}"; exit 0 ;;
+    -h | --help) usage ;;
+    *) echo "fuzz.sh: unknown argument '$1'" >&2; usage ;;
+    esac
+done
+[[ $seconds =~ ^[0-9]+$ && $seconds -gt 0 ]] || {
+    echo "fuzz.sh: the time must be a positive whole number" >&2
+    exit 2
+}
+harnesses=("${ALL[@]}")
+if [[ -n $only ]]; then
+    [[ " ${ALL[*]} " == *" $only "* ]] || {
+        echo "fuzz.sh: no harness '$only' (have: ${ALL[*]})" >&2
+        exit 2
+    }
+    harnesses=("$only")
+fi
+
+command -v "$CC_FUZZ" >/dev/null || {
+    echo "fuzz.sh: $CC_FUZZ not found (scripts/deps.sh installs clang)" >&2
+    exit 1
+}
+
+printf '==> fuzz build (%s, %s)\n' "$BUILD" "$CC_FUZZ"
+mkdir -p "$BUILD"
+CC=$CC_FUZZ cmake -S "$ROOT" -B "$BUILD" -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+    -DCERB_ASAN=ON -DCERB_FUZZ=ON -DCERB_BUILD_BENCH=OFF >"$BUILD/fuzz-configure.log" 2>&1 || {
+    cat "$BUILD/fuzz-configure.log" >&2
+    exit 1
+}
+targets=()
+for h in "${harnesses[@]}"; do targets+=("fuzz_$h"); done
+cmake --build "$BUILD" -j "$JOBS" --target "${targets[@]}" >"$BUILD/fuzz-build.log" 2>&1 || {
+    tail -50 "$BUILD/fuzz-build.log" >&2
+    exit 1
+}
+
+read -r -a extra <<<"${CERB_FUZZ_ARGS:-}"
+export ASAN_OPTIONS=detect_leaks=1:allocator_may_return_null=1
+export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
+export LSAN_OPTIONS=suppressions=$ROOT/tests/fuzz/lsan.supp:print_suppressions=0
+declare -A execs cov corp status
+rc=0
+for h in "${harnesses[@]}"; do
+    exe=$BUILD/tests/fuzz/fuzz_$h
+    [[ -x $exe ]] || {
+        echo "fuzz.sh: $exe was not built (engine not compiled in?)" >&2
+        status[$h]=missing
+        rc=1
+        continue
+    }
+    work=$BUILD/corpus/$h art=$BUILD/artifacts/$h
+    mkdir -p "$work" "$art"
+    log=$BUILD/fuzz-$h.log
+    printf '\n==> fuzz %s for %ss\n' "$h" "$seconds"
+    set +e
+    # -timeout: one input taking a second is a finding (a hang), not a
+    # slow machine: every input here is parsed in microseconds.
+    "$exe" -max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 -max_len=4096 \
+        -print_final_stats=1 -artifact_prefix="$art/" \
+        ${extra[@]+"${extra[@]}"} "$work" "$ROOT/tests/fuzz/corpus/$h" >"$log" 2>&1
+    st=$?
+    set -e
+    execs[$h]=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log" | tail -1)
+    cov[$h]=$(grep -oE 'cov: [0-9]+' "$log" | tail -1 | cut -d' ' -f2)
+    corp[$h]=$(grep -oE 'corp: [0-9]+' "$log" | tail -1 | cut -d' ' -f2)
+    if ((st == 0)); then
+        status[$h]=ok
+        grep -E '^#[0-9]+ +DONE|^Done' "$log" | tail -2
+    else
+        status[$h]="FOUND (exit $st)"
+        rc=1
+        # The report: the harness' own message or the sanitizer's.
+        grep -vE '^#[0-9]+ ' "$log" | tail -60
+        ls "$art" | sed "s|^|fuzz.sh: artifact $art/|"
+    fi
+done
+
+printf '\n==> fuzz summary (%ss per harness)\n' "$seconds"
+printf '%-12s %12s %8s %8s  %s\n' harness executions cov corpus result
+for h in "${harnesses[@]}"; do
+    printf '%-12s %12s %8s %8s  %s\n' "$h" "${execs[$h]:--}" "${cov[$h]:--}" "${corp[$h]:--}" \
+        "${status[$h]}"
+done
+exit "$rc"
