@@ -159,6 +159,14 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
                cerb_status_name(st), fuzz_name_contract_ok(name, n) ? "accepts" : "refuses");
     if (l)
         cerb_lock_free(l);
+#ifdef CERB_FUZZ_PLANTED
+    /* The planted defect of the fuzz_planted build: an accepted name that
+     * ends in "~~", which no kept input has. It proves that a finding fails
+     * the run (ctest fuzz_planted replays one; scripts/fuzz.sh's self-test
+     * must find one). */
+    FUZZ_CHECK(!(st == CERB_OK && n >= 2 && name[n - 1] == '~' && name[n - 2] == '~'),
+               "the planted defect was found");
+#endif
     if (st != CERB_OK) {
         FUZZ_CHECK(st == CERB_EINVAL, "core refused with %s", cerb_status_name(st));
         free(name);
