@@ -111,7 +111,11 @@ read -r -a extra <<<"${CERB_FUZZ_ARGS:-}"
 export ASAN_OPTIONS=detect_leaks=1:allocator_may_return_null=1
 export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
 export LSAN_OPTIONS=suppressions=$ROOT/tests/fuzz/lsan.supp:print_suppressions=0
-export TSAN_OPTIONS=suppressions=$ROOT/tests/tsan.supp:halt_on_error=1
+# TSan takes one suppression file: the project's and the fuzz harnesses'.
+cat "$ROOT/tests/tsan.supp" "$ROOT/tests/fuzz/tsan.supp" >"$BUILD/tsan.supp"
+# report_signal_unsafe=0: libFuzzer writes its crash report from the signal
+# handler with malloc; TSan reporting that deadlocked the run.
+export TSAN_OPTIONS=suppressions=$BUILD/tsan.supp:halt_on_error=1:report_signal_unsafe=0
 declare -A execs cov corp status
 rc=0
 
