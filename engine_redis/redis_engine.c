@@ -17,7 +17,6 @@
  */
 #include "internal_posix.h"
 
-#include <stdbool.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -114,52 +113,12 @@ static void redis_op_stats(cerb_engine *e, struct cerb_engine_stats *out)
     out->handoffs = rs.handoffs_sent;
 }
 
-/*
- * Is `name` one of lock N's helper keys, "{N}:fence", "{N}:q", "{N}:d" or
- * "{N}:w:<token>" (redis_scripts.h)? Then its lock key P+name would be
- * P+N's helper key whenever P is "" — and whatever P is: P+name equals
- * "{"+P+N+"}:"+S only if name is "{"+N+"}:"+S, since the leading braces
- * of P must match one for one. Its holder would then change N's fence
- * counter, queue or wake lists, and N's scripts fail on a key of the
- * wrong type after they wrote. *n_len gets N's length for the message.
- */
-static bool is_helper_key(const char *name, size_t *n_len)
-{
-    static const char *const ends[] = {"}:fence", "}:q", "}:d"};
-    size_t len = strlen(name);
-
-    if (name[0] != '{')
-        return false;
-    for (size_t i = 0; i < sizeof ends / sizeof *ends; i++) {
-        size_t el = strlen(ends[i]);
-        if (len > el + 1 && strcmp(name + len - el, ends[i]) == 0) {
-            *n_len = len - el - 1;
-            return true;
-        }
-    }
-    /* N itself may hold "}:w:": any occurrence can be the split. */
-    for (const char *w = strstr(name + 1, "}:w:"); w; w = strstr(w + 1, "}:w:")) {
-        if (w > name + 1) {
-            *n_len = (size_t)(w - name - 1);
-            return true;
-        }
-    }
-    return false;
-}
-
-/* The probe canary lives under a reserved prefix no lock may use, and no
- * name may spell another lock's helper key. */
+/* The probe canary lives under a reserved prefix no lock may use. */
 static cerb_status redis_check_name(const char *name)
 {
     static const char reserved[] = "__cerberus_probe__:";
-    size_t n_len;
-
     if (strncmp(name, reserved, sizeof reserved - 1) == 0)
         return cerb__error_set(CERB_EINVAL, "names starting with \"%s\" are reserved", reserved);
-    if (is_helper_key(name, &n_len))
-        return cerb__error_set(CERB_EINVAL,
-                               "redis: \"%s\" is the name of one of lock \"%.*s\"'s own keys",
-                               name, (int)n_len, name + 1);
     return CERB_OK;
 }
 

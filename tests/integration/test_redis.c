@@ -3,8 +3,8 @@
  * redis-py wire layout (key = name, 32 hex chars of token, PX lease), loss
  * when the key is deleted, stolen or expires behind the holder (and an
  * unlock that must not touch the new owner's key), the full lease after a
- * fair hand-off, the reserved probe prefix, names that spell another lock's
- * helper keys, an unreachable server, and a reload seen in the key's PTTL. The engine-independent contract
+ * fair hand-off, the reserved probe prefix, an unreachable server, and a
+ * reload seen in the key's PTTL. The engine-independent contract
  * (exclusion, try / timed / interruptible waits, non-owner unlock, fences,
  * holds past the lease, names) is in conformance.c, run as
  * conformance_redis.
@@ -265,49 +265,6 @@ static void test_reserved_name(void **state)
     cerb_client_close(c);
 }
 
-/*
- * A name that spells another lock's helper key — "{N}:fence", "{N}:q",
- * "{N}:d", "{N}:w:<token>" — would make its lock key that key (found by
- * tests/fuzz/fuzz_names.c). On the code before the check: once N had been
- * used, "{N}:fence" was BUSY forever (its key is N's fence counter, which
- * never expires); while "{N}:fence" was held, trylock(N) answered EPROTO
- * ("value is not an integer", outcome NO) after the acquire script had
- * already set N's key, leaving N held by nobody for a whole lease. Such
- * names are refused; other names with braces (hash tags) are not.
- */
-static void test_helper_key_names(void **state)
-{
-    (void)state;
-    /* Each name is pre + N + post. */
-    static const char *const bad[][2] = {{"{", "}:fence"}, {"{", "}:q"}, {"{", "}:d"},
-                                         {"{", "}:w:x"},
-                                         {"{", "}:w:5b1f0a52-3f0e-4c1b-9b7e-2f5d8c9e0a11:1"}};
-    static const char *const good[][2] = {{"{", "}"},        {"{", "}lock"},
-                                          {"{", "}:other"},  {"", "}:fence"},
-                                          {"{", "}:fence:x"}, {"x{", "}:q"}};
-    cerb_client *c = open_client(NULL, NULL);
-    char *n = test_name("helper");
-    char name[512];
-    cerb_lock *l = NULL;
-
-    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
-        snprintf(name, sizeof name, "%s%s%s", bad[i][0], n, bad[i][1]);
-        assert_int_equal(cerb_lock_new(c, name, NULL, &l), CERB_EINVAL);
-        assert_null(l);
-        assert_non_null(strstr(cerb_last_error(), n));
-    }
-    for (size_t i = 0; i < sizeof good / sizeof *good; i++) {
-        snprintf(name, sizeof name, "%s%s%s", good[i][0], n, good[i][1]);
-        assert_int_equal(cerb_lock_new(c, name, NULL, &l), CERB_OK);
-        assert_int_equal(cerb_lock_trylock(l), CERB_OK);
-        assert_int_equal(cerb_lock_unlock(l), CERB_OK);
-        cerb_lock_free(l);
-        l = NULL;
-    }
-    free(n);
-    cerb_client_close(c);
-}
-
 /* ---- unreachable server ---- */
 
 static void test_unreachable_server(void **state)
@@ -375,7 +332,6 @@ int main(void)
         cmocka_unit_test(test_no_renew_expires),
         cmocka_unit_test(test_handoff_without_renewal_gets_full_lease),
         cmocka_unit_test(test_reserved_name),
-        cmocka_unit_test(test_helper_key_names),
         cmocka_unit_test(test_unreachable_server),
         cmocka_unit_test(test_reload),
     };
