@@ -385,6 +385,23 @@ static cerb_status eval(cerb_engine *e, struct redis_conn *c, enum redis_script 
     }
 }
 
+static cerb_status bad_reply(cerb_engine *e, enum redis_script id, const redisReply *r,
+                             cerb_outcome *oc)
+{
+    struct redis_failure f = {.phase = REDIS_PHASE_REPLY, .reply = r};
+    return cerb__redis_fail(e->where, scripts[id].name, &f, oc);
+}
+
+static bool all_integers(const redisReply *r, size_t n)
+{
+    if (r->type != REDIS_REPLY_ARRAY || r->elements != n)
+        return false;
+    for (size_t i = 0; i < n; i++)
+        if (r->element[i]->type != REDIS_REPLY_INTEGER)
+            return false;
+    return true;
+}
+
 #define NUM_BUF 24
 
 /* Decimal text of v (hot path: no printf machinery). */
@@ -425,9 +442,18 @@ cerb_status cerb__redis_run_acquire(cerb_engine *e, struct redis_conn *c,
                           outcome);
     if (st != CERB_OK)
         return st;
-    st = cerb__redis_reply_acquire(e->where, r, res, outcome);
-    if (st == CERB_OK && res->handed)
-        REDIS_COUNT(e, handoffs_sent);
+    if (r->type == REDIS_REPLY_INTEGER) {
+        res->granted = true;
+        res->fence = (uint64_t)r->integer;
+    } else if (all_integers(r, 4) && r->element[0]->integer == 0) {
+        res->pttl = r->element[1]->integer;
+        res->head = r->element[2]->integer == 1;
+        res->handed = r->element[3]->integer == 1;
+        if (res->handed)
+            REDIS_COUNT(e, handoffs_sent);
+    } else {
+        st = bad_reply(e, REDIS_SCRIPT_ACQUIRE, r, outcome);
+    }
     freeReplyObject(r);
     return st;
 }
@@ -443,10 +469,13 @@ cerb_status cerb__redis_run_release(cerb_engine *e, struct redis_conn *c,
                           outcome);
     if (st != CERB_OK)
         return st;
-    st = cerb__redis_reply_release(e->where, r, code, outcome);
-    freeReplyObject(r);
-    if (st != CERB_OK)
+    if (r->type != REDIS_REPLY_INTEGER || r->integer < 0 || r->integer > 3) {
+        st = bad_reply(e, REDIS_SCRIPT_RELEASE, r, outcome);
+        freeReplyObject(r);
         return st;
+    }
+    *code = (int)r->integer;
+    freeReplyObject(r);
     if (*code == REDIS_REL_HANDED)
         REDIS_COUNT(e, handoffs_sent);
     else if (*code == REDIS_REL_WOKE)
@@ -518,12 +547,15 @@ cerb_status cerb__redis_op_renew(cerb_engine *e, cerb_engine_lock *lk, cerb_gran
         cerb__redis_put(e, c);
     }
     if (st == CERB_OK) {
-        st = cerb__redis_reply_renew(e->where, r, &grant->fence, &grant->outcome);
-        if (st == CERB_NOT_OWNER)
+        if (r->type != REDIS_REPLY_INTEGER) {
+            st = bad_reply(e, REDIS_SCRIPT_RENEW, r, &grant->outcome);
+        } else if (r->integer < 0) {
             st = cerb__error_set(CERB_NOT_OWNER, "redis %s: \"%s\" is no longer held by this owner",
                                  e->where, ks.k[REDIS_K]);
-        else if (st == CERB_OK)
+        } else {
+            grant->fence = (uint64_t)r->integer;
             grant->ttl_ms = lk->lease_ms;
+        }
         freeReplyObject(r);
     }
     cerb__redis_keys_free(&ks);
@@ -548,11 +580,16 @@ cerb_status cerb__redis_op_check(cerb_engine *e, cerb_engine_lock *lk, cerb_gran
         cerb__redis_put(e, c);
     }
     if (st == CERB_OK) {
-        st = cerb__redis_reply_check(e->where, r, &grant->fence, &grant->ttl_ms,
-                                     &grant->outcome);
-        if (st == CERB_NOT_OWNER)
+        if (!all_integers(r, 2)) {
+            st = bad_reply(e, REDIS_SCRIPT_CHECK, r, &grant->outcome);
+        } else if (r->element[0]->integer < 0) {
             st = cerb__error_set(CERB_NOT_OWNER, "redis %s: \"%s\" is not held by this owner",
                                  e->where, ks.k[REDIS_K]);
+        } else {
+            grant->fence = (uint64_t)r->element[0]->integer;
+            /* A key without expiry (PTTL -1) is held until deleted. */
+            grant->ttl_ms = r->element[1]->integer > 0 ? r->element[1]->integer : 0;
+        }
         freeReplyObject(r);
     }
     cerb__redis_keys_free(&ks);
@@ -581,7 +618,12 @@ cerb_status cerb__redis_op_held(cerb_engine *e, const char *name)
     cerb__redis_put(e, c);
     if (st != CERB_OK)
         return st;
-    st = cerb__redis_reply_held(e->where, r);
+    if (r->type != REDIS_REPLY_INTEGER) {
+        struct redis_failure f = {.phase = REDIS_PHASE_REPLY, .reply = r};
+        st = cerb__redis_fail(e->where, "EXISTS", &f, NULL);
+    } else {
+        st = r->integer ? CERB_BUSY : CERB_OK;
+    }
     freeReplyObject(r);
     return st;
 }
@@ -638,15 +680,16 @@ static void renew_pipeline(cerb_engine *e, struct redis_conn *c, cerb_renew_item
         if (cerb__redis_is_noscript(r[i])) {
             ns[i] = true;
             renew_item_fail(it, CERB_EPROTO, CERB_OUTCOME_NO);
-        } else {
-            cerb_outcome o = it->grant.outcome;
-            uint64_t fence = 0;
-            it->st = cerb__redis_reply_renew(e->where, r[i], &fence, &o);
+        } else if (r[i]->type != REDIS_REPLY_INTEGER) {
+            cerb_outcome o;
+            it->st = bad_reply(e, REDIS_SCRIPT_RENEW, r[i], &o);
             it->grant.outcome = o;
-            if (it->st == CERB_OK) {
-                it->grant.fence = fence;
-                it->grant.ttl_ms = it->lk->lease_ms;
-            }
+        } else if (r[i]->integer < 0) {
+            it->st = CERB_NOT_OWNER;
+        } else {
+            it->st = CERB_OK;
+            it->grant.fence = (uint64_t)r[i]->integer;
+            it->grant.ttl_ms = it->lk->lease_ms;
         }
         freeReplyObject(r[i]);
         r[i] = NULL;
@@ -756,7 +799,15 @@ cerb_status cerb__redis_op_probe(cerb_engine *e, int64_t timeout_ms)
                     st = cerb__error_set(CERB_EIO, "redis %s: probe: no time left", e->where);
                 break;
             }
-            st = cerb__redis_reply_probe(e->where, (const redisReply *const *)r, &oc);
+            static const char *const what[3] = {"probe acquire", "probe release",
+                                                "probe PEXPIRE"};
+            for (int i = 0; i < 3 && st == CERB_OK; i++) {
+                bool ok = r[i]->type == REDIS_REPLY_INTEGER || (i == 0 && all_integers(r[0], 4));
+                if (!ok) {
+                    struct redis_failure f = {.phase = REDIS_PHASE_REPLY, .reply = r[i]};
+                    st = cerb__redis_fail(e->where, what[i], &f, &oc);
+                }
+            }
         }
         for (size_t i = 0; i < got; i++)
             freeReplyObject(r[i]);

@@ -18,7 +18,6 @@
 #include <stdbool.h>
 
 #include "redis_conn.h"
-#include "redis_reply.h"
 
 /* Timing of the wait protocol, all in milliseconds. */
 #define REDIS_HANDOFF_TTL_MS 2000 /* lease of a handed-over key until its
@@ -47,6 +46,15 @@ void cerb__redis_keys_free(struct redis_keys *ks);
 
 /* SCRIPT LOAD every script on c and remember the SHAs (open()). */
 cerb_status cerb__redis_scripts_load(cerb_engine *e, struct redis_conn *c);
+
+/* What one run of the acquire script said. */
+struct redis_acquire_result {
+    bool granted;
+    uint64_t fence;  /* granted */
+    int64_t pttl;    /* not granted: the holder's remaining lease, -1 = none */
+    bool head;       /* not granted, queued: we are the live head */
+    bool handed;     /* not granted: this run handed the lock to the head */
+};
 
 /*
  * Run the acquire script once on c. wait_ms > 0 joins (or refreshes) the

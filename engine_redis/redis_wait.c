@@ -296,15 +296,16 @@ static cerb_status wait_loop(cerb_engine *e, cerb_engine_lock *lk, const struct 
                 continue;
             break;
         }
-        uint64_t fence = 0;
-        enum redis_wake wake = cerb__redis_reply_wake(r, &fence);
-        if (wake == REDIS_WAKE_TIMEOUT) {
+        if (r->type == REDIS_REPLY_NIL) {
             freeReplyObject(r);
             continue;
         }
-        if (wake != REDIS_WAKE_BAD) {
+        if (r->type == REDIS_REPLY_ARRAY && r->elements == 2 &&
+            r->element[1]->type == REDIS_REPLY_STRING) {
+            const char *v = r->element[1]->str;
             REDIS_COUNT(e, wakeups);
-            if (wake == REDIS_WAKE_HANDOFF) {
+            if (v[0] == 'f') {
+                uint64_t fence = strtoull(v + 1, NULL, 10);
                 int64_t ttl = min64(lk->lease_ms, REDIS_HANDOFF_TTL_MS);
                 freeReplyObject(r);
                 /* The hand-off came after our last acquire run (which would
