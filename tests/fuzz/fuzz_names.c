@@ -10,8 +10,9 @@
  *  - nothing crashes, misbehaves or leaks, for accepted and refused names;
  *  - a name every check accepts yields keys of the documented layout, and
  *    **no other accepted name can reach them**: Redis' lock key K = P+name
- *    is never one of another name's helper keys ({P+n2}:fence, :q, :d,
- *    :w:<token>), whatever the prefix P; etcd's key P+name/<lease> lies in
+ *    is never one of another name's helper keys (fence counter, queue,
+ *    waiter data, wake lists; their layout is learnt from keys_init, so the
+ *    check follows a change of it), whatever the prefix P; etcd's key P+name/<lease> lies in
  *    no other name's range P+n2/; ZooKeeper's parent path is exactly one
  *    component under the root, and the node name's ordering and uuid parse
  *    do not depend on the lock name. A collision would let one lock's
@@ -67,45 +68,72 @@ static bool accepted(const struct cerb_engine_ops *ops, const char *s, size_t n)
 }
 
 #ifdef CERB_WITH_REDIS
-/* Would K = P+name be a helper key of some other accepted name n2? Those
- * are "{" P n2 "}:" S, S in fence, q, d, w:<token>. */
+#define REDIS_TOKEN "5b1f0a52-3f0e-4c1b-9b7e-2f5d8c9e0a11:1"
+
+/*
+ * The layout of helper key i for prefix P, learnt from the engine itself
+ * (so this check follows a change of layout): keys_init for the name
+ * "@NAME@" gives pre + "@NAME@" + suf (+ the token for the wake list).
+ */
+static void redis_layout(const char *prefix, int i, char *pre, char *suf, size_t cap)
+{
+    struct redis_keys ks;
+    FUZZ_CHECK(cerb__redis_keys_init(&ks, prefix, "@NAME@", REDIS_TOKEN) == CERB_OK, "keys_init");
+    const char *at = strstr(ks.k[i], "@NAME@");
+    FUZZ_CHECK(at != NULL, "helper key %d does not contain the name", i);
+    size_t pl = (size_t)(at - ks.k[i]), sl = strlen(at + 6);
+    if (i == REDIS_W)
+        sl -= strlen(REDIS_TOKEN);
+    FUZZ_CHECK(pl < cap && sl < cap, "layout too long");
+    memcpy(pre, ks.k[i], pl);
+    pre[pl] = '\0';
+    memcpy(suf, at + 6, sl);
+    suf[sl] = '\0';
+    cerb__redis_keys_free(&ks);
+}
+
+/* Is the lock key K (= P + name) helper key i of another accepted name n2,
+ * i.e. pre + n2 + suf (+ any token for the wake list)? */
 static void redis_no_collision(const char *prefix, const char *key, size_t klen)
 {
-    static const char *const ends[] = {"}:fence", "}:q", "}:d"};
-    size_t pl = strlen(prefix);
+    static const char *const what[REDIS_NKEYS] = {"lock", "fence", "queue", "data", "wake list"};
+    char pre[256], suf[256];
 
-    if (klen < pl + 1 || key[0] != '{' || strncmp(key + 1, prefix, pl) != 0)
-        return;
-    const char *n2 = key + 1 + pl;
-    size_t rest = klen - 1 - pl;
-    for (size_t i = 0; i < 3; i++) {
-        size_t el = strlen(ends[i]);
-        if (rest > el && memcmp(n2 + rest - el, ends[i], el) == 0)
-            FUZZ_CHECK(!accepted(&cerb__redis_engine_ops, n2, rest - el),
-                       "redis: lock key \"%.*s\" is lock \"%.*s\"'s %s key", (int)klen, key,
-                       (int)(rest - el), n2, ends[i] + 2);
+    for (int i = REDIS_F; i < REDIS_NKEYS; i++) {
+        redis_layout(prefix, i, pre, suf, sizeof pre);
+        size_t pl = strlen(pre), sl = strlen(suf);
+        if (klen <= pl + sl || memcmp(key, pre, pl) != 0)
+            continue;
+        if (i != REDIS_W) {
+            if (memcmp(key + klen - sl, suf, sl) == 0)
+                FUZZ_CHECK(!accepted(&cerb__redis_engine_ops, key + pl, klen - pl - sl),
+                           "redis: lock key \"%.*s\" is the %s key of lock \"%.*s\"",
+                           (int)klen, key, what[i], (int)(klen - pl - sl), key + pl);
+            continue;
+        }
+        /* The wake list: the name ends at any occurrence of suf that a
+         * (non-empty) token follows. */
+        for (size_t j = pl; j + sl < klen; j++)
+            if (memcmp(key + j, suf, sl) == 0)
+                FUZZ_CHECK(!accepted(&cerb__redis_engine_ops, key + pl, j - pl),
+                           "redis: lock key \"%.*s\" is a wake list of lock \"%.*s\"",
+                           (int)klen, key, (int)(j - pl), key + pl);
     }
-    for (size_t j = 0; j + 4 <= rest; j++)
-        if (memcmp(n2 + j, "}:w:", 4) == 0 && j + 4 < rest)
-            FUZZ_CHECK(!accepted(&cerb__redis_engine_ops, n2, j),
-                       "redis: lock key \"%.*s\" is a wake list of lock \"%.*s\"", (int)klen, key,
-                       (int)j, n2);
 }
 
 static void redis_keys(const char *name)
 {
     static const char *const prefixes[] = {"", "app:", "{", "{{"};
-    static const char token[] = "5b1f0a52-3f0e-4c1b-9b7e-2f5d8c9e0a11:1";
     size_t nl = strlen(name);
 
     for (size_t p = 0; p < sizeof prefixes / sizeof *prefixes; p++) {
         struct redis_keys ks;
         const char *pf = prefixes[p];
         size_t pl = strlen(pf);
-        FUZZ_CHECK(cerb__redis_keys_init(&ks, pf, name, token) == CERB_OK, "keys_init");
+        FUZZ_CHECK(cerb__redis_keys_init(&ks, pf, name, REDIS_TOKEN) == CERB_OK, "keys_init");
         FUZZ_CHECK(ks.len[REDIS_K] == pl + nl && memcmp(ks.k[REDIS_K], pf, pl) == 0 &&
                        memcmp(ks.k[REDIS_K] + pl, name, nl) == 0,
-                   "K is not prefix+name");
+                   "K is not prefix+name (redis-py's layout)");
         for (int i = 0; i < REDIS_NKEYS; i++)
             FUZZ_CHECK(strlen(ks.k[i]) == ks.len[i], "key %d: length", i);
         redis_no_collision(pf, ks.k[REDIS_K], ks.len[REDIS_K]);
