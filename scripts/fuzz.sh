@@ -148,7 +148,9 @@ for h in "${harnesses[@]}"; do
         rc=1
         continue
     }
+    # The work corpus grows from run to run; artifacts are this run's only.
     work=$BUILD/corpus/$h art=$BUILD/artifacts/$h
+    rm -rf "$art"
     mkdir -p "$work" "$art"
     log=$BUILD/fuzz-$h.log
     printf '\n==> fuzz %s for %ss\n' "$h" "$seconds"
@@ -160,17 +162,19 @@ for h in "${harnesses[@]}"; do
         ${extra[@]+"${extra[@]}"} "$work" "$ROOT/tests/fuzz/corpus/$h" >"$log" 2>&1
     st=$?
     set -e
+    # A finding in the first inputs leaves no cov/corp lines: no match is
+    # not an error here (set -e, pipefail).
     execs[$h]=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log" | tail -1)
-    cov[$h]=$(grep -oE 'cov: [0-9]+' "$log" | tail -1 | cut -d' ' -f2)
-    corp[$h]=$(grep -oE 'corp: [0-9]+' "$log" | tail -1 | cut -d' ' -f2)
+    cov[$h]=$(grep -oE 'cov: [0-9]+' "$log" | tail -1 | cut -d' ' -f2 || true)
+    corp[$h]=$(grep -oE 'corp: [0-9]+' "$log" | tail -1 | cut -d' ' -f2 || true)
     if ((st == 0)); then
         status[$h]=ok
-        grep -E '^#[0-9]+ +DONE|^Done' "$log" | tail -2
+        grep -E '^#[0-9]+ +DONE|^Done' "$log" | tail -2 || true
     else
         status[$h]="FOUND (exit $st)"
         rc=1
         # The report: the harness' own message or the sanitizer's.
-        grep -vE '^#[0-9]+ ' "$log" | tail -60
+        grep -vE '^#[0-9]+ ' "$log" | tail -60 || true
         ls "$art" | sed "s|^|fuzz.sh: artifact $art/|"
     fi
 done
