@@ -11,9 +11,10 @@
  *  - a name every check accepts yields keys of the documented layout, and
  *    **no other accepted name can reach them**: Redis' lock key K = P+name
  *    is never one of another name's helper keys (fence counter, queue,
- *    waiter data, wake lists; their layout is learnt from keys_init, so the
- *    check follows a change of it), whatever the prefix P; etcd's key P+name/<lease> lies in
- *    no other name's range P+n2/; ZooKeeper's parent path is exactly one
+ *    waiter data, wake lists; their layout is learnt from keys_init, so
+ *    the check follows a change of it), whatever the prefix P; etcd's key
+ *    P+name/<lease> lies in no other name's range P+n2/; ZooKeeper's
+ *    parent path is exactly one
  *    component under the root, and the node name's ordering and uuid parse
  *    do not depend on the lock name. A collision would let one lock's
  *    holder change another lock's state (its fence counter, its queue).
@@ -40,7 +41,6 @@ extern const struct cerb_engine_ops cerb__zk_engine_ops;
 void fuzz_names_etcd(const char *name);
 #endif
 
-
 static cerb_client *client;
 
 int LLVMFuzzerInitialize(int *argc, char ***argv)
@@ -56,7 +56,8 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
     return 0;
 }
 
-
+/* Would every check take the name s[0..n)? (The core's rule, then the
+ * engine's.) */
 static bool accepted(const struct cerb_engine_ops *ops, const char *s, size_t n)
 {
     if (!fuzz_name_contract_ok(s, n))
