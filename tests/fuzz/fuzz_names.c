@@ -14,9 +14,8 @@
  *    waiter data, wake lists; their layout is learnt from keys_init, so
  *    the check follows a change of it), whatever the prefix P; etcd's key
  *    P+name/<lease> lies in no other name's range P+n2/; ZooKeeper's
- *    parent path is exactly one
- *    component under the root, and the node name's ordering and uuid parse
- *    do not depend on the lock name. A collision would let one lock's
+ *    parent path is exactly one component under the root, and the node
+ *    name's ordering and uuid parse do not depend on the lock name. A collision would let one lock's
  *    holder change another lock's state (its fence counter, its queue).
  *
  * The input is the name itself (bytes up to the first NUL).
