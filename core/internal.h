@@ -120,6 +120,8 @@ struct cerb_hold {
     struct cerb_hold *claim_of;
     struct cerb_hold *claims;            /* this hold's claims (claim_next) */
     struct cerb_hold *claim_next;
+    int64_t failing_since_ns;            /* first failed renewal since the
+                                            last good one; 0 = none */
 };
 
 struct cerb_slot {

@@ -256,23 +256,38 @@ static cerb_status rehome(cerb_client *c, struct cerb_hold **hp, struct cerb_wai
 
 /* ---- claims on the engines switched away from ---- */
 
-/*
- * Release and free every claim of h (taken out of the watchdog first); a
- * claim whose release got no answer goes to the background release.
- */
-static void claims_drop(cerb_client *c, struct cerb_hold *h)
+/* Take h's claims out of the watchdog (before h itself, so no claim can
+ * report h LOST while it is being released). */
+static void claims_unwatch(cerb_client *c, struct cerb_hold *h)
 {
+    for (struct cerb_hold *k = h->claims; k; k = k->claim_next)
+        cerb__watchdog_remove(c, k);
+}
+
+/*
+ * Release and free every claim of h (out of the watchdog); a claim whose
+ * release got no answer goes to the background release. Returns false when
+ * a claim was found gone ("not owner") although it had not been given up:
+ * someone may have been granted the name there during the hold.
+ */
+static bool claims_drop(cerb_client *c, struct cerb_hold *h)
+{
+    bool intact = true;
+    claims_unwatch(c, h);
     while (h->claims) {
         struct cerb_hold *k = h->claims;
         h->claims = k->claim_next;
-        cerb__watchdog_remove(c, k);
         struct cerb_client_engine *ce = &c->engines[k->engine_idx];
+        bool quiet = atomic_load(&k->state) != CERB_LOCK_VALID; /* dormant or over */
         cerb_status st = cerb__engine_release(ce->ops, ce->e, &k->lk);
+        if (st == CERB_NOT_OWNER && !quiet)
+            intact = false;
         if (st == CERB_OK || st == CERB_NOT_OWNER)
             hold_free(k);
         else
             cerb__watchdog_orphan(c, k);
     }
+    return intact;
 }
 
 /*
@@ -291,7 +306,7 @@ static cerb_status claims_take(cerb_client *c, struct cerb_hold *h)
             continue;
         struct cerb_hold *k = hold_new(c, h->slot, (int)i, h->epoch);
         if (!k)
-            return cerb__error_set(CERB_BUSY, "out of memory for a claim on engine %s",
+            return cerb__error_set(CERB_ENOMEM, "out of memory for a claim on engine %s",
                                    c->engines[i].name);
         k->lk.lease_ms = h->lk.lease_ms;
         k->lk.fair = 0;
@@ -318,12 +333,16 @@ static cerb_status claims_take(cerb_client *c, struct cerb_hold *h)
             return cerb__error_set(CERB_BUSY, "lock \"%s\" is held on engine %s, switched from",
                                    h->slot->name, ce->name);
         }
-        /* No answer: the gate's grace rules that engine, as for a question. */
+        /* No answer: the gate's grace rules that engine, as for a question:
+         * the grant stands only once it has been silent for its grace. */
         cerb__gate_no_answer(c, (int)i);
         if (g.outcome == CERB_OUTCOME_UNKNOWN)
             cerb__watchdog_orphan(c, k);
         else
             hold_free(k);
+        st = cerb__switch_gate(c, h->engine_idx, h->slot, 0, NULL);
+        if (st != CERB_OK)
+            return st;
     }
     return CERB_OK;
 }
@@ -456,6 +475,14 @@ static cerb_status engine_acquire(cerb_client *c, struct cerb_hold **hp, struct 
         st = cerb__engine_acquire(ce->ops, ce->e, &h->lk, deadline_ns, &w->stop, &g);
         if (st == CERB_OK) {
             cerb__health_ok(c, h->engine_idx);
+            /* Granted on the engine a switch was moving us away from, in
+             * the same instant: give it back there (the background release)
+             * and carry on where the switch sent us. */
+            if (atomic_load(&w->moved) && atomic_load(&c->current) != h->engine_idx &&
+                follow_switch(c, hp, w, true)) {
+                attempt = -1;
+                continue;
+            }
         granted:
             if (!cerb__gate_any(c, h->engine_idx))
                 break;
@@ -782,10 +809,14 @@ static cerb_status release_hold(cerb_lock *l)
     struct cerb_slot *s = l->slot;
     struct cerb_hold *h = s->hold;
 
-    claims_drop(c, h);
+    claims_unwatch(c, h);
     cerb__watchdog_remove(c, h);
     bool was_lost = atomic_load(&h->state) == CERB_LOCK_LOST;
     cerb_status st = engine_release(c, h);
+    /* Claims after the hold: until it is released the engines it claimed
+     * keep refusing the processes that did not switch. */
+    if (!claims_drop(c, h))
+        was_lost = true;
     if (was_lost || st == CERB_NOT_OWNER)
         st = cerb__error_set(CERB_LOST, "lock \"%s\" had been lost before unlock", s->name);
     else if (st != CERB_OK)

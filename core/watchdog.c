@@ -134,9 +134,10 @@ static void declare_lost(struct cerb_watchdog *wd, struct cerb_hold *h, struct p
  * A hold is over (LOST, or past its deadline); wd->mu held. A claim (a hold
  * taken on an engine switched away from, lock.c) has no holder to tell: its
  * deadline passing means that engine stopped answering, which the gate's
- * grace covers; but an answer that it is gone ("not owner", an expired
- * session, a server that lost its data) while that engine lives lets
- * processes there take the name, so the hold it protects is LOST.
+ * grace covers, if it has been silent for a whole lease; but an answer that
+ * it is gone ("not owner", an expired session, a server that lost its
+ * data), or its expiry while that engine still answers, lets processes
+ * there take the name, so the hold it protects is LOST.
  */
 static void hold_over(struct cerb_watchdog *wd, struct cerb_hold *h, struct pending_log *pl)
 {
@@ -144,11 +145,23 @@ static void hold_over(struct cerb_watchdog *wd, struct cerb_hold *h, struct pend
         declare_lost(wd, h, pl);
         return;
     }
-    bool gone = atomic_load(&h->state) == CERB_LOCK_LOST;
+    /* Gone — "not owner" (an answer), or no renewal while the engine
+     * answered others (a gray failure: it may grant the name to others) —
+     * makes the hold LOST. Its engine having answered nothing since the
+     * claim's renewals began to fail (down, as the gate's grace assumes;
+     * or a session given up for lack of contact) makes it dormant instead:
+     * renewals go on, and the first answer decides (still ours: VALID
+     * again; "not owner": the hold is LOST). */
+    int64_t last = atomic_load(&wd->c->engines[h->engine_idx].last_ok_ns);
+    bool silent = h->failing_since_ns != 0 && last <= h->failing_since_ns;
+    if (silent) {
+        atomic_store(&h->state, CERB_LOCK_SUSPECT);
+        h->valid_until_ns = CERB_DEADLINE_NEVER;
+        return;
+    }
     atomic_store(&h->state, CERB_LOCK_LOST);
     h->lost_reported = true;
-    if (gone)
-        declare_lost(wd, h->claim_of, pl);
+    declare_lost(wd, h->claim_of, pl);
 }
 
 static void write_log(struct pending_log *pl)
@@ -166,6 +179,7 @@ static void apply_result(struct cerb_hold *h, cerb_status st, const cerb_grant *
     if (atomic_load(&h->state) == CERB_LOCK_LOST)
         return; /* told LOST already: final, whatever this answer says */
     if (st == CERB_OK) {
+        h->failing_since_ns = 0;
         int64_t until = g->sent_ns ? cerb__grant_deadline(g) : h->valid_until_ns;
         h->valid_until_ns = until;
         h->renew_failures = 0;
@@ -184,10 +198,13 @@ static void apply_result(struct cerb_hold *h, cerb_status st, const cerb_grant *
         return;
     }
     if (st == CERB_NOT_OWNER) {
+        h->failing_since_ns = 0; /* an answer: a claim is gone, not dormant */
         atomic_store(&h->state, CERB_LOCK_LOST);
         return;
     }
     /* Transient: suspect, and try again soon with jitter. */
+    if (h->failing_since_ns == 0)
+        h->failing_since_ns = now;
     h->renew_failures++;
     set_state(h, CERB_LOCK_SUSPECT);
     int64_t base = h->lk.lease_ms / 10;
@@ -291,6 +308,11 @@ static void settle_item(struct renewer *rn, cerb_renew_item *it, int64_t t, stru
 {
     struct cerb_hold *h = (struct cerb_hold *)it->lk;
     apply_result(h, it->st, &it->grant, t);
+    /* A dormant claim (hold_over) whose engine answers again but not this
+     * renewal: it may grant the name to others now. */
+    if (h->claim_of && it->st != CERB_OK && h->valid_until_ns == CERB_DEADLINE_NEVER &&
+        atomic_load(&rn->wd->c->engines[h->engine_idx].last_ok_ns) > h->failing_since_ns)
+        atomic_store(&h->state, CERB_LOCK_LOST);
     if (atomic_load(&h->state) == CERB_LOCK_LOST || t >= h->valid_until_ns)
         hold_over(rn->wd, h, pl);
     h->wd_busy = false;
@@ -432,6 +454,8 @@ static void cycle(struct cerb_watchdog *wd)
             next = h->valid_until_ns;
         if (!renews(h) || h->wd_busy)
             continue;
+        if (h->claim_of && atomic_load(&h->claim_of->state) == CERB_LOCK_LOST)
+            continue; /* its hold is over: let the claim lapse */
         struct renewer *rn = &wd->rn[h->engine_idx];
         if (renewal_due(h, now)) {
             /* A renewer still busy with its last chunk takes this one when

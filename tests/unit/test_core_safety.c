@@ -441,6 +441,45 @@ static void test_claim_gone_makes_hold_lost(void **state)
     assert_wait_until(claim_lost_seen, NULL, 2000);
     assert_int_equal(cerb_lock_state(ly), CERB_LOCK_LOST);
     assert_int_equal(cerb_lock_unlock(ly), CERB_LOST);
+    /* Gone between two renewals and unlocked at once: unlock says so. */
+    assert_int_equal(cerb_lock_trylock_for(ly, 2000), CERB_OK);
+    script_engine_expire_all(SCRIPT_A);
+    assert_int_equal(cerb_lock_unlock(ly), CERB_LOST);
+    cerb_lock_free(ly);
+    cerb_client_close(y);
+}
+
+/*
+ * A claim whose renewals fail while its engine answers everything else (a
+ * gray failure: probes and questions answered) expires there and lets
+ * others take the name: the hold is told LOST. A claim whose engine went
+ * silent is dropped quietly: the hold stays.
+ */
+static void test_claim_expiry_while_engine_answers(void **state)
+{
+    (void)state;
+    cerb_client *y = open_text("engines = (\"sa\", \"sb\"); lock = { lease_ms = 400; }; "
+                               "failover = { " FAST_FO "failback = \"manual\"; };");
+    assert_string_equal(cerb_engine_switch_to(y, "sb"), "sb");
+    cerb_lock *ly = mk(y, "claim-expiry");
+    atomic_store(&claim_lost, 0);
+    assert_int_equal(cerb_lock_on_lost(ly, on_claim_lost, NULL), CERB_OK);
+    assert_int_equal(cerb_lock_trylock(ly), CERB_OK);
+    script_engine_set(SCRIPT_A, (struct script_knobs){.renew_fails = true});
+    assert_wait_until(claim_lost_seen, NULL, 2000);
+    assert_int_equal(cerb_lock_unlock(ly), CERB_LOST);
+
+    /* The same with sa silent: the hold outlives its claim. */
+    script_engine_set(SCRIPT_A, (struct script_knobs){0});
+    atomic_store(&claim_lost, 0);
+    assert_int_equal(cerb_lock_trylock_for(ly, 2000), CERB_OK);
+    script_engine_set(SCRIPT_A, (struct script_knobs){.down = true});
+    int64_t end = cerb_test_now_ms() + 1500; /* several leases */
+    while (cerb_test_now_ms() < end)
+        assert_int_equal(cerb_lock_state(ly), CERB_LOCK_VALID);
+    assert_int_equal(atomic_load(&claim_lost), 0);
+    assert_int_equal(cerb_lock_unlock(ly), CERB_OK);
+    script_engine_set(SCRIPT_A, (struct script_knobs){0});
     cerb_lock_free(ly);
     cerb_client_close(y);
 }
@@ -855,6 +894,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_settled_grant_checked_after, setup, teardown),
         cmocka_unit_test_setup_teardown(test_unswitched_process_refused_by_claim, setup, teardown),
         cmocka_unit_test_setup_teardown(test_claim_gone_makes_hold_lost, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_claim_expiry_while_engine_answers, setup, teardown),
         cmocka_unit_test_setup_teardown(test_reentrant_lock_on_expired_hold, setup, teardown),
         cmocka_unit_test_setup_teardown(test_retried_release_after_lost_reply, setup, teardown),
         cmocka_unit_test_setup_teardown(test_forked_child_refused, setup, teardown),
