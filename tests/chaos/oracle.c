@@ -277,8 +277,8 @@ int oracle_enter(oracle *o, const char *name, int client, uint64_t token,
             atomic_fetch_add(&s->overlaps_explained, 1);
         } else {
             atomic_fetch_add(&s->overlaps_unsafe, 1);
-            note(o, "UNSAFE overlap on %s: client %d token %llu (%s) entered at "
-                 "%.3f s while client %d token %llu (%s) inside since %.3f s, %s",
+            note(o, "UNSAFE overlap on %s: client %d token %#llx (%s) entered at "
+                 "%.3f s while client %d token %#llx (%s) inside since %.3f s, %s",
                  name, client, (unsigned long long)token, s->engine[ei],
                  t_ns / 1e9, h->client, (unsigned long long)h->token,
                  s->engine[h->engine], h->t_enter / 1e9,
@@ -308,11 +308,9 @@ int oracle_enter(oracle *o, const char *name, int client, uint64_t token,
         }
         if (why) {
             atomic_fetch_add(&s->token_regressions, 1);
-            note(o, "token regression (%s) on %s: client %d (%s) got %llu "
-                 "(epoch %llu) at %.3f s, not above %llu (epoch %llu)",
-                 why, name, client, s->engine[ei], (unsigned long long)token,
-                 (unsigned long long)(token >> 48), t_ns / 1e9,
-                 (unsigned long long)prev, (unsigned long long)(prev >> 48));
+            note(o, "token regression (%s) on %s: client %d (%s) got %#llx "
+                 "at %.3f s, not above %#llx", why, name, client, s->engine[ei],
+                 (unsigned long long)token, t_ns / 1e9, (unsigned long long)prev);
         }
         if (ei != 0 && token > n->max_engine[ei])
             n->max_engine[ei] = token;
