@@ -10,7 +10,8 @@
 # (cerb_chaos_proxy) in front of the first engine, write a client config,
 # create the shared-memory oracle, run P worker processes × T threads
 # (cerb_chaos_worker) against it, and meanwhile run the nemesis: a seeded
-# random schedule of faults, each bounded in time —
+# schedule of faults (a shuffle of the scenario's list, taken in turn, so each
+# happens once before any repeats), each bounded in time —
 #   pause E      SIGSTOP the server past the lease, then SIGCONT
 #   kill E       kill -9 and restart; redis without its data (the fence
 #                counter is gone), zk and etcd on their data
@@ -67,7 +68,7 @@ usage: $PROG [--minutes N | --seconds S] [--scenario S[,S...]] [--seed X]
 --minutes N   run the chosen scenarios for N minutes in all (default 2)
 --seconds S   run each scenario for S seconds instead
 --scenario S  one or more of: $ALL_SCENARIOS
---ci          the bounded CI set: $CI_SCENARIOS, 20 s each
+--ci          the bounded CI set: $CI_SCENARIOS, 25 s each
 --seed X      base seed (scenario i uses X + i); printed for replay
 EOF
 }
@@ -88,7 +89,7 @@ while (($#)); do
         --build) BUILD=${2:?}; shift 2 ;;
         --procs) PROCS=${2:?}; shift 2 ;;
         --threads) THREADS=${2:?}; shift 2 ;;
-        --ci) SCENARIOS=${SCENARIOS:-$CI_SCENARIOS}; SECONDS_EACH=${SECONDS_EACH:-20}; shift ;;
+        --ci) SCENARIOS=${SCENARIOS:-$CI_SCENARIOS}; SECONDS_EACH=${SECONDS_EACH:-25}; shift ;;
         --list) echo "$ALL_SCENARIOS"; exit 0 ;;
         -h | --help) usage; exit 0 ;;
         *) usage >&2; exit 2 ;;
@@ -194,6 +195,7 @@ restart() {
                 --loglevel notice --enable-debug-command local \
                 </dev/null >>"$log" 2>&1 &
             echo $! >"$CERB_STATE_DIR/redis-$port.pid"
+            disown $!   # killed by a later fault: no job notice
             ;;
         zk)
             local -a argv
@@ -202,6 +204,7 @@ restart() {
             while kill -0 "$pid" 2>/dev/null && [[ $(awk '{print $3}' "/proc/$pid/stat" 2>/dev/null) != Z ]]; do sleep 0.05; done
             setsid "${argv[@]}" </dev/null >>"$log" 2>&1 &
             echo $! >"$CERB_STATE_DIR/zk-$port.pid"
+            disown $!
             ;;
         etcd)
             kill -KILL "$pid"
@@ -222,10 +225,23 @@ nemesis() {
     local scen=$1 end=$2 first=$3
     shift 3
     local -a acts=("$@")
-    local sw=0 a ms pid
+    local sw=0 a ms pid i j t step=0
+    # A seeded shuffle of the actions, taken in turn (then reshuffled), so a
+    # short run still meets every fault of its scenario once.
+    shuffle() {
+        for ((i = ${#acts[@]} - 1; i > 0; i--)); do
+            j=$((RANDOM % (i + 1)))
+            t=${acts[i]}
+            acts[i]=${acts[j]}
+            acts[j]=$t
+        done
+    }
+    shuffle
     while (($(now_ms) + 4000 < end)); do
         sleep "$((1 + RANDOM % 2)).$((RANDOM % 10))"
-        a=${acts[RANDOM % ${#acts[@]}]}
+        if ((step > 0 && step % ${#acts[@]} == 0)); then shuffle; fi
+        a=${acts[step % ${#acts[@]}]}
+        step=$((step + 1))
         case $a in
             pause)
                 ms=$((LEASE_MS + 1000 + RANDOM % 1500))
@@ -407,8 +423,7 @@ for s in $SCENARIOS; do
 done
 
 echo
-echo "| scenario               | acquisitions (per engine)          | overl. expl / unsafe | regr. | tok0 | overruns           | LOST  |"
-echo "|------------------------|------------------------------------|----------------------|-------|------|--------------------|-------|"
+"$ORACLE" header
 for r in "${ROWS[@]}"; do echo "$r"; done
 echo
 if ((FAILED)); then

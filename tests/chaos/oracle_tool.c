@@ -2,13 +2,14 @@
  * oracle_tool.c — the chaos driver's hands on an oracle file.
  *
  *   cerb_chaos_oracle init FILE
+ *   cerb_chaos_oracle header
  *   cerb_chaos_oracle mark-switch FILE SETTLE_MS
  *   cerb_chaos_oracle report FILE SCENARIO [--allow-overlaps] [--min-acq N]
  *                            [--require unsafe|regressions|zero|overruns]
  *
  * report prints one table row (scenario, acquisitions and their split per
  * engine, overlaps explained/unsafe, token regressions, tokens of 0,
- * overruns, LOST) and then the anomaly notes the oracle kept. Its exit status
+ * overruns, the worst lateness of any call past its bound in ms, LOST) and then the anomaly notes the oracle kept. Its exit status
  * is the verdict: 1 when §5a was broken (unsafe overlaps — unless
  * --allow-overlaps, the switch_grace_ms = 0 scenario — token regressions,
  * tokens of 0, overruns) or when fewer than --min-acq grants were made (a
@@ -21,6 +22,18 @@
 #include <string.h>
 
 #include "oracle.h"
+
+/* One table row; `header` prints the matching header. */
+#define ROW_FMT "| %-16s | %6llu | %-28s | %5llu | %6llu | %5llu | %4llu | %5llu | %7llu | %5llu |"
+#define HDR_FMT "| %-16s | %6s | %-28s | %5s | %6s | %5s | %4s | %5s | %7s | %5s |"
+
+static void header(void)
+{
+    printf(HDR_FMT "\n", "scenario", "acq.", "acquisitions per engine", "expl.",
+           "unsafe", "regr.", "tok0", "overr", "late ms", "LOST");
+    printf("|------------------|--------|------------------------------|-------|--------|"
+           "-------|------|-------|---------|-------|\n");
+}
 
 static int usage(void)
 {
@@ -56,8 +69,7 @@ static int report(oracle *o, int argc, char **argv)
             len += (size_t)snprintf(per + len, sizeof(per) - len, "%s%s=%llu",
                                     len ? "," : "", r.engine_name[i],
                                     (unsigned long long)r.acq_engine[i]);
-    printf("| %-22s | %7llu %-26s | %5llu / %-6llu | %5llu | %4llu | %5llu (max +%llu ms) | %5llu |\n",
-           scenario, (unsigned long long)r.acquisitions, per,
+    printf(ROW_FMT "\n", scenario, (unsigned long long)r.acquisitions, per,
            (unsigned long long)r.overlaps_explained, (unsigned long long)r.overlaps_unsafe,
            (unsigned long long)r.token_regressions, (unsigned long long)r.zero_tokens,
            (unsigned long long)r.overruns, (unsigned long long)r.max_overrun_ms,
@@ -86,6 +98,10 @@ static int report(oracle *o, int argc, char **argv)
 
 int main(int argc, char **argv)
 {
+    if (argc == 2 && strcmp(argv[1], "header") == 0) {
+        header();
+        return 0;
+    }
     if (argc < 3)
         return usage();
     const char *cmd = argv[1], *file = argv[2];
