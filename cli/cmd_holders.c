@@ -10,11 +10,13 @@
  *
  * On Redis (engine_redis/redis_scripts.h) the lock of NAME is the string
  * key K = redis.prefix + NAME holding the owner token with a PX lease;
- * `{K}:fence` counts grants, `{K}:q` lists waiter tokens in order and
- * `{K}:d` maps each waiter to "deadline_ms lease_ms" in server time, a
- * waiter whose deadline passed being dead. One MULTI/EXEC reads all of it
- * and the server's TIME at once, so the answer is a consistent snapshot and
- * the command never writes. A key without an expiry (a redis-py Lock with no
+ * the helper keys are K in braces, the byte 0x1f and a suffix (no lock name
+ * can contain that byte): `{K}\x1ffence` holds the last grant's fence,
+ * `{K}\x1fq` lists waiter tokens in order and `{K}\x1fd` maps each waiter
+ * to "deadline_ms lease_ms" in server time, a waiter whose deadline passed
+ * being dead. One MULTI/EXEC reads all of it and the server's TIME at
+ * once, so the answer is a consistent snapshot and the command never
+ * writes. A key without an expiry (a redis-py Lock with no
  * timeout) is shown as held with no expiry. The in-process "local" engine
  * cannot be seen from another process.
  */
@@ -48,7 +50,7 @@ const char cerb__cli_holders_usage[] =
     "  etcd: waiting: 694d7a1b2c3d4e61\n"
     "  local: in-process, not visible from here\n"
     "\n"
-    "redis: the owner token and the key's PTTL; the fence is {KEY}:fence.\n"
+    "redis: the owner token and the key's PTTL; the fence is {KEY}\\x1ffence.\n"
     "zk: the lock node (Curator's _c_<uuid>-lock-<seq> under zk.root/NAME)\n"
     "  and the session it lives with; the fence is the node's czxid.\n"
     "etcd: the key under etcd.prefix NAME/ (the contender's lease in hex),\n"
@@ -176,9 +178,10 @@ static int holders_redis(const struct cerb_redis_config *rc, const char *name)
         return CLI_EXIT_UNAVAILABLE;
     }
     k = concat3("", prefix, name);
-    f = k ? concat3("{", k, "}:fence") : NULL;
-    q = k ? concat3("{", k, "}:q") : NULL;
-    d = k ? concat3("{", k, "}:d") : NULL;
+    /* "\x1f" apart from the letters, or C reads one longer hex escape. */
+    f = k ? concat3("{", k, "}\x1f" "fence") : NULL;
+    q = k ? concat3("{", k, "}\x1f" "q") : NULL;
+    d = k ? concat3("{", k, "}\x1f" "d") : NULL;
     if (!k || !f || !q || !d) {
         cerb__cli_error("out of memory");
         rc_exit = CLI_EXIT_OSERR;

@@ -116,13 +116,13 @@ cerb_status cerb__client_open_engine(cerb_client *c, size_t i)
         return CERB_OK;
     }
     cerb_status st = cerb__engine_open(ce->ops, &env, &e);
-    if (st != CERB_OK) {
+    if (st != CERB_OK)
         cerb__error_prefix("engine %s", ce->name);
-        CERB_LOG_W("%s", cerb_last_error());
-    } else {
+    else
         ce->e = e;
-    }
     cerb__mutex_unlock(&c->open_mu);
+    if (st != CERB_OK) /* the log sink is never called under a library mutex */
+        CERB_LOG_W("%s", cerb_last_error());
     return st;
 }
 
@@ -183,11 +183,18 @@ static cerb_status client_open(cerb_client **out, struct cerb_config *cfg)
     }
     atomic_store(&c->current, current);
     cerb__health_init(c);
-    st = cerb__watchdog_start(c);
+    st = cerb__notify_start(c);
     if (st == CERB_OK) {
-        st = cerb__prober_start(c);
-        if (st != CERB_OK)
-            cerb__watchdog_stop(c);
+        st = cerb__watchdog_start(c);
+        if (st == CERB_OK) {
+            st = cerb__prober_start(c);
+            if (st != CERB_OK)
+                cerb__watchdog_stop(c);
+        }
+        if (st != CERB_OK) {
+            cerb__notify_stop(c);
+            cerb__notify_finish(c);
+        }
     }
     if (st != CERB_OK) {
         cerb__mutex_destroy(&c->fo_mu);
@@ -250,21 +257,39 @@ cerb_status cerb_client_open_string(cerb_client **out, const char *text)
     return client_open(out, cfg);
 }
 
+/*
+ * Close is bounded: no callback is waited for (a running one is left to
+ * finish on its own thread, see notify.c); the renewers finish the chunk
+ * they are sending (one op timeout each, in parallel); each hold is then
+ * released once, and once an engine has failed to answer a release the
+ * rest of its holds are left to expire rather than costing an op timeout
+ * each. Then the engines are closed.
+ */
 void cerb_client_close(cerb_client *c)
 {
     if (!cerb__client_ok(c))
         return;
     atomic_store(&c->magic, CERB_DEAD_MAGIC);
-    /* Stop the background threads first: no callback may run after close. */
+    /* No callback starts from here on: the promise holds before anything
+     * that could queue one is stopped. */
+    cerb__notify_stop(c);
     cerb__prober_stop(c);
     cerb__watchdog_stop(c);
+    bool silent[CERB_MAX_ENGINES] = {false};
+    size_t left[CERB_MAX_ENGINES] = {0};
     while (c->handles) {
         cerb_lock *l = c->handles;
         struct cerb_slot *s = l->slot;
         if (s->hold && s->hold->owner_handle == l) {
             struct cerb_hold *h = s->hold;
             struct cerb_client_engine *ce = &c->engines[h->engine_idx];
-            cerb__engine_release(ce->ops, ce->e, &h->lk);
+            if (silent[h->engine_idx]) {
+                left[h->engine_idx]++;
+            } else {
+                cerb_status st = cerb__engine_release(ce->ops, ce->e, &h->lk);
+                if (st != CERB_OK && st != CERB_NOT_OWNER)
+                    silent[h->engine_idx] = true; /* not answering: leases end the rest */
+            }
             s->hold = NULL;
             s->count = 0;
             s->holder_tid = 0;
@@ -275,10 +300,15 @@ void cerb_client_close(cerb_client *c)
         c->handles = l->next;
         atomic_store(&l->magic, CERB_DEAD_MAGIC);
         cerb__slot_put(c, s);
-        cerb__free(l);
+        if (!cerb__notify_forget(c, l)) /* else its running callback still reads it */
+            cerb__free(l);
     }
-    for (size_t i = 0; i < c->n_engines; i++)
+    for (size_t i = 0; i < c->n_engines; i++) {
+        if (left[i])
+            CERB_LOG_W("close: engine %s did not answer a release; %zu more lock(s) there are "
+                       "left to expire with their lease", c->engines[i].name, left[i]);
         cerb__engine_close(c->engines[i].ops, c->engines[i].e);
+    }
     if (c->cfg != c->boot_cfg)
         cerb__config_free(c->cfg);
     cerb__config_free(c->boot_cfg);
@@ -286,7 +316,8 @@ void cerb_client_close(cerb_client *c)
     cerb__mutex_destroy(&c->open_mu);
     cerb__mutex_destroy(&c->inflight_mu);
     cerb__mutex_destroy(&c->mu);
-    cerb__free(c);
+    if (!cerb__notify_finish(c)) /* else a running callback may still read c->magic */
+        cerb__free(c);
 }
 
 /* ---- switching ---- */
@@ -350,10 +381,7 @@ cerb_status cerb_client_on_switch(cerb_client *c,
 {
     if (!cerb__client_ok(c))
         return cerb__error_set(CERB_EINVAL, "cerb_client_on_switch: bad client");
-    cerb__mutex_lock(&c->mu);
-    c->switch_cb = cb;
-    c->switch_ud = ud;
-    cerb__mutex_unlock(&c->mu);
+    cerb__notify_set_switch_cb(c, cb, ud);
     return CERB_OK;
 }
 

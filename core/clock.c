@@ -1,17 +1,43 @@
 /*
- * clock.c — monotonic clock, deadline arithmetic and jitter.
+ * clock.c — the library's clock, deadline arithmetic and jitter.
+ *
+ * cerb_monotime() reads CLOCK_BOOTTIME, not CLOCK_MONOTONIC: a lease on a
+ * server keeps running while this machine is suspended, and CLOCK_MONOTONIC
+ * stops then, so a deadline measured on it would let a hold look VALID for
+ * up to a lease after the machine wakes, while the server has given the name
+ * to someone else. CLOCK_BOOTTIME is monotonic too (never stepped) and
+ * counts the suspend. Condition variables cannot wait on it; sync.c turns a
+ * deadline on this clock into one on CLOCK_MONOTONIC at each wait, so a
+ * wait that spans a suspend ends at most one wake-up late.
  */
 #include "internal_posix.h"
 
 #include "clock.h"
 
+#include <stdatomic.h>
 #include <time.h>
+
+static atomic_int_fast64_t suspended_ns;
+
+void cerb__clock_test_suspend(int64_t ms)
+{
+    atomic_fetch_add(&suspended_ns, ms * CERB_NS_PER_MS);
+}
+
+int64_t cerb__boottime(void)
+{
+    struct timespec ts;
+#ifdef CLOCK_BOOTTIME
+    clock_gettime(CLOCK_BOOTTIME, &ts);
+#else
+    clock_gettime(CLOCK_MONOTONIC, &ts); /* no boot-time clock: best we have */
+#endif
+    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec + atomic_load(&suspended_ns);
+}
 
 int64_t cerb_monotime(void)
 {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+    return cerb__boottime();
 }
 
 int64_t cerb__deadline_in(int64_t ms)

@@ -1,7 +1,10 @@
 /*
  * clock.h — monotonic time and deadlines. Every wait in the library is
- * bounded by a deadline on CLOCK_MONOTONIC in nanoseconds, computed once at
- * entry; the wall clock appears only in log timestamps.
+ * bounded by a deadline on cerb_monotime() in nanoseconds, computed once at
+ * entry; the wall clock appears only in log timestamps. That clock is
+ * CLOCK_BOOTTIME (it counts time suspended, as the servers' leases do), so
+ * lease deadlines, grants' sent_ns and lock state all stay true across a
+ * suspend (clock.c).
  */
 #ifndef CERB_CLOCK_H
 #define CERB_CLOCK_H
@@ -11,8 +14,15 @@
 #define CERB_NS_PER_MS INT64_C(1000000)
 #define CERB_DEADLINE_NEVER INT64_MAX
 
-/* Monotonic nanoseconds since an arbitrary epoch. */
+/* Nanoseconds since boot, suspend included (CLOCK_BOOTTIME): never steps
+ * back, never stops. Every deadline and grant time is on this clock. */
 int64_t cerb_monotime(void);
+/* Test hook: make the machine look suspended for `ms` — the clock that runs
+ * during suspend (CLOCK_BOOTTIME) jumps ahead, CLOCK_MONOTONIC does not.
+ * Process-wide; for tests only. */
+void cerb__clock_test_suspend(int64_t ms);
+/* CLOCK_BOOTTIME nanoseconds (plus the simulated suspends). */
+int64_t cerb__boottime(void);
 /* Deadline `ms` from now; a negative ms is CERB_DEADLINE_NEVER. */
 int64_t cerb__deadline_in(int64_t ms);
 /* Milliseconds left until deadline, rounded up, >= 0; INT64_MAX for never. */

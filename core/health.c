@@ -58,6 +58,7 @@
  */
 #include "internal_posix.h"
 
+#include <stdio.h>
 #include <string.h>
 
 #include "clock.h"
@@ -103,7 +104,8 @@ void cerb__health_init(cerb_client *c)
     }
 }
 
-/* Log and count a transition; fo_mu held. */
+/* Count a transition and keep its log line for fo_unlock(); fo_mu held.
+ * The log sink is user code: it never runs under a library mutex. */
 static void noted(cerb_client *c, struct cerb_client_engine *ce, bool changed)
 {
     (void)c;
@@ -113,8 +115,25 @@ static void noted(cerb_client *c, struct cerb_client_engine *ce, bool changed)
     enum cerb_breaker_state st = cerb__breaker_state(&ce->brk);
     if (st == CERB_BREAKER_CLOSED || st == CERB_BREAKER_DISABLED)
         ce->healthy_since_ms = cerb__now_ms();
-    CERB_LOG_W("engine %s: breaker %s (%s)", ce->name, cerb__breaker_state_name(st),
-               ce->brk.reason);
+    snprintf(ce->log_note, sizeof ce->log_note, "engine %s: breaker %s (%s)", ce->name,
+             cerb__breaker_state_name(st), ce->brk.reason);
+}
+
+/* Release fo_mu, then write the log lines noted under it. */
+static void fo_unlock(cerb_client *c)
+{
+    char notes[CERB_MAX_ENGINES][sizeof c->engines[0].log_note];
+    size_t n = 0;
+    for (size_t i = 0; i < c->n_engines; i++) {
+        struct cerb_client_engine *ce = &c->engines[i];
+        if (ce->log_note[0]) {
+            memcpy(notes[n++], ce->log_note, sizeof ce->log_note);
+            ce->log_note[0] = '\0';
+        }
+    }
+    cerb__mutex_unlock(&c->fo_mu);
+    for (size_t i = 0; i < n; i++)
+        CERB_LOG_W("%s", notes[i]);
 }
 
 /* Fold batched successes in; fo_mu held. */
@@ -165,7 +184,7 @@ void cerb__health_reselect(cerb_client *c)
     const char *why = NULL;
     cerb__mutex_lock(&c->fo_mu);
     int to = pick_locked(c, &why);
-    cerb__mutex_unlock(&c->fo_mu);
+    fo_unlock(c);
     if (to >= 0)
         cerb__client_switch(c, to, why ? why : "selector", 0);
 }
@@ -178,7 +197,7 @@ void cerb__health_fail(cerb_client *c, int idx, const char *what)
     cerb__mutex_lock(&c->fo_mu);
     fold_ok(c, ce, now);
     noted(c, ce, cerb__breaker_on_failure(&ce->brk, now, CERB_CALL));
-    cerb__mutex_unlock(&c->fo_mu);
+    fo_unlock(c);
     CERB_LOG_D("engine %s: %s failed: %s", ce->name, what, cerb_last_error());
     cerb__health_reselect(c);
 }
@@ -197,7 +216,7 @@ void cerb__health_probe(cerb_client *c, int idx, bool ok, int64_t latency_us)
         noted(c, ce, cerb__breaker_on_success(&ce->brk, now, CERB_PROBE));
     else
         noted(c, ce, cerb__breaker_on_failure(&ce->brk, now, CERB_PROBE));
-    cerb__mutex_unlock(&c->fo_mu);
+    fo_unlock(c);
 }
 
 /* How long a hold on engine i can outlive our last contact with it. */
@@ -224,9 +243,6 @@ static int64_t grace_ms(cerb_client *c, int i)
 
 int cerb__client_switch(cerb_client *c, int to, const char *why, int pin)
 {
-    void (*cb)(const char *, const char *, const char *, void *);
-    void *ud;
-
     cerb__mutex_lock(&c->fo_mu);
     if (pin > 0)
         c->pinned = to;
@@ -236,7 +252,7 @@ int cerb__client_switch(cerb_client *c, int to, const char *why, int pin)
     /* Never make current an engine without an instance: a pin on one that
      * has not opened stays a wish until the prober opens it. */
     if (from == to || !c->engines[to].e) {
-        cerb__mutex_unlock(&c->fo_mu);
+        fo_unlock(c);
         return from;
     }
     if (grace_ms(c, from) > 0) {
@@ -247,25 +263,23 @@ int cerb__client_switch(cerb_client *c, int to, const char *why, int pin)
     }
     c->engines[to].gated = false; /* no need to ask where we go */
     int64_t ep = atomic_load(&c->epoch);
-    if ((ep & CERB_EPOCH_LOCAL_MAX) < CERB_EPOCH_LOCAL_MAX)
+    bool saturated = (ep & CERB_EPOCH_LOCAL_MAX) == CERB_EPOCH_LOCAL_MAX;
+    if (!saturated)
         atomic_store(&c->epoch, ep + 1); /* fo_mu: the only writer but reload's raise */
-    else
-        CERB_LOG_W("fencing: %d switches since epoch %lld; tokens of this client may go "
-                   "backwards until the epoch is bumped (cerberus switch)",
-                   CERB_EPOCH_LOCAL_MAX, (long long)(ep >> CERB_EPOCH_LOCAL_BITS));
     c->switches++;
     atomic_store(&c->current, to);
     cerb__route_update(c);
-    cerb__mutex_unlock(&c->fo_mu);
+    fo_unlock(c);
     cerb__lock_follow_switch(c, to);
+    if (saturated)
+        CERB_LOG_W("fencing: %d switches since epoch %lld; tokens of this client may go "
+                   "backwards until the epoch is bumped (cerberus switch)",
+                   CERB_EPOCH_LOCAL_MAX, (long long)(ep >> CERB_EPOCH_LOCAL_BITS));
 
     CERB_LOG_W("engine switch %s -> %s (%s)", c->engines[from].name, c->engines[to].name, why);
-    cerb__mutex_lock(&c->mu);
-    cb = c->switch_cb;
-    ud = c->switch_ud;
-    cerb__mutex_unlock(&c->mu);
-    if (cb)
-        cb(c->engines[from].name, c->engines[to].name, why, ud);
+    /* Called on the callback thread, never here: this may be the renewal
+     * or prober thread, or a caller holding its own mutexes. */
+    cerb__notify_switch(c, c->engines[from].name, c->engines[to].name, why);
     return to;
 }
 
@@ -287,7 +301,7 @@ static cerb_status gate_one(cerb_client *c, struct cerb_client_engine *ce, struc
     bool gated = ce->gated;
     int64_t from = ce->gate_from_ns;
     int64_t ask_fail = ce->ask_fail_ns;
-    cerb__mutex_unlock(&c->fo_mu);
+    fo_unlock(c);
     if (!gated)
         return CERB_OK;
     int64_t g = grace_ms(c, ce->idx);
@@ -309,7 +323,7 @@ static cerb_status gate_one(cerb_client *c, struct cerb_client_engine *ce, struc
             cerb__mutex_lock(&c->fo_mu);
             if (ce->ask_fail_ns < t)
                 ce->ask_fail_ns = t;
-            cerb__mutex_unlock(&c->fo_mu);
+            fo_unlock(c);
         }
         if (st == CERB_BUSY)
             return cerb__error_set(CERB_BUSY, "lock \"%s\" is still held on engine %s after a switch",

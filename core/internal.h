@@ -62,6 +62,8 @@ struct cerb_client_engine {
     atomic_int_fast64_t last_ok_ns;
     int64_t ask_fail_ns;         /* last held() question that got no answer */
     atomic_uint_fast64_t pending_ok;
+    char log_note[160];          /* a breaker transition to log once fo_mu
+                                    is released (health.c), "" when none */
     uint64_t transitions;
 };
 
@@ -107,6 +109,8 @@ struct cerb_hold {
     bool wd_linked, wd_busy;
     int renew_failures;
     int64_t orphan_until_ns;             /* orphans: give up after this */
+    bool wd_sending;                     /* wd_busy and its renewal is on the
+                                            wire (else only queued) */
 };
 
 struct cerb_slot {
@@ -156,8 +160,6 @@ struct cerb_client {
                                             epoch << 4 | own switches */
     uint64_t switches;
     struct cerb_prober *prober;
-    void (*switch_cb)(const char *, const char *, const char *, void *);
-    void *switch_ud;
     cerb_mutex inflight_mu;              /* before any slot->mu */
     struct cerb_waiter *inflight;        /* acquisitions inside an engine */
     struct cerb_slot *names[CERB_NAME_BUCKETS];
@@ -170,6 +172,7 @@ struct cerb_client {
      * fence will carry in one read, so a switch in between cannot give an
      * old engine's counter the new epoch (tokens would go backwards). */
     atomic_uint_fast64_t route;
+    struct cerb_notify *nt;              /* callback thread (notify.c) */
 };
 
 /* The engine new acquisitions go to, and the epoch they carry. */
@@ -228,8 +231,9 @@ cerb_status cerb__watchdog_start(cerb_client *c);
 void cerb__watchdog_stop(cerb_client *c);
 /* Start tracking a fresh hold (renewal and loss detection). */
 void cerb__watchdog_add(cerb_client *c, struct cerb_hold *h);
-/* Stop tracking; waits until a renewal or callback in flight for h is done,
- * so that a release is never overtaken by a renewal. */
+/* Stop tracking; withdraws a queued renewal of h and waits for one on the
+ * wire (one engine call, bounded by its op timeout), so that a release is
+ * never overtaken by a renewal. Never waits for a callback. */
 void cerb__watchdog_remove(cerb_client *c, struct cerb_hold *h);
 /* Take over a hold whose acquire may have landed on a failing engine:
  * release it there in the background until definite, or until its lease
@@ -238,6 +242,30 @@ void cerb__watchdog_orphan(cerb_client *c, struct cerb_hold *h);
 /* Engine event sink (cerb_engine_env.event). */
 void cerb__watchdog_event(void *ud, cerb_engine_event ev, const char *name,
                           const char *token);
+
+/* notify.c — the callback thread: lost and switch callbacks run there, one
+ * at a time, with no library mutex held; nothing in the library waits for
+ * them. Enqueueing takes only the notifier's leaf mutex. */
+cerb_status cerb__notify_start(cerb_client *c);
+/* Queue l's lost callback (cb, ud as set when the loss was found). Returns
+ * false only when out of memory (the caller tries again later). */
+bool cerb__notify_lost(cerb_client *c, cerb_lock *l, void (*cb)(cerb_lock *, void *), void *ud);
+/* Queue a switch callback (names copied), if one is registered. */
+void cerb__notify_switch(cerb_client *c, const char *from, const char *to, const char *why);
+void cerb__notify_set_switch_cb(cerb_client *c,
+                                void (*cb)(const char *, const char *, const char *, void *),
+                                void *ud);
+/* A handle is being freed (magic already dead): drop its queued callbacks.
+ * Returns true when its callback is running: the notifier then frees the
+ * handle's memory when the callback returns, and the caller must not. */
+bool cerb__notify_forget(cerb_client *c, cerb_lock *l);
+/* Close, first step: no callback starts from now on; queued ones are
+ * dropped. Never waits for a running callback. */
+void cerb__notify_stop(cerb_client *c);
+/* Close, last step: join the thread, or — when a callback is still
+ * running — leave it to free the client's memory (returns true: the caller
+ * must not free c). */
+bool cerb__notify_finish(cerb_client *c);
 
 /* health.c — breakers, selection, switching, safe-switch gate */
 int64_t cerb__now_ms(void);

@@ -824,6 +824,9 @@ cerb_status cerb_lock_free(cerb_lock *l)
     cerb__mutex_unlock(&c->mu);
     atomic_store(&l->magic, CERB_DEAD_MAGIC);
     cerb__slot_put(c, s);
-    cerb__free(l);
+    /* Its queued lost callbacks are dropped; a running one keeps reading
+     * the (dead) handle until it returns, and the callback thread frees it. */
+    if (!cerb__notify_forget(c, l))
+        cerb__free(l);
     return st;
 }

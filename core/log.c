@@ -1,7 +1,8 @@
 /*
  * log.c — formatted log lines to a user callback or stderr. The sink and
  * level are read atomically so cerb_log_set() is safe while background
- * threads log. Wall-clock timestamps appear here and nowhere else.
+ * threads log; the sink itself is called with no mutex held. Wall-clock
+ * timestamps appear here and nowhere else.
  */
 #include "internal_posix.h"
 
@@ -50,9 +51,15 @@ void cerb__log(cerb_log_level level, const char *fmt, ...)
     vsnprintf(line, sizeof line, fmt, ap);
     va_end(ap);
 
+    /* The sink is application code: call it with no mutex held (it may
+     * log through us, or call the library). A line formatted just as
+     * cerb_log_set() swaps the sink may still reach the previous one. */
     cerb__mutex_lock(&sink_mu);
-    if (sink_cb) {
-        sink_cb(level, line, sink_ud);
+    void (*cb)(cerb_log_level, const char *, void *) = sink_cb;
+    void *ud = sink_ud;
+    cerb__mutex_unlock(&sink_mu);
+    if (cb) {
+        cb(level, line, ud);
     } else {
         struct timespec ts;
         struct tm tm;
@@ -62,5 +69,4 @@ void cerb__log(cerb_log_level level, const char *fmt, ...)
                 tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday, tm.tm_hour,
                 tm.tm_min, tm.tm_sec, ts.tv_nsec / 1000000, names[level], line);
     }
-    cerb__mutex_unlock(&sink_mu);
 }

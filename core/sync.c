@@ -1,5 +1,8 @@
 /*
  * sync.c — pthread wrappers: monotonic condvars, abort on impossible errors.
+ * Deadlines are on cerb_monotime() (CLOCK_BOOTTIME, clock.c); a condvar
+ * cannot wait on that clock, so each timed wait converts what is left of the
+ * deadline to an absolute CLOCK_MONOTONIC time.
  */
 #include "internal_posix.h"
 
@@ -46,9 +49,18 @@ int cerb__cond_wait_until(cerb_cond *c, cerb_mutex *m, int64_t deadline_ns)
         cerb__cond_wait(c, m);
         return 0;
     }
-    if (cerb_monotime() >= deadline_ns)
+    /* The deadline is on cerb_monotime() (boot time), the condvar on
+     * CLOCK_MONOTONIC: wait for what is left, measured now. A suspend
+     * during the wait ends it at most this one wait late; the caller
+     * re-reads the clock. */
+    int64_t left = deadline_ns - cerb_monotime();
+    if (left <= 0)
         return 1;
-    struct timespec ts = {deadline_ns / 1000000000, deadline_ns % 1000000000};
+    struct timespec now;
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    int64_t mono = (int64_t)now.tv_sec * 1000000000 + now.tv_nsec;
+    int64_t until = mono > INT64_MAX - left ? INT64_MAX : mono + left;
+    struct timespec ts = {until / 1000000000, until % 1000000000};
     int rc = pthread_cond_timedwait(&c->c, &m->m, &ts);
     if (rc == ETIMEDOUT)
         return 1;

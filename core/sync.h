@@ -23,7 +23,8 @@ void cerb__cond_destroy(cerb_cond *c);
 void cerb__cond_signal(cerb_cond *c);
 void cerb__cond_broadcast(cerb_cond *c);
 void cerb__cond_wait(cerb_cond *c, cerb_mutex *m);
-/* Wait until signalled or deadline (cerb_monotime ns, CERB_DEADLINE_NEVER
+/* Wait until signalled or deadline (cerb_monotime ns — boot time, converted
+ * to CLOCK_MONOTONIC for the wait —, CERB_DEADLINE_NEVER
  * waits without limit). Returns 0 when signalled (or spuriously), 1 when the
  * deadline has passed. */
 int cerb__cond_wait_until(cerb_cond *c, cerb_mutex *m, int64_t deadline_ns);

@@ -1,28 +1,42 @@
 /*
- * watchdog.c — one background thread per client that keeps held locks alive
- * and tells their holders when they are not.
+ * watchdog.c — keeps held locks alive and tells their holders, on time,
+ * when they are not.
  *
  * Every hold carries a conservative local deadline, valid_until = the send
  * time of the last request that set its lease + lease × (1 − drift) on the
- * monotonic clock: the server's lease cannot have started before we sent
- * the request, so until then nobody else can hold the name. The thread
- * sleeps until the earliest renewal or deadline, then:
- *   - renews every hold due within the next few percent of its period, in
- *     one batch per engine (one pipelined round trip on Redis), each at
- *     lease/3 after its last good renewal;
- *   - a renewal answered "not owner" is a definitive loss: LOST at once;
- *   - a renewal that failed (I/O, timeout) makes the hold SUSPECT and is
- *     retried with jitter until it succeeds (VALID again) or the deadline
- *     passes (LOST);
- *   - a hold without renewal simply becomes LOST at its deadline.
- * The lost callback is called exactly once per hold, outside every lock.
- * A hold being renewed or reported is marked wd_busy; cerb__watchdog_remove
- * waits for that flag to clear, which is how a release is guaranteed never
- * to be overtaken by a renewal of the same hold.
+ * library clock (boot time, clock.c): the server's lease cannot have started
+ * before we sent the request, so until then nobody else can hold the name.
+ *
+ * Two kinds of thread per client share one mutex (wd->mu) and no I/O is done
+ * under it:
+ *  - the deadline thread does no I/O at all. It sleeps until the earliest
+ *    renewal or deadline, marks every hold past its deadline LOST (even one
+ *    whose renewal is in flight) and queues its lost callback (notify.c),
+ *    and hands due renewals to the renewer of their engine. A frozen server
+ *    therefore cannot delay a LOST, on its engine or on another.
+ *  - one renewer per engine sends the renewals it was handed, at most
+ *    CERB_RENEW_CHUNK per call (one pipelined round trip on Redis), and
+ *    applies the answers: OK extends the deadline (VALID, next renewal at
+ *    lease/3 after the send), "not owner" is a definitive loss (LOST), any
+ *    other error makes the hold SUSPECT, retried with jitter until it
+ *    succeeds or the deadline passes. A chunk nobody answered fails the rest
+ *    of the engine's due renewals at once, without sending them: with
+ *    thousands of holds on a frozen server each round costs one op timeout,
+ *    not one per chunk. The renewer also releases the engine's orphans
+ *    (acquires whose outcome was unknown), which the deadline thread must
+ *    not wait for either.
+ * LOST is final: a renewal answered after the hold was declared LOST (by its
+ * deadline or by an engine event) does not bring it back. A hold whose
+ * renewal is queued or in flight is marked wd_busy; cerb__watchdog_remove
+ * withdraws a queued one and waits for one on the wire (wd_sending: one
+ * engine call, bounded by the engine's op timeout), so a release is never
+ * overtaken by a renewal of the same hold. Nothing waits for a
+ * callback, and log lines are formatted under the mutex and written after.
  */
 #include "internal_posix.h"
 
 #include <stddef.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "alloc.h"
@@ -30,6 +44,23 @@
 #include "error.h"
 #include "internal.h"
 #include "log.h"
+
+/* Renewals per engine call: a Redis pipeline's worth (its own chunk). */
+#define CERB_RENEW_CHUNK 256
+/* Lost holds named in the log per round; the rest are counted. */
+#define LOG_NAMES 4
+
+struct renewer {
+    struct cerb_watchdog *wd;
+    int idx;
+    pthread_t thread;
+    bool started;
+    cerb_cond cond;              /* work handed over, orphans, or stop */
+    cerb_renew_item *items;      /* CERB_RENEW_CHUNK of them */
+    size_t n;                    /* items handed over, 0 = idle */
+    struct cerb_hold *orphans;   /* wd_next chain; only this thread releases */
+    int64_t next_orphan_ns;
+};
 
 struct cerb_watchdog {
     cerb_client *c;
@@ -41,11 +72,13 @@ struct cerb_watchdog {
     int64_t next_wake_ns;
     struct cerb_hold *head;
     size_t n;
-    struct cerb_hold *orphans;  /* wd_next chain; only this thread releases */
-    int64_t next_orphan_ns;
-    cerb_renew_item *items; /* scratch for one cycle */
-    struct cerb_hold **lost; /* scratch: holds to report */
-    size_t cap;
+    struct renewer rn[CERB_MAX_ENGINES];
+};
+
+/* Log lines collected under wd->mu, written after it is released. */
+struct pending_log {
+    char lost[LOG_NAMES][CERB_ENGINE_NAME_MAX + 300];
+    size_t nlost, more_lost;
 };
 
 /* Renewal items carry &hold->lk; the hold is found from it by this. */
@@ -56,46 +89,61 @@ static int64_t period_ns(const struct cerb_hold *h)
     return h->lk.lease_ms * CERB_NS_PER_MS / 3;
 }
 
-static void report_lost(cerb_client *c, struct cerb_hold *h)
+/* Move a hold to VALID or SUSPECT unless it is LOST: LOST is final. */
+static void set_state(struct cerb_hold *h, int to)
 {
-    struct cerb_slot *s = h->slot;
+    int cur = atomic_load(&h->state);
+    while (cur != CERB_LOCK_LOST && cur != to &&
+           !atomic_compare_exchange_weak(&h->state, &cur, to))
+        ;
+}
+
+/*
+ * Mark h LOST and queue its callback, once. wd->mu held; takes the slot
+ * mutex to read the callback (order: wd->mu, then slot->mu; nobody takes
+ * wd->mu under a slot mutex). A hold is linked here until its release has
+ * taken it away, so its handle is alive.
+ */
+static void declare_lost(struct cerb_watchdog *wd, struct cerb_hold *h, struct pending_log *pl)
+{
+    cerb_client *c = wd->c;
+    atomic_store(&h->state, CERB_LOCK_LOST);
+    if (h->lost_reported)
+        return;
     void (*cb)(cerb_lock *, void *) = NULL;
     void *ud = NULL;
     cerb_lock *l = h->owner_handle;
-
-    atomic_fetch_add(&c->engines[h->engine_idx].lost, 1);
-    CERB_LOG_W("lock \"%s\" lost on engine %s", s->name, c->engines[h->engine_idx].name);
-    cerb__mutex_lock(&s->mu);
-    if (l) {
+    if (l && h->slot) {
+        cerb__mutex_lock(&h->slot->mu);
         cb = l->lost_cb;
         ud = l->lost_ud;
+        cerb__mutex_unlock(&h->slot->mu);
     }
-    cerb__mutex_unlock(&s->mu);
-    if (cb)
-        cb(l, ud);
+    if (!cerb__notify_lost(c, l, cb, ud))
+        return; /* no memory for the event: tried again next round */
+    h->lost_reported = true;
+    atomic_fetch_add(&c->engines[h->engine_idx].lost, 1);
+    if (pl->nlost < LOG_NAMES)
+        snprintf(pl->lost[pl->nlost++], sizeof pl->lost[0], "lock \"%s\" lost on engine %s",
+                 h->lk.name, c->engines[h->engine_idx].name);
+    else
+        pl->more_lost++;
 }
 
-static bool grow(struct cerb_watchdog *wd, size_t need)
+static void write_log(struct pending_log *pl)
 {
-    if (need <= wd->cap)
-        return true;
-    size_t cap = wd->cap ? wd->cap : 64;
-    while (cap < need)
-        cap *= 2;
-    cerb_renew_item *it = cerb__realloc(wd->items, cap * sizeof *it);
-    if (!it)
-        return false;
-    wd->items = it;
-    struct cerb_hold **lo = cerb__realloc(wd->lost, cap * sizeof *lo);
-    if (!lo)
-        return false;
-    wd->lost = lo;
-    wd->cap = cap;
-    return true;
+    for (size_t i = 0; i < pl->nlost; i++)
+        CERB_LOG_W("%s", pl->lost[i]);
+    if (pl->more_lost)
+        CERB_LOG_W("... and %zu more locks lost", pl->more_lost);
+    pl->nlost = pl->more_lost = 0;
 }
 
+/* A renewal's answer; wd->mu held. */
 static void apply_result(struct cerb_hold *h, cerb_status st, const cerb_grant *g, int64_t now)
 {
+    if (atomic_load(&h->state) == CERB_LOCK_LOST)
+        return; /* told LOST already: final, whatever this answer says */
     if (st == CERB_OK) {
         int64_t until = g->sent_ns ? cerb__grant_deadline(g) : h->valid_until_ns;
         h->valid_until_ns = until;
@@ -111,7 +159,7 @@ static void apply_result(struct cerb_hold *h, cerb_status st, const cerb_grant *
         if (h->next_renew_ns < now + period_ns(h) / 10)
             h->next_renew_ns = now + period_ns(h) / 10;
         h->renew_once = false;
-        atomic_store(&h->state, CERB_LOCK_VALID);
+        set_state(h, CERB_LOCK_VALID);
         return;
     }
     if (st == CERB_NOT_OWNER) {
@@ -120,32 +168,43 @@ static void apply_result(struct cerb_hold *h, cerb_status st, const cerb_grant *
     }
     /* Transient: suspect, and try again soon with jitter. */
     h->renew_failures++;
-    atomic_store(&h->state, CERB_LOCK_SUSPECT);
+    set_state(h, CERB_LOCK_SUSPECT);
     int64_t base = h->lk.lease_ms / 10;
     if (base > 1000)
         base = 1000;
     if (base < 10)
         base = 10;
     h->next_renew_ns = now + (base / 2 + (int64_t)cerb__rand_below((uint64_t)base)) * CERB_NS_PER_MS;
-    CERB_LOG_W("renewal of \"%s\" failed (%s): %s", h->lk.name, cerb_status_name(st),
-               cerb_last_error());
+}
+
+static bool renews(const struct cerb_hold *h)
+{
+    return h->renew || h->renew_once;
+}
+
+/* Renewals due by `now` get this much slack so that neighbours share a
+ * batch. */
+static bool renewal_due(const struct cerb_hold *h, int64_t now)
+{
+    return renews(h) && h->next_renew_ns <= now + period_ns(h) / 20;
 }
 
 /*
- * Try to release every queued orphan once, outside the mutex; keep those
- * whose engine did not answer, until their lease must have run out. Their
+ * Try to release every queued orphan of rn's engine once; keep those the
+ * engine did not answer for, until their lease must have run out. Their
  * token is unique to them, so the server-side compare makes this safe
  * whatever happened meanwhile. wd->mu held on entry and exit.
  */
-static void release_orphans(struct cerb_watchdog *wd)
+static void release_orphans(struct renewer *rn)
 {
-    struct cerb_hold *list = wd->orphans, *keep = NULL;
-    wd->orphans = NULL;
+    struct cerb_watchdog *wd = rn->wd;
+    struct cerb_hold *list = rn->orphans, *keep = NULL;
+    rn->orphans = NULL;
     cerb__mutex_unlock(&wd->mu);
+    struct cerb_client_engine *ce = &wd->c->engines[rn->idx];
     while (list) {
         struct cerb_hold *h = list;
         list = h->wd_next;
-        struct cerb_client_engine *ce = &wd->c->engines[h->engine_idx];
         cerb_status st = cerb__engine_release(ce->ops, ce->e, &h->lk);
         if (st == CERB_OK || st == CERB_NOT_OWNER || cerb_monotime() >= h->orphan_until_ns) {
             if (st == CERB_OK)
@@ -163,10 +222,10 @@ static void release_orphans(struct cerb_watchdog *wd)
     while (keep) {
         struct cerb_hold *h = keep;
         keep = h->wd_next;
-        h->wd_next = wd->orphans;
-        wd->orphans = h;
+        h->wd_next = rn->orphans;
+        rn->orphans = h;
     }
-    wd->next_orphan_ns = cerb_monotime() + 200 * CERB_NS_PER_MS;
+    rn->next_orphan_ns = cerb_monotime() + 200 * CERB_NS_PER_MS;
 }
 
 void cerb__watchdog_orphan(cerb_client *c, struct cerb_hold *h)
@@ -184,107 +243,201 @@ void cerb__watchdog_orphan(cerb_client *c, struct cerb_hold *h)
     }
     h->lk.name = name;
     h->slot = NULL;
+    struct renewer *rn = &wd->rn[h->engine_idx];
     cerb__mutex_lock(&wd->mu);
-    h->wd_next = wd->orphans;
-    wd->orphans = h;
-    if (wd->next_orphan_ns == 0 || wd->next_orphan_ns > cerb_monotime())
-        wd->next_orphan_ns = cerb_monotime();
-    cerb__cond_signal(&wd->wake);
+    h->wd_next = rn->orphans;
+    rn->orphans = h;
+    rn->next_orphan_ns = cerb_monotime();
+    cerb__cond_signal(&rn->cond);
     cerb__mutex_unlock(&wd->mu);
 }
 
-/* One cycle; wd->mu held on entry and exit. */
+/*
+ * A chunk of rn's engine got no answer at all: the server is not answering
+ * now, so every other renewal due there fails at once too (SUSPECT, retried
+ * with jitter) instead of costing an op timeout per chunk. wd->mu held.
+ */
+static void fail_due(struct renewer *rn, int64_t now)
+{
+    for (struct cerb_hold *h = rn->wd->head; h; h = h->wd_next)
+        if (h->engine_idx == rn->idx && !h->wd_busy && !h->lost_reported && renewal_due(h, now))
+            apply_result(h, CERB_UNAVAILABLE, NULL, now);
+}
+
+/* One renewal's answer back under wd->mu: apply it, report a loss, let
+ * go of the hold. */
+static void settle_item(struct renewer *rn, cerb_renew_item *it, int64_t t, struct pending_log *pl)
+{
+    struct cerb_hold *h = (struct cerb_hold *)it->lk;
+    apply_result(h, it->st, &it->grant, t);
+    if (atomic_load(&h->state) == CERB_LOCK_LOST || t >= h->valid_until_ns)
+        declare_lost(rn->wd, h, pl);
+    h->wd_busy = false;
+    h->wd_sending = false;
+    it->lk = NULL;
+}
+
+/*
+ * Send the chunk handed over; wd->mu held on entry and exit. A batching
+ * engine gets it in one call (one exchange: one op timeout at most). An
+ * engine without batches gets one call per hold, and a hold is "sending"
+ * only during its own call: a release of a hold still queued withdraws it
+ * (cerb__watchdog_remove) instead of waiting for the holds before it. The
+ * first renewal nobody answered fails the rest unsent.
+ */
+static void renew_chunk(struct renewer *rn)
+{
+    struct cerb_watchdog *wd = rn->wd;
+    cerb_client *c = wd->c;
+    struct cerb_client_engine *ce = &c->engines[rn->idx];
+    struct pending_log pl = {.nlost = 0};
+    size_t answered = 0, failed = 0;
+    cerb_status fail_st = CERB_OK;
+    char why[CERB_ERROR_MAX] = "";
+
+    if (ce->ops->renew_batch) {
+        size_t m = 0;
+        for (size_t k = 0; k < rn->n; k++)
+            if (rn->items[k].lk) {
+                rn->items[m] = rn->items[k];
+                ((struct cerb_hold *)rn->items[m].lk)->wd_sending = true;
+                m++;
+            }
+        rn->n = m;
+        cerb__mutex_unlock(&wd->mu);
+        cerb__engine_renew_batch(ce->ops, ce->e, rn->items, m);
+        for (size_t k = 0; k < m; k++) {
+            cerb_status st = rn->items[k].st;
+            if (st == CERB_OK || st == CERB_NOT_OWNER) {
+                answered++;
+            } else if (failed++ == 0) {
+                fail_st = st;
+                cerb__error_copy(why, sizeof why);
+            }
+        }
+        cerb__mutex_lock(&wd->mu);
+        int64_t t = cerb_monotime();
+        for (size_t k = 0; k < m; k++)
+            settle_item(rn, &rn->items[k], t, &pl);
+    } else {
+        for (size_t k = 0; k < rn->n; k++) {
+            cerb_renew_item *it = &rn->items[k];
+            if (!it->lk)
+                continue; /* withdrawn by a release */
+            if (fail_st != CERB_OK) {
+                it->st = fail_st; /* not sent: the server is not answering */
+                failed++;
+            } else {
+                ((struct cerb_hold *)it->lk)->wd_sending = true;
+                cerb__mutex_unlock(&wd->mu);
+                it->st = cerb__engine_renew(ce->ops, ce->e, it->lk, &it->grant);
+                if (it->st == CERB_OK || it->st == CERB_NOT_OWNER) {
+                    answered++;
+                } else {
+                    failed++;
+                    fail_st = it->st;
+                    cerb__error_copy(why, sizeof why);
+                }
+                cerb__mutex_lock(&wd->mu);
+            }
+            settle_item(rn, it, cerb_monotime(), &pl);
+            cerb__cond_broadcast(&wd->idle);
+        }
+    }
+    if (answered == 0 && failed > 0)
+        fail_due(rn, cerb_monotime());
+    rn->n = 0;
+    cerb__cond_broadcast(&wd->idle);
+    cerb__cond_signal(&wd->wake); /* more may be due on this engine */
+
+    /* Outside the mutex: the breaker (which may switch engines) and the
+     * log sink. */
+    cerb__mutex_unlock(&wd->mu);
+    if (answered)
+        cerb__health_ok(c, rn->idx);
+    if (failed) {
+        /* One failure per chunk for the breaker: the server was asked once. */
+        cerb__error_set(fail_st, "%s", why);
+        cerb__health_fail(c, rn->idx, "renew");
+        CERB_LOG_W("renewal of %zu lock(s) on %s failed (%s): %s", failed, ce->name,
+                   cerb_status_name(fail_st), why);
+    }
+    write_log(&pl);
+    cerb__mutex_lock(&wd->mu);
+}
+
+static void *renewer_main(void *arg)
+{
+    struct renewer *rn = arg;
+    struct cerb_watchdog *wd = rn->wd;
+    cerb__mutex_lock(&wd->mu);
+    while (!wd->stop) {
+        if (rn->n) {
+            renew_chunk(rn);
+            continue;
+        }
+        int64_t until = CERB_DEADLINE_NEVER;
+        if (rn->orphans) {
+            if (cerb_monotime() >= rn->next_orphan_ns) {
+                release_orphans(rn);
+                continue;
+            }
+            until = rn->next_orphan_ns;
+        }
+        cerb__cond_wait_until(&rn->cond, &wd->mu, until);
+    }
+    cerb__mutex_unlock(&wd->mu);
+    return NULL;
+}
+
+/* One round of the deadline thread; wd->mu held on entry and exit. */
 static void cycle(struct cerb_watchdog *wd)
 {
-    cerb_client *c = wd->c;
     int64_t now = cerb_monotime();
     int64_t next = now + 1000 * CERB_NS_PER_MS;
-    size_t nrenew = 0, nlost = 0;
+    struct pending_log pl = {.nlost = 0};
+    bool handed[CERB_MAX_ENGINES] = {false};
 
-    if (wd->orphans && now >= wd->next_orphan_ns) {
-        release_orphans(wd);
-        return;
-    }
-    if (!grow(wd, wd->n)) {
-        cerb__cond_wait_until(&wd->wake, &wd->mu, now + 10 * CERB_NS_PER_MS);
-        return;
-    }
     for (struct cerb_hold *h = wd->head; h; h = h->wd_next) {
         if (h->lost_reported)
             continue;
-        int st = atomic_load(&h->state);
-        if (st == CERB_LOCK_LOST || now >= h->valid_until_ns) {
-            atomic_store(&h->state, CERB_LOCK_LOST);
-            h->lost_reported = true;
-            h->wd_busy = true;
-            wd->lost[nlost++] = h;
+        if (atomic_load(&h->state) == CERB_LOCK_LOST || now >= h->valid_until_ns) {
+            declare_lost(wd, h, &pl);
+            if (!h->lost_reported && now + 10 * CERB_NS_PER_MS < next)
+                next = now + 10 * CERB_NS_PER_MS; /* no memory: retry soon */
             continue;
         }
-        /* Renew a little early so neighbours share a batch. */
-        bool renews = h->renew || h->renew_once;
-        if (renews && h->next_renew_ns <= now + period_ns(h) / 20) {
-            h->wd_busy = true;
-            wd->items[nrenew].lk = &h->lk;
-            nrenew++;
-            continue;
-        }
-        if (renews && h->next_renew_ns < next)
-            next = h->next_renew_ns;
         if (h->valid_until_ns < next)
             next = h->valid_until_ns;
-    }
-    if (wd->orphans && wd->next_orphan_ns < next)
-        next = wd->next_orphan_ns;
-    if (nrenew == 0 && nlost == 0) {
-        wd->next_wake_ns = next;
-        cerb__cond_wait_until(&wd->wake, &wd->mu, next);
-        wd->next_wake_ns = 0;
-        return;
-    }
-    cerb__mutex_unlock(&wd->mu);
-
-    /* Batch per engine: items are grouped by a stable partition. */
-    for (size_t i = 0; i < nrenew;) {
-        struct cerb_hold *hi = (struct cerb_hold *)wd->items[i].lk;
-        int idx = hi->engine_idx;
-        size_t j = i + 1;
-        for (size_t k = i + 1; k < nrenew; k++) {
-            struct cerb_hold *hk = (struct cerb_hold *)wd->items[k].lk;
-            if (hk->engine_idx == idx) {
-                cerb_renew_item t = wd->items[j];
-                wd->items[j] = wd->items[k];
-                wd->items[k] = t;
-                j++;
+        if (!renews(h) || h->wd_busy)
+            continue;
+        struct renewer *rn = &wd->rn[h->engine_idx];
+        if (renewal_due(h, now)) {
+            /* A renewer still busy with its last chunk takes this one when
+             * it is done (it wakes us). */
+            if (rn->started && (rn->n == 0 || handed[h->engine_idx]) && rn->n < CERB_RENEW_CHUNK) {
+                h->wd_busy = true;
+                rn->items[rn->n].lk = &h->lk;
+                rn->n++;
+                handed[h->engine_idx] = true;
             }
+            continue;
         }
-        struct cerb_client_engine *ce = &c->engines[idx];
-        cerb__engine_renew_batch(ce->ops, ce->e, wd->items + i, j - i);
-        int64_t t = cerb_monotime();
-        for (size_t k = i; k < j; k++) {
-            struct cerb_hold *h = (struct cerb_hold *)wd->items[k].lk;
-            if (wd->items[k].st == CERB_OK)
-                cerb__health_ok(c, idx);
-            else if (wd->items[k].st != CERB_NOT_OWNER)
-                cerb__health_fail(c, idx, "renew");
-            apply_result(h, wd->items[k].st, &wd->items[k].grant, t);
-            if (atomic_load(&h->state) == CERB_LOCK_LOST ||
-                cerb_monotime() >= h->valid_until_ns) {
-                atomic_store(&h->state, CERB_LOCK_LOST);
-                h->lost_reported = true;
-                wd->lost[nlost++] = h;
-            }
-        }
-        i = j;
+        if (h->next_renew_ns < next)
+            next = h->next_renew_ns;
     }
-    for (size_t k = 0; k < nlost; k++)
-        report_lost(c, wd->lost[k]);
-
-    cerb__mutex_lock(&wd->mu);
-    for (size_t k = 0; k < nrenew; k++)
-        ((struct cerb_hold *)wd->items[k].lk)->wd_busy = false;
-    for (size_t k = 0; k < nlost; k++)
-        wd->lost[k]->wd_busy = false;
-    cerb__cond_broadcast(&wd->idle);
+    for (size_t i = 0; i < wd->c->n_engines; i++)
+        if (handed[i])
+            cerb__cond_signal(&wd->rn[i].cond);
+    if (pl.nlost) {
+        cerb__mutex_unlock(&wd->mu);
+        write_log(&pl);
+        cerb__mutex_lock(&wd->mu);
+        return; /* the list may have changed meanwhile: look again */
+    }
+    wd->next_wake_ns = next;
+    cerb__cond_wait_until(&wd->wake, &wd->mu, next);
+    wd->next_wake_ns = 0;
 }
 
 static void *wd_main(void *arg)
@@ -297,6 +450,42 @@ static void *wd_main(void *arg)
     return NULL;
 }
 
+static void free_orphans(struct renewer *rn)
+{
+    while (rn->orphans) { /* their leases will expire by themselves */
+        struct cerb_hold *h = rn->orphans;
+        rn->orphans = h->wd_next;
+        cerb__free((char *)h->lk.name);
+        cerb__free(h->lk.priv);
+        cerb__free(h);
+    }
+}
+
+static void join_all(struct cerb_watchdog *wd, bool main_started)
+{
+    cerb__mutex_lock(&wd->mu);
+    wd->stop = true;
+    cerb__cond_signal(&wd->wake);
+    for (size_t i = 0; i < CERB_MAX_ENGINES; i++)
+        if (wd->rn[i].started)
+            cerb__cond_signal(&wd->rn[i].cond);
+    cerb__mutex_unlock(&wd->mu);
+    if (main_started)
+        pthread_join(wd->thread, NULL);
+    for (size_t i = 0; i < CERB_MAX_ENGINES; i++) {
+        struct renewer *rn = &wd->rn[i];
+        if (rn->started)
+            pthread_join(rn->thread, NULL);
+        free_orphans(rn);
+        cerb__free(rn->items);
+        cerb__cond_destroy(&rn->cond);
+    }
+    cerb__cond_destroy(&wd->wake);
+    cerb__cond_destroy(&wd->idle);
+    cerb__mutex_destroy(&wd->mu);
+    cerb__free(wd);
+}
+
 cerb_status cerb__watchdog_start(cerb_client *c)
 {
     struct cerb_watchdog *wd = cerb__calloc(1, sizeof *wd);
@@ -306,11 +495,25 @@ cerb_status cerb__watchdog_start(cerb_client *c)
     cerb__mutex_init(&wd->mu);
     cerb__cond_init(&wd->wake);
     cerb__cond_init(&wd->idle);
+    for (size_t i = 0; i < CERB_MAX_ENGINES; i++) {
+        wd->rn[i].wd = wd;
+        wd->rn[i].idx = (int)i;
+        cerb__cond_init(&wd->rn[i].cond);
+    }
+    for (size_t i = 0; i < c->n_engines; i++) {
+        wd->rn[i].items = cerb__calloc(CERB_RENEW_CHUNK, sizeof *wd->rn[i].items);
+        if (!wd->rn[i].items) {
+            join_all(wd, false);
+            return cerb__error_set(CERB_ENOMEM, "out of memory");
+        }
+        if (pthread_create(&wd->rn[i].thread, NULL, renewer_main, &wd->rn[i]) != 0) {
+            join_all(wd, false);
+            return cerb__error_set(CERB_ENOMEM, "cannot start the renewal threads");
+        }
+        wd->rn[i].started = true;
+    }
     if (pthread_create(&wd->thread, NULL, wd_main, wd) != 0) {
-        cerb__cond_destroy(&wd->wake);
-        cerb__cond_destroy(&wd->idle);
-        cerb__mutex_destroy(&wd->mu);
-        cerb__free(wd);
+        join_all(wd, false);
         return cerb__error_set(CERB_ENOMEM, "cannot start the renewal thread");
     }
     c->wd = wd;
@@ -322,27 +525,14 @@ void cerb__watchdog_stop(cerb_client *c)
     struct cerb_watchdog *wd = c->wd;
     if (!wd)
         return;
+    /* The renewers finish the chunk they are sending (one op timeout);
+     * the deadline thread does no I/O. */
     cerb__mutex_lock(&wd->mu);
-    wd->stop = true;
-    cerb__cond_signal(&wd->wake);
-    cerb__mutex_unlock(&wd->mu);
-    pthread_join(wd->thread, NULL);
     for (struct cerb_hold *h = wd->head; h; h = h->wd_next)
         h->wd_linked = false;
-    while (wd->orphans) { /* their leases will expire by themselves */
-        struct cerb_hold *h = wd->orphans;
-        wd->orphans = h->wd_next;
-        cerb__free((char *)h->lk.name);
-        cerb__free(h->lk.priv);
-        cerb__free(h);
-    }
-    cerb__cond_destroy(&wd->wake);
-    cerb__cond_destroy(&wd->idle);
-    cerb__mutex_destroy(&wd->mu);
-    cerb__free(wd->items);
-    cerb__free(wd->lost);
-    cerb__free(wd);
+    cerb__mutex_unlock(&wd->mu);
     c->wd = NULL;
+    join_all(wd, true);
 }
 
 void cerb__watchdog_add(cerb_client *c, struct cerb_hold *h)
@@ -358,7 +548,7 @@ void cerb__watchdog_add(cerb_client *c, struct cerb_hold *h)
     h->wd_linked = true;
     /* Wake the thread only if this hold needs it before its planned wake:
      * no syscall on the common path. */
-    int64_t due = h->renew || h->renew_once ? h->next_renew_ns : h->valid_until_ns;
+    int64_t due = renews(h) ? h->next_renew_ns : h->valid_until_ns;
     if (h->valid_until_ns < due)
         due = h->valid_until_ns;
     if (wd->next_wake_ns == 0 || due < wd->next_wake_ns)
@@ -372,8 +562,18 @@ void cerb__watchdog_remove(cerb_client *c, struct cerb_hold *h)
     if (!wd)
         return;
     cerb__mutex_lock(&wd->mu);
-    while (h->wd_busy)
-        cerb__cond_wait(&wd->idle, &wd->mu);
+    while (h->wd_busy) {
+        if (h->wd_sending) { /* on the wire: bounded by the op timeout */
+            cerb__cond_wait(&wd->idle, &wd->mu);
+            continue;
+        }
+        /* Only queued: withdraw it, the renewer skips it. */
+        struct renewer *rn = &wd->rn[h->engine_idx];
+        for (size_t k = 0; k < rn->n; k++)
+            if (rn->items[k].lk == &h->lk)
+                rn->items[k].lk = NULL;
+        h->wd_busy = false;
+    }
     if (h->wd_linked) {
         if (h->wd_prev)
             h->wd_prev->wd_next = h->wd_next;
@@ -401,13 +601,15 @@ void cerb__watchdog_event(void *ud, cerb_engine_event ev, const char *name, cons
             continue;
         if (token && strcmp(token, h->lk.token) != 0)
             continue;
-        int cur = atomic_load(&h->state);
+        /* Compare-and-set, never a blind store: LOST is final, and a
+         * renewal answering meanwhile must not turn it back. */
+        int cur = ev == CERB_EV_SUSPECT ? CERB_LOCK_VALID : CERB_LOCK_SUSPECT;
         if (ev == CERB_EV_LOST)
             atomic_store(&h->state, CERB_LOCK_LOST);
-        else if (ev == CERB_EV_SUSPECT && cur == CERB_LOCK_VALID)
-            atomic_store(&h->state, CERB_LOCK_SUSPECT);
-        else if (ev == CERB_EV_VALID && cur == CERB_LOCK_SUSPECT)
-            atomic_store(&h->state, CERB_LOCK_VALID);
+        else if (ev == CERB_EV_SUSPECT)
+            atomic_compare_exchange_strong(&h->state, &cur, CERB_LOCK_SUSPECT);
+        else if (ev == CERB_EV_VALID)
+            atomic_compare_exchange_strong(&h->state, &cur, CERB_LOCK_VALID);
     }
     if (ev == CERB_EV_LOST)
         cerb__cond_signal(&wd->wake);

@@ -31,6 +31,9 @@
 /* How often a blocked waiter looks at its interrupt flag, at the latest. */
 #define REDIS_INTR_SLICE_MS 100
 
+/* A marker value (redis_marker.h): "<16 hex> <digits>", NUL, room to spare. */
+#define REDIS_MARKER_MAX 64
+
 /* Scripts, in the order of their SHA slots (redis_scripts.c). */
 enum redis_script {
     REDIS_SCRIPT_ACQUIRE,
@@ -73,6 +76,12 @@ struct cerb_engine {
     struct redis_conn *probe_conn;
     char probe_name[64];               /* reserved lock name of this instance */
     cerb_mutex wait_mu;                /* guards waiter registrations (cancel) */
+    char *marker_key;                  /* redis_marker.h */
+    size_t marker_key_len;
+    int64_t quarantine_ms;             /* after a loss: lease + drift */
+    cerb_mutex marker_mu;              /* guards marker, marker_qend */
+    char marker[REDIS_MARKER_MAX];     /* the value every script sends */
+    char marker_qend[24];              /* its quarantine end, server ms */
     struct redis_counters stats;
 };
 

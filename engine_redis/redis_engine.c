@@ -11,8 +11,9 @@
  *   redis_scripts.c  the Lua scripts; renew, release, check, batch, probe
  *   redis_wait.c     acquire with waiting; cancel
  *   redis_errors.c   hiredis failures to cerb_status
- * open() connects one pool connection within the connect timeout and loads
- * the scripts on it, so an unreachable or unusable server fails open() with
+ * open() connects one pool connection within the connect timeout, loads
+ * the scripts on it and reads (or makes) the data-loss marker
+ * (redis_marker.c), so an unreachable or unusable server fails open() with
  * CERB_EIO naming host:port, and the first acquire costs one round trip.
  */
 #include "internal_posix.h"
@@ -24,6 +25,7 @@
 #include "clock.h"
 #include "error.h"
 #include "log.h"
+#include "redis_marker.h"
 #include "redis_scripts.h"
 #include "redis_stats.h"
 
@@ -33,6 +35,7 @@ static void redis_close(cerb_engine *e)
         return;
     cerb__redis_pool_destroy(e);
     cerb__redis_conn_free(e->probe_conn);
+    cerb__redis_marker_destroy(e);
     cerb__mutex_destroy(&e->probe_mu);
     cerb__mutex_destroy(&e->wait_mu);
     cerb__free(e);
@@ -62,8 +65,11 @@ static cerb_status redis_open(const cerb_engine_env *env, cerb_engine **out)
              (unsigned long long)cerb__rand_below(UINT64_MAX));
     cerb__mutex_init(&e->probe_mu);
     cerb__mutex_init(&e->wait_mu);
-    st = cerb__redis_pool_init(e);
+    st = cerb__redis_marker_init(e);
+    if (st == CERB_OK)
+        st = cerb__redis_pool_init(e);
     if (st != CERB_OK) {
+        cerb__redis_marker_destroy(e);
         cerb__mutex_destroy(&e->probe_mu);
         cerb__mutex_destroy(&e->wait_mu);
         cerb__free(e);
@@ -72,6 +78,8 @@ static cerb_status redis_open(const cerb_engine_env *env, cerb_engine **out)
     st = cerb__redis_get(e, cerb__deadline_in(e->rc->connect_timeout_ms), &c);
     if (st == CERB_OK) {
         st = cerb__redis_scripts_load(e, c);
+        if (st == CERB_OK)
+            st = cerb__redis_marker_fetch(e, c);
         cerb__redis_put(e, c);
     }
     if (st != CERB_OK) {
@@ -98,6 +106,7 @@ void cerb__redis_stats(cerb_engine *e, struct cerb_redis_stats *out)
     RS_LOAD(cancel_wakeups);
     RS_LOAD(leaves);
     RS_LOAD(noscript_reloads);
+    RS_LOAD(data_losses);
 #undef RS_LOAD
 }
 

@@ -40,6 +40,25 @@ int cerb__redis_is_noscript(const redisReply *r)
            has_prefix(r->str, r->len, "NOSCRIPT");
 }
 
+/* Error replies with which the server refuses a request before running
+ * it: a script that got one wrote nothing. */
+static const char *const not_run_prefixes[] = {
+    "NOSCRIPT", "LOADING", "BUSY", "NOAUTH", "WRONGPASS", "MASTERDOWN", "CLUSTERDOWN",
+    "TRYAGAIN", "MOVED", "ASK",
+};
+
+int cerb__redis_script_may_have_run(const redisReply *r)
+{
+    if (!r || r->type != REDIS_REPLY_ERROR)
+        return 0;
+    const char *s = r->str ? r->str : "";
+    size_t len = r->str ? r->len : 0;
+    for (size_t i = 0; i < sizeof not_run_prefixes / sizeof *not_run_prefixes; i++)
+        if (has_prefix(s, len, not_run_prefixes[i]))
+            return 0;
+    return 1;
+}
+
 static const char *reply_type_name(int type)
 {
     switch (type) {
@@ -62,8 +81,10 @@ cerb_status cerb__redis_fail(const char *where, const char *what,
     cerb_status st;
 
     if (f->reply && f->reply->type == REDIS_REPLY_ERROR) {
-        /* The server answered: the connection is healthy and our scripts
-         * raise errors only before they write, so nothing happened. */
+        /* The server answered: the connection is healthy and, for a
+         * plain command, nothing happened. A script can fail after it
+         * wrote (WRONGTYPE at its third call): the script layer makes
+         * that UNKNOWN (cerb__redis_script_may_have_run). */
         const char *s = f->reply->str ? f->reply->str : "";
         size_t len = f->reply->str ? f->reply->len : 0;
         st = CERB_EPROTO;

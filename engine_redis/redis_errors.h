@@ -55,4 +55,9 @@ cerb_status cerb__redis_fail(const char *where, const char *what,
 /* Is this reply the server's NOSCRIPT error (script cache flushed)? */
 int cerb__redis_is_noscript(const redisReply *r);
 
+/* Is this error reply to EVALSHA one the script may have written before
+ * (any error but the server's refusals to start it: NOSCRIPT, LOADING,
+ * BUSY, NOAUTH, MASTERDOWN, ...)? Redis does not roll a script back. */
+int cerb__redis_script_may_have_run(const redisReply *r);
+
 #endif

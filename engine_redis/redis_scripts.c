@@ -9,8 +9,16 @@
  * client's clock (Redis >= 5 replicates scripts by effects, so TIME in a
  * writing script is allowed; BLPOP's fractional timeout needs Redis >= 6).
  *
- * acquire(K F Q D W; token lease wait fair)
- *   K free, no queue  -> SET K PX lease, INCR F: granted, the fence. This
+ * Every script first compares the data-loss marker M with the value the
+ * instance knows (redis_marker.h) and answers "L", changing nothing, when
+ * they differ. A fence is max(F + 1, server time in ms), stored back in F
+ * with a one-day expiry ("next fence" below).
+ *
+ * acquire(K F Q D W M; token lease wait fair marker qend)
+ *   quarantine        -> (server time before qend, after a loss of data)
+ *                        nothing is granted or handed over: "busy", with
+ *                        at least the quarantine's rest as PTTL.
+ *   K free, no queue  -> SET K PX lease, next fence: granted. This
  *                        uncontended path comes first in the script and
  *                        touches nothing else (measured on Redis 7.0: the
  *                        helper closures and a table reply cost more than
@@ -24,19 +32,23 @@
  *                        the lock to the head and go on as "busy" (no
  *                        barging past the queue). Otherwise take it and
  *                        leave the queue.
- *   busy, wait > 0    -> join Q once (HSET D returns 1 only for a new
- *                        waiter) and refresh our deadline in D to now +
- *                        min(wait, alive); answer the holder's PTTL and
- *                        whether we are the live head.
- * release(K F Q D W; token fair leave)
+ *   busy              -> drop our wake list: whatever it holds was pushed
+ *                        before this run, which looked at K itself (a
+ *                        hand-off whose short lease ran out while we were
+ *                        stalled must not be read later as a grant).
+ *                        wait > 0: join Q once (HSET D returns 1 only for
+ *                        a new waiter) and refresh our deadline in D to
+ *                        now + min(wait, alive); answer the holder's PTTL
+ *                        and whether we are the live head.
+ * release(K F Q D W M; token fair leave marker)
  *   leave             -> first take token out of Q/D and drop its wake list.
  *   K ~= token        -> 0, not owner.
  *   no live waiter    -> DEL K, 1.
  *   fair              -> hand-off: K = head's token PX min(head lease, cap),
- *                        INCR F, push "f<fence>" to the head's wake list, 2.
+ *                        next fence, push "f<fence>" to the head's wake list, 2.
  *   not fair          -> DEL K, push "w" to the head's wake list (once), 3.
- * renew(K F; token lease) -> -1, or PEXPIRE K and the fence.
- * check(K F; token)       -> {-1, 0}, or {fence, PTTL K}.
+ * renew(K F M; token lease marker) -> -1, or PEXPIRE K and the fence.
+ * check(K F M; token marker)       -> {-1, 0}, or {fence, PTTL K}.
  *
  * The hand-off gives the new owner a short lease (cap), which its core
  * extends at once: a waiter that died just after its last re-check then
@@ -66,15 +78,31 @@
 #define STR(x) STR_(x)
 
 /* Helpers of the queue paths. They come after the uncontended path in each
- * script, so that path does not pay for creating their closures. */
+ * script, so that path does not pay for creating their closures. A fence is
+ * the counter + 1, or the server's time in ticks of 100 us when that is
+ * larger, so the counter never lags the clock; a missing counter (restart
+ * without persistence, eviction, DEL, or its expiry REDIS_FENCE_TTL_MS
+ * after the name's last grant) starts REDIS_FENCE_SEED ticks (1 s) ahead
+ * of the clock. The next fence then ranks above every earlier one unless
+ * the name was granted so often (more than 10 000 times a second, for long)
+ * that the counter ran that far ahead of the clock, the last grant before
+ * the loss fell in the same tick as the first after it, or the server's
+ * clock stepped back. 48 bits of ticks last until the year 2861. */
 #define LUA_HELPERS                                                              \
     "local F, Q = KEYS[2], KEYS[3]\n"                                           \
     "local QB = string.sub(Q, 1, #Q - 1)\n"                                     \
     "local D, W = QB .. 'd', QB .. 'w:' .. tok\n"                               \
     "local CAP, WTTL = " STR(REDIS_HANDOFF_TTL_MS) ", " STR(REDIS_WAKE_TTL_MS) "\n" \
-    "local function now_ms()\n"                                                  \
+    "local function clock()\n"                                                   \
     "  local t = redis.call('TIME')\n"                                           \
-    "  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)\n"       \
+    "  local s, us = tonumber(t[1]), tonumber(t[2])\n"                           \
+    "  return s * 1000 + math.floor(us / 1000), s * 10000 + math.floor(us / 100)\n" \
+    "end\n"                                                                      \
+    "local function next_fence(tick)\n"                                          \
+    "  local c = tonumber(redis.call('GET', F) or '')\n"                         \
+    "  local f = c and math.max(c + 1, tick) or tick + " STR(REDIS_FENCE_SEED) "\n" \
+    "  redis.call('SET', F, string.format('%d', f), 'PX', " STR(REDIS_FENCE_TTL_MS) ")\n" \
+    "  return f\n"                                                               \
     "end\n"                                                                      \
     "local function live_head(now)\n"                                            \
     "  while true do\n"                                                          \
@@ -90,11 +118,11 @@
     "  end\n"                                                                    \
     "end\n"                                                                      \
     "local function wake_key(h) return QB .. 'w:' .. h end\n"                   \
-    "local function hand_to(h, hl)\n"                                            \
+    "local function hand_to(h, hl, tick)\n"                                       \
     "  redis.call('LPOP', Q)\n"                                                  \
     "  redis.call('HDEL', D, h)\n"                                               \
     "  redis.call('SET', K, h, 'PX', math.min(hl, CAP))\n"                       \
-    "  local fence = redis.call('INCR', F)\n"                                    \
+    "  local fence = next_fence(tick)\n"                                         \
     "  local w = wake_key(h)\n"                                                  \
     "  redis.call('DEL', w)\n"                                                   \
     "  redis.call('RPUSH', w, string.format('f%d', fence))\n"                    \
@@ -104,12 +132,24 @@
     "  if redis.call('HDEL', D, tok) == 1 then redis.call('LREM', Q, 1, tok) end\n" \
     "end\n"
 
-/* KEYS K F Q D W, ARGV token lease wait fair. A grant answers its fence (an
- * integer); "busy" answers {0, PTTL, head, handed}. */
+/* KEYS K F Q M, ARGV token lease wait fair marker qend. A grant answers its
+ * fence (an integer); "busy" answers {0, PTTL, head, handed, quarantine};
+ * a marker other than ours answers "L" and changes nothing. During the
+ * quarantine (server time before qend) nothing is granted and the PTTL
+ * answered is at least the quarantine's rest. */
 static const char lua_acquire[] =
     "local K, tok = KEYS[1], ARGV[1]\n"
-    "if redis.call('EXISTS', KEYS[3]) == 0 and redis.call('SET', K, tok, 'NX', 'PX', ARGV[2]) then\n"
-    "  return redis.call('INCR', KEYS[2])\n"
+    "if redis.call('GET', KEYS[4]) ~= ARGV[5] then return 'L' end\n"
+    "local t = redis.call('TIME')\n"
+    "local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)\n"
+    "local tick = tonumber(t[1]) * 10000 + math.floor(tonumber(t[2]) / 100)\n"
+    "local QEND = tonumber(ARGV[6])\n"
+    "if now >= QEND and redis.call('EXISTS', KEYS[3]) == 0 and\n"
+    "   redis.call('SET', K, tok, 'NX', 'PX', ARGV[2]) then\n"
+    "  local c = tonumber(redis.call('GET', KEYS[2]) or '')\n"
+    "  local f = c and math.max(c + 1, tick) or tick + " STR(REDIS_FENCE_SEED) "\n"
+    "  redis.call('SET', KEYS[2], string.format('%d', f), 'PX', " STR(REDIS_FENCE_TTL_MS) ")\n"
+    "  return f\n"
     "end\n"
     "local cur = redis.call('GET', K)\n"
     LUA_HELPERS
@@ -119,37 +159,43 @@ static const char lua_acquire[] =
     "  redis.call('PEXPIRE', K, lease)\n"
     "  leave_queue()\n"
     "  redis.call('DEL', W)\n"
-    "  return tonumber(redis.call('GET', F) or '0')\n"
+    "  return tonumber(redis.call('GET', F) or '') or next_fence(tick)\n"
     "end\n"
-    "local now, handed = nil, 0\n"
-    "if not cur then\n"
-    "  now = now_ms()\n"
+    "local handed = 0\n"
+    "if not cur and now >= QEND then\n"
     "  local h, hl = live_head(now)\n"
     "  if fair and h and h ~= tok then\n"
-    "    hand_to(h, hl)\n"
+    "    hand_to(h, hl, tick)\n"
     "    handed = 1\n"
     "  else\n"
     "    redis.call('SET', K, tok, 'PX', lease)\n"
-    "    local fence = redis.call('INCR', F)\n"
+    "    local fence = next_fence(tick)\n"
     "    leave_queue()\n"
     "    redis.call('DEL', W)\n"
     "    return fence\n"
     "  end\n"
     "end\n"
+    "redis.call('DEL', W)\n"
     "local head = 0\n"
     "if wait > 0 then\n"
-    "  now = now or now_ms()\n"
     "  local v = string.format('%d %d', now + math.min(wait, ALIVE), lease)\n"
     "  if redis.call('HSET', D, tok, v) == 1 then redis.call('RPUSH', Q, tok) end\n"
     "  redis.call('PEXPIRE', Q, ALIVE + WTTL)\n"
     "  redis.call('PEXPIRE', D, ALIVE + WTTL)\n"
     "  if live_head(now) == tok then head = 1 end\n"
     "end\n"
-    "return {0, redis.call('PTTL', K), head, handed}\n";
+    "local p, quar = redis.call('PTTL', K), 0\n"
+    "if now < QEND then\n"
+    "  quar = 1\n"
+    "  if p < QEND - now then p = QEND - now end\n"
+    "end\n"
+    "return {0, p, head, handed, quar}\n";
 
-/* KEYS K F Q D W, ARGV token fair leave. Answers a REDIS_REL_* code. */
+/* KEYS K F Q M, ARGV token fair leave marker. Answers a REDIS_REL_* code,
+ * or "L" (another marker: nothing changed). */
 static const char lua_release[] =
     "local K, tok = KEYS[1], ARGV[1]\n"
+    "if redis.call('GET', KEYS[4]) ~= ARGV[4] then return 'L' end\n"
     "if ARGV[3] ~= '1' then\n"
     "  if redis.call('GET', K) ~= tok then return 0 end\n"
     "  if redis.call('EXISTS', KEYS[3]) == 0 then\n"
@@ -163,13 +209,14 @@ static const char lua_release[] =
     "  redis.call('DEL', W)\n"
     "  if redis.call('GET', K) ~= tok then return 0 end\n"
     "end\n"
-    "local h, hl = live_head(now_ms())\n"
+    "local now, tick = clock()\n"
+    "local h, hl = live_head(now)\n"
     "if not h then\n"
     "  redis.call('DEL', K)\n"
     "  return 1\n"
     "end\n"
     "if ARGV[2] == '1' then\n"
-    "  hand_to(h, hl)\n"
+    "  hand_to(h, hl, tick)\n"
     "  return 2\n"
     "end\n"
     "redis.call('DEL', K)\n"
@@ -180,14 +227,26 @@ static const char lua_release[] =
     "end\n"
     "return 3\n";
 
+/* KEYS K F M, ARGV token lease marker. */
 static const char lua_renew[] =
+    "if redis.call('GET', KEYS[3]) ~= ARGV[3] then return 'L' end\n"
     "if redis.call('GET', KEYS[1]) ~= ARGV[1] then return -1 end\n"
     "redis.call('PEXPIRE', KEYS[1], ARGV[2])\n"
-    "return tonumber(redis.call('GET', KEYS[2]) or '0')\n";
+    "return tonumber(redis.call('GET', KEYS[2]) or '') or 0\n";
 
+/* KEYS K F M, ARGV token marker. A counter gone while the hold stayed (DEL
+ * of it alone) is made again from the server's time, above every fence
+ * given before. */
 static const char lua_check[] =
+    "if redis.call('GET', KEYS[3]) ~= ARGV[2] then return 'L' end\n"
     "if redis.call('GET', KEYS[1]) ~= ARGV[1] then return {-1, 0} end\n"
-    "return {tonumber(redis.call('GET', KEYS[2]) or '0'), redis.call('PTTL', KEYS[1])}\n";
+    "local f = tonumber(redis.call('GET', KEYS[2]) or '')\n"
+    "if not f then\n"
+    "  local t = redis.call('TIME')\n"
+    "  f = tonumber(t[1]) * 10000 + math.floor(tonumber(t[2]) / 100) + " STR(REDIS_FENCE_SEED) "\n"
+    "  redis.call('SET', KEYS[2], string.format('%d', f), 'PX', " STR(REDIS_FENCE_TTL_MS) ")\n"
+    "end\n"
+    "return {f, redis.call('PTTL', KEYS[1])}\n";
 
 static const struct {
     const char *name;
@@ -205,7 +264,10 @@ static const struct {
 cerb_status cerb__redis_keys_init(struct redis_keys *ks, const char *prefix,
                                   const char *name, const char *token)
 {
-    static const char *const suffix[REDIS_NKEYS] = {"", "}:fence", "}:q", "}:d", "}:w:"};
+    /* "\x1f" is split from the letters that follow, or C reads one hex
+     * escape: see REDIS_SEP in redis_scripts.h. */
+    static const char *const suffix[REDIS_NKEYS] = {"", "}" REDIS_SEP "fence", "}" REDIS_SEP "q",
+                                                    "}" REDIS_SEP "d", "}" REDIS_SEP "w:"};
     size_t pl = prefix ? strlen(prefix) : 0;
     size_t kl = pl + strlen(name);
     size_t tl = strlen(token);
@@ -254,20 +316,21 @@ void cerb__redis_keys_free(struct redis_keys *ks)
 
 /*
  * Acquire and release declare K, F and Q only: the data hash and the wake
- * lists are named from Q inside the script ({K}:d, {K}:w:<token>), in the
- * same hash slot. Every declared key is a string the server parses and
- * hands to Lua on each call, and on the uncontended path only these three
- * are touched; trimming the request cut the server's cost per cycle.
+ * lists are named from Q inside the script, in the same hash slot
+ * ({K}\x1fd, {K}\x1fw:<token>). Every declared key is a string the server
+ * parses and hands to Lua on each call, and on the uncontended path only
+ * these three are touched; trimming the request cut the server's cost per
+ * cycle. Every script also gets the marker key M last (redis_marker.h).
  */
 #define REDIS_SCRIPT_KEYS 3
 
-static cerb_status append_eval(struct redis_conn *c, const char *sha, int nkeys,
+static cerb_status append_eval(cerb_engine *e, struct redis_conn *c, const char *sha, int nkeys,
                                const struct redis_keys *ks, int nargs, const char *const *args)
 {
-    const char *argv[3 + REDIS_NKEYS + 8];
-    size_t argl[3 + REDIS_NKEYS + 8];
-    _Static_assert(REDIS_NKEYS < 10, "nkeys is one digit");
-    char nk[2] = {(char)('0' + nkeys), '\0'};
+    const char *argv[4 + REDIS_NKEYS + 8];
+    size_t argl[4 + REDIS_NKEYS + 8];
+    _Static_assert(REDIS_NKEYS + 1 < 10, "nkeys is one digit");
+    char nk[2] = {(char)('0' + nkeys + 1), '\0'};
     int n = 0;
 
     argv[n] = "EVALSHA", argl[n++] = 7;
@@ -275,7 +338,8 @@ static cerb_status append_eval(struct redis_conn *c, const char *sha, int nkeys,
     argv[n] = nk, argl[n++] = strlen(nk);
     for (int i = 0; i < nkeys; i++)
         argv[n] = ks->k[i], argl[n++] = ks->len[i];
-    for (int i = 0; i < nargs; i++)
+    argv[n] = e->marker_key, argl[n++] = e->marker_key_len;
+    for (int i = 0; i < nargs && i < 8; i++)
         argv[n] = args[i], argl[n++] = strlen(args[i]);
     return cerb__redis_append(c, n, argv, argl);
 }
@@ -358,7 +422,7 @@ static cerb_status eval(cerb_engine *e, struct redis_conn *c, enum redis_script 
     for (int attempt = 0;; attempt++) {
         redisReply *r;
         size_t got;
-        cerb_status st = append_eval(c, e->sha[id], nkeys, ks, nargs, args);
+        cerb_status st = append_eval(e, c, e->sha[id], nkeys, ks, nargs, args);
         if (st != CERB_OK)
             return st;
         if (attempt == 0 && sent_ns)
@@ -377,6 +441,9 @@ static cerb_status eval(cerb_engine *e, struct redis_conn *c, enum redis_script 
         if (r->type == REDIS_REPLY_ERROR) {
             struct redis_failure f = {.phase = REDIS_PHASE_REPLY, .reply = r};
             st = cerb__redis_fail(e->where, scripts[id].name, &f, oc);
+            /* Redis keeps what a failing script wrote before the error. */
+            if (cerb__redis_script_may_have_run(r))
+                *oc = CERB_OUTCOME_UNKNOWN;
             freeReplyObject(r);
             return st;
         }
@@ -422,14 +489,30 @@ static void fmt_i64(char *buf, int64_t v)
     *buf = '\0';
 }
 
+/*
+ * A script found another marker (it changed nothing): learn the new one,
+ * which reports every hold LOST, so the caller can act under it. The
+ * outcome is NO whatever happens here.
+ */
+static cerb_status marker_moved(cerb_engine *e, struct redis_conn *c,
+                                const struct redis_marker_view *mv, cerb_outcome *oc)
+{
+    cerb_status st = cerb__redis_marker_lost(e, c, mv);
+    if (oc)
+        *oc = CERB_OUTCOME_NO;
+    return st;
+}
+
 cerb_status cerb__redis_run_acquire(cerb_engine *e, struct redis_conn *c,
                                     const struct redis_keys *ks, const cerb_engine_lock *lk,
                                     int64_t wait_ms, struct redis_acquire_result *res,
                                     int64_t *sent_ns, cerb_outcome *outcome)
 {
     char lease[NUM_BUF], wait[NUM_BUF];
-    const char *args[4] = {lk->token, lease, wait, lk->fair ? "1" : "0"};
+    struct redis_marker_view mv;
+    const char *args[6] = {lk->token, lease, wait, lk->fair ? "1" : "0", mv.value, mv.qend};
     redisReply *r;
+    cerb_status st;
 
     /* A wait longer than a few years is "forever" and keeps the text short. */
     if (wait_ms > INT64_C(100000000000))
@@ -437,18 +520,33 @@ cerb_status cerb__redis_run_acquire(cerb_engine *e, struct redis_conn *c,
     fmt_i64(lease, lk->lease_ms);
     fmt_i64(wait, wait_ms);
     memset(res, 0, sizeof *res);
-    REDIS_COUNT(e, acquire_calls);
-    cerb_status st = eval(e, c, REDIS_SCRIPT_ACQUIRE, REDIS_SCRIPT_KEYS, ks, 4, args, sent_ns, &r,
-                          outcome);
-    if (st != CERB_OK)
-        return st;
+    for (int round = 0;; round++) {
+        cerb__redis_marker_get(e, &mv);
+        REDIS_COUNT(e, acquire_calls);
+        st = eval(e, c, REDIS_SCRIPT_ACQUIRE, REDIS_SCRIPT_KEYS, ks, 6, args, sent_ns, &r,
+                  outcome);
+        if (st != CERB_OK)
+            return st;
+        if (!cerb__redis_is_lost(r))
+            break;
+        freeReplyObject(r);
+        /* Once under the new marker; a second "L" means it is changing
+         * under us (flushed again): a failure, nothing was written. */
+        if (round > 0)
+            return cerb__error_set(CERB_EIO, "redis %s: acquire: the server keeps losing its "
+                                   "data (marker changed twice)", e->where);
+        st = marker_moved(e, c, &mv, outcome);
+        if (st != CERB_OK)
+            return st;
+    }
     if (r->type == REDIS_REPLY_INTEGER) {
         res->granted = true;
         res->fence = (uint64_t)r->integer;
-    } else if (all_integers(r, 4) && r->element[0]->integer == 0) {
+    } else if (all_integers(r, 5) && r->element[0]->integer == 0) {
         res->pttl = r->element[1]->integer;
         res->head = r->element[2]->integer == 1;
         res->handed = r->element[3]->integer == 1;
+        res->quarantine = r->element[4]->integer == 1;
         if (res->handed)
             REDIS_COUNT(e, handoffs_sent);
     } else {
@@ -462,13 +560,23 @@ cerb_status cerb__redis_run_release(cerb_engine *e, struct redis_conn *c,
                                     const struct redis_keys *ks, const cerb_engine_lock *lk,
                                     int leave, int *code, cerb_outcome *outcome)
 {
-    const char *args[3] = {lk->token, lk->fair ? "1" : "0", leave ? "1" : "0"};
+    struct redis_marker_view mv;
+    const char *args[4] = {lk->token, lk->fair ? "1" : "0", leave ? "1" : "0", mv.value};
     redisReply *r;
 
-    cerb_status st = eval(e, c, REDIS_SCRIPT_RELEASE, REDIS_SCRIPT_KEYS, ks, 3, args, NULL, &r,
+    cerb__redis_marker_get(e, &mv);
+    cerb_status st = eval(e, c, REDIS_SCRIPT_RELEASE, REDIS_SCRIPT_KEYS, ks, 4, args, NULL, &r,
                           outcome);
     if (st != CERB_OK)
         return st;
+    if (cerb__redis_is_lost(r)) {
+        /* The data this hold (or queue entry) lived in is gone: nothing
+         * to release or leave. */
+        freeReplyObject(r);
+        *code = REDIS_REL_NOT_OWNER;
+        marker_moved(e, c, &mv, outcome);
+        return CERB_OK;
+    }
     if (r->type != REDIS_REPLY_INTEGER || r->integer < 0 || r->integer > 3) {
         st = bad_reply(e, REDIS_SCRIPT_RELEASE, r, outcome);
         freeReplyObject(r);
@@ -534,20 +642,27 @@ cerb_status cerb__redis_op_renew(cerb_engine *e, cerb_engine_lock *lk, cerb_gran
     struct redis_conn *c;
     redisReply *r = NULL;
     char lease[NUM_BUF];
-    const char *args[2] = {lk->token, lease};
+    struct redis_marker_view mv;
+    const char *args[3] = {lk->token, lease, mv.value};
     cerb_status st = keys_for(e, lk, &ks);
 
     if (st != CERB_OK)
         return st;
     fmt_i64(lease, lk->lease_ms);
+    cerb__redis_marker_get(e, &mv);
     st = cerb__redis_get(e, cerb__deadline_in(e->rc->op_timeout_ms), &c);
     if (st == CERB_OK) {
-        st = eval(e, c, REDIS_SCRIPT_RENEW, 2, &ks, 2, args, &grant->sent_ns, &r,
+        st = eval(e, c, REDIS_SCRIPT_RENEW, 2, &ks, 3, args, &grant->sent_ns, &r,
                   &grant->outcome);
+        if (st == CERB_OK && cerb__redis_is_lost(r))
+            marker_moved(e, c, &mv, &grant->outcome);
         cerb__redis_put(e, c);
     }
     if (st == CERB_OK) {
-        if (r->type != REDIS_REPLY_INTEGER) {
+        if (cerb__redis_is_lost(r)) {
+            st = cerb__error_set(CERB_NOT_OWNER, "redis %s: \"%s\": the server lost its data",
+                                 e->where, ks.k[REDIS_K]);
+        } else if (r->type != REDIS_REPLY_INTEGER) {
             st = bad_reply(e, REDIS_SCRIPT_RENEW, r, &grant->outcome);
         } else if (r->integer < 0) {
             st = cerb__error_set(CERB_NOT_OWNER, "redis %s: \"%s\" is no longer held by this owner",
@@ -567,28 +682,42 @@ cerb_status cerb__redis_op_check(cerb_engine *e, cerb_engine_lock *lk, cerb_gran
     struct redis_keys ks;
     struct redis_conn *c;
     redisReply *r = NULL;
-    const char *args[1] = {lk->token};
+    struct redis_marker_view mv;
+    const char *args[2] = {lk->token, mv.value};
     cerb_status st = keys_for(e, lk, &ks);
 
     if (st != CERB_OK)
         return st;
+    cerb__redis_marker_get(e, &mv);
     /* The pool never hands out a connection whose last request failed. */
     st = cerb__redis_get(e, cerb__deadline_in(e->rc->op_timeout_ms), &c);
     if (st == CERB_OK) {
-        st = eval(e, c, REDIS_SCRIPT_CHECK, 2, &ks, 1, args, &grant->sent_ns, &r,
+        st = eval(e, c, REDIS_SCRIPT_CHECK, 2, &ks, 2, args, &grant->sent_ns, &r,
                   &grant->outcome);
+        if (st == CERB_OK && cerb__redis_is_lost(r))
+            marker_moved(e, c, &mv, &grant->outcome);
         cerb__redis_put(e, c);
     }
     if (st == CERB_OK) {
-        if (!all_integers(r, 2)) {
+        if (cerb__redis_is_lost(r)) {
+            /* A grant is made only under the marker it was sent with: one
+             * that landed before the loss went with the data. */
+            st = cerb__error_set(CERB_NOT_OWNER, "redis %s: \"%s\": the server lost its data",
+                                 e->where, ks.k[REDIS_K]);
+        } else if (!all_integers(r, 2)) {
             st = bad_reply(e, REDIS_SCRIPT_CHECK, r, &grant->outcome);
         } else if (r->element[0]->integer < 0) {
             st = cerb__error_set(CERB_NOT_OWNER, "redis %s: \"%s\" is not held by this owner",
                                  e->where, ks.k[REDIS_K]);
         } else {
             grant->fence = (uint64_t)r->element[0]->integer;
-            /* A key without expiry (PTTL -1) is held until deleted. */
-            grant->ttl_ms = r->element[1]->integer > 0 ? r->element[1]->integer : 0;
+            /* What the server promises, not the lease asked for (a
+             * hand-off key has PX 2000 until its owner extends it); the
+             * core counts it from sent_ns, taken before the request left.
+             * A key without expiry (PTTL -1) is held until deleted (ttl 0);
+             * PTTL 0 is a key in its last millisecond, not "no expiry". */
+            int64_t pttl = r->element[1]->integer;
+            grant->ttl_ms = pttl > 0 ? pttl : pttl == 0 ? 1 : 0;
         }
         freeReplyObject(r);
     }
@@ -643,21 +772,24 @@ static void renew_pipeline(cerb_engine *e, struct redis_conn *c, cerb_renew_item
                            size_t n, redisReply **r, bool *ns)
 {
     char lease[NUM_BUF];
+    struct redis_marker_view mv;
     cerb_status st = CERB_OK;
     cerb_outcome oc = CERB_OUTCOME_NO;
     size_t got = 0;
     int64_t sent;
+    bool lost = false;
 
+    cerb__redis_marker_get(e, &mv);
     for (size_t i = 0; i < n; i++)
         ns[i] = false;
     for (size_t i = 0; i < n && st == CERB_OK; i++) {
         struct redis_keys ks;
         cerb_engine_lock *lk = items[i].lk;
-        const char *args[2] = {lk->token, lease};
+        const char *args[3] = {lk->token, lease, mv.value};
         fmt_i64(lease, lk->lease_ms);
         st = keys_for(e, lk, &ks);
         if (st == CERB_OK) {
-            st = append_eval(c, e->sha[REDIS_SCRIPT_RENEW], 2, &ks, 2, args);
+            st = append_eval(e, c, e->sha[REDIS_SCRIPT_RENEW], 2, &ks, 3, args);
             cerb__redis_keys_free(&ks);
         }
     }
@@ -680,6 +812,9 @@ static void renew_pipeline(cerb_engine *e, struct redis_conn *c, cerb_renew_item
         if (cerb__redis_is_noscript(r[i])) {
             ns[i] = true;
             renew_item_fail(it, CERB_EPROTO, CERB_OUTCOME_NO);
+        } else if (cerb__redis_is_lost(r[i])) {
+            lost = true;
+            renew_item_fail(it, CERB_NOT_OWNER, CERB_OUTCOME_NO);
         } else if (r[i]->type != REDIS_REPLY_INTEGER) {
             cerb_outcome o;
             it->st = bad_reply(e, REDIS_SCRIPT_RENEW, r[i], &o);
@@ -694,6 +829,8 @@ static void renew_pipeline(cerb_engine *e, struct redis_conn *c, cerb_renew_item
         freeReplyObject(r[i]);
         r[i] = NULL;
     }
+    if (lost)
+        marker_moved(e, c, &mv, NULL);
 }
 
 void cerb__redis_op_renew_batch(cerb_engine *e, cerb_renew_item *items, size_t n)
@@ -768,16 +905,19 @@ cerb_status cerb__redis_op_probe(cerb_engine *e, int64_t timeout_ms)
     } else {
         st = cerb__redis_conn_set_timeout(e, c, left);
     }
+    struct redis_marker_view mv;
+    bool lost = false;
     for (int attempt = 0; st == CERB_OK; attempt++) {
-        const char *acq[4] = {token, lease, "0", "0"};
-        const char *rel[3] = {token, "0", "0"};
+        const char *acq[6] = {token, lease, "0", "0", mv.value, mv.qend};
+        const char *rel[4] = {token, "0", "0", mv.value};
         redisReply *r[3];
         size_t got = 0;
         cerb_outcome oc;
 
-        st = append_eval(c, e->sha[REDIS_SCRIPT_ACQUIRE], REDIS_SCRIPT_KEYS, &ks, 4, acq);
+        cerb__redis_marker_get(e, &mv);
+        st = append_eval(e, c, e->sha[REDIS_SCRIPT_ACQUIRE], REDIS_SCRIPT_KEYS, &ks, 6, acq);
         if (st == CERB_OK)
-            st = append_eval(c, e->sha[REDIS_SCRIPT_RELEASE], REDIS_SCRIPT_KEYS, &ks, 3, rel);
+            st = append_eval(e, c, e->sha[REDIS_SCRIPT_RELEASE], REDIS_SCRIPT_KEYS, &ks, 4, rel);
         if (st == CERB_OK) {
             const char *argv[3] = {"PEXPIRE", ks.k[REDIS_F], fttl};
             size_t argl[3] = {7, ks.len[REDIS_F], strlen(fttl)};
@@ -801,8 +941,12 @@ cerb_status cerb__redis_op_probe(cerb_engine *e, int64_t timeout_ms)
             }
             static const char *const what[3] = {"probe acquire", "probe release",
                                                 "probe PEXPIRE"};
+            /* A probe notices a loss of data too (and reports every hold
+             * LOST) even when nobody here locks: the server answered. */
+            lost = cerb__redis_is_lost(r[0]);
             for (int i = 0; i < 3 && st == CERB_OK; i++) {
-                bool ok = r[i]->type == REDIS_REPLY_INTEGER || (i == 0 && all_integers(r[0], 4));
+                bool ok = r[i]->type == REDIS_REPLY_INTEGER || (i == 0 && all_integers(r[0], 5)) ||
+                          (i < 2 && cerb__redis_is_lost(r[i]));
                 if (!ok) {
                     struct redis_failure f = {.phase = REDIS_PHASE_REPLY, .reply = r[i]};
                     st = cerb__redis_fail(e->where, what[i], &f, &oc);
@@ -813,6 +957,8 @@ cerb_status cerb__redis_op_probe(cerb_engine *e, int64_t timeout_ms)
             freeReplyObject(r[i]);
         break;
     }
+    if (st == CERB_OK && lost)
+        st = marker_moved(e, c, &mv, NULL);
     if (c && (st != CERB_OK || c->broken)) {
         /* Whatever went wrong, the next probe starts on a new connection. */
         cerb__redis_conn_free(c);

@@ -3,14 +3,18 @@
  * operations built on them (redis_scripts.c), plus the waiting acquire and
  * cancel (redis_wait.c). redis_engine.c puts these into the ops table.
  *
- * Keys of a lock, K = redis.prefix + name (the redis-py compatible key):
- *   K             string: owner token, PX lease
- *   {K}:fence     INCR counter: the fence of a grant
- *   {K}:q         list: waiter tokens, FIFO
- *   {K}:d         hash: waiter token -> "deadline_ms lease_ms" (server time)
- *   {K}:w:<token> list: a waiter's wake-ups ("f<fence>" = handed the lock,
- *                 "w" = the lock was freed, try again)
- * The {K} hash tag keeps them all in K's cluster slot.
+ * Keys of a lock, K = redis.prefix + name (the redis-py compatible key),
+ * with ^_ the byte 0x1f (REDIS_SEP):
+ *   K               string: owner token, PX lease
+ *   {K}^_fence      counter: the fence of the last grant
+ *   {K}^_q          list: waiter tokens, FIFO
+ *   {K}^_d          hash: waiter token -> "deadline_ms lease_ms" (server time)
+ *   {K}^_w:<token>  list: a waiter's wake-ups ("f<fence>" = handed the lock,
+ *                   "w" = the lock was freed, try again)
+ * The {K} hash tag keeps them all in K's cluster slot. The helper keys
+ * contain a control byte, which no lock name can (the core refuses bytes
+ * below 0x20 and 0x7f), so no lock's K is ever another lock's helper key:
+ * with "{K}:fence" a lock named "{x}:fence" was x's counter.
  */
 #ifndef CERB_REDIS_SCRIPTS_H
 #define CERB_REDIS_SCRIPTS_H
@@ -18,6 +22,7 @@
 #include <stdbool.h>
 
 #include "redis_conn.h"
+#include "redis_marker.h"
 
 /* Timing of the wait protocol, all in milliseconds. */
 #define REDIS_HANDOFF_TTL_MS 2000 /* lease of a handed-over key until its
@@ -29,6 +34,14 @@
 #define REDIS_WAKE_TTL_MS 10000   /* lifetime of a wake list, and the slack
                                      of the queue keys over a deadline */
 #define REDIS_PROBE_LEASE_MS 1000
+#define REDIS_FENCE_TTL_MS 86400000 /* a fence counter lives a day past its
+                                       name's last grant (redis_scripts.c) */
+#define REDIS_FENCE_SEED 10000      /* a lost counter restarts this many
+                                       100 us ticks (1 s) ahead of the
+                                       server's clock */
+
+/* The separator of a helper key's suffix ("\x1f", unit separator). */
+#define REDIS_SEP "\x1f"
 
 enum { REDIS_K, REDIS_F, REDIS_Q, REDIS_D, REDIS_W, REDIS_NKEYS };
 
@@ -54,6 +67,7 @@ struct redis_acquire_result {
     int64_t pttl;    /* not granted: the holder's remaining lease, -1 = none */
     bool head;       /* not granted, queued: we are the live head */
     bool handed;     /* not granted: this run handed the lock to the head */
+    bool quarantine; /* not granted: no grants yet after a loss of data */
 };
 
 /*

@@ -27,13 +27,14 @@ struct cerb_redis_stats {
     uint64_t cancel_wakeups;    /* waits broken by cancel() */
     uint64_t leaves;            /* runs of the leave script (timeout, interrupt, error) */
     uint64_t noscript_reloads;  /* scripts reloaded after NOSCRIPT */
+    uint64_t data_losses;       /* server data losses noticed (redis_marker.h) */
 };
 
 /* The engine's live counters (embedded in struct cerb_engine). */
 struct redis_counters {
     atomic_uint_fast64_t round_trips, connects, acquire_calls, acquire_polls, grants,
         handoffs_received, handoffs_sent, wakes_sent, wakeups, cancel_wakeups, leaves,
-        noscript_reloads;
+        noscript_reloads, data_losses;
 };
 
 #define REDIS_COUNT(e, field) \

@@ -308,10 +308,11 @@ static cerb_status wait_loop(cerb_engine *e, cerb_engine_lock *lk, const struct 
                 uint64_t fence = strtoull(v + 1, NULL, 10);
                 int64_t ttl = min64(lk->lease_ms, REDIS_HANDOFF_TTL_MS);
                 freeReplyObject(r);
-                /* The hand-off came after our last acquire run (which would
-                 * have found the lock ours otherwise), so its lease started
-                 * after last_sent. If half of it is gone already, a run of
-                 * acquire extends it (or finds it lost) before we say yes. */
+                /* The hand-off came after our last acquire run: that run
+                 * found the lock not ours and emptied this list, so the
+                 * message is newer and its lease started after last_sent.
+                 * If half of it is gone already, a run of acquire extends
+                 * it (or finds it lost) before we say yes. */
                 if (cerb_monotime() - last_sent < ttl * CERB_NS_PER_MS / 2) {
                     grant_fill(g, fence, last_sent, ttl);
                     REDIS_COUNT(e, handoffs_received);
@@ -367,6 +368,10 @@ cerb_status cerb__redis_op_acquire(cerb_engine *e, cerb_engine_lock *lk, int64_t
             st = give_up(e, NULL, &ks, lk, st, grant);
     } else if (res.granted) {
         grant_fill(grant, res.fence, sent, lk->lease_ms);
+    } else if (deadline_ns == 0 && res.quarantine) {
+        st = cerb__error_set(CERB_BUSY, "redis %s: \"%s\": no grants for %lld ms yet: the "
+                             "server lost its data and holders elsewhere may not know",
+                             e->where, ks.k[REDIS_K], (long long)res.pttl);
     } else if (deadline_ns == 0) {
         st = cerb__error_set(CERB_BUSY, "redis %s: \"%s\" is held by another owner", e->where,
                              ks.k[REDIS_K]);

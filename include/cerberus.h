@@ -18,8 +18,13 @@
  *    stayed in the parent. cerb_client_close() in the child does nothing.
  *  - Every call that can block returns by a deadline: its own wait argument,
  *    or the configured connect/operation timeouts.
- *  - Callbacks registered here are never called after the handle they were
- *    registered on has been closed or freed.
+ *  - Callbacks registered here run on a thread of the client (one per
+ *    client, one callback at a time), never with a library lock held, and
+ *    nothing in the library waits for them: a callback may take the
+ *    application's own mutexes, even one held around a library call. None
+ *    starts after the handle it was registered on has been freed or its
+ *    client closed; one already running may still be running when
+ *    cerb_lock_free() or cerb_client_close() returns (see those).
  */
 #ifndef CERBERUS_H
 #define CERBERUS_H
@@ -101,7 +106,9 @@ typedef enum cerb_log_level {
  * @min_level: lines below this level are dropped before formatting.
  * Returns: CERB_OK, or CERB_EINVAL for a level out of range.
  * Thread-safety: safe from any thread; @cb may be called from any thread,
- * including the library's background threads, and must not block for long.
+ * including the library's background threads, never with a library lock
+ * held (it may call the library), and must not block for long. A line being
+ * written while cerb_log_set() replaces @cb may still reach the previous one.
  */
 cerb_status cerb_log_set(void (*cb)(cerb_log_level level, const char *line,
                                     void *ud),
@@ -137,6 +144,14 @@ cerb_status cerb_client_open_string(cerb_client **out, const char *config_text);
  * background threads and free it. Lock handles made from it must be freed
  * first; handles still alive are freed here and must not be used afterwards.
  * cerb_client_close(NULL) does nothing.
+ * Bound: about two operation timeouts per engine plus the engines' own
+ * close — a renewal being sent is finished, each hold is released once, and
+ * once an engine has not answered a release its other holds are left to
+ * expire with their lease. Queued callbacks are dropped and none starts
+ * after close begins; close does not wait for a callback already running
+ * (it may return before that callback does; the client's and the handle's
+ * memory stay readable until it returns, and calls on them give
+ * CERB_EINVAL).
  * Thread-safety: no other call on this client or its locks may be running.
  */
 void cerb_client_close(cerb_client *client);
@@ -183,8 +198,9 @@ const char *cerb_engine_switch_to(cerb_client *client, const char *name);
  * @cb: called once per switch with the old and new engine names and a reason
  *      (e.g. "manual", "breaker open"); NULL removes the callback. The strings
  *      are valid only during the call.
- * Thread-safety: @cb runs on the thread that switched (the caller or a
- * background thread) and must not call cerb_client_close().
+ * Thread-safety: @cb runs on the client's callback thread, after the switch
+ * (the call or background event that switched does not wait for it), in
+ * switch order, with no library lock held.
  */
 cerb_status cerb_client_on_switch(cerb_client *client,
                                   void (*cb)(const char *from, const char *to,
@@ -355,8 +371,15 @@ const char *cerb_lock_name(const cerb_lock *lock);
 /**
  * cerb_lock_on_lost — set the callback told when a held lock is lost
  * (renewal failed past the lease, session expired, key deleted or taken by
- * someone else). Called exactly once per lost hold, from a background
- * thread; it must not free the handle. NULL removes it.
+ * someone else). Called exactly once per lost hold, on the client's callback
+ * thread, with the callback set when the loss was found; nothing in the
+ * library waits for it, so it may take a mutex the application holds around
+ * cerb_lock_unlock(). It may run after the hold was unlocked (the unlock
+ * then returned CERB_LOST). Not called once the handle has been freed or the
+ * client closed; when cerb_lock_free() runs while the callback is running,
+ * the handle's memory stays valid until the callback returns, but calls on
+ * it give CERB_EINVAL — a callback must not use a handle the application
+ * may be freeing at the same time. NULL removes it.
  */
 cerb_status cerb_lock_on_lost(cerb_lock *lock,
                               void (*cb)(cerb_lock *lock, void *ud), void *ud);

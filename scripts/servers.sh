@@ -32,7 +32,9 @@
 #
 # Environment: CERB_STATE_DIR (see above); CERB_REDIS_PORT (default base port
 # when --port is not given, 26379); CERB_SERVER_WAIT_S (readiness deadline,
-# default 10); REDIS_SERVER / REDIS_CLI (binaries, default from PATH).
+# default 10); REDIS_SERVER / REDIS_CLI (binaries, default from PATH);
+# CERB_REDIS_UNMARKED=1 (a new redis is not marked as never used; a restart
+# after a server died is never marked, see redis_start_one).
 
 set -euo pipefail
 
@@ -175,7 +177,7 @@ redis_start_one() {
     local port=$1
     local pidf="$STATE_DIR/redis-$port.pid" dirf="$STATE_DIR/redis-$port.dir"
     local logf="$STATE_DIR/redis-$port.log"
-    local pid data deadline
+    local pid data deadline restart=0
 
     pid=$(read_pid "$pidf")
     if [[ -n $pid ]] && pid_alive "$pid" && redis_is_ours "$pid" "$port"; then
@@ -194,6 +196,7 @@ redis_start_one() {
     fi
     if [[ -n $pid || -f $pidf || -f $dirf ]]; then
         say "redis :$port: removing stale state (pid ${pid:-none})"
+        restart=1
         rm -f -- "$pidf"
         remove_data_dir "$dirf"
     fi
@@ -236,6 +239,18 @@ redis_start_one() {
         fi
         sleep 0.05
     done
+    # A server started here on a clean port is new and empty: nothing can be
+    # held on it, so mark it as such for Cerberus (engine_redis/redis_marker.h),
+    # with an ended quarantine. Without the marker the first client would take
+    # it for one restarted without its data and grant nothing for one lease.
+    # The id differs per start, so clients of an earlier server on this port
+    # see their marker gone. A start after a server died here (stale state:
+    # kill -9, a crash) is a restart without persistence, and left unmarked,
+    # as is every start with CERB_REDIS_UNMARKED=1.
+    if ((restart == 0)) && [[ ${CERB_REDIS_UNMARKED:-0} != 1 ]]; then
+        [[ $(redis_cli "$port" SET $'\x1f'cerberus "servers.sh-$pid-$(now_ms) 0") == OK ]] ||
+            die "redis :$port: could not write the Cerberus marker"
+    fi
     say "redis :$port started (pid $pid, data $data)"
 }
 

@@ -91,8 +91,8 @@ static char *local_config(const char *engine_extra, const char *extra)
 }
 
 #ifdef CERB_CONF_REDIS
-/* The lock's key plus its wait queue `{name}:q` (redis_scripts.c). The
- * fence counter `{name}:fence` stays by design and is not counted. */
+/* The lock's key plus its wait queue `{name}\x1fq` (redis_scripts.h). The
+ * fence counter `{name}\x1ffence` stays by design and is not counted. */
 static int redis_records(const char *name)
 {
     struct timeval tv = {2, 0};
@@ -101,7 +101,7 @@ static int redis_records(const char *name)
         fail_msg("redis: cannot connect to port %d", cerb_test_redis_port());
     redisSetTimeout(r, tv);
     redisReply *k = redisCommand(r, "EXISTS %s", name);
-    redisReply *q = redisCommand(r, "LLEN {%s}:q", name);
+    redisReply *q = redisCommand(r, "LLEN {%s}\x1fq", name);
     if (!k || !q || k->type != REDIS_REPLY_INTEGER || q->type != REDIS_REPLY_INTEGER)
         fail_msg("redis: EXISTS/LLEN of %s failed", name);
     int n = (int)(k->integer + q->integer);

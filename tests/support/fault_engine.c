@@ -2,13 +2,17 @@
  * fault_engine.c — the "fault" engine: the local engine behind a switch that
  * fails chosen calls. FAULT_AFTER runs the real call and then reports an I/O
  * error with outcome UNKNOWN, which is exactly what a timeout after the
- * request was sent looks like to the core.
+ * request was sent looks like to the core. A delay makes calls slow (a
+ * loaded server) or stall until a simulated op timeout (a frozen one), and
+ * fault_engine_emit() plays the engine's asynchronous events (session lost).
  */
 #define _POSIX_C_SOURCE 200809L
 #include "fault_engine.h"
 
+#include <pthread.h>
 #include <stdatomic.h>
 #include <string.h>
+#include <time.h>
 
 #include "engine.h"
 #include "error.h"
@@ -26,6 +30,57 @@ struct plan {
 static struct plan plans[FAULT_NOPS];
 static atomic_long calls[FAULT_NOPS];
 static atomic_long faults;
+static atomic_long delay_ms[FAULT_NOPS];
+static atomic_bool delay_stall[FAULT_NOPS];
+
+/* Open instances and their clients' event sinks, for fault_engine_emit. */
+#define MAX_INSTANCES 16
+static pthread_mutex_t inst_mu = PTHREAD_MUTEX_INITIALIZER;
+static struct {
+    cerb_engine *e;
+    void (*event)(void *, cerb_engine_event, const char *, const char *);
+    void *ud;
+} insts[MAX_INSTANCES];
+
+void fault_engine_delay(enum fault_op op, long ms, bool stall)
+{
+    atomic_store(&delay_stall[op], stall);
+    atomic_store(&delay_ms[op], ms);
+}
+
+int fault_engine_emit(int ev, const char *name)
+{
+    int n = 0;
+    pthread_mutex_lock(&inst_mu);
+    for (int i = 0; i < MAX_INSTANCES; i++)
+        if (insts[i].e && insts[i].event) {
+            insts[i].event(insts[i].ud, (cerb_engine_event)ev, name, NULL);
+            n++;
+        }
+    pthread_mutex_unlock(&inst_mu);
+    return n;
+}
+
+/* The configured latency of op: true when the call must then stall. */
+static bool delayed(enum fault_op op)
+{
+    enum fault_op which = atomic_load(&delay_ms[op]) ? op : FAULT_ANY;
+    long ms = atomic_load(&delay_ms[which]);
+    if (ms <= 0)
+        return false;
+    struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
+    while (nanosleep(&ts, &ts) != 0)
+        ;
+    return atomic_load(&delay_stall[which]);
+}
+
+static cerb_status stalled(cerb_grant *g)
+{
+    atomic_fetch_add(&faults, 1);
+    if (g)
+        g->outcome = CERB_OUTCOME_UNKNOWN;
+    return cerb__error_set(CERB_TIMEOUT, "fault: injected stall (server frozen)");
+}
 
 void fault_engine_set(enum fault_op op, long nth, bool persistent, enum fault_kind kind)
 {
@@ -41,6 +96,7 @@ void fault_engine_reset(void)
         atomic_store(&plans[i].countdown, 0);
         atomic_store(&plans[i].tripped, false);
         atomic_store(&calls[i], 0);
+        atomic_store(&delay_ms[i], 0);
     }
     atomic_store(&faults, 0);
 }
@@ -77,10 +133,30 @@ static int should_fail(enum fault_op op)
 
 static cerb_status f_open(const cerb_engine_env *env, cerb_engine **out)
 {
-    return INNER->open(env, out);
+    cerb_status st = INNER->open(env, out);
+    if (st != CERB_OK)
+        return st;
+    pthread_mutex_lock(&inst_mu);
+    for (int i = 0; i < MAX_INSTANCES; i++)
+        if (!insts[i].e) {
+            insts[i].e = *out;
+            insts[i].event = env->event;
+            insts[i].ud = env->ud;
+            break;
+        }
+    pthread_mutex_unlock(&inst_mu);
+    return st;
 }
 
-static void f_close(cerb_engine *e) { INNER->close(e); }
+static void f_close(cerb_engine *e)
+{
+    pthread_mutex_lock(&inst_mu);
+    for (int i = 0; i < MAX_INSTANCES; i++)
+        if (insts[i].e == e)
+            insts[i].e = NULL;
+    pthread_mutex_unlock(&inst_mu);
+    INNER->close(e);
+}
 
 static cerb_status injected(cerb_grant *g, int kind)
 {
@@ -94,6 +170,8 @@ static cerb_status f_acquire(cerb_engine *e, cerb_engine_lock *lk, int64_t deadl
                              const atomic_int *intr, cerb_grant *g)
 {
     int k = should_fail(FAULT_ACQUIRE);
+    if (delayed(FAULT_ACQUIRE))
+        return stalled(g);
     if (k == FAULT_BEFORE)
         return injected(g, k);
     cerb_status st = INNER->acquire(e, lk, deadline_ns, intr, g);
@@ -105,6 +183,8 @@ static cerb_status f_acquire(cerb_engine *e, cerb_engine_lock *lk, int64_t deadl
 static cerb_status f_renew(cerb_engine *e, cerb_engine_lock *lk, cerb_grant *g)
 {
     int k = should_fail(FAULT_RENEW);
+    if (delayed(FAULT_RENEW))
+        return stalled(g);
     if (k == FAULT_BEFORE)
         return injected(g, k);
     cerb_status st = INNER->renew(e, lk, g);
@@ -114,6 +194,8 @@ static cerb_status f_renew(cerb_engine *e, cerb_engine_lock *lk, cerb_grant *g)
 static cerb_status f_release(cerb_engine *e, cerb_engine_lock *lk)
 {
     int k = should_fail(FAULT_RELEASE);
+    if (delayed(FAULT_RELEASE))
+        return stalled(NULL);
     if (k == FAULT_BEFORE)
         return injected(NULL, k);
     cerb_status st = INNER->release(e, lk);
@@ -123,6 +205,8 @@ static cerb_status f_release(cerb_engine *e, cerb_engine_lock *lk)
 static cerb_status f_check(cerb_engine *e, cerb_engine_lock *lk, cerb_grant *g)
 {
     int k = should_fail(FAULT_CHECK);
+    if (delayed(FAULT_CHECK))
+        return stalled(g);
     if (k >= 0)
         return injected(g, k);
     return INNER->check_owner(e, lk, g);

@@ -26,6 +26,15 @@ void fault_engine_reset(void);
 /* Calls made of op since the last reset, and faults injected. */
 long fault_engine_calls(enum fault_op op);
 long fault_engine_faults(void);
+/* From now until reset, every call of op (FAULT_ANY: every call) first takes
+ * ms, like a slow server; with stall it then fails as a frozen server does
+ * at the op timeout — a timeout with outcome UNKNOWN, without effect.
+ * ms = 0 turns it off. */
+void fault_engine_delay(enum fault_op op, long ms, bool stall);
+/* Deliver engine event ev (cerb_engine_event) for lock `name` (NULL: every
+ * hold) from every open fault engine instance to its client, as an engine
+ * does when its session is lost. Returns the number of instances told. */
+int fault_engine_emit(int ev, const char *name);
 /* Register "fault" (idempotent). */
 void fault_engine_register(void);
 

@@ -420,6 +420,44 @@ static void test_trylock_rechecks_once(void **state)
     cerb_client_close(c);
 }
 
+/*
+ * Item 8: the log sink is never called with a library mutex held — here
+ * the breaker-transition line, which was written under the failover mutex:
+ * a sink that asks the client for engine info deadlocked.
+ */
+static cerb_client *sink_client;
+static atomic_int sink_breaker_lines;
+static void asking_sink(cerb_log_level level, const char *line, void *ud)
+{
+    (void)level;
+    (void)ud;
+    struct cerb_engine_info info;
+    if (strstr(line, "breaker") && sink_client &&
+        cerb_engine_info(sink_client, "sa", &info) == CERB_OK)
+        atomic_fetch_add(&sink_breaker_lines, 1);
+}
+
+static bool sink_heard(void *ud)
+{
+    (void)ud;
+    return atomic_load(&sink_breaker_lines) > 0;
+}
+
+static void test_log_sink_may_call_the_library(void **state)
+{
+    (void)state;
+    cerb_client *c = open_text("engines = (\"sa\", \"sb\"); failover = { " FAST_FO "};");
+    sink_client = c;
+    atomic_store(&sink_breaker_lines, 0);
+    assert_int_equal(cerb_log_set(asking_sink, NULL, CERB_LOG_WARN), CERB_OK);
+    script_engine_set(SCRIPT_A, (struct script_knobs){.probe_fails = true});
+    assert_wait_until(sink_heard, NULL, 3000);
+    assert_int_equal(cerb_log_set(NULL, NULL, CERB_LOG_WARN), CERB_OK);
+    sink_client = NULL;
+    script_engine_set(SCRIPT_A, (struct script_knobs){0});
+    cerb_client_close(c);
+}
+
 /* Replace the file at path atomically, as `cerberus switch` does. */
 static void rewrite(const char *path, const char *text)
 {
@@ -600,6 +638,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_retried_release_after_lost_reply, setup, teardown),
         cmocka_unit_test_setup_teardown(test_forked_child_refused, setup, teardown),
         cmocka_unit_test_setup_teardown(test_trylock_rechecks_once, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_log_sink_may_call_the_library, setup, teardown),
         cmocka_unit_test_setup_teardown(test_grace_covers_leases_before_reload, setup, teardown),
         cmocka_unit_test_setup_teardown(test_grace_covers_server_hold_bound, setup, teardown),
         cmocka_unit_test_setup_teardown(test_reload_to_unopened_engine_is_kept, setup, teardown),

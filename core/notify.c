@@ -1,0 +1,262 @@
+/*
+ * notify.c — the client's callback thread: lost and switch callbacks are
+ * queued here and called one at a time, in order, from a thread of their
+ * own, with no library mutex held and nothing in the library waiting for
+ * them.
+ *
+ * Why a thread: a callback is application code, and application code takes
+ * application mutexes. Called from the renewal thread, a lost callback that
+ * waits for a mutex held around cerb_lock_unlock() deadlocked the unlock
+ * (which waited for the callback) and stopped every renewal of the client;
+ * a switch callback on the prober or the caller's thread had the same
+ * exposure. Here the renewal and prober threads only append to a queue (a
+ * leaf mutex, no callback under it), and the unlock path never looks at it.
+ *
+ * Promises and lifetimes:
+ *  - A lost callback is queued once per lost hold (the watchdog decides
+ *    that) with the callback and user data set when the loss was found, and
+ *    called once, unless its handle is freed or the client closed before it
+ *    starts: a freed handle's queued callbacks are dropped, so after
+ *    cerb_lock_free() returns none starts for it.
+ *  - Nothing waits for a running callback: cerb_lock_free() and
+ *    cerb_client_close() drop what has not started and return. A running
+ *    callback may return after them; the memory of its cerb_lock (and of
+ *    the client) stays allocated until it returns, the handle marked dead,
+ *    so a call on it then gives CERB_EINVAL instead of reading freed
+ *    memory. The thread frees them when the callback returns.
+ *  - After close has returned, no callback starts.
+ */
+#include "internal_posix.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#include "alloc.h"
+#include "error.h"
+#include "internal.h"
+
+enum { EV_LOST, EV_SWITCH };
+
+struct notify_ev {
+    struct notify_ev *next;
+    int kind;
+    cerb_lock *l;                         /* EV_LOST */
+    void (*lost_cb)(cerb_lock *, void *);
+    void *lost_ud;
+    char from[CERB_ENGINE_NAME_MAX];      /* EV_SWITCH */
+    char to[CERB_ENGINE_NAME_MAX];
+    char why[160];
+};
+
+struct cerb_notify {
+    pthread_t thread;
+    cerb_mutex mu;                        /* a leaf: nothing is called under it */
+    cerb_cond cond;
+    struct notify_ev *head, *tail;
+    bool stop;                            /* close began: start nothing more */
+    bool detached;                        /* close left: the thread frees all */
+    cerb_lock *running;                   /* handle of the lost callback running */
+    bool free_running;                    /* it was freed meanwhile */
+    bool in_callback;
+    void *free_client;                    /* client memory left to the thread */
+    void (*switch_cb)(const char *, const char *, const char *, void *);
+    void *switch_ud;
+};
+
+static void *notify_main(void *arg)
+{
+    struct cerb_notify *nt = arg;
+    cerb__mutex_lock(&nt->mu);
+    for (;;) {
+        while (!nt->stop && !nt->head)
+            cerb__cond_wait(&nt->cond, &nt->mu);
+        if (nt->stop)
+            break;
+        struct notify_ev *ev = nt->head;
+        nt->head = ev->next;
+        if (!nt->head)
+            nt->tail = NULL;
+        void (*scb)(const char *, const char *, const char *, void *) = nt->switch_cb;
+        void *sud = nt->switch_ud;
+        if (ev->kind == EV_LOST)
+            nt->running = ev->l;
+        nt->in_callback = true;
+        cerb__mutex_unlock(&nt->mu);
+
+        if (ev->kind == EV_LOST)
+            ev->lost_cb(ev->l, ev->lost_ud);
+        else if (scb)
+            scb(ev->from, ev->to, ev->why, sud);
+
+        cerb__mutex_lock(&nt->mu);
+        nt->in_callback = false;
+        if (nt->running && nt->free_running)
+            cerb__free(nt->running);
+        nt->running = NULL;
+        nt->free_running = false;
+        cerb__free(ev);
+    }
+    bool detached = nt->detached;
+    cerb__mutex_unlock(&nt->mu);
+    if (detached) {
+        /* cerb_client_close() returned while a callback ran: what it left
+         * for that callback to read is ours to free now. */
+        cerb__free(nt->free_client);
+        cerb__cond_destroy(&nt->cond);
+        cerb__mutex_destroy(&nt->mu);
+        cerb__free(nt);
+    }
+    return NULL;
+}
+
+cerb_status cerb__notify_start(cerb_client *c)
+{
+    struct cerb_notify *nt = cerb__calloc(1, sizeof *nt);
+    if (!nt)
+        return cerb__error_set(CERB_ENOMEM, "out of memory");
+    cerb__mutex_init(&nt->mu);
+    cerb__cond_init(&nt->cond);
+    if (pthread_create(&nt->thread, NULL, notify_main, nt) != 0) {
+        cerb__cond_destroy(&nt->cond);
+        cerb__mutex_destroy(&nt->mu);
+        cerb__free(nt);
+        return cerb__error_set(CERB_ENOMEM, "cannot start the callback thread");
+    }
+    c->nt = nt;
+    return CERB_OK;
+}
+
+static void push(struct cerb_notify *nt, struct notify_ev *ev)
+{
+    if (nt->tail)
+        nt->tail->next = ev;
+    else
+        nt->head = ev;
+    nt->tail = ev;
+    cerb__cond_signal(&nt->cond);
+}
+
+bool cerb__notify_lost(cerb_client *c, cerb_lock *l, void (*cb)(cerb_lock *, void *), void *ud)
+{
+    struct cerb_notify *nt = c->nt;
+    if (!nt || !cb || !l)
+        return true; /* nobody to tell: told */
+    struct notify_ev *ev = cerb__calloc(1, sizeof *ev);
+    if (!ev)
+        return false; /* the watchdog tries again on its next round */
+    ev->kind = EV_LOST;
+    ev->l = l;
+    ev->lost_cb = cb;
+    ev->lost_ud = ud;
+    cerb__mutex_lock(&nt->mu);
+    if (nt->stop)
+        cerb__free(ev);
+    else
+        push(nt, ev);
+    cerb__mutex_unlock(&nt->mu);
+    return true;
+}
+
+void cerb__notify_switch(cerb_client *c, const char *from, const char *to, const char *why)
+{
+    struct cerb_notify *nt = c->nt;
+    if (!nt)
+        return;
+    cerb__mutex_lock(&nt->mu);
+    bool wanted = nt->switch_cb && !nt->stop;
+    cerb__mutex_unlock(&nt->mu);
+    if (!wanted)
+        return;
+    struct notify_ev *ev = cerb__calloc(1, sizeof *ev);
+    if (!ev)
+        return; /* the switch itself is logged; the callback is best effort under OOM */
+    ev->kind = EV_SWITCH;
+    snprintf(ev->from, sizeof ev->from, "%s", from);
+    snprintf(ev->to, sizeof ev->to, "%s", to);
+    snprintf(ev->why, sizeof ev->why, "%s", why ? why : "");
+    cerb__mutex_lock(&nt->mu);
+    if (nt->stop)
+        cerb__free(ev);
+    else
+        push(nt, ev);
+    cerb__mutex_unlock(&nt->mu);
+}
+
+void cerb__notify_set_switch_cb(cerb_client *c,
+                                void (*cb)(const char *, const char *, const char *, void *),
+                                void *ud)
+{
+    struct cerb_notify *nt = c->nt;
+    cerb__mutex_lock(&nt->mu);
+    nt->switch_cb = cb;
+    nt->switch_ud = ud;
+    cerb__mutex_unlock(&nt->mu);
+}
+
+bool cerb__notify_forget(cerb_client *c, cerb_lock *l)
+{
+    struct cerb_notify *nt = c->nt;
+    bool keep = false;
+    if (!nt)
+        return false;
+    cerb__mutex_lock(&nt->mu);
+    struct notify_ev **pp = &nt->head, *prev = NULL;
+    while (*pp) {
+        struct notify_ev *ev = *pp;
+        if (ev->kind == EV_LOST && ev->l == l) {
+            *pp = ev->next;
+            cerb__free(ev);
+        } else {
+            prev = ev;
+            pp = &ev->next;
+        }
+    }
+    nt->tail = prev;
+    if (nt->running == l) {
+        nt->free_running = true;
+        keep = true;
+    }
+    cerb__mutex_unlock(&nt->mu);
+    return keep;
+}
+
+void cerb__notify_stop(cerb_client *c)
+{
+    struct cerb_notify *nt = c->nt;
+    if (!nt)
+        return;
+    cerb__mutex_lock(&nt->mu);
+    nt->stop = true;
+    while (nt->head) {
+        struct notify_ev *ev = nt->head;
+        nt->head = ev->next;
+        cerb__free(ev);
+    }
+    nt->tail = NULL;
+    cerb__cond_signal(&nt->cond);
+    cerb__mutex_unlock(&nt->mu);
+}
+
+bool cerb__notify_finish(cerb_client *c)
+{
+    struct cerb_notify *nt = c->nt;
+    if (!nt)
+        return false;
+    c->nt = NULL;
+    cerb__mutex_lock(&nt->mu);
+    bool busy = nt->in_callback;
+    if (busy) {
+        nt->detached = true;
+        nt->free_client = c;
+    }
+    cerb__mutex_unlock(&nt->mu);
+    if (busy) {
+        pthread_detach(nt->thread);
+        return true;
+    }
+    pthread_join(nt->thread, NULL);
+    cerb__cond_destroy(&nt->cond);
+    cerb__mutex_destroy(&nt->mu);
+    cerb__free(nt);
+    return false;
+}

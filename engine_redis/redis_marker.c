@@ -1,0 +1,187 @@
+/*
+ * redis_marker.c — the marker key that tells the engine its server lost
+ * the data (redis_marker.h), and what the engine does when it has.
+ *
+ * How long the quarantine is. A hold's local deadline is at most one lease
+ * after its last renewal was sent, and that renewal ran before the loss; a
+ * marker found missing "now" therefore covers every hold of the lost data
+ * with a quarantine of lock.lease_ms plus drift (1 % + 2 ms, as the core's
+ * deadline) from now. The server cannot tell a first start from a restart
+ * without its data, so a server never used before also waits one lease
+ * before its first grant (Redlock's "delayed restart"), unless whoever
+ * starts it writes the marker first: scripts/servers.sh does, for the
+ * servers it starts empty. The quarantine is the lease of the instance
+ * that found the marker missing; clients of one server should share
+ * lock.lease_ms (a per-lock lease beyond it is bounded by the core, not
+ * here).
+ *
+ * The marker is made by a script that only writes when it is missing, so
+ * every instance that notices a loss adopts the one marker the first made,
+ * and its quarantine.
+ */
+#include "internal_posix.h"
+
+#include "redis_marker.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#include "alloc.h"
+#include "clock.h"
+#include "error.h"
+#include "log.h"
+#include "redis_scripts.h"
+
+/* KEYS M, ARGV candidate-id quarantine-ms: the marker, made if missing. */
+static const char lua_marker[] =
+    "local m = redis.call('GET', KEYS[1])\n"
+    "if m then return m end\n"
+    "local t = redis.call('TIME')\n"
+    "local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)\n"
+    "m = ARGV[1] .. ' ' .. string.format('%d', now + tonumber(ARGV[2]))\n"
+    "redis.call('SET', KEYS[1], m)\n"
+    "return m\n";
+
+cerb_status cerb__redis_marker_init(cerb_engine *e)
+{
+    static const char tail[] = REDIS_SEP "cerberus";
+    const char *prefix = e->rc->prefix ? e->rc->prefix : "";
+    size_t pl = strlen(prefix);
+    int64_t lease = e->cfg->lock.lease_ms;
+
+    e->marker_key = cerb__malloc(pl + sizeof tail);
+    if (!e->marker_key)
+        return cerb__error_set(CERB_ENOMEM, "redis: out of memory");
+    memcpy(e->marker_key, prefix, pl);
+    memcpy(e->marker_key + pl, tail, sizeof tail);
+    e->marker_key_len = pl + sizeof tail - 1;
+    e->quarantine_ms = lease + lease / 100 + 2;
+    e->marker[0] = '\0';
+    e->marker_qend[0] = '\0';
+    cerb__mutex_init(&e->marker_mu);
+    return CERB_OK;
+}
+
+void cerb__redis_marker_destroy(cerb_engine *e)
+{
+    if (!e->marker_key)
+        return;
+    cerb__free(e->marker_key);
+    e->marker_key = NULL;
+    cerb__mutex_destroy(&e->marker_mu);
+}
+
+/* "<id> <qend>": a value we can send back, with its quarantine end. */
+static bool parse_marker(const redisReply *r, struct redis_marker_view *v)
+{
+    if (r->type != REDIS_REPLY_STRING || r->len == 0 || r->len >= sizeof v->value)
+        return false;
+    const char *sp = memchr(r->str, ' ', r->len);
+    if (!sp)
+        return false;
+    size_t ql = r->len - (size_t)(sp + 1 - r->str);
+    if (ql == 0 || ql >= sizeof v->qend)
+        return false;
+    for (size_t i = 0; i < ql; i++)
+        if (sp[1 + i] < '0' || sp[1 + i] > '9')
+            return false;
+    memcpy(v->value, r->str, r->len);
+    v->value[r->len] = '\0';
+    memcpy(v->qend, sp + 1, ql);
+    v->qend[ql] = '\0';
+    return true;
+}
+
+/* Run the marker script on c: the marker as it is on the server now. */
+static cerb_status read_marker(cerb_engine *e, struct redis_conn *c, struct redis_marker_view *v)
+{
+    char cand[17], qlen[24];
+    redisReply *r = NULL;
+    size_t got = 0;
+    cerb_outcome oc;
+
+    snprintf(cand, sizeof cand, "%016llx", (unsigned long long)cerb__rand_below(UINT64_MAX));
+    snprintf(qlen, sizeof qlen, "%lld", (long long)e->quarantine_ms);
+    const char *argv[6] = {"EVAL", lua_marker, "1", e->marker_key, cand, qlen};
+    size_t argl[6] = {4, sizeof lua_marker - 1, 1, e->marker_key_len, strlen(cand),
+                      strlen(qlen)};
+    cerb_status st = cerb__redis_append(c, 6, argv, argl);
+    if (st == CERB_OK)
+        st = cerb__redis_exchange(e, c, "marker", &r, &got, &oc);
+    if (st != CERB_OK)
+        return st;
+    if (!parse_marker(r, v)) {
+        struct redis_failure f = {.phase = REDIS_PHASE_REPLY, .reply = r};
+        st = cerb__redis_fail(e->where, "marker", &f, NULL);
+    }
+    freeReplyObject(r);
+    return st;
+}
+
+cerb_status cerb__redis_marker_fetch(cerb_engine *e, struct redis_conn *c)
+{
+    struct redis_marker_view v;
+    cerb_status st = read_marker(e, c, &v);
+    if (st != CERB_OK)
+        return st;
+    cerb__mutex_lock(&e->marker_mu);
+    memcpy(e->marker, v.value, sizeof e->marker);
+    memcpy(e->marker_qend, v.qend, sizeof e->marker_qend);
+    cerb__mutex_unlock(&e->marker_mu);
+    return CERB_OK;
+}
+
+void cerb__redis_marker_get(cerb_engine *e, struct redis_marker_view *v)
+{
+    cerb__mutex_lock(&e->marker_mu);
+    memcpy(v->value, e->marker, sizeof v->value);
+    memcpy(v->qend, e->marker_qend, sizeof v->qend);
+    cerb__mutex_unlock(&e->marker_mu);
+}
+
+bool cerb__redis_is_lost(const redisReply *r)
+{
+    return r && r->type == REDIS_REPLY_STRING && r->len == 1 && r->str[0] == 'L';
+}
+
+cerb_status cerb__redis_marker_lost(cerb_engine *e, struct redis_conn *c,
+                                    const struct redis_marker_view *sent)
+{
+    struct redis_marker_view now;
+    struct redis_conn *own = NULL;
+    cerb_status st;
+    bool fire = false;
+
+    cerb__mutex_lock(&e->marker_mu);
+    bool moved = strcmp(e->marker, sent->value) != 0;
+    cerb__mutex_unlock(&e->marker_mu);
+    if (moved)
+        return CERB_OK; /* another operation of ours noticed first */
+    if (!c || c->broken) {
+        st = cerb__redis_get(e, cerb__deadline_in(e->rc->op_timeout_ms), &own);
+        if (st != CERB_OK)
+            return st;
+        c = own;
+    }
+    st = read_marker(e, c, &now);
+    if (own)
+        cerb__redis_put(e, own);
+    if (st != CERB_OK)
+        return st;
+    cerb__mutex_lock(&e->marker_mu);
+    if (strcmp(e->marker, sent->value) == 0 && strcmp(now.value, sent->value) != 0) {
+        memcpy(e->marker, now.value, sizeof e->marker);
+        memcpy(e->marker_qend, now.qend, sizeof e->marker_qend);
+        fire = true;
+    }
+    cerb__mutex_unlock(&e->marker_mu);
+    if (fire) {
+        REDIS_COUNT(e, data_losses);
+        CERB_LOG_W("redis %s: the server lost its data (marker \"%s\" gone): every hold here "
+                   "is LOST, and no grant before server time %s ms",
+                   e->where, sent->value, now.qend);
+        if (e->env.event)
+            e->env.event(e->env.ud, CERB_EV_LOST, NULL, NULL);
+    }
+    return CERB_OK;
+}
