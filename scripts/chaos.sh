@@ -162,6 +162,9 @@ cleanup() {
     rm -rf -- "$RUN"
 }
 trap cleanup EXIT
+# A ctest timeout or ^C still stops what this run started (by PID).
+trap 'exit 143' TERM
+trap 'exit 130' INT
 
 start_server() {
     local e=$1 p
