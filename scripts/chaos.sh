@@ -170,52 +170,79 @@ start_server() {
     local e=$1 p
     p=$(port_of "$e")
     [[ " $STARTED " == *" $e:$p "* ]] && { await "$e"; return; }
-    servers start "$e" --port "$p" >/dev/null
     STARTED="$STARTED $e:$p"
+    # Three tries: the port may be held for a moment by a client socket
+    # (ephemeral range).
+    servers start "$e" --port "$p" >/dev/null ||
+        servers start "$e" --port "$p" >/dev/null ||
+        servers start "$e" --port "$p" >/dev/null
 }
 
 # ---------------------------------------------------------------- nemesis
 
+# kill9 PID: kill -9 and wait until the process is gone (or a zombie).
+kill9() {
+    kill -KILL "$1"
+    while kill -0 "$1" 2>/dev/null && [[ $(awk '{print $3}' "/proc/$1/stat" 2>/dev/null) != Z ]]; do
+        sleep 0.05
+    done
+}
+
+# relaunch E ARGV...: start ARGV detached as E's server, record its PID, and
+# wait until it answers. The chaos ports lie in the kernel's ephemeral range,
+# so a client socket may hold the port for a moment: a server that dies at
+# once (bind failed) is started again, three times at most.
+relaunch() {
+    local e=$1 port pid try deadline
+    shift
+    port=$(port_of "$e")
+    for try in 1 2 3; do
+        setsid "$@" </dev/null >>"$CERB_STATE_DIR/$e-$port.log" 2>&1 &
+        pid=$!
+        disown "$pid" # killed by a later fault: no job notice
+        echo "$pid" >"$CERB_STATE_DIR/$e-$port.pid"
+        deadline=$(($(now_ms) + 30000))
+        while (($(now_ms) < deadline)); do
+            servers status "$e" --port "$port" >/dev/null 2>&1 && return 0
+            kill -0 "$pid" 2>/dev/null || break
+            sleep 0.1
+        done
+        kill -0 "$pid" 2>/dev/null && { say "$e :$port (pid $pid) did not answer within 30 s"; return 1; }
+        say "$e :$port exited at start (attempt $try; port busy?)"
+        sleep 0.5
+    done
+    return 1
+}
+
 # restart E KEEP: kill -9 the server and start it again; KEEP=1 keeps its
-# data (redis: SAVE first), KEEP=0 (redis only) restarts it empty.
+# data (redis: SAVE first), KEEP=0 (redis only) restarts it empty and
+# unmarked, as servers.sh treats a start after a crash.
 restart() {
-    local e=$1 keep=$2 pid port data log
+    local e=$1 keep=$2 pid port data
     port=$(port_of "$e")
     pid=$(pid_of "$e") || { say "no $e pid"; return 1; }
-    log="$CERB_STATE_DIR/$e-$port.log"
     case $e in
         redis)
             read -r data <"$CERB_STATE_DIR/redis-$port.dir"
             if ((keep)); then
                 timeout 5 redis-cli -h 127.0.0.1 -p "$port" SAVE >/dev/null 2>&1 || true
             fi
-            kill -KILL "$pid"
-            while kill -0 "$pid" 2>/dev/null && [[ $(awk '{print $3}' "/proc/$pid/stat" 2>/dev/null) != Z ]]; do sleep 0.05; done
+            kill9 "$pid"
             ((keep)) || rm -f -- "$data/dump.rdb"
             # The flags of servers.sh, so its stop and status know the process.
-            setsid redis-server --bind 127.0.0.1 --port "$port" --protected-mode yes \
+            relaunch redis redis-server --bind 127.0.0.1 --port "$port" --protected-mode yes \
                 --dir "$data" --save "" --appendonly no --daemonize no --logfile "" \
-                --loglevel notice --enable-debug-command local \
-                </dev/null >>"$log" 2>&1 &
-            echo $! >"$CERB_STATE_DIR/redis-$port.pid"
-            disown $!   # killed by a later fault: no job notice
+                --loglevel notice --enable-debug-command local
             ;;
-        zk)
+        zk | etcd)
+            # The same command line (zk: its zoo.cfg and data dir; etcd: its
+            # data dir, where flags for a new cluster are ignored).
             local -a argv
             mapfile -d '' argv <"/proc/$pid/cmdline"
-            kill -KILL "$pid"
-            while kill -0 "$pid" 2>/dev/null && [[ $(awk '{print $3}' "/proc/$pid/stat" 2>/dev/null) != Z ]]; do sleep 0.05; done
-            setsid "${argv[@]}" </dev/null >>"$log" 2>&1 &
-            echo $! >"$CERB_STATE_DIR/zk-$port.pid"
-            disown $!
-            ;;
-        etcd)
-            kill -KILL "$pid"
-            while kill -0 "$pid" 2>/dev/null && [[ $(awk '{print $3}' "/proc/$pid/stat" 2>/dev/null) != Z ]]; do sleep 0.05; done
-            servers start etcd --port "$port" >/dev/null
+            kill9 "$pid"
+            relaunch "$e" "${argv[@]}"
             ;;
     esac
-    await "$e"
 }
 
 proxy_mode() {
