@@ -137,7 +137,8 @@ port_of() {
 }
 
 pid_of() {
-    local f="$CERB_STATE_DIR/$1-$(port_of "$1").pid" p=""
+    local f p=""
+    f="$CERB_STATE_DIR/$1-$(port_of "$1").pid"
     [[ -f $f ]] && read -r p <"$f"
     [[ $p =~ ^[0-9]+$ ]] && echo "$p"
 }

@@ -68,6 +68,7 @@ struct mark {
 
 struct oracle_shm {
     uint64_t magic;
+    int64_t t0; /* oracle_create time: notes give times as offsets from it */
     atomic_flag lock; /* names, engines, marks, notes */
     unsigned nnames;
     unsigned nengines;
@@ -140,6 +141,7 @@ oracle *oracle_create(const char *path)
     oracle *o = map_file(fd);
     if (o) {
         o->s->magic = ORACLE_MAGIC;
+        o->s->t0 = oracle_now();
         /* The engine id 0 is "?": a grant whose engine the worker could not tell. */
         strcpy(o->s->engine[0], "?");
         o->s->nengines = 1;
@@ -278,18 +280,18 @@ int oracle_enter(oracle *o, const char *name, int client, uint64_t token,
         } else {
             atomic_fetch_add(&s->overlaps_unsafe, 1);
             note(o, "UNSAFE overlap on %s: client %d token %#llx (%s) entered at "
-                 "%.3f s while client %d token %#llx (%s) inside since %.3f s, %s",
+                 "+%.3fs while client %d token %#llx (%s) inside since +%.3fs, %s",
                  name, client, (unsigned long long)token, s->engine[ei],
-                 t_ns / 1e9, h->client, (unsigned long long)h->token,
-                 s->engine[h->engine], h->t_enter / 1e9,
+                 (t_ns - s->t0) / 1e9, h->client, (unsigned long long)h->token,
+                 s->engine[h->engine], (h->t_enter - s->t0) / 1e9,
                  h->t_lost ? "told LOST only after" : "never told LOST");
         }
     }
 
     if (token == 0) {
         atomic_fetch_add(&s->zero_tokens, 1);
-        note(o, "token 0 on %s: client %d (%s) at %.3f s", name, client,
-             s->engine[ei], t_ns / 1e9);
+        note(o, "token 0 on %s: client %d (%s) at +%.3fs", name, client,
+             s->engine[ei], (t_ns - s->t0) / 1e9);
     } else {
         /* §5a.3: strictly increasing per engine (engine 0 = unknown, not
          * judged), per client, and above every settled switch floor. */
@@ -309,8 +311,8 @@ int oracle_enter(oracle *o, const char *name, int client, uint64_t token,
         if (why) {
             atomic_fetch_add(&s->token_regressions, 1);
             note(o, "token regression (%s) on %s: client %d (%s) got %#llx "
-                 "at %.3f s, not above %#llx", why, name, client, s->engine[ei],
-                 (unsigned long long)token, t_ns / 1e9, (unsigned long long)prev);
+                 "at +%.3fs, not above %#llx", why, name, client, s->engine[ei],
+                 (unsigned long long)token, (t_ns - s->t0) / 1e9, (unsigned long long)prev);
         }
         if (ei != 0 && token > n->max_engine[ei])
             n->max_engine[ei] = token;
@@ -395,8 +397,8 @@ void oracle_call(oracle *o, const char *what, int64_t t0_ns, int64_t t1_ns,
         atomic_max(&s->max_overrun_ms, (uint64_t)(took_ms - bound_ms));
     if (took_ms > bound_ms + 1000) {
         atomic_fetch_add(&s->overruns, 1);
-        note(o, "overrun: %s took %lld ms at %.3f s, bound %lld ms", what,
-             (long long)took_ms, t0_ns / 1e9, (long long)bound_ms);
+        note(o, "overrun: %s took %lld ms from +%.3fs, bound %lld ms", what,
+             (long long)took_ms, (t0_ns - s->t0) / 1e9, (long long)bound_ms);
     }
 }
 
@@ -408,7 +410,7 @@ void oracle_mark_switch(oracle *o, int64_t t_ns, int64_t settle_ms)
     unsigned nn = s->nnames;
     spin_unlock(&s->lock);
     if (m >= ORACLE_MAX_MARKS) {
-        note(o, "oracle full: switch mark at %.3f s not recorded", t_ns / 1e9);
+        note(o, "oracle full: switch mark at +%.3fs not recorded", (t_ns - s->t0) / 1e9);
         return;
     }
     /* Floors first, then publish the mark: a grant can only be judged
