@@ -37,6 +37,8 @@
 # Environment: CERB_CHAOS_REDIS_PORT (31400), CERB_CHAOS_ZK_PORT (37200),
 # CERB_CHAOS_ETCD_PORT (37400), CERB_CHAOS_PROXY_PORT (31410),
 # CERB_CHAOS_STATE_DIR (servers' state, default $TMPDIR/cerb-chaos-$UID),
+# CERB_CHAOS_KEEP_DIR (a failed scenario's worker logs, config and oracle,
+# default $TMPDIR/cerb-chaos-failed-<seed>),
 # CERB_BUILD_DIR (default ./build).
 set -euo pipefail
 
@@ -117,6 +119,8 @@ for b in "$WORKER" "$ORACLE" "$PROXY" "$CLI"; do
 done
 
 RUN=$(mktemp -d "${TMPDIR:-/tmp}/cerb-chaos-run.XXXXXX")
+# What a failed scenario leaves for the post-mortem (removed by nobody).
+KEEP=${CERB_CHAOS_KEEP_DIR:-${TMPDIR:-/tmp}/cerb-chaos-failed-$SEED}
 mkdir -p -- "$CERB_STATE_DIR"
 STARTED=""     # "engine:port" servers this run started
 PROXY_PID=""
@@ -404,7 +408,7 @@ run_scenario() {
         "$WORKER" -c "$RUN/cerberus.cfg" -o "$RUN/oracle" --client "$i" \
             --threads "$THREADS" --names 3 --prefix "chaos-$scen-$seed-" \
             --seconds "$SECONDS_EACH" --seed "$seed" --bound-ms "$(bound_ms)" \
-            --lease-ms "$LEASE_MS" >"$RUN/worker-$i.log" 2>&1 &
+            --lease-ms "$LEASE_MS" >"$RUN/$scen-worker-$i.log" 2>&1 &
         WORKER_PIDS+=($!)
     done
     end=$((T0 + SECONDS_EACH * 1000))
@@ -429,7 +433,23 @@ run_scenario() {
         wait "$p" || { say "  $scen: worker pid $p exited with status $?"; rc=1; }
     done
     WORKER_PIDS=()
-    for ((i = 0; i < PROCS; i++)); do sed "s/^/  $scen: /" "$RUN/worker-$i.log" | grep -v '^  *$' | tail -n 5; done
+    for ((i = 0; i < PROCS; i++)); do
+        local wl="$RUN/$scen-worker-$i.log"
+        # A sanitizer report is shown whole up to its stack's end; otherwise the
+        # worker's last lines (its counts).
+        if grep -q 'ERROR: \(Address\|Leak\|Undefined\)Sanitizer\|runtime error:' "$wl"; then
+            grep -A 40 'ERROR: \(Address\|Leak\|Undefined\)Sanitizer\|runtime error:' "$wl" |
+                grep -v 'cerberus \(warn\|info\)' | head -n 45 | sed "s/^/  $scen: /"
+            rc=1
+        fi
+        grep -v 'cerberus \(warn\|info\|debug\)' "$wl" | grep -v '^ *$' | tail -n 2 | sed "s/^/  $scen: /"
+    done
+    if ((rc)); then
+        mkdir -p -- "$KEEP"
+        cp -- "$RUN/$scen"-worker-*.log "$RUN/cerberus.cfg" "$KEEP/" 2>/dev/null || true
+        cp -- "$RUN/oracle" "$KEEP/$scen.oracle" 2>/dev/null || true
+        say "  $scen: worker logs, config and oracle kept in $KEEP"
+    fi
     kill -TERM "$PROXY_PID" 2>/dev/null || true
     wait "$PROXY_PID" 2>/dev/null || true
     PROXY_PID=""

@@ -19,13 +19,16 @@
  * apart). The spinlock is held for a few hundred instructions, never across
  * a library call, and workers are never killed by the nemesis, so it cannot
  * be left held. Holder ids carry a generation so a late lost callback cannot
- * mark the next hold that reuses the slot.
+ * mark the next hold that reuses the slot. A hold whose process has died
+ * (kill(pid, 0) fails with ESRCH) ends when the next enter of its name finds
+ * it: a crashed worker is a failure of its own, not a stream of overlaps.
  */
 #include "oracle.h"
 
 #include <errno.h>
 #include <fcntl.h>
 #include <sched.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -44,6 +47,7 @@ _Static_assert(ORACLE_MAX_NAMES * ORACLE_MAX_HOLDERS <= (1 << HOLDER_IDX_BITS),
 struct holder {
     int used;
     int client;
+    pid_t pid; /* the recording process, to tell a holder that died inside */
     int engine;
     unsigned gen;
     uint64_t token;
@@ -275,6 +279,14 @@ int oracle_enter(oracle *o, const char *name, int client, uint64_t token,
         struct holder *h = &n->h[j];
         if (!h->used)
             continue;
+        if (h->pid != getpid() && kill(h->pid, 0) != 0 && errno == ESRCH) {
+            /* Its process died inside (a crash the driver reports): a dead
+             * process touches nothing, so its hold ends here, not an overlap. */
+            h->used = 0;
+            note(o, "client %d (pid %d) died inside %s (token %#llx)", h->client,
+                 (int)h->pid, name, (unsigned long long)h->token);
+            continue;
+        }
         if (h->t_lost != 0 && h->t_lost <= t_ns) {
             atomic_fetch_add(&s->overlaps_explained, 1);
         } else {
@@ -328,6 +340,7 @@ int oracle_enter(oracle *o, const char *name, int client, uint64_t token,
             continue;
         h->used = 1;
         h->client = client;
+        h->pid = getpid();
         h->engine = ei;
         h->gen = (h->gen + 1) & ((1u << (31 - HOLDER_IDX_BITS)) - 1);
         h->token = token;

@@ -4,7 +4,8 @@
  * regressions per engine, per client and after a switch mark, tokens of 0,
  * overruns, LOST counts, acquisitions per engine) is shown to fire on the
  * sequence that breaks it and to stay silent on the one that does not; and
- * two processes recording into one file see each other.
+ * two processes recording into one file see each other; the hold of a
+ * process that died inside ends, rather than overlapping every later one.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -194,6 +195,28 @@ static void two_processes_share_the_file(void **state)
     assert_int_equal(r.overlaps_unsafe, 1);
 }
 
+static void dead_holder_is_no_overlap(void **state)
+{
+    oracle *o = *state;
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        oracle *c = oracle_open(path);
+        if (!c)
+            _exit(2);
+        /* Enters and dies inside, never leaving. */
+        oracle_enter(c, "d", 1, 1, "zk", oracle_now());
+        _exit(0);
+    }
+    int st = 0;
+    assert_int_equal(waitpid(pid, &st, 0), pid);
+    int h = oracle_enter(o, "d", 0, 2, "zk", oracle_now());
+    oracle_leave(o, h, oracle_now());
+    oracle_report r = rep(o);
+    assert_int_equal(r.overlaps_unsafe, 0);
+    assert_non_null(strstr(oracle_note_get(o, 0), "died inside d"));
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -204,6 +227,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(switch_mark_floor, setup, teardown),
         cmocka_unit_test_setup_teardown(overruns, setup, teardown),
         cmocka_unit_test_setup_teardown(two_processes_share_the_file, setup, teardown),
+        cmocka_unit_test_setup_teardown(dead_holder_is_no_overlap, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
