@@ -63,6 +63,40 @@ int cerb__cli_check(const struct cerb__cli *cli, int argc, char **argv);
 int cerb__cli_holders(const struct cerb__cli *cli, int argc, char **argv);
 
 /*
+ * The same commands' argument parsers alone: each returns -1 when the
+ * arguments are good (the command would go on to run), or the exit code the
+ * command returns at once, having printed what it prints (its --help text
+ * on stdout, a usage error on stderr). They connect nowhere, read no file
+ * and keep nothing.
+ */
+int cerb__cli_run_parse(int argc, char **argv);
+int cerb__cli_status_parse(int argc, char **argv);
+int cerb__cli_switch_parse(int argc, char **argv);
+int cerb__cli_check_parse(int argc, char **argv);
+int cerb__cli_holders_parse(int argc, char **argv);
+
+/* The global options of the command line (main.c). */
+struct cerb__cli_args {
+    const char *opt_path; /* -c FILE, --config FILE, -cFILE; or NULL */
+    int verbose;          /* -v, --verbose (-vv counts 2) */
+    int cmd;              /* index in argv of the command word */
+};
+
+/*
+ * Parses `cerberus [-c FILE] [-v] COMMAND ...` up to COMMAND. Returns -1
+ * with out->cmd set, or the exit code the command line ends with at once
+ * (-h, -V, a usage error: printed).
+ */
+int cerb__cli_parse_global(int argc, char **argv, struct cerb__cli_args *out);
+
+/* Parses argv[0] (a command name, or "help") and its arguments with that
+ * command's parser; -1 or an exit code as above. */
+int cerb__cli_parse_command(int argc, char **argv);
+
+/* The whole command: parse, find the configuration, run (cerberus.c). */
+int cerb__cli_main(int argc, char **argv);
+
+/*
  * `holders` readers of the engines with servers (holders_zk.c,
  * holders_etcd.c; Redis is read in cmd_holders.c). Each prints its lines
  * ("<engine>: ...") on stdout and its errors on stderr, and returns an

@@ -59,24 +59,41 @@ static bool check_one(const char *path, int verbose)
     return true;
 }
 
-int cerb__cli_check(const struct cerb__cli *cli, int argc, char **argv)
+/* `check [--] [FILE...]`: -1 to go on with *first the index of the first
+ * FILE (argc: none), or the exit code (printed). */
+static int parse_args(int argc, char **argv, int *first)
 {
-    int first = argc; /* index of the first FILE */
-    bool ok = true;
-
-    for (int i = 1; i < argc && first == argc; i++) {
+    *first = argc;
+    for (int i = 1; i < argc && *first == argc; i++) {
         const char *a = argv[i];
         if (strcmp(a, "--") == 0) {
-            first = i + 1;
+            *first = i + 1;
         } else if (cerb__cli_is_help(a)) {
             fputs(cerb__cli_check_usage, stdout);
             return CLI_EXIT_OK;
         } else if (a[0] == '-' && a[1] != '\0') {
             return cerb__cli_usage_error("check", "unknown option '%s'", a);
         } else {
-            first = i;
+            *first = i;
         }
     }
+    return -1;
+}
+
+int cerb__cli_check_parse(int argc, char **argv)
+{
+    int first;
+    return parse_args(argc, argv, &first);
+}
+
+int cerb__cli_check(const struct cerb__cli *cli, int argc, char **argv)
+{
+    int first; /* index of the first FILE */
+    bool ok = true;
+    int rc = parse_args(argc, argv, &first);
+
+    if (rc >= 0)
+        return rc;
     if (first >= argc)
         return check_one(cli->config_path, cli->verbose) ? CLI_EXIT_OK
                                                          : CLI_EXIT_CONFIG;

@@ -272,6 +272,40 @@ out:
     return rc_exit;
 }
 
+/* `holders [--] NAME`: -1 to go on with *name, or the exit code (printed). */
+static int parse_args(int argc, char **argv, const char **name)
+{
+    for (int i = 1; i < argc; i++) {
+        if (cerb__cli_is_help(argv[i])) {
+            fputs(cerb__cli_holders_usage, stdout);
+            return CLI_EXIT_OK;
+        }
+        if (strcmp(argv[i], "--") == 0 && i + 1 < argc) {
+            if (*name || i + 2 != argc)
+                return cerb__cli_usage_error("holders", "one NAME");
+            *name = argv[i + 1];
+            break;
+        }
+        if (argv[i][0] == '-')
+            return cerb__cli_usage_error("holders", "unknown option '%s'", argv[i]);
+        if (*name)
+            return cerb__cli_usage_error("holders", "one NAME");
+        *name = argv[i];
+    }
+    if (!*name)
+        return cerb__cli_usage_error("holders", "NAME is missing");
+    if (!cerb__cli_name_ok(*name))
+        return cerb__cli_usage_error("holders", "bad lock name (1-255 bytes, no "
+                                                "control characters)");
+    return -1;
+}
+
+int cerb__cli_holders_parse(int argc, char **argv)
+{
+    const char *name = NULL;
+    return parse_args(argc, argv, &name);
+}
+
 int cerb__cli_holders(const struct cerb__cli *cli, int argc, char **argv)
 {
     const char *name = NULL;
@@ -279,28 +313,10 @@ int cerb__cli_holders(const struct cerb__cli *cli, int argc, char **argv)
     cerb_status st;
     int rc = CLI_EXIT_OK;
 
-    for (int i = 1; i < argc; i++) {
-        if (cerb__cli_is_help(argv[i])) {
-            fputs(cerb__cli_holders_usage, stdout);
-            return CLI_EXIT_OK;
-        }
-        if (strcmp(argv[i], "--") == 0 && i + 1 < argc) {
-            if (name || i + 2 != argc)
-                return cerb__cli_usage_error("holders", "one NAME");
-            name = argv[i + 1];
-            break;
-        }
-        if (argv[i][0] == '-')
-            return cerb__cli_usage_error("holders", "unknown option '%s'", argv[i]);
-        if (name)
-            return cerb__cli_usage_error("holders", "one NAME");
-        name = argv[i];
-    }
-    if (!name)
-        return cerb__cli_usage_error("holders", "NAME is missing");
-    if (!cerb__cli_name_ok(name))
-        return cerb__cli_usage_error("holders", "bad lock name (1-255 bytes, no "
-                                                "control characters)");
+    rc = parse_args(argc, argv, &name);
+    if (rc >= 0)
+        return rc;
+    rc = CLI_EXIT_OK;
     st = cli->config_path ? cerb__config_from_file(cli->config_path, &cfg)
                           : cerb__config_defaults(&cfg);
     if (st != CERB_OK) {

@@ -635,6 +635,21 @@ static void close_pair(int p[2])
     p[0] = p[1] = -1;
 }
 
+int cerb__cli_run_parse(int argc, char **argv)
+{
+    struct run_opts o;
+    bool help = false;
+    int rc;
+
+    memset(&o, 0, sizeof o);
+    rc = parse_args(argc, argv, &o, &help);
+    if (help) {
+        fputs(cerb__cli_run_usage, stdout);
+        return CLI_EXIT_OK;
+    }
+    return rc ? rc : -1;
+}
+
 int cerb__cli_run(const struct cerb__cli *cli, int argc, char **argv)
 {
     struct run_opts o;

@@ -170,6 +170,28 @@ static void wait_first_probe(cerb_client *c, const struct cerb_config *cfg)
     }
 }
 
+/* `status [--json]`: -1 to go on, or the exit code (printed). */
+static int parse_args(int argc, char **argv, bool *json)
+{
+    for (int i = 1; i < argc; i++) {
+        if (cerb__cli_is_help(argv[i])) {
+            fputs(cerb__cli_status_usage, stdout);
+            return CLI_EXIT_OK;
+        }
+        if (strcmp(argv[i], "--json") == 0)
+            *json = true;
+        else
+            return cerb__cli_usage_error("status", "unexpected argument '%s'", argv[i]);
+    }
+    return -1;
+}
+
+int cerb__cli_status_parse(int argc, char **argv)
+{
+    bool json = false;
+    return parse_args(argc, argv, &json);
+}
+
 int cerb__cli_status(const struct cerb__cli *cli, int argc, char **argv)
 {
     struct cerb_config *cfg = NULL;
@@ -181,16 +203,10 @@ int cerb__cli_status(const struct cerb__cli *cli, int argc, char **argv)
     cerb_status st;
     int rc = CLI_EXIT_OK;
 
-    for (int i = 1; i < argc; i++) {
-        if (cerb__cli_is_help(argv[i])) {
-            fputs(cerb__cli_status_usage, stdout);
-            return CLI_EXIT_OK;
-        }
-        if (strcmp(argv[i], "--json") == 0)
-            json = true;
-        else
-            return cerb__cli_usage_error("status", "unexpected argument '%s'", argv[i]);
-    }
+    rc = parse_args(argc, argv, &json);
+    if (rc >= 0)
+        return rc;
+    rc = CLI_EXIT_OK;
     /* The file's own view (active setting, epoch, engine list). */
     st = cli->config_path ? cerb__config_from_file(cli->config_path, &cfg)
                           : cerb__config_defaults(&cfg);

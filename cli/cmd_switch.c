@@ -495,6 +495,30 @@ static void explain(const struct cfg_file *f, const struct cerb_config *old,
            cfg->epoch);
 }
 
+/* `switch [ENGINE|auto]`: -1 to go on (*engine NULL when not given), or
+ * the exit code (printed). */
+static int parse_args(int argc, char **argv, const char **engine)
+{
+    for (int i = 1; i < argc; i++) {
+        if (cerb__cli_is_help(argv[i])) {
+            fputs(cerb__cli_switch_usage, stdout);
+            return CLI_EXIT_OK;
+        }
+        if (argv[i][0] == '-')
+            return cerb__cli_usage_error("switch", "unknown option '%s'", argv[i]);
+        if (*engine)
+            return cerb__cli_usage_error("switch", "one ENGINE at most");
+        *engine = argv[i];
+    }
+    return -1;
+}
+
+int cerb__cli_switch_parse(int argc, char **argv)
+{
+    const char *engine = NULL;
+    return parse_args(argc, argv, &engine);
+}
+
 int cerb__cli_switch(const struct cerb__cli *cli, int argc, char **argv)
 {
     const char *engine = NULL;
@@ -503,17 +527,9 @@ int cerb__cli_switch(const struct cerb__cli *cli, int argc, char **argv)
     char *text = NULL;
     int rc;
 
-    for (int i = 1; i < argc; i++) {
-        if (cerb__cli_is_help(argv[i])) {
-            fputs(cerb__cli_switch_usage, stdout);
-            return CLI_EXIT_OK;
-        }
-        if (argv[i][0] == '-')
-            return cerb__cli_usage_error("switch", "unknown option '%s'", argv[i]);
-        if (engine)
-            return cerb__cli_usage_error("switch", "one ENGINE at most");
-        engine = argv[i];
-    }
+    rc = parse_args(argc, argv, &engine);
+    if (rc >= 0)
+        return rc;
     if (!cli->config_path) {
         cerb__cli_error("switch: no configuration file (give -c FILE, set "
                         "$CERBERUS_CONFIG, or create ./cerberus.cfg or "

@@ -18,6 +18,13 @@
  *
  * Exit codes are sysexits(3) values (cli.h); 75 means the lock was not
  * obtained and 76 that it was lost while the command ran.
+ *
+ * Parsing is kept apart from running: cerb__cli_parse_global() reads the
+ * global options and cerb__cli_parse_command() a command's arguments (each
+ * command's own parser, the one its run uses), both without connecting,
+ * reading a file or starting anything, so the fuzz harness
+ * tests/fuzz/fuzz_cli_args.c can call them on any argv. main() itself is in
+ * cerberus.c.
  */
 #include "internal_posix.h"
 
@@ -62,15 +69,16 @@ static const char main_usage[] =
 struct command {
     const char *name;
     int (*fn)(const struct cerb__cli *, int, char **);
+    int (*parse)(int, char **);
     const char *usage;
 };
 
 static const struct command commands[] = {
-    {"run", cerb__cli_run, cerb__cli_run_usage},
-    {"status", cerb__cli_status, cerb__cli_status_usage},
-    {"switch", cerb__cli_switch, cerb__cli_switch_usage},
-    {"check", cerb__cli_check, cerb__cli_check_usage},
-    {"holders", cerb__cli_holders, cerb__cli_holders_usage},
+    {"run", cerb__cli_run, cerb__cli_run_parse, cerb__cli_run_usage},
+    {"status", cerb__cli_status, cerb__cli_status_parse, cerb__cli_status_usage},
+    {"switch", cerb__cli_switch, cerb__cli_switch_parse, cerb__cli_switch_usage},
+    {"check", cerb__cli_check, cerb__cli_check_parse, cerb__cli_check_usage},
+    {"holders", cerb__cli_holders, cerb__cli_holders_parse, cerb__cli_holders_usage},
 };
 
 /* ---- shared helpers ---- */
@@ -254,27 +262,27 @@ static int help(int argc, char **argv)
     return CLI_EXIT_OK;
 }
 
-int main(int argc, char **argv)
+int cerb__cli_parse_global(int argc, char **argv, struct cerb__cli_args *out)
 {
-    struct cerb__cli cli = {NULL, CLI_CONFIG_NONE, 0};
-    const char *opt_path = NULL;
-    const struct command *c;
     int i;
 
+    out->opt_path = NULL;
+    out->verbose = 0;
+    out->cmd = argc;
     for (i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (strcmp(a, "-c") == 0 || strcmp(a, "--config") == 0) {
             if (++i >= argc)
                 return cerb__cli_usage_error(NULL, "%s needs a FILE", a);
-            opt_path = argv[i];
+            out->opt_path = argv[i];
         } else if (strncmp(a, "--config=", 9) == 0) {
-            opt_path = a + 9;
+            out->opt_path = a + 9;
         } else if (strncmp(a, "-c", 2) == 0) {
-            opt_path = a + 2;
+            out->opt_path = a + 2;
         } else if (strcmp(a, "-v") == 0 || strcmp(a, "--verbose") == 0) {
-            cli.verbose++;
+            out->verbose++;
         } else if (strcmp(a, "-vv") == 0) {
-            cli.verbose += 2;
+            out->verbose += 2;
         } else if (cerb__cli_is_help(a)) {
             fputs(main_usage, stdout);
             return CLI_EXIT_OK;
@@ -292,13 +300,41 @@ int main(int argc, char **argv)
         fputs(main_usage, stderr);
         return CLI_EXIT_USAGE;
     }
-    if (opt_path && !*opt_path)
+    if (out->opt_path && !*out->opt_path)
         return cerb__cli_usage_error(NULL, "-c needs a FILE");
+    out->cmd = i;
+    return -1;
+}
+
+int cerb__cli_parse_command(int argc, char **argv)
+{
+    const struct command *c;
+
+    if (strcmp(argv[0], "help") == 0)
+        return help(argc, argv);
+    c = find_command(argv[0]);
+    if (!c)
+        return cerb__cli_usage_error(NULL, "unknown command '%s'", argv[0]);
+    return c->parse(argc, argv);
+}
+
+int cerb__cli_main(int argc, char **argv)
+{
+    struct cerb__cli cli = {NULL, CLI_CONFIG_NONE, 0};
+    struct cerb__cli_args a;
+    const struct command *c;
+    int rc, i;
+
+    rc = cerb__cli_parse_global(argc, argv, &a);
+    if (rc >= 0)
+        return rc;
+    i = a.cmd;
+    cli.verbose = a.verbose;
     if (strcmp(argv[i], "help") == 0)
         return help(argc - i, argv + i);
     c = find_command(argv[i]);
     if (!c)
         return cerb__cli_usage_error(NULL, "unknown command '%s'", argv[i]);
-    find_config(&cli, opt_path);
+    find_config(&cli, a.opt_path);
     return c->fn(&cli, argc - i, argv + i);
 }

@@ -475,14 +475,12 @@ cerb_status cerb_client_reload(cerb_client *c)
              * applies the pin once it is open) and say the switch failed. */
             char why[CERB_ERROR_MAX];
             cerb__error_copy(why, sizeof why);
-            cerb__mutex_lock(&c->fo_mu);
-            c->pinned = i;
-            cerb__mutex_unlock(&c->fo_mu);
+            cerb__client_switch(c, i, "config: active engine changed", CERB_PIN_CONFIG);
             st = cerb__error_set(CERB_UNAVAILABLE,
                                  "configuration reloaded, but active engine %s would not open "
-                                 "(%s); new acquisitions stay on %s until it does (retried "
-                                 "every probe round)",
-                                 active, why, cerb_engine_current(c));
+                                 "(%s); retried every probe round, and until it opens nothing "
+                                 "is granted here (with a switch grace)",
+                                 active, why);
             CERB_LOG_E("%s", cerb_last_error());
         }
     }

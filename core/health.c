@@ -69,6 +69,10 @@
 
 int64_t cerb__now_ms(void) { return cerb_monotime() / CERB_NS_PER_MS; }
 
+/* After a question to a gated engine went unanswered, how long nobody asks
+ * it again unless it answers something first (gate_one). */
+#define ASK_BACKOFF_NS (250 * CERB_NS_PER_MS)
+
 static int64_t grace_ms(cerb_client *c, int i);
 
 static void breaker_cfg(const struct cerb_config *cfg, struct cerb_breaker_cfg *out)
@@ -88,6 +92,7 @@ void cerb__health_init(cerb_client *c)
     atomic_store(&c->epoch, c->cfg->epoch << CERB_EPOCH_LOCAL_BITS);
     cerb__route_update(c);
     int cur = atomic_load(&c->current);
+    atomic_store(&c->pin_pending, c->pinned >= 0 && c->pinned != cur ? c->pinned : -1);
     int64_t now_ns = cerb_monotime();
     for (size_t i = 0; i < c->n_engines; i++) {
         struct cerb_client_engine *ce = &c->engines[i];
@@ -115,8 +120,10 @@ static void noted(cerb_client *c, struct cerb_client_engine *ce, bool changed)
     enum cerb_breaker_state st = cerb__breaker_state(&ce->brk);
     if (st == CERB_BREAKER_CLOSED || st == CERB_BREAKER_DISABLED)
         ce->healthy_since_ms = cerb__now_ms();
-    snprintf(ce->log_note, sizeof ce->log_note, "engine %s: breaker %s (%s)", ce->name,
+    char line[sizeof ce->log_note];
+    snprintf(line, sizeof line, "engine %s: breaker %s (%s)", ce->name,
              cerb__breaker_state_name(st), ce->brk.reason);
+    memcpy(ce->log_note, line, sizeof line);
 }
 
 /* Release fo_mu, then write the log lines noted under it. */
@@ -241,6 +248,13 @@ static int64_t grace_ms(cerb_client *c, int i)
     return g + g * CERB_DRIFT_PERMILLE / 1000 + CERB_DRIFT_FIXED_MS;
 }
 
+/* Refresh c->pin_pending; fo_mu held. */
+static void pin_update(cerb_client *c)
+{
+    int cur = atomic_load(&c->current);
+    atomic_store(&c->pin_pending, c->pinned >= 0 && c->pinned != cur ? c->pinned : -1);
+}
+
 int cerb__client_switch(cerb_client *c, int to, const char *why, int pin)
 {
     cerb__mutex_lock(&c->fo_mu);
@@ -252,6 +266,7 @@ int cerb__client_switch(cerb_client *c, int to, const char *why, int pin)
     /* Never make current an engine without an instance: a pin on one that
      * has not opened stays a wish until the prober opens it. */
     if (from == to || !c->engines[to].e) {
+        pin_update(c);
         fo_unlock(c);
         return from;
     }
@@ -261,7 +276,20 @@ int cerb__client_switch(cerb_client *c, int to, const char *why, int pin)
             fe->gate_from_ns = cerb_monotime();
         fe->gated = true;
     }
-    c->engines[to].gated = false; /* no need to ask where we go */
+    /* Back to an engine we had left (a failback, or a pin applied once it
+     * opened): other processes may still be on the engines we leave, their
+     * gates on `to` paused after unanswered questions until a probe of
+     * theirs hears it again. Grant there only once they can have heard it:
+     * two probe intervals plus their question back-off. */
+    struct cerb_client_engine *te = &c->engines[to];
+    if (te->gated && grace_ms(c, from) > 0) {
+        struct cerb_failover_config fo;
+        cerb__client_failover_cfg(c, &fo, NULL);
+        atomic_store(&te->grant_after_ns,
+                     cerb_monotime() + (2 * fo.probe_interval_ms + fo.probe_timeout_ms) *
+                                           CERB_NS_PER_MS + ASK_BACKOFF_NS);
+    }
+    te->gated = false; /* no need to ask where we go */
     int64_t ep = atomic_load(&c->epoch);
     bool saturated = (ep & CERB_EPOCH_LOCAL_MAX) == CERB_EPOCH_LOCAL_MAX;
     if (!saturated)
@@ -269,6 +297,7 @@ int cerb__client_switch(cerb_client *c, int to, const char *why, int pin)
     c->switches++;
     atomic_store(&c->current, to);
     cerb__route_update(c);
+    pin_update(c);
     fo_unlock(c);
     cerb__lock_follow_switch(c, to);
     if (saturated)
@@ -282,8 +311,6 @@ int cerb__client_switch(cerb_client *c, int to, const char *why, int pin)
     cerb__notify_switch(c, c->engines[from].name, c->engines[to].name, why);
     return to;
 }
-
-#define ASK_BACKOFF_NS (250 * CERB_NS_PER_MS)
 
 /*
  * One gated engine's answer for `name`: CERB_OK (free there, or silent for
@@ -350,6 +377,23 @@ bool cerb__gate_any(cerb_client *c, int idx)
     return false;
 }
 
+/*
+ * The configuration pins an engine that would not open here. Every process
+ * that could open it has moved there and asks this engine only before and
+ * after its own grants; a grant here that asks nobody could overlap. So
+ * with a switch grace nothing is granted until the pin is applied.
+ */
+static cerb_status pin_gate(cerb_client *c, int idx)
+{
+    int p = atomic_load(&c->pin_pending);
+    if (p < 0 || p == idx || grace_ms(c, p) <= 0)
+        return CERB_OK;
+    return cerb__error_set(CERB_UNAVAILABLE,
+                           "engine %s, which the configuration makes active, is not open here "
+                           "(retried every probe round): nothing is granted on %s meanwhile",
+                           c->engines[p].name, c->engines[idx].name);
+}
+
 cerb_status cerb__switch_gate(cerb_client *c, int idx, struct cerb_slot *s, int64_t deadline_ns,
                               const atomic_int *intr)
 {
@@ -357,7 +401,18 @@ cerb_status cerb__switch_gate(cerb_client *c, int idx, struct cerb_slot *s, int6
     for (int round = 0;; round++) {
         int64_t now = cerb_monotime();
         int64_t wait_until = 0;
-        cerb_status worst = CERB_OK;
+        cerb_status worst = pin_gate(c, idx);
+        if (worst != CERB_OK)
+            cerb__error_copy(why, sizeof why);
+        int64_t after = atomic_load(&c->engines[idx].grant_after_ns);
+        if (worst == CERB_OK && now < after) {
+            worst = cerb__error_set(CERB_UNAVAILABLE,
+                                    "engine %s was switched back to: granting once every "
+                                    "client can have heard it answer again",
+                                    c->engines[idx].name);
+            cerb__error_copy(why, sizeof why);
+            wait_until = after;
+        }
         for (size_t i = 0; i < c->n_engines; i++) {
             if ((int)i == idx)
                 continue;

@@ -61,6 +61,7 @@ struct cerb_client_engine {
      * question, a successful lock call (renewals included). */
     atomic_int_fast64_t last_ok_ns;
     int64_t ask_fail_ns;         /* last held() question that got no answer */
+    atomic_int_fast64_t grant_after_ns; /* switched back to: no grant before */
     atomic_uint_fast64_t pending_ok;
     char log_note[160];          /* a breaker transition to log once fo_mu
                                     is released (health.c), "" when none */
@@ -173,6 +174,9 @@ struct cerb_client {
      * old engine's counter the new epoch (tokens would go backwards). */
     atomic_uint_fast64_t route;
     struct cerb_notify *nt;              /* callback thread (notify.c) */
+    /* The pinned engine while it is not current (it would not open), else
+     * -1; written under fo_mu with pinned and current (health.c). */
+    atomic_int pin_pending;
 };
 
 /* The engine new acquisitions go to, and the epoch they carry. */

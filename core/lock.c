@@ -101,6 +101,20 @@ cerb_status cerb_lock_new(cerb_client *c, const char *name, const cerb_lock_opts
                                (long long)o.lease_ms);
     if (o.renew < -1 || o.renew > 1 || o.fair < -1 || o.fair > 1)
         return cerb__error_set(CERB_EINVAL, "renew and fair take -1 (default), 0 or 1");
+    if (o.lease_ms > 0 && cerb__config_engine_index(c->boot_cfg, "redis") >= 0) {
+        /* After a data loss, the redis engine quarantines the name for the
+         * longest lease it knows; another process that finds the loss knows
+         * only lock.lease_ms. */
+        struct cerb_failover_config fo;
+        int64_t cfg_lease;
+        cerb__client_failover_cfg(c, &fo, &cfg_lease);
+        if (o.lease_ms > cfg_lease)
+            return cerb__error_set(CERB_EINVAL,
+                                   "lease_ms %lld is above lock.lease_ms %lld: the redis engine's "
+                                   "quarantine after a data loss (in any process) covers only "
+                                   "lock.lease_ms; raise lock.lease_ms",
+                                   (long long)o.lease_ms, (long long)cfg_lease);
+    }
     if (o.lease_ms > 0 && c->n_engines > 1) {
         /* The safe grace (switch_grace_ms = -1) is what every process can
          * derive from the file: lock.lease_ms. A longer per-lock lease would
@@ -367,6 +381,7 @@ static cerb_status engine_acquire(cerb_client *c, struct cerb_hold **hp, struct 
         st = cerb__engine_acquire(ce->ops, ce->e, &h->lk, deadline_ns, &w->stop, &g);
         if (st == CERB_OK) {
             cerb__health_ok(c, h->engine_idx);
+        granted:
             if (!cerb__gate_any(c, h->engine_idx))
                 break;
             /* The gate asked before the grant; ask again after it, or a
@@ -428,7 +443,7 @@ static cerb_status engine_acquire(cerb_client *c, struct cerb_hold **hp, struct 
                 h->next_renew_ns = cerb_monotime(); /* refresh at once */
                 h->renew_once = true;
                 st = CERB_OK;
-                break;
+                goto granted; /* a settled grant is checked like any other */
             }
             if (s2 != CERB_NOT_OWNER) {
                 /* Unsettled: a late landing must leave no orphan. Move on
@@ -572,7 +587,13 @@ cerb_status cerb__lock_acquire(cerb_lock *l, int64_t deadline_ns, bool interrupt
     iwaiter_unlink(l, &w);
     l->nwaiting--;
     if (st == CERB_OK) {
-        h->fence = cerb__fence_compose(h->epoch, h->fence);
+        /* A wait that began before an epoch bump (cerberus switch) on the
+         * engine still current is granted after it: it ranks with the
+         * grants made after the bump, not before. */
+        int64_t ep_now, ep = h->epoch;
+        if (cerb__route(c, &ep_now) == h->engine_idx && ep_now > ep)
+            ep = ep_now;
+        h->fence = cerb__fence_compose(ep, h->fence);
         h->owner_handle = l;
         atomic_store(&h->state, CERB_LOCK_VALID);
         s->hold = h;

@@ -78,7 +78,8 @@ struct cerb_engine {
     cerb_mutex wait_mu;                /* guards waiter registrations (cancel) */
     char *marker_key;                  /* redis_marker.h */
     size_t marker_key_len;
-    int64_t quarantine_ms;             /* after a loss: lease + drift */
+    _Atomic int64_t quarantine_ms;     /* after a loss: the longest lease
+                                          this instance used + drift */
     cerb_mutex marker_mu;              /* guards marker, marker_qend */
     char marker[REDIS_MARKER_MAX];     /* the value every script sends */
     char marker_qend[24];              /* its quarantine end, server ms */

@@ -5,15 +5,14 @@
  * How long the quarantine is. A hold's local deadline is at most one lease
  * after its last renewal was sent, and that renewal ran before the loss; a
  * marker found missing "now" therefore covers every hold of the lost data
- * with a quarantine of lock.lease_ms plus drift (1 % + 2 ms, as the core's
- * deadline) from now. The server cannot tell a first start from a restart
+ * with a quarantine of the longest lease this instance has used (at least
+ * lock.lease_ms) plus drift (1 % + 2 ms, as the core's deadline) from now. The server cannot tell a first start from a restart
  * without its data, so a server never used before also waits one lease
  * before its first grant (Redlock's "delayed restart"), unless whoever
  * starts it writes the marker first: scripts/servers.sh does, for the
  * servers it starts empty. The quarantine is the lease of the instance
  * that found the marker missing; clients of one server should share
- * lock.lease_ms (a per-lock lease beyond it is bounded by the core, not
- * here).
+ * lock.lease_ms (the core refuses per-lock leases beyond it with redis).
  *
  * The marker is made by a script that only writes when it is missing, so
  * every instance that notices a loss adopts the one marker the first made,
@@ -62,6 +61,14 @@ cerb_status cerb__redis_marker_init(cerb_engine *e)
     return CERB_OK;
 }
 
+void cerb__redis_marker_note_lease(cerb_engine *e, int64_t lease_ms)
+{
+    int64_t q = lease_ms + lease_ms / 100 + 2;
+    int64_t cur = atomic_load_explicit(&e->quarantine_ms, memory_order_relaxed);
+    while (cur < q && !atomic_compare_exchange_weak(&e->quarantine_ms, &cur, q))
+        ;
+}
+
 void cerb__redis_marker_destroy(cerb_engine *e)
 {
     if (!e->marker_key)
@@ -101,7 +108,7 @@ static cerb_status read_marker(cerb_engine *e, struct redis_conn *c, struct redi
     cerb_outcome oc;
 
     snprintf(cand, sizeof cand, "%016llx", (unsigned long long)cerb__rand_below(UINT64_MAX));
-    snprintf(qlen, sizeof qlen, "%lld", (long long)e->quarantine_ms);
+    snprintf(qlen, sizeof qlen, "%lld", (long long)atomic_load(&e->quarantine_ms));
     const char *argv[6] = {"EVAL", lua_marker, "1", e->marker_key, cand, qlen};
     size_t argl[6] = {4, sizeof lua_marker - 1, 1, e->marker_key_len, strlen(cand),
                       strlen(qlen)};

@@ -28,6 +28,10 @@ struct redis_marker_view {
     char qend[24]; /* the quarantine's end, server ms, decimal */
 };
 
+/* A hold of lease_ms is being acquired: the quarantine covers it from now
+ * on (a per-lock lease, or lock.lease_ms raised by a reload). Lock-free. */
+void cerb__redis_marker_note_lease(cerb_engine *e, int64_t lease_ms);
+
 /* Build the marker key and the quarantine length (open; no I/O). */
 cerb_status cerb__redis_marker_init(cerb_engine *e);
 void cerb__redis_marker_destroy(cerb_engine *e);

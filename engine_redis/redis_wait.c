@@ -51,6 +51,7 @@
 #include "clock.h"
 #include "error.h"
 #include "log.h"
+#include "redis_marker.h"
 #include "redis_scripts.h"
 
 /* Redis answers a timed-out BLPOP on its next cron tick, up to this late. */
@@ -350,6 +351,8 @@ cerb_status cerb__redis_op_acquire(cerb_engine *e, cerb_engine_lock *lk, int64_t
     struct redis_conn *c;
     int64_t sent = 0, wait_ms = 0;
     cerb_status st = cerb__redis_keys_init(&ks, e->rc->prefix, lk->name, lk->token);
+
+    cerb__redis_marker_note_lease(e, lk->lease_ms);
 
     if (st != CERB_OK)
         return st;

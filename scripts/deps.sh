@@ -13,7 +13,10 @@
 
 # The build needs the compilers, cmake and the -dev packages; the tests need a
 # real redis-server, redis-cli (readiness checks) and python3-redis (interop
-# with redis-py's Lock, run by /usr/bin/python3).
+# with redis-py's Lock, run by /usr/bin/python3). The fuzz smoke
+# (scripts/fuzz.sh) needs clang and libFuzzer, which Debian ships in
+# libclang-rt-dev (only recommended by clang, and we install without
+# recommends).
 CERB_DEB_PACKAGES=(
     build-essential cmake pkg-config
     libhiredis-dev libconfig-dev libjansson-dev libcurl4-openssl-dev
@@ -24,6 +27,7 @@ CERB_DEB_PACKAGES=(
     gnuplot-nox
     etcd-server etcd-client python3-etcd3
     openssl curl
+    clang libclang-rt-dev
 )
 
 # cerb_missing_packages PKG...: print the packages (one per line) that dpkg

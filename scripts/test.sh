@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 #
 # test.sh — what CI runs (through .ci/run): install the missing Debian
-# packages, configure a warnings-as-errors ASan+UBSan build, build it, and run
-# every ctest suite against real servers. Exits with ctest's status.
+# packages, configure a warnings-as-errors ASan+UBSan build, build it, run
+# every ctest suite against real servers, then the fuzz smoke. Exits
+# non-zero when either failed.
 #
 # The steps, each printed before it runs:
 #   1. scripts/deps.sh: install missing packages (apt-get update only when
@@ -12,7 +13,13 @@
 #   3. cmake --build $CERB_BUILD_DIR -j$(nproc)
 #   4. ctest --test-dir $CERB_BUILD_DIR --output-on-failure --timeout 300
 #      (-j $CERB_TEST_JOBS: suites use unique lock names, and the ones that
-#      stop or pause the server hold the redis_server resource lock).
+#      stop or pause the server hold the redis_server resource lock);
+#   5. the fuzz smoke: scripts/fuzz.sh --seconds $CERB_FUZZ_SECONDS builds
+#      the libFuzzer harnesses with clang (with the same sanitizer, in
+#      <build dir>-fuzz), checks that a planted defect is found, and runs
+#      each harness that long, printing executions per harness (about two
+#      minutes in all with the default 20 s). It runs even when ctest failed, and its failure fails the
+#      run (the exit status is ctest's when that failed, else fuzz.sh's).
 #
 # The test servers are ctest fixtures (tests/CMakeLists.txt), started by
 # scripts/servers.sh with their state inside the build dir and stopped by PID.
@@ -25,6 +32,8 @@
 #   CERB_NO_INSTALL=1 never install packages; fail if some are missing
 #   CERB_SANITIZER    asan (default: ASan+UBSan) or tsan (ThreadSanitizer;
 #                     default build dir <repo>/build-ci-tsan); CI runs asan
+#   CERB_FUZZ_SECONDS seconds per fuzz harness (default 20; 0 skips the
+#                     fuzz smoke)
 
 set -euo pipefail
 
@@ -70,4 +79,15 @@ rc=0
 run ctest --test-dir "$BUILD_DIR" --output-on-failure --timeout 300 \
     -j "$TEST_JOBS" ${EXTRA_CTEST[@]+"${EXTRA_CTEST[@]}"} || rc=$?
 printf '\n==> ctest finished in %ss with status %s\n' "$((SECONDS - start))" "$rc"
+
+FUZZ_SECONDS=${CERB_FUZZ_SECONDS:-20}
+if [[ $FUZZ_SECONDS != 0 ]]; then
+    step "fuzz smoke (${FUZZ_SECONDS}s per harness)"
+    start=$SECONDS
+    frc=0
+    CERB_FUZZ_BUILD_DIR=${BUILD_DIR}-fuzz CERB_FUZZ_JOBS=$JOBS \
+        run "$ROOT/scripts/fuzz.sh" --seconds "$FUZZ_SECONDS" --sanitizer "$SANITIZER" || frc=$?
+    printf '\n==> fuzz smoke finished in %ss with status %s\n' "$((SECONDS - start))" "$frc"
+    ((rc != 0)) || rc=$frc
+fi
 exit "$rc"

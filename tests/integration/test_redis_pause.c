@@ -115,7 +115,9 @@ static bool release_set(void *ud) { return atomic_load(&((struct acq *)ud)->rele
 static void *acq_main(void *arg)
 {
     struct acq *a = arg;
-    a->st = cerb_lock_trylock(a->l);
+    /* A waiting acquisition settles a lost answer with retry.max re-checks
+     * (a trylock re-checks once, then leaves it to the background). */
+    a->st = cerb_lock_trylock_for(a->l, 5000);
     snprintf(a->err, sizeof a->err, "%s", cerb_last_error());
     atomic_store(&a->done, true);
     if (a->st == CERB_OK) {

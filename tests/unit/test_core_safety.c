@@ -115,6 +115,34 @@ static void test_pinned_engine_that_never_opened(void **state)
 }
 
 /*
+ * Review of item 4: while the engine the configuration pins would not open
+ * here, this client must not grant on another one — every process that
+ * could open it has moved there and does not look at this engine's grants.
+ * With a switch grace nothing is granted until the pin is applied.
+ */
+static void test_nothing_granted_while_pin_pending(void **state)
+{
+    (void)state;
+    script_engine_set(SCRIPT_B, (struct script_knobs){.open_fails = true});
+    cerb_client *c = open_text("engines = (\"sa\", \"sb\"); active = \"sb\"; "
+                               "lock = { lease_ms = 300; }; failover = { " FAST_FO "};");
+    cerb_lock *l = mk(c, "pin-pending");
+    assert_int_not_equal(cerb_lock_trylock(l), CERB_OK);
+    assert_non_null(strstr(cerb_last_error(), "not open here"));
+    assert_int_equal(cerb_lock_trylock_for(l, 700), CERB_TIMEOUT); /* past any grace */
+    char tok[33];
+    assert_false(script_engine_holder(SCRIPT_A, "pin-pending", tok));
+    script_engine_set(SCRIPT_B, (struct script_knobs){0});
+    struct on_engine o = {c, "sb"};
+    assert_wait_until(is_on, &o, 3000);
+    assert_int_equal(cerb_lock_trylock_for(l, 2000), CERB_OK);
+    assert_true(script_engine_holder(SCRIPT_B, "pin-pending", tok));
+    assert_int_equal(cerb_lock_unlock(l), CERB_OK);
+    cerb_lock_free(l);
+    cerb_client_close(c);
+}
+
+/*
  * Item 2: a gray failure of the old engine — its probes time out, its lock
  * calls (renewals) still succeed. Every breaker opens and both clients move
  * to sb; the holder on sa stays VALID (its renewals succeed), so the gate
@@ -291,8 +319,15 @@ static void test_failback_gate_both_ways(void **state)
     assert_wait_until(is_on, &b1, 3000);
     assert_string_equal(cerb_engine_current(p2), "sb");
 
-    /* P1 holds on sa: P2 must see it through its gate on sa. */
-    assert_int_equal(cerb_lock_trylock(l1), CERB_OK);
+    /* Right after failing back P1 waits until every client can have heard
+     * sa again (two probe intervals + the question back-off), then holds on
+     * sa: P2 must see it through its gate on sa. */
+    int64_t t_back = cerb_test_now_ms();
+    cerb_status first = cerb_lock_trylock(l1);
+    if (first != CERB_OK && cerb_test_now_ms() - t_back < 200)
+        assert_non_null(strstr(cerb_last_error(), "switched back"));
+    if (first != CERB_OK)
+        assert_int_equal(cerb_lock_trylock_for(l1, 2000), CERB_OK);
     assert_int_not_equal(cerb_lock_trylock(l2), CERB_OK);
     assert_int_equal(cerb_lock_unlock(l1), CERB_OK);
 
@@ -310,6 +345,33 @@ static void test_failback_gate_both_ways(void **state)
     cerb_lock_free(l2);
     cerb_client_close(p1);
     cerb_client_close(p2);
+}
+
+/*
+ * Review of item 16: a grant settled by check_owner after a lost reply is
+ * checked against the gated engine after it, like any grant.
+ */
+static void test_settled_grant_checked_after(void **state)
+{
+    (void)state;
+    cerb_client *x = open_text("engines = (\"sa\");");
+    cerb_client *y = open_text("engines = (\"sa\", \"sb\"); lock = { lease_ms = 300; }; "
+                               "failover = { failback = \"manual\"; };");
+    assert_string_equal(cerb_engine_switch_to(y, "sb"), "sb"); /* gates sa */
+    cerb_lock *lx = mk(x, "settled-window"), *ly = mk(y, "settled-window");
+    struct p2 p = {lx, CERB_EIO};
+    script_engine_set(SCRIPT_B, (struct script_knobs){.lose_acquire = true,
+                                                      .before_grant = p2_tries,
+                                                      .before_grant_ud = &p});
+    cerb_status sy = cerb_lock_trylock(ly);
+    fprintf(stderr, "settled window: X %s, Y %s\n", cerb_status_name(p.st), cerb_status_name(sy));
+    assert_int_equal(p.st, CERB_OK);
+    assert_int_not_equal(sy, CERB_OK);
+    assert_int_equal(cerb_lock_unlock(lx), CERB_OK);
+    cerb_lock_free(lx);
+    cerb_lock_free(ly);
+    cerb_client_close(x);
+    cerb_client_close(y);
 }
 
 /*
@@ -483,6 +545,31 @@ static void hwm_on_lost(cerb_lock *l, void *ud)
 }
 
 /*
+ * Review of item 17: the redis engine's quarantine after a data loss lasts
+ * lock.lease_ms in a process that finds the loss without holds of its own,
+ * so with redis configured no per-lock lease may be longer (whatever the
+ * switch grace).
+ */
+static void test_redis_quarantine_bounds_leases(void **state)
+{
+    (void)state;
+    /* redis on a closed port (never opens); sa serves. */
+    cerb_client *c = open_text("engines = (\"sa\", \"redis\"); "
+                               "redis = { port = 1; connect_timeout_ms = 50; }; "
+                               "lock = { lease_ms = 1000; }; "
+                               "failover = { " FAST_FO "switch_grace_ms = 30000; };");
+    cerb_lock *l = NULL;
+    cerb_lock_opts o = CERB_LOCK_OPTS_INIT;
+    o.lease_ms = 5000;
+    assert_int_equal(cerb_lock_new(c, "quarantine", &o, &l), CERB_EINVAL);
+    assert_non_null(strstr(cerb_last_error(), "quarantine"));
+    o.lease_ms = 1000;
+    assert_int_equal(cerb_lock_new(c, "quarantine", &o, &l), CERB_OK);
+    cerb_lock_free(l);
+    cerb_client_close(c);
+}
+
+/*
  * Item 3: a reload that shortens lock.lease_ms must not shorten the grace
  * below the leases of holds taken before it.
  */
@@ -517,6 +604,65 @@ static void test_grace_covers_leases_before_reload(void **state)
     cerb_lock_free(lb);
     cerb_client_close(a);
     cerb_client_close(b);
+    cerb_test_remove_file(path);
+}
+
+/*
+ * Items 10/19 (review): a wait that began before a `cerberus switch`
+ * bumped the epoch, on the engine that stays current, is granted after the
+ * bump: its token must rank above grants made before the bump.
+ */
+struct waiter_arg {
+    cerb_lock *l;
+    atomic_int done;
+    cerb_status st;
+    uint64_t fence;
+};
+
+static void *wait_main(void *arg)
+{
+    struct waiter_arg *a = arg;
+    a->st = cerb_lock_trylock_for(a->l, 5000);
+    a->fence = cerb_lock_fencing_token(a->l);
+    if (a->st == CERB_OK)
+        cerb_lock_unlock(a->l);
+    atomic_store(&a->done, 1);
+    return NULL;
+}
+
+static bool waiter_done(void *ud) { return atomic_load(&((struct waiter_arg *)ud)->done) != 0; }
+
+static void test_wait_across_epoch_bump(void **state)
+{
+    (void)state;
+    const char *fo = "failover = { " FAST_FO "watch_config = false; };\n";
+    char text[512];
+    snprintf(text, sizeof text, "engines = (\"sa\", \"sb\"); epoch = 1; %s", fo);
+    char *path = cerb_test_write_config("%s", text);
+    assert_non_null(path);
+    cerb_client *c = NULL, *d = NULL;
+    assert_int_equal(cerb_client_open(&c, path), CERB_OK);
+    assert_int_equal(cerb_client_open(&d, path), CERB_OK);
+    cerb_lock *lc = mk(c, "bump"), *ld = mk(d, "bump");
+    assert_int_equal(cerb_lock_trylock(ld), CERB_OK);
+    struct waiter_arg a = {.l = lc};
+    pthread_t t;
+    pthread_create(&t, NULL, wait_main, &a);
+    assert_false(wait_until(waiter_done, &a, 100)); /* c is waiting */
+    snprintf(text, sizeof text, "engines = (\"sa\", \"sb\"); epoch = 2; %s", fo);
+    rewrite(path, text);
+    assert_int_equal(cerb_client_reload(c), CERB_OK);
+    assert_int_equal(cerb_lock_unlock(ld), CERB_OK);
+    assert_wait_until(waiter_done, &a, 5000);
+    pthread_join(t, NULL);
+    assert_int_equal(a.st, CERB_OK);
+    fprintf(stderr, "granted after the bump with epoch field %llu\n",
+            (unsigned long long)(a.fence >> 48));
+    assert_true((a.fence >> 48) >= (2u << 4));
+    cerb_lock_free(lc);
+    cerb_lock_free(ld);
+    cerb_client_close(c);
+    cerb_client_close(d);
     cerb_test_remove_file(path);
 }
 
@@ -629,18 +775,22 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_pinned_engine_that_never_opened, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_nothing_granted_while_pin_pending, setup, teardown),
         cmocka_unit_test_setup_teardown(test_gray_failure_gate_keeps_asking, setup, teardown),
         cmocka_unit_test_setup_teardown(test_per_lock_lease_beyond_grace_refused, setup, teardown),
         cmocka_unit_test_setup_teardown(test_settled_grant_uses_server_ttl, setup, teardown),
         cmocka_unit_test_setup_teardown(test_epoch_captured_with_engine, setup, teardown),
         cmocka_unit_test_setup_teardown(test_failback_gate_both_ways, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_settled_grant_checked_after, setup, teardown),
         cmocka_unit_test_setup_teardown(test_reentrant_lock_on_expired_hold, setup, teardown),
         cmocka_unit_test_setup_teardown(test_retried_release_after_lost_reply, setup, teardown),
         cmocka_unit_test_setup_teardown(test_forked_child_refused, setup, teardown),
         cmocka_unit_test_setup_teardown(test_trylock_rechecks_once, setup, teardown),
         cmocka_unit_test_setup_teardown(test_log_sink_may_call_the_library, setup, teardown),
         cmocka_unit_test_setup_teardown(test_grace_covers_leases_before_reload, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_redis_quarantine_bounds_leases, setup, teardown),
         cmocka_unit_test_setup_teardown(test_grace_covers_server_hold_bound, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_wait_across_epoch_bump, setup, teardown),
         cmocka_unit_test_setup_teardown(test_reload_to_unopened_engine_is_kept, setup, teardown),
         cmocka_unit_test_setup_teardown(test_file_watch_not_delayed_by_probes, setup, teardown),
     };
