@@ -290,6 +290,18 @@ void cerb_client_close(cerb_client *c)
                 if (st != CERB_OK && st != CERB_NOT_OWNER)
                     silent[h->engine_idx] = true; /* not answering: leases end the rest */
             }
+            while (h->claims) { /* claims on engines switched from (lock.c) */
+                struct cerb_hold *k = h->claims;
+                h->claims = k->claim_next;
+                struct cerb_client_engine *ke = &c->engines[k->engine_idx];
+                if (!silent[k->engine_idx]) {
+                    cerb_status st = cerb__engine_release(ke->ops, ke->e, &k->lk);
+                    if (st != CERB_OK && st != CERB_NOT_OWNER)
+                        silent[k->engine_idx] = true;
+                }
+                cerb__free(k->lk.priv);
+                cerb__free(k);
+            }
             s->hold = NULL;
             s->count = 0;
             s->holder_tid = 0;

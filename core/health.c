@@ -39,7 +39,10 @@
  * So a grant made while another engine is gated is checked once more after
  * it (lock.c): a name held elsewhere by then is released again. Of two
  * racing grants the later one's check sees the earlier, so at most one
- * survives. One window stays: after a question to A went unanswered, this
+ * survives. Questions cannot stop a process that did not switch (its
+ * breaker stayed closed) from granting on A without asking anyone, so a
+ * grant made while A is gated and answering also takes the name on A (a
+ * claim, lock.c), which A then refuses to everyone else. One window stays: after a question to A went unanswered, this
  * client does not ask A again for 250 ms unless A answers a probe first; a
  * process that fails back to A and is granted there within that time can
  * overlap with a grant here. Failing back takes A's breaker closing
@@ -367,6 +370,30 @@ static cerb_status gate_one(cerb_client *c, struct cerb_client_engine *ce, struc
     /* Silent for a whole grace: every hold there has expired. The gate
      * stays: once the engine answers again, it is asked again. */
     return CERB_OK;
+}
+
+bool cerb__gate_claimable(cerb_client *c, int i)
+{
+    struct cerb_client_engine *ce = &c->engines[i];
+    if (!atomic_load(&ce->gated) || !ce->e)
+        return false;
+    cerb__mutex_lock(&c->fo_mu);
+    int64_t last = atomic_load(&ce->last_ok_ns);
+    if (last < ce->gate_from_ns)
+        last = ce->gate_from_ns;
+    bool quiet = ce->ask_fail_ns > last && cerb_monotime() - ce->ask_fail_ns < ASK_BACKOFF_NS;
+    bool gated = ce->gated;
+    fo_unlock(c);
+    return gated && !quiet;
+}
+
+void cerb__gate_no_answer(cerb_client *c, int i)
+{
+    int64_t t = cerb_monotime();
+    cerb__mutex_lock(&c->fo_mu);
+    if (c->engines[i].ask_fail_ns < t)
+        c->engines[i].ask_fail_ns = t;
+    fo_unlock(c);
 }
 
 bool cerb__gate_any(cerb_client *c, int idx)

@@ -112,6 +112,14 @@ struct cerb_hold {
     int64_t orphan_until_ns;             /* orphans: give up after this */
     bool wd_sending;                     /* wd_busy and its renewal is on the
                                             wire (else only queued) */
+    /* Claims (lock.c): while another engine is gated and answers, a grant
+     * also takes the name there with the same token, renewed like a hold
+     * and released with it, so that engine itself refuses processes that
+     * did not switch. A claim has claim_of set; its loss while that engine
+     * answers ("not owner", session expired) makes claim_of LOST. */
+    struct cerb_hold *claim_of;
+    struct cerb_hold *claims;            /* this hold's claims (claim_next) */
+    struct cerb_hold *claim_next;
 };
 
 struct cerb_slot {
@@ -295,6 +303,11 @@ cerb_status cerb__switch_gate(cerb_client *c, int idx, struct cerb_slot *s, int6
 /* Is any engine other than idx gated (so a grant on idx must be checked
  * against it once more)? Lock-free. */
 bool cerb__gate_any(cerb_client *c, int idx);
+/* Is engine i gated and answering (not in its question back-off), so that
+ * a grant elsewhere should take a claim there? Lock-free but for fo_mu. */
+bool cerb__gate_claimable(cerb_client *c, int i);
+/* A claim or question to gated engine i got no answer (back-off). */
+void cerb__gate_no_answer(cerb_client *c, int i);
 
 /* prober.c (failover/) */
 cerb_status cerb__prober_start(cerb_client *c);

@@ -254,6 +254,80 @@ static cerb_status rehome(cerb_client *c, struct cerb_hold **hp, struct cerb_wai
     return CERB_OK;
 }
 
+/* ---- claims on the engines switched away from ---- */
+
+/*
+ * Release and free every claim of h (taken out of the watchdog first); a
+ * claim whose release got no answer goes to the background release.
+ */
+static void claims_drop(cerb_client *c, struct cerb_hold *h)
+{
+    while (h->claims) {
+        struct cerb_hold *k = h->claims;
+        h->claims = k->claim_next;
+        cerb__watchdog_remove(c, k);
+        struct cerb_client_engine *ce = &c->engines[k->engine_idx];
+        cerb_status st = cerb__engine_release(ce->ops, ce->e, &k->lk);
+        if (st == CERB_OK || st == CERB_NOT_OWNER)
+            hold_free(k);
+        else
+            cerb__watchdog_orphan(c, k);
+    }
+}
+
+/*
+ * The gate's questions leave a hole: a process that did not switch (its
+ * breaker stayed closed) grants on the engine we left without asking us.
+ * So after a grant, every gated engine that answers is made to refuse the
+ * name itself: we take it there too, with the same token (a claim),
+ * renewed with the hold and released with it. CERB_OK (claims taken where
+ * the engine answered), or CERB_BUSY with the reason (held there: the
+ * caller undoes the grant).
+ */
+static cerb_status claims_take(cerb_client *c, struct cerb_hold *h)
+{
+    for (size_t i = 0; i < c->n_engines; i++) {
+        if ((int)i == h->engine_idx || !cerb__gate_claimable(c, (int)i))
+            continue;
+        struct cerb_hold *k = hold_new(c, h->slot, (int)i, h->epoch);
+        if (!k)
+            return cerb__error_set(CERB_BUSY, "out of memory for a claim on engine %s",
+                                   c->engines[i].name);
+        k->lk.lease_ms = h->lk.lease_ms;
+        k->lk.fair = 0;
+        k->renew = h->renew;
+        k->claim_of = h;
+        memcpy(k->lk.token, h->lk.token, sizeof k->lk.token);
+        struct cerb_client_engine *ce = &c->engines[i];
+        cerb_grant g;
+        memset(&g, 0, sizeof g);
+        cerb_status st = cerb__engine_acquire(ce->ops, ce->e, &k->lk, 0, &never_interrupted, &g);
+        if (st == CERB_OK) {
+            cerb__health_ok(c, (int)i);
+            k->valid_until_ns = cerb__grant_deadline(&g);
+            int64_t ttl = g.ttl_ms > 0 && g.ttl_ms < k->lk.lease_ms ? g.ttl_ms : k->lk.lease_ms;
+            k->next_renew_ns = g.sent_ns + ttl * CERB_NS_PER_MS / 3;
+            k->renew_once = g.ttl_ms > 0 && g.ttl_ms < k->lk.lease_ms;
+            atomic_store(&k->state, CERB_LOCK_VALID);
+            k->claim_next = h->claims;
+            h->claims = k;
+            continue;
+        }
+        if (st == CERB_BUSY) {
+            hold_free(k);
+            return cerb__error_set(CERB_BUSY, "lock \"%s\" is held on engine %s, switched from",
+                                   h->slot->name, ce->name);
+        }
+        /* No answer: the gate's grace rules that engine, as for a question. */
+        cerb__gate_no_answer(c, (int)i);
+        if (g.outcome == CERB_OUTCOME_UNKNOWN)
+            cerb__watchdog_orphan(c, k);
+        else
+            hold_free(k);
+    }
+    return CERB_OK;
+}
+
 /*
  * Take back a grant the gate refused after the fact: released on its
  * engine, the acquisition goes on with a fresh hold and token there. When
@@ -262,6 +336,7 @@ static cerb_status rehome(cerb_client *c, struct cerb_hold **hp, struct cerb_wai
 static cerb_status undo_grant(cerb_client *c, struct cerb_hold **hp, struct cerb_waiter *w)
 {
     struct cerb_hold *h = *hp;
+    claims_drop(c, h);
     struct cerb_client_engine *ce = &c->engines[h->engine_idx];
     cerb_status st = cerb__engine_release(ce->ops, ce->e, &h->lk);
     bool gone = st == CERB_OK || st == CERB_NOT_OWNER;
@@ -388,6 +463,8 @@ static cerb_status engine_acquire(cerb_client *c, struct cerb_hold **hp, struct 
              * process granted on the gated engine in between (it asked us
              * before our grant) would hold the name with us. */
             st = cerb__switch_gate(c, h->engine_idx, h->slot, 0, NULL);
+            if (st == CERB_OK)
+                st = claims_take(c, h);
             if (st == CERB_OK)
                 break;
             char why[CERB_ERROR_MAX];
@@ -617,6 +694,8 @@ cerb_status cerb__lock_acquire(cerb_lock *l, int64_t deadline_ns, bool interrupt
         return st;
     }
     cerb__watchdog_add(c, h);
+    for (struct cerb_hold *k = h->claims; k; k = k->claim_next)
+        cerb__watchdog_add(c, k);
     return CERB_OK;
 }
 
@@ -703,6 +782,7 @@ static cerb_status release_hold(cerb_lock *l)
     struct cerb_slot *s = l->slot;
     struct cerb_hold *h = s->hold;
 
+    claims_drop(c, h);
     cerb__watchdog_remove(c, h);
     bool was_lost = atomic_load(&h->state) == CERB_LOCK_LOST;
     cerb_status st = engine_release(c, h);

@@ -130,6 +130,27 @@ static void declare_lost(struct cerb_watchdog *wd, struct cerb_hold *h, struct p
         pl->more_lost++;
 }
 
+/*
+ * A hold is over (LOST, or past its deadline); wd->mu held. A claim (a hold
+ * taken on an engine switched away from, lock.c) has no holder to tell: its
+ * deadline passing means that engine stopped answering, which the gate's
+ * grace covers; but an answer that it is gone ("not owner", an expired
+ * session, a server that lost its data) while that engine lives lets
+ * processes there take the name, so the hold it protects is LOST.
+ */
+static void hold_over(struct cerb_watchdog *wd, struct cerb_hold *h, struct pending_log *pl)
+{
+    if (!h->claim_of) {
+        declare_lost(wd, h, pl);
+        return;
+    }
+    bool gone = atomic_load(&h->state) == CERB_LOCK_LOST;
+    atomic_store(&h->state, CERB_LOCK_LOST);
+    h->lost_reported = true;
+    if (gone)
+        declare_lost(wd, h->claim_of, pl);
+}
+
 static void write_log(struct pending_log *pl)
 {
     for (size_t i = 0; i < pl->nlost; i++)
@@ -271,7 +292,7 @@ static void settle_item(struct renewer *rn, cerb_renew_item *it, int64_t t, stru
     struct cerb_hold *h = (struct cerb_hold *)it->lk;
     apply_result(h, it->st, &it->grant, t);
     if (atomic_load(&h->state) == CERB_LOCK_LOST || t >= h->valid_until_ns)
-        declare_lost(rn->wd, h, pl);
+        hold_over(rn->wd, h, pl);
     h->wd_busy = false;
     h->wd_sending = false;
     it->lk = NULL;
@@ -402,7 +423,7 @@ static void cycle(struct cerb_watchdog *wd)
         if (h->lost_reported)
             continue;
         if (atomic_load(&h->state) == CERB_LOCK_LOST || now >= h->valid_until_ns) {
-            declare_lost(wd, h, &pl);
+            hold_over(wd, h, &pl);
             if (!h->lost_reported && now + 10 * CERB_NS_PER_MS < next)
                 next = now + 10 * CERB_NS_PER_MS; /* no memory: retry soon */
             continue;

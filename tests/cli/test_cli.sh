@@ -884,8 +884,12 @@ EOF
     bg swa -v -c "$SWR" run "$L" -- sh -c "echo \$CERBERUS_FENCING_TOKEN > '$WORK/swa.tok'; $(hold_until "$WORK/swa.held" "$WORK/swa.go")"
     wait_for 20 test -e "$WORK/swa.held"
     bg sww -v -c "$SWR" run "$L" -- sh -c "'$CERBERUS' -c '$SWR' holders '$L' > '$WORK/sww.holders' 2>&1; echo \$CERBERUS_FENCING_TOKEN > '$WORK/sww.tok'"
-    redis_waiting() { swr_holders && printf '%s\n' "$OUT" | grep -q '^redis: waiting: '; }
-    if wait_for 20 redis_waiting && printf '%s\n' "$OUT" | grep -qx 'zk: free'; then
+    # The waiter waits at the gate (zk answers "held": the holder's claim),
+    # not in redis' queue.
+    redis_waiting() { swr_holders && printf '%s\n' "$OUT" | grep -q '^redis: held by '; }
+    # active = redis pins the client, so zk is gated: the holder also takes
+    # the name on zk (its claim), so that no process granting there misses it.
+    if wait_for 20 redis_waiting && printf '%s\n' "$OUT" | grep -q '^zk: held by '; then
         ok "switch: before, the holder and the waiter are on redis"
     else
         not_ok "switch: before, the holder and the waiter are on redis" "$OUT"
@@ -932,7 +936,8 @@ EOF
         not_ok "switch: the waiter runs next" "tokens $(cat "$WORK/swa.tok" "$WORK/sww.tok" 2>/dev/null)" "$(cat "$WORK/sww.out")"
     fi
     cerb -c "$SWR" run "$L" -- sh -c "'$CERBERUS' -c '$SWR' holders '$L'; echo \"t=\$CERBERUS_FENCING_TOKEN\""
-    if [ "$RC" -eq 0 ] && printf '%s\n' "$OUT" | grep -qx 'redis: free' &&
+    # Granted on zk, with its claim on redis (gated now).
+    if [ "$RC" -eq 0 ] && printf '%s\n' "$OUT" | grep -q '^redis: held by ' &&
         printf '%s\n' "$OUT" | grep -Eq "$HOLDER_RE" &&
         [ $(($(printf '%s\n' "$OUT" | sed -n 's/^t=//p') >> 52)) -ge 2 ]; then
         ok "switch: a new acquisition is on zk, in the new epoch"

@@ -375,6 +375,77 @@ static void test_settled_grant_checked_after(void **state)
 }
 
 /*
+ * Review of items 2/16 (critical): processes that switch at different
+ * times. Y switched to sb (its breaker opened), X did not (its stayed
+ * closed). Y's grant on sb passed Y's questions to sa; X, granting on sa,
+ * asks nobody. Y's claim on sa makes sa itself refuse X while Y holds.
+ */
+static void test_unswitched_process_refused_by_claim(void **state)
+{
+    (void)state;
+    const char *cfg = "engines = (\"sa\", \"sb\"); lock = { lease_ms = 300; }; "
+                      "failover = { " FAST_FO "failback = \"manual\"; };";
+    cerb_client *x = open_text("%s", cfg);
+    cerb_client *y = open_text("%s", cfg);
+    assert_string_equal(cerb_engine_switch_to(y, "sb"), "sb");
+    assert_string_equal(cerb_engine_current(x), "sa");
+    cerb_lock *lx = mk(x, "unswitched"), *ly = mk(y, "unswitched");
+    assert_int_equal(cerb_lock_trylock(ly), CERB_OK);
+    char tok[33];
+    assert_true(script_engine_holder(SCRIPT_B, "unswitched", tok));
+    /* Held well past the lease: the claim is renewed with the hold. */
+    assert_int_equal(cerb_lock_trylock_for(lx, 900), CERB_TIMEOUT);
+    assert_int_equal(cerb_lock_state(ly), CERB_LOCK_VALID);
+    assert_int_equal(cerb_lock_unlock(ly), CERB_OK);
+    /* Released with the hold: sa grants X again. */
+    assert_int_equal(cerb_lock_trylock_for(lx, 1000), CERB_OK);
+    assert_int_equal(cerb_lock_unlock(lx), CERB_OK);
+    cerb_lock_free(lx);
+    cerb_lock_free(ly);
+    cerb_client_close(x);
+    cerb_client_close(y);
+}
+
+static atomic_int claim_lost;
+static void on_claim_lost(cerb_lock *l, void *ud)
+{
+    (void)l;
+    (void)ud;
+    atomic_store(&claim_lost, 1);
+}
+
+static bool claim_lost_seen(void *ud)
+{
+    (void)ud;
+    return atomic_load(&claim_lost) != 0;
+}
+
+/*
+ * A claim the engine says is gone while that engine answers (here: its
+ * leases all expired, as on a server restarted without data) would let the
+ * processes there take the name: the hold it protects is told LOST.
+ */
+static void test_claim_gone_makes_hold_lost(void **state)
+{
+    (void)state;
+    cerb_client *y = open_text("engines = (\"sa\", \"sb\"); lock = { lease_ms = 600; }; "
+                               "failover = { " FAST_FO "failback = \"manual\"; };");
+    assert_string_equal(cerb_engine_switch_to(y, "sb"), "sb");
+    cerb_lock *ly = mk(y, "claim-gone");
+    atomic_store(&claim_lost, 0);
+    assert_int_equal(cerb_lock_on_lost(ly, on_claim_lost, NULL), CERB_OK);
+    assert_int_equal(cerb_lock_trylock(ly), CERB_OK);
+    char tok[33];
+    assert_true(script_engine_holder(SCRIPT_A, "claim-gone", tok)); /* the claim */
+    script_engine_expire_all(SCRIPT_A);
+    assert_wait_until(claim_lost_seen, NULL, 2000);
+    assert_int_equal(cerb_lock_state(ly), CERB_LOCK_LOST);
+    assert_int_equal(cerb_lock_unlock(ly), CERB_LOST);
+    cerb_lock_free(ly);
+    cerb_client_close(y);
+}
+
+/*
  * Item 15: a reentrant lock() on a hold whose deadline has passed is not a
  * success, even before the renewal thread has marked it (here it is stuck
  * in a slow renewal of another hold).
@@ -782,6 +853,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_epoch_captured_with_engine, setup, teardown),
         cmocka_unit_test_setup_teardown(test_failback_gate_both_ways, setup, teardown),
         cmocka_unit_test_setup_teardown(test_settled_grant_checked_after, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_unswitched_process_refused_by_claim, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_claim_gone_makes_hold_lost, setup, teardown),
         cmocka_unit_test_setup_teardown(test_reentrant_lock_on_expired_hold, setup, teardown),
         cmocka_unit_test_setup_teardown(test_retried_release_after_lost_reply, setup, teardown),
         cmocka_unit_test_setup_teardown(test_forked_child_refused, setup, teardown),
