@@ -1,0 +1,484 @@
+#!/usr/bin/env bash
+#
+# chaos.sh — the chaos suite's driver (DESIGN.md §14, issue 11 part 1).
+#
+#   scripts/chaos.sh [--minutes N | --seconds S] [--scenario S[,S...]]
+#                    [--seed X] [--build DIR] [--procs P] [--threads T] [--list]
+#
+# For each scenario: start its real servers on 127.0.0.1 (scripts/servers.sh,
+# chaos ports and state dir of its own), put the loopback proxy
+# (cerb_chaos_proxy) in front of the first engine, write a client config,
+# create the shared-memory oracle, run P worker processes × T threads
+# (cerb_chaos_worker) against it, and meanwhile run the nemesis: a seeded
+# schedule of faults (a shuffle of the scenario's list, taken in turn, so each
+# happens once before any repeats), each bounded in time —
+#   pause E      SIGSTOP the server past the lease, then SIGCONT
+#   kill E       kill -9 and restart; redis without its data (the fence
+#                counter is gone), zk and etcd on their data
+#   kill-keep E  redis: SAVE, kill -9, restart on the snapshot
+#   delay        the proxy holds each reply longer than probe_timeout_ms,
+#                shorter than the op timeout (a gray failure)
+#   blackhole    the proxy accepts and answers nothing
+#   drop         the proxy forwards requests and drops the replies
+#   switch       `cerberus switch` to another engine (then back to auto)
+#                while the workers run; the oracle is told (mark-switch)
+# Then heal everything, let the workers finish, and print the oracle's row:
+# scenario, acquisitions (per engine), overlaps explained / unsafe, token
+# regressions, tokens of 0, overruns, LOST. Its anomaly notes follow.
+#
+# Verdict: exit 1 when any scenario had unsafe overlaps (except the
+# switch_grace_ms = 0 scenario, where they are counted and reported), token
+# regressions, tokens of 0, overrunning calls, a hung worker, or no grants.
+#
+# Replay: every scenario prints its seed and the nemesis schedule; the same
+# --scenario and --seed give the same worker choices and the same schedule
+# (faults land at the same offsets; the servers' timing is real time).
+#
+# Environment: CERB_CHAOS_REDIS_PORT (31400), CERB_CHAOS_ZK_PORT (37200),
+# CERB_CHAOS_ETCD_PORT (37400), CERB_CHAOS_PROXY_PORT (31410),
+# CERB_CHAOS_STATE_DIR (servers' state, default $TMPDIR/cerb-chaos-$UID),
+# CERB_CHAOS_KEEP_DIR (a failed scenario's worker logs, config and oracle,
+# default $TMPDIR/cerb-chaos-failed-<seed>),
+# CERB_BUILD_DIR (default ./build).
+set -euo pipefail
+
+PROG=${0##*/}
+HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+ROOT=$(cd "$HERE/.." && pwd)
+
+REDIS_PORT=${CERB_CHAOS_REDIS_PORT:-31400}
+ZK_PORT=${CERB_CHAOS_ZK_PORT:-37200}
+ETCD_PORT=${CERB_CHAOS_ETCD_PORT:-37400}
+PROXY_PORT=${CERB_CHAOS_PROXY_PORT:-31410}
+export CERB_STATE_DIR=${CERB_CHAOS_STATE_DIR:-${TMPDIR:-/tmp}/cerb-chaos-${UID:-$(id -u)}}
+BUILD=${CERB_BUILD_DIR:-$ROOT/build}
+
+LEASE_MS=2000        # lock.lease_ms; zk sessions and etcd TTLs are of the same order
+SETTLE_MS=3000       # time clients take to see a `cerberus switch` (file watch)
+
+ALL_SCENARIOS="redis zk etcd redis-zk etcd-redis zk-etcd redis-zk-grace0"
+CI_SCENARIOS="redis zk etcd redis-zk etcd-redis redis-zk-grace0"
+
+say() { printf '%s: %s\n' "$PROG" "$*"; }
+die() { printf '%s: error: %s\n' "$PROG" "$*" >&2; exit 1; }
+
+usage() {
+    cat <<EOF
+usage: $PROG [--minutes N | --seconds S] [--scenario S[,S...]] [--seed X]
+             [--build DIR] [--procs P] [--threads T] [--ci] [--list]
+
+--minutes N   run the chosen scenarios for N minutes in all (default 2)
+--seconds S   run each scenario for S seconds instead
+--scenario S  one or more of: $ALL_SCENARIOS
+--ci          the bounded CI set: $CI_SCENARIOS, 25 s each
+--seed X      base seed (scenario i uses X + i); printed for replay
+EOF
+}
+
+# ---------------------------------------------------------------- options
+MINUTES=2
+SECONDS_EACH=""
+SCENARIOS=""
+SEED=$(($(date +%s) % 1000000))
+PROCS=3
+THREADS=3
+while (($#)); do
+    case $1 in
+        --minutes) MINUTES=${2:?}; shift 2 ;;
+        --seconds) SECONDS_EACH=${2:?}; shift 2 ;;
+        --scenario) SCENARIOS=${2:?}; shift 2 ;;
+        --seed) SEED=${2:?}; shift 2 ;;
+        --build) BUILD=${2:?}; shift 2 ;;
+        --procs) PROCS=${2:?}; shift 2 ;;
+        --threads) THREADS=${2:?}; shift 2 ;;
+        --ci) SCENARIOS=${SCENARIOS:-$CI_SCENARIOS}; SECONDS_EACH=${SECONDS_EACH:-25}; shift ;;
+        --list) echo "$ALL_SCENARIOS"; exit 0 ;;
+        -h | --help) usage; exit 0 ;;
+        *) usage >&2; exit 2 ;;
+    esac
+done
+SCENARIOS=${SCENARIOS:-$ALL_SCENARIOS}
+SCENARIOS=${SCENARIOS//,/ }
+[[ $SEED =~ ^[0-9]+$ ]] || die "bad --seed '$SEED'"
+for s in $SCENARIOS; do
+    [[ " $ALL_SCENARIOS " == *" $s "* ]] || die "unknown scenario '$s' (known: $ALL_SCENARIOS)"
+done
+set -- $SCENARIOS
+NSCEN=$#
+if [[ -z $SECONDS_EACH ]]; then
+    SECONDS_EACH=$((MINUTES * 60 / NSCEN))
+    ((SECONDS_EACH >= 15)) || SECONDS_EACH=15
+fi
+
+WORKER=$BUILD/tests/chaos/cerb_chaos_worker
+ORACLE=$BUILD/tests/chaos/cerb_chaos_oracle
+PROXY=$BUILD/tests/chaos/cerb_chaos_proxy
+CLI=$BUILD/cli/cerberus
+for b in "$WORKER" "$ORACLE" "$PROXY" "$CLI"; do
+    [[ -x $b ]] || die "$b not built (cmake --build $BUILD)"
+done
+
+RUN=$(mktemp -d "${TMPDIR:-/tmp}/cerb-chaos-run.XXXXXX")
+# What a failed scenario leaves for the post-mortem (removed by nobody).
+KEEP=${CERB_CHAOS_KEEP_DIR:-${TMPDIR:-/tmp}/cerb-chaos-failed-$SEED}
+mkdir -p -- "$CERB_STATE_DIR"
+STARTED=""     # "engine:port" servers this run started
+PROXY_PID=""
+WORKER_PIDS=()
+T0=0
+
+now_ms() { local t; t=$(date +%s%N); echo $((t / 1000000)); }
+elapsed() { local d=$(($(now_ms) - T0)); printf '+%d.%ds' $((d / 1000)) $((d % 1000 / 100)); }
+
+servers() { "$ROOT/scripts/servers.sh" "$@"; }
+
+port_of() {
+    case $1 in
+        redis) echo "$REDIS_PORT" ;;
+        zk) echo "$ZK_PORT" ;;
+        etcd) echo "$ETCD_PORT" ;;
+    esac
+}
+
+pid_of() {
+    local f p=""
+    f="$CERB_STATE_DIR/$1-$(port_of "$1").pid"
+    [[ -f $f ]] && read -r p <"$f"
+    [[ $p =~ ^[0-9]+$ ]] && echo "$p"
+}
+
+# await E: the server answers (servers.sh status), within 30 s.
+await() {
+    local e=$1 deadline=$(($(now_ms) + 30000))
+    until servers status "$e" --port "$(port_of "$e")" >/dev/null 2>&1; do
+        (($(now_ms) < deadline)) || { say "$e did not come back within 30 s"; return 1; }
+        sleep 0.1
+    done
+}
+
+cleanup() {
+    local p e
+    for p in "${WORKER_PIDS[@]}"; do kill -KILL "$p" 2>/dev/null || true; done
+    [[ -n $PROXY_PID ]] && kill -TERM "$PROXY_PID" 2>/dev/null || true
+    for e in $STARTED; do
+        p=$(pid_of "${e%%:*}") && kill -CONT "$p" 2>/dev/null || true
+        servers stop "${e%%:*}" --port "${e##*:}" >/dev/null 2>&1 || true
+    done
+    rm -rf -- "$RUN"
+}
+trap cleanup EXIT
+# A ctest timeout or ^C still stops what this run started (by PID).
+trap 'exit 143' TERM
+trap 'exit 130' INT
+
+start_server() {
+    local e=$1 p
+    p=$(port_of "$e")
+    [[ " $STARTED " == *" $e:$p "* ]] && { await "$e"; return; }
+    STARTED="$STARTED $e:$p"
+    # Three tries: the port may be held for a moment by a client socket
+    # (ephemeral range).
+    servers start "$e" --port "$p" >/dev/null ||
+        servers start "$e" --port "$p" >/dev/null ||
+        servers start "$e" --port "$p" >/dev/null
+}
+
+# ---------------------------------------------------------------- nemesis
+
+# kill9 PID: kill -9 and wait until the process is gone (or a zombie).
+kill9() {
+    kill -KILL "$1"
+    while kill -0 "$1" 2>/dev/null && [[ $(awk '{print $3}' "/proc/$1/stat" 2>/dev/null) != Z ]]; do
+        sleep 0.05
+    done
+}
+
+# relaunch E ARGV...: start ARGV detached as E's server, record its PID, and
+# wait until it answers. The chaos ports lie in the kernel's ephemeral range,
+# so a client socket may hold the port for a moment: a server that dies at
+# once (bind failed) is started again, three times at most.
+relaunch() {
+    local e=$1 port pid try deadline
+    shift
+    port=$(port_of "$e")
+    for try in 1 2 3; do
+        setsid "$@" </dev/null >>"$CERB_STATE_DIR/$e-$port.log" 2>&1 &
+        pid=$!
+        disown "$pid" # killed by a later fault: no job notice
+        echo "$pid" >"$CERB_STATE_DIR/$e-$port.pid"
+        deadline=$(($(now_ms) + 30000))
+        while (($(now_ms) < deadline)); do
+            servers status "$e" --port "$port" >/dev/null 2>&1 && return 0
+            kill -0 "$pid" 2>/dev/null || break
+            sleep 0.1
+        done
+        kill -0 "$pid" 2>/dev/null && { say "$e :$port (pid $pid) did not answer within 30 s"; return 1; }
+        say "$e :$port exited at start (attempt $try; port busy?)"
+        sleep 0.5
+    done
+    return 1
+}
+
+# restart E KEEP: kill -9 the server and start it again; KEEP=1 keeps its
+# data (redis: SAVE first), KEEP=0 (redis only) restarts it empty and
+# unmarked, as servers.sh treats a start after a crash.
+restart() {
+    local e=$1 keep=$2 pid port data
+    port=$(port_of "$e")
+    pid=$(pid_of "$e") || { say "no $e pid"; return 1; }
+    case $e in
+        redis)
+            read -r data <"$CERB_STATE_DIR/redis-$port.dir"
+            if ((keep)); then
+                timeout 5 redis-cli -h 127.0.0.1 -p "$port" SAVE >/dev/null 2>&1 || true
+            fi
+            kill9 "$pid"
+            ((keep)) || rm -f -- "$data/dump.rdb"
+            # The flags of servers.sh, so its stop and status know the process.
+            relaunch redis redis-server --bind 127.0.0.1 --port "$port" --protected-mode yes \
+                --dir "$data" --save "" --appendonly no --daemonize no --logfile "" \
+                --loglevel notice --enable-debug-command local
+            ;;
+        zk | etcd)
+            # The same command line (zk: its zoo.cfg and data dir; etcd: its
+            # data dir, where flags for a new cluster are ignored).
+            local -a argv
+            mapfile -d '' argv <"/proc/$pid/cmdline"
+            kill9 "$pid"
+            relaunch "$e" "${argv[@]}"
+            ;;
+    esac
+}
+
+proxy_mode() {
+    printf '%s\n' "$1" >"$RUN/mode.tmp"
+    mv -f -- "$RUN/mode.tmp" "$RUN/mode"
+}
+
+# nemesis SCENARIO END_MS ACTIONS...: random faults until END_MS.
+nemesis() {
+    local scen=$1 end=$2 first=$3
+    shift 3
+    local -a acts=("$@")
+    local sw=0 a ms pid i j t step=0
+    # A seeded shuffle of the actions, taken in turn (then reshuffled), so a
+    # short run still meets every fault of its scenario once.
+    shuffle() {
+        for ((i = ${#acts[@]} - 1; i > 0; i--)); do
+            j=$((RANDOM % (i + 1)))
+            t=${acts[i]}
+            acts[i]=${acts[j]}
+            acts[j]=$t
+        done
+    }
+    shuffle
+    while (($(now_ms) + 4000 < end)); do
+        sleep "$((1 + RANDOM % 2)).$((RANDOM % 10))"
+        if ((step > 0 && step % ${#acts[@]} == 0)); then shuffle; fi
+        a=${acts[step % ${#acts[@]}]}
+        step=$((step + 1))
+        case $a in
+            pause)
+                ms=$((LEASE_MS + 1000 + RANDOM % 1500))
+                pid=$(pid_of "$first")
+                echo "  [$scen $(elapsed)] pause $first ${ms} ms (SIGSTOP pid $pid)"
+                kill -STOP "$pid"
+                sleep "$((ms / 1000)).$(printf '%03d' $((ms % 1000)))"
+                kill -CONT "$pid"
+                ;;
+            kill)
+                echo "  [$scen $(elapsed)] kill -9 $first, restart without data"
+                restart "$first" 0 || return 1
+                ;;
+            kill-keep)
+                echo "  [$scen $(elapsed)] kill -9 $first, restart on its data"
+                restart "$first" 1 || return 1
+                ;;
+            delay)
+                ms=$((250 + RANDOM % 200))
+                echo "  [$scen $(elapsed)] proxy: delay replies ${ms} ms for 3 s"
+                proxy_mode "delay $ms"
+                sleep 3
+                proxy_mode pass
+                ;;
+            blackhole)
+                ms=$((1500 + RANDOM % 2500))
+                echo "  [$scen $(elapsed)] proxy: blackhole ${ms} ms"
+                proxy_mode blackhole
+                sleep "$((ms / 1000)).$(printf '%03d' $((ms % 1000)))"
+                proxy_mode pass
+                ;;
+            drop)
+                echo "  [$scen $(elapsed)] proxy: drop replies 1 s"
+                proxy_mode drop
+                sleep 1
+                proxy_mode pass
+                ;;
+            switch)
+                local to
+                if ((sw % 2 == 0)); then to=$SECOND; else to=auto; fi
+                sw=$((sw + 1))
+                echo "  [$scen $(elapsed)] cerberus switch $to"
+                timeout 20 "$CLI" -c "$RUN/cerberus.cfg" switch "$to" >/dev/null ||
+                    echo "  [$scen $(elapsed)] cerberus switch $to failed"
+                "$ORACLE" mark-switch "$RUN/oracle" "$SETTLE_MS"
+                ;;
+        esac
+    done
+}
+
+# --------------------------------------------------------------- scenarios
+
+# scenario NAME: engines, grace, nemesis actions.
+scenario_def() {
+    GRACE=-1
+    case $1 in
+        redis) ENGINES="redis"; ACTS="pause kill kill-keep delay blackhole drop" ;;
+        zk) ENGINES="zk"; ACTS="pause kill-keep delay blackhole drop" ;;
+        etcd) ENGINES="etcd"; ACTS="pause kill-keep delay blackhole drop" ;;
+        redis-zk) ENGINES="redis zk"; ACTS="pause kill blackhole drop switch" ;;
+        etcd-redis) ENGINES="etcd redis"; ACTS="pause kill-keep blackhole switch" ;;
+        zk-etcd) ENGINES="zk etcd"; ACTS="pause kill-keep blackhole delay switch" ;;
+        redis-zk-grace0) ENGINES="redis zk"; GRACE=0; ACTS="pause kill blackhole switch" ;;
+    esac
+}
+
+# write_config: the client config, the first engine behind the proxy.
+write_config() {
+    local first=$1 e list="" port
+    for e in $ENGINES; do list="$list${list:+, }\"$e\""; done
+    {
+        echo "engines = ($list);"
+        echo "active = \"auto\";"
+        echo "epoch = 1;"
+        echo "lock = { lease_ms = $LEASE_MS; renew = true; fair = true; };"
+        echo "retry = { max = 1; backoff_ms = 20; backoff_max_ms = 100; };"
+        echo "failover = { probe_interval_ms = 250; probe_timeout_ms = 200;"
+        echo "  consecutive_failures = 3; open_ms = 1000; half_open_successes = 3;"
+        echo "  failback = \"auto\"; failback_after_ms = 5000; switch_grace_ms = $GRACE;"
+        echo "  watch_config = true; };"
+        for e in $ENGINES; do
+            port=$(port_of "$e")
+            [[ $e == "$first" ]] && port=$PROXY_PORT
+            case $e in
+                redis) echo "redis = { host = \"127.0.0.1\"; port = $port; connect_timeout_ms = 500; op_timeout_ms = 500; };" ;;
+                zk) echo "zk = { hosts = \"127.0.0.1:$port\"; root = \"/cerb-chaos\"; session_timeout_ms = $LEASE_MS; connect_timeout_ms = 1000; };" ;;
+                etcd) echo "etcd = { endpoints = (\"http://127.0.0.1:$port\"); prefix = \"cerb-chaos/\"; session_ttl_s = 2; op_timeout_ms = 1000; connect_timeout_ms = 500; };" ;;
+            esac
+        done
+    } >"$RUN/cerberus.cfg"
+}
+
+# bound_ms: a call's documented bound beyond its wait: each engine's
+# connect + operation timeouts times (1 + retry.max), summed over the engines.
+bound_ms() {
+    local e b=0
+    for e in $ENGINES; do
+        case $e in
+            redis) b=$((b + (500 + 500) * 2)) ;;
+            zk) b=$((b + (1000 + LEASE_MS) * 2)) ;;
+            etcd) b=$((b + (500 + 1000) * 2)) ;;
+        esac
+    done
+    echo "$b"
+}
+
+FAILED=0
+ROWS=()
+
+run_scenario() {
+    local scen=$1 seed=$2 first e i end rc=0 allow=""
+    scenario_def "$scen"
+    set -- $ENGINES
+    first=$1
+    SECOND=${2:-$1}
+    say "scenario $scen: engines ($ENGINES) grace $GRACE, ${SECONDS_EACH} s, seed $seed, $PROCS procs × $THREADS threads"
+    say "  replay: scripts/chaos.sh --scenario $scen --seed $seed --seconds $SECONDS_EACH"
+    for e in $ENGINES; do start_server "$e"; done
+    proxy_mode pass
+    "$PROXY" --listen "$PROXY_PORT" --target "$(port_of "$first")" --mode-file "$RUN/mode" \
+        --seconds $((SECONDS_EACH + 120)) >"$RUN/proxy.log" 2>&1 &
+    PROXY_PID=$!
+    write_config "$first"
+    "$ORACLE" init "$RUN/oracle"
+    RANDOM=$seed
+    T0=$(now_ms)
+    WORKER_PIDS=()
+    for ((i = 0; i < PROCS; i++)); do
+        "$WORKER" -c "$RUN/cerberus.cfg" -o "$RUN/oracle" --client "$i" \
+            --threads "$THREADS" --names 3 --prefix "chaos-$scen-$seed-" \
+            --seconds "$SECONDS_EACH" --seed "$seed" --bound-ms "$(bound_ms)" \
+            --lease-ms "$LEASE_MS" >"$RUN/$scen-worker-$i.log" 2>&1 &
+        WORKER_PIDS+=($!)
+    done
+    end=$((T0 + SECONDS_EACH * 1000))
+    # shellcheck disable=SC2086
+    nemesis "$scen" "$end" "$first" $ACTS || rc=1
+    # Heal: everything answers again before the workers' last seconds.
+    proxy_mode pass
+    for e in $ENGINES; do
+        local p
+        p=$(pid_of "$e") && kill -CONT "$p" 2>/dev/null || true
+        await "$e" || rc=1
+    done
+    # Workers end by --seconds; a worker still running 60 s later hung.
+    local deadline=$(($(now_ms) + (SECONDS_EACH + 60) * 1000)) p
+    for p in "${WORKER_PIDS[@]}"; do
+        while kill -0 "$p" 2>/dev/null && (($(now_ms) < deadline)); do sleep 0.2; done
+        if kill -0 "$p" 2>/dev/null; then
+            say "  $scen: worker pid $p hung; killing it"
+            kill -KILL "$p" 2>/dev/null || true
+            rc=1
+        fi
+        wait "$p" || { say "  $scen: worker pid $p exited with status $?"; rc=1; }
+    done
+    WORKER_PIDS=()
+    for ((i = 0; i < PROCS; i++)); do
+        local wl="$RUN/$scen-worker-$i.log"
+        # A sanitizer report is shown whole up to its stack's end; otherwise the
+        # worker's last lines (its counts).
+        if grep -q 'ERROR: \(Address\|Leak\|Undefined\)Sanitizer\|runtime error:' "$wl"; then
+            grep -A 40 'ERROR: \(Address\|Leak\|Undefined\)Sanitizer\|runtime error:' "$wl" |
+                grep -v 'cerberus \(warn\|info\)' | head -n 45 | sed "s/^/  $scen: /"
+            rc=1
+        fi
+        grep -v 'cerberus \(warn\|info\|debug\)' "$wl" | grep -v '^ *$' | tail -n 2 | sed "s/^/  $scen: /"
+    done
+    if ((rc)); then
+        mkdir -p -- "$KEEP"
+        cp -- "$RUN/$scen"-worker-*.log "$RUN/cerberus.cfg" "$KEEP/" 2>/dev/null || true
+        cp -- "$RUN/oracle" "$KEEP/$scen.oracle" 2>/dev/null || true
+        say "  $scen: worker logs, config and oracle kept in $KEEP"
+    fi
+    kill -TERM "$PROXY_PID" 2>/dev/null || true
+    wait "$PROXY_PID" 2>/dev/null || true
+    PROXY_PID=""
+    ((GRACE == 0)) && allow=--allow-overlaps
+    local row
+    row=$("$ORACLE" report "$RUN/oracle" "$scen" --min-acq 10 $allow) || rc=1
+    printf '%s\n' "$row" | tail -n +2
+    ROWS+=("$(printf '%s\n' "$row" | head -n 1)")
+    if ((rc)); then
+        FAILED=1
+        say "scenario $scen: FAILED (seed $seed)"
+    else
+        say "scenario $scen: ok"
+    fi
+}
+
+say "seed $SEED; scenarios: $SCENARIOS; ${SECONDS_EACH} s each; state $CERB_STATE_DIR"
+i=0
+for s in $SCENARIOS; do
+    run_scenario "$s" $((SEED + i)) || FAILED=1
+    i=$((i + 1))
+done
+
+echo
+"$ORACLE" header
+for r in "${ROWS[@]}"; do echo "$r"; done
+echo
+if ((FAILED)); then
+    say "FAILED (seed $SEED)"
+    exit 1
+fi
+say "all scenarios passed (seed $SEED)"

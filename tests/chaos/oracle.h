@@ -1,0 +1,105 @@
+/*
+ * oracle.h — the chaos suite's shared-memory oracle (DESIGN.md §5a, §14).
+ *
+ * Every worker process maps one file and records into it, from inside each
+ * critical section, who is holding which name since when, with which fencing
+ * token and on which engine; the lost callback and cerb_lock_state() record
+ * when a holder was told LOST; every public call records its duration and its
+ * documented bound. All processes run on one host, so CLOCK_MONOTONIC is one
+ * exact real-time axis for all of them. The report then counts what §5a
+ * forbids: unsafe overlaps, token regressions, tokens of 0 and overrunning
+ * calls, and what it requires: acquisitions on every engine.
+ *
+ * Not part of the library: test code, built only under tests/chaos/.
+ */
+#ifndef CERB_CHAOS_ORACLE_H
+#define CERB_CHAOS_ORACLE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define ORACLE_MAX_NAMES 16     /* distinct lock names per scenario */
+#define ORACLE_MAX_HOLDERS 64   /* simultaneous holds of one name (P × T) */
+#define ORACLE_MAX_ENGINES 8    /* engine names, "?" when unknown */
+#define ORACLE_MAX_CLIENTS 64   /* client ids (worker processes) */
+#define ORACLE_MAX_MARKS 32     /* `cerberus switch` marks */
+#define ORACLE_MAX_NOTES 64     /* first anomalies kept verbatim */
+#define ORACLE_NAME_MAX 64
+#define ORACLE_NOTE_MAX 200
+
+typedef struct oracle oracle;
+
+/* The counts a scenario is judged by. */
+typedef struct oracle_report {
+    uint64_t acquisitions;                       /* enters, all engines */
+    uint64_t acq_engine[ORACLE_MAX_ENGINES];     /* enters per engine id */
+    char engine_name[ORACLE_MAX_ENGINES][16];    /* "" for unused ids */
+    uint64_t overlaps_explained;  /* older holder told LOST before newer entered */
+    uint64_t overlaps_unsafe;     /* §5a.1 broken */
+    uint64_t token_regressions;   /* §5a.3 broken: per engine, per client, after a switch */
+    uint64_t zero_tokens;         /* a hold with token 0 */
+    uint64_t overruns;            /* calls longer than their bound + 1 s (§5a.4) */
+    uint64_t calls;
+    uint64_t lost;                /* holders told LOST */
+    uint64_t max_overrun_ms;      /* worst (duration - bound), ms, over all calls */
+    unsigned notes;               /* anomalies written to the note list */
+} oracle_report;
+
+/*
+ * oracle_create — make (truncate) @path and map it as a fresh oracle.
+ * oracle_open — map an existing oracle (workers, the report tool).
+ * Returns: the oracle, or NULL with errno set. Close with oracle_close().
+ */
+oracle *oracle_create(const char *path);
+oracle *oracle_open(const char *path);
+void oracle_close(oracle *o);
+
+/* The clock every record uses: CLOCK_MONOTONIC in ns. */
+int64_t oracle_now(void);
+
+/*
+ * oracle_enter — @client (its process, one cerb_client) entered the critical
+ * section of @name, granted @token by @engine ("?" when it cannot tell) at
+ * @t_ns. Checks, against every hold of @name still inside: overlap (explained
+ * when that holder was told LOST at or before @t_ns); against earlier grants:
+ * token regressions. Returns: a holder id for oracle_leave/oracle_told_lost,
+ * or -1 when the tables are full (counted as a note).
+ * Thread-safety: any thread of any process mapping the file.
+ */
+int oracle_enter(oracle *o, const char *name, int client, uint64_t token,
+                 const char *engine, int64_t t_ns);
+
+/* oracle_leave — the holder left the critical section at @t_ns. */
+void oracle_leave(oracle *o, int holder, int64_t t_ns);
+
+/*
+ * oracle_told_lost — the holder was told LOST (callback, or cerb_lock_state)
+ * at @t_ns. Only the first report counts. A holder id of -1 is ignored.
+ */
+void oracle_told_lost(oracle *o, int holder, int64_t t_ns);
+
+/*
+ * oracle_call — a public call @what took [@t0_ns, @t1_ns] with a documented
+ * bound of @bound_ms; longer than bound + 1 s counts as an overrun.
+ */
+void oracle_call(oracle *o, const char *what, int64_t t0_ns, int64_t t1_ns,
+                 int64_t bound_ms);
+
+/*
+ * oracle_mark_switch — a `cerberus switch` finished at @t_ns (epoch bump).
+ * Every grant that enters after @t_ns + @settle_ms (the time clients take to
+ * reload the file) must rank above every grant that entered before @t_ns.
+ */
+void oracle_mark_switch(oracle *o, int64_t t_ns, int64_t settle_ms);
+
+/* oracle_report_get — a snapshot of the counts. */
+void oracle_report_get(oracle *o, oracle_report *out);
+
+/*
+ * oracle_note_get — the @i-th anomaly note (0-based), or NULL past the end.
+ * The pointer lives as long as the mapping.
+ */
+const char *oracle_note_get(oracle *o, unsigned i);
+
+#endif
