@@ -342,6 +342,12 @@ cerb_status cerb_lock_interrupt(cerb_lock *lock);
  * CERB_LOST when the hold had been lost (the local hold is dropped anyway);
  * an engine error when the release could not be confirmed (the local hold is
  * dropped and the server lease will expire by itself).
+ * Blocking: the release is tried 1 + retry.max times (once, after a switch
+ * away from its engine), each bounded by that engine's release bound — its
+ * connect and operation timeouts; on etcd twice the operation timeout (a
+ * timed-out request is sent once more) — plus, after a switch, one release
+ * of the claim on each engine switched from, and a renewal of this hold
+ * already on the wire (one operation timeout).
  */
 cerb_status cerb_lock_unlock(cerb_lock *lock);
 

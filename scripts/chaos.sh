@@ -377,7 +377,7 @@ bound_ms() {
         case $e in
             redis) b=$((b + (500 + 500) * 2)) ;;
             zk) b=$((b + (1000 + LEASE_MS) * 2)) ;;
-            etcd) b=$((b + (500 + 1000) * 2)) ;;
+            etcd) b=$((b + (500 + 2 * 1000) * 2)) ;; # a release re-sends once (cerberus.h)
         esac
     done
     echo "$b"
