@@ -37,6 +37,8 @@ static void call_free(struct zk_call *c)
 {
     for (size_t i = 0; i < c->used; i++) {
         cerb__free(c->res[i].path);
+        cerb__free(c->res[i].self);
+        cerb__free(c->res[i].uuid);
         cerb__zk_children_clear(&c->res[i].kids);
     }
     cerb__cond_destroy(&c->cond);
@@ -205,8 +207,12 @@ int cerb__zk_call_children(struct zk_call *c, struct zk_session *s, const char *
 {
     struct zk_res *r = slot_begin(c, s, ZK_REQ_CHILDREN);
     r->self_from = self_from;
-    r->self = self;
-    r->uuid = uuid;
+    /* Copies: the answer may come after the caller gave up and freed
+     * what it passed (a waiter past its deadline drops its node's name). */
+    r->self = self ? cerb__strdup(self) : NULL;
+    r->uuid = uuid ? cerb__strdup(uuid) : NULL;
+    if ((self && !r->self) || (uuid && !r->uuid))
+        return slot_end(c, r, CERB_ZK_RC_NOMEM); /* not sent */
     int rc = zoo_aget_children(s->zh, path, 0, children_done, r);
     return slot_end(c, r, rc);
 }

@@ -62,10 +62,11 @@ struct zk_res {
     void *owner;
     uint64_t owner_id;
     /* CHILDREN: who we are (our name, or the CREATE slot naming us, or
-     * neither) and whose uuid to collect; the analysis of the listing. */
+     * neither) and whose uuid to collect, both copied (owned): the answer
+     * may outlive the caller's strings; the analysis of the listing. */
     int self_from;
-    const char *self;
-    const char *uuid;
+    char *self;
+    char *uuid;
     struct zk_children kids;
 };
 
@@ -87,7 +88,10 @@ struct zk_call *cerb__zk_call_new(size_t n);
  * Submit one request on session s (whose handle the caller keeps open for
  * the duration of the submit: zk_session.h, cerb__zk_session_begin).
  * Returns the slot index; when the client refuses the request its slot is
- * finished at once with the refusal code (sent = false).
+ * finished at once with the refusal code (sent = false). What a completion
+ * reads is the call's own (children: copies of self and uuid; out of
+ * memory finishes the slot with CERB_ZK_RC_NOMEM), so a caller may free
+ * its strings as soon as the submit returns, even if it stops waiting.
  */
 int cerb__zk_call_create(struct zk_call *c, struct zk_session *s, const char *path,
                          const char *data, const struct ACL_vector *acl, int mode);

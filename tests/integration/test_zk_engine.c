@@ -8,9 +8,14 @@
  * it is an ephemeral of our current session, and one of another session is
  * deleted instead (Curator's CURATOR-604). The hold bound and every ttl are
  * the negotiated session timeout (not the configured one, not the lease),
- * and a holder's "cerb:holding" mark that did not land is sent again.
+ * and a holder's "cerb:holding" mark that did not land is sent again. A
+ * waiter that gives up while its listing is still unanswered is not hurt by
+ * the late answer (it is analysed against the call's own copy of our name).
  */
 #define _POSIX_C_SOURCE 200809L
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <poll.h>
 #include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -20,6 +25,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <cmocka.h>
 
@@ -364,6 +372,7 @@ static void test_adopt_only_current_session(void **state)
 struct waiter {
     struct eng *g;
     cerb_engine_lock *lk;
+    int64_t wait_ms; /* 0: 10 s */
     cerb_status st;
     atomic_bool done;
 };
@@ -372,7 +381,8 @@ static void *waiter_main(void *arg)
 {
     struct waiter *w = arg;
     cerb_grant gr;
-    w->st = cerb__engine_acquire(ops, w->g->e, w->lk, cerb__deadline_in(10000), NULL, &gr);
+    w->st = cerb__engine_acquire(ops, w->g->e, w->lk,
+                                 cerb__deadline_in(w->wait_ms ? w->wait_ms : 10000), NULL, &gr);
     atomic_store(&w->done, true);
     return NULL;
 }
@@ -479,6 +489,232 @@ static void test_mark_sent_again(void **state)
     eng_close(&g2);
 }
 
+/* ---- a listing answered after its waiter gave up ---- */
+
+/*
+ * A TCP relay between an engine and the test server that can hold the
+ * engine's requests: held bytes stay unread in the relay's socket, so the
+ * server sees them only once the hold is lifted, while its answers and
+ * watch events still reach the engine (a one-way network delay). One
+ * connection at a time; the next is accepted when it closes.
+ */
+struct relay {
+    int lfd, port;
+    int wake[2];          /* a byte: look at hold and stop again */
+    atomic_bool hold, stop;
+    atomic_bool holding;  /* the relay has stopped reading the engine */
+    pthread_t t;
+};
+
+static void relay_wake(struct relay *r)
+{
+    char b = 0;
+    if (write(r->wake[1], &b, 1) != 1)
+        abort();
+}
+
+/* Copy what `from` has to `to`; false when either side is done. */
+static bool pump(int from, int to)
+{
+    char buf[65536];
+    ssize_t n = read(from, buf, sizeof buf);
+    if (n <= 0)
+        return false;
+    for (ssize_t off = 0; off < n;) {
+        ssize_t w = write(to, buf + off, (size_t)(n - off));
+        if (w <= 0)
+            return false;
+        off += w;
+    }
+    return true;
+}
+
+static int connect_local(int port)
+{
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    if (fd >= 0 && connect(fd, (struct sockaddr *)&a, sizeof a) != 0) {
+        close(fd);
+        fd = -1;
+    }
+    return fd;
+}
+
+static void *relay_main(void *arg)
+{
+    struct relay *r = arg;
+    int cfd = -1, sfd = -1;
+    while (!atomic_load(&r->stop)) {
+        bool held = atomic_load(&r->hold);
+        struct pollfd pf[3] = {{r->wake[0], POLLIN, 0}, {r->lfd, POLLIN, 0}, {-1, 0, 0}};
+        if (cfd >= 0) {
+            pf[1].fd = cfd;
+            pf[1].events = held ? 0 : POLLIN;
+            pf[2].fd = sfd;
+            pf[2].events = POLLIN;
+        }
+        atomic_store(&r->holding, held);
+        if (poll(pf, 3, -1) < 0)
+            continue;
+        if (pf[0].revents) {
+            char b[64];
+            if (read(r->wake[0], b, sizeof b) <= 0)
+                break;
+        }
+        if (cfd < 0) {
+            if (pf[1].revents & POLLIN) {
+                cfd = accept(r->lfd, NULL, NULL);
+                sfd = cfd >= 0 ? connect_local(cerb_test_zk_port()) : -1;
+                if (cfd >= 0 && sfd < 0) {
+                    close(cfd);
+                    cfd = -1;
+                }
+            }
+            continue;
+        }
+        bool ok = true;
+        if (pf[1].revents)
+            ok = !held && pump(cfd, sfd); /* held: only a hangup or error wakes it */
+        if (ok && pf[2].revents)
+            ok = pump(sfd, cfd);
+        if (!ok) {
+            close(cfd);
+            close(sfd);
+            cfd = sfd = -1;
+        }
+    }
+    if (cfd >= 0) {
+        close(cfd);
+        close(sfd);
+    }
+    return NULL;
+}
+
+static void relay_start(struct relay *r)
+{
+    memset(r, 0, sizeof *r);
+    struct sockaddr_in a = {.sin_family = AF_INET};
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t len = sizeof a;
+    r->lfd = socket(AF_INET, SOCK_STREAM, 0);
+    assert_true(r->lfd >= 0);
+    assert_int_equal(bind(r->lfd, (struct sockaddr *)&a, sizeof a), 0);
+    assert_int_equal(listen(r->lfd, 4), 0);
+    assert_int_equal(getsockname(r->lfd, (struct sockaddr *)&a, &len), 0);
+    r->port = ntohs(a.sin_port);
+    assert_int_equal(pipe(r->wake), 0);
+    assert_int_equal(pthread_create(&r->t, NULL, relay_main, r), 0);
+}
+
+static bool relay_holding(void *ud) { return atomic_load(&((struct relay *)ud)->holding); }
+
+/* Hold (or let go of) the engine's requests; returns once the relay does. */
+static void relay_hold(struct relay *r, bool hold)
+{
+    atomic_store(&r->hold, hold);
+    relay_wake(r);
+    if (hold)
+        assert_wait_until(relay_holding, r, 5000);
+}
+
+static void relay_stop(struct relay *r)
+{
+    atomic_store(&r->stop, true);
+    relay_wake(r);
+    pthread_join(r->t, NULL);
+    close(r->lfd);
+    close(r->wake[0]);
+    close(r->wake[1]);
+}
+
+/* The waiter's node is made and its first listing answered. */
+static bool waiter_has_node(void *ud)
+{
+    struct waiter *w = ud;
+    cerb__mutex_lock(&w->g->e->mu);
+    bool set = ((struct zk_lock_priv *)w->lk->priv)->node != NULL;
+    cerb__mutex_unlock(&w->g->e->mu);
+    return set;
+}
+
+/*
+ * Found by the chaos suite (zk, seed 424243): a waiter whose deadline
+ * passes while its getChildren is unanswered gives up and frees its node's
+ * name; the answer, arriving later, was analysed against that freed name
+ * (heap-use-after-free under ASan). Here the queue is H (holds) and M
+ * (waits), foreign nodes of a raw client, then our waiter A. With the
+ * engine's requests held by the relay, M is deleted: A is woken (or its
+ * watch is never answered), lists again, and that listing stays unanswered
+ * until A has given up by its deadline. Then the requests go through; a
+ * trylock on the same session is answered after the late listing, so the
+ * listing's completion has run by the time it returns.
+ */
+static void test_late_listing_after_give_up(void **state)
+{
+    (void)state;
+    struct relay r;
+    relay_start(&r);
+    char hosts[64];
+    snprintf(hosts, sizeof hosts, "127.0.0.1:%d", r.port);
+    struct eng g;
+    char *text = cerb_test_zk_config(hosts, "session_timeout_ms = 10000;", NULL);
+    memset(&g, 0, sizeof g);
+    assert_int_equal(cerb__config_from_string(text, &g.cfg), CERB_OK);
+    free(text);
+    cerb_engine_env env = {.cfg = g.cfg};
+    assert_int_equal(cerb__engine_open(ops, &env, &g.e), CERB_OK);
+
+    zhandle_t *zh = cerb_test_zk_connect(NULL, NULL);
+    assert_non_null(zh);
+    char *name = test_name("late-list");
+    char *parent = cerb_test_zk_lock_path(name);
+    zoo_create(zh, "/cerberus", NULL, -1, &ZOO_OPEN_ACL_UNSAFE, ZOO_CONTAINER, NULL, 0);
+    zoo_create(zh, CERB_TEST_ZK_ROOT, NULL, -1, &ZOO_OPEN_ACL_UNSAFE, ZOO_CONTAINER, NULL, 0);
+    assert_int_equal(zoo_create(zh, parent, NULL, -1, &ZOO_OPEN_ACL_UNSAFE, ZOO_CONTAINER,
+                                NULL, 0),
+                     ZOK);
+    char *h = make_node(zh, parent, "aaaaaaaa-0000-4000-8000-000000000001");
+    char *m = make_node(zh, parent, "aaaaaaaa-0000-4000-8000-000000000002");
+
+    void *pa = calloc(1, ops->lock_priv_size), *pb = calloc(1, ops->lock_priv_size);
+    cerb_engine_lock la, lb;
+    fill_lock(&la, pa, name, 10000);
+    fill_lock(&lb, pb, name, 10000);
+    /* Well inside the client's 2/3 of the session (6.7 s) of silence. */
+    struct waiter w = {.g = &g, .lk = &la, .wait_ms = 2000};
+    pthread_t t;
+    assert_int_equal(pthread_create(&t, NULL, waiter_main, &w), 0);
+    assert_wait_until(waiter_has_node, &w, 5000);
+    uint64_t relists = atomic_load(&g.e->stats.relists);
+
+    relay_hold(&r, true);
+    assert_int_equal(zoo_delete(zh, m, -1), ZOK);
+    assert_wait_until(waiter_done, &w, 10000);
+    pthread_join(t, NULL);
+    assert_int_equal(w.st, CERB_TIMEOUT);
+    /* It did list again, and that listing cannot have been answered. */
+    assert_true(atomic_load(&g.e->stats.relists) > relists);
+
+    relay_hold(&r, false);
+    cerb_grant gr;
+    assert_int_equal(cerb__engine_acquire(ops, g.e, &lb, 0, NULL, &gr), CERB_BUSY);
+    /* Nothing of ours stays behind: only H is left. */
+    struct kids_n one = {zh, parent, 1};
+    assert_wait_until(kids_n, &one, 10000);
+
+    zoo_delete(zh, h, -1);
+    free(h);
+    free(m);
+    free(pa);
+    free(pb);
+    free(parent);
+    free(name);
+    cerb_test_zk_close(zh);
+    eng_close(&g);
+    relay_stop(&r);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -488,6 +724,7 @@ int main(void)
         cmocka_unit_test(test_hold_bound_negotiated),
         cmocka_unit_test(test_ttl_bounded_by_session),
         cmocka_unit_test(test_mark_sent_again),
+        cmocka_unit_test(test_late_listing_after_give_up),
     };
     return cmocka_run_group_tests(tests, setup, NULL);
 }
