@@ -33,9 +33,6 @@
  * us and the server (plus a fixed 2 ms), as Redlock does. */
 #define CERB_DRIFT_PERMILLE 10
 #define CERB_DRIFT_FIXED_MS 2
-/* After a configuration change, how long until every client following the
- * file has read it (they follow within a second): health.c. */
-#define CERB_SWITCH_SETTLE_MS 2000
 
 struct cerb_client_engine {
     cerb_client *client;         /* back pointer for engine events */

@@ -33,19 +33,16 @@ static cerb_client *open_client(void)
     char extra[128];
     snprintf(extra, sizeof extra, "lock = { lease_ms = %d; };", LEASE_MS);
     char *cfg = cerb_test_redis_config("op_timeout_ms = 200; connect_timeout_ms = 200;", extra);
-    cerb_client *c = NULL;
-    cerb_status st = cerb_client_open_string(&c, cfg);
+    cerb_client *c = cerb_test_open(cfg);
     free(cfg);
-    if (st != CERB_OK)
-        fail_msg("open: %s: %s", cerb_status_name(st), cerb_last_error());
+    assert_non_null(c);
     return c;
 }
 
 static cerb_lock *handle(cerb_client *c, const char *name)
 {
-    cerb_lock *l = NULL;
-    if (cerb_lock_new(c, name, NULL, &l) != CERB_OK)
-        fail_msg("lock_new: %s", cerb_last_error());
+    cerb_lock *l = cerb_test_handle(c, name);
+    assert_non_null(l);
     return l;
 }
 

@@ -17,6 +17,8 @@
 
 #include "test_util.h"
 
+#include "cerberus.h"
+
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
@@ -426,3 +428,22 @@ pid_t cerb_test_redis_pid(void) { return cerb_test_server_pid("redis", cerb_test
 int cerb_test_redis_pause(void) { return cerb_test_pause_pid(cerb_test_redis_pid()); }
 
 int cerb_test_redis_resume(void) { return cerb_test_resume_pid(cerb_test_redis_pid()); }
+
+cerb_client *cerb_test_open(const char *text)
+{
+    cerb_client *c = NULL;
+    cerb_status st = cerb_client_open_string(&c, text);
+    if (st != CERB_OK)
+        fprintf(stderr, "open: %s: %s\n", cerb_status_name(st), cerb_last_error());
+    return c;
+}
+
+cerb_lock *cerb_test_handle(cerb_client *c, const char *name)
+{
+    cerb_lock *l = NULL;
+    cerb_status st = cerb_lock_new(c, name, NULL, &l);
+    if (st != CERB_OK)
+        fprintf(stderr, "lock_new \"%s\": %s: %s\n", name, cerb_status_name(st),
+                cerb_last_error());
+    return l;
+}

@@ -94,6 +94,17 @@ char *cerb_test_write_config(const char *fmt, ...) CERB_TEST_PRINTF(1, 2);
  */
 char *cerb_test_redis_config(const char *redis_extra, const char *extra);
 
+/*
+ * cerb_test_open — a client from configuration text, or NULL with the
+ * status and cerb_last_error() printed on stderr (callers assert non-NULL).
+ * cerb_test_handle — a handle on @name with default options, or NULL the
+ * same way. Both are plain wrappers so suites stop repeating them.
+ */
+struct cerb_client;
+struct cerb_lock;
+struct cerb_client *cerb_test_open(const char *text);
+struct cerb_lock *cerb_test_handle(struct cerb_client *c, const char *name);
+
 /* unlink(@path) and free(@path). NULL does nothing. */
 void cerb_test_remove_file(char *path);
 

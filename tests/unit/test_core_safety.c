@@ -40,19 +40,31 @@ static cerb_client *open_text(const char *fmt, ...)
     va_start(ap, fmt);
     vsnprintf(text, sizeof text, fmt, ap);
     va_end(ap);
-    cerb_client *c = NULL;
-    cerb_status st = cerb_client_open_string(&c, text);
-    if (st != CERB_OK)
-        fprintf(stderr, "open: %s: %s\n", cerb_strerror(st), cerb_last_error());
-    assert_int_equal(st, CERB_OK);
+    cerb_client *c = cerb_test_open(text);
+    assert_non_null(c);
     return c;
 }
 
 static cerb_lock *mk(cerb_client *c, const char *name)
 {
-    cerb_lock *l = NULL;
-    assert_int_equal(cerb_lock_new(c, name, NULL, &l), CERB_OK);
+    cerb_lock *l = cerb_test_handle(c, name);
+    assert_non_null(l);
     return l;
+}
+
+/* A lost callback that raises a flag the test waits on. */
+static atomic_int lost_flag;
+static void on_lost_flag(cerb_lock *l, void *ud)
+{
+    (void)l;
+    (void)ud;
+    atomic_store(&lost_flag, 1);
+}
+
+static bool lost_seen(void *ud)
+{
+    (void)ud;
+    return atomic_load(&lost_flag) != 0;
 }
 
 static int setup(void **state)
@@ -406,20 +418,6 @@ static void test_unswitched_process_refused_by_claim(void **state)
     cerb_client_close(y);
 }
 
-static atomic_int claim_lost;
-static void on_claim_lost(cerb_lock *l, void *ud)
-{
-    (void)l;
-    (void)ud;
-    atomic_store(&claim_lost, 1);
-}
-
-static bool claim_lost_seen(void *ud)
-{
-    (void)ud;
-    return atomic_load(&claim_lost) != 0;
-}
-
 /*
  * A claim the engine says is gone while that engine answers (here: its
  * leases all expired, as on a server restarted without data) would let the
@@ -432,13 +430,13 @@ static void test_claim_gone_makes_hold_lost(void **state)
                                "failover = { " FAST_FO "failback = \"manual\"; };");
     assert_string_equal(cerb_engine_switch_to(y, "sb"), "sb");
     cerb_lock *ly = mk(y, "claim-gone");
-    atomic_store(&claim_lost, 0);
-    assert_int_equal(cerb_lock_on_lost(ly, on_claim_lost, NULL), CERB_OK);
+    atomic_store(&lost_flag, 0);
+    assert_int_equal(cerb_lock_on_lost(ly, on_lost_flag, NULL), CERB_OK);
     assert_int_equal(cerb_lock_trylock(ly), CERB_OK);
     char tok[33];
     assert_true(script_engine_holder(SCRIPT_A, "claim-gone", tok)); /* the claim */
     script_engine_expire_all(SCRIPT_A);
-    assert_wait_until(claim_lost_seen, NULL, 2000);
+    assert_wait_until(lost_seen, NULL, 2000);
     assert_int_equal(cerb_lock_state(ly), CERB_LOCK_LOST);
     assert_int_equal(cerb_lock_unlock(ly), CERB_LOST);
     /* Gone between two renewals and unlocked at once: unlock says so. */
@@ -462,22 +460,22 @@ static void test_claim_expiry_while_engine_answers(void **state)
                                "failover = { " FAST_FO "failback = \"manual\"; };");
     assert_string_equal(cerb_engine_switch_to(y, "sb"), "sb");
     cerb_lock *ly = mk(y, "claim-expiry");
-    atomic_store(&claim_lost, 0);
-    assert_int_equal(cerb_lock_on_lost(ly, on_claim_lost, NULL), CERB_OK);
+    atomic_store(&lost_flag, 0);
+    assert_int_equal(cerb_lock_on_lost(ly, on_lost_flag, NULL), CERB_OK);
     assert_int_equal(cerb_lock_trylock(ly), CERB_OK);
     script_engine_set(SCRIPT_A, (struct script_knobs){.renew_fails = true});
-    assert_wait_until(claim_lost_seen, NULL, 2000);
+    assert_wait_until(lost_seen, NULL, 2000);
     assert_int_equal(cerb_lock_unlock(ly), CERB_LOST);
 
     /* The same with sa silent: the hold outlives its claim. */
     script_engine_set(SCRIPT_A, (struct script_knobs){0});
-    atomic_store(&claim_lost, 0);
+    atomic_store(&lost_flag, 0);
     assert_int_equal(cerb_lock_trylock_for(ly, 2000), CERB_OK);
     script_engine_set(SCRIPT_A, (struct script_knobs){.down = true});
     int64_t end = cerb_test_now_ms() + 1500; /* several leases */
     while (cerb_test_now_ms() < end)
         assert_int_equal(cerb_lock_state(ly), CERB_LOCK_VALID);
-    assert_int_equal(atomic_load(&claim_lost), 0);
+    assert_int_equal(atomic_load(&lost_flag), 0);
     assert_int_equal(cerb_lock_unlock(ly), CERB_OK);
     script_engine_set(SCRIPT_A, (struct script_knobs){0});
     cerb_lock_free(ly);
@@ -646,14 +644,6 @@ static void rewrite(const char *path, const char *text)
     "engines = (\"sa\", \"sb\"); active = \"" ACTIVE "\"; " EXTRA                               \
     "failover = { " FAST_FO "switch_grace_ms = 0; watch_config = false; };\n"
 
-static atomic_int hwm_lost;
-static void hwm_on_lost(cerb_lock *l, void *ud)
-{
-    (void)l;
-    (void)ud;
-    atomic_store(&hwm_lost, 1);
-}
-
 /*
  * Review of item 17: the redis engine's quarantine after a data loss lasts
  * lock.lease_ms in a process that finds the loss without holds of its own,
@@ -695,8 +685,8 @@ static void test_grace_covers_leases_before_reload(void **state)
     assert_int_equal(cerb_client_open(&a, path), CERB_OK);
     assert_int_equal(cerb_client_open(&b, path), CERB_OK);
     cerb_lock *la = mk(a, "hwm"), *lb = mk(b, "hwm");
-    atomic_store(&hwm_lost, 0);
-    assert_int_equal(cerb_lock_on_lost(la, hwm_on_lost, NULL), CERB_OK);
+    atomic_store(&lost_flag, 0);
+    assert_int_equal(cerb_lock_on_lost(la, on_lost_flag, NULL), CERB_OK);
     assert_int_equal(cerb_lock_trylock(la), CERB_OK);
     snprintf(text, sizeof text, "engines = (\"sa\", \"sb\"); lock = { lease_ms = 200; }; %s", fo);
     rewrite(path, text);
@@ -707,7 +697,7 @@ static void test_grace_covers_leases_before_reload(void **state)
     assert_wait_until(is_on, &ob, 3000);
     assert_int_equal(cerb_lock_trylock_for(lb, 5000), CERB_OK);
     /* Granted only once the older holder was told. */
-    assert_int_equal(atomic_load(&hwm_lost), 1);
+    assert_int_equal(atomic_load(&lost_flag), 1);
     assert_int_equal(cerb_lock_unlock(lb), CERB_OK);
     cerb_lock_unlock(la);
     cerb_lock_free(la);
