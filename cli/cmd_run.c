@@ -738,9 +738,8 @@ int cerb__cli_run(const struct cerb__cli *cli, int argc, char **argv)
         /* Not "on <engine>": the lock may have been granted on another
          * engine than the current one (a wait begun before a switch). */
         cerb__cli_error("run: holding %s, fencing token %" PRIu64 " (epoch %" PRIu64
-                        ", switches %" PRIu64 ", engine counter %" PRIu64 ")",
-                        o.name, fence, fence >> 52, (fence >> 48) & 15,
-                        fence & ((UINT64_C(1) << 48) - 1));
+                        ", engine counter %" PRIu64 ")",
+                        o.name, fence, fence >> 48, fence & ((UINT64_C(1) << 48) - 1));
     own_env[0] = str_printf("CERBERUS_LOCK_NAME=%s", o.name);
     own_env[1] = str_printf("CERBERUS_FENCING_TOKEN=%" PRIu64, fence);
     env = own_env[0] && own_env[1] ? child_env(own_env, 2) : NULL;

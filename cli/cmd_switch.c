@@ -1,7 +1,7 @@
 /*
  * cmd_switch.c — `cerberus [-c FILE] switch [ENGINE|auto]`: flip every
  * client that watches the configuration file to another engine by rewriting
- * the file's top-level `active` setting and bumping its `epoch` (the high 12
+ * the file's top-level `active` setting and bumping its `epoch` (the high 16
  * bits of every fencing token, so all grants after the switch rank above all
  * grants before it). Without ENGINE it prints the `active` setting.
  *
@@ -64,7 +64,7 @@ const char cerb__cli_switch_usage[] =
     "written; 64 usage.\n";
 
 #define MAX_CONFIG_BYTES (16 * 1024 * 1024)
-#define MAX_EPOCH 4095 /* config/schema.c: 12 bits of the fence */
+#define MAX_EPOCH 65535 /* config/schema.c: the fence's high 16 bits */
 
 /* A configuration file read under its lock. */
 struct cfg_file {

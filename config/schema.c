@@ -61,7 +61,7 @@ const struct cerb__cfg_key cerb__cfg_keys[] = {
      .max = CERB_MAX_ENGINES, .def_str = "local",
      .check = cerb__cfg_check_engine},
     KEY_NAME("active", active, R, "auto", cerb__cfg_check_active),
-    KEY_I64("epoch", epoch, R, 1, 0, 4095),
+    KEY_I64("epoch", epoch, R, 1, 0, 65535),
 
     KEY_I64("lock.lease_ms", lock.lease_ms, R, 10000, 100, 86400000),
     KEY_BOOL("lock.renew", lock.renew, R, 1),

@@ -466,7 +466,7 @@ cerb_status cerb_client_reload(cerb_client *c)
         cerb__config_free(old);
     /* `next` may be replaced by a concurrent reload from here on. A raised
      * epoch (cerberus switch) orders every later grant above earlier ones. */
-    int64_t want = epoch << CERB_EPOCH_LOCAL_BITS;
+    int64_t want = epoch;
     cerb__mutex_lock(&c->fo_mu);
     if (atomic_load(&c->epoch) < want) {
         atomic_store(&c->epoch, want);

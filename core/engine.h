@@ -46,7 +46,8 @@ enum {
     CERB_CAP_FAIR_QUEUE = 1u << 1,   /* server-side FIFO hand-off */
     CERB_CAP_WAIT = 1u << 2,         /* acquire can block for a release */
     CERB_CAP_BATCH_RENEW = 1u << 3,  /* renew_batch is cheaper than a loop */
-    CERB_CAP_CROSS_PROCESS = 1u << 4 /* excludes other processes */
+    CERB_CAP_CROSS_PROCESS = 1u << 4, /* excludes other processes */
+    CERB_CAP_FENCE_FLOOR = 1u << 5   /* honours cerb_engine_lock.fence_floor */
 };
 
 /* An engine instance; each engine defines the struct privately. */
@@ -70,6 +71,17 @@ typedef struct cerb_engine_lock {
     int64_t lease_ms;   /* requested lease (> 0) */
     int fair;           /* 1 = FIFO hand-off asked */
     void *priv;         /* ops->lock_priv_size bytes, zeroed before acquire */
+    /*
+     * With CERB_CAP_FENCE_FLOOR: the grant's fence must exceed this (< 2^48).
+     * The engine raises its counter for the name (or an offset it adds to
+     * it) on the server, atomically with respect to grants, so that the
+     * grants after this one stay above it for every client. The core passes
+     * the highest fence this client had on another engine, so that its
+     * tokens do not go backwards when it switches, while the grants of one
+     * engine stay ordered whoever made them. 0 (most calls): no floor.
+     * check_owner reports the fence the grant got, floor included.
+     */
+    uint64_t fence_floor;
 } cerb_engine_lock;
 
 /*

@@ -120,6 +120,8 @@ static void grant_to(struct local_entry *e, cerb_engine_lock *lk, int64_t now,
 {
     memcpy(e->token, lk->token, sizeof e->token);
     e->expires_ns = now + lk->lease_ms * CERB_NS_PER_MS;
+    if (e->fence < lk->fence_floor)
+        e->fence = lk->fence_floor;
     e->fence++;
     g->fence = e->fence;
     g->sent_ns = now;
@@ -299,6 +301,8 @@ static cerb_status file_acquire(cerb_engine *eng, cerb_engine_lock *lk,
     uint64_t fence = 0;
     if (pread(fd, buf, sizeof buf - 1, 0) > 0)
         sscanf(buf, "%20lu", (unsigned long *)&fence);
+    if (fence < lk->fence_floor)
+        fence = lk->fence_floor;
     fence++;
     int n = snprintf(buf, sizeof buf, "%020lu\n", (unsigned long)fence);
     if (pwrite(fd, buf, (size_t)n, 0) != n) {
@@ -423,7 +427,7 @@ static cerb_status local_probe(cerb_engine *e, int64_t timeout_ms)
 const struct cerb_engine_ops cerb__local_engine_ops = {
     .version = CERB_ENGINE_OPS_V1,
     .name = "local",
-    .caps = CERB_CAP_FENCING | CERB_CAP_FAIR_QUEUE | CERB_CAP_WAIT,
+    .caps = CERB_CAP_FENCING | CERB_CAP_FAIR_QUEUE | CERB_CAP_WAIT | CERB_CAP_FENCE_FLOOR,
     .lock_priv_size = sizeof(struct local_priv),
     .open = local_open,
     .close = local_close,

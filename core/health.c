@@ -49,15 +49,16 @@
  * (half_open_successes good probes after open_ms) plus failback_after_ms,
  * while this client's own probes see A answer within one probe interval.
  *
- * Fencing epoch. Tokens carry a 16-bit epoch above the engine's 48-bit
- * counter: the configuration's `epoch` (12 bits), which `cerberus switch`
- * bumps for every client at once — so every grant after it ranks above
- * every grant before it, in any process — and below it (4 bits) the
- * switches this client made since that epoch, so that its own tokens never
- * go backwards when the new engine's counter is lower. Adding the switches
- * to the whole field instead would let a client that switched by itself
- * reach the next configuration epoch early and outrank grants made after a
- * `cerberus switch`. The count saturates at 15 (logged): bump the epoch.
+ * Fencing. Tokens carry the configuration's `epoch` (16 bits) above the
+ * engine's 48-bit counter. `cerberus switch` bumps it for every client at
+ * once, so every grant after it ranks above every grant before it, in any
+ * process. A switch this client makes by itself leaves it alone: the
+ * engines' counters are incomparable, and bits that counted this client's
+ * own switches would differ between clients on one engine and put one
+ * client's grants below another's earlier ones. Instead the new engine is
+ * asked to rank its grants above the highest fence this client had
+ * elsewhere (fence_floor, lock.c): each engine raises its own counter on
+ * the server, where every client's later grants see it.
  */
 #include "internal_posix.h"
 
@@ -92,7 +93,7 @@ void cerb__health_init(cerb_client *c)
     breaker_cfg(c->cfg, &bc);
     c->pinned = strcmp(c->cfg->active, "auto") == 0 ? -1
                                                      : cerb__config_engine_index(c->cfg, c->cfg->active);
-    atomic_store(&c->epoch, c->cfg->epoch << CERB_EPOCH_LOCAL_BITS);
+    atomic_store(&c->epoch, c->cfg->epoch);
     cerb__route_update(c);
     int cur = atomic_load(&c->current);
     atomic_store(&c->pin_pending, c->pinned >= 0 && c->pinned != cur ? c->pinned : -1);
@@ -293,20 +294,12 @@ int cerb__client_switch(cerb_client *c, int to, const char *why, int pin)
                                            CERB_NS_PER_MS + ASK_BACKOFF_NS);
     }
     te->gated = false; /* no need to ask where we go */
-    int64_t ep = atomic_load(&c->epoch);
-    bool saturated = (ep & CERB_EPOCH_LOCAL_MAX) == CERB_EPOCH_LOCAL_MAX;
-    if (!saturated)
-        atomic_store(&c->epoch, ep + 1); /* fo_mu: the only writer but reload's raise */
     c->switches++;
     atomic_store(&c->current, to);
     cerb__route_update(c);
     pin_update(c);
     fo_unlock(c);
     cerb__lock_follow_switch(c, to);
-    if (saturated)
-        CERB_LOG_W("fencing: %d switches since epoch %lld; tokens of this client may go "
-                   "backwards until the epoch is bumped (cerberus switch)",
-                   CERB_EPOCH_LOCAL_MAX, (long long)(ep >> CERB_EPOCH_LOCAL_BITS));
 
     CERB_LOG_W("engine switch %s -> %s (%s)", c->engines[from].name, c->engines[to].name, why);
     /* Called on the callback thread, never here: this may be the renewal

@@ -60,6 +60,9 @@ struct cerb_client_engine {
     int64_t ask_fail_ns;         /* last held() question that got no answer */
     atomic_int_fast64_t grant_after_ns; /* switched back to: no grant before */
     atomic_uint_fast64_t pending_ok;
+    /* The highest fence (with its epoch) this client was granted here: a
+     * grant on another engine must rank above it (lock.c, fence_floor). */
+    atomic_uint_fast64_t max_fence;
     char log_note[160];          /* a breaker transition to log once fo_mu
                                     is released (health.c), "" when none */
     uint64_t transitions;
@@ -164,8 +167,8 @@ struct cerb_client {
     /* failover state, under fo_mu */
     cerb_mutex fo_mu;
     int pinned;                          /* -1: auto */
-    atomic_int_fast64_t epoch;           /* fences' high 16 bits: config
-                                            epoch << 4 | own switches */
+    atomic_int_fast64_t epoch;           /* fences' high 16 bits: the
+                                            configuration's epoch */
     uint64_t switches;
     struct cerb_prober *prober;
     cerb_mutex inflight_mu;              /* before any slot->mu */
@@ -316,11 +319,6 @@ cerb_status cerb__client_open_engine(cerb_client *c, size_t i);
 
 /* Deadline from a grant: sent + ttl × (1 − drift); NEVER for ttl 0. */
 int64_t cerb__grant_deadline(const cerb_grant *g);
-/* The fence's 16-bit epoch: the configuration's epoch above this many bits
- * counting the client's own switches since (health.c). */
-#define CERB_EPOCH_LOCAL_BITS 4
-#define CERB_EPOCH_LOCAL_MAX ((1 << CERB_EPOCH_LOCAL_BITS) - 1)
-
 /* Public fencing token from an engine counter and the epoch. */
 uint64_t cerb__fence_compose(int64_t epoch, uint64_t counter);
 

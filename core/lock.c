@@ -47,6 +47,37 @@ uint64_t cerb__fence_compose(int64_t epoch, uint64_t counter)
     return ((uint64_t)epoch << 48) | (counter & FENCE_MASK);
 }
 
+/*
+ * The fence a grant on engine idx must exceed: the highest this client had
+ * on any other engine in the same epoch (an older epoch ranks below anyway).
+ * Raising it is the engine's work, on the server, so that the grants of
+ * every client on that engine stay in order (engine.h, fence_floor).
+ */
+static uint64_t fence_floor(cerb_client *c, int idx, int64_t epoch)
+{
+    uint64_t floor = 0;
+    for (size_t j = 0; j < c->n_engines; j++) {
+        uint64_t m = atomic_load(&c->engines[j].max_fence);
+        if ((int)j != idx && (int64_t)(m >> 48) == epoch && (m & FENCE_MASK) > floor)
+            floor = m & FENCE_MASK;
+    }
+    return floor;
+}
+
+static void fence_granted(cerb_client *c, struct cerb_hold *h)
+{
+    struct cerb_client_engine *ce = &c->engines[h->engine_idx];
+    uint64_t m = atomic_load(&ce->max_fence);
+    while (h->fence > m && !atomic_compare_exchange_weak(&ce->max_fence, &m, h->fence))
+        ;
+    if ((h->fence >> 48) == (uint64_t)h->epoch && (h->fence & FENCE_MASK) <= h->lk.fence_floor &&
+        (ce->ops->caps & CERB_CAP_FENCING))
+        CERB_LOG_W("fencing: %s granted \"%s\" fence %llu, not above %llu (this client's "
+                   "highest on another engine): its tokens went backwards across a switch",
+                   ce->name, h->lk.name, (unsigned long long)(h->fence & FENCE_MASK),
+                   (unsigned long long)h->lk.fence_floor);
+}
+
 int64_t cerb__grant_deadline(const cerb_grant *g)
 {
     if (g->ttl_ms <= 0)
@@ -472,6 +503,8 @@ static cerb_status engine_acquire(cerb_client *c, struct cerb_hold **hp, struct 
             return st;
         }
         int64_t t0 = cerb_monotime();
+        h->lk.fence_floor = (ce->ops->caps & CERB_CAP_FENCE_FLOOR)
+                                ? fence_floor(c, h->engine_idx, h->epoch) : 0;
         st = cerb__engine_acquire(ce->ops, ce->e, &h->lk, deadline_ns, &w->stop, &g);
         if (st == CERB_OK) {
             cerb__health_ok(c, h->engine_idx);
@@ -698,6 +731,7 @@ cerb_status cerb__lock_acquire(cerb_lock *l, int64_t deadline_ns, bool interrupt
         if (cerb__route(c, &ep_now) == h->engine_idx && ep_now > ep)
             ep = ep_now;
         h->fence = cerb__fence_compose(ep, h->fence);
+        fence_granted(c, h);
         h->owner_handle = l;
         atomic_store(&h->state, CERB_LOCK_VALID);
         s->hold = h;

@@ -234,8 +234,8 @@ struct cerb_engine_info {
     uint64_t handoffs;          /* grants handed over by a release */
     uint64_t breaker_transitions; /* state changes of this engine's breaker */
     uint64_t switches;          /* engine switches of the whole client */
-    int64_t epoch;              /* the client's fencing epoch (high 16 bits:
-                                   config epoch << 4 | its switches since) */
+    int64_t epoch;              /* the client's fencing epoch (the high 16
+                                   bits of its tokens: the config's epoch) */
     int wanted;                 /* 1 when `active` (or a switch) pins this
                                    engine but it is not active yet: it would
                                    not open; retried every probe round */
@@ -354,10 +354,13 @@ cerb_status cerb_lock_unlock(cerb_lock *lock);
 /**
  * cerb_lock_fencing_token — the token of the calling thread's current hold:
  * strictly increasing per lock name across successive grants on one engine.
- * Bits 63..52: the configuration's epoch (`cerberus switch` bumps it, so
- * every grant after ranks above every grant before); 51..48: switches this
- * client made since that epoch (its own tokens never go backwards across
- * an automatic switch); 47..0: the engine's counter.
+ * Bits 63..48: the configuration's epoch (`cerberus switch` bumps it, so
+ * every grant after ranks above every grant before); 47..0: the engine's
+ * counter. When this client switches engines by itself, the engine it goes
+ * to first raises its counter for the name above the highest this client
+ * had on the engine it left, on the server, so this client's tokens never
+ * go backwards across its own switches and every client's later grants on
+ * that engine rank above it.
  * Returns: the token, or 0 when the calling thread does not hold the lock.
  */
 uint64_t cerb_lock_fencing_token(const cerb_lock *lock);

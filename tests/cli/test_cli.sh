@@ -930,7 +930,7 @@ EOF
     fi
     if wait_for 30 bg_done sww && [ "$(bg_rc sww)" = 0 ] &&
         [ "$(cat "$WORK/sww.tok")" -gt "$(cat "$WORK/swa.tok")" ] &&
-        [ $(($(cat "$WORK/sww.tok") >> 52)) -ge 2 ]; then
+        [ $(($(cat "$WORK/sww.tok") >> 48)) -ge 2 ]; then
         ok "switch: the waiter runs next, with a larger token in the new epoch"
     else
         not_ok "switch: the waiter runs next" "tokens $(cat "$WORK/swa.tok" "$WORK/sww.tok" 2>/dev/null)" "$(cat "$WORK/sww.out")"
@@ -939,7 +939,7 @@ EOF
     # Granted on zk, with its claim on redis (gated now).
     if [ "$RC" -eq 0 ] && printf '%s\n' "$OUT" | grep -q '^redis: held by ' &&
         printf '%s\n' "$OUT" | grep -Eq "$HOLDER_RE" &&
-        [ $(($(printf '%s\n' "$OUT" | sed -n 's/^t=//p') >> 52)) -ge 2 ]; then
+        [ $(($(printf '%s\n' "$OUT" | sed -n 's/^t=//p') >> 48)) -ge 2 ]; then
         ok "switch: a new acquisition is on zk, in the new epoch"
     else
         not_ok "switch: a new acquisition is on zk" "rc $RC" "$OUT"

@@ -116,6 +116,8 @@ static cerb_status try_once(struct server *s, cerb_engine_lock *lk, cerb_grant *
         return CERB_BUSY;
     memcpy(e->token, lk->token, sizeof e->token);
     e->until_ns = now + lk->lease_ms * CERB_NS_PER_MS;
+    if (e->fence < lk->fence_floor)
+        e->fence = lk->fence_floor;
     g->fence = ++e->fence;
     g->sent_ns = now;
     g->ttl_ms = lk->lease_ms;
@@ -278,7 +280,7 @@ static int64_t s_hold_bound(cerb_engine *eng)
 
 #define SCRIPT_OPS(NAME, OPEN)                                                                    \
     {                                                                                             \
-        .version = CERB_ENGINE_OPS_V1, .name = NAME, .caps = CERB_CAP_FENCING | CERB_CAP_WAIT,    \
+        .version = CERB_ENGINE_OPS_V1, .name = NAME, .caps = CERB_CAP_FENCING | CERB_CAP_WAIT | CERB_CAP_FENCE_FLOOR,    \
         .lock_priv_size = 0, .open = OPEN, .close = s_close, .acquire = s_acquire,                \
         .renew = s_renew, .release = s_release, .check_owner = s_check, .probe = s_probe,         \
         .held = s_held, .hold_bound_ms = s_hold_bound,                                            \

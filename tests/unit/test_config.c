@@ -403,8 +403,8 @@ static void test_out_of_range(void **state)
                  "-1..86400000");
     expect_error("failover = { failure_rate = 101; };\n",
                  "config:1: failover.failure_rate: 101 is out of range 1..100");
-    expect_error("epoch = 4096;\n",
-                 "config:1: epoch: 4096 is out of range 0..4095");
+    expect_error("epoch = 65536;\n",
+                 "config:1: epoch: 65536 is out of range 0..65535");
     expect_error("etcd = { session_ttl_s = 1; };\n",
                  "config:1: etcd.session_ttl_s: 1 is out of range 2..3600");
     expect_error("zk = { session_timeout_ms = 999; };\n",

@@ -285,6 +285,50 @@ static void test_epoch_captured_with_engine(void **state)
 }
 
 /*
+ * Review of items 10/19 (§5a.3, found by the chaos suite, redis-zk seed
+ * 32): one name, one engine, two clients. X has switched sa → sb → sa by
+ * itself, Y never switched. Bits that count a client's own switches rank
+ * X's grant above Y's later one on the same engine: Y's token went
+ * backwards. And X's own tokens must still grow across its switches, when
+ * the engine it goes to has the lower counter.
+ */
+static void test_tokens_ordered_across_clients_on_one_engine(void **state)
+{
+    (void)state;
+    const char *cfg = "engines = (\"sa\", \"sb\"); failover = { switch_grace_ms = 0; "
+                      "failback = \"manual\"; };";
+    cerb_client *x = open_text("%s", cfg), *y = open_text("%s", cfg);
+    cerb_lock *lx = mk(x, "order"), *ly = mk(y, "order");
+    script_engine_set_fence(SCRIPT_A, "order", 1000);
+    assert_int_equal(cerb_lock_trylock(lx), CERB_OK);
+    uint64_t x1 = cerb_lock_fencing_token(lx);
+    assert_int_equal(cerb_lock_unlock(lx), CERB_OK);
+
+    assert_string_equal(cerb_engine_switch_to(x, "sb"), "sb"); /* sb's counter is 0 */
+    assert_int_equal(cerb_lock_trylock(lx), CERB_OK);
+    uint64_t x2 = cerb_lock_fencing_token(lx);
+    assert_int_equal(cerb_lock_unlock(lx), CERB_OK);
+    assert_string_equal(cerb_engine_switch_to(x, "sa"), "sa");
+    assert_int_equal(cerb_lock_trylock(lx), CERB_OK);
+    uint64_t x3 = cerb_lock_fencing_token(lx);
+    assert_int_equal(cerb_lock_unlock(lx), CERB_OK);
+
+    assert_int_equal(cerb_lock_trylock(ly), CERB_OK); /* Y, on sa all along */
+    uint64_t y1 = cerb_lock_fencing_token(ly);
+    assert_int_equal(cerb_lock_unlock(ly), CERB_OK);
+    fprintf(stderr, "X: %#llx (sa) %#llx (sb) %#llx (sa); then Y on sa: %#llx\n",
+            (unsigned long long)x1, (unsigned long long)x2, (unsigned long long)x3,
+            (unsigned long long)y1);
+    assert_true(x2 > x1); /* X's own, across its switches */
+    assert_true(x3 > x2);
+    assert_true(y1 > x3); /* one engine, successive grants, any client */
+    cerb_lock_free(lx);
+    cerb_lock_free(ly);
+    cerb_client_close(x);
+    cerb_client_close(y);
+}
+
+/*
  * Item 16: failback. Both clients moved to sb while sa was down, sa stayed
  * silent past its grace, then came back. P1 fails back to sa; P2 (manual
  * failback) stays on sb. P2's gate on sa must come back with sa's answers,
@@ -756,9 +800,9 @@ static void test_wait_across_epoch_bump(void **state)
     assert_wait_until(waiter_done, &a, 5000);
     pthread_join(t, NULL);
     assert_int_equal(a.st, CERB_OK);
-    fprintf(stderr, "granted after the bump with epoch field %llu\n",
+    fprintf(stderr, "granted after the bump with epoch %llu\n",
             (unsigned long long)(a.fence >> 48));
-    assert_true((a.fence >> 48) >= (2u << 4));
+    assert_true((a.fence >> 48) >= 2u);
     cerb_lock_free(lc);
     cerb_lock_free(ld);
     cerb_client_close(c);
@@ -833,7 +877,7 @@ static bool epoch_is(void *ud)
 {
     struct epoch_seen *e = ud;
     struct cerb_engine_info info;
-    return cerb_engine_info(e->c, NULL, &info) == CERB_OK && info.epoch >> 4 == e->want;
+    return cerb_engine_info(e->c, NULL, &info) == CERB_OK && info.epoch == e->want;
 }
 
 static bool opening(void *ud) { return script_engine_open_calls(SCRIPT_B) > *(long *)ud; }
@@ -880,6 +924,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_per_lock_lease_beyond_grace_refused, setup, teardown),
         cmocka_unit_test_setup_teardown(test_settled_grant_uses_server_ttl, setup, teardown),
         cmocka_unit_test_setup_teardown(test_epoch_captured_with_engine, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_tokens_ordered_across_clients_on_one_engine, setup, teardown),
         cmocka_unit_test_setup_teardown(test_failback_gate_both_ways, setup, teardown),
         cmocka_unit_test_setup_teardown(test_settled_grant_checked_after, setup, teardown),
         cmocka_unit_test_setup_teardown(test_unswitched_process_refused_by_claim, setup, teardown),
