@@ -3,7 +3,7 @@
  *
  * hiredis 0.14 contexts are not thread-safe, and a context blocked in BLPOP
  * can do nothing else, so an engine keeps three kinds of connection:
- *  - a fixed pool of `redis.pool` command connections for short requests,
+ *  - a pool of up to `redis.pool_max` command connections for short requests,
  *    handed out under a mutex, waiting at most the operation timeout for one;
  *  - blocking connections for waiters (BLPOP on a wake list), one per
  *    waiting thread for the length of its wait, a few kept idle for reuse;
@@ -63,6 +63,7 @@ struct redis_pool {
     int n_free;
     struct redis_conn **idle;  /* idle blocking connections */
     int n_idle, max_idle;
+    uint64_t closed_idle;      /* connections closed for idling (tests) */
 };
 
 struct cerb_engine {
