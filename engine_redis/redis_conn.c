@@ -38,6 +38,7 @@
 #include "internal_posix.h"
 
 #include "redis_conn.h"
+#include "redis_marker.h"
 
 #include <errno.h>
 #include <poll.h>
@@ -211,6 +212,39 @@ static cerb_status setup_reply(cerb_engine *e, const char *what, const redisRepl
     return cerb__redis_fail(e->where, what, &f, NULL);
 }
 
+/*
+ * From an INFO replication answer: the role (into role, "" when absent) and
+ * master_replid (into replid, "" when absent or malformed).
+ */
+static void parse_replication(const redisReply *r, char *role, size_t rolel, char *replid,
+                              size_t replidl)
+{
+    role[0] = replid[0] = '\0';
+    if (r->type != REDIS_REPLY_STRING)
+        return;
+    const char *s = r->str, *end = r->str + r->len;
+    while (s < end) {
+        const char *nl = memchr(s, '\n', (size_t)(end - s));
+        const char *le = nl ? nl : end;
+        if (le > s && le[-1] == '\r')
+            le--;
+        size_t n = (size_t)(le - s);
+        if (n > 5 && memcmp(s, "role:", 5) == 0 && n - 5 < rolel) {
+            memcpy(role, s + 5, n - 5);
+            role[n - 5] = '\0';
+        } else if (n > 14 && memcmp(s, "master_replid:", 14) == 0 && n - 14 < replidl) {
+            bool hex = true;
+            for (size_t i = 14; i < n; i++)
+                hex = hex && ((s[i] >= '0' && s[i] <= '9') || (s[i] >= 'a' && s[i] <= 'f'));
+            if (hex) {
+                memcpy(replid, s + 14, n - 14);
+                replid[n - 14] = '\0';
+            }
+        }
+        s = nl ? nl + 1 : end;
+    }
+}
+
 /* Connect c (whose ctx is NULL) and run the set-up commands. */
 static cerb_status conn_connect(cerb_engine *e, struct redis_conn *c, int64_t connect_ms,
                                 int64_t timeout_ms)
@@ -248,7 +282,7 @@ static cerb_status conn_connect(cerb_engine *e, struct redis_conn *c, int64_t co
     /* AUTH (ACL form when a user is set) and SELECT, one round trip. */
     const char *argv[3];
     size_t argl[3];
-    const char *names[2];
+    const char *names[3];
     int n = 0;
     char db[16];
     st = CERB_OK;
@@ -273,14 +307,32 @@ static cerb_status conn_connect(cerb_engine *e, struct redis_conn *c, int64_t co
         st = cerb__redis_append(c, 2, argv, argl);
         names[n++] = "SELECT";
     }
-    if (st == CERB_OK && n > 0) {
-        redisReply *r[2];
+    /* The server's history (redis_marker.h): which replication id it has,
+     * and that it is a master (a replica refuses our writes). */
+    if (st == CERB_OK) {
+        argv[0] = "INFO", argv[1] = "replication";
+        argl[0] = 4, argl[1] = 11;
+        st = cerb__redis_append(c, 2, argv, argl);
+        names[n++] = "INFO replication";
+    }
+    char role[16] = "", replid[48] = "";
+    if (st == CERB_OK) {
+        redisReply *r[3];
         size_t got;
         st = cerb__redis_exchange(e, c, names[0], r, &got, NULL);
-        for (size_t i = 0; st == CERB_OK && i < got; i++)
+        for (size_t i = 0; st == CERB_OK && i + 1 < got; i++)
             st = setup_reply(e, names[i], r[i]);
+        /* INFO may be renamed away on a hardened server: then no history
+         * check, as before. */
+        if (st == CERB_OK && got == (size_t)n && r[n - 1]->type != REDIS_REPLY_ERROR)
+            parse_replication(r[n - 1], role, sizeof role, replid, sizeof replid);
         free_replies(r, got);
     }
+    if (st == CERB_OK && role[0] && strcmp(role, "master") != 0)
+        st = cerb__error_set(CERB_EIO, "redis %s: the server is a %s, not a master: it would "
+                             "refuse (or lose) our writes", e->where, role);
+    if (st == CERB_OK && e->marker_key)
+        st = cerb__redis_marker_history(e, c, replid);
     if (st != CERB_OK) {
         redisFree(c->ctx);
         c->ctx = NULL;

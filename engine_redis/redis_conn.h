@@ -32,7 +32,7 @@
 #define REDIS_INTR_SLICE_MS 100
 
 /* A marker value (redis_marker.h): "<16 hex> <digits>", NUL, room to spare. */
-#define REDIS_MARKER_MAX 64
+#define REDIS_MARKER_MAX 128
 
 /* Scripts, in the order of their SHA slots (redis_scripts.c). */
 enum redis_script {
@@ -84,6 +84,7 @@ struct cerb_engine {
     cerb_mutex marker_mu;              /* guards marker, marker_qend */
     char marker[REDIS_MARKER_MAX];     /* the value every script sends */
     char marker_qend[24];              /* its quarantine end, server ms */
+    char replid_seen[48];              /* server's replid last recorded (marker_mu) */
     struct redis_counters stats;
 };
 

@@ -9,17 +9,19 @@
  * client's clock (Redis >= 5 replicates scripts by effects, so TIME in a
  * writing script is allowed; BLPOP's fractional timeout needs Redis >= 6).
  *
- * Every script first compares the data-loss marker M with the value the
+ * Every script first compares the data-loss marker M's id with the one the
  * instance knows (redis_marker.h) and answers "L", changing nothing, when
- * they differ. A fence is max(F + 1, server time in ms), stored back in F
+ * they differ; the quarantine end is read from M. A fence is
+ * max(F + 1, server time in ms), stored back in F
  * with a one-day expiry ("next fence" below).
  *
- * acquire(K F Q D W M; token lease wait fair marker qend floor)
+ * acquire(K F Q D W M; token lease wait fair marker floor)
  *   floor > 0         -> F is first raised to floor (if lower), so this
  *                        grant and every later one of the name, by anyone,
  *                        ranks above it: a client that switched engines
  *                        by itself asks for it (engine.h, fence_floor).
- *   quarantine        -> (server time before qend, after a loss of data)
+ *   quarantine        -> (server time before M's qend: after a loss of data
+ *                        or a change of history)
  *                        nothing is granted or handed over: "busy", with
  *                        at least the quarantine's rest as PTTL.
  *   K free, no queue  -> SET K PX lease, next fence: granted. This
@@ -137,18 +139,18 @@
     "  if redis.call('HDEL', D, tok) == 1 then redis.call('LREM', Q, 1, tok) end\n" \
     "end\n"
 
-/* KEYS K F Q M, ARGV token lease wait fair marker qend floor. A grant answers its
+/* KEYS K F Q M, ARGV token lease wait fair marker floor. A grant answers its
  * fence (an integer); "busy" answers {0, PTTL, head, handed, quarantine};
  * a marker other than ours answers "L" and changes nothing. During the
  * quarantine (server time before qend) nothing is granted and the PTTL
  * answered is at least the quarantine's rest. */
 static const char lua_acquire[] =
     "local K, tok = KEYS[1], ARGV[1]\n"
-    "if redis.call('GET', KEYS[4]) ~= ARGV[5] then return 'L' end\n"
+    LUA_MARKER_CHECK(4, 5)
     "local t = redis.call('TIME')\n"
     "local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)\n"
     "local tick = tonumber(t[1]) * 10000 + math.floor(tonumber(t[2]) / 100)\n"
-    "local QEND, FL = tonumber(ARGV[6]), tonumber(ARGV[7]) or 0\n"
+    "local QEND, FL = tonumber(string.match(mk, '^%S+ (%d+)')) or 0, tonumber(ARGV[6]) or 0\n"
     "if now >= QEND and redis.call('EXISTS', KEYS[3]) == 0 and\n"
     "   redis.call('SET', K, tok, 'NX', 'PX', ARGV[2]) then\n"
     "  local c = tonumber(redis.call('GET', KEYS[2]) or '')\n"
@@ -206,7 +208,7 @@ static const char lua_acquire[] =
  * or "L" (another marker: nothing changed). */
 static const char lua_release[] =
     "local K, tok = KEYS[1], ARGV[1]\n"
-    "if redis.call('GET', KEYS[4]) ~= ARGV[4] then return 'L' end\n"
+    LUA_MARKER_CHECK(4, 4)
     "if ARGV[3] ~= '1' then\n"
     "  if redis.call('GET', K) ~= tok then return 0 end\n"
     "  if redis.call('EXISTS', KEYS[3]) == 0 then\n"
@@ -240,7 +242,7 @@ static const char lua_release[] =
 
 /* KEYS K F M, ARGV token lease marker. */
 static const char lua_renew[] =
-    "if redis.call('GET', KEYS[3]) ~= ARGV[3] then return 'L' end\n"
+    LUA_MARKER_CHECK(3, 3)
     "if redis.call('GET', KEYS[1]) ~= ARGV[1] then return -1 end\n"
     "redis.call('PEXPIRE', KEYS[1], ARGV[2])\n"
     "return tonumber(redis.call('GET', KEYS[2]) or '') or 0\n";
@@ -249,7 +251,7 @@ static const char lua_renew[] =
  * of it alone) is made again from the server's time, above every fence
  * given before. */
 static const char lua_check[] =
-    "if redis.call('GET', KEYS[3]) ~= ARGV[2] then return 'L' end\n"
+    LUA_MARKER_CHECK(3, 2)
     "if redis.call('GET', KEYS[1]) ~= ARGV[1] then return {-1, 0} end\n"
     "local f = tonumber(redis.call('GET', KEYS[2]) or '')\n"
     "if not f then\n"
@@ -511,7 +513,7 @@ cerb_status cerb__redis_run_acquire(cerb_engine *e, struct redis_conn *c,
 {
     char lease[NUM_BUF], wait[NUM_BUF], floor[NUM_BUF];
     struct redis_marker_view mv;
-    const char *args[7] = {lk->token, lease, wait, lk->fair ? "1" : "0", mv.value, mv.qend, floor};
+    const char *args[6] = {lk->token, lease, wait, lk->fair ? "1" : "0", mv.value, floor};
     redisReply *r;
     cerb_status st;
     enum redis_read v = REDIS_READ_BAD;
@@ -526,7 +528,7 @@ cerb_status cerb__redis_run_acquire(cerb_engine *e, struct redis_conn *c,
     for (int round = 0;; round++) {
         cerb__redis_marker_get(e, &mv);
         REDIS_COUNT(e, acquire_calls);
-        st = eval(e, c, REDIS_SCRIPT_ACQUIRE, REDIS_SCRIPT_KEYS, ks, 7, args, sent_ns, &r,
+        st = eval(e, c, REDIS_SCRIPT_ACQUIRE, REDIS_SCRIPT_KEYS, ks, 6, args, sent_ns, &r,
                   outcome);
         if (st != CERB_OK)
             return st;
@@ -922,7 +924,7 @@ cerb_status cerb__redis_op_probe(cerb_engine *e, int64_t timeout_ms)
     struct redis_marker_view mv;
     bool lost = false;
     for (int attempt = 0; st == CERB_OK; attempt++) {
-        const char *acq[6] = {token, lease, "0", "0", mv.value, mv.qend};
+        const char *acq[6] = {token, lease, "0", "0", mv.value, "0"};
         const char *rel[4] = {token, "0", "0", mv.value};
         redisReply *r[3];
         size_t got = 0;
