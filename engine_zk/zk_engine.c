@@ -14,6 +14,8 @@
  *   zk_mutex.c    acquire / release / renew / check_owner / cancel
  *   zk_cleanup.c  deletions retried through connection loss; adoption of a
  *                 node whose create reply was lost
+ *   zk_fence.c    the fence offset added to every czxid, raised for a client
+ *                 switching here with a fence floor (CERB_CAP_FENCE_FLOOR)
  *   zk_call.c     batches of asynchronous requests
  *   zk_layout.c   names, paths, the order of children
  *   zk_errors.c   ZooKeeper codes to cerb_status
@@ -47,6 +49,7 @@ static void zk_close(cerb_engine *e)
     if (!e)
         return;
     cerb__zk_session_stop(e);
+    cerb__zk_fence_free(e);
     if (e->auth) {
         memset(e->auth, 0, strlen(e->auth));
         cerb__free(e->auth);
@@ -93,7 +96,12 @@ static cerb_status zk_open(const cerb_engine_env *env, cerb_engine **out)
         e->acl.data = e->acl_entries;
     }
 
-    st = cerb__zk_session_start(e);
+    st = cerb__zk_fence_init(e);
+    if (st == CERB_OK) {
+        st = cerb__zk_session_start(e);
+        if (st != CERB_OK)
+            cerb__zk_fence_free(e);
+    }
     if (st != CERB_OK) {
         if (e->auth)
             cerb__free(e->auth);
@@ -121,7 +129,8 @@ static cerb_status zk_check_name(const char *name)
 const struct cerb_engine_ops cerb__zk_engine_ops = {
     .version = CERB_ENGINE_OPS_V1,
     .name = "zk",
-    .caps = CERB_CAP_FENCING | CERB_CAP_FAIR_QUEUE | CERB_CAP_WAIT | CERB_CAP_CROSS_PROCESS,
+    .caps = CERB_CAP_FENCING | CERB_CAP_FAIR_QUEUE | CERB_CAP_WAIT | CERB_CAP_CROSS_PROCESS |
+            CERB_CAP_FENCE_FLOOR,
     .lock_priv_size = sizeof(struct zk_lock_priv),
     .open = zk_open,
     .close = zk_close,
