@@ -585,6 +585,62 @@ static void test_fence_floor_raises_offset(void **state)
     eng_close(&g3);
 }
 
+/*
+ * The offset node is permanent, but if someone deletes it, the next create
+ * (whose check now fails) makes it again with the highest offset the
+ * instance has seen, never lower, so the tokens of the name keep growing.
+ * On a root of its own: another suite's instance, which never saw the
+ * raised offset, would make it again with 0.
+ */
+static void test_deleted_offset_node_made_again(void **state)
+{
+    (void)state;
+    char *top = test_name("/fence-del");
+    char extra[600], fence_path[512];
+    snprintf(extra, sizeof extra, "root = \"%s/locks\";", top);
+    snprintf(fence_path, sizeof fence_path, "%s/fence-offset", top);
+    struct eng g;
+    eng_open(&g, extra);
+    zhandle_t *zh = cerb_test_zk_connect(NULL, NULL);
+    assert_non_null(zh);
+    void *p = calloc(1, ops->lock_priv_size);
+    cerb_engine_lock lk;
+    cerb_grant gr;
+
+    fill_lock(&lk, p, "n", 10000);
+    lk.fence_floor = FLOOR_STEP;
+    assert_int_equal(cerb__engine_acquire(ops, g.e, &lk, 0, NULL, &gr), CERB_OK);
+    uint64_t f1 = gr.fence;
+    assert_true(f1 > FLOOR_STEP);
+    assert_int_equal(cerb__engine_release(ops, g.e, &lk), CERB_OK);
+    char buf[32];
+    int len = sizeof buf - 1;
+    assert_int_equal(zoo_get(zh, fence_path, 0, buf, &len, NULL), ZOK);
+    buf[len] = '\0';
+    uint64_t raised = strtoull(buf, NULL, 10);
+    assert_true(raised > 0);
+
+    assert_int_equal(zoo_delete(zh, fence_path, -1), ZOK);
+    fill_lock(&lk, p, "n", 10000); /* no floor */
+    assert_int_equal(cerb__engine_acquire(ops, g.e, &lk, 0, NULL, &gr), CERB_OK);
+    len = sizeof buf - 1;
+    assert_int_equal(zoo_get(zh, fence_path, 0, buf, &len, NULL), ZOK);
+    buf[len] = '\0';
+    print_message("raised to %llu, made again with %s; fences %llu then %llu\n",
+                  (unsigned long long)raised, buf, (unsigned long long)f1,
+                  (unsigned long long)gr.fence);
+    assert_int_equal(strtoull(buf, NULL, 10), raised);
+    assert_true(gr.fence > f1);
+    assert_int_equal(cerb__engine_release(ops, g.e, &lk), CERB_OK);
+
+    /* Leave nothing behind: the node is permanent only on real roots. */
+    assert_int_equal(zoo_delete(zh, fence_path, -1), ZOK);
+    free(p);
+    free(top);
+    cerb_test_zk_close(zh);
+    eng_close(&g);
+}
+
 static bool waiting_n(void *ud)
 {
     struct eng *g = ud;
@@ -975,6 +1031,7 @@ int main(void)
         cmocka_unit_test(test_late_listing_after_give_up),
         cmocka_unit_test(test_fence_floor_raises_offset),
         cmocka_unit_test(test_raise_mid_queue),
+        cmocka_unit_test(test_deleted_offset_node_made_again),
         cmocka_unit_test(test_settled_grant_keeps_floor),
     };
     return cmocka_run_group_tests(tests, setup, NULL);
