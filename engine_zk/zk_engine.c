@@ -9,7 +9,10 @@
  * only its predecessor. Our nodes carry the data "cerb:waiting", rewritten
  * to "cerb:holding" by a holder that may have a successor, which lets that
  * successor take over on the release without listing again (zk_mutex.c);
- * Curator ignores node data. Where the work is done:
+ * Curator ignores node data. Each create also rewrites the (empty) data of
+ * <zk.root>/<name> in its transaction, only to learn the transaction's zxid,
+ * and checks the fence offset node next to the root (zk_fence.c). Where the
+ * work is done:
  *   zk_session.c  the session, its events, the keeper thread, the probe
  *   zk_mutex.c    acquire / release / renew / check_owner / cancel
  *   zk_cleanup.c  deletions retried through connection loss; adoption of a
