@@ -67,23 +67,15 @@
 /* Readings and raises per prepare(): each retry follows another client's
  * raise or a connection loss. */
 #define ZK_FENCE_TRIES 16
-/* The offset is a 48-bit counter like the fence it is added to. */
-#define ZK_FENCE_MAX ((UINT64_C(1) << 48) - 1)
 /* Our own result code: the node holds no offset. */
 #define ZK_FENCE_RC_BADDATA (-10100)
 
 cerb_status cerb__zk_fence_init(cerb_engine *e)
 {
-    /* The root is absolute, not "/" and without a trailing '/' (config
-     * validation), so its parent is what precedes its last '/'. */
-    const char *root = e->zc->root;
-    size_t dir = (size_t)(strrchr(root, '/') - root);
-    size_t n = dir + 1 + strlen(ZK_FENCE_NODE) + 1;
-    e->fence.path = cerb__malloc(n);
+    /* zk.root is validated (absolute, not "/", no trailing '/'). */
+    e->fence.path = cerb__zk_fence_path(e->zc->root);
     if (!e->fence.path)
         return cerb__error_set(CERB_ENOMEM, "zk: out of memory");
-    memcpy(e->fence.path, root, dir);
-    snprintf(e->fence.path + dir, n - dir, "/%s", ZK_FENCE_NODE);
     return CERB_OK;
 }
 
@@ -126,22 +118,6 @@ void cerb__zk_fence_stale(cerb_engine *e, const struct zk_fence_snap *snap)
     cerb__mutex_unlock(&e->mu);
 }
 
-static bool parse_value(const struct zk_res *r, uint64_t *out)
-{
-    if (r->data_len <= 0 || r->data_len > (int)sizeof r->data)
-        return false;
-    uint64_t v = 0;
-    for (int i = 0; i < r->data_len; i++) {
-        if (r->data[i] < '0' || r->data[i] > '9')
-            return false;
-        v = v * 10 + (uint64_t)(r->data[i] - '0');
-        if (v > ZK_FENCE_MAX)
-            return false;
-    }
-    *out = v;
-    return true;
-}
-
 /* Wait for a call's answers until the bound; the slot's result code. */
 static int wait_rc(cerb_engine *e, struct zk_call *c, int k, int64_t bound, bool *sent)
 {
@@ -166,7 +142,9 @@ static int fence_read(cerb_engine *e, uint64_t gen, int64_t bound, bool *sent)
     if (rc == ZOK) {
         struct zk_fence_snap snap = {.version = c->res[k].stat.version,
                                      .mzxid = c->res[k].stat.mzxid};
-        if (parse_value(&c->res[k], &snap.value))
+        const struct zk_res *r = &c->res[k];
+        if (r->data_len <= (int)sizeof r->data &&
+            cerb__zk_fence_parse(r->data, r->data_len, &snap.value))
             learn(e, &snap);
         else
             rc = ZK_FENCE_RC_BADDATA;

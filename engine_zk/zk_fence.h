@@ -14,9 +14,6 @@
 
 #include "engine.h"
 
-/* The offset node's name, next to the root (zk_fence.c says why). */
-#define ZK_FENCE_NODE "fence-offset"
-
 /* One reading of the offset node: the value a create checked against
  * `version` adds to its czxid; `mzxid` is no later than that czxid. */
 struct zk_fence_snap {

@@ -641,6 +641,105 @@ static void test_deleted_offset_node_made_again(void **state)
     eng_close(&g);
 }
 
+/* `cerberus -c cfg holders name` prints a holder line ending in `want`. */
+static void holders_says(const char *cfg, const char *name, const char *want)
+{
+    char cli[4096];
+    snprintf(cli, sizeof cli, "%s/cli/cerberus", cerb_test_build_dir());
+    char *argv[] = {cli, "-c", (char *)cfg, "holders", (char *)name, NULL};
+    struct cerb_test_proc proc;
+    assert_int_equal(cerb_test_proc_start(&proc, argv), 0);
+    char *line;
+    bool found = false;
+    while (!found && (line = cerb_test_proc_line(&proc, 10000)) != NULL) {
+        print_message("holders: %s\n", line);
+        if (strncmp(line, "zk: held by ", 12) == 0) {
+            const char *f = strstr(line, ", fence ");
+            found = true;
+            if (!f || strcmp(f, want) != 0)
+                fail_msg("holders says \"%s\", want \"%s\"", line, want);
+        }
+        free(line);
+    }
+    assert_int_equal(cerb_test_proc_end(&proc, 10000), 0);
+    assert_true(found);
+}
+
+/* The czxid of a hold's node, and the offset now, by a raw client. */
+static uint64_t node_czxid_of(const void *priv)
+{
+    zhandle_t *zh = cerb_test_zk_connect(NULL, NULL);
+    assert_non_null(zh);
+    uint64_t c = node_czxid(zh, priv);
+    cerb_test_zk_close(zh);
+    return c;
+}
+
+static uint64_t fence_offset_now(void)
+{
+    zhandle_t *zh = cerb_test_zk_connect(NULL, NULL);
+    assert_non_null(zh);
+    uint64_t v = cerb_test_zk_fence_offset(zh, NULL);
+    cerb_test_zk_close(zh);
+    return v;
+}
+
+/*
+ * `cerberus holders NAME` shows the holder's fence, the low 48 bits of its
+ * token: with a raised offset that is the czxid plus the offset, not the
+ * czxid alone; once the offset was raised after the grant, a bound, said
+ * as such. (The command is built with the library: cerberus_cli.)
+ */
+static void test_holders_shows_fence_with_offset(void **state)
+{
+    (void)state;
+    struct eng g;
+    eng_open(&g, NULL);
+    char *name = test_name("floor-holders");
+    void *p = calloc(1, ops->lock_priv_size);
+    cerb_engine_lock lk;
+    cerb_grant gr;
+
+    fill_lock(&lk, p, name, 10000);
+    assert_int_equal(cerb__engine_acquire(ops, g.e, &lk, 0, NULL, &gr), CERB_OK);
+    const uint64_t floor = gr.fence + FLOOR_STEP;
+    assert_int_equal(cerb__engine_release(ops, g.e, &lk), CERB_OK);
+    fill_lock(&lk, p, name, 10000);
+    lk.fence_floor = floor;
+    assert_int_equal(cerb__engine_acquire(ops, g.e, &lk, 0, NULL, &gr), CERB_OK);
+    assert_true(gr.fence > floor);
+
+    char *text = cerb_test_zk_config(NULL, NULL, NULL);
+    char *cfg = cerb_test_write_config("%s", text);
+    free(text);
+    assert_non_null(cfg);
+    char want[128];
+    snprintf(want, sizeof want, ", fence %llu", (unsigned long long)gr.fence);
+    holders_says(cfg, name, want);
+
+    /* Raised by another grant while held: the value this grant checked is
+     * gone, and the fence is shown as a bound. */
+    void *p2 = calloc(1, ops->lock_priv_size);
+    char *other = test_name("floor-holders-other");
+    cerb_engine_lock l2;
+    cerb_grant g2;
+    fill_lock(&l2, p2, other, 10000);
+    l2.fence_floor = gr.fence + FLOOR_STEP;
+    assert_int_equal(cerb__engine_acquire(ops, g.e, &l2, 0, NULL, &g2), CERB_OK);
+    assert_int_equal(cerb__engine_release(ops, g.e, &l2), CERB_OK);
+    snprintf(want, sizeof want, ", fence at most %llu (the fence offset was raised since)",
+             (unsigned long long)(node_czxid_of(p) + fence_offset_now()));
+    holders_says(cfg, name, want);
+    cerb_test_remove_file(cfg);
+    free(p2);
+    free(other);
+
+    assert_int_equal(cerb__engine_release(ops, g.e, &lk), CERB_OK);
+    free(p);
+    free(name);
+    eng_close(&g);
+}
+
 static bool waiting_n(void *ud)
 {
     struct eng *g = ud;
@@ -1032,6 +1131,7 @@ int main(void)
         cmocka_unit_test(test_fence_floor_raises_offset),
         cmocka_unit_test(test_raise_mid_queue),
         cmocka_unit_test(test_deleted_offset_node_made_again),
+        cmocka_unit_test(test_holders_shows_fence_with_offset),
         cmocka_unit_test(test_settled_grant_keeps_floor),
     };
     return cmocka_run_group_tests(tests, setup, NULL);
