@@ -31,6 +31,7 @@
 
 #include <cmocka.h>
 
+#include "alloc.h"
 #include "cerberus.h"
 #include "clock.h"
 #include "config.h"
@@ -118,6 +119,28 @@ static void test_children_order(void **state)
     assert_true(cerb__zk_child_has_uuid(names[0], "bbbbbbbb-0000-4000-8000-000000000000"));
     assert_false(cerb__zk_child_has_uuid(names[0], "aaaaaaaa-0000-4000-8000-000000000000"));
     assert_false(cerb__zk_child_has_uuid("foo", "aaaaaaaa-0000-4000-8000-000000000000"));
+}
+
+/* The fence offset node's place and data (pure). */
+static void test_fence_path_and_parse(void **state)
+{
+    (void)state;
+    char *path = cerb__zk_fence_path("/cerberus/locks");
+    assert_string_equal(path, "/cerberus/fence-offset");
+    cerb__free(path);
+    path = cerb__zk_fence_path("/locks");
+    assert_string_equal(path, "/fence-offset");
+    cerb__free(path);
+
+    uint64_t v = 7;
+    assert_true(cerb__zk_fence_parse("0", 1, &v) && v == 0);
+    assert_true(cerb__zk_fence_parse("281474976710655", 15, &v) && v == (UINT64_C(1) << 48) - 1);
+    assert_false(cerb__zk_fence_parse("281474976710656", 15, &v)); /* 2^48 */
+    assert_false(cerb__zk_fence_parse("", 0, &v));
+    assert_false(cerb__zk_fence_parse(NULL, -1, &v));
+    assert_false(cerb__zk_fence_parse("12a", 3, &v));
+    assert_false(cerb__zk_fence_parse("-1", 2, &v));
+    assert_false(cerb__zk_fence_parse("000000000000000000001", 21, &v));
 }
 
 /* ---- grants through the shims ---- */
@@ -1122,6 +1145,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_children_order),
+        cmocka_unit_test(test_fence_path_and_parse),
         cmocka_unit_test(test_grant_check_renew_release),
         cmocka_unit_test(test_adopt_only_current_session),
         cmocka_unit_test(test_hold_bound_negotiated),
