@@ -1078,7 +1078,8 @@ static void test_late_listing_after_give_up(void **state)
  * engine's requests past the trylock's bound): the outcome is unknown, the
  * node lands once the requests go through, and check_owner adopts it with
  * the fence the create got, czxid plus the offset it checked — above the
- * floor, as the grant would have been.
+ * floor, as the grant would have been. A raise left unanswered ends by the
+ * call's bound, with nothing created.
  */
 static void test_settled_grant_keeps_floor(void **state)
 {
@@ -1131,6 +1132,26 @@ static void test_settled_grant_keeps_floor(void **state)
                   (unsigned long long)floor);
     assert_int_equal(gc.fence, want);
     assert_true(gc.fence > floor);
+    assert_int_equal(cerb__engine_release(ops, g.e, &lk), CERB_OK);
+
+    /* A raise that is not answered: the trylock ends by its bound (the
+     * connect timeout, 1 s), and nothing was created: the outcome is NO. */
+    relay_hold(&r, true);
+    fill_lock(&lk, p, name, 10000);
+    lk.fence_floor = gc.fence + FLOOR_STEP;
+    int64_t t0 = cerb_monotime();
+    assert_int_not_equal(cerb__engine_acquire(ops, g.e, &lk, 0, NULL, &gr), CERB_OK);
+    int64_t took_ms = (cerb_monotime() - t0) / CERB_NS_PER_MS;
+    print_message("unanswered raise: %s after %lld ms\n", cerb_last_error(), (long long)took_ms);
+    assert_int_equal(gr.outcome, CERB_OUTCOME_NO);
+    assert_true(took_ms < 1000 + 500);
+    relay_hold(&r, false);
+    /* Once answered again, the floor is met. */
+    fill_lock(&lk, p, name, 10000);
+    lk.fence_floor = gc.fence + FLOOR_STEP;
+    assert_int_equal(cerb__engine_acquire(ops, g.e, &lk, cerb__deadline_in(5000), NULL, &gr),
+                     CERB_OK);
+    assert_true(gr.fence > lk.fence_floor);
     assert_int_equal(cerb__engine_release(ops, g.e, &lk), CERB_OK);
 
     free(p);
