@@ -57,7 +57,14 @@ struct cerb_redis_config {
     int64_t op_timeout_ms;       /* 500, 1 .. 600000 */
     int pool_max;                /* 64, 1 .. 1024: connections open on demand */
     int64_t pool_idle_ms;        /* 30000, 100 .. 86400000: idle ones close */
+    int mode;                    /* CERB_REDIS_SINGLE (default), _SENTINEL, _CLUSTER */
+    size_t n_sentinels;          /* sentinel mode: >= 1 */
+    char *sentinels[CERB_MAX_ENDPOINTS]; /* ("127.0.0.1:26379"), "host:port" */
+    char *master_name;           /* "mymaster" */
+    char *sentinel_password;     /* "" = no AUTH to the sentinels */
 };
+
+enum { CERB_REDIS_SINGLE = 0, CERB_REDIS_SENTINEL = 1, CERB_REDIS_CLUSTER = 2 };
 
 struct cerb_zk_config {
     char *hosts;                 /* "127.0.0.1:2181" */

@@ -52,6 +52,9 @@
 
 static const struct cerb__cfg_enum failback_enum[] = {
     {"auto", 1}, {"manual", 0}, {NULL, 0}};
+static const struct cerb__cfg_enum redis_mode_enum[] = {
+    {"single", CERB_REDIS_SINGLE}, {"sentinel", CERB_REDIS_SENTINEL},
+    {"cluster", CERB_REDIS_CLUSTER}, {NULL, 0}};
 
 const struct cerb__cfg_key cerb__cfg_keys[] = {
     {.path = "engines", .type = CERB__CFG_STRLIST, .flags = I,
@@ -103,6 +106,14 @@ const struct cerb__cfg_key cerb__cfg_keys[] = {
     KEY_I64("redis.op_timeout_ms", redis.op_timeout_ms, I, 500, 1, 600000),
     KEY_INT("redis.pool_max", redis.pool_max, I, 64, 1, 1024),
     KEY_I64("redis.pool_idle_ms", redis.pool_idle_ms, I, 30000, 100, 86400000),
+    KEY_ENUM("redis.mode", redis.mode, I, CERB_REDIS_SINGLE, redis_mode_enum),
+    {.path = "redis.sentinels", .type = CERB__CFG_STRLIST, .flags = I,
+     .offset = offsetof(struct cerb_config, redis.sentinels),
+     .count_offset = offsetof(struct cerb_config, redis.n_sentinels),
+     .min = 1, .max = CERB_MAX_ENDPOINTS, .def_str = "127.0.0.1:26379",
+     .check = cerb__cfg_check_hostport},
+    KEY_STR("redis.master_name", redis.master_name, I, "mymaster", cerb__cfg_check_nonempty),
+    KEY_STR("redis.sentinel_password", redis.sentinel_password, I, "", NULL),
 
     KEY_STR("zk.hosts", zk.hosts, I, "127.0.0.1:2181",
             cerb__cfg_check_nonempty),

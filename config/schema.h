@@ -120,6 +120,8 @@ bool cerb__cfg_check_zk_root(const struct cerb__cfg_key *k, const char *s,
                              char *why, size_t len);
 bool cerb__cfg_check_endpoint(const struct cerb__cfg_key *k, const char *s,
                               char *why, size_t len);
+bool cerb__cfg_check_hostport(const struct cerb__cfg_key *k, const char *s,
+                              char *why, size_t len);
 bool cerb__cfg_check_nonempty(const struct cerb__cfg_key *k, const char *s,
                               char *why, size_t len);
 

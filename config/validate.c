@@ -15,6 +15,7 @@
 
 #include <inttypes.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "engine.h"
@@ -76,6 +77,20 @@ bool cerb__cfg_check_endpoint(const struct cerb__cfg_key *k, const char *s,
         return true;
     snprintf(why, len, "%s: \"%s\" must start with http:// or https://",
              k->path, s);
+    return false;
+}
+
+/* "host:port" (an IPv6 host in brackets: "[::1]:26379"), port 1..65535. */
+bool cerb__cfg_check_hostport(const struct cerb__cfg_key *k, const char *s,
+                              char *why, size_t len)
+{
+    const char *colon = strrchr(s, ':');
+    char *end = NULL;
+    long port = colon ? strtol(colon + 1, &end, 10) : 0;
+    if (colon && colon != s && end && end != colon + 1 && *end == '\0' && port >= 1 &&
+        port <= 65535)
+        return true;
+    snprintf(why, len, "%s: \"%s\" must be host:port (port 1..65535)", k->path, s);
     return false;
 }
 

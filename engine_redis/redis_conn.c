@@ -39,6 +39,7 @@
 
 #include "redis_conn.h"
 #include "redis_marker.h"
+#include "redis_sentinel.h"
 
 #include <errno.h>
 #include <poll.h>
@@ -193,6 +194,16 @@ cerb_status cerb__redis_exchange(cerb_engine *e, struct redis_conn *c, const cha
         if (st == CERB_OK)
             (*n_read)++;
     }
+    /* A master that became a replica answers writes with READONLY: this
+     * connection is to the wrong server now; find the master again. */
+    for (size_t i = 0; i < *n_read; i++)
+        if (r[i]->type == REDIS_REPLY_ERROR && r[i]->len >= 8 &&
+            memcmp(r[i]->str, "READONLY", 8) == 0) {
+            c->broken = true;
+            cerb__redis_addr_suspect(e);
+        }
+    if (st != CERB_OK)
+        cerb__redis_addr_suspect(e);
     return st;
 }
 
@@ -250,8 +261,14 @@ static cerb_status conn_connect(cerb_engine *e, struct redis_conn *c, int64_t co
                                 int64_t timeout_ms)
 {
     const struct cerb_redis_config *rc = e->rc;
-    redisContext *ctx = redisConnectWithTimeout(rc->host, rc->port, ms_to_tv(connect_ms));
-    cerb_status st;
+    char host[256];
+    int port;
+    uint64_t gen;
+    cerb_status st = cerb__redis_addr_get(e, cerb__deadline_in(connect_ms + timeout_ms), host,
+                                          sizeof host, &port, &gen);
+    if (st != CERB_OK)
+        return st;
+    redisContext *ctx = redisConnectWithTimeout(host, port, ms_to_tv(connect_ms));
 
     REDIS_COUNT(e, connects);
     if (!ctx)
@@ -263,6 +280,7 @@ static cerb_status conn_connect(cerb_engine *e, struct redis_conn *c, int64_t co
                                   .timeout_ms = connect_ms};
         st = cerb__redis_fail(e->where, "connect", &f, NULL);
         redisFree(ctx);
+        cerb__redis_addr_suspect(e);
         return st;
     }
     if (redisSetTimeout(ctx, ms_to_tv(timeout_ms)) != REDIS_OK) {
@@ -274,6 +292,7 @@ static cerb_status conn_connect(cerb_engine *e, struct redis_conn *c, int64_t co
         return st;
     }
     c->ctx = ctx;
+    c->gen = gen;
     c->broken = false;
     c->timeout_ms = timeout_ms;
     c->out_len = 0;
@@ -328,9 +347,11 @@ static cerb_status conn_connect(cerb_engine *e, struct redis_conn *c, int64_t co
             parse_replication(r[n - 1], role, sizeof role, replid, sizeof replid);
         free_replies(r, got);
     }
-    if (st == CERB_OK && role[0] && strcmp(role, "master") != 0)
-        st = cerb__error_set(CERB_EIO, "redis %s: the server is a %s, not a master: it would "
-                             "refuse (or lose) our writes", e->where, role);
+    if (st == CERB_OK && role[0] && strcmp(role, "master") != 0) {
+        st = cerb__error_set(CERB_EIO, "redis %s: %s:%d is a %s, not a master: it would "
+                             "refuse (or lose) our writes", e->where, host, port, role);
+        cerb__redis_addr_suspect(e);
+    }
     if (st == CERB_OK && e->marker_key)
         st = cerb__redis_marker_history(e, c, replid);
     if (st != CERB_OK) {
@@ -489,7 +510,7 @@ cerb_status cerb__redis_get(cerb_engine *e, int64_t deadline_ns, struct redis_co
     cerb__mutex_unlock(&p->mu);
 
     struct redis_conn *c = &p->slots[idx];
-    if (idle_conn_dead(c)) {
+    if (idle_conn_dead(c) || (c->ctx && c->gen != cerb__redis_addr_gen(e))) {
         redisFree(c->ctx);
         c->ctx = NULL;
     }
@@ -548,7 +569,7 @@ cerb_status cerb__redis_block_get(cerb_engine *e, struct redis_conn **out)
         cerb__mutex_unlock(&p->mu);
         if (!c)
             break;
-        if (!idle_conn_dead(c)) {
+        if (!idle_conn_dead(c) && c->gen == cerb__redis_addr_gen(e)) {
             *out = c;
             return CERB_OK;
         }

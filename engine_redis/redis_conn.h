@@ -52,6 +52,7 @@ struct redis_conn {
     int64_t idle_since; /* monotonic ns when last given back */
     int slot;           /* index in the command pool; -1 otherwise */
     bool broken;        /* I/O error or timeout: free, never reuse */
+    uint64_t gen;       /* the master address generation it connected to */
 };
 
 struct redis_pool {
@@ -85,6 +86,15 @@ struct cerb_engine {
     char marker[REDIS_MARKER_MAX];     /* the value every script sends */
     char marker_qend[24];              /* its quarantine end, server ms */
     char replid_seen[48];              /* server's replid last recorded (marker_mu) */
+    /* Where the master is (redis_sentinel.h). */
+    cerb_mutex addr_mu;                /* guards addr_host, addr_port */
+    char addr_host[256];
+    int addr_port;
+    atomic_uint_fast64_t addr_gen;
+    atomic_bool addr_suspect;          /* ask the sentinels before connecting */
+    cerb_mutex disc_mu;                /* one discovery at a time */
+    int64_t last_discover_ns;          /* disc_mu */
+    size_t sentinel_next;              /* disc_mu: the one that answered last */
     struct redis_counters stats;
 };
 

@@ -27,6 +27,7 @@
 #include "log.h"
 #include "redis_marker.h"
 #include "redis_scripts.h"
+#include "redis_sentinel.h"
 #include "redis_stats.h"
 
 static void redis_close(cerb_engine *e)
@@ -38,6 +39,7 @@ static void redis_close(cerb_engine *e)
     cerb__redis_marker_destroy(e);
     cerb__mutex_destroy(&e->probe_mu);
     cerb__mutex_destroy(&e->wait_mu);
+    cerb__redis_addr_destroy(e);
     cerb__free(e);
 }
 
@@ -56,11 +58,20 @@ static cerb_status redis_open(const cerb_engine_env *env, cerb_engine **out)
     e->cfg = env->cfg;
     e->rc = &env->cfg->redis;
     e->env = *env;
-    if (!e->rc->host || !e->rc->host[0]) {
+    if (e->rc->mode == CERB_REDIS_CLUSTER) {
+        cerb__free(e);
+        return cerb__error_set(CERB_ECONFIG, "redis.mode = \"cluster\" is not supported yet "
+                               "(\"single\" and \"sentinel\" are)");
+    }
+    if (e->rc->mode == CERB_REDIS_SINGLE && (!e->rc->host || !e->rc->host[0])) {
         cerb__free(e);
         return cerb__error_set(CERB_ECONFIG, "redis: no host configured");
     }
-    snprintf(e->where, sizeof e->where, "%s:%d", e->rc->host, e->rc->port);
+    if (e->rc->mode == CERB_REDIS_SENTINEL)
+        snprintf(e->where, sizeof e->where, "master \"%s\" (sentinels)", e->rc->master_name);
+    else
+        snprintf(e->where, sizeof e->where, "%s:%d", e->rc->host, e->rc->port);
+    cerb__redis_addr_init(e);
     snprintf(e->probe_name, sizeof e->probe_name, "__cerberus_probe__:%016llx",
              (unsigned long long)cerb__rand_below(UINT64_MAX));
     cerb__mutex_init(&e->probe_mu);
@@ -72,6 +83,7 @@ static cerb_status redis_open(const cerb_engine_env *env, cerb_engine **out)
         cerb__redis_marker_destroy(e);
         cerb__mutex_destroy(&e->probe_mu);
         cerb__mutex_destroy(&e->wait_mu);
+        cerb__redis_addr_destroy(e);
         cerb__free(e);
         return st;
     }

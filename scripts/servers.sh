@@ -217,7 +217,7 @@ redis_start_one() {
         --bind 127.0.0.1 --port "$port" --protected-mode yes \
         --dir "$data" --save "" --appendonly no \
         --daemonize no --logfile "" --loglevel notice \
-        --enable-debug-command local \
+        --enable-debug-command local ${REDIS_EXTRA_ARGS[@]+"${REDIS_EXTRA_ARGS[@]}"} \
         </dev/null >"$logf" 2>&1 9>&- &
     pid=$!
     printf '%s\n' "$pid" >"$pidf"
@@ -247,7 +247,8 @@ redis_start_one() {
     # see their marker gone. A start after a server died here (stale state:
     # kill -9, a crash) is a restart without persistence, and left unmarked,
     # as is every start with CERB_REDIS_UNMARKED=1.
-    if ((restart == 0)) && [[ ${CERB_REDIS_UNMARKED:-0} != 1 ]]; then
+    # A replica (servers.d/sentinel.sh) gets the marker from its master.
+    if ((restart == 0)) && [[ ${CERB_REDIS_UNMARKED:-0} != 1 && ${REDIS_NO_MARKER:-0} != 1 ]]; then
         [[ $(redis_cli "$port" SET $'\x1f'cerberus "servers.sh-$pid-$(now_ms) 0") == OK ]] ||
             die "redis :$port: could not write the Cerberus marker"
     fi

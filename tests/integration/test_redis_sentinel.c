@@ -1,0 +1,227 @@
+/*
+ * test_redis_sentinel.c — the redis engine under Sentinel (issue 13 item 2):
+ * a master, two replicas and three sentinels that this suite starts itself
+ * (scripts/servers.sh start sentinel: master on $CERB_SENTINEL_PORT, default
+ * 26500, replicas +1 and +2, sentinels +10..+12) and stops by PID.
+ *
+ *  - discovery: a client configured with the sentinels only finds the
+ *    master, locks and unlocks; a master name no sentinel knows is a clear
+ *    error at open;
+ *  - failover: with a lock held and fences recorded, the master is killed
+ *    (kill -9); the sentinels promote a replica. The holder is kept (its key
+ *    was replicated: renewed on the new master) or told LOST — never both
+ *    silently: another client cannot take the held name while the holder is
+ *    VALID. A new client is granted a fresh name within the failover time,
+ *    the quarantine the new history imposes (one lease) and 2 s, and every
+ *    fence after the failover ranks above every fence before it.
+ */
+#define _POSIX_C_SOURCE 200809L
+#include <hiredis/hiredis.h>
+#include <setjmp.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "cerberus.h"
+#include "test_util.h"
+
+#define LEASE_MS 3000
+
+static int base_port(void)
+{
+    const char *s = getenv("CERB_SENTINEL_PORT");
+    int p = s ? atoi(s) : 0;
+    return p > 0 && p < 65000 ? p : 26500;
+}
+
+static int servers(const char *cmd)
+{
+    char script[1024], port[16];
+    snprintf(script, sizeof script, "%s/scripts/servers.sh", cerb_test_source_dir());
+    snprintf(port, sizeof port, "%d", base_port());
+    char *argv[] = {"bash", script, (char *)cmd, "sentinel", "--port", port, NULL};
+    return cerb_test_run(argv, 90000);
+}
+
+static cerb_client *open_client(const char *master)
+{
+    int b = base_port();
+    char text[1024];
+    snprintf(text, sizeof text,
+             "engines = (\"redis\");\n"
+             "redis = { mode = \"sentinel\"; master_name = \"%s\";\n"
+             "  sentinels = (\"127.0.0.1:%d\", \"127.0.0.1:%d\", \"127.0.0.1:%d\");\n"
+             "  connect_timeout_ms = 300; op_timeout_ms = 300; };\n"
+             "lock = { lease_ms = %d; renew = true; };\n"
+             "retry = { max = 3; backoff_ms = 20; backoff_max_ms = 200; };\n",
+             master, b + 10, b + 11, b + 12, LEASE_MS);
+    return cerb_test_open(text);
+}
+
+/* The master's port as sentinel +10 names it, or -1. */
+static int named_master(void)
+{
+    struct timeval tv = {1, 0};
+    redisContext *c = redisConnectWithTimeout("127.0.0.1", base_port() + 10, tv);
+    int port = -1;
+    if (c && !c->err) {
+        redisSetTimeout(c, tv);
+        redisReply *r = redisCommand(c, "SENTINEL get-master-addr-by-name cerbmaster");
+        if (r && r->type == REDIS_REPLY_ARRAY && r->elements == 2)
+            port = atoi(r->element[1]->str);
+        if (r)
+            freeReplyObject(r);
+    }
+    if (c)
+        redisFree(c);
+    return port;
+}
+
+static bool master_moved(void *ud)
+{
+    int old = *(int *)ud, now = named_master();
+    return now > 0 && now != old;
+}
+
+static atomic_int lost_calls;
+static void on_lost(cerb_lock *l, void *ud)
+{
+    (void)l;
+    (void)ud;
+    atomic_fetch_add(&lost_calls, 1);
+}
+
+static bool settled(void *ud)
+{
+    enum cerb_lock_state s = cerb_lock_state(ud);
+    return s == CERB_LOCK_VALID || s == CERB_LOCK_LOST;
+}
+
+static int setup(void **state)
+{
+    (void)state;
+    return servers("start") == 0 ? 0 : -1;
+}
+
+static int teardown(void **state)
+{
+    (void)state;
+    servers("stop");
+    return 0;
+}
+
+static void test_discovery_and_unknown_master(void **state)
+{
+    (void)state;
+    cerb_client *c = open_client("cerbmaster");
+    assert_non_null(c);
+    char *name = test_name("sent");
+    cerb_lock *l = cerb_test_handle(c, name);
+    assert_int_equal(cerb_lock_trylock_for(l, 5000), CERB_OK);
+    assert_true(cerb_lock_fencing_token(l) > 0);
+    assert_int_equal(cerb_lock_unlock(l), CERB_OK);
+    cerb_lock_free(l);
+    cerb_client_close(c);
+    free(name);
+
+    cerb_client *bad = open_client("no-such-master");
+    if (bad) {
+        /* Opened on no engine: the first call must say why. */
+        cerb_lock *lb = cerb_test_handle(bad, "x");
+        assert_int_not_equal(cerb_lock_trylock(lb), CERB_OK);
+        cerb_lock_free(lb);
+        cerb_client_close(bad);
+    }
+    print_message("unknown master: %s\n", cerb_last_error());
+    assert_non_null(strstr(cerb_last_error(), "no-such-master"));
+}
+
+static void test_master_killed(void **state)
+{
+    (void)state;
+    char *held = test_name("held"), *fresh = test_name("fresh");
+    cerb_client *a = open_client("cerbmaster"), *b = open_client("cerbmaster");
+    assert_non_null(a);
+    assert_non_null(b);
+    cerb_lock *la = cerb_test_handle(a, held), *lb = cerb_test_handle(b, fresh);
+    cerb_lock *lbh = cerb_test_handle(b, held);
+    atomic_store(&lost_calls, 0);
+    cerb_lock_on_lost(la, on_lost, NULL);
+    assert_int_equal(cerb_lock_trylock_for(la, 5000), CERB_OK);
+    uint64_t fa = cerb_lock_fencing_token(la);
+    assert_int_equal(cerb_lock_trylock_for(lb, 5000), CERB_OK);
+    uint64_t fb1 = cerb_lock_fencing_token(lb);
+    assert_int_equal(cerb_lock_unlock(lb), CERB_OK);
+
+    int old = named_master();
+    assert_true(old > 0);
+    char pidf[1024];
+    snprintf(pidf, sizeof pidf, "%s/redis-%d.pid", cerb_test_state_dir(), old);
+    FILE *f = fopen(pidf, "r");
+    assert_non_null(f);
+    int pid = 0;
+    assert_int_equal(fscanf(f, "%d", &pid), 1);
+    fclose(f);
+    int64_t t_kill = cerb_test_now_ms();
+    assert_int_equal(kill(pid, SIGKILL), 0);
+    assert_wait_until(master_moved, &old, 30000);
+    int64_t t_moved = cerb_test_now_ms();
+
+    /* The fresh name: granted on the new master once its history's
+     * quarantine is over. */
+    cerb_status st = cerb_lock_trylock_for(lb, LEASE_MS + 10000);
+    int64_t t_grant = cerb_test_now_ms();
+    if (st != CERB_OK)
+        fail_msg("fresh name after the failover: %s: %s", cerb_status_name(st), cerb_last_error());
+    uint64_t fb2 = cerb_lock_fencing_token(lb);
+    print_message("master :%d killed; sentinels named :%d after %lld ms; a fresh name granted "
+                  "%lld ms after the kill; fences %llu then %llu\n",
+                  old, named_master(), (long long)(t_moved - t_kill),
+                  (long long)(t_grant - t_kill), (unsigned long long)fb1,
+                  (unsigned long long)fb2);
+    assert_true(fb2 > fb1);
+    assert_true(fb2 > fa);
+    assert_true(t_grant - t_moved <= LEASE_MS + 2000);
+    assert_int_equal(cerb_lock_unlock(lb), CERB_OK);
+
+    /* The holder: kept (renewed on the new master) or told LOST. While it
+     * is VALID nobody else may have the name. */
+    assert_wait_until(settled, la, 3 * LEASE_MS);
+    cerb_status sb = cerb_lock_trylock(lbh);
+    enum cerb_lock_state sa = cerb_lock_state(la);
+    print_message("holder %s (lost callbacks %d); another client's trylock: %s\n",
+                  sa == CERB_LOCK_VALID ? "kept" : "LOST", atomic_load(&lost_calls),
+                  cerb_status_name(sb));
+    if (sa == CERB_LOCK_VALID)
+        assert_int_not_equal(sb, CERB_OK);
+    else
+        assert_int_equal(atomic_load(&lost_calls), 1);
+    if (sb == CERB_OK)
+        assert_int_equal(cerb_lock_unlock(lbh), CERB_OK);
+    cerb_lock_unlock(la);
+    cerb_lock_free(la);
+    cerb_lock_free(lb);
+    cerb_lock_free(lbh);
+    cerb_client_close(a);
+    cerb_client_close(b);
+    free(held);
+    free(fresh);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_discovery_and_unknown_master),
+        cmocka_unit_test(test_master_killed),
+    };
+    if (getenv("CERB_TEST_DEBUG"))
+        cerb_log_set(NULL, NULL, CERB_LOG_DEBUG);
+    return cmocka_run_group_tests(tests, setup, teardown);
+}
