@@ -742,9 +742,13 @@ cerb_status cerb__etcd_op_renew(cerb_engine *e, cerb_engine_lock *lk, cerb_grant
 }
 
 /*
- * Release. The holder (the hold with the claim on the key) deletes it with a
- * plain deleterange, which costs the server less than a txn: K names this
- * session and this lock, and nobody else puts it. A hold without the claim
+ * Release. The holder (the hold with the claim on the key) deletes it only
+ * if its create revision is still this hold's. A plain deleterange costs the
+ * server less, but K names the session and the lock, not the hold: this
+ * client puts the same K for its next hold of the name, and a delete that
+ * a paused member kept while the request was re-sent elsewhere is applied
+ * when that member resumes — it would take the next hold's key while that
+ * holder is VALID (chaos etcd3, test_etcd_cluster). A hold without the claim
  * is one whose acquire failed and which the core releases in the background
  * in case the acquire landed after all: it deletes the key only when no
  * current hold of this client uses it (same key!), by a temporary claim.
@@ -774,30 +778,13 @@ cerb_status cerb__etcd_op_release(cerb_engine *e, cerb_engine_lock *lk)
      * session thread keeps trying (an orphan), so unlock stays bounded. */
     int64_t d = cerb__deadline_in(2 * e->ec->op_timeout_ms);
     if (holder) {
-        json_t *req = json_object();
-        if (json_object_set_new(req, "key", cerb__etcd_json_bytes(k.k, k.len)) != 0) {
-            json_decref(req);
-            req = NULL;
-        }
-        struct etcd_call call = {.what = "unlock",
-                                 .path = "/v3/kv/deleterange",
-                                 .body = req,
-                                 .deadline_ns = d,
-                                 .idempotent = true};
-        int64_t deleted = 0;
-        st = req ? cerb__etcd_call(e, &call)
-                 : cerb__error_set(CERB_ENOMEM, "etcd: out of memory for a request");
-        json_decref(req);
-        if (st == CERB_OK) {
-            st = cerb__etcd_get_i64(call.resp, "deleted", &deleted);
-            json_decref(call.resp);
-            /* A re-send after a lost answer finds nothing: it was ours. */
-            if (st == CERB_OK && deleted == 0 && !call.resent)
-                st = cerb__error_set(CERB_NOT_OWNER,
-                                     "etcd %s: \"%s\" is no longer held by this session (key %s "
-                                     "is gone)",
-                                     ep(e), lk->name, k.k);
-        }
+        bool deleted = false;
+        st = cerb__etcd_delete_key(e, k.k, k.len, p->rev, d, NULL, &deleted);
+        if (st == CERB_OK && !deleted)
+            st = cerb__error_set(CERB_NOT_OWNER,
+                                 "etcd %s: \"%s\" is no longer held by this session (key %s "
+                                 "is gone)",
+                                 ep(e), lk->name, k.k);
         if (st != CERB_OK && st != CERB_NOT_OWNER)
             cerb__etcd_orphan_add(e, k.k, k.len, p->rev);
         cerb__etcd_unclaim(e, lk);

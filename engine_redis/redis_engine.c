@@ -135,7 +135,7 @@ const struct cerb_engine_ops cerb__redis_engine_ops = {
     .version = CERB_ENGINE_OPS_V1,
     .name = "redis",
     .caps = CERB_CAP_FENCING | CERB_CAP_FAIR_QUEUE | CERB_CAP_WAIT | CERB_CAP_BATCH_RENEW |
-            CERB_CAP_CROSS_PROCESS,
+            CERB_CAP_CROSS_PROCESS | CERB_CAP_FENCE_FLOOR,
     .lock_priv_size = sizeof(struct redis_lock_priv),
     .open = redis_open,
     .close = redis_close,

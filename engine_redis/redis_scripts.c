@@ -14,7 +14,11 @@
  * they differ. A fence is max(F + 1, server time in ms), stored back in F
  * with a one-day expiry ("next fence" below).
  *
- * acquire(K F Q D W M; token lease wait fair marker qend)
+ * acquire(K F Q D W M; token lease wait fair marker qend floor)
+ *   floor > 0         -> F is first raised to floor (if lower), so this
+ *                        grant and every later one of the name, by anyone,
+ *                        ranks above it: a client that switched engines
+ *                        by itself asks for it (engine.h, fence_floor).
  *   quarantine        -> (server time before qend, after a loss of data)
  *                        nothing is granted or handed over: "busy", with
  *                        at least the quarantine's rest as PTTL.
@@ -132,7 +136,7 @@
     "  if redis.call('HDEL', D, tok) == 1 then redis.call('LREM', Q, 1, tok) end\n" \
     "end\n"
 
-/* KEYS K F Q M, ARGV token lease wait fair marker qend. A grant answers its
+/* KEYS K F Q M, ARGV token lease wait fair marker qend floor. A grant answers its
  * fence (an integer); "busy" answers {0, PTTL, head, handed, quarantine};
  * a marker other than ours answers "L" and changes nothing. During the
  * quarantine (server time before qend) nothing is granted and the PTTL
@@ -143,16 +147,22 @@ static const char lua_acquire[] =
     "local t = redis.call('TIME')\n"
     "local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)\n"
     "local tick = tonumber(t[1]) * 10000 + math.floor(tonumber(t[2]) / 100)\n"
-    "local QEND = tonumber(ARGV[6])\n"
+    "local QEND, FL = tonumber(ARGV[6]), tonumber(ARGV[7]) or 0\n"
     "if now >= QEND and redis.call('EXISTS', KEYS[3]) == 0 and\n"
     "   redis.call('SET', K, tok, 'NX', 'PX', ARGV[2]) then\n"
     "  local c = tonumber(redis.call('GET', KEYS[2]) or '')\n"
     "  local f = c and math.max(c + 1, tick) or tick + " STR(REDIS_FENCE_SEED) "\n"
+    "  if f <= FL then f = FL + 1 end\n"
     "  redis.call('SET', KEYS[2], string.format('%d', f), 'PX', " STR(REDIS_FENCE_TTL_MS) ")\n"
     "  return f\n"
     "end\n"
     "local cur = redis.call('GET', K)\n"
     LUA_HELPERS
+    "if FL > 0 then\n"
+    "  local c = tonumber(redis.call('GET', F) or '') or tick + " STR(REDIS_FENCE_SEED) " - 1\n"
+    "  if c < FL then c = FL end\n"
+    "  redis.call('SET', F, string.format('%d', c), 'PX', " STR(REDIS_FENCE_TTL_MS) ")\n"
+    "end\n"
     "local lease, wait, fair = tonumber(ARGV[2]), tonumber(ARGV[3]), ARGV[4] == '1'\n"
     "local ALIVE = " STR(REDIS_ALIVE_MS) "\n"
     "if cur == tok then\n"
@@ -508,9 +518,9 @@ cerb_status cerb__redis_run_acquire(cerb_engine *e, struct redis_conn *c,
                                     int64_t wait_ms, struct redis_acquire_result *res,
                                     int64_t *sent_ns, cerb_outcome *outcome)
 {
-    char lease[NUM_BUF], wait[NUM_BUF];
+    char lease[NUM_BUF], wait[NUM_BUF], floor[NUM_BUF];
     struct redis_marker_view mv;
-    const char *args[6] = {lk->token, lease, wait, lk->fair ? "1" : "0", mv.value, mv.qend};
+    const char *args[7] = {lk->token, lease, wait, lk->fair ? "1" : "0", mv.value, mv.qend, floor};
     redisReply *r;
     cerb_status st;
 
@@ -519,11 +529,12 @@ cerb_status cerb__redis_run_acquire(cerb_engine *e, struct redis_conn *c,
         wait_ms = INT64_C(100000000000);
     fmt_i64(lease, lk->lease_ms);
     fmt_i64(wait, wait_ms);
+    fmt_i64(floor, (int64_t)(lk->fence_floor & ((UINT64_C(1) << 48) - 1)));
     memset(res, 0, sizeof *res);
     for (int round = 0;; round++) {
         cerb__redis_marker_get(e, &mv);
         REDIS_COUNT(e, acquire_calls);
-        st = eval(e, c, REDIS_SCRIPT_ACQUIRE, REDIS_SCRIPT_KEYS, ks, 6, args, sent_ns, &r,
+        st = eval(e, c, REDIS_SCRIPT_ACQUIRE, REDIS_SCRIPT_KEYS, ks, 7, args, sent_ns, &r,
                   outcome);
         if (st != CERB_OK)
             return st;

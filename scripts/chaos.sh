@@ -22,6 +22,10 @@
 #   drop         the proxy forwards requests and drops the replies
 #   switch       `cerberus switch` to another engine (then back to auto)
 #                while the workers run; the oracle is told (mark-switch)
+#   kill-leader  (3-node zk3 and etcd3) kill -9 the ensemble's leader and
+#                restart it on its data a moment later
+#   pause-leader (zk3, etcd3) SIGSTOP the leader past the lease, SIGCONT
+#   pause-follower (zk3, etcd3) the same to a follower
 # Then heal everything, let the workers finish, and print the oracle's row:
 # scenario, acquisitions (per engine), overlaps explained / unsafe, token
 # regressions, tokens of 0, overruns, LOST. Its anomaly notes follow.
@@ -36,6 +40,9 @@
 #
 # Environment: CERB_CHAOS_REDIS_PORT (31400), CERB_CHAOS_ZK_PORT (37200),
 # CERB_CHAOS_ETCD_PORT (37400), CERB_CHAOS_PROXY_PORT (31410),
+# CERB_CHAOS_ZK3_PORT (37210: client ports 37210-37212, quorum and election
+# ports 707 and 1707 above), CERB_CHAOS_ETCD3_PORT (37410: client ports
+# 37410, 37412, 37414, each with its peer port next to it),
 # CERB_CHAOS_STATE_DIR (servers' state, default $TMPDIR/cerb-chaos-$UID),
 # CERB_CHAOS_KEEP_DIR (a failed scenario's worker logs, config and oracle,
 # default $TMPDIR/cerb-chaos-failed-<seed>),
@@ -50,14 +57,17 @@ REDIS_PORT=${CERB_CHAOS_REDIS_PORT:-31400}
 ZK_PORT=${CERB_CHAOS_ZK_PORT:-37200}
 ETCD_PORT=${CERB_CHAOS_ETCD_PORT:-37400}
 PROXY_PORT=${CERB_CHAOS_PROXY_PORT:-31410}
+ZK3_PORT=${CERB_CHAOS_ZK3_PORT:-37210}
+ETCD3_PORT=${CERB_CHAOS_ETCD3_PORT:-37410}
+NODES=1              # servers per engine in the current scenario
 export CERB_STATE_DIR=${CERB_CHAOS_STATE_DIR:-${TMPDIR:-/tmp}/cerb-chaos-${UID:-$(id -u)}}
 BUILD=${CERB_BUILD_DIR:-$ROOT/build}
 
 LEASE_MS=2000        # lock.lease_ms; zk sessions and etcd TTLs are of the same order
 SETTLE_MS=3000       # time clients take to see a `cerberus switch` (file watch)
 
-ALL_SCENARIOS="redis zk etcd redis-zk etcd-redis zk-etcd redis-zk-grace0"
-CI_SCENARIOS="redis zk etcd redis-zk etcd-redis redis-zk-grace0"
+ALL_SCENARIOS="redis zk etcd redis-zk etcd-redis zk-etcd redis-zk-grace0 zk3 etcd3"
+CI_SCENARIOS="redis zk etcd redis-zk etcd-redis redis-zk-grace0 zk3 etcd3"
 
 say() { printf '%s: %s\n' "$PROG" "$*"; }
 die() { printf '%s: error: %s\n' "$PROG" "$*" >&2; exit 1; }
@@ -132,25 +142,55 @@ elapsed() { local d=$(($(now_ms) - T0)); printf '+%d.%ds' $((d / 1000)) $((d % 1
 
 servers() { "$ROOT/scripts/servers.sh" "$@"; }
 
+# port_of E: the (base) client port of E in the current scenario.
 port_of() {
     case $1 in
         redis) echo "$REDIS_PORT" ;;
-        zk) echo "$ZK_PORT" ;;
-        etcd) echo "$ETCD_PORT" ;;
+        zk) if ((NODES > 1)); then echo "$ZK3_PORT"; else echo "$ZK_PORT"; fi ;;
+        etcd) if ((NODES > 1)); then echo "$ETCD3_PORT"; else echo "$ETCD_PORT"; fi ;;
     esac
 }
 
+# node_ports E: the client port of each of E's nodes (servers.sh: zk nodes
+# are one port apart, etcd nodes two, each with its peer port).
+node_ports() {
+    local base step=1 i
+    base=$(port_of "$1")
+    [[ $1 == etcd ]] && step=2
+    for ((i = 0; i < NODES; i++)); do echo $((base + step * i)); done
+}
+
+# pid_of E [PORT]: the PID of E's server (of its node on PORT).
 pid_of() {
     local f p=""
-    f="$CERB_STATE_DIR/$1-$(port_of "$1").pid"
+    f="$CERB_STATE_DIR/$1-${2:-$(port_of "$1")}.pid"
     [[ -f $f ]] && read -r p <"$f"
     [[ $p =~ ^[0-9]+$ ]] && echo "$p"
 }
 
-# await E: the server answers (servers.sh status), within 30 s.
+# leader_port E: the client port of the ensemble's leader, or nothing.
+leader_port() {
+    local p out
+    for p in $(node_ports "$1"); do
+        case $1 in
+            zk)
+                out=$(servers status zk --port "$p" 2>/dev/null) || continue
+                [[ $out == *"running as leader"* ]] && { echo "$p"; return 0; }
+                ;;
+            etcd)
+                out=$(curl -s -m 2 -X POST "http://127.0.0.1:$p/v3/maintenance/status" -d '{}') || continue
+                python3 -c 'import json,sys; d=json.loads(sys.argv[1]); sys.exit(0 if d.get("leader") and d["leader"] == d["header"]["member_id"] else 1)' \
+                    "$out" 2>/dev/null && { echo "$p"; return 0; }
+                ;;
+        esac
+    done
+    return 1
+}
+
+# await E: every node of E answers (servers.sh status), within 30 s.
 await() {
     local e=$1 deadline=$(($(now_ms) + 30000))
-    until servers status "$e" --port "$(port_of "$e")" >/dev/null 2>&1; do
+    until servers status "$e" --port "$(port_of "$e")" --nodes "$NODES" >/dev/null 2>&1; do
         (($(now_ms) < deadline)) || { say "$e did not come back within 30 s"; return 1; }
         sleep 0.1
     done
@@ -161,8 +201,12 @@ cleanup() {
     for p in "${WORKER_PIDS[@]}"; do kill -KILL "$p" 2>/dev/null || true; done
     [[ -n $PROXY_PID ]] && kill -TERM "$PROXY_PID" 2>/dev/null || true
     for e in $STARTED; do
-        p=$(pid_of "${e%%:*}") && kill -CONT "$p" 2>/dev/null || true
-        servers stop "${e%%:*}" --port "${e##*:}" >/dev/null 2>&1 || true
+        # engine:port:nodes
+        local name=${e%%:*} rest=${e#*:} f
+        for f in "$CERB_STATE_DIR/$name"-*.pid; do
+            [[ -f $f ]] && read -r p <"$f" && [[ $p =~ ^[0-9]+$ ]] && kill -CONT "$p" 2>/dev/null || true
+        done
+        servers stop "$name" --port "${rest%%:*}" --nodes "${rest##*:}" >/dev/null 2>&1 || true
     done
     rm -rf -- "$RUN"
 }
@@ -174,13 +218,13 @@ trap 'exit 130' INT
 start_server() {
     local e=$1 p
     p=$(port_of "$e")
-    [[ " $STARTED " == *" $e:$p "* ]] && { await "$e"; return; }
-    STARTED="$STARTED $e:$p"
+    [[ " $STARTED " == *" $e:$p:$NODES "* ]] && { await "$e"; return; }
+    STARTED="$STARTED $e:$p:$NODES"
     # Three tries: the port may be held for a moment by a client socket
     # (ephemeral range).
-    servers start "$e" --port "$p" >/dev/null ||
-        servers start "$e" --port "$p" >/dev/null ||
-        servers start "$e" --port "$p" >/dev/null
+    servers start "$e" --port "$p" --nodes "$NODES" >/dev/null ||
+        servers start "$e" --port "$p" --nodes "$NODES" >/dev/null ||
+        servers start "$e" --port "$p" --nodes "$NODES" >/dev/null
 }
 
 # ---------------------------------------------------------------- nemesis
@@ -193,14 +237,14 @@ kill9() {
     done
 }
 
-# relaunch E ARGV...: start ARGV detached as E's server, record its PID, and
+# relaunch E PORT ARGV...: start ARGV detached as E's server (its node on
+# PORT), record its PID, and
 # wait until it answers. The chaos ports lie in the kernel's ephemeral range,
 # so a client socket may hold the port for a moment: a server that dies at
 # once (bind failed) is started again, three times at most.
 relaunch() {
-    local e=$1 port pid try deadline
-    shift
-    port=$(port_of "$e")
+    local e=$1 port=$2 pid try deadline
+    shift 2
     for try in 1 2 3; do
         setsid "$@" </dev/null >>"$CERB_STATE_DIR/$e-$port.log" 2>&1 &
         pid=$!
@@ -219,13 +263,14 @@ relaunch() {
     return 1
 }
 
-# restart E KEEP: kill -9 the server and start it again; KEEP=1 keeps its
+# restart E KEEP [PORT]: kill -9 the server (its node on PORT) and start it
+# again; KEEP=1 keeps its
 # data (redis: SAVE first), KEEP=0 (redis only) restarts it empty and
 # unmarked, as servers.sh treats a start after a crash.
 restart() {
     local e=$1 keep=$2 pid port data
-    port=$(port_of "$e")
-    pid=$(pid_of "$e") || { say "no $e pid"; return 1; }
+    port=${3:-$(port_of "$e")}
+    pid=$(pid_of "$e" "$port") || { say "no $e pid"; return 1; }
     case $e in
         redis)
             read -r data <"$CERB_STATE_DIR/redis-$port.dir"
@@ -235,7 +280,7 @@ restart() {
             kill9 "$pid"
             ((keep)) || rm -f -- "$data/dump.rdb"
             # The flags of servers.sh, so its stop and status know the process.
-            relaunch redis redis-server --bind 127.0.0.1 --port "$port" --protected-mode yes \
+            relaunch redis "$port" redis-server --bind 127.0.0.1 --port "$port" --protected-mode yes \
                 --dir "$data" --save "" --appendonly no --daemonize no --logfile "" \
                 --loglevel notice --enable-debug-command local
             ;;
@@ -245,7 +290,7 @@ restart() {
             local -a argv
             mapfile -d '' argv <"/proc/$pid/cmdline"
             kill9 "$pid"
-            relaunch "$e" "${argv[@]}"
+            relaunch "$e" "$port" "${argv[@]}"
             ;;
     esac
 }
@@ -314,6 +359,28 @@ nemesis() {
                 sleep 1
                 proxy_mode pass
                 ;;
+            kill-leader | pause-leader | pause-follower)
+                local lp fp=""
+                if ! lp=$(leader_port "$first"); then
+                    echo "  [$scen $(elapsed)] $a: no leader now (an election under way); skipped"
+                    continue
+                fi
+                if [[ $a == pause-follower ]]; then
+                    for fp in $(node_ports "$first"); do [[ $fp != "$lp" ]] && break; done
+                    lp=$fp
+                fi
+                pid=$(pid_of "$first" "$lp")
+                if [[ $a == kill-leader ]]; then
+                    echo "  [$scen $(elapsed)] kill -9 the $first leader :$lp, restart on its data"
+                    restart "$first" 1 "$lp" || return 1
+                else
+                    ms=$((LEASE_MS + 1000 + RANDOM % 1500))
+                    echo "  [$scen $(elapsed)] $a: SIGSTOP $first :$lp ${ms} ms"
+                    kill -STOP "$pid"
+                    sleep "$((ms / 1000)).$(printf '%03d' $((ms % 1000)))"
+                    kill -CONT "$pid"
+                fi
+                ;;
             switch)
                 local to
                 if ((sw % 2 == 0)); then to=$SECOND; else to=auto; fi
@@ -332,6 +399,7 @@ nemesis() {
 # scenario NAME: engines, grace, nemesis actions.
 scenario_def() {
     GRACE=-1
+    NODES=1
     case $1 in
         redis) ENGINES="redis"; ACTS="pause kill kill-keep delay blackhole drop" ;;
         zk) ENGINES="zk"; ACTS="pause kill-keep delay blackhole drop" ;;
@@ -340,12 +408,15 @@ scenario_def() {
         etcd-redis) ENGINES="etcd redis"; ACTS="pause kill-keep blackhole switch" ;;
         zk-etcd) ENGINES="zk etcd"; ACTS="pause kill-keep blackhole delay switch" ;;
         redis-zk-grace0) ENGINES="redis zk"; GRACE=0; ACTS="pause kill blackhole switch" ;;
+        zk3) ENGINES="zk"; NODES=3; ACTS="kill-leader pause-leader pause-follower" ;;
+        etcd3) ENGINES="etcd"; NODES=3; ACTS="kill-leader pause-leader pause-follower" ;;
     esac
 }
 
-# write_config: the client config, the first engine behind the proxy.
+# write_config: the client config, the first engine behind the proxy (a
+# 3-node ensemble is given all its nodes, no proxy).
 write_config() {
-    local first=$1 e list="" port
+    local first=$1 e list="" port zkhosts="" eps="" p
     for e in $ENGINES; do list="$list${list:+, }\"$e\""; done
     {
         echo "engines = ($list);"
@@ -359,7 +430,18 @@ write_config() {
         echo "  watch_config = true; };"
         for e in $ENGINES; do
             port=$(port_of "$e")
-            [[ $e == "$first" ]] && port=$PROXY_PORT
+            [[ $e == "$first" ]] && ((NODES == 1)) && port=$PROXY_PORT
+            if ((NODES > 1)); then
+                for p in $(node_ports "$e"); do
+                    zkhosts="$zkhosts${zkhosts:+,}127.0.0.1:$p"
+                    eps="$eps${eps:+, }\"http://127.0.0.1:$p\""
+                done
+                case $e in
+                    zk) echo "zk = { hosts = \"$zkhosts\"; root = \"/cerb-chaos\"; session_timeout_ms = $LEASE_MS; connect_timeout_ms = 1000; };" ;;
+                    etcd) echo "etcd = { endpoints = ($eps); prefix = \"cerb-chaos/\"; session_ttl_s = 2; op_timeout_ms = 1000; connect_timeout_ms = 500; };" ;;
+                esac
+                continue
+            fi
             case $e in
                 redis) echo "redis = { host = \"127.0.0.1\"; port = $port; connect_timeout_ms = 500; op_timeout_ms = 500; };" ;;
                 zk) echo "zk = { hosts = \"127.0.0.1:$port\"; root = \"/cerb-chaos\"; session_timeout_ms = $LEASE_MS; connect_timeout_ms = 1000; };" ;;
@@ -417,8 +499,10 @@ run_scenario() {
     # Heal: everything answers again before the workers' last seconds.
     proxy_mode pass
     for e in $ENGINES; do
-        local p
-        p=$(pid_of "$e") && kill -CONT "$p" 2>/dev/null || true
+        local p np
+        for np in $(node_ports "$e"); do
+            p=$(pid_of "$e" "$np") && kill -CONT "$p" 2>/dev/null || true
+        done
         await "$e" || rc=1
     done
     # Workers end by --seconds; a worker still running 60 s later hung.

@@ -260,6 +260,76 @@ static void test_leader_killed(void **state)
     pthread_mutex_destroy(&r.mu);
 }
 
+/*
+ * A request that a paused member held while the client moved on, applied
+ * when the member resumes (found by the chaos suite, etcd3 seed 7: 11
+ * unsafe overlaps right after a SIGCONT). The holder's unlock goes to a
+ * follower that is paused: it times out and is re-sent to the next member,
+ * which deletes the key; the client locks the name again — the same key
+ * (it names the session and the lock), a new create revision. When the
+ * paused member resumes, it forwards the old delete to the leader. A delete
+ * that does not compare the create revision takes the new hold's key, and
+ * another client is granted the name while the first still holds it.
+ */
+static bool member_serves(void *ud)
+{
+    const int *port = ud;
+    struct etcd_test_kv kv[1];
+    return etcd_test_keys(*port, "/cerb-no-such-prefix/", kv, 1) >= 0;
+}
+
+static void test_stale_delete_from_paused_member(void **state)
+{
+    (void)state;
+    int leader = etcd_test_leader(ports, NODES);
+    assert_true(leader >= 0);
+    int f = (leader + 1) % NODES, other = (leader + 2) % NODES;
+    /* The holder talks to follower f first; the others to the leader. */
+    int order_a[NODES] = {ports[f], ports[other], ports[leader]};
+    int order_b[NODES] = {ports[leader], ports[other], ports[f]};
+    const char *ex = "op_timeout_ms = 500; connect_timeout_ms = 200; session_ttl_s = 6;";
+    const char *lk = "lock = { lease_ms = 3000; }; retry = { max = 3; backoff_ms = 20; "
+                     "backoff_max_ms = 100; };";
+    char *ca = etcd_test_config_ports(order_a, NODES, ex, lk);
+    char *cb = etcd_test_config_ports(order_b, NODES, ex, lk);
+    cerb_client *a = NULL, *b = NULL;
+    assert_int_equal(cerb_client_open_string(&a, ca), CERB_OK);
+    assert_int_equal(cerb_client_open_string(&b, cb), CERB_OK);
+    free(ca);
+    free(cb);
+    char *name = test_name("staledel");
+    cerb_lock *la = NULL, *lb = NULL;
+    assert_int_equal(cerb_lock_new(a, name, NULL, &la), CERB_OK);
+    assert_int_equal(cerb_lock_new(b, name, NULL, &lb), CERB_OK);
+
+    assert_int_equal(cerb_lock_trylock_for(la, 5000), CERB_OK);
+    assert_int_equal(etcd_test_pause(ports[f]), 0);
+    cerb_status st = cerb_lock_unlock(la); /* to f: no answer; re-sent to the next */
+    print_message("unlock while :%d is paused: %s\n", ports[f], cerb_status_name(st));
+    assert_int_equal(cerb_lock_trylock_for(la, 5000), CERB_OK); /* same key, again */
+    assert_int_equal(etcd_test_resume(ports[f]), 0);
+    int fport = ports[f];
+    assert_wait_until(member_serves, &fport, 10000);
+    /* The resumed member works through what it held within moments: give
+     * a stale delete up to 3 s to land (the wait ends at once if it does;
+     * without one it runs out, which is the good case). */
+    struct keys_gone kg = {name};
+    bool gone = wait_until(no_keys, &kg, 3000);
+    print_message("A's key %s after the member resumed\n", gone ? "GONE" : "still there");
+    cerb_status sb = cerb_lock_trylock(lb);
+    print_message("while A holds: B's trylock %s; A's state %d\n", cerb_status_name(sb),
+                  (int)cerb_lock_state(la));
+    assert_false(gone);
+    assert_int_equal(sb, CERB_BUSY);
+    assert_int_equal(cerb_lock_state(la), CERB_LOCK_VALID);
+    assert_int_equal(cerb_lock_unlock(la), CERB_OK);
+    cerb_lock_free(la);
+    cerb_lock_free(lb);
+    cerb_client_close(a);
+    cerb_client_close(b);
+    free(name);
+}
+
 static int setup(void **state)
 {
     (void)state;
@@ -276,6 +346,7 @@ static int teardown(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_stale_delete_from_paused_member),
         cmocka_unit_test(test_leader_killed),
     };
     if (getenv("CERB_TEST_DEBUG"))

@@ -497,6 +497,76 @@ static void test_fences_increase(void **state)
 }
 
 /*
+ * §5a.3 across a client's own switches: the core asks, in fence_floor, for
+ * a grant above the client's highest fence on another engine. The grant
+ * must exceed it — uncontended, and handed over to a queued waiter — and
+ * every later grant of the name, by a client that asked nothing, must rank
+ * above it (the floor is raised on the server, not added by the client).
+ */
+static void test_fence_floor(void **state)
+{
+    struct eng a, b, h;
+    char *name = test_name("eng-floor");
+    cerb_engine_lock lk;
+    cerb_grant gr;
+
+    eng_open(&a, NULL);
+    eng_open(&b, NULL);
+    lk_init(&lk, name, 5000, 1);
+    must_acquire(&a, &lk, &gr);
+    assert_int_equal(cerb__engine_release(ops, a.e, &lk), CERB_OK);
+    lk_free(&lk);
+
+    uint64_t floor = gr.fence + UINT64_C(1000000000000);
+    lk_init(&lk, name, 5000, 1);
+    lk.fence_floor = floor;
+    must_acquire(&a, &lk, &gr);
+    print_message("floor %llu: granted %llu\n", (unsigned long long)floor,
+                  (unsigned long long)gr.fence);
+    assert_true(gr.fence > floor);
+    cerb_grant chk;
+    assert_int_equal(cerb__engine_check_owner(ops, a.e, &lk, &chk), CERB_OK);
+    assert_int_equal(chk.fence, gr.fence);
+    assert_int_equal(cerb__engine_release(ops, a.e, &lk), CERB_OK);
+    lk_free(&lk);
+    uint64_t last = gr.fence;
+
+    lk_init(&lk, name, 5000, 1); /* another client, no floor; its release hands over */
+    must_acquire(&b, &lk, &gr);
+    assert_true(gr.fence > last);
+    last = gr.fence;
+
+    /* Queued with a floor, handed the lock by the holder's release. */
+    struct waiter w;
+    memset(&w, 0, sizeof w);
+    eng_open(&w.g, NULL);
+    lk_init(&w.lk, name, 7000, 1);
+    w.lk.fence_floor = last + UINT64_C(1000000000000);
+    w.wait_ms = 20000;
+    w.hold_then_release = true;
+    assert_int_equal(pthread_create(&w.th, NULL, waiter_main, &w), 0);
+    wait_queue(cerb_test_redis_port(), NULL, name, 1);
+    assert_int_equal(cerb__engine_release(ops, b.e, &lk), CERB_OK);
+    lk_free(&lk);
+    assert_wait_until(flag_set, &w.done, 5000);
+    assert_int_equal(w.st, CERB_OK);
+    assert_true(w.gr.fence > w.lk.fence_floor);
+    last = w.gr.fence;
+    waiter_join(&w);
+
+    eng_open(&h, NULL);
+    lk_init(&lk, name, 5000, 1);
+    must_acquire(&h, &lk, &gr);
+    assert_true(gr.fence > last);
+    assert_int_equal(cerb__engine_release(ops, h.e, &lk), CERB_OK);
+    lk_free(&lk);
+    eng_close(&h);
+    eng_close(&a);
+    eng_close(&b);
+    free(name);
+}
+
+/*
  * Fair hand-off: three waiters (own engines) queue in a known order behind a
  * holder; each release hands the lock to exactly the head, which wakes once
  * holding it. Grants follow queue order with increasing fences.
@@ -1667,6 +1737,7 @@ int main(void)
         cmocka_unit_test(test_two_round_trips),
         cmocka_unit_test(test_busy_and_not_owner),
         cmocka_unit_test(test_fences_increase),
+        cmocka_unit_test(test_fence_floor),
         cmocka_unit_test(test_fair_handoff_wakes_one),
         cmocka_unit_test(test_nonfair_wake),
         cmocka_unit_test(test_timeout_leaves_no_entry),
