@@ -91,7 +91,10 @@ bool cerb__etcd_fence_parse(const char *s, size_t n, int64_t *out)
     char *end;
     errno = 0;
     long long v = strtoll(buf, &end, 10);
-    if (*end != '\0' || errno != 0 || v < 0 || buf[0] < '0' || buf[0] > '9')
+    /* An offset fits the 48 bits of a fence (and sums of it with a
+     * revision cannot overflow). */
+    if (*end != '\0' || errno != 0 || v < 0 || v >= (1LL << 48) || buf[0] < '0' ||
+        buf[0] > '9')
         return false;
     *out = (int64_t)v;
     return true;
@@ -187,9 +190,8 @@ static cerb_status read_offset(cerb_engine *e, int64_t deadline_ns)
 /*
  * Set O to `want` if it is still as v says (the txn compares its mod
  * revision), learning what it is otherwise. *done tells which; when done,
- * *v is the new state. A re-send
- * after a lost answer that landed fails the compare and reads `want` back,
- * which is as good.
+ * *v is the new state. A re-send after a lost answer that landed fails the
+ * compare and reads `want` back, which the next round finds good enough.
  */
 static cerb_status raise_offset(cerb_engine *e, struct etcd_fence_view *v, int64_t want,
                                 int64_t deadline_ns, bool *done)

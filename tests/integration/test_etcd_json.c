@@ -377,6 +377,7 @@ static void test_builders(void **state)
     assert_false(cerb__etcd_fence_parse("-1", 2, &off));
     assert_false(cerb__etcd_fence_parse("1x", 2, &off));
     assert_false(cerb__etcd_fence_parse(" 1", 2, &off));
+    assert_false(cerb__etcd_fence_parse("281474976710656", 15, &off)); /* 2^48 */
     /* Stolen arguments are released when a builder fails. */
     assert_null(cerb__etcd_list(NULL, json_object()));
 }
