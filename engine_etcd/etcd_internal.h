@@ -242,9 +242,6 @@ json_t *cerb__etcd_fence_op_read(cerb_engine *e);
  * NULL is a protocol error); *changed when it is not as v says. */
 cerb_status cerb__etcd_fence_learn(cerb_engine *e, const json_t *range, int64_t rev,
                                    const struct etcd_fence_view *v, bool *changed);
-/* A lock key's value as the offset it was put with (decimal, below 2^48);
- * false when it holds none (a key not put by this engine's txn). */
-bool cerb__etcd_fence_parse(const char *s, size_t n, int64_t *out);
 /* The decimal text of off into buf (n bytes); its length, 0 if too small. */
 size_t cerb__etcd_fence_format(int64_t off, char *buf, size_t n);
 

@@ -49,6 +49,11 @@ cerb_status cerb__etcd_get_i64(const json_t *obj, const char *name, int64_t *out
 /* Read bool field `name`; absent = false. CERB_EPROTO for another type. */
 cerb_status cerb__etcd_get_bool(const json_t *obj, const char *name, bool *out);
 
+/* A lock key's value as the fence offset it was put with (decimal, below
+ * 2^48; etcd_fence.c): false when it holds none (a key not put by the
+ * engine's acquire txn, e.g. etcdctl's). */
+bool cerb__etcd_fence_parse(const char *s, size_t n, int64_t *out);
+
 /* ---- request builders ---- */
 
 /* Sort orders and targets, spelled as the gateway's enum names. */
