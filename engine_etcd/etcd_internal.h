@@ -71,7 +71,8 @@ struct etcd_orphan {
     struct etcd_orphan *next;
     char *key;
     size_t key_len;
-    int64_t rev;   /* delete only while create_revision == rev; 0 = any */
+    int64_t rev;   /* delete only while create_revision == rev; 0 = the one
+                      it has when the delete is sent (read first) */
     bool busy;     /* the session thread is deleting it right now */
 };
 
@@ -214,8 +215,9 @@ cerb_status cerb__etcd_op_renew(cerb_engine *e, cerb_engine_lock *lk, cerb_grant
 cerb_status cerb__etcd_op_release(cerb_engine *e, cerb_engine_lock *lk);
 cerb_status cerb__etcd_op_check(cerb_engine *e, cerb_engine_lock *lk, cerb_grant *grant);
 void cerb__etcd_op_cancel(cerb_engine *e, cerb_engine_lock *lk);
-/* Delete key (if create_revision == rev, rev 0 = unconditionally), re-sent
- * until definite or deadline. CERB_OK (gone, or not ours to delete; *deleted,
+/* Delete key if its create revision is rev (rev 0: the one it has now, read
+ * first; never unconditionally, etcd_mutex.c says why), re-sent until
+ * definite or deadline. CERB_OK (gone, or not ours to delete; *deleted,
  * which may be NULL, says whether this call deleted it) or the error. */
 cerb_status cerb__etcd_delete_key(cerb_engine *e, const char *key, size_t len, int64_t rev,
                                   int64_t deadline_ns, const atomic_int *abort, bool *deleted);

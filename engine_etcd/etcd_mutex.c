@@ -215,6 +215,41 @@ static cerb_status range_at(cerb_engine *e, const json_t *responses, size_t i,
 
 /* ---- delete ---- */
 
+/*
+ * The create revision `key` has now (0: absent), by a linearizable read.
+ * A delete that does not compare one must never be sent: a paused member
+ * holds a request while the client re-sends it elsewhere and moves on, and
+ * applies it when it resumes — an unconditional delete of K then takes the
+ * key of this client's next hold of the name (K names the session and the
+ * lock, not the hold; chaos etcd3 seeds 527909 and 527910).
+ */
+static cerb_status key_rev(cerb_engine *e, const char *key, size_t len, int64_t deadline_ns,
+                           const atomic_int *abort, int64_t *rev)
+{
+    struct etcd_range_req r = {.key = key, .key_len = len, .keys_only = true};
+    struct etcd_range_res rr = {0};
+    *rev = 0;
+    json_t *req = cerb__etcd_range_json(&r);
+    if (!req)
+        return cerb__error_set(CERB_ENOMEM, "etcd: out of memory for a request");
+    struct etcd_call call = {.what = "key read",
+                             .path = "/v3/kv/range",
+                             .body = req,
+                             .deadline_ns = deadline_ns,
+                             .idempotent = true,
+                             .abort = abort};
+    cerb_status st = cerb__etcd_call(e, &call);
+    json_decref(req);
+    if (st != CERB_OK)
+        return st;
+    st = cerb__etcd_parse_range(call.resp, &rr);
+    if (st == CERB_OK && rr.n_kvs > 0)
+        *rev = rr.first.create_revision;
+    cerb__etcd_kv_clear(&rr.first);
+    json_decref(call.resp);
+    return st;
+}
+
 cerb_status cerb__etcd_delete_key(cerb_engine *e, const char *key, size_t len, int64_t rev,
                                   int64_t deadline_ns, const atomic_int *abort, bool *deleted)
 {
@@ -222,12 +257,16 @@ cerb_status cerb__etcd_delete_key(cerb_engine *e, const char *key, size_t len, i
     bool ok = false;
     int64_t hrev, n = 0;
     const json_t *resp;
-    json_t *cmp = rev > 0 ? cerb__etcd_list(cerb__etcd_cmp_create(key, len, NULL, 0, "EQUAL", rev),
-                                            NULL)
-                          : NULL;
+
     if (deleted)
         *deleted = false;
-    if (rev > 0 && !cmp)
+    if (rev <= 0) {
+        cerb_status st = key_rev(e, key, len, deadline_ns, abort, &rev);
+        if (st != CERB_OK || rev == 0)
+            return st; /* an error, or nothing to delete */
+    }
+    json_t *cmp = cerb__etcd_list(cerb__etcd_cmp_create(key, len, NULL, 0, "EQUAL", rev), NULL);
+    if (!cmp)
         return cerb__error_set(CERB_ENOMEM, "etcd: out of memory for a request");
     json_t *req = cerb__etcd_txn(cmp, cerb__etcd_list(cerb__etcd_op_delete(key, len), NULL), NULL);
     cerb_status st = run_txn(e, "delete", req, 0, deadline_ns, abort, &call, &ok, &hrev, &resp);
