@@ -22,8 +22,8 @@
  * installed is a "skipped" row, never a failure of the bench.
  *
  * Without -c the bench writes its own configuration: Redis on 127.0.0.1,
- * port --port (26379, the test server's), a pool of max(4, threads, the
- * many scenario's acquiring threads) connections; `--engine local` gives
+ * port --port (26379, the test server's), with the default pool (it opens
+ * as many connections as threads call at once); `--engine local` gives
  * the in-process engine instead. With
  * -c the file names the engines (`--engine all` is every one of them, in
  * configuration order) and their servers. The file is read through the
@@ -407,9 +407,9 @@ static int max_threads(const struct cli *c)
 }
 
 /*
- * Engines without a file: our own configuration text. The pool is sized to
- * the largest thread count so the library is not pool-bound where the raw
- * ceiling (one connection per thread) is not. Returns the count, or -1.
+ * Engines without a file: our own configuration text, with the defaults a
+ * user who sets nothing gets (the pool grows to the thread count, as the
+ * raw ceiling has one connection per thread). Returns the count, or -1.
  */
 static int engines_builtin(const struct cli *c, struct bench_engine *out)
 {
@@ -420,15 +420,11 @@ static int engines_builtin(const struct cli *c, struct bench_engine *out)
     memset(e, 0, sizeof *e);
     snprintf(e->name, sizeof e->name, "%s", want);
     if (strcmp(want, "redis") == 0) {
-        int pool = max_threads(c);
-        if (pool < 4)
-            pool = 4;
-        if (pool > 256)
-            pool = 256; /* the configuration's limit */
+        /* The default pool: what a user who sets nothing gets. */
         snprintf(text, sizeof text,
                  "engines = (\"redis\");\n"
-                 "redis = { host = \"127.0.0.1\"; port = %d; pool = %d; };\n",
-                 c->port, pool);
+                 "redis = { host = \"127.0.0.1\"; port = %d; };\n",
+                 c->port);
         e->redis.host = dup_or_die("127.0.0.1");
         e->redis.port = c->port;
         e->redis.user = dup_or_die("");
@@ -489,12 +485,12 @@ static int engines_from_file(const struct cli *c, struct bench_engine *out)
             e->redis.db = cfg->redis.db;
             e->redis.connect_timeout_ms = cfg->redis.connect_timeout_ms;
             e->redis.op_timeout_ms = cfg->redis.op_timeout_ms;
-            if (cfg->redis.pool < max_threads(c))
+            if (cfg->redis.pool_max < max_threads(c))
                 fprintf(stderr,
-                        "cerberus-bench: note: redis.pool = %d in %s is "
+                        "cerberus-bench: note: redis.pool_max = %d in %s is "
                         "below %d threads of one client; they will share "
                         "connections (the raw ceiling has one each)\n",
-                        cfg->redis.pool, c->config_path, max_threads(c));
+                        cfg->redis.pool_max, c->config_path, max_threads(c));
         }
     }
     if (n == 0) {

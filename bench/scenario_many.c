@@ -229,11 +229,11 @@ int bench_many(const struct bench_engine *e, const struct bench_opts *o,
         goto done;
     }
     bench_hist_init(lat);
-    if (e->cfg && strcmp(e->name, "redis") == 0 && e->cfg->redis.pool < T)
+    if (e->cfg && strcmp(e->name, "redis") == 0 && e->cfg->redis.pool_max < T)
         fprintf(stderr,
-                "cerberus-bench: note: redis.pool = %d is below the %d "
+                "cerberus-bench: note: redis.pool_max = %d is below the %d "
                 "threads that acquire the many locks\n",
-                e->cfg->redis.pool, T);
+                e->cfg->redis.pool_max, T);
     if (bench_sync_init(&m.s) != 0)
         goto done;
     sync_ok = 1;

@@ -11,13 +11,20 @@
  * show its name (the uuid identifies one acquisition), the session it is an
  * ephemeral of (the lock lives as long as that session: ZooKeeper has no
  * per-lock lease, and a session's remaining time is not visible to other
- * clients), and for the holder the node's czxid, which is the engine's
- * fencing counter (the low 48 bits of the token the holder was given).
+ * clients), and for the holder its fence: the node's czxid plus the fence
+ * offset (engine_zk/zk_fence.c) its create checked, the engine's fencing
+ * counter (the low 48 bits of the token the holder was given). The offset
+ * node is read with the children; when its mzxid is below the holder's
+ * czxid the value read is the one the create checked (a create checks the
+ * offset in its transaction, and the offset only changes by raises); when
+ * it was raised after the grant, the value then is gone, and the fence is
+ * shown as a bound.
  * Curator writes the holder's address as node data; it is shown when it is
  * not one of our own markers ("cerb:...").
  *
  * Reading takes two round trips on a session of our own: list the children,
- * then get every child (data and stat) in one pipelined batch; a child gone
+ * then get every child (data and stat) and the offset node in one pipelined
+ * batch; a child gone
  * between the two was released meanwhile and is left out. Nothing is
  * written and no watch is set. Every step is bounded: the session must
  * connect (and authenticate, with zk.user) within zk.connect_timeout_ms,
@@ -194,8 +201,26 @@ static void print_child_owner(const struct zk_child *c)
     printf(")");
 }
 
-/* Prints the holder and the waiters of a listing that was read. */
-static void print_children(struct zk_child *kids, size_t n)
+/* ", fence N" of holder c, given the offset node's reading (rc ZNONODE:
+ * never made, no offset yet). */
+static void print_fence(const struct zk_child *c, const struct zk_child *off)
+{
+    uint64_t czxid = (uint64_t)c->stat.czxid, value = 0;
+    if (off->rc == ZOK && !off->data_cut &&
+        !cerb__zk_fence_parse(off->data, off->data_len, &value)) {
+        printf(", fence unknown (the fence offset node holds no number)\n");
+        return;
+    }
+    if (off->rc == ZOK && off->stat.mzxid > c->stat.czxid)
+        printf(", fence at most %" PRIu64 " (the fence offset was raised since)\n",
+               czxid + value);
+    else
+        printf(", fence %" PRIu64 "\n", czxid + value);
+}
+
+/* Prints the holder and the waiters of a listing that was read; `off` is
+ * the offset node's reading. */
+static void print_children(struct zk_child *kids, size_t n, const struct zk_child *off)
 {
     size_t shown = 0;
 
@@ -207,7 +232,7 @@ static void print_children(struct zk_child *kids, size_t n)
         if (shown == 0) {
             printf("zk: held by ");
             print_child_owner(c);
-            printf(", fence %" PRId64 "\n", c->stat.czxid);
+            print_fence(c, off);
         } else {
             printf(shown == 1 ? "zk: waiting: " : ", ");
             print_child_owner(c);
@@ -225,7 +250,7 @@ int cerb__cli_holders_zk(const struct cerb_zk_config *zc, const char *name, int 
     struct zk_read rd;
     struct zk_child *kids = NULL;
     zhandle_t *zh;
-    char *parent = NULL, *auth = NULL;
+    char *parent = NULL, *auth = NULL, *fence_path = NULL;
     int64_t deadline;
     int rc = CLI_EXIT_OK, zrc;
     size_t n = 0;
@@ -315,25 +340,27 @@ int cerb__cli_holders_zk(const struct cerb_zk_config *zc, const char *name, int 
         goto out;
     }
 
-    /* Round trip 2: every child's data and stat, pipelined. The children
-     * array outlives zookeeper_close (which answers pending requests). */
+    /* Round trip 2: every child's data and stat, and the fence offset node
+     * (the slot after them), pipelined. The children array outlives
+     * zookeeper_close (which answers pending requests). */
     n = rd.n_names;
     if (n == 0) {
         printf("zk: free\n");
         goto out;
     }
-    kids = cerb__calloc(n, sizeof *kids);
-    if (!kids) {
+    kids = cerb__calloc(n + 1, sizeof *kids);
+    fence_path = cerb__zk_fence_path(zc->root);
+    if (!kids || !fence_path) {
         cerb__cli_error("zk: out of memory");
         rc = CLI_EXIT_OSERR;
         goto out;
     }
     deadline = cerb__deadline_in(zc->connect_timeout_ms);
     zrc = ZOK;
-    for (size_t i = 0; i < n; i++) {
-        char *path = cerb__zk_join(parent, rd.names[i]);
+    for (size_t i = 0; i <= n; i++) {
+        char *path = i < n ? cerb__zk_join(parent, rd.names[i]) : cerb__strdup(fence_path);
         kids[i].rd = &rd;
-        kids[i].name = rd.names[i];
+        kids[i].name = i < n ? rd.names[i] : fence_path;
         kids[i].rc = ZSYSTEMERROR;
         if (!path) {
             zrc = ZSYSTEMERROR;
@@ -357,7 +384,7 @@ int cerb__cli_holders_zk(const struct cerb_zk_config *zc, const char *name, int 
         if (cerb__cond_wait_until(&rd.cond, &rd.mu, deadline))
             break;
     bool all = rd.n_pending == 0;
-    for (size_t i = 0; all && zrc == ZOK && i < n; i++)
+    for (size_t i = 0; all && zrc == ZOK && i <= n; i++)
         if (kids[i].rc != ZOK && kids[i].rc != ZNONODE)
             zrc = kids[i].rc;
     cerb__mutex_unlock(&rd.mu);
@@ -373,12 +400,13 @@ int cerb__cli_holders_zk(const struct cerb_zk_config *zc, const char *name, int 
         rc = zrc == ZSYSTEMERROR ? CLI_EXIT_OSERR : CLI_EXIT_UNAVAILABLE;
         goto out;
     }
-    print_children(kids, n);
+    print_children(kids, n, &kids[n]);
 out:
     /* Answers what is still pending (ZCLOSING) before it returns. */
     zookeeper_close(zh);
 out_sync:
     cerb__free(kids);
+    cerb__free(fence_path);
     for (size_t i = 0; i < rd.n_names; i++)
         cerb__free(rd.names[i]);
     cerb__free(rd.names);

@@ -55,7 +55,8 @@ struct cerb_redis_config {
     char *prefix;                /* "" */
     int64_t connect_timeout_ms;  /* 500, 1 .. 600000 */
     int64_t op_timeout_ms;       /* 500, 1 .. 600000 */
-    int pool;                    /* 4, 1 .. 256 */
+    int pool_max;                /* 64, 1 .. 1024: connections open on demand */
+    int64_t pool_idle_ms;        /* 30000, 100 .. 86400000: idle ones close */
 };
 
 struct cerb_zk_config {

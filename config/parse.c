@@ -250,6 +250,12 @@ static cerb_status parse_group(struct pctx *c, const config_setting_t *grp,
             st = config_setting_is_group(s)
                      ? parse_group(c, s, path)
                      : fail(c, s, "%s: expected a group { ... }", path);
+        } else if (strcmp(path, "redis.pool") == 0) {
+            /* Retired: a fixed pool that small held 8 threads to half the
+             * server's speed. Said plainly rather than ignored. */
+            st = fail(c, s, "redis.pool was replaced by redis.pool_max: connections now open "
+                            "on demand up to it (default 64) and close when idle; remove "
+                            "redis.pool, or write redis.pool_max");
         } else {
             st = fail(c, s, "unknown key \"%s\"", path);
         }

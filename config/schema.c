@@ -101,7 +101,8 @@ const struct cerb__cfg_key cerb__cfg_keys[] = {
     KEY_I64("redis.connect_timeout_ms", redis.connect_timeout_ms, I, 500, 1,
             600000),
     KEY_I64("redis.op_timeout_ms", redis.op_timeout_ms, I, 500, 1, 600000),
-    KEY_INT("redis.pool", redis.pool, I, 4, 1, 256),
+    KEY_INT("redis.pool_max", redis.pool_max, I, 64, 1, 1024),
+    KEY_I64("redis.pool_idle_ms", redis.pool_idle_ms, I, 30000, 100, 86400000),
 
     KEY_STR("zk.hosts", zk.hosts, I, "127.0.0.1:2181",
             cerb__cfg_check_nonempty),

@@ -10,10 +10,15 @@
  * arrived, so blocking connections get the operation timeout too. AUTH and
  * SELECT go out together in one round trip.
  *
- * The pool. A fixed array of `redis.pool` slots, connected lazily, and a
+ * The pool. An array of `redis.pool_max` slots, connected on demand, and a
  * stack of free slot indexes under a mutex: the most recently returned
- * (warm) connection is reused first, an unconnected slot last, and a caller
- * waits on a monotonic condition variable at most until its deadline. A
+ * (warm) connection is reused first, an unconnected slot last, so the pool
+ * opens as many connections as threads call at once and no more; a caller
+ * finding every slot busy waits on a monotonic condition variable at most
+ * until its deadline. The coldest connection (just above the unconnected
+ * slots) is closed when it has been idle for `redis.pool_idle_ms` and others
+ * stay open: a burst's connections go away once the burst is over. Idle
+ * blocking connections close the same way. A
  * connection that failed is freed when it comes back and its slot
  * reconnects on next use: hiredis kills a context after a timeout, and the
  * core settles ambiguities only on a connection whose last request did not
@@ -33,6 +38,7 @@
 #include "internal_posix.h"
 
 #include "redis_conn.h"
+#include "redis_marker.h"
 
 #include <errno.h>
 #include <poll.h>
@@ -206,6 +212,39 @@ static cerb_status setup_reply(cerb_engine *e, const char *what, const redisRepl
     return cerb__redis_fail(e->where, what, &f, NULL);
 }
 
+/*
+ * From an INFO replication answer: the role (into role, "" when absent) and
+ * master_replid (into replid, "" when absent or malformed).
+ */
+static void parse_replication(const redisReply *r, char *role, size_t rolel, char *replid,
+                              size_t replidl)
+{
+    role[0] = replid[0] = '\0';
+    if (r->type != REDIS_REPLY_STRING)
+        return;
+    const char *s = r->str, *end = r->str + r->len;
+    while (s < end) {
+        const char *nl = memchr(s, '\n', (size_t)(end - s));
+        const char *le = nl ? nl : end;
+        if (le > s && le[-1] == '\r')
+            le--;
+        size_t n = (size_t)(le - s);
+        if (n > 5 && memcmp(s, "role:", 5) == 0 && n - 5 < rolel) {
+            memcpy(role, s + 5, n - 5);
+            role[n - 5] = '\0';
+        } else if (n > 14 && memcmp(s, "master_replid:", 14) == 0 && n - 14 < replidl) {
+            bool hex = true;
+            for (size_t i = 14; i < n; i++)
+                hex = hex && ((s[i] >= '0' && s[i] <= '9') || (s[i] >= 'a' && s[i] <= 'f'));
+            if (hex) {
+                memcpy(replid, s + 14, n - 14);
+                replid[n - 14] = '\0';
+            }
+        }
+        s = nl ? nl + 1 : end;
+    }
+}
+
 /* Connect c (whose ctx is NULL) and run the set-up commands. */
 static cerb_status conn_connect(cerb_engine *e, struct redis_conn *c, int64_t connect_ms,
                                 int64_t timeout_ms)
@@ -243,7 +282,7 @@ static cerb_status conn_connect(cerb_engine *e, struct redis_conn *c, int64_t co
     /* AUTH (ACL form when a user is set) and SELECT, one round trip. */
     const char *argv[3];
     size_t argl[3];
-    const char *names[2];
+    const char *names[3];
     int n = 0;
     char db[16];
     st = CERB_OK;
@@ -268,14 +307,32 @@ static cerb_status conn_connect(cerb_engine *e, struct redis_conn *c, int64_t co
         st = cerb__redis_append(c, 2, argv, argl);
         names[n++] = "SELECT";
     }
-    if (st == CERB_OK && n > 0) {
-        redisReply *r[2];
+    /* The server's history (redis_marker.h): which replication id it has,
+     * and that it is a master (a replica refuses our writes). */
+    if (st == CERB_OK) {
+        argv[0] = "INFO", argv[1] = "replication";
+        argl[0] = 4, argl[1] = 11;
+        st = cerb__redis_append(c, 2, argv, argl);
+        names[n++] = "INFO replication";
+    }
+    char role[16] = "", replid[48] = "";
+    if (st == CERB_OK) {
+        redisReply *r[3];
         size_t got;
         st = cerb__redis_exchange(e, c, names[0], r, &got, NULL);
-        for (size_t i = 0; st == CERB_OK && i < got; i++)
+        for (size_t i = 0; st == CERB_OK && i + 1 < got; i++)
             st = setup_reply(e, names[i], r[i]);
+        /* INFO may be renamed away on a hardened server: then no history
+         * check, as before. */
+        if (st == CERB_OK && got == (size_t)n && r[n - 1]->type != REDIS_REPLY_ERROR)
+            parse_replication(r[n - 1], role, sizeof role, replid, sizeof replid);
         free_replies(r, got);
     }
+    if (st == CERB_OK && role[0] && strcmp(role, "master") != 0)
+        st = cerb__error_set(CERB_EIO, "redis %s: the server is a %s, not a master: it would "
+                             "refuse (or lose) our writes", e->where, role);
+    if (st == CERB_OK && e->marker_key)
+        st = cerb__redis_marker_history(e, c, replid);
     if (st != CERB_OK) {
         redisFree(c->ctx);
         c->ctx = NULL;
@@ -333,7 +390,7 @@ cerb_status cerb__redis_conn_set_timeout(cerb_engine *e, struct redis_conn *c,
 cerb_status cerb__redis_pool_init(cerb_engine *e)
 {
     struct redis_pool *p = &e->pool;
-    int n = e->rc->pool > 0 ? e->rc->pool : 1;
+    int n = e->rc->pool_max > 0 ? e->rc->pool_max : 1;
 
     p->size = n;
     p->slots = cerb__calloc((size_t)n, sizeof *p->slots);
@@ -381,6 +438,28 @@ void cerb__redis_pool_destroy(cerb_engine *e)
 
 /* Idle longer than this, a connection is checked before use. */
 #define IDLE_CHECK_NS (1000 * CERB_NS_PER_MS)
+
+/*
+ * Close the coldest free command connection if it has idled past
+ * redis.pool_idle_ms and a warmer free one stays open; p->mu held (free
+ * slots are touched only under it; slots in use are their thread's). Free
+ * slots run from unconnected (bottom) to warm (top), so the coldest is the
+ * first connected one from the bottom. Its context is returned for the
+ * caller to free after unlocking (close() outside the lock).
+ */
+static redisContext *pool_trim(struct redis_pool *p, int64_t now, int64_t idle_ns)
+{
+    int coldest = -1, open = 0;
+    for (int i = 0; i < p->n_free; i++)
+        if (p->slots[p->free_slots[i]].ctx && open++ == 0)
+            coldest = p->free_slots[i];
+    if (open < 2 || now - p->slots[coldest].idle_since < idle_ns)
+        return NULL;
+    redisContext *ctx = p->slots[coldest].ctx;
+    p->slots[coldest].ctx = NULL;
+    p->closed_idle++;
+    return ctx;
+}
 
 /* Did the server close (or write to) this idle connection? */
 static bool idle_conn_dead(struct redis_conn *c)
@@ -448,8 +527,11 @@ void cerb__redis_put(cerb_engine *e, struct redis_conn *c)
         p->free_slots[0] = c->slot;
         p->n_free++;
     }
+    redisContext *cold = pool_trim(p, c->idle_since, e->rc->pool_idle_ms * CERB_NS_PER_MS);
     cerb__cond_signal(&p->cond);
     cerb__mutex_unlock(&p->mu);
+    if (cold)
+        redisFree(cold);
 }
 
 /* ---- blocking connections ---- */
@@ -483,16 +565,26 @@ void cerb__redis_block_put(cerb_engine *e, struct redis_conn *c)
 
     if (!c)
         return;
+    struct redis_conn *cold = NULL;
     if (!c->broken && c->ctx && !c->ctx->err) {
         c->out_len = 0;
         c->pending = 0;
-        c->idle_since = cerb_monotime();
+        int64_t now = c->idle_since = cerb_monotime();
         cerb__mutex_lock(&p->mu);
         if (p->n_idle < p->max_idle) {
             p->idle[p->n_idle++] = c;
             c = NULL;
         }
+        /* The oldest idle blocking connection (bottom of the stack) goes
+         * once it has idled past the limit. */
+        if (p->n_idle > 1 && now - p->idle[0]->idle_since >= e->rc->pool_idle_ms * CERB_NS_PER_MS) {
+            cold = p->idle[0];
+            memmove(p->idle, p->idle + 1, (size_t)(p->n_idle - 1) * sizeof *p->idle);
+            p->n_idle--;
+            p->closed_idle++;
+        }
         cerb__mutex_unlock(&p->mu);
     }
     cerb__redis_conn_free(c);
+    cerb__redis_conn_free(cold);
 }

@@ -3,7 +3,7 @@
  *
  * hiredis 0.14 contexts are not thread-safe, and a context blocked in BLPOP
  * can do nothing else, so an engine keeps three kinds of connection:
- *  - a fixed pool of `redis.pool` command connections for short requests,
+ *  - a pool of up to `redis.pool_max` command connections for short requests,
  *    handed out under a mutex, waiting at most the operation timeout for one;
  *  - blocking connections for waiters (BLPOP on a wake list), one per
  *    waiting thread for the length of its wait, a few kept idle for reuse;
@@ -32,7 +32,7 @@
 #define REDIS_INTR_SLICE_MS 100
 
 /* A marker value (redis_marker.h): "<16 hex> <digits>", NUL, room to spare. */
-#define REDIS_MARKER_MAX 64
+#define REDIS_MARKER_MAX 128
 
 /* Scripts, in the order of their SHA slots (redis_scripts.c). */
 enum redis_script {
@@ -63,6 +63,7 @@ struct redis_pool {
     int n_free;
     struct redis_conn **idle;  /* idle blocking connections */
     int n_idle, max_idle;
+    uint64_t closed_idle;      /* connections closed for idling (tests) */
 };
 
 struct cerb_engine {
@@ -83,6 +84,7 @@ struct cerb_engine {
     cerb_mutex marker_mu;              /* guards marker, marker_qend */
     char marker[REDIS_MARKER_MAX];     /* the value every script sends */
     char marker_qend[24];              /* its quarantine end, server ms */
+    char replid_seen[48];              /* server's replid last recorded (marker_mu) */
     struct redis_counters stats;
 };
 

@@ -86,7 +86,7 @@ static cerb_status redis_open(const cerb_engine_env *env, cerb_engine **out)
         redis_close(e);
         return st;
     }
-    CERB_LOG_D("redis %s: engine open (pool %d)", e->where, e->rc->pool);
+    CERB_LOG_D("redis %s: engine open (pool up to %d)", e->where, e->rc->pool_max);
     *out = e;
     return CERB_OK;
 }

@@ -31,13 +31,33 @@
 #include "log.h"
 #include "redis_scripts.h"
 
-/* KEYS M, ARGV candidate-id quarantine-ms: the marker, made if missing. */
+/* KEYS M, ARGV candidate-id quarantine-ms replid: the marker, made if
+ * missing (with the server's replid when known). */
 static const char lua_marker[] =
     "local m = redis.call('GET', KEYS[1])\n"
     "if m then return m end\n"
     "local t = redis.call('TIME')\n"
     "local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)\n"
     "m = ARGV[1] .. ' ' .. string.format('%d', now + tonumber(ARGV[2]))\n"
+    "if ARGV[3] ~= '' then m = m .. ' ' .. ARGV[3] end\n"
+    "redis.call('SET', KEYS[1], m)\n"
+    "return m\n";
+
+/* KEYS M, ARGV replid quarantine-ms: record a new history (redis_marker.h,
+ * cerb__redis_marker_history). Answers M as it is now, or nil when missing
+ * (a loss: the first script's "L" makes a new one). */
+static const char lua_history[] =
+    "local m = redis.call('GET', KEYS[1])\n"
+    "if not m then return false end\n"
+    "local id, q, r = string.match(m, '^(%S+) (%d+) ?(%x*)$')\n"
+    "if not id or r == ARGV[1] then return m end\n"
+    "q = tonumber(q)\n"
+    "if r ~= '' then\n"
+    "  local t = redis.call('TIME')\n"
+    "  local nq = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) + tonumber(ARGV[2])\n"
+    "  if q < nq then q = nq end\n"
+    "end\n"
+    "m = id .. ' ' .. string.format('%d', q) .. ' ' .. ARGV[1]\n"
     "redis.call('SET', KEYS[1], m)\n"
     "return m\n";
 
@@ -78,46 +98,62 @@ void cerb__redis_marker_destroy(cerb_engine *e)
     cerb__mutex_destroy(&e->marker_mu);
 }
 
-/* "<id> <qend>": a value we can send back, with its quarantine end. */
-static bool parse_marker(const redisReply *r, struct redis_marker_view *v)
+/* "<id> <qend>[ <replid>]": the id we send back, the quarantine end, and
+ * the replid recorded (may be empty; replid may be NULL). */
+static bool parse_marker(const redisReply *r, struct redis_marker_view *v, char *replid,
+                         size_t rlen)
 {
-    if (r->type != REDIS_REPLY_STRING || r->len == 0 || r->len >= sizeof v->value)
+    if (r->type != REDIS_REPLY_STRING || r->len == 0 || r->len >= REDIS_MARKER_MAX)
         return false;
-    const char *sp = memchr(r->str, ' ', r->len);
-    if (!sp)
+    const char *s = r->str, *end = r->str + r->len;
+    const char *sp = memchr(s, ' ', r->len);
+    if (!sp || sp == s)
         return false;
-    size_t ql = r->len - (size_t)(sp + 1 - r->str);
-    if (ql == 0 || ql >= sizeof v->qend)
+    const char *q = sp + 1, *qe = memchr(q, ' ', (size_t)(end - q));
+    if (!qe)
+        qe = end;
+    size_t il = (size_t)(sp - s), ql = (size_t)(qe - q);
+    if (il >= sizeof v->value || ql == 0 || ql >= sizeof v->qend)
         return false;
     for (size_t i = 0; i < ql; i++)
-        if (sp[1 + i] < '0' || sp[1 + i] > '9')
+        if (q[i] < '0' || q[i] > '9')
             return false;
-    memcpy(v->value, r->str, r->len);
-    v->value[r->len] = '\0';
-    memcpy(v->qend, sp + 1, ql);
+    size_t rl = qe < end ? (size_t)(end - qe - 1) : 0;
+    if (replid && rl >= rlen)
+        return false;
+    memcpy(v->value, s, il);
+    v->value[il] = '\0';
+    memcpy(v->qend, q, ql);
     v->qend[ql] = '\0';
+    if (replid) {
+        memcpy(replid, qe + (rl ? 1 : 0), rl);
+        replid[rl] = '\0';
+    }
     return true;
 }
 
 /* Run the marker script on c: the marker as it is on the server now. */
 static cerb_status read_marker(cerb_engine *e, struct redis_conn *c, struct redis_marker_view *v)
 {
-    char cand[17], qlen[24];
+    char cand[17], qlen[24], rid[sizeof e->replid_seen];
     redisReply *r = NULL;
     size_t got = 0;
     cerb_outcome oc;
 
     snprintf(cand, sizeof cand, "%016llx", (unsigned long long)cerb__rand_below(UINT64_MAX));
     snprintf(qlen, sizeof qlen, "%lld", (long long)atomic_load(&e->quarantine_ms));
-    const char *argv[6] = {"EVAL", lua_marker, "1", e->marker_key, cand, qlen};
-    size_t argl[6] = {4, sizeof lua_marker - 1, 1, e->marker_key_len, strlen(cand),
-                      strlen(qlen)};
-    cerb_status st = cerb__redis_append(c, 6, argv, argl);
+    cerb__mutex_lock(&e->marker_mu);
+    memcpy(rid, e->replid_seen, sizeof rid);
+    cerb__mutex_unlock(&e->marker_mu);
+    const char *argv[7] = {"EVAL", lua_marker, "1", e->marker_key, cand, qlen, rid};
+    size_t argl[7] = {4, sizeof lua_marker - 1, 1, e->marker_key_len, strlen(cand),
+                      strlen(qlen), strlen(rid)};
+    cerb_status st = cerb__redis_append(c, 7, argv, argl);
     if (st == CERB_OK)
         st = cerb__redis_exchange(e, c, "marker", &r, &got, &oc);
     if (st != CERB_OK)
         return st;
-    if (!parse_marker(r, v)) {
+    if (!parse_marker(r, v, NULL, 0)) {
         struct redis_failure f = {.phase = REDIS_PHASE_REPLY, .reply = r};
         st = cerb__redis_fail(e->where, "marker", &f, NULL);
     }
@@ -191,4 +227,60 @@ cerb_status cerb__redis_marker_lost(cerb_engine *e, struct redis_conn *c,
             e->env.event(e->env.ud, CERB_EV_LOST, NULL, NULL);
     }
     return CERB_OK;
+}
+
+cerb_status cerb__redis_marker_history(cerb_engine *e, struct redis_conn *c, const char *replid)
+{
+    if (!replid[0] || strlen(replid) >= sizeof e->replid_seen)
+        return CERB_OK;
+    cerb__mutex_lock(&e->marker_mu);
+    bool seen = strcmp(e->replid_seen, replid) == 0;
+    cerb__mutex_unlock(&e->marker_mu);
+    if (seen)
+        return CERB_OK;
+
+    char qlen[24];
+    redisReply *r = NULL;
+    size_t got = 0;
+    cerb_outcome oc;
+    snprintf(qlen, sizeof qlen, "%lld", (long long)atomic_load(&e->quarantine_ms));
+    const char *argv[6] = {"EVAL", lua_history, "1", e->marker_key, replid, qlen};
+    size_t argl[6] = {4, sizeof lua_history - 1, 1, e->marker_key_len, strlen(replid),
+                      strlen(qlen)};
+    cerb_status st = cerb__redis_append(c, 6, argv, argl);
+    if (st == CERB_OK)
+        st = cerb__redis_exchange(e, c, "marker history", &r, &got, &oc);
+    if (st != CERB_OK)
+        return st;
+    struct redis_marker_view v;
+    char rec[sizeof e->replid_seen];
+    if (r->type == REDIS_REPLY_NIL) {
+        /* Missing: a loss, which the next script's "L" handles; the new
+         * marker is made with this replid. */
+        cerb__mutex_lock(&e->marker_mu);
+        memcpy(e->replid_seen, replid, strlen(replid) + 1);
+        cerb__mutex_unlock(&e->marker_mu);
+    } else if (parse_marker(r, &v, rec, sizeof rec)) {
+        cerb__mutex_lock(&e->marker_mu);
+        bool had = e->replid_seen[0] != '\0';
+        bool ours = strcmp(e->marker, v.value) == 0;
+        memcpy(e->replid_seen, replid, strlen(replid) + 1);
+        if (ours && strcmp(e->marker_qend, v.qend) != 0) {
+            memcpy(e->marker_qend, v.qend, sizeof e->marker_qend);
+            cerb__mutex_unlock(&e->marker_mu);
+            CERB_LOG_W("redis %s: the server's history changed (replid %s: a restart or a "
+                       "failover, which may have dropped the last writes): no grant before "
+                       "server time %s ms",
+                       e->where, replid, v.qend);
+        } else {
+            cerb__mutex_unlock(&e->marker_mu);
+            if (had)
+                CERB_LOG_I("redis %s: server replid now %s", e->where, replid);
+        }
+    } else {
+        struct redis_failure f = {.phase = REDIS_PHASE_REPLY, .reply = r};
+        st = cerb__redis_fail(e->where, "marker history", &f, NULL);
+    }
+    freeReplyObject(r);
+    return st;
 }

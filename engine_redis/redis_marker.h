@@ -3,10 +3,10 @@
  * without persistence, FLUSHALL, eviction), and the quarantine after it.
  *
  * The engine keeps one key on the server, the marker
- *   M = redis.prefix + "\x1f" + "cerberus"   string "<id> <qend_ms>", no TTL
+ *   M = redis.prefix + "\x1f" + "cerberus"   "<id> <qend_ms>[ <replid>]", no TTL
  * which no lock name can reach (REDIS_SEP, see redis_scripts.h). Every
- * instance learns M's value at open and sends it with every script; a
- * script that finds M different (gone, or re-made after a loss) changes
+ * instance learns M's id at open and sends it with every script; a
+ * script that finds another id (gone, or re-made after a loss) changes
  * nothing and answers "L". The instance then reads (or makes) the new
  * marker, tells every hold it has LOST at once (env->event), and goes on
  * under the new value. A missing marker is made with a quarantine end
@@ -22,11 +22,37 @@
 
 #include "redis_conn.h"
 
-/* The marker value an operation sends, copied at its start. */
+/* The marker an operation sends (its id), copied at its start. */
 struct redis_marker_view {
-    char value[REDIS_MARKER_MAX];
-    char qend[24]; /* the quarantine's end, server ms, decimal */
+    char value[REDIS_MARKER_MAX]; /* the id: what scripts compare */
+    char qend[24];                /* the quarantine's end, server ms, decimal */
 };
+
+/*
+ * The Lua lines every script starts with: M (KEYS[K]) must hold the id the
+ * instance sent (ARGV[A]) followed by a space, else "L". The quarantine end
+ * is read from M on the server, not sent: a change of history (below) raises
+ * it without changing the id, so every client respects it at once.
+ */
+#define LUA_MARKER_CHECK(K, A)                                                   \
+    "local mk = redis.call('GET', KEYS[" #K "])\n"                              \
+    "if not mk or string.sub(mk, 1, #ARGV[" #A "] + 1) ~= ARGV[" #A "] .. ' ' then " \
+    "return 'L' end\n"
+
+/*
+ * A connection learnt the server's replication id (INFO replication,
+ * master_replid). It changes when the server's history is replaced — a
+ * restart (from a snapshot or log that may miss the last writes), or a
+ * replica promoted in a failover (which may miss them too) — while the
+ * marker, restored or replicated with the data, stays: holds written after
+ * the snapshot, or not yet replicated, are gone without a trace. The first
+ * instance to see a new replid records it in M and raises M's quarantine to
+ * its longest lease + drift from now (a marker that recorded no replid yet
+ * adopts it without one). Holds that survived renew as usual; those that
+ * did not are told LOST by their renewal or their deadline, before anyone
+ * is granted their names. No-op when replid is "" or already seen.
+ */
+cerb_status cerb__redis_marker_history(cerb_engine *e, struct redis_conn *c, const char *replid);
 
 /* A hold of lease_ms is being acquired: the quarantine covers it from now
  * on (a per-lock lease, or lock.lease_ms raised by a reload). Lock-free. */

@@ -9,17 +9,19 @@
  * client's clock (Redis >= 5 replicates scripts by effects, so TIME in a
  * writing script is allowed; BLPOP's fractional timeout needs Redis >= 6).
  *
- * Every script first compares the data-loss marker M with the value the
+ * Every script first compares the data-loss marker M's id with the one the
  * instance knows (redis_marker.h) and answers "L", changing nothing, when
- * they differ. A fence is max(F + 1, server time in ms), stored back in F
+ * they differ; the quarantine end is read from M. A fence is
+ * max(F + 1, server time in ms), stored back in F
  * with a one-day expiry ("next fence" below).
  *
- * acquire(K F Q D W M; token lease wait fair marker qend floor)
+ * acquire(K F Q D W M; token lease wait fair marker floor)
  *   floor > 0         -> F is first raised to floor (if lower), so this
  *                        grant and every later one of the name, by anyone,
  *                        ranks above it: a client that switched engines
  *                        by itself asks for it (engine.h, fence_floor).
- *   quarantine        -> (server time before qend, after a loss of data)
+ *   quarantine        -> (server time before M's qend: after a loss of data
+ *                        or a change of history)
  *                        nothing is granted or handed over: "busy", with
  *                        at least the quarantine's rest as PTTL.
  *   K free, no queue  -> SET K PX lease, next fence: granted. This
@@ -67,6 +69,7 @@
 #include "internal_posix.h"
 
 #include "redis_scripts.h"
+#include "redis_replies.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -136,18 +139,18 @@
     "  if redis.call('HDEL', D, tok) == 1 then redis.call('LREM', Q, 1, tok) end\n" \
     "end\n"
 
-/* KEYS K F Q M, ARGV token lease wait fair marker qend floor. A grant answers its
+/* KEYS K F Q M, ARGV token lease wait fair marker floor. A grant answers its
  * fence (an integer); "busy" answers {0, PTTL, head, handed, quarantine};
  * a marker other than ours answers "L" and changes nothing. During the
  * quarantine (server time before qend) nothing is granted and the PTTL
  * answered is at least the quarantine's rest. */
 static const char lua_acquire[] =
     "local K, tok = KEYS[1], ARGV[1]\n"
-    "if redis.call('GET', KEYS[4]) ~= ARGV[5] then return 'L' end\n"
+    LUA_MARKER_CHECK(4, 5)
     "local t = redis.call('TIME')\n"
     "local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)\n"
     "local tick = tonumber(t[1]) * 10000 + math.floor(tonumber(t[2]) / 100)\n"
-    "local QEND, FL = tonumber(ARGV[6]), tonumber(ARGV[7]) or 0\n"
+    "local QEND, FL = tonumber(string.match(mk, '^%S+ (%d+)')) or 0, tonumber(ARGV[6]) or 0\n"
     "if now >= QEND and redis.call('EXISTS', KEYS[3]) == 0 and\n"
     "   redis.call('SET', K, tok, 'NX', 'PX', ARGV[2]) then\n"
     "  local c = tonumber(redis.call('GET', KEYS[2]) or '')\n"
@@ -205,7 +208,7 @@ static const char lua_acquire[] =
  * or "L" (another marker: nothing changed). */
 static const char lua_release[] =
     "local K, tok = KEYS[1], ARGV[1]\n"
-    "if redis.call('GET', KEYS[4]) ~= ARGV[4] then return 'L' end\n"
+    LUA_MARKER_CHECK(4, 4)
     "if ARGV[3] ~= '1' then\n"
     "  if redis.call('GET', K) ~= tok then return 0 end\n"
     "  if redis.call('EXISTS', KEYS[3]) == 0 then\n"
@@ -239,7 +242,7 @@ static const char lua_release[] =
 
 /* KEYS K F M, ARGV token lease marker. */
 static const char lua_renew[] =
-    "if redis.call('GET', KEYS[3]) ~= ARGV[3] then return 'L' end\n"
+    LUA_MARKER_CHECK(3, 3)
     "if redis.call('GET', KEYS[1]) ~= ARGV[1] then return -1 end\n"
     "redis.call('PEXPIRE', KEYS[1], ARGV[2])\n"
     "return tonumber(redis.call('GET', KEYS[2]) or '') or 0\n";
@@ -248,7 +251,7 @@ static const char lua_renew[] =
  * of it alone) is made again from the server's time, above every fence
  * given before. */
 static const char lua_check[] =
-    "if redis.call('GET', KEYS[3]) ~= ARGV[2] then return 'L' end\n"
+    LUA_MARKER_CHECK(3, 2)
     "if redis.call('GET', KEYS[1]) ~= ARGV[1] then return {-1, 0} end\n"
     "local f = tonumber(redis.call('GET', KEYS[2]) or '')\n"
     "if not f then\n"
@@ -469,16 +472,6 @@ static cerb_status bad_reply(cerb_engine *e, enum redis_script id, const redisRe
     return cerb__redis_fail(e->where, scripts[id].name, &f, oc);
 }
 
-static bool all_integers(const redisReply *r, size_t n)
-{
-    if (r->type != REDIS_REPLY_ARRAY || r->elements != n)
-        return false;
-    for (size_t i = 0; i < n; i++)
-        if (r->element[i]->type != REDIS_REPLY_INTEGER)
-            return false;
-    return true;
-}
-
 #define NUM_BUF 24
 
 /* Decimal text of v (hot path: no printf machinery). */
@@ -520,9 +513,10 @@ cerb_status cerb__redis_run_acquire(cerb_engine *e, struct redis_conn *c,
 {
     char lease[NUM_BUF], wait[NUM_BUF], floor[NUM_BUF];
     struct redis_marker_view mv;
-    const char *args[7] = {lk->token, lease, wait, lk->fair ? "1" : "0", mv.value, mv.qend, floor};
+    const char *args[6] = {lk->token, lease, wait, lk->fair ? "1" : "0", mv.value, floor};
     redisReply *r;
     cerb_status st;
+    enum redis_read v = REDIS_READ_BAD;
 
     /* A wait longer than a few years is "forever" and keeps the text short. */
     if (wait_ms > INT64_C(100000000000))
@@ -534,11 +528,11 @@ cerb_status cerb__redis_run_acquire(cerb_engine *e, struct redis_conn *c,
     for (int round = 0;; round++) {
         cerb__redis_marker_get(e, &mv);
         REDIS_COUNT(e, acquire_calls);
-        st = eval(e, c, REDIS_SCRIPT_ACQUIRE, REDIS_SCRIPT_KEYS, ks, 7, args, sent_ns, &r,
+        st = eval(e, c, REDIS_SCRIPT_ACQUIRE, REDIS_SCRIPT_KEYS, ks, 6, args, sent_ns, &r,
                   outcome);
         if (st != CERB_OK)
             return st;
-        if (!cerb__redis_is_lost(r))
+        if ((v = cerb__redis_read_acquire(r, res)) != REDIS_READ_LOST)
             break;
         freeReplyObject(r);
         /* Once under the new marker; a second "L" means it is changing
@@ -550,18 +544,11 @@ cerb_status cerb__redis_run_acquire(cerb_engine *e, struct redis_conn *c,
         if (st != CERB_OK)
             return st;
     }
-    if (r->type == REDIS_REPLY_INTEGER) {
-        res->granted = true;
-        res->fence = (uint64_t)r->integer;
-    } else if (all_integers(r, 5) && r->element[0]->integer == 0) {
-        res->pttl = r->element[1]->integer;
-        res->head = r->element[2]->integer == 1;
-        res->handed = r->element[3]->integer == 1;
-        res->quarantine = r->element[4]->integer == 1;
-        if (res->handed)
-            REDIS_COUNT(e, handoffs_sent);
-    } else {
+    if (v == REDIS_READ_BAD) {
+        memset(res, 0, sizeof *res);
         st = bad_reply(e, REDIS_SCRIPT_ACQUIRE, r, outcome);
+    } else if (res->handed) {
+        REDIS_COUNT(e, handoffs_sent);
     }
     freeReplyObject(r);
     return st;
@@ -580,20 +567,19 @@ cerb_status cerb__redis_run_release(cerb_engine *e, struct redis_conn *c,
                           outcome);
     if (st != CERB_OK)
         return st;
-    if (cerb__redis_is_lost(r)) {
+    enum redis_read v = cerb__redis_read_release(r, code);
+    if (v == REDIS_READ_LOST) {
         /* The data this hold (or queue entry) lived in is gone: nothing
          * to release or leave. */
         freeReplyObject(r);
-        *code = REDIS_REL_NOT_OWNER;
         marker_moved(e, c, &mv, outcome);
         return CERB_OK;
     }
-    if (r->type != REDIS_REPLY_INTEGER || r->integer < 0 || r->integer > 3) {
+    if (v == REDIS_READ_BAD) {
         st = bad_reply(e, REDIS_SCRIPT_RELEASE, r, outcome);
         freeReplyObject(r);
         return st;
     }
-    *code = (int)r->integer;
     freeReplyObject(r);
     if (*code == REDIS_REL_HANDED)
         REDIS_COUNT(e, handoffs_sent);
@@ -670,17 +656,23 @@ cerb_status cerb__redis_op_renew(cerb_engine *e, cerb_engine_lock *lk, cerb_gran
         cerb__redis_put(e, c);
     }
     if (st == CERB_OK) {
-        if (cerb__redis_is_lost(r)) {
+        uint64_t fence;
+        switch (cerb__redis_read_renew(r, &fence)) {
+        case REDIS_READ_LOST:
             st = cerb__error_set(CERB_NOT_OWNER, "redis %s: \"%s\": the server lost its data",
                                  e->where, ks.k[REDIS_K]);
-        } else if (r->type != REDIS_REPLY_INTEGER) {
+            break;
+        case REDIS_READ_BAD:
             st = bad_reply(e, REDIS_SCRIPT_RENEW, r, &grant->outcome);
-        } else if (r->integer < 0) {
+            break;
+        case REDIS_READ_NO:
             st = cerb__error_set(CERB_NOT_OWNER, "redis %s: \"%s\" is no longer held by this owner",
                                  e->where, ks.k[REDIS_K]);
-        } else {
-            grant->fence = (uint64_t)r->integer;
+            break;
+        case REDIS_READ_YES:
+            grant->fence = fence;
             grant->ttl_ms = lk->lease_ms;
+            break;
         }
         freeReplyObject(r);
     }
@@ -710,25 +702,30 @@ cerb_status cerb__redis_op_check(cerb_engine *e, cerb_engine_lock *lk, cerb_gran
         cerb__redis_put(e, c);
     }
     if (st == CERB_OK) {
-        if (cerb__redis_is_lost(r)) {
+        uint64_t fence;
+        int64_t ttl;
+        switch (cerb__redis_read_check(r, &fence, &ttl)) {
+        case REDIS_READ_LOST:
             /* A grant is made only under the marker it was sent with: one
              * that landed before the loss went with the data. */
             st = cerb__error_set(CERB_NOT_OWNER, "redis %s: \"%s\": the server lost its data",
                                  e->where, ks.k[REDIS_K]);
-        } else if (!all_integers(r, 2)) {
+            break;
+        case REDIS_READ_BAD:
             st = bad_reply(e, REDIS_SCRIPT_CHECK, r, &grant->outcome);
-        } else if (r->element[0]->integer < 0) {
+            break;
+        case REDIS_READ_NO:
             st = cerb__error_set(CERB_NOT_OWNER, "redis %s: \"%s\" is not held by this owner",
                                  e->where, ks.k[REDIS_K]);
-        } else {
-            grant->fence = (uint64_t)r->element[0]->integer;
+            break;
+        case REDIS_READ_YES:
             /* What the server promises, not the lease asked for (a
              * hand-off key has PX 2000 until its owner extends it); the
              * core counts it from sent_ns, taken before the request left.
-             * A key without expiry (PTTL -1) is held until deleted (ttl 0);
-             * PTTL 0 is a key in its last millisecond, not "no expiry". */
-            int64_t pttl = r->element[1]->integer;
-            grant->ttl_ms = pttl > 0 ? pttl : pttl == 0 ? 1 : 0;
+             * A key without expiry is held until deleted (ttl 0). */
+            grant->fence = fence;
+            grant->ttl_ms = ttl;
+            break;
         }
         freeReplyObject(r);
     }
@@ -823,19 +820,27 @@ static void renew_pipeline(cerb_engine *e, struct redis_conn *c, cerb_renew_item
         if (cerb__redis_is_noscript(r[i])) {
             ns[i] = true;
             renew_item_fail(it, CERB_EPROTO, CERB_OUTCOME_NO);
-        } else if (cerb__redis_is_lost(r[i])) {
-            lost = true;
-            renew_item_fail(it, CERB_NOT_OWNER, CERB_OUTCOME_NO);
-        } else if (r[i]->type != REDIS_REPLY_INTEGER) {
-            cerb_outcome o;
-            it->st = bad_reply(e, REDIS_SCRIPT_RENEW, r[i], &o);
-            it->grant.outcome = o;
-        } else if (r[i]->integer < 0) {
-            it->st = CERB_NOT_OWNER;
         } else {
-            it->st = CERB_OK;
-            it->grant.fence = (uint64_t)r[i]->integer;
-            it->grant.ttl_ms = it->lk->lease_ms;
+            uint64_t fence;
+            cerb_outcome o;
+            switch (cerb__redis_read_renew(r[i], &fence)) {
+            case REDIS_READ_LOST:
+                lost = true;
+                renew_item_fail(it, CERB_NOT_OWNER, CERB_OUTCOME_NO);
+                break;
+            case REDIS_READ_BAD:
+                it->st = bad_reply(e, REDIS_SCRIPT_RENEW, r[i], &o);
+                it->grant.outcome = o;
+                break;
+            case REDIS_READ_NO:
+                it->st = CERB_NOT_OWNER;
+                break;
+            case REDIS_READ_YES:
+                it->st = CERB_OK;
+                it->grant.fence = fence;
+                it->grant.ttl_ms = it->lk->lease_ms;
+                break;
+            }
         }
         freeReplyObject(r[i]);
         r[i] = NULL;
@@ -919,7 +924,7 @@ cerb_status cerb__redis_op_probe(cerb_engine *e, int64_t timeout_ms)
     struct redis_marker_view mv;
     bool lost = false;
     for (int attempt = 0; st == CERB_OK; attempt++) {
-        const char *acq[6] = {token, lease, "0", "0", mv.value, mv.qend};
+        const char *acq[6] = {token, lease, "0", "0", mv.value, "0"};
         const char *rel[4] = {token, "0", "0", mv.value};
         redisReply *r[3];
         size_t got = 0;
@@ -955,9 +960,12 @@ cerb_status cerb__redis_op_probe(cerb_engine *e, int64_t timeout_ms)
             /* A probe notices a loss of data too (and reports every hold
              * LOST) even when nobody here locks: the server answered. */
             lost = cerb__redis_is_lost(r[0]);
+            struct redis_acquire_result ar;
+            int code;
             for (int i = 0; i < 3 && st == CERB_OK; i++) {
-                bool ok = r[i]->type == REDIS_REPLY_INTEGER || (i == 0 && all_integers(r[0], 5)) ||
-                          (i < 2 && cerb__redis_is_lost(r[i]));
+                bool ok = i == 0   ? cerb__redis_read_acquire(r[0], &ar) != REDIS_READ_BAD
+                          : i == 1 ? cerb__redis_read_release(r[1], &code) != REDIS_READ_BAD
+                                   : r[2]->type == REDIS_REPLY_INTEGER;
                 if (!ok) {
                     struct redis_failure f = {.phase = REDIS_PHASE_REPLY, .reply = r[i]};
                     st = cerb__redis_fail(e->where, what[i], &f, &oc);

@@ -52,6 +52,7 @@
 #include "error.h"
 #include "log.h"
 #include "redis_marker.h"
+#include "redis_replies.h"
 #include "redis_scripts.h"
 
 /* Redis answers a timed-out BLPOP on its next cron tick, up to this late. */
@@ -303,10 +304,11 @@ static cerb_status wait_loop(cerb_engine *e, cerb_engine_lock *lk, const struct 
         }
         if (r->type == REDIS_REPLY_ARRAY && r->elements == 2 &&
             r->element[1]->type == REDIS_REPLY_STRING) {
-            const char *v = r->element[1]->str;
+            uint64_t fence;
+            enum redis_read rv =
+                cerb__redis_read_wake(r->element[1]->str, r->element[1]->len, &fence);
             REDIS_COUNT(e, wakeups);
-            if (v[0] == 'f') {
-                uint64_t fence = strtoull(v + 1, NULL, 10);
+            if (rv == REDIS_READ_YES) {
                 int64_t ttl = min64(lk->lease_ms, REDIS_HANDOFF_TTL_MS);
                 freeReplyObject(r);
                 /* The hand-off came after our last acquire run: that run
@@ -322,6 +324,9 @@ static cerb_status wait_loop(cerb_engine *e, cerb_engine_lock *lk, const struct 
                 }
             } else {
                 freeReplyObject(r); /* "w" (or anything else): look again */
+                if (rv == REDIS_READ_BAD)
+                    CERB_LOG_W("redis %s: a wake list held a message that is no hand-off; "
+                               "looking again", e->where);
             }
             woken = true;
             next_check = 0;

@@ -37,6 +37,7 @@ static void call_free(struct zk_call *c)
 {
     for (size_t i = 0; i < c->used; i++) {
         cerb__free(c->res[i].path);
+        cerb__free(c->res[i].mpath);
         cerb__free(c->res[i].self);
         cerb__free(c->res[i].uuid);
         cerb__zk_children_clear(&c->res[i].kids);
@@ -136,6 +137,21 @@ static void set_done(int rc, const struct Stat *stat, const void *data)
     if (r->on_done)
         r->on_done(r);
     stat_done(rc, stat, data);
+}
+
+/* The multi's path buffer becomes the result's path; the zxid is the
+ * setData's mzxid (the transaction's). */
+static void multi_done(int rc, const void *data)
+{
+    struct zk_res *r = (struct zk_res *)data;
+    if (rc == ZOK) {
+        r->path = r->mpath;
+        r->mpath = NULL;
+        r->zxid = r->mstat.mzxid;
+        if (!r->path || !r->mres[ZK_MULTI_TOUCH].stat)
+            rc = CERB_ZK_RC_NOMEM; /* cannot happen: the client fills both */
+    }
+    finish(r, rc);
 }
 
 static void void_done(int rc, const void *data)
@@ -244,14 +260,44 @@ int cerb__zk_call_wget(struct zk_call *c, struct zk_session *s, const char *path
 }
 
 int cerb__zk_call_set(struct zk_call *c, struct zk_session *s, const char *path,
-                      const char *data, void (*on_done)(struct zk_res *), void *owner,
-                      uint64_t owner_id)
+                      const char *data, int version, void (*on_done)(struct zk_res *),
+                      void *owner, uint64_t owner_id)
 {
     struct zk_res *r = slot_begin(c, s, ZK_REQ_SET);
     r->on_done = on_done;
     r->owner = owner;
     r->owner_id = owner_id;
-    int rc = zoo_aset(s->zh, path, data, (int)strlen(data), -1, set_done, r);
+    int rc = zoo_aset(s->zh, path, data, (int)strlen(data), version, set_done, r);
+    return slot_end(c, r, rc);
+}
+
+int cerb__zk_call_get(struct zk_call *c, struct zk_session *s, const char *path)
+{
+    struct zk_res *r = slot_begin(c, s, ZK_REQ_GET);
+    int rc = zoo_aget(s->zh, path, 0, data_done, r);
+    return slot_end(c, r, rc);
+}
+
+int cerb__zk_call_lock_multi(struct zk_call *c, struct zk_session *s, const char *check_path,
+                             int check_version, const char *prefix, const char *data,
+                             const struct ACL_vector *acl, const char *touch_path)
+{
+    struct zk_res *r = slot_begin(c, s, ZK_REQ_LOCK_MULTI);
+    /* The server appends a 10-digit sequence. */
+    size_t len = strlen(prefix) + 16;
+    r->mpath = cerb__malloc(len);
+    if (!r->mpath)
+        return slot_end(c, r, ZMARSHALLINGERROR); /* not sent */
+    for (int i = 0; i < ZK_MULTI_OPS; i++)
+        r->mres[i].err = CERB_ZK_RC_ABANDONED;
+    /* The ops are serialized by zoo_amulti itself; only the results, the
+     * path buffer and the stat are written later. */
+    zoo_op_t ops[ZK_MULTI_OPS];
+    zoo_check_op_init(&ops[ZK_MULTI_CHECK], check_path, check_version);
+    zoo_create_op_init(&ops[ZK_MULTI_CREATE], prefix, data, data ? (int)strlen(data) : -1, acl,
+                       ZOO_EPHEMERAL_SEQUENTIAL, r->mpath, (int)len);
+    zoo_set_op_init(&ops[ZK_MULTI_TOUCH], touch_path, NULL, -1, -1, &r->mstat);
+    int rc = zoo_amulti(s->zh, ZK_MULTI_OPS, ops, r->mres, multi_done, r);
     return slot_end(c, r, rc);
 }
 

@@ -42,8 +42,13 @@ enum zk_req {
     ZK_REQ_DELETE,   /* zoo_adelete, any version */
     ZK_REQ_WGET,     /* zoo_awget: arms a data watch; its data is kept */
     ZK_REQ_WCHILDREN, /* zoo_awget_children: arms a child watch */
-    ZK_REQ_SET       /* zoo_aset, any version; on_done sees the answer */
+    ZK_REQ_SET,      /* zoo_aset; on_done sees the answer */
+    ZK_REQ_GET,      /* zoo_aget, no watch: data and stat */
+    ZK_REQ_LOCK_MULTI /* zoo_amulti: check + create + setData (below) */
 };
+
+/* The operations of a LOCK_MULTI, in order (index into zk_res.mres). */
+enum { ZK_MULTI_CHECK, ZK_MULTI_CREATE, ZK_MULTI_TOUCH, ZK_MULTI_OPS };
 
 /* One request's result. Valid to read once the call is finished. */
 struct zk_res {
@@ -52,10 +57,19 @@ struct zk_res {
     int rc;              /* ZOK, a ZooKeeper code, or CERB_ZK_RC_* */
     bool sent;           /* accepted by the client: a completion came */
     bool has_stat;
-    struct Stat stat;    /* CREATE, EXISTS, WGET when rc == ZOK */
-    char *path;          /* CREATE: the node's full path (owned) */
-    char data[16];       /* WGET: the first bytes of the node's data */
-    int data_len;        /* WGET: its full length (-1: none) */
+    struct Stat stat;    /* CREATE, EXISTS, WGET, GET, SET when rc == ZOK */
+    char *path;          /* CREATE, LOCK_MULTI: the node's full path (owned) */
+    char data[24];       /* WGET, GET: the first bytes of the node's data */
+    int data_len;        /* WGET, GET: its full length (-1: none) */
+    /* LOCK_MULTI: each operation's result (err is CERB_ZK_RC_ABANDONED
+     * until the server answered), and the zxid of the transaction — the
+     * created node's czxid — when rc == ZOK. What the client writes into
+     * (mres, the path buffer, the stat) is the call's: the answer may come
+     * after the caller stopped waiting. */
+    zoo_op_result_t mres[ZK_MULTI_OPS];
+    char *mpath;
+    struct Stat mstat;
+    int64_t zxid;
     /* WGET, WCHILDREN: run on the completion thread before the call
      * counts it done, in order with the session's watch events. */
     void (*on_done)(struct zk_res *r);
@@ -102,10 +116,24 @@ int cerb__zk_call_delete(struct zk_call *c, struct zk_session *s, const char *pa
 int cerb__zk_call_wget(struct zk_call *c, struct zk_session *s, const char *path,
                        watcher_fn watcher, void *watcher_ctx, void (*on_done)(struct zk_res *),
                        void *owner, uint64_t owner_id);
-/* on_done (may be NULL) runs on the completion thread with the answer. */
+/* Write `data` if the node's version is `version` (-1: any). on_done (may
+ * be NULL) runs on the completion thread with the answer. */
 int cerb__zk_call_set(struct zk_call *c, struct zk_session *s, const char *path,
-                      const char *data, void (*on_done)(struct zk_res *), void *owner,
-                      uint64_t owner_id);
+                      const char *data, int version, void (*on_done)(struct zk_res *),
+                      void *owner, uint64_t owner_id);
+/* Read a node's data (the first sizeof data bytes) and stat; no watch. */
+int cerb__zk_call_get(struct zk_call *c, struct zk_session *s, const char *path);
+/*
+ * One transaction: check that `check_path` has version `check_version`,
+ * create `prefix` (EPHEMERAL_SEQUENTIAL, `data`), and rewrite the data of
+ * `touch_path` (any version, no data) only to learn the transaction's zxid
+ * from its stat: the C client's multi has no create2, and that zxid is the
+ * new node's czxid (zk_mutex.c: the fence). All or nothing; rc is the
+ * first failing operation's code, mres tells which one.
+ */
+int cerb__zk_call_lock_multi(struct zk_call *c, struct zk_session *s, const char *check_path,
+                             int check_version, const char *prefix, const char *data,
+                             const struct ACL_vector *acl, const char *touch_path);
 int cerb__zk_call_wchildren(struct zk_call *c, struct zk_session *s, const char *path,
                             watcher_fn watcher, void *watcher_ctx,
                             void (*on_done)(struct zk_res *), void *owner, uint64_t owner_id);

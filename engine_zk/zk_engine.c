@@ -9,11 +9,16 @@
  * only its predecessor. Our nodes carry the data "cerb:waiting", rewritten
  * to "cerb:holding" by a holder that may have a successor, which lets that
  * successor take over on the release without listing again (zk_mutex.c);
- * Curator ignores node data. Where the work is done:
+ * Curator ignores node data. Each create also rewrites the (empty) data of
+ * <zk.root>/<name> in its transaction, only to learn the transaction's zxid,
+ * and checks the fence offset node next to the root (zk_fence.c). Where the
+ * work is done:
  *   zk_session.c  the session, its events, the keeper thread, the probe
  *   zk_mutex.c    acquire / release / renew / check_owner / cancel
  *   zk_cleanup.c  deletions retried through connection loss; adoption of a
  *                 node whose create reply was lost
+ *   zk_fence.c    the fence offset added to every czxid, raised for a client
+ *                 switching here with a fence floor (CERB_CAP_FENCE_FLOOR)
  *   zk_call.c     batches of asynchronous requests
  *   zk_layout.c   names, paths, the order of children
  *   zk_errors.c   ZooKeeper codes to cerb_status
@@ -47,6 +52,7 @@ static void zk_close(cerb_engine *e)
     if (!e)
         return;
     cerb__zk_session_stop(e);
+    cerb__zk_fence_free(e);
     if (e->auth) {
         memset(e->auth, 0, strlen(e->auth));
         cerb__free(e->auth);
@@ -93,7 +99,12 @@ static cerb_status zk_open(const cerb_engine_env *env, cerb_engine **out)
         e->acl.data = e->acl_entries;
     }
 
-    st = cerb__zk_session_start(e);
+    st = cerb__zk_fence_init(e);
+    if (st == CERB_OK) {
+        st = cerb__zk_session_start(e);
+        if (st != CERB_OK)
+            cerb__zk_fence_free(e);
+    }
     if (st != CERB_OK) {
         if (e->auth)
             cerb__free(e->auth);
@@ -121,7 +132,8 @@ static cerb_status zk_check_name(const char *name)
 const struct cerb_engine_ops cerb__zk_engine_ops = {
     .version = CERB_ENGINE_OPS_V1,
     .name = "zk",
-    .caps = CERB_CAP_FENCING | CERB_CAP_FAIR_QUEUE | CERB_CAP_WAIT | CERB_CAP_CROSS_PROCESS,
+    .caps = CERB_CAP_FENCING | CERB_CAP_FAIR_QUEUE | CERB_CAP_WAIT | CERB_CAP_CROSS_PROCESS |
+            CERB_CAP_FENCE_FLOOR,
     .lock_priv_size = sizeof(struct zk_lock_priv),
     .open = zk_open,
     .close = zk_close,

@@ -73,6 +73,34 @@ char *cerb__zk_join(const char *dir, const char *child)
     return concat3(dir, strcmp(dir, "/") == 0 ? "" : "/", child);
 }
 
+char *cerb__zk_fence_path(const char *root)
+{
+    size_t dir = (size_t)(strrchr(root, '/') - root);
+    size_t n = dir + 1 + strlen(ZK_FENCE_NODE) + 1;
+    char *path = cerb__malloc(n);
+    if (path) {
+        memcpy(path, root, dir);
+        snprintf(path + dir, n - dir, "/%s", ZK_FENCE_NODE);
+    }
+    return path;
+}
+
+bool cerb__zk_fence_parse(const char *data, int len, uint64_t *out)
+{
+    if (!data || len <= 0 || len > 20)
+        return false;
+    uint64_t v = 0;
+    for (int i = 0; i < len; i++) {
+        if (data[i] < '0' || data[i] > '9')
+            return false;
+        v = v * 10 + (uint64_t)(data[i] - '0');
+        if (v >= UINT64_C(1) << 48)
+            return false;
+    }
+    *out = v;
+    return true;
+}
+
 char *cerb__zk_parent_path(const char *root, const char *name)
 {
     return cerb__zk_join(root, name);

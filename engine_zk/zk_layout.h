@@ -16,6 +16,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #include "cerberus.h"
 
@@ -46,6 +47,19 @@ char *cerb__zk_parent_path(const char *root, const char *name);
 char *cerb__zk_node_prefix(const char *parent, const char *uuid);
 /* "<dir>/<child>", malloc'd; NULL on out of memory. */
 char *cerb__zk_join(const char *dir, const char *child);
+
+/*
+ * The fence offset node (zk_fence.c): "<parent of root>/fence-offset", next
+ * to the root, where no lock name reaches ("/locks" gives "/fence-offset").
+ * `root` is a valid zk.root (absolute, not "/", no trailing '/'). Malloc'd
+ * with cerb__malloc; NULL on out of memory.
+ */
+#define ZK_FENCE_NODE "fence-offset"
+char *cerb__zk_fence_path(const char *root);
+
+/* The offset that node's data says: 1–20 decimal digits, below 2^48.
+ * False for anything else. */
+bool cerb__zk_fence_parse(const char *data, int len, uint64_t *out);
 
 /*
  * What one listing of a lock's children says about us.

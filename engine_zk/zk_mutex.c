@@ -6,9 +6,13 @@
  *  1. Wait for a connected session (bounded by the connect timeout and the
  *     caller's deadline).
  *  2. Send, back to back without waiting in between, a create of
- *     <root>/<name>/_c_<uuid>-lock- (EPHEMERAL_SEQUENTIAL; the create2 form,
- *     whose stat gives the node's czxid: the fencing token) and a
- *     getChildren of <root>/<name>. The server answers a session's requests
+ *     <root>/<name>/_c_<uuid>-lock- (EPHEMERAL_SEQUENTIAL) and a
+ *     getChildren of <root>/<name>. The create is one transaction (multi)
+ *     with a check of the fence offset node's version and a rewrite of
+ *     <root>/<name>'s (empty) data, whose stat gives the transaction's zxid
+ *     — our node's czxid; the fencing token is czxid + the offset checked
+ *     (zk_fence.c, which reads the offset first, or raises it for a
+ *     client's fence floor). The server answers a session's requests
  *     in order, so the listing already contains our node and the whole
  *     uncontended acquire costs one round trip (Curator spends two). When
  *     the parent is missing (NONODE), the missing ancestors are created as
@@ -96,6 +100,13 @@
 #define ZK_MAX_RESTARTS 10
 /* Rounds of create when parents vanish under us or replies get lost. */
 #define ZK_MAX_CREATE_ROUNDS 6
+/* Creates sent again because the fence offset changed under them. */
+#define ZK_MAX_FENCE_CHANGES 16
+/* create_round's codes when the fence offset (zk_fence.c) stopped a
+ * create: it could not be read or raised (not sent), or it changed since
+ * we read it (the check refused the create). Nothing was created. */
+#define CERB_ZK_RC_FENCE_FAILED (-10200)
+#define CERB_ZK_RC_FENCE_CHANGED (-10201)
 
 /* One acquire() call. */
 struct acq {
@@ -188,6 +199,9 @@ static int64_t grant_ttl(const struct zk_state *st, const cerb_engine_lock *lk)
      * (cannot happen once it answered) falls back to the lease. */
     return st->timeout_ms > 0 ? st->timeout_ms : lk->lease_ms;
 }
+
+/* The fence of our node: its czxid plus the offset its create checked. */
+static uint64_t hold_fence(const struct zk_lock_priv *p) { return p->czxid + p->offset; }
 
 static void list_unlink(cerb_engine *e, struct zk_lock_priv *p)
 {
@@ -386,6 +400,18 @@ static cerb_status create_round(struct acq *a, uint64_t gen, bool with_parents, 
     *rc_create = ZOK;
     cerb__zk_children_clear(&a->kids);
     a->listed = false;
+    /* The offset our create checks (raised first if the floor needs it). */
+    struct zk_fence_snap fs;
+    bool lost = false;
+    st = cerb__zk_fence_prepare(e, gen, a->lk->fence_floor, a->bound, a->intr, &lost, &fs);
+    if (st != CERB_OK || lost) {
+        /* Nothing sent: an error is returned as it is (create_node). */
+        *rc_create = lost ? ZINVALIDSTATE : CERB_ZK_RC_FENCE_FAILED;
+        return lost ? cerb__error_set(CERB_EIO, "zk %s: the session changed", e->hosts) : st;
+    }
+    /* Set before sending: a create settled later (adopted by uuid, here or
+     * in check_owner) got this offset, the last one sent with the uuid. */
+    p->offset = fs.value;
     if (with_parents)
         n_anc = ancestors(a->parent, anc, ZK_MAX_DEPTH, &oom);
     struct zk_call *c = oom ? NULL : cerb__zk_call_new(n_anc + 2);
@@ -400,8 +426,8 @@ static cerb_status create_round(struct acq *a, uint64_t gen, bool with_parents, 
         ZK_COUNT(e, acquire_calls);
         for (size_t i = 0; i < n_anc; i++)
             cerb__zk_call_create(c, s, anc[i], NULL, &e->acl, ZOO_CONTAINER);
-        kc = cerb__zk_call_create(c, s, a->prefix, ZK_DATA_WAITING, &e->acl,
-                                  ZOO_EPHEMERAL_SEQUENTIAL);
+        kc = cerb__zk_call_lock_multi(c, s, e->fence.path, fs.version, a->prefix,
+                                      ZK_DATA_WAITING, &e->acl, a->parent);
         kl = cerb__zk_call_children(c, s, a->parent, kc, NULL, NULL);
     }
     cerb__zk_session_end(e);
@@ -421,7 +447,8 @@ static cerb_status create_round(struct acq *a, uint64_t gen, bool with_parents, 
     if (r->rc == ZOK) {
         set_node(e, p, r->path);
         r->path = NULL;
-        p->czxid = (uint64_t)r->stat.czxid;
+        p->czxid = (uint64_t)r->zxid;
+        cerb__zk_fence_seen(e, r->zxid);
         p->gen = gen;
         if (c->res[kl].rc == ZOK) {
             a->kids = c->res[kl].kids;
@@ -429,6 +456,15 @@ static cerb_status create_round(struct acq *a, uint64_t gen, bool with_parents, 
             a->listed = true;
         }
         st = CERB_OK;
+        goto out;
+    }
+    int rc_check = r->mres[ZK_MULTI_CHECK].err;
+    if (r->rc != ZOK && (rc_check == ZBADVERSION || rc_check == ZNONODE)) {
+        /* The offset was raised (or its node deleted) since we read it:
+         * nothing was created; read it again and create again. */
+        cerb__zk_fence_stale(e, &fs);
+        *rc_create = CERB_ZK_RC_FENCE_CHANGED;
+        st = cerb__zk_fail(e->hosts, "check", e->fence.path, rc_check, true, NULL);
         goto out;
     }
     if (r->rc == ZNONODE && with_parents) {
@@ -473,6 +509,7 @@ static cerb_status create_node(struct acq *a, uint64_t gen, int64_t sid, bool *r
     cerb_engine *e = a->e;
     struct zk_lock_priv *p = a->p;
     bool with_parents = false;
+    int fence_changes = 0;
 
     for (int round = 0;; round++) {
         int rcc;
@@ -480,6 +517,14 @@ static cerb_status create_node(struct acq *a, uint64_t gen, int64_t sid, bool *r
         cerb_status st = create_round(a, gen, with_parents, &rcc, &amb);
         if (st == CERB_OK)
             return CERB_OK;
+        if (rcc == CERB_ZK_RC_FENCE_CHANGED) {
+            /* Another client raised the offset between our reading and our
+             * create: not a round of trouble, but bounded all the same. */
+            if (++fence_changes > ZK_MAX_FENCE_CHANGES || cerb_monotime() >= a->bound)
+                return st;
+            round--;
+            continue;
+        }
         if (round + 1 >= ZK_MAX_CREATE_ROUNDS) {
             if (amb)
                 cerb__zk_reap_add(e, a->parent, NULL, p->uuid);
@@ -745,7 +790,7 @@ static int mark_send(struct zk_session *s, const char *node, struct zk_lock_priv
     struct zk_call *c = cerb__zk_call_new(1);
     if (!c)
         return ZOK; /* out of memory: the successor lists again */
-    int k = cerb__zk_call_set(c, s, node, ZK_DATA_HOLDING, mark_done, p, acq_id);
+    int k = cerb__zk_call_set(c, s, node, ZK_DATA_HOLDING, -1, mark_done, p, acq_id);
     int rc = c->res[k].sent ? ZOK : c->res[k].rc;
     cerb__zk_call_put(c); /* the completion frees it */
     return rc;
@@ -839,7 +884,7 @@ static cerb_status grant(struct acq *a, uint64_t gen, cerb_grant *g, bool *resta
     cerb__mutex_unlock(&e->mu);
     announce(a, gen);
 
-    g->fence = p->czxid;
+    g->fence = hold_fence(p);
     /* Answered after our create was sent, so never 0 here. */
     g->sent_ns = st.last_ok_ns ? st.last_ok_ns : cerb_monotime();
     g->ttl_ms = grant_ttl(&st, a->lk);
@@ -1066,7 +1111,7 @@ cerb_status cerb__zk_op_renew(cerb_engine *e, cerb_engine_lock *lk, cerb_grant *
     if (!st.connected)
         return cerb__error_set(CERB_EIO, "zk %s: disconnected; the session may expire",
                                e->hosts);
-    g->fence = p->czxid;
+    g->fence = hold_fence(p);
     g->sent_ns = st.last_ok_ns;
     g->ttl_ms = grant_ttl(&st, lk);
     g->outcome = CERB_OUTCOME_YES;
@@ -1178,7 +1223,7 @@ cerb_status cerb__zk_op_check(cerb_engine *e, cerb_engine_lock *lk, cerb_grant *
         list_link(e, p, ZK_LIST_HELD);
         hb_sooner_locked(e, lk);
         cerb__mutex_unlock(&e->mu);
-        g->fence = p->czxid;
+        g->fence = hold_fence(p);
         g->sent_ns = ss.last_ok_ns;
         g->ttl_ms = grant_ttl(&ss, lk);
         g->outcome = CERB_OUTCOME_YES;

@@ -32,6 +32,7 @@
 #include "config.h"
 #include "engine.h"
 #include "sync.h"
+#include "zk_fence.h"
 #include "zk_layout.h"
 
 /* A blocked waiter looks at its interrupt flag at least this often. */
@@ -104,7 +105,8 @@ struct zk_lock_priv {
     char *node;       /* our node's full path, NULL when not known (written
                          under mu: the watch callbacks read it) */
     uint64_t gen;     /* session generation that owns `node` */
-    uint64_t czxid;   /* the fence */
+    uint64_t czxid;   /* our node's; the fence is czxid + offset */
+    uint64_t offset;  /* the fence offset our create checked (zk_fence.h) */
     uint64_t acq_id;  /* this acquisition, for the callbacks */
     struct zk_wait *w;                 /* mu */
     bool mark_pending;  /* its ZK_DATA_HOLDING mark is to be sent again (mu) */
@@ -169,6 +171,7 @@ struct cerb_engine {
     int64_t backoff_ms;         /* between sessions that did not connect */
 
     struct zk_counters stats;
+    struct zk_fence fence;      /* the fence offset (zk_fence.c; under mu) */
     /* The longest session timeout any of our sessions negotiated: how long
      * a node of ours can outlive our last contact (hold_bound_ms). */
     _Atomic int64_t max_timeout_ms;

@@ -14,22 +14,25 @@
  *  - a refused reply is never success: an error reply gives EIO or EPROTO,
  *    any other reply EPROTO with outcome UNKNOWN (it ran; the core must
  *    settle it); the last error names the server and what was asked.
- * The outcome of an error reply is not checked here: branch issue10-redis
- * changes it for scripts (a script may fail after it wrote).
- *
- * Not covered yet: the reading of each script's answer (acquire, release,
- * renew, check, the probe, a waiter's BLPOP) is inline in redis_scripts.c
- * and redis_wait.c, which issue10-redis rewrites; once it is merged, that
- * reading moves into pure functions this harness calls (see the report of
- * issue 11's fuzzing branch, commit 27fa940 for the shape).
+ *  - the reading of each script's answer (engine_redis/redis_replies.c:
+ *    acquire, release, renew, check, and a wake list's message as BLPOP
+ *    returns it) says "lost" exactly for the marker's "L"; a grant, a
+ *    renewal or a check that it accepts carries a fence in [1, 2^48) (never
+ *    a token of 0, never a carry into the epoch bits) and a TTL ≥ 0; a
+ *    release code is one the script has; a hand-off read from a wake
+ *    message is exactly "f" and the decimal digits of that fence.
  */
 #include "internal_posix.h"
 
 #include <hiredis/hiredis.h>
 #include <stdbool.h>
+#include <stdio.h>
+#include <string.h>
 
 #include "fuzz.h"
 #include "redis_errors.h"
+#include "redis_marker.h"
+#include "redis_replies.h"
 
 #define WHERE "127.0.0.1:6379"
 
@@ -63,8 +66,60 @@ static bool huge_header(const uint8_t *d, size_t n)
     return false;
 }
 
+#define FENCE_LIMIT (UINT64_C(1) << 48)
+
+static void readers(const redisReply *r)
+{
+    bool lost = cerb__redis_is_lost(r);
+    struct redis_acquire_result ar;
+    enum redis_read v = cerb__redis_read_acquire(r, &ar);
+    FUZZ_CHECK((v == REDIS_READ_LOST) == lost, "acquire: \"lost\" misread");
+    FUZZ_CHECK(ar.granted == (v == REDIS_READ_YES), "acquire: granted without a YES");
+    if (v == REDIS_READ_YES)
+        FUZZ_CHECK(ar.fence > 0 && ar.fence < FENCE_LIMIT, "acquire: fence %llu",
+                   (unsigned long long)ar.fence);
+
+    int code = -1;
+    v = cerb__redis_read_release(r, &code);
+    FUZZ_CHECK((v == REDIS_READ_LOST) == lost, "release: \"lost\" misread");
+    FUZZ_CHECK(v != REDIS_READ_NO, "release: answers a code, never NO");
+    if (v == REDIS_READ_YES)
+        FUZZ_CHECK(code >= REDIS_REL_NOT_OWNER && code <= REDIS_REL_WOKE, "release: code %d", code);
+
+    uint64_t fence = 1;
+    v = cerb__redis_read_renew(r, &fence);
+    FUZZ_CHECK((v == REDIS_READ_LOST) == lost, "renew: \"lost\" misread");
+    FUZZ_CHECK(fence < FENCE_LIMIT && (v == REDIS_READ_YES || fence == 0),
+               "renew: fence %llu", (unsigned long long)fence);
+
+    int64_t ttl = -5;
+    v = cerb__redis_read_check(r, &fence, &ttl);
+    FUZZ_CHECK((v == REDIS_READ_LOST) == lost, "check: \"lost\" misread");
+    if (v == REDIS_READ_YES)
+        FUZZ_CHECK(fence > 0 && fence < FENCE_LIMIT && ttl >= 0, "check: fence %llu ttl %lld",
+                   (unsigned long long)fence, (long long)ttl);
+
+    if (r->type == REDIS_REPLY_STRING) {
+        v = cerb__redis_read_wake(r->str, r->len, &fence);
+        if (v == REDIS_READ_YES) {
+            char want[32];
+            int n = snprintf(want, sizeof want, "f%llu", (unsigned long long)fence);
+            FUZZ_CHECK(fence > 0 && fence < FENCE_LIMIT && (size_t)n == r->len &&
+                           memcmp(want, r->str, r->len) == 0,
+                       "wake: \"%.*s\" read as hand-off %llu", (int)r->len, r->str,
+                       (unsigned long long)fence);
+        } else {
+            FUZZ_CHECK(fence == 0, "wake: a fence without a hand-off");
+        }
+    }
+    for (size_t i = 0; r->type == REDIS_REPLY_ARRAY && i < r->elements; i++)
+        if (r->element[i])
+            readers(r->element[i]);
+}
+
 static void one(const redisReply *r)
 {
+    readers(r);
     static const char *const what[] = {"acquire", "release", "renew", "check",
                                        "EXISTS",  "BLPOP",   "probe acquire"};
     bool is_err = r->type == REDIS_REPLY_ERROR;

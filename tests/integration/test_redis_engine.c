@@ -44,6 +44,7 @@
 #include "clock.h"
 #include "config.h"
 #include "engine.h"
+#include "redis_conn.h"
 #include "redis_stats.h"
 #include "test_util.h"
 
@@ -494,6 +495,65 @@ static void test_fences_increase(void **state)
     eng_close(&a);
     eng_close(&b);
     free(name);
+}
+
+/*
+ * Issue 13, item 1: with the default configuration the pool opens as many
+ * connections as threads call at once (the old fixed pool of 4 made the
+ * fifth caller wait: 8 threads got half the server's speed), and closes
+ * the ones a burst opened once they idle past redis.pool_idle_ms.
+ */
+static int pool_open(cerb_engine *e)
+{
+    int n = 0;
+    for (int i = 0; i < e->pool.size; i++)
+        n += e->pool.slots[i].ctx != NULL;
+    return n;
+}
+
+static bool pool_shrunk(void *ud)
+{
+    cerb_engine *e = ud;
+    struct redis_conn *c;
+    if (cerb__redis_get(e, cerb__deadline_in(1000), &c) != CERB_OK)
+        return false;
+    cerb__redis_put(e, c); /* a put closes the coldest idle connection */
+    return pool_open(e) <= 1;
+}
+
+static void test_pool_grows_and_shrinks(void **state)
+{
+    enum { N = 12 };
+    struct eng g;
+    struct redis_conn *c[N];
+
+    eng_open(&g, "pool_idle_ms = 100;");
+    assert_true(g.cfg->redis.pool_max >= 64);
+    for (int i = 0; i < N; i++) {
+        cerb_status st = cerb__redis_get(g.e, cerb__deadline_in(200), &c[i]);
+        if (st != CERB_OK)
+            fail_msg("connection %d of %d at once: %s (%s)", i + 1, N, cerb_status_name(st),
+                     cerb_last_error());
+    }
+    assert_int_equal(pool_open(g.e), N);
+    for (int i = 0; i < N; i++)
+        cerb__redis_put(g.e, c[i]);
+    assert_wait_until(pool_shrunk, g.e, 5000);
+    print_message("%d connections at once; %llu closed after idling\n", N,
+                  (unsigned long long)g.e->pool.closed_idle);
+    assert_true(g.e->pool.closed_idle >= N - 1);
+    eng_close(&g);
+}
+
+/* The old key is refused with the new one named, not silently ignored. */
+static void test_pool_key_retired(void **state)
+{
+    struct cerb_config *cfg = NULL;
+    assert_int_not_equal(cerb__config_from_string("engines = (\"redis\");\n"
+                                                  "redis = { pool = 4; };\n",
+                                                  &cfg),
+                         CERB_OK);
+    assert_non_null(strstr(cerb_last_error(), "redis.pool_max"));
 }
 
 /*
@@ -1738,6 +1798,8 @@ int main(void)
         cmocka_unit_test(test_busy_and_not_owner),
         cmocka_unit_test(test_fences_increase),
         cmocka_unit_test(test_fence_floor),
+        cmocka_unit_test(test_pool_grows_and_shrinks),
+        cmocka_unit_test(test_pool_key_retired),
         cmocka_unit_test(test_fair_handoff_wakes_one),
         cmocka_unit_test(test_nonfair_wake),
         cmocka_unit_test(test_timeout_leaves_no_entry),

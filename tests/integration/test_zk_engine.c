@@ -31,6 +31,7 @@
 
 #include <cmocka.h>
 
+#include "alloc.h"
 #include "cerberus.h"
 #include "clock.h"
 #include "config.h"
@@ -118,6 +119,28 @@ static void test_children_order(void **state)
     assert_true(cerb__zk_child_has_uuid(names[0], "bbbbbbbb-0000-4000-8000-000000000000"));
     assert_false(cerb__zk_child_has_uuid(names[0], "aaaaaaaa-0000-4000-8000-000000000000"));
     assert_false(cerb__zk_child_has_uuid("foo", "aaaaaaaa-0000-4000-8000-000000000000"));
+}
+
+/* The fence offset node's place and data (pure). */
+static void test_fence_path_and_parse(void **state)
+{
+    (void)state;
+    char *path = cerb__zk_fence_path("/cerberus/locks");
+    assert_string_equal(path, "/cerberus/fence-offset");
+    cerb__free(path);
+    path = cerb__zk_fence_path("/locks");
+    assert_string_equal(path, "/fence-offset");
+    cerb__free(path);
+
+    uint64_t v = 7;
+    assert_true(cerb__zk_fence_parse("0", 1, &v) && v == 0);
+    assert_true(cerb__zk_fence_parse("281474976710655", 15, &v) && v == (UINT64_C(1) << 48) - 1);
+    assert_false(cerb__zk_fence_parse("281474976710656", 15, &v)); /* 2^48 */
+    assert_false(cerb__zk_fence_parse("", 0, &v));
+    assert_false(cerb__zk_fence_parse(NULL, -1, &v));
+    assert_false(cerb__zk_fence_parse("12a", 3, &v));
+    assert_false(cerb__zk_fence_parse("-1", 2, &v));
+    assert_false(cerb__zk_fence_parse("000000000000000000001", 21, &v));
 }
 
 /* ---- grants through the shims ---- */
@@ -374,6 +397,7 @@ struct waiter {
     cerb_engine_lock *lk;
     int64_t wait_ms; /* 0: 10 s */
     cerb_status st;
+    uint64_t fence; /* the grant's, when st is CERB_OK */
     atomic_bool done;
 };
 
@@ -383,6 +407,7 @@ static void *waiter_main(void *arg)
     cerb_grant gr;
     w->st = cerb__engine_acquire(ops, w->g->e, w->lk,
                                  cerb__deadline_in(w->wait_ms ? w->wait_ms : 10000), NULL, &gr);
+    w->fence = gr.fence;
     atomic_store(&w->done, true);
     return NULL;
 }
@@ -487,6 +512,339 @@ static void test_mark_sent_again(void **state)
     free(name);
     eng_close(&g1);
     eng_close(&g2);
+}
+
+/* ---- the fence floor (issue 10, §5a.3) ---- */
+
+/* Far above any czxid of the test server, far below 2^48. */
+#define FLOOR_STEP UINT64_C(1000000000000)
+
+/* The czxid of our node (the hold's path in its priv), read by a raw client. */
+static uint64_t node_czxid(zhandle_t *zh, const void *priv)
+{
+    struct Stat st;
+    const char *node = ((const struct zk_lock_priv *)priv)->node;
+    assert_non_null(node);
+    assert_int_equal(zoo_exists(zh, node, 0, &st), ZOK);
+    return (uint64_t)st.czxid;
+}
+
+/*
+ * A client that had fence F on another engine switches here: the core
+ * passes F as the floor. Its grant must rank above F, and so must every
+ * later grant here, by any client, of that name or another one (the offset
+ * is engine-wide). check_owner and renew report the fence the grant got:
+ * the node's czxid plus the offset its create checked.
+ */
+static void test_fence_floor_raises_offset(void **state)
+{
+    (void)state;
+    struct eng g1, g2, g3;
+    eng_open(&g1, NULL);
+    eng_open(&g2, NULL);
+    eng_open(&g3, NULL);
+    zhandle_t *zh = cerb_test_zk_connect(NULL, NULL);
+    assert_non_null(zh);
+    char *name = test_name("floor"), *other = test_name("floor-other");
+    void *p1 = calloc(1, ops->lock_priv_size), *p2 = calloc(1, ops->lock_priv_size),
+         *p3 = calloc(1, ops->lock_priv_size);
+    cerb_engine_lock l1, l2, l3;
+    cerb_grant gr, gc, rn;
+
+    fill_lock(&l1, p1, name, 10000);
+    assert_int_equal(cerb__engine_acquire(ops, g1.e, &l1, 0, NULL, &gr), CERB_OK);
+    uint64_t f0 = gr.fence;
+    assert_int_equal(cerb__engine_release(ops, g1.e, &l1), CERB_OK);
+
+    const uint64_t floor = f0 + FLOOR_STEP;
+    fill_lock(&l1, p1, name, 10000);
+    l1.fence_floor = floor;
+    assert_int_equal(cerb__engine_acquire(ops, g1.e, &l1, 0, NULL, &gr), CERB_OK);
+    uint64_t f1 = gr.fence;
+    print_message("floor %llu: fence %llu (before: %llu), offset now %llu\n",
+                  (unsigned long long)floor, (unsigned long long)f1, (unsigned long long)f0,
+                  (unsigned long long)cerb_test_zk_fence_offset(zh, NULL));
+    assert_true(f1 > floor);
+    assert_int_equal(f1, node_czxid(zh, p1) + cerb_test_zk_fence_offset(zh, NULL));
+    assert_int_equal(cerb__engine_check_owner(ops, g1.e, &l1, &gc), CERB_OK);
+    assert_int_equal(gc.fence, f1);
+    assert_int_equal(cerb__engine_renew(ops, g1.e, &l1, &rn), CERB_OK);
+    assert_int_equal(rn.fence, f1);
+
+    /* Another client, no floor: queued behind, granted above. */
+    fill_lock(&l2, p2, name, 10000);
+    assert_int_equal(cerb__engine_acquire(ops, g2.e, &l2, 0, NULL, &gr), CERB_BUSY);
+    assert_int_equal(cerb__engine_release(ops, g1.e, &l1), CERB_OK);
+    fill_lock(&l2, p2, name, 10000);
+    assert_int_equal(cerb__engine_acquire(ops, g2.e, &l2, 0, NULL, &gr), CERB_OK);
+    assert_true(gr.fence > f1);
+
+    /* A third client, another name, no floor: above the floor too. */
+    fill_lock(&l3, p3, other, 10000);
+    assert_int_equal(cerb__engine_acquire(ops, g3.e, &l3, 0, NULL, &gr), CERB_OK);
+    assert_true(gr.fence > floor);
+    assert_int_equal(cerb__engine_release(ops, g3.e, &l3), CERB_OK);
+    assert_int_equal(cerb__engine_release(ops, g2.e, &l2), CERB_OK);
+
+    /* A floor already below the offset raises nothing. */
+    int64_t m0, m1;
+    uint64_t off0 = cerb_test_zk_fence_offset(zh, &m0);
+    fill_lock(&l3, p3, other, 10000);
+    l3.fence_floor = floor;
+    assert_int_equal(cerb__engine_acquire(ops, g3.e, &l3, 0, NULL, &gr), CERB_OK);
+    assert_true(gr.fence > floor);
+    assert_int_equal(cerb_test_zk_fence_offset(zh, &m1), off0);
+    assert_int_equal(m1, m0);
+    assert_int_equal(cerb__engine_release(ops, g3.e, &l3), CERB_OK);
+
+    free(p1);
+    free(p2);
+    free(p3);
+    free(name);
+    free(other);
+    cerb_test_zk_close(zh);
+    eng_close(&g1);
+    eng_close(&g2);
+    eng_close(&g3);
+}
+
+/*
+ * The offset node is permanent, but if someone deletes it, the next create
+ * (whose check now fails) makes it again with the highest offset the
+ * instance has seen, never lower, so the tokens of the name keep growing.
+ * On a root of its own: another suite's instance, which never saw the
+ * raised offset, would make it again with 0.
+ */
+static void test_deleted_offset_node_made_again(void **state)
+{
+    (void)state;
+    char *top = test_name("/fence-del");
+    char extra[600], fence_path[512];
+    snprintf(extra, sizeof extra, "root = \"%s/locks\";", top);
+    snprintf(fence_path, sizeof fence_path, "%s/fence-offset", top);
+    struct eng g;
+    eng_open(&g, extra);
+    zhandle_t *zh = cerb_test_zk_connect(NULL, NULL);
+    assert_non_null(zh);
+    void *p = calloc(1, ops->lock_priv_size);
+    cerb_engine_lock lk;
+    cerb_grant gr;
+
+    fill_lock(&lk, p, "n", 10000);
+    lk.fence_floor = FLOOR_STEP;
+    assert_int_equal(cerb__engine_acquire(ops, g.e, &lk, 0, NULL, &gr), CERB_OK);
+    uint64_t f1 = gr.fence;
+    assert_true(f1 > FLOOR_STEP);
+    assert_int_equal(cerb__engine_release(ops, g.e, &lk), CERB_OK);
+    char buf[32];
+    int len = sizeof buf - 1;
+    assert_int_equal(zoo_get(zh, fence_path, 0, buf, &len, NULL), ZOK);
+    buf[len] = '\0';
+    uint64_t raised = strtoull(buf, NULL, 10);
+    assert_true(raised > 0);
+
+    assert_int_equal(zoo_delete(zh, fence_path, -1), ZOK);
+    fill_lock(&lk, p, "n", 10000); /* no floor */
+    assert_int_equal(cerb__engine_acquire(ops, g.e, &lk, 0, NULL, &gr), CERB_OK);
+    len = sizeof buf - 1;
+    assert_int_equal(zoo_get(zh, fence_path, 0, buf, &len, NULL), ZOK);
+    buf[len] = '\0';
+    print_message("raised to %llu, made again with %s; fences %llu then %llu\n",
+                  (unsigned long long)raised, buf, (unsigned long long)f1,
+                  (unsigned long long)gr.fence);
+    assert_int_equal(strtoull(buf, NULL, 10), raised);
+    assert_true(gr.fence > f1);
+    assert_int_equal(cerb__engine_release(ops, g.e, &lk), CERB_OK);
+
+    /* Leave nothing behind: the node is permanent only on real roots. */
+    assert_int_equal(zoo_delete(zh, fence_path, -1), ZOK);
+    free(p);
+    free(top);
+    cerb_test_zk_close(zh);
+    eng_close(&g);
+}
+
+/* `cerberus -c cfg holders name` prints a holder line ending in `want`. */
+static void holders_says(const char *cfg, const char *name, const char *want)
+{
+    char cli[4096];
+    snprintf(cli, sizeof cli, "%s/cli/cerberus", cerb_test_build_dir());
+    char *argv[] = {cli, "-c", (char *)cfg, "holders", (char *)name, NULL};
+    struct cerb_test_proc proc;
+    assert_int_equal(cerb_test_proc_start(&proc, argv), 0);
+    char *line;
+    bool found = false;
+    while (!found && (line = cerb_test_proc_line(&proc, 10000)) != NULL) {
+        print_message("holders: %s\n", line);
+        if (strncmp(line, "zk: held by ", 12) == 0) {
+            const char *f = strstr(line, ", fence ");
+            found = true;
+            if (!f || strcmp(f, want) != 0)
+                fail_msg("holders says \"%s\", want \"%s\"", line, want);
+        }
+        free(line);
+    }
+    assert_int_equal(cerb_test_proc_end(&proc, 10000), 0);
+    assert_true(found);
+}
+
+/* The czxid of a hold's node, and the offset now, by a raw client. */
+static uint64_t node_czxid_of(const void *priv)
+{
+    zhandle_t *zh = cerb_test_zk_connect(NULL, NULL);
+    assert_non_null(zh);
+    uint64_t c = node_czxid(zh, priv);
+    cerb_test_zk_close(zh);
+    return c;
+}
+
+static uint64_t fence_offset_now(void)
+{
+    zhandle_t *zh = cerb_test_zk_connect(NULL, NULL);
+    assert_non_null(zh);
+    uint64_t v = cerb_test_zk_fence_offset(zh, NULL);
+    cerb_test_zk_close(zh);
+    return v;
+}
+
+/*
+ * `cerberus holders NAME` shows the holder's fence, the low 48 bits of its
+ * token: with a raised offset that is the czxid plus the offset, not the
+ * czxid alone; once the offset was raised after the grant, a bound, said
+ * as such. (The command is built with the library: cerberus_cli.)
+ */
+static void test_holders_shows_fence_with_offset(void **state)
+{
+    (void)state;
+    struct eng g;
+    eng_open(&g, NULL);
+    char *name = test_name("floor-holders");
+    void *p = calloc(1, ops->lock_priv_size);
+    cerb_engine_lock lk;
+    cerb_grant gr;
+
+    fill_lock(&lk, p, name, 10000);
+    assert_int_equal(cerb__engine_acquire(ops, g.e, &lk, 0, NULL, &gr), CERB_OK);
+    const uint64_t floor = gr.fence + FLOOR_STEP;
+    assert_int_equal(cerb__engine_release(ops, g.e, &lk), CERB_OK);
+    fill_lock(&lk, p, name, 10000);
+    lk.fence_floor = floor;
+    assert_int_equal(cerb__engine_acquire(ops, g.e, &lk, 0, NULL, &gr), CERB_OK);
+    assert_true(gr.fence > floor);
+
+    char *text = cerb_test_zk_config(NULL, NULL, NULL);
+    char *cfg = cerb_test_write_config("%s", text);
+    free(text);
+    assert_non_null(cfg);
+    char want[128];
+    snprintf(want, sizeof want, ", fence %llu", (unsigned long long)gr.fence);
+    holders_says(cfg, name, want);
+
+    /* Raised by another grant while held: the value this grant checked is
+     * gone, and the fence is shown as a bound. */
+    void *p2 = calloc(1, ops->lock_priv_size);
+    char *other = test_name("floor-holders-other");
+    cerb_engine_lock l2;
+    cerb_grant g2;
+    fill_lock(&l2, p2, other, 10000);
+    l2.fence_floor = gr.fence + FLOOR_STEP;
+    assert_int_equal(cerb__engine_acquire(ops, g.e, &l2, 0, NULL, &g2), CERB_OK);
+    assert_int_equal(cerb__engine_release(ops, g.e, &l2), CERB_OK);
+    snprintf(want, sizeof want, ", fence at most %llu (the fence offset was raised since)",
+             (unsigned long long)(node_czxid_of(p) + fence_offset_now()));
+    holders_says(cfg, name, want);
+    cerb_test_remove_file(cfg);
+    free(p2);
+    free(other);
+
+    assert_int_equal(cerb__engine_release(ops, g.e, &lk), CERB_OK);
+    free(p);
+    free(name);
+    eng_close(&g);
+}
+
+static bool waiting_n(void *ud)
+{
+    struct eng *g = ud;
+    cerb__mutex_lock(&g->e->mu);
+    bool w = g->e->waiting != NULL;
+    cerb__mutex_unlock(&g->e->mu);
+    return w;
+}
+
+/*
+ * A raise in the middle of a queue: H holds, W queues, then R (with a
+ * floor far above) raises the offset and queues behind W. W was created
+ * before the raise, so its token stays below the floor — and below R's,
+ * which is granted after it: tokens grow in grant order (czxid order)
+ * whoever raised what.
+ */
+static void test_raise_mid_queue(void **state)
+{
+    (void)state;
+    struct eng gh, gw, gr_;
+    eng_open(&gh, NULL);
+    eng_open(&gw, NULL);
+    eng_open(&gr_, NULL);
+    zhandle_t *zh = cerb_test_zk_connect(NULL, NULL);
+    assert_non_null(zh);
+    char *name = test_name("midq");
+    char *parent = cerb_test_zk_lock_path(name);
+    void *ph = calloc(1, ops->lock_priv_size), *pw = calloc(1, ops->lock_priv_size),
+         *pr = calloc(1, ops->lock_priv_size);
+    cerb_engine_lock lh, lw, lr;
+    cerb_grant g;
+
+    fill_lock(&lh, ph, name, 10000);
+    assert_int_equal(cerb__engine_acquire(ops, gh.e, &lh, 0, NULL, &g), CERB_OK);
+    uint64_t fh = g.fence;
+    fill_lock(&lw, pw, name, 10000);
+    struct waiter w = {.g = &gw, .lk = &lw, .wait_ms = 20000};
+    pthread_t tw, tr;
+    assert_int_equal(pthread_create(&tw, NULL, waiter_main, &w), 0);
+    struct kids_n two = {zh, parent, 2};
+    assert_wait_until(kids_n, &two, 5000);
+    assert_wait_until(waiting_n, &gw, 5000);
+
+    const uint64_t floor = fh + FLOOR_STEP;
+    fill_lock(&lr, pr, name, 10000);
+    lr.fence_floor = floor;
+    struct waiter r = {.g = &gr_, .lk = &lr, .wait_ms = 20000};
+    assert_int_equal(pthread_create(&tr, NULL, waiter_main, &r), 0);
+    struct kids_n three = {zh, parent, 3};
+    assert_wait_until(kids_n, &three, 5000);
+    assert_wait_until(waiting_n, &gr_, 5000);
+    int64_t m;
+    uint64_t off = cerb_test_zk_fence_offset(zh, &m);
+    assert_true(off + (uint64_t)m >= floor); /* raised before R's node was made */
+
+    assert_int_equal(cerb__engine_release(ops, gh.e, &lh), CERB_OK);
+    assert_wait_until(waiter_done, &w, 5000);
+    pthread_join(tw, NULL);
+    assert_int_equal(w.st, CERB_OK);
+    assert_false(atomic_load(&r.done));
+    assert_int_equal(cerb__engine_release(ops, gw.e, &lw), CERB_OK);
+    assert_wait_until(waiter_done, &r, 5000);
+    pthread_join(tr, NULL);
+    assert_int_equal(r.st, CERB_OK);
+    print_message("H %llu, W %llu, R %llu (floor %llu)\n", (unsigned long long)fh,
+                  (unsigned long long)w.fence, (unsigned long long)r.fence,
+                  (unsigned long long)floor);
+    assert_true(w.fence > fh);
+    assert_true(w.fence < floor); /* created before the raise */
+    assert_true(r.fence > floor);
+    assert_true(r.fence > w.fence);
+    assert_int_equal(cerb__engine_release(ops, gr_.e, &lr), CERB_OK);
+
+    free(ph);
+    free(pw);
+    free(pr);
+    free(parent);
+    free(name);
+    cerb_test_zk_close(zh);
+    eng_close(&gh);
+    eng_close(&gw);
+    eng_close(&gr_);
 }
 
 /* ---- a listing answered after its waiter gave up ---- */
@@ -715,16 +1073,111 @@ static void test_late_listing_after_give_up(void **state)
     relay_stop(&r);
 }
 
+/*
+ * A grant with a floor whose create answer is lost (the relay holds the
+ * engine's requests past the trylock's bound): the outcome is unknown, the
+ * node lands once the requests go through, and check_owner adopts it with
+ * the fence the create got, czxid plus the offset it checked — above the
+ * floor, as the grant would have been. A raise left unanswered ends by the
+ * call's bound, with nothing created.
+ */
+static void test_settled_grant_keeps_floor(void **state)
+{
+    (void)state;
+    struct relay r;
+    relay_start(&r);
+    char hosts[64];
+    snprintf(hosts, sizeof hosts, "127.0.0.1:%d", r.port);
+    struct eng g;
+    char *text = cerb_test_zk_config(hosts, "session_timeout_ms = 10000; "
+                                     "connect_timeout_ms = 1000;", NULL);
+    memset(&g, 0, sizeof g);
+    assert_int_equal(cerb__config_from_string(text, &g.cfg), CERB_OK);
+    free(text);
+    cerb_engine_env env = {.cfg = g.cfg};
+    assert_int_equal(cerb__engine_open(ops, &env, &g.e), CERB_OK);
+    zhandle_t *zh = cerb_test_zk_connect(NULL, NULL);
+    assert_non_null(zh);
+    char *name = test_name("floor-settle");
+    char *parent = cerb_test_zk_lock_path(name);
+    void *p = calloc(1, ops->lock_priv_size);
+    cerb_engine_lock lk;
+    cerb_grant gr, gc;
+
+    fill_lock(&lk, p, name, 10000);
+    assert_int_equal(cerb__engine_acquire(ops, g.e, &lk, 0, NULL, &gr), CERB_OK);
+    const uint64_t floor = gr.fence + FLOOR_STEP;
+    assert_int_equal(cerb__engine_release(ops, g.e, &lk), CERB_OK);
+    /* The raise, answered. */
+    fill_lock(&lk, p, name, 10000);
+    lk.fence_floor = floor;
+    assert_int_equal(cerb__engine_acquire(ops, g.e, &lk, 0, NULL, &gr), CERB_OK);
+    assert_true(gr.fence > floor);
+    assert_int_equal(cerb__engine_release(ops, g.e, &lk), CERB_OK);
+
+    /* The same floor again, its create unanswered. */
+    relay_hold(&r, true);
+    fill_lock(&lk, p, name, 10000);
+    lk.fence_floor = floor;
+    assert_int_not_equal(cerb__engine_acquire(ops, g.e, &lk, 0, NULL, &gr), CERB_OK);
+    assert_int_equal(gr.outcome, CERB_OUTCOME_UNKNOWN);
+    relay_hold(&r, false);
+    struct kids_n one = {zh, parent, 1};
+    assert_wait_until(kids_n, &one, 10000);
+
+    assert_int_equal(cerb__engine_check_owner(ops, g.e, &lk, &gc), CERB_OK);
+    uint64_t want = node_czxid(zh, p) + cerb_test_zk_fence_offset(zh, NULL);
+    print_message("settled: fence %llu, czxid + offset %llu, floor %llu\n",
+                  (unsigned long long)gc.fence, (unsigned long long)want,
+                  (unsigned long long)floor);
+    assert_int_equal(gc.fence, want);
+    assert_true(gc.fence > floor);
+    assert_int_equal(cerb__engine_release(ops, g.e, &lk), CERB_OK);
+
+    /* A raise that is not answered: the trylock ends by its bound (the
+     * connect timeout, 1 s), and nothing was created: the outcome is NO. */
+    relay_hold(&r, true);
+    fill_lock(&lk, p, name, 10000);
+    lk.fence_floor = gc.fence + FLOOR_STEP;
+    int64_t t0 = cerb_monotime();
+    assert_int_not_equal(cerb__engine_acquire(ops, g.e, &lk, 0, NULL, &gr), CERB_OK);
+    int64_t took_ms = (cerb_monotime() - t0) / CERB_NS_PER_MS;
+    print_message("unanswered raise: %s after %lld ms\n", cerb_last_error(), (long long)took_ms);
+    assert_int_equal(gr.outcome, CERB_OUTCOME_NO);
+    assert_true(took_ms < 1000 + 500);
+    relay_hold(&r, false);
+    /* Once answered again, the floor is met. */
+    fill_lock(&lk, p, name, 10000);
+    lk.fence_floor = gc.fence + FLOOR_STEP;
+    assert_int_equal(cerb__engine_acquire(ops, g.e, &lk, cerb__deadline_in(5000), NULL, &gr),
+                     CERB_OK);
+    assert_true(gr.fence > lk.fence_floor);
+    assert_int_equal(cerb__engine_release(ops, g.e, &lk), CERB_OK);
+
+    free(p);
+    free(parent);
+    free(name);
+    cerb_test_zk_close(zh);
+    eng_close(&g);
+    relay_stop(&r);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_children_order),
+        cmocka_unit_test(test_fence_path_and_parse),
         cmocka_unit_test(test_grant_check_renew_release),
         cmocka_unit_test(test_adopt_only_current_session),
         cmocka_unit_test(test_hold_bound_negotiated),
         cmocka_unit_test(test_ttl_bounded_by_session),
         cmocka_unit_test(test_mark_sent_again),
         cmocka_unit_test(test_late_listing_after_give_up),
+        cmocka_unit_test(test_fence_floor_raises_offset),
+        cmocka_unit_test(test_raise_mid_queue),
+        cmocka_unit_test(test_deleted_offset_node_made_again),
+        cmocka_unit_test(test_holders_shows_fence_with_offset),
+        cmocka_unit_test(test_settled_grant_keeps_floor),
     };
     return cmocka_run_group_tests(tests, setup, NULL);
 }

@@ -192,6 +192,21 @@ char *cerb_test_zk_lock_path(const char *name)
     return p;
 }
 
+uint64_t cerb_test_zk_fence_offset(zhandle_t *zh, int64_t *mzxid)
+{
+    char buf[32];
+    int len = sizeof buf - 1;
+    struct Stat st;
+    if (mzxid)
+        *mzxid = 0;
+    if (zoo_get(zh, CERB_TEST_ZK_FENCE_PATH, 0, buf, &len, &st) != ZOK || len < 0)
+        return 0;
+    buf[len] = '\0';
+    if (mzxid)
+        *mzxid = st.mzxid;
+    return strtoull(buf, NULL, 10);
+}
+
 /* ---- servers ---- */
 
 pid_t cerb_test_zk_pid(int port) { return cerb_test_server_pid("zk", port); }

@@ -52,6 +52,14 @@ int cerb_test_zk_children(zhandle_t *zh, const char *path, struct String_vector 
 /* "<root>/<name>", malloc'd. */
 char *cerb_test_zk_lock_path(const char *name);
 
+/* The engine's fence offset node for CERB_TEST_ZK_ROOT (a sibling of the
+ * root, engine_zk/zk_fence.c). */
+#define CERB_TEST_ZK_FENCE_PATH "/cerberus/fence-offset"
+
+/* The offset that node holds now (its decimal data); 0 when it does not
+ * exist (yet). *mzxid (may be NULL) gets its mzxid, 0 when missing. */
+uint64_t cerb_test_zk_fence_offset(zhandle_t *zh, int64_t *mzxid);
+
 /* PID of the test server on `port` (scripts/servers.sh's PID file), or -1. */
 pid_t cerb_test_zk_pid(int port);
 

@@ -43,7 +43,7 @@ static const char design_example[] =
     "};\n"
     "redis = { host = \"127.0.0.1\"; port = 6379; user = \"\"; password = \"\"; "
     "db = 0;\n"
-    "  prefix = \"\"; connect_timeout_ms = 500; op_timeout_ms = 500; pool = 4; "
+    "  prefix = \"\"; connect_timeout_ms = 500; op_timeout_ms = 500; pool_max = 64; "
     "};\n"
     "zk = { hosts = \"127.0.0.1:2181\"; root = \"/cerberus/locks\"; "
     "session_timeout_ms = 10000; };\n"
@@ -203,7 +203,7 @@ static void check_defaults(const struct cerb_config *c)
     assert_string_equal(c->redis.prefix, "");
     assert_int_equal(c->redis.connect_timeout_ms, 500);
     assert_int_equal(c->redis.op_timeout_ms, 500);
-    assert_int_equal(c->redis.pool, 4);
+    assert_int_equal(c->redis.pool_max, 64);
     assert_string_equal(c->zk.hosts, "127.0.0.1:2181");
     assert_string_equal(c->zk.root, "/cerberus/locks");
     assert_int_equal(c->zk.session_timeout_ms, 10000);
@@ -267,7 +267,7 @@ static void test_values_and_int_forms(void **state)
         "retry = { max = 0; backoff_ms = 0; backoff_max_ms = 0; };\n"
         "failover = { failback = \"manual\"; switch_grace_ms = 0;"
         " probe_interval_ms = 0x64; probe_timeout_ms = 100; };\n"
-        "redis = { host = \"::1\"; port = 65535; db = 15; pool = 256;"
+        "redis = { host = \"::1\"; port = 65535; db = 15; pool_max = 1024;"
         " prefix = \"app:\"; password = \"s3cret\"; };\n"
         "zk = { root = \"/a\"; user = \"u\"; password = \"p\"; };\n"
         "etcd = { endpoints = (\"https://127.0.0.1:1\","
@@ -287,7 +287,7 @@ static void test_values_and_int_forms(void **state)
     assert_string_equal(c->redis.host, "::1");
     assert_int_equal(c->redis.port, 65535);
     assert_int_equal(c->redis.db, 15);
-    assert_int_equal(c->redis.pool, 256);
+    assert_int_equal(c->redis.pool_max, 1024);
     assert_string_equal(c->redis.prefix, "app:");
     assert_string_equal(c->redis.password, "s3cret");
     assert_string_equal(c->zk.root, "/a");
