@@ -8,11 +8,12 @@
  * under the prefix P = <etcd.prefix><NAME>/, attached to that lease. The key
  * with the lowest create revision holds the lock, and the others wait in
  * create-revision order. So one range read of [P, end(P)) sorted by create
- * revision (keys only) gives the holder and the queue at one revision; a
+ * revision gives the holder and the queue at one revision; a
  * second request, /v3/lease/timetolive on the holder's lease, gives the
  * time the holder's lease has left (whole seconds: that is what etcd
- * keeps). The holder's create revision is the engine's fencing counter (the
- * low 48 bits of the token the holder was given). A key without a lease is
+ * keeps). The holder's create revision plus the fence offset its value
+ * holds (engine_etcd/etcd_fence.c; none in etcdctl's keys) is the engine's
+ * fencing counter (the low 48 bits of the token the holder was given). A key without a lease is
  * held until someone deletes it ("no expiry").
  *
  * Requests follow the engine's rules (engine_etcd/etcd_http.c): HTTP/1.1,
@@ -232,8 +233,7 @@ static json_t *range_request(const char *p, size_t pl, char *end, size_t *el)
                                 .end = end,
                                 .end_len = *el,
                                 .sort_order = ETCD_SORT_ASCEND,
-                                .sort_target = ETCD_TARGET_CREATE,
-                                .keys_only = true};
+                                .sort_target = ETCD_TARGET_CREATE};
     return cerb__etcd_range_json(&rq);
 }
 
@@ -252,6 +252,22 @@ static enum ask print_owner(const json_t *kv, size_t pl)
         printf("(the prefix key itself)");
     cerb__free(key);
     return ASK_OK;
+}
+
+/* The fence offset a Cerberus key was put with (its value), which its
+ * fence adds to the create revision; 0 for a key without one (etcdctl's). */
+static int64_t fence_offset(const json_t *kv)
+{
+    const char *b64 = json_string_value(json_object_get(kv, "value"));
+    char *v = NULL;
+    size_t n = 0;
+    int64_t off = 0;
+
+    if (b64 && cerb__etcd_b64_decode(b64, &v, &n) == CERB_OK &&
+        !cerb__etcd_fence_parse(v, n, &off))
+        off = 0;
+    cerb__free(v);
+    return off;
 }
 
 /* Reads and prints on endpoint @ep. */
@@ -323,7 +339,7 @@ static enum ask read_on(struct reader *r, const char *ep, const char *name)
         printf(", %" PRId64 " s left (TTL %" PRId64 " s)", ttl, granted);
     else
         printf(", lease %" PRIx64 " expired", (uint64_t)lease);
-    printf(", fence %" PRId64 "\n", rev);
+    printf(", fence %" PRId64 "\n", rev + fence_offset(first));
 
     /* The queue, in create-revision order. */
     for (size_t i = 1; i < n; i++) {

@@ -11,6 +11,7 @@
  *   etcd_json.c    request builders, answer parsers, base64
  *   etcd_lease.c   the session lease, its keepalive thread, orphan keys
  *   etcd_mutex.c   acquire (and trylock), waiting, renew, release, check
+ *   etcd_fence.c   the fence offset added to create revisions (floors)
  *   etcd_watch.c   the waiter's watch on its predecessor; cancel
  * open() authenticates (when a user is set), reads under the prefix (a
  * lease grant needs no credentials, a read does) and grants the session
@@ -39,6 +40,7 @@ static void etcd_close(cerb_engine *e)
         return;
     cerb__etcd_session_stop(e);
     cerb__etcd_http_destroy(&e->http);
+    cerb__etcd_fence_destroy(e);
     cerb__mutex_destroy(&e->wait_mu);
     cerb__free(e);
 }
@@ -70,6 +72,11 @@ static cerb_status etcd_open(const cerb_engine_env *env, cerb_engine **out)
     }
     cerb__mutex_init(&e->wait_mu);
     cerb__etcd_session_init(e);
+    st = cerb__etcd_fence_init(e);
+    if (st != CERB_OK) {
+        etcd_close(e);
+        return st;
+    }
     /* Authenticate, then read under the prefix (which is what fails when
      * the server wants credentials we lack: a lease grant needs none),
      * then the session. */
@@ -196,7 +203,8 @@ static cerb_status etcd_check_name(const char *name)
 const struct cerb_engine_ops cerb__etcd_engine_ops = {
     .version = CERB_ENGINE_OPS_V1,
     .name = "etcd",
-    .caps = CERB_CAP_FENCING | CERB_CAP_FAIR_QUEUE | CERB_CAP_WAIT | CERB_CAP_CROSS_PROCESS,
+    .caps = CERB_CAP_FENCING | CERB_CAP_FAIR_QUEUE | CERB_CAP_WAIT | CERB_CAP_CROSS_PROCESS |
+            CERB_CAP_FENCE_FLOOR,
     .lock_priv_size = sizeof(struct etcd_lock_priv),
     .open = etcd_open,
     .close = etcd_close,

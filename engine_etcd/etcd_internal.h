@@ -10,8 +10,11 @@
  *    the session thread deletes later, so that a key never outlives its
  *    purpose while the session keeps it alive (etcd_mutex.c);
  *  - counters for the bench and the tests.
+ *  - the fence offset every grant adds to its key's create revision
+ *    (etcd_fence.c), cached;
  * Per hold, lk->priv is a struct etcd_lock_priv: which lease the key was put
- * with and its create revision (the fencing token). The key itself is
+ * with, its create revision and the fence offset it was put with (their
+ * sum is the fencing token). The key itself is
  * rebuilt from the prefix, the name and the lease when needed, so a hold
  * costs a few dozen bytes.
  */
@@ -68,7 +71,8 @@ struct etcd_orphan {
     struct etcd_orphan *next;
     char *key;
     size_t key_len;
-    int64_t rev;   /* delete only while create_revision == rev; 0 = any */
+    int64_t rev;   /* delete only while create_revision == rev; 0 = the one
+                      it has when the delete is sent (read first) */
     bool busy;     /* the session thread is deleting it right now */
 };
 
@@ -93,6 +97,28 @@ struct etcd_reg {
 
 #define ETCD_REG_BUCKETS 1024
 
+/*
+ * The fence offset (etcd_fence.c): the key that holds it and what this
+ * instance knows of it, under mu.
+ */
+struct etcd_fence {
+    cerb_mutex mu;
+    char *key;         /* <prefix>__cerberus_fence__ */
+    size_t key_len;
+    bool known;        /* read (or written) at least once */
+    int64_t offset;    /* its value as last seen; 0 = absent */
+    int64_t mod;       /* its mod_revision; 0 = absent */
+    int64_t as_of;     /* the revision at which that was so */
+    int64_t max_seen;  /* the highest offset ever seen: never use less */
+};
+
+/* An offset and the mod_revision of the key that held it (0 = absent), as
+ * one txn compares and uses them. */
+struct etcd_fence_view {
+    int64_t offset;
+    int64_t mod;
+};
+
 struct cerb_engine {
     const struct cerb_config *cfg;
     const struct cerb_etcd_config *ec;
@@ -116,6 +142,7 @@ struct cerb_engine {
     struct etcd_orphan *orphans;
     struct etcd_reg *reg[ETCD_REG_BUCKETS]; /* claimed keys, under sess_mu */
 
+    struct etcd_fence fence;  /* the fence offset (etcd_fence.c) */
     cerb_mutex wait_mu;       /* etcd_lock_priv waiting fields (cancel) */
     struct etcd_counters stats;
 };
@@ -124,7 +151,8 @@ struct cerb_engine {
 struct etcd_lock_priv {
     int64_t lease;   /* lease the key was put with; 0 = none yet */
     uint64_t gen;    /* session generation of that lease */
-    int64_t rev;     /* our key's create revision (the fence); 0 = unknown */
+    int64_t rev;     /* our key's create revision; 0 = unknown */
+    int64_t off;     /* the fence offset it was put with: fence = rev + off */
     /* under e->wait_mu: */
     void *multi;     /* the CURLM of the watch we block in, or NULL */
     bool cancelled;  /* cancel() came: look at the flags */
@@ -187,11 +215,37 @@ cerb_status cerb__etcd_op_renew(cerb_engine *e, cerb_engine_lock *lk, cerb_grant
 cerb_status cerb__etcd_op_release(cerb_engine *e, cerb_engine_lock *lk);
 cerb_status cerb__etcd_op_check(cerb_engine *e, cerb_engine_lock *lk, cerb_grant *grant);
 void cerb__etcd_op_cancel(cerb_engine *e, cerb_engine_lock *lk);
-/* Delete key (if create_revision == rev, rev 0 = unconditionally), re-sent
- * until definite or deadline. CERB_OK (gone, or not ours to delete; *deleted,
+/* Delete key if its create revision is rev (rev 0: the one it has now, read
+ * first; never unconditionally, etcd_mutex.c says why), re-sent until
+ * definite or deadline. CERB_OK (gone, or not ours to delete; *deleted,
  * which may be NULL, says whether this call deleted it) or the error. */
 cerb_status cerb__etcd_delete_key(cerb_engine *e, const char *key, size_t len, int64_t rev,
                                   int64_t deadline_ns, const atomic_int *abort, bool *deleted);
+
+/* ---- etcd_fence.c ---- */
+
+/* Build the offset key's name (no network); destroy frees it (no-op when
+ * init was never called). */
+cerb_status cerb__etcd_fence_init(cerb_engine *e);
+void cerb__etcd_fence_destroy(cerb_engine *e);
+/*
+ * The offset an acquire txn is to compare and use, in *v: never below the
+ * highest this instance has seen, and with floor > 0 large enough that a
+ * key put after this call gets a fence above floor — raised on the server
+ * (a read and a txn) when needed. Bounded by deadline_ns.
+ */
+cerb_status cerb__etcd_fence_prepare(cerb_engine *e, uint64_t floor, int64_t deadline_ns,
+                                     struct etcd_fence_view *v);
+/* The Compare that holds while the offset key is still as v says. */
+json_t *cerb__etcd_fence_cmp(cerb_engine *e, const struct etcd_fence_view *v);
+/* A txn op reading the offset key (for a failure branch). */
+json_t *cerb__etcd_fence_op_read(cerb_engine *e);
+/* Learn the offset key from `range` (a RangeResponse read at revision rev;
+ * NULL is a protocol error); *changed when it is not as v says. */
+cerb_status cerb__etcd_fence_learn(cerb_engine *e, const json_t *range, int64_t rev,
+                                   const struct etcd_fence_view *v, bool *changed);
+/* The decimal text of off into buf (n bytes); its length, 0 if too small. */
+size_t cerb__etcd_fence_format(int64_t off, char *buf, size_t n);
 
 /* ---- etcd_engine.c ---- */
 

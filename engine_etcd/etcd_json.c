@@ -176,9 +176,12 @@ json_t *cerb__etcd_op_range(const struct etcd_range_req *r)
     return wrap("request_range", cerb__etcd_range_json(r));
 }
 
-json_t *cerb__etcd_op_put(const char *key, size_t key_len, int64_t lease)
+json_t *cerb__etcd_op_put(const char *key, size_t key_len, const char *value, size_t value_len,
+                          int64_t lease)
 {
     json_t *o = put(json_object(), "key", cerb__etcd_json_bytes(key, key_len));
+    if (o && value && value_len > 0)
+        o = put(o, "value", cerb__etcd_json_bytes(value, value_len));
     if (o && lease != 0)
         o = put(o, "lease", cerb__etcd_json_i64(lease));
     return wrap("request_put", o);
@@ -202,6 +205,20 @@ json_t *cerb__etcd_cmp_create(const char *key, size_t key_len, const char *end, 
         o = put(o, "result", json_string(result));
     if (o)
         o = put(o, "create_revision", cerb__etcd_json_i64(rev));
+    return o;
+}
+
+json_t *cerb__etcd_cmp_key(const char *key, size_t key_len, const char *target,
+                           const char *result, int64_t v)
+{
+    const char *field = strcmp(target, ETCD_TARGET_MOD) == 0 ? "mod_revision" : "version";
+    json_t *o = put(json_object(), "key", cerb__etcd_json_bytes(key, key_len));
+    if (o)
+        o = put(o, "target", json_string(target));
+    if (o)
+        o = put(o, "result", json_string(result));
+    if (o)
+        o = put(o, field, cerb__etcd_json_i64(v));
     return o;
 }
 
@@ -256,6 +273,7 @@ void cerb__etcd_prefix_end(const char *p, size_t n, char *out, size_t *out_n)
 void cerb__etcd_kv_clear(struct etcd_kv *kv)
 {
     cerb__free(kv->key);
+    cerb__free(kv->value);
     memset(kv, 0, sizeof *kv);
 }
 
@@ -270,6 +288,13 @@ static cerb_status parse_kv(const json_t *j, struct etcd_kv *kv)
     if (!json_is_string(k))
         return cerb__error_set(CERB_EPROTO, "etcd: a kv has no key");
     st = cerb__etcd_b64_decode(json_string_value(k), &kv->key, &kv->key_len);
+    const json_t *v = json_object_get(j, "value");
+    if (st == CERB_OK && v && !json_is_null(v)) {
+        if (json_is_string(v))
+            st = cerb__etcd_b64_decode(json_string_value(v), &kv->value, &kv->value_len);
+        else
+            st = cerb__error_set(CERB_EPROTO, "etcd: a kv's value is not a string");
+    }
     if (st == CERB_OK)
         st = cerb__etcd_get_i64(j, "create_revision", &kv->create_revision);
     if (st == CERB_OK)

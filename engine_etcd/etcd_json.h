@@ -49,12 +49,19 @@ cerb_status cerb__etcd_get_i64(const json_t *obj, const char *name, int64_t *out
 /* Read bool field `name`; absent = false. CERB_EPROTO for another type. */
 cerb_status cerb__etcd_get_bool(const json_t *obj, const char *name, bool *out);
 
+/* A lock key's value as the fence offset it was put with (decimal, below
+ * 2^48; etcd_fence.c): false when it holds none (a key not put by the
+ * engine's acquire txn, e.g. etcdctl's). */
+bool cerb__etcd_fence_parse(const char *s, size_t n, int64_t *out);
+
 /* ---- request builders ---- */
 
 /* Sort orders and targets, spelled as the gateway's enum names. */
 #define ETCD_SORT_ASCEND "ASCEND"
 #define ETCD_SORT_DESCEND "DESCEND"
 #define ETCD_TARGET_CREATE "CREATE"
+#define ETCD_TARGET_MOD "MOD"
+#define ETCD_TARGET_VERSION "VERSION"
 
 /* A RangeRequest. `end` NULL = one key; 0-valued numbers are left out. */
 struct etcd_range_req {
@@ -71,15 +78,21 @@ struct etcd_range_req {
 };
 
 json_t *cerb__etcd_range_json(const struct etcd_range_req *r);
-/* Txn operations: {"request_range": ...}, {"request_put": {key, lease}}
- * (empty value, left out), {"request_delete_range": {key}}. */
+/* Txn operations: {"request_range": ...}, {"request_put": {key, value,
+ * lease}} (an empty value and lease 0 are left out: value may be NULL),
+ * {"request_delete_range": {key}}. */
 json_t *cerb__etcd_op_range(const struct etcd_range_req *r);
-json_t *cerb__etcd_op_put(const char *key, size_t key_len, int64_t lease);
+json_t *cerb__etcd_op_put(const char *key, size_t key_len, const char *value, size_t value_len,
+                          int64_t lease);
 json_t *cerb__etcd_op_delete(const char *key, size_t key_len);
 /* A Compare on create_revision of key (or of every key in [key, end) when
  * end is not NULL): `result` is "EQUAL", "GREATER", "LESS" or "NOT_EQUAL". */
 json_t *cerb__etcd_cmp_create(const char *key, size_t key_len, const char *end, size_t end_len,
                               const char *result, int64_t rev);
+/* A Compare on one key's ETCD_TARGET_MOD (mod_revision) or
+ * ETCD_TARGET_VERSION (version); a missing key compares as 0. */
+json_t *cerb__etcd_cmp_key(const char *key, size_t key_len, const char *target,
+                           const char *result, int64_t v);
 /* A TxnRequest; each argument is an array or NULL (left out); all stolen. */
 json_t *cerb__etcd_txn(json_t *compare, json_t *success, json_t *failure);
 /* Arrays of 1 or 2 elements (stolen; b may be NULL for one). */
@@ -96,11 +109,14 @@ void cerb__etcd_prefix_end(const char *p, size_t n, char *out, size_t *out_n);
 
 /* ---- response parsers ---- */
 
-/* One key-value. `key` is decoded and cerb__malloc'd (free with
- * cerb__etcd_kv_clear); the value is not kept (locks have none). */
+/* One key-value. `key` and `value` (NULL when the answer has none: empty,
+ * or keys_only) are decoded, NUL-terminated and cerb__malloc'd (free with
+ * cerb__etcd_kv_clear). */
 struct etcd_kv {
     char *key;
     size_t key_len;
+    char *value;
+    size_t value_len;
     int64_t create_revision, mod_revision, version, lease;
 };
 void cerb__etcd_kv_clear(struct etcd_kv *kv);

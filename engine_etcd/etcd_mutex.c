@@ -4,11 +4,13 @@
  *
  * Layout. The lock NAME is the key prefix P = <etcd.prefix><NAME>/; a
  * contender's key is K = P + <its session lease ID in lowercase hex>, with
- * an empty value, attached to the lease. The key with the lowest create
+ * the fence offset as its value (etcd_fence.c; Go's Mutex leaves it empty
+ * and ignores it), attached to the lease. The key with the lowest create
  * revision under P holds the lock; the others queue behind it in create
- * revision order. The fencing token is K's create revision, which strictly
- * increases across the grants of a name: a holder's key was created before
- * every key that can hold after it.
+ * revision order. The fencing token is K's create revision plus the offset
+ * it was put with, which strictly increases across the grants of a name: a
+ * holder's key was created before every key that can hold after it, and
+ * the offset never decreases.
  *
  * Acquire, in Go:    if create_revision(K) == 0
  *                    then put K (lease), range P (sort by create, limit 1)
@@ -17,9 +19,11 @@
  * same decision more cheaply for the server (put_txn): then put K, count P
  * (a count of 1 is us alone: we hold it; more, and the first read of the
  * wait loop tells whether anyone is ahead); else nothing, followed by a read
- * of K and the owner in the rare case our key was there already. The txn is
- * idempotent — K names the session, so a re-sent txn finds the key its
- * first copy put — which is how an ambiguous outcome (a timeout after
+ * of K and the owner in the rare case our key was there already. The txn
+ * also compares the fence offset key with our cached copy (else: read it,
+ * and send again; etcd_fence.c). The txn is idempotent — K names the
+ * session, so a re-sent txn finds the key its first copy put, with the
+ * offset that copy used — which is how an ambiguous outcome (a timeout after
  * sending) is settled: send it again until the answer is definite.
  *
  * Waiting. A waiter reads, in one read-only txn, the key just ahead of it
@@ -43,8 +47,9 @@
  *
  * Trylock is one non-queuing txn:
  *                    if create_revision of every key in [P, end(P)) == 0
+ *                       (and the fence offset key is as cached)
  *                    then put K
- *                    else range K, range P (owner)
+ *                    else range the fence offset key
  * etcd compares a range key by key and an empty range as one zero-valued
  * key, so the put happens exactly when nobody holds or waits; a busy lock
  * leaves no key behind (Go's TryLock puts a key and deletes it again, which
@@ -148,10 +153,19 @@ static json_t *op_count(const struct etcd_key *k)
     return cerb__etcd_op_range(&r);
 }
 
-static json_t *op_own(const struct etcd_key *k)
+/* range K; with its value (the fence offset it was put with) or keys only. */
+static json_t *op_own(const struct etcd_key *k, bool value)
 {
-    struct etcd_range_req r = {.key = k->k, .key_len = k->len, .keys_only = true};
+    struct etcd_range_req r = {.key = k->k, .key_len = k->len, .keys_only = !value};
     return cerb__etcd_op_range(&r);
+}
+
+/* The fence offset a key of ours was put with, from its value; -1 when it
+ * holds none (not put by our acquire txn). */
+static int64_t own_offset(const struct etcd_kv *kv)
+{
+    int64_t off;
+    return cerb__etcd_fence_parse(kv->value, kv->value_len, &off) ? off : -1;
 }
 
 /* ---- one txn ---- */
@@ -201,6 +215,41 @@ static cerb_status range_at(cerb_engine *e, const json_t *responses, size_t i,
 
 /* ---- delete ---- */
 
+/*
+ * The create revision `key` has now (0: absent), by a linearizable read.
+ * A delete that does not compare one must never be sent: a paused member
+ * holds a request while the client re-sends it elsewhere and moves on, and
+ * applies it when it resumes — an unconditional delete of K then takes the
+ * key of this client's next hold of the name (K names the session and the
+ * lock, not the hold; chaos etcd3 seeds 527909 and 527910).
+ */
+static cerb_status key_rev(cerb_engine *e, const char *key, size_t len, int64_t deadline_ns,
+                           const atomic_int *abort, int64_t *rev)
+{
+    struct etcd_range_req r = {.key = key, .key_len = len, .keys_only = true};
+    struct etcd_range_res rr = {0};
+    *rev = 0;
+    json_t *req = cerb__etcd_range_json(&r);
+    if (!req)
+        return cerb__error_set(CERB_ENOMEM, "etcd: out of memory for a request");
+    struct etcd_call call = {.what = "key read",
+                             .path = "/v3/kv/range",
+                             .body = req,
+                             .deadline_ns = deadline_ns,
+                             .idempotent = true,
+                             .abort = abort};
+    cerb_status st = cerb__etcd_call(e, &call);
+    json_decref(req);
+    if (st != CERB_OK)
+        return st;
+    st = cerb__etcd_parse_range(call.resp, &rr);
+    if (st == CERB_OK && rr.n_kvs > 0)
+        *rev = rr.first.create_revision;
+    cerb__etcd_kv_clear(&rr.first);
+    json_decref(call.resp);
+    return st;
+}
+
 cerb_status cerb__etcd_delete_key(cerb_engine *e, const char *key, size_t len, int64_t rev,
                                   int64_t deadline_ns, const atomic_int *abort, bool *deleted)
 {
@@ -208,12 +257,16 @@ cerb_status cerb__etcd_delete_key(cerb_engine *e, const char *key, size_t len, i
     bool ok = false;
     int64_t hrev, n = 0;
     const json_t *resp;
-    json_t *cmp = rev > 0 ? cerb__etcd_list(cerb__etcd_cmp_create(key, len, NULL, 0, "EQUAL", rev),
-                                            NULL)
-                          : NULL;
+
     if (deleted)
         *deleted = false;
-    if (rev > 0 && !cmp)
+    if (rev <= 0) {
+        cerb_status st = key_rev(e, key, len, deadline_ns, abort, &rev);
+        if (st != CERB_OK || rev == 0)
+            return st; /* an error, or nothing to delete */
+    }
+    json_t *cmp = cerb__etcd_list(cerb__etcd_cmp_create(key, len, NULL, 0, "EQUAL", rev), NULL);
+    if (!cmp)
         return cerb__error_set(CERB_ENOMEM, "etcd: out of memory for a request");
     json_t *req = cerb__etcd_txn(cmp, cerb__etcd_list(cerb__etcd_op_delete(key, len), NULL), NULL);
     cerb_status st = run_txn(e, "delete", req, 0, deadline_ns, abort, &call, &ok, &hrev, &resp);
@@ -251,6 +304,7 @@ static void drop_key(cerb_engine *e, const struct etcd_key *k, int64_t rev)
 struct put_result {
     bool own_exists;   /* our key exists (put now, or found) */
     int64_t mine;      /* its create revision */
+    int64_t off;       /* the fence offset it was put with; -1 = none */
     int64_t owner;     /* the owner's create revision (0 = not known) */
 };
 
@@ -264,7 +318,7 @@ static cerb_status read_own_owner(cerb_engine *e, const struct etcd_key *k, int6
     const json_t *resp;
 
     memset(pr, 0, sizeof *pr);
-    json_t *req = cerb__etcd_txn(NULL, cerb__etcd_list(op_own(k), op_owner(k)), NULL);
+    json_t *req = cerb__etcd_txn(NULL, cerb__etcd_list(op_own(k, true), op_owner(k)), NULL);
     cerb_status st = run_txn(e, "lock read", req, 2, deadline_ns, NULL, call, &ok, &rev, &resp);
     if (st != CERB_OK)
         return st;
@@ -274,6 +328,7 @@ static cerb_status read_own_owner(cerb_engine *e, const struct etcd_key *k, int6
     if (st == CERB_OK) {
         pr->own_exists = own.n_kvs > 0;
         pr->mine = own.n_kvs ? own.first.create_revision : 0;
+        pr->off = own.n_kvs ? own_offset(&own.first) : -1;
         pr->owner = owner.n_kvs ? owner.first.create_revision : 0;
     }
     cerb__etcd_kv_clear(&own.first);
@@ -289,43 +344,89 @@ static cerb_status read_own_owner(cerb_engine *e, const struct etcd_key *k, int6
  * (measured against the bare put-if-absent): the `then` branch counts the
  * keys under P instead of fetching the owner (count 1 = only ours: we hold
  * it; more, and the wait loop's read finds out whether anyone is ahead),
- * and the `else` branch is left empty: our key exists already only after
- * a re-send or a leftover of an earlier failure (`maybe_exists`), when a
- * separate read finds out where it stands.
+ * and the `else` branch reads only the fence offset key: our key exists
+ * already only after a re-send or a leftover of an earlier failure
+ * (`maybe_exists`), when a separate read finds out where it stands.
+ *
+ * The fence offset (etcd_fence.c) is compared too, and the put writes it as
+ * our key's value: a compare that failed on it (the offset key changed since
+ * we cached it) is learnt from the `else` branch and the txn sent again.
+ * Each copy stays idempotent: a copy that landed makes every later one fail
+ * on our key, and our key's value tells the offset it was put with.
  */
 static cerb_status put_txn(cerb_engine *e, const struct etcd_key *k, int64_t lease, bool try_only,
-                           bool maybe_exists, int64_t deadline_ns, struct put_result *pr,
-                           struct etcd_call *call)
+                           bool maybe_exists, uint64_t floor, int64_t deadline_ns,
+                           struct put_result *pr, struct etcd_call *call)
 {
-    json_t *cmp, *succ;
     bool ok = false;
     int64_t rev = 0;
     const json_t *resp;
+    struct etcd_fence_view fv;
+    cerb_status st;
+    /* An earlier round's txn may have put our key (its answer was lost and
+     * its re-send failed on the offset): a failure now is no "not put". */
+    bool landed = false;
 
-    memset(pr, 0, sizeof *pr);
-    if (try_only) {
-        cmp = cerb__etcd_cmp_create(k->k, k->pfx_len, k->end, end_len(k), "EQUAL", 0);
-        succ = cerb__etcd_list(cerb__etcd_op_put(k->k, k->len, lease), NULL);
-    } else {
-        cmp = cerb__etcd_cmp_create(k->k, k->len, NULL, 0, "EQUAL", 0);
-        succ = cerb__etcd_list(cerb__etcd_op_put(k->k, k->len, lease), op_count(k));
+    for (int round = 0;; round++) {
+        memset(pr, 0, sizeof *pr);
+        memset(call, 0, sizeof *call);
+        call->grpc_code = -1;
+        call->outcome = landed ? CERB_OUTCOME_UNKNOWN : CERB_OUTCOME_NO;
+        if (round > MAX_RESTARTS)
+            return cerb__error_set(CERB_EIO, "etcd %s: the fence offset key %s kept changing",
+                                   ep(e), e->fence.key);
+        st = cerb__etcd_fence_prepare(e, floor, deadline_ns, &fv);
+        if (st != CERB_OK)
+            return st;
+        char val[24];
+        size_t vn = cerb__etcd_fence_format(fv.offset, val, sizeof val);
+        json_t *cmp, *succ;
+        if (try_only) {
+            cmp = cerb__etcd_cmp_create(k->k, k->pfx_len, k->end, end_len(k), "EQUAL", 0);
+            succ = cerb__etcd_list(cerb__etcd_op_put(k->k, k->len, val, vn, lease), NULL);
+        } else {
+            cmp = cerb__etcd_cmp_create(k->k, k->len, NULL, 0, "EQUAL", 0);
+            succ = cerb__etcd_list(cerb__etcd_op_put(k->k, k->len, val, vn, lease), op_count(k));
+        }
+        ETCD_COUNT(e, acquire_calls);
+        st = run_txn(e, try_only ? "trylock txn" : "lock txn",
+                     cerb__etcd_txn(cerb__etcd_list(cmp, cerb__etcd_fence_cmp(e, &fv)), succ,
+                                    cerb__etcd_list(cerb__etcd_fence_op_read(e), NULL)),
+                     0, deadline_ns, NULL, call, &ok, &rev, &resp);
+        if (st != CERB_OK) {
+            if (landed)
+                call->outcome = CERB_OUTCOME_UNKNOWN;
+            return st;
+        }
+        if (ok)
+            break;
+        bool changed = false;
+        st = cerb__etcd_fence_learn(e, cerb__etcd_txn_range(resp, 0), rev, &fv, &changed);
+        /* A copy of this txn may have put our key before the answer was
+         * lost: the next round must look for it. */
+        maybe_exists = maybe_exists || call->resent;
+        landed = landed || call->resent;
+        json_decref(call->resp);
+        call->resp = NULL;
+        if (st != CERB_OK) {
+            call->outcome = CERB_OUTCOME_UNKNOWN;
+            return st;
+        }
+        if (!changed)
+            break; /* our key, or (trylock) anyone's, is what failed it */
     }
-    ETCD_COUNT(e, acquire_calls);
-    cerb_status st = run_txn(e, try_only ? "trylock txn" : "lock txn",
-                             cerb__etcd_txn(cerb__etcd_list(cmp, NULL), succ, NULL), 0,
-                             deadline_ns, NULL, call, &ok, &rev, &resp);
-    if (st != CERB_OK)
-        return st;
     size_t n = json_array_size(resp);
     if (ok && try_only && n == 1) {
         /* Nobody was there: ours is the only key, the put's revision. */
         pr->own_exists = true;
         pr->mine = pr->owner = rev;
+        pr->off = fv.offset;
     } else if (ok && !try_only && n == 2) {
         struct etcd_range_res count = {0};
         st = range_at(e, resp, 1, &count);
         pr->own_exists = true;
         pr->mine = rev;
+        pr->off = fv.offset;
         pr->owner = count.count == 1 ? rev : 0;
         cerb__etcd_kv_clear(&count.first);
     } else if (ok) {
@@ -375,8 +476,8 @@ static cerb_status wait_read(cerb_engine *e, const struct etcd_key *k, int64_t m
     const json_t *resp;
 
     memset(wr, 0, sizeof *wr);
-    json_t *req = cerb__etcd_txn(NULL, cerb__etcd_list(cerb__etcd_op_range(&pred), op_own(k)),
-                                 NULL);
+    json_t *req = cerb__etcd_txn(
+        NULL, cerb__etcd_list(cerb__etcd_op_range(&pred), op_own(k, false)), NULL);
     /* Not past the waiter's deadline: a read that cannot finish by then
      * is of no use to it. */
     int64_t d = min64(deadline_ns, cerb__deadline_in(e->ec->op_timeout_ms));
@@ -566,7 +667,8 @@ cerb_status cerb__etcd_op_acquire(cerb_engine *e, cerb_engine_lock *lk, int64_t 
         if (!try_only && deadline_ns - now > op_ns)
             req_deadline = min64(deadline_ns,
                                  now + max64(op_ns, ETCD_ERR_BUDGET_MS * CERB_NS_PER_MS));
-        st = put_txn(e, &k, s.id, try_only, maybe_exists, req_deadline, &pr, &call);
+        st = put_txn(e, &k, s.id, try_only, maybe_exists, lk->fence_floor, req_deadline, &pr,
+                     &call);
         if (st != CERB_OK) {
             cerb__etcd_unclaim(e, lk);
             cerb__etcd_key_free(&k);
@@ -587,18 +689,31 @@ cerb_status cerb__etcd_op_acquire(cerb_engine *e, cerb_engine_lock *lk, int64_t 
         }
         int64_t mine = pr.mine;
         enum turn t = TURN_OWNER;
-        if (pr.owner != mine) {
-            if (try_only) {
-                /* A key of ours left queued by an earlier failure: remove
-                 * it, trylock never queues. */
-                drop_key(e, &k, mine);
-                cerb__etcd_unclaim(e, lk);
-                cerb__etcd_key_free(&k);
-                return cerb__error_set(CERB_BUSY, "etcd %s: \"%s\" is held by another owner",
-                                       ep(e), lk->name);
-            }
-            t = wait_turn(e, lk, &k, deadline_ns, interrupted, &mine, &st);
+        if (pr.owner != mine && try_only) {
+            /* A key of ours left queued by an earlier failure: remove
+             * it, trylock never queues. */
+            drop_key(e, &k, mine);
+            cerb__etcd_unclaim(e, lk);
+            cerb__etcd_key_free(&k);
+            return cerb__error_set(CERB_BUSY, "etcd %s: \"%s\" is held by another owner",
+                                   ep(e), lk->name);
         }
+        if (pr.off < 0 || (lk->fence_floor > 0 && (uint64_t)(mine + pr.off) <= lk->fence_floor)) {
+            /* A key of ours from an earlier attempt that this engine's txn
+             * did not put (no offset in it), or put before the offset was
+             * raised for this floor: its fence would not rank where this
+             * grant must. Queue again with a fresh key. */
+            CERB_LOG_I("etcd %s: key %s (revision %lld, offset %lld) is no key to grant "
+                       "above fence floor %llu; queuing again",
+                       ep(e), k.k, (long long)mine, (long long)pr.off,
+                       (unsigned long long)lk->fence_floor);
+            drop_key(e, &k, mine);
+            cerb__etcd_unclaim(e, lk);
+            cerb__etcd_key_free(&k);
+            continue;
+        }
+        if (pr.owner != mine)
+            t = wait_turn(e, lk, &k, deadline_ns, interrupted, &mine, &st);
         if (t == TURN_STOP) {
             drop_key(e, &k, mine);
             cerb__etcd_unclaim(e, lk);
@@ -622,7 +737,8 @@ cerb_status cerb__etcd_op_acquire(cerb_engine *e, cerb_engine_lock *lk, int64_t 
             continue;
         }
         p->rev = mine;
-        if (!grant_fill(e, &now_s, mine, grant)) {
+        p->off = pr.off;
+        if (!grant_fill(e, &now_s, mine + pr.off, grant)) {
             /* The session is about to be given up: so is this grant. */
             drop_key(e, &k, mine);
             cerb__etcd_unclaim(e, lk);
@@ -655,7 +771,7 @@ cerb_status cerb__etcd_op_renew(cerb_engine *e, cerb_engine_lock *lk, cerb_grant
         return cerb__error_set(CERB_NOT_OWNER,
                                "etcd %s: \"%s\": the session (lease %llx) holding it has ended",
                                ep(e), lk->name, (unsigned long long)p->lease);
-    if (s.suspect || !grant_fill(e, &s, p->rev, grant)) {
+    if (s.suspect || !grant_fill(e, &s, p->rev + p->off, grant)) {
         grant->outcome = CERB_OUTCOME_NO;
         return cerb__error_set(CERB_EIO,
                                "etcd %s: \"%s\": session keepalives are failing (lease %llx)",
@@ -773,7 +889,7 @@ cerb_status cerb__etcd_op_check(cerb_engine *e, cerb_engine_lock *lk, cerb_grant
             return st;
         }
     }
-    json_t *req = cerb__etcd_txn(NULL, cerb__etcd_list(op_own(&k), op_owner(&k)), NULL);
+    json_t *req = cerb__etcd_txn(NULL, cerb__etcd_list(op_own(&k, true), op_owner(&k)), NULL);
     st = run_txn(e, "check txn", req, 2, d, NULL, &call, &ok, &rev, &resp);
     if (st == CERB_OK) {
         st = range_at(e, resp, 0, &own);
@@ -785,16 +901,24 @@ cerb_status cerb__etcd_op_check(cerb_engine *e, cerb_engine_lock *lk, cerb_grant
     if (st == CERB_OK) {
         int64_t mine = own.n_kvs ? own.first.create_revision : 0;
         int64_t first = owner.n_kvs ? owner.first.create_revision : 0;
+        int64_t off = own.n_kvs ? own_offset(&own.first) : -1;
+        /* A key our acquire txn put carries its offset, and is above the
+         * floor that acquire was asked for. */
+        bool fence_ok = off >= 0 && (lk->fence_floor == 0 ||
+                                     (uint64_t)(mine + off) > lk->fence_floor);
         cerb__etcd_session_peek(e, &s);
         if (!mine) {
             st = cerb__error_set(CERB_NOT_OWNER, "etcd %s: \"%s\": no key of this session", ep(e),
                                  lk->name);
-        } else if (mine == first && s.gen == p->gen && s.live && grant_fill(e, &s, mine, grant)) {
+        } else if (mine == first && fence_ok && s.gen == p->gen && s.live &&
+                   grant_fill(e, &s, mine + off, grant)) {
             p->rev = mine;
+            p->off = off;
             keep = true;
         } else {
-            /* Queued (an acquire whose answer was lost), or on a session
-             * we have given up: nobody will use it, so it must go. */
+            /* Queued (an acquire whose answer was lost), on a session we
+             * have given up, or not a key our acquire put (no offset, or
+             * below its floor): nobody will use it, so it must go. */
             drop_key(e, &k, mine);
             st = cerb__error_set(CERB_NOT_OWNER, "etcd %s: \"%s\" is not held by this session",
                                  ep(e), lk->name);

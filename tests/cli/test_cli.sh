@@ -163,9 +163,17 @@ engine_group() {
     case "$ENGINE" in
     redis) printf 'redis = {\n  host = "127.0.0.1";\n  port = %s;\n};\n' "$port" ;;
     zk) printf 'zk = { hosts = "127.0.0.1:%s"; root = "/cerberus-cli-test"; connect_timeout_ms = 5000; };\n' "$port" ;;
-    etcd) printf 'etcd = { endpoints = ("http://127.0.0.1:%s"); };\n' "$port" ;;
+    etcd) printf 'etcd = { endpoints = ("http://127.0.0.1:%s"); prefix = "%s"; };\n' "$port" "$ETCD_PREFIX" ;;
     esac
 }
+# etcd: a prefix of this run's own, whose fence offset (the number the
+# engine adds to create revisions, engine_etcd/etcd_fence.c) is not 0, so
+# that `holders` must report the fence, not the create revision.
+ETCD_PREFIX="cli-$$-"
+if [ "$ENGINE" = etcd ]; then
+    ETCDCTL_API=3 timeout 20 etcdctl --endpoints="http://127.0.0.1:$PORT" \
+        put "${ETCD_PREFIX}__cerberus_fence__" 1000000 >/dev/null
+fi
 
 # What `holders` prints for this engine (extended regexes). HOLDER_RE has
 # the owner in \1 and the fence in \2; ID_RE matches one owner.

@@ -30,6 +30,8 @@
  *     ways (the engine it moves to raises its counter above the client's
  *     highest token elsewhere), and a bumped epoch (the high 16 bits)
  *     outranks them;
+ *   - (etcd pairs) the same over five switches, and another client's
+ *     later grant on etcd ranks above them;
  *   - a client that opens on the secondary because the primary's port is
  *     closed waits the primary's grace before granting (none with grace 0);
  *   - `cerberus switch <secondary>` on a file watched by three processes
@@ -822,6 +824,50 @@ static void test_epoch_orders_config_bump_above_own_switches(void **state)
     assert_int_equal(cerb_lock_unlock(lb), CERB_OK);
 }
 
+#if defined(CERB_FO_PAIR_ETCD_REDIS)
+/*
+ * One client's own tokens for a name grow across its own switches, both
+ * ways (issue 10, §5a.3), and another client's later grant on etcd ranks
+ * above them too: etcd's counter (create revisions, small) starts far below
+ * redis' (server time in 100 µs ticks), so etcd raises its fence offset
+ * above the client's redis token on the server when the client comes back.
+ */
+static void test_own_tokens_grow_across_switches_etcd(void **state)
+{
+    (void)state;
+    static const struct fo_engine *const path[] = {&PRIMARY, &SECONDARY, &PRIMARY, &SECONDARY,
+                                                   &PRIMARY};
+    cerb_client *a = open_cfg("failback = \"manual\";");
+    char name[256], *n = test_name("owngrow");
+    snprintf(name, sizeof name, "%s", n);
+    free(n);
+    cerb_lock *l = handle(a, name);
+    uint64_t last = 0;
+    for (size_t i = 0; i < sizeof path / sizeof path[0]; i++) {
+        if (i > 0)
+            assert_string_equal(cerb_engine_switch_to(a, path[i]->name), path[i]->name);
+        expect_status(cerb_lock_trylock_for(l, 5000), CERB_OK, path[i]->name);
+        uint64_t f = cerb_lock_fencing_token(l);
+        print_message("grant %zu on %s: token %#llx\n", i + 1, path[i]->name,
+                      (unsigned long long)f);
+        assert_int_equal(f >> 48, 1);
+        assert_true(f > last);
+        last = f;
+        assert_int_equal(cerb_lock_unlock(l), CERB_OK);
+    }
+    assert_int_equal(acquires_on(a, &PRIMARY), 3);
+    assert_int_equal(acquires_on(a, &SECONDARY), 2);
+
+    cerb_client *b = open_cfg(NULL);
+    cerb_lock *lb = handle(b, name);
+    expect_status(cerb_lock_trylock_for(lb, 5000), CERB_OK, "another client on etcd");
+    print_message("then another client on %s: token %#llx\n", PRIMARY.name,
+                  (unsigned long long)cerb_lock_fencing_token(lb));
+    assert_true(cerb_lock_fencing_token(lb) > last);
+    assert_int_equal(cerb_lock_unlock(lb), CERB_OK);
+}
+#endif
+
 /*
  * §5a.3: one client's tokens for a name never go backwards across its own
  * switches, whichever way, although the engines' counters are unrelated
@@ -1157,6 +1203,9 @@ int main(void)
         CASE(test_pinned_client_trusts_no_old_answer),
         CASE(test_epoch_orders_config_bump_above_own_switches),
         CASE(test_own_tokens_grow_across_switches),
+#if defined(CERB_FO_PAIR_ETCD_REDIS)
+        CASE(test_own_tokens_grow_across_switches_etcd),
+#endif
         CASE(test_open_below_dead_engine_waits_grace),
         CASE(test_reload_while_switching),
         CASE(test_cli_switch_followed_by_processes),

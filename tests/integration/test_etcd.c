@@ -1,7 +1,7 @@
 /*
  * test_etcd.c — what only the etcd engine has, on a real etcd (the shared
- * `etcd` fixture): etcd's concurrency.Mutex layout (key, empty value, lease,
- * fence = create revision) and the key prefix, a foreign key queued ahead
+ * `etcd` fixture): etcd's concurrency.Mutex layout (key, lease, fence =
+ * create revision + the engine's fence offset) and the key prefix, a foreign key queued ahead
  * of us, the herd check (each release wakes one waiter, FIFO), loss when
  * the session lease is revoked behind the client, a close that revokes the
  * session, endpoint rotation past a dead endpoint, names with '/', and
@@ -78,9 +78,11 @@ static void test_mutex_layout(void **state)
     assert_string_equal(kv[0].key, want);
     assert_true(kv[0].lease > 0);
     assert_int_equal(etcd_test_key_lease(kv[0].key), kv[0].lease);
-    /* The fencing token is the key's create revision. */
+    /* The fencing token is the key's create revision plus the engine's
+     * fence offset (0 unless a client's switch raised it on this server). */
     uint64_t f = cerb_lock_fencing_token(l);
-    assert_int_equal(FENCE_LOW(f), (uint64_t)kv[0].create_revision);
+    assert_int_equal(FENCE_LOW(f), (uint64_t)(kv[0].create_revision +
+                                              etcd_test_fence_offset(etcd_test_port(), "")));
     /* Reentry is counted locally: same key, same revision. */
     assert_int_equal(cerb_lock_lock(l), CERB_OK);
     struct etcd_test_kv kv2[4];

@@ -4,11 +4,17 @@
  * below the lock API: grant, check_owner, renew without a round trip,
  * release and its not-owner answer; trylock leaving nothing behind; a key
  * of ours left queued by an earlier failure (removed by trylock and by
- * check_owner, adopted by a waiting acquire); cancel() that returns at once
+ * check_owner, adopted by a waiting acquire when it carries the fence
+ * offset our txn writes, replaced when it does not); cancel() that returns at once
  * and wakes the waiter; the counters; the probe; the session: LOST event
  * when the lease is revoked, and an acquire that meets "lease not found"
  * moving to the new session; thousands of orphan deletes that do not keep
- * the session thread from its keepalives.
+ * the session thread from its keepalives. The fence floor (issue 10,
+ * §5a.3): a grant asked to rank above a floor far beyond the server's
+ * revision does, every later grant of any name by any client ranks above
+ * it, a deleted offset key is recreated no lower than this client saw it,
+ * a key of ours left queued below the floor is not adopted, and a waiter
+ * queued before a raise keeps its place and its lower token.
  *
  * Each engine instance here is what one client would own; waiters are
  * threads with instances of their own. Internals (the session's lease) are
@@ -137,7 +143,10 @@ static void test_grant_check_renew_release(void **state)
     assert_true(gr.sent_ns >= t0);
     assert_true(gr.ttl_ms > 3000 && gr.ttl_ms <= 5880);
     assert_int_equal(nkeys(name, kv, 2), 1);
-    assert_int_equal(gr.fence, (uint64_t)kv[0].create_revision);
+    /* The fence: the key's create revision plus the engine's fence offset
+     * (etcd_fence.c; 0 unless a floor raised it on this server). */
+    assert_int_equal(gr.fence, (uint64_t)(kv[0].create_revision +
+                                          etcd_test_fence_offset(etcd_test_port(), "")));
     assert_int_equal(kv[0].lease, lease_of(&g));
 
     assert_int_equal(cerb__engine_check_owner(ops, g.e, &h.lk, &gc), CERB_OK);
@@ -222,8 +231,10 @@ static void test_leftover_key(void **state)
     assert_int_equal(cerb__engine_check_owner(ops, b.e, &hb.lk, &gr), CERB_NOT_OWNER);
     assert_int_equal(nkeys(name, kv, 4), 1);
 
-    /* A waiting acquire adopts it: its place in the queue, its revision. */
-    assert_int_equal(etcd_test_put(etcd_test_port(), key, lease_of(&b)), 0);
+    /* A waiting acquire adopts it: its place in the queue, its revision
+     * and the fence offset it was put with (its value, as our acquire txn
+     * writes it). */
+    assert_int_equal(etcd_test_put_value(etcd_test_port(), key, "0", lease_of(&b)), 0);
     assert_int_equal(nkeys(name, kv, 4), 2);
     int64_t rev = kv[1].create_revision;
     hold_init(&hb, name);
@@ -233,7 +244,7 @@ static void test_leftover_key(void **state)
                      CERB_TIMEOUT);
     /* It timed out: a waiter that gives up deletes its key. */
     assert_int_equal(nkeys(name, kv, 4), 1);
-    assert_int_equal(etcd_test_put(etcd_test_port(), key, lease_of(&b)), 0);
+    assert_int_equal(etcd_test_put_value(etcd_test_port(), key, "0", lease_of(&b)), 0);
     assert_int_equal(nkeys(name, kv, 4), 2);
     rev = kv[1].create_revision;
     assert_int_equal(cerb__engine_release(ops, a.e, &ha.lk), CERB_OK);
@@ -244,6 +255,22 @@ static void test_leftover_key(void **state)
                      CERB_OK);
     assert_int_equal(gr.fence, (uint64_t)rev);
     assert_int_equal(nkeys(name, kv, 4), 1);
+    assert_int_equal(cerb__engine_release(ops, b.e, &hb.lk), CERB_OK);
+
+    /* A key without an offset was not put by our txn: its fence is not
+     * known, so it is not adopted but replaced by a fresh one. */
+    assert_int_equal(etcd_test_put(etcd_test_port(), key, lease_of(&b)), 0);
+    assert_int_equal(nkeys(name, kv, 4), 1);
+    rev = kv[0].create_revision;
+    hold_init(&hb, name);
+    hb.priv.lease = lease_of(&b);
+    hb.priv.gen = gen_of(&b);
+    assert_int_equal(cerb__engine_acquire(ops, b.e, &hb.lk, cerb__deadline_in(3000), NULL, &gr),
+                     CERB_OK);
+    assert_int_equal(nkeys(name, kv, 4), 1);
+    assert_true(kv[0].create_revision > rev);
+    assert_int_equal(gr.fence, (uint64_t)(kv[0].create_revision +
+                                          etcd_test_fence_offset(etcd_test_port(), "")));
     assert_int_equal(cerb__engine_release(ops, b.e, &hb.lk), CERB_OK);
     eng_close(&a);
     eng_close(&b);
@@ -317,6 +344,13 @@ static bool has_n_keys(void *ud)
     struct nk *q = ud;
     struct etcd_test_kv kv[8];
     return nkeys(q->name, kv, 8) == q->n;
+}
+/* The same, with q->name the full key prefix "<prefix><name>/". */
+static bool has_n_keys_at(void *ud)
+{
+    struct nk *q = ud;
+    struct etcd_test_kv kv[8];
+    return etcd_test_keys(etcd_test_port(), q->name, kv, 8) == q->n;
 }
 
 struct count_ge {
@@ -440,6 +474,207 @@ static void test_session_revoked(void **state)
     free(name2);
 }
 
+/* ---- the fence floor (issue 10, §5a.3) ---- */
+
+/* A prefix of its own per case: the offset is engine-wide per prefix, and
+ * the other cases compare fences with create revisions. */
+static char *fence_prefix(void)
+{
+    char *n = test_name("ff");
+    char *p = malloc(strlen(n) + 2);
+    assert_non_null(p);
+    sprintf(p, "%s/", n);
+    free(n);
+    return p;
+}
+
+static void eng_open_prefix(struct eng *g, const char *prefix)
+{
+    char extra[256];
+    snprintf(extra, sizeof extra, "prefix = \"%s\";", prefix);
+    eng_open(g, extra);
+}
+
+/* The create revision of the only key under <prefix><name>/. */
+static int64_t only_key_rev(const char *prefix, const char *name)
+{
+    char p[512];
+    struct etcd_test_kv kv[2];
+    snprintf(p, sizeof p, "%s%s/", prefix, name);
+    assert_int_equal(etcd_test_keys(etcd_test_port(), p, kv, 2), 1);
+    return kv[0].create_revision;
+}
+
+#define FLOOR 1000000000000ull /* far above any revision of the test server */
+
+static void test_fence_floor(void **state)
+{
+    (void)state;
+    struct eng a, b;
+    struct hold ha, hb, hc;
+    cerb_grant ga, gb, gc, gk;
+    char *pfx = fence_prefix(), *name = test_name("floor"), *name2 = test_name("floor2");
+    const int port = etcd_test_port();
+
+    eng_open_prefix(&a, pfx);
+    eng_open_prefix(&b, pfx);
+    assert_int_equal(etcd_test_fence_offset(port, pfx), 0); /* none yet */
+
+    /* Client a comes from another engine where it had FLOOR. */
+    hold_init(&ha, name);
+    ha.lk.fence_floor = FLOOR;
+    assert_int_equal(cerb__engine_acquire(ops, a.e, &ha.lk, 0, NULL, &ga), CERB_OK);
+    print_message("floor %llu: fence %llu\n", (unsigned long long)FLOOR,
+                  (unsigned long long)ga.fence);
+    assert_true(ga.fence > FLOOR);
+    /* Raised by what it takes, not more: 48 bits must last. */
+    assert_true(ga.fence < FLOOR + 1000);
+    /* The fence is the key's create revision plus the offset on the server. */
+    int64_t off = etcd_test_fence_offset(port, pfx);
+    assert_true(off > 0);
+    assert_int_equal(ga.fence, (uint64_t)(only_key_rev(pfx, name) + off));
+    /* check_owner (settling) and renew report the same fence. */
+    assert_int_equal(cerb__engine_check_owner(ops, a.e, &ha.lk, &gk), CERB_OK);
+    assert_int_equal(gk.fence, ga.fence);
+    assert_int_equal(cerb__engine_renew(ops, a.e, &ha.lk, &gk), CERB_OK);
+    assert_int_equal(gk.fence, ga.fence);
+    assert_int_equal(cerb__engine_release(ops, a.e, &ha.lk), CERB_OK);
+
+    /* Another client, no floor, same name: above it. */
+    hold_init(&hb, name);
+    assert_int_equal(cerb__engine_acquire(ops, b.e, &hb.lk, cerb__deadline_in(3000), NULL, &gb),
+                     CERB_OK);
+    print_message("then client b: fence %llu\n", (unsigned long long)gb.fence);
+    assert_true(gb.fence > ga.fence);
+    assert_int_equal(cerb__engine_check_owner(ops, b.e, &hb.lk, &gk), CERB_OK);
+    assert_int_equal(gk.fence, gb.fence);
+    assert_int_equal(cerb__engine_release(ops, b.e, &hb.lk), CERB_OK);
+
+    /* Another name after the raise: above the floor too. */
+    hold_init(&hc, name2);
+    assert_int_equal(cerb__engine_acquire(ops, b.e, &hc.lk, 0, NULL, &gc), CERB_OK);
+    assert_true(gc.fence > gb.fence);
+    assert_int_equal(cerb__engine_release(ops, b.e, &hc.lk), CERB_OK);
+
+    /* Someone deletes the offset key: a client that saw it never goes
+     * below what it saw, and puts it back. */
+    char key[600];
+    snprintf(key, sizeof key, "%s__cerberus_fence__", pfx);
+    assert_int_equal(etcd_test_delete(port, key), 1);
+    hold_init(&ha, name);
+    assert_int_equal(cerb__engine_acquire(ops, a.e, &ha.lk, 0, NULL, &ga), CERB_OK);
+    print_message("after the offset key was deleted: fence %llu\n",
+                  (unsigned long long)ga.fence);
+    assert_true(ga.fence > gc.fence);
+    assert_true(etcd_test_fence_offset(port, pfx) >= off);
+    assert_int_equal(cerb__engine_release(ops, a.e, &ha.lk), CERB_OK);
+
+    eng_close(&a);
+    eng_close(&b);
+    free(pfx);
+    free(name);
+    free(name2);
+}
+
+/*
+ * A key of ours left queued by an earlier failure, put before a raise,
+ * has a fence below the floor: an acquire with that floor must not adopt
+ * it (its token would go backwards) but queue again, above the floor.
+ */
+static void test_fence_floor_leftover(void **state)
+{
+    (void)state;
+    struct eng a, b;
+    struct hold ha, hb;
+    cerb_grant gr;
+    char *pfx = fence_prefix(), *name = test_name("fleft");
+    const int port = etcd_test_port();
+    char key[600];
+
+    eng_open_prefix(&a, pfx);
+    eng_open_prefix(&b, pfx);
+    hold_init(&ha, name);
+    assert_int_equal(cerb__engine_acquire(ops, a.e, &ha.lk, 0, NULL, &gr), CERB_OK);
+    /* b's key from an earlier attempt, put as b's txn puts it (offset 0). */
+    snprintf(key, sizeof key, "%s%s/%llx", pfx, name, (unsigned long long)lease_of(&b));
+    assert_int_equal(etcd_test_put_value(port, key, "0", lease_of(&b)), 0);
+    assert_int_equal(cerb__engine_release(ops, a.e, &ha.lk), CERB_OK);
+    hold_init(&hb, name);
+    hb.priv.lease = lease_of(&b);
+    hb.priv.gen = gen_of(&b);
+    hb.lk.fence_floor = FLOOR;
+    assert_int_equal(cerb__engine_acquire(ops, b.e, &hb.lk, cerb__deadline_in(3000), NULL, &gr),
+                     CERB_OK);
+    assert_true(gr.fence > FLOOR);
+    assert_int_equal(cerb__engine_check_owner(ops, b.e, &hb.lk, &gr), CERB_OK);
+    assert_true(gr.fence > FLOOR);
+    assert_int_equal(cerb__engine_release(ops, b.e, &hb.lk), CERB_OK);
+    eng_close(&a);
+    eng_close(&b);
+    free(pfx);
+    free(name);
+}
+
+/*
+ * A waiter queued before a raise keeps its place and the offset its key
+ * was put with: tokens stay in grant order (holder < waiter < the raiser,
+ * which queued behind it), and the raiser's is above its floor.
+ */
+static void test_fence_floor_waiter_order(void **state)
+{
+    (void)state;
+    struct eng a, b, c;
+    struct hold ha;
+    cerb_grant ga, gk;
+    pthread_t tw, tx;
+    char *pfx = fence_prefix(), *name = test_name("forder");
+    char p[512];
+    snprintf(p, sizeof p, "%s%s/", pfx, name);
+
+    eng_open_prefix(&a, pfx);
+    eng_open_prefix(&b, pfx);
+    eng_open_prefix(&c, pfx);
+    hold_init(&ha, name);
+    assert_int_equal(cerb__engine_acquire(ops, a.e, &ha.lk, 0, NULL, &ga), CERB_OK);
+
+    struct waiter w = {.g = &b, .deadline = cerb__deadline_in(20000)};
+    hold_init(&w.h, name);
+    pthread_create(&tw, NULL, waiter_main, &w);
+    struct nk q2 = {p, 2};
+    assert_wait_until(has_n_keys_at, &q2, 3000);
+
+    struct waiter x = {.g = &c, .deadline = cerb__deadline_in(20000)};
+    hold_init(&x.h, name);
+    x.h.lk.fence_floor = FLOOR;
+    pthread_create(&tx, NULL, waiter_main, &x);
+    struct nk q3 = {p, 3};
+    assert_wait_until(has_n_keys_at, &q3, 3000);
+    assert_true(etcd_test_fence_offset(etcd_test_port(), pfx) > 0); /* raised */
+
+    assert_int_equal(cerb__engine_release(ops, a.e, &ha.lk), CERB_OK);
+    assert_wait_until(waiter_done, &w, 3000);
+    pthread_join(tw, NULL);
+    assert_int_equal(w.st, CERB_OK);
+    assert_int_equal(cerb__engine_check_owner(ops, b.e, &w.h.lk, &gk), CERB_OK);
+    assert_int_equal(gk.fence, w.gr.fence);
+    assert_int_equal(cerb__engine_release(ops, b.e, &w.h.lk), CERB_OK);
+    assert_wait_until(waiter_done, &x, 3000);
+    pthread_join(tx, NULL);
+    assert_int_equal(x.st, CERB_OK);
+    print_message("holder %llu, waiter %llu, raiser %llu\n", (unsigned long long)ga.fence,
+                  (unsigned long long)w.gr.fence, (unsigned long long)x.gr.fence);
+    assert_true(ga.fence < w.gr.fence);
+    assert_true(w.gr.fence < FLOOR); /* queued before the raise */
+    assert_true(w.gr.fence < x.gr.fence);
+    assert_true(x.gr.fence > FLOOR);
+    assert_int_equal(cerb__engine_release(ops, c.e, &x.h.lk), CERB_OK);
+    eng_close(&a);
+    eng_close(&b);
+    eng_close(&c);
+    free(pfx);
+    free(name);
+}
+
 /* ---- orphan deletes do not starve the keepalive (issue 10 item 11) ---- */
 
 static size_t orphans_left(struct eng *g)
@@ -532,6 +767,9 @@ int main(void)
         cmocka_unit_test(test_probe_stats_names),
         cmocka_unit_test(test_session_revoked),
         cmocka_unit_test(test_orphan_sweep_keeps_session),
+        cmocka_unit_test(test_fence_floor),
+        cmocka_unit_test(test_fence_floor_leftover),
+        cmocka_unit_test(test_fence_floor_waiter_order),
     };
     return cmocka_run_group_tests(tests, setup, NULL);
 }

@@ -20,6 +20,7 @@
 
 #include "alloc.h"
 #include "etcd_errors.h"
+#include "etcd_internal.h"
 #include "etcd_json.h"
 
 static json_t *parse(const char *s)
@@ -119,6 +120,16 @@ static void test_range(void **state)
     assert_int_equal(r.first.create_revision, 6);
     assert_int_equal(r.first.lease, 4660);
     cerb__etcd_kv_clear(&r.first);
+    json_decref(j);
+    /* A value (the fence offset our lock keys carry) is decoded. */
+    j = parse("{\"kvs\":[{\"key\":\"eA==\",\"value\":\"MTIz\"}],\"count\":1}");
+    assert_int_equal(cerb__etcd_parse_range(j, &r), CERB_OK);
+    assert_int_equal(r.first.value_len, 3);
+    assert_string_equal(r.first.value, "123");
+    cerb__etcd_kv_clear(&r.first);
+    json_decref(j);
+    j = parse("{\"kvs\":[{\"key\":\"eA==\",\"value\":7}],\"count\":1}");
+    assert_int_equal(cerb__etcd_parse_range(j, &r), CERB_EPROTO);
     json_decref(j);
     /* Wrong types are protocol errors, not zeros. */
     j = parse("{\"kvs\":{}}");
@@ -336,13 +347,37 @@ static void test_builders(void **state)
     free(s);
     json_decref(j);
     j = cerb__etcd_txn(cerb__etcd_list(cerb__etcd_cmp_create("k", 1, NULL, 0, "EQUAL", 0), NULL),
-                       cerb__etcd_list(cerb__etcd_op_put("k", 1, 4660), NULL), NULL);
+                       cerb__etcd_list(cerb__etcd_op_put("k", 1, NULL, 0, 4660), NULL), NULL);
     s = json_dumps(j, JSON_COMPACT | JSON_SORT_KEYS);
     assert_string_equal(s, "{\"compare\":[{\"create_revision\":\"0\",\"key\":\"aw==\",\"result\":"
                            "\"EQUAL\",\"target\":\"CREATE\"}],\"success\":[{\"request_put\":"
                            "{\"key\":\"aw==\",\"lease\":\"4660\"}}]}");
     free(s);
     json_decref(j);
+    /* The fence offset key's compares and a put with a value. */
+    j = cerb__etcd_txn(
+        cerb__etcd_list(cerb__etcd_cmp_key("o", 1, ETCD_TARGET_MOD, "EQUAL", 77),
+                        cerb__etcd_cmp_key("o", 1, ETCD_TARGET_VERSION, "EQUAL", 0)),
+        cerb__etcd_list(cerb__etcd_op_put("k", 1, "12", 2, 0), NULL), NULL);
+    s = json_dumps(j, JSON_COMPACT | JSON_SORT_KEYS);
+    assert_string_equal(s, "{\"compare\":[{\"key\":\"bw==\",\"mod_revision\":\"77\",\"result\":"
+                           "\"EQUAL\",\"target\":\"MOD\"},{\"key\":\"bw==\",\"result\":"
+                           "\"EQUAL\",\"target\":\"VERSION\",\"version\":\"0\"}],\"success\":"
+                           "[{\"request_put\":{\"key\":\"aw==\",\"value\":\"MTI=\"}}]}");
+    free(s);
+    json_decref(j);
+    /* Offsets in a lock key's value: decimal, nothing else. */
+    int64_t off;
+    assert_true(cerb__etcd_fence_parse("0", 1, &off));
+    assert_int_equal(off, 0);
+    assert_true(cerb__etcd_fence_parse("999999999998", 12, &off));
+    assert_int_equal(off, 999999999998);
+    assert_false(cerb__etcd_fence_parse(NULL, 0, &off));
+    assert_false(cerb__etcd_fence_parse("", 0, &off));
+    assert_false(cerb__etcd_fence_parse("-1", 2, &off));
+    assert_false(cerb__etcd_fence_parse("1x", 2, &off));
+    assert_false(cerb__etcd_fence_parse(" 1", 2, &off));
+    assert_false(cerb__etcd_fence_parse("281474976710656", 15, &off)); /* 2^48 */
     /* Stolen arguments are released when a builder fails. */
     assert_null(cerb__etcd_list(NULL, json_object()));
 }

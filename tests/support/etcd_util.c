@@ -204,6 +204,42 @@ int etcd_test_put(int port, const char *key, int64_t lease)
     return st == 200 ? 0 : -1;
 }
 
+int etcd_test_put_value(int port, const char *key, const char *value, int64_t lease)
+{
+    char k[1024], v[256], body[2048];
+    long st;
+    b64(key, strlen(key), k, sizeof k);
+    b64(value, strlen(value), v, sizeof v);
+    snprintf(body, sizeof body, "{\"key\":\"%s\",\"value\":\"%s\",\"lease\":\"%lld\"}", k, v,
+             (long long)lease);
+    json_t *r = etcd_test_post(port, "/v3/kv/put", body, NULL, &st);
+    json_decref(r);
+    return st == 200 ? 0 : -1;
+}
+
+int64_t etcd_test_fence_offset(int port, const char *prefix)
+{
+    char key[600], k[1024], body[2048], v[64];
+    long st;
+    snprintf(key, sizeof key, "%s__cerberus_fence__", prefix ? prefix : "");
+    b64(key, strlen(key), k, sizeof k);
+    snprintf(body, sizeof body, "{\"key\":\"%s\"}", k);
+    json_t *r = etcd_test_post(port, "/v3/kv/range", body, NULL, &st);
+    if (!r || st != 200) {
+        json_decref(r);
+        return -1;
+    }
+    const json_t *kv = json_array_get(json_object_get(r, "kvs"), 0);
+    const json_t *val = json_object_get(kv, "value");
+    int64_t off = 0;
+    if (kv && json_is_string(val) && unb64(json_string_value(val), v, sizeof v) >= 0)
+        off = strtoll(v, NULL, 10);
+    else if (kv)
+        off = -1;
+    json_decref(r);
+    return off;
+}
+
 int etcd_test_delete(int port, const char *key)
 {
     char k[1024], body[2048];

@@ -61,6 +61,9 @@ int etcd_test_keys(int port, const char *prefix, struct etcd_test_kv *out, int m
 
 /* Put @key (empty value) with @lease (0 = none). Returns 0 or -1. */
 int etcd_test_put(int port, const char *key, int64_t lease);
+/* Put @key with value @value (NUL-terminated) and @lease (0 = none).
+ * Returns 0 or -1. */
+int etcd_test_put_value(int port, const char *key, const char *value, int64_t lease);
 /* Delete @key. Returns the number deleted, or -1. */
 int etcd_test_delete(int port, const char *key);
 /* Grant a lease of @ttl_s; returns its ID or -1. */
@@ -69,6 +72,14 @@ int64_t etcd_test_grant(int port, int64_t ttl_s);
 int etcd_test_revoke(int port, int64_t lease);
 /* The lease ID in the key "<prefix><name>/<hex>"; 0 when not of that form. */
 int64_t etcd_test_key_lease(const char *key);
+
+/*
+ * The engine's fence offset for etcd.prefix @prefix ("" = none): the
+ * decimal value of the key "<prefix>__cerberus_fence__", which every grant
+ * adds to its key's create revision. Returns it, 0 when the key is absent,
+ * -1 when it cannot be read.
+ */
+int64_t etcd_test_fence_offset(int port, const char *prefix);
 
 /* PID of the etcd on @port (from CERB_STATE_DIR/etcd-<port>.pid), or -1. */
 pid_t etcd_test_pid(int port);
