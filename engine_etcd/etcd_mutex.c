@@ -268,18 +268,25 @@ cerb_status cerb__etcd_delete_key(cerb_engine *e, const char *key, size_t len, i
     json_t *cmp = cerb__etcd_list(cerb__etcd_cmp_create(key, len, NULL, 0, "EQUAL", rev), NULL);
     if (!cmp)
         return cerb__error_set(CERB_ENOMEM, "etcd: out of memory for a request");
-    json_t *req = cerb__etcd_txn(cmp, cerb__etcd_list(cerb__etcd_op_delete(key, len), NULL), NULL);
+    struct etcd_range_req look = {.key = key, .key_len = len, .keys_only = true};
+    json_t *req = cerb__etcd_txn(cmp, cerb__etcd_list(cerb__etcd_op_delete(key, len), NULL),
+                                 cerb__etcd_list(cerb__etcd_op_range(&look), NULL));
     cerb_status st = run_txn(e, "delete", req, 0, deadline_ns, abort, &call, &ok, &hrev, &resp);
     if (st != CERB_OK)
         return st;
-    /* Not succeeded = the key is another create revision: not ours to
-     * delete. A re-send after a lost answer finds it gone: it was ours. */
+    /* Not succeeded = the key is absent or another create revision. A
+     * re-send after a lost answer that finds it absent: our first copy
+     * deleted it. Present with another revision: not ours to delete. */
+    bool gone = false;
     if (ok) {
         const json_t *dr = json_object_get(json_array_get(resp, 0), "response_delete_range");
         st = cerb__etcd_get_i64(dr, "deleted", &n);
+    } else {
+        const json_t *rr = cerb__etcd_txn_range(resp, 0);
+        gone = rr && json_array_size(json_object_get(rr, "kvs")) == 0;
     }
     if (deleted)
-        *deleted = ok && (n > 0 || call.resent);
+        *deleted = ok ? (n > 0 || call.resent) : (call.resent && gone);
     json_decref(call.resp);
     return st;
 }

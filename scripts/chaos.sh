@@ -528,12 +528,6 @@ run_scenario() {
         fi
         grep -v 'cerberus \(warn\|info\|debug\)' "$wl" | grep -v '^ *$' | tail -n 2 | sed "s/^/  $scen: /"
     done
-    if ((rc)); then
-        mkdir -p -- "$KEEP"
-        cp -- "$RUN/$scen"-worker-*.log "$RUN/cerberus.cfg" "$KEEP/" 2>/dev/null || true
-        cp -- "$RUN/oracle" "$KEEP/$scen.oracle" 2>/dev/null || true
-        say "  $scen: worker logs, config and oracle kept in $KEEP"
-    fi
     kill -TERM "$PROXY_PID" 2>/dev/null || true
     wait "$PROXY_PID" 2>/dev/null || true
     PROXY_PID=""
@@ -542,6 +536,12 @@ run_scenario() {
     row=$("$ORACLE" report "$RUN/oracle" "$scen" --min-acq 10 $allow) || rc=1
     printf '%s\n' "$row" | tail -n +2
     ROWS+=("$(printf '%s\n' "$row" | head -n 1)")
+    if ((rc)); then
+        mkdir -p -- "$KEEP"
+        cp -- "$RUN/$scen"-worker-*.log "$RUN/cerberus.cfg" "$KEEP/" 2>/dev/null || true
+        cp -- "$RUN/oracle" "$KEEP/$scen.oracle" 2>/dev/null || true
+        say "  $scen: worker logs, config and oracle kept in $KEEP"
+    fi
     if ((rc)); then
         FAILED=1
         say "scenario $scen: FAILED (seed $seed)"

@@ -390,6 +390,11 @@ int main(int argc, char **argv)
            op.client, op.seed, op.threads, op.names, op.seconds, broken_name[op.broken]);
     fflush(stdout);
 
+    /* CERB_CHAOS_DEBUG=1: the library's debug log in the worker's log, for
+     * a post-mortem of a failed seed (timing changes: replay without it
+     * first). */
+    if (getenv("CERB_CHAOS_DEBUG"))
+        cerb_log_set(NULL, NULL, CERB_LOG_DEBUG);
     oracle *o = oracle_open(op.oracle_path);
     if (!o) {
         fprintf(stderr, "worker %d: oracle %s: %s\n", op.client, op.oracle_path,
