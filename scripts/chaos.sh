@@ -40,9 +40,11 @@
 #
 # Environment: CERB_CHAOS_REDIS_PORT (31400), CERB_CHAOS_ZK_PORT (37200),
 # CERB_CHAOS_ETCD_PORT (37400), CERB_CHAOS_PROXY_PORT (31410),
-# CERB_CHAOS_ZK3_PORT (37210: client ports 37210-37212, quorum and election
-# ports 707 and 1707 above), CERB_CHAOS_ETCD3_PORT (37410: client ports
-# 37410, 37412, 37414, each with its peer port next to it),
+# CERB_CHAOS_ZK3_PORT (30000: client ports 30000-30002, quorum and election
+# ports 707 and 1707 above), CERB_CHAOS_ETCD3_PORT (30100: client ports
+# 30100, 30102, 30104, each with its peer port next to it) — below the
+# kernel's ephemeral range (32768+), where a client socket could hold a port
+# a restarted member needs,
 # CERB_CHAOS_STATE_DIR (servers' state, default $TMPDIR/cerb-chaos-$UID),
 # CERB_CHAOS_KEEP_DIR (a failed scenario's worker logs, config and oracle,
 # default $TMPDIR/cerb-chaos-failed-<seed>),
@@ -57,8 +59,8 @@ REDIS_PORT=${CERB_CHAOS_REDIS_PORT:-31400}
 ZK_PORT=${CERB_CHAOS_ZK_PORT:-37200}
 ETCD_PORT=${CERB_CHAOS_ETCD_PORT:-37400}
 PROXY_PORT=${CERB_CHAOS_PROXY_PORT:-31410}
-ZK3_PORT=${CERB_CHAOS_ZK3_PORT:-37210}
-ETCD3_PORT=${CERB_CHAOS_ETCD3_PORT:-37410}
+ZK3_PORT=${CERB_CHAOS_ZK3_PORT:-30000}
+ETCD3_PORT=${CERB_CHAOS_ETCD3_PORT:-30100}
 NODES=1              # servers per engine in the current scenario
 export CERB_STATE_DIR=${CERB_CHAOS_STATE_DIR:-${TMPDIR:-/tmp}/cerb-chaos-${UID:-$(id -u)}}
 BUILD=${CERB_BUILD_DIR:-$ROOT/build}
