@@ -62,6 +62,7 @@ struct cerb_redis_config {
     char *sentinels[CERB_MAX_ENDPOINTS]; /* ("127.0.0.1:26379"), "host:port" */
     char *master_name;           /* "mymaster" */
     char *sentinel_password;     /* "" = no AUTH to the sentinels */
+    int min_replicas_ack;        /* 0, 0 .. 16: WAIT for this many replicas */
 };
 
 enum { CERB_REDIS_SINGLE = 0, CERB_REDIS_SENTINEL = 1, CERB_REDIS_CLUSTER = 2 };

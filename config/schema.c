@@ -114,6 +114,7 @@ const struct cerb__cfg_key cerb__cfg_keys[] = {
      .check = cerb__cfg_check_hostport},
     KEY_STR("redis.master_name", redis.master_name, I, "mymaster", cerb__cfg_check_nonempty),
     KEY_STR("redis.sentinel_password", redis.sentinel_password, I, "", NULL),
+    KEY_INT("redis.min_replicas_ack", redis.min_replicas_ack, I, 0, 0, 16),
 
     KEY_STR("zk.hosts", zk.hosts, I, "127.0.0.1:2181",
             cerb__cfg_check_nonempty),

@@ -45,6 +45,33 @@ static void etcd_close(cerb_engine *e)
     cerb__free(e);
 }
 
+/*
+ * etcd before 3.4.28 / 3.5.11 has a leader that, paused (a stalled disk, a
+ * stopped process) and then resumed after the others elected a new one,
+ * revokes the leases it thinks have expired and forwards the revocation to
+ * the new leader (etcd#12528, #15247, fixed by #16822): keys whose session
+ * was kept alive all along vanish, and a waiter is granted while the holder
+ * still believes it holds — nothing a client can prevent (the chaos suite's
+ * etcd3-oldleader scenario shows it on Debian's 3.4.23). Said once at open,
+ * with the version; an answer we cannot read says nothing.
+ */
+static void warn_old_server(cerb_engine *e, int64_t deadline)
+{
+    struct etcd_call call = {.what = "version", .path = "/version", .deadline_ns = deadline,
+                             .idempotent = true};
+    if (cerb__etcd_call(e, &call) != CERB_OK)
+        return;
+    const char *v = json_string_value(json_object_get(call.resp, "etcdserver"));
+    int maj = 0, min = 0, pat = 0;
+    if (v && sscanf(v, "%d.%d.%d", &maj, &min, &pat) == 3 &&
+        (maj < 3 || (maj == 3 && (min < 4 || (min == 4 && pat < 28) || (min == 5 && pat < 11)))))
+        CERB_LOG_W("etcd %s: server %s revokes live sessions' leases when a paused leader "
+                   "resumes (etcd#15247, fixed in 3.4.28 and 3.5.11): a lock can then be "
+                   "granted while its holder still holds it; upgrade the server",
+                   cerb__etcd_endpoint(&e->http), v);
+    json_decref(call.resp);
+}
+
 static cerb_status etcd_open(const cerb_engine_env *env, cerb_engine **out)
 {
     cerb_engine *e;
@@ -92,6 +119,7 @@ static cerb_status etcd_open(const cerb_engine_env *env, cerb_engine **out)
         etcd_close(e);
         return cerb__error_set(st, "%s", why);
     }
+    warn_old_server(e, cerb__deadline_in(ec->op_timeout_ms));
     CERB_LOG_D("etcd %s: engine open (%zu endpoints, lease %llx, TTL %llds)",
                cerb__etcd_endpoint(&e->http), e->http.n_ep, (unsigned long long)e->sess.id,
                (long long)e->ttl_s);

@@ -348,6 +348,75 @@ static cerb_status wait_loop(cerb_engine *e, cerb_engine_lock *lk, const struct 
     return st;
 }
 
+/*
+ * redis.min_replicas_ack = n > 0: a grant counts only once n replicas have
+ * it. WAIT covers the writes of the connection it is sent on, and a
+ * hand-off was written by the releaser's; so run acquire once more on one
+ * connection (our token holds the key: it extends it, a write of ours after
+ * the grant in the replication stream) and WAIT there, in one round trip.
+ * Not confirmed within the operation timeout: release it (token compared)
+ * and report an error — never a hold the replicas may not have. A release
+ * that fails leaves the key to its lease: nobody holds it.
+ */
+static cerb_status confirm_replicas(cerb_engine *e, const struct redis_keys *ks,
+                                    cerb_engine_lock *lk, cerb_grant *g)
+{
+    int n = e->rc->min_replicas_ack;
+    struct redis_conn *c;
+    struct redis_acquire_result res;
+    int64_t sent;
+    cerb_outcome oc;
+    cerb_status st = cerb__redis_get(e, cerb__deadline_in(e->rc->op_timeout_ms), &c);
+    if (st == CERB_OK) {
+        st = cerb__redis_run_acquire(e, c, ks, lk, 0, &res, &sent, &oc);
+        if (st == CERB_OK && !res.granted)
+            st = cerb__error_set(CERB_LOST, "redis %s: \"%s\" was lost before its replicas "
+                                 "confirmed it", e->where, ks->k[REDIS_K]);
+    }
+    long long acked = -1;
+    if (st == CERB_OK) {
+        char nb[16], tb[24];
+        snprintf(nb, sizeof nb, "%d", n);
+        snprintf(tb, sizeof tb, "%lld", (long long)e->rc->op_timeout_ms);
+        const char *argv[3] = {"WAIT", nb, tb};
+        size_t argl[3] = {4, strlen(nb), strlen(tb)};
+        redisReply *r = NULL;
+        size_t got = 0;
+        /* WAIT blocks up to its own timeout: give the socket that long. */
+        st = cerb__redis_conn_set_timeout(e, c, 2 * e->rc->op_timeout_ms);
+        if (st == CERB_OK)
+            st = cerb__redis_append(c, 3, argv, argl);
+        if (st == CERB_OK)
+            st = cerb__redis_exchange(e, c, "WAIT", &r, &got, &oc);
+        if (st == CERB_OK && r->type == REDIS_REPLY_INTEGER)
+            acked = r->integer;
+        else if (st == CERB_OK)
+            st = cerb__error_set(CERB_EPROTO, "redis %s: WAIT answered no number", e->where);
+        if (r)
+            freeReplyObject(r);
+        if (st == CERB_OK)
+            st = cerb__redis_conn_set_timeout(e, c, e->rc->op_timeout_ms);
+    }
+    if (c)
+        cerb__redis_put(e, c);
+    if (st == CERB_OK && acked >= n) {
+        /* The extension counts from this run's send. */
+        g->sent_ns = sent;
+        g->ttl_ms = lk->lease_ms;
+        return CERB_OK;
+    }
+    char why[CERB_ERROR_MAX];
+    if (st == CERB_OK)
+        snprintf(why, sizeof why, "%lld of %d replicas confirmed it within %lld ms", acked, n,
+                 (long long)e->rc->op_timeout_ms);
+    else
+        cerb__error_copy(why, sizeof why);
+    cerb__redis_op_release(e, lk);
+    g->outcome = CERB_OUTCOME_NO;
+    return cerb__error_set(CERB_EIO, "redis %s: \"%s\" granted, but not acknowledged (%s): "
+                           "released", e->where, ks->k[REDIS_K], why);
+}
+
 cerb_status cerb__redis_op_acquire(cerb_engine *e, cerb_engine_lock *lk, int64_t deadline_ns,
                                    const atomic_int *interrupted, cerb_grant *grant)
 {
@@ -388,6 +457,8 @@ cerb_status cerb__redis_op_acquire(cerb_engine *e, cerb_engine_lock *lk, int64_t
     } else {
         st = wait_loop(e, lk, &ks, deadline_ns, interrupted, res, sent, grant);
     }
+    if (st == CERB_OK && e->rc->min_replicas_ack > 0)
+        st = confirm_replicas(e, &ks, lk, grant);
     if (st == CERB_OK)
         REDIS_COUNT(e, grants);
     cerb__redis_keys_free(&ks);

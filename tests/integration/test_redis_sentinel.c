@@ -13,7 +13,10 @@
  *    silently: another client cannot take the held name while the holder is
  *    VALID. A new client is granted a fresh name within the failover time,
  *    the quarantine the new history imposes (one lease) and 2 s, and every
- *    fence after the failover ranks above every fence before it.
+ *    fence after the failover ranks above every fence before it;
+ *  - replica acknowledgement (item 4): with redis.min_replicas_ack = 2 a
+ *    grant is reported once both replicas have it; with the replicas paused
+ *    the grant is an error within the timeout, and no hold is left behind.
  */
 #define _POSIX_C_SOURCE 200809L
 #include <hiredis/hiredis.h>
@@ -50,7 +53,7 @@ static int servers(const char *cmd)
     return cerb_test_run(argv, 90000);
 }
 
-static cerb_client *open_client(const char *master)
+static cerb_client *open_client_with(const char *master, const char *extra)
 {
     int b = base_port();
     char text[1024];
@@ -58,12 +61,14 @@ static cerb_client *open_client(const char *master)
              "engines = (\"redis\");\n"
              "redis = { mode = \"sentinel\"; master_name = \"%s\";\n"
              "  sentinels = (\"127.0.0.1:%d\", \"127.0.0.1:%d\", \"127.0.0.1:%d\");\n"
-             "  connect_timeout_ms = 300; op_timeout_ms = 300; };\n"
+             "  connect_timeout_ms = 300; op_timeout_ms = 300; %s };\n"
              "lock = { lease_ms = %d; renew = true; };\n"
              "retry = { max = 3; backoff_ms = 20; backoff_max_ms = 200; };\n",
-             master, b + 10, b + 11, b + 12, LEASE_MS);
+             master, b + 10, b + 11, b + 12, extra, LEASE_MS);
     return cerb_test_open(text);
 }
+
+static cerb_client *open_client(const char *master) { return open_client_with(master, ""); }
 
 /* The master's port as sentinel +10 names it, or -1. */
 static int named_master(void)
@@ -143,6 +148,73 @@ static void test_discovery_and_unknown_master(void **state)
     assert_non_null(strstr(cerb_last_error(), "no-such-master"));
 }
 
+static long long raw_exists(int port, const char *key)
+{
+    struct timeval tv = {2, 0};
+    redisContext *c = redisConnectWithTimeout("127.0.0.1", port, tv);
+    long long n = -1;
+    if (c && !c->err) {
+        redisSetTimeout(c, tv);
+        redisReply *r = redisCommand(c, "EXISTS %s", key);
+        if (r && r->type == REDIS_REPLY_INTEGER)
+            n = r->integer;
+        if (r)
+            freeReplyObject(r);
+    }
+    if (c)
+        redisFree(c);
+    return n;
+}
+
+static int pid_of(int port)
+{
+    char pidf[1024];
+    snprintf(pidf, sizeof pidf, "%s/redis-%d.pid", cerb_test_state_dir(), port);
+    FILE *f = fopen(pidf, "r");
+    int pid = 0;
+    if (f) {
+        if (fscanf(f, "%d", &pid) != 1)
+            pid = 0;
+        fclose(f);
+    }
+    return pid;
+}
+
+static void test_replica_ack(void **state)
+{
+    (void)state;
+    int m = named_master();
+    assert_true(m > 0);
+    int rep[2], k = 0;
+    for (int i = 0; i < 3; i++)
+        if (base_port() + i != m)
+            rep[k++] = base_port() + i;
+    cerb_client *c = open_client_with("cerbmaster", "min_replicas_ack = 2;");
+    assert_non_null(c);
+    char *name = test_name("ack");
+    cerb_lock *l = cerb_test_handle(c, name);
+    assert_int_equal(cerb_lock_trylock_for(l, 5000), CERB_OK);
+    assert_int_equal(cerb_lock_unlock(l), CERB_OK);
+
+    for (int i = 0; i < 2; i++)
+        assert_int_equal(kill(pid_of(rep[i]), SIGSTOP), 0);
+    int64_t t0 = cerb_test_now_ms();
+    cerb_status st = cerb_lock_trylock(l);
+    int64_t took = cerb_test_now_ms() - t0;
+    long long left = raw_exists(m, name);
+    for (int i = 0; i < 2; i++)
+        kill(pid_of(rep[i]), SIGCONT);
+    print_message("replicas paused: trylock %s after %lld ms (%s); key left: %lld\n",
+                  cerb_status_name(st), (long long)took, cerb_last_error(), left);
+    assert_int_not_equal(st, CERB_OK);
+    assert_int_equal(cerb_lock_hold_count(l), 0);
+    assert_int_equal(left, 0);
+    assert_true(took < 3000);
+    cerb_lock_free(l);
+    cerb_client_close(c);
+    free(name);
+}
+
 static void test_master_killed(void **state)
 {
     (void)state;
@@ -219,6 +291,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_discovery_and_unknown_master),
+        cmocka_unit_test(test_replica_ack),
         cmocka_unit_test(test_master_killed),
     };
     if (getenv("CERB_TEST_DEBUG"))
