@@ -120,6 +120,7 @@ int cerb__cli_exit_code(cerb_status st)
 {
     switch (st) {
     case CERB_OK:
+    case CERB_DUPLICATE: /* `once`: the operation already succeeded */
         return CLI_EXIT_OK;
     case CERB_BUSY:
     case CERB_TIMEOUT:

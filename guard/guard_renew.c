@@ -1,0 +1,244 @@
+/*
+ * guard_renew.c — the client's set of guard handles and the renewer that
+ * keeps running attempts' claims alive.
+ *
+ * Every guard handle of a client is on one list (so close can end the ones
+ * left open). A running attempt also carries a renewal schedule in the
+ * watchdog's style: next renewal at a third of running_ms after the send of
+ * the request that last set the claim, and a conservative local end of the
+ * claim, valid_until = that send + running_ms × (1 − drift). One thread per
+ * client (started with the first running attempt) sleeps until the earliest
+ * renewal, takes it off the list's lock (busy), sends it with no mutex held,
+ * and applies the answer: OK moves both times on; "not owner" (the record is
+ * gone, done or another attempt's) is definitive — the claim is lost, it is
+ * no longer renewed, a warning is logged and the holder learns it from
+ * cerb_guard_finish (CERB_LOST, decided by the token compare on the server);
+ * any other error is retried after a tenth of running_ms, so a server that
+ * comes back in time still sees the claim renewed. The renewer never brings
+ * a claim back: renewals compare the token and the state on the server.
+ * Stopping a handle's renewal withdraws it and waits for a renewal on the
+ * wire (one engine call, bounded by the engine's operation timeout), so a
+ * finish is never overtaken by a renewal and a handle is never freed under
+ * the renewer. The renewer handles one claim per engine call; attempts are
+ * short-lived and few per process compared with locks.
+ */
+#include "internal_posix.h"
+
+#include <string.h>
+
+#include "alloc.h"
+#include "clock.h"
+#include "error.h"
+#include "guard.h"
+#include "internal.h"
+#include "log.h"
+
+struct cerb_guard_set {
+    cerb_client *c;
+    cerb_mutex mu;
+    cerb_cond wake;   /* a new earliest renewal, or stop */
+    cerb_cond idle;   /* a busy flag was cleared */
+    pthread_t thread;
+    bool started, stop;
+    struct cerb_guard *head;
+};
+
+static cerb_mutex sets_mu = {PTHREAD_MUTEX_INITIALIZER};
+
+/* The client's set, made on first use (under a process-wide mutex: it is
+ * taken once per client). */
+static struct cerb_guard_set *set_of(cerb_client *c, bool make)
+{
+    struct cerb_guard_set *s = atomic_load(&c->guards);
+    if (s || !make)
+        return s;
+    cerb__mutex_lock(&sets_mu);
+    s = atomic_load(&c->guards);
+    if (!s) {
+        s = cerb__calloc(1, sizeof *s);
+        if (s) {
+            s->c = c;
+            cerb__mutex_init(&s->mu);
+            cerb__cond_init(&s->wake);
+            cerb__cond_init(&s->idle);
+            atomic_store(&c->guards, s);
+        }
+    }
+    cerb__mutex_unlock(&sets_mu);
+    return s;
+}
+
+static void schedule(struct cerb_guard *g, const cerb_grant *grant)
+{
+    g->valid_until_ns = cerb__grant_deadline(grant);
+    int64_t ttl = grant->ttl_ms > 0 ? grant->ttl_ms : g->rec.running_ms;
+    g->next_renew_ns = grant->sent_ns + ttl * CERB_NS_PER_MS / 3;
+}
+
+static void renew_one(struct cerb_guard_set *s, struct cerb_guard *g)
+{
+    cerb_client *c = s->c;
+    struct cerb_client_engine *ce = &c->engines[g->engine_idx];
+    cerb_grant grant;
+    cerb_status st = cerb__engine_guard_renew(ce->ops, atomic_load(&ce->e), &g->rec, &grant);
+    int64_t now = cerb_monotime();
+
+    cerb__mutex_lock(&s->mu);
+    if (st == CERB_OK) {
+        schedule(g, &grant);
+    } else if (st == CERB_NOT_OWNER) {
+        atomic_store(&g->lost, true);
+        g->renewing = false;
+    } else {
+        g->next_renew_ns = now + g->rec.running_ms * CERB_NS_PER_MS / 10;
+    }
+    g->busy = false;
+    cerb__cond_broadcast(&s->idle);
+    cerb__mutex_unlock(&s->mu);
+
+    if (st == CERB_OK) {
+        cerb__health_ok(c, g->engine_idx);
+    } else if (st == CERB_NOT_OWNER) {
+        cerb__health_ok(c, g->engine_idx);
+        CERB_LOG_W("guard %s: the running attempt's claim on %s was lost (taken over or "
+                   "deleted); its finish will return LOST", g->scope, ce->name);
+    } else {
+        cerb__health_fail(c, g->engine_idx, "guard renew");
+        if (now > g->valid_until_ns)
+            CERB_LOG_W("guard %s: the claim on %s could not be renewed before its end: another "
+                       "attempt may begin", g->scope, ce->name);
+    }
+}
+
+static void *renewer_main(void *arg)
+{
+    struct cerb_guard_set *s = arg;
+    cerb__mutex_lock(&s->mu);
+    while (!s->stop) {
+        int64_t now = cerb_monotime();
+        int64_t next = CERB_DEADLINE_NEVER;
+        struct cerb_guard *due = NULL;
+        for (struct cerb_guard *g = s->head; g; g = g->next) {
+            if (!g->renewing || g->busy)
+                continue;
+            if (g->next_renew_ns <= now) {
+                due = g;
+                break;
+            }
+            if (g->next_renew_ns < next)
+                next = g->next_renew_ns;
+        }
+        if (due) {
+            due->busy = true;
+            cerb__mutex_unlock(&s->mu);
+            renew_one(s, due);
+            cerb__mutex_lock(&s->mu);
+            continue;
+        }
+        cerb__cond_wait_until(&s->wake, &s->mu, next);
+    }
+    cerb__mutex_unlock(&s->mu);
+    return NULL;
+}
+
+cerb_status cerb__guard_track(struct cerb_guard *g, const cerb_grant *grant, bool renew)
+{
+    struct cerb_guard_set *s = set_of(g->client, true);
+    if (!s)
+        return cerb__error_set(CERB_ENOMEM, "guard: out of memory");
+    cerb__mutex_lock(&s->mu);
+    if (renew && !s->started) {
+        int rc = pthread_create(&s->thread, NULL, renewer_main, s);
+        if (rc != 0) {
+            cerb__mutex_unlock(&s->mu);
+            return cerb__error_set(CERB_ENOMEM, "guard: cannot start the renewer: %s",
+                                   strerror(rc));
+        }
+        s->started = true;
+    }
+    g->prev = NULL;
+    g->next = s->head;
+    if (s->head)
+        s->head->prev = g;
+    s->head = g;
+    g->renewing = renew;
+    g->busy = false;
+    if (renew) {
+        schedule(g, grant);
+        cerb__cond_signal(&s->wake);
+    }
+    cerb__mutex_unlock(&s->mu);
+    return CERB_OK;
+}
+
+void cerb__guard_stop_renew(struct cerb_guard *g)
+{
+    struct cerb_guard_set *s = set_of(g->client, false);
+    if (!s)
+        return;
+    cerb__mutex_lock(&s->mu);
+    g->renewing = false;
+    while (g->busy)
+        cerb__cond_wait(&s->idle, &s->mu);
+    cerb__mutex_unlock(&s->mu);
+}
+
+static void unlink_locked(struct cerb_guard_set *s, struct cerb_guard *g)
+{
+    if (g->prev)
+        g->prev->next = g->next;
+    else if (s->head == g)
+        s->head = g->next;
+    if (g->next)
+        g->next->prev = g->prev;
+    g->next = g->prev = NULL;
+}
+
+void cerb__guard_untrack(struct cerb_guard *g)
+{
+    struct cerb_guard_set *s = set_of(g->client, false);
+    if (!s)
+        return;
+    cerb__mutex_lock(&s->mu);
+    g->renewing = false;
+    while (g->busy)
+        cerb__cond_wait(&s->idle, &s->mu);
+    unlink_locked(s, g);
+    cerb__mutex_unlock(&s->mu);
+}
+
+void cerb__guard_close_all(cerb_client *c)
+{
+    struct cerb_guard_set *s = atomic_load(&c->guards);
+    if (!s)
+        return;
+    cerb__mutex_lock(&s->mu);
+    s->stop = true;
+    cerb__cond_broadcast(&s->wake);
+    cerb__mutex_unlock(&s->mu);
+    if (s->started)
+        pthread_join(s->thread, NULL);
+    /* The renewer is gone: nothing is busy. End what is left, deleting an
+     * unfinished attempt's claim once per engine that still answers. */
+    bool silent[CERB_MAX_ENGINES] = {false};
+    size_t left = 0;
+    while (s->head) {
+        struct cerb_guard *g = s->head;
+        unlink_locked(s, g);
+        g->renewing = false;
+        int idx = g->engine_idx;
+        bool open = g->kind == CERB_GUARD_RUNNING && !g->degraded;
+        if (open && silent[idx])
+            left++;
+        cerb_status st = cerb__guard_end(g, silent[idx]);
+        if (open && st != CERB_OK && st != CERB_LOST)
+            silent[idx] = true;
+    }
+    if (left)
+        CERB_LOG_W("close: %zu unfinished guard attempt(s) left to expire with running_ms", left);
+    atomic_store(&c->guards, NULL);
+    cerb__cond_destroy(&s->wake);
+    cerb__cond_destroy(&s->idle);
+    cerb__mutex_destroy(&s->mu);
+    cerb__free(s);
+}
