@@ -198,7 +198,7 @@ static void health(cerb_client *c, int idx, bool ok, const char *what)
     if (!cerb__client_ok(c))
         return;
     if (ok)
-        health(c, idx, true, NULL);
+        cerb__health_ok(c, idx);
     else
         cerb__health_fail(c, idx, what);
 }
