@@ -292,8 +292,8 @@ cerb_status cerb_guard_begin(cerb_client *c, const char *scope, const void *key,
         health(c, idx, false, "guard begin");
         st = cerb__engine_guard_begin(ce->ops, e, &g->rec, &grant, &res, &res_len);
     }
-    if (!engine_failed(st) && can)
-        health(c, idx, true, NULL);
+    if (can)
+        health(c, idx, !engine_failed(st), "guard begin");
 
     switch (st) {
     case CERB_OK:
