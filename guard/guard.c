@@ -285,12 +285,14 @@ cerb_status cerb_guard_begin(cerb_client *c, const char *scope, const void *key,
      * the breaker is not told, and the policy decides below. */
     bool can = e && cerb__engine_has_guard(ce->ops);
     st = cerb__engine_guard_begin(ce->ops, e, &g->rec, &grant, &res, &res_len);
+    bool maybe_landed = grant.outcome == CERB_OUTCOME_UNKNOWN;
     if (engine_failed(st) && can) {
         /* One more request: begin is idempotent per token, so if the first
          * landed and its answer was lost, this one answers OK (our claim);
          * it is the re-check of an unknown outcome. */
         health(c, idx, false, "guard begin");
         st = cerb__engine_guard_begin(ce->ops, e, &g->rec, &grant, &res, &res_len);
+        maybe_landed = maybe_landed || grant.outcome == CERB_OUTCOME_UNKNOWN;
     }
     if (can)
         health(c, idx, !engine_failed(st), "guard begin");
@@ -329,9 +331,12 @@ cerb_status cerb_guard_begin(cerb_client *c, const char *scope, const void *key,
         return st;
     }
     /* The engine could not tell: the policy decides. A claim of ours that
-     * may have landed is not renewed and expires after running_ms. */
+     * may have landed (or land later, from a paused server) is deleted in
+     * the background, so it does not keep retries out for running_ms. */
     char why[CERB_ERROR_MAX];
     cerb__error_copy(why, sizeof why);
+    if (maybe_landed)
+        cerb__guard_orphan(c, &g->rec, idx, cerb_monotime());
     if (cc.on_unavailable != CERB_GUARD_ALLOW) {
         guard_free_mem(g);
         return cerb__error_set(CERB_UNAVAILABLE, "guard %s: engine %s cannot answer (%s)", scope,
@@ -405,6 +410,12 @@ static cerb_status finish_attempt(cerb_guard *g, int succeeded, const void *resu
                                "guard %s: the attempt's claim was lost (it ran past running_ms "
                                "without a renewal, or was deleted); nothing was changed",
                                g->scope);
+    if (st != CERB_OK && !settled && !succeeded) {
+        /* A failed attempt's delete not confirmed: retried in the
+         * background, so a retry need not wait for running_ms. */
+        cerb__guard_orphan(g->client, &g->rec, g->engine_idx, cerb_monotime());
+        return st;
+    }
     if (st != CERB_OK && !settled)
         cerb__error_prefix("guard %s: finish not confirmed; the claim expires after %" PRId64
                            " ms", g->scope, g->rec.running_ms);

@@ -57,6 +57,10 @@ cerb_status cerb__guard_track(struct cerb_guard *g, const cerb_grant *grant, boo
 void cerb__guard_stop_renew(struct cerb_guard *g);
 /* Take g off its client's set (renewal stopped first). */
 void cerb__guard_untrack(struct cerb_guard *g);
+/* A claim of rec on engine idx that may have landed though its request
+ * failed (sent at sent_ns): deleted in the background until confirmed or
+ * until it must have expired. */
+void cerb__guard_orphan(cerb_client *c, const cerb_guard_rec *rec, int idx, int64_t sent_ns);
 /* Client close: stop the renewer and end every handle still open (an
  * unfinished attempt is deleted as failed, once per answering engine),
  * freeing them. Safe when no guard was ever used. */

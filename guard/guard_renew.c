@@ -21,6 +21,17 @@
  * finish is never overtaken by a renewal and a handle is never freed under
  * the renewer. The renewer handles one claim per engine call; attempts are
  * short-lived and few per process compared with locks.
+ *
+ * Orphans. A begin that failed after its request left (a timeout: the claim
+ * may land later, when a paused server resumes) and a failed attempt's
+ * delete that was not confirmed leave a claim nobody renews, which would
+ * keep retries out for running_ms. The renewer deletes such a claim,
+ * compared with its token, every tenth of running_ms (50 ms to 500 ms) until
+ * a delete is confirmed or the claim must have run out by itself (its
+ * request's send time + running_ms), as the lock watchdog does for acquires
+ * whose outcome was unknown. "Not ours" is no proof (the request may still
+ * land), so only the deadline ends the retries. A done-record is never
+ * touched: the delete compares the state too.
  */
 #include "internal_posix.h"
 
@@ -33,8 +44,20 @@
 #include "internal.h"
 #include "log.h"
 
+/* A claim that may have landed although its request failed (the answer was
+ * lost): deleted again and again, compared with its token, until a delete
+ * is confirmed or the claim must have run out by itself. */
+struct orphan {
+    cerb_guard_rec rec;          /* rec.scope points at `scope` */
+    char *scope;
+    int idx;
+    int64_t until_ns, next_ns;
+    struct orphan *next;
+};
+
 struct cerb_guard_set {
     cerb_client *c;
+    struct orphan *orphans;
     cerb_mutex mu;
     cerb_cond wake;   /* a new earliest renewal, or stop */
     cerb_cond idle;   /* a busy flag was cleared */
@@ -110,13 +133,71 @@ static void renew_one(struct cerb_guard_set *s, struct cerb_guard *g)
     }
 }
 
+static int64_t orphan_step(const struct orphan *o)
+{
+    int64_t ms = o->rec.running_ms / 10;
+    ms = ms < 50 ? 50 : ms > 500 ? 500 : ms;
+    return ms * CERB_NS_PER_MS;
+}
+
+static void orphan_free(struct orphan *o)
+{
+    cerb__free(o->scope);
+    cerb__free(o);
+}
+
+/* One delete of a due orphan (mutex not held); true when it is settled. */
+static bool orphan_try(struct cerb_guard_set *s, struct orphan *o)
+{
+    struct cerb_client_engine *ce = &s->c->engines[o->idx];
+    cerb_outcome oc;
+    cerb_status st = cerb__engine_guard_finish(ce->ops, atomic_load(&ce->e), &o->rec, 0, NULL, 0,
+                                               0, &oc);
+    return st == CERB_OK || cerb_monotime() >= o->until_ns;
+}
+
+/* Take due orphans off the list one at a time and try them; s->mu held
+ * (released around each call). Returns the earliest next try. */
+static int64_t orphans_run(struct cerb_guard_set *s)
+{
+    for (;;) {
+        int64_t now = cerb_monotime(), next = CERB_DEADLINE_NEVER;
+        struct orphan **pp = &s->orphans, *due = NULL;
+        for (; *pp; pp = &(*pp)->next) {
+            if ((*pp)->next_ns <= now) {
+                due = *pp;
+                *pp = due->next;
+                break;
+            }
+            if ((*pp)->next_ns < next)
+                next = (*pp)->next_ns;
+        }
+        if (!due)
+            return next;
+        cerb__mutex_unlock(&s->mu);
+        bool done = orphan_try(s, due);
+        cerb__mutex_lock(&s->mu);
+        if (done) {
+            orphan_free(due);
+        } else {
+            due->next_ns = cerb_monotime() + orphan_step(due);
+            due->next = s->orphans;
+            s->orphans = due;
+        }
+        if (s->stop)
+            return CERB_DEADLINE_NEVER;
+    }
+}
+
 static void *renewer_main(void *arg)
 {
     struct cerb_guard_set *s = arg;
     cerb__mutex_lock(&s->mu);
     while (!s->stop) {
+        int64_t next = orphans_run(s);
+        if (s->stop)
+            break;
         int64_t now = cerb_monotime();
-        int64_t next = CERB_DEADLINE_NEVER;
         struct cerb_guard *due = NULL;
         for (struct cerb_guard *g = s->head; g; g = g->next) {
             if (!g->renewing || g->busy)
@@ -139,6 +220,48 @@ static void *renewer_main(void *arg)
     }
     cerb__mutex_unlock(&s->mu);
     return NULL;
+}
+
+/* Start the renewer if it is not running; s->mu held. */
+static cerb_status start_locked(struct cerb_guard_set *s)
+{
+    if (s->started)
+        return CERB_OK;
+    int rc = pthread_create(&s->thread, NULL, renewer_main, s);
+    if (rc != 0)
+        return cerb__error_set(CERB_ENOMEM, "guard: cannot start the renewer: %s", strerror(rc));
+    s->started = true;
+    return CERB_OK;
+}
+
+void cerb__guard_orphan(cerb_client *c, const cerb_guard_rec *rec, int idx, int64_t sent_ns)
+{
+    struct cerb_guard_set *s = set_of(c, true);
+    struct orphan *o = s ? cerb__calloc(1, sizeof *o) : NULL;
+    if (o)
+        o->scope = cerb__strdup(rec->scope);
+    if (!o || !o->scope) {
+        if (o)
+            orphan_free(o);
+        CERB_LOG_W("guard %s: out of memory: a claim that may have landed expires after %lld "
+                   "ms", rec->scope, (long long)rec->running_ms);
+        return;
+    }
+    o->rec = *rec;
+    o->rec.scope = o->scope;
+    o->idx = idx;
+    o->until_ns = sent_ns + rec->running_ms * CERB_NS_PER_MS;
+    o->next_ns = cerb_monotime() + orphan_step(o);
+    cerb__mutex_lock(&s->mu);
+    if (s->stop || start_locked(s) != CERB_OK) {
+        cerb__mutex_unlock(&s->mu);
+        orphan_free(o);
+        return;
+    }
+    o->next = s->orphans;
+    s->orphans = o;
+    cerb__cond_signal(&s->wake);
+    cerb__mutex_unlock(&s->mu);
 }
 
 cerb_status cerb__guard_track(struct cerb_guard *g, const cerb_grant *grant, bool renew)
@@ -218,6 +341,22 @@ void cerb__guard_close_all(cerb_client *c)
     cerb__mutex_unlock(&s->mu);
     if (s->started)
         pthread_join(s->thread, NULL);
+    /* Orphans get one more delete each (not on an engine that failed),
+     * then are left to expire. */
+    bool silent_o[CERB_MAX_ENGINES] = {false};
+    while (s->orphans) {
+        struct orphan *o = s->orphans;
+        s->orphans = o->next;
+        if (!silent_o[o->idx]) {
+            struct cerb_client_engine *ce = &c->engines[o->idx];
+            cerb_outcome oc;
+            cerb_status st = cerb__engine_guard_finish(ce->ops, atomic_load(&ce->e), &o->rec, 0,
+                                                       NULL, 0, 0, &oc);
+            if (st != CERB_OK && st != CERB_NOT_OWNER)
+                silent_o[o->idx] = true;
+        }
+        orphan_free(o);
+    }
     /* The renewer is gone: nothing is busy. End what is left, deleting an
      * unfinished attempt's claim once per engine that still answers. */
     bool silent[CERB_MAX_ENGINES] = {false};
