@@ -35,6 +35,7 @@
  */
 #include "internal_posix.h"
 
+#include <stdio.h>
 #include <string.h>
 
 #include "alloc.h"
@@ -101,11 +102,17 @@ static void schedule(struct cerb_guard *g, const cerb_grant *grant)
 static void renew_one(struct cerb_guard_set *s, struct cerb_guard *g)
 {
     cerb_client *c = s->c;
-    struct cerb_client_engine *ce = &c->engines[g->engine_idx];
+    int idx = g->engine_idx;
+    struct cerb_client_engine *ce = &c->engines[idx];
     cerb_grant grant;
     cerb_status st = cerb__engine_guard_renew(ce->ops, atomic_load(&ce->e), &g->rec, &grant);
     int64_t now = cerb_monotime();
+    char scope[256];
+    bool late = false;
 
+    /* What the log needs is copied before busy is cleared: from then on
+     * the handle's owner may free it. */
+    snprintf(scope, sizeof scope, "%s", g->scope);
     cerb__mutex_lock(&s->mu);
     if (st == CERB_OK) {
         schedule(g, &grant);
@@ -113,6 +120,7 @@ static void renew_one(struct cerb_guard_set *s, struct cerb_guard *g)
         atomic_store(&g->lost, true);
         g->renewing = false;
     } else {
+        late = now > g->valid_until_ns;
         g->next_renew_ns = now + g->rec.running_ms * CERB_NS_PER_MS / 10;
     }
     g->busy = false;
@@ -120,16 +128,16 @@ static void renew_one(struct cerb_guard_set *s, struct cerb_guard *g)
     cerb__mutex_unlock(&s->mu);
 
     if (st == CERB_OK) {
-        cerb__health_ok(c, g->engine_idx);
+        cerb__health_ok(c, idx);
     } else if (st == CERB_NOT_OWNER) {
-        cerb__health_ok(c, g->engine_idx);
+        cerb__health_ok(c, idx);
         CERB_LOG_W("guard %s: the running attempt's claim on %s was lost (taken over or "
-                   "deleted); its finish will return LOST", g->scope, ce->name);
+                   "deleted); its finish will return LOST", scope, ce->name);
     } else {
-        cerb__health_fail(c, g->engine_idx, "guard renew");
-        if (now > g->valid_until_ns)
+        cerb__health_fail(c, idx, "guard renew");
+        if (late)
             CERB_LOG_W("guard %s: the claim on %s could not be renewed before its end: another "
-                       "attempt may begin", g->scope, ce->name);
+                       "attempt may begin", scope, ce->name);
     }
 }
 

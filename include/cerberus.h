@@ -485,7 +485,10 @@ enum { CERB_GUARD_REFUSE = 0, CERB_GUARD_ALLOW = 1 };
  * TODO(next session): after a switch, the engine active before is consulted
  * too; today only the active engine is asked.
  * Ownership: free the handle with cerb_guard_free() before closing the
- * client.
+ * client; cerb_client_close() frees handles still open (an unfinished
+ * attempt counts as failed).
+ * Thread-safety: begin is safe from any thread; one handle is used by one
+ * thread at a time (finish, result, free).
  */
 cerb_status cerb_guard_begin(cerb_client *c, const char *scope,
                              const void *key, size_t key_len,
