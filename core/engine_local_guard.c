@@ -188,8 +188,8 @@ static cerb_status mem_finish(const cerb_guard_rec *rec, int ok, const void *res
             grec_delete(r);
             st = CERB_OK;
         } else {
-            void *copy;
-            size_t n;
+            void *copy = NULL;
+            size_t n = 0;
             st = copy_result(result, len, &copy, &n);
             if (st == CERB_OK) {
                 r->result = copy;
