@@ -206,7 +206,7 @@ static bool parse_value(const redisReply *r, const cerb_guard_rec *rec, char *st
 cerb_status cerb__redis_guard_renew(cerb_engine *e, const cerb_guard_rec *rec, cerb_grant *g)
 {
     char key[512], ms[24];
-    size_t klen;
+    size_t klen = 0;
     redisReply *r;
     cerb_status st = record_key(e, rec, key, sizeof key, &klen);
     if (st != CERB_OK)
@@ -232,7 +232,7 @@ cerb_status cerb__redis_guard_begin(cerb_engine *e, const cerb_guard_rec *rec, c
                                     void **result, size_t *result_len)
 {
     char key[512], ms[24], val[VAL_HDR];
-    size_t klen;
+    size_t klen = 0;
     redisReply *r;
     cerb_status st = record_key(e, rec, key, sizeof key, &klen);
     if (st != CERB_OK)
@@ -280,7 +280,7 @@ cerb_status cerb__redis_guard_finish(cerb_engine *e, const cerb_guard_rec *rec, 
                                      cerb_outcome *oc)
 {
     char key[512], keep[24];
-    size_t klen;
+    size_t klen = 0;
     redisReply *r;
     cerb_status st = record_key(e, rec, key, sizeof key, &klen);
     if (st != CERB_OK)
@@ -304,7 +304,7 @@ cerb_status cerb__redis_guard_check(cerb_engine *e, const cerb_guard_rec *rec,
                                     cerb_guard_found *found)
 {
     char key[512];
-    size_t klen;
+    size_t klen = 0;
     redisReply *r;
     cerb_outcome oc;
     *found = CERB_GUARD_FOUND_NONE;
