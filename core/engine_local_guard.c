@@ -18,9 +18,12 @@
  * flock, and a step that opened the old file starts again). The expiry is
  * written in the file on CLOCK_BOOTTIME (the library clock), which every
  * process of the host shares. The content is "R" or "D", the 32-char token,
- * the 20-digit expiry in ns (0 = never), then the result bytes. Expired
- * files are deleted when they are next touched and by a sweep of the
- * directory every SWEEP_NS, run by the begin that finds it due.
+ * the 20-digit expiry in ns (0 = never), then the result bytes, written to
+ * a temporary file renamed over the record (a writer killed mid-write
+ * leaves no torn record). Expired files are deleted when they are next
+ * touched and by a sweep of the directory every SWEEP_NS, run by the begin
+ * that finds it due (which also removes temporary files left by a killed
+ * writer).
  */
 #include "internal_posix.h"
 
@@ -35,6 +38,7 @@
 #include <string.h>
 #include <sys/file.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "alloc.h"
@@ -313,15 +317,31 @@ static cerb_status frec_read(int fd, struct frec *r, int64_t now)
     return CERB_OK;
 }
 
-static cerb_status frec_write(int fd, char state, const char *token, int64_t expires_ns,
-                              const void *result, size_t len)
+/* Replace the record at `path` (whose current file the caller has
+ * flocked): the new content goes to a temporary file renamed over the path,
+ * so a process killed mid-write leaves the old record or the new one, never
+ * a torn one. Waiters on the old file's flock then find the path names
+ * another file and open it again (flocked_open). */
+static cerb_status frec_write(const char *path, char state, const char *token,
+                              int64_t expires_ns, const void *result, size_t len)
 {
-    char hdr[HDR_LEN + 1];
+    char tmp[4300], hdr[HDR_LEN + 1];
+    snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid());
     snprintf(hdr, sizeof hdr, "%c%.32s%020" PRId64, state, token,
              expires_ns == CERB_DEADLINE_NEVER ? (int64_t)0 : expires_ns);
-    if (ftruncate(fd, 0) != 0 || pwrite(fd, hdr, HDR_LEN, 0) != HDR_LEN ||
-        (len && pwrite(fd, result, len, HDR_LEN) != (ssize_t)len))
-        return cerb__error_set(CERB_EIO, "local: write guard record: %s", strerror(errno));
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd < 0)
+        return cerb__error_set(CERB_EIO, "local: create %s: %s", tmp, strerror(errno));
+    bool ok = pwrite(fd, hdr, HDR_LEN, 0) == HDR_LEN &&
+              (!len || pwrite(fd, result, len, HDR_LEN) == (ssize_t)len);
+    int err = errno;
+    close(fd);
+    if (!ok || rename(tmp, path) != 0) {
+        if (ok)
+            err = errno;
+        unlink(tmp);
+        return cerb__error_set(CERB_EIO, "local: write guard record %s: %s", path, strerror(err));
+    }
     return CERB_OK;
 }
 
@@ -347,7 +367,7 @@ static void file_sweep(cerb_engine *e)
     if (due)
         last_sweep_ns = now;
     cerb__mutex_unlock(&sweep_mu);
-    char dir[4096], path[4200];
+    char dir[4096], path[4096 + 300];
     if (!due || guard_dir(e, dir, sizeof dir) != CERB_OK)
         return;
     DIR *d = opendir(dir);
@@ -355,9 +375,16 @@ static void file_sweep(cerb_engine *e)
         return;
     struct dirent *de;
     while ((de = readdir(d)) != NULL) {
+        snprintf(path, sizeof path, "%s/%s", dir, de->d_name);
+        if (strlen(de->d_name) > 64 && strstr(de->d_name, ".tmp.")) {
+            /* A writer killed between create and rename left it. */
+            struct stat sb;
+            if (stat(path, &sb) == 0 && time(NULL) - sb.st_mtime > SWEEP_NS / 1000000000)
+                unlink(path);
+            continue;
+        }
         if (strlen(de->d_name) != 64)
             continue;
-        snprintf(path, sizeof path, "%s/%s", dir, de->d_name);
         cerb_status st;
         int fd = flocked_open(path, false, &st);
         if (fd < 0)
@@ -387,7 +414,7 @@ static cerb_status file_begin(cerb_engine *e, const cerb_guard_rec *rec, cerb_gr
     st = frec_read(fd, &r, now);
     if (st == CERB_OK) {
         if (r.state == 0) {
-            st = frec_write(fd, 'R', rec->token, now + rec->running_ms * CERB_NS_PER_MS, NULL, 0);
+            st = frec_write(path, 'R', rec->token, now + rec->running_ms * CERB_NS_PER_MS, NULL, 0);
             if (st == CERB_OK)
                 claim_grant(rec, now, g);
         } else if (r.state == 'D') {
@@ -421,7 +448,7 @@ static cerb_status file_renew(cerb_engine *e, const cerb_guard_rec *rec, cerb_gr
     st = frec_read(fd, &r, now);
     if (st == CERB_OK) {
         if (r.state == 'R' && strcmp(r.token, rec->token) == 0) {
-            st = frec_write(fd, 'R', rec->token, now + rec->running_ms * CERB_NS_PER_MS, NULL, 0);
+            st = frec_write(path, 'R', rec->token, now + rec->running_ms * CERB_NS_PER_MS, NULL, 0);
             if (st == CERB_OK)
                 claim_grant(rec, now, g);
         } else {
@@ -455,7 +482,7 @@ static cerb_status file_finish(cerb_engine *e, const cerb_guard_rec *rec, int ok
             if (unlink(path) != 0)
                 st = cerb__error_set(CERB_EIO, "local: unlink %s: %s", path, strerror(errno));
         } else {
-            st = frec_write(fd, 'D', rec->token,
+            st = frec_write(path, 'D', rec->token,
                             keep_ms < 0 ? CERB_DEADLINE_NEVER : now + keep_ms * CERB_NS_PER_MS,
                             result, len);
         }
