@@ -61,6 +61,7 @@ int cerb__cli_status(const struct cerb__cli *cli, int argc, char **argv);
 int cerb__cli_switch(const struct cerb__cli *cli, int argc, char **argv);
 int cerb__cli_check(const struct cerb__cli *cli, int argc, char **argv);
 int cerb__cli_holders(const struct cerb__cli *cli, int argc, char **argv);
+int cerb__cli_once(const struct cerb__cli *cli, int argc, char **argv);
 
 /*
  * The same commands' argument parsers alone: each returns -1 when the
@@ -74,6 +75,7 @@ int cerb__cli_status_parse(int argc, char **argv);
 int cerb__cli_switch_parse(int argc, char **argv);
 int cerb__cli_check_parse(int argc, char **argv);
 int cerb__cli_holders_parse(int argc, char **argv);
+int cerb__cli_once_parse(int argc, char **argv);
 
 /* The global options of the command line (main.c). */
 struct cerb__cli_args {
@@ -116,6 +118,21 @@ extern const char cerb__cli_status_usage[];
 extern const char cerb__cli_switch_usage[];
 extern const char cerb__cli_check_usage[];
 extern const char cerb__cli_holders_usage[];
+extern const char cerb__cli_once_usage[];
+
+/*
+ * CMD run the way `run` runs it (cmd_run.c), for `once`: prepare before the
+ * client is opened (signals are then read from one signalfd, which every
+ * library thread's mask leaves alone), wait for a signal that abandons a
+ * wait (INT TERM HUP QUIT; returns it, or 0 after @timeout_ms), run CMD
+ * (its exit code, 128+N, 126/127, 71), free. @what names the command in
+ * messages.
+ */
+struct cerb__cli_child;
+int cerb__cli_child_prepare(const char *what, struct cerb__cli_child **out);
+int cerb__cli_child_wait_signal(struct cerb__cli_child *ch, int64_t timeout_ms);
+int cerb__cli_child_run(struct cerb__cli_child *ch, char **cmd, int verbose);
+void cerb__cli_child_free(struct cerb__cli_child *ch);
 
 /* "cerberus: <message>\n" on stderr. */
 void cerb__cli_error(const char *fmt, ...) CERB_CLI_PRINTF(1, 2);

@@ -807,3 +807,108 @@ out:
     close_pair(rs.stop_pipe);
     return rc;
 }
+
+/* ---- the child handling of `run`, for `once` (cmd_once.c) ----
+ *
+ * `once` runs CMD exactly as `run` does (steps 1, 3 and 4 above: signals
+ * read from one signalfd, CMD in its own process group with the terminal,
+ * our descriptors closed on exec, signals forwarded), with no lock: it
+ * never sees a lost callback, so CMD is never stopped for a loss.
+ */
+struct cerb__cli_child {
+    struct run_state rs;
+    struct run_opts o;
+};
+
+int cerb__cli_child_prepare(const char *what, struct cerb__cli_child **out)
+{
+    struct cerb__cli_child *ch = calloc(1, sizeof *ch);
+    *out = NULL;
+    if (!ch) {
+        cerb__cli_error("%s: out of memory", what);
+        return CLI_EXIT_OSERR;
+    }
+    ch->rs.sfd = -1;
+    ch->rs.lost_pipe[0] = ch->rs.lost_pipe[1] = ch->rs.stop_pipe[0] = ch->rs.stop_pipe[1] = -1;
+    ch->rs.tty = -1;
+    atomic_init(&ch->rs.lost, 0);
+    atomic_init(&ch->rs.wait_signal, 0);
+    ch->o.name = what;
+    ch->o.grace_ms = DEFAULT_GRACE_MS;
+    scan_fds(true);
+    if (setup_signals(&ch->rs) != 0 || make_pipe(ch->rs.lost_pipe, true) != 0) {
+        cerb__cli_error("%s: %s", what, strerror(errno));
+        cerb__cli_child_free(ch);
+        return CLI_EXIT_OSERR;
+    }
+    if (isatty(STDIN_FILENO) && tcgetpgrp(STDIN_FILENO) == getpgrp())
+        ch->rs.tty = STDIN_FILENO;
+    *out = ch;
+    return CLI_EXIT_OK;
+}
+
+int cerb__cli_child_wait_signal(struct cerb__cli_child *ch, int64_t timeout_ms)
+{
+    struct pollfd p = {ch->rs.sfd, POLLIN, 0};
+    int64_t end = mono_ms() + timeout_ms;
+    for (;;) {
+        int64_t left = end - mono_ms();
+        if (left < 0)
+            left = 0;
+        int n = poll(&p, 1, (int)(left < INT32_MAX ? left : INT32_MAX));
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0)
+            return 0;
+        struct signalfd_siginfo si;
+        while (read(ch->rs.sfd, &si, sizeof si) == (ssize_t)sizeof si)
+            if (ends_wait((int)si.ssi_signo))
+                return (int)si.ssi_signo;
+        if (left == 0)
+            return 0;
+    }
+}
+
+int cerb__cli_child_run(struct cerb__cli_child *ch, char **cmd, int verbose)
+{
+    char **env = child_env(NULL, 0);
+    bool exec_failed;
+    int rc;
+
+    if (!env) {
+        cerb__cli_error("%s: out of memory", ch->o.name);
+        return CLI_EXIT_OSERR;
+    }
+    ch->o.cmd = cmd;
+    ch->o.verbose = verbose;
+    int err = spawn(&ch->rs, &ch->o, env, &exec_failed);
+    if (err) {
+        cerb__cli_error("%s: %s: %s", ch->o.name, exec_failed ? cmd[0] : "fork", strerror(err));
+        free(env);
+        return !exec_failed ? CLI_EXIT_OSERR
+               : err == ENOENT ? CLI_EXIT_NOT_FOUND
+                               : CLI_EXIT_CANNOT_EXEC;
+    }
+    int ws = supervise(&ch->rs, &ch->o);
+    if (ch->rs.tty >= 0)
+        tcsetpgrp(ch->rs.tty, getpgrp());
+    if (WIFEXITED(ws))
+        rc = WEXITSTATUS(ws);
+    else if (WIFSIGNALED(ws))
+        rc = 128 + WTERMSIG(ws);
+    else
+        rc = CLI_EXIT_SOFTWARE;
+    free(env);
+    return rc;
+}
+
+void cerb__cli_child_free(struct cerb__cli_child *ch)
+{
+    if (!ch)
+        return;
+    if (ch->rs.sfd >= 0)
+        close(ch->rs.sfd);
+    close_pair(ch->rs.lost_pipe);
+    close_pair(ch->rs.stop_pipe);
+    free(ch);
+}

@@ -53,6 +53,8 @@ static const char main_usage[] =
     "                    set `active` in the config file (running clients follow)\n"
     "  check [FILE...]   validate the configuration\n"
     "  holders NAME      who holds lock NAME on each engine\n"
+    "  once [-n | -w MS] [--keep DURATION] SCOPE KEY -- CMD [ARG...]\n"
+    "                    run CMD unless KEY already succeeded in SCOPE\n"
     "  help [COMMAND]    this text, or a command's\n"
     "\n"
     "Options:\n"
@@ -64,7 +66,8 @@ static const char main_usage[] =
     "  -V, --version      the version\n"
     "\n"
     "Exit status: 0 ok, 64 usage, 69 no engine reachable, 75 lock not\n"
-    "obtained, 76 lock lost, 78 configuration error; `run` passes on CMD's.\n";
+    "obtained, 76 lock lost, 78 configuration error; `run` and `once` pass\n"
+    "on CMD's.\n";
 
 struct command {
     const char *name;
@@ -79,6 +82,7 @@ static const struct command commands[] = {
     {"switch", cerb__cli_switch, cerb__cli_switch_parse, cerb__cli_switch_usage},
     {"check", cerb__cli_check, cerb__cli_check_parse, cerb__cli_check_usage},
     {"holders", cerb__cli_holders, cerb__cli_holders_parse, cerb__cli_holders_usage},
+    {"once", cerb__cli_once, cerb__cli_once_parse, cerb__cli_once_usage},
 };
 
 /* ---- shared helpers ---- */
@@ -120,6 +124,7 @@ int cerb__cli_exit_code(cerb_status st)
 {
     switch (st) {
     case CERB_OK:
+    case CERB_DUPLICATE: /* `once`: the operation already succeeded */
         return CLI_EXIT_OK;
     case CERB_BUSY:
     case CERB_TIMEOUT:

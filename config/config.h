@@ -94,6 +94,15 @@ struct cerb_local_config {
     char *dir;   /* "" = in-process only; else flock files under dir */
 };
 
+/* The idempotency guard (DESIGN.md §11). */
+struct cerb_guard_config {
+    char *app;              /* "" — hashed into every record id (immutable) */
+    int64_t running_ms;     /* 30000, 100 .. 86400000: an attempt's claim */
+    int64_t keep_ms;        /* 86400000, -1 (forever) or 1 .. 31536000000 */
+    int on_unavailable;     /* CERB_GUARD_REFUSE (0, "refuse") | ALLOW (1) */
+    int64_t max_result;     /* 65536, 0 .. 268435456 bytes */
+};
+
 struct cerb_config {
     char *path;                 /* file it came from; NULL for text/defaults */
     size_t n_engines;           /* >= 1 */
@@ -107,6 +116,7 @@ struct cerb_config {
     struct cerb_zk_config zk;
     struct cerb_etcd_config etcd;
     struct cerb_local_config local;
+    struct cerb_guard_config guard;
 };
 
 /*
@@ -139,7 +149,8 @@ void cerb__config_forget_path(struct cerb_config *cfg);
 
 /*
  * Reload check: CERB_OK when `next` differs from `cur` only in keys marked
- * reloadable (lock, retry, failover, active, epoch); otherwise CERB_ECONFIG
+ * reloadable (lock, retry, failover, active, epoch,
+ * guard except guard.app); otherwise CERB_ECONFIG
  * naming the first immutable key that changed.
  */
 cerb_status cerb__config_reloadable(const struct cerb_config *cur,

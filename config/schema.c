@@ -55,6 +55,8 @@ static const struct cerb__cfg_enum failback_enum[] = {
 static const struct cerb__cfg_enum redis_mode_enum[] = {
     {"single", CERB_REDIS_SINGLE}, {"sentinel", CERB_REDIS_SENTINEL},
     {"cluster", CERB_REDIS_CLUSTER}, {NULL, 0}};
+static const struct cerb__cfg_enum guard_policy_enum[] = {
+    {"refuse", CERB_GUARD_REFUSE}, {"allow", CERB_GUARD_ALLOW}, {NULL, 0}};
 
 const struct cerb__cfg_key cerb__cfg_keys[] = {
     {.path = "engines", .type = CERB__CFG_STRLIST, .flags = I,
@@ -143,6 +145,18 @@ const struct cerb__cfg_key cerb__cfg_keys[] = {
     KEY_STR("etcd.key_file", etcd.key_file, I, "", NULL),
 
     KEY_STR("local.dir", local.dir, I, "", NULL),
+
+    /* The guard: guard.app is part of every record id, so changing it
+     * while clients run would let duplicates through (immutable); the
+     * rest applies to attempts begun after a reload. keep_ms 0 would keep
+     * no duplicate out: check_guard (validate.c) refuses it. */
+    KEY_STR("guard.app", guard.app, I, "", NULL),
+    KEY_I64("guard.running_ms", guard.running_ms, R, 30000, 100, 86400000),
+    KEY_I64("guard.keep_ms", guard.keep_ms, R, 86400000, -1,
+            INT64_C(31536000000)),
+    KEY_ENUM("guard.on_unavailable", guard.on_unavailable, R,
+             CERB_GUARD_REFUSE, guard_policy_enum),
+    KEY_I64("guard.max_result", guard.max_result, R, 65536, 0, 268435456),
 };
 
 const size_t cerb__cfg_nkeys = sizeof cerb__cfg_keys / sizeof cerb__cfg_keys[0];

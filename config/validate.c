@@ -228,6 +228,18 @@ static cerb_status check_timing(const struct vctx *v,
     return CERB_OK;
 }
 
+static cerb_status check_guard(const struct vctx *v,
+                               const struct cerb_config *cfg)
+{
+    /* -1 keeps a success forever; 0 would keep it for no time at all, so
+     * every duplicate would run again: surely not what was meant. */
+    if (cfg->guard.keep_ms == 0)
+        return cerb__cfg_error_at(v->file, line_of(v, "guard.keep_ms", NULL),
+                                  "guard.keep_ms: 0 keeps nothing; use -1 (forever) "
+                                  "or a duration in ms");
+    return CERB_OK;
+}
+
 cerb_status cerb__config_validate(const struct cerb_config *cfg,
                                   const char *file, const unsigned *lines)
 {
@@ -244,5 +256,7 @@ cerb_status cerb__config_validate(const struct cerb_config *cfg,
     st = check_engines(&v, cfg);
     if (st == CERB_OK)
         st = check_timing(&v, cfg);
+    if (st == CERB_OK)
+        st = check_guard(&v, cfg);
     return st;
 }

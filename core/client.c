@@ -275,6 +275,7 @@ void cerb_client_close(cerb_client *c)
     cerb__notify_stop(c);
     cerb__prober_stop(c);
     cerb__watchdog_stop(c);
+    cerb__guard_close_all(c); /* guard attempts left open (guard/) */
     bool silent[CERB_MAX_ENGINES] = {false};
     size_t left[CERB_MAX_ENGINES] = {0};
     while (c->handles) {

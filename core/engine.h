@@ -30,6 +30,7 @@
 #define CERB_ENGINE_H
 
 #include <stdatomic.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -38,7 +39,8 @@
 struct cerb_config;
 
 #define CERB_ENGINE_OPS_V1 1
-#define CERB_ENGINE_OPS_VERSION CERB_ENGINE_OPS_V1
+#define CERB_ENGINE_OPS_V2 2 /* + the idempotency guard's records (§11) */
+#define CERB_ENGINE_OPS_VERSION CERB_ENGINE_OPS_V2
 
 /* Capability bits in cerb_engine_ops.caps. */
 enum {
@@ -130,6 +132,27 @@ struct cerb_engine_stats {
     uint64_t handoffs;      /* grants made by a release to a waiter */
 };
 
+/*
+ * One idempotency-guard record as the engine sees it (DESIGN.md §11). The
+ * core fills it before begin and keeps it unchanged until the attempt is
+ * freed. The record holds a state (running or done), the owner token of the
+ * attempt that wrote it and, once done, the result bytes.
+ */
+typedef struct cerb_guard_rec {
+    const char *scope;   /* validated scope (lock-name rules) */
+    char id[65];         /* SHA-256 of app, scope and key: 64 lowercase hex */
+    char token[33];      /* this attempt's owner token */
+    int64_t running_ms;  /* the claim's length (> 0) */
+} cerb_guard_rec;
+
+/* What guard_check found (ambiguity re-checks). */
+typedef enum cerb_guard_found {
+    CERB_GUARD_FOUND_NONE = 0,   /* no record */
+    CERB_GUARD_FOUND_RUNNING,    /* a claim of this token */
+    CERB_GUARD_FOUND_DONE,       /* a done-record written by this token */
+    CERB_GUARD_FOUND_OTHER       /* a record of another attempt */
+} cerb_guard_found;
+
 struct cerb_engine_ops {
     int version;       /* CERB_ENGINE_OPS_Vn this table was written for */
     const char *name;  /* "redis", "zk", "etcd", "local" */
@@ -209,6 +232,48 @@ struct cerb_engine_ops {
      * before an election can last up to about twice this plus the
      * election. Cheap, no I/O, safe from any thread. */
     int64_t (*hold_bound_ms)(cerb_engine *e);
+
+    /* ---- version 2: the idempotency guard (core/guard_engine.c) ----
+     *
+     * All optional as a group: an engine that leaves guard_begin NULL has
+     * no guard, and the core answers CERB_UNAVAILABLE (then on_unavailable
+     * decides). Each method is one atomic step on the server, and every
+     * step but begin compares rec->token there first. Outcomes are
+     * three-valued as for locks: an error says in `outcome` (or
+     * grant->outcome) whether the request may have landed, and the core
+     * settles an unknown one with guard_check before it retries.
+     */
+
+    /* Claim rec: create it as running with rec->token, expiring after
+     * rec->running_ms, if no record exists. Returns CERB_OK (claimed — also
+     * when the record is already this token's running claim, so a re-sent
+     * begin is harmless; grant->sent_ns taken before sending, ttl_ms the
+     * claim), CERB_BUSY (another attempt's claim), CERB_DUPLICATE (a
+     * done-record: *result gets its bytes in cerb__malloc'd memory with a
+     * NUL after them, *result_len their count; the core frees it), or an
+     * error with grant->outcome. */
+    cerb_status (*guard_begin)(cerb_engine *e, const cerb_guard_rec *rec,
+                               cerb_grant *grant, void **result,
+                               size_t *result_len);
+    /* Extend rec's running claim to rec->running_ms if it is still this
+     * token's and still running. CERB_OK, CERB_NOT_OWNER (gone, done or
+     * another's: definitive), or an error. */
+    cerb_status (*guard_renew)(cerb_engine *e, const cerb_guard_rec *rec,
+                               cerb_grant *grant);
+    /* If rec is this token's running claim: succeeded = 1 makes it a
+     * done-record holding result (len bytes, binary) that expires after
+     * keep_ms (-1: never); succeeded = 0 deletes it. CERB_OK (also when it
+     * is already this token's done-record: a re-sent finish), CERB_NOT_OWNER
+     * (no record, or another's: nothing changed), or an error with
+     * *outcome. */
+    cerb_status (*guard_finish)(cerb_engine *e, const cerb_guard_rec *rec,
+                                int succeeded, const void *result, size_t len,
+                                int64_t keep_ms, cerb_outcome *outcome);
+    /* What is stored for rec now, judged by rec->token. CERB_OK with *found
+     * set, or an error. Must not reuse a connection whose last request
+     * timed out (like check_owner). */
+    cerb_status (*guard_check)(cerb_engine *e, const cerb_guard_rec *rec,
+                               cerb_guard_found *found);
 };
 
 /* ---- registry and checking shims (engine.c) ---- */
@@ -258,5 +323,21 @@ int64_t cerb__engine_hold_bound_ms(const struct cerb_engine_ops *ops, cerb_engin
  * tell (no `held` method), or its error. */
 cerb_status cerb__engine_held(const struct cerb_engine_ops *ops, cerb_engine *e,
                               const char *name);
+
+/* Guard shims (core/guard_engine.c). Each gives CERB_UNAVAILABLE, with the
+ * reason in cerb_last_error(), when the engine has no guard (a table older
+ * than version 2, or guard_begin NULL) or is not open. */
+bool cerb__engine_has_guard(const struct cerb_engine_ops *ops);
+cerb_status cerb__engine_guard_begin(const struct cerb_engine_ops *ops, cerb_engine *e,
+                                     const cerb_guard_rec *rec, cerb_grant *grant,
+                                     void **result, size_t *result_len);
+cerb_status cerb__engine_guard_renew(const struct cerb_engine_ops *ops, cerb_engine *e,
+                                     const cerb_guard_rec *rec, cerb_grant *grant);
+cerb_status cerb__engine_guard_finish(const struct cerb_engine_ops *ops, cerb_engine *e,
+                                      const cerb_guard_rec *rec, int succeeded,
+                                      const void *result, size_t len, int64_t keep_ms,
+                                      cerb_outcome *outcome);
+cerb_status cerb__engine_guard_check(const struct cerb_engine_ops *ops, cerb_engine *e,
+                                     const cerb_guard_rec *rec, cerb_guard_found *found);
 
 #endif /* CERB_ENGINE_H */

@@ -31,6 +31,7 @@
 #include "../config/config.h"
 #include "alloc.h"
 #include "clock.h"
+#include "engine_local.h"
 #include "error.h"
 #include "sync.h"
 
@@ -419,13 +420,18 @@ static cerb_status local_held(cerb_engine *e, const char *name)
     return st;
 }
 
+const char *cerb__local_dir(const cerb_engine *e)
+{
+    return e->dir;
+}
+
 static cerb_status local_probe(cerb_engine *e, int64_t timeout_ms)
 {
     return CERB_OK;
 }
 
 const struct cerb_engine_ops cerb__local_engine_ops = {
-    .version = CERB_ENGINE_OPS_V1,
+    .version = CERB_ENGINE_OPS_V2,
     .name = "local",
     .caps = CERB_CAP_FENCING | CERB_CAP_FAIR_QUEUE | CERB_CAP_WAIT | CERB_CAP_FENCE_FLOOR,
     .lock_priv_size = sizeof(struct local_priv),
@@ -438,4 +444,9 @@ const struct cerb_engine_ops cerb__local_engine_ops = {
     .cancel = local_cancel,
     .probe = local_probe,
     .held = local_held,
+    /* version 2: guard records (engine_local_guard.c) */
+    .guard_begin = cerb__local_guard_begin,
+    .guard_renew = cerb__local_guard_renew,
+    .guard_finish = cerb__local_guard_finish,
+    .guard_check = cerb__local_guard_check,
 };

@@ -187,6 +187,10 @@ struct cerb_client {
     /* The pinned engine while it is not current (it would not open), else
      * -1; written under fo_mu with pinned and current (health.c). */
     atomic_int pin_pending;
+    /* ---- the idempotency guard (guard/, DESIGN.md §11) ----
+     * Its handles and renewer, made on first use (guard_renew.c); ended
+     * by cerb__guard_close_all() in cerb_client_close(). */
+    struct cerb_guard_set *_Atomic guards;
 };
 
 /* The engine new acquisitions go to, and the epoch they carry. */
@@ -321,5 +325,9 @@ cerb_status cerb__client_open_engine(cerb_client *c, size_t i);
 int64_t cerb__grant_deadline(const cerb_grant *g);
 /* Public fencing token from an engine counter and the epoch. */
 uint64_t cerb__fence_compose(int64_t epoch, uint64_t counter);
+
+/* guard/guard_renew.c: end every guard handle still open, stop the guard
+ * renewer (cerb_client_close, after the watchdog, before the engines). */
+void cerb__guard_close_all(cerb_client *c);
 
 #endif

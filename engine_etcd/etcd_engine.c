@@ -52,8 +52,9 @@ static void etcd_close(cerb_engine *e)
  * the new leader (etcd#12528, #15247, fixed by #16822): keys whose session
  * was kept alive all along vanish, and a waiter is granted while the holder
  * still believes it holds — nothing a client can prevent (the chaos suite's
- * etcd3-oldleader scenario shows it on Debian's 3.4.23). Said once at open,
- * with the version; an answer we cannot read says nothing.
+ * etcd3-oldleader scenario shows it on Debian's 3.4.23). Said at open, with
+ * the version, at info level (a `cerberus run` in cron prints nothing on
+ * success; the README says it too); an answer we cannot read says nothing.
  */
 static void warn_old_server(cerb_engine *e, int64_t deadline)
 {
@@ -65,7 +66,7 @@ static void warn_old_server(cerb_engine *e, int64_t deadline)
     int maj = 0, min = 0, pat = 0;
     if (v && sscanf(v, "%d.%d.%d", &maj, &min, &pat) == 3 &&
         (maj < 3 || (maj == 3 && (min < 4 || (min == 4 && pat < 28) || (min == 5 && pat < 11)))))
-        CERB_LOG_W("etcd %s: server %s revokes live sessions' leases when a paused leader "
+        CERB_LOG_I("etcd %s: server %s revokes live sessions' leases when a paused leader "
                    "resumes (etcd#15247, fixed in 3.4.28 and 3.5.11): a lock can then be "
                    "granted while its holder still holds it; upgrade the server",
                    cerb__etcd_endpoint(&e->http), v);

@@ -25,6 +25,7 @@
 #include "clock.h"
 #include "error.h"
 #include "log.h"
+#include "redis_guard.h"
 #include "redis_marker.h"
 #include "redis_scripts.h"
 #include "redis_sentinel.h"
@@ -144,7 +145,7 @@ static cerb_status redis_check_name(const char *name)
 }
 
 const struct cerb_engine_ops cerb__redis_engine_ops = {
-    .version = CERB_ENGINE_OPS_V1,
+    .version = CERB_ENGINE_OPS_V2,
     .name = "redis",
     .caps = CERB_CAP_FENCING | CERB_CAP_FAIR_QUEUE | CERB_CAP_WAIT | CERB_CAP_BATCH_RENEW |
             CERB_CAP_CROSS_PROCESS | CERB_CAP_FENCE_FLOOR,
@@ -161,4 +162,9 @@ const struct cerb_engine_ops cerb__redis_engine_ops = {
     .stats = redis_op_stats,
     .held = cerb__redis_op_held,
     .check_name = redis_check_name,
+    /* version 2: guard records (redis_guard.c) */
+    .guard_begin = cerb__redis_guard_begin,
+    .guard_renew = cerb__redis_guard_renew,
+    .guard_finish = cerb__redis_guard_finish,
+    .guard_check = cerb__redis_guard_check,
 };

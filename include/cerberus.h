@@ -56,7 +56,8 @@ extern "C" {
     X(ECONFIG, "invalid configuration")                                        \
     X(ENOMEM, "out of memory")                                                 \
     X(EPROTO, "unexpected server reply")                                       \
-    X(EIO, "connection or I/O failure")
+    X(EIO, "connection or I/O failure")                                        \
+    X(DUPLICATE, "operation already succeeded")
 
 typedef enum cerb_status {
 #define CERB__STATUS_ENUM(name, text) CERB_##name,
@@ -423,6 +424,124 @@ cerb_status cerb_multilock_lock(cerb_lock **locks, size_t n, int64_t wait_ms);
  * failure is returned.
  */
 cerb_status cerb_multilock_unlock(cerb_lock **locks, size_t n);
+
+
+/* ------------------------------------------------------ idempotency guard */
+
+/*
+ * The guard makes an operation that arrives twice (a double click, a
+ * redelivered message, a retried RPC) take effect once. Each operation has a
+ * record on the active engine, named by the SHA-256 of guard.app, the scope
+ * and the key: the first caller claims it and runs the operation; later
+ * callers are told it is running (CERB_BUSY) or already done
+ * (CERB_DUPLICATE, with the stored result). DESIGN.md §11.
+ */
+typedef struct cerb_guard cerb_guard;
+
+/** Per-attempt options; zero fields take the configured defaults. */
+typedef struct cerb_guard_opts {
+    int64_t running_ms; /* an attempt's claim; renewed while the attempt is open,
+                           so it only bounds crashed attempts. 0 = config */
+    int64_t keep_ms;    /* how long a success keeps duplicates out; 0 = config,
+                           -1 = forever */
+    int on_unavailable; /* CERB_GUARD_REFUSE or CERB_GUARD_ALLOW; -1 = config */
+} cerb_guard_opts;
+
+#define CERB_GUARD_OPTS_INIT {0, 0, -1}
+
+/* What cerb_guard_begin() does when no engine can tell whether the
+ * operation ran (guard.on_unavailable, or cerb_guard_opts.on_unavailable). */
+enum { CERB_GUARD_REFUSE = 0, CERB_GUARD_ALLOW = 1 };
+
+/* Longest key cerb_guard_begin() accepts, in bytes. The key is hashed, so
+ * this bounds only the work done per call. */
+#define CERB_GUARD_KEY_MAX (1024 * 1024)
+
+/**
+ * cerb_guard_begin — start an attempt at the operation (@scope, @key).
+ * @scope: names the kind of operation ("create-order"); lock-name rules
+ *        (1–255 bytes, no control characters).
+ * @key: any bytes naming this operation (an order id, a message id, a
+ *        request body), up to CERB_GUARD_KEY_MAX; may be NULL only when
+ *        @key_len is 0.
+ * @opts: NULL for the configured defaults.
+ * @out: receives a handle for CERB_OK and CERB_DUPLICATE (and a degraded
+ *        CERB_OK); NULL otherwise.
+ * Returns:
+ *  - CERB_OK: run the operation; the attempt's claim on the server is
+ *    renewed in the background until cerb_guard_finish() or
+ *    cerb_guard_free(). With cerb_guard_degraded(*out) = 1 the engine could
+ *    not answer and the policy was CERB_GUARD_ALLOW: no record protects this
+ *    run.
+ *  - CERB_DUPLICATE: the operation already succeeded within keep_ms; read
+ *    the stored result with cerb_guard_result(*out).
+ *  - CERB_BUSY: another attempt is running and has not run past its claim.
+ *  - CERB_UNAVAILABLE: the engine cannot answer (or has no guard) and the
+ *    policy is CERB_GUARD_REFUSE.
+ *  - CERB_EINVAL: bad scope, key or options (the reason in
+ *    cerb_last_error()); CERB_ENOMEM.
+ * Blocking: one request to the active engine, plus one re-check and retry
+ * when its answer was lost, each bounded by the engine's operation timeout.
+ * TODO(next session): after a switch, the engine active before is consulted
+ * too; today only the active engine is asked.
+ * Ownership: free the handle with cerb_guard_free() before closing the
+ * client; cerb_client_close() frees handles still open (an unfinished
+ * attempt counts as failed).
+ * Thread-safety: begin is safe from any thread; one handle is used by one
+ * thread at a time (finish, result, free).
+ */
+cerb_status cerb_guard_begin(cerb_client *c, const char *scope,
+                             const void *key, size_t key_len,
+                             const cerb_guard_opts *opts, cerb_guard **out);
+
+/**
+ * cerb_guard_finish — end an attempt begun with CERB_OK. @succeeded = 1
+ * stores @result (@result_len bytes, at most guard.max_result; @result may
+ * be NULL when @result_len is 0) in the record, which keeps duplicates out
+ * for keep_ms (or forever); @succeeded = 0 deletes the record at once so a
+ * retry may run now. Both compare the attempt's own token on the server.
+ * Returns: CERB_OK; CERB_LOST when the attempt's claim was lost (it ran past
+ * running_ms without a renewal reaching the server and another attempt took
+ * over, or the record was deleted): nothing was changed on the server;
+ * CERB_EINVAL for a handle that is not a running attempt (a duplicate's, or
+ * one already finished) or a result over guard.max_result (the attempt stays
+ * open: finish again or free it); an engine error when the outcome could
+ * not be confirmed (the claim then expires after running_ms). A degraded
+ * attempt finishes with CERB_OK and touches no server.
+ * Blocking: one request, plus one re-check and retry when its answer was
+ * lost, each bounded by the engine's operation timeout.
+ * The handle stays valid until cerb_guard_free().
+ */
+cerb_status cerb_guard_finish(cerb_guard *g, int succeeded,
+                              const void *result, size_t result_len);
+
+/**
+ * cerb_guard_result — the stored result of a CERB_DUPLICATE answer (or, after
+ * a successful cerb_guard_finish(), the result this attempt stored).
+ * @len: receives the length (0 when there is none); may be NULL.
+ * Returns: a pointer owned by the handle, valid until cerb_guard_free();
+ * NULL when there is no result or for a bad handle. The bytes are exactly
+ * those given to cerb_guard_finish(); a NUL follows them (not counted).
+ */
+const void *cerb_guard_result(const cerb_guard *g, size_t *len);
+
+/**
+ * cerb_guard_degraded — 1 when cerb_guard_begin() returned CERB_OK only
+ * because the engine could not answer and the policy was CERB_GUARD_ALLOW:
+ * the operation runs without protection against a duplicate. 0 otherwise
+ * (and for a bad handle).
+ */
+int cerb_guard_degraded(const cerb_guard *g);
+
+/**
+ * cerb_guard_free — free a handle. An attempt never finished counts as
+ * failed: its record is deleted (compared with its token), so a retry may
+ * run at once; if that delete cannot be confirmed, the claim expires after
+ * running_ms. cerb_guard_free(NULL) does nothing and returns CERB_OK.
+ * Returns: CERB_OK, or the delete's error (the handle is freed anyway).
+ * Blocking: the renewal on the wire (one operation timeout) and one delete.
+ */
+cerb_status cerb_guard_free(cerb_guard *g);
 
 #ifdef __cplusplus
 }

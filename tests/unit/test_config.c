@@ -155,12 +155,15 @@ static void test_schema_rows(void **state)
             assert_int_equal(k->size, sizeof(int64_t));
         if (k->type == CERB__CFG_BOOL)
             assert_int_equal(k->size, sizeof(bool));
-        /* Connection settings and the engine list cannot change live. */
+        /* Connection settings and the engine list cannot change live; nor
+         * guard.app, part of every guard record's id. */
         if (strchr(k->path, '.') == NULL
                 ? strcmp(k->path, "engines") == 0
-                : strncmp(k->path, "lock.", 5) != 0 &&
-                      strncmp(k->path, "retry.", 6) != 0 &&
-                      strncmp(k->path, "failover.", 9) != 0)
+                : (strncmp(k->path, "lock.", 5) != 0 &&
+                   strncmp(k->path, "retry.", 6) != 0 &&
+                   strncmp(k->path, "failover.", 9) != 0 &&
+                   strncmp(k->path, "guard.", 6) != 0) ||
+                      strcmp(k->path, "guard.app") == 0)
             assert_int_equal(mut, CERB__CFG_IMMUTABLE);
         else
             assert_int_equal(mut, CERB__CFG_RELOADABLE);

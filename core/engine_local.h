@@ -1,0 +1,27 @@
+/*
+ * engine_local.h — what engine_local.c (locks, the ops table) and
+ * engine_local_guard.c (the guard's records) share. Private to core/.
+ */
+#ifndef CERB_ENGINE_LOCAL_H
+#define CERB_ENGINE_LOCAL_H
+
+#include <stddef.h>
+
+#include "engine.h"
+
+/* The engine's local.dir, or NULL in in-process mode. */
+const char *cerb__local_dir(const cerb_engine *e);
+
+/* The guard methods of the local engine's table. */
+cerb_status cerb__local_guard_begin(cerb_engine *e, const cerb_guard_rec *rec, cerb_grant *g,
+                                    void **result, size_t *len);
+cerb_status cerb__local_guard_renew(cerb_engine *e, const cerb_guard_rec *rec, cerb_grant *g);
+cerb_status cerb__local_guard_finish(cerb_engine *e, const cerb_guard_rec *rec, int ok,
+                                     const void *result, size_t len, int64_t keep_ms,
+                                     cerb_outcome *outcome);
+cerb_status cerb__local_guard_check(cerb_engine *e, const cerb_guard_rec *rec,
+                                    cerb_guard_found *found);
+/* Live in-process records (for tests that check nothing is left behind). */
+size_t cerb__local_guard_count(void);
+
+#endif

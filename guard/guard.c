@@ -1,0 +1,501 @@
+/*
+ * guard.c — the idempotency guard's public calls (DESIGN.md §11):
+ * cerb_guard_begin/finish/result/degraded/free.
+ *
+ * An operation is named by its record id, the SHA-256 of guard.app, the
+ * scope and the key, each prefixed with its length so that no two different
+ * triples hash the same bytes ("ab"+"c" and "a"+"bc" differ). Each attempt
+ * gets a fresh owner token. begin is one atomic step on the active engine:
+ * claim the record if absent (OK), or report the claim of another attempt
+ * (BUSY) or the done-record with its result (DUPLICATE). A running attempt's
+ * claim is renewed by the client's guard renewer (guard_renew.c) while its
+ * handle is open, so running_ms bounds only crashed processes. finish(1)
+ * turns the claim into a done-record kept for keep_ms; finish(0) — and free
+ * of an unfinished attempt — deletes it. Both compare the attempt's token on
+ * the server, so a finish that arrives after the claim was lost and taken
+ * over changes nothing and returns CERB_LOST: that is how the holder learns
+ * its claim was lost.
+ *
+ * Ambiguity. begin is idempotent per token (the engine answers OK when the
+ * record is already this token's claim), so after an answer that was lost
+ * the core sends it once more, and that second request is the re-check. A
+ * finish whose answer was lost is settled with guard_check first: our
+ * done-record means it landed; our running claim means it did not (sent
+ * again); no record after a failed attempt's delete means the goal — no
+ * record of ours — holds either way; anything else means the claim was lost.
+ *
+ * Failover. Records are written on the engine that is active at begin, and
+ * finish goes to that same engine. TODO(issue 12, next session): after a
+ * switch, begin must also consult the engine that was active before while
+ * it answers, so that a switch never lets a duplicate through; today only
+ * the active engine is asked. When it cannot answer, on_unavailable decides:
+ * REFUSE gives CERB_UNAVAILABLE, ALLOW gives a degraded CERB_OK.
+ */
+#include "internal_posix.h"
+
+#include <inttypes.h>
+#include <openssl/evp.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "alloc.h"
+#include "clock.h"
+#include "error.h"
+#include "guard.h"
+#include "internal.h"
+#include "log.h"
+#include "token.h"
+
+#define SCOPE_MAX_LEN 255
+/* Ranges of the per-call options (the config's, plus 0 = config). */
+#define RUNNING_MIN_MS 100
+#define RUNNING_MAX_MS INT64_C(86400000)
+#define KEEP_MAX_MS INT64_C(31536000000)
+
+/* The settings one call uses, copied under the client mutex. */
+struct guard_call_cfg {
+    int64_t running_ms, keep_ms, max_result;
+    int on_unavailable;
+};
+
+static bool guard_ok(const cerb_guard *g)
+{
+    return g && atomic_load(&((cerb_guard *)g)->magic) == CERB_GUARD_MAGIC &&
+           cerb__client_ok(g->client);
+}
+
+static cerb_status check_scope(cerb_client *c, const char *scope)
+{
+    if (!scope)
+        return cerb__error_set(CERB_EINVAL, "guard scope is NULL");
+    size_t n = strnlen(scope, SCOPE_MAX_LEN + 1);
+    if (n == 0)
+        return cerb__error_set(CERB_EINVAL, "guard scope is empty");
+    if (n > SCOPE_MAX_LEN)
+        return cerb__error_set(CERB_EINVAL, "guard scope is longer than %d bytes", SCOPE_MAX_LEN);
+    for (size_t i = 0; i < n; i++) {
+        unsigned char ch = (unsigned char)scope[i];
+        if (ch < 0x20 || ch == 0x7f)
+            return cerb__error_set(CERB_EINVAL,
+                                   "guard scope has a control character (0x%02x) at byte %zu", ch,
+                                   i);
+    }
+    /* Scopes follow lock-name rules on every engine (zk puts the scope in
+     * a path), so a scope valid today stays valid after a switch. */
+    for (size_t i = 0; i < c->n_engines; i++) {
+        cerb_status st = cerb__engine_check_name(c->engines[i].ops, scope);
+        if (st != CERB_OK) {
+            cerb__error_prefix("guard scope not valid for engine %s", c->engines[i].name);
+            return st;
+        }
+    }
+    return CERB_OK;
+}
+
+static cerb_status check_opts(const cerb_guard_opts *o)
+{
+    if (o->running_ms < 0 || (o->running_ms > 0 && (o->running_ms < RUNNING_MIN_MS ||
+                                                    o->running_ms > RUNNING_MAX_MS)))
+        return cerb__error_set(CERB_EINVAL,
+                               "guard running_ms %" PRId64 " is out of range (0 = config, %d..%" PRId64
+                               ")", o->running_ms, RUNNING_MIN_MS, RUNNING_MAX_MS);
+    if (o->keep_ms < -1 || o->keep_ms > KEEP_MAX_MS)
+        return cerb__error_set(CERB_EINVAL,
+                               "guard keep_ms %" PRId64 " is out of range (-1 = forever, 0 = config, "
+                               "1..%" PRId64 ")", o->keep_ms, KEEP_MAX_MS);
+    if (o->on_unavailable != -1 && o->on_unavailable != CERB_GUARD_REFUSE &&
+        o->on_unavailable != CERB_GUARD_ALLOW)
+        return cerb__error_set(CERB_EINVAL,
+                               "guard on_unavailable %d is not CERB_GUARD_REFUSE, "
+                               "CERB_GUARD_ALLOW or -1 (config)", o->on_unavailable);
+    return CERB_OK;
+}
+
+static void call_cfg(cerb_client *c, const cerb_guard_opts *o, struct guard_call_cfg *out)
+{
+    cerb__mutex_lock(&c->mu);
+    out->running_ms = c->cfg->guard.running_ms;
+    out->keep_ms = c->cfg->guard.keep_ms;
+    out->max_result = c->cfg->guard.max_result;
+    out->on_unavailable = c->cfg->guard.on_unavailable;
+    cerb__mutex_unlock(&c->mu);
+    if (o->running_ms > 0)
+        out->running_ms = o->running_ms;
+    if (o->keep_ms != 0)
+        out->keep_ms = o->keep_ms;
+    if (o->on_unavailable >= 0)
+        out->on_unavailable = o->on_unavailable;
+}
+
+static void put_len(EVP_MD_CTX *md, uint64_t n)
+{
+    unsigned char be[8];
+    for (int i = 7; i >= 0; i--, n >>= 8)
+        be[i] = (unsigned char)(n & 0xff);
+    EVP_DigestUpdate(md, be, sizeof be);
+}
+
+/* id = hex(SHA-256("cerb-guard-1" · len·app · len·scope · len·key)), lengths
+ * as 8 bytes big-endian. guard.app is immutable, so boot_cfg's is read. */
+static cerb_status record_id(const char *app, const char *scope, const void *key, size_t key_len,
+                             char out[65])
+{
+    static const char tag[] = "cerb-guard-1";
+    unsigned char d[EVP_MAX_MD_SIZE];
+    unsigned dlen = 0;
+    EVP_MD_CTX *md = EVP_MD_CTX_new();
+    if (!md)
+        return cerb__error_set(CERB_ENOMEM, "guard: out of memory (sha256)");
+    int ok = EVP_DigestInit_ex(md, EVP_sha256(), NULL) == 1;
+    if (ok) {
+        EVP_DigestUpdate(md, tag, sizeof tag - 1);
+        put_len(md, strlen(app));
+        EVP_DigestUpdate(md, app, strlen(app));
+        put_len(md, strlen(scope));
+        EVP_DigestUpdate(md, scope, strlen(scope));
+        put_len(md, key_len);
+        if (key_len)
+            EVP_DigestUpdate(md, key, key_len);
+        ok = EVP_DigestFinal_ex(md, d, &dlen) == 1 && dlen == 32;
+    }
+    EVP_MD_CTX_free(md);
+    if (!ok)
+        return cerb__error_set(CERB_EIO, "guard: sha256 failed");
+    for (unsigned i = 0; i < dlen; i++)
+        snprintf(out + 2 * i, 3, "%02x", d[i]);
+    return CERB_OK;
+}
+
+/* Statuses that say the engine could not answer (as opposed to an answer,
+ * or a mistake of the caller's). */
+static bool engine_failed(cerb_status st)
+{
+    switch (st) {
+    case CERB_OK:
+    case CERB_BUSY:
+    case CERB_DUPLICATE:
+    case CERB_NOT_OWNER:
+    case CERB_EINVAL:
+    case CERB_ENOMEM:
+    case CERB_ECONFIG:
+    case CERB_INTERRUPTED:
+        return false;
+    case CERB_TIMEOUT:
+    case CERB_LOST:
+    case CERB_UNAVAILABLE:
+    case CERB_EPROTO:
+    case CERB_EIO:
+    case CERB_STATUS_COUNT:
+        return true;
+    }
+    return true;
+}
+
+/* Feed the engine's breaker, unless the client is closing (close ends the
+ * attempts left open after the prober and the breakers' users stopped). */
+static void health(cerb_client *c, int idx, bool ok, const char *what)
+{
+    if (!cerb__client_ok(c))
+        return;
+    if (ok)
+        cerb__health_ok(c, idx);
+    else
+        cerb__health_fail(c, idx, what);
+}
+
+static void guard_free_mem(cerb_guard *g)
+{
+    atomic_store(&g->magic, CERB_DEAD_MAGIC);
+    cerb__free(g->result);
+    cerb__free(g->scope);
+    cerb__free(g);
+}
+
+/* The engine for this attempt, opened if it was not yet. */
+static cerb_engine *engine_of(cerb_client *c, int idx)
+{
+    struct cerb_client_engine *ce = &c->engines[idx];
+    cerb_engine *e = atomic_load(&ce->e);
+    if (!e && cerb__client_open_engine(c, (size_t)idx) == CERB_OK)
+        e = atomic_load(&ce->e);
+    return e;
+}
+
+cerb_status cerb_guard_begin(cerb_client *c, const char *scope, const void *key, size_t key_len,
+                             const cerb_guard_opts *opts, cerb_guard **out)
+{
+    if (!out)
+        return cerb__error_set(CERB_EINVAL, "cerb_guard_begin: out is NULL");
+    *out = NULL;
+    if (!cerb__client_ok(c))
+        return cerb__error_set(CERB_EINVAL, "cerb_guard_begin: bad client");
+    cerb_status st = check_scope(c, scope);
+    if (st != CERB_OK)
+        return st;
+    if (!key && key_len > 0)
+        return cerb__error_set(CERB_EINVAL, "guard key is NULL but its length is %zu", key_len);
+    if (key_len > CERB_GUARD_KEY_MAX)
+        return cerb__error_set(CERB_EINVAL, "guard key is %zu bytes, more than %d (hash it first)",
+                               key_len, CERB_GUARD_KEY_MAX);
+    cerb_guard_opts o = CERB_GUARD_OPTS_INIT;
+    if (opts)
+        o = *opts;
+    st = check_opts(&o);
+    if (st != CERB_OK)
+        return st;
+    struct guard_call_cfg cc;
+    call_cfg(c, &o, &cc);
+
+    cerb_guard *g = cerb__calloc(1, sizeof *g);
+    if (!g)
+        return cerb__error_set(CERB_ENOMEM, "guard: out of memory");
+    atomic_init(&g->magic, CERB_GUARD_MAGIC);
+    atomic_init(&g->lost, false);
+    g->client = c;
+    g->keep_ms = cc.keep_ms;
+    g->max_result = cc.max_result;
+    g->scope = cerb__strdup(scope);
+    if (!g->scope) {
+        guard_free_mem(g);
+        return cerb__error_set(CERB_ENOMEM, "guard: out of memory");
+    }
+    g->rec.scope = g->scope;
+    g->rec.running_ms = cc.running_ms;
+    st = record_id(c->boot_cfg->guard.app ? c->boot_cfg->guard.app : "", scope, key, key_len,
+                   g->rec.id);
+    if (st == CERB_OK)
+        st = cerb__token_new(g->rec.token);
+    if (st != CERB_OK) {
+        guard_free_mem(g);
+        return st;
+    }
+
+    /* TODO(issue 12, next session): after a switch, also ask the engine
+     * that was active before (while it answers) and refuse/allow by policy
+     * when it cannot; see the file comment. */
+    int64_t epoch;
+    int idx = cerb__route(c, &epoch);
+    g->engine_idx = idx;
+    struct cerb_client_engine *ce = &c->engines[idx];
+    cerb_engine *e = engine_of(c, idx);
+    cerb_grant grant;
+    void *res = NULL;
+    size_t res_len = 0;
+    /* An engine without a guard (or not open) is not a failing engine:
+     * the breaker is not told, and the policy decides below. */
+    bool can = e && cerb__engine_has_guard(ce->ops);
+    st = cerb__engine_guard_begin(ce->ops, e, &g->rec, &grant, &res, &res_len);
+    bool maybe_landed = grant.outcome == CERB_OUTCOME_UNKNOWN;
+    if (engine_failed(st) && can) {
+        /* One more request: begin is idempotent per token, so if the first
+         * landed and its answer was lost, this one answers OK (our claim);
+         * it is the re-check of an unknown outcome. */
+        health(c, idx, false, "guard begin");
+        st = cerb__engine_guard_begin(ce->ops, e, &g->rec, &grant, &res, &res_len);
+        maybe_landed = maybe_landed || grant.outcome == CERB_OUTCOME_UNKNOWN;
+    }
+    if (can)
+        health(c, idx, !engine_failed(st), "guard begin");
+
+    switch (st) {
+    case CERB_OK:
+        g->kind = CERB_GUARD_RUNNING;
+        st = cerb__guard_track(g, &grant, true);
+        if (st != CERB_OK) {
+            cerb_outcome oc;
+            cerb__engine_guard_finish(ce->ops, e, &g->rec, 0, NULL, 0, 0, &oc);
+            guard_free_mem(g);
+            return st;
+        }
+        *out = g;
+        return CERB_OK;
+    case CERB_DUPLICATE:
+        g->kind = CERB_GUARD_DUPLICATE;
+        g->result = res;
+        g->result_len = res_len;
+        st = cerb__guard_track(g, NULL, false);
+        if (st != CERB_OK) {
+            guard_free_mem(g);
+            return st;
+        }
+        *out = g;
+        return CERB_DUPLICATE;
+    case CERB_BUSY:
+        guard_free_mem(g);
+        return cerb__error_set(CERB_BUSY, "guard %s: another attempt is running", scope);
+    default:
+        break;
+    }
+    if (!engine_failed(st)) {
+        guard_free_mem(g);
+        return st;
+    }
+    /* The engine could not tell: the policy decides. A claim of ours that
+     * may have landed (or land later, from a paused server) is deleted in
+     * the background, so it does not keep retries out for running_ms. */
+    char why[CERB_ERROR_MAX];
+    cerb__error_copy(why, sizeof why);
+    if (maybe_landed)
+        cerb__guard_orphan(c, &g->rec, idx, cerb_monotime());
+    if (cc.on_unavailable != CERB_GUARD_ALLOW) {
+        guard_free_mem(g);
+        return cerb__error_set(CERB_UNAVAILABLE, "guard %s: engine %s cannot answer (%s)", scope,
+                               ce->name, why);
+    }
+    CERB_LOG_W("guard %s: engine %s cannot answer (%s); running unprotected "
+               "(on_unavailable = allow)", scope, ce->name, why);
+    g->kind = CERB_GUARD_RUNNING;
+    g->degraded = true;
+    st = cerb__guard_track(g, NULL, false);
+    if (st != CERB_OK) {
+        guard_free_mem(g);
+        return st;
+    }
+    *out = g;
+    return CERB_OK;
+}
+
+/* One finish request, settled when its answer was lost. */
+static cerb_status finish_once(cerb_guard *g, int succeeded, const void *result, size_t len,
+                               bool *settled)
+{
+    cerb_client *c = g->client;
+    struct cerb_client_engine *ce = &c->engines[g->engine_idx];
+    cerb_engine *e = atomic_load(&ce->e);
+    cerb_outcome oc;
+    *settled = true;
+    cerb_status st =
+        cerb__engine_guard_finish(ce->ops, e, &g->rec, succeeded, result, len, g->keep_ms, &oc);
+    if (st == CERB_OK || st == CERB_NOT_OWNER) {
+        health(c, g->engine_idx, true, NULL);
+        return st;
+    }
+    if (!engine_failed(st))
+        return st;
+    health(c, g->engine_idx, false, "guard finish");
+    if (oc != CERB_OUTCOME_UNKNOWN) {
+        *settled = false; /* certainly not applied: may be sent again */
+        return st;
+    }
+    cerb_guard_found found;
+    cerb_status cst = cerb__engine_guard_check(ce->ops, e, &g->rec, &found);
+    if (cst != CERB_OK)
+        return st; /* still unknown */
+    switch (found) {
+    case CERB_GUARD_FOUND_DONE:
+        return succeeded ? CERB_OK : CERB_NOT_OWNER;
+    case CERB_GUARD_FOUND_RUNNING:
+        *settled = false; /* ours and still running: it did not land */
+        return st;
+    case CERB_GUARD_FOUND_NONE:
+        /* Deleted by us, or expired: either way no record of ours, which
+         * is what a failed attempt's finish wants. A success found none. */
+        return succeeded ? CERB_NOT_OWNER : CERB_OK;
+    case CERB_GUARD_FOUND_OTHER:
+        return CERB_NOT_OWNER;
+    }
+    return st;
+}
+
+static cerb_status finish_attempt(cerb_guard *g, int succeeded, const void *result, size_t len)
+{
+    cerb__guard_stop_renew(g);
+    g->kind = CERB_GUARD_FINISHED;
+    bool settled;
+    cerb_status st = finish_once(g, succeeded, result, len, &settled);
+    if (!settled)
+        st = finish_once(g, succeeded, result, len, &settled);
+    if (st == CERB_NOT_OWNER)
+        return cerb__error_set(CERB_LOST,
+                               "guard %s: the attempt's claim was lost (it ran past running_ms "
+                               "without a renewal, or was deleted); nothing was changed",
+                               g->scope);
+    if (st != CERB_OK && !settled && !succeeded) {
+        /* A failed attempt's delete not confirmed: retried in the
+         * background, so a retry need not wait for running_ms. */
+        cerb__guard_orphan(g->client, &g->rec, g->engine_idx, cerb_monotime());
+        return st;
+    }
+    if (st != CERB_OK && !settled)
+        cerb__error_prefix("guard %s: finish not confirmed; the claim expires after %" PRId64
+                           " ms", g->scope, g->rec.running_ms);
+    return st;
+}
+
+cerb_status cerb_guard_finish(cerb_guard *g, int succeeded, const void *result, size_t result_len)
+{
+    if (!guard_ok(g))
+        return cerb__error_set(CERB_EINVAL, "cerb_guard_finish: bad guard handle");
+    if (g->kind != CERB_GUARD_RUNNING)
+        return cerb__error_set(CERB_EINVAL, "cerb_guard_finish: %s",
+                               g->kind == CERB_GUARD_DUPLICATE
+                                   ? "the handle is a duplicate's answer, not an attempt"
+                                   : "the attempt was already finished");
+    if (!result && result_len > 0)
+        return cerb__error_set(CERB_EINVAL, "guard result is NULL but its length is %zu",
+                               result_len);
+    if (succeeded && (int64_t)result_len > g->max_result)
+        return cerb__error_set(CERB_EINVAL,
+                               "guard result is %zu bytes, more than guard.max_result (%" PRId64
+                               "); the attempt is still open", result_len, g->max_result);
+    /* Keep a copy: cerb_guard_result() then answers as a duplicate would. */
+    void *copy = NULL;
+    if (succeeded) {
+        copy = cerb__malloc(result_len + 1);
+        if (!copy)
+            return cerb__error_set(CERB_ENOMEM, "guard: out of memory");
+        if (result_len)
+            memcpy(copy, result, result_len);
+        ((char *)copy)[result_len] = '\0';
+    }
+    cerb_status st = CERB_OK;
+    if (g->degraded)
+        g->kind = CERB_GUARD_FINISHED;
+    else
+        st = finish_attempt(g, succeeded, result, result_len);
+    if (st == CERB_OK && succeeded) {
+        g->result = copy;
+        g->result_len = result_len;
+    } else {
+        cerb__free(copy);
+    }
+    return st;
+}
+
+const void *cerb_guard_result(const cerb_guard *g, size_t *len)
+{
+    if (len)
+        *len = 0;
+    if (!guard_ok(g) || !g->result)
+        return NULL;
+    if (len)
+        *len = g->result_len;
+    return g->result;
+}
+
+int cerb_guard_degraded(const cerb_guard *g)
+{
+    return guard_ok(g) && g->degraded ? 1 : 0;
+}
+
+cerb_status cerb__guard_end(cerb_guard *g, bool silent)
+{
+    cerb_status st = CERB_OK;
+    if (g->kind == CERB_GUARD_RUNNING && !g->degraded && !silent) {
+        st = finish_attempt(g, 0, NULL, 0);
+        if (st == CERB_LOST)
+            st = CERB_OK; /* nothing of ours to delete: nothing to report */
+    }
+    guard_free_mem(g);
+    return st;
+}
+
+cerb_status cerb_guard_free(cerb_guard *g)
+{
+    if (!g)
+        return CERB_OK;
+    if (!guard_ok(g))
+        return cerb__error_set(CERB_EINVAL, "cerb_guard_free: bad guard handle");
+    cerb__guard_untrack(g);
+    return cerb__guard_end(g, false);
+}

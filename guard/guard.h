@@ -1,0 +1,72 @@
+/*
+ * guard.h — the idempotency guard's handle and its renewer, shared by the
+ * files of guard/ (not installed; engines never include it).
+ *
+ * A handle is one answer of cerb_guard_begin(): a running attempt (its
+ * claim renewed by the client's guard renewer until finish or free), a
+ * duplicate (the stored result), or a degraded attempt (no record: the
+ * engine could not answer and the policy allowed running unprotected).
+ * Every handle of a client is on the client's guard set, so that
+ * cerb_client_close() can end and free the ones still open.
+ */
+#ifndef CERB_GUARD_H
+#define CERB_GUARD_H
+
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "cerberus.h"
+#include "engine.h"
+
+#define CERB_GUARD_MAGIC 0x47524431u /* "GRD1" */
+
+enum cerb_guard_kind {
+    CERB_GUARD_RUNNING,   /* begun with CERB_OK; finish not yet called */
+    CERB_GUARD_DUPLICATE, /* begin answered CERB_DUPLICATE */
+    CERB_GUARD_FINISHED   /* finish was called (whatever it returned) */
+};
+
+struct cerb_guard {
+    atomic_uint magic;
+    cerb_client *client;
+    cerb_guard_rec rec;            /* rec.scope points at `scope` */
+    char *scope;
+    int engine_idx;                /* where the record lives */
+    int64_t keep_ms;               /* -1 forever */
+    int64_t max_result;
+    int kind;                      /* enum cerb_guard_kind */
+    bool degraded;
+    void *result;                  /* cerb__malloc'd, NUL after; or NULL */
+    size_t result_len;
+    /* Renewer bookkeeping, under the set's mutex. */
+    struct cerb_guard *next, *prev; /* the client's guard set */
+    bool renewing;                 /* its claim is renewed */
+    bool busy;                     /* a renewal is on the wire */
+    int64_t next_renew_ns;
+    int64_t valid_until_ns;        /* conservative local end of the claim */
+    atomic_bool lost;              /* a renewal found the claim gone */
+};
+
+/* guard_renew.c — the client's set of guard handles and its renewer
+ * thread (started with the first running attempt). */
+/* Add a handle to its client's set; with renew, schedule its claim's
+ * renewal from the grant. CERB_ENOMEM (or a thread error) on failure. */
+cerb_status cerb__guard_track(struct cerb_guard *g, const cerb_grant *grant, bool renew);
+/* Stop renewing g, waiting for a renewal on the wire (one engine call). */
+void cerb__guard_stop_renew(struct cerb_guard *g);
+/* Take g off its client's set (renewal stopped first). */
+void cerb__guard_untrack(struct cerb_guard *g);
+/* A claim of rec on engine idx that may have landed though its request
+ * failed (sent at sent_ns): deleted in the background until confirmed or
+ * until it must have expired. */
+void cerb__guard_orphan(cerb_client *c, const cerb_guard_rec *rec, int idx, int64_t sent_ns);
+/* Client close: stop the renewer and end every handle still open (an
+ * unfinished attempt is deleted as failed, once per answering engine),
+ * freeing them. Safe when no guard was ever used. */
+void cerb__guard_close_all(cerb_client *c);
+/* guard.c: end an open attempt as failed and free the handle's memory
+ * (used by close; g is already off the set). `silent` skips the server. */
+cerb_status cerb__guard_end(struct cerb_guard *g, bool silent);
+
+#endif

@@ -1,0 +1,221 @@
+/*
+ * test_guard_fault.c — the guard's ambiguity and failure paths, on the
+ * "gfault" engine (the local engine with injected guard failures): a begin
+ * or finish whose reply was lost after it took effect is settled on the
+ * server before anything is retried or reported; one that failed before
+ * leaving is sent again; an engine that keeps failing gives CERB_UNAVAILABLE
+ * (refuse) or a degraded OK (allow) and feeds the breaker; a claim whose
+ * renewals fail runs out, another attempt takes over, and the first
+ * attempt's finish is CERB_LOST.
+ */
+#define _GNU_SOURCE
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <cmocka.h>
+
+#include "cerberus.h"
+#include "guard_fault_engine.h"
+#include "test_util.h"
+
+static cerb_client *open_gfault(void)
+{
+    guard_fault_register();
+    guard_fault_reset();
+    cerb_client *c = cerb_test_open("engines = (\"gfault\"); guard = { keep_ms = 5000; };");
+    assert_non_null(c);
+    return c;
+}
+
+static cerb_status begin(cerb_client *c, const char *key, const cerb_guard_opts *o,
+                         cerb_guard **g)
+{
+    return cerb_guard_begin(c, "fault", key, strlen(key), o, g);
+}
+
+static void test_begin_reply_lost(void **state)
+{
+    (void)state;
+    cerb_client *c = open_gfault();
+    char *key = test_name("begin-lost");
+    cerb_guard *g = NULL, *h = NULL;
+    guard_fault_set(GFAULT_BEGIN, 1, false, GFAULT_AFTER); /* claimed, answer lost */
+    assert_int_equal(begin(c, key, NULL, &g), CERB_OK);      /* the resend finds our claim */
+    assert_int_equal(guard_fault_calls(GFAULT_BEGIN), 2);
+    assert_int_equal(begin(c, key, NULL, &h), CERB_BUSY);    /* one claim, ours */
+    assert_int_equal(cerb_guard_finish(g, 1, "r", 1), CERB_OK);
+    cerb_guard_free(g);
+    assert_int_equal(begin(c, key, NULL, &h), CERB_DUPLICATE);
+    cerb_guard_free(h);
+    free(key);
+    cerb_client_close(c);
+}
+
+static void test_finish_success_reply_lost(void **state)
+{
+    (void)state;
+    cerb_client *c = open_gfault();
+    char *key = test_name("fin-lost");
+    cerb_guard *g = NULL, *h = NULL;
+    assert_int_equal(begin(c, key, NULL, &g), CERB_OK);
+    guard_fault_set(GFAULT_FINISH, 1, false, GFAULT_AFTER);
+    assert_int_equal(cerb_guard_finish(g, 1, "done", 4), CERB_OK); /* settled by check */
+    assert_int_equal(guard_fault_calls(GFAULT_FINISH), 1);          /* not sent twice */
+    assert_int_equal(guard_fault_calls(GFAULT_CHECK), 1);
+    cerb_guard_free(g);
+    assert_int_equal(begin(c, key, NULL, &h), CERB_DUPLICATE);
+    size_t n;
+    assert_memory_equal(cerb_guard_result(h, &n), "done", 4);
+    cerb_guard_free(h);
+    free(key);
+    cerb_client_close(c);
+}
+
+static void test_finish_failure_reply_lost(void **state)
+{
+    (void)state;
+    cerb_client *c = open_gfault();
+    char *key = test_name("del-lost");
+    cerb_guard *g = NULL, *h = NULL;
+    assert_int_equal(begin(c, key, NULL, &g), CERB_OK);
+    guard_fault_set(GFAULT_FINISH, 1, false, GFAULT_AFTER);
+    assert_int_equal(cerb_guard_finish(g, 0, NULL, 0), CERB_OK); /* deleted: the goal */
+    cerb_guard_free(g);
+    assert_int_equal(begin(c, key, NULL, &h), CERB_OK); /* a retry runs at once */
+    cerb_guard_free(h);
+    free(key);
+    cerb_client_close(c);
+}
+
+static void test_finish_not_sent_is_resent(void **state)
+{
+    (void)state;
+    cerb_client *c = open_gfault();
+    char *key = test_name("fin-before");
+    cerb_guard *g = NULL, *h = NULL;
+    assert_int_equal(begin(c, key, NULL, &g), CERB_OK);
+    guard_fault_set(GFAULT_FINISH, 1, false, GFAULT_BEFORE);
+    assert_int_equal(cerb_guard_finish(g, 1, "x", 1), CERB_OK);
+    assert_int_equal(guard_fault_calls(GFAULT_FINISH), 2);
+    assert_int_equal(guard_fault_calls(GFAULT_CHECK), 0); /* nothing to settle */
+    cerb_guard_free(g);
+    assert_int_equal(begin(c, key, NULL, &h), CERB_DUPLICATE);
+    cerb_guard_free(h);
+    free(key);
+    cerb_client_close(c);
+}
+
+/* A finish never confirmed is an error, not LOST, and the claim runs out
+ * after running_ms (no renewal once finish was called). */
+static void test_finish_unconfirmed(void **state)
+{
+    (void)state;
+    cerb_client *c = open_gfault();
+    char *key = test_name("fin-down");
+    cerb_guard *g = NULL, *h = NULL;
+    cerb_guard_opts o = CERB_GUARD_OPTS_INIT;
+    o.running_ms = 300;
+    assert_int_equal(begin(c, key, &o, &g), CERB_OK);
+    guard_fault_set(GFAULT_FINISH, 1, true, GFAULT_BEFORE);
+    int64_t t0 = cerb_test_now_ms();
+    assert_int_equal(cerb_guard_finish(g, 1, "x", 1), CERB_EIO);
+    assert_non_null(strstr(cerb_last_error(), "expires after 300 ms"));
+    assert_int_equal(cerb_guard_finish(g, 1, "x", 1), CERB_EINVAL); /* finished */
+    cerb_guard_free(g);
+    guard_fault_reset();
+    cerb_status st;
+    while ((st = begin(c, key, NULL, &h)) == CERB_BUSY && cerb_test_now_ms() < t0 + 3000) {
+        struct timespec ts = {0, 20 * 1000000L};
+        nanosleep(&ts, NULL);
+    }
+    assert_int_equal(st, CERB_OK);
+    cerb_guard_free(h);
+    free(key);
+    cerb_client_close(c);
+}
+
+static void test_engine_down_policy(void **state)
+{
+    (void)state;
+    cerb_client *c = open_gfault();
+    cerb_guard *g = (cerb_guard *)1;
+    guard_fault_set(GFAULT_BEGIN, 1, true, GFAULT_BEFORE);
+    assert_int_equal(begin(c, "k", NULL, &g), CERB_UNAVAILABLE);
+    assert_null(g);
+    assert_non_null(strstr(cerb_last_error(), "cannot answer"));
+    assert_int_equal(guard_fault_calls(GFAULT_BEGIN), 2); /* tried, and once more */
+    cerb_guard_opts o = CERB_GUARD_OPTS_INIT;
+    o.on_unavailable = CERB_GUARD_ALLOW;
+    assert_int_equal(begin(c, "k", &o, &g), CERB_OK);
+    assert_int_equal(cerb_guard_degraded(g), 1);
+    long fin = guard_fault_calls(GFAULT_FINISH);
+    assert_int_equal(cerb_guard_finish(g, 1, "r", 1), CERB_OK);
+    assert_int_equal(guard_fault_calls(GFAULT_FINISH), fin); /* no server touched */
+    cerb_guard_free(g);
+    struct cerb_engine_info info;
+    assert_int_equal(cerb_engine_info(c, "gfault", &info), CERB_OK);
+    assert_true(info.failures >= 4); /* each failed begin told the breaker */
+    cerb_client_close(c);
+}
+
+static bool renewed(void *ud)
+{
+    (void)ud;
+    return guard_fault_calls(GFAULT_RENEW) >= 2;
+}
+
+static void test_renewal_failures_lose_the_claim(void **state)
+{
+    (void)state;
+    cerb_client *a = open_gfault();
+    cerb_client *b = cerb_test_open("engines = (\"gfault\");");
+    char *key = test_name("renew");
+    cerb_guard *g = NULL, *h = NULL;
+    cerb_guard_opts o = CERB_GUARD_OPTS_INIT;
+    o.running_ms = 300;
+    assert_int_equal(begin(a, key, &o, &g), CERB_OK);
+    /* Renewed while open: still BUSY well past running_ms. */
+    assert_wait_until(renewed, NULL, 2000);
+    assert_int_equal(begin(b, key, NULL, &h), CERB_BUSY);
+    /* Renewals now fail: the claim runs out and another attempt begins. */
+    guard_fault_set(GFAULT_RENEW, 1, true, GFAULT_BEFORE);
+    int64_t t0 = cerb_test_now_ms();
+    cerb_status st;
+    while ((st = begin(b, key, NULL, &h)) == CERB_BUSY && cerb_test_now_ms() < t0 + 3000) {
+        struct timespec ts = {0, 20 * 1000000L};
+        nanosleep(&ts, NULL);
+    }
+    assert_int_equal(st, CERB_OK);
+    assert_int_equal(cerb_guard_finish(g, 1, "late", 4), CERB_LOST);
+    assert_int_equal(cerb_guard_finish(h, 1, "new", 3), CERB_OK);
+    cerb_guard_free(g);
+    cerb_guard_free(h);
+    assert_int_equal(begin(a, key, NULL, &g), CERB_DUPLICATE);
+    size_t n;
+    assert_memory_equal(cerb_guard_result(g, &n), "new", 3);
+    cerb_guard_free(g);
+    guard_fault_reset();
+    free(key);
+    cerb_client_close(a);
+    cerb_client_close(b);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_begin_reply_lost),
+        cmocka_unit_test(test_finish_success_reply_lost),
+        cmocka_unit_test(test_finish_failure_reply_lost),
+        cmocka_unit_test(test_finish_not_sent_is_resent),
+        cmocka_unit_test(test_finish_unconfirmed),
+        cmocka_unit_test(test_engine_down_policy),
+        cmocka_unit_test(test_renewal_failures_lose_the_claim),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
