@@ -18,6 +18,11 @@
  *    name's ordering and uuid parse do not depend on the lock name. A collision would let one lock's
  *    holder change another lock's state (its fence counter, its queue).
  *
+ *  - the idempotency guard's scope follows the same rule: cerb_guard_begin
+ *    refuses exactly the scopes the contract refuses (CERB_EINVAL), and
+ *    with an accepted scope and the input as the key (any bytes) it runs
+ *    the operation (a fresh key: CERB_OK), which finish(0) deletes again.
+ *
  * The input is the name itself (bytes up to the first NUL).
  */
 #include "internal_posix.h"
@@ -181,6 +186,23 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     char *name = fuzz_cstr(data, size);
     size_t n = strlen(name);
     cerb_lock *l = NULL;
+
+    cerb_guard *g = NULL;
+    cerb_status gs = cerb_guard_begin(client, name, data, size, NULL, &g);
+    if (fuzz_name_contract_ok(name, n)) {
+        /* A key seen before is a duplicate of a finished attempt: every
+         * attempt here is deleted (finish 0), so none is. */
+        FUZZ_CHECK(gs == CERB_OK, "guard: an accepted scope gave %s (%s)", cerb_status_name(gs),
+                   cerb_last_error());
+        if (g) {
+            FUZZ_CHECK(cerb_guard_finish(g, 0, NULL, 0) == CERB_OK, "guard: finish(0): %s",
+                       cerb_last_error());
+            cerb_guard_free(g);
+        }
+    } else {
+        FUZZ_CHECK(gs == CERB_EINVAL && !g, "guard: a refused scope gave %s",
+                   cerb_status_name(gs));
+    }
 
     cerb_status st = cerb_lock_new(client, name, NULL, &l);
     FUZZ_CHECK((st == CERB_OK) == fuzz_name_contract_ok(name, n), "core said %s for a name the contract %s",
