@@ -20,6 +20,11 @@
 #      each harness that long, printing executions per harness (about two
 #      minutes in all with the default 20 s). It runs even when ctest failed, and its failure fails the
 #      run (the exit status is ctest's when that failed, else fuzz.sh's).
+#   6. the ThreadSanitizer pass (asan runs only; CERB_TSAN_PASS=0 skips it):
+#      a TSan build in <build dir>-tsan, its unit and simulation suites
+#      (ctest -L 'unit|sim'), and the fuzz smoke under TSan
+#      ($CERB_TSAN_FUZZ_SECONDS per harness, default 10). The full suites
+#      under TSan are CERB_SANITIZER=tsan scripts/test.sh.
 #
 # The test servers are ctest fixtures (tests/CMakeLists.txt), started by
 # scripts/servers.sh with their state inside the build dir and stopped by PID.
@@ -34,6 +39,9 @@
 #                     default build dir <repo>/build-ci-tsan); CI runs asan
 #   CERB_FUZZ_SECONDS seconds per fuzz harness (default 20; 0 skips the
 #                     fuzz smoke)
+#   CERB_TSAN_PASS    1 (default for asan) runs step 6; 0 skips it
+#   CERB_TSAN_FUZZ_SECONDS  seconds per harness in step 6 (default 10; 0
+#                     skips its fuzz smoke)
 
 set -euo pipefail
 
@@ -89,5 +97,24 @@ if [[ $FUZZ_SECONDS != 0 ]]; then
         run "$ROOT/scripts/fuzz.sh" --seconds "$FUZZ_SECONDS" --sanitizer "$SANITIZER" || frc=$?
     printf '\n==> fuzz smoke finished in %ss with status %s\n' "$((SECONDS - start))" "$frc"
     ((rc != 0)) || rc=$frc
+fi
+
+if [[ $SANITIZER == asan && ${CERB_TSAN_PASS:-1} != 0 ]]; then
+    TSAN_DIR=${BUILD_DIR}-tsan
+    step "ThreadSanitizer pass ($TSAN_DIR): unit and simulation suites, fuzz smoke"
+    start=$SECONDS
+    trc=0
+    run cmake -S "$ROOT" -B "$TSAN_DIR" -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+        -DCERB_WERROR=ON -DCERB_TSAN=ON ${EXTRA_CMAKE[@]+"${EXTRA_CMAKE[@]}"} || trc=$?
+    ((trc != 0)) || run cmake --build "$TSAN_DIR" -j "$JOBS" || trc=$?
+    ((trc != 0)) || run ctest --test-dir "$TSAN_DIR" --output-on-failure --timeout 300 \
+        -j "$TEST_JOBS" -L 'unit|sim' || trc=$?
+    TSAN_FUZZ=${CERB_TSAN_FUZZ_SECONDS:-10}
+    if ((trc == 0)) && [[ $TSAN_FUZZ != 0 ]]; then
+        CERB_FUZZ_BUILD_DIR=${TSAN_DIR}-fuzz CERB_FUZZ_JOBS=$JOBS \
+            run "$ROOT/scripts/fuzz.sh" --seconds "$TSAN_FUZZ" --sanitizer tsan || trc=$?
+    fi
+    printf '\n==> ThreadSanitizer pass finished in %ss with status %s\n' "$((SECONDS - start))" "$trc"
+    ((rc != 0)) || rc=$trc
 fi
 exit "$rc"
