@@ -88,7 +88,7 @@ usage: $PROG [--minutes N | --seconds S] [--scenario S[,S...]] [--seed X]
 --seconds S   run each scenario for S seconds instead
 --scenario S  one or more of: $ALL_SCENARIOS
               (default: all of these), or $EXTRA_SCENARIOS
---ci          the bounded CI set: $CI_SCENARIOS, 25 s each
+--ci          the bounded CI set: $CI_SCENARIOS, 20 s each
 --seed X      base seed (scenario i uses X + i); printed for replay
 EOF
 }
@@ -109,7 +109,7 @@ while (($#)); do
         --build) BUILD=${2:?}; shift 2 ;;
         --procs) PROCS=${2:?}; shift 2 ;;
         --threads) THREADS=${2:?}; shift 2 ;;
-        --ci) SCENARIOS=${SCENARIOS:-$CI_SCENARIOS}; SECONDS_EACH=${SECONDS_EACH:-25}; shift ;;
+        --ci) SCENARIOS=${SCENARIOS:-$CI_SCENARIOS}; SECONDS_EACH=${SECONDS_EACH:-20}; shift ;;
         --list) echo "$ALL_SCENARIOS"; exit 0 ;;
         -h | --help) usage; exit 0 ;;
         *) usage >&2; exit 2 ;;
