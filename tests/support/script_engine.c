@@ -26,6 +26,7 @@ struct entry {
     char name[256];
     char token[33];
     int64_t until_ns;
+    int64_t granted_ns;
     uint64_t fence;
 };
 
@@ -134,6 +135,8 @@ static cerb_status try_once(struct server *s, cerb_engine_lock *lk, cerb_grant *
         return cerb__error_set(CERB_ENOMEM, "script: table full");
     if (held_now(e, now) && strcmp(e->token, lk->token) != 0 && !s->k.grant_twice)
         return CERB_BUSY;
+    if (!held_now(e, now) || strcmp(e->token, lk->token) != 0)
+        e->granted_ns = now;
     memcpy(e->token, lk->token, sizeof e->token);
     e->until_ns = now + lk->lease_ms * CERB_NS_PER_MS;
     if (e->fence < lk->fence_floor)
@@ -396,15 +399,19 @@ struct script_knobs script_engine_get(enum script_server s)
     return k;
 }
 
-bool script_engine_entry(enum script_server s, const char *name, char tok[33], int64_t *until_ns,
-                         uint64_t *fence)
+bool script_engine_record(enum script_server s, const char *name, struct script_record *out)
 {
+    memset(out, 0, sizeof *out);
     pthread_mutex_lock(&servers[s].mu);
     struct entry *e = find(&servers[s], name, false);
     bool h = held_now(e, cerb_monotime());
-    memcpy(tok, h ? e->token : "", h ? 33 : 1);
-    *until_ns = e ? e->until_ns : 0;
-    *fence = e ? e->fence : 0;
+    if (h)
+        memcpy(out->token, e->token, sizeof out->token);
+    if (e) {
+        out->until_ns = e->until_ns;
+        out->granted_ns = e->granted_ns;
+        out->fence = e->fence;
+    }
     pthread_mutex_unlock(&servers[s].mu);
     return h;
 }

@@ -57,10 +57,15 @@ void script_engine_register(void);
 void script_engine_next_client(int id);
 /* A copy of server s's knobs (to change one and set them back). */
 struct script_knobs script_engine_get(enum script_server s);
-/* Server s's record of `name`: token ("" when free or expired), lease end
- * on cerb_monotime and fence counter. Returns true when held now. */
-bool script_engine_entry(enum script_server s, const char *name, char tok[33], int64_t *until_ns,
-                         uint64_t *fence);
+/* Server s's record of a name. */
+struct script_record {
+    char token[33];      /* "" when free (released or expired) */
+    int64_t until_ns;    /* lease end, on cerb_monotime */
+    int64_t granted_ns;  /* when this token was granted it */
+    uint64_t fence;      /* the counter (only grows) */
+};
+/* Fill *out with server s's record of `name`; true when held now. */
+bool script_engine_record(enum script_server s, const char *name, struct script_record *out);
 /* Clear the tables and knobs of both servers. */
 void script_engine_reset(void);
 /* Change a server's knobs (copied under its mutex). */

@@ -1,0 +1,214 @@
+/*
+ * sim_check.c — the simulation's oracle: DESIGN.md §5a, checked on the
+ * simulated clock after every grant and every step.
+ *
+ *  §5a.1 No silent overlap. When a client is granted a name, every other
+ *        client holding it must have been told LOST before the server
+ *        granted it: its hold flagged LOST, or its conservative deadline
+ *        (what cerb_lock_state goes by) at or before the grant's time on
+ *        the server. Between steps, at most one hold of a name may be VALID
+ *        or SUSPECT (a hold that came back from LOST would show here).
+ *  §5a.2 LOST in time. A hold that is not LOST must still be the server's:
+ *        its token there, and its deadline no later than the server's
+ *        lease end (the engine's own expiry). A running client's lost
+ *        callback must have fired once its deadline passed, allowing for
+ *        the op timeouts one background task may spend before another runs
+ *        (one OS thread runs them all).
+ *  §5a.3 Tokens only grow: never 0; strictly increasing per name per
+ *        engine, per client and name across its own switches, and above
+ *        every token granted before the last epoch bump (`cerberus
+ *        switch`).
+ *  §5a.4 Every call returns within its bound, in simulated time.
+ * A violation is printed with the seed and step; sim_main.c prints the
+ * command that replays it.
+ */
+#include "internal_posix.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "clock.h"
+#include "internal.h"
+#include "script_engine.h"
+#include "sim.h"
+
+static long violations;
+static uint64_t last_engine_fence[SIM_NAMES][SIM_SERVERS];
+static uint64_t last_client_fence[SIM_MAX_CLIENTS][SIM_NAMES];
+static uint64_t max_fence[SIM_NAMES];
+static uint64_t epoch_floor[SIM_NAMES];
+
+void sim_check_reset(void)
+{
+    memset(last_engine_fence, 0, sizeof last_engine_fence);
+    memset(last_client_fence, 0, sizeof last_client_fence);
+    memset(max_fence, 0, sizeof max_fence);
+    memset(epoch_floor, 0, sizeof epoch_floor);
+}
+
+long sim_check_violations(void) { return violations; }
+
+static int report(struct sim_world *w, const char *inv, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static int report(struct sim_world *w, const char *inv, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    printf("VIOLATION %s seed %llu step %d t=%.3fs: ", inv, (unsigned long long)w->p.seed, w->step,
+           (double)(sim_now() % (INT64_C(1000) * 1000000000)) / 1e9);
+    vprintf(fmt, ap);
+    printf("\n");
+    va_end(ap);
+    violations++;
+    return 1;
+}
+
+/* The library's hold behind a handle the calling thread holds. */
+static struct cerb_hold *hold_of(const struct sim_hold *sh)
+{
+    return sh->count > 0 && sh->l->slot->hold ? sh->l->slot->hold : NULL;
+}
+
+int sim_check_grant(struct sim_world *w, struct sim_client *k, int n)
+{
+    int bad = 0;
+    struct sim_hold *sh = &k->h[n];
+    struct cerb_hold *h = hold_of(sh);
+    if (!h)
+        return report(w, "internal", "client %d granted \"%s\" without a hold", k->id,
+                      sim_names[n]);
+    sh->engine = h->engine_idx;
+    memcpy(sh->token, h->lk.token, sizeof sh->token);
+    sh->fence = cerb_lock_fencing_token(sh->l);
+    sh->granted_ns = sim_now();
+    sh->lost_cb_ns = 0;
+    sh->lost_late_reported = false;
+    sh->partition_overlap = false;
+
+    /* When the server granted it: the overlap question is asked then. */
+    struct script_record rec;
+    script_engine_record((enum script_server)sh->engine, sim_names[n], &rec);
+    int64_t t_grant = strcmp(rec.token, sh->token) == 0 ? rec.granted_ns : sim_now();
+
+    for (int j = 0; j < w->p.n_clients; j++) {
+        struct sim_client *o = &w->cl[j];
+        if (o == k || o->h[n].count == 0)
+            continue;
+        struct cerb_hold *oh = hold_of(&o->h[n]);
+        if (!oh)
+            continue;
+        bool flagged = atomic_load(&oh->state) == CERB_LOCK_LOST;
+        /* Either side cut off the other's engine since the older grant:
+         * the newer could not ask it, or the older could not claim the
+         * name on the newer's engine. */
+        bool cut = o->h[n].engine != sh->engine &&
+                   (sim_was_cut(w, k, o->h[n].engine, o->h[n].granted_ns) ||
+                    sim_was_cut(w, o, sh->engine, o->h[n].granted_ns));
+        if (!flagged && oh->valid_until_ns > t_grant && cut) {
+            sh->partition_overlap = true;
+            w->partition_overlaps++;
+            sim_log(w, "  overlap with client %d's hold on %s across a partition: the "
+                       "documented limit, counted", o->id, o->h[n].engine ? "sb" : "sa");
+        } else if (!flagged && oh->valid_until_ns > t_grant)
+            bad += report(w, "5a.1",
+                          "client %d granted \"%s\" on %s (fence %#llx) at %.3f while client %d "
+                          "holds it on %s, not told LOST (state %d, deadline %.3f)",
+                          k->id, sim_names[n], sh->engine ? "sb" : "sa",
+                          (unsigned long long)sh->fence, (double)(t_grant % 1000000000000) / 1e9,
+                          o->id, o->h[n].engine ? "sb" : "sa", atomic_load(&oh->state),
+                          (double)(oh->valid_until_ns % 1000000000000) / 1e9);
+    }
+
+    uint64_t f = sh->fence;
+    if (f == 0)
+        bad += report(w, "5a.3", "client %d granted \"%s\" with token 0", k->id, sim_names[n]);
+    if (f <= last_engine_fence[n][sh->engine])
+        bad += report(w, "5a.3", "\"%s\" on %s: token %#llx after %#llx", sim_names[n],
+                      sh->engine ? "sb" : "sa", (unsigned long long)f,
+                      (unsigned long long)last_engine_fence[n][sh->engine]);
+    if (f <= last_client_fence[k->id - 1][n])
+        bad += report(w, "5a.3", "client %d \"%s\": token %#llx after its own %#llx", k->id,
+                      sim_names[n], (unsigned long long)f,
+                      (unsigned long long)last_client_fence[k->id - 1][n]);
+    if (f <= epoch_floor[n])
+        bad += report(w, "5a.3", "\"%s\": token %#llx not above %#llx, granted before the "
+                      "last epoch bump", sim_names[n], (unsigned long long)f,
+                      (unsigned long long)epoch_floor[n]);
+    if (f > last_engine_fence[n][sh->engine])
+        last_engine_fence[n][sh->engine] = f;
+    if (f > last_client_fence[k->id - 1][n])
+        last_client_fence[k->id - 1][n] = f;
+    if (f > max_fence[n])
+        max_fence[n] = f;
+    return bad;
+}
+
+void sim_check_epoch_bump(struct sim_world *w)
+{
+    (void)w;
+    memcpy(epoch_floor, max_fence, sizeof epoch_floor);
+}
+
+int sim_check_step(struct sim_world *w)
+{
+    int bad = 0;
+    int64_t now = sim_now();
+    /* One background task may run this long before another gets the
+     * thread: its calls' op timeouts (a renewal chunk per engine, orphans,
+     * a probe round). */
+    int64_t tol = (6 * w->p.fail_ms + 10) * CERB_NS_PER_MS;
+    for (int n = 0; n < SIM_NAMES; n++) {
+        int live = 0, first = -1;
+        for (int j = 0; j < w->p.n_clients; j++) {
+            struct sim_client *k = &w->cl[j];
+            struct sim_hold *sh = &k->h[n];
+            struct cerb_hold *h = hold_of(sh);
+            if (!h)
+                continue;
+            enum cerb_lock_state st = cerb_lock_state(sh->l);
+            if (st != CERB_LOCK_LOST && sh->partition_overlap) {
+                /* counted at its grant; the server checks below still apply */
+            } else if (st != CERB_LOCK_LOST) {
+                if (live++ == 0)
+                    first = k->id;
+                else
+                    bad += report(w, "5a.1", "\"%s\": clients %d and %d both hold it, neither LOST",
+                                  sim_names[n], first, k->id);
+                struct script_record rec;
+                script_engine_record((enum script_server)h->engine_idx, sim_names[n], &rec);
+                if (strcmp(rec.token, h->lk.token) != 0)
+                    bad += report(w, "5a.2",
+                                  "client %d believes it holds \"%s\" on %s (state %d, deadline "
+                                  "%.3f) but the server has %s",
+                                  k->id, sim_names[n], h->engine_idx ? "sb" : "sa", st,
+                                  (double)(h->valid_until_ns % 1000000000000) / 1e9,
+                                  rec.token[0] ? "another owner" : "no owner");
+                else if (h->valid_until_ns > rec.until_ns)
+                    bad += report(w, "5a.2",
+                                  "client %d's deadline for \"%s\" (%.3f) is after the server's "
+                                  "lease end (%.3f)",
+                                  k->id, sim_names[n], (double)(h->valid_until_ns % 1000000000000) / 1e9,
+                                  (double)(rec.until_ns % 1000000000000) / 1e9);
+            }
+            if (!k->paused && !k->crashed && sh->lost_cb_ns == 0 && !sh->lost_late_reported &&
+                h->valid_until_ns != CERB_DEADLINE_NEVER && now >= h->valid_until_ns + tol) {
+                sh->lost_late_reported = true;
+                bad += report(w, "5a.2",
+                              "client %d's hold of \"%s\" passed its deadline %.3f; no lost "
+                              "callback by %.3f",
+                              k->id, sim_names[n], (double)(h->valid_until_ns % 1000000000000) / 1e9,
+                              (double)(now % 1000000000000) / 1e9);
+            }
+        }
+    }
+    return bad;
+}
+
+int sim_check_bound(struct sim_world *w, const char *what, int64_t took_ns, int64_t bound_ns)
+{
+    if (took_ns <= bound_ns)
+        return 0;
+    return report(w, "5a.4", "%s took %.3f s, bound %.3f s", what, (double)took_ns / 1e9,
+                  (double)bound_ns / 1e9);
+}
