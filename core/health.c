@@ -259,6 +259,27 @@ static void pin_update(cerb_client *c)
     atomic_store(&c->pin_pending, c->pinned >= 0 && c->pinned != cur ? c->pinned : -1);
 }
 
+/*
+ * A pin keeps this client on engine `to` whatever its breakers say, while
+ * other clients' breakers move them away and they grant elsewhere. So a
+ * pinned client asks every other engine before granting, as one pinned by
+ * the configuration does from the start (cerb__health_init) — also when
+ * the pin names the engine it is already on. fo_mu held.
+ */
+static void gate_all_but(cerb_client *c, int to)
+{
+    for (size_t i = 0; i < c->n_engines; i++) {
+        struct cerb_client_engine *ce = &c->engines[i];
+        /* The engine still current while the pin waits for `to` to open
+         * grants; it asks the others. */
+        bool cur = (int)i == atomic_load(&c->current) && !c->engines[to].e;
+        if ((int)i == to || cur || ce->gated || grace_ms(c, (int)i) <= 0)
+            continue;
+        ce->gate_from_ns = cerb_monotime();
+        ce->gated = true;
+    }
+}
+
 int cerb__client_switch(cerb_client *c, int to, const char *why, int pin)
 {
     cerb__mutex_lock(&c->fo_mu);
@@ -267,6 +288,8 @@ int cerb__client_switch(cerb_client *c, int to, const char *why, int pin)
     else if (pin < 0)
         c->pinned = -1;
     int from = atomic_load(&c->current);
+    if (pin > 0)
+        gate_all_but(c, to);
     /* Never make current an engine without an instance: a pin on one that
      * has not opened stays a wish until the prober opens it. */
     if (from == to || !c->engines[to].e) {

@@ -752,6 +752,45 @@ static void test_grace_covers_leases_before_reload(void **state)
 }
 
 /*
+ * Found by the simulation (cerb_sim --seed 816): a client that pins the
+ * engine it is already on (cerb_engine_switch_to(current)) stays there when
+ * its breaker opens, as a pin should — but gated nothing, unlike a pin from
+ * the configuration. Another client that failed over granted a name on sb
+ * while sa was down (rightly: every hold on sa had expired); once sa was
+ * back, the pinned client granted the same name on sa without asking sb.
+ */
+static void test_pin_of_current_engine_gates_the_others(void **state)
+{
+    (void)state;
+    const char *cfg = "engines = (\"sa\", \"sb\"); lock = { lease_ms = 300; }; "
+                      "failover = { " FAST_FO "};";
+    cerb_client *x = open_text("%s", cfg);
+    cerb_client *y = open_text("%s", cfg);
+    assert_string_equal(cerb_engine_switch_to(y, "sa"), "sa"); /* a pin, no move */
+    cerb_lock *lx = mk(x, "pin-current");
+    cerb_lock *ly = mk(y, "pin-current");
+
+    script_engine_set(SCRIPT_A, (struct script_knobs){.down = true});
+    struct on_engine o = {x, "sb"};
+    assert_wait_until(is_on, &o, 3000);
+    assert_string_equal(cerb_engine_current(y), "sa");
+    /* sa silent for its grace: X is granted on sb. */
+    assert_int_equal(cerb_lock_trylock_for(lx, 3000), CERB_OK);
+    script_engine_set(SCRIPT_A, (struct script_knobs){0});
+
+    cerb_status st = cerb_lock_trylock(ly);
+    if (st == CERB_OK)
+        fprintf(stderr, "pinned client granted on sa while X holds on sb (state %d)\n",
+                cerb_lock_state(lx));
+    assert_int_equal(st, CERB_BUSY);
+    assert_int_equal(cerb_lock_unlock(lx), CERB_OK);
+    cerb_lock_free(lx);
+    cerb_lock_free(ly);
+    cerb_client_close(x);
+    cerb_client_close(y);
+}
+
+/*
  * Items 10/19 (review): a wait that began before a `cerberus switch`
  * bumped the epoch, on the engine that stays current, is granted after the
  * bump: its token must rank above grants made before the bump.
@@ -939,6 +978,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_redis_quarantine_bounds_leases, setup, teardown),
         cmocka_unit_test_setup_teardown(test_grace_covers_server_hold_bound, setup, teardown),
         cmocka_unit_test_setup_teardown(test_wait_across_epoch_bump, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_pin_of_current_engine_gates_the_others, setup, teardown),
         cmocka_unit_test_setup_teardown(test_reload_to_unopened_engine_is_kept, setup, teardown),
         cmocka_unit_test_setup_teardown(test_file_watch_not_delayed_by_probes, setup, teardown),
     };
