@@ -162,6 +162,18 @@ static void answered(struct cerb_client_engine *ce, int64_t now)
         ;
 }
 
+/*
+ * Engine ce gave no answer at `now`; fo_mu held. The first such silence
+ * after its last answer is when the gate's grace starts: it may have gone
+ * down only just before, and other clients may have renewed holds there
+ * until then, long after it last answered us (a probe interval or more).
+ */
+static void unanswered(struct cerb_client_engine *ce, int64_t now)
+{
+    if (ce->quiet_from_ns <= atomic_load(&ce->last_ok_ns))
+        ce->quiet_from_ns = now;
+}
+
 void cerb__health_ok(cerb_client *c, int idx)
 {
     struct cerb_client_engine *ce = &c->engines[idx];
@@ -206,6 +218,7 @@ void cerb__health_fail(cerb_client *c, int idx, const char *what)
     int64_t now = cerb__now_ms();
     atomic_fetch_add(&ce->failures, 1);
     cerb__mutex_lock(&c->fo_mu);
+    unanswered(ce, cerb_monotime());
     fold_ok(c, ce, now);
     noted(c, ce, cerb__breaker_on_failure(&ce->brk, now, CERB_CALL));
     fo_unlock(c);
@@ -227,6 +240,8 @@ void cerb__health_probe(cerb_client *c, int idx, bool ok, int64_t latency_us)
         noted(c, ce, cerb__breaker_on_success(&ce->brk, now, CERB_PROBE));
     else
         noted(c, ce, cerb__breaker_on_failure(&ce->brk, now, CERB_PROBE));
+    if (!ok)
+        unanswered(ce, now_ns);
     fo_unlock(c);
 }
 
@@ -369,6 +384,7 @@ static cerb_status gate_one(cerb_client *c, struct cerb_client_engine *ce, struc
             cerb__mutex_lock(&c->fo_mu);
             if (ce->ask_fail_ns < t)
                 ce->ask_fail_ns = t;
+            unanswered(ce, t);
             fo_unlock(c);
         }
         if (st == CERB_BUSY)
@@ -378,6 +394,13 @@ static cerb_status gate_one(cerb_client *c, struct cerb_client_engine *ce, struc
             return CERB_OK;
         last = atomic_load(&ce->last_ok_ns) > last ? atomic_load(&ce->last_ok_ns) : last;
     }
+    /* The grace runs from the first silence since its last answer: holds
+     * others renewed there until it went down end a lease after that. */
+    cerb__mutex_lock(&c->fo_mu);
+    int64_t quiet = ce->quiet_from_ns;
+    fo_unlock(c);
+    if (quiet > last)
+        last = quiet;
     *until_ns = last + (g > 0 ? g : 0) * CERB_NS_PER_MS;
     if (now < *until_ns)
         return cerb__error_set(CERB_UNAVAILABLE, "lock \"%s\": engine %s, switched from, cannot "
@@ -409,6 +432,7 @@ void cerb__gate_no_answer(cerb_client *c, int i)
     cerb__mutex_lock(&c->fo_mu);
     if (c->engines[i].ask_fail_ns < t)
         c->engines[i].ask_fail_ns = t;
+    unanswered(&c->engines[i], t);
     fo_unlock(c);
 }
 

@@ -58,6 +58,9 @@ struct cerb_client_engine {
      * question, a successful lock call (renewals included). */
     atomic_int_fast64_t last_ok_ns;
     int64_t ask_fail_ns;         /* last held() question that got no answer */
+    int64_t quiet_from_ns;       /* first call or question that got no answer
+                                    since the last answer: the gate's grace
+                                    runs from here (fo_mu) */
     atomic_int_fast64_t grant_after_ns; /* switched back to: no grant before */
     atomic_uint_fast64_t pending_ok;
     /* The highest fence (with its epoch) this client was granted here: a

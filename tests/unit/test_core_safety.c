@@ -790,6 +790,49 @@ static void test_pin_of_current_engine_gates_the_others(void **state)
     cerb_client_close(y);
 }
 
+static bool time_passed(void *ud)
+{
+    return cerb_test_now_ms() >= *(int64_t *)ud;
+}
+
+/*
+ * Found by the simulation (cerb_sim --seed 380): the gate let a name pass
+ * once the engine switched from had been silent for its grace counted from
+ * the last time it answered *this* client. A client that hears it only by
+ * its probes heard it last up to a probe interval before it went down, and
+ * other clients renewed holds there in between: X granted on sb while Y's
+ * hold on sa, renewed after X's last probe, was still in force. The grace
+ * must run from when the engine was first found silent.
+ */
+static void test_grace_counts_from_silence_not_last_answer(void **state)
+{
+    (void)state;
+    /* X probes rarely: it hears sa only at its first round. */
+    cerb_client *x = open_text("engines = (\"sa\", \"sb\"); lock = { lease_ms = 300; }; "
+                               "failover = { probe_interval_ms = 5000; };");
+    cerb_client *y = open_text("engines = (\"sa\", \"sb\"); lock = { lease_ms = 300; };");
+    assert_string_equal(cerb_engine_switch_to(x, "sb"), "sb"); /* sa gated, answering */
+    cerb_lock *lx = mk(x, "grace-from-silence");
+    cerb_lock *ly = mk(y, "grace-from-silence");
+    assert_int_equal(cerb_lock_trylock(ly), CERB_OK); /* on sa, renewed every 100 ms */
+    /* Longer than the grace since X last heard sa; Y kept renewing. */
+    int64_t until = cerb_test_now_ms() + 450;
+    assert_wait_until(time_passed, &until, 2000);
+    assert_int_not_equal(cerb_lock_state(ly), CERB_LOCK_LOST);
+    script_engine_set(SCRIPT_A, (struct script_knobs){.down = true});
+
+    cerb_status st = cerb_lock_trylock(lx);
+    if (st == CERB_OK)
+        assert_int_equal(cerb_lock_state(ly), CERB_LOCK_LOST);
+    assert_int_equal(st, CERB_BUSY);
+    script_engine_set(SCRIPT_A, (struct script_knobs){0});
+    cerb_lock_unlock(ly);
+    cerb_lock_free(lx);
+    cerb_lock_free(ly);
+    cerb_client_close(x);
+    cerb_client_close(y);
+}
+
 /*
  * Items 10/19 (review): a wait that began before a `cerberus switch`
  * bumped the epoch, on the engine that stays current, is granted after the
@@ -979,6 +1022,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_grace_covers_server_hold_bound, setup, teardown),
         cmocka_unit_test_setup_teardown(test_wait_across_epoch_bump, setup, teardown),
         cmocka_unit_test_setup_teardown(test_pin_of_current_engine_gates_the_others, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_grace_counts_from_silence_not_last_answer, setup,
+                                        teardown),
         cmocka_unit_test_setup_teardown(test_reload_to_unopened_engine_is_kept, setup, teardown),
         cmocka_unit_test_setup_teardown(test_file_watch_not_delayed_by_probes, setup, teardown),
     };
