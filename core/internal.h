@@ -263,6 +263,9 @@ void cerb__watchdog_stop(cerb_client *c);
  * (losses, due renewals sent and applied, orphans released). Returns the
  * time it wants to run next (CERB_DEADLINE_NEVER: nothing tracked). */
 int64_t cerb__watchdog_step(cerb_client *c);
+/* A manual client: the deadline thread's part of a step alone (no I/O);
+ * returns when it wants to look again. */
+int64_t cerb__watchdog_deadlines(cerb_client *c);
 /* Start tracking a fresh hold (renewal and loss detection). */
 void cerb__watchdog_add(cerb_client *c, struct cerb_hold *h);
 /* Stop tracking; withdraws a queued renewal of h and waits for one on the

@@ -502,6 +502,25 @@ static void cycle(struct cerb_watchdog *wd)
 }
 
 /*
+ * A manual client's deadline thread alone: the scan (losses marked and
+ * queued, due renewals handed over, no I/O) at the current time. The
+ * simulation runs it while the same client's renewals are on the wire, as
+ * the threads overlap. Returns when it wants to look again.
+ */
+int64_t cerb__watchdog_deadlines(cerb_client *c)
+{
+    struct cerb_watchdog *wd = c->wd;
+    if (!wd)
+        return CERB_DEADLINE_NEVER;
+    int64_t next = CERB_DEADLINE_NEVER;
+    cerb__mutex_lock(&wd->mu);
+    while (!scan(wd, cerb_monotime(), &next))
+        ;
+    cerb__mutex_unlock(&wd->mu);
+    return next;
+}
+
+/*
  * A manual client's watchdog (no threads): what the deadline thread and the
  * renewers would do by now, done here on the caller's thread — losses,
  * renewals due (sent and applied), orphans due. Returns when it wants to

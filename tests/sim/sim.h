@@ -31,6 +31,11 @@ struct sim_hold {
     int64_t lost_cb_ns;      /* lost callback ran (0: not yet) */
     bool lost_late_reported;
     bool partition_overlap;  /* granted over a hold it could not see (below) */
+    /* At its grant: which servers this client could not reach (down or cut
+     * off: no claim could be taken there), and how often each client had
+     * switched engines. */
+    bool unreachable_at_grant[SIM_SERVERS];
+    uint64_t switches_at_grant[SIM_MAX_CLIENTS];
 };
 
 struct sim_client {
@@ -70,6 +75,7 @@ struct sim_world {
      * apart instead of failing. */
     int64_t cut_end_ns[SIM_MAX_CLIENTS][SIM_SERVERS];
     long partition_overlaps;
+    long outage_overlaps;    /* see sim_check.c, "outage" */
     /* statistics */
     long grants, busy, timeouts, errors, lost_cbs, calls;
 };
@@ -78,6 +84,9 @@ extern const char *const sim_names[SIM_NAMES];
 
 /* sim_world.c */
 int64_t sim_now(void);
+/* Simulated time callers spent waiting for other clients' background work
+ * that overran their naps (one OS thread runs all): not theirs to count. */
+int64_t sim_stolen_ns(void);
 /* Install the clock hooks and start the clock for a new seed. */
 void sim_clock_reset(struct sim_world *w);
 void sim_log(struct sim_world *w, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
