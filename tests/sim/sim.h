@@ -74,6 +74,7 @@ struct sim_world {
      * (README, "What a partition can still do") that the oracle counts
      * apart instead of failing. */
     int64_t cut_end_ns[SIM_MAX_CLIENTS][SIM_SERVERS];
+    int64_t up_again_ns[SIM_SERVERS]; /* when each server last came back up */
     long partition_overlaps;
     long outage_overlaps;    /* see sim_check.c, "outage" */
     /* statistics */

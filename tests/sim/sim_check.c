@@ -10,11 +10,14 @@
  *        or SUSPECT (a hold that came back from LOST would show here).
  *        Two overlaps are limits of the design, counted apart: across a
  *        partition (README, "What a partition can still do"), and an
- *        "outage" one — a hold granted on engine X while engine Y was down
- *        (no claim could be taken on Y) and a client that never switched
+ *        "outage" one — a hold on engine X whose claim on engine Y could not
+ *        be taken (Y down at the grant) or lapsed (Y down since: a claim
+ *        whose engine goes silent goes dormant, README "Processes that
+ *        switch at different times"), and a client that never switched
  *        since (paused through the outage, or its breaker never opened)
- *        granted the name on Y once it was back. That client saw nothing to
- *        ask about; only fencing tokens protect the resource then.
+ *        granted the name on Y once it was back, before the holder heard Y
+ *        again. That client saw nothing to ask about; only fencing tokens
+ *        protect the resource then.
  *  §5a.2 LOST in time. A hold that is not LOST must still be the server's:
  *        its token there, and its deadline no later than the server's
  *        lease end (the engine's own expiry). A running client's lost
@@ -118,12 +121,15 @@ int sim_check_grant(struct sim_world *w, struct sim_client *k, int n)
         bool cut = o->h[n].engine != sh->engine &&
                    (sim_was_cut(w, k, o->h[n].engine, o->h[n].granted_ns) ||
                     sim_was_cut(w, o, sh->engine, o->h[n].granted_ns));
-        bool outage = o->h[n].engine != sh->engine && o->h[n].unreachable_at_grant[sh->engine] &&
+        struct script_knobs yk = script_engine_get((enum script_server)sh->engine);
+        bool y_down = o->h[n].unreachable_at_grant[sh->engine] || yk.down ||
+                      w->up_again_ns[sh->engine] >= o->h[n].granted_ns;
+        bool outage = o->h[n].engine != sh->engine && y_down &&
                       k->c->switches == o->h[n].switches_at_grant[k->id - 1];
         if (!flagged && oh->valid_until_ns > t_grant && !cut && outage) {
             sh->partition_overlap = true;
             w->outage_overlaps++;
-            sim_log(w, "  overlap with client %d's hold on %s, granted while %s was down; "
+            sim_log(w, "  overlap with client %d's hold on %s, whose claim on %s an outage kept; "
                        "client %d never switched since: the outage limit, counted",
                     o->id, o->h[n].engine ? "sb" : "sa", sh->engine ? "sb" : "sa", k->id);
         } else if (!flagged && oh->valid_until_ns > t_grant && cut) {

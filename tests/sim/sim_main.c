@@ -241,6 +241,8 @@ static void do_fault(struct sim_world *w)
                 what == 0 ? "acquire" : what == 1 ? "renewal" : "release");
     } else if (r < 66) { /* server down or up */
         int s = pick(SIM_SERVERS);
+        if (script_engine_get((enum script_server)s).down)
+            w->up_again_ns[s] = sim_now();
         set_knob(s, k_down, NULL);
         sim_log(w, "%s %s", srv_name(s), script_engine_get((enum script_server)s).down ? "down" : "up");
     } else if (r < 84) { /* in-process switch */
@@ -329,6 +331,8 @@ static long run_seed(struct sim_params p)
         for (int i = 0; i < w.p.n_clients; i++)
             if (cur.cut & (UINT32_C(1) << w.cl[i].id))
                 w.cut_end_ns[i][s] = sim_now();
+        if (cur.down)
+            w.up_again_ns[s] = sim_now();
         set_knob(s, k_heal, NULL);
     }
     for (int i = 0; i < w.p.n_clients; i++)
