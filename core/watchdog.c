@@ -182,6 +182,15 @@ static void apply_result(struct cerb_hold *h, cerb_status st, const cerb_grant *
     if (st == CERB_OK) {
         h->failing_since_ns = 0;
         int64_t until = g->sent_ns ? cerb__grant_deadline(g) : h->valid_until_ns;
+        /* A hold is valid no longer than its claims whose engines answer:
+         * once a claim's lease ends there, processes that did not switch
+         * are granted the name, and a holder paused past it must find its
+         * deadline passed. A claim whose renewals fail (its engine may be
+         * down) goes dormant instead (hold_over) and bounds nothing. */
+        for (struct cerb_hold *k = h->claims; k; k = k->claim_next)
+            if (k->failing_since_ns == 0 && atomic_load(&k->state) == CERB_LOCK_VALID &&
+                k->valid_until_ns < until)
+                until = k->valid_until_ns;
         h->valid_until_ns = until;
         h->renew_failures = 0;
         /* Space renewals by the shorter of the lease and what the grant

@@ -24,6 +24,7 @@
 #include <cmocka.h>
 
 #include "cerberus.h"
+#include "clock.h"
 #include "script_engine.h"
 #include "test_util.h"
 
@@ -833,6 +834,60 @@ static void test_grace_counts_from_silence_not_last_answer(void **state)
     cerb_client_close(y);
 }
 
+struct lease_gap {
+    const char *name;
+    struct script_record sa, sb;
+};
+
+/* The hold's lease on sb ends more than 10 ms after its claim's on sa. */
+static bool claim_ends_first(void *ud)
+{
+    struct lease_gap *g = ud;
+    bool ha = script_engine_record(SCRIPT_A, g->name, &g->sa);
+    bool hb = script_engine_record(SCRIPT_B, g->name, &g->sb);
+    return ha && hb && g->sb.until_ns > g->sa.until_ns + 10 * CERB_NS_PER_MS;
+}
+
+/*
+ * Found by the simulation (cerb_sim --seed 106063): a hold's deadline was
+ * its own lease's alone. Its claim on the engine switched from had been
+ * renewed earlier than the hold (the hold's renewal had lost its reply and
+ * was retried), and the process paused: the claim's lease ran out on sa and
+ * a process that never switched was granted the name there, while the
+ * paused holder's deadline said VALID for a while longer. A hold whose
+ * claim answers is valid no longer than the claim.
+ */
+static void test_hold_deadline_within_its_claims(void **state)
+{
+    (void)state;
+    const char *cfg = "engines = (\"sa\", \"sb\"); lock = { lease_ms = 300; };";
+    cerb_client *y = open_text("%s", cfg);
+    cerb_client *z = open_text("%s", cfg); /* stays on sa */
+    assert_string_equal(cerb_engine_switch_to(y, "sb"), "sb");
+    cerb_lock *ly = mk(y, "claim-bounds-hold");
+    cerb_lock *lz = mk(z, "claim-bounds-hold");
+    assert_int_equal(cerb_lock_trylock(ly), CERB_OK); /* on sb, claimed on sa */
+    struct script_knobs kb = {.lose_renew = true};
+    script_engine_set(SCRIPT_B, kb); /* the hold's renewal is retried */
+    struct lease_gap g = {"claim-bounds-hold", {{0}, 0, 0, 0}, {{0}, 0, 0, 0}};
+    assert_wait_until(claim_ends_first, &g, 2000);
+    /* The process pauses until between the two lease ends. */
+    int64_t mid = g.sa.until_ns + (g.sb.until_ns - g.sa.until_ns) / 2;
+    cerb__clock_test_suspend((mid - cerb_monotime()) / CERB_NS_PER_MS + 1);
+    cerb_status st = cerb_lock_trylock(lz);
+    enum cerb_lock_state sy = cerb_lock_state(ly);
+    if (st == CERB_OK && sy != CERB_LOCK_LOST)
+        fprintf(stderr, "Z granted on sa while Y's hold on sb says %d\n", sy);
+    assert_false(st == CERB_OK && sy != CERB_LOCK_LOST);
+    if (st == CERB_OK)
+        cerb_lock_unlock(lz);
+    cerb_lock_unlock(ly);
+    cerb_lock_free(ly);
+    cerb_lock_free(lz);
+    cerb_client_close(y);
+    cerb_client_close(z);
+}
+
 /*
  * Items 10/19 (review): a wait that began before a `cerberus switch`
  * bumped the epoch, on the engine that stays current, is granted after the
@@ -1024,6 +1079,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_pin_of_current_engine_gates_the_others, setup, teardown),
         cmocka_unit_test_setup_teardown(test_grace_counts_from_silence_not_last_answer, setup,
                                         teardown),
+        cmocka_unit_test_setup_teardown(test_hold_deadline_within_its_claims, setup, teardown),
         cmocka_unit_test_setup_teardown(test_reload_to_unopened_engine_is_kept, setup, teardown),
         cmocka_unit_test_setup_teardown(test_file_watch_not_delayed_by_probes, setup, teardown),
     };
