@@ -728,6 +728,128 @@ static void iwaiter_unlink(cerb_lock *l, struct cerb_waiter *w)
         }
 }
 
+/*
+ * ---- the acquisition, top-down ----
+ *
+ * cerb__lock_acquire is the whole sequence:
+ *   reenter      a thread that holds the name counts one more hold;
+ *   line_up      the name's local line (waitq.c): only its head goes on;
+ *   start_hold   the slot taken, a hold with a fresh token on the engine
+ *                and epoch of the route;
+ *   engine_acquire  the engines' steps above (choose, gate, try, settle,
+ *                confirm, lease);
+ *   finish       the grant registered (fence with its epoch, VALID, the
+ *                slot's holder) and watched, or the slot given back.
+ */
+
+/* Step 1. Returns true when the calling thread already held the name;
+ * *st is then the outcome. slot->mu held. */
+static bool reenter(struct cerb_slot *s, uint64_t me, cerb_status *st)
+{
+    if (s->holder_tid != me)
+        return false;
+    /* The deadline is the truth even before the watchdog marked it. */
+    if (atomic_load(&s->hold->state) == CERB_LOCK_LOST ||
+        cerb_monotime() >= s->hold->valid_until_ns) {
+        *st = cerb__error_set(CERB_LOST, "lock \"%s\" was lost; unlock it first", s->name);
+        return true;
+    }
+    s->count++;
+    *st = CERB_OK;
+    return true;
+}
+
+/* Step 2: w joins the line and waits to be its head with the slot free
+ * (a try does not wait). CERB_OK leaves w registered on the handle; any
+ * other outcome has undone that. slot->mu held. */
+static cerb_status line_up(cerb_lock *l, struct cerb_waiter *w, int64_t deadline_ns,
+                           bool interruptible, bool try_only)
+{
+    struct cerb_slot *s = l->slot;
+    memset(w, 0, sizeof *w);
+    w->handle = l;
+    w->interruptible = interruptible;
+    cerb__cond_init(&w->cond);
+    cerb__waitq_push(s, w);
+    l->nwaiting++;
+    if (interruptible) {
+        w->hnext = l->iwaiters;
+        l->iwaiters = w;
+    }
+    cerb_status st;
+    if (try_only) {
+        st = s->qhead == w && !s->occupied ? CERB_OK : CERB_BUSY;
+        if (st != CERB_OK)
+            cerb__waitq_remove(s, w);
+    } else {
+        st = cerb__waitq_wait(s, w, deadline_ns);
+    }
+    if (st == CERB_OK)
+        return CERB_OK;
+    iwaiter_unlink(l, w);
+    l->nwaiting--;
+    cerb__cond_destroy(&w->cond);
+    if (st == CERB_BUSY)
+        return cerb__error_set(st, "lock \"%s\" is held by another thread of this process", s->name);
+    return cerb__error_set(st, "lock \"%s\": %s", s->name, cerb_strerror(st));
+}
+
+/* Step 3: the head takes the slot and a hold for the engines, on the
+ * engine and epoch of the route. slot->mu held. */
+static cerb_status start_hold(cerb_lock *l, struct cerb_waiter *w, struct cerb_call_cfg *cc,
+                              struct cerb_hold **hp)
+{
+    cerb_client *c = l->client;
+    struct cerb_slot *s = l->slot;
+    cerb__waitq_remove(s, w);
+    s->occupied = true;
+    cerb__client_call_cfg(c, cc);
+    int64_t epoch;
+    int idx = cerb__route(c, &epoch);
+    struct cerb_hold *h = hold_new(c, s, idx, epoch);
+    cerb_status st;
+    if (!h) {
+        st = cerb__error_set(CERB_ENOMEM, "out of memory");
+    } else {
+        h->lk.lease_ms = l->lease_ms > 0 ? l->lease_ms : cc->lease_ms;
+        h->lk.fair = l->fair_set ? l->fair : cc->fair;
+        h->renew = l->renew_set ? l->renew : cc->renew;
+        st = cerb__token_new(h->lk.token);
+    }
+    w->engine_hold = h;
+    *hp = h;
+    return st;
+}
+
+/* Step 5: register the grant, or give the slot back. slot->mu held. */
+static void finish(cerb_lock *l, struct cerb_waiter *w, struct cerb_hold *h, uint64_t me,
+                   cerb_status st)
+{
+    cerb_client *c = l->client;
+    struct cerb_slot *s = l->slot;
+    w->engine_hold = NULL;
+    iwaiter_unlink(l, w);
+    l->nwaiting--;
+    if (st != CERB_OK) {
+        s->occupied = false;
+        cerb__waitq_wake(s);
+        return;
+    }
+    /* A wait that began before an epoch bump (cerberus switch) on the
+     * engine still current is granted after it: it ranks with the grants
+     * made after the bump, not before. */
+    int64_t ep_now, ep = h->epoch;
+    if (cerb__route(c, &ep_now) == h->engine_idx && ep_now > ep)
+        ep = ep_now;
+    h->fence = cerb__fence_compose(ep, h->fence);
+    fence_granted(c, h);
+    h->owner_handle = l;
+    atomic_store(&h->state, CERB_LOCK_VALID);
+    s->hold = h;
+    s->holder_tid = me;
+    s->count = 1;
+}
+
 cerb_status cerb__lock_acquire(cerb_lock *l, int64_t deadline_ns, bool interruptible,
                                bool try_only)
 {
@@ -737,68 +859,26 @@ cerb_status cerb__lock_acquire(cerb_lock *l, int64_t deadline_ns, bool interrupt
     struct cerb_slot *s = l->slot;
     uint64_t me = cerb__thread_id();
     struct cerb_call_cfg cc;
+    struct cerb_waiter w;
+    struct cerb_hold *h = NULL;
     cerb_status st;
 
     cerb__mutex_lock(&s->mu);
-    if (s->holder_tid == me) {
-        /* The deadline is the truth even before the watchdog marked it. */
-        if (atomic_load(&s->hold->state) == CERB_LOCK_LOST ||
-            cerb_monotime() >= s->hold->valid_until_ns) {
-            cerb__mutex_unlock(&s->mu);
-            return cerb__error_set(CERB_LOST, "lock \"%s\" was lost; unlock it first", s->name);
-        }
-        s->count++;
+    if (reenter(s, me, &st)) {
         cerb__mutex_unlock(&s->mu);
-        return CERB_OK;
+        return st;
     }
     if (interruptible && l->intr_pending) {
         l->intr_pending = false;
         cerb__mutex_unlock(&s->mu);
         return cerb__error_set(CERB_INTERRUPTED, "interrupted");
     }
-    struct cerb_waiter w;
-    memset(&w, 0, sizeof w);
-    w.handle = l;
-    w.interruptible = interruptible;
-    cerb__cond_init(&w.cond);
-    cerb__waitq_push(s, &w);
-    l->nwaiting++;
-    if (interruptible) {
-        w.hnext = l->iwaiters;
-        l->iwaiters = &w;
-    }
-    if (try_only) {
-        st = s->qhead == &w && !s->occupied ? CERB_OK : CERB_BUSY;
-        if (st != CERB_OK)
-            cerb__waitq_remove(s, &w);
-    } else {
-        st = cerb__waitq_wait(s, &w, deadline_ns);
-    }
+    st = line_up(l, &w, deadline_ns, interruptible, try_only);
     if (st != CERB_OK) {
-        iwaiter_unlink(l, &w);
-        l->nwaiting--;
         cerb__mutex_unlock(&s->mu);
-        cerb__cond_destroy(&w.cond);
-        if (st == CERB_BUSY)
-            return cerb__error_set(st, "lock \"%s\" is held by another thread of this process", s->name);
-        return cerb__error_set(st, "lock \"%s\": %s", s->name, cerb_strerror(st));
+        return st;
     }
-    /* Head of the local line and the slot is free: take it to the server. */
-    cerb__waitq_remove(s, &w);
-    s->occupied = true;
-    cerb__client_call_cfg(c, &cc);
-    int64_t epoch;
-    int idx = cerb__route(c, &epoch);
-    struct cerb_hold *h = hold_new(c, s, idx, epoch);
-    if (!h) {
-        st = cerb__error_set(CERB_ENOMEM, "out of memory");
-    } else {
-        h->lk.lease_ms = l->lease_ms > 0 ? l->lease_ms : cc.lease_ms;
-        h->lk.fair = l->fair_set ? l->fair : cc.fair;
-        h->renew = l->renew_set ? l->renew : cc.renew;
-        st = cerb__token_new(h->lk.token);
-    }
-    w.engine_hold = h;
+    st = start_hold(l, &w, &cc, &h);
     cerb__mutex_unlock(&s->mu);
 
     if (st == CERB_OK) {
@@ -814,27 +894,7 @@ cerb_status cerb__lock_acquire(cerb_lock *l, int64_t deadline_ns, bool interrupt
     }
 
     cerb__mutex_lock(&s->mu);
-    w.engine_hold = NULL;
-    iwaiter_unlink(l, &w);
-    l->nwaiting--;
-    if (st == CERB_OK) {
-        /* A wait that began before an epoch bump (cerberus switch) on the
-         * engine still current is granted after it: it ranks with the
-         * grants made after the bump, not before. */
-        int64_t ep_now, ep = h->epoch;
-        if (cerb__route(c, &ep_now) == h->engine_idx && ep_now > ep)
-            ep = ep_now;
-        h->fence = cerb__fence_compose(ep, h->fence);
-        fence_granted(c, h);
-        h->owner_handle = l;
-        atomic_store(&h->state, CERB_LOCK_VALID);
-        s->hold = h;
-        s->holder_tid = me;
-        s->count = 1;
-    } else {
-        s->occupied = false;
-        cerb__waitq_wake(s);
-    }
+    finish(l, &w, h, me, st);
     cerb__mutex_unlock(&s->mu);
     cerb__cond_destroy(&w.cond);
     if (st != CERB_OK) {
