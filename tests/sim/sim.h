@@ -68,6 +68,8 @@ struct sim_world {
     char active[8];
     int step;
     bool closing;            /* teardown: naps only pass time */
+    cerb_lock *intr_target;  /* the handle a call waits on, interruptible */
+    bool intr_sent;          /* interrupted once during this call */
     /* Partitions: when each client was last cut off each server (0 never).
      * A client cut off the engine others hold a name on cannot tell them
      * from a dead server: after the grace it grants, a documented limit
@@ -78,7 +80,7 @@ struct sim_world {
     long partition_overlaps;
     long outage_overlaps;    /* see sim_check.c, "outage" */
     /* statistics */
-    long grants, busy, timeouts, errors, lost_cbs, calls;
+    long grants, busy, timeouts, errors, lost_cbs, calls, interrupted, restarts;
 };
 
 extern const char *const sim_names[SIM_NAMES];
@@ -94,6 +96,8 @@ void sim_log(struct sim_world *w, const char *fmt, ...) __attribute__((format(pr
 /* Write the shared configuration file (active, epoch) for the world. */
 bool sim_write_config(struct sim_world *w);
 bool sim_open_clients(struct sim_world *w);
+/* Open client slot i (a process starting, or restarting after a crash). */
+bool sim_open_client(struct sim_world *w, int i);
 void sim_close_clients(struct sim_world *w);
 /* Let `ms` of simulated time pass, running every client's background work
  * at the times its threads would have (paused and crashed clients' not). */

@@ -43,9 +43,11 @@
 #include "script_engine.h"
 #include "sim.h"
 
-/* How long a partition's effects outlast it: the gate's question back-off
- * (250 ms) plus a probe interval with jitter (sim_world.c). */
-#define PARTITION_ECHO_NS (400 * CERB_NS_PER_MS)
+/* How long a partition's or an outage's effects outlast it: a client hears
+ * the engine again at its next probe or question (the gate's 250 ms
+ * back-off, a probe interval with jitter): what it did meanwhile still
+ * followed from the silence. */
+#define ECHO_NS (400 * CERB_NS_PER_MS)
 
 static long violations;
 static uint64_t last_engine_fence[SIM_NAMES][SIM_SERVERS];
@@ -122,16 +124,13 @@ int sim_check_grant(struct sim_world *w, struct sim_client *k, int n)
         /* Either side cut off the other's engine since the older grant:
          * the newer could not ask it, or the older could not claim the
          * name on the newer's engine. */
-        /* A client learns a partition ended at its next probe or question
-         * (the gate's 250 ms back-off): what it did just after still
-         * followed from the partition. */
-        int64_t since = o->h[n].granted_ns - PARTITION_ECHO_NS;
+        int64_t since = o->h[n].granted_ns - ECHO_NS;
         bool cut = o->h[n].engine != sh->engine &&
                    (sim_was_cut(w, k, o->h[n].engine, since) ||
                     sim_was_cut(w, o, sh->engine, since));
         struct script_knobs yk = script_engine_get((enum script_server)sh->engine);
         bool y_down = o->h[n].unreachable_at_grant[sh->engine] || yk.down ||
-                      w->up_again_ns[sh->engine] >= o->h[n].granted_ns;
+                      w->up_again_ns[sh->engine] >= since;
         bool outage = o->h[n].engine != sh->engine && y_down &&
                       k->c->switches == o->h[n].switches_at_grant[k->id - 1];
         if (!flagged && oh->valid_until_ns > t_grant && !cut && outage) {

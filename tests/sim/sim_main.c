@@ -5,10 +5,12 @@
  * A seed fixes everything: the world's shape (clients, lease), the
  * schedule, the library's jitter and the simulated clock, so a failing seed
  * replays exactly with `cerb_sim --seed N [--steps K] [--verbose]`. Each
- * step is one of: a call (trylock, trylock_for with a wait, a reentrant
- * acquire, unlock), time passing, or a fault — a client paused (its threads
- * stop, its clock runs on) and resumed, a client crashed (frozen for good:
- * its holds stop renewing), a client partitioned from one server that the
+ * step is one of: a call (trylock, trylock_for with a wait — sometimes
+ * interrupted by "another thread" — a reentrant acquire, unlock), time
+ * passing, or a fault — a client paused (its threads stop, its clock runs
+ * on) and resumed, a client crashed (frozen for good: its holds stop
+ * renewing) and its process started again as a new client, a client
+ * partitioned from one server that the
  * others still reach, a reply lost after the server applied the request
  * (acquire, renewal or release), a server down and up, an in-process switch
  * (cerb_engine_switch_to) or a configuration switch (`cerberus switch`:
@@ -89,9 +91,17 @@ static void do_acquire(struct sim_world *w, struct sim_client *k)
     static const int64_t waits[] = {-2, 0, 20, 150, 600, 2500};
     int64_t wait = waits[pick(6)];
     sim_call_begin(w, k);
+    /* Some waits are interrupted by "another thread" (sim_world.c, nap). */
+    w->intr_target = wait > 0 && pick(4) == 0 ? sh->l : NULL;
+    w->intr_sent = false;
     int64_t t0 = sim_now(), s0 = sim_stolen_ns();
     cerb_status st = wait == -2 ? cerb_lock_trylock(sh->l) : cerb_lock_trylock_for(sh->l, wait);
     int64_t took = sim_now() - t0 - (sim_stolen_ns() - s0);
+    w->intr_target = NULL;
+    if (st == CERB_INTERRUPTED)
+        w->interrupted++;
+    if (w->intr_sent && st != CERB_INTERRUPTED)
+        sim_log(w, "  interrupted while it was already returning %s", cerb_status_name(st));
     w->calls++;
     sim_log(w, "client %d %s(%s, %lld) -> %s (%lld ms)%s%s", k->id,
             wait == -2 ? "trylock" : "trylock_for", sim_names[n], (long long)wait,
@@ -218,10 +228,21 @@ static void do_fault(struct sim_world *w)
             sim_log(w, "client %d paused", k->id);
             k->paused = true;
         }
-    } else if (r < 16) { /* crash: one client at most */
-        for (int i = 0; i < w->p.n_clients; i++)
-            if (w->cl[i].crashed)
-                return;
+    } else if (r < 16) { /* crash: one client at most, restarted once */
+        for (int i = 0; i < w->p.n_clients; i++) {
+            if (!w->cl[i].crashed)
+                continue;
+            if (w->p.n_clients < SIM_MAX_CLIENTS && w->restarts == 0) {
+                /* The process starts again: a new client (the old one's
+                 * holds stay in the oracle until their deadlines). */
+                if (!sim_open_client(w, w->p.n_clients))
+                    return; /* no engine opens now: another time */
+                w->restarts++;
+                w->p.n_clients++;
+                sim_log(w, "client %d restarts as client %d", w->cl[i].id, w->p.n_clients);
+            }
+            return;
+        }
         struct sim_client *k = &w->cl[pick(w->p.n_clients)];
         sim_log(w, "client %d crashes", k->id);
         k->crashed = true;
@@ -260,7 +281,7 @@ static void do_fault(struct sim_world *w)
     }
 }
 
-static long tot_grants, tot_calls, tot_lost, tot_partition, tot_outage;
+static long tot_grants, tot_calls, tot_lost, tot_partition, tot_outage, tot_intr, tot_restarts;
 
 /* One seed. Returns the violations it found. */
 static long run_seed(struct sim_params p)
@@ -349,6 +370,8 @@ static long run_seed(struct sim_params p)
     tot_calls += w.calls;
     tot_lost += w.lost_cbs;
     tot_partition += w.partition_overlaps;
+    tot_intr += w.interrupted;
+    tot_restarts += w.restarts;
     tot_outage += w.outage_overlaps;
     if (p.verbose)
         printf("seed %llu: %ld calls, %ld grants, %ld busy/timeout, %ld errors, %ld lost callbacks\n",
@@ -419,7 +442,7 @@ int main(int argc, char **argv)
     /* The library logs to stderr at warning level; the schedule is what
      * matters here (shown with --verbose). */
     if (!p.verbose)
-        cerb_log_set(NULL, NULL, CERB_LOG_ERROR);
+        cerb_log_set(NULL, NULL, CERB_LOG_OFF);
     else
         cerb_log_set(log_line, NULL, CERB_LOG_INFO);
     script_engine_register();
@@ -452,9 +475,10 @@ int main(int argc, char **argv)
            "%ld failed\n",
            ran, (unsigned long long)first, p.steps, p.broken ? ", broken " : "",
            p.broken ? p.broken : "", el, el > 0 ? (double)ran / el : 0.0, failed);
-    printf("cerb_sim: %ld calls, %ld grants, %ld lost callbacks; overlaps counted as limits: "
-           "%ld across a partition, %ld after an outage a client did not see\n",
-           tot_calls, tot_grants, tot_lost, tot_partition, tot_outage);
+    printf("cerb_sim: %ld calls (%ld interrupted), %ld grants, %ld lost callbacks, %ld restarts; "
+           "overlaps counted as limits: %ld across a partition, %ld after an outage a client "
+           "did not see\n",
+           tot_calls, tot_intr, tot_grants, tot_lost, tot_restarts, tot_partition, tot_outage);
     printf("cerb_sim: longest calls beyond their wait: trylock %.0f ms, trylock_for %.0f ms, "
            "unlock %.0f ms\n", (double)max_over[0] / 1e6, (double)max_over[1] / 1e6,
            (double)max_over[2] / 1e6);

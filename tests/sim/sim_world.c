@@ -21,6 +21,7 @@
 
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -105,6 +106,11 @@ static void nap(int64_t ms)
         deadlines_until(target);
         timer_depth--;
         return;
+    }
+    /* Another thread of the caller's process may interrupt its wait. */
+    if (world->intr_target && !world->intr_sent && wrand() % 8 == 0) {
+        world->intr_sent = true;
+        cerb_lock_interrupt(world->intr_target);
     }
     run_timers_until(target);
     /* Background work that began within the nap ran on this one thread and
@@ -242,29 +248,40 @@ void sim_resume(struct sim_world *w, struct sim_client *k)
     run_client_timers(k);
 }
 
+bool sim_open_client(struct sim_world *w, int i)
+{
+    struct sim_client *k = &w->cl[i];
+    memset(k, 0, sizeof *k);
+    k->id = i + 1;
+    script_engine_next_client(k->id);
+    cerb_status st = cerb__client_open_manual(&k->c, w->cfg_path);
+    script_engine_next_client(0);
+    if (st != CERB_OK) {
+        /* No engine would open (all down or cut off): as a process's
+         * start would, it fails; the caller may try again later. */
+        sim_log(w, "client %d cannot open: %s", k->id, cerb_last_error());
+        k->c = NULL;
+        return false;
+    }
+    for (int n = 0; n < SIM_NAMES; n++) {
+        if (cerb_lock_new(k->c, sim_names[n], NULL, &k->h[n].l) != CERB_OK) {
+            fprintf(stderr, "sim: lock_new: %s\n", cerb_last_error());
+            exit(2);
+        }
+        cerb_lock_on_lost(k->h[n].l, lost_cb, &k->h[n]);
+    }
+    k->next_probe_ns = now_ns + (int64_t)(wrand() % PROBE_INTERVAL_MS) * CERB_NS_PER_MS;
+    k->next_wd_ns = now_ns;
+    return true;
+}
+
 bool sim_open_clients(struct sim_world *w)
 {
-    for (int i = 0; i < w->p.n_clients; i++) {
-        struct sim_client *k = &w->cl[i];
-        memset(k, 0, sizeof *k);
-        k->id = i + 1;
-        script_engine_next_client(k->id);
-        cerb_status st = cerb__client_open_manual(&k->c, w->cfg_path);
-        script_engine_next_client(0);
-        if (st != CERB_OK) {
-            fprintf(stderr, "sim: open client %d: %s\n", k->id, cerb_last_error());
+    for (int i = 0; i < w->p.n_clients; i++)
+        if (!sim_open_client(w, i)) {
+            fprintf(stderr, "sim: open client %d: %s\n", i + 1, cerb_last_error());
             return false;
         }
-        for (int n = 0; n < SIM_NAMES; n++) {
-            if (cerb_lock_new(k->c, sim_names[n], NULL, &k->h[n].l) != CERB_OK) {
-                fprintf(stderr, "sim: lock_new: %s\n", cerb_last_error());
-                return false;
-            }
-            cerb_lock_on_lost(k->h[n].l, lost_cb, &k->h[n]);
-        }
-        k->next_probe_ns = now_ns + (int64_t)(wrand() % PROBE_INTERVAL_MS) * CERB_NS_PER_MS;
-        k->next_wd_ns = now_ns;
-    }
     return true;
 }
 

@@ -98,7 +98,7 @@ static cerb_status open_common(struct server *s, cerb_engine **out)
     int id = atomic_load(&next_client);
     atomic_fetch_add(&s->open_calls, 1);
     pthread_mutex_lock(&s->mu);
-    bool fails = s->k.open_fails || (s->k.cut & (UINT32_C(1) << id));
+    bool fails = s->k.open_fails || s->k.down || (s->k.cut & (UINT32_C(1) << id));
     int64_t delay = s->k.open_delay_ms;
     pthread_mutex_unlock(&s->mu);
     if (delay > 0)
