@@ -163,10 +163,13 @@ static void answered(struct cerb_client_engine *ce, int64_t now)
 }
 
 /*
- * Engine ce gave no answer at `now`; fo_mu held. The first such silence
- * after its last answer is when the gate's grace starts: it may have gone
- * down only just before, and other clients may have renewed holds there
- * until then, long after it last answered us (a probe interval or more).
+ * A request of ours on engine ce's lock path (a call, a question, a claim)
+ * got no answer at `now`; fo_mu held. The first such silence after its last
+ * answer is when the gate's grace starts: it may have gone down only just
+ * before, and other clients may have renewed holds there until then, long
+ * after it last answered us (a probe interval or more). A failed probe is
+ * not silence: in a gray failure probes time out while lock calls, other
+ * clients' renewals among them, still succeed.
  */
 static void unanswered(struct cerb_client_engine *ce, int64_t now)
 {
@@ -240,8 +243,6 @@ void cerb__health_probe(cerb_client *c, int idx, bool ok, int64_t latency_us)
         noted(c, ce, cerb__breaker_on_success(&ce->brk, now, CERB_PROBE));
     else
         noted(c, ce, cerb__breaker_on_failure(&ce->brk, now, CERB_PROBE));
-    if (!ok)
-        unanswered(ce, now_ns);
     fo_unlock(c);
 }
 

@@ -889,6 +889,46 @@ static void test_hold_deadline_within_its_claims(void **state)
 }
 
 /*
+ * Found by the simulation (cerb_sim --seed 402399): in a gray failure
+ * (probes time out, lock calls work) a client's breaker opens and it
+ * switches away, its failed probes being all it hears of the engine; the
+ * gate then counted the engine silent since the switch, while other clients
+ * kept renewing holds there. When the engine really went down, the first
+ * question went unanswered and the name passed at once: only lock-path
+ * requests left unanswered are silence.
+ */
+static void test_gray_probes_are_not_silence(void **state)
+{
+    (void)state;
+    const char *cfg = "engines = (\"sa\", \"sb\"); lock = { lease_ms = 300; }; "
+                      "failover = { " FAST_FO "};";
+    cerb_client *x = open_text("%s", cfg);
+    cerb_client *y = open_text("%s", cfg);
+    cerb_lock *lx = mk(x, "gray-silence");
+    cerb_lock *ly = mk(y, "gray-silence");
+    assert_int_equal(cerb_lock_trylock(ly), CERB_OK); /* on sa */
+    script_engine_set(SCRIPT_A, (struct script_knobs){.probe_fails = true});
+    struct on_engine o = {x, "sb"};
+    assert_wait_until(is_on, &o, 3000);
+    /* Longer than the grace since X switched; Y renews on sa meanwhile. */
+    int64_t until = cerb_test_now_ms() + 450;
+    assert_wait_until(time_passed, &until, 2000);
+    assert_int_not_equal(cerb_lock_state(ly), CERB_LOCK_LOST);
+    script_engine_set(SCRIPT_A, (struct script_knobs){.down = true});
+
+    cerb_status st = cerb_lock_trylock(lx);
+    if (st == CERB_OK)
+        assert_int_equal(cerb_lock_state(ly), CERB_LOCK_LOST);
+    assert_int_equal(st, CERB_BUSY);
+    script_engine_set(SCRIPT_A, (struct script_knobs){0});
+    cerb_lock_unlock(ly);
+    cerb_lock_free(lx);
+    cerb_lock_free(ly);
+    cerb_client_close(x);
+    cerb_client_close(y);
+}
+
+/*
  * Items 10/19 (review): a wait that began before a `cerberus switch`
  * bumped the epoch, on the engine that stays current, is granted after the
  * bump: its token must rank above grants made before the bump.
@@ -1080,6 +1120,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_grace_counts_from_silence_not_last_answer, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(test_hold_deadline_within_its_claims, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_gray_probes_are_not_silence, setup, teardown),
         cmocka_unit_test_setup_teardown(test_reload_to_unopened_engine_is_kept, setup, teardown),
         cmocka_unit_test_setup_teardown(test_file_watch_not_delayed_by_probes, setup, teardown),
     };
