@@ -12,7 +12,8 @@
  * renewing) and its process started again as a new client, a client
  * partitioned from one server that the
  * others still reach, a reply lost after the server applied the request
- * (acquire, renewal or release), a server down and up, an in-process switch
+ * (acquire, renewal or release), a gray failure (probes fail, lock calls
+ * work), a server down and up, an in-process switch
  * (cerb_engine_switch_to) or a configuration switch (`cerberus switch`:
  * active and epoch rewritten, every running client reloads; paused ones on
  * resume). A schedule ends healed, with time for every lease to run out.
@@ -167,6 +168,11 @@ static void set_knob(int s, void (*f)(struct script_knobs *, void *), void *arg)
 
 static void k_cut(struct script_knobs *kn, void *a) { kn->cut ^= *(uint32_t *)a; }
 static void k_down(struct script_knobs *kn, void *a) { (void)a; kn->down = !kn->down; }
+static void k_gray(struct script_knobs *kn, void *a)
+{
+    (void)a;
+    kn->probe_fails = !kn->probe_fails;
+}
 static void k_lose(struct script_knobs *kn, void *a)
 {
     int what = *(int *)a;
@@ -182,6 +188,7 @@ static void k_heal(struct script_knobs *kn, void *a)
     (void)a;
     kn->cut = 0;
     kn->down = false;
+    kn->probe_fails = false;
 }
 
 static void config_switch(struct sim_world *w, const char *active)
@@ -260,7 +267,12 @@ static void do_fault(struct sim_world *w)
         set_knob(s, k_lose, &what);
         sim_log(w, "%s: next %s reply lost", srv_name(s),
                 what == 0 ? "acquire" : what == 1 ? "renewal" : "release");
-    } else if (r < 66) { /* server down or up */
+    } else if (r < 60) { /* a gray failure: probes fail, lock calls work */
+        int s = pick(SIM_SERVERS);
+        set_knob(s, k_gray, NULL);
+        sim_log(w, "%s probes %s", srv_name(s),
+                script_engine_get((enum script_server)s).probe_fails ? "fail (gray)" : "answer");
+    } else if (r < 70) { /* server down or up */
         int s = pick(SIM_SERVERS);
         if (script_engine_get((enum script_server)s).down)
             w->up_again_ns[s] = sim_now();
