@@ -21,8 +21,10 @@
  * by its op timeout): a breaker opened by slow probes says nothing about
  * holders whose renewals still succeed there (a gray failure). Every answer
  * counts — a probe, a question, a successful lock call or renewal. When A
- * does not answer, B waits until A's grace has passed since A last answered
- * anyone here: switch_grace_ms, default the longest a hold on A can outlive
+ * does not answer, B waits until A's grace has passed since the first
+ * request of ours on A's lock path that A left unanswered after its last
+ * answer (other clients may have renewed there until then; a failed probe
+ * proves nothing, see unanswered()): switch_grace_ms, default the longest a hold on A can outlive
  * its holder's last contact (the lease or session timeout) plus drift;
  * every hold on A has then expired and acquisitions pass — until A answers
  * again, when asking resumes (a process that failed back to A may be
