@@ -12,10 +12,12 @@
  * Time passes in two ways. Between calls, sim_advance() jumps from one due
  * timer to the next. Inside a call, a nap passes time the same way, so
  * other clients (and the calling client's own background work, as its
- * threads would) act while the caller waits or backs off; a nap inside
- * background work only moves the clock (no nesting), which delays other
- * background work by at most that nap: the oracle allows for it. Paused
- * and crashed clients' background work does not run; their clock goes on.
+ * threads would) act while the caller waits or backs off. A nap inside
+ * background work does not nest more of it; only every client's deadline
+ * scan and callbacks (no I/O, as the deadline and callback threads) keep
+ * up meanwhile. Background work that overruns a caller's nap is not
+ * charged to the caller (sim_stolen_ns). Paused and crashed clients'
+ * background work does not run; their clock goes on.
  */
 #include "internal_posix.h"
 
