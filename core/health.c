@@ -175,7 +175,12 @@ static void answered(struct cerb_client_engine *ce, int64_t now)
  */
 static void unanswered(struct cerb_client_engine *ce, int64_t now)
 {
-    if (ce->quiet_from_ns <= atomic_load(&ce->last_ok_ns))
+    /* A silence that began before its last answer, or before we left it
+     * (answers to calls on the current engine are not recorded), is over. */
+    int64_t heard = atomic_load(&ce->last_ok_ns);
+    if (ce->gated && ce->gate_from_ns > heard)
+        heard = ce->gate_from_ns;
+    if (ce->quiet_from_ns <= heard)
         ce->quiet_from_ns = now;
 }
 

@@ -929,6 +929,49 @@ static void test_gray_probes_are_not_silence(void **state)
 }
 
 /*
+ * Found by the simulation (cerb_sim --seed 503269 --steps 1000): the start
+ * of a silence was kept from a lock call that failed long before the switch
+ * (the engine answered nothing else of ours since: its probes failed in a
+ * gray failure, and calls on the current engine are not recorded), so when
+ * the engine really went down, much later, its grace seemed long over. A
+ * silence observed before the switch says nothing about after it.
+ */
+static void test_silence_before_switch_is_stale(void **state)
+{
+    (void)state;
+    const char *cfg = "engines = (\"sa\", \"sb\"); lock = { lease_ms = 300; }; "
+                      "failover = { " FAST_FO "};";
+    cerb_client *x = open_text("%s", cfg);
+    cerb_client *y = open_text("%s", cfg);
+    cerb_lock *lx = mk(x, "stale-silence");
+    cerb_lock *ly = mk(y, "stale-silence");
+    cerb_lock *lt = mk(x, "stale-silence-t1");
+    assert_int_equal(cerb_lock_trylock(ly), CERB_OK); /* on sa */
+    /* One failed lock call of X on sa, then sa answers lock calls only. */
+    script_engine_set(SCRIPT_A, (struct script_knobs){.down = true});
+    assert_int_not_equal(cerb_lock_trylock(lt), CERB_OK);
+    script_engine_set(SCRIPT_A, (struct script_knobs){.probe_fails = true});
+    struct on_engine o = {x, "sb"};
+    assert_wait_until(is_on, &o, 3000);
+    int64_t until = cerb_test_now_ms() + 450; /* past the grace since the switch */
+    assert_wait_until(time_passed, &until, 2000);
+    assert_int_not_equal(cerb_lock_state(ly), CERB_LOCK_LOST);
+    script_engine_set(SCRIPT_A, (struct script_knobs){.down = true});
+
+    cerb_status st = cerb_lock_trylock(lx);
+    if (st == CERB_OK)
+        assert_int_equal(cerb_lock_state(ly), CERB_LOCK_LOST);
+    assert_int_equal(st, CERB_BUSY);
+    script_engine_set(SCRIPT_A, (struct script_knobs){0});
+    cerb_lock_unlock(ly);
+    cerb_lock_free(lt);
+    cerb_lock_free(lx);
+    cerb_lock_free(ly);
+    cerb_client_close(x);
+    cerb_client_close(y);
+}
+
+/*
  * Items 10/19 (review): a wait that began before a `cerberus switch`
  * bumped the epoch, on the engine that stays current, is granted after the
  * bump: its token must rank above grants made before the bump.
@@ -1121,6 +1164,7 @@ int main(void)
                                         teardown),
         cmocka_unit_test_setup_teardown(test_hold_deadline_within_its_claims, setup, teardown),
         cmocka_unit_test_setup_teardown(test_gray_probes_are_not_silence, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_silence_before_switch_is_stale, setup, teardown),
         cmocka_unit_test_setup_teardown(test_reload_to_unopened_engine_is_kept, setup, teardown),
         cmocka_unit_test_setup_teardown(test_file_watch_not_delayed_by_probes, setup, teardown),
     };
