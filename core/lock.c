@@ -257,7 +257,8 @@ static cerb_status settle(cerb_client *c, struct cerb_client_engine *ce, struct 
 
 /*
  * Carry an acquisition over to engine `to` after its engine failed: a fresh
- * hold (same token) replaces *hp, and the old one — whose last request may
+ * hold (same token, or a new one when the old request may have landed)
+ * replaces *hp, and the old one — whose last request may
  * still land on the failed engine — goes to the watchdog, which releases it
  * there in the background once that engine answers (or its lease has run
  * out), so no orphan outlives its lease and the caller does not wait for a
@@ -274,7 +275,20 @@ static cerb_status rehome(cerb_client *c, struct cerb_hold **hp, struct cerb_wai
     h->lk.lease_ms = old->lk.lease_ms;
     h->lk.fair = old->lk.fair;
     h->renew = old->renew;
-    memcpy(h->lk.token, old->lk.token, sizeof h->lk.token);
+    /* When the old request may have landed, the new hold gets a token of
+     * its own: the background release of the old one compares tokens, and
+     * with one token it would also release what the new hold takes later —
+     * its claim on the old engine, or the name itself after a switch
+     * back there. */
+    cerb_status st = CERB_OK;
+    if (maybe_landed)
+        st = cerb__token_new(h->lk.token);
+    else
+        memcpy(h->lk.token, old->lk.token, sizeof h->lk.token);
+    if (st != CERB_OK) {
+        hold_free(h);
+        return st;
+    }
     cerb__mutex_lock(&old->slot->mu);
     if (w)
         w->engine_hold = h;

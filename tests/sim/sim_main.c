@@ -120,8 +120,13 @@ static void do_acquire(struct sim_world *w, struct sim_client *k)
         if (sh->count++ == 0) {
             w->grants++;
             sim_check_grant(w, k, n);
-            sim_log(w, "  granted on %s, token %#llx", srv_name(sh->engine),
-                    (unsigned long long)sh->fence);
+            struct cerb_hold *h = sh->l->slot->hold;
+            char claims[16] = "";
+            for (struct cerb_hold *q = h ? h->claims : NULL; q; q = q->claim_next)
+                snprintf(claims + strlen(claims), sizeof claims - strlen(claims), " %s",
+                         srv_name(q->engine_idx));
+            sim_log(w, "  granted on %s, token %#llx, claims:%s", srv_name(sh->engine),
+                    (unsigned long long)sh->fence, claims[0] ? claims : " none");
         }
     } else if (st == CERB_BUSY || st == CERB_TIMEOUT) {
         w->busy++;

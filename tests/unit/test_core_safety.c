@@ -972,6 +972,44 @@ static void test_silence_before_switch_is_stale(void **state)
 }
 
 /*
+ * Found by the simulation (cerb_sim --seed 622887): an acquisition whose
+ * reply was lost on sa carried on on sb with the same token, and the grant
+ * there took its claim on sa with that token too. The background release of
+ * the old request (which had landed) then released the claim, the two
+ * being one token to the server, and a process that never switched was
+ * granted the name on sa while the hold on sb stood.
+ */
+static void test_orphan_release_spares_the_claim(void **state)
+{
+    (void)state;
+    const char *cfg = "engines = (\"sa\", \"sb\"); lock = { lease_ms = 1000; };";
+    cerb_client *x = open_text("%s", cfg);
+    cerb_client *z = open_text("%s", cfg); /* stays on sa */
+    cerb_lock *lx = mk(x, "orphan-claim");
+    cerb_lock *lz = mk(z, "orphan-claim");
+    switch_client = x;
+    /* X's acquire lands on sa with its reply lost, X switched meanwhile;
+     * the first release of the old request takes effect but is not
+     * confirmed, so it is sent again later, after the claim. */
+    script_engine_set(SCRIPT_A, (struct script_knobs){.before_grant = switch_to_sb,
+                                                      .lose_acquire = true,
+                                                      .lose_release = true});
+    assert_int_equal(cerb_lock_trylock_for(lx, 3000), CERB_OK);
+    assert_string_equal(cerb_engine_current(x), "sb");
+    int64_t until = cerb_test_now_ms() + 600; /* the orphan is released again */
+    assert_wait_until(time_passed, &until, 2000);
+    cerb_status st = cerb_lock_trylock(lz);
+    if (st == CERB_OK)
+        fprintf(stderr, "Z granted on sa while X holds on sb (state %d)\n", cerb_lock_state(lx));
+    assert_int_equal(st, CERB_BUSY);
+    assert_int_equal(cerb_lock_unlock(lx), CERB_OK);
+    cerb_lock_free(lx);
+    cerb_lock_free(lz);
+    cerb_client_close(x);
+    cerb_client_close(z);
+}
+
+/*
  * Items 10/19 (review): a wait that began before a `cerberus switch`
  * bumped the epoch, on the engine that stays current, is granted after the
  * bump: its token must rank above grants made before the bump.
@@ -1165,6 +1203,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_hold_deadline_within_its_claims, setup, teardown),
         cmocka_unit_test_setup_teardown(test_gray_probes_are_not_silence, setup, teardown),
         cmocka_unit_test_setup_teardown(test_silence_before_switch_is_stale, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_orphan_release_spares_the_claim, setup, teardown),
         cmocka_unit_test_setup_teardown(test_reload_to_unopened_engine_is_kept, setup, teardown),
         cmocka_unit_test_setup_teardown(test_file_watch_not_delayed_by_probes, setup, teardown),
     };
