@@ -254,6 +254,10 @@ static void release_orphans(struct renewer *rn)
         struct cerb_hold *h = list;
         list = h->wd_next;
         cerb_status st = cerb__engine_release(ce->ops, ce->e, &h->lk);
+        /* An answer like any other: the gate of an engine switched from
+         * counts its silence from the last one (health.c). Lock-free. */
+        if (st == CERB_OK || st == CERB_NOT_OWNER)
+            cerb__health_ok(wd->c, rn->idx);
         if (st == CERB_OK || st == CERB_NOT_OWNER || cerb_monotime() >= h->orphan_until_ns) {
             if (st == CERB_OK)
                 CERB_LOG_I("released \"%s\" on %s: an acquire had landed after its reply was lost",

@@ -1010,6 +1010,49 @@ static void test_orphan_release_spares_the_claim(void **state)
 }
 
 /*
+ * Found by the simulation (cerb_sim --seed 607816): a claim on the engine
+ * switched from lost its reply, which started a silence there; the claim
+ * had landed, and its background release was answered — but that answer
+ * was not counted, and the client heard nothing else from the engine (its
+ * probes failed in a gray failure) while other clients renewed there. When
+ * the engine went down, the next unanswered question found the silence
+ * "begun" long before and the name passed at once. Every answer counts,
+ * the background releases' too.
+ */
+static void test_orphan_release_answer_counts(void **state)
+{
+    (void)state;
+    const char *cfg = "engines = (\"sa\", \"sb\"); lock = { lease_ms = 300; };";
+    cerb_client *x = open_text("%s", cfg);
+    cerb_client *y = open_text("%s", cfg);
+    assert_string_equal(cerb_engine_switch_to(x, "sb"), "sb"); /* sa gated */
+    cerb_lock *lx = mk(x, "orphan-answer");
+    cerb_lock *ly = mk(y, "orphan-answer");
+    cerb_lock *lt = mk(x, "orphan-answer-t1");
+    assert_int_equal(cerb_lock_trylock(ly), CERB_OK); /* on sa */
+    /* X's claim on sa lands, its reply lost; sa's probes fail from now on. */
+    script_engine_set(SCRIPT_A, (struct script_knobs){.lose_acquire = true, .probe_fails = true});
+    if (cerb_lock_trylock(lt) == CERB_OK) /* the gate may or may not let it stand */
+        cerb_lock_unlock(lt);
+    int64_t until = cerb_test_now_ms() + 700;
+    assert_wait_until(time_passed, &until, 2000);
+    assert_int_not_equal(cerb_lock_state(ly), CERB_LOCK_LOST);
+    script_engine_set(SCRIPT_A, (struct script_knobs){.down = true});
+
+    cerb_status st = cerb_lock_trylock(lx);
+    if (st == CERB_OK)
+        assert_int_equal(cerb_lock_state(ly), CERB_LOCK_LOST);
+    assert_int_equal(st, CERB_BUSY);
+    script_engine_set(SCRIPT_A, (struct script_knobs){0});
+    cerb_lock_unlock(ly);
+    cerb_lock_free(lt);
+    cerb_lock_free(lx);
+    cerb_lock_free(ly);
+    cerb_client_close(x);
+    cerb_client_close(y);
+}
+
+/*
  * Items 10/19 (review): a wait that began before a `cerberus switch`
  * bumped the epoch, on the engine that stays current, is granted after the
  * bump: its token must rank above grants made before the bump.
@@ -1204,6 +1247,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_gray_probes_are_not_silence, setup, teardown),
         cmocka_unit_test_setup_teardown(test_silence_before_switch_is_stale, setup, teardown),
         cmocka_unit_test_setup_teardown(test_orphan_release_spares_the_claim, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_orphan_release_answer_counts, setup, teardown),
         cmocka_unit_test_setup_teardown(test_reload_to_unopened_engine_is_kept, setup, teardown),
         cmocka_unit_test_setup_teardown(test_file_watch_not_delayed_by_probes, setup, teardown),
     };
