@@ -17,7 +17,10 @@
  *        since (paused through the outage, or its breaker never opened)
  *        granted the name on Y once it was back, before the holder heard Y
  *        again. That client saw nothing to ask about; only fencing tokens
- *        protect the resource then.
+ *        protect the resource then. The same when a client that found X
+ *        silent for its grace is granted on Y just after X came back (the
+ *        gate's question back-off, health.c) while another was granted
+ *        on X.
  *  §5a.2 LOST in time. A hold that is not LOST must still be the server's:
  *        its token there, and its deadline no later than the server's
  *        lease end (the engine's own expiry). A running client's lost
@@ -131,8 +134,15 @@ int sim_check_grant(struct sim_world *w, struct sim_client *k, int n)
         struct script_knobs yk = script_engine_get((enum script_server)sh->engine);
         bool y_down = o->h[n].unreachable_at_grant[sh->engine] || yk.down ||
                       w->up_again_ns[sh->engine] >= since;
-        bool outage = o->h[n].engine != sh->engine && y_down &&
-                      k->c->switches == o->h[n].switches_at_grant[k->id - 1];
+        /* Or the older's engine X came back just before the newer grant
+         * on Y: the newer client, which had found X silent for its grace,
+         * does not ask X again for the gate's back-off (health.c, "One
+         * window stays") and takes no claim there meanwhile. */
+        struct script_knobs xk = script_engine_get((enum script_server)o->h[n].engine);
+        bool x_back = !xk.down && w->up_again_ns[o->h[n].engine] >= t_grant - ECHO_NS;
+        bool outage = o->h[n].engine != sh->engine &&
+                      ((y_down && k->c->switches == o->h[n].switches_at_grant[k->id - 1]) ||
+                       x_back);
         if (!flagged && oh->valid_until_ns > t_grant && !cut && outage) {
             sh->partition_overlap = true;
             w->outage_overlaps++;
