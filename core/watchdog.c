@@ -186,10 +186,11 @@ static void apply_result(struct cerb_hold *h, cerb_status st, const cerb_grant *
          * once a claim's lease ends there, processes that did not switch
          * are granted the name, and a holder paused past it must find its
          * deadline passed. A claim whose renewals fail (its engine may be
-         * down) goes dormant instead (hold_over) and bounds nothing. */
+         * down) goes dormant instead (hold_over) and bounds nothing; one
+         * whose renewal is on its way is judged by its answer. */
         for (struct cerb_hold *k = h->claims; k; k = k->claim_next)
-            if (k->failing_since_ns == 0 && atomic_load(&k->state) == CERB_LOCK_VALID &&
-                k->valid_until_ns < until)
+            if (k->failing_since_ns == 0 && !k->wd_busy &&
+                atomic_load(&k->state) == CERB_LOCK_VALID && k->valid_until_ns < until)
                 until = k->valid_until_ns;
         h->valid_until_ns = until;
         h->renew_failures = 0;
