@@ -154,7 +154,12 @@ int sim_check_grant(struct sim_world *w, struct sim_client *k, int n)
             w->partition_overlaps++;
             sim_log(w, "  overlap with client %d's hold on %s across a partition: the "
                        "documented limit, counted", o->id, o->h[n].engine ? "sb" : "sa");
-        } else if (!flagged && oh->valid_until_ns > t_grant)
+        } else if (!flagged && oh->valid_until_ns > t_grant) {
+            for (struct cerb_hold *q = oh->claims; q; q = q->claim_next)
+                sim_log(w, "  client %d's claim on %s: state %d, deadline %.3f, failing since %.3f",
+                        o->id, q->engine_idx ? "sb" : "sa", atomic_load(&q->state),
+                        (double)(q->valid_until_ns % 1000000000000) / 1e9,
+                        (double)(q->failing_since_ns % 1000000000000) / 1e9);
             bad += report(w, "5a.1",
                           "client %d granted \"%s\" on %s (fence %#llx) at %.3f while client %d "
                           "holds it on %s, not told LOST (state %d, deadline %.3f)",
@@ -162,6 +167,7 @@ int sim_check_grant(struct sim_world *w, struct sim_client *k, int n)
                           (unsigned long long)sh->fence, (double)(t_grant % 1000000000000) / 1e9,
                           o->id, o->h[n].engine ? "sb" : "sa", atomic_load(&oh->state),
                           (double)(oh->valid_until_ns % 1000000000000) / 1e9);
+        }
     }
 
     uint64_t f = sh->fence;
