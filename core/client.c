@@ -126,7 +126,7 @@ cerb_status cerb__client_open_engine(cerb_client *c, size_t i)
     return st;
 }
 
-static cerb_status client_open(cerb_client **out, struct cerb_config *cfg)
+static cerb_status client_open(cerb_client **out, struct cerb_config *cfg, bool manual)
 {
     cerb_client *c = cerb__calloc(1, sizeof *c);
     cerb_status st, first_err = CERB_OK;
@@ -140,6 +140,7 @@ static cerb_status client_open(cerb_client **out, struct cerb_config *cfg)
     cerb__mutex_init(&c->open_mu);
     cerb__mutex_init(&c->inflight_mu);
     c->cfg = c->boot_cfg = cfg;
+    c->manual = manual;
     c->lease_hwm_ms = cfg->lock.lease_ms;
     c->n_engines = cfg->n_engines;
     for (size_t i = 0; i < cfg->n_engines; i++) {
@@ -226,7 +227,19 @@ cerb_status cerb_client_open(cerb_client **out, const char *path)
     st = path ? cerb__config_from_file(path, &cfg) : cerb__config_defaults(&cfg);
     if (st != CERB_OK)
         return st;
-    return client_open(out, cfg);
+    return client_open(out, cfg, false);
+}
+
+cerb_status cerb__client_open_manual(cerb_client **out, const char *path)
+{
+    struct cerb_config *cfg = NULL;
+    if (!out || !path)
+        return cerb__error_set(CERB_EINVAL, "cerb__client_open_manual: out or path is NULL");
+    *out = NULL;
+    cerb_status st = cerb__config_from_file(path, &cfg);
+    if (st != CERB_OK)
+        return st;
+    return client_open(out, cfg, true);
 }
 
 cerb_status cerb__client_open_config(cerb_client **out, struct cerb_config *cfg)
@@ -238,7 +251,7 @@ cerb_status cerb__client_open_config(cerb_client **out, struct cerb_config *cfg)
     *out = NULL;
     if (!cfg)
         return cerb__error_set(CERB_EINVAL, "cerb__client_open_config: cfg is NULL");
-    return client_open(out, cfg);
+    return client_open(out, cfg, false);
 }
 
 cerb_status cerb_client_open_string(cerb_client **out, const char *text)
@@ -254,7 +267,7 @@ cerb_status cerb_client_open_string(cerb_client **out, const char *text)
     st = cerb__config_from_string(text, &cfg);
     if (st != CERB_OK)
         return st;
-    return client_open(out, cfg);
+    return client_open(out, cfg, false);
 }
 
 /*

@@ -9,6 +9,11 @@
  * counts the suspend. Condition variables cannot wait on it; sync.c turns a
  * deadline on this clock into one on CLOCK_MONOTONIC at each wait, so a
  * wait that spans a suspend ends at most one wake-up late.
+ *
+ * The simulation (tests/sim/) replaces the clock and the nap with its own
+ * (cerb__clock_set_hooks): every time the library reads goes through
+ * cerb_monotime(), and every pause between attempts through cerb__nap_ms(),
+ * so simulated time passes exactly as the schedule says.
  */
 #include "internal_posix.h"
 
@@ -18,6 +23,16 @@
 #include <time.h>
 
 static atomic_int_fast64_t suspended_ns;
+
+/* The simulation's clock and nap (cerb__clock_set_hooks); NULL = real. */
+static int64_t (*_Atomic now_hook)(void);
+static void (*_Atomic nap_hook)(int64_t ms);
+
+void cerb__clock_set_hooks(int64_t (*now)(void), void (*nap)(int64_t ms))
+{
+    atomic_store(&now_hook, now);
+    atomic_store(&nap_hook, nap);
+}
 
 void cerb__clock_test_suspend(int64_t ms)
 {
@@ -37,6 +52,9 @@ int64_t cerb__boottime(void)
 
 int64_t cerb_monotime(void)
 {
+    int64_t (*hook)(void) = atomic_load_explicit(&now_hook, memory_order_relaxed);
+    if (hook)
+        return hook();
     return cerb__boottime();
 }
 
@@ -59,6 +77,11 @@ int64_t cerb__ms_left(int64_t deadline_ns)
 
 /* xorshift64*, seeded per thread from the clock and the thread's address. */
 static _Thread_local uint64_t rng_state;
+
+void cerb__rand_seed(uint64_t seed)
+{
+    rng_state = seed | 1;
+}
 
 uint64_t cerb__rand_below(uint64_t n)
 {
@@ -90,6 +113,11 @@ void cerb__nap_ms(int64_t ms)
 {
     if (ms <= 0)
         return;
+    void (*hook)(int64_t) = atomic_load_explicit(&nap_hook, memory_order_relaxed);
+    if (hook) {
+        hook(ms);
+        return;
+    }
     struct timespec ts = {ms / 1000, (ms % 1000) * 1000000};
     while (nanosleep(&ts, &ts) != 0)
         ;

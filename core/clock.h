@@ -23,6 +23,15 @@ int64_t cerb_monotime(void);
 void cerb__clock_test_suspend(int64_t ms);
 /* CLOCK_BOOTTIME nanoseconds (plus the simulated suspends). */
 int64_t cerb__boottime(void);
+/* Test hooks for the deterministic simulation (tests/sim/): `now` replaces
+ * the clock (every cerb_monotime() reads it), `nap` replaces cerb__nap_ms
+ * (so a retry back-off or a gate's pause passes simulated time instead of
+ * sleeping). NULL restores the real one. Process-wide: set them before any
+ * client is opened and leave them while clients run. Not for production. */
+void cerb__clock_set_hooks(int64_t (*now)(void), void (*nap)(int64_t ms));
+/* Seed the calling thread's jitter generator (cerb__rand_below), so that a
+ * simulation replays the same back-offs and jitter for the same seed. */
+void cerb__rand_seed(uint64_t seed);
 /* Deadline `ms` from now; a negative ms is CERB_DEADLINE_NEVER. */
 int64_t cerb__deadline_in(int64_t ms);
 /* Milliseconds left until deadline, rounded up, >= 0; INT64_MAX for never. */

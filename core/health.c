@@ -21,8 +21,10 @@
  * by its op timeout): a breaker opened by slow probes says nothing about
  * holders whose renewals still succeed there (a gray failure). Every answer
  * counts — a probe, a question, a successful lock call or renewal. When A
- * does not answer, B waits until A's grace has passed since A last answered
- * anyone here: switch_grace_ms, default the longest a hold on A can outlive
+ * does not answer, B waits until A's grace has passed since the first
+ * request of ours on A's lock path that A left unanswered after its last
+ * answer (other clients may have renewed there until then; a failed probe
+ * proves nothing, see unanswered()): switch_grace_ms, default the longest a hold on A can outlive
  * its holder's last contact (the lease or session timeout) plus drift;
  * every hold on A has then expired and acquisitions pass — until A answers
  * again, when asking resumes (a process that failed back to A may be
@@ -162,6 +164,26 @@ static void answered(struct cerb_client_engine *ce, int64_t now)
         ;
 }
 
+/*
+ * A request of ours on engine ce's lock path (a call, a question, a claim)
+ * got no answer at `now`; fo_mu held. The first such silence after its last
+ * answer is when the gate's grace starts: it may have gone down only just
+ * before, and other clients may have renewed holds there until then, long
+ * after it last answered us (a probe interval or more). A failed probe is
+ * not silence: in a gray failure probes time out while lock calls, other
+ * clients' renewals among them, still succeed.
+ */
+static void unanswered(struct cerb_client_engine *ce, int64_t now)
+{
+    /* A silence that began before its last answer, or before we left it
+     * (answers to calls on the current engine are not recorded), is over. */
+    int64_t heard = atomic_load(&ce->last_ok_ns);
+    if (ce->gated && ce->gate_from_ns > heard)
+        heard = ce->gate_from_ns;
+    if (ce->quiet_from_ns <= heard)
+        ce->quiet_from_ns = now;
+}
+
 void cerb__health_ok(cerb_client *c, int idx)
 {
     struct cerb_client_engine *ce = &c->engines[idx];
@@ -206,6 +228,7 @@ void cerb__health_fail(cerb_client *c, int idx, const char *what)
     int64_t now = cerb__now_ms();
     atomic_fetch_add(&ce->failures, 1);
     cerb__mutex_lock(&c->fo_mu);
+    unanswered(ce, cerb_monotime());
     fold_ok(c, ce, now);
     noted(c, ce, cerb__breaker_on_failure(&ce->brk, now, CERB_CALL));
     fo_unlock(c);
@@ -259,6 +282,27 @@ static void pin_update(cerb_client *c)
     atomic_store(&c->pin_pending, c->pinned >= 0 && c->pinned != cur ? c->pinned : -1);
 }
 
+/*
+ * A pin keeps this client on engine `to` whatever its breakers say, while
+ * other clients' breakers move them away and they grant elsewhere. So a
+ * pinned client asks every other engine before granting, as one pinned by
+ * the configuration does from the start (cerb__health_init) — also when
+ * the pin names the engine it is already on. fo_mu held.
+ */
+static void gate_all_but(cerb_client *c, int to)
+{
+    for (size_t i = 0; i < c->n_engines; i++) {
+        struct cerb_client_engine *ce = &c->engines[i];
+        /* The engine still current while the pin waits for `to` to open
+         * grants; it asks the others. */
+        bool cur = (int)i == atomic_load(&c->current) && !c->engines[to].e;
+        if ((int)i == to || cur || ce->gated || grace_ms(c, (int)i) <= 0)
+            continue;
+        ce->gate_from_ns = cerb_monotime();
+        ce->gated = true;
+    }
+}
+
 int cerb__client_switch(cerb_client *c, int to, const char *why, int pin)
 {
     cerb__mutex_lock(&c->fo_mu);
@@ -267,6 +311,8 @@ int cerb__client_switch(cerb_client *c, int to, const char *why, int pin)
     else if (pin < 0)
         c->pinned = -1;
     int from = atomic_load(&c->current);
+    if (pin > 0)
+        gate_all_but(c, to);
     /* Never make current an engine without an instance: a pin on one that
      * has not opened stays a wish until the prober opens it. */
     if (from == to || !c->engines[to].e) {
@@ -346,6 +392,7 @@ static cerb_status gate_one(cerb_client *c, struct cerb_client_engine *ce, struc
             cerb__mutex_lock(&c->fo_mu);
             if (ce->ask_fail_ns < t)
                 ce->ask_fail_ns = t;
+            unanswered(ce, t);
             fo_unlock(c);
         }
         if (st == CERB_BUSY)
@@ -355,6 +402,13 @@ static cerb_status gate_one(cerb_client *c, struct cerb_client_engine *ce, struc
             return CERB_OK;
         last = atomic_load(&ce->last_ok_ns) > last ? atomic_load(&ce->last_ok_ns) : last;
     }
+    /* The grace runs from the first silence since its last answer: holds
+     * others renewed there until it went down end a lease after that. */
+    cerb__mutex_lock(&c->fo_mu);
+    int64_t quiet = ce->quiet_from_ns;
+    fo_unlock(c);
+    if (quiet > last)
+        last = quiet;
     *until_ns = last + (g > 0 ? g : 0) * CERB_NS_PER_MS;
     if (now < *until_ns)
         return cerb__error_set(CERB_UNAVAILABLE, "lock \"%s\": engine %s, switched from, cannot "
@@ -386,6 +440,7 @@ void cerb__gate_no_answer(cerb_client *c, int i)
     cerb__mutex_lock(&c->fo_mu);
     if (c->engines[i].ask_fail_ns < t)
         c->engines[i].ask_fail_ns = t;
+    unanswered(&c->engines[i], t);
     fo_unlock(c);
 }
 

@@ -58,6 +58,9 @@ struct cerb_client_engine {
      * question, a successful lock call (renewals included). */
     atomic_int_fast64_t last_ok_ns;
     int64_t ask_fail_ns;         /* last held() question that got no answer */
+    int64_t quiet_from_ns;       /* first call or question that got no answer
+                                    since the last answer: the gate's grace
+                                    runs from here (fo_mu) */
     atomic_int_fast64_t grant_after_ns; /* switched back to: no grant before */
     atomic_uint_fast64_t pending_ok;
     /* The highest fence (with its epoch) this client was granted here: a
@@ -191,6 +194,9 @@ struct cerb_client {
      * Its handles and renewer, made on first use (guard_renew.c); ended
      * by cerb__guard_close_all() in cerb_client_close(). */
     struct cerb_guard_set *_Atomic guards;
+    /* Started no thread (cerb__client_open_manual): the caller runs the
+     * probe rounds, the watchdog and the callbacks as steps. */
+    bool manual;
 };
 
 /* The engine new acquisitions go to, and the epoch they carry. */
@@ -225,6 +231,16 @@ void cerb__client_failover_cfg(cerb_client *c, struct cerb_failover_config *fo, 
 struct cerb_slot *cerb__slot_get(cerb_client *c, const char *name);
 void cerb__slot_put(cerb_client *c, struct cerb_slot *s);
 
+/*
+ * A client that starts no background thread, for the deterministic
+ * simulation (tests/sim/): like cerb_client_open(path), but probe rounds
+ * (cerb__prober_round), the watchdog's work (cerb__watchdog_step) and the
+ * queued callbacks (cerb__notify_run) happen only when the caller runs
+ * them, and the configuration file is reloaded only by cerb_client_reload.
+ * Everything else — and production clients — is unchanged.
+ */
+cerb_status cerb__client_open_manual(cerb_client **out, const char *path);
+
 /* lock.c */
 bool cerb__lock_ok(const cerb_lock *l);
 /* After a switch to engine `to`: acquisitions waiting elsewhere move there. */
@@ -247,6 +263,13 @@ void cerb__waitq_wake(struct cerb_slot *s);
 /* watchdog.c */
 cerb_status cerb__watchdog_start(cerb_client *c);
 void cerb__watchdog_stop(cerb_client *c);
+/* A manual client: do what the watchdog's threads would have done by now
+ * (losses, due renewals sent and applied, orphans released). Returns the
+ * time it wants to run next (CERB_DEADLINE_NEVER: nothing tracked). */
+int64_t cerb__watchdog_step(cerb_client *c);
+/* A manual client: the deadline thread's part of a step alone (no I/O);
+ * returns when it wants to look again. */
+int64_t cerb__watchdog_deadlines(cerb_client *c);
 /* Start tracking a fresh hold (renewal and loss detection). */
 void cerb__watchdog_add(cerb_client *c, struct cerb_hold *h);
 /* Stop tracking; withdraws a queued renewal of h and waits for one on the
@@ -277,6 +300,9 @@ void cerb__notify_set_switch_cb(cerb_client *c,
  * Returns true when its callback is running: the notifier then frees the
  * handle's memory when the callback returns, and the caller must not. */
 bool cerb__notify_forget(cerb_client *c, cerb_lock *l);
+/* A manual client: call the queued callbacks now, on this thread, with no
+ * library mutex held. */
+void cerb__notify_run(cerb_client *c);
 /* Close, first step: no callback starts from now on; queued ones are
  * dropped. Never waits for a running callback. */
 void cerb__notify_stop(cerb_client *c);
@@ -318,6 +344,10 @@ void cerb__gate_no_answer(cerb_client *c, int i);
 /* prober.c (failover/) */
 cerb_status cerb__prober_start(cerb_client *c);
 void cerb__prober_stop(cerb_client *c);
+/* One probe round: probe (or open) every engine, feed the breakers, let the
+ * selector switch. The probe thread runs it every probe_interval_ms; a
+ * manual client's caller runs it itself. */
+void cerb__prober_round(cerb_client *c);
 /* Open engine i if it is not (bounded by its connect timeout). */
 cerb_status cerb__client_open_engine(cerb_client *c, size_t i);
 

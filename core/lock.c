@@ -8,12 +8,14 @@
  *     token).
  *  2. Otherwise it joins the name's local FIFO (waitq.c) and waits to be
  *     head with the slot unoccupied, bounded by its deadline.
- *  3. The head marks the slot occupied and calls the current engine with a
- *     fresh owner token. Errors are retried with full-jitter backoff, at most
- *     retry.max times and never past the deadline. An error whose outcome is
- *     UNKNOWN (the request left, no answer came) is first settled with
- *     check_owner: if the server says we own it, it is a grant; if it cannot
- *     be settled, a best-effort release by token makes sure no orphan stays.
+ *  3. The head marks the slot occupied and takes a fresh owner token to the
+ *     engines, in explicit steps (engine_acquire: choose the engine, pass
+ *     the safe-switch gate, acquire, settle a failure, confirm the grant).
+ *     Errors are retried with full-jitter backoff, at most retry.max times
+ *     and never past the deadline. An error whose outcome is UNKNOWN (the
+ *     request left, no answer came) is first settled with check_owner: if
+ *     the server says we own it, it is a grant; if it cannot be settled, a
+ *     best-effort release by token makes sure no orphan stays.
  *  4. On a grant the hold goes to the watchdog for renewal and loss
  *     detection.
  * Release takes the hold away from the watchdog first (waiting for a renewal
@@ -255,7 +257,8 @@ static cerb_status settle(cerb_client *c, struct cerb_client_engine *ce, struct 
 
 /*
  * Carry an acquisition over to engine `to` after its engine failed: a fresh
- * hold (same token) replaces *hp, and the old one — whose last request may
+ * hold (same token, or a new one when the old request may have landed)
+ * replaces *hp, and the old one — whose last request may
  * still land on the failed engine — goes to the watchdog, which releases it
  * there in the background once that engine answers (or its lease has run
  * out), so no orphan outlives its lease and the caller does not wait for a
@@ -272,7 +275,20 @@ static cerb_status rehome(cerb_client *c, struct cerb_hold **hp, struct cerb_wai
     h->lk.lease_ms = old->lk.lease_ms;
     h->lk.fair = old->lk.fair;
     h->renew = old->renew;
-    memcpy(h->lk.token, old->lk.token, sizeof h->lk.token);
+    /* When the old request may have landed, the new hold gets a token of
+     * its own: the background release of the old one compares tokens, and
+     * with one token it would also release what the new hold takes later —
+     * its claim on the old engine, or the name itself after a switch
+     * back there. */
+    cerb_status st = CERB_OK;
+    if (maybe_landed)
+        st = cerb__token_new(h->lk.token);
+    else
+        memcpy(h->lk.token, old->lk.token, sizeof h->lk.token);
+    if (st != CERB_OK) {
+        hold_free(h);
+        return st;
+    }
     cerb__mutex_lock(&old->slot->mu);
     if (w)
         w->engine_hold = h;
@@ -471,158 +487,250 @@ static bool follow_switch(cerb_client *c, struct cerb_hold **hp, struct cerb_wai
     return false;
 }
 
-static cerb_status engine_acquire(cerb_client *c, struct cerb_hold **hp, struct cerb_waiter *w,
-                                  int64_t deadline_ns, const atomic_int *intr,
-                                  const struct cerb_retry_config *rc)
-{
-    cerb_status st;
-    cerb_grant g;
-    size_t moves = 0;
-    struct cerb_hold *h = *hp;
+/*
+ * ---- the acquisition on the engines, as explicit steps ----
+ *
+ * One attempt is, top-down:
+ *   acq_choose   the engine: the route (a switch may have moved new
+ *                acquisitions before anything was sent);
+ *   acq_gate     the engines switched away from must agree (health.c),
+ *                waiting within the deadline;
+ *   acq_try      the engine's acquire, with the fence floor;
+ *   acq_failed   a hard error: the breaker told, the acquisition carried
+ *                to the engine new ones go to, an UNKNOWN outcome settled
+ *                by check_owner, or a back-off before the next attempt;
+ *   acq_confirm  a grant while another engine is gated: the gate asked
+ *                again and claims taken, or the grant undone and the
+ *                acquisition started over;
+ * and, once granted, acq_lease sets the hold's deadline and renewal time.
+ * Each step reads the state in `struct acq` and says what comes next. A
+ * switch that stops the engine's wait (follow_switch) starts over on the
+ * new engine; cerb__lock_acquire registers the hold afterwards.
+ */
 
-    for (int attempt = 0;; attempt++) {
-        h = *hp;
-        if (attempt == 0 && moves == 0) {
-            /* A switch between choosing the engine and registering in
-             * the in-flight list: nothing was sent yet, just move. */
-            int64_t ep;
-            int cur = cerb__route(c, &ep);
-            if (cur != h->engine_idx && c->engines[cur].e &&
-                rehome(c, hp, w, cur, ep, false) == CERB_OK)
-                h = *hp;
-        }
-        struct cerb_client_engine *ce = &c->engines[h->engine_idx];
-        /* After a switch, the engine we left must agree first. */
-        st = cerb__switch_gate(c, h->engine_idx, h->slot, deadline_ns, &w->stop);
-        if (st == CERB_INTERRUPTED && follow_switch(c, hp, w, false)) {
-            attempt = -1;
-            continue;
-        }
-        if (st != CERB_OK) {
-            w->gate_said = st != CERB_INTERRUPTED; /* its reason is the one to keep */
-            return st;
-        }
-        int64_t t0 = cerb_monotime();
-        h->lk.fence_floor = (ce->ops->caps & CERB_CAP_FENCE_FLOOR)
-                                ? fence_floor(c, h->engine_idx, h->epoch) : 0;
-        st = cerb__engine_acquire(ce->ops, ce->e, &h->lk, deadline_ns, &w->stop, &g);
-        if (st == CERB_OK) {
-            cerb__health_ok(c, h->engine_idx);
-            /* Granted on the engine a switch was moving us away from, in
-             * the same instant: give it back there (the background release)
-             * and carry on where the switch sent us. */
-            if (atomic_load(&w->moved) && atomic_load(&c->current) != h->engine_idx &&
-                follow_switch(c, hp, w, true)) {
-                attempt = -1;
-                continue;
-            }
-        granted:
-            if (!cerb__gate_any(c, h->engine_idx))
-                break;
-            /* The gate asked before the grant; ask again after it, or a
-             * process granted on the gated engine in between (it asked us
-             * before our grant) would hold the name with us. */
-            st = cerb__switch_gate(c, h->engine_idx, h->slot, 0, NULL);
-            if (st == CERB_OK)
-                st = claims_take(c, h);
-            if (st == CERB_OK)
-                break;
-            char why[CERB_ERROR_MAX];
-            cerb__error_copy(why, sizeof why);
-            if (undo_grant(c, hp, w) != CERB_OK || deadline_ns == 0 ||
-                cerb__ms_left(deadline_ns) <= rc->backoff_ms) {
-                w->gate_said = true;
-                return cerb__error_set(CERB_BUSY, "%s", why);
-            }
-            /* Two racing grants may both have stepped back: apart again
-             * with jitter before asking the gate once more. */
-            cerb__nap_ms(cerb__backoff_ms(attempt, rc->backoff_ms, rc->backoff_max_ms));
-            attempt = -1;
-            continue;
-        }
-        if (st == CERB_INTERRUPTED && follow_switch(c, hp, w, true)) {
-            attempt = -1;
-            continue;
-        }
-        if (!hard_error(st))
-            return st;
-        char why[CERB_ERROR_MAX];
-        cerb__error_copy(why, sizeof why);
-        cerb__health_fail(c, h->engine_idx, "acquire");
-        /* The selector may have moved new acquisitions elsewhere by now:
-         * carry on there, within the same deadline, leaving whatever our
-         * last request did on the failed engine to the background. */
-        int64_t ep;
-        int cur = cerb__route(c, &ep);
-        if (cur != h->engine_idx && moves < c->n_engines &&
-            (deadline_ns == 0 || cerb_monotime() < deadline_ns) && c->engines[cur].e &&
-            rehome(c, hp, w, cur, ep, g.outcome == CERB_OUTCOME_UNKNOWN) == CERB_OK) {
-            moves++;
-            attempt = -1;
-            continue;
-        }
-        if (g.outcome == CERB_OUTCOME_UNKNOWN) {
-            cerb_grant g2;
-            cerb_status s2 = settle(c, ce, h, rc, deadline_ns, &g2);
-            if (s2 == CERB_OK) {
-                /* It landed. What the server said about the key is the
-                 * truth (a Redis hand-off key lives only PX 2000); only an
-                 * engine that reports no TTL gets the lease from t0, when
-                 * the request left at the earliest. */
-                g.fence = g2.fence;
-                if (g2.ttl_ms > 0 && g2.sent_ns > 0) {
-                    g.sent_ns = g2.sent_ns;
-                    g.ttl_ms = g2.ttl_ms;
-                } else {
-                    g.sent_ns = g.sent_ns ? g.sent_ns : t0;
-                    g.ttl_ms = h->lk.lease_ms;
-                }
-                h->next_renew_ns = cerb_monotime(); /* refresh at once */
-                h->renew_once = true;
-                st = CERB_OK;
-                goto granted; /* a settled grant is checked like any other */
-            }
-            if (s2 != CERB_NOT_OWNER) {
-                /* Unsettled: a late landing must leave no orphan. Move on
-                 * if the selector has switched meanwhile; otherwise hand
-                 * the release to the background and report the failure. */
-                cur = cerb__route(c, &ep);
-                if (cur != h->engine_idx && moves < c->n_engines &&
-                    (deadline_ns == 0 || cerb_monotime() < deadline_ns) && c->engines[cur].e &&
-                    rehome(c, hp, w, cur, ep, true) == CERB_OK) {
-                    moves++;
-                    attempt = -1;
-                    continue;
-                }
-                if (rehome(c, hp, w, h->engine_idx, h->epoch, true) != CERB_OK)
-                    cerb__engine_release(ce->ops, ce->e, &h->lk); /* no memory: try now */
-                return cerb__error_set(st, "%s (outcome unknown, re-check failed)", why);
-            }
-        }
-        if (deadline_ns == 0 || attempt >= rc->max)
-            return cerb__error_set(st, "%s", why);
-        int64_t nap = cerb__backoff_ms(attempt, rc->backoff_ms, rc->backoff_max_ms);
-        int64_t left = cerb__ms_left(deadline_ns);
-        if (left <= nap)
-            return cerb__error_set(st, "%s", why);
-        cerb__nap_ms(nap);
-        if (intr && atomic_load(intr))
-            return CERB_INTERRUPTED;
+/* An acquisition in progress on the engines. */
+struct acq {
+    cerb_client *c;
+    struct cerb_hold **hp;        /* the hold; replaced when it moves */
+    struct cerb_waiter *w;
+    int64_t deadline_ns;          /* 0: one try, no wait */
+    const atomic_int *intr;
+    const struct cerb_retry_config *rc;
+    int attempt;                  /* tries since the last start-over */
+    size_t moves;                 /* engines carried to after a failure */
+    int64_t t0;                   /* when the last acquire was sent */
+    cerb_grant g;                 /* the last acquire's (or settle's) grant */
+    cerb_status st;               /* the outcome once ACQ_DONE */
+    char why[CERB_ERROR_MAX];     /* the last failure's reason */
+};
+
+enum acq_next {
+    ACQ_ON,       /* go on with the next step of this attempt */
+    ACQ_FAILED,   /* the engine failed (hard error): acq_failed */
+    ACQ_GRANTED,  /* granted: acq_confirm */
+    ACQ_RETRY,    /* next attempt on the same engine */
+    ACQ_RESTART,  /* start over (attempts from 0): moved, or a grant undone */
+    ACQ_DONE      /* finished with a.st */
+};
+
+static enum acq_next acq_done(struct acq *a, cerb_status st)
+{
+    a->st = st;
+    return ACQ_DONE;
+}
+
+/* A switch between choosing the engine and registering in the in-flight
+ * list: nothing was sent yet, just move. */
+static void acq_choose(struct acq *a)
+{
+    if (a->attempt != 0 || a->moves != 0)
+        return;
+    int64_t ep;
+    int cur = cerb__route(a->c, &ep);
+    if (cur != (*a->hp)->engine_idx && a->c->engines[cur].e)
+        rehome(a->c, a->hp, a->w, cur, ep, false);
+}
+
+/* After a switch, the engine we left must agree first. */
+static enum acq_next acq_gate(struct acq *a)
+{
+    struct cerb_hold *h = *a->hp;
+    cerb_status st = cerb__switch_gate(a->c, h->engine_idx, h->slot, a->deadline_ns, &a->w->stop);
+    if (st == CERB_INTERRUPTED && follow_switch(a->c, a->hp, a->w, false))
+        return ACQ_RESTART;
+    if (st != CERB_OK) {
+        a->w->gate_said = st != CERB_INTERRUPTED; /* its reason is the one to keep */
+        return acq_done(a, st);
     }
-    h = *hp;
+    return ACQ_ON;
+}
+
+static enum acq_next acq_try(struct acq *a)
+{
+    cerb_client *c = a->c;
+    struct cerb_hold *h = *a->hp;
     struct cerb_client_engine *ce = &c->engines[h->engine_idx];
-    atomic_fetch_add(&ce->acquires, 1);
-    h->fence = g.fence;
-    h->valid_until_ns = cerb__grant_deadline(&g);
-    int64_t eff = g.ttl_ms > 0 && g.ttl_ms < h->lk.lease_ms ? g.ttl_ms : h->lk.lease_ms;
-    if (g.ttl_ms > 0 && g.ttl_ms < h->lk.lease_ms) {
+    a->t0 = cerb_monotime();
+    h->lk.fence_floor = (ce->ops->caps & CERB_CAP_FENCE_FLOOR)
+                            ? fence_floor(c, h->engine_idx, h->epoch) : 0;
+    cerb_status st = cerb__engine_acquire(ce->ops, ce->e, &h->lk, a->deadline_ns, &a->w->stop,
+                                          &a->g);
+    if (st == CERB_OK) {
+        cerb__health_ok(c, h->engine_idx);
+        /* Granted on the engine a switch was moving us away from, in the
+         * same instant: give it back there (the background release) and
+         * carry on where the switch sent us. */
+        if (atomic_load(&a->w->moved) && atomic_load(&c->current) != h->engine_idx &&
+            follow_switch(c, a->hp, a->w, true))
+            return ACQ_RESTART;
+        return ACQ_GRANTED;
+    }
+    if (st == CERB_INTERRUPTED && follow_switch(c, a->hp, a->w, true))
+        return ACQ_RESTART;
+    if (!hard_error(st))
+        return acq_done(a, st);
+    a->st = st;
+    cerb__error_copy(a->why, sizeof a->why);
+    return ACQ_FAILED;
+}
+
+/* The selector may have moved new acquisitions elsewhere by now: carry on
+ * there, within the same deadline, leaving whatever our last request did on
+ * the failed engine to the background. */
+static bool acq_move(struct acq *a, bool maybe_landed)
+{
+    int64_t ep;
+    int cur = cerb__route(a->c, &ep);
+    if (cur == (*a->hp)->engine_idx || a->moves >= a->c->n_engines ||
+        (a->deadline_ns != 0 && cerb_monotime() >= a->deadline_ns) || !a->c->engines[cur].e ||
+        rehome(a->c, a->hp, a->w, cur, ep, maybe_landed) != CERB_OK)
+        return false;
+    a->moves++;
+    return true;
+}
+
+static enum acq_next acq_failed(struct acq *a)
+{
+    cerb_client *c = a->c;
+    struct cerb_hold *h = *a->hp;
+    struct cerb_client_engine *ce = &c->engines[h->engine_idx];
+    cerb__health_fail(c, h->engine_idx, "acquire");
+    bool unknown = a->g.outcome == CERB_OUTCOME_UNKNOWN;
+    if (acq_move(a, unknown))
+        return ACQ_RESTART;
+    if (unknown) {
+        cerb_grant g2;
+        cerb_status s2 = settle(c, ce, h, a->rc, a->deadline_ns, &g2);
+        if (s2 == CERB_OK) {
+            /* It landed. What the server said about the key is the truth
+             * (a Redis hand-off key lives only PX 2000); only an engine
+             * that reports no TTL gets the lease from t0, when the request
+             * left at the earliest. */
+            a->g.fence = g2.fence;
+            if (g2.ttl_ms > 0 && g2.sent_ns > 0) {
+                a->g.sent_ns = g2.sent_ns;
+                a->g.ttl_ms = g2.ttl_ms;
+            } else {
+                a->g.sent_ns = a->g.sent_ns ? a->g.sent_ns : a->t0;
+                a->g.ttl_ms = h->lk.lease_ms;
+            }
+            h->next_renew_ns = cerb_monotime(); /* refresh at once */
+            h->renew_once = true;
+            return ACQ_GRANTED; /* a settled grant is checked like any other */
+        }
+        if (s2 != CERB_NOT_OWNER) {
+            /* Unsettled: a late landing must leave no orphan. Move on if
+             * the selector has switched meanwhile; otherwise hand the
+             * release to the background and report the failure. */
+            if (acq_move(a, true))
+                return ACQ_RESTART;
+            if (rehome(c, a->hp, a->w, h->engine_idx, h->epoch, true) != CERB_OK)
+                cerb__engine_release(ce->ops, ce->e, &h->lk); /* no memory: try now */
+            return acq_done(a, cerb__error_set(a->st, "%s (outcome unknown, re-check failed)",
+                                               a->why));
+        }
+    }
+    if (a->deadline_ns == 0 || a->attempt >= a->rc->max)
+        return acq_done(a, cerb__error_set(a->st, "%s", a->why));
+    int64_t nap = cerb__backoff_ms(a->attempt, a->rc->backoff_ms, a->rc->backoff_max_ms);
+    if (cerb__ms_left(a->deadline_ns) <= nap)
+        return acq_done(a, cerb__error_set(a->st, "%s", a->why));
+    cerb__nap_ms(nap);
+    if (a->intr && atomic_load(a->intr))
+        return acq_done(a, CERB_INTERRUPTED);
+    return ACQ_RETRY;
+}
+
+/* A grant while another engine is gated: asked again, and claimed there. */
+static enum acq_next acq_confirm(struct acq *a)
+{
+    cerb_client *c = a->c;
+    struct cerb_hold *h = *a->hp;
+    if (!cerb__gate_any(c, h->engine_idx))
+        return acq_done(a, CERB_OK);
+    /* The gate asked before the grant; ask again after it, or a process
+     * granted on the gated engine in between (it asked us before our
+     * grant) would hold the name with us. */
+    cerb_status st = cerb__switch_gate(c, h->engine_idx, h->slot, 0, NULL);
+    if (st == CERB_OK)
+        st = claims_take(c, h);
+    if (st == CERB_OK)
+        return acq_done(a, CERB_OK);
+    cerb__error_copy(a->why, sizeof a->why);
+    if (undo_grant(c, a->hp, a->w) != CERB_OK || a->deadline_ns == 0 ||
+        cerb__ms_left(a->deadline_ns) <= a->rc->backoff_ms) {
+        a->w->gate_said = true;
+        return acq_done(a, cerb__error_set(CERB_BUSY, "%s", a->why));
+    }
+    /* Two racing grants may both have stepped back: apart again with
+     * jitter before asking the gate once more. */
+    cerb__nap_ms(cerb__backoff_ms(a->attempt, a->rc->backoff_ms, a->rc->backoff_max_ms));
+    return ACQ_RESTART;
+}
+
+/* The grant's deadline and first renewal. */
+static void acq_lease(struct acq *a)
+{
+    struct cerb_hold *h = *a->hp;
+    const cerb_grant *g = &a->g;
+    atomic_fetch_add(&a->c->engines[h->engine_idx].acquires, 1);
+    h->fence = g->fence;
+    h->valid_until_ns = cerb__grant_deadline(g);
+    int64_t eff = g->ttl_ms > 0 && g->ttl_ms < h->lk.lease_ms ? g->ttl_ms : h->lk.lease_ms;
+    if (g->ttl_ms > 0 && g->ttl_ms < h->lk.lease_ms) {
         /* A short hand-off lease: extend it to the full lease at once. */
         h->next_renew_ns = cerb_monotime();
         h->renew_once = true;
     } else if (h->next_renew_ns == 0) {
-        h->next_renew_ns = g.sent_ns + eff * CERB_NS_PER_MS / 3;
+        h->next_renew_ns = g->sent_ns + eff * CERB_NS_PER_MS / 3;
     }
-    return CERB_OK;
+}
+
+static cerb_status engine_acquire(cerb_client *c, struct cerb_hold **hp, struct cerb_waiter *w,
+                                  int64_t deadline_ns, const atomic_int *intr,
+                                  const struct cerb_retry_config *rc)
+{
+    struct acq a = {.c = c, .hp = hp, .w = w, .deadline_ns = deadline_ns, .intr = intr, .rc = rc};
+    enum acq_next next = ACQ_RESTART;
+    for (;;) {
+        if (next == ACQ_RESTART)
+            a.attempt = 0;
+        else
+            a.attempt++;
+        acq_choose(&a);
+        next = acq_gate(&a);
+        if (next == ACQ_ON)
+            next = acq_try(&a);
+        if (next == ACQ_FAILED)
+            next = acq_failed(&a);
+        if (next == ACQ_GRANTED)
+            next = acq_confirm(&a);
+        if (next == ACQ_DONE)
+            break;
+    }
+    if (a.st == CERB_OK)
+        acq_lease(&a);
+    return a.st;
 }
 
 static void iwaiter_unlink(cerb_lock *l, struct cerb_waiter *w)
@@ -634,6 +742,128 @@ static void iwaiter_unlink(cerb_lock *l, struct cerb_waiter *w)
         }
 }
 
+/*
+ * ---- the acquisition, top-down ----
+ *
+ * cerb__lock_acquire is the whole sequence:
+ *   reenter      a thread that holds the name counts one more hold;
+ *   line_up      the name's local line (waitq.c): only its head goes on;
+ *   start_hold   the slot taken, a hold with a fresh token on the engine
+ *                and epoch of the route;
+ *   engine_acquire  the engines' steps above (choose, gate, try, settle,
+ *                confirm, lease);
+ *   finish       the grant registered (fence with its epoch, VALID, the
+ *                slot's holder) and watched, or the slot given back.
+ */
+
+/* Step 1. Returns true when the calling thread already held the name;
+ * *st is then the outcome. slot->mu held. */
+static bool reenter(struct cerb_slot *s, uint64_t me, cerb_status *st)
+{
+    if (s->holder_tid != me)
+        return false;
+    /* The deadline is the truth even before the watchdog marked it. */
+    if (atomic_load(&s->hold->state) == CERB_LOCK_LOST ||
+        cerb_monotime() >= s->hold->valid_until_ns) {
+        *st = cerb__error_set(CERB_LOST, "lock \"%s\" was lost; unlock it first", s->name);
+        return true;
+    }
+    s->count++;
+    *st = CERB_OK;
+    return true;
+}
+
+/* Step 2: w joins the line and waits to be its head with the slot free
+ * (a try does not wait). CERB_OK leaves w registered on the handle; any
+ * other outcome has undone that. slot->mu held. */
+static cerb_status line_up(cerb_lock *l, struct cerb_waiter *w, int64_t deadline_ns,
+                           bool interruptible, bool try_only)
+{
+    struct cerb_slot *s = l->slot;
+    memset(w, 0, sizeof *w);
+    w->handle = l;
+    w->interruptible = interruptible;
+    cerb__cond_init(&w->cond);
+    cerb__waitq_push(s, w);
+    l->nwaiting++;
+    if (interruptible) {
+        w->hnext = l->iwaiters;
+        l->iwaiters = w;
+    }
+    cerb_status st;
+    if (try_only) {
+        st = s->qhead == w && !s->occupied ? CERB_OK : CERB_BUSY;
+        if (st != CERB_OK)
+            cerb__waitq_remove(s, w);
+    } else {
+        st = cerb__waitq_wait(s, w, deadline_ns);
+    }
+    if (st == CERB_OK)
+        return CERB_OK;
+    iwaiter_unlink(l, w);
+    l->nwaiting--;
+    cerb__cond_destroy(&w->cond);
+    if (st == CERB_BUSY)
+        return cerb__error_set(st, "lock \"%s\" is held by another thread of this process", s->name);
+    return cerb__error_set(st, "lock \"%s\": %s", s->name, cerb_strerror(st));
+}
+
+/* Step 3: the head takes the slot and a hold for the engines, on the
+ * engine and epoch of the route. slot->mu held. */
+static cerb_status start_hold(cerb_lock *l, struct cerb_waiter *w, struct cerb_call_cfg *cc,
+                              struct cerb_hold **hp)
+{
+    cerb_client *c = l->client;
+    struct cerb_slot *s = l->slot;
+    cerb__waitq_remove(s, w);
+    s->occupied = true;
+    cerb__client_call_cfg(c, cc);
+    int64_t epoch;
+    int idx = cerb__route(c, &epoch);
+    struct cerb_hold *h = hold_new(c, s, idx, epoch);
+    cerb_status st;
+    if (!h) {
+        st = cerb__error_set(CERB_ENOMEM, "out of memory");
+    } else {
+        h->lk.lease_ms = l->lease_ms > 0 ? l->lease_ms : cc->lease_ms;
+        h->lk.fair = l->fair_set ? l->fair : cc->fair;
+        h->renew = l->renew_set ? l->renew : cc->renew;
+        st = cerb__token_new(h->lk.token);
+    }
+    w->engine_hold = h;
+    *hp = h;
+    return st;
+}
+
+/* Step 5: register the grant, or give the slot back. slot->mu held. */
+static void finish(cerb_lock *l, struct cerb_waiter *w, struct cerb_hold *h, uint64_t me,
+                   cerb_status st)
+{
+    cerb_client *c = l->client;
+    struct cerb_slot *s = l->slot;
+    w->engine_hold = NULL;
+    iwaiter_unlink(l, w);
+    l->nwaiting--;
+    if (st != CERB_OK) {
+        s->occupied = false;
+        cerb__waitq_wake(s);
+        return;
+    }
+    /* A wait that began before an epoch bump (cerberus switch) on the
+     * engine still current is granted after it: it ranks with the grants
+     * made after the bump, not before. */
+    int64_t ep_now, ep = h->epoch;
+    if (cerb__route(c, &ep_now) == h->engine_idx && ep_now > ep)
+        ep = ep_now;
+    h->fence = cerb__fence_compose(ep, h->fence);
+    fence_granted(c, h);
+    h->owner_handle = l;
+    atomic_store(&h->state, CERB_LOCK_VALID);
+    s->hold = h;
+    s->holder_tid = me;
+    s->count = 1;
+}
+
 cerb_status cerb__lock_acquire(cerb_lock *l, int64_t deadline_ns, bool interruptible,
                                bool try_only)
 {
@@ -643,68 +873,26 @@ cerb_status cerb__lock_acquire(cerb_lock *l, int64_t deadline_ns, bool interrupt
     struct cerb_slot *s = l->slot;
     uint64_t me = cerb__thread_id();
     struct cerb_call_cfg cc;
+    struct cerb_waiter w;
+    struct cerb_hold *h = NULL;
     cerb_status st;
 
     cerb__mutex_lock(&s->mu);
-    if (s->holder_tid == me) {
-        /* The deadline is the truth even before the watchdog marked it. */
-        if (atomic_load(&s->hold->state) == CERB_LOCK_LOST ||
-            cerb_monotime() >= s->hold->valid_until_ns) {
-            cerb__mutex_unlock(&s->mu);
-            return cerb__error_set(CERB_LOST, "lock \"%s\" was lost; unlock it first", s->name);
-        }
-        s->count++;
+    if (reenter(s, me, &st)) {
         cerb__mutex_unlock(&s->mu);
-        return CERB_OK;
+        return st;
     }
     if (interruptible && l->intr_pending) {
         l->intr_pending = false;
         cerb__mutex_unlock(&s->mu);
         return cerb__error_set(CERB_INTERRUPTED, "interrupted");
     }
-    struct cerb_waiter w;
-    memset(&w, 0, sizeof w);
-    w.handle = l;
-    w.interruptible = interruptible;
-    cerb__cond_init(&w.cond);
-    cerb__waitq_push(s, &w);
-    l->nwaiting++;
-    if (interruptible) {
-        w.hnext = l->iwaiters;
-        l->iwaiters = &w;
-    }
-    if (try_only) {
-        st = s->qhead == &w && !s->occupied ? CERB_OK : CERB_BUSY;
-        if (st != CERB_OK)
-            cerb__waitq_remove(s, &w);
-    } else {
-        st = cerb__waitq_wait(s, &w, deadline_ns);
-    }
+    st = line_up(l, &w, deadline_ns, interruptible, try_only);
     if (st != CERB_OK) {
-        iwaiter_unlink(l, &w);
-        l->nwaiting--;
         cerb__mutex_unlock(&s->mu);
-        cerb__cond_destroy(&w.cond);
-        if (st == CERB_BUSY)
-            return cerb__error_set(st, "lock \"%s\" is held by another thread of this process", s->name);
-        return cerb__error_set(st, "lock \"%s\": %s", s->name, cerb_strerror(st));
+        return st;
     }
-    /* Head of the local line and the slot is free: take it to the server. */
-    cerb__waitq_remove(s, &w);
-    s->occupied = true;
-    cerb__client_call_cfg(c, &cc);
-    int64_t epoch;
-    int idx = cerb__route(c, &epoch);
-    struct cerb_hold *h = hold_new(c, s, idx, epoch);
-    if (!h) {
-        st = cerb__error_set(CERB_ENOMEM, "out of memory");
-    } else {
-        h->lk.lease_ms = l->lease_ms > 0 ? l->lease_ms : cc.lease_ms;
-        h->lk.fair = l->fair_set ? l->fair : cc.fair;
-        h->renew = l->renew_set ? l->renew : cc.renew;
-        st = cerb__token_new(h->lk.token);
-    }
-    w.engine_hold = h;
+    st = start_hold(l, &w, &cc, &h);
     cerb__mutex_unlock(&s->mu);
 
     if (st == CERB_OK) {
@@ -720,27 +908,7 @@ cerb_status cerb__lock_acquire(cerb_lock *l, int64_t deadline_ns, bool interrupt
     }
 
     cerb__mutex_lock(&s->mu);
-    w.engine_hold = NULL;
-    iwaiter_unlink(l, &w);
-    l->nwaiting--;
-    if (st == CERB_OK) {
-        /* A wait that began before an epoch bump (cerberus switch) on the
-         * engine still current is granted after it: it ranks with the
-         * grants made after the bump, not before. */
-        int64_t ep_now, ep = h->epoch;
-        if (cerb__route(c, &ep_now) == h->engine_idx && ep_now > ep)
-            ep = ep_now;
-        h->fence = cerb__fence_compose(ep, h->fence);
-        fence_granted(c, h);
-        h->owner_handle = l;
-        atomic_store(&h->state, CERB_LOCK_VALID);
-        s->hold = h;
-        s->holder_tid = me;
-        s->count = 1;
-    } else {
-        s->occupied = false;
-        cerb__waitq_wake(s);
-    }
+    finish(l, &w, h, me, st);
     cerb__mutex_unlock(&s->mu);
     cerb__cond_destroy(&w.cond);
     if (st != CERB_OK) {

@@ -25,6 +25,9 @@
  *    so a call on it then gives CERB_EINVAL instead of reading freed
  *    memory. The thread frees them when the callback returns.
  *  - After close has returned, no callback starts.
+ * A manual client (the simulation's, internal.h) has no thread: its queue
+ * runs when cerb__notify_run is called, on the caller's thread, by the same
+ * code (run_one).
  */
 #include "internal_posix.h"
 
@@ -58,10 +61,41 @@ struct cerb_notify {
     cerb_lock *running;                   /* handle of the lost callback running */
     bool free_running;                    /* it was freed meanwhile */
     bool in_callback;
+    bool threaded;                        /* false: a manual client (client.c)
+                                             runs the queue by cerb__notify_run */
     void *free_client;                    /* client memory left to the thread */
     void (*switch_cb)(const char *, const char *, const char *, void *);
     void *switch_ud;
 };
+
+/* Call the first queued callback; nt->mu held on entry and exit, released
+ * around the call. */
+static void run_one(struct cerb_notify *nt)
+{
+    struct notify_ev *ev = nt->head;
+    nt->head = ev->next;
+    if (!nt->head)
+        nt->tail = NULL;
+    void (*scb)(const char *, const char *, const char *, void *) = nt->switch_cb;
+    void *sud = nt->switch_ud;
+    if (ev->kind == EV_LOST)
+        nt->running = ev->l;
+    nt->in_callback = true;
+    cerb__mutex_unlock(&nt->mu);
+
+    if (ev->kind == EV_LOST)
+        ev->lost_cb(ev->l, ev->lost_ud);
+    else if (scb)
+        scb(ev->from, ev->to, ev->why, sud);
+
+    cerb__mutex_lock(&nt->mu);
+    nt->in_callback = false;
+    if (nt->running && nt->free_running)
+        cerb__free(nt->running);
+    nt->running = NULL;
+    nt->free_running = false;
+    cerb__free(ev);
+}
 
 static void *notify_main(void *arg)
 {
@@ -72,29 +106,7 @@ static void *notify_main(void *arg)
             cerb__cond_wait(&nt->cond, &nt->mu);
         if (nt->stop)
             break;
-        struct notify_ev *ev = nt->head;
-        nt->head = ev->next;
-        if (!nt->head)
-            nt->tail = NULL;
-        void (*scb)(const char *, const char *, const char *, void *) = nt->switch_cb;
-        void *sud = nt->switch_ud;
-        if (ev->kind == EV_LOST)
-            nt->running = ev->l;
-        nt->in_callback = true;
-        cerb__mutex_unlock(&nt->mu);
-
-        if (ev->kind == EV_LOST)
-            ev->lost_cb(ev->l, ev->lost_ud);
-        else if (scb)
-            scb(ev->from, ev->to, ev->why, sud);
-
-        cerb__mutex_lock(&nt->mu);
-        nt->in_callback = false;
-        if (nt->running && nt->free_running)
-            cerb__free(nt->running);
-        nt->running = NULL;
-        nt->free_running = false;
-        cerb__free(ev);
+        run_one(nt);
     }
     bool detached = nt->detached;
     cerb__mutex_unlock(&nt->mu);
@@ -109,6 +121,17 @@ static void *notify_main(void *arg)
     return NULL;
 }
 
+void cerb__notify_run(cerb_client *c)
+{
+    struct cerb_notify *nt = c->nt;
+    if (!nt)
+        return;
+    cerb__mutex_lock(&nt->mu);
+    while (!nt->stop && nt->head)
+        run_one(nt);
+    cerb__mutex_unlock(&nt->mu);
+}
+
 cerb_status cerb__notify_start(cerb_client *c)
 {
     struct cerb_notify *nt = cerb__calloc(1, sizeof *nt);
@@ -116,7 +139,8 @@ cerb_status cerb__notify_start(cerb_client *c)
         return cerb__error_set(CERB_ENOMEM, "out of memory");
     cerb__mutex_init(&nt->mu);
     cerb__cond_init(&nt->cond);
-    if (pthread_create(&nt->thread, NULL, notify_main, nt) != 0) {
+    nt->threaded = !c->manual;
+    if (nt->threaded && pthread_create(&nt->thread, NULL, notify_main, nt) != 0) {
         cerb__cond_destroy(&nt->cond);
         cerb__mutex_destroy(&nt->mu);
         cerb__free(nt);
@@ -251,10 +275,13 @@ bool cerb__notify_finish(cerb_client *c)
     }
     cerb__mutex_unlock(&nt->mu);
     if (busy) {
+        /* Only a thread runs a callback while close runs: a manual
+         * client's queue runs on the caller's thread, never during close. */
         pthread_detach(nt->thread);
         return true;
     }
-    pthread_join(nt->thread, NULL);
+    if (nt->threaded)
+        pthread_join(nt->thread, NULL);
     cerb__cond_destroy(&nt->cond);
     cerb__mutex_destroy(&nt->mu);
     cerb__free(nt);

@@ -73,6 +73,7 @@ struct cerb_watchdog {
     struct cerb_hold *head;
     size_t n;
     struct renewer rn[CERB_MAX_ENGINES];
+    bool manual;     /* no threads: cerb__watchdog_step does their work */
 };
 
 /* Log lines collected under wd->mu, written after it is released. */
@@ -181,6 +182,16 @@ static void apply_result(struct cerb_hold *h, cerb_status st, const cerb_grant *
     if (st == CERB_OK) {
         h->failing_since_ns = 0;
         int64_t until = g->sent_ns ? cerb__grant_deadline(g) : h->valid_until_ns;
+        /* A hold is valid no longer than its claims whose engines answer:
+         * once a claim's lease ends there, processes that did not switch
+         * are granted the name, and a holder paused past it must find its
+         * deadline passed. A claim whose renewals fail (its engine may be
+         * down) goes dormant instead (hold_over) and bounds nothing; one
+         * whose renewal is on its way is judged by its answer. */
+        for (struct cerb_hold *k = h->claims; k; k = k->claim_next)
+            if (k->failing_since_ns == 0 && !k->wd_busy &&
+                atomic_load(&k->state) == CERB_LOCK_VALID && k->valid_until_ns < until)
+                until = k->valid_until_ns;
         h->valid_until_ns = until;
         h->renew_failures = 0;
         /* Space renewals by the shorter of the lease and what the grant
@@ -244,6 +255,10 @@ static void release_orphans(struct renewer *rn)
         struct cerb_hold *h = list;
         list = h->wd_next;
         cerb_status st = cerb__engine_release(ce->ops, ce->e, &h->lk);
+        /* An answer like any other: the gate of an engine switched from
+         * counts its silence from the last one (health.c). Lock-free. */
+        if (st == CERB_OK || st == CERB_NOT_OWNER)
+            cerb__health_ok(wd->c, rn->idx);
         if (st == CERB_OK || st == CERB_NOT_OWNER || cerb_monotime() >= h->orphan_until_ns) {
             if (st == CERB_OK)
                 CERB_LOG_I("released \"%s\" on %s: an acquire had landed after its reply was lost",
@@ -433,10 +448,15 @@ static void *renewer_main(void *arg)
     return NULL;
 }
 
-/* One round of the deadline thread; wd->mu held on entry and exit. */
-static void cycle(struct cerb_watchdog *wd)
+/*
+ * The deadline thread's look at every hold, at `now`: losses marked and
+ * queued, due renewals handed to their renewers. Returns false when losses
+ * were logged (wd->mu was let go: the list may have changed, look again);
+ * else *next_ns is when something is next due. wd->mu held on entry and
+ * exit.
+ */
+static bool scan(struct cerb_watchdog *wd, int64_t now, int64_t *next_ns)
 {
-    int64_t now = cerb_monotime();
     int64_t next = now + 1000 * CERB_NS_PER_MS;
     struct pending_log pl = {.nlost = 0};
     bool handed[CERB_MAX_ENGINES] = {false};
@@ -474,15 +494,84 @@ static void cycle(struct cerb_watchdog *wd)
     for (size_t i = 0; i < wd->c->n_engines; i++)
         if (handed[i])
             cerb__cond_signal(&wd->rn[i].cond);
+    *next_ns = next;
     if (pl.nlost) {
         cerb__mutex_unlock(&wd->mu);
         write_log(&pl);
         cerb__mutex_lock(&wd->mu);
-        return; /* the list may have changed meanwhile: look again */
+        return false;
     }
+    return true;
+}
+
+/* One round of the deadline thread; wd->mu held on entry and exit. */
+static void cycle(struct cerb_watchdog *wd)
+{
+    int64_t next;
+    if (!scan(wd, cerb_monotime(), &next))
+        return; /* the list may have changed meanwhile: look again */
     wd->next_wake_ns = next;
     cerb__cond_wait_until(&wd->wake, &wd->mu, next);
     wd->next_wake_ns = 0;
+}
+
+/*
+ * A manual client's deadline thread alone: the scan (losses marked and
+ * queued, due renewals handed over, no I/O) at the current time. The
+ * simulation runs it while the same client's renewals are on the wire, as
+ * the threads overlap. Returns when it wants to look again.
+ */
+int64_t cerb__watchdog_deadlines(cerb_client *c)
+{
+    struct cerb_watchdog *wd = c->wd;
+    if (!wd)
+        return CERB_DEADLINE_NEVER;
+    int64_t next = CERB_DEADLINE_NEVER;
+    cerb__mutex_lock(&wd->mu);
+    while (!scan(wd, cerb_monotime(), &next))
+        ;
+    cerb__mutex_unlock(&wd->mu);
+    return next;
+}
+
+/*
+ * A manual client's watchdog (no threads): what the deadline thread and the
+ * renewers would do by now, done here on the caller's thread — losses,
+ * renewals due (sent and applied), orphans due. Returns when it wants to
+ * run next.
+ */
+int64_t cerb__watchdog_step(cerb_client *c)
+{
+    struct cerb_watchdog *wd = c->wd;
+    if (!wd)
+        return CERB_DEADLINE_NEVER;
+    int64_t next = CERB_DEADLINE_NEVER;
+    cerb__mutex_lock(&wd->mu);
+    /* Bounded: each pass either sends a chunk per engine or finds nothing
+     * due; answers may make more due (a failed chunk fails the rest). */
+    for (int pass = 0; pass < 16; pass++) {
+        while (!scan(wd, cerb_monotime(), &next))
+            ;
+        bool sent = false;
+        for (size_t i = 0; i < c->n_engines; i++) {
+            struct renewer *rn = &wd->rn[i];
+            if (rn->n) {
+                renew_chunk(rn);
+                sent = true;
+            }
+            if (rn->orphans && cerb_monotime() >= rn->next_orphan_ns) {
+                release_orphans(rn);
+                sent = true;
+            }
+        }
+        if (!sent)
+            break;
+    }
+    for (size_t i = 0; i < c->n_engines; i++)
+        if (wd->rn[i].orphans && wd->rn[i].next_orphan_ns < next)
+            next = wd->rn[i].next_orphan_ns;
+    cerb__mutex_unlock(&wd->mu);
+    return next;
 }
 
 static void *wd_main(void *arg)
@@ -515,11 +604,11 @@ static void join_all(struct cerb_watchdog *wd, bool main_started)
         if (wd->rn[i].started)
             cerb__cond_signal(&wd->rn[i].cond);
     cerb__mutex_unlock(&wd->mu);
-    if (main_started)
+    if (main_started && !wd->manual)
         pthread_join(wd->thread, NULL);
     for (size_t i = 0; i < CERB_MAX_ENGINES; i++) {
         struct renewer *rn = &wd->rn[i];
-        if (rn->started)
+        if (rn->started && !wd->manual)
             pthread_join(rn->thread, NULL);
         free_orphans(rn);
         cerb__free(rn->items);
@@ -537,6 +626,7 @@ cerb_status cerb__watchdog_start(cerb_client *c)
     if (!wd)
         return cerb__error_set(CERB_ENOMEM, "out of memory");
     wd->c = c;
+    wd->manual = c->manual;
     cerb__mutex_init(&wd->mu);
     cerb__cond_init(&wd->wake);
     cerb__cond_init(&wd->idle);
@@ -551,13 +641,14 @@ cerb_status cerb__watchdog_start(cerb_client *c)
             join_all(wd, false);
             return cerb__error_set(CERB_ENOMEM, "out of memory");
         }
-        if (pthread_create(&wd->rn[i].thread, NULL, renewer_main, &wd->rn[i]) != 0) {
+        if (!c->manual &&
+            pthread_create(&wd->rn[i].thread, NULL, renewer_main, &wd->rn[i]) != 0) {
             join_all(wd, false);
             return cerb__error_set(CERB_ENOMEM, "cannot start the renewal threads");
         }
         wd->rn[i].started = true;
     }
-    if (pthread_create(&wd->thread, NULL, wd_main, wd) != 0) {
+    if (!c->manual && pthread_create(&wd->thread, NULL, wd_main, wd) != 0) {
         join_all(wd, false);
         return cerb__error_set(CERB_ENOMEM, "cannot start the renewal thread");
     }

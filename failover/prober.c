@@ -86,9 +86,8 @@ static bool ino_hit(struct cerb_prober *p)
     return hit;
 }
 
-static void probe_all(struct cerb_prober *p)
+void cerb__prober_round(cerb_client *c)
 {
-    cerb_client *c = p->c;
     struct cerb_failover_config fo;
     cerb__client_failover_cfg(c, &fo, NULL);
     int64_t timeout = fo.probe_timeout_ms;
@@ -129,7 +128,7 @@ static void *probe_main(void *arg)
     struct cerb_prober *p = arg;
     cerb_client *c = p->c;
     for (;;) {
-        probe_all(p);
+        cerb__prober_round(c);
         struct cerb_failover_config fo;
         cerb__client_failover_cfg(c, &fo, NULL);
         int64_t iv = fo.probe_interval_ms;
@@ -174,7 +173,7 @@ cerb_status cerb__prober_start(cerb_client *c)
 {
     bool watch = c->boot_cfg->path && c->cfg->failover.watch_config;
     bool probing = c->n_engines > 1;
-    if (!watch && !probing)
+    if (c->manual || (!watch && !probing))
         return CERB_OK;
     struct cerb_prober *p = cerb__calloc(1, sizeof *p);
     if (!p)

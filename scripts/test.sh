@@ -2,8 +2,8 @@
 #
 # test.sh — what CI runs (through .ci/run): install the missing Debian
 # packages, configure a warnings-as-errors ASan+UBSan build, build it, run
-# every ctest suite against real servers, then the fuzz smoke. Exits
-# non-zero when either failed.
+# every ctest suite against real servers, then more simulation seeds and
+# the fuzz smoke. Exits non-zero when any failed.
 #
 # The steps, each printed before it runs:
 #   1. scripts/deps.sh: install missing packages (apt-get update only when
@@ -14,7 +14,10 @@
 #   4. ctest --test-dir $CERB_BUILD_DIR --output-on-failure --timeout 300
 #      (-j $CERB_TEST_JOBS: suites use unique lock names, and the ones that
 #      stop or pause the server hold the redis_server resource lock);
-#   5. the fuzz smoke: scripts/fuzz.sh --seconds $CERB_FUZZ_SECONDS builds
+#   5. the simulation beyond ctest's seeds: cerb_sim --seeds
+#      $CERB_SIM_SEEDS --first-seed 1000000 (ctest's sim_seeds runs seeds
+#      1..2000; a failing seed prints its replay command);
+#   6. the fuzz smoke: scripts/fuzz.sh --seconds $CERB_FUZZ_SECONDS builds
 #      the libFuzzer harnesses with clang (with the same sanitizer, in
 #      <build dir>-fuzz), checks that a planted defect is found, and runs
 #      each harness that long, printing executions per harness (about two
@@ -37,6 +40,8 @@
 #   CERB_NO_INSTALL=1 never install packages; fail if some are missing
 #   CERB_SANITIZER    asan (default: ASan+UBSan) or tsan (ThreadSanitizer;
 #                     default build dir <repo>/build-ci-tsan); CI runs asan
+#   CERB_SIM_SEEDS    further simulation seeds (default 10000, about half a
+#                     minute under ASan; 0 skips)
 #   CERB_FUZZ_SECONDS seconds per fuzz harness (default 20; 0 skips the
 #                     fuzz smoke)
 #   CERB_TSAN_PASS    1 (default for asan) runs step 6; 0 skips it
@@ -87,6 +92,14 @@ rc=0
 run ctest --test-dir "$BUILD_DIR" --output-on-failure --timeout 300 \
     -j "$TEST_JOBS" ${EXTRA_CTEST[@]+"${EXTRA_CTEST[@]}"} || rc=$?
 printf '\n==> ctest finished in %ss with status %s\n' "$((SECONDS - start))" "$rc"
+
+SIM_SEEDS=${CERB_SIM_SEEDS:-10000}
+if [[ $SIM_SEEDS != 0 ]]; then
+    step "simulation ($SIM_SEEDS seeds from 1000000)"
+    src=0
+    run "$BUILD_DIR/tests/sim/cerb_sim" --seeds "$SIM_SEEDS" --first-seed 1000000 || src=$?
+    ((rc != 0)) || rc=$src
+fi
 
 FUZZ_SECONDS=${CERB_FUZZ_SECONDS:-20}
 if [[ $FUZZ_SECONDS != 0 ]]; then

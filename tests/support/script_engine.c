@@ -15,7 +15,6 @@
 #include <pthread.h>
 #include <stdatomic.h>
 #include <string.h>
-#include <time.h>
 
 #include "clock.h"
 #include "engine.h"
@@ -27,6 +26,7 @@ struct entry {
     char name[256];
     char token[33];
     int64_t until_ns;
+    int64_t granted_ns;
     uint64_t fence;
 };
 
@@ -43,9 +43,14 @@ struct server {
 static struct server servers[2] = {{.mu = PTHREAD_MUTEX_INITIALIZER},
                                    {.mu = PTHREAD_MUTEX_INITIALIZER}};
 
+#define MAX_CLIENTS 32
+
 struct cerb_engine {
     struct server *srv;
+    int client; /* script_engine_next_client; bit in knobs.cut */
 };
+
+static atomic_int next_client;
 
 /* Find or add; mu held. NULL when the table is full. */
 static struct entry *find(struct server *s, const char *name, bool add)
@@ -73,21 +78,37 @@ static cerb_status down(cerb_grant *g)
     return cerb__error_set(CERB_EIO, "script: server down");
 }
 
+/* No answer for this client: down, or cut off from it. mu held. */
+static bool unreachable(const struct cerb_engine *eng)
+{
+    return eng->srv->k.down || (eng->srv->k.cut & (UINT32_C(1) << eng->client));
+}
+
+/* A call that got no answer first waits its op timeout; mu not held. */
+static void no_answer_delay(int64_t ms)
+{
+    if (ms > 0)
+        cerb__nap_ms(ms);
+}
+
 static cerb_status open_common(struct server *s, cerb_engine **out)
 {
-    static struct cerb_engine inst[2] = {{&servers[0]}, {&servers[1]}};
+    /* One instance per server and client id: nothing to free. */
+    static struct cerb_engine inst[2][MAX_CLIENTS];
+    int id = atomic_load(&next_client);
     atomic_fetch_add(&s->open_calls, 1);
     pthread_mutex_lock(&s->mu);
-    bool fails = s->k.open_fails;
+    bool fails = s->k.open_fails || s->k.down || (s->k.cut & (UINT32_C(1) << id));
     int64_t delay = s->k.open_delay_ms;
     pthread_mutex_unlock(&s->mu);
-    if (delay > 0) {
-        struct timespec ts = {delay / 1000, (delay % 1000) * 1000000L};
-        nanosleep(&ts, NULL);
-    }
+    if (delay > 0)
+        cerb__nap_ms(delay);
     if (fails)
         return cerb__error_set(CERB_EIO, "script: open refused");
-    *out = &inst[s - servers];
+    struct cerb_engine *e = &inst[s - servers][id];
+    e->srv = s;
+    e->client = id;
+    *out = e;
     return CERB_OK;
 }
 
@@ -112,8 +133,10 @@ static cerb_status try_once(struct server *s, cerb_engine_lock *lk, cerb_grant *
     struct entry *e = find(s, lk->name, true);
     if (!e)
         return cerb__error_set(CERB_ENOMEM, "script: table full");
-    if (held_now(e, now) && strcmp(e->token, lk->token) != 0)
+    if (held_now(e, now) && strcmp(e->token, lk->token) != 0 && !s->k.grant_twice)
         return CERB_BUSY;
+    if (!held_now(e, now) || strcmp(e->token, lk->token) != 0)
+        e->granted_ns = now;
     memcpy(e->token, lk->token, sizeof e->token);
     e->until_ns = now + lk->lease_ms * CERB_NS_PER_MS;
     if (e->fence < lk->fence_floor)
@@ -139,8 +162,10 @@ static cerb_status s_acquire(cerb_engine *eng, cerb_engine_lock *lk, int64_t dea
         hook(hook_ud);
     for (;;) {
         pthread_mutex_lock(&s->mu);
-        if (s->k.down) {
+        int64_t fail_ms = s->k.fail_ms;
+        if (unreachable(eng)) {
             pthread_mutex_unlock(&s->mu);
+            no_answer_delay(fail_ms);
             return down(g);
         }
         cerb_status st = try_once(s, lk, g);
@@ -149,6 +174,7 @@ static cerb_status s_acquire(cerb_engine *eng, cerb_engine_lock *lk, int64_t dea
             s->k.lose_acquire = false;
         pthread_mutex_unlock(&s->mu);
         if (lose) {
+            no_answer_delay(fail_ms);
             g->outcome = CERB_OUTCOME_UNKNOWN;
             return cerb__error_set(CERB_EIO, "script: reply lost");
         }
@@ -160,8 +186,7 @@ static cerb_status s_acquire(cerb_engine *eng, cerb_engine_lock *lk, int64_t dea
             return CERB_INTERRUPTED;
         if (cerb_monotime() >= deadline_ns)
             return CERB_TIMEOUT;
-        struct timespec ts = {0, 2000000};
-        nanosleep(&ts, NULL);
+        cerb__nap_ms(2);
     }
 }
 
@@ -172,13 +197,13 @@ static cerb_status s_renew(cerb_engine *eng, cerb_engine_lock *lk, cerb_grant *g
     pthread_mutex_lock(&s->mu);
     int64_t delay = s->k.renew_delay_ms;
     pthread_mutex_unlock(&s->mu);
-    if (delay > 0) {
-        struct timespec ts = {delay / 1000, (delay % 1000) * 1000000L};
-        nanosleep(&ts, NULL);
-    }
+    if (delay > 0)
+        cerb__nap_ms(delay);
     pthread_mutex_lock(&s->mu);
-    if (s->k.down || s->k.renew_fails) {
+    int64_t fail_ms = s->k.fail_ms;
+    if (unreachable(eng) || s->k.renew_fails) {
         pthread_mutex_unlock(&s->mu);
+        no_answer_delay(fail_ms);
         return down(g);
     }
     int64_t now = cerb_monotime();
@@ -191,7 +216,15 @@ static cerb_status s_renew(cerb_engine *eng, cerb_engine_lock *lk, cerb_grant *g
         g->ttl_ms = lk->lease_ms;
         st = CERB_OK;
     }
+    bool lose = st == CERB_OK && s->k.lose_renew;
+    if (lose)
+        s->k.lose_renew = false;
     pthread_mutex_unlock(&s->mu);
+    if (lose) {
+        no_answer_delay(fail_ms);
+        memset(g, 0, sizeof *g);
+        return cerb__error_set(CERB_EIO, "script: renewal reply lost");
+    }
     return st;
 }
 
@@ -199,8 +232,10 @@ static cerb_status s_release(cerb_engine *eng, cerb_engine_lock *lk)
 {
     struct server *s = eng->srv;
     pthread_mutex_lock(&s->mu);
-    if (s->k.down) {
+    int64_t fail_ms = s->k.fail_ms;
+    if (unreachable(eng)) {
         pthread_mutex_unlock(&s->mu);
+        no_answer_delay(fail_ms);
         return down(NULL);
     }
     struct entry *e = find(s, lk->name, false);
@@ -213,8 +248,10 @@ static cerb_status s_release(cerb_engine *eng, cerb_engine_lock *lk)
     if (lose)
         s->k.lose_release = false;
     pthread_mutex_unlock(&s->mu);
-    if (lose)
+    if (lose) {
+        no_answer_delay(fail_ms);
         return cerb__error_set(CERB_EIO, "script: release reply lost");
+    }
     return st;
 }
 
@@ -224,8 +261,10 @@ static cerb_status s_check(cerb_engine *eng, cerb_engine_lock *lk, cerb_grant *g
     memset(g, 0, sizeof *g);
     atomic_fetch_add(&s->check_calls, 1);
     pthread_mutex_lock(&s->mu);
-    if (s->k.down || s->k.check_fails) {
+    int64_t fail_ms = s->k.fail_ms;
+    if (unreachable(eng) || s->k.check_fails) {
         pthread_mutex_unlock(&s->mu);
+        no_answer_delay(fail_ms);
         return down(g);
     }
     int64_t now = cerb_monotime();
@@ -247,11 +286,13 @@ static cerb_status s_check(cerb_engine *eng, cerb_engine_lock *lk, cerb_grant *g
 
 static cerb_status s_probe(cerb_engine *eng, int64_t timeout_ms)
 {
-    (void)timeout_ms;
     struct server *s = eng->srv;
     pthread_mutex_lock(&s->mu);
-    bool bad = s->k.down || s->k.probe_fails;
+    bool bad = unreachable(eng) || s->k.probe_fails;
+    int64_t fail_ms = s->k.fail_ms < timeout_ms ? s->k.fail_ms : timeout_ms;
     pthread_mutex_unlock(&s->mu);
+    if (bad)
+        no_answer_delay(fail_ms);
     return bad ? cerb__error_set(CERB_EIO, "script: probe timed out") : CERB_OK;
 }
 
@@ -259,8 +300,10 @@ static cerb_status s_held(cerb_engine *eng, const char *name)
 {
     struct server *s = eng->srv;
     pthread_mutex_lock(&s->mu);
-    if (s->k.down) {
+    int64_t fail_ms = s->k.fail_ms;
+    if (unreachable(eng)) {
         pthread_mutex_unlock(&s->mu);
+        no_answer_delay(fail_ms);
         return down(NULL);
     }
     atomic_fetch_add(&s->held_calls, 1);
@@ -341,6 +384,36 @@ void script_engine_set_fence(enum script_server s, const char *name, uint64_t v)
     if (e)
         e->fence = v;
     pthread_mutex_unlock(&servers[s].mu);
+}
+
+void script_engine_next_client(int id)
+{
+    atomic_store(&next_client, id >= 0 && id < MAX_CLIENTS ? id : 0);
+}
+
+struct script_knobs script_engine_get(enum script_server s)
+{
+    pthread_mutex_lock(&servers[s].mu);
+    struct script_knobs k = servers[s].k;
+    pthread_mutex_unlock(&servers[s].mu);
+    return k;
+}
+
+bool script_engine_record(enum script_server s, const char *name, struct script_record *out)
+{
+    memset(out, 0, sizeof *out);
+    pthread_mutex_lock(&servers[s].mu);
+    struct entry *e = find(&servers[s], name, false);
+    bool h = held_now(e, cerb_monotime());
+    if (h)
+        memcpy(out->token, e->token, sizeof out->token);
+    if (e) {
+        out->until_ns = e->until_ns;
+        out->granted_ns = e->granted_ns;
+        out->fence = e->fence;
+    }
+    pthread_mutex_unlock(&servers[s].mu);
+    return h;
 }
 
 long script_engine_open_calls(enum script_server s) { return atomic_load(&servers[s].open_calls); }

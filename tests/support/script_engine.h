@@ -10,6 +10,12 @@
  *
  * Register with script_engine_register(), then open clients with
  * `engines = ("sa", "sb");`.
+ *
+ * For the simulation (tests/sim/) each client can be told apart
+ * (script_engine_next_client before it opens): a partition cuts one client
+ * off a server others still reach. Every wait and every failed call's
+ * latency passes through cerb__nap_ms and every lease is on cerb_monotime,
+ * so under the simulation's clock hooks the servers run on simulated time.
  */
 #ifndef CERB_SCRIPT_ENGINE_H
 #define CERB_SCRIPT_ENGINE_H
@@ -30,6 +36,13 @@ struct script_knobs {
     int64_t renew_delay_ms; /* every renewal first takes this long */
     bool lose_release;    /* next release takes effect, reports EIO */
     bool check_fails;     /* check_owner fails with EIO (no answer) */
+    bool lose_renew;      /* next renewal takes effect, reports EIO */
+    uint32_t cut;         /* bit i: client i (script_engine_next_client)
+                             is partitioned off: its calls fail, EIO, NO */
+    int64_t fail_ms;      /* a call that gets no answer (down, cut, reply
+                             lost) first takes this long: an op timeout */
+    bool grant_twice;     /* BROKEN on purpose: acquire grants a name held
+                             by another token (the simulation's self-test) */
     int64_t hold_bound_ms; /* what hold_bound_ms() reports (0 = unknown) */
     /* Called once, without the server's mutex, inside the next acquire
      * just before it looks at the table (then cleared). */
@@ -39,6 +52,20 @@ struct script_knobs {
 
 /* Register "sa" and "sb" (idempotent) and clear both servers. */
 void script_engine_register(void);
+/* The client id (0..31) the next open() records for its instance; 0 is
+ * everyone's by default. */
+void script_engine_next_client(int id);
+/* A copy of server s's knobs (to change one and set them back). */
+struct script_knobs script_engine_get(enum script_server s);
+/* Server s's record of a name. */
+struct script_record {
+    char token[33];      /* "" when free (released or expired) */
+    int64_t until_ns;    /* lease end, on cerb_monotime */
+    int64_t granted_ns;  /* when this token was granted it */
+    uint64_t fence;      /* the counter (only grows) */
+};
+/* Fill *out with server s's record of `name`; true when held now. */
+bool script_engine_record(enum script_server s, const char *name, struct script_record *out);
 /* Clear the tables and knobs of both servers. */
 void script_engine_reset(void);
 /* Change a server's knobs (copied under its mutex). */

@@ -24,6 +24,7 @@
 #include <cmocka.h>
 
 #include "cerberus.h"
+#include "clock.h"
 #include "script_engine.h"
 #include "test_util.h"
 
@@ -752,6 +753,306 @@ static void test_grace_covers_leases_before_reload(void **state)
 }
 
 /*
+ * Found by the simulation (cerb_sim --seed 816): a client that pins the
+ * engine it is already on (cerb_engine_switch_to(current)) stays there when
+ * its breaker opens, as a pin should — but gated nothing, unlike a pin from
+ * the configuration. Another client that failed over granted a name on sb
+ * while sa was down (rightly: every hold on sa had expired); once sa was
+ * back, the pinned client granted the same name on sa without asking sb.
+ */
+static void test_pin_of_current_engine_gates_the_others(void **state)
+{
+    (void)state;
+    const char *cfg = "engines = (\"sa\", \"sb\"); lock = { lease_ms = 300; }; "
+                      "failover = { " FAST_FO "};";
+    cerb_client *x = open_text("%s", cfg);
+    cerb_client *y = open_text("%s", cfg);
+    assert_string_equal(cerb_engine_switch_to(y, "sa"), "sa"); /* a pin, no move */
+    cerb_lock *lx = mk(x, "pin-current");
+    cerb_lock *ly = mk(y, "pin-current");
+
+    script_engine_set(SCRIPT_A, (struct script_knobs){.down = true});
+    struct on_engine o = {x, "sb"};
+    assert_wait_until(is_on, &o, 3000);
+    assert_string_equal(cerb_engine_current(y), "sa");
+    /* sa silent for its grace: X is granted on sb. */
+    assert_int_equal(cerb_lock_trylock_for(lx, 3000), CERB_OK);
+    script_engine_set(SCRIPT_A, (struct script_knobs){0});
+
+    cerb_status st = cerb_lock_trylock(ly);
+    if (st == CERB_OK)
+        fprintf(stderr, "pinned client granted on sa while X holds on sb (state %d)\n",
+                cerb_lock_state(lx));
+    assert_int_equal(st, CERB_BUSY);
+    assert_int_equal(cerb_lock_unlock(lx), CERB_OK);
+    cerb_lock_free(lx);
+    cerb_lock_free(ly);
+    cerb_client_close(x);
+    cerb_client_close(y);
+}
+
+static bool time_passed(void *ud)
+{
+    return cerb_test_now_ms() >= *(int64_t *)ud;
+}
+
+/*
+ * Found by the simulation (cerb_sim --seed 380): the gate let a name pass
+ * once the engine switched from had been silent for its grace counted from
+ * the last time it answered *this* client. A client that hears it only by
+ * its probes heard it last up to a probe interval before it went down, and
+ * other clients renewed holds there in between: X granted on sb while Y's
+ * hold on sa, renewed after X's last probe, was still in force. The grace
+ * must run from when the engine was first found silent.
+ */
+static void test_grace_counts_from_silence_not_last_answer(void **state)
+{
+    (void)state;
+    /* X probes rarely: it hears sa only at its first round. */
+    cerb_client *x = open_text("engines = (\"sa\", \"sb\"); lock = { lease_ms = 300; }; "
+                               "failover = { probe_interval_ms = 5000; };");
+    cerb_client *y = open_text("engines = (\"sa\", \"sb\"); lock = { lease_ms = 300; };");
+    assert_string_equal(cerb_engine_switch_to(x, "sb"), "sb"); /* sa gated, answering */
+    cerb_lock *lx = mk(x, "grace-from-silence");
+    cerb_lock *ly = mk(y, "grace-from-silence");
+    assert_int_equal(cerb_lock_trylock(ly), CERB_OK); /* on sa, renewed every 100 ms */
+    /* Longer than the grace since X last heard sa; Y kept renewing. */
+    int64_t until = cerb_test_now_ms() + 450;
+    assert_wait_until(time_passed, &until, 2000);
+    assert_int_not_equal(cerb_lock_state(ly), CERB_LOCK_LOST);
+    script_engine_set(SCRIPT_A, (struct script_knobs){.down = true});
+
+    cerb_status st = cerb_lock_trylock(lx);
+    if (st == CERB_OK)
+        assert_int_equal(cerb_lock_state(ly), CERB_LOCK_LOST);
+    assert_int_equal(st, CERB_BUSY);
+    script_engine_set(SCRIPT_A, (struct script_knobs){0});
+    cerb_lock_unlock(ly);
+    cerb_lock_free(lx);
+    cerb_lock_free(ly);
+    cerb_client_close(x);
+    cerb_client_close(y);
+}
+
+struct lease_gap {
+    const char *name;
+    struct script_record sa, sb;
+};
+
+/* The hold's lease on sb ends more than 10 ms after its claim's on sa. */
+static bool claim_ends_first(void *ud)
+{
+    struct lease_gap *g = ud;
+    bool ha = script_engine_record(SCRIPT_A, g->name, &g->sa);
+    bool hb = script_engine_record(SCRIPT_B, g->name, &g->sb);
+    return ha && hb && g->sb.until_ns > g->sa.until_ns + 10 * CERB_NS_PER_MS;
+}
+
+/*
+ * Found by the simulation (cerb_sim --seed 106063): a hold's deadline was
+ * its own lease's alone. Its claim on the engine switched from had been
+ * renewed earlier than the hold (the hold's renewal had lost its reply and
+ * was retried), and the process paused: the claim's lease ran out on sa and
+ * a process that never switched was granted the name there, while the
+ * paused holder's deadline said VALID for a while longer. A hold whose
+ * claim answers is valid no longer than the claim.
+ */
+static void test_hold_deadline_within_its_claims(void **state)
+{
+    (void)state;
+    const char *cfg = "engines = (\"sa\", \"sb\"); lock = { lease_ms = 300; };";
+    cerb_client *y = open_text("%s", cfg);
+    cerb_client *z = open_text("%s", cfg); /* stays on sa */
+    assert_string_equal(cerb_engine_switch_to(y, "sb"), "sb");
+    cerb_lock *ly = mk(y, "claim-bounds-hold");
+    cerb_lock *lz = mk(z, "claim-bounds-hold");
+    assert_int_equal(cerb_lock_trylock(ly), CERB_OK); /* on sb, claimed on sa */
+    struct script_knobs kb = {.lose_renew = true};
+    script_engine_set(SCRIPT_B, kb); /* the hold's renewal is retried */
+    struct lease_gap g = {"claim-bounds-hold", {{0}, 0, 0, 0}, {{0}, 0, 0, 0}};
+    assert_wait_until(claim_ends_first, &g, 2000);
+    /* The process pauses until between the two lease ends. */
+    int64_t mid = g.sa.until_ns + (g.sb.until_ns - g.sa.until_ns) / 2;
+    cerb__clock_test_suspend((mid - cerb_monotime()) / CERB_NS_PER_MS + 1);
+    cerb_status st = cerb_lock_trylock(lz);
+    enum cerb_lock_state sy = cerb_lock_state(ly);
+    if (st == CERB_OK && sy != CERB_LOCK_LOST)
+        fprintf(stderr, "Z granted on sa while Y's hold on sb says %d\n", sy);
+    assert_false(st == CERB_OK && sy != CERB_LOCK_LOST);
+    if (st == CERB_OK)
+        cerb_lock_unlock(lz);
+    cerb_lock_unlock(ly);
+    cerb_lock_free(ly);
+    cerb_lock_free(lz);
+    cerb_client_close(y);
+    cerb_client_close(z);
+}
+
+/*
+ * Found by the simulation (cerb_sim --seed 402399): in a gray failure
+ * (probes time out, lock calls work) a client's breaker opens and it
+ * switches away, its failed probes being all it hears of the engine; the
+ * gate then counted the engine silent since the switch, while other clients
+ * kept renewing holds there. When the engine really went down, the first
+ * question went unanswered and the name passed at once: only lock-path
+ * requests left unanswered are silence.
+ */
+static void test_gray_probes_are_not_silence(void **state)
+{
+    (void)state;
+    const char *cfg = "engines = (\"sa\", \"sb\"); lock = { lease_ms = 300; }; "
+                      "failover = { " FAST_FO "};";
+    cerb_client *x = open_text("%s", cfg);
+    cerb_client *y = open_text("%s", cfg);
+    cerb_lock *lx = mk(x, "gray-silence");
+    cerb_lock *ly = mk(y, "gray-silence");
+    assert_int_equal(cerb_lock_trylock(ly), CERB_OK); /* on sa */
+    script_engine_set(SCRIPT_A, (struct script_knobs){.probe_fails = true});
+    struct on_engine o = {x, "sb"};
+    assert_wait_until(is_on, &o, 3000);
+    /* Longer than the grace since X switched; Y renews on sa meanwhile. */
+    int64_t until = cerb_test_now_ms() + 450;
+    assert_wait_until(time_passed, &until, 2000);
+    assert_int_not_equal(cerb_lock_state(ly), CERB_LOCK_LOST);
+    script_engine_set(SCRIPT_A, (struct script_knobs){.down = true});
+
+    cerb_status st = cerb_lock_trylock(lx);
+    if (st == CERB_OK)
+        assert_int_equal(cerb_lock_state(ly), CERB_LOCK_LOST);
+    assert_int_equal(st, CERB_BUSY);
+    script_engine_set(SCRIPT_A, (struct script_knobs){0});
+    cerb_lock_unlock(ly);
+    cerb_lock_free(lx);
+    cerb_lock_free(ly);
+    cerb_client_close(x);
+    cerb_client_close(y);
+}
+
+/*
+ * Found by the simulation (cerb_sim --seed 503269 --steps 1000): the start
+ * of a silence was kept from a lock call that failed long before the switch
+ * (the engine answered nothing else of ours since: its probes failed in a
+ * gray failure, and calls on the current engine are not recorded), so when
+ * the engine really went down, much later, its grace seemed long over. A
+ * silence observed before the switch says nothing about after it.
+ */
+static void test_silence_before_switch_is_stale(void **state)
+{
+    (void)state;
+    const char *cfg = "engines = (\"sa\", \"sb\"); lock = { lease_ms = 300; }; "
+                      "failover = { " FAST_FO "};";
+    cerb_client *x = open_text("%s", cfg);
+    cerb_client *y = open_text("%s", cfg);
+    cerb_lock *lx = mk(x, "stale-silence");
+    cerb_lock *ly = mk(y, "stale-silence");
+    cerb_lock *lt = mk(x, "stale-silence-t1");
+    assert_int_equal(cerb_lock_trylock(ly), CERB_OK); /* on sa */
+    /* One failed lock call of X on sa, then sa answers lock calls only. */
+    script_engine_set(SCRIPT_A, (struct script_knobs){.down = true});
+    assert_int_not_equal(cerb_lock_trylock(lt), CERB_OK);
+    script_engine_set(SCRIPT_A, (struct script_knobs){.probe_fails = true});
+    struct on_engine o = {x, "sb"};
+    assert_wait_until(is_on, &o, 3000);
+    int64_t until = cerb_test_now_ms() + 450; /* past the grace since the switch */
+    assert_wait_until(time_passed, &until, 2000);
+    assert_int_not_equal(cerb_lock_state(ly), CERB_LOCK_LOST);
+    script_engine_set(SCRIPT_A, (struct script_knobs){.down = true});
+
+    cerb_status st = cerb_lock_trylock(lx);
+    if (st == CERB_OK)
+        assert_int_equal(cerb_lock_state(ly), CERB_LOCK_LOST);
+    assert_int_equal(st, CERB_BUSY);
+    script_engine_set(SCRIPT_A, (struct script_knobs){0});
+    cerb_lock_unlock(ly);
+    cerb_lock_free(lt);
+    cerb_lock_free(lx);
+    cerb_lock_free(ly);
+    cerb_client_close(x);
+    cerb_client_close(y);
+}
+
+/*
+ * Found by the simulation (cerb_sim --seed 622887): an acquisition whose
+ * reply was lost on sa carried on on sb with the same token, and the grant
+ * there took its claim on sa with that token too. The background release of
+ * the old request (which had landed) then released the claim, the two
+ * being one token to the server, and a process that never switched was
+ * granted the name on sa while the hold on sb stood.
+ */
+static void test_orphan_release_spares_the_claim(void **state)
+{
+    (void)state;
+    const char *cfg = "engines = (\"sa\", \"sb\"); lock = { lease_ms = 1000; };";
+    cerb_client *x = open_text("%s", cfg);
+    cerb_client *z = open_text("%s", cfg); /* stays on sa */
+    cerb_lock *lx = mk(x, "orphan-claim");
+    cerb_lock *lz = mk(z, "orphan-claim");
+    switch_client = x;
+    /* X's acquire lands on sa with its reply lost, X switched meanwhile;
+     * the first release of the old request takes effect but is not
+     * confirmed, so it is sent again later, after the claim. */
+    script_engine_set(SCRIPT_A, (struct script_knobs){.before_grant = switch_to_sb,
+                                                      .lose_acquire = true,
+                                                      .lose_release = true});
+    assert_int_equal(cerb_lock_trylock_for(lx, 3000), CERB_OK);
+    assert_string_equal(cerb_engine_current(x), "sb");
+    int64_t until = cerb_test_now_ms() + 600; /* the orphan is released again */
+    assert_wait_until(time_passed, &until, 2000);
+    cerb_status st = cerb_lock_trylock(lz);
+    if (st == CERB_OK)
+        fprintf(stderr, "Z granted on sa while X holds on sb (state %d)\n", cerb_lock_state(lx));
+    assert_int_equal(st, CERB_BUSY);
+    assert_int_equal(cerb_lock_unlock(lx), CERB_OK);
+    cerb_lock_free(lx);
+    cerb_lock_free(lz);
+    cerb_client_close(x);
+    cerb_client_close(z);
+}
+
+/*
+ * Found by the simulation (cerb_sim --seed 607816): a claim on the engine
+ * switched from lost its reply, which started a silence there; the claim
+ * had landed, and its background release was answered — but that answer
+ * was not counted, and the client heard nothing else from the engine (its
+ * probes failed in a gray failure) while other clients renewed there. When
+ * the engine went down, the next unanswered question found the silence
+ * "begun" long before and the name passed at once. Every answer counts,
+ * the background releases' too.
+ */
+static void test_orphan_release_answer_counts(void **state)
+{
+    (void)state;
+    const char *cfg = "engines = (\"sa\", \"sb\"); lock = { lease_ms = 300; };";
+    cerb_client *x = open_text("%s", cfg);
+    cerb_client *y = open_text("%s", cfg);
+    assert_string_equal(cerb_engine_switch_to(x, "sb"), "sb"); /* sa gated */
+    cerb_lock *lx = mk(x, "orphan-answer");
+    cerb_lock *ly = mk(y, "orphan-answer");
+    cerb_lock *lt = mk(x, "orphan-answer-t1");
+    assert_int_equal(cerb_lock_trylock(ly), CERB_OK); /* on sa */
+    /* X's claim on sa lands, its reply lost; sa's probes fail from now on. */
+    script_engine_set(SCRIPT_A, (struct script_knobs){.lose_acquire = true, .probe_fails = true});
+    if (cerb_lock_trylock(lt) == CERB_OK) /* the gate may or may not let it stand */
+        cerb_lock_unlock(lt);
+    int64_t until = cerb_test_now_ms() + 700;
+    assert_wait_until(time_passed, &until, 2000);
+    assert_int_not_equal(cerb_lock_state(ly), CERB_LOCK_LOST);
+    script_engine_set(SCRIPT_A, (struct script_knobs){.down = true});
+
+    cerb_status st = cerb_lock_trylock(lx);
+    if (st == CERB_OK)
+        assert_int_equal(cerb_lock_state(ly), CERB_LOCK_LOST);
+    assert_int_equal(st, CERB_BUSY);
+    script_engine_set(SCRIPT_A, (struct script_knobs){0});
+    cerb_lock_unlock(ly);
+    cerb_lock_free(lt);
+    cerb_lock_free(lx);
+    cerb_lock_free(ly);
+    cerb_client_close(x);
+    cerb_client_close(y);
+}
+
+/*
  * Items 10/19 (review): a wait that began before a `cerberus switch`
  * bumped the epoch, on the engine that stays current, is granted after the
  * bump: its token must rank above grants made before the bump.
@@ -939,6 +1240,14 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_redis_quarantine_bounds_leases, setup, teardown),
         cmocka_unit_test_setup_teardown(test_grace_covers_server_hold_bound, setup, teardown),
         cmocka_unit_test_setup_teardown(test_wait_across_epoch_bump, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_pin_of_current_engine_gates_the_others, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_grace_counts_from_silence_not_last_answer, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(test_hold_deadline_within_its_claims, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_gray_probes_are_not_silence, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_silence_before_switch_is_stale, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_orphan_release_spares_the_claim, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_orphan_release_answer_counts, setup, teardown),
         cmocka_unit_test_setup_teardown(test_reload_to_unopened_engine_is_kept, setup, teardown),
         cmocka_unit_test_setup_teardown(test_file_watch_not_delayed_by_probes, setup, teardown),
     };
