@@ -133,31 +133,19 @@ static void declare_lost(struct cerb_watchdog *wd, struct cerb_hold *h, struct p
 
 /*
  * A hold is over (LOST, or past its deadline); wd->mu held. A claim (a hold
- * taken on an engine switched away from, lock.c) has no holder to tell: its
- * deadline passing means that engine stopped answering, which the gate's
- * grace covers, if it has been silent for a whole lease; but an answer that
- * it is gone ("not owner", an expired session, a server that lost its
- * data), or its expiry while that engine still answers, lets processes
- * there take the name, so the hold it protects is LOST.
+ * taken on an engine switched away from, lock.c) has no holder to tell, but
+ * it is all that keeps the processes that did not switch (a fresh one on
+ * that engine asks nobody) from being granted the name there: once it is
+ * gone ("not owner", an expired session, a server that lost its data) or
+ * past its deadline, they may be, so the hold it protects is LOST. That
+ * engine looking silent from here says nothing about the others: one lost
+ * reply, or a renewal chunk failed whole, is enough to look silent while it
+ * answers everyone else and expires the claim (cerb_sim seed 707472).
  */
 static void hold_over(struct cerb_watchdog *wd, struct cerb_hold *h, struct pending_log *pl)
 {
     if (!h->claim_of) {
         declare_lost(wd, h, pl);
-        return;
-    }
-    /* Gone — "not owner" (an answer), or no renewal while the engine
-     * answered others (a gray failure: it may grant the name to others) —
-     * makes the hold LOST. Its engine having answered nothing since the
-     * claim's renewals began to fail (down, as the gate's grace assumes;
-     * or a session given up for lack of contact) makes it dormant instead:
-     * renewals go on, and the first answer decides (still ours: VALID
-     * again; "not owner": the hold is LOST). */
-    int64_t last = atomic_load(&wd->c->engines[h->engine_idx].last_ok_ns);
-    bool silent = h->failing_since_ns != 0 && last <= h->failing_since_ns;
-    if (silent) {
-        atomic_store(&h->state, CERB_LOCK_SUSPECT);
-        h->valid_until_ns = CERB_DEADLINE_NEVER;
         return;
     }
     atomic_store(&h->state, CERB_LOCK_LOST);
@@ -182,15 +170,12 @@ static void apply_result(struct cerb_hold *h, cerb_status st, const cerb_grant *
     if (st == CERB_OK) {
         h->failing_since_ns = 0;
         int64_t until = g->sent_ns ? cerb__grant_deadline(g) : h->valid_until_ns;
-        /* A hold is valid no longer than its claims whose engines answer:
-         * once a claim's lease ends there, processes that did not switch
-         * are granted the name, and a holder paused past it must find its
-         * deadline passed. A claim whose renewals fail (its engine may be
-         * down) goes dormant instead (hold_over) and bounds nothing; one
-         * whose renewal is on its way is judged by its answer. */
+        /* A hold is valid no longer than its claims: once a claim's lease
+         * ends there, processes that did not switch are granted the name,
+         * and a holder paused past it must find its deadline passed. A
+         * claim's deadline moves only with its own good renewals. */
         for (struct cerb_hold *k = h->claims; k; k = k->claim_next)
-            if (k->failing_since_ns == 0 && !k->wd_busy &&
-                atomic_load(&k->state) == CERB_LOCK_VALID && k->valid_until_ns < until)
+            if (atomic_load(&k->state) != CERB_LOCK_LOST && k->valid_until_ns < until)
                 until = k->valid_until_ns;
         h->valid_until_ns = until;
         h->renew_failures = 0;
@@ -323,11 +308,6 @@ static void settle_item(struct renewer *rn, cerb_renew_item *it, int64_t t, stru
 {
     struct cerb_hold *h = (struct cerb_hold *)it->lk;
     apply_result(h, it->st, &it->grant, t);
-    /* A dormant claim (hold_over) whose engine answers again but not this
-     * renewal: it may grant the name to others now. */
-    if (h->claim_of && it->st != CERB_OK && h->valid_until_ns == CERB_DEADLINE_NEVER &&
-        atomic_load(&rn->wd->c->engines[h->engine_idx].last_ok_ns) > h->failing_since_ns)
-        atomic_store(&h->state, CERB_LOCK_LOST);
     if (atomic_load(&h->state) == CERB_LOCK_LOST || t >= h->valid_until_ns)
         hold_over(rn->wd, h, pl);
     h->wd_busy = false;

@@ -495,8 +495,10 @@ static void test_claim_gone_makes_hold_lost(void **state)
 /*
  * A claim whose renewals fail while its engine answers everything else (a
  * gray failure: probes and questions answered) expires there and lets
- * others take the name: the hold is told LOST. A claim whose engine went
- * silent is dropped quietly: the hold stays.
+ * others take the name: the hold is told LOST. So it is when the engine
+ * looks silent from here: it may answer the others (one lost reply is
+ * enough to look silent; cerb_sim seed 707472 had another client granted
+ * there while the hold stayed VALID). The hold ends with its claim.
  */
 static void test_claim_expiry_while_engine_answers(void **state)
 {
@@ -512,16 +514,18 @@ static void test_claim_expiry_while_engine_answers(void **state)
     assert_wait_until(lost_seen, NULL, 2000);
     assert_int_equal(cerb_lock_unlock(ly), CERB_LOST);
 
-    /* The same with sa silent: the hold outlives its claim. */
+    /* The same with sa silent: the hold ends with its claim, within its
+     * lease (400 ms) of the claim's last renewal. */
     script_engine_set(SCRIPT_A, (struct script_knobs){0});
     atomic_store(&lost_flag, 0);
     assert_int_equal(cerb_lock_trylock_for(ly, 2000), CERB_OK);
     script_engine_set(SCRIPT_A, (struct script_knobs){.down = true});
-    int64_t end = cerb_test_now_ms() + 1500; /* several leases */
-    while (cerb_test_now_ms() < end)
-        assert_int_equal(cerb_lock_state(ly), CERB_LOCK_VALID);
-    assert_int_equal(atomic_load(&lost_flag), 0);
-    assert_int_equal(cerb_lock_unlock(ly), CERB_OK);
+    int64_t t0 = cerb_test_now_ms();
+    assert_wait_until(lost_seen, NULL, 2000);
+    fprintf(stderr, "sa silent: the hold was told LOST after %lld ms\n",
+            (long long)(cerb_test_now_ms() - t0));
+    assert_true(cerb_test_now_ms() - t0 <= 1000);
+    assert_int_equal(cerb_lock_unlock(ly), CERB_LOST);
     script_engine_set(SCRIPT_A, (struct script_knobs){0});
     cerb_lock_free(ly);
     cerb_client_close(y);
