@@ -104,7 +104,9 @@ enum redis_read cerb__redis_read_wake(const char *v, size_t len, uint64_t *fence
     *fence = 0;
     if (len == 1 && v[0] == 'w')
         return REDIS_READ_NO;
-    if (len < 2 || len > 20 || v[0] != 'f')
+    /* Canonical only, as the scripts write it ("f%d"): no sign, no
+     * leading zero — "f081" is not the hand-off of fence 81. */
+    if (len < 2 || len > 20 || v[0] != 'f' || v[1] == '0')
         return REDIS_READ_BAD;
     uint64_t f = 0;
     for (size_t i = 1; i < len; i++) {
