@@ -725,9 +725,20 @@ cerb_status cerb__redis_op_check(cerb_engine *e, cerb_engine_lock *lk, cerb_gran
              * A key without expiry is held until deleted (ttl 0). */
             grant->fence = fence;
             grant->ttl_ms = ttl;
+            /* Settling a grant whose answer was lost: with replica
+             * acknowledgement it counts only once confirmed, as a grant
+             * answered in time does (else released, an error). */
+            if (e->rc->min_replicas_ack > 0) {
+                freeReplyObject(r);
+                r = NULL;
+                st = cerb__redis_confirm_replicas(e, &ks, lk, grant, 0);
+                if (st == CERB_OK)
+                    grant->fence = fence;
+            }
             break;
         }
-        freeReplyObject(r);
+        if (r)
+            freeReplyObject(r);
     }
     cerb__redis_keys_free(&ks);
     return st;

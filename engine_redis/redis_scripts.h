@@ -104,6 +104,15 @@ cerb_status cerb__redis_leave(cerb_engine *e, const struct redis_keys *ks,
 cerb_status cerb__redis_op_renew(cerb_engine *e, cerb_engine_lock *lk, cerb_grant *grant);
 void cerb__redis_op_renew_batch(cerb_engine *e, cerb_renew_item *items, size_t n);
 cerb_status cerb__redis_op_release(cerb_engine *e, cerb_engine_lock *lk);
+
+/*
+ * redis.min_replicas_ack = n > 0 (redis_wait.c): make lk's grant count only
+ * once n replicas have it (an extending acquire run and WAIT on one
+ * connection, bounded by the operation timeout and deadline_ns, 0 = none);
+ * otherwise release it and answer an error with outcome NO.
+ */
+cerb_status cerb__redis_confirm_replicas(cerb_engine *e, const struct redis_keys *ks,
+                                         cerb_engine_lock *lk, cerb_grant *g, int64_t deadline_ns);
 cerb_status cerb__redis_op_check(cerb_engine *e, cerb_engine_lock *lk, cerb_grant *grant);
 cerb_status cerb__redis_op_held(cerb_engine *e, const char *name);
 cerb_status cerb__redis_op_probe(cerb_engine *e, int64_t timeout_ms);

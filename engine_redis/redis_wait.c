@@ -358,10 +358,18 @@ static cerb_status wait_loop(cerb_engine *e, cerb_engine_lock *lk, const struct 
  * and report an error — never a hold the replicas may not have. A release
  * that fails leaves the key to its lease: nobody holds it.
  */
-static cerb_status confirm_replicas(cerb_engine *e, const struct redis_keys *ks,
-                                    cerb_engine_lock *lk, cerb_grant *g)
+cerb_status cerb__redis_confirm_replicas(cerb_engine *e, const struct redis_keys *ks,
+                                         cerb_engine_lock *lk, cerb_grant *g, int64_t deadline_ns)
 {
     int n = e->rc->min_replicas_ack;
+    /* WAIT gives up at the operation timeout, or at the caller's deadline
+     * when that comes first (a timed lock must return by it). */
+    int64_t wait_ms = e->rc->op_timeout_ms;
+    if (deadline_ns > 0 && deadline_ns != CERB_DEADLINE_NEVER) {
+        int64_t left = cerb__ms_left(deadline_ns);
+        if (left < wait_ms)
+            wait_ms = left > 1 ? left : 1;
+    }
     struct redis_conn *c;
     struct redis_acquire_result res;
     int64_t sent;
@@ -377,7 +385,7 @@ static cerb_status confirm_replicas(cerb_engine *e, const struct redis_keys *ks,
     if (st == CERB_OK) {
         char nb[16], tb[24];
         snprintf(nb, sizeof nb, "%d", n);
-        snprintf(tb, sizeof tb, "%lld", (long long)e->rc->op_timeout_ms);
+        snprintf(tb, sizeof tb, "%lld", (long long)wait_ms);
         const char *argv[3] = {"WAIT", nb, tb};
         size_t argl[3] = {4, strlen(nb), strlen(tb)};
         redisReply *r = NULL;
@@ -408,7 +416,7 @@ static cerb_status confirm_replicas(cerb_engine *e, const struct redis_keys *ks,
     char why[CERB_ERROR_MAX];
     if (st == CERB_OK)
         snprintf(why, sizeof why, "%lld of %d replicas confirmed it within %lld ms", acked, n,
-                 (long long)e->rc->op_timeout_ms);
+                 (long long)wait_ms);
     else
         cerb__error_copy(why, sizeof why);
     cerb__redis_op_release(e, lk);
@@ -458,7 +466,7 @@ cerb_status cerb__redis_op_acquire(cerb_engine *e, cerb_engine_lock *lk, int64_t
         st = wait_loop(e, lk, &ks, deadline_ns, interrupted, res, sent, grant);
     }
     if (st == CERB_OK && e->rc->min_replicas_ack > 0)
-        st = confirm_replicas(e, &ks, lk, grant);
+        st = cerb__redis_confirm_replicas(e, &ks, lk, grant, deadline_ns);
     if (st == CERB_OK)
         REDIS_COUNT(e, grants);
     cerb__redis_keys_free(&ks);
