@@ -352,6 +352,11 @@ static cerb_status conn_connect(cerb_engine *e, struct redis_conn *c, int64_t co
                              "refuse (or lose) our writes", e->where, host, port, role);
         cerb__redis_addr_suspect(e);
     }
+    if (st == CERB_OK && !replid[0] && !atomic_exchange(&e->replid_warned, true))
+        CERB_LOG_W("redis %s: INFO replication gives no master_replid (renamed, or denied to "
+                   "this user): a restart from an older snapshot or a promoted replica cannot "
+                   "be told from the marker, and holds written after it may be granted again "
+                   "at once; allow INFO to this user", e->where);
     if (st == CERB_OK && e->marker_key)
         st = cerb__redis_marker_history(e, c, replid);
     if (st != CERB_OK) {

@@ -86,6 +86,7 @@ struct cerb_engine {
     char marker[REDIS_MARKER_MAX];     /* the value every script sends */
     char marker_qend[24];              /* its quarantine end, server ms */
     char replid_seen[48];              /* server's replid last recorded (marker_mu) */
+    atomic_bool replid_warned;         /* said once: INFO gives no replid */
     /* Where the master is (redis_sentinel.h). */
     cerb_mutex addr_mu;                /* guards addr_host, addr_port */
     char addr_host[256];

@@ -249,7 +249,11 @@ redis_start_one() {
     # as is every start with CERB_REDIS_UNMARKED=1.
     # A replica (servers.d/sentinel.sh) gets the marker from its master.
     if ((restart == 0)) && [[ ${CERB_REDIS_UNMARKED:-0} != 1 && ${REDIS_NO_MARKER:-0} != 1 ]]; then
-        [[ $(redis_cli "$port" SET $'\x1f'cerberus "servers.sh-$pid-$(now_ms) 0") == OK ]] ||
+        # With the server's replication id: a marker without one makes the
+        # first client quarantine grants for a lease (redis_marker.h).
+        local replid
+        replid=$(redis_cli "$port" INFO replication | tr -d '\r' | sed -n 's/^master_replid://p')
+        [[ $(redis_cli "$port" SET $'\x1f'cerberus "servers.sh-$pid-$(now_ms) 0${replid:+ $replid}") == OK ]] ||
             die "redis :$port: could not write the Cerberus marker"
     fi
     say "redis :$port started (pid $pid, data $data)"

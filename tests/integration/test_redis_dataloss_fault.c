@@ -287,6 +287,41 @@ static void test_restart_from_older_snapshot(void **state)
     free(name);
 }
 
+/*
+ * Review D2: a marker that recorded no replication id (written by an older
+ * client, or by a start script) came back with a snapshot taken before any
+ * client recorded one: the first client after the restart adopted the new
+ * replid without a quarantine, and B was granted A's name at once.
+ */
+static void test_restart_from_snapshot_marker_without_replid(void **state)
+{
+    (void)state;
+    char *name = test_name("snapnorid");
+    uint64_t fa;
+    struct timeval tv = {5, 0};
+    redisContext *r = redisConnectWithTimeout("127.0.0.1", cerb_test_redis_port(), tv);
+    assert_non_null(r);
+    redisReply *rep = redisCommand(r, "SET %s %s", "\x1f" "cerberus", "legacy-marker 0");
+    assert_non_null(rep);
+    assert_int_equal(rep->type, REDIS_REPLY_STATUS);
+    freeReplyObject(rep);
+    redisFree(r);
+    assert_int_equal(raw_cmd("SAVE%s", ""), 0);
+    cerb_client *a = open_client();
+    cerb_lock *la = hold(a, name, &fa);
+
+    restart_on_snapshot();
+    cerb_client *b = open_client();
+    b_takes_over(b, name, fa);
+    assert_int_equal(cerb_lock_state(la), CERB_LOCK_LOST);
+
+    cerb_lock_unlock(la);
+    cerb_lock_free(la);
+    cerb_client_close(a);
+    cerb_client_close(b);
+    free(name);
+}
+
 /* Only the fence counter goes: the hold stays (nothing to tell A), and the
  * next grant's token is still above A's. */
 static void test_fence_counter_deleted(void **state)
@@ -327,6 +362,7 @@ int main(void)
         cmocka_unit_test_setup(test_flushall, server_up),
         cmocka_unit_test_setup(test_fence_counter_deleted, server_up),
         cmocka_unit_test_setup(test_restart_from_older_snapshot, server_up),
+        cmocka_unit_test_setup(test_restart_from_snapshot_marker_without_replid, server_up),
     };
     return cmocka_run_group_tests(tests, NULL, server_up);
 }

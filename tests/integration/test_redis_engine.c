@@ -1203,12 +1203,22 @@ static void priv_mark_fresh(void)
     redisContext *r = redisConnectWithTimeout("127.0.0.1", PRIV_PORT, tv);
     if (r && !r->err) {
         freeReplyObject(redisCommand(r, "AUTH %s", PRIV_PASS));
+        /* With the server's replication id, as servers.sh writes it: a
+         * marker without one is quarantined by its first client. */
+        char replid[48] = "";
+        redisReply *info = redisCommand(r, "INFO replication");
+        const char *p = info && info->type == REDIS_REPLY_STRING ? strstr(info->str, "master_replid:")
+                                                                   : NULL;
+        if (p)
+            sscanf(p + 14, "%40[0-9a-f]", replid);
+        freeReplyObject(info);
         for (int db = 0; db < 16; db++) { /* the marker is per database */
             freeReplyObject(redisCommand(r, "SELECT %d", db));
             /* A new value each time: engines that knew the last one see
              * it change, as after a real loss. */
-            char v[64];
-            snprintf(v, sizeof v, "test-%lld 0", (long long)cerb_test_now_ms());
+            char v[128];
+            snprintf(v, sizeof v, "test-%lld 0%s%s", (long long)cerb_test_now_ms(),
+                     replid[0] ? " " : "", replid);
             freeReplyObject(redisCommand(r, "SET %s %s", MARKER_KEY, v));
         }
     }
