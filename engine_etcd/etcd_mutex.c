@@ -665,7 +665,21 @@ cerb_status cerb__etcd_op_acquire(cerb_engine *e, cerb_engine_lock *lk, int64_t 
             cerb__etcd_key_free(&k);
             return st == CERB_BUSY ? CERB_EIO : st;
         }
-        maybe_exists = maybe_exists || orphaned;
+        if (orphaned) {
+            /* The key had a delete pending (an unlock or give-up whose
+             * answer never came): that request may still be held by a
+             * paused member, and would take the key the moment it is
+             * applied. Never adopt such a key: delete it (at its own
+             * create revision) and put a new one, whose revision the old
+             * request does not name. */
+            cerb_status ds = cerb__etcd_delete_key(e, k.k, k.len, 0, now + op_ns, NULL, NULL);
+            if (ds != CERB_OK) {
+                cerb__etcd_orphan_add(e, k.k, k.len, 0);
+                cerb__etcd_unclaim(e, lk);
+                cerb__etcd_key_free(&k);
+                return ds;
+            }
+        }
 
         /* The txn is idempotent: re-sent until definite, for one operation
          * timeout when the caller may not wait longer, else within its
