@@ -696,6 +696,12 @@ static void acq_lease(struct acq *a)
     atomic_fetch_add(&a->c->engines[h->engine_idx].acquires, 1);
     h->fence = g->fence;
     h->valid_until_ns = cerb__grant_deadline(g);
+    /* No longer than its claims from the start (the watchdog keeps it so
+     * at each renewal): a claim's engine may promise less (a session's
+     * remaining TTL), and cerb_lock_state reads this deadline alone. */
+    for (struct cerb_hold *k = h->claims; k; k = k->claim_next)
+        if (k->valid_until_ns < h->valid_until_ns)
+            h->valid_until_ns = k->valid_until_ns;
     int64_t eff = g->ttl_ms > 0 && g->ttl_ms < h->lk.lease_ms ? g->ttl_ms : h->lk.lease_ms;
     if (g->ttl_ms > 0 && g->ttl_ms < h->lk.lease_ms) {
         /* A short hand-off lease: extend it to the full lease at once. */
