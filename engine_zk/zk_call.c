@@ -64,9 +64,30 @@ static void atomic_max64(_Atomic int64_t *slot, int64_t v)
 /* Run by every completion: note the session alive (before the waiter can
  * see the answer, so a grant never reports an older send time), store rc,
  * count down, signal, let go. */
+static void unlist(struct zk_res *r)
+{
+    struct zk_session *s = r->call->sess;
+    if (!s)
+        return;
+    cerb__mutex_lock(&s->out_mu);
+    if (!r->listed)
+        r->done_early = true;
+    if (r->listed) {
+        if (r->oprev)
+            r->oprev->onext = r->onext;
+        else
+            s->outstanding = r->onext;
+        if (r->onext)
+            r->onext->oprev = r->oprev;
+        r->listed = false;
+    }
+    cerb__mutex_unlock(&s->out_mu);
+}
+
 static void finish(struct zk_res *r, int rc)
 {
     struct zk_call *c = r->call;
+    unlist(r);
     if (c->sess && cerb__zk_rc_is_answer(rc))
         atomic_max64(&c->sess->last_ok_ns, c->sent_ns);
     cerb__mutex_lock(&c->mu);
@@ -199,6 +220,19 @@ static int slot_end(struct zk_call *c, struct zk_res *r, int api_rc)
 {
     if (api_rc == ZOK) {
         r->sent = true;
+        struct zk_session *s = c->sess;
+        cerb__mutex_lock(&s->out_mu);
+        /* Unless its completion already ran (unlist found it unlisted):
+         * then it is finished and must not be listed. */
+        if (!r->done_early) {
+            r->onext = s->outstanding;
+            r->oprev = NULL;
+            if (s->outstanding)
+                s->outstanding->oprev = r;
+            s->outstanding = r;
+            r->listed = true;
+        }
+        cerb__mutex_unlock(&s->out_mu);
     } else {
         cerb__mutex_lock(&c->mu);
         r->rc = api_rc;
@@ -323,4 +357,19 @@ bool cerb__zk_call_wait(struct zk_call *c, int64_t deadline_ns)
     done = c->pending == 0;
     cerb__mutex_unlock(&c->mu);
     return done;
+}
+
+void cerb__zk_session_drop_outstanding(struct zk_session *s)
+{
+    cerb__mutex_lock(&s->out_mu);
+    struct zk_res *r = s->outstanding;
+    s->outstanding = NULL;
+    for (struct zk_res *x = r; x; x = x->onext)
+        x->listed = false;
+    cerb__mutex_unlock(&s->out_mu);
+    while (r) {
+        struct zk_res *next = r->onext;
+        finish(r, ZCLOSING); /* may free r's call */
+        r = next;
+    }
 }

@@ -51,8 +51,16 @@ enum zk_req {
 enum { ZK_MULTI_CHECK, ZK_MULTI_CREATE, ZK_MULTI_TOUCH, ZK_MULTI_OPS };
 
 /* One request's result. Valid to read once the call is finished. */
+struct zk_session;
+/* After zookeeper_close() returned (no completion can run any more): finish
+ * every slot of s that was sent and never completed, with ZCLOSING. */
+void cerb__zk_session_drop_outstanding(struct zk_session *s);
+
 struct zk_res {
     struct zk_call *call;
+    struct zk_res *onext, *oprev; /* the session's sent, unanswered slots */
+    bool listed;
+    bool done_early;     /* completed before it could be listed */
     enum zk_req kind;
     int rc;              /* ZOK, a ZooKeeper code, or CERB_ZK_RC_* */
     bool sent;           /* accepted by the client: a completion came */

@@ -220,12 +220,14 @@ static cerb_status session_new(cerb_engine *e, uint64_t gen, struct zk_session *
     s->gen = gen;
     s->created_ns = cerb_monotime();
     atomic_init(&s->last_ok_ns, 0);
+    cerb__mutex_init(&s->out_mu);
     cerb__zk_log_setup();
     errno = 0;
     s->zh = zookeeper_init2(e->zc->hosts, session_watcher, (int)e->zc->session_timeout_ms, NULL,
                             s, 0, cerb__zk_log_line);
     if (!s->zh) {
         int err = errno;
+        cerb__mutex_destroy(&s->out_mu);
         cerb__free(s);
         return cerb__error_set(err == ENOMEM ? CERB_ENOMEM : CERB_EIO,
                                "zk %s: cannot start a client: %s", e->hosts,
@@ -254,6 +256,8 @@ static void session_close(struct zk_session *s)
     if (!s)
         return;
     zookeeper_close(s->zh);
+    cerb__zk_session_drop_outstanding(s);
+    cerb__mutex_destroy(&s->out_mu);
     cerb__free(s);
 }
 

@@ -62,6 +62,11 @@
 
 struct zk_session {
     zhandle_t *zh;
+    /* Slots sent and not yet completed (zk_call.c): zookeeper_close() may
+     * drop their completions (ZOOKEEPER-2894), so session_close finishes
+     * what is left once the client's threads are gone. */
+    cerb_mutex out_mu;
+    struct zk_res *outstanding;
     cerb_engine *e;
     uint64_t gen;                 /* 1, 2, ... per engine instance */
     _Atomic int64_t last_ok_ns;   /* send time of the latest answered batch */

@@ -63,6 +63,8 @@ ZK3_PORT=${CERB_CHAOS_ZK3_PORT:-30000}
 ETCD3_PORT=${CERB_CHAOS_ETCD3_PORT:-30100}
 NODES=1              # servers per engine in the current scenario
 export CERB_STATE_DIR=${CERB_CHAOS_STATE_DIR:-${TMPDIR:-/tmp}/cerb-chaos-${UID:-$(id -u)}}
+# Upstream leaks of the workers' libraries (tests/chaos/lsan.supp).
+export LSAN_OPTIONS=${LSAN_OPTIONS:-suppressions=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)/tests/chaos/lsan.supp}
 BUILD=${CERB_BUILD_DIR:-$ROOT/build}
 
 LEASE_MS=2000        # lock.lease_ms; zk sessions and etcd TTLs are of the same order
