@@ -128,6 +128,15 @@ extern const char cerb__cli_once_usage[];
  * (its exit code, 128+N, 126/127, 71), free. @what names the command in
  * messages.
  */
+/*
+ * Matches option @lng (and @shrt, may be NULL) at argv[*i] with its value
+ * given as the next word, attached (-w100) or after '=' (--wait=100).
+ * Returns 0 no match, 1 matched (*val set, *i advanced past a separate
+ * value), -1 matched without a value. (cmd_run.c; run and once share it.)
+ */
+int cerb__cli_opt_val(int argc, char **argv, int *i, const char *lng, const char *shrt,
+                      const char **val);
+
 struct cerb__cli_child;
 int cerb__cli_child_prepare(const char *what, struct cerb__cli_child **out);
 int cerb__cli_child_wait_signal(struct cerb__cli_child *ch, int64_t timeout_ms);

@@ -112,29 +112,6 @@ static bool parse_duration(const char *s, int64_t *out)
     return false;
 }
 
-/* The value of --opt VALUE, --opt=VALUE or (short) -oVALUE. */
-static int opt_val(int argc, char **argv, int *i, const char *lng, const char *shrt,
-                   const char **val)
-{
-    const char *a = argv[*i];
-    size_t ll = strlen(lng);
-    if (strcmp(a, lng) == 0 || (shrt && strcmp(a, shrt) == 0)) {
-        if (*i + 1 >= argc)
-            return -1;
-        *val = argv[++*i];
-        return 1;
-    }
-    if (strncmp(a, lng, ll) == 0 && a[ll] == '=') {
-        *val = a + ll + 1;
-        return 1;
-    }
-    if (shrt && strncmp(a, shrt, 2) == 0 && a[2] != '\0') {
-        *val = a + 2;
-        return 1;
-    }
-    return 0;
-}
-
 static int parse_args(int argc, char **argv, struct once_opts *o, bool *help)
 {
     const char *v;
@@ -154,15 +131,15 @@ static int parse_args(int argc, char **argv, struct once_opts *o, bool *help)
             o->try_only = true;
         } else if (strcmp(a, "-v") == 0 || strcmp(a, "--verbose") == 0) {
             o->verbose++;
-        } else if ((m = opt_val(argc, argv, &i, "--wait", "-w", &v)) != 0) {
+        } else if ((m = cerb__cli_opt_val(argc, argv, &i, "--wait", "-w", &v)) != 0) {
             if (m < 0 || !cerb__cli_parse_ms(v, 0, INT64_MAX / 2, &o->wait_ms))
                 return cerb__cli_usage_error("once", "-w needs a number of milliseconds");
             wait_set = true;
-        } else if ((m = opt_val(argc, argv, &i, "--keep", NULL, &v)) != 0) {
+        } else if ((m = cerb__cli_opt_val(argc, argv, &i, "--keep", NULL, &v)) != 0) {
             if (m < 0 || !parse_duration(v, &o->keep_ms))
                 return cerb__cli_usage_error("once", "--keep takes a duration (e.g. 500, 30s, "
                                                      "12h, 7d) up to a year, or \"forever\"");
-        } else if ((m = opt_val(argc, argv, &i, "--running", NULL, &v)) != 0) {
+        } else if ((m = cerb__cli_opt_val(argc, argv, &i, "--running", NULL, &v)) != 0) {
             if (m < 0 || !cerb__cli_parse_ms(v, 100, 86400000, &o->running_ms))
                 return cerb__cli_usage_error("once", "--running takes 100..86400000 milliseconds");
         } else if (a[0] == '-' && a[1] != '\0') {

@@ -240,14 +240,9 @@ static int make_pipe(int p[2], bool nonblock)
 
 /* ---- options ---- */
 
-/*
- * Matches option @lng (and @shrt, may be NULL) at argv[*i] with its value
- * given as the next word, attached (-w100) or after '=' (--wait=100).
- * Returns 0 no match, 1 matched (*val set, *i advanced past a separate
- * value), -1 matched without a value.
- */
-static int opt_val(int argc, char **argv, int *i, const char *lng,
-                   const char *shrt, const char **val)
+/* cli.h */
+int cerb__cli_opt_val(int argc, char **argv, int *i, const char *lng, const char *shrt,
+                      const char **val)
 {
     const char *a = argv[*i];
     size_t ll = strlen(lng);
@@ -290,21 +285,21 @@ static int parse_args(int argc, char **argv, struct run_opts *o, bool *help)
             o->try_only = true;
         } else if (strcmp(a, "-v") == 0 || strcmp(a, "--verbose") == 0) {
             o->verbose++;
-        } else if ((m = opt_val(argc, argv, &i, "--wait", "-w", &v)) != 0) {
+        } else if ((m = cerb__cli_opt_val(argc, argv, &i, "--wait", "-w", &v)) != 0) {
             if (m < 0 || !cerb__cli_parse_ms(v, 0, INT64_MAX / 2, &o->wait_ms))
                 return cerb__cli_usage_error("run", "-w needs a number of milliseconds");
             wait_set = true;
-        } else if ((m = opt_val(argc, argv, &i, "--on-lost", NULL, &v)) != 0) {
+        } else if ((m = cerb__cli_opt_val(argc, argv, &i, "--on-lost", NULL, &v)) != 0) {
             if (m > 0 && strcmp(v, "kill") == 0)
                 o->kill_on_lost = true;
             else if (m > 0 && strcmp(v, "ignore") == 0)
                 o->kill_on_lost = false;
             else
                 return cerb__cli_usage_error("run", "--on-lost takes kill or ignore");
-        } else if ((m = opt_val(argc, argv, &i, "--lease", NULL, &v)) != 0) {
+        } else if ((m = cerb__cli_opt_val(argc, argv, &i, "--lease", NULL, &v)) != 0) {
             if (m < 0 || !cerb__cli_parse_ms(v, 100, 86400000, &o->lease_ms))
                 return cerb__cli_usage_error("run", "--lease takes 100..86400000 milliseconds");
-        } else if ((m = opt_val(argc, argv, &i, "--grace", NULL, &v)) != 0) {
+        } else if ((m = cerb__cli_opt_val(argc, argv, &i, "--grace", NULL, &v)) != 0) {
             if (m < 0 || !cerb__cli_parse_ms(v, 0, 86400000, &o->grace_ms))
                 return cerb__cli_usage_error("run", "--grace takes 0..86400000 milliseconds");
         } else if (a[0] == '-' && a[1] != '\0') {
