@@ -36,8 +36,8 @@ struct redis_marker_view {
  */
 #define LUA_MARKER_CHECK(K, A)                                                   \
     "local mk = redis.call('GET', KEYS[" #K "])\n"                              \
-    "if not mk or string.sub(mk, 1, #ARGV[" #A "] + 1) ~= ARGV[" #A "] .. ' ' then " \
-    "return 'L' end\n"
+    "if not mk or string.find(mk, ARGV[" #A "], 1, true) ~= 1 or "               \
+    "string.byte(mk, #ARGV[" #A "] + 1) ~= 32 then return 'L' end\n"
 
 /*
  * A connection learnt the server's replication id (INFO replication,
