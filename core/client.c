@@ -437,6 +437,10 @@ cerb_status cerb_engine_info(cerb_client *c, const char *name, struct cerb_engin
     out->acquires = atomic_load(&ce->acquires);
     out->failures = atomic_load(&ce->failures);
     out->lost = atomic_load(&ce->lost);
+    out->guard_begins = atomic_load(&ce->guard_begins);
+    out->guard_duplicates = atomic_load(&ce->guard_dups);
+    out->guard_busy = atomic_load(&ce->guard_busy);
+    out->guard_degraded = atomic_load(&ce->guard_degraded);
     struct cerb_engine_stats es;
     cerb__engine_stats(ce->ops, ce->e, &es);
     out->acquire_calls = es.acquire_calls;

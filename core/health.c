@@ -434,6 +434,25 @@ bool cerb__gate_claimable(cerb_client *c, int i)
     return gated && !quiet;
 }
 
+bool cerb__gate_heard(cerb_client *c, int i, int64_t *heard_ns)
+{
+    struct cerb_client_engine *ce = &c->engines[i];
+    *heard_ns = 0;
+    if (!atomic_load(&ce->gated))
+        return false;
+    cerb__mutex_lock(&c->fo_mu);
+    bool gated = ce->gated;
+    int64_t h = ce->gate_from_ns;
+    int64_t last = atomic_load(&ce->last_ok_ns);
+    if (last > h)
+        h = last;
+    if (ce->quiet_from_ns > h)
+        h = ce->quiet_from_ns;
+    fo_unlock(c);
+    *heard_ns = h;
+    return gated;
+}
+
 void cerb__gate_no_answer(cerb_client *c, int i)
 {
     int64_t t = cerb_monotime();

@@ -41,6 +41,8 @@ struct cerb_client_engine {
     const struct cerb_engine_ops *ops;
     cerb_engine *_Atomic e;      /* NULL until opened (set once, open_mu) */
     atomic_uint_fast64_t acquires, failures, lost;
+    /* cerb_guard_begin() answers while this engine was active (guard.c) */
+    atomic_uint_fast64_t guard_begins, guard_dups, guard_busy, guard_degraded;
     atomic_int_fast64_t last_probe_us;
     /* health, under client->fo_mu (pending_ok is batched lock-free) */
     struct cerb_breaker brk;
@@ -338,6 +340,10 @@ bool cerb__gate_any(cerb_client *c, int idx);
 /* Is engine i gated and answering (not in its question back-off), so that
  * a grant elsewhere should take a claim there? Lock-free but for fo_mu. */
 bool cerb__gate_claimable(cerb_client *c, int i);
+/* Whether engine i is gated (the guard consults it: it may hold records);
+ * if so, *heard_ns = the latest of when the gate was set, its last answer
+ * and its first silence since: others may have written there until then. */
+bool cerb__gate_heard(cerb_client *c, int i, int64_t *heard_ns);
 /* A claim or question to gated engine i got no answer (back-off). */
 void cerb__gate_no_answer(cerb_client *c, int i);
 

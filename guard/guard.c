@@ -25,17 +25,32 @@
  * record of ours — holds either way; anything else means the claim was lost.
  *
  * Failover. Records are written on the engine that is active at begin, and
- * finish goes to that same engine. TODO(issue 12, next session): after a
- * switch, begin must also consult the engine that was active before while
- * it answers, so that a switch never lets a duplicate through; today only
- * the active engine is asked. When it cannot answer, on_unavailable decides:
- * REFUSE gives CERB_UNAVAILABLE, ALLOW gives a degraded CERB_OK.
+ * finish goes to that same engine. Records written before a switch stay on
+ * the engine switched from, and processes that have not switched go on
+ * writing there; so, exactly where the lock path asks before granting (the
+ * safe-switch gate of health.c: engines switched from, or every other one
+ * when the configuration pins the active engine), begin claims the record
+ * there too, with the same token, after its claim on the active engine:
+ *  - a done-record there is a duplicate: its result is copied to the
+ *    active engine (our claim there finished with it, so the answer
+ *    survives the old engine) and answered;
+ *  - another attempt's claim there makes this one BUSY (ours are deleted);
+ *  - our claim there (a mirror) is renewed and finished with the attempt,
+ *    so a process still on that engine finds it running, then done;
+ *  - no answer: it may hold the record until keep_ms + running_ms after it
+ *    was last heard (others wrote there until about then) — within that,
+ *    on_unavailable decides: REFUSE gives CERB_UNAVAILABLE, ALLOW runs on
+ *    the active engine's record alone, and cerb_guard_degraded() says so.
+ * Two racing attempts, one on each engine, both claim on the old engine,
+ * where one of them is refused. When the active engine itself cannot
+ * answer, on_unavailable decides the same way (ALLOW: no record at all).
  */
 #include "internal_posix.h"
 
 #include <inttypes.h>
 #include <openssl/evp.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "alloc.h"
@@ -55,6 +70,7 @@
 /* The settings one call uses, copied under the client mutex. */
 struct guard_call_cfg {
     int64_t running_ms, keep_ms, max_result;
+    int64_t cfg_keep_ms; /* the configuration's, for records others wrote */
     int on_unavailable;
 };
 
@@ -116,6 +132,7 @@ static void call_cfg(cerb_client *c, const cerb_guard_opts *o, struct guard_call
     cerb__mutex_lock(&c->mu);
     out->running_ms = c->cfg->guard.running_ms;
     out->keep_ms = c->cfg->guard.keep_ms;
+    out->cfg_keep_ms = out->keep_ms;
     out->max_result = c->cfg->guard.max_result;
     out->on_unavailable = c->cfg->guard.on_unavailable;
     cerb__mutex_unlock(&c->mu);
@@ -205,6 +222,12 @@ static void health(cerb_client *c, int idx, bool ok, const char *what)
 
 static void guard_free_mem(cerb_guard *g)
 {
+    while (g->mirrors) {
+        cerb_guard *m = g->mirrors;
+        g->mirrors = m->mirror_next;
+        cerb__guard_untrack(m);
+        cerb__free(m);
+    }
     atomic_store(&g->magic, CERB_DEAD_MAGIC);
     cerb__free(g->result);
     cerb__free(g->scope);
@@ -219,6 +242,169 @@ static cerb_engine *engine_of(cerb_client *c, int idx)
     if (!e && cerb__client_open_engine(c, (size_t)idx) == CERB_OK)
         e = atomic_load(&ce->e);
     return e;
+}
+
+static cerb_status finish_attempt(cerb_guard *g, int succeeded, const void *result, size_t len);
+
+/* Count a begin's answer against the active engine (cerb_engine_info). */
+static void count(cerb_client *c, int idx, atomic_uint_fast64_t *(*which)(struct cerb_client_engine *))
+{
+    atomic_fetch_add_explicit(which(&c->engines[idx]), 1, memory_order_relaxed);
+}
+static atomic_uint_fast64_t *n_begins(struct cerb_client_engine *ce) { return &ce->guard_begins; }
+static atomic_uint_fast64_t *n_dups(struct cerb_client_engine *ce) { return &ce->guard_dups; }
+static atomic_uint_fast64_t *n_busy(struct cerb_client_engine *ce) { return &ce->guard_busy; }
+static atomic_uint_fast64_t *n_degraded(struct cerb_client_engine *ce) { return &ce->guard_degraded; }
+
+/* Our claim of g's record on engine i, switched from: g's token, renewed
+ * and ended with g. */
+static cerb_status mirror_add(cerb_guard *g, int i, const cerb_grant *grant)
+{
+    cerb_guard *m = cerb__calloc(1, sizeof *m);
+    if (!m) {
+        cerb__guard_orphan(g->client, &g->rec, i, grant->sent_ns);
+        return cerb__error_set(CERB_ENOMEM, "guard: out of memory");
+    }
+    atomic_init(&m->magic, 0); /* not a handle the caller sees */
+    atomic_init(&m->lost, false);
+    m->client = g->client;
+    m->rec = g->rec; /* rec.scope: the parent's */
+    m->engine_idx = i;
+    m->keep_ms = g->keep_ms;
+    m->max_result = g->max_result;
+    m->kind = CERB_GUARD_RUNNING;
+    m->parent = g;
+    cerb_status st = cerb__guard_track(m, grant, true);
+    if (st != CERB_OK) {
+        cerb__guard_orphan(g->client, &g->rec, i, grant->sent_ns);
+        cerb__free(m);
+        return st;
+    }
+    m->mirror_next = g->mirrors;
+    g->mirrors = m;
+    return CERB_OK;
+}
+
+/*
+ * Ask every engine switched from about g's record (see the file comment),
+ * g's claim on the active engine taken. CERB_OK (mirror claims taken where
+ * they answered; g->unconsulted when one that may hold the record did not
+ * and the policy allows), CERB_DUPLICATE with the record's result in *dup,
+ * CERB_BUSY, CERB_UNAVAILABLE (REFUSE), or a caller's error.
+ */
+static cerb_status consult(cerb_guard *g, const struct guard_call_cfg *cc, void **dup,
+                           size_t *dup_len)
+{
+    cerb_client *c = g->client;
+    for (size_t n = 0; n < c->n_engines; n++) {
+        int i = (int)n;
+        int64_t heard;
+        if (i == g->engine_idx || !cerb__gate_heard(c, i, &heard))
+            continue;
+        struct cerb_client_engine *ce = &c->engines[i];
+        if (!cerb__engine_has_guard(ce->ops))
+            continue; /* it never held a record */
+        cerb_engine *e = atomic_load(&ce->e);
+        cerb_grant grant;
+        memset(&grant, 0, sizeof grant);
+        void *res = NULL;
+        size_t res_len = 0;
+        bool maybe_landed = false;
+        cerb_status st = CERB_UNAVAILABLE;
+        char why[CERB_ERROR_MAX] = "a question to it went unanswered just now";
+        if (e && cerb__gate_claimable(c, i)) {
+            st = cerb__engine_guard_begin(ce->ops, e, &g->rec, &grant, &res, &res_len);
+            maybe_landed = grant.outcome == CERB_OUTCOME_UNKNOWN;
+            if (engine_failed(st)) { /* the re-check, as on the active engine */
+                st = cerb__engine_guard_begin(ce->ops, e, &g->rec, &grant, &res, &res_len);
+                maybe_landed = maybe_landed || grant.outcome == CERB_OUTCOME_UNKNOWN;
+            }
+            if (engine_failed(st))
+                cerb__error_copy(why, sizeof why);
+        } else if (!e) {
+            snprintf(why, sizeof why, "it is not open");
+        }
+        if (!engine_failed(st))
+            cerb__health_ok(c, i);
+        switch (st) {
+        case CERB_OK:
+            st = mirror_add(g, i, &grant);
+            if (st != CERB_OK)
+                return st;
+            continue;
+        case CERB_DUPLICATE:
+            *dup = res;
+            *dup_len = res_len;
+            return CERB_DUPLICATE;
+        case CERB_BUSY:
+            return cerb__error_set(CERB_BUSY,
+                                   "guard %s: another attempt is running on engine %s "
+                                   "(switched from)", g->scope, ce->name);
+        default:
+            break;
+        }
+        if (!engine_failed(st))
+            return st;
+        cerb__gate_no_answer(c, i);
+        if (maybe_landed)
+            cerb__guard_orphan(c, &g->rec, i, cerb_monotime());
+        /* Records there, written until about when it was last heard, last
+         * keep_ms after their attempt ended; past that it holds none. */
+        int64_t keep = cc->keep_ms < 0 || cc->cfg_keep_ms < 0
+                           ? -1
+                           : (cc->keep_ms > cc->cfg_keep_ms ? cc->keep_ms : cc->cfg_keep_ms);
+        if (keep >= 0 &&
+            cerb_monotime() >= heard + (keep + g->rec.running_ms) * CERB_NS_PER_MS)
+            continue;
+        if (cc->on_unavailable != CERB_GUARD_ALLOW)
+            return cerb__error_set(CERB_UNAVAILABLE,
+                                   "guard %s: engine %s, switched from, may hold the record and "
+                                   "cannot answer (%s)", g->scope, ce->name, why);
+        CERB_LOG_W("guard %s: engine %s, switched from, may hold the record and cannot answer "
+                   "(%s); running with the record on %s alone (on_unavailable = allow)",
+                   g->scope, ce->name, why, c->engines[g->engine_idx].name);
+        g->unconsulted = true;
+    }
+    return CERB_OK;
+}
+
+/* g's claim on the active engine is taken: consult the engines switched
+ * from and give begin's answer. */
+static cerb_status begun(cerb_guard *g, const struct guard_call_cfg *cc, cerb_guard **out)
+{
+    cerb_client *c = g->client;
+    int idx = g->engine_idx;
+    void *dup = NULL;
+    size_t dup_len = 0;
+    cerb_status st = consult(g, cc, &dup, &dup_len);
+    if (st == CERB_OK) {
+        count(c, idx, g->unconsulted ? n_degraded : n_begins);
+        *out = g;
+        return CERB_OK;
+    }
+    if (st == CERB_DUPLICATE) {
+        /* Our claims become done-records with the answer found, so it
+         * outlives the engine it was found on. */
+        cerb_status fs = (int64_t)dup_len <= g->max_result ? finish_attempt(g, 1, dup, dup_len)
+                                                           : finish_attempt(g, 0, NULL, 0);
+        if (fs != CERB_OK)
+            CERB_LOG_W("guard %s: a duplicate found on an engine switched from could not be "
+                       "recorded on %s: %s", g->scope, c->engines[idx].name, cerb_last_error());
+        g->kind = CERB_GUARD_DUPLICATE;
+        g->result = dup;
+        g->result_len = dup_len;
+        count(c, idx, n_dups);
+        *out = g;
+        return CERB_DUPLICATE;
+    }
+    char why[CERB_ERROR_MAX];
+    cerb__error_copy(why, sizeof why);
+    finish_attempt(g, 0, NULL, 0); /* our claims go */
+    cerb__guard_untrack(g);
+    guard_free_mem(g);
+    if (st == CERB_BUSY)
+        count(c, idx, n_busy);
+    return cerb__error_set(st, "%s", why);
 }
 
 cerb_status cerb_guard_begin(cerb_client *c, const char *scope, const void *key, size_t key_len,
@@ -270,9 +456,6 @@ cerb_status cerb_guard_begin(cerb_client *c, const char *scope, const void *key,
         return st;
     }
 
-    /* TODO(issue 12, next session): after a switch, also ask the engine
-     * that was active before (while it answers) and refuse/allow by policy
-     * when it cannot; see the file comment. */
     int64_t epoch;
     int idx = cerb__route(c, &epoch);
     g->engine_idx = idx;
@@ -307,8 +490,7 @@ cerb_status cerb_guard_begin(cerb_client *c, const char *scope, const void *key,
             guard_free_mem(g);
             return st;
         }
-        *out = g;
-        return CERB_OK;
+        return begun(g, &cc, out);
     case CERB_DUPLICATE:
         g->kind = CERB_GUARD_DUPLICATE;
         g->result = res;
@@ -318,10 +500,12 @@ cerb_status cerb_guard_begin(cerb_client *c, const char *scope, const void *key,
             guard_free_mem(g);
             return st;
         }
+        count(c, idx, n_dups);
         *out = g;
         return CERB_DUPLICATE;
     case CERB_BUSY:
         guard_free_mem(g);
+        count(c, idx, n_busy);
         return cerb__error_set(CERB_BUSY, "guard %s: another attempt is running", scope);
     default:
         break;
@@ -351,6 +535,7 @@ cerb_status cerb_guard_begin(cerb_client *c, const char *scope, const void *key,
         guard_free_mem(g);
         return st;
     }
+    count(c, idx, n_degraded);
     *out = g;
     return CERB_OK;
 }
@@ -397,7 +582,8 @@ static cerb_status finish_once(cerb_guard *g, int succeeded, const void *result,
     return st;
 }
 
-static cerb_status finish_attempt(cerb_guard *g, int succeeded, const void *result, size_t len)
+/* Finish one claim (the attempt's, or a mirror's). */
+static cerb_status finish_claim(cerb_guard *g, int succeeded, const void *result, size_t len)
 {
     cerb__guard_stop_renew(g);
     g->kind = CERB_GUARD_FINISHED;
@@ -409,7 +595,7 @@ static cerb_status finish_attempt(cerb_guard *g, int succeeded, const void *resu
         return cerb__error_set(CERB_LOST,
                                "guard %s: the attempt's claim was lost (it ran past running_ms "
                                "without a renewal, or was deleted); nothing was changed",
-                               g->scope);
+                               g->rec.scope);
     if (st != CERB_OK && !settled && !succeeded) {
         /* A failed attempt's delete not confirmed: retried in the
          * background, so a retry need not wait for running_ms. */
@@ -418,7 +604,46 @@ static cerb_status finish_attempt(cerb_guard *g, int succeeded, const void *resu
     }
     if (st != CERB_OK && !settled)
         cerb__error_prefix("guard %s: finish not confirmed; the claim expires after %" PRId64
-                           " ms", g->scope, g->rec.running_ms);
+                           " ms", g->rec.scope, g->rec.running_ms);
+    return st;
+}
+
+/* Finish the attempt's claim on its engine, then its mirror claims on the
+ * engines switched from (a success there too, so that processes still on
+ * them see the done-record). The attempt's answer is returned, except that
+ * a success whose mirror claim was lost is CERB_LOST: another attempt may
+ * have run the operation through that engine. */
+static cerb_status finish_attempt(cerb_guard *g, int succeeded, const void *result, size_t len)
+{
+    for (cerb_guard *m = g->mirrors; m; m = m->mirror_next)
+        cerb__guard_stop_renew(m);
+    cerb_status st = finish_claim(g, succeeded, result, len);
+    if (!g->mirrors)
+        return st;
+    char why[CERB_ERROR_MAX];
+    cerb__error_copy(why, sizeof why);
+    const char *lost_on = NULL;
+    cerb_client *c = g->client;
+    for (cerb_guard *m = g->mirrors; m; m = m->mirror_next) {
+        if (m->kind != CERB_GUARD_RUNNING)
+            continue;
+        const char *name = c->engines[m->engine_idx].name;
+        cerb_status ms = finish_claim(m, succeeded, result, len);
+        if (ms == CERB_LOST && succeeded)
+            lost_on = name;
+        else if (ms != CERB_OK && ms != CERB_LOST)
+            CERB_LOG_W("guard %s: finish on engine %s (switched from) not confirmed (%s); the "
+                       "claim there expires after %" PRId64 " ms", g->rec.scope, name,
+                       cerb_last_error(), g->rec.running_ms);
+    }
+    if (st == CERB_OK && lost_on)
+        return cerb__error_set(CERB_LOST,
+                               "guard %s: the result is recorded on engine %s, but this "
+                               "attempt's claim on engine %s (switched from) was lost: another "
+                               "attempt may have run there", g->rec.scope,
+                               c->engines[g->engine_idx].name, lost_on);
+    if (st != CERB_OK)
+        return cerb__error_set(st, "%s", why);
     return st;
 }
 
@@ -475,7 +700,7 @@ const void *cerb_guard_result(const cerb_guard *g, size_t *len)
 
 int cerb_guard_degraded(const cerb_guard *g)
 {
-    return guard_ok(g) && g->degraded ? 1 : 0;
+    return guard_ok(g) && (g->degraded || g->unconsulted) ? 1 : 0;
 }
 
 cerb_status cerb__guard_end(cerb_guard *g, bool silent)

@@ -7,7 +7,9 @@
  * duplicate (the stored result), or a degraded attempt (no record: the
  * engine could not answer and the policy allowed running unprotected).
  * Every handle of a client is on the client's guard set, so that
- * cerb_client_close() can end and free the ones still open.
+ * cerb_client_close() can end and free the ones still open. An attempt that
+ * also claimed the record on engines switched from has a mirror handle per
+ * such claim on the set too, renewed like its own claim and ended with it.
  */
 #ifndef CERB_GUARD_H
 #define CERB_GUARD_H
@@ -36,7 +38,14 @@ struct cerb_guard {
     int64_t keep_ms;               /* -1 forever */
     int64_t max_result;
     int kind;                      /* enum cerb_guard_kind */
-    bool degraded;
+    bool degraded;                 /* no record: the active engine could not answer */
+    bool unconsulted;              /* an engine switched from could not answer (ALLOW) */
+    /* Claims of this attempt on engines switched from (guard.c consult):
+     * handles of their own on the renewer's list, kind RUNNING, with
+     * `parent` set, ended with their parent. Their rec.scope points at
+     * the parent's scope (their `scope` is NULL). */
+    struct cerb_guard *parent, *mirrors, *mirror_next;
+    bool tracked;                  /* on the client's set (guard_renew.c) */
     void *result;                  /* cerb__malloc'd, NUL after; or NULL */
     size_t result_len;
     /* Renewer bookkeeping, under the set's mutex. */

@@ -112,12 +112,14 @@ static void renew_one(struct cerb_guard_set *s, struct cerb_guard *g)
 
     /* What the log needs is copied before busy is cleared: from then on
      * the handle's owner may free it. */
-    snprintf(scope, sizeof scope, "%s", g->scope);
+    snprintf(scope, sizeof scope, "%s", g->rec.scope);
     cerb__mutex_lock(&s->mu);
     if (st == CERB_OK) {
         schedule(g, &grant);
     } else if (st == CERB_NOT_OWNER) {
         atomic_store(&g->lost, true);
+        if (g->parent)
+            atomic_store(&g->parent->lost, true);
         g->renewing = false;
     } else {
         late = now > g->valid_until_ns;
@@ -294,6 +296,7 @@ cerb_status cerb__guard_track(struct cerb_guard *g, const cerb_grant *grant, boo
     s->head = g;
     g->renewing = renew;
     g->busy = false;
+    g->tracked = true;
     if (renew) {
         schedule(g, grant);
         cerb__cond_signal(&s->wake);
@@ -323,6 +326,7 @@ static void unlink_locked(struct cerb_guard_set *s, struct cerb_guard *g)
     if (g->next)
         g->next->prev = g->prev;
     g->next = g->prev = NULL;
+    g->tracked = false;
 }
 
 void cerb__guard_untrack(struct cerb_guard *g)
@@ -334,7 +338,8 @@ void cerb__guard_untrack(struct cerb_guard *g)
     g->renewing = false;
     while (g->busy)
         cerb__cond_wait(&s->idle, &s->mu);
-    unlink_locked(s, g);
+    if (g->tracked)
+        unlink_locked(s, g);
     cerb__mutex_unlock(&s->mu);
 }
 
@@ -373,6 +378,8 @@ void cerb__guard_close_all(cerb_client *c)
         struct cerb_guard *g = s->head;
         unlink_locked(s, g);
         g->renewing = false;
+        if (g->parent)
+            continue; /* a mirror claim: ended and freed with its attempt */
         int idx = g->engine_idx;
         bool open = g->kind == CERB_GUARD_RUNNING && !g->degraded;
         if (open && silent[idx])

@@ -240,6 +240,11 @@ struct cerb_engine_info {
     int wanted;                 /* 1 when `active` (or a switch) pins this
                                    engine but it is not active yet: it would
                                    not open; retried every probe round */
+    /* cerb_guard_begin() answers while this engine was active: */
+    uint64_t guard_begins;      /* CERB_OK with a record (an attempt) */
+    uint64_t guard_duplicates;  /* CERB_DUPLICATE */
+    uint64_t guard_busy;        /* CERB_BUSY */
+    uint64_t guard_degraded;    /* CERB_OK unprotected (cerb_guard_degraded) */
 };
 
 /**
@@ -470,9 +475,9 @@ enum { CERB_GUARD_REFUSE = 0, CERB_GUARD_ALLOW = 1 };
  * Returns:
  *  - CERB_OK: run the operation; the attempt's claim on the server is
  *    renewed in the background until cerb_guard_finish() or
- *    cerb_guard_free(). With cerb_guard_degraded(*out) = 1 the engine could
- *    not answer and the policy was CERB_GUARD_ALLOW: no record protects this
- *    run.
+ *    cerb_guard_free(). With cerb_guard_degraded(*out) = 1 an engine that
+ *    may hold the record could not answer and the policy was
+ *    CERB_GUARD_ALLOW: this run is not (or not fully) protected.
  *  - CERB_DUPLICATE: the operation already succeeded within keep_ms; read
  *    the stored result with cerb_guard_result(*out).
  *  - CERB_BUSY: another attempt is running and has not run past its claim.
@@ -480,10 +485,20 @@ enum { CERB_GUARD_REFUSE = 0, CERB_GUARD_ALLOW = 1 };
  *    policy is CERB_GUARD_REFUSE.
  *  - CERB_EINVAL: bad scope, key or options (the reason in
  *    cerb_last_error()); CERB_ENOMEM.
- * Blocking: one request to the active engine, plus one re-check and retry
- * when its answer was lost, each bounded by the engine's operation timeout.
- * TODO(next session): after a switch, the engine active before is consulted
- * too; today only the active engine is asked.
+ * Failover: the record is written on the active engine. Every engine this
+ * client switched away from (or, when the configuration pins the active
+ * engine, every other one; none with failover.switch_grace_ms = 0) may hold
+ * records written before the switch, or by processes that have not switched:
+ * while it answers it is asked too, with the same claim (a duplicate found
+ * there is answered, and its result copied to the active engine; an attempt
+ * running there makes this one BUSY; otherwise the claim there is kept,
+ * renewed and finished with the attempt, so processes still on that engine
+ * see it). One that does not answer may hold the record until keep_ms
+ * (this call's or the configuration's, the longer) plus running_ms after it
+ * last answered: until then on_unavailable decides.
+ * Blocking: one request to the active engine and one to each engine
+ * switched from, plus one re-check and retry when an answer was lost, each
+ * bounded by the engine's operation timeout.
  * Ownership: free the handle with cerb_guard_free() before closing the
  * client; cerb_client_close() frees handles still open (an unfinished
  * attempt counts as failed).
@@ -527,9 +542,11 @@ const void *cerb_guard_result(const cerb_guard *g, size_t *len);
 
 /**
  * cerb_guard_degraded — 1 when cerb_guard_begin() returned CERB_OK only
- * because the engine could not answer and the policy was CERB_GUARD_ALLOW:
- * the operation runs without protection against a duplicate. 0 otherwise
- * (and for a bad handle).
+ * because the policy was CERB_GUARD_ALLOW: the active engine could not
+ * answer (no record protects the run), or an engine switched from that may
+ * hold the record could not (the record on the active engine protects
+ * against callers there, not against processes still on that engine).
+ * 0 otherwise (and for a bad handle).
  */
 int cerb_guard_degraded(const cerb_guard *g);
 
