@@ -10,7 +10,10 @@
  * `active` setting and `epoch` come from the file itself. When no engine can
  * be opened at all the client cannot be built; the configured engines are
  * then listed as unreachable and the exit status is 69, which is what a
- * monitoring check wants to see. JSON is built with jansson.
+ * monitoring check wants to see. JSON is built with jansson. --prometheus
+ * prints cerb_metrics_text() of that client (for node_exporter's textfile
+ * collector), after `cerberus_up` (0 when no engine could be opened: then
+ * it is the only sample).
  */
 #include "internal_posix.h"
 
@@ -26,7 +29,7 @@
 #include "config.h"
 
 const char cerb__cli_status_usage[] =
-    "Usage: cerberus [-c FILE] status [--json]\n"
+    "Usage: cerberus [-c FILE] status [--json | --prometheus]\n"
     "\n"
     "Show the configured engines in failover order: the one new\n"
     "acquisitions go to (*), its circuit-breaker state, the latency of the\n"
@@ -35,7 +38,9 @@ const char cerb__cli_status_usage[] =
     "file's `active` setting and `epoch`.\n"
     "\n"
     "Options:\n"
-    "  --json   one JSON object on stdout instead of the table\n"
+    "  --json         one JSON object on stdout instead of the table\n"
+    "  --prometheus   the Prometheus text format (0.0.4) instead, for\n"
+    "                 node_exporter's textfile collector\n"
     "\n"
     "Exit status: 0 ok, 69 no engine reachable, 78 configuration error.\n";
 
@@ -170,16 +175,23 @@ static void wait_first_probe(cerb_client *c, const struct cerb_config *cfg)
     }
 }
 
-/* `status [--json]`: -1 to go on, or the exit code (printed). */
-static int parse_args(int argc, char **argv, bool *json)
+enum format { TABLE, JSON, PROMETHEUS };
+
+/* `status [--json | --prometheus]`: -1 to go on, or the exit code (printed). */
+static int parse_args(int argc, char **argv, enum format *fmt)
 {
     for (int i = 1; i < argc; i++) {
         if (cerb__cli_is_help(argv[i])) {
             fputs(cerb__cli_status_usage, stdout);
             return CLI_EXIT_OK;
         }
-        if (strcmp(argv[i], "--json") == 0)
-            *json = true;
+        enum format f = strcmp(argv[i], "--json") == 0         ? JSON
+                        : strcmp(argv[i], "--prometheus") == 0 ? PROMETHEUS
+                                                               : TABLE;
+        if (f != TABLE && *fmt != TABLE && *fmt != f)
+            return cerb__cli_usage_error("status", "--json and --prometheus exclude each other");
+        if (f != TABLE)
+            *fmt = f;
         else
             return cerb__cli_usage_error("status", "unexpected argument '%s'", argv[i]);
     }
@@ -188,8 +200,8 @@ static int parse_args(int argc, char **argv, bool *json)
 
 int cerb__cli_status_parse(int argc, char **argv)
 {
-    bool json = false;
-    return parse_args(argc, argv, &json);
+    enum format fmt = TABLE;
+    return parse_args(argc, argv, &fmt);
 }
 
 int cerb__cli_status(const struct cerb__cli *cli, int argc, char **argv)
@@ -199,11 +211,11 @@ int cerb__cli_status(const struct cerb__cli *cli, int argc, char **argv)
     struct row rows[CERB_MAX_ENGINES];
     const char *current = NULL;
     char error[1024] = "";
-    bool json = false;
+    enum format fmt = TABLE;
     cerb_status st;
     int rc = CLI_EXIT_OK;
 
-    rc = parse_args(argc, argv, &json);
+    rc = parse_args(argc, argv, &fmt);
     if (rc >= 0)
         return rc;
     rc = CLI_EXIT_OK;
@@ -230,7 +242,18 @@ int cerb__cli_status(const struct cerb__cli *cli, int argc, char **argv)
         rows[i].name = cfg->engines[i];
         rows[i].have = client && cerb_engine_info(client, cfg->engines[i], &rows[i].info) == CERB_OK;
     }
-    if (json) {
+    if (fmt == PROMETHEUS) {
+        char *text = NULL;
+        printf("# HELP cerberus_up 1 when a client could open an engine of the configuration.\n"
+               "# TYPE cerberus_up gauge\ncerberus_up %d\n", client ? 1 : 0);
+        if (client && cerb_metrics_text(client, &text) == CERB_OK)
+            fputs(text, stdout);
+        else if (client) {
+            cerb__cli_error("status: %s", cerb_last_error());
+            rc = CLI_EXIT_OSERR;
+        }
+        cerb_free(text);
+    } else if (fmt == JSON) {
         json_t *o = to_json(cli, cfg, current, rows, error[0] ? error : NULL);
         char *s = o ? json_dumps(o, JSON_INDENT(2) | JSON_PRESERVE_ORDER) : NULL;
         if (s) {

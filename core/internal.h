@@ -23,6 +23,7 @@
 #include "../failover/breaker.h"
 #include "cerberus.h"
 #include "engine.h"
+#include "metrics.h"
 #include "sync.h"
 
 #define CERB_CLIENT_MAGIC 0x43455242u /* "CERB" */
@@ -43,6 +44,7 @@ struct cerb_client_engine {
     atomic_uint_fast64_t acquires, failures, lost;
     /* cerb_guard_begin() answers while this engine was active (guard.c) */
     atomic_uint_fast64_t guard_begins, guard_dups, guard_busy, guard_degraded;
+    struct cerb_histo wait_h, hold_h;   /* acquire wait, hold time (metrics.c) */
     atomic_int_fast64_t last_probe_us;
     /* health, under client->fo_mu (pending_ok is batched lock-free) */
     struct cerb_breaker brk;
@@ -103,6 +105,7 @@ struct cerb_hold {
     uint64_t fence;                      /* already with the epoch */
     _Atomic int64_t valid_until_ns;      /* conservative local deadline */
     int64_t next_renew_ns;
+    int64_t granted_ns;                  /* when the caller was granted it */
     bool renew;
     bool renew_once;                     /* extend once now (short hand-off
                                             lease or a settled ambiguity),
@@ -174,6 +177,7 @@ struct cerb_client {
     int pinned;                          /* -1: auto */
     atomic_int_fast64_t epoch;           /* fences' high 16 bits: the
                                             configuration's epoch */
+    atomic_int_fast64_t holds_in_force;  /* granted and not yet released */
     uint64_t switches;
     struct cerb_prober *prober;
     cerb_mutex inflight_mu;              /* before any slot->mu */

@@ -883,6 +883,7 @@ cerb_status cerb__lock_acquire(cerb_lock *l, int64_t deadline_ns, bool interrupt
     struct cerb_hold *h = NULL;
     cerb_status st;
 
+    int64_t called_ns = cerb_monotime();
     cerb__mutex_lock(&s->mu);
     if (reenter(s, me, &st)) {
         cerb__mutex_unlock(&s->mu);
@@ -928,6 +929,10 @@ cerb_status cerb__lock_acquire(cerb_lock *l, int64_t deadline_ns, bool interrupt
             return cerb__error_set(st, "lock \"%s\": %s", s->name, cerb_strerror(st));
         return st;
     }
+    h->granted_ns = cerb_monotime();
+    cerb__histo_observe(&c->engines[h->engine_idx].wait_h, CERB_HISTO_WAIT,
+                        h->granted_ns - called_ns);
+    atomic_fetch_add_explicit(&c->holds_in_force, 1, memory_order_relaxed);
     cerb__watchdog_add(c, h);
     for (struct cerb_hold *k = h->claims; k; k = k->claim_next)
         cerb__watchdog_add(c, k);
@@ -1019,6 +1024,9 @@ static cerb_status release_hold(cerb_lock *l)
 
     claims_unwatch(c, h);
     cerb__watchdog_remove(c, h);
+    cerb__histo_observe(&c->engines[h->engine_idx].hold_h, CERB_HISTO_HOLD,
+                        cerb_monotime() - h->granted_ns);
+    atomic_fetch_sub_explicit(&c->holds_in_force, 1, memory_order_relaxed);
     bool was_lost = atomic_load(&h->state) == CERB_LOCK_LOST;
     cerb_status st = engine_release(c, h);
     /* Claims after the hold: until it is released the engines it claimed

@@ -255,6 +255,32 @@ struct cerb_engine_info {
 cerb_status cerb_engine_info(cerb_client *client, const char *name,
                              struct cerb_engine_info *out);
 
+/**
+ * cerb_metrics_text — the client's state in the Prometheus text exposition
+ * format 0.0.4 (DESIGN.md §13), for a /metrics endpoint or node_exporter's
+ * textfile collector. Per engine (label `engine`): cerberus_engine_active,
+ * cerberus_engine_breaker_state (label `state`: 1 for the current one),
+ * cerberus_engine_breaker_transitions_total,
+ * cerberus_engine_probe_latency_seconds, cerberus_acquisitions_total,
+ * cerberus_engine_failures_total, cerberus_lost_holds_total,
+ * cerberus_guard_begins_total (label `result`: ok, duplicate, busy,
+ * degraded), and the histograms cerberus_acquire_wait_seconds (call to
+ * grant, granted acquisitions) and cerberus_hold_duration_seconds (grant
+ * to release). Per client: cerberus_engine_switches_total, cerberus_holds
+ * (locks held now) and cerberus_fencing_epoch.
+ * @out: receives a NUL-terminated string; free it with cerb_free().
+ * Returns: CERB_OK; CERB_EINVAL for a bad client or NULL @out; CERB_ENOMEM.
+ * Thread-safety: safe from any thread; counters are read one by one, so a
+ * snapshot taken while locks are granted may be off by those in flight.
+ */
+cerb_status cerb_metrics_text(cerb_client *client, char **out);
+
+/**
+ * cerb_free — free memory the library returned for the caller to free
+ * (cerb_metrics_text()). NULL does nothing.
+ */
+void cerb_free(void *p);
+
 /* ------------------------------------------------------------------ locks */
 
 typedef struct cerb_lock cerb_lock;

@@ -13,7 +13,8 @@
 
 # The build needs the compilers, cmake and the -dev packages; the tests need a
 # real redis-server, redis-cli (readiness checks) and python3-redis (interop
-# with redis-py's Lock, run by /usr/bin/python3). The fuzz smoke
+# with redis-py's Lock, run by /usr/bin/python3), python3-prometheus-client
+# (the metrics text is checked with its parser). The fuzz smoke
 # (scripts/fuzz.sh) needs clang and libFuzzer, which Debian ships in
 # libclang-rt-dev (only recommended by clang, and we install without
 # recommends).
@@ -21,7 +22,7 @@ CERB_DEB_PACKAGES=(
     build-essential cmake pkg-config
     libhiredis-dev libconfig-dev libjansson-dev libcurl4-openssl-dev
     libcmocka-dev uuid-dev libssl-dev libzookeeper-mt-dev
-    redis-server redis-tools python3-redis
+    redis-server redis-tools python3-redis python3-prometheus-client
     zookeeper default-jre-headless default-jdk-headless libcurator-recipes-java libslf4j-java
     python3-kazoo
     gnuplot-nox

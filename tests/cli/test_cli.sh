@@ -293,6 +293,19 @@ cerb -c "$CFG" status --frob
 expect_rc 64 "status with an unknown option: 64"
 cerb -c "$CFG" switch a b
 expect_rc 64 "switch with two engines: 64"
+cerb -c "$CFG" status --json --prometheus
+expect_rc 64 "status --json --prometheus: 64"
+
+# status --prometheus: parsed by Prometheus' own parser (python3-prometheus-client).
+cerb_split -c "$CFG" status --prometheus
+CHECK="$(dirname "$0")/../metrics/check_metrics.py"
+if [ "$RC" -eq 0 ] && printf '%s' "$OUT" > "$WORK/prom.txt" &&
+    "$PY" "$CHECK" "$WORK/prom.txt" 'cerberus_up=1' 'cerberus_holds=0' \
+        'cerberus_engine_switches_total=0' >/dev/null; then
+    ok "status --prometheus: the text format, parsed"
+else
+    not_ok "status --prometheus: the text format, parsed" "rc $RC" "output: $OUT"
+fi
 
 # ----------------------------------------------------------------- check
 cerb -c "$CFG" check
