@@ -58,12 +58,20 @@
  * txn sent once more — its compare makes that harmless. A running claim on
  * a lease that vanished is gone with it: its renewal (the keepalive finds
  * no lease) or its finish (the compare fails) says CERB_NOT_OWNER, and the
- * core tells the holder (CERB_LOST). Closing the engine revokes its running
+ * core tells the holder (CERB_LOST). A shared lease must not keep alive a
+ * claim nobody renews: a begin whose put may still land (its answer was
+ * lost; a paused server applies it when it resumes, perhaps after the core
+ * stopped deleting it) or a delete never confirmed retires the class's
+ * lease — new begins get another, and each claim still on the old one is
+ * moved to the current lease by its next renewal (a txn comparing its
+ * value) instead of keeping the old one alive, which then ends within its
+ * TTL with whatever was left on it. Closing the engine revokes its running
  * leases (the core has ended every attempt by then), not its done leases.
  *
  * Round trips: begin 1 (a duplicate or a busy answer too), plus one
  * keepalive or grant when the class's lease is missing or old; finish 1,
- * plus one grant per done bucket; renew 1 or 2.
+ * plus one grant per done bucket; renew 1 (a keepalive sent lately
+ * serves) or 2 (a keepalive, or the move off a retired lease).
  */
 #include "internal_posix.h"
 
@@ -225,6 +233,27 @@ static void forget(cerb_engine *e, int64_t id)
         if (g->done[i].id == id)
             memset(&g->done[i], 0, sizeof g->done[i]);
     }
+    cerb__mutex_unlock(&g->mu);
+}
+
+/*
+ * Stop using the running lease of claims of running_ms: a write whose
+ * outcome is unknown (a begin whose put may land later, when a paused
+ * server resumes; a delete never confirmed) may leave a claim on it that
+ * nobody renews, and the lease, kept alive for the other attempts of the
+ * class, would keep that claim too. New begins get a new lease; the
+ * claims still on the old one move to the current lease at their next
+ * renewal (guard_renew), after which nobody keeps the old lease alive and
+ * it ends within its TTL, with whatever was left on it.
+ */
+static void retire(cerb_engine *e, int64_t running_ms)
+{
+    struct etcd_guard *g = e->guard;
+    int64_t cls = run_ttl_s(running_ms);
+    cerb__mutex_lock(&g->mu);
+    for (int i = 0; i < LEASE_SLOTS; i++)
+        if (g->run[i].id && g->run[i].cls == cls)
+            memset(&g->run[i], 0, sizeof g->run[i]);
     cerb__mutex_unlock(&g->mu);
 }
 
@@ -465,6 +494,54 @@ static cerb_status read_record(cerb_engine *e, const cerb_guard_rec *rec, struct
 
 /* ---- the ops ---- */
 
+/*
+ * rec's claim is on a lease that is no longer the class's current one
+ * (retired, or forgotten for another class): put it onto the current lease,
+ * compared with its value, so the old lease is no longer kept alive for it.
+ */
+static cerb_status move_claim(cerb_engine *e, const cerb_guard_rec *rec, cerb_grant *g)
+{
+    char key[1200], val[VAL_HDR];
+    size_t klen = 0;
+    cerb_status st = record_key(e, rec, key, sizeof key, &klen);
+    if (st != CERB_OK)
+        return st;
+    val[0] = 'R';
+    memcpy(val + 1, rec->token, 32);
+    bool fresh = false;
+    for (int round = 0; round < 2; round++) {
+        struct guard_lease l;
+        st = run_lease(e, rec->running_ms, fresh, &l);
+        if (st != CERB_OK)
+            return st;
+        struct etcd_call call;
+        bool ok = false;
+        const json_t *resp = NULL;
+        st = run_txn(e, "guard renew (new lease)",
+                     cerb__etcd_txn(cerb__etcd_list(cmp_value(key, klen, val, VAL_HDR), NULL),
+                                    cerb__etcd_list(cerb__etcd_op_put(key, klen, val, VAL_HDR,
+                                                                      l.id),
+                                                    NULL),
+                                    NULL),
+                     true, &call, &ok, &resp);
+        if (st != CERB_OK) {
+            if (lease_missing(&call) && call.outcome == CERB_OUTCOME_NO) {
+                fresh = true;
+                continue;
+            }
+            return st;
+        }
+        json_decref(call.resp);
+        if (!ok)
+            return cerb__error_set(CERB_NOT_OWNER, "etcd %s: guard record %s is no longer this "
+                                   "attempt's claim", ep(e), rec->id);
+        g->sent_ns = l.alive_ns;
+        g->ttl_ms = l.ttl_s * 1000;
+        return CERB_OK;
+    }
+    return st;
+}
+
 cerb_status cerb__etcd_guard_renew(cerb_engine *e, const cerb_guard_rec *rec, cerb_grant *g)
 {
     struct rec_view v;
@@ -487,8 +564,10 @@ cerb_status cerb__etcd_guard_renew(cerb_engine *e, const cerb_guard_rec *rec, ce
         if (gd->run[i].id == lease)
             cur = gd->run[i];
     cerb__mutex_unlock(&gd->mu);
+    if (!cur.id)
+        return move_claim(e, rec, g);
     int64_t now = cerb_monotime();
-    if (cur.id && now < cur.alive_ns + cur.ttl_s * 1000 * CERB_NS_PER_MS / 6) {
+    if (now < cur.alive_ns + cur.ttl_s * 1000 * CERB_NS_PER_MS / 6) {
         g->sent_ns = cur.alive_ns;
         g->ttl_ms = cur.ttl_s * 1000;
         return CERB_OK;
@@ -503,13 +582,9 @@ cerb_status cerb__etcd_guard_renew(cerb_engine *e, const cerb_guard_rec *rec, ce
                                "(revoked or expired): the claim is lost", ep(e), rec->id);
     }
     g->sent_ns = sent;
-    if (cur.id) {
-        cur.alive_ns = sent;
-        publish(e, gd->run, &cur);
-        g->ttl_ms = cur.ttl_s * 1000;
-    } else {
-        g->ttl_ms = left * 1000; /* a lease no longer remembered: its full TTL */
-    }
+    g->ttl_ms = cur.ttl_s * 1000;
+    cur.alive_ns = sent;
+    publish(e, gd->run, &cur);
     return CERB_OK;
 }
 
@@ -594,8 +669,10 @@ cerb_status cerb__etcd_guard_begin(cerb_engine *e, const cerb_guard_rec *rec, ce
     if (st == CERB_OK)
         st = cerb__error_set(CERB_EIO, "etcd %s: guard record %s kept changing under begin",
                              ep(e), rec->id);
-    if (landed)
+    if (landed) {
         g->outcome = CERB_OUTCOME_UNKNOWN;
+        retire(e, rec->running_ms);
+    }
     return st;
 }
 
@@ -622,6 +699,8 @@ cerb_status cerb__etcd_guard_finish(cerb_engine *e, const cerb_guard_rec *rec, i
                      false, &call, &ok, &resp);
         if (st != CERB_OK) {
             *oc = call.outcome;
+            if (call.outcome != CERB_OUTCOME_NO)
+                retire(e, rec->running_ms);
             return st;
         }
         json_decref(call.resp);
@@ -677,8 +756,10 @@ cerb_status cerb__etcd_guard_finish(cerb_engine *e, const cerb_guard_rec *rec, i
         break;
     }
     cerb__free(done);
-    if (st != CERB_OK && st != CERB_NOT_OWNER && landed)
+    if (st != CERB_OK && st != CERB_NOT_OWNER && landed) {
         *oc = CERB_OUTCOME_UNKNOWN;
+        retire(e, rec->running_ms);
+    }
     return st;
 }
 
