@@ -257,7 +257,19 @@ static void retire(cerb_engine *e, int64_t running_ms)
     cerb__mutex_unlock(&g->mu);
 }
 
-/* Remember lease l in its class's slot of tab. */
+/* A keepalive of running lease id sent at alive_ns was confirmed: moved on
+ * only where id is still remembered (a lease retired meanwhile stays so). */
+static void refresh(cerb_engine *e, int64_t id, int64_t alive_ns)
+{
+    struct etcd_guard *g = e->guard;
+    cerb__mutex_lock(&g->mu);
+    for (int i = 0; i < LEASE_SLOTS; i++)
+        if (g->run[i].id == id && g->run[i].alive_ns < alive_ns)
+            g->run[i].alive_ns = alive_ns;
+    cerb__mutex_unlock(&g->mu);
+}
+
+/* Remember a newly granted lease l in its class's slot of tab. */
 static void publish(cerb_engine *e, struct guard_lease *tab, const struct guard_lease *l)
 {
     struct etcd_guard *g = e->guard;
@@ -297,7 +309,7 @@ static cerb_status run_lease(cerb_engine *e, int64_t running_ms, bool fresh,
             return st;
         if (left > 0) {
             cur.alive_ns = sent;
-            publish(e, g->run, &cur);
+            refresh(e, cur.id, sent);
             *out = cur;
             return CERB_OK;
         }
@@ -583,8 +595,7 @@ cerb_status cerb__etcd_guard_renew(cerb_engine *e, const cerb_guard_rec *rec, ce
     }
     g->sent_ns = sent;
     g->ttl_ms = cur.ttl_s * 1000;
-    cur.alive_ns = sent;
-    publish(e, gd->run, &cur);
+    refresh(e, lease, sent);
     return CERB_OK;
 }
 

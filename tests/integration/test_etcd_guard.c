@@ -354,7 +354,7 @@ static void test_etcd_guard_round_trips(void **state)
     cerb_engine *e = NULL;
     assert_int_equal(cerb__engine_open(ops, &env, &e), CERB_OK);
 
-    cerb_guard_rec rec = {.scope = "rt", .running_ms = 5000};
+    cerb_guard_rec rec = {.scope = "rt", .running_ms = 20000};
     cerb_grant gr;
     void *res = NULL;
     size_t res_len = 0;
