@@ -9,6 +9,7 @@
  *    client's running lease are gone; the client's next begin meets "lease
  *    not found", gets a new lease and succeeds; the old attempt's finish is
  *    CERB_LOST;
+ *  - a finish whose answer is lost: UNKNOWN, settled by guard_check;
  *  - a begin whose answer is lost (server paused, so the request waits in
  *    its socket and may be applied when it resumes): the shared running
  *    lease it named is retired — another attempt's renewal moves its claim
@@ -265,11 +266,97 @@ static void test_etcd_guard_lost_begin_retires_lease(void **state)
     cerb__config_free(cfg);
 }
 
+/*
+ * A finish whose answer is lost (server paused): the engine says UNKNOWN,
+ * never "not done" or "not ours", so the core settles it with guard_check;
+ * after the resume the check finds what the request did (our done-record,
+ * no record, or our claim still running when it was not applied), and a
+ * finish sent again completes it. Fails when a timed-out finish is
+ * reported as definite.
+ */
+static void test_etcd_guard_lost_finish_unknown(void **state)
+{
+    (void)state;
+    cerb__engines_builtin();
+    const struct cerb_engine_ops *ops = cerb__engine_find("etcd");
+    char ee[128];
+    snprintf(ee, sizeof ee, "prefix = \"%s\"; op_timeout_ms = 300;", prefix);
+    char *text = etcd_test_config(ee, NULL);
+    struct cerb_config *cfg = NULL;
+    assert_int_equal(cerb__config_from_string(text, &cfg), CERB_OK);
+    free(text);
+    cerb_engine_env env = {.cfg = cfg};
+    cerb_engine *e = NULL;
+    assert_int_equal(cerb__engine_open(ops, &env, &e), CERB_OK);
+    /* The done bucket's lease first (keep 60 s: a bucket of 7.5 s), so the
+     * finish below is the txn alone: a grant that times out leaves the
+     * finish unsent (outcome NO, rightly). */
+    {
+        cerb_guard_rec w;
+        cerb_grant gr;
+        void *res = NULL;
+        size_t rl = 0;
+        cerb_outcome oc;
+        char k[256];
+        rec_make(&w, "lfw", 4);
+        assert_int_equal(cerb__engine_guard_begin(ops, e, &w, &gr, &res, &rl), CERB_OK);
+        assert_int_equal(cerb__engine_guard_finish(ops, e, &w, 1, "w", 1, 60000, &oc), CERB_OK);
+        record_key(&w, k, sizeof k);
+        assert_int_equal(etcd_test_delete(etcd_test_port(), k), 1);
+    }
+    for (int ok = 0; ok <= 1; ok++) {
+        cerb_guard_rec r;
+        cerb_grant gr;
+        void *res = NULL;
+        size_t rl = 0;
+        cerb_outcome oc;
+        cerb_guard_found found;
+        rec_make(&r, ok ? "lf1" : "lf0", 3);
+        r.running_ms = 5000;
+        assert_int_equal(cerb__engine_guard_begin(ops, e, &r, &gr, &res, &rl), CERB_OK);
+        assert_int_equal(etcd_test_pause(etcd_test_port()), 0);
+        cerb_status st = cerb__engine_guard_finish(ops, e, &r, ok, "res", 3, 60000, &oc);
+        assert_int_equal(etcd_test_resume(etcd_test_port()), 0);
+        if (oc != CERB_OUTCOME_UNKNOWN)
+            fail_msg("finish(%d): %s, outcome %d: %s", ok, cerb_status_name(st), (int)oc,
+                     cerb_last_error());
+        assert_int_not_equal(st, CERB_OK);
+        assert_int_not_equal(st, CERB_NOT_OWNER);
+        /* Settled as the core does: check, and while our claim is still
+         * running (the request was not applied), finish again. The server
+         * just resumed and may answer late at first: retried until 5 s. */
+        cerb_guard_found want = ok ? CERB_GUARD_FOUND_DONE : CERB_GUARD_FOUND_NONE;
+        int64_t end = cerb_test_now_ms() + 5000;
+        for (;;) {
+            st = cerb__engine_guard_check(ops, e, &r, &found);
+            if (st == CERB_OK) {
+                assert_true(found == CERB_GUARD_FOUND_RUNNING || found == want);
+                if (found == want)
+                    break;
+                cerb__engine_guard_finish(ops, e, &r, ok, "res", 3, 60000, &oc);
+            }
+            assert_true(cerb_test_now_ms() < end);
+            struct timespec ts = {0, 50 * 1000000L};
+            nanosleep(&ts, NULL);
+        }
+        if (ok) { /* a re-sent finish of a done-record is still OK */
+            assert_int_equal(cerb__engine_guard_finish(ops, e, &r, 1, "res", 3, 60000, &oc),
+                             CERB_OK);
+            char k[256];
+            record_key(&r, k, sizeof k);
+            assert_int_equal(etcd_test_delete(etcd_test_port(), k), 1);
+        }
+    }
+    cerb__engine_close(ops, e);
+    cerb__config_free(cfg);
+}
+
 int main(void)
 {
     snprintf(prefix, sizeof prefix, "getcdp%ld-", (long)getpid());
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_teardown(test_etcd_guard_lost_begin_retires_lease, teardown),
+        cmocka_unit_test_teardown(test_etcd_guard_lost_finish_unknown, teardown),
         cmocka_unit_test_teardown(test_etcd_guard_restart_keeps_attempt, teardown),
         cmocka_unit_test_teardown(test_etcd_guard_restart_without_data, teardown),
     };
