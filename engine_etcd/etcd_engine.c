@@ -13,6 +13,7 @@
  *   etcd_mutex.c   acquire (and trylock), waiting, renew, release, check
  *   etcd_fence.c   the fence offset added to create revisions (floors)
  *   etcd_watch.c   the waiter's watch on its predecessor; cancel
+ *   etcd_guard.c   the idempotency guard's records and their leases
  * open() authenticates (when a user is set), reads under the prefix (a
  * lease grant needs no credentials, a read does) and grants the session
  * lease, all within the connect + operation timeouts, so unreachable
@@ -39,6 +40,7 @@ static void etcd_close(cerb_engine *e)
     if (!e)
         return;
     cerb__etcd_session_stop(e);
+    cerb__etcd_guard_destroy(e);
     cerb__etcd_http_destroy(&e->http);
     cerb__etcd_fence_destroy(e);
     cerb__mutex_destroy(&e->wait_mu);
@@ -101,6 +103,8 @@ static cerb_status etcd_open(const cerb_engine_env *env, cerb_engine **out)
     cerb__mutex_init(&e->wait_mu);
     cerb__etcd_session_init(e);
     st = cerb__etcd_fence_init(e);
+    if (st == CERB_OK)
+        st = cerb__etcd_guard_init(e);
     if (st != CERB_OK) {
         etcd_close(e);
         return st;
@@ -230,7 +234,7 @@ static cerb_status etcd_check_name(const char *name)
 }
 
 const struct cerb_engine_ops cerb__etcd_engine_ops = {
-    .version = CERB_ENGINE_OPS_V1,
+    .version = CERB_ENGINE_OPS_V2,
     .name = "etcd",
     .caps = CERB_CAP_FENCING | CERB_CAP_FAIR_QUEUE | CERB_CAP_WAIT | CERB_CAP_CROSS_PROCESS |
             CERB_CAP_FENCE_FLOOR,
@@ -247,4 +251,8 @@ const struct cerb_engine_ops cerb__etcd_engine_ops = {
     .stats = etcd_stats,
     .check_name = etcd_check_name,
     .hold_bound_ms = cerb__etcd_hold_bound,
+    .guard_begin = cerb__etcd_guard_begin,
+    .guard_renew = cerb__etcd_guard_renew,
+    .guard_finish = cerb__etcd_guard_finish,
+    .guard_check = cerb__etcd_guard_check,
 };

@@ -143,6 +143,7 @@ struct cerb_engine {
     struct etcd_reg *reg[ETCD_REG_BUCKETS]; /* claimed keys, under sess_mu */
 
     struct etcd_fence fence;  /* the fence offset (etcd_fence.c) */
+    struct etcd_guard *guard; /* the guard's shared leases (etcd_guard.c) */
     cerb_mutex wait_mu;       /* etcd_lock_priv waiting fields (cancel) */
     struct etcd_counters stats;
 };
@@ -246,6 +247,22 @@ cerb_status cerb__etcd_fence_learn(cerb_engine *e, const json_t *range, int64_t 
                                    const struct etcd_fence_view *v, bool *changed);
 /* The decimal text of off into buf (n bytes); its length, 0 if too small. */
 size_t cerb__etcd_fence_format(int64_t off, char *buf, size_t n);
+
+/* ---- etcd_guard.c: the idempotency guard's records (ops version 2) ---- */
+
+struct etcd_guard;
+/* Set up the guard's lease table (no network); destroy revokes the running
+ * leases (bounded, best effort) and frees it (no-op when never set up). */
+cerb_status cerb__etcd_guard_init(cerb_engine *e);
+void cerb__etcd_guard_destroy(cerb_engine *e);
+cerb_status cerb__etcd_guard_begin(cerb_engine *e, const cerb_guard_rec *rec, cerb_grant *g,
+                                   void **result, size_t *result_len);
+cerb_status cerb__etcd_guard_renew(cerb_engine *e, const cerb_guard_rec *rec, cerb_grant *g);
+cerb_status cerb__etcd_guard_finish(cerb_engine *e, const cerb_guard_rec *rec, int succeeded,
+                                    const void *result, size_t len, int64_t keep_ms,
+                                    cerb_outcome *oc);
+cerb_status cerb__etcd_guard_check(cerb_engine *e, const cerb_guard_rec *rec,
+                                   cerb_guard_found *found);
 
 /* ---- etcd_engine.c ---- */
 
