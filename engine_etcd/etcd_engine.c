@@ -230,7 +230,7 @@ static cerb_status etcd_check_name(const char *name)
 }
 
 const struct cerb_engine_ops cerb__etcd_engine_ops = {
-    .version = CERB_ENGINE_OPS_V1,
+    .version = CERB_ENGINE_OPS_V3,
     .name = "etcd",
     .caps = CERB_CAP_FENCING | CERB_CAP_FAIR_QUEUE | CERB_CAP_WAIT | CERB_CAP_CROSS_PROCESS |
             CERB_CAP_FENCE_FLOOR,
@@ -247,4 +247,6 @@ const struct cerb_engine_ops cerb__etcd_engine_ops = {
     .stats = etcd_stats,
     .check_name = etcd_check_name,
     .hold_bound_ms = cerb__etcd_hold_bound,
+    /* version 3: inspection (etcd_inspect.c) */
+    .inspect = cerb__etcd_op_inspect,
 };
