@@ -8,8 +8,6 @@
  * checked; when there is none, the built-in defaults are, which always pass.
  * Exit status 78 (EX_CONFIG) when any file fails.
  */
-#include "internal_posix.h"
-
 #include <inttypes.h>
 #include <stdio.h>
 #include <string.h>

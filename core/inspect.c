@@ -142,8 +142,10 @@ static cerb_status inspect_one(cerb_client *c, size_t i, const char *name, bool 
                                struct cerb_holders *out)
 {
     struct cerb_client_engine *ce = &c->engines[i];
-    cerb_status st = CERB_OK;
-    if (open && !ce->e)
+    /* A name this engine cannot represent is refused before anything
+     * connects: it would be refused whether the server answers or not. */
+    cerb_status st = cerb__engine_check_name(ce->ops, name);
+    if (st == CERB_OK && open && !ce->e)
         st = cerb__client_open_engine(c, i); /* its error names the engine */
     if (st == CERB_OK) {
         st = cerb__engine_inspect(ce->ops, ce->e, name, out);
