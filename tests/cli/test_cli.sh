@@ -792,6 +792,21 @@ if [ "$RC" -eq 69 ] && [ "$OUT" = "$ENGINE: unreachable" ] &&
 else
     not_ok "holders with $ENGINE down" "rc $RC" "$OUT" "stderr: $ERR"
 fi
+# The password of an endpoint written with credentials is shown nowhere:
+# not by holders, not by status, whose errors name the endpoint.
+if [ "$ENGINE" = etcd ]; then
+    printf 'engines = ("etcd");\netcd = { endpoints = ("http://root:Pw-%s@127.0.0.1:1"); connect_timeout_ms = 300; op_timeout_ms = 300; };\n' "$$" >"$WORK/secret-ep.cfg"
+    chmod 600 "$WORK/secret-ep.cfg"
+    for c in "holders x" "status" "status --json" "run x -- true"; do
+        cerb_split -c "$WORK/secret-ep.cfg" $c
+        if [ "$RC" -eq 69 ] && ! printf '%s\n%s\n' "$OUT" "$ERR" | grep -q "Pw-$$" &&
+            printf '%s\n' "$ERR" | grep -q 'http://root:\*\*\*@127.0.0.1:1'; then
+            ok "$c with credentials in the endpoint: 69, the password redacted"
+        else
+            not_ok "$c with credentials in the endpoint: 69, the password redacted" "rc $RC" "$OUT" "stderr: $ERR"
+        fi
+    done
+fi
 cerb_split -c "$DEAD" status --json
 if [ "$RC" -eq 69 ] && printf '%s' "$OUT" | "$PY" -m json.tool >/dev/null 2>&1; then
     ok "status with no engine reachable -> 69, still JSON"
