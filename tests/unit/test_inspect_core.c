@@ -5,7 +5,7 @@
  * cannot be inspected"; asking every engine (NULL) goes on past that
  * failure, returns it, and still hands over what the other engines said
  * (the partial results cerberus.h documents); entries carry their engine's
- * name, holder first.
+ * name, holder first. With local.dir the holder is the lock file's flock.
  */
 #define _POSIX_C_SOURCE 200809L
 #include <setjmp.h>
@@ -13,6 +13,8 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include <cmocka.h>
@@ -58,10 +60,45 @@ static void test_engine_without_inspect(void **state)
     cerb_client_close(c);
 }
 
+/* With local.dir the holder is another open file's flock: seen as the
+ * lock file, with the fence the file records. */
+static void test_local_dir(void **state)
+{
+    (void)state;
+    char dir[] = "/tmp/cerb-inspect-XXXXXX";
+    assert_non_null(mkdtemp(dir));
+    char cfg[256];
+    snprintf(cfg, sizeof cfg, "engines = (\"local\");\nlocal = { dir = \"%s\"; };\n", dir);
+    cerb_client *c = cerb_test_open(cfg);
+    cerb_lock *l = cerb_test_handle(c, "inspect-dir");
+    cerb_holder_info *v = NULL;
+    size_t n = 0;
+    assert_int_equal(cerb_lock_inspect(c, "inspect-dir", "local", &v, &n), CERB_OK);
+    assert_int_equal(n, 0);
+    assert_int_equal(cerb_lock_lock(l), CERB_OK);
+    assert_int_equal(cerb_lock_inspect(c, "inspect-dir", NULL, &v, &n), CERB_OK);
+    assert_int_equal(n, 1);
+    assert_int_equal(v[0].waiting, 0);
+    assert_true(strncmp(v[0].owner, dir, strlen(dir)) == 0);
+    assert_string_equal(v[0].detail, "flock");
+    assert_int_equal(v[0].ttl_ms, -1);
+    assert_int_equal(v[0].fence, cerb_lock_fencing_token(l) & ((UINT64_C(1) << 48) - 1));
+    cerb_holders_free(v, n);
+    assert_int_equal(cerb_lock_unlock(l), CERB_OK);
+    assert_int_equal(cerb_lock_inspect(c, "inspect-dir", "local", &v, &n), CERB_OK);
+    assert_int_equal(n, 0);
+    cerb_lock_free(l);
+    cerb_client_close(c);
+    char rm[300];
+    snprintf(rm, sizeof rm, "rm -rf '%s'", dir);
+    assert_int_equal(system(rm), 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_engine_without_inspect),
+        cmocka_unit_test(test_local_dir),
     };
     return cmocka_run_group_tests_name("inspect_core", tests, NULL, NULL);
 }
