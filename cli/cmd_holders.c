@@ -29,7 +29,8 @@ const char cerb__cli_holders_usage[] =
     "the engine's fencing counter (the low 48 bits of the holder's fencing\n"
     "token), and the waiters in queue order. Reads the servers through the\n"
     "library (cerb_lock_inspect), with the engines' own connections,\n"
-    "credentials and timeouts, and changes nothing.\n"
+    "credentials and timeouts; it takes no lock and changes none (the\n"
+    "client it opens makes its usual session and health probes).\n"
     "\n"
     "  redis: held by 3f9c...e1, 8412 ms left, fence 17\n"
     "  redis: waiting: 77ab...02, 01cd...9e\n"
@@ -68,6 +69,15 @@ static void print_str(const char *s)
     cerb__cli_print_bytes(s, strlen(s));
 }
 
+/* An owner; on etcd "" is a key equal to the name's prefix itself. */
+static void print_owner(const char *engine, const char *owner)
+{
+    if (!owner[0] && strcmp(engine, "etcd") == 0)
+        printf("(the prefix key itself)");
+    else
+        print_str(owner);
+}
+
 /* What the zk engine appends to the holder's detail when its fence is an
  * upper bound (engine_zk/zk_inspect.c): printed after the fence instead. */
 #define ZK_FENCE_AT_MOST "; fence at most"
@@ -97,7 +107,7 @@ static void print_holder(const char *engine, const cerb_holder_info *h)
             printf(", fence %" PRIu64 "\n", h->fence);
         return;
     }
-    print_str(h->owner);
+    print_owner(engine, h->owner);
     if (strcmp(engine, "etcd") == 0) {
         if (h->ttl_ms >= 0)
             printf(", %" PRId64 " s left (%s)", h->ttl_ms / 1000, h->detail);
@@ -135,7 +145,7 @@ static void print_engine(const char *e, const cerb_holder_info *v, size_t n)
         if (strcmp(e, "zk") == 0)
             print_zk_owner(&v[k]);
         else
-            print_str(v[k].owner);
+            print_owner(e, v[k].owner);
     }
     if (n > i)
         printf("\n");
