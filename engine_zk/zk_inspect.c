@@ -20,7 +20,8 @@
  * token the holder was given. The offset node is read with the children;
  * when its mzxid is above the holder's czxid it was raised after the grant
  * and the value the create checked is gone: the fence given is then the
- * sum with today's offset, an upper bound, and the detail says so.
+ * sum with today's offset, an upper bound, and the detail ends with
+ * "; fence at most: ..." to say so.
  *
  * Two round trips, each bounded by zk.connect_timeout_ms like the engine's
  * other questions (held()): list the children; then get every child (data
@@ -42,6 +43,9 @@
 #include "zk_errors.h"
 #include "zk_mutex.h"
 #include "zk_session.h"
+
+/* Appended to the holder's detail when its fence is an upper bound. */
+#define ZK_FENCE_AT_MOST "; fence at most: the fence offset was raised since the grant"
 
 /* Our lock nodes carry data with this prefix (zk_mutex.c): not shown. */
 #define OUR_DATA_PREFIX "cerb:"
@@ -101,8 +105,7 @@ static cerb_status report(struct kid *kids, size_t n, const struct zk_res *off,
             fence = (uint64_t)r->stat.czxid + offset;
             if (off->rc == ZOK && off->stat.mzxid > r->stat.czxid) {
                 size_t k = strlen(detail);
-                snprintf(detail + k, sizeof detail - k,
-                         ", fence at most (the fence offset was raised since)");
+                snprintf(detail + k, sizeof detail - k, "%s", ZK_FENCE_AT_MOST);
             }
         }
         cerb_status st =
