@@ -98,17 +98,6 @@ int cerb__cli_parse_command(int argc, char **argv);
 /* The whole command: parse, find the configuration, run (cerberus.c). */
 int cerb__cli_main(int argc, char **argv);
 
-/*
- * `holders` readers of the engines with servers (holders_zk.c,
- * holders_etcd.c; Redis is read in cmd_holders.c). Each prints its lines
- * ("<engine>: ...") on stdout and its errors on stderr, and returns an
- * exit code. Built only with the engine (CERB_CLI_WITH_ZK / _ETCD).
- */
-struct cerb_zk_config;
-struct cerb_etcd_config;
-int cerb__cli_holders_zk(const struct cerb_zk_config *zc, const char *name, int verbose);
-int cerb__cli_holders_etcd(const struct cerb_etcd_config *ec, const char *name, int verbose);
-
 /* Prints s[0..n) with bytes that are not printable ASCII (and '\\') as \xNN. */
 void cerb__cli_print_bytes(const char *s, size_t n);
 
@@ -176,6 +165,9 @@ bool cerb__cli_name_ok(const char *name);
  * code (78 for a bad file, 69 when no engine answers); else CLI_EXIT_OK.
  */
 int cerb__cli_open_client(const struct cerb__cli *cli, cerb_client **out);
+/* Just the log routing of cerb__cli_open_client: lines of @quiet and
+ * worse without -v (for a command that opens its client itself). */
+void cerb__cli_log_init(const struct cerb__cli *cli, cerb_log_level quiet);
 
 /*
  * A human name for the resolved configuration in messages: the path, or

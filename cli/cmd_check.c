@@ -7,12 +7,18 @@
  * file order). Without FILE arguments the file found by the usual lookup is
  * checked; when there is none, the built-in defaults are, which always pass.
  * Exit status 78 (EX_CONFIG) when any file fails.
+ *
+ * A valid file that holds a password (redis.password,
+ * redis.sentinel_password, zk.password, etcd.password, or credentials in an
+ * etcd endpoint URL) and that its group or others may read gets a warning
+ * on stderr, as ssh warns about a private key others can read; the exit
+ * status stays what the validation says (a warning, not an error: the file
+ * works, and some deployments share it on purpose).
  */
-#include "internal_posix.h"
-
 #include <inttypes.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "cli.h"
 #include "config.h"
@@ -29,6 +35,9 @@ const char cerb__cli_check_usage[] =
     "Options:\n"
     "  -v   (global) also print a summary of each valid file\n"
     "\n"
+    "A valid file that holds a password and that group or others can read\n"
+    "gets a warning on stderr (chmod 600 it); the exit status is unchanged.\n"
+    "\n"
     "Exit status: 0 all valid, 78 an error in some file, 64 usage.\n";
 
 static void summary(const struct cerb_config *cfg)
@@ -38,6 +47,57 @@ static void summary(const struct cerb_config *cfg)
         printf("%s%s", i ? ", " : " ", cfg->engines[i]);
     printf("\n  active: %s\n  epoch: %" PRId64 "\n  lock.lease_ms: %" PRId64 "\n",
            cfg->active, cfg->epoch, cfg->lock.lease_ms);
+}
+
+static bool set(const char *s)
+{
+    return s && s[0];
+}
+
+/* Does endpoint URL @u carry userinfo ("scheme://user:pass@host")? */
+static bool has_userinfo(const char *u)
+{
+    const char *a = strstr(u, "://");
+    if (!a)
+        return false;
+    a += 3;
+    size_t al = strcspn(a, "/?#");
+    const char *at = memchr(a, '@', al);
+    return at != NULL;
+}
+
+/* The first key of @cfg that holds a password, or NULL. */
+static const char *password_key(const struct cerb_config *cfg)
+{
+    if (set(cfg->redis.password))
+        return "redis.password";
+    if (set(cfg->redis.sentinel_password))
+        return "redis.sentinel_password";
+    if (set(cfg->zk.password))
+        return "zk.password";
+    if (set(cfg->etcd.password))
+        return "etcd.password";
+    for (size_t i = 0; i < cfg->etcd.n_endpoints; i++)
+        if (cfg->etcd.endpoints[i] && has_userinfo(cfg->etcd.endpoints[i]))
+            return "etcd.endpoints (credentials in the URL)";
+    return NULL;
+}
+
+/* Warns when @path holds a password and its group or others may read it. */
+static void warn_if_exposed(const char *path, const struct cerb_config *cfg)
+{
+    struct stat sb;
+    const char *key = password_key(cfg);
+    if (!key || stat(path, &sb) != 0 || !(sb.st_mode & (S_IRGRP | S_IROTH)))
+        return;
+    fprintf(stderr,
+            "cerberus: warning: %s holds a password (%s) and is readable by %s (mode %04o); "
+            "make it private: chmod 600 %s\n",
+            path, key,
+            (sb.st_mode & S_IRGRP) && (sb.st_mode & S_IROTH) ? "group and others"
+            : (sb.st_mode & S_IRGRP)                        ? "group"
+                                                            : "others",
+            (unsigned)(sb.st_mode & 07777), path);
 }
 
 /* Checks one file (NULL = the defaults); returns true when valid. */
@@ -53,6 +113,8 @@ static bool check_one(const char *path, int verbose)
         return false;
     }
     printf("%s: ok\n", path ? path : "(defaults)");
+    if (path)
+        warn_if_exposed(path, cfg);
     if (verbose)
         summary(cfg);
     cerb__config_free(cfg);

@@ -2,36 +2,24 @@
  * cmd_holders.c — `cerberus [-c FILE] holders NAME`: who holds lock NAME on
  * each configured engine, and who waits for it, in queue order.
  *
- * No engine operation answers "who holds this", so the command reads the
- * servers itself, engine by engine, through the wire layouts of DESIGN.md
- * §4, read-only and with the configuration's timeouts: Redis here, ZooKeeper
- * in holders_zk.c, etcd in holders_etcd.c. The name is first checked with
- * each engine's own rule (a '/' is fine on Redis, not on zk or etcd).
- *
- * On Redis (engine_redis/redis_scripts.h) the lock of NAME is the string
- * key K = redis.prefix + NAME holding the owner token with a PX lease;
- * the helper keys are K in braces, the byte 0x1f and a suffix (no lock name
- * can contain that byte): `{K}\x1ffence` holds the last grant's fence,
- * `{K}\x1fq` lists waiter tokens in order and `{K}\x1fd` maps each waiter
- * to "deadline_ms lease_ms" in server time, a waiter whose deadline passed
- * being dead. One MULTI/EXEC reads all of it and the server's TIME at
- * once, so the answer is a consistent snapshot and the command never
- * writes. A key without an expiry (a redis-py Lock with no
- * timeout) is shown as held with no expiry. The in-process "local" engine
- * cannot be seen from another process.
+ * A thin user of cerb_lock_inspect (DESIGN.md §13): the engines read their
+ * own layouts over their own connections, credentials and TLS, and this
+ * file only prints what they say, one engine after the other in
+ * configuration order, in the format of each engine's lines below (the
+ * same the command printed when it read the servers itself). The
+ * configuration is parsed first (for the engine list, and so that a broken
+ * file is exit 78 before anything connects); then a client is opened on
+ * it. An engine that cannot answer is "ENGINE: unreachable" (or "error"),
+ * with the reason on stderr, and the others are still shown. The
+ * in-process "local" engine cannot be seen from another process.
  */
-#include "internal_posix.h"
-
-#include <hiredis/hiredis.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/time.h>
 
 #include "cli.h"
 #include "config.h"
-#include "engine.h"
 
 const char cerb__cli_holders_usage[] =
     "Usage: cerberus [-c FILE] holders NAME\n"
@@ -39,8 +27,10 @@ const char cerb__cli_holders_usage[] =
     "Show who holds lock NAME on every configured engine, in configuration\n"
     "order: the owner, the time its lease has left where the engine has one,\n"
     "the engine's fencing counter (the low 48 bits of the holder's fencing\n"
-    "token), and the waiters in queue order. Reads the servers directly,\n"
-    "with the configured timeouts, and changes nothing.\n"
+    "token), and the waiters in queue order. Reads the servers through the\n"
+    "library (cerb_lock_inspect), with the engines' own connections,\n"
+    "credentials and timeouts; it takes no lock and changes none (the\n"
+    "client it opens makes its usual session and health probes).\n"
     "\n"
     "  redis: held by 3f9c...e1, 8412 ms left, fence 17\n"
     "  redis: waiting: 77ab...02, 01cd...9e\n"
@@ -63,12 +53,6 @@ const char cerb__cli_holders_usage[] =
     "Exit status: 0 ok, 69 a server could not be asked, 78 configuration\n"
     "error, 64 usage (or NAME is not a valid lock name on some engine).\n";
 
-static struct timeval ms_to_tv(int64_t ms)
-{
-    struct timeval tv = {(time_t)(ms / 1000), (suseconds_t)((ms % 1000) * 1000)};
-    return tv;
-}
-
 void cerb__cli_print_bytes(const char *s, size_t n)
 {
     for (size_t i = 0; i < n; i++) {
@@ -80,198 +64,115 @@ void cerb__cli_print_bytes(const char *s, size_t n)
     }
 }
 
-/* A command error in @r (NULL or REDIS_REPLY_ERROR) as text for messages. */
-static const char *reply_error(const redisContext *ctx, const redisReply *r)
+static void print_str(const char *s)
 {
-    if (!r)
-        return ctx->errstr[0] ? ctx->errstr : "no reply";
-    if (r->type == REDIS_REPLY_ERROR)
-        return r->str;
-    return "unexpected reply";
+    cerb__cli_print_bytes(s, strlen(s));
 }
 
-static redisContext *redis_connect(const struct cerb_redis_config *rc, char *err,
-                                   size_t len)
+/* An owner; on etcd "" is a key equal to the name's prefix itself. */
+static void print_owner(const char *engine, const char *owner)
 {
-    redisContext *ctx = redisConnectWithTimeout(rc->host, rc->port,
-                                                ms_to_tv(rc->connect_timeout_ms));
-    redisReply *r;
+    if (!owner[0] && strcmp(engine, "etcd") == 0)
+        printf("(the prefix key itself)");
+    else
+        print_str(owner);
+}
 
-    if (!ctx) {
-        snprintf(err, len, "out of memory");
-        return NULL;
-    }
-    if (ctx->err) {
-        snprintf(err, len, "%s:%d: %s", rc->host, rc->port, ctx->errstr);
-        redisFree(ctx);
-        return NULL;
-    }
-    /* hiredis 0.14 bounds only the connect; bound every reply too. */
-    redisSetTimeout(ctx, ms_to_tv(rc->op_timeout_ms));
-    if (rc->password && rc->password[0]) {
-        if (rc->user && rc->user[0])
-            r = redisCommand(ctx, "AUTH %s %s", rc->user, rc->password);
+/* What the zk engine appends to the holder's detail when its fence is an
+ * upper bound (engine_zk/zk_inspect.c): printed after the fence instead. */
+#define ZK_FENCE_AT_MOST "; fence at most"
+
+/* zk: "OWNER (session 0x..., data "...")". */
+static void print_zk_owner(const cerb_holder_info *h)
+{
+    const char *note = strstr(h->detail, ZK_FENCE_AT_MOST);
+    size_t dl = note ? (size_t)(note - h->detail) : strlen(h->detail);
+    print_str(h->owner);
+    printf(" (");
+    cerb__cli_print_bytes(h->detail, dl);
+    printf(")");
+}
+
+/* The holder's line, after "ENGINE: held by ". */
+static void print_holder(const char *engine, const cerb_holder_info *h)
+{
+    if (strcmp(engine, "zk") == 0) {
+        print_zk_owner(h);
+        if (h->fence == 0)
+            printf(", fence unknown (the fence offset node holds no number)\n");
+        else if (strstr(h->detail, ZK_FENCE_AT_MOST))
+            printf(", fence at most %" PRIu64 " (the fence offset was raised since)\n",
+                   h->fence);
         else
-            r = redisCommand(ctx, "AUTH %s", rc->password);
-        if (!r || r->type == REDIS_REPLY_ERROR) {
-            snprintf(err, len, "%s:%d: AUTH: %s", rc->host, rc->port, reply_error(ctx, r));
-            freeReplyObject(r);
-            redisFree(ctx);
-            return NULL;
-        }
-        freeReplyObject(r);
+            printf(", fence %" PRIu64 "\n", h->fence);
+        return;
     }
-    if (rc->db != 0) {
-        r = redisCommand(ctx, "SELECT %d", rc->db);
-        if (!r || r->type == REDIS_REPLY_ERROR) {
-            snprintf(err, len, "%s:%d: SELECT %d: %s", rc->host, rc->port, rc->db,
-                     reply_error(ctx, r));
-            freeReplyObject(r);
-            redisFree(ctx);
-            return NULL;
-        }
-        freeReplyObject(r);
-    }
-    return ctx;
-}
-
-/* The deadline (server ms) a `{K}:d` entry gives a waiter; -1 if unreadable. */
-static int64_t waiter_deadline(const redisReply *hash, const redisReply *tok)
-{
-    /* HGETALL answers field, value, field, value, ... */
-    for (size_t i = 0; i + 1 < hash->elements; i += 2) {
-        const redisReply *f = hash->element[i], *v = hash->element[i + 1];
-        if (f->type == REDIS_REPLY_STRING && f->len == tok->len &&
-            memcmp(f->str, tok->str, tok->len) == 0 && v->type == REDIS_REPLY_STRING)
-            return strtoll(v->str, NULL, 10);
-    }
-    return -1;
-}
-
-/* a b c, in one malloc'd string (NULL when out of memory). */
-static char *concat3(const char *a, const char *b, const char *c)
-{
-    size_t la = strlen(a), lb = strlen(b), lc = strlen(c);
-    char *s = malloc(la + lb + lc + 1);
-
-    if (s) {
-        memcpy(s, a, la);
-        memcpy(s + la, b, lb);
-        memcpy(s + la + lb, c, lc + 1);
-    }
-    return s;
-}
-
-enum { Q_GET, Q_PTTL, Q_FENCE, Q_QUEUE, Q_DATA, Q_TIME, Q_N };
-
-/* Prints the Redis lines for @name; returns an exit code. */
-static int holders_redis(const struct cerb_redis_config *rc, const char *name)
-{
-    char err[512], *k = NULL, *f = NULL, *q = NULL, *d = NULL;
-    const char *prefix = rc->prefix ? rc->prefix : "";
-    redisContext *ctx;
-    redisReply *r = NULL, *x;
-    int rc_exit = CLI_EXIT_OK;
-
-    ctx = redis_connect(rc, err, sizeof err);
-    if (!ctx) {
-        printf("redis: unreachable\n");
-        cerb__cli_error("redis: unreachable: %s", err);
-        return CLI_EXIT_UNAVAILABLE;
-    }
-    k = concat3("", prefix, name);
-    /* "\x1f" apart from the letters, or C reads one longer hex escape. */
-    f = k ? concat3("{", k, "}\x1f" "fence") : NULL;
-    q = k ? concat3("{", k, "}\x1f" "q") : NULL;
-    d = k ? concat3("{", k, "}\x1f" "d") : NULL;
-    if (!k || !f || !q || !d) {
-        cerb__cli_error("out of memory");
-        rc_exit = CLI_EXIT_OSERR;
-        goto out;
-    }
-    /* One transaction: a consistent snapshot, and one round trip. */
-    redisAppendCommand(ctx, "MULTI");
-    redisAppendCommand(ctx, "GET %s", k);
-    redisAppendCommand(ctx, "PTTL %s", k);
-    redisAppendCommand(ctx, "GET %s", f);
-    redisAppendCommand(ctx, "LRANGE %s 0 -1", q);
-    redisAppendCommand(ctx, "HGETALL %s", d);
-    redisAppendCommand(ctx, "TIME");
-    redisAppendCommand(ctx, "EXEC");
-    for (int i = 0; i < Q_N + 2; i++) {
-        void *reply = NULL;
-        freeReplyObject(r);
-        r = NULL;
-        if (redisGetReply(ctx, &reply) != REDIS_OK) {
-            printf("redis: unreachable\n");
-            cerb__cli_error("redis: unreachable: %s:%d: %s", rc->host, rc->port,
-                            reply_error(ctx, NULL));
-            rc_exit = CLI_EXIT_UNAVAILABLE;
-            goto out;
-        }
-        r = reply;
-        /* MULTI answers OK and each command QUEUED; EXEC answers them all. */
-        if (i <= Q_N && r->type == REDIS_REPLY_ERROR) {
-            printf("redis: error\n");
-            cerb__cli_error("redis: %s", r->str);
-            rc_exit = CLI_EXIT_UNAVAILABLE;
-            goto out;
-        }
-    }
-    if (r->type != REDIS_REPLY_ARRAY || r->elements != Q_N) {
-        printf("redis: error\n");
-        cerb__cli_error("redis: EXEC: %s", reply_error(ctx, r));
-        rc_exit = CLI_EXIT_UNAVAILABLE;
-        goto out;
-    }
-    x = r->element[Q_GET];
-    if (x->type == REDIS_REPLY_ERROR) {
-        /* WRONGTYPE: the name is some other data, not a lock. */
-        printf("redis: key \"%s\" is not a lock: %s\n", k, x->str);
-        goto out;
-    }
-    if (x->type != REDIS_REPLY_STRING) {
-        printf("redis: free\n");
-    } else {
-        const redisReply *ttl = r->element[Q_PTTL], *fence = r->element[Q_FENCE];
-        printf("redis: held by ");
-        cerb__cli_print_bytes(x->str, x->len);
-        if (ttl->type == REDIS_REPLY_INTEGER && ttl->integer >= 0)
-            printf(", %lld ms left", ttl->integer);
+    print_owner(engine, h->owner);
+    if (strcmp(engine, "etcd") == 0) {
+        if (h->ttl_ms >= 0)
+            printf(", %" PRId64 " s left (%s)", h->ttl_ms / 1000, h->detail);
+        else if (strcmp(h->detail, "lease expired") == 0)
+            printf(", lease %s expired", h->owner);
         else
             printf(", no expiry");
-        if (fence->type == REDIS_REPLY_STRING)
-            printf(", fence %s", fence->str);
+        printf(", fence %" PRIu64 "\n", h->fence);
+        return;
+    }
+    if (h->ttl_ms >= 0)
+        printf(", %" PRId64 " ms left", h->ttl_ms);
+    else
+        printf(", no expiry");
+    if (h->fence)
+        printf(", fence %" PRIu64, h->fence);
+    if (h->detail[0] && strcmp(engine, "redis") != 0)
+        printf(" (%s)", h->detail);
+    printf("\n");
+}
+
+/* Prints engine @e's lines from its entries v[0..n). */
+static void print_engine(const char *e, const cerb_holder_info *v, size_t n)
+{
+    size_t i = 0;
+    if (n > 0 && !v[0].waiting) {
+        printf("%s: held by ", e);
+        print_holder(e, &v[0]);
+        i = 1;
+    } else {
+        printf("%s: free\n", e);
+    }
+    for (size_t k = i; k < n; k++) {
+        printf(k == i ? "%s: waiting: " : ", ", e);
+        if (strcmp(e, "zk") == 0)
+            print_zk_owner(&v[k]);
+        else
+            print_owner(e, v[k].owner);
+    }
+    if (n > i)
         printf("\n");
+}
+
+/* Prints engine @e's line for a failed inspection; returns the exit code. */
+static int print_failure(const char *e, cerb_status st, const char *why)
+{
+    switch (st) {
+    case CERB_EINVAL: /* the name, refused by this engine's rule */
+        printf("%s: not a valid lock name here\n", e);
+        cerb__cli_error("%s", why);
+        return CLI_EXIT_USAGE;
+    case CERB_ENOMEM:
+        cerb__cli_error("%s: out of memory", e);
+        return CLI_EXIT_OSERR;
+    case CERB_EIO:
+    case CERB_TIMEOUT:
+    case CERB_UNAVAILABLE:
+        printf("%s: unreachable\n", e);
+        cerb__cli_error("%s: unreachable: %s", e, why);
+        return CLI_EXIT_UNAVAILABLE;
+    default:
+        printf("%s: error\n", e);
+        cerb__cli_error("%s: %s", e, why);
+        return cerb__cli_exit_code(st);
     }
-    /* Waiters: the queue in order, those whose deadline has not passed. */
-    const redisReply *queue = r->element[Q_QUEUE], *data = r->element[Q_DATA],
-                     *tm = r->element[Q_TIME];
-    if (queue->type == REDIS_REPLY_ARRAY && queue->elements > 0 &&
-        data->type == REDIS_REPLY_ARRAY && tm->type == REDIS_REPLY_ARRAY &&
-        tm->elements == 2 && tm->element[0]->type == REDIS_REPLY_STRING &&
-        tm->element[1]->type == REDIS_REPLY_STRING) {
-        int64_t now = strtoll(tm->element[0]->str, NULL, 10) * 1000 +
-                      strtoll(tm->element[1]->str, NULL, 10) / 1000;
-        int shown = 0;
-        for (size_t i = 0; i < queue->elements; i++) {
-            const redisReply *tok = queue->element[i];
-            if (tok->type != REDIS_REPLY_STRING || waiter_deadline(data, tok) < now)
-                continue;
-            printf(shown++ ? ", " : "redis: waiting: ");
-            cerb__cli_print_bytes(tok->str, tok->len);
-        }
-        if (shown)
-            printf("\n");
-    }
-out:
-    freeReplyObject(r);
-    free(k);
-    free(f);
-    free(q);
-    free(d);
-    redisFree(ctx);
-    return rc_exit;
 }
 
 /* `holders [--] NAME`: -1 to go on with *name, or the exit code (printed). */
@@ -312,8 +213,9 @@ int cerb__cli_holders(const struct cerb__cli *cli, int argc, char **argv)
 {
     const char *name = NULL;
     struct cerb_config *cfg = NULL;
+    cerb_client *c = NULL;
     cerb_status st;
-    int rc = CLI_EXIT_OK;
+    int rc;
 
     rc = parse_args(argc, argv, &name);
     if (rc >= 0)
@@ -325,37 +227,45 @@ int cerb__cli_holders(const struct cerb__cli *cli, int argc, char **argv)
         cerb__cli_error("%s", cerb_last_error());
         return cerb__cli_exit_code(st);
     }
-    for (size_t i = 0; i < cfg->n_engines; i++) {
+    /* Engines that do not answer are reported below, one line each: the
+     * library's warnings about them would say it twice. */
+    cerb__cli_log_init(cli, CERB_LOG_ERROR);
+    st = cerb_client_open(&c, cli->config_path);
+    if (st != CERB_OK && st != CERB_ECONFIG && st != CERB_ENOMEM) {
+        /* Not one engine would open: each is unreachable. */
+        char why[512];
+        snprintf(why, sizeof why, "%s", cerb_last_error());
+        for (size_t i = 0; i < cfg->n_engines; i++) {
+            fflush(stdout);
+            int r = print_failure(cfg->engines[i], st, why);
+            if (rc == CLI_EXIT_OK)
+                rc = r;
+        }
+    } else if (st != CERB_OK) {
+        cerb__cli_error("%s", cerb_last_error());
+        rc = cerb__cli_exit_code(st);
+    }
+    for (size_t i = 0; c && i < cfg->n_engines; i++) {
         const char *e = cfg->engines[i];
-        const struct cerb_engine_ops *ops = cerb__engine_find(e);
+        cerb_holder_info *v = NULL;
+        size_t n = 0;
         int r = CLI_EXIT_OK;
         fflush(stdout);
-        if (ops && cerb__engine_check_name(ops, name) != CERB_OK) {
-            /* Shown, not fatal: the name may still be fine elsewhere. */
-            const char *why = cerb_last_error();
-            bool named = strncmp(why, e, strlen(e)) == 0; /* "zk: ..." */
-            printf("%s: not a valid lock name here\n", e);
-            cerb__cli_error("%s%s%s", named ? "" : e, named ? "" : ": ", why);
-            r = CLI_EXIT_USAGE;
-        } else if (strcmp(e, "redis") == 0) {
-            r = holders_redis(&cfg->redis, name);
-#ifdef CERB_CLI_WITH_ZK
-        } else if (strcmp(e, "zk") == 0) {
-            r = cerb__cli_holders_zk(&cfg->zk, name, cli->verbose);
-#endif
-#ifdef CERB_CLI_WITH_ETCD
-        } else if (strcmp(e, "etcd") == 0) {
-            r = cerb__cli_holders_etcd(&cfg->etcd, name, cli->verbose);
-#endif
-        } else if (strcmp(e, "local") == 0) {
+        if (strcmp(e, "local") == 0) {
             printf("local: in-process, not visible from here\n");
-        } else {
-            printf("%s: not supported by this build\n", e);
+            continue;
         }
+        st = cerb_lock_inspect(c, name, e, &v, &n);
+        if (st == CERB_OK)
+            print_engine(e, v, n);
+        else
+            r = print_failure(e, st, cerb_last_error());
+        cerb_holders_free(v, n);
         fflush(stdout);
         if (r != CLI_EXIT_OK && rc == CLI_EXIT_OK)
             rc = r;
     }
+    cerb_client_close(c);
     cerb__config_free(cfg);
     return rc;
 }

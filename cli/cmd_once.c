@@ -23,8 +23,6 @@
  *  - UNAVAILABLE (guard.on_unavailable = "refuse"): 69. With "allow" the
  *    library answers OK degraded: a warning, and CMD runs unprotected.
  */
-#include "internal_posix.h"
-
 #include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>

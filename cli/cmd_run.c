@@ -38,8 +38,6 @@
  *     it died of signal N, or 76 if the lock was lost (callback, or the
  *     release finding it lost) and --on-lost is kill.
  */
-#include "internal_posix.h"
-
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>

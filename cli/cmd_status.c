@@ -15,8 +15,6 @@
  * collector), after `cerberus_up` (0 when no engine could be opened: then
  * it is the only sample).
  */
-#include "internal_posix.h"
-
 #include <inttypes.h>
 #include <jansson.h>
 #include <stdio.h>
@@ -24,7 +22,6 @@
 #include <string.h>
 #include <time.h>
 
-#include "breaker.h"
 #include "cli.h"
 #include "config.h"
 
@@ -44,8 +41,23 @@ const char cerb__cli_status_usage[] =
     "\n"
     "Exit status: 0 ok, 69 no engine reachable, 78 configuration error.\n";
 
-/* The breaker's own names, so the CLI and the log say the same. */
-#define breaker_name(b) cerb__breaker_state_name(b)
+/* The breaker's names as the library's log spells them. */
+static const char *breaker_name(enum cerb_breaker_state s)
+{
+    switch (s) {
+    case CERB_BREAKER_CLOSED:
+        return "closed";
+    case CERB_BREAKER_OPEN:
+        return "open";
+    case CERB_BREAKER_HALF_OPEN:
+        return "half_open";
+    case CERB_BREAKER_DISABLED:
+        return "disabled";
+    case CERB_BREAKER_FORCED_OPEN:
+        return "forced_open";
+    }
+    return "unknown"; /* after the switch: -Wswitch names a new state */
+}
 
 /* One engine's row; `have` is false when there was no client to ask. */
 struct row {

@@ -25,8 +25,6 @@
  * the lock that the path still names the file it locked, and starts over
  * on the new one when it does not, so no epoch bump is lost.
  */
-#include "internal_posix.h"
-
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>

@@ -26,8 +26,6 @@
  * tests/fuzz/fuzz_cli_args.c can call them on any argv. main() itself is in
  * cerberus.c.
  */
-#include "internal_posix.h"
-
 #include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -201,14 +199,19 @@ static void log_sink(cerb_log_level level, const char *line, void *ud)
         fprintf(stderr, "cerberus: %s: %s\n", names[level], line);
 }
 
-int cerb__cli_open_client(const struct cerb__cli *cli, cerb_client **out)
+void cerb__cli_log_init(const struct cerb__cli *cli, cerb_log_level quiet)
 {
     cerb_log_level lvl = cli->verbose >= 2   ? CERB_LOG_DEBUG
                          : cli->verbose == 1 ? CERB_LOG_INFO
-                                             : CERB_LOG_WARN;
+                                             : quiet;
+    cerb_log_set(log_sink, NULL, lvl);
+}
+
+int cerb__cli_open_client(const struct cerb__cli *cli, cerb_client **out)
+{
     cerb_status st;
 
-    cerb_log_set(log_sink, NULL, lvl);
+    cerb__cli_log_init(cli, CERB_LOG_WARN);
     st = cerb_client_open(out, cli->config_path);
     if (st == CERB_OK)
         return CLI_EXIT_OK;

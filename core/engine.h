@@ -37,10 +37,12 @@
 #include "cerberus.h"
 
 struct cerb_config;
+struct cerb_holders;
 
 #define CERB_ENGINE_OPS_V1 1
 #define CERB_ENGINE_OPS_V2 2 /* + the idempotency guard's records (§11) */
-#define CERB_ENGINE_OPS_VERSION CERB_ENGINE_OPS_V2
+#define CERB_ENGINE_OPS_V3 3 /* + inspect: who holds a name (§13) */
+#define CERB_ENGINE_OPS_VERSION CERB_ENGINE_OPS_V3
 
 /* Capability bits in cerb_engine_ops.caps. */
 enum {
@@ -274,6 +276,16 @@ struct cerb_engine_ops {
      * timed out (like check_owner). */
     cerb_status (*guard_check)(cerb_engine *e, const cerb_guard_rec *rec,
                                cerb_guard_found *found);
+
+    /* ---- version 3: inspection (core/inspect.c, DESIGN.md §13) ---- */
+
+    /* Optional (NULL: the core answers CERB_UNAVAILABLE "engine X cannot be
+     * inspected"): who holds `name` (already checked by check_name) and
+     * who waits for it, read-only, bounded by the engine's operation
+     * timeout. Add the holder first, then the waiters in queue order, with
+     * cerb__holders_add(); add nothing when the name is free. On an error
+     * the core drops whatever was added. */
+    cerb_status (*inspect)(cerb_engine *e, const char *name, struct cerb_holders *out);
 };
 
 /* ---- registry and checking shims (engine.c) ---- */
@@ -323,6 +335,28 @@ int64_t cerb__engine_hold_bound_ms(const struct cerb_engine_ops *ops, cerb_engin
  * tell (no `held` method), or its error. */
 cerb_status cerb__engine_held(const struct cerb_engine_ops *ops, cerb_engine *e,
                               const char *name);
+
+/*
+ * What inspect() builds (core/inspect.c): a growing array of entries whose
+ * strings are copies made here, so an engine passes its own buffers.
+ */
+struct cerb_holders {
+    cerb_holder_info *v;
+    size_t n, cap;
+};
+/* Append one entry: owner (owner_len bytes; a NUL inside ends it), detail
+ * (NULL = ""). `engine` is filled by the shim. CERB_ENOMEM on failure. */
+cerb_status cerb__holders_add(struct cerb_holders *h, const char *owner, size_t owner_len,
+                              int waiting, uint64_t fence, int64_t ttl_ms, const char *detail);
+/* Free what was added and zero it. */
+void cerb__holders_clear(struct cerb_holders *h);
+/* The inspect shim: CERB_UNAVAILABLE when the table is older than version
+ * 3, has no inspect, or the engine is not open; the name is checked with
+ * the engine's check_name first. Entries are appended to `out` (engine
+ * field set); on an error nothing is appended. */
+bool cerb__engine_has_inspect(const struct cerb_engine_ops *ops);
+cerb_status cerb__engine_inspect(const struct cerb_engine_ops *ops, cerb_engine *e,
+                                 const char *name, struct cerb_holders *out);
 
 /* Guard shims (core/guard_engine.c). Each gives CERB_UNAVAILABLE, with the
  * reason in cerb_last_error(), when the engine has no guard (a table older

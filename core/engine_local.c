@@ -420,6 +420,51 @@ static cerb_status local_held(cerb_engine *e, const char *name)
     return st;
 }
 
+/*
+ * inspect(): in-process, the entry's holder (token, fence, lease left) and
+ * its FIFO of waiters; with local.dir, whether another open file holds the
+ * flock (the holder is then known only as the file, with the fence the
+ * file records, and waiters poll, so none are listed).
+ */
+static cerb_status local_inspect(cerb_engine *e, const char *name, struct cerb_holders *out)
+{
+    cerb_status st = CERB_OK;
+    if (e->dir) {
+        char path[4096], buf[24] = {0};
+        uint64_t fence = 0;
+        st = file_path(e, name, path, sizeof path);
+        if (st != CERB_OK)
+            return st;
+        int fd = open(path, O_RDONLY | O_CLOEXEC);
+        if (fd < 0)
+            return errno == ENOENT ? CERB_OK /* never locked */
+                                   : cerb__error_set(CERB_EIO, "local: open %s: %s", path,
+                                                     strerror(errno));
+        if (flock(fd, LOCK_SH | LOCK_NB) != 0) {
+            if (pread(fd, buf, sizeof buf - 1, 0) > 0)
+                sscanf(buf, "%20lu", (unsigned long *)&fence);
+            st = cerb__holders_add(out, path, strlen(path), 0, fence, -1, "flock");
+        }
+        close(fd); /* drops the shared flock, if it got one */
+        return st;
+    }
+    cerb__mutex_lock(&table_mu);
+    struct local_entry *en = table[hash_name(name)];
+    while (en && strcmp(en->name, name) != 0)
+        en = en->next;
+    int64_t now = cerb_monotime();
+    if (en && !entry_free_now(en, now)) {
+        int64_t ttl = en->expires_ns == CERB_DEADLINE_NEVER
+                          ? -1
+                          : (en->expires_ns - now) / CERB_NS_PER_MS;
+        st = cerb__holders_add(out, en->token, strlen(en->token), 0, en->fence, ttl, "");
+    }
+    for (struct local_waiter *w = en ? en->head : NULL; st == CERB_OK && w; w = w->next)
+        st = cerb__holders_add(out, w->token, strlen(w->token), 1, 0, -1, "");
+    cerb__mutex_unlock(&table_mu);
+    return st;
+}
+
 const char *cerb__local_dir(const cerb_engine *e)
 {
     return e->dir;
@@ -431,7 +476,7 @@ static cerb_status local_probe(cerb_engine *e, int64_t timeout_ms)
 }
 
 const struct cerb_engine_ops cerb__local_engine_ops = {
-    .version = CERB_ENGINE_OPS_V2,
+    .version = CERB_ENGINE_OPS_V3,
     .name = "local",
     .caps = CERB_CAP_FENCING | CERB_CAP_FAIR_QUEUE | CERB_CAP_WAIT | CERB_CAP_FENCE_FLOOR,
     .lock_priv_size = sizeof(struct local_priv),
@@ -449,4 +494,6 @@ const struct cerb_engine_ops cerb__local_engine_ops = {
     .guard_renew = cerb__local_guard_renew,
     .guard_finish = cerb__local_guard_finish,
     .guard_check = cerb__local_guard_check,
+    /* version 3: inspection */
+    .inspect = local_inspect,
 };

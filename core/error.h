@@ -27,4 +27,14 @@ void cerb__error_prefix(const char *fmt, ...) CERB_PRINTF(1, 2);
 /* Copy of the current last error into buf (for keeping it across calls). */
 void cerb__error_copy(char *buf, size_t len);
 
+/*
+ * Copy `in` into buf (cut to len, always terminated) with the userinfo of
+ * every URL in it redacted: the password of "scheme:" "//user:pass@host"
+ * becomes "***", and userinfo without a ':' (a token) becomes "***" whole.
+ * Every error (cerb__error_set, _prefix) and every log line goes through
+ * it, so a password written into an endpoint never reaches either.
+ * Returns buf.
+ */
+const char *cerb__redact_urls(const char *in, char *buf, size_t len);
+
 #endif

@@ -11,8 +11,10 @@
 #include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
+#include <string.h>
 #include <time.h>
 
+#include "error.h"
 #include "sync.h"
 
 static cerb_mutex sink_mu = {PTHREAD_MUTEX_INITIALIZER};
@@ -50,6 +52,9 @@ void cerb__log(cerb_log_level level, const char *fmt, ...)
     va_start(ap, fmt);
     vsnprintf(line, sizeof line, fmt, ap);
     va_end(ap);
+    /* An endpoint in the line may carry a password (URL userinfo). */
+    char clean[sizeof line];
+    const char *out = strstr(line, "://") ? cerb__redact_urls(line, clean, sizeof clean) : line;
 
     /* The sink is application code: call it with no mutex held (it may
      * log through us, or call the library). A line formatted just as
@@ -59,7 +64,7 @@ void cerb__log(cerb_log_level level, const char *fmt, ...)
     void *ud = sink_ud;
     cerb__mutex_unlock(&sink_mu);
     if (cb) {
-        cb(level, line, ud);
+        cb(level, out, ud);
     } else {
         struct timespec ts;
         struct tm tm;
@@ -67,6 +72,6 @@ void cerb__log(cerb_log_level level, const char *fmt, ...)
         gmtime_r(&ts.tv_sec, &tm);
         fprintf(stderr, "%04d-%02d-%02dT%02d:%02d:%02d.%03ldZ cerberus %s: %s\n",
                 tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday, tm.tm_hour,
-                tm.tm_min, tm.tm_sec, ts.tv_nsec / 1000000, names[level], line);
+                tm.tm_min, tm.tm_sec, ts.tv_nsec / 1000000, names[level], out);
     }
 }

@@ -234,7 +234,7 @@ static cerb_status etcd_check_name(const char *name)
 }
 
 const struct cerb_engine_ops cerb__etcd_engine_ops = {
-    .version = CERB_ENGINE_OPS_V2,
+    .version = CERB_ENGINE_OPS_V3,
     .name = "etcd",
     .caps = CERB_CAP_FENCING | CERB_CAP_FAIR_QUEUE | CERB_CAP_WAIT | CERB_CAP_CROSS_PROCESS |
             CERB_CAP_FENCE_FLOOR,
@@ -255,4 +255,6 @@ const struct cerb_engine_ops cerb__etcd_engine_ops = {
     .guard_renew = cerb__etcd_guard_renew,
     .guard_finish = cerb__etcd_guard_finish,
     .guard_check = cerb__etcd_guard_check,
+    /* version 3: inspection (etcd_inspect.c) */
+    .inspect = cerb__etcd_op_inspect,
 };

@@ -293,4 +293,10 @@ cerb_status cerb__etcd_watch_delete(cerb_engine *e, cerb_engine_lock *lk, const 
                                     int64_t until_ns, const atomic_int *interrupted,
                                     uint64_t gen, enum etcd_watch_end *end);
 
+/* ---- etcd_inspect.c ---- */
+
+/* ops->inspect: who holds a name and who waits (a range read and the
+ * holder's lease time to live). */
+cerb_status cerb__etcd_op_inspect(cerb_engine *e, const char *name, struct cerb_holders *out);
+
 #endif

@@ -145,7 +145,7 @@ static cerb_status redis_check_name(const char *name)
 }
 
 const struct cerb_engine_ops cerb__redis_engine_ops = {
-    .version = CERB_ENGINE_OPS_V2,
+    .version = CERB_ENGINE_OPS_V3,
     .name = "redis",
     .caps = CERB_CAP_FENCING | CERB_CAP_FAIR_QUEUE | CERB_CAP_WAIT | CERB_CAP_BATCH_RENEW |
             CERB_CAP_CROSS_PROCESS | CERB_CAP_FENCE_FLOOR,
@@ -167,4 +167,6 @@ const struct cerb_engine_ops cerb__redis_engine_ops = {
     .guard_renew = cerb__redis_guard_renew,
     .guard_finish = cerb__redis_guard_finish,
     .guard_check = cerb__redis_guard_check,
+    /* version 3: inspection (redis_inspect.c) */
+    .inspect = cerb__redis_op_inspect,
 };

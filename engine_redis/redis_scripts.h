@@ -116,6 +116,8 @@ cerb_status cerb__redis_confirm_replicas(cerb_engine *e, const struct redis_keys
 cerb_status cerb__redis_op_check(cerb_engine *e, cerb_engine_lock *lk, cerb_grant *grant);
 cerb_status cerb__redis_op_held(cerb_engine *e, const char *name);
 cerb_status cerb__redis_op_probe(cerb_engine *e, int64_t timeout_ms);
+/* redis_inspect.c: who holds a name and who waits (one MULTI, read-only). */
+cerb_status cerb__redis_op_inspect(cerb_engine *e, const char *name, struct cerb_holders *out);
 
 /* redis_wait.c */
 cerb_status cerb__redis_op_acquire(cerb_engine *e, cerb_engine_lock *lk, int64_t deadline_ns,

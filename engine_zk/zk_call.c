@@ -41,6 +41,9 @@ static void call_free(struct zk_call *c)
         cerb__free(c->res[i].self);
         cerb__free(c->res[i].uuid);
         cerb__zk_children_clear(&c->res[i].kids);
+        for (size_t k = 0; k < c->res[i].n_names; k++)
+            cerb__free(c->res[i].names[k]);
+        cerb__free(c->res[i].names);
     }
     cerb__cond_destroy(&c->cond);
     cerb__mutex_destroy(&c->mu);
@@ -126,6 +129,23 @@ static void children_done(int rc, const struct String_vector *v, const void *dat
             self = cerb__zk_basename(r->call->res[r->self_from].path);
         cerb__zk_children_analyze(v, self, r->uuid, &r->kids);
         if (r->kids.oom)
+            rc = CERB_ZK_RC_NOMEM;
+    }
+    finish(r, rc);
+}
+
+/* The vector is the client's: copy the names before returning. */
+static void list_done(int rc, const struct String_vector *v, const void *data)
+{
+    struct zk_res *r = (struct zk_res *)data;
+    if (rc == ZOK && v && v->count > 0) {
+        r->names = cerb__calloc((size_t)v->count, sizeof *r->names);
+        for (int i = 0; r->names && i < v->count; i++) {
+            if (!(r->names[i] = cerb__strdup(v->data[i])))
+                break;
+            r->n_names++;
+        }
+        if (r->n_names != (size_t)v->count)
             rc = CERB_ZK_RC_NOMEM;
     }
     finish(r, rc);
@@ -264,6 +284,13 @@ int cerb__zk_call_children(struct zk_call *c, struct zk_session *s, const char *
     if ((self && !r->self) || (uuid && !r->uuid))
         return slot_end(c, r, CERB_ZK_RC_NOMEM); /* not sent */
     int rc = zoo_aget_children(s->zh, path, 0, children_done, r);
+    return slot_end(c, r, rc);
+}
+
+int cerb__zk_call_list(struct zk_call *c, struct zk_session *s, const char *path)
+{
+    struct zk_res *r = slot_begin(c, s, ZK_REQ_LIST);
+    int rc = zoo_aget_children(s->zh, path, 0, list_done, r);
     return slot_end(c, r, rc);
 }
 

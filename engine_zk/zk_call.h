@@ -44,7 +44,8 @@ enum zk_req {
     ZK_REQ_WCHILDREN, /* zoo_awget_children: arms a child watch */
     ZK_REQ_SET,      /* zoo_aset; on_done sees the answer */
     ZK_REQ_GET,      /* zoo_aget, no watch: data and stat */
-    ZK_REQ_LOCK_MULTI /* zoo_amulti: check + create + setData (below) */
+    ZK_REQ_LOCK_MULTI, /* zoo_amulti: check + create + setData (below) */
+    ZK_REQ_LIST       /* zoo_aget_children: every name kept (inspection) */
 };
 
 /* The operations of a LOCK_MULTI, in order (index into zk_res.mres). */
@@ -90,6 +91,9 @@ struct zk_res {
     char *self;
     char *uuid;
     struct zk_children kids;
+    /* LIST: copies of the children's names (owned by the call). */
+    char **names;
+    size_t n_names;
 };
 
 struct zk_call {
@@ -146,6 +150,9 @@ int cerb__zk_call_wchildren(struct zk_call *c, struct zk_session *s, const char 
                             watcher_fn watcher, void *watcher_ctx,
                             void (*on_done)(struct zk_res *), void *owner, uint64_t owner_id);
 
+/* List a node's children, keeping every name (res.names), no watch:
+ * inspection (zk_inspect.c), where the whole queue is the answer. */
+int cerb__zk_call_list(struct zk_call *c, struct zk_session *s, const char *path);
 /* Wait until every submitted request is answered (true) or the deadline
  * passes (false). */
 bool cerb__zk_call_wait(struct zk_call *c, int64_t deadline_ns);

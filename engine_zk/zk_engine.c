@@ -130,7 +130,7 @@ static cerb_status zk_check_name(const char *name)
 }
 
 const struct cerb_engine_ops cerb__zk_engine_ops = {
-    .version = CERB_ENGINE_OPS_V1,
+    .version = CERB_ENGINE_OPS_V3,
     .name = "zk",
     .caps = CERB_CAP_FENCING | CERB_CAP_FAIR_QUEUE | CERB_CAP_WAIT | CERB_CAP_CROSS_PROCESS |
             CERB_CAP_FENCE_FLOOR,
@@ -148,4 +148,6 @@ const struct cerb_engine_ops cerb__zk_engine_ops = {
     .stats = zk_stats,
     .check_name = zk_check_name,
     .hold_bound_ms = cerb__zk_op_hold_bound,
+    /* version 3: inspection (zk_inspect.c) */
+    .inspect = cerb__zk_op_inspect,
 };

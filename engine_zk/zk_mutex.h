@@ -21,6 +21,8 @@ cerb_status cerb__zk_op_check(cerb_engine *e, cerb_engine_lock *lk, cerb_grant *
 void cerb__zk_op_cancel(cerb_engine *e, cerb_engine_lock *lk);
 cerb_status cerb__zk_op_probe(cerb_engine *e, int64_t timeout_ms);
 cerb_status cerb__zk_op_held(cerb_engine *e, const char *name);
+/* zk_inspect.c: who holds a name and who waits (two reads, no watch). */
+cerb_status cerb__zk_op_inspect(cerb_engine *e, const char *name, struct cerb_holders *out);
 
 /* Keeper: send again the marks of held nodes that did not land
  * (zk_mutex.c, announce). */

@@ -457,6 +457,66 @@ cerb_status cerb_multilock_lock(cerb_lock **locks, size_t n, int64_t wait_ms);
 cerb_status cerb_multilock_unlock(cerb_lock **locks, size_t n);
 
 
+/* ------------------------------------------------------------- inspection */
+
+/**
+ * One entry of cerb_lock_inspect(): the holder of a name on one engine, or
+ * one of its waiters. Every pointer is owned by the array (freed by
+ * cerb_holders_free); `engine` is the engine's static name.
+ */
+typedef struct cerb_holder_info {
+    const char *engine;  /* engine name ("redis", "zk", "etcd", "local") */
+    const char *owner;   /* token, node name or key, as the engine stores it */
+    int waiting;         /* 0 the holder, 1 a waiter (listed in queue order) */
+    uint64_t fence;      /* the engine's counter for this hold; 0 unknown */
+    int64_t ttl_ms;      /* lease left; -1 unknown or session-bound */
+    const char *detail;  /* session id, lease id, ...; "" when none */
+} cerb_holder_info;
+
+/**
+ * cerb_lock_inspect — who holds lock @name and who waits for it, read from
+ * the servers through each engine's own connections, credentials and wire
+ * layout, without changing anything there. Holds of other processes and
+ * other client libraries speaking the same layout (redis-py, Curator,
+ * etcdctl) are seen as well as ours.
+ *
+ * @engine: the configured engine to ask; NULL asks every configured engine
+ *   that is open, in configuration order (an engine that has not opened —
+ *   it did not answer when the client opened and has not since — is left
+ *   out; ask it by name to get its error). A named engine that is not open
+ *   yet is opened first.
+ * @out, @n: set to a malloc'd array of *n entries, per engine the holder
+ *   (waiting = 0) first, then the waiters in queue order (waiting = 1);
+ *   *out = NULL and *n = 0 when nobody holds the name. `fence` is the
+ *   engine's counter (the low 48 bits of the holder's fencing token; 0 for
+ *   waiters and when unknown, e.g. a redis-py lock); `ttl_ms` what its lease
+ *   has left on the server (-1: no lease, or bound to a session, as on
+ *   ZooKeeper); `detail` what else the engine keeps (zk: the session, etcd:
+ *   the lease's granted TTL). The answer is one consistent read where the
+ *   server allows it (one MULTI on Redis, one range read on etcd).
+ * Returns: CERB_OK; CERB_EINVAL for a bad client, a NULL or invalid @name
+ *   (on the engine asked, e.g. a '/' on zk and etcd), an @engine that is not
+ *   configured, or NULL @out / @n; CERB_UNAVAILABLE when the engine cannot be
+ *   inspected ("engine X cannot be inspected") or is not open; or the
+ *   engine's error (CERB_EIO, CERB_TIMEOUT, CERB_EPROTO ...), with the reason
+ *   in cerb_last_error() prefixed by the engine's name.
+ *   Partial results: with @engine NULL every open engine is asked even when
+ *   one fails; *out then holds the entries of the engines that answered and
+ *   the status is the first failing engine's error. Free *out with
+ *   cerb_holders_free() whatever the status.
+ * Blocking: each engine's read is bounded by its operation timeout (ZooKeeper:
+ *   its connect timeout per round trip; two round trips).
+ * Thread-safety: any thread; concurrent with every lock call.
+ */
+cerb_status cerb_lock_inspect(cerb_client *c, const char *name, const char *engine,
+                              cerb_holder_info **out, size_t *n);
+
+/**
+ * cerb_holders_free — free what cerb_lock_inspect() returned (@v and the
+ * strings of its @n entries). cerb_holders_free(NULL, 0) does nothing.
+ */
+void cerb_holders_free(cerb_holder_info *v, size_t n);
+
 /* ------------------------------------------------------ idempotency guard */
 
 /*

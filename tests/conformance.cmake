@@ -41,3 +41,24 @@ endif()
 if(CERB_WITH_ETCD)
   cerb_conformance_suite(etcd FIXTURES etcd ENV CERB_ETCD_PORT=${CERB_TEST_ETCD_PORT})
 endif()
+
+# cerb_lock_inspect on each engine (integration/inspect_conformance.c), built
+# the same way: inspect_<engine>, the engine named by CERB_CONFORMANCE_ENGINE.
+function(cerb_inspect_suite engine)
+  cerb_add_suite(NAME inspect_${engine}
+    SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/integration/inspect_conformance.c
+    LABELS integration conformance TIMEOUT 120 ${ARGN})
+  target_compile_definitions(inspect_${engine} PRIVATE
+    CERB_CONFORMANCE_ENGINE="${engine}" ${CERB_CONFORMANCE_DEFS})
+endfunction()
+
+cerb_inspect_suite(local)
+if(TARGET PkgConfig::HIREDIS)
+  cerb_inspect_suite(redis FIXTURES redis)
+endif()
+if(CERB_WITH_ZK)
+  cerb_inspect_suite(zk FIXTURES zk ENV CERB_ZK_PORT=${CERB_TEST_ZK_PORT})
+endif()
+if(CERB_WITH_ETCD)
+  cerb_inspect_suite(etcd FIXTURES etcd ENV CERB_ETCD_PORT=${CERB_TEST_ETCD_PORT})
+endif()

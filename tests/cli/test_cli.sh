@@ -312,6 +312,43 @@ cerb -c "$CFG" check
 expect_rc 0 "check: a valid file exits 0"
 expect_out "^$CFG: ok\$" "check: prints FILE: ok"
 
+# check warns on stderr, exit status unchanged, when a file that holds a
+# password is readable by group or others (as ssh does for keys); not when
+# it is private, nor for a readable file without one.
+S=$WORK/secret
+mkdir -p "$S"
+printf 'engines = ("redis");\nredis = { password = "pw"; };\n' >"$S/redis.cfg"
+printf 'engines = ("redis");\nredis = { mode = "sentinel"; sentinels = ("127.0.0.1:1"); master_name = "m"; sentinel_password = "pw"; };\n' >"$S/sentinel.cfg"
+printf 'engines = ("zk");\nzk = { user = "u"; password = "pw"; };\n' >"$S/zk.cfg"
+printf 'engines = ("etcd");\netcd = { user = "u"; password = "pw"; };\n' >"$S/etcd.cfg"
+printf 'engines = ("etcd");\netcd = { endpoints = ("http://u:pw@127.0.0.1:1"); };\n' >"$S/etcd_url.cfg"
+for f in redis sentinel zk etcd etcd_url; do
+    for mode in 644 640 604; do
+        chmod "$mode" "$S/$f.cfg"
+        cerb_split check "$S/$f.cfg"
+        if [ "$RC" -eq 0 ] && printf '%s\n' "$ERR" | grep -q "^cerberus: warning: $S/$f.cfg holds a password .*readable by" &&
+            ! printf '%s\n' "$ERR" | grep -q 'pw'; then
+            ok "check: $f.cfg with mode $mode -> 0 and a warning"
+        else
+            not_ok "check: $f.cfg with mode $mode -> 0 and a warning" "rc $RC" "$OUT" "stderr: $ERR"
+        fi
+    done
+    chmod 600 "$S/$f.cfg"
+    cerb_split check "$S/$f.cfg"
+    if [ "$RC" -eq 0 ] && [ -z "$ERR" ]; then
+        ok "check: $f.cfg with mode 600 -> 0, no warning"
+    else
+        not_ok "check: $f.cfg with mode 600 -> 0, no warning" "rc $RC" "stderr: $ERR"
+    fi
+done
+chmod 644 "$CFG"
+cerb_split check "$CFG"
+if [ "$RC" -eq 0 ] && [ -z "$ERR" ]; then
+    ok "check: a readable file without a password -> no warning"
+else
+    not_ok "check: a readable file without a password -> no warning" "rc $RC" "stderr: $ERR"
+fi
+
 B=$WORK/broken
 mkdir -p "$B"
 printf 'engines = ("redis");\nepoch = "x";\n' >"$B/type.cfg"
@@ -767,6 +804,21 @@ if [ "$RC" -eq 69 ] && [ "$OUT" = "$ENGINE: unreachable" ] &&
     ok "holders with $ENGINE down -> 69, \"$ENGINE: unreachable\" and why"
 else
     not_ok "holders with $ENGINE down" "rc $RC" "$OUT" "stderr: $ERR"
+fi
+# The password of an endpoint written with credentials is shown nowhere:
+# not by holders, not by status, whose errors name the endpoint.
+if [ "$ENGINE" = etcd ]; then
+    printf 'engines = ("etcd");\netcd = { endpoints = ("http://root:Pw-%s@127.0.0.1:1"); connect_timeout_ms = 300; op_timeout_ms = 300; };\n' "$$" >"$WORK/secret-ep.cfg"
+    chmod 600 "$WORK/secret-ep.cfg"
+    for c in "holders x" "status" "status --json" "run x -- true"; do
+        cerb_split -c "$WORK/secret-ep.cfg" $c
+        if [ "$RC" -eq 69 ] && ! printf '%s\n%s\n' "$OUT" "$ERR" | grep -q "Pw-$$" &&
+            printf '%s\n' "$ERR" | grep -q 'http://root:\*\*\*@127.0.0.1:1'; then
+            ok "$c with credentials in the endpoint: 69, the password redacted"
+        else
+            not_ok "$c with credentials in the endpoint: 69, the password redacted" "rc $RC" "$OUT" "stderr: $ERR"
+        fi
+    done
 fi
 cerb_split -c "$DEAD" status --json
 if [ "$RC" -eq 69 ] && printf '%s' "$OUT" | "$PY" -m json.tool >/dev/null 2>&1; then

@@ -1,7 +1,7 @@
 /*
  * test_oom_loop.c — allocation failure at every position (SQLite style):
  * for N = 1, 2, … fail the Nth allocation of a whole client life cycle (open,
- * new, lock, reentrant lock, unlock, multilock, free, close) and check that
+ * new, lock, inspect, reentrant lock, unlock, multilock, free, close) and check that
  * each step either succeeds or fails cleanly with CERB_ENOMEM, that nothing
  * leaks (LSan runs on this suite) and nothing crashes, until a run sees no
  * failure at all.
@@ -48,6 +48,15 @@ static int cycle(const char *cfg_text)
         assert_true(ok_or_nomem(st));
         failed += st != CERB_OK;
         if (st == CERB_OK) {
+            /* Inspection while held: the holder, or ENOMEM and nothing. */
+            cerb_holder_info *v = NULL;
+            size_t n = 0;
+            cerb_status si = cerb_lock_inspect(c, "oom-a", NULL, &v, &n);
+            assert_true(ok_or_nomem(si));
+            failed += si != CERB_OK;
+            assert_int_equal(n, si == CERB_OK ? 1 : 0);
+            assert_true(si == CERB_OK || v == NULL);
+            cerb_holders_free(v, n);
             assert_int_equal(cerb_lock_lock(a), CERB_OK); /* reentry allocates nothing */
             assert_int_equal(cerb_lock_unlock(a), CERB_OK);
             assert_int_equal(cerb_lock_unlock(a), CERB_OK);
