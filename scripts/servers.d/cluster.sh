@@ -5,7 +5,8 @@
 #
 #   scripts/servers.sh start|stop|status cluster [--port P]
 #
-# Six cluster-enabled redis nodes on P..P+5 (bus ports P+10000..P+10005),
+# Six cluster-enabled redis nodes on P..P+5 (bus ports P+10000..P+10005, or
+# P-10000.. when those are ephemeral ports: cluster_bus_port),
 # each a plain redis node of servers.sh (redis-<port>.pid/.dir/.log, its
 # nodes.conf in its data dir), joined by `redis-cli --cluster create …
 # --cluster-replicas 1 --cluster-yes`: three masters with one replica each.
@@ -23,6 +24,16 @@
 # slot hash; without it the cluster is left unmarked.
 
 cluster_base() { printf '%s' "${OPT_PORT:-${CERB_CLUSTER_PORT:-27100}}"; }
+
+# cluster_bus_port PORT: the node's cluster bus port, PORT + 10000 as Redis
+# does by default, or PORT - 10000 when that would fall in Linux's ephemeral
+# range (32768-60999): there any outgoing connection, even one in TIME-WAIT
+# (seen: 127.0.0.1:37102 -> :26379), makes the bind fail for a minute.
+cluster_bus_port() {
+    local bus=$(($1 + 10000))
+    ((bus < 32768 || bus > 60999)) || bus=$(($1 - 10000))
+    printf '%s' "$bus"
+}
 
 # cluster_ok PORT: the node says cluster_state:ok and knows six nodes.
 cluster_ok() {
@@ -84,7 +95,7 @@ cluster_start() {
     for i in 0 1 2 3 4 5; do
         p=$((base + i))
         REDIS_EXTRA_ARGS=(--cluster-enabled yes --cluster-config-file nodes.conf
-            --cluster-port $((p + 10000)) --cluster-node-timeout 2000
+            --cluster-port "$(cluster_bus_port "$p")" --cluster-node-timeout 2000
             --repl-diskless-sync yes --repl-diskless-sync-delay 0)
         REDIS_NO_MARKER=1 redis_start_one "$p"
         nodes+=("127.0.0.1:$p")
