@@ -52,6 +52,7 @@ struct redis_conn {
     int64_t idle_since; /* monotonic ns when last given back */
     int slot;           /* index in the command pool; -1 otherwise */
     bool broken;        /* I/O error or timeout: free, never reuse */
+    size_t skip;        /* replies to drop before the next one (ASKING's) */
     uint64_t gen;       /* the master address generation it connected to */
 };
 
@@ -78,6 +79,13 @@ struct cerb_engine {
     struct redis_conn *probe_conn;
     char probe_name[64];               /* reserved lock name of this instance */
     cerb_mutex wait_mu;                /* guards waiter registrations (cancel) */
+    cerb_mutex *wmu;                   /* the one in use: &wait_mu, or in a
+                                          cluster node the routing instance's */
+    /* Cluster mode (redis_cluster.h): the routing instance owns `cl`; each
+     * master node is an instance of its own (single mode, its own pool and
+     * probe) that shares `cl` for the per-slot markers. */
+    struct redis_cluster *cl;
+    bool cl_top;
     char *marker_key;                  /* redis_marker.h */
     size_t marker_key_len;
     _Atomic int64_t quarantine_ms;     /* after a loss: the longest lease
@@ -157,5 +165,9 @@ cerb_status cerb__redis_send(cerb_engine *e, struct redis_conn *c, const char *w
                              cerb_outcome *outcome);
 cerb_status cerb__redis_recv(cerb_engine *e, struct redis_conn *c, const char *what,
                              redisReply **r, cerb_outcome *outcome);
+
+/* Cluster ASK redirection: while set (this thread), every send is preceded
+ * by ASKING on the same connection and its reply dropped. */
+void cerb__redis_set_asking(bool on);
 
 #endif

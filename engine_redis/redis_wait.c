@@ -94,11 +94,11 @@ static void wait_register(cerb_engine *e, cerb_engine_lock *lk, const struct red
 
     if (!p)
         return;
-    cerb__mutex_lock(&e->wait_mu);
+    cerb__mutex_lock(e->wmu);
     p->waiting = true;
     p->cancelled = false;
     p->fd = bc->ctx->fd;
-    cerb__mutex_unlock(&e->wait_mu);
+    cerb__mutex_unlock(e->wmu);
 }
 
 /* Stop being cancellable; true when cancel() hit the registered socket. */
@@ -109,11 +109,11 @@ static bool wait_unregister(cerb_engine *e, cerb_engine_lock *lk)
 
     if (!p)
         return false;
-    cerb__mutex_lock(&e->wait_mu);
+    cerb__mutex_lock(e->wmu);
     hit = p->cancelled;
     p->waiting = false;
     p->cancelled = false;
-    cerb__mutex_unlock(&e->wait_mu);
+    cerb__mutex_unlock(e->wmu);
     return hit;
 }
 
@@ -123,14 +123,14 @@ void cerb__redis_op_cancel(cerb_engine *e, cerb_engine_lock *lk)
 
     if (!p)
         return;
-    cerb__mutex_lock(&e->wait_mu);
+    cerb__mutex_lock(e->wmu);
     /* The socket stays open until the waiter unregisters (it frees the
      * connection only after that), so fd cannot name another file here. */
     if (p->waiting && !p->cancelled) {
         shutdown(p->fd, SHUT_RDWR);
         p->cancelled = true;
     }
-    cerb__mutex_unlock(&e->wait_mu);
+    cerb__mutex_unlock(e->wmu);
 }
 
 /*
@@ -161,7 +161,7 @@ static bool cancel_hit(cerb_engine *e, cerb_engine_lock *lk, struct redis_conn *
  * `st`, keeping its message. `bc` is used when it is clean, else a pool
  * connection. If the leave is not confirmed, the outcome is UNKNOWN.
  */
-static cerb_status give_up(cerb_engine *e, struct redis_conn *bc, const struct redis_keys *ks,
+static cerb_status give_up(cerb_engine *e, struct redis_conn *bc, struct redis_keys *ks,
                            const cerb_engine_lock *lk, cerb_status st, cerb_grant *g)
 {
     char why[CERB_ERROR_MAX];
@@ -191,7 +191,7 @@ static cerb_status give_up(cerb_engine *e, struct redis_conn *bc, const struct r
 
 /* ---- the wait ---- */
 
-static cerb_status wait_loop(cerb_engine *e, cerb_engine_lock *lk, const struct redis_keys *ks,
+static cerb_status wait_loop(cerb_engine *e, cerb_engine_lock *lk, struct redis_keys *ks,
                              int64_t deadline_ns, const atomic_int *intr,
                              struct redis_acquire_result res, int64_t last_sent, cerb_grant *g)
 {
@@ -358,7 +358,7 @@ static cerb_status wait_loop(cerb_engine *e, cerb_engine_lock *lk, const struct 
  * and report an error — never a hold the replicas may not have. A release
  * that fails leaves the key to its lease: nobody holds it.
  */
-cerb_status cerb__redis_confirm_replicas(cerb_engine *e, const struct redis_keys *ks,
+cerb_status cerb__redis_confirm_replicas(cerb_engine *e, struct redis_keys *ks,
                                          cerb_engine_lock *lk, cerb_grant *g, int64_t deadline_ns)
 {
     int n = e->rc->min_replicas_ack;
@@ -432,7 +432,7 @@ cerb_status cerb__redis_op_acquire(cerb_engine *e, cerb_engine_lock *lk, int64_t
     struct redis_acquire_result res;
     struct redis_conn *c;
     int64_t sent = 0, wait_ms = 0;
-    cerb_status st = cerb__redis_keys_init(&ks, e->rc->prefix, lk->name, lk->token);
+    cerb_status st = cerb__redis_keys_init(&ks, e, lk->name, lk->token);
 
     cerb__redis_marker_note_lease(e, lk->lease_ms);
 
