@@ -464,8 +464,8 @@ static cerb_status route(cerb_engine *top, int slot, int64_t deadline_ns, node_o
         /* No redirect: an I/O failure (or a server refusal) whose request
          * did not run. The master may have failed over: read the map and
          * go again if the slot has another master now. */
-        if (st != CERB_EIO && st != CERB_TIMEOUT && st != CERB_UNAVAILABLE)
-            return st;
+        if (st != CERB_EIO && st != CERB_UNAVAILABLE)
+            return st; /* a wait that timed out, an interrupt, a refusal */
         char why[CERB_ERROR_MAX];
         cerb__error_copy(why, sizeof why);
         if (!time_left || refresh(top, deadline_ns, false) != CERB_OK)
