@@ -764,6 +764,7 @@ void cerb__redis_cl_stats(cerb_engine *top, struct redis_counters *sum)
         ADD(leaves);
         ADD(noscript_reloads);
         ADD(data_losses);
+        ADD(master_switches);
 #undef ADD
     }
     cerb__mutex_unlock(&cl->mu);

@@ -19,6 +19,7 @@
 #define CERB_REDIS_CONN_H
 
 #include <hiredis/hiredis.h>
+#include <pthread.h>
 #include <stdbool.h>
 #include <stddef.h>
 
@@ -104,6 +105,9 @@ struct cerb_engine {
     cerb_mutex disc_mu;                /* one discovery at a time */
     int64_t last_discover_ns;          /* disc_mu */
     size_t sentinel_next;              /* disc_mu: the one that answered last */
+    pthread_t watch_thread;            /* +switch-master subscriber (sentinel mode) */
+    bool watch_started;
+    atomic_bool watch_stop;
     struct redis_counters stats;
 };
 

@@ -36,6 +36,7 @@ static void redis_close(cerb_engine *e)
 {
     if (!e)
         return;
+    cerb__redis_watch_stop(e);
     if (e->cl_top)
         cerb__redis_cluster_close(e); /* its nodes first */
     cerb__redis_pool_destroy(e);
@@ -113,6 +114,11 @@ static cerb_status redis_open(const cerb_engine_env *env, cerb_engine **out)
         redis_close(e);
         return st;
     }
+    st = cerb__redis_watch_start(e);
+    if (st != CERB_OK) {
+        redis_close(e);
+        return st;
+    }
     CERB_LOG_D("redis %s: engine open (pool up to %d)", e->where, e->rc->pool_max);
     *out = e;
     return CERB_OK;
@@ -184,6 +190,7 @@ void cerb__redis_stats(cerb_engine *e, struct cerb_redis_stats *out)
         RS_SUM(leaves);
         RS_SUM(noscript_reloads);
         RS_SUM(data_losses);
+        RS_SUM(master_switches);
 #undef RS_SUM
         return;
     }
@@ -201,6 +208,7 @@ void cerb__redis_stats(cerb_engine *e, struct cerb_redis_stats *out)
     RS_LOAD(leaves);
     RS_LOAD(noscript_reloads);
     RS_LOAD(data_losses);
+    RS_LOAD(master_switches);
 #undef RS_LOAD
 }
 
