@@ -191,4 +191,12 @@ const char *cerb__cli_config_name(const struct cerb__cli *cli);
 const char *cerb__cli_error_in(const char *path, const char *msg, char *buf,
                                size_t len);
 
+/* holders_cluster.c: in Redis Cluster mode, *out = rc aimed at the master of
+ * key k's slot (host[] holds its host), *base = the "{…}" part of k's helper
+ * key names (malloc'd). 0, or -1 with err set. */
+struct cerb_redis_config;
+int cerb__cli_redis_cluster_target(const struct cerb_redis_config *rc, const char *k,
+                                   struct cerb_redis_config *out, char *host, size_t hl,
+                                   char **base, char *err, size_t len);
+
 #endif /* CERB_CLI_H */

@@ -173,17 +173,35 @@ static int holders_redis(const struct cerb_redis_config *rc, const char *name)
     redisReply *r = NULL, *x;
     int rc_exit = CLI_EXIT_OK;
 
+    /* Cluster: read the master of K's slot (holders_cluster.c). */
+    struct cerb_redis_config crc;
+    char chost[256], *base = NULL;
+    k = concat3("", prefix, name);
+    if (k && rc->mode == CERB_REDIS_CLUSTER) {
+        if (cerb__cli_redis_cluster_target(rc, k, &crc, chost, sizeof chost, &base, err,
+                                           sizeof err) != 0) {
+            printf("redis: unreachable\n");
+            cerb__cli_error("redis: cluster: %s", err);
+            free(k);
+            return CLI_EXIT_UNAVAILABLE;
+        }
+        rc = &crc;
+    } else if (k) {
+        base = concat3("{", k, "}");
+    }
     ctx = redis_connect(rc, err, sizeof err);
     if (!ctx) {
         printf("redis: unreachable\n");
         cerb__cli_error("redis: unreachable: %s", err);
+        free(k);
+        free(base);
         return CLI_EXIT_UNAVAILABLE;
     }
-    k = concat3("", prefix, name);
     /* "\x1f" apart from the letters, or C reads one longer hex escape. */
-    f = k ? concat3("{", k, "}\x1f" "fence") : NULL;
-    q = k ? concat3("{", k, "}\x1f" "q") : NULL;
-    d = k ? concat3("{", k, "}\x1f" "d") : NULL;
+    f = base ? concat3(base, "\x1f" "fence", "") : NULL;
+    q = base ? concat3(base, "\x1f" "q", "") : NULL;
+    d = base ? concat3(base, "\x1f" "d", "") : NULL;
+    free(base);
     if (!k || !f || !q || !d) {
         cerb__cli_error("out of memory");
         rc_exit = CLI_EXIT_OSERR;

@@ -117,6 +117,16 @@ static void make_tags(struct redis_cluster *cl)
     }
 }
 
+unsigned cerb__redis_slot_tag(unsigned slot)
+{
+    for (unsigned n = 0;; n++) {
+        char b[16];
+        int l = snprintf(b, sizeof b, "%u", n);
+        if (cerb__redis_key_slot(b, (size_t)l) == slot)
+            return n;
+    }
+}
+
 /* ---- nodes and the map ---- */
 
 static struct timeval tv_ms(int64_t ms)

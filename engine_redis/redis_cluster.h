@@ -71,6 +71,9 @@ struct redis_cluster {
 
 /* The hash slot of a key, as Redis computes it (CRC16 of its hash tag). */
 unsigned cerb__redis_key_slot(const char *key, size_t len);
+/* The smallest number whose decimal text hashes to slot (the slot's marker
+ * tag; computed by search, for tools: the engine keeps a table). */
+unsigned cerb__redis_slot_tag(unsigned slot);
 /* Where Redis' hash tag of key lies: *start, *len (the whole key if none). */
 void cerb__redis_hash_tag(const char *key, size_t len, size_t *start, size_t *tlen);
 

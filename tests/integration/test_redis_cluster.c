@@ -722,11 +722,66 @@ static void test_redispy_cluster_interop(void **state)
     unlink(release);
 }
 
+/* ---- `cerberus holders` in cluster mode ---- */
+
+/* The first "redis: " line `cerberus -c cfg holders name` prints (malloc'd).
+ * The command is bounded by the configuration's timeouts. */
+static char *holders_line(const char *cfg, const char *name)
+{
+    char cmd[4096], line[1024];
+    snprintf(cmd, sizeof cmd, "timeout 20 '%s/cli/cerberus' -c '%s' holders '%s' 2>&1",
+             cerb_test_build_dir(), cfg, name);
+    FILE *p = popen(cmd, "r");
+    assert_non_null(p);
+    char *found = NULL;
+    while (fgets(line, sizeof line, p)) {
+        line[strcspn(line, "\n")] = '\0';
+        print_message("holders: %s\n", line);
+        if (!found && strncmp(line, "redis: ", 7) == 0)
+            found = strdup(line);
+    }
+    assert_int_equal(pclose(p), 0);
+    assert_non_null(found);
+    return found;
+}
+
+static void test_cli_holders(void **state)
+{
+    (void)state;
+    char *cfg = cerb_test_write_config(
+        "engines = (\"redis\");\n"
+        "redis = { mode = \"cluster\"; nodes = (\"127.0.0.1:%d\"); };\n", base_port());
+    cerb_client *c = open_client();
+    assert_non_null(c);
+    for (int k = 0; k < 2; k++) {
+        char *u = test_name("cli"), name[128], want[64];
+        /* A plain name, and one with a '}' (helper keys "{n}K..."). */
+        snprintf(name, sizeof name, k ? "%s}x" : "%s", u);
+        free(u);
+        cerb_lock *l = cerb_test_handle(c, name);
+        assert_int_equal(cerb_lock_trylock_for(l, 5000), CERB_OK);
+        snprintf(want, sizeof want, ", fence %llu",
+                 (unsigned long long)(cerb_lock_fencing_token(l) & ((UINT64_C(1) << 48) - 1)));
+        char *line = holders_line(cfg, name);
+        assert_true(strncmp(line, "redis: held by ", 15) == 0);
+        assert_non_null(strstr(line, want));
+        free(line);
+        assert_int_equal(cerb_lock_unlock(l), CERB_OK);
+        line = holders_line(cfg, name);
+        assert_string_equal(line, "redis: free");
+        free(line);
+        cerb_lock_free(l);
+    }
+    cerb_client_close(c);
+    cerb_test_remove_file(cfg);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_spread_exclusion),
         cmocka_unit_test(test_redispy_cluster_interop),
+        cmocka_unit_test(test_cli_holders),
         cmocka_unit_test(test_slot_migration),
         cmocka_unit_test(test_master_killed),
     };
