@@ -286,7 +286,10 @@ static cerb_status refresh(cerb_engine *top, int64_t deadline_ns, bool force)
     cerb__mutex_lock(&cl->mu);
     int n = cl->n_nodes;
     cerb__mutex_unlock(&cl->mu);
-    for (int i = 0; i < n && st != CERB_OK; i++) {
+    /* Starting with the node that answered last: a dead one (a failed
+     * master keeps its place in the list) is not tried first every time. */
+    for (int k = 0; k < n && st != CERB_OK; k++) {
+        int i = (cl->refresh_next + k) % n;
         char host[256];
         int port;
         cerb__mutex_lock(&cl->mu);
@@ -296,6 +299,8 @@ static cerb_status refresh(cerb_engine *top, int64_t deadline_ns, bool force)
         st = slots_from(top, host, port, deadline_ns);
         if (st != CERB_OK)
             cerb__error_copy(why, sizeof why);
+        else
+            cl->refresh_next = i;
     }
     for (size_t i = 0; i < top->rc->n_nodes && st != CERB_OK; i++) {
         char host[256];
@@ -313,8 +318,8 @@ static cerb_status refresh(cerb_engine *top, int64_t deadline_ns, bool force)
     return CERB_OK;
 }
 
-/* The instance serving slot s now (refreshing once if unknown), or NULL
- * with the error set. */
+/* The instance serving slot s now (reading the map again if unknown, at
+ * most every REDIS_REDISCOVER_MIN_MS), or NULL with the error set. */
 static cerb_engine *node_for(cerb_engine *top, int slot, int64_t deadline_ns)
 {
     struct redis_cluster *cl = top->cl;
@@ -325,7 +330,9 @@ static cerb_engine *node_for(cerb_engine *top, int slot, int64_t deadline_ns)
         cerb__mutex_unlock(&cl->mu);
         if (e)
             return e;
-        if (round == 0 && refresh(top, deadline_ns, true) != CERB_OK)
+        /* Rate-limited: a cluster that lost a slot is not asked again for
+         * every lock of a renewal batch. */
+        if (round == 0 && refresh(top, deadline_ns, false) != CERB_OK)
             return NULL;
     }
     cerb__error_set(CERB_UNAVAILABLE, "redis %s: no master serves slot %d", top->where, slot);

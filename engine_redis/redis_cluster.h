@@ -64,6 +64,7 @@ struct redis_cluster {
     int16_t slot_node[REDIS_SLOTS]; /* index in nodes, -1 = unknown */
     cerb_mutex refresh_mu;       /* one CLUSTER SLOTS at a time */
     int64_t last_refresh_ns;     /* refresh_mu */
+    int refresh_next;            /* refresh_mu: the node that answered last */
     cerb_mutex mk_mu;            /* mk */
     struct redis_slot_marker *mk[REDIS_SLOTS];
     uint32_t tag[REDIS_SLOTS];   /* the slot's marker tag */
