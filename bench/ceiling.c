@@ -275,3 +275,45 @@ const struct bench_ceiling *bench_ceiling_find(const char *engine)
             return ceilings[i];
     return NULL;
 }
+
+int bench_redis_sentinel_master(char *const *sentinels, size_t n, const char *master,
+                                const char *password, int64_t timeout_ms, char **host,
+                                int *port)
+{
+    for (size_t i = 0; i < n; i++) {
+        char sh[256];
+        const char *colon = strrchr(sentinels[i], ':');
+        if (!colon || (size_t)(colon - sentinels[i]) >= sizeof sh)
+            continue;
+        memcpy(sh, sentinels[i], (size_t)(colon - sentinels[i]));
+        sh[colon - sentinels[i]] = '\0';
+        redisContext *c = redisConnectWithTimeout(sh, atoi(colon + 1), tv_ms(timeout_ms));
+        if (!c || c->err) {
+            if (c)
+                redisFree(c);
+            continue;
+        }
+        redisSetTimeout(c, tv_ms(timeout_ms));
+        redisReply *r = NULL;
+        if (password && password[0]) {
+            r = redisCommand(c, "AUTH %s", password);
+            if (r)
+                freeReplyObject(r);
+        }
+        r = redisCommand(c, "SENTINEL get-master-addr-by-name %s", master);
+        int ok = r && r->type == REDIS_REPLY_ARRAY && r->elements == 2 &&
+                 r->element[0]->type == REDIS_REPLY_STRING &&
+                 r->element[1]->type == REDIS_REPLY_STRING;
+        if (ok) {
+            *host = strdup(r->element[0]->str);
+            *port = atoi(r->element[1]->str);
+            ok = *host != NULL;
+        }
+        if (r)
+            freeReplyObject(r);
+        redisFree(c);
+        if (ok)
+            return 0;
+    }
+    return -1;
+}
