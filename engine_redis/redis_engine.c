@@ -10,7 +10,10 @@
  *   redis_conn.c     connections, pool, timeouts, AUTH/SELECT, the exchange
  *   redis_scripts.c  the Lua scripts; renew, release, check, batch, probe
  *   redis_wait.c     acquire with waiting; cancel
- *   redis_errors.c   hiredis failures to cerb_status
+ *   redis_errors.c   hiredis failures to cerb_status (and cluster redirects)
+ *   redis_sentinel.c where the master is (sentinel mode), +switch-master
+ *   redis_cluster.c  cluster mode: the slot map, one instance per master,
+ *                    routing with MOVED/ASK/TRYAGAIN followed
  * open() connects one pool connection within the connect timeout, loads
  * the scripts on it and reads (or makes) the data-loss marker
  * (redis_marker.c), so an unreachable or unusable server fails open() with

@@ -40,7 +40,7 @@ struct redis_failure {
  *   no reply (I/O error, timeout) -> CERB_EIO,    outcome UNKNOWN
  *   unreadable reply stream       -> CERB_EPROTO, outcome UNKNOWN
  *   error reply, server-side unavailability (LOADING, BUSY, READONLY,
- *     MASTERDOWN, TRYAGAIN, CLUSTERDOWN, OOM) or authentication (NOAUTH,
+ *     MASTERDOWN, TRYAGAIN, CLUSTERDOWN, MOVED, ASK, OOM) or authentication (NOAUTH,
  *     WRONGPASS, NOPERM)          -> CERB_EIO,    outcome NO
  *   any other error reply         -> CERB_EPROTO, outcome NO
  *   a reply of the wrong shape    -> CERB_EPROTO, outcome UNKNOWN

@@ -56,6 +56,10 @@
  * renew(K F M; token lease marker) -> -1, or PEXPIRE K and the fence.
  * check(K F M; token marker)       -> {-1, 0}, or {fence, PTTL K}.
  *
+ * Cluster mode declares D, W and the head's wake list Wh as KEYS too; a
+ * script that must hand the lock to (or wake) a head other than the one in
+ * Wh answers {'H', head} before it changes K, and is run again naming it.
+ *
  * The hand-off gives the new owner a short lease (cap), which its core
  * extends at once: a waiter that died just after its last re-check then
  * blocks the lock for `cap`, not for a whole lease. Q and D change only

@@ -11,7 +11,9 @@
  *   {K}^_d          hash: waiter token -> "deadline_ms lease_ms" (server time)
  *   {K}^_w:<token>  list: a waiter's wake-ups ("f<fence>" = handed the lock,
  *                   "w" = the lock was freed, try again)
- * The {K} hash tag keeps them all in K's cluster slot. The helper keys
+ * The {K} hash tag keeps them all in K's cluster slot (cluster mode: see
+ * struct redis_keys for names with a '}', and every script there declares
+ * D, W and the head's wake list too, redis_cluster.h). The helper keys
  * contain a control byte, which no lock name can (the core refuses bytes
  * below 0x20 and 0x7f), so no lock's K is ever another lock's helper key:
  * with "{K}:fence" a lock named "{x}:fence" was x's counter.

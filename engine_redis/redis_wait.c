@@ -27,7 +27,8 @@
  * cancels the BLPOP on the server.
  *
  * cancel() breaks a wait without a round trip: the waiter registers its
- * socket in lk->priv (under e->wait_mu), and cancel() shuts that socket
+ * socket in lk->priv (under e->wmu: the instance's wait_mu, or in cluster
+ * mode the routing instance's, which cancel() is called on), and cancel() shuts that socket
  * down, which wakes poll() at once. The core calls cancel() while holding
  * its own lock and promises cerb_lock_interrupt() never blocks on the
  * network, so pushing a message to the wake list from the caller's thread
