@@ -182,7 +182,10 @@ cerb_status cerb__redis_addr_get(cerb_engine *e, int64_t deadline_ns, char *host
     if (e->rc->mode == CERB_REDIS_SENTINEL && atomic_load(&e->addr_suspect)) {
         cerb__mutex_lock(&e->disc_mu);
         int64_t now = cerb_monotime();
+        /* addr_mu: the +switch-master subscriber writes the address too. */
+        cerb__mutex_lock(&e->addr_mu);
         bool known = e->addr_port != 0;
+        cerb__mutex_unlock(&e->addr_mu);
         if (atomic_load(&e->addr_suspect) &&
             (!known || now - e->last_discover_ns >= REDIS_REDISCOVER_MIN_MS * CERB_NS_PER_MS)) {
             e->last_discover_ns = now;
