@@ -776,12 +776,41 @@ static void test_cli_holders(void **state)
     cerb_test_remove_file(cfg);
 }
 
+/* ---- guard records, one slot each, on every master ---- */
+
+static void test_guard_records(void **state)
+{
+    (void)state;
+    cerb_client *c = open_client();
+    assert_non_null(c);
+    for (int i = 0; i < 12; i++) {
+        char base[32];
+        snprintf(base, sizeof base, "guard%d", i);
+        char *key = test_name(base);
+        cerb_guard *g = NULL;
+        assert_int_equal(cerb_guard_begin(c, "op", key, strlen(key), NULL, &g), CERB_OK);
+        assert_int_equal(cerb_guard_degraded(g), 0);
+        assert_int_equal(cerb_guard_finish(g, 1, key, strlen(key)), CERB_OK);
+        cerb_guard_free(g);
+        g = NULL;
+        assert_int_equal(cerb_guard_begin(c, "op", key, strlen(key), NULL, &g), CERB_DUPLICATE);
+        size_t len = 0;
+        const void *res = cerb_guard_result(g, &len);
+        assert_int_equal(len, strlen(key));
+        assert_memory_equal(res, key, len);
+        cerb_guard_free(g);
+        free(key);
+    }
+    cerb_client_close(c);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_spread_exclusion),
         cmocka_unit_test(test_redispy_cluster_interop),
         cmocka_unit_test(test_cli_holders),
+        cmocka_unit_test(test_guard_records),
         cmocka_unit_test(test_slot_migration),
         cmocka_unit_test(test_master_killed),
     };
