@@ -446,6 +446,14 @@ static cerb_status route(cerb_engine *top, int slot, int64_t deadline_ns, node_o
         if (st == CERB_OK || st == CERB_NOT_OWNER || st == CERB_BUSY || oc != CERB_OUTCOME_NO)
             return st;
         bool time_left = deadline_ns == CERB_DEADLINE_NEVER || cerb__ms_left(deadline_ns) > 0;
+        if (rd.kind != REDIS_REDIR_NONE)
+            CERB_LOG_D("redis %s: slot %d: %s%s%s%.0d", top->where, slot,
+                       rd.kind == REDIS_REDIR_MOVED  ? "MOVED to "
+                       : rd.kind == REDIS_REDIR_ASK  ? "ASK "
+                       : rd.kind == REDIS_REDIR_DOWN ? "CLUSTERDOWN"
+                                                     : "TRYAGAIN",
+                       rd.kind <= REDIS_REDIR_ASK ? rd.host : "",
+                       rd.kind <= REDIS_REDIR_ASK ? ":" : "", rd.kind <= REDIS_REDIR_ASK ? rd.port : 0);
         switch (rd.kind) {
         case REDIS_REDIR_MOVED:
         case REDIS_REDIR_ASK:
