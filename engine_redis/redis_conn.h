@@ -120,6 +120,8 @@ struct redis_lock_priv {
     bool waiting;
     bool cancelled;
     int fd;
+    char next[64]; /* cluster: the waiter right behind us at our last run of
+                      acquire (our release names its wake list), "" = none */
 };
 
 /* Set up and tear down the pools (no connection is made). */

@@ -139,8 +139,11 @@
     "  redis.call('HDEL', D, h)\n"                                               \
     "  redis.call('SET', K, h, 'PX', math.min(hl, CAP))\n"                       \
     "  local fence = next_fence(tick)\n"                                         \
+    "  local msg = string.format('f%d', fence)\n"                                 \
+    "  local nx = KEYS[5] and redis.call('LINDEX', Q, 0)\n"                      \
+    "  if nx then msg = msg .. ' ' .. nx end\n"                                   \
     "  redis.call('DEL', w)\n"                                                   \
-    "  redis.call('RPUSH', w, string.format('f%d', fence))\n"                    \
+    "  redis.call('RPUSH', w, msg)\n"                                            \
     "  redis.call('PEXPIRE', w, WTTL)\n"                                         \
     "end\n"                                                                      \
     "local function leave_queue()\n"                                             \
@@ -213,6 +216,10 @@ static const char lua_acquire[] =
     "if now < QEND then\n"
     "  quar = 1\n"
     "  if p < QEND - now then p = QEND - now end\n"
+    "end\n"
+    "if KEYS[5] and wait > 0 then\n"
+    "  local pos = redis.call('LPOS', Q, tok)\n"
+    "  return {0, p, head, handed, quar, pos and redis.call('LINDEX', Q, pos + 1) or ''}\n"
     "end\n"
     "return {0, p, head, handed, quar}\n";
 
@@ -692,6 +699,17 @@ cerb_status cerb__redis_run_release(cerb_engine *e, struct redis_conn *c,
     redisReply *r;
     cerb_status st;
 
+    /* Cluster: the waiter that was behind us when we were the head is
+     * likely the head now; name its wake list (the script checks). */
+    struct redis_lock_priv *lp = lk->priv;
+    if (ks->mk && !ks->wh && lp) {
+        char next[sizeof lp->next];
+        cerb__mutex_lock(e->wmu);
+        memcpy(next, lp->next, sizeof next);
+        cerb__mutex_unlock(e->wmu);
+        if (next[0] && (st = keys_set_head(ks, next, strlen(next))) != CERB_OK)
+            return st;
+    }
     for (int heads = 0;; heads++) {
         st = cerb__redis_marker_for(e, c, ks, &mv);
         if (st != CERB_OK)

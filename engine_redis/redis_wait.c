@@ -87,6 +87,17 @@ static int64_t next_check_at(const cerb_engine_lock *lk, const struct redis_acqu
     return sent_ns + iv * CERB_NS_PER_MS;
 }
 
+/* Cluster: remember who was behind us as the head (redis_lock_priv). */
+static void note_next(cerb_engine *e, cerb_engine_lock *lk, const char *next)
+{
+    struct redis_lock_priv *p = lk->priv;
+    if (!p || !e->cl)
+        return;
+    cerb__mutex_lock(e->wmu);
+    snprintf(p->next, sizeof p->next, "%s", next);
+    cerb__mutex_unlock(e->wmu);
+}
+
 /* ---- cancel ---- */
 
 static void wait_register(cerb_engine *e, cerb_engine_lock *lk, const struct redis_conn *bc)
@@ -204,6 +215,8 @@ static cerb_status wait_loop(cerb_engine *e, cerb_engine_lock *lk, struct redis_
     cerb_outcome oc;
     cerb_status st;
 
+    note_next(e, lk, res.next);
+
     for (;;) {
         if (intr && atomic_load(intr)) {
             st = cerb__error_set(CERB_INTERRUPTED, "wait for \"%s\" interrupted", ks->k[REDIS_K]);
@@ -243,6 +256,7 @@ static cerb_status wait_loop(cerb_engine *e, cerb_engine_lock *lk, struct redis_
                 break;
             }
             last_sent = sent;
+            note_next(e, lk, res.next);
             if (res.granted) {
                 grant_fill(g, res.fence, sent, lk->lease_ms);
                 break;
@@ -306,8 +320,18 @@ static cerb_status wait_loop(cerb_engine *e, cerb_engine_lock *lk, struct redis_
         if (r->type == REDIS_REPLY_ARRAY && r->elements == 2 &&
             r->element[1]->type == REDIS_REPLY_STRING) {
             uint64_t fence;
-            enum redis_read rv =
-                cerb__redis_read_wake(r->element[1]->str, r->element[1]->len, &fence);
+            const char *msg = r->element[1]->str;
+            size_t mlen = r->element[1]->len;
+            char next[sizeof ((struct redis_lock_priv *)0)->next] = "";
+            /* Cluster: a hand-off names the waiter now at the head after
+             * us ("f<fence> <token>"), whose wake list our release names. */
+            const char *sp = e->cl ? memchr(msg, ' ', mlen) : NULL;
+            if (sp && (size_t)(msg + mlen - sp - 1) < sizeof next) {
+                memcpy(next, sp + 1, (size_t)(msg + mlen - sp - 1));
+                next[msg + mlen - sp - 1] = '\0';
+                mlen = (size_t)(sp - msg);
+            }
+            enum redis_read rv = cerb__redis_read_wake(msg, mlen, &fence);
             REDIS_COUNT(e, wakeups);
             if (rv == REDIS_READ_YES) {
                 int64_t ttl = min64(lk->lease_ms, REDIS_HANDOFF_TTL_MS);
@@ -318,6 +342,7 @@ static cerb_status wait_loop(cerb_engine *e, cerb_engine_lock *lk, struct redis_
                  * If half of it is gone already, a run of acquire extends
                  * it (or finds it lost) before we say yes. */
                 if (cerb_monotime() - last_sent < ttl * CERB_NS_PER_MS / 2) {
+                    note_next(e, lk, next);
                     grant_fill(g, fence, last_sent, ttl);
                     REDIS_COUNT(e, handoffs_received);
                     st = CERB_OK;
@@ -439,6 +464,7 @@ cerb_status cerb__redis_op_acquire(cerb_engine *e, cerb_engine_lock *lk, int64_t
 
     if (st != CERB_OK)
         return st;
+    note_next(e, lk, ""); /* a new acquisition: nobody known behind us */
     if (deadline_ns != 0)
         wait_ms = cerb__ms_left(deadline_ns);
     grant->outcome = CERB_OUTCOME_NO;
