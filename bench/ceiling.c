@@ -11,7 +11,8 @@
  * compare-and-delete script, which is loaded once per connection with SCRIPT
  * LOAD (and again on NOSCRIPT, should the server lose its script cache).
  * The owner token is fixed per thread: generating a fresh random one is
- * library work, which the ceiling leaves out on purpose. The round trip for
+ * library work, which the ceiling leaves out on purpose. Against a Redis
+ * Cluster a session follows MOVED to the node that owns its name's slot. The round trip for
  * the hand-off scenario is PING on such a context.
  *
  * Engines without a ceiling here (local: there is no server) are reported as
@@ -19,6 +20,7 @@
  */
 #include <hiredis/hiredis.h>
 
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -34,6 +36,7 @@ static const char release_script[] =
 struct redis_sess {
     redisContext *ctx;
     char sha[41];
+    const struct bench_redis_addr *a;
 };
 
 /* Describe a NULL reply (I/O or protocol failure) or an error reply. */
@@ -81,26 +84,22 @@ static struct timeval tv_ms(int64_t ms)
     return tv;
 }
 
-void *bench_redis_open(const struct bench_engine *e, char *err, size_t errlen)
+/* Connect s to host:port (timeouts, AUTH, SELECT, the release script). */
+static int sess_connect(struct redis_sess *s, const char *host, int port, char *err,
+                        size_t errlen)
 {
-    const struct bench_redis_addr *a = &e->redis;
-    struct redis_sess *s = calloc(1, sizeof *s);
+    const struct bench_redis_addr *a = s->a;
     redisReply *r = NULL;
 
-    if (!s) {
-        snprintf(err, errlen, "out of memory");
-        return NULL;
-    }
-    s->ctx = redisConnectWithTimeout(a->host, a->port,
-                                     tv_ms(a->connect_timeout_ms));
+    s->ctx = redisConnectWithTimeout(host, port, tv_ms(a->connect_timeout_ms));
     if (!s->ctx || s->ctx->err) {
-        snprintf(err, errlen, "redis at %s:%d: %s", a->host, a->port,
+        snprintf(err, errlen, "redis at %s:%d: %s", host, port,
                  s->ctx ? s->ctx->errstr : "cannot allocate a context");
         goto fail;
     }
     if (redisSetTimeout(s->ctx, tv_ms(a->op_timeout_ms)) != REDIS_OK) {
         snprintf(err, errlen, "redis at %s:%d: cannot set the timeout: %s",
-                 a->host, a->port, s->ctx->errstr);
+                 host, port, s->ctx->errstr);
         goto fail;
     }
     if (a->password && a->password[0]) {
@@ -124,15 +123,52 @@ void *bench_redis_open(const struct bench_engine *e, char *err, size_t errlen)
         freeReplyObject(r);
         r = NULL;
     }
-    if (redis_load(s, err, errlen) != 0)
-        goto fail;
-    return s;
+    return redis_load(s, err, errlen);
 
 fail:
     if (r)
         freeReplyObject(r);
-    bench_redis_close(s);
-    return NULL;
+    return -1;
+}
+
+/*
+ * Redis Cluster: the key lives on another node ("MOVED slot host:port").
+ * The ceiling talks to the node that owns the slot, as the library does:
+ * reconnect there (a thread's name is fixed, so once per thread). True when
+ * r was a MOVED answer and s is now connected to its node.
+ */
+static bool follow_moved(struct redis_sess *s, const redisReply *r, char *err, size_t errlen)
+{
+    char host[256];
+    int port;
+    if (!r || r->type != REDIS_REPLY_ERROR || strncmp(r->str, "MOVED ", 6) != 0)
+        return false;
+    const char *sp = strchr(r->str + 6, ' ');
+    const char *colon = sp ? strrchr(sp, ':') : NULL;
+    if (!colon || (size_t)(colon - sp - 1) >= sizeof host)
+        return false;
+    memcpy(host, sp + 1, (size_t)(colon - sp - 1));
+    host[colon - sp - 1] = '\0';
+    port = atoi(colon + 1);
+    redisFree(s->ctx);
+    s->ctx = NULL;
+    return sess_connect(s, host, port, err, errlen) == 0;
+}
+
+void *bench_redis_open(const struct bench_engine *e, char *err, size_t errlen)
+{
+    struct redis_sess *s = calloc(1, sizeof *s);
+
+    if (!s) {
+        snprintf(err, errlen, "out of memory");
+        return NULL;
+    }
+    s->a = &e->redis;
+    if (sess_connect(s, e->redis.host, e->redis.port, err, errlen) != 0) {
+        bench_redis_close(s);
+        return NULL;
+    }
+    return s;
 }
 
 int bench_redis_try(void *p, const char *name, const char *token, char *err, size_t errlen)
@@ -140,6 +176,11 @@ int bench_redis_try(void *p, const char *name, const char *token, char *err, siz
     struct redis_sess *s = p;
     redisReply *r = redisCommand(s->ctx, "SET %s %s NX PX 10000", name, token);
     int got;
+
+    if (follow_moved(s, r, err, errlen)) {
+        freeReplyObject(r);
+        r = redisCommand(s->ctx, "SET %s %s NX PX 10000", name, token);
+    }
 
     if (r && r->type == REDIS_REPLY_STATUS)
         got = 1;
@@ -167,6 +208,10 @@ int bench_redis_release(void *p, const char *name, const char *token, char *err,
             freeReplyObject(r);
             if (redis_load(s, err, errlen) != 0)
                 return -1;
+            continue;
+        }
+        if (attempt == 0 && follow_moved(s, r, err, errlen)) {
+            freeReplyObject(r);
             continue;
         }
         break;
@@ -229,4 +274,46 @@ const struct bench_ceiling *bench_ceiling_find(const char *engine)
         if (strcmp(ceilings[i]->engine, engine) == 0)
             return ceilings[i];
     return NULL;
+}
+
+int bench_redis_sentinel_master(char *const *sentinels, size_t n, const char *master,
+                                const char *password, int64_t timeout_ms, char **host,
+                                int *port)
+{
+    for (size_t i = 0; i < n; i++) {
+        char sh[256];
+        const char *colon = strrchr(sentinels[i], ':');
+        if (!colon || (size_t)(colon - sentinels[i]) >= sizeof sh)
+            continue;
+        memcpy(sh, sentinels[i], (size_t)(colon - sentinels[i]));
+        sh[colon - sentinels[i]] = '\0';
+        redisContext *c = redisConnectWithTimeout(sh, atoi(colon + 1), tv_ms(timeout_ms));
+        if (!c || c->err) {
+            if (c)
+                redisFree(c);
+            continue;
+        }
+        redisSetTimeout(c, tv_ms(timeout_ms));
+        redisReply *r = NULL;
+        if (password && password[0]) {
+            r = redisCommand(c, "AUTH %s", password);
+            if (r)
+                freeReplyObject(r);
+        }
+        r = redisCommand(c, "SENTINEL get-master-addr-by-name %s", master);
+        int ok = r && r->type == REDIS_REPLY_ARRAY && r->elements == 2 &&
+                 r->element[0]->type == REDIS_REPLY_STRING &&
+                 r->element[1]->type == REDIS_REPLY_STRING;
+        if (ok) {
+            *host = strdup(r->element[0]->str);
+            *port = atoi(r->element[1]->str);
+            ok = *host != NULL;
+        }
+        if (r)
+            freeReplyObject(r);
+        redisFree(c);
+        if (ok)
+            return 0;
+    }
+    return -1;
 }

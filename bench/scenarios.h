@@ -33,6 +33,12 @@ struct bench_redis_addr {
     int64_t op_timeout_ms;
 };
 
+/* Sentinel mode: the master's address as the first sentinel that answers
+ * names it (*host malloc'd). 0, or -1 when none does. */
+int bench_redis_sentinel_master(char *const *sentinels, size_t n, const char *master,
+                                const char *password, int64_t timeout_ms, char **host,
+                                int *port);
+
 /* One engine to benchmark and how to open a client on it. */
 struct bench_engine {
     char name[BENCH_NAME_MAX];

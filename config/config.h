@@ -62,6 +62,8 @@ struct cerb_redis_config {
     char *sentinels[CERB_MAX_ENDPOINTS]; /* ("127.0.0.1:26379"), "host:port" */
     char *master_name;           /* "mymaster" */
     char *sentinel_password;     /* "" = no AUTH to the sentinels */
+    size_t n_nodes;              /* cluster mode: >= 1 */
+    char *nodes[CERB_MAX_ENDPOINTS]; /* ("127.0.0.1:6379"), "host:port" seeds */
     int min_replicas_ack;        /* 0, 0 .. 16: WAIT for this many replicas */
 };
 

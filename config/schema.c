@@ -116,6 +116,11 @@ const struct cerb__cfg_key cerb__cfg_keys[] = {
      .check = cerb__cfg_check_hostport},
     KEY_STR("redis.master_name", redis.master_name, I, "mymaster", cerb__cfg_check_nonempty),
     KEY_STR("redis.sentinel_password", redis.sentinel_password, I, "", NULL),
+    {.path = "redis.nodes", .type = CERB__CFG_STRLIST, .flags = I,
+     .offset = offsetof(struct cerb_config, redis.nodes),
+     .count_offset = offsetof(struct cerb_config, redis.n_nodes),
+     .min = 1, .max = CERB_MAX_ENDPOINTS, .def_str = "127.0.0.1:6379",
+     .check = cerb__cfg_check_hostport},
     KEY_INT("redis.min_replicas_ack", redis.min_replicas_ack, I, 0, 0, 16),
 
     KEY_STR("zk.hosts", zk.hosts, I, "127.0.0.1:2181",

@@ -120,6 +120,10 @@ cerb_status cerb__redis_append(struct redis_conn *c, int argc, const char **argv
     return CERB_OK;
 }
 
+static _Thread_local bool tl_asking;
+
+void cerb__redis_set_asking(bool on) { tl_asking = on; }
+
 cerb_status cerb__redis_send(cerb_engine *e, struct redis_conn *c, const char *what,
                              cerb_outcome *outcome)
 {
@@ -137,6 +141,27 @@ cerb_status cerb__redis_send(cerb_engine *e, struct redis_conn *c, const char *w
         c->broken = true;
         struct redis_failure f = {.phase = REDIS_PHASE_SEND, .sys_errno = ENOTCONN};
         return cerb__redis_fail(e->where, what, &f, outcome);
+    }
+    if (tl_asking && n > 0) {
+        /* The ASK target serves the migrating slot only to a connection that
+         * said ASKING just before; its +OK is dropped by recv. */
+        static const char asking[] = "*1\r\n$6\r\nASKING\r\n";
+        const char *a = asking;
+        size_t al = sizeof asking - 1;
+        while (al > 0) {
+            ssize_t k = send(c->ctx->fd, a, al, MSG_NOSIGNAL);
+            if (k < 0 && errno == EINTR)
+                continue;
+            if (k < 0) {
+                c->broken = true;
+                struct redis_failure f = {.phase = REDIS_PHASE_SEND, .sys_errno = errno,
+                                          .timeout_ms = c->timeout_ms};
+                return cerb__redis_fail(e->where, what, &f, outcome);
+            }
+            a += k;
+            al -= (size_t)k;
+        }
+        c->skip++;
     }
     while (left > 0) {
         ssize_t k = send(c->ctx->fd, p, left, MSG_NOSIGNAL);
@@ -167,6 +192,13 @@ cerb_status cerb__redis_recv(cerb_engine *e, struct redis_conn *c, const char *w
     void *rep = NULL;
 
     *r = NULL;
+    while (c->skip > 0 && c->ctx && !c->broken) {
+        if (redisGetReply(c->ctx, &rep) != REDIS_OK || !rep)
+            break; /* reported by the read below */
+        freeReplyObject(rep);
+        rep = NULL;
+        c->skip--;
+    }
     if (redisGetReply(c->ctx, &rep) != REDIS_OK || !rep) {
         c->broken = true;
         struct redis_failure f = {.phase = REDIS_PHASE_REPLY,
@@ -296,6 +328,7 @@ static cerb_status conn_connect(cerb_engine *e, struct redis_conn *c, int64_t co
     c->broken = false;
     c->timeout_ms = timeout_ms;
     c->out_len = 0;
+    c->skip = 0;
     c->pending = 0;
 
     /* AUTH (ACL form when a user is set) and SELECT, one round trip. */

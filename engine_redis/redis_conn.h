@@ -19,6 +19,7 @@
 #define CERB_REDIS_CONN_H
 
 #include <hiredis/hiredis.h>
+#include <pthread.h>
 #include <stdbool.h>
 #include <stddef.h>
 
@@ -52,6 +53,7 @@ struct redis_conn {
     int64_t idle_since; /* monotonic ns when last given back */
     int slot;           /* index in the command pool; -1 otherwise */
     bool broken;        /* I/O error or timeout: free, never reuse */
+    size_t skip;        /* replies to drop before the next one (ASKING's) */
     uint64_t gen;       /* the master address generation it connected to */
 };
 
@@ -78,6 +80,13 @@ struct cerb_engine {
     struct redis_conn *probe_conn;
     char probe_name[64];               /* reserved lock name of this instance */
     cerb_mutex wait_mu;                /* guards waiter registrations (cancel) */
+    cerb_mutex *wmu;                   /* the one in use: &wait_mu, or in a
+                                          cluster node the routing instance's */
+    /* Cluster mode (redis_cluster.h): the routing instance owns `cl`; each
+     * master node is an instance of its own (single mode, its own pool and
+     * probe) that shares `cl` for the per-slot markers. */
+    struct redis_cluster *cl;
+    bool cl_top;
     char *marker_key;                  /* redis_marker.h */
     size_t marker_key_len;
     _Atomic int64_t quarantine_ms;     /* after a loss: the longest lease
@@ -96,6 +105,9 @@ struct cerb_engine {
     cerb_mutex disc_mu;                /* one discovery at a time */
     int64_t last_discover_ns;          /* disc_mu */
     size_t sentinel_next;              /* disc_mu: the one that answered last */
+    pthread_t watch_thread;            /* +switch-master subscriber (sentinel mode) */
+    bool watch_started;
+    atomic_bool watch_stop;
     struct redis_counters stats;
 };
 
@@ -108,6 +120,8 @@ struct redis_lock_priv {
     bool waiting;
     bool cancelled;
     int fd;
+    char next[64]; /* cluster: the waiter right behind us at our last run of
+                      acquire (our release names its wake list), "" = none */
 };
 
 /* Set up and tear down the pools (no connection is made). */
@@ -157,5 +171,9 @@ cerb_status cerb__redis_send(cerb_engine *e, struct redis_conn *c, const char *w
                              cerb_outcome *outcome);
 cerb_status cerb__redis_recv(cerb_engine *e, struct redis_conn *c, const char *what,
                              redisReply **r, cerb_outcome *outcome);
+
+/* Cluster ASK redirection: while set (this thread), every send is preceded
+ * by ASKING on the same connection and its reply dropped. */
+void cerb__redis_set_asking(bool on);
 
 #endif

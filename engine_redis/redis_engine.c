@@ -10,7 +10,10 @@
  *   redis_conn.c     connections, pool, timeouts, AUTH/SELECT, the exchange
  *   redis_scripts.c  the Lua scripts; renew, release, check, batch, probe
  *   redis_wait.c     acquire with waiting; cancel
- *   redis_errors.c   hiredis failures to cerb_status
+ *   redis_errors.c   hiredis failures to cerb_status (and cluster redirects)
+ *   redis_sentinel.c where the master is (sentinel mode), +switch-master
+ *   redis_cluster.c  cluster mode: the slot map, one instance per master,
+ *                    routing with MOVED/ASK/TRYAGAIN followed
  * open() connects one pool connection within the connect timeout, loads
  * the scripts on it and reads (or makes) the data-loss marker
  * (redis_marker.c), so an unreachable or unusable server fails open() with
@@ -25,6 +28,7 @@
 #include "clock.h"
 #include "error.h"
 #include "log.h"
+#include "redis_cluster.h"
 #include "redis_guard.h"
 #include "redis_marker.h"
 #include "redis_scripts.h"
@@ -35,6 +39,9 @@ static void redis_close(cerb_engine *e)
 {
     if (!e)
         return;
+    cerb__redis_watch_stop(e);
+    if (e->cl_top)
+        cerb__redis_cluster_close(e); /* its nodes first */
     cerb__redis_pool_destroy(e);
     cerb__redis_conn_free(e->probe_conn);
     cerb__redis_marker_destroy(e);
@@ -59,17 +66,15 @@ static cerb_status redis_open(const cerb_engine_env *env, cerb_engine **out)
     e->cfg = env->cfg;
     e->rc = &env->cfg->redis;
     e->env = *env;
-    if (e->rc->mode == CERB_REDIS_CLUSTER) {
-        cerb__free(e);
-        return cerb__error_set(CERB_ECONFIG, "redis.mode = \"cluster\" is not supported yet "
-                               "(\"single\" and \"sentinel\" are)");
-    }
     if (e->rc->mode == CERB_REDIS_SINGLE && (!e->rc->host || !e->rc->host[0])) {
         cerb__free(e);
         return cerb__error_set(CERB_ECONFIG, "redis: no host configured");
     }
     if (e->rc->mode == CERB_REDIS_SENTINEL)
         snprintf(e->where, sizeof e->where, "master \"%s\" (sentinels)", e->rc->master_name);
+    else if (e->rc->mode == CERB_REDIS_CLUSTER)
+        snprintf(e->where, sizeof e->where, "cluster (%s%s)", e->rc->nodes[0],
+                 e->rc->n_nodes > 1 ? ", …" : "");
     else
         snprintf(e->where, sizeof e->where, "%s:%d", e->rc->host, e->rc->port);
     cerb__redis_addr_init(e);
@@ -77,6 +82,7 @@ static cerb_status redis_open(const cerb_engine_env *env, cerb_engine **out)
              (unsigned long long)cerb__rand_below(UINT64_MAX));
     cerb__mutex_init(&e->probe_mu);
     cerb__mutex_init(&e->wait_mu);
+    e->wmu = &e->wait_mu;
     st = cerb__redis_marker_init(e);
     if (st == CERB_OK)
         st = cerb__redis_pool_init(e);
@@ -87,6 +93,18 @@ static cerb_status redis_open(const cerb_engine_env *env, cerb_engine **out)
         cerb__redis_addr_destroy(e);
         cerb__free(e);
         return st;
+    }
+    if (e->rc->mode == CERB_REDIS_CLUSTER) {
+        /* The routing instance: a map and one instance per master. */
+        e->cl_top = true;
+        st = cerb__redis_cluster_open(e);
+        if (st != CERB_OK) {
+            redis_close(e);
+            return st;
+        }
+        CERB_LOG_D("redis %s: engine open (cluster)", e->where);
+        *out = e;
+        return CERB_OK;
     }
     st = cerb__redis_get(e, cerb__deadline_in(e->rc->connect_timeout_ms), &c);
     if (st == CERB_OK) {
@@ -99,13 +117,86 @@ static cerb_status redis_open(const cerb_engine_env *env, cerb_engine **out)
         redis_close(e);
         return st;
     }
+    st = cerb__redis_watch_start(e);
+    if (st != CERB_OK) {
+        redis_close(e);
+        return st;
+    }
     CERB_LOG_D("redis %s: engine open (pool up to %d)", e->where, e->rc->pool_max);
     *out = e;
     return CERB_OK;
 }
 
+/*
+ * A master of a cluster (redis_cluster.h): an instance of its own in single
+ * mode on n->host:n->port, sharing the routing instance's configuration,
+ * events, waiter mutex, script SHAs and slot markers. No I/O here: its pool
+ * connects on first use.
+ */
+cerb_status cerb__redis_node_new(cerb_engine *top, struct redis_cluster_node *n)
+{
+    cerb_engine *e = cerb__calloc(1, sizeof *e);
+    cerb_status st;
+
+    if (!e)
+        return cerb__error_set(CERB_ENOMEM, "redis: out of memory");
+    n->rc = *top->rc;
+    n->rc.mode = CERB_REDIS_SINGLE;
+    n->rc.host = n->host;
+    n->rc.port = n->port;
+    e->cfg = top->cfg;
+    e->rc = &n->rc;
+    e->env = top->env;
+    e->cl = top->cl;
+    e->wmu = top->wmu;
+    snprintf(e->where, sizeof e->where, "%s:%d", n->host, n->port);
+    memcpy(e->sha, top->sha, sizeof e->sha);
+    memcpy(e->probe_name, top->probe_name, sizeof e->probe_name);
+    cerb__redis_addr_init(e);
+    cerb__mutex_init(&e->probe_mu);
+    cerb__mutex_init(&e->wait_mu);
+    st = cerb__redis_marker_init(e);
+    if (st == CERB_OK) {
+        atomic_store(&e->quarantine_ms, atomic_load(&top->quarantine_ms));
+        st = cerb__redis_pool_init(e);
+    }
+    if (st != CERB_OK) {
+        cerb__redis_marker_destroy(e);
+        cerb__mutex_destroy(&e->probe_mu);
+        cerb__mutex_destroy(&e->wait_mu);
+        cerb__redis_addr_destroy(e);
+        cerb__free(e);
+        return st;
+    }
+    n->e = e;
+    return CERB_OK;
+}
+
+void cerb__redis_node_close(cerb_engine *e) { redis_close(e); }
+
 void cerb__redis_stats(cerb_engine *e, struct cerb_redis_stats *out)
 {
+    if (e->cl_top) {
+        struct redis_counters sum;
+        cerb__redis_cl_stats(e, &sum);
+#define RS_SUM(f) out->f = atomic_load_explicit(&sum.f, memory_order_relaxed)
+        RS_SUM(round_trips);
+        RS_SUM(connects);
+        RS_SUM(acquire_calls);
+        RS_SUM(acquire_polls);
+        RS_SUM(grants);
+        RS_SUM(handoffs_received);
+        RS_SUM(handoffs_sent);
+        RS_SUM(wakes_sent);
+        RS_SUM(wakeups);
+        RS_SUM(cancel_wakeups);
+        RS_SUM(leaves);
+        RS_SUM(noscript_reloads);
+        RS_SUM(data_losses);
+        RS_SUM(master_switches);
+#undef RS_SUM
+        return;
+    }
 #define RS_LOAD(f) out->f = atomic_load_explicit(&e->stats.f, memory_order_relaxed)
     RS_LOAD(round_trips);
     RS_LOAD(connects);
@@ -120,6 +211,7 @@ void cerb__redis_stats(cerb_engine *e, struct cerb_redis_stats *out)
     RS_LOAD(leaves);
     RS_LOAD(noscript_reloads);
     RS_LOAD(data_losses);
+    RS_LOAD(master_switches);
 #undef RS_LOAD
 }
 
@@ -133,6 +225,80 @@ static void redis_op_stats(cerb_engine *e, struct cerb_engine_stats *out)
     out->acquire_calls = rs.acquire_calls;
     out->wakeups = rs.wakeups;
     out->handoffs = rs.handoffs_sent;
+}
+
+/* The operations: the routing instance of a cluster routes, every other
+ * instance runs them itself (redis_cluster.h). */
+static cerb_status redis_acquire(cerb_engine *e, cerb_engine_lock *lk, int64_t deadline_ns,
+                                 const atomic_int *interrupted, cerb_grant *g)
+{
+    return e->cl_top ? cerb__redis_cl_acquire(e, lk, deadline_ns, interrupted, g)
+                     : cerb__redis_op_acquire(e, lk, deadline_ns, interrupted, g);
+}
+
+static cerb_status redis_renew(cerb_engine *e, cerb_engine_lock *lk, cerb_grant *g)
+{
+    return e->cl_top ? cerb__redis_cl_renew(e, lk, g) : cerb__redis_op_renew(e, lk, g);
+}
+
+static cerb_status redis_release(cerb_engine *e, cerb_engine_lock *lk)
+{
+    return e->cl_top ? cerb__redis_cl_release(e, lk) : cerb__redis_op_release(e, lk);
+}
+
+static cerb_status redis_check(cerb_engine *e, cerb_engine_lock *lk, cerb_grant *g)
+{
+    return e->cl_top ? cerb__redis_cl_check(e, lk, g) : cerb__redis_op_check(e, lk, g);
+}
+
+static cerb_status redis_probe(cerb_engine *e, int64_t timeout_ms)
+{
+    return e->cl_top ? cerb__redis_cl_probe(e, timeout_ms) : cerb__redis_op_probe(e, timeout_ms);
+}
+
+static void redis_renew_batch(cerb_engine *e, cerb_renew_item *items, size_t n)
+{
+    if (e->cl_top)
+        cerb__redis_cl_renew_batch(e, items, n);
+    else
+        cerb__redis_op_renew_batch(e, items, n);
+}
+
+static cerb_status redis_held(cerb_engine *e, const char *name)
+{
+    return e->cl_top ? cerb__redis_cl_held(e, name) : cerb__redis_op_held(e, name);
+}
+
+static cerb_status redis_guard_begin(cerb_engine *e, const cerb_guard_rec *rec, cerb_grant *g,
+                                     void **result, size_t *result_len)
+{
+    return e->cl_top ? cerb__redis_cl_guard_begin(e, rec, g, result, result_len)
+                     : cerb__redis_guard_begin(e, rec, g, result, result_len);
+}
+
+static cerb_status redis_guard_renew(cerb_engine *e, const cerb_guard_rec *rec, cerb_grant *g)
+{
+    return e->cl_top ? cerb__redis_cl_guard_renew(e, rec, g) : cerb__redis_guard_renew(e, rec, g);
+}
+
+static cerb_status redis_guard_finish(cerb_engine *e, const cerb_guard_rec *rec, int ok,
+                                      const void *result, size_t len, int64_t keep_ms,
+                                      cerb_outcome *oc)
+{
+    return e->cl_top ? cerb__redis_cl_guard_finish(e, rec, ok, result, len, keep_ms, oc)
+                     : cerb__redis_guard_finish(e, rec, ok, result, len, keep_ms, oc);
+}
+
+static cerb_status redis_guard_check(cerb_engine *e, const cerb_guard_rec *rec,
+                                     cerb_guard_found *found)
+{
+    return e->cl_top ? cerb__redis_cl_guard_check(e, rec, found)
+                     : cerb__redis_guard_check(e, rec, found);
+}
+
+static cerb_status redis_inspect(cerb_engine *e, const char *name, struct cerb_holders *out)
+{
+    return e->cl_top ? cerb__redis_cl_inspect(e, name, out) : cerb__redis_op_inspect(e, name, out);
 }
 
 /* The probe canary lives under a reserved prefix no lock may use. */
@@ -152,21 +318,21 @@ const struct cerb_engine_ops cerb__redis_engine_ops = {
     .lock_priv_size = sizeof(struct redis_lock_priv),
     .open = redis_open,
     .close = redis_close,
-    .acquire = cerb__redis_op_acquire,
-    .renew = cerb__redis_op_renew,
-    .release = cerb__redis_op_release,
-    .check_owner = cerb__redis_op_check,
+    .acquire = redis_acquire,
+    .renew = redis_renew,
+    .release = redis_release,
+    .check_owner = redis_check,
     .cancel = cerb__redis_op_cancel,
-    .probe = cerb__redis_op_probe,
-    .renew_batch = cerb__redis_op_renew_batch,
+    .probe = redis_probe,
+    .renew_batch = redis_renew_batch,
     .stats = redis_op_stats,
-    .held = cerb__redis_op_held,
+    .held = redis_held,
     .check_name = redis_check_name,
     /* version 2: guard records (redis_guard.c) */
-    .guard_begin = cerb__redis_guard_begin,
-    .guard_renew = cerb__redis_guard_renew,
-    .guard_finish = cerb__redis_guard_finish,
-    .guard_check = cerb__redis_guard_check,
+    .guard_begin = redis_guard_begin,
+    .guard_renew = redis_guard_renew,
+    .guard_finish = redis_guard_finish,
+    .guard_check = redis_guard_check,
     /* version 3: inspection (redis_inspect.c) */
-    .inspect = cerb__redis_op_inspect,
+    .inspect = redis_inspect,
 };

@@ -16,6 +16,7 @@
 #include "redis_errors.h"
 
 #include <errno.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "error.h"
@@ -25,8 +26,51 @@
  * an unavailable engine, like a refused connection. */
 static const char *const unavailable_prefixes[] = {
     "LOADING", "BUSY", "READONLY", "MASTERDOWN", "TRYAGAIN", "CLUSTERDOWN",
-    "OOM", "NOAUTH", "WRONGPASS", "NOPERM", "MISCONF",
+    "OOM", "NOAUTH", "WRONGPASS", "NOPERM", "MISCONF", "MOVED", "ASK",
 };
+
+static _Thread_local struct redis_redirect tl_redirect;
+
+void cerb__redis_redirect_clear(void) { tl_redirect.kind = REDIS_REDIR_NONE; }
+
+enum redis_redirect_kind cerb__redis_redirect_peek(void) { return tl_redirect.kind; }
+
+void cerb__redis_redirect_take(struct redis_redirect *out)
+{
+    *out = tl_redirect;
+    tl_redirect.kind = REDIS_REDIR_NONE;
+}
+
+/* "MOVED <slot> <host>:<port>" / "ASK ...": the slot and where it is. */
+static void note_redirect(const char *s, size_t len)
+{
+    struct redis_redirect r = {.kind = REDIS_REDIR_NONE, .slot = -1};
+    char buf[320];
+    if (len >= sizeof buf)
+        return;
+    memcpy(buf, s, len);
+    buf[len] = '\0';
+    if (strncmp(buf, "TRYAGAIN", 8) == 0) {
+        r.kind = REDIS_REDIR_TRYAGAIN;
+    } else if (strncmp(buf, "CLUSTERDOWN", 11) == 0) {
+        r.kind = REDIS_REDIR_DOWN;
+    } else if (strncmp(buf, "MOVED ", 6) == 0 || strncmp(buf, "ASK ", 4) == 0) {
+        char *p = strchr(buf, ' ') + 1, *sp = strchr(p, ' ');
+        char *colon = sp ? strrchr(sp + 1, ':') : NULL;
+        if (!sp || !colon || (size_t)(colon - sp - 1) >= sizeof r.host)
+            return;
+        r.kind = buf[0] == 'M' ? REDIS_REDIR_MOVED : REDIS_REDIR_ASK;
+        r.slot = atoi(p);
+        memcpy(r.host, sp + 1, (size_t)(colon - sp - 1));
+        r.host[colon - sp - 1] = '\0';
+        r.port = atoi(colon + 1);
+        if (r.slot < 0 || r.slot > 16383 || r.port <= 0 || r.port > 65535)
+            return;
+    } else {
+        return;
+    }
+    tl_redirect = r;
+}
 
 static int has_prefix(const char *s, size_t len, const char *p)
 {
@@ -92,6 +136,7 @@ cerb_status cerb__redis_fail(const char *where, const char *what,
             if (has_prefix(s, len, unavailable_prefixes[i]))
                 st = CERB_EIO;
         oc = CERB_OUTCOME_NO;
+        note_redirect(s, len);
         cerb__error_set(st, "redis %s: %s: %.*s", where, what, (int)(len > 300 ? 300 : len), s);
     } else if (f->reply) {
         /* An answer we cannot interpret: whatever it was, it ran. */

@@ -40,7 +40,7 @@ struct redis_failure {
  *   no reply (I/O error, timeout) -> CERB_EIO,    outcome UNKNOWN
  *   unreadable reply stream       -> CERB_EPROTO, outcome UNKNOWN
  *   error reply, server-side unavailability (LOADING, BUSY, READONLY,
- *     MASTERDOWN, TRYAGAIN, CLUSTERDOWN, OOM) or authentication (NOAUTH,
+ *     MASTERDOWN, TRYAGAIN, CLUSTERDOWN, MOVED, ASK, OOM) or authentication (NOAUTH,
  *     WRONGPASS, NOPERM)          -> CERB_EIO,    outcome NO
  *   any other error reply         -> CERB_EPROTO, outcome NO
  *   a reply of the wrong shape    -> CERB_EPROTO, outcome UNKNOWN
@@ -51,6 +51,32 @@ struct redis_failure {
 cerb_status cerb__redis_fail(const char *where, const char *what,
                              const struct redis_failure *f,
                              cerb_outcome *outcome);
+
+/*
+ * Redis Cluster's answers that name another node or ask for a retry
+ * (redis_cluster.c follows them). cerb__redis_fail records the last one it
+ * maps in a thread-local slot; the cluster layer clears it before a routed
+ * operation and takes it after one that failed. MOVED and ASK map to
+ * CERB_EIO like TRYAGAIN and CLUSTERDOWN (this server cannot serve it).
+ */
+enum redis_redirect_kind {
+    REDIS_REDIR_NONE,
+    REDIS_REDIR_MOVED,    /* the slot lives on host:port now */
+    REDIS_REDIR_ASK,      /* being migrated: ASKING, then this once there */
+    REDIS_REDIR_TRYAGAIN, /* keys split between the two ends of a migration */
+    REDIS_REDIR_DOWN      /* CLUSTERDOWN: no node serves the slot right now */
+};
+struct redis_redirect {
+    enum redis_redirect_kind kind;
+    int slot;
+    char host[256];
+    int port;
+};
+void cerb__redis_redirect_clear(void);
+/* The redirect recorded since the last clear (kind NONE if none); clears it. */
+void cerb__redis_redirect_take(struct redis_redirect *out);
+/* The kind of the redirect recorded (kept). */
+enum redis_redirect_kind cerb__redis_redirect_peek(void);
 
 /* Is this reply the server's NOSCRIPT error (script cache flushed)? */
 int cerb__redis_is_noscript(const redisReply *r);

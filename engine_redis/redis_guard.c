@@ -94,8 +94,8 @@ static void compute_shas(void)
 }
 
 /* `<prefix>cerb:guard:{<id>}` into buf. */
-static cerb_status record_key(cerb_engine *e, const cerb_guard_rec *rec, char *buf, size_t n,
-                              size_t *len)
+cerb_status cerb__redis_guard_key(cerb_engine *e, const cerb_guard_rec *rec, char *buf, size_t n,
+                                  size_t *len)
 {
     int k = snprintf(buf, n, "%s" GUARD_TAG "{%s}", e->rc->prefix ? e->rc->prefix : "", rec->id);
     if (k < 0 || (size_t)k >= n)
@@ -208,7 +208,7 @@ cerb_status cerb__redis_guard_renew(cerb_engine *e, const cerb_guard_rec *rec, c
     char key[512], ms[24];
     size_t klen = 0;
     redisReply *r;
-    cerb_status st = record_key(e, rec, key, sizeof key, &klen);
+    cerb_status st = cerb__redis_guard_key(e, rec, key, sizeof key, &klen);
     if (st != CERB_OK)
         return st;
     snprintf(ms, sizeof ms, "%" PRId64, rec->running_ms);
@@ -234,7 +234,7 @@ cerb_status cerb__redis_guard_begin(cerb_engine *e, const cerb_guard_rec *rec, c
     char key[512], ms[24], val[VAL_HDR];
     size_t klen = 0;
     redisReply *r;
-    cerb_status st = record_key(e, rec, key, sizeof key, &klen);
+    cerb_status st = cerb__redis_guard_key(e, rec, key, sizeof key, &klen);
     if (st != CERB_OK)
         return st;
     snprintf(ms, sizeof ms, "%" PRId64, rec->running_ms);
@@ -282,7 +282,7 @@ cerb_status cerb__redis_guard_finish(cerb_engine *e, const cerb_guard_rec *rec, 
     char key[512], keep[24];
     size_t klen = 0;
     redisReply *r;
-    cerb_status st = record_key(e, rec, key, sizeof key, &klen);
+    cerb_status st = cerb__redis_guard_key(e, rec, key, sizeof key, &klen);
     if (st != CERB_OK)
         return st;
     snprintf(keep, sizeof keep, "%" PRId64, keep_ms < 0 ? (int64_t)-1 : keep_ms);
@@ -308,7 +308,7 @@ cerb_status cerb__redis_guard_check(cerb_engine *e, const cerb_guard_rec *rec,
     redisReply *r;
     cerb_outcome oc;
     *found = CERB_GUARD_FOUND_NONE;
-    cerb_status st = record_key(e, rec, key, sizeof key, &klen);
+    cerb_status st = cerb__redis_guard_key(e, rec, key, sizeof key, &klen);
     if (st != CERB_OK)
         return st;
     const char *argv[2] = {"GET", key};

@@ -94,7 +94,7 @@ cerb_status cerb__redis_op_inspect(cerb_engine *e, const char *name, struct cerb
     cerb_outcome oc;
 
     /* The token only names the wake list, which is not read here. */
-    cerb_status st = cerb__redis_keys_init(&ks, e->rc->prefix, name, "");
+    cerb_status st = cerb__redis_keys_init(&ks, e, name, "");
     if (st != CERB_OK)
         return st;
     st = cerb__redis_get(e, cerb__deadline_in(e->rc->op_timeout_ms), &c);

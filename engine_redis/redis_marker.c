@@ -29,6 +29,7 @@
 #include "clock.h"
 #include "error.h"
 #include "log.h"
+#include "redis_cluster.h"
 #include "redis_scripts.h"
 
 /* KEYS M, ARGV candidate-id quarantine-ms replid: the marker, made if
@@ -130,8 +131,11 @@ static bool parse_marker(const redisReply *r, struct redis_marker_view *v, char 
     return true;
 }
 
-/* Run the marker script on c: the marker as it is on the server now. */
-static cerb_status read_marker(cerb_engine *e, struct redis_conn *c, struct redis_marker_view *v)
+/* Run the marker script on c for the marker at key: the marker as it is on
+ * the server now, and the replid it records (into rec, when not NULL). */
+static cerb_status read_marker_at(cerb_engine *e, struct redis_conn *c, const char *key,
+                                  size_t klen, struct redis_marker_view *v, char *rec,
+                                  size_t reclen)
 {
     char cand[17], qlen[24], rid[sizeof e->replid_seen];
     redisReply *r = NULL;
@@ -143,20 +147,25 @@ static cerb_status read_marker(cerb_engine *e, struct redis_conn *c, struct redi
     cerb__mutex_lock(&e->marker_mu);
     memcpy(rid, e->replid_seen, sizeof rid);
     cerb__mutex_unlock(&e->marker_mu);
-    const char *argv[7] = {"EVAL", lua_marker, "1", e->marker_key, cand, qlen, rid};
-    size_t argl[7] = {4, sizeof lua_marker - 1, 1, e->marker_key_len, strlen(cand),
+    const char *argv[7] = {"EVAL", lua_marker, "1", key, cand, qlen, rid};
+    size_t argl[7] = {4, sizeof lua_marker - 1, 1, klen, strlen(cand),
                       strlen(qlen), strlen(rid)};
     cerb_status st = cerb__redis_append(c, 7, argv, argl);
     if (st == CERB_OK)
         st = cerb__redis_exchange(e, c, "marker", &r, &got, &oc);
     if (st != CERB_OK)
         return st;
-    if (!parse_marker(r, v, NULL, 0)) {
+    if (!parse_marker(r, v, rec, reclen)) {
         struct redis_failure f = {.phase = REDIS_PHASE_REPLY, .reply = r};
         st = cerb__redis_fail(e->where, "marker", &f, NULL);
     }
     freeReplyObject(r);
     return st;
+}
+
+static cerb_status read_marker(cerb_engine *e, struct redis_conn *c, struct redis_marker_view *v)
+{
+    return read_marker_at(e, c, e->marker_key, e->marker_key_len, v, NULL, 0);
 }
 
 cerb_status cerb__redis_marker_fetch(cerb_engine *e, struct redis_conn *c)
@@ -185,13 +194,163 @@ bool cerb__redis_is_lost(const redisReply *r)
     return r && r->type == REDIS_REPLY_STRING && r->len == 1 && r->str[0] == 'L';
 }
 
+/* Tell every hold of the instance that the data went (once per loss). */
+static void report_loss(cerb_engine *e, const char *old, const char *qend)
+{
+    REDIS_COUNT(e, data_losses);
+    CERB_LOG_W("redis %s: the server lost its data (marker \"%s\" gone): every hold here "
+               "is LOST, and no grant before server time %s ms",
+               e->where, old, qend);
+    if (e->env.event)
+        e->env.event(e->env.ud, CERB_EV_LOST, NULL, NULL);
+}
+
+/* Cluster: run the history script on the slot marker at key for the node's
+ * replid; *v is the marker as it is now. */
+static cerb_status history_at(cerb_engine *e, struct redis_conn *c, const char *key, size_t klen,
+                              const char *replid, struct redis_marker_view *v, bool *missing)
+{
+    char qlen[24];
+    redisReply *r = NULL;
+    size_t got = 0;
+    cerb_outcome oc;
+    snprintf(qlen, sizeof qlen, "%lld", (long long)atomic_load(&e->quarantine_ms));
+    const char *argv[6] = {"EVAL", lua_history, "1", key, replid, qlen};
+    size_t argl[6] = {4, sizeof lua_history - 1, 1, klen, strlen(replid), strlen(qlen)};
+    cerb_status st = cerb__redis_append(c, 6, argv, argl);
+    *missing = false;
+    if (st == CERB_OK)
+        st = cerb__redis_exchange(e, c, "marker history", &r, &got, &oc);
+    if (st != CERB_OK)
+        return st;
+    if (r->type == REDIS_REPLY_NIL) {
+        *missing = true;
+    } else if (!parse_marker(r, v, NULL, 0)) {
+        struct redis_failure f = {.phase = REDIS_PHASE_REPLY, .reply = r};
+        st = cerb__redis_fail(e->where, "marker history", &f, NULL);
+    }
+    freeReplyObject(r);
+    return st;
+}
+
+cerb_status cerb__redis_marker_for(cerb_engine *e, struct redis_conn *c,
+                                   const struct redis_keys *ks, struct redis_marker_view *v)
+{
+    if (!e->cl || !ks || !ks->mk) {
+        cerb__redis_marker_get(e, v);
+        return CERB_OK;
+    }
+    struct redis_cluster *cl = e->cl;
+    char node_rid[sizeof e->replid_seen], rec[sizeof e->replid_seen];
+    cerb__mutex_lock(&e->marker_mu);
+    memcpy(node_rid, e->replid_seen, sizeof node_rid);
+    cerb__mutex_unlock(&e->marker_mu);
+    cerb__mutex_lock(&cl->mk_mu);
+    struct redis_slot_marker *sm = cl->mk[ks->slot];
+    if (sm && strcmp(sm->replid, node_rid) == 0) {
+        *v = sm->v;
+        cerb__mutex_unlock(&cl->mk_mu);
+        return CERB_OK;
+    }
+    cerb__mutex_unlock(&cl->mk_mu);
+
+    /* First use of the slot, or its node's history is not the one the
+     * slot was checked against (a failover, a restart, or the slot moved
+     * to another master): read (or make) the marker, and raise its
+     * quarantine when the history it records is not the node's. */
+    struct redis_marker_view nv;
+    cerb_status st = read_marker_at(e, c, ks->mk, ks->mk_len, &nv, rec, sizeof rec);
+    if (st == CERB_OK && node_rid[0] && strcmp(rec, node_rid) != 0) {
+        bool missing;
+        st = history_at(e, c, ks->mk, ks->mk_len, node_rid, &nv, &missing);
+        if (st == CERB_OK && missing)
+            st = cerb__error_set(CERB_EIO, "redis %s: slot %d: its marker went while it was "
+                                 "read", e->where, ks->slot);
+        if (st == CERB_OK)
+            CERB_LOG_W("redis %s: slot %d is served with another history (replid %s, marker "
+                       "recorded %s: a failover, a restart, or the slot moved): no grant there "
+                       "before server time %s ms",
+                       e->where, ks->slot, node_rid, rec[0] ? rec : "none", nv.qend);
+    }
+    if (st != CERB_OK)
+        return st;
+    bool fire = false;
+    char old[REDIS_MARKER_MAX] = "";
+    cerb__mutex_lock(&cl->mk_mu);
+    sm = cl->mk[ks->slot];
+    if (!sm)
+        sm = cl->mk[ks->slot] = cerb__calloc(1, sizeof *sm);
+    if (!sm) {
+        cerb__mutex_unlock(&cl->mk_mu);
+        return cerb__error_set(CERB_ENOMEM, "redis: out of memory for a slot marker");
+    }
+    if (sm->v.value[0] && strcmp(sm->v.value, nv.value) != 0) {
+        memcpy(old, sm->v.value, sizeof old);
+        fire = true;
+    }
+    sm->v = nv;
+    memcpy(sm->replid, node_rid, sizeof sm->replid);
+    *v = nv;
+    cerb__mutex_unlock(&cl->mk_mu);
+    if (fire)
+        report_loss(e, old, nv.qend);
+    return CERB_OK;
+}
+
+/* Cluster: cerb__redis_marker_lost for the slot of ks. */
+static cerb_status slot_marker_lost(cerb_engine *e, struct redis_conn *c,
+                                    const struct redis_keys *ks,
+                                    const struct redis_marker_view *sent)
+{
+    struct redis_cluster *cl = e->cl;
+    struct redis_marker_view now;
+    struct redis_conn *own = NULL;
+    char node_rid[sizeof e->replid_seen];
+    bool fire = false;
+
+    cerb__mutex_lock(&cl->mk_mu);
+    struct redis_slot_marker *sm = cl->mk[ks->slot];
+    bool moved = !sm || strcmp(sm->v.value, sent->value) != 0;
+    cerb__mutex_unlock(&cl->mk_mu);
+    if (moved)
+        return CERB_OK;
+    if (!c || c->broken) {
+        cerb_status st = cerb__redis_get(e, cerb__deadline_in(e->rc->op_timeout_ms), &own);
+        if (st != CERB_OK)
+            return st;
+        c = own;
+    }
+    cerb_status st = read_marker_at(e, c, ks->mk, ks->mk_len, &now, NULL, 0);
+    if (own)
+        cerb__redis_put(e, own);
+    if (st != CERB_OK)
+        return st;
+    cerb__mutex_lock(&e->marker_mu);
+    memcpy(node_rid, e->replid_seen, sizeof node_rid);
+    cerb__mutex_unlock(&e->marker_mu);
+    cerb__mutex_lock(&cl->mk_mu);
+    if (strcmp(sm->v.value, sent->value) == 0 && strcmp(now.value, sent->value) != 0) {
+        sm->v = now;
+        memcpy(sm->replid, node_rid, sizeof sm->replid);
+        fire = true;
+    }
+    cerb__mutex_unlock(&cl->mk_mu);
+    if (fire)
+        report_loss(e, sent->value, now.qend);
+    return CERB_OK;
+}
+
 cerb_status cerb__redis_marker_lost(cerb_engine *e, struct redis_conn *c,
+                                    const struct redis_keys *ks,
                                     const struct redis_marker_view *sent)
 {
     struct redis_marker_view now;
     struct redis_conn *own = NULL;
     cerb_status st;
     bool fire = false;
+
+    if (e->cl && ks && ks->mk)
+        return slot_marker_lost(e, c, ks, sent);
 
     cerb__mutex_lock(&e->marker_mu);
     bool moved = strcmp(e->marker, sent->value) != 0;
@@ -216,14 +375,8 @@ cerb_status cerb__redis_marker_lost(cerb_engine *e, struct redis_conn *c,
         fire = true;
     }
     cerb__mutex_unlock(&e->marker_mu);
-    if (fire) {
-        REDIS_COUNT(e, data_losses);
-        CERB_LOG_W("redis %s: the server lost its data (marker \"%s\" gone): every hold here "
-                   "is LOST, and no grant before server time %s ms",
-                   e->where, sent->value, now.qend);
-        if (e->env.event)
-            e->env.event(e->env.ud, CERB_EV_LOST, NULL, NULL);
-    }
+    if (fire)
+        report_loss(e, sent->value, now.qend);
     return CERB_OK;
 }
 
@@ -231,6 +384,14 @@ cerb_status cerb__redis_marker_history(cerb_engine *e, struct redis_conn *c, con
 {
     if (!replid[0] || strlen(replid) >= sizeof e->replid_seen)
         return CERB_OK;
+    if (e->cl) {
+        /* Cluster: the node's history only; each slot is checked against it
+         * on its next use (cerb__redis_marker_for). */
+        cerb__mutex_lock(&e->marker_mu);
+        memcpy(e->replid_seen, replid, strlen(replid) + 1);
+        cerb__mutex_unlock(&e->marker_mu);
+        return CERB_OK;
+    }
     cerb__mutex_lock(&e->marker_mu);
     bool seen = strcmp(e->replid_seen, replid) == 0;
     cerb__mutex_unlock(&e->marker_mu);

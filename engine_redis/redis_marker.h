@@ -70,16 +70,31 @@ cerb_status cerb__redis_marker_fetch(cerb_engine *e, struct redis_conn *c);
 /* Copy the marker value to send with a script. */
 void cerb__redis_marker_get(cerb_engine *e, struct redis_marker_view *v);
 
+struct redis_keys;
+/*
+ * The marker to send with a script on the keys ks, run on c. Single and
+ * sentinel mode: the instance's (no I/O; ks may be NULL). Cluster mode
+ * (redis_cluster.h): the marker of ks's slot, read (or made) on c the first
+ * time, and again when the node serving the slot has another history than
+ * the one it was checked against (then the slot's quarantine is raised, and
+ * a marker found replaced reports every hold LOST). Nothing may be
+ * appended on c and not yet sent when this is called.
+ */
+cerb_status cerb__redis_marker_for(cerb_engine *e, struct redis_conn *c,
+                                   const struct redis_keys *ks, struct redis_marker_view *v);
+
 /* Is r a script's "the marker is not what you sent" answer? */
 bool cerb__redis_is_lost(const redisReply *r);
 
 /*
- * A script sent with `sent` answered "L": learn the new marker (on c when
+ * A script on ks sent with `sent` answered "L": learn the new marker (of
+ * ks's slot in cluster mode; ks may be NULL otherwise) (on c when
  * it is usable, else on a pool connection) and, the first time for this
  * value, report CERB_EV_LOST for every hold of the instance. CERB_OK when
  * the marker is known again.
  */
 cerb_status cerb__redis_marker_lost(cerb_engine *e, struct redis_conn *c,
+                                    const struct redis_keys *ks,
                                     const struct redis_marker_view *sent);
 
 #endif

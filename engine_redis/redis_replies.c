@@ -41,8 +41,19 @@ enum redis_read cerb__redis_read_acquire(const redisReply *r, struct redis_acqui
         res->fence = (uint64_t)r->integer;
         return REDIS_READ_YES;
     }
-    if (!all_integers(r, 5) || r->element[0]->integer != 0)
+    /* Cluster mode adds the waiter behind the head, to the head. */
+    const redisReply *next = NULL;
+    if (r->type == REDIS_REPLY_ARRAY && r->elements == 6 && r->element[5] &&
+        r->element[5]->type == REDIS_REPLY_STRING && r->element[5]->len < sizeof res->next) {
+        next = r->element[5];
+        for (size_t i = 0; i < 5; i++)
+            if (!r->element[i] || r->element[i]->type != REDIS_REPLY_INTEGER)
+                return REDIS_READ_BAD;
+        if (r->element[0]->integer != 0)
+            return REDIS_READ_BAD;
+    } else if (!all_integers(r, 5) || r->element[0]->integer != 0) {
         return REDIS_READ_BAD;
+    }
     for (size_t i = 2; i < 5; i++)
         if (r->element[i]->integer != 0 && r->element[i]->integer != 1)
             return REDIS_READ_BAD;
@@ -50,6 +61,10 @@ enum redis_read cerb__redis_read_acquire(const redisReply *r, struct redis_acqui
     res->head = r->element[2]->integer == 1;
     res->handed = r->element[3]->integer == 1;
     res->quarantine = r->element[4]->integer == 1;
+    if (next) {
+        memcpy(res->next, next->str, next->len);
+        res->next[next->len] = '\0';
+    }
     return REDIS_READ_NO;
 }
 

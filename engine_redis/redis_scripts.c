@@ -56,6 +56,10 @@
  * renew(K F M; token lease marker) -> -1, or PEXPIRE K and the fence.
  * check(K F M; token marker)       -> {-1, 0}, or {fence, PTTL K}.
  *
+ * Cluster mode declares D, W and the head's wake list Wh as KEYS too; a
+ * script that must hand the lock to (or wake) a head other than the one in
+ * Wh answers {'H', head} before it changes K, and is run again naming it.
+ *
  * The hand-off gives the new owner a short lease (cap), which its core
  * extends at once: a waiter that died just after its last re-check then
  * blocks the lock for `cap`, not for a whole lease. Q and D change only
@@ -69,6 +73,7 @@
 #include "internal_posix.h"
 
 #include "redis_scripts.h"
+#include "redis_cluster.h"
 #include "redis_replies.h"
 
 #include <stdio.h>
@@ -98,7 +103,7 @@
 #define LUA_HELPERS                                                              \
     "local F, Q = KEYS[2], KEYS[3]\n"                                           \
     "local QB = string.sub(Q, 1, #Q - 1)\n"                                     \
-    "local D, W = QB .. 'd', QB .. 'w:' .. tok\n"                               \
+    "local D, W = KEYS[5] or QB .. 'd', KEYS[6] or QB .. 'w:' .. tok\n"         \
     "local CAP, WTTL = " STR(REDIS_HANDOFF_TTL_MS) ", " STR(REDIS_WAKE_TTL_MS) "\n" \
     "local function clock()\n"                                                   \
     "  local t = redis.call('TIME')\n"                                           \
@@ -124,15 +129,21 @@
     "    redis.call('LPOP', Q)\n"                                                \
     "  end\n"                                                                    \
     "end\n"                                                                      \
-    "local function wake_key(h) return QB .. 'w:' .. h end\n"                   \
-    "local function hand_to(h, hl, tick)\n"                                       \
+    "local function wake_key(h)\n"                                              \
+    "  local w = QB .. 'w:' .. h\n"                                              \
+    "  if not KEYS[5] or KEYS[7] == w then return w end\n"                       \
+    "  return nil\n"                                                             \
+    "end\n"                                                                      \
+    "local function hand_to(h, hl, tick, w)\n"                                    \
     "  redis.call('LPOP', Q)\n"                                                  \
     "  redis.call('HDEL', D, h)\n"                                               \
     "  redis.call('SET', K, h, 'PX', math.min(hl, CAP))\n"                       \
     "  local fence = next_fence(tick)\n"                                         \
-    "  local w = wake_key(h)\n"                                                  \
+    "  local msg = string.format('f%d', fence)\n"                                 \
+    "  local nx = KEYS[5] and redis.call('LINDEX', Q, 0)\n"                      \
+    "  if nx then msg = msg .. ' ' .. nx end\n"                                   \
     "  redis.call('DEL', w)\n"                                                   \
-    "  redis.call('RPUSH', w, string.format('f%d', fence))\n"                    \
+    "  redis.call('RPUSH', w, msg)\n"                                            \
     "  redis.call('PEXPIRE', w, WTTL)\n"                                         \
     "end\n"                                                                      \
     "local function leave_queue()\n"                                             \
@@ -179,8 +190,10 @@ static const char lua_acquire[] =
     "local handed = 0\n"
     "if not cur and now >= QEND then\n"
     "  local h, hl = live_head(now)\n"
-    "  if fair and h and h ~= tok then\n"
-    "    hand_to(h, hl, tick)\n"
+    "  local hw = fair and h and h ~= tok and wake_key(h)\n"
+    "  if fair and h and h ~= tok and not hw then return {'H', h} end\n"
+    "  if hw then\n"
+    "    hand_to(h, hl, tick, hw)\n"
     "    handed = 1\n"
     "  else\n"
     "    redis.call('SET', K, tok, 'PX', lease)\n"
@@ -203,6 +216,10 @@ static const char lua_acquire[] =
     "if now < QEND then\n"
     "  quar = 1\n"
     "  if p < QEND - now then p = QEND - now end\n"
+    "end\n"
+    "if KEYS[5] and wait > 0 then\n"
+    "  local pos = redis.call('LPOS', Q, tok)\n"
+    "  return {0, p, head, handed, quar, pos and redis.call('LINDEX', Q, pos + 1) or ''}\n"
     "end\n"
     "return {0, p, head, handed, quar}\n";
 
@@ -230,12 +247,13 @@ static const char lua_release[] =
     "  redis.call('DEL', K)\n"
     "  return 1\n"
     "end\n"
+    "local w = wake_key(h)\n"
+    "if not w then return {'H', h} end\n"
     "if ARGV[2] == '1' then\n"
-    "  hand_to(h, hl, tick)\n"
+    "  hand_to(h, hl, tick, w)\n"
     "  return 2\n"
     "end\n"
     "redis.call('DEL', K)\n"
-    "local w = wake_key(h)\n"
     "if redis.call('LLEN', w) == 0 then\n"
     "  redis.call('RPUSH', w, 'w')\n"
     "  redis.call('PEXPIRE', w, WTTL)\n"
@@ -276,48 +294,116 @@ static const struct {
 
 /* ---- key names ---- */
 
-cerb_status cerb__redis_keys_init(struct redis_keys *ks, const char *prefix,
-                                  const char *name, const char *token)
+/* Appends for building key names into a buffer sized beforehand. */
+static char *put(char *p, const char *s, size_t n)
+{
+    memcpy(p, s, n);
+    return p + n;
+}
+
+cerb_status cerb__redis_keys_init(struct redis_keys *ks, cerb_engine *e, const char *name,
+                                  const char *token)
+{
+    return cerb__redis_keys_build(ks, e->rc->prefix, name, token, e->cl);
+}
+
+cerb_status cerb__redis_keys_build(struct redis_keys *ks, const char *prefix_or_null,
+                                   const char *name, const char *token,
+                                   const struct redis_cluster *cl)
 {
     /* "\x1f" is split from the letters that follow, or C reads one hex
      * escape: see REDIS_SEP in redis_scripts.h. */
     static const char *const suffix[REDIS_NKEYS] = {"", "}" REDIS_SEP "fence", "}" REDIS_SEP "q",
                                                     "}" REDIS_SEP "d", "}" REDIS_SEP "w:"};
-    size_t pl = prefix ? strlen(prefix) : 0;
-    size_t kl = pl + strlen(name);
+    static const char mk_tail[] = REDIS_SEP "cerberus";
+    const char *prefix = prefix_or_null ? prefix_or_null : "";
+    size_t pl = strlen(prefix), nl = strlen(name);
+    size_t kl = pl + nl;
     size_t tl = strlen(token);
     size_t need = 0;
+    bool cluster = cl != NULL, alt = false;
+    char tagbuf[16] = "";
     char *p;
 
+    ks->slot = -1;
+    ks->mk = NULL;
+    ks->mk_len = 0;
+    ks->wh = NULL;
+    ks->wh_len = 0;
+    ks->heap = NULL;
     for (int i = 0; i < REDIS_NKEYS; i++)
         need += kl + (i ? 1 + strlen(suffix[i]) : 0) + 1;
     need += tl;
-    ks->heap = NULL;
+    if (cluster) {
+        /* K's slot is hashed from its own text before any name is built:
+         * K is prefix + name, so hash a copy in the buffer once it is there. */
+        alt = memchr(prefix, '}', pl) != NULL || memchr(name, '}', nl) != NULL;
+        need += REDIS_NKEYS * (kl + 2) + sizeof tagbuf + pl + sizeof mk_tail + 2;
+    }
     p = ks->buf;
     if (need > sizeof ks->buf) {
         p = ks->heap = cerb__malloc(need);
         if (!p)
             return cerb__error_set(CERB_ENOMEM, "redis: out of memory for key names");
     }
-    for (int i = 0; i < REDIS_NKEYS; i++) {
+    /* K first: the redis-py key. */
+    ks->k[REDIS_K] = p;
+    p = put(p, prefix, pl);
+    p = put(p, name, nl);
+    ks->len[REDIS_K] = kl;
+    *p++ = '\0';
+    if (cluster) {
+        ks->slot = (int)cerb__redis_key_slot(ks->k[REDIS_K], kl);
+        snprintf(tagbuf, sizeof tagbuf, "%u", (unsigned)cl->tag[ks->slot]);
+    }
+    for (int i = 1; i < REDIS_NKEYS; i++) {
         char *start = p;
-        if (i)
-            *p++ = '{';
-        memcpy(p, prefix, pl);
-        p += pl;
-        memcpy(p, name, kl - pl);
-        p += kl - pl;
-        size_t sl = strlen(suffix[i]);
-        memcpy(p, suffix[i], sl);
-        p += sl;
-        if (i == REDIS_W) {
-            memcpy(p, token, tl);
-            p += tl;
+        *p++ = '{';
+        if (alt) {
+            /* "{n}K\x1f…": n, the slot's marker tag, hashes to K's slot. */
+            p = put(p, tagbuf, strlen(tagbuf));
+            *p++ = '}';
+            p = put(p, ks->k[REDIS_K], kl);
+            p = put(p, suffix[i] + 1, strlen(suffix[i]) - 1);
+        } else {
+            p = put(p, ks->k[REDIS_K], kl);
+            p = put(p, suffix[i], strlen(suffix[i]));
         }
+        if (i == REDIS_W)
+            p = put(p, token, tl);
         ks->len[i] = (size_t)(p - start);
         *p++ = '\0';
         ks->k[i] = start;
     }
+    if (cluster) {
+        char *start = p;
+        *p++ = '{';
+        p = put(p, tagbuf, strlen(tagbuf));
+        *p++ = '}';
+        p = put(p, prefix, pl);
+        p = put(p, mk_tail, sizeof mk_tail - 1);
+        ks->mk = start;
+        ks->mk_len = (size_t)(p - start);
+        *p++ = '\0';
+    }
+    return CERB_OK;
+}
+
+/* The wake list of waiter `head` of ks's queue: Q's name up to its last
+ * byte, then "w:" head (the scripts build it so: QB .. 'w:' .. h). */
+static cerb_status keys_set_head(struct redis_keys *ks, const char *head, size_t hl)
+{
+    size_t qb = ks->len[REDIS_Q] - 1;
+    char *w = cerb__malloc(qb + 2 + hl + 1);
+    if (!w)
+        return cerb__error_set(CERB_ENOMEM, "redis: out of memory for key names");
+    memcpy(w, ks->k[REDIS_Q], qb);
+    memcpy(w + qb, "w:", 2);
+    memcpy(w + qb + 2, head, hl);
+    w[qb + 2 + hl] = '\0';
+    cerb__free(ks->wh);
+    ks->wh = w;
+    ks->wh_len = qb + 2 + hl;
     return CERB_OK;
 }
 
@@ -325,6 +411,8 @@ void cerb__redis_keys_free(struct redis_keys *ks)
 {
     cerb__free(ks->heap);
     ks->heap = NULL;
+    cerb__free(ks->wh);
+    ks->wh = NULL;
 }
 
 /* ---- running scripts ---- */
@@ -342,18 +430,33 @@ void cerb__redis_keys_free(struct redis_keys *ks)
 static cerb_status append_eval(cerb_engine *e, struct redis_conn *c, const char *sha, int nkeys,
                                const struct redis_keys *ks, int nargs, const char *const *args)
 {
-    const char *argv[4 + REDIS_NKEYS + 8];
-    size_t argl[4 + REDIS_NKEYS + 8];
-    _Static_assert(REDIS_NKEYS + 1 < 10, "nkeys is one digit");
-    char nk[2] = {(char)('0' + nkeys + 1), '\0'};
-    int n = 0;
+    const char *argv[4 + REDIS_NKEYS + 3 + 8];
+    size_t argl[4 + REDIS_NKEYS + 3 + 8];
+    char nk[2];
+    int n = 0, declared = nkeys + 1;
 
+    /* Cluster: the queue scripts also name D, W and the head's wake list. */
+    bool more = ks->mk && nkeys == REDIS_SCRIPT_KEYS;
+    if (more)
+        declared += 2 + (ks->wh ? 1 : 0);
+    _Static_assert(REDIS_SCRIPT_KEYS + 4 < 10, "numkeys is one digit");
+    nk[0] = (char)('0' + declared);
+    nk[1] = '\0';
     argv[n] = "EVALSHA", argl[n++] = 7;
     argv[n] = sha, argl[n++] = 40;
-    argv[n] = nk, argl[n++] = strlen(nk);
+    argv[n] = nk, argl[n++] = 1;
     for (int i = 0; i < nkeys; i++)
         argv[n] = ks->k[i], argl[n++] = ks->len[i];
-    argv[n] = e->marker_key, argl[n++] = e->marker_key_len;
+    if (ks->mk)
+        argv[n] = ks->mk, argl[n++] = ks->mk_len;
+    else
+        argv[n] = e->marker_key, argl[n++] = e->marker_key_len;
+    if (more) {
+        argv[n] = ks->k[REDIS_D], argl[n++] = ks->len[REDIS_D];
+        argv[n] = ks->k[REDIS_W], argl[n++] = ks->len[REDIS_W];
+        if (ks->wh)
+            argv[n] = ks->wh, argl[n++] = ks->wh_len;
+    }
     for (int i = 0; i < nargs && i < 8; i++)
         argv[n] = args[i], argl[n++] = strlen(args[i]);
     return cerb__redis_append(c, n, argv, argl);
@@ -500,16 +603,36 @@ static void fmt_i64(char *buf, int64_t v)
  * outcome is NO whatever happens here.
  */
 static cerb_status marker_moved(cerb_engine *e, struct redis_conn *c,
+                                const struct redis_keys *ks,
                                 const struct redis_marker_view *mv, cerb_outcome *oc)
 {
-    cerb_status st = cerb__redis_marker_lost(e, c, mv);
+    cerb_status st = cerb__redis_marker_lost(e, c, ks, mv);
     if (oc)
         *oc = CERB_OUTCOME_NO;
     return st;
 }
 
+/*
+ * Cluster: a script that must wake or hand the lock to the queue's head
+ * answers {'H', head} when the caller did not declare that waiter's wake
+ * list (it changed nothing that a second run would not redo). Name it in ks
+ * for the next run; false when r is not such an answer.
+ */
+static bool head_wanted(struct redis_keys *ks, const redisReply *r, cerb_status *st)
+{
+    if (!ks->mk || r->type != REDIS_REPLY_ARRAY || r->elements != 2 ||
+        r->element[0]->type != REDIS_REPLY_STRING || r->element[0]->len != 1 ||
+        r->element[0]->str[0] != 'H' || r->element[1]->type != REDIS_REPLY_STRING)
+        return false;
+    *st = keys_set_head(ks, r->element[1]->str, r->element[1]->len);
+    return true;
+}
+
+/* Runs of a queue script per operation: the head may change between them. */
+#define REDIS_HEAD_TRIES 4
+
 cerb_status cerb__redis_run_acquire(cerb_engine *e, struct redis_conn *c,
-                                    const struct redis_keys *ks, const cerb_engine_lock *lk,
+                                    struct redis_keys *ks, const cerb_engine_lock *lk,
                                     int64_t wait_ms, struct redis_acquire_result *res,
                                     int64_t *sent_ns, cerb_outcome *outcome)
 {
@@ -527,13 +650,24 @@ cerb_status cerb__redis_run_acquire(cerb_engine *e, struct redis_conn *c,
     fmt_i64(wait, wait_ms);
     fmt_i64(floor, (int64_t)(lk->fence_floor & ((UINT64_C(1) << 48) - 1)));
     memset(res, 0, sizeof *res);
-    for (int round = 0;; round++) {
-        cerb__redis_marker_get(e, &mv);
+    for (int round = 0, heads = 0;; round++) {
+        st = cerb__redis_marker_for(e, c, ks, &mv);
+        if (st != CERB_OK)
+            return st;
         REDIS_COUNT(e, acquire_calls);
         st = eval(e, c, REDIS_SCRIPT_ACQUIRE, REDIS_SCRIPT_KEYS, ks, 6, args, sent_ns, &r,
                   outcome);
         if (st != CERB_OK)
             return st;
+        if (head_wanted(ks, r, &st)) {
+            freeReplyObject(r);
+            if (st != CERB_OK || ++heads >= REDIS_HEAD_TRIES)
+                return st != CERB_OK ? st
+                                     : cerb__error_set(CERB_EIO, "redis %s: acquire: the queue's "
+                                                       "head keeps changing", e->where);
+            round--;
+            continue;
+        }
         if ((v = cerb__redis_read_acquire(r, res)) != REDIS_READ_LOST)
             break;
         freeReplyObject(r);
@@ -542,7 +676,7 @@ cerb_status cerb__redis_run_acquire(cerb_engine *e, struct redis_conn *c,
         if (round > 0)
             return cerb__error_set(CERB_EIO, "redis %s: acquire: the server keeps losing its "
                                    "data (marker changed twice)", e->where);
-        st = marker_moved(e, c, &mv, outcome);
+        st = marker_moved(e, c, ks, &mv, outcome);
         if (st != CERB_OK)
             return st;
     }
@@ -557,24 +691,47 @@ cerb_status cerb__redis_run_acquire(cerb_engine *e, struct redis_conn *c,
 }
 
 cerb_status cerb__redis_run_release(cerb_engine *e, struct redis_conn *c,
-                                    const struct redis_keys *ks, const cerb_engine_lock *lk,
+                                    struct redis_keys *ks, const cerb_engine_lock *lk,
                                     int leave, int *code, cerb_outcome *outcome)
 {
     struct redis_marker_view mv;
     const char *args[4] = {lk->token, lk->fair ? "1" : "0", leave ? "1" : "0", mv.value};
     redisReply *r;
+    cerb_status st;
 
-    cerb__redis_marker_get(e, &mv);
-    cerb_status st = eval(e, c, REDIS_SCRIPT_RELEASE, REDIS_SCRIPT_KEYS, ks, 4, args, NULL, &r,
-                          outcome);
-    if (st != CERB_OK)
-        return st;
+    /* Cluster: the waiter that was behind us when we were the head is
+     * likely the head now; name its wake list (the script checks). */
+    struct redis_lock_priv *lp = lk->priv;
+    if (ks->mk && !ks->wh && lp) {
+        char next[sizeof lp->next];
+        cerb__mutex_lock(e->wmu);
+        memcpy(next, lp->next, sizeof next);
+        cerb__mutex_unlock(e->wmu);
+        if (next[0] && (st = keys_set_head(ks, next, strlen(next))) != CERB_OK)
+            return st;
+    }
+    for (int heads = 0;; heads++) {
+        st = cerb__redis_marker_for(e, c, ks, &mv);
+        if (st != CERB_OK)
+            return st;
+        st = eval(e, c, REDIS_SCRIPT_RELEASE, REDIS_SCRIPT_KEYS, ks, 4, args, NULL, &r, outcome);
+        if (st != CERB_OK)
+            return st;
+        if (!head_wanted(ks, r, &st))
+            break;
+        freeReplyObject(r);
+        if (st != CERB_OK)
+            return st;
+        if (heads + 1 >= REDIS_HEAD_TRIES)
+            return cerb__error_set(CERB_EIO, "redis %s: release: the queue's head keeps "
+                                   "changing", e->where);
+    }
     enum redis_read v = cerb__redis_read_release(r, code);
     if (v == REDIS_READ_LOST) {
         /* The data this hold (or queue entry) lived in is gone: nothing
          * to release or leave. */
         freeReplyObject(r);
-        marker_moved(e, c, &mv, outcome);
+        marker_moved(e, c, ks, &mv, outcome);
         return CERB_OK;
     }
     if (v == REDIS_READ_BAD) {
@@ -590,7 +747,7 @@ cerb_status cerb__redis_run_release(cerb_engine *e, struct redis_conn *c,
     return CERB_OK;
 }
 
-cerb_status cerb__redis_leave(cerb_engine *e, const struct redis_keys *ks,
+cerb_status cerb__redis_leave(cerb_engine *e, struct redis_keys *ks,
                               const cerb_engine_lock *lk)
 {
     struct redis_conn *c;
@@ -610,7 +767,7 @@ cerb_status cerb__redis_leave(cerb_engine *e, const struct redis_keys *ks,
 
 static cerb_status keys_for(cerb_engine *e, const cerb_engine_lock *lk, struct redis_keys *ks)
 {
-    return cerb__redis_keys_init(ks, e->rc->prefix, lk->name, lk->token);
+    return cerb__redis_keys_init(ks, e, lk->name, lk->token);
 }
 
 cerb_status cerb__redis_op_release(cerb_engine *e, cerb_engine_lock *lk)
@@ -648,13 +805,14 @@ cerb_status cerb__redis_op_renew(cerb_engine *e, cerb_engine_lock *lk, cerb_gran
     if (st != CERB_OK)
         return st;
     fmt_i64(lease, lk->lease_ms);
-    cerb__redis_marker_get(e, &mv);
     st = cerb__redis_get(e, cerb__deadline_in(e->rc->op_timeout_ms), &c);
     if (st == CERB_OK) {
-        st = eval(e, c, REDIS_SCRIPT_RENEW, 2, &ks, 3, args, &grant->sent_ns, &r,
-                  &grant->outcome);
+        st = cerb__redis_marker_for(e, c, &ks, &mv);
+        if (st == CERB_OK)
+            st = eval(e, c, REDIS_SCRIPT_RENEW, 2, &ks, 3, args, &grant->sent_ns, &r,
+                      &grant->outcome);
         if (st == CERB_OK && cerb__redis_is_lost(r))
-            marker_moved(e, c, &mv, &grant->outcome);
+            marker_moved(e, c, &ks, &mv, &grant->outcome);
         cerb__redis_put(e, c);
     }
     if (st == CERB_OK) {
@@ -693,14 +851,15 @@ cerb_status cerb__redis_op_check(cerb_engine *e, cerb_engine_lock *lk, cerb_gran
 
     if (st != CERB_OK)
         return st;
-    cerb__redis_marker_get(e, &mv);
     /* The pool never hands out a connection whose last request failed. */
     st = cerb__redis_get(e, cerb__deadline_in(e->rc->op_timeout_ms), &c);
     if (st == CERB_OK) {
-        st = eval(e, c, REDIS_SCRIPT_CHECK, 2, &ks, 2, args, &grant->sent_ns, &r,
-                  &grant->outcome);
+        st = cerb__redis_marker_for(e, c, &ks, &mv);
+        if (st == CERB_OK)
+            st = eval(e, c, REDIS_SCRIPT_CHECK, 2, &ks, 2, args, &grant->sent_ns, &r,
+                      &grant->outcome);
         if (st == CERB_OK && cerb__redis_is_lost(r))
-            marker_moved(e, c, &mv, &grant->outcome);
+            marker_moved(e, c, &ks, &mv, &grant->outcome);
         cerb__redis_put(e, c);
     }
     if (st == CERB_OK) {
@@ -793,20 +952,35 @@ static void renew_pipeline(cerb_engine *e, struct redis_conn *c, cerb_renew_item
                            size_t n, redisReply **r, bool *ns)
 {
     char lease[NUM_BUF];
-    struct redis_marker_view mv;
+    struct redis_marker_view one, *mvs = NULL;
     cerb_status st = CERB_OK;
     cerb_outcome oc = CERB_OUTCOME_NO;
     size_t got = 0;
     int64_t sent;
-    bool lost = false;
 
-    cerb__redis_marker_get(e, &mv);
     for (size_t i = 0; i < n; i++)
         ns[i] = false;
+    /* Every marker first (in cluster mode one per slot, which may take a
+     * round trip on c the first time): nothing may be appended meanwhile. */
+    if (e->cl) {
+        mvs = cerb__malloc(n * sizeof *mvs);
+        if (!mvs)
+            st = cerb__error_set(CERB_ENOMEM, "redis: out of memory for a renewal batch");
+        for (size_t i = 0; i < n && st == CERB_OK; i++) {
+            struct redis_keys ks;
+            st = keys_for(e, items[i].lk, &ks);
+            if (st == CERB_OK) {
+                st = cerb__redis_marker_for(e, c, &ks, &mvs[i]);
+                cerb__redis_keys_free(&ks);
+            }
+        }
+    } else {
+        st = cerb__redis_marker_for(e, c, NULL, &one);
+    }
     for (size_t i = 0; i < n && st == CERB_OK; i++) {
         struct redis_keys ks;
         cerb_engine_lock *lk = items[i].lk;
-        const char *args[3] = {lk->token, lease, mv.value};
+        const char *args[3] = {lk->token, lease, mvs ? mvs[i].value : one.value};
         fmt_i64(lease, lk->lease_ms);
         st = keys_for(e, lk, &ks);
         if (st == CERB_OK) {
@@ -819,10 +993,13 @@ static void renew_pipeline(cerb_engine *e, struct redis_conn *c, cerb_renew_item
         c->pending = 0;
         for (size_t i = 0; i < n; i++)
             renew_item_fail(&items[i], st, CERB_OUTCOME_NO);
+        cerb__free(mvs);
         return;
     }
     sent = cerb_monotime();
     st = cerb__redis_exchange(e, c, "renew", r, &got, &oc);
+    bool lost_one = false;
+    size_t lost_at = 0;
     for (size_t i = 0; i < n; i++) {
         cerb_renew_item *it = &items[i];
         it->grant.sent_ns = sent;
@@ -838,7 +1015,9 @@ static void renew_pipeline(cerb_engine *e, struct redis_conn *c, cerb_renew_item
             cerb_outcome o;
             switch (cerb__redis_read_renew(r[i], &fence)) {
             case REDIS_READ_LOST:
-                lost = true;
+                if (!lost_one)
+                    lost_at = i;
+                lost_one = true;
                 renew_item_fail(it, CERB_NOT_OWNER, CERB_OUTCOME_NO);
                 break;
             case REDIS_READ_BAD:
@@ -858,8 +1037,16 @@ static void renew_pipeline(cerb_engine *e, struct redis_conn *c, cerb_renew_item
         freeReplyObject(r[i]);
         r[i] = NULL;
     }
-    if (lost)
-        marker_moved(e, c, &mv, NULL);
+    if (lost_one) {
+        /* Learn the new marker (every hold of the instance is told LOST:
+         * once is enough). */
+        struct redis_keys ks;
+        if (keys_for(e, items[lost_at].lk, &ks) == CERB_OK) {
+            marker_moved(e, c, &ks, mvs ? &mvs[lost_at] : &one, NULL);
+            cerb__redis_keys_free(&ks);
+        }
+    }
+    cerb__free(mvs);
 }
 
 void cerb__redis_op_renew_batch(cerb_engine *e, cerb_renew_item *items, size_t n)
@@ -921,7 +1108,7 @@ cerb_status cerb__redis_op_probe(cerb_engine *e, int64_t timeout_ms)
              (unsigned long long)cerb__rand_below(UINT64_MAX));
     fmt_i64(lease, REDIS_PROBE_LEASE_MS);
     fmt_i64(fttl, 60000);
-    st = cerb__redis_keys_init(&ks, e->rc->prefix, e->probe_name, token);
+    st = cerb__redis_keys_init(&ks, e, e->probe_name, token);
     if (st != CERB_OK)
         return st;
 
@@ -943,7 +1130,9 @@ cerb_status cerb__redis_op_probe(cerb_engine *e, int64_t timeout_ms)
         size_t got = 0;
         cerb_outcome oc;
 
-        cerb__redis_marker_get(e, &mv);
+        st = cerb__redis_marker_for(e, c, &ks, &mv);
+        if (st != CERB_OK)
+            break;
         st = append_eval(e, c, e->sha[REDIS_SCRIPT_ACQUIRE], REDIS_SCRIPT_KEYS, &ks, 6, acq);
         if (st == CERB_OK)
             st = append_eval(e, c, e->sha[REDIS_SCRIPT_RELEASE], REDIS_SCRIPT_KEYS, &ks, 4, rel);
@@ -990,7 +1179,7 @@ cerb_status cerb__redis_op_probe(cerb_engine *e, int64_t timeout_ms)
         break;
     }
     if (st == CERB_OK && lost)
-        st = marker_moved(e, c, &mv, NULL);
+        st = marker_moved(e, c, &ks, &mv, NULL);
     if (c && (st != CERB_OK || c->broken)) {
         /* Whatever went wrong, the next probe starts on a new connection. */
         cerb__redis_conn_free(c);

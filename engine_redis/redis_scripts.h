@@ -11,7 +11,9 @@
  *   {K}^_d          hash: waiter token -> "deadline_ms lease_ms" (server time)
  *   {K}^_w:<token>  list: a waiter's wake-ups ("f<fence>" = handed the lock,
  *                   "w" = the lock was freed, try again)
- * The {K} hash tag keeps them all in K's cluster slot. The helper keys
+ * The {K} hash tag keeps them all in K's cluster slot (cluster mode: see
+ * struct redis_keys for names with a '}', and every script there declares
+ * D, W and the head's wake list too, redis_cluster.h). The helper keys
  * contain a control byte, which no lock name can (the core refuses bytes
  * below 0x20 and 0x7f), so no lock's K is ever another lock's helper key:
  * with "{K}:fence" a lock named "{x}:fence" was x's counter.
@@ -45,16 +47,37 @@
 
 enum { REDIS_K, REDIS_F, REDIS_Q, REDIS_D, REDIS_W, REDIS_NKEYS };
 
-/* The key names of one lock and token, built once per operation. */
+/*
+ * The key names of one lock and token, built once per operation.
+ *
+ * In cluster mode (e->cl) the keys also carry the slot of K, the marker key
+ * of that slot (redis_marker.h) and, once a script asked for it, the wake
+ * list of the queue's head (wh): every script declares every key it
+ * touches. A K with a '}' in it hashes by its own tag (or whole), which
+ * "{K}" does not reproduce; its helper keys are then "{n}K\x1f…", n being
+ * the slot's marker tag (a number whose text hashes to K's slot), so they
+ * share K's slot and stay distinct from every other lock's (two '}' or
+ * more, where "{K}\x1f…" of a brace-free K has one).
+ */
 struct redis_keys {
     const char *k[REDIS_NKEYS];
     size_t len[REDIS_NKEYS];
+    int slot;         /* cluster: K's hash slot; -1 otherwise */
+    const char *mk;   /* cluster: the slot's marker key; NULL otherwise */
+    size_t mk_len;
+    char *wh;         /* cluster: the head waiter's wake list, or NULL */
+    size_t wh_len;
     char *heap;       /* when the names do not fit in buf */
     char buf[1536];
 };
 
-cerb_status cerb__redis_keys_init(struct redis_keys *ks, const char *prefix,
-                                  const char *name, const char *token);
+cerb_status cerb__redis_keys_init(struct redis_keys *ks, cerb_engine *e, const char *name,
+                                  const char *token);
+/* The same from parts: prefix (NULL = ""), and the slot map's tags in
+ * cluster mode (cl; NULL otherwise). */
+struct redis_cluster;
+cerb_status cerb__redis_keys_build(struct redis_keys *ks, const char *prefix, const char *name,
+                                   const char *token, const struct redis_cluster *cl);
 void cerb__redis_keys_free(struct redis_keys *ks);
 
 /* SCRIPT LOAD every script on c and remember the SHAs (open()). */
@@ -68,6 +91,8 @@ struct redis_acquire_result {
     bool head;       /* not granted, queued: we are the live head */
     bool handed;     /* not granted: this run handed the lock to the head */
     bool quarantine; /* not granted: no grants yet after a loss of data */
+    char next[64];   /* cluster, queued: the waiter right behind us ("" =
+                        none), whose wake list our release will name */
 };
 
 /*
@@ -76,7 +101,7 @@ struct redis_acquire_result {
  * request left.
  */
 cerb_status cerb__redis_run_acquire(cerb_engine *e, struct redis_conn *c,
-                                    const struct redis_keys *ks, const cerb_engine_lock *lk,
+                                    struct redis_keys *ks, const cerb_engine_lock *lk,
                                     int64_t wait_ms, struct redis_acquire_result *res,
                                     int64_t *sent_ns, cerb_outcome *outcome);
 
@@ -91,12 +116,12 @@ enum {
 /* Run the release script on c; leave = 1 also takes lk's token out of the
  * queue and drops its wake list first (a waiter giving up). */
 cerb_status cerb__redis_run_release(cerb_engine *e, struct redis_conn *c,
-                                    const struct redis_keys *ks, const cerb_engine_lock *lk,
+                                    struct redis_keys *ks, const cerb_engine_lock *lk,
                                     int leave, int *code, cerb_outcome *outcome);
 
 /* Leave the queue on a pool connection (best effort after a failure).
  * CERB_OK when the server confirmed. */
-cerb_status cerb__redis_leave(cerb_engine *e, const struct redis_keys *ks,
+cerb_status cerb__redis_leave(cerb_engine *e, struct redis_keys *ks,
                               const cerb_engine_lock *lk);
 
 /* ---- engine operations (see engine.h for their contracts) ---- */
@@ -111,7 +136,7 @@ cerb_status cerb__redis_op_release(cerb_engine *e, cerb_engine_lock *lk);
  * connection, bounded by the operation timeout and deadline_ns, 0 = none);
  * otherwise release it and answer an error with outcome NO.
  */
-cerb_status cerb__redis_confirm_replicas(cerb_engine *e, const struct redis_keys *ks,
+cerb_status cerb__redis_confirm_replicas(cerb_engine *e, struct redis_keys *ks,
                                          cerb_engine_lock *lk, cerb_grant *g, int64_t deadline_ns);
 cerb_status cerb__redis_op_check(cerb_engine *e, cerb_engine_lock *lk, cerb_grant *grant);
 cerb_status cerb__redis_op_held(cerb_engine *e, const char *name);

@@ -14,6 +14,7 @@
 #include "redis_sentinel.h"
 
 #include <hiredis/hiredis.h>
+#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -163,6 +164,8 @@ static cerb_status discover(cerb_engine *e, int64_t deadline_ns)
     cerb__mutex_lock(&e->addr_mu);
     bool moved = strcmp(host, e->addr_host) != 0 || port != e->addr_port;
     if (moved) {
+        if (e->addr_port != 0)
+            REDIS_COUNT(e, master_switches);
         snprintf(e->addr_host, sizeof e->addr_host, "%s", host);
         e->addr_port = port;
         atomic_fetch_add(&e->addr_gen, 1);
@@ -179,7 +182,10 @@ cerb_status cerb__redis_addr_get(cerb_engine *e, int64_t deadline_ns, char *host
     if (e->rc->mode == CERB_REDIS_SENTINEL && atomic_load(&e->addr_suspect)) {
         cerb__mutex_lock(&e->disc_mu);
         int64_t now = cerb_monotime();
+        /* addr_mu: the +switch-master subscriber writes the address too. */
+        cerb__mutex_lock(&e->addr_mu);
         bool known = e->addr_port != 0;
+        cerb__mutex_unlock(&e->addr_mu);
         if (atomic_load(&e->addr_suspect) &&
             (!known || now - e->last_discover_ns >= REDIS_REDISCOVER_MIN_MS * CERB_NS_PER_MS)) {
             e->last_discover_ns = now;
@@ -202,4 +208,133 @@ cerb_status cerb__redis_addr_get(cerb_engine *e, int64_t deadline_ns, char *host
     if (*port == 0)
         return cerb__error_set(CERB_UNAVAILABLE, "redis: no master known yet");
     return CERB_OK;
+}
+
+/* ---- the +switch-master subscriber ---- */
+
+/* Connect to sentinel i, AUTH, SUBSCRIBE +switch-master. NULL on failure. */
+static redisContext *watch_connect(cerb_engine *e, size_t i)
+{
+    char host[256];
+    int port;
+    if (!split_hostport(e->rc->sentinels[i], host, sizeof host, &port))
+        return NULL;
+    redisContext *c = redisConnectWithTimeout(host, port, tv_ms(e->rc->connect_timeout_ms));
+    if (!c || c->err) {
+        if (c)
+            redisFree(c);
+        return NULL;
+    }
+    redisSetTimeout(c, tv_ms(e->rc->op_timeout_ms));
+    redisReply *r;
+    const char *pw = e->rc->sentinel_password;
+    if (pw && pw[0]) {
+        r = redisCommand(c, "AUTH %s", pw);
+        bool ok = r && r->type != REDIS_REPLY_ERROR;
+        if (r)
+            freeReplyObject(r);
+        if (!ok) {
+            redisFree(c);
+            return NULL;
+        }
+    }
+    r = redisCommand(c, "SUBSCRIBE +switch-master");
+    bool ok = r && r->type == REDIS_REPLY_ARRAY;
+    if (r)
+        freeReplyObject(r);
+    if (!ok) {
+        redisFree(c);
+        return NULL;
+    }
+    return c;
+}
+
+/* "<name> <old ip> <old port> <new ip> <new port>": ours? Then move. */
+static void watch_message(cerb_engine *e, const redisReply *r)
+{
+    if (r->type != REDIS_REPLY_ARRAY || r->elements != 3 ||
+        r->element[2]->type != REDIS_REPLY_STRING)
+        return;
+    char msg[600], name[256], oip[256], nip[256];
+    int oport, nport;
+    if (r->element[2]->len >= sizeof msg)
+        return;
+    memcpy(msg, r->element[2]->str, r->element[2]->len);
+    msg[r->element[2]->len] = '\0';
+    if (sscanf(msg, "%255s %255s %d %255s %d", name, oip, &oport, nip, &nport) != 5 ||
+        strcmp(name, e->rc->master_name) != 0 || nport <= 0 || nport > 65535)
+        return;
+    cerb__mutex_lock(&e->addr_mu);
+    bool moved = strcmp(nip, e->addr_host) != 0 || nport != e->addr_port;
+    if (moved) {
+        snprintf(e->addr_host, sizeof e->addr_host, "%s", nip);
+        e->addr_port = nport;
+        atomic_fetch_add(&e->addr_gen, 1);
+        REDIS_COUNT(e, master_switches);
+    }
+    cerb__mutex_unlock(&e->addr_mu);
+    if (moved)
+        CERB_LOG_W("redis %s: +switch-master: the sentinels name %s:%d as the master",
+                   e->where, nip, nport);
+}
+
+static void *watch_main(void *arg)
+{
+    cerb_engine *e = arg;
+    redisContext *c = NULL;
+    size_t next = 0;
+    while (!atomic_load(&e->watch_stop)) {
+        if (!c) {
+            c = watch_connect(e, next);
+            next = (next + 1) % e->rc->n_sentinels;
+            if (!c) {
+                /* The next sentinel after a pause (it may be the one down). */
+                poll(NULL, 0, REDIS_WATCH_SLICE_MS);
+                continue;
+            }
+            /* An announcement may have gone by while we were not listening. */
+            cerb__redis_addr_suspect(e);
+        }
+        void *rep = NULL;
+        if (redisGetReplyFromReader(c, &rep) != REDIS_OK) {
+            redisFree(c);
+            c = NULL;
+            continue;
+        }
+        if (rep) {
+            watch_message(e, rep);
+            freeReplyObject(rep);
+            continue;
+        }
+        struct pollfd pfd = {.fd = c->fd, .events = POLLIN};
+        int k = poll(&pfd, 1, REDIS_WATCH_SLICE_MS);
+        if (k > 0 && redisBufferRead(c) != REDIS_OK) {
+            redisFree(c);
+            c = NULL;
+        }
+    }
+    if (c)
+        redisFree(c);
+    return NULL;
+}
+
+cerb_status cerb__redis_watch_start(cerb_engine *e)
+{
+    if (e->rc->mode != CERB_REDIS_SENTINEL || e->rc->n_sentinels == 0)
+        return CERB_OK;
+    atomic_store(&e->watch_stop, false);
+    if (pthread_create(&e->watch_thread, NULL, watch_main, e) != 0)
+        return cerb__error_set(CERB_ENOMEM, "redis %s: cannot start the sentinel subscriber",
+                               e->where);
+    e->watch_started = true;
+    return CERB_OK;
+}
+
+void cerb__redis_watch_stop(cerb_engine *e)
+{
+    if (!e->watch_started)
+        return;
+    atomic_store(&e->watch_stop, true);
+    pthread_join(e->watch_thread, NULL);
+    e->watch_started = false;
 }

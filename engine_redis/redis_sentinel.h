@@ -10,7 +10,8 @@
  * writing to the old master. The engine asks the sentinels again whenever
  * the master may have moved — a connection refused or timed out, a server
  * that says it is a replica, a READONLY answer — at most once per
- * REDIS_REDISCOVER_MIN_MS, so a dead deployment is not hammered.
+ * REDIS_REDISCOVER_MIN_MS, so a dead deployment is not hammered — and as
+ * soon as a sentinel announces +switch-master (cerb__redis_watch_start).
  */
 #ifndef CERB_REDIS_SENTINEL_H
 #define CERB_REDIS_SENTINEL_H
@@ -39,5 +40,17 @@ void cerb__redis_addr_suspect(cerb_engine *e);
 
 /* The current generation (cheap; a connection older than it is closed). */
 uint64_t cerb__redis_addr_gen(cerb_engine *e);
+
+/*
+ * Sentinel mode: a thread subscribed to +switch-master on one sentinel (the
+ * next one when it goes away) moves the address as soon as the sentinels
+ * announce a failover of our master, before any call fails on the old one.
+ * After every (re)subscription the master is asked for again, for an
+ * announcement missed meanwhile. Stop joins the thread within
+ * REDIS_WATCH_SLICE_MS. No-ops in other modes.
+ */
+#define REDIS_WATCH_SLICE_MS 100
+cerb_status cerb__redis_watch_start(cerb_engine *e);
+void cerb__redis_watch_stop(cerb_engine *e);
 
 #endif

@@ -28,13 +28,14 @@ struct cerb_redis_stats {
     uint64_t leaves;            /* runs of the leave script (timeout, interrupt, error) */
     uint64_t noscript_reloads;  /* scripts reloaded after NOSCRIPT */
     uint64_t data_losses;       /* server data losses noticed (redis_marker.h) */
+    uint64_t master_switches;   /* sentinel mode: the master address changed */
 };
 
 /* The engine's live counters (embedded in struct cerb_engine). */
 struct redis_counters {
     atomic_uint_fast64_t round_trips, connects, acquire_calls, acquire_polls, grants,
         handoffs_received, handoffs_sent, wakes_sent, wakeups, cancel_wakeups, leaves,
-        noscript_reloads, data_losses;
+        noscript_reloads, data_losses, master_switches;
 };
 
 #define REDIS_COUNT(e, field) \

@@ -27,7 +27,8 @@
  * cancels the BLPOP on the server.
  *
  * cancel() breaks a wait without a round trip: the waiter registers its
- * socket in lk->priv (under e->wait_mu), and cancel() shuts that socket
+ * socket in lk->priv (under e->wmu: the instance's wait_mu, or in cluster
+ * mode the routing instance's, which cancel() is called on), and cancel() shuts that socket
  * down, which wakes poll() at once. The core calls cancel() while holding
  * its own lock and promises cerb_lock_interrupt() never blocks on the
  * network, so pushing a message to the wake list from the caller's thread
@@ -86,6 +87,17 @@ static int64_t next_check_at(const cerb_engine_lock *lk, const struct redis_acqu
     return sent_ns + iv * CERB_NS_PER_MS;
 }
 
+/* Cluster: remember who was behind us as the head (redis_lock_priv). */
+static void note_next(cerb_engine *e, cerb_engine_lock *lk, const char *next)
+{
+    struct redis_lock_priv *p = lk->priv;
+    if (!p || !e->cl)
+        return;
+    cerb__mutex_lock(e->wmu);
+    snprintf(p->next, sizeof p->next, "%s", next);
+    cerb__mutex_unlock(e->wmu);
+}
+
 /* ---- cancel ---- */
 
 static void wait_register(cerb_engine *e, cerb_engine_lock *lk, const struct redis_conn *bc)
@@ -94,11 +106,11 @@ static void wait_register(cerb_engine *e, cerb_engine_lock *lk, const struct red
 
     if (!p)
         return;
-    cerb__mutex_lock(&e->wait_mu);
+    cerb__mutex_lock(e->wmu);
     p->waiting = true;
     p->cancelled = false;
     p->fd = bc->ctx->fd;
-    cerb__mutex_unlock(&e->wait_mu);
+    cerb__mutex_unlock(e->wmu);
 }
 
 /* Stop being cancellable; true when cancel() hit the registered socket. */
@@ -109,11 +121,11 @@ static bool wait_unregister(cerb_engine *e, cerb_engine_lock *lk)
 
     if (!p)
         return false;
-    cerb__mutex_lock(&e->wait_mu);
+    cerb__mutex_lock(e->wmu);
     hit = p->cancelled;
     p->waiting = false;
     p->cancelled = false;
-    cerb__mutex_unlock(&e->wait_mu);
+    cerb__mutex_unlock(e->wmu);
     return hit;
 }
 
@@ -123,14 +135,14 @@ void cerb__redis_op_cancel(cerb_engine *e, cerb_engine_lock *lk)
 
     if (!p)
         return;
-    cerb__mutex_lock(&e->wait_mu);
+    cerb__mutex_lock(e->wmu);
     /* The socket stays open until the waiter unregisters (it frees the
      * connection only after that), so fd cannot name another file here. */
     if (p->waiting && !p->cancelled) {
         shutdown(p->fd, SHUT_RDWR);
         p->cancelled = true;
     }
-    cerb__mutex_unlock(&e->wait_mu);
+    cerb__mutex_unlock(e->wmu);
 }
 
 /*
@@ -161,7 +173,7 @@ static bool cancel_hit(cerb_engine *e, cerb_engine_lock *lk, struct redis_conn *
  * `st`, keeping its message. `bc` is used when it is clean, else a pool
  * connection. If the leave is not confirmed, the outcome is UNKNOWN.
  */
-static cerb_status give_up(cerb_engine *e, struct redis_conn *bc, const struct redis_keys *ks,
+static cerb_status give_up(cerb_engine *e, struct redis_conn *bc, struct redis_keys *ks,
                            const cerb_engine_lock *lk, cerb_status st, cerb_grant *g)
 {
     char why[CERB_ERROR_MAX];
@@ -191,7 +203,7 @@ static cerb_status give_up(cerb_engine *e, struct redis_conn *bc, const struct r
 
 /* ---- the wait ---- */
 
-static cerb_status wait_loop(cerb_engine *e, cerb_engine_lock *lk, const struct redis_keys *ks,
+static cerb_status wait_loop(cerb_engine *e, cerb_engine_lock *lk, struct redis_keys *ks,
                              int64_t deadline_ns, const atomic_int *intr,
                              struct redis_acquire_result res, int64_t last_sent, cerb_grant *g)
 {
@@ -202,6 +214,8 @@ static cerb_status wait_loop(cerb_engine *e, cerb_engine_lock *lk, const struct 
     int64_t next_check = next_check_at(lk, &res, last_sent);
     cerb_outcome oc;
     cerb_status st;
+
+    note_next(e, lk, res.next);
 
     for (;;) {
         if (intr && atomic_load(intr)) {
@@ -242,6 +256,7 @@ static cerb_status wait_loop(cerb_engine *e, cerb_engine_lock *lk, const struct 
                 break;
             }
             last_sent = sent;
+            note_next(e, lk, res.next);
             if (res.granted) {
                 grant_fill(g, res.fence, sent, lk->lease_ms);
                 break;
@@ -305,8 +320,18 @@ static cerb_status wait_loop(cerb_engine *e, cerb_engine_lock *lk, const struct 
         if (r->type == REDIS_REPLY_ARRAY && r->elements == 2 &&
             r->element[1]->type == REDIS_REPLY_STRING) {
             uint64_t fence;
-            enum redis_read rv =
-                cerb__redis_read_wake(r->element[1]->str, r->element[1]->len, &fence);
+            const char *msg = r->element[1]->str;
+            size_t mlen = r->element[1]->len;
+            char next[sizeof ((struct redis_lock_priv *)0)->next] = "";
+            /* Cluster: a hand-off names the waiter now at the head after
+             * us ("f<fence> <token>"), whose wake list our release names. */
+            const char *sp = e->cl ? memchr(msg, ' ', mlen) : NULL;
+            if (sp && (size_t)(msg + mlen - sp - 1) < sizeof next) {
+                memcpy(next, sp + 1, (size_t)(msg + mlen - sp - 1));
+                next[msg + mlen - sp - 1] = '\0';
+                mlen = (size_t)(sp - msg);
+            }
+            enum redis_read rv = cerb__redis_read_wake(msg, mlen, &fence);
             REDIS_COUNT(e, wakeups);
             if (rv == REDIS_READ_YES) {
                 int64_t ttl = min64(lk->lease_ms, REDIS_HANDOFF_TTL_MS);
@@ -317,6 +342,7 @@ static cerb_status wait_loop(cerb_engine *e, cerb_engine_lock *lk, const struct 
                  * If half of it is gone already, a run of acquire extends
                  * it (or finds it lost) before we say yes. */
                 if (cerb_monotime() - last_sent < ttl * CERB_NS_PER_MS / 2) {
+                    note_next(e, lk, next);
                     grant_fill(g, fence, last_sent, ttl);
                     REDIS_COUNT(e, handoffs_received);
                     st = CERB_OK;
@@ -358,7 +384,7 @@ static cerb_status wait_loop(cerb_engine *e, cerb_engine_lock *lk, const struct 
  * and report an error — never a hold the replicas may not have. A release
  * that fails leaves the key to its lease: nobody holds it.
  */
-cerb_status cerb__redis_confirm_replicas(cerb_engine *e, const struct redis_keys *ks,
+cerb_status cerb__redis_confirm_replicas(cerb_engine *e, struct redis_keys *ks,
                                          cerb_engine_lock *lk, cerb_grant *g, int64_t deadline_ns)
 {
     int n = e->rc->min_replicas_ack;
@@ -432,12 +458,13 @@ cerb_status cerb__redis_op_acquire(cerb_engine *e, cerb_engine_lock *lk, int64_t
     struct redis_acquire_result res;
     struct redis_conn *c;
     int64_t sent = 0, wait_ms = 0;
-    cerb_status st = cerb__redis_keys_init(&ks, e->rc->prefix, lk->name, lk->token);
+    cerb_status st = cerb__redis_keys_init(&ks, e, lk->name, lk->token);
 
     cerb__redis_marker_note_lease(e, lk->lease_ms);
 
     if (st != CERB_OK)
         return st;
+    note_next(e, lk, ""); /* a new acquisition: nobody known behind us */
     if (deadline_ns != 0)
         wait_ms = cerb__ms_left(deadline_ns);
     grant->outcome = CERB_OUTCOME_NO;

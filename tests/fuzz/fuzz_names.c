@@ -83,7 +83,7 @@ static bool accepted(const struct cerb_engine_ops *ops, const char *s, size_t n)
 static void redis_layout(const char *prefix, int i, char *pre, char *suf, size_t cap)
 {
     struct redis_keys ks;
-    FUZZ_CHECK(cerb__redis_keys_init(&ks, prefix, "@NAME@", REDIS_TOKEN) == CERB_OK, "keys_init");
+    FUZZ_CHECK(cerb__redis_keys_build(&ks, prefix, "@NAME@", REDIS_TOKEN, NULL) == CERB_OK, "keys_init");
     const char *at = strstr(ks.k[i], "@NAME@");
     FUZZ_CHECK(at != NULL, "helper key %d does not contain the name", i);
     size_t pl = (size_t)(at - ks.k[i]), sl = strlen(at + 6);
@@ -135,7 +135,7 @@ static void redis_keys(const char *name)
         struct redis_keys ks;
         const char *pf = prefixes[p];
         size_t pl = strlen(pf);
-        FUZZ_CHECK(cerb__redis_keys_init(&ks, pf, name, REDIS_TOKEN) == CERB_OK, "keys_init");
+        FUZZ_CHECK(cerb__redis_keys_build(&ks, pf, name, REDIS_TOKEN, NULL) == CERB_OK, "keys_init");
         FUZZ_CHECK(ks.len[REDIS_K] == pl + nl && memcmp(ks.k[REDIS_K], pf, pl) == 0 &&
                        memcmp(ks.k[REDIS_K] + pl, name, nl) == 0,
                    "K is not prefix+name (redis-py's layout)");

@@ -36,6 +36,7 @@
 #include "clock.h"
 #include "config.h"
 #include "engine.h"
+#include "redis_stats.h"
 #include "test_util.h"
 
 #define LEASE_MS 3000
@@ -358,6 +359,61 @@ static void test_master_killed(void **state)
     free(fresh);
 }
 
+/*
+ * Issue 13 item 2: the engine follows a failover through the sentinels'
+ * +switch-master announcement, before any call of its own fails. An
+ * instance that makes no call at all is watched while the master is killed:
+ * it must name the new master within the sentinels' own failover time (when
+ * sentinel +10 first names it) + 1 s.
+ */
+struct follow {
+    cerb_engine *e;
+    int old;
+    int64_t t_named, t_followed;
+};
+
+static bool followed(void *ud)
+{
+    struct follow *f = ud;
+    int64_t now = cerb_test_now_ms();
+    if (!f->t_named) {
+        int m = named_master();
+        if (m > 0 && m != f->old)
+            f->t_named = now;
+    }
+    if (!f->t_followed) {
+        struct cerb_redis_stats rs;
+        cerb__redis_stats(f->e, &rs);
+        if (rs.master_switches > 0)
+            f->t_followed = now;
+    }
+    return f->t_named && f->t_followed;
+}
+
+static void test_follows_switch_master(void **state)
+{
+    (void)state;
+    const struct cerb_engine_ops *ops = cerb__engine_find("redis");
+    struct cerb_config *cfg = NULL;
+    cerb_engine *e = engine_open("", &cfg);
+    struct follow f = {e, named_master(), 0, 0};
+    assert_true(f.old > 0);
+    struct cerb_redis_stats rs;
+    cerb__redis_stats(e, &rs);
+    assert_int_equal(rs.master_switches, 0);
+    int64_t t_kill = cerb_test_now_ms();
+    assert_int_equal(kill(pid_of(f.old), SIGKILL), 0);
+    bool ok = wait_until(followed, &f, 60000);
+    print_message("master :%d killed: sentinels named :%d after %lld ms; the engine (no call "
+                  "made) followed after %lld ms\n",
+                  f.old, named_master(), f.t_named ? (long long)(f.t_named - t_kill) : -1LL,
+                  f.t_followed ? (long long)(f.t_followed - t_kill) : -1LL);
+    cerb__engine_close(ops, e);
+    cerb__config_free(cfg);
+    assert_true(ok);
+    assert_true(f.t_followed - t_kill <= f.t_named - t_kill + 1000);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -365,6 +421,7 @@ int main(void)
         cmocka_unit_test(test_replica_ack),
         cmocka_unit_test(test_settled_grant_needs_replicas),
         cmocka_unit_test(test_master_killed),
+        cmocka_unit_test(test_follows_switch_master),
     };
     if (getenv("CERB_TEST_DEBUG"))
         cerb_log_set(NULL, NULL, CERB_LOG_DEBUG);
