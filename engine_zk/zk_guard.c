@@ -455,7 +455,7 @@ cerb_status cerb__zk_guard_begin(cerb_engine *e, const cerb_guard_rec *rec, cerb
     int hl = rec_header(hdr, 'R', rec->token, rec->running_ms);
     bool parents = false, take = false;
     char take_tok[33] = "";
-    int take_ver = -1;
+    int take_ver = -1, tok_gone_ver = -1;
     char *old_tok = NULL;
     st = cerb__error_set(CERB_EIO, "zk %s: guard record %s kept changing", e->hosts, p.rec);
     for (int i = 0; i < ZK_GUARD_TRIES; i++) {
@@ -476,8 +476,10 @@ cerb_status cerb__zk_guard_begin(cerb_engine *e, const cerb_guard_rec *rec, cerb
         }
         zoo_op_t ops[4];
         int n = 0;
+        bool with_tok = take && take_ver != tok_gone_ver;
         if (take) {
-            zoo_delete_op_init(&ops[n++], old_tok, -1);
+            if (with_tok)
+                zoo_delete_op_init(&ops[n++], old_tok, -1);
             zoo_delete_op_init(&ops[n++], p.rec, take_ver);
         }
         int create_at = n;
@@ -506,6 +508,8 @@ cerb_status cerb__zk_guard_begin(cerb_engine *e, const cerb_guard_rec *rec, cerb
             cerb__zk_call_put(c);
             break;
         }
+        if (with_tok && rc == ZNONODE && failed_op(&c->res[km]) == 0)
+            tok_gone_ver = take_ver; /* that record has no token node (hand-made?) */
         take = false;
         if (rc == ZNONODE && failed_op(&c->res[km]) == create_at) {
             /* The scope (or the base) is missing: made with the next try. */
@@ -659,7 +663,14 @@ static struct zk_call *sweep_call(cerb_engine *e, size_t n,
     if (s)
         submit(c, s, ud);
     cerb__zk_session_end(e);
-    if (!s || !cerb__zk_call_wait(c, cerb__zk_call_deadline(e, guard_bound(e)))) {
+    /* In slices, so that close (stop) does not wait for a slow server. */
+    int64_t deadline = cerb__zk_call_deadline(e, guard_bound(e));
+    bool done = false;
+    while (s && !done && !atomic_load(&e->guard->stop) && cerb_monotime() < deadline) {
+        int64_t slice = cerb_monotime() + ZK_INTR_SLICE_MS * CERB_NS_PER_MS;
+        done = cerb__zk_call_wait(c, slice < deadline ? slice : deadline);
+    }
+    if (!done) {
         cerb__zk_call_put(c);
         return NULL;
     }
@@ -695,11 +706,16 @@ static void submit_delete(struct zk_call *c, struct zk_session *s, void *ud)
     for (size_t i = 0; i < w->n; i++) {
         if (!w->del[i])
             continue;
-        if (!w->toks) {
+        zoo_op_t ops[2];
+        if (!w->toks && !w->vers) {
             cerb__zk_call_delete(c, s, w->paths[i]); /* an empty scope */
             continue;
         }
-        zoo_op_t ops[2];
+        if (!w->toks) {
+            zoo_delete_op_init(&ops[0], w->paths[i], w->vers[i]);
+            cerb__zk_call_multi(c, s, ops, 1);
+            continue;
+        }
         zoo_delete_op_init(&ops[0], w->toks[i], -1);
         zoo_delete_op_init(&ops[1], w->paths[i], w->vers[i]);
         cerb__zk_call_multi(c, s, ops, 2);
@@ -811,9 +827,26 @@ static void sweep_once(cerb_engine *e)
                 w = (struct sweep){.e = e, .paths = recs, .n = n_rec, .del = del, .toks = toks,
                                    .vers = vers};
                 struct zk_call *d = sweep_call(e, n_del, submit_delete, &w);
-                for (size_t i = 0; d && i < d->used; i++)
-                    n_gone += d->res[i].rc == ZOK;
+                /* A record without its token node (made by hand?) is
+                 * deleted by its version alone. */
+                size_t n_again = 0, j = 0;
+                for (size_t i = 0; d && i < n_rec; i++) {
+                    if (!del[i])
+                        continue;
+                    const struct zk_res *r = &d->res[j++];
+                    n_gone += r->rc == ZOK;
+                    del[i] = r->rc == ZNONODE && failed_op(r) == 0;
+                    n_again += del[i];
+                }
+                bool answered = d != NULL;
                 cerb__zk_call_put(d);
+                if (answered && n_again && !atomic_load(&gd->stop)) {
+                    w.toks = NULL;
+                    struct zk_call *d2 = sweep_call(e, n_again, submit_delete, &w);
+                    for (size_t i = 0; d2 && i < d2->used; i++)
+                        n_gone += d2->res[i].rc == ZOK;
+                    cerb__zk_call_put(d2);
+                }
             }
             cerb__free(del);
             free_strs(toks, n_rec);

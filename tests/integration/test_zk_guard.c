@@ -211,8 +211,8 @@ static void test_zk_guard_layout(void **state)
 
 /* Write a record as another attempt would have (state, token, life), with
  * its token node, behind the library's back. */
-static void plant(zhandle_t *zh, const char *rp, char state, const char *token, int64_t life,
-                  const char *res)
+static void plant_node(zhandle_t *zh, const char *rp, char state, const char *token,
+                       int64_t life, const char *res, bool token_node)
 {
     char data[256], tp[600];
     int n = snprintf(data, sizeof data, "%c%s %lld\n%s", state, token, (long long)life,
@@ -226,10 +226,18 @@ static void plant(zhandle_t *zh, const char *rp, char state, const char *token, 
         *p = '/';
     }
     assert_int_equal(zoo_create(zh, rp, data, n, &ZOO_OPEN_ACL_UNSAFE, 0, NULL, 0), ZOK);
+    if (!token_node)
+        return;
     snprintf(tp, sizeof tp, "%s/%s", rp, token);
     assert_int_equal(zoo_create(zh, tp, NULL, -1, &ZOO_OPEN_ACL_UNSAFE, 0, NULL, 0), ZOK);
     if (state == 'D')
         assert_int_equal(zoo_set(zh, tp, NULL, -1, 0), ZOK);
+}
+
+static void plant(zhandle_t *zh, const char *rp, char state, const char *token, int64_t life,
+                  const char *res)
+{
+    plant_node(zh, rp, state, token, life, res, true);
 }
 
 static void pause_ms(long ms)
@@ -249,7 +257,9 @@ static void test_zk_guard_expiry_by_server_time(void **state)
     (void)state;
     zhandle_t *zh = raw();
     char *kr = gc_key("old-run"), *kd = gc_key("old-done"), *kl = gc_key("young");
-    char rr[512], rd[512], rl[512];
+    char *kb = gc_key("bare");
+    char rr[512], rd[512], rl[512], rb[512];
+    record_path("", "aged", kb, strlen(kb), rb, sizeof rb);
     record_path("", "aged", kr, strlen(kr), rr, sizeof rr);
     record_path("", "aged", kd, strlen(kd), rd, sizeof rd);
     record_path("", "aged", kl, strlen(kl), rl, sizeof rl);
@@ -259,6 +269,9 @@ static void test_zk_guard_expiry_by_server_time(void **state)
     plant(zh, rr, 'R', t1, 1000, NULL);  /* a crashed attempt's claim */
     plant(zh, rd, 'D', t2, 1000, "old"); /* a success kept 1 s */
     plant(zh, rl, 'R', t1, 60000, NULL); /* a claim with a minute left */
+    /* A record without its token node (made by hand, or by a tool that
+     * knows only the data): taken over by its version alone. */
+    plant_node(zh, rb, 'R', t2, 1000, NULL, false);
     /* Let them age past their life (the server's clock runs meanwhile). */
     while (cerb_test_now_ms() < t0 + 1000 + 200 + 300)
         pause_ms(50);
@@ -270,6 +283,9 @@ static void test_zk_guard_expiry_by_server_time(void **state)
     cerb_guard_free(g);
     assert_int_equal(cerb_guard_begin(c, "aged", kd, strlen(kd), NULL, &g), CERB_OK);
     assert_int_equal(cerb_guard_finish(g, 1, "new", 3), CERB_OK);
+    cerb_guard_free(g);
+    assert_int_equal(cerb_guard_begin(c, "aged", kb, strlen(kb), NULL, &g), CERB_OK);
+    assert_int_equal(cerb_guard_finish(g, 0, NULL, 0), CERB_OK);
     cerb_guard_free(g);
     assert_true(cerb_test_now_ms() - t1ms < 1000); /* at once, not after their life */
     gc_expect_duplicate(c, "aged", kd, "new", 3);
@@ -287,6 +303,7 @@ static void test_zk_guard_expiry_by_server_time(void **state)
     free(kr);
     free(kd);
     free(kl);
+    free(kb);
 }
 
 /*
@@ -382,7 +399,12 @@ static void test_zk_guard_sweep(void **state)
     assert_int_equal(cerb_guard_finish(g, 1, "f", 1), CERB_OK);
     cerb_guard_free(g);
     zhandle_t *zh = raw();
-    assert_int_equal(records_in(zh, sp), 5);
+    /* And one without its token node (made by hand): deleted by its
+     * version alone. */
+    char bp[512];
+    record_path("", scope, "bare", 4, bp, sizeof bp);
+    plant_node(zh, bp, 'D', "0123456789abcdef0123456789abcdef", 300, "b", false);
+    assert_int_equal(records_in(zh, sp), 6);
     cerb_test_zk_close(zh);
     /* Nobody asks for them again; the sweepers (this client's, the
      * janitor's) delete them and the empty scope, in a pass or two. */
