@@ -34,7 +34,10 @@
 
 #include <cmocka.h>
 
+#include "alloc.h"
 #include "cerberus.h"
+#include "config.h"
+#include "engine.h"
 #include "test_util.h"
 #include "zk_util.h"
 
@@ -556,6 +559,96 @@ static void test_zk_guard_max_result(void **state)
     cerb_client_close(c);
 }
 
+/*
+ * The engine's methods below the core (the contract of core/engine.h),
+ * with the answers that only re-sent requests see: a begin whose record is
+ * already this token's claim renews it (OK, a new mtime), a finish whose
+ * record is already this token's done-record is OK, and nothing of a
+ * done-record is renewed or deleted by its own token.
+ */
+static void test_zk_guard_engine_methods(void **state)
+{
+    (void)state;
+    cerb__engines_builtin();
+    const struct cerb_engine_ops *ops = cerb__engine_find("zk");
+    assert_non_null(ops);
+    char *text = guard_cfg(NULL);
+    struct cerb_config *cfg = NULL;
+    assert_int_equal(cerb__config_from_string(text, &cfg), CERB_OK);
+    free(text);
+    cerb_engine_env env = {.cfg = cfg};
+    cerb_engine *e = NULL;
+    assert_int_equal(cerb__engine_open(ops, &env, &e), CERB_OK);
+
+    char *scope = gc_key("eng");
+    cerb_guard_rec rec = {.scope = scope, .running_ms = 5000};
+    memset(rec.id, 'a', 64);
+    memcpy(rec.token, "11111111111111111111111111111111", 33);
+    cerb_guard_rec other = rec;
+    memcpy(other.token, "22222222222222222222222222222222", 33);
+    char rp[512];
+    snprintf(rp, sizeof rp, "%s/%s/%s", gbase, scope, rec.id);
+    zhandle_t *zh = raw();
+    struct Stat st;
+    int len;
+
+    cerb_grant g;
+    void *res = NULL;
+    size_t rl = 0;
+    cerb_guard_found found;
+    assert_int_equal(cerb__engine_guard_begin(ops, e, &rec, &g, &res, &rl), CERB_OK);
+    assert_int_equal(g.ttl_ms, 5000);
+    free(get_data(zh, rp, &len, &st));
+    int64_t m0 = st.mtime;
+    int v0 = st.version;
+    /* Sent again (its answer was lost): our claim, renewed. */
+    pause_ms(20);
+    assert_int_equal(cerb__engine_guard_begin(ops, e, &rec, &g, &res, &rl), CERB_OK);
+    free(get_data(zh, rp, &len, &st));
+    assert_true(st.version > v0);
+    assert_true(st.mtime >= m0);
+    assert_int_equal(cerb__engine_guard_begin(ops, e, &other, &g, &res, &rl), CERB_BUSY);
+    assert_int_equal(cerb__engine_guard_check(ops, e, &rec, &found), CERB_OK);
+    assert_int_equal(found, CERB_GUARD_FOUND_RUNNING);
+    assert_int_equal(cerb__engine_guard_check(ops, e, &other, &found), CERB_OK);
+    assert_int_equal(found, CERB_GUARD_FOUND_OTHER);
+    assert_int_equal(cerb__engine_guard_renew(ops, e, &rec, &g), CERB_OK);
+    assert_int_equal(cerb__engine_guard_renew(ops, e, &other, &g), CERB_NOT_OWNER);
+    cerb_outcome oc;
+    assert_int_equal(cerb__engine_guard_finish(ops, e, &other, 1, "x", 1, 1000, &oc),
+                     CERB_NOT_OWNER);
+    assert_int_equal(oc, CERB_OUTCOME_NO);
+    assert_int_equal(cerb__engine_guard_finish(ops, e, &other, 0, NULL, 0, 1000, &oc),
+                     CERB_NOT_OWNER);
+    assert_int_equal(cerb__engine_guard_finish(ops, e, &rec, 1, "r\0s", 3, 60000, &oc), CERB_OK);
+    /* Sent again: already done by this token. */
+    assert_int_equal(cerb__engine_guard_finish(ops, e, &rec, 1, "r\0s", 3, 60000, &oc), CERB_OK);
+    assert_int_equal(cerb__engine_guard_check(ops, e, &rec, &found), CERB_OK);
+    assert_int_equal(found, CERB_GUARD_FOUND_DONE);
+    /* A done-record is neither renewed nor deleted, even by its token. */
+    assert_int_equal(cerb__engine_guard_renew(ops, e, &rec, &g), CERB_NOT_OWNER);
+    assert_int_equal(cerb__engine_guard_finish(ops, e, &rec, 0, NULL, 0, 0, &oc), CERB_NOT_OWNER);
+    assert_int_equal(cerb__engine_guard_begin(ops, e, &other, &g, &res, &rl), CERB_DUPLICATE);
+    assert_int_equal(rl, 3);
+    assert_memory_equal(res, "r\0s", 3);
+    assert_int_equal(((char *)res)[3], '\0');
+    cerb__free(res);
+    char *d = get_data(zh, rp, &len, &st);
+    assert_non_null(d);
+    assert_int_equal(d[0], 'D');
+    free(d);
+    char tp[600];
+    snprintf(tp, sizeof tp, "%s/%s", rp, rec.token);
+    assert_int_equal(zoo_delete(zh, tp, -1), ZOK);
+    assert_int_equal(zoo_delete(zh, rp, -1), ZOK);
+    assert_int_equal(cerb__engine_guard_check(ops, e, &rec, &found), CERB_OK);
+    assert_int_equal(found, CERB_GUARD_FOUND_NONE);
+    cerb_test_zk_close(zh);
+    cerb__engine_close(ops, e);
+    cerb__config_free(cfg);
+    free(scope);
+}
+
 static cerb_client *janitor;
 
 static int setup(void **state)
@@ -584,6 +677,7 @@ int main(void)
     snprintf(gbase, sizeof gbase, "/gz%ld/guard", (long)getpid());
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_zk_guard_layout),
+        cmocka_unit_test(test_zk_guard_engine_methods),
         cmocka_unit_test(test_zk_guard_expiry_by_server_time),
         cmocka_unit_test(test_zk_guard_record_made_again),
         cmocka_unit_test(test_zk_guard_sweep),
