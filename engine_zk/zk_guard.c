@@ -457,8 +457,8 @@ cerb_status cerb__zk_guard_begin(cerb_engine *e, const cerb_guard_rec *rec, cerb
     char take_tok[33] = "";
     int take_ver = -1, tok_gone_ver = -1;
     char *old_tok = NULL;
-    st = cerb__error_set(CERB_EIO, "zk %s: guard record %s kept changing", e->hosts, p.rec);
-    for (int i = 0; i < ZK_GUARD_TRIES; i++) {
+    int i;
+    for (i = 0; i < ZK_GUARD_TRIES; i++) {
         int64_t bound = guard_bound(e);
         struct zk_state ss;
         cerb_status ws = cerb__zk_wait_connected(e, bound, NULL, 0, &ss);
@@ -539,8 +539,9 @@ cerb_status cerb__zk_guard_begin(cerb_engine *e, const cerb_guard_rec *rec, cerb
         }
         if (st != CERB_OK || !take)
             break;
-        st = cerb__error_set(CERB_EIO, "zk %s: guard record %s kept changing", e->hosts, p.rec);
     }
+    if (i == ZK_GUARD_TRIES) /* every try found the record changed meanwhile */
+        st = cerb__error_set(CERB_EIO, "zk %s: guard record %s kept changing", e->hosts, p.rec);
     cerb__free(old_tok);
     paths_free(&p);
     return st;
