@@ -12,7 +12,10 @@
  * that wrote it, its life in ms (running_ms for a claim, keep_ms once done,
  * -1 for forever) in decimal, then the result, binary. The record has one
  * child, <record>/<token>, the token node, created with it in one
- * transaction.
+ * transaction. Roots sharing a parent share the records (applications keep
+ * apart by guard.app, which is in every id). The clock node below is, with
+ * the fence offset, one of the engine's permanent nodes: a few bytes per
+ * ensemble.
  *
  * Why a token node. Every write of an attempt (renew, finish, delete) must
  * compare the token on the server, atomically with the write. A version
