@@ -132,19 +132,6 @@ static char *path_join3(const char *a, const char *b, const char *c)
     return p;
 }
 
-/* "<parent of root>/<node>", as the fence offset's path is made. */
-static char *sibling_path(const char *root, const char *node)
-{
-    size_t dir = (size_t)(strrchr(root, '/') - root);
-    size_t n = dir + 1 + strlen(node) + 1;
-    char *p = cerb__malloc(n);
-    if (p) {
-        memcpy(p, root, dir);
-        snprintf(p + dir, n - dir, "/%s", node);
-    }
-    return p;
-}
-
 struct rec_paths {
     char *scope, *rec, *tok;
 };
@@ -924,8 +911,8 @@ cerb_status cerb__zk_guard_init(cerb_engine *e)
     struct zk_guard *gd = cerb__calloc(1, sizeof *gd);
     if (!gd)
         return cerb__error_set(CERB_ENOMEM, "zk: out of memory");
-    gd->base = sibling_path(e->zc->root, ZK_GUARD_NODE);
-    gd->clock = sibling_path(e->zc->root, ZK_GUARD_CLOCK_NODE);
+    gd->base = cerb__zk_sibling_path(e->zc->root, ZK_GUARD_NODE);
+    gd->clock = cerb__zk_sibling_path(e->zc->root, ZK_GUARD_CLOCK_NODE);
     if (!gd->base || !gd->clock) {
         cerb__free(gd->base);
         cerb__free(gd->clock);
