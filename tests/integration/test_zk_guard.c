@@ -437,6 +437,55 @@ static void test_zk_guard_sweep(void **state)
     free(live);
 }
 
+/*
+ * Threads of several clients race to take over one expired record: the
+ * takeover is conditioned on the version each of them read, so exactly one
+ * claims it and the others find its new claim (BUSY).
+ */
+static void test_zk_guard_takeover_race(void **state)
+{
+    (void)state;
+    zhandle_t *zh = raw();
+    char *key = gc_key("takeover");
+    char rp[512];
+    record_path("", "race", key, strlen(key), rp, sizeof rp);
+    int64_t t0 = cerb_test_now_ms();
+    plant(zh, rp, 'R', "0123456789abcdef0123456789abcdef", 300, NULL);
+    cerb_test_zk_close(zh);
+    struct gc_race r;
+    memset(&r, 0, sizeof r);
+    r.key = key;
+    pthread_mutex_init(&r.mu, NULL);
+    pthread_barrier_init(&r.start, NULL, GC_THREADS);
+    for (int i = 0; i < GC_THREADS; i++)
+        r.c[i] = gc_open(NULL);
+    while (cerb_test_now_ms() < t0 + 300 + 200 + 300) /* let it expire */
+        pause_ms(50);
+    pthread_t t[GC_THREADS];
+    for (int i = 0; i < GC_THREADS; i++)
+        pthread_create(&t[i], NULL, gc_racer, &r);
+    for (int i = 0; i < GC_THREADS; i++)
+        pthread_join(t[i], NULL);
+    int ok = -1;
+    for (int i = 0; i < GC_THREADS; i++) {
+        if (r.st[i] == CERB_OK) {
+            assert_int_equal(ok, -1);
+            ok = i;
+        } else {
+            assert_int_equal(r.st[i], CERB_BUSY);
+        }
+    }
+    assert_true(ok >= 0);
+    assert_int_equal(cerb_guard_finish(r.g[ok], 1, "taken", 5), CERB_OK);
+    cerb_guard_free(r.g[ok]);
+    gc_expect_duplicate(r.c[0], "race", key, "taken", 5);
+    for (int i = 0; i < GC_THREADS; i++)
+        cerb_client_close(r.c[i]);
+    pthread_barrier_destroy(&r.start);
+    pthread_mutex_destroy(&r.mu);
+    free(key);
+}
+
 /* ---- a client's session expires in the middle of an attempt ---- */
 
 static int session_child(void *ud)
@@ -681,6 +730,7 @@ int main(void)
         cmocka_unit_test(test_zk_guard_expiry_by_server_time),
         cmocka_unit_test(test_zk_guard_record_made_again),
         cmocka_unit_test(test_zk_guard_sweep),
+        cmocka_unit_test(test_zk_guard_takeover_race),
         cmocka_unit_test(test_zk_guard_session_expiry_mid_attempt),
         cmocka_unit_test(test_zk_guard_max_result),
         GUARD_CASES,
