@@ -248,14 +248,33 @@ static int64_t guard_bound(cerb_engine *e)
     return cerb__deadline_in(e->zc->connect_timeout_ms);
 }
 
+/* Wait for every answer of c until the deadline; with `stop` (the
+ * sweeper's), in slices, giving up once it is set, so that close does not
+ * wait for a slow server. */
+static bool call_wait(struct zk_call *c, int64_t deadline, const atomic_bool *stop)
+{
+    if (!stop)
+        return cerb__zk_call_wait(c, deadline);
+    while (!atomic_load(stop)) {
+        int64_t now = cerb_monotime();
+        if (now >= deadline)
+            return false;
+        int64_t slice = now + ZK_INTR_SLICE_MS * CERB_NS_PER_MS;
+        if (cerb__zk_call_wait(c, slice < deadline ? slice : deadline))
+            return true;
+    }
+    return false;
+}
+
 /* Wait for a call; its slot k's code, or ABANDONED when the answers did
  * not all come by the bound (k < 0: the request could not be submitted). */
-static int call_rc(cerb_engine *e, struct zk_call *c, int k, int64_t bound, bool *sent)
+static int call_rc(cerb_engine *e, struct zk_call *c, int k, int64_t bound, bool *sent,
+                   const atomic_bool *stop)
 {
     *sent = k >= 0 && c->res[k].sent;
     if (k < 0)
         return ZINVALIDSTATE;
-    if (!cerb__zk_call_wait(c, cerb__zk_call_deadline(e, bound)))
+    if (!call_wait(c, cerb__zk_call_deadline(e, bound), stop))
         return CERB_ZK_RC_ABANDONED;
     return c->res[k].rc;
 }
@@ -294,15 +313,16 @@ static bool expired_at(int64_t now_ms, int64_t mtime, int64_t life)
 }
 
 /* The server's time now: setData on the clock node (made when missing),
- * its mtime. */
-static cerb_status server_now(cerb_engine *e, int64_t *now_ms)
+ * its mtime. With `stop` (the sweeper): no wait for a connection, and the
+ * answer awaited only while stop is not set. */
+static cerb_status server_now(cerb_engine *e, int64_t *now_ms, const atomic_bool *stop)
 {
     struct zk_guard *gd = e->guard;
     bool make = false;
     for (int attempt = 0;; attempt++) {
         int64_t bound = guard_bound(e);
         struct zk_state ss;
-        cerb_status st = cerb__zk_wait_connected(e, bound, NULL, 0, &ss);
+        cerb_status st = cerb__zk_wait_connected(e, stop ? cerb_monotime() : bound, NULL, 0, &ss);
         if (st != CERB_OK)
             return st;
         struct zk_call *c = cerb__zk_call_new(make ? count_parents(gd->clock) + 1 : 1);
@@ -319,7 +339,7 @@ static cerb_status server_now(cerb_engine *e, int64_t *now_ms)
         }
         cerb__zk_session_end(e);
         bool sent;
-        int rc = call_rc(e, c, k, bound, &sent);
+        int rc = call_rc(e, c, k, bound, &sent, stop);
         if (rc == ZOK && c->res[k].has_stat) {
             *now_ms = c->res[k].stat.mtime;
             clock_learn(gd, *now_ms, c->sent_ns);
@@ -363,7 +383,7 @@ cerb_status cerb__zk_guard_renew(cerb_engine *e, const cerb_guard_rec *rec, cerb
     int k = s ? cerb__zk_call_multi(c, s, ops, 2) : -1;
     cerb__zk_session_end(e);
     bool sent;
-    int rc = call_rc(e, c, k, bound, &sent);
+    int rc = call_rc(e, c, k, bound, &sent, NULL);
     g->sent_ns = c->sent_ns;
     if (rc == ZOK)
         g->ttl_ms = rec->running_ms;
@@ -413,7 +433,7 @@ static cerb_status judge(cerb_engine *e, const cerb_guard_rec *rec, const char *
     bool live = surely_live(e->guard, mtime, v.life);
     if (!live) {
         int64_t now;
-        cerb_status st = server_now(e, &now);
+        cerb_status st = server_now(e, &now, NULL);
         if (st != CERB_OK)
             return st;
         live = !expired_at(now, mtime, v.life);
@@ -485,7 +505,7 @@ cerb_status cerb__zk_guard_begin(cerb_engine *e, const cerb_guard_rec *rec, cerb
         }
         cerb__zk_session_end(e);
         bool sent;
-        int rc = call_rc(e, c, km, bound, &sent);
+        int rc = call_rc(e, c, km, bound, &sent, NULL);
         g->sent_ns = c->sent_ns;
         if (rc == ZOK) {
             g->ttl_ms = rec->running_ms; /* claimed */
@@ -586,7 +606,7 @@ cerb_status cerb__zk_guard_finish(cerb_engine *e, const cerb_guard_rec *rec, int
     cerb__zk_session_end(e);
     cerb__free(data); /* serialized by the submit */
     bool sent;
-    int rc = call_rc(e, c, k, bound, &sent);
+    int rc = call_rc(e, c, k, bound, &sent, NULL);
     if (rc == ZOK || (ok && rc == ZBADVERSION && failed_op(&c->res[k]) == 0))
         st = CERB_OK; /* BADVERSION on the token node: already done by us */
     else if (rc == ZNONODE || rc == ZBADVERSION)
@@ -622,7 +642,7 @@ cerb_status cerb__zk_guard_check(cerb_engine *e, const cerb_guard_rec *rec,
     int k = s ? cerb__zk_call_getdata(c, s, p.rec) : -1;
     cerb__zk_session_end(e);
     bool sent;
-    int rc = call_rc(e, c, k, bound, &sent);
+    int rc = call_rc(e, c, k, bound, &sent, NULL);
     struct rec_view v;
     if (rc == ZNONODE)
         *found = CERB_GUARD_FOUND_NONE;
@@ -654,14 +674,7 @@ static struct zk_call *sweep_call(cerb_engine *e, size_t n,
     if (s)
         submit(c, s, ud);
     cerb__zk_session_end(e);
-    /* In slices, so that close (stop) does not wait for a slow server. */
-    int64_t deadline = cerb__zk_call_deadline(e, guard_bound(e));
-    bool done = false;
-    while (s && !done && !atomic_load(&e->guard->stop) && cerb_monotime() < deadline) {
-        int64_t slice = cerb_monotime() + ZK_INTR_SLICE_MS * CERB_NS_PER_MS;
-        done = cerb__zk_call_wait(c, slice < deadline ? slice : deadline);
-    }
-    if (!done) {
+    if (!s || !call_wait(c, cerb__zk_call_deadline(e, guard_bound(e)), &e->guard->stop)) {
         cerb__zk_call_put(c);
         return NULL;
     }
@@ -796,7 +809,7 @@ static void sweep_once(cerb_engine *e)
         w = (struct sweep){.e = e, .paths = recs, .n = n_rec};
         c = sweep_call(e, n_rec, submit_get, &w);
         int64_t now = 0;
-        if (c && server_now(e, &now) == CERB_OK) {
+        if (c && server_now(e, &now, &gd->stop) == CERB_OK) {
             bool *del = cerb__calloc(n_rec, sizeof *del);
             char **toks = cerb__calloc(n_rec, sizeof *toks);
             int *vers = cerb__calloc(n_rec, sizeof *vers);
