@@ -30,7 +30,10 @@
  *               (BADVERSION on the token node: already done by us, a
  *               re-sent finish: OK)
  *  - finish(0): multi [delete(token node, 0), delete(record, any)]
- * NONODE or BADVERSION otherwise means "not ours": nothing changed.
+ * NONODE or BADVERSION otherwise means "not ours": nothing changed. A
+ * claim that ran past its life but that nobody took over is still the
+ * attempt's, and a late renewal or finish of it succeeds: no other attempt
+ * can have begun meanwhile, as beginning would have taken it over first.
  *
  * Expiry by server time. A record's age is judged from its Stat's mtime —
  * the leader's clock when the last write was prepared — and never from a
@@ -56,7 +59,13 @@
  * create(token node)]: the version makes sure it is the record judged
  * expired, unchanged since (a renewal in between fails the transaction). A
  * record of our own token (a begin re-sent after its answer was lost) is a
- * claim: it is renewed at once.
+ * claim: it is renewed at once. A record without a token node (made by
+ * hand) is taken over, and swept, by its version alone.
+ *
+ * Cost in round trips: begin 1 (2 requests), plus 1 for the first begin in
+ * a scope that does not exist yet, plus 1 (the clock) when a record found
+ * may have expired and 1 more to take it over; a duplicate 1; renew 1;
+ * finish 1; check 1.
  *
  * Sweeping. Records that expire and are never asked for again are removed
  * by a sweeper thread per engine instance, started by the first begin:
@@ -64,7 +73,8 @@
  * ZK_GUARD_SWEEP_SCOPES of them (rotating), reads up to ZK_GUARD_SWEEP_RECS
  * of their records, reads the server's time, and deletes the expired ones
  * by version (with their token nodes), and scopes found empty. A pass costs
- * five round trips at most and is skipped while disconnected.
+ * seven round trips at most and is skipped while disconnected; close stops
+ * it between and during its waits.
  *
  * Ambiguity. A transaction whose answer did not come (connection loss,
  * the deadline) has an unknown outcome, reported so; the core settles it
