@@ -40,10 +40,12 @@ static void call_free(struct zk_call *c)
         cerb__free(c->res[i].mpath);
         cerb__free(c->res[i].self);
         cerb__free(c->res[i].uuid);
-        cerb__zk_children_clear(&c->res[i].kids);
-        for (size_t k = 0; k < c->res[i].n_names; k++)
+        cerb__free(c->res[i].buf);
+        for (int k = 0; k < c->res[i].n_names; k++)
             cerb__free(c->res[i].names[k]);
         cerb__free(c->res[i].names);
+        cerb__free(c->res[i].gm);
+        cerb__zk_children_clear(&c->res[i].kids);
     }
     cerb__cond_destroy(&c->cond);
     cerb__mutex_destroy(&c->mu);
@@ -134,23 +136,6 @@ static void children_done(int rc, const struct String_vector *v, const void *dat
     finish(r, rc);
 }
 
-/* The vector is the client's: copy the names before returning. */
-static void list_done(int rc, const struct String_vector *v, const void *data)
-{
-    struct zk_res *r = (struct zk_res *)data;
-    if (rc == ZOK && v && v->count > 0) {
-        r->names = cerb__calloc((size_t)v->count, sizeof *r->names);
-        for (int i = 0; r->names && i < v->count; i++) {
-            if (!(r->names[i] = cerb__strdup(v->data[i])))
-                break;
-            r->n_names++;
-        }
-        if (r->n_names != (size_t)v->count)
-            rc = CERB_ZK_RC_NOMEM;
-    }
-    finish(r, rc);
-}
-
 static void wchildren_done(int rc, const struct String_vector *v, const void *data)
 {
     struct zk_res *r = (struct zk_res *)data;
@@ -212,6 +197,44 @@ static void data_done(int rc, const char *value, int len, const struct Stat *sta
     if (r->on_done)
         r->on_done(r);
     stat_done(rc, stat, data);
+}
+
+static void getdata_done(int rc, const char *value, int len, const struct Stat *stat,
+                         const void *data)
+{
+    struct zk_res *r = (struct zk_res *)data;
+    r->data_len = -1;
+    if (rc == ZOK && value && len >= 0) {
+        r->buf = cerb__malloc((size_t)len + 1);
+        if (!r->buf) {
+            rc = CERB_ZK_RC_NOMEM;
+        } else {
+            memcpy(r->buf, value, (size_t)len);
+            r->buf[len] = '\0';
+            r->data_len = len;
+        }
+    }
+    stat_done(rc, stat, data);
+}
+
+static void list_done(int rc, const struct String_vector *v, const void *data)
+{
+    struct zk_res *r = (struct zk_res *)data;
+    if (rc == ZOK && v && v->count > 0) {
+        r->names = cerb__calloc((size_t)v->count, sizeof *r->names);
+        if (!r->names) {
+            rc = CERB_ZK_RC_NOMEM;
+        } else {
+            for (int i = 0; i < v->count && rc == ZOK; i++) {
+                r->names[i] = cerb__strdup(v->data[i]);
+                if (!r->names[i])
+                    rc = CERB_ZK_RC_NOMEM;
+                else
+                    r->n_names = i + 1;
+            }
+        }
+    }
+    finish(r, rc);
 }
 
 /* ---- submitting ---- */
@@ -287,13 +310,6 @@ int cerb__zk_call_children(struct zk_call *c, struct zk_session *s, const char *
     return slot_end(c, r, rc);
 }
 
-int cerb__zk_call_list(struct zk_call *c, struct zk_session *s, const char *path)
-{
-    struct zk_res *r = slot_begin(c, s, ZK_REQ_LIST);
-    int rc = zoo_aget_children(s->zh, path, 0, list_done, r);
-    return slot_end(c, r, rc);
-}
-
 int cerb__zk_call_exists(struct zk_call *c, struct zk_session *s, const char *path)
 {
     struct zk_res *r = slot_begin(c, s, ZK_REQ_EXISTS);
@@ -359,6 +375,35 @@ int cerb__zk_call_lock_multi(struct zk_call *c, struct zk_session *s, const char
                        ZOO_EPHEMERAL_SEQUENTIAL, r->mpath, (int)len);
     zoo_set_op_init(&ops[ZK_MULTI_TOUCH], touch_path, NULL, -1, -1, &r->mstat);
     int rc = zoo_amulti(s->zh, ZK_MULTI_OPS, ops, r->mres, multi_done, r);
+    return slot_end(c, r, rc);
+}
+
+int cerb__zk_call_getdata(struct zk_call *c, struct zk_session *s, const char *path)
+{
+    struct zk_res *r = slot_begin(c, s, ZK_REQ_GETDATA);
+    int rc = zoo_aget(s->zh, path, 0, getdata_done, r);
+    return slot_end(c, r, rc);
+}
+
+int cerb__zk_call_list(struct zk_call *c, struct zk_session *s, const char *path)
+{
+    struct zk_res *r = slot_begin(c, s, ZK_REQ_LIST);
+    int rc = zoo_aget_children(s->zh, path, 0, list_done, r);
+    return slot_end(c, r, rc);
+}
+
+int cerb__zk_call_multi(struct zk_call *c, struct zk_session *s, const zoo_op_t *ops, int n)
+{
+    struct zk_res *r = slot_begin(c, s, ZK_REQ_MULTI);
+    if (n < 1 || n > ZK_GMULTI_MAX)
+        return slot_end(c, r, ZBADARGUMENTS); /* not sent */
+    r->gm = cerb__calloc(1, sizeof *r->gm);
+    if (!r->gm)
+        return slot_end(c, r, ZMARSHALLINGERROR); /* not sent */
+    r->gm->n = n;
+    for (int i = 0; i < n; i++)
+        r->gm->res[i].err = CERB_ZK_RC_ABANDONED;
+    int rc = zoo_amulti(s->zh, n, ops, r->gm->res, void_done, r);
     return slot_end(c, r, rc);
 }
 

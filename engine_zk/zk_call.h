@@ -45,7 +45,19 @@ enum zk_req {
     ZK_REQ_SET,      /* zoo_aset; on_done sees the answer */
     ZK_REQ_GET,      /* zoo_aget, no watch: data and stat */
     ZK_REQ_LOCK_MULTI, /* zoo_amulti: check + create + setData (below) */
-    ZK_REQ_LIST       /* zoo_aget_children: every name kept (inspection) */
+    ZK_REQ_GETDATA,  /* zoo_aget, no watch: the whole data (buf) and stat */
+    ZK_REQ_LIST,     /* zoo_aget_children: the names, copied (names) */
+    ZK_REQ_MULTI     /* zoo_amulti of up to ZK_GMULTI_MAX given ops (gm) */
+};
+
+/* The most operations one generic transaction (the guard's) carries. */
+#define ZK_GMULTI_MAX 4
+
+/* A generic transaction's per-operation results (err, in op order; err
+ * is CERB_ZK_RC_ABANDONED until the server answered). Owned by its slot. */
+struct zk_gmulti {
+    int n;
+    zoo_op_result_t res[ZK_GMULTI_MAX];
 };
 
 /* The operations of a LOCK_MULTI, in order (index into zk_res.mres). */
@@ -79,6 +91,14 @@ struct zk_res {
     char *mpath;
     struct Stat mstat;
     int64_t zxid;
+    /* GETDATA: a copy of the node's whole data with a NUL after it
+     * (owned; NULL when the node has none), its length in data_len.
+     * LIST: copies of the children's names (owned), n_names of them.
+     * MULTI: the operations' results (owned). */
+    char *buf;
+    char **names;
+    int n_names;
+    struct zk_gmulti *gm;
     /* WGET, WCHILDREN: run on the completion thread before the call
      * counts it done, in order with the session's watch events. */
     void (*on_done)(struct zk_res *r);
@@ -91,9 +111,6 @@ struct zk_res {
     char *self;
     char *uuid;
     struct zk_children kids;
-    /* LIST: copies of the children's names (owned by the call). */
-    char **names;
-    size_t n_names;
 };
 
 struct zk_call {
@@ -146,13 +163,25 @@ int cerb__zk_call_get(struct zk_call *c, struct zk_session *s, const char *path)
 int cerb__zk_call_lock_multi(struct zk_call *c, struct zk_session *s, const char *check_path,
                              int check_version, const char *prefix, const char *data,
                              const struct ACL_vector *acl, const char *touch_path);
+/* The whole data and stat of a node (GETDATA), no watch. */
+int cerb__zk_call_getdata(struct zk_call *c, struct zk_session *s, const char *path);
+/* The names of a node's children (LIST), every one kept (res.names), no
+ * watch: the guard's sweep, and inspection, where the whole queue is the
+ * answer. */
+int cerb__zk_call_list(struct zk_call *c, struct zk_session *s, const char *path);
+/*
+ * One transaction of n (<= ZK_GMULTI_MAX) operations made with the
+ * zoo_*_op_init functions. They must not ask for anything to be written
+ * back later (create: no path buffer; set: no stat): the answer may come
+ * after the caller stopped waiting. The ops are serialized before this
+ * returns, so their paths and data may be freed then. rc is the first
+ * failing operation's code; gm->res tells which.
+ */
+int cerb__zk_call_multi(struct zk_call *c, struct zk_session *s, const zoo_op_t *ops, int n);
 int cerb__zk_call_wchildren(struct zk_call *c, struct zk_session *s, const char *path,
                             watcher_fn watcher, void *watcher_ctx,
                             void (*on_done)(struct zk_res *), void *owner, uint64_t owner_id);
 
-/* List a node's children, keeping every name (res.names), no watch:
- * inspection (zk_inspect.c), where the whole queue is the answer. */
-int cerb__zk_call_list(struct zk_call *c, struct zk_session *s, const char *path);
 /* Wait until every submitted request is answered (true) or the deadline
  * passes (false). */
 bool cerb__zk_call_wait(struct zk_call *c, int64_t deadline_ns);

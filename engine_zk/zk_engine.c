@@ -19,6 +19,7 @@
  *                 node whose create reply was lost
  *   zk_fence.c    the fence offset added to every czxid, raised for a client
  *                 switching here with a fence floor (CERB_CAP_FENCE_FLOOR)
+ *   zk_guard.c    the idempotency guard's records (DESIGN.md §11)
  *   zk_call.c     batches of asynchronous requests
  *   zk_layout.c   names, paths, the order of children
  *   zk_errors.c   ZooKeeper codes to cerb_status
@@ -44,6 +45,7 @@
 #include "alloc.h"
 #include "error.h"
 #include "log.h"
+#include "zk_guard.h"
 #include "zk_layout.h"
 #include "zk_mutex.h"
 
@@ -51,6 +53,7 @@ static void zk_close(cerb_engine *e)
 {
     if (!e)
         return;
+    cerb__zk_guard_free(e); /* its sweeper uses the session */
     cerb__zk_session_stop(e);
     cerb__zk_fence_free(e);
     if (e->auth) {
@@ -99,11 +102,16 @@ static cerb_status zk_open(const cerb_engine_env *env, cerb_engine **out)
         e->acl.data = e->acl_entries;
     }
 
-    st = cerb__zk_fence_init(e);
+    st = cerb__zk_guard_init(e);
     if (st == CERB_OK) {
-        st = cerb__zk_session_start(e);
+        st = cerb__zk_fence_init(e);
+        if (st == CERB_OK) {
+            st = cerb__zk_session_start(e);
+            if (st != CERB_OK)
+                cerb__zk_fence_free(e);
+        }
         if (st != CERB_OK)
-            cerb__zk_fence_free(e);
+            cerb__zk_guard_free(e);
     }
     if (st != CERB_OK) {
         if (e->auth)
@@ -148,6 +156,10 @@ const struct cerb_engine_ops cerb__zk_engine_ops = {
     .stats = zk_stats,
     .check_name = zk_check_name,
     .hold_bound_ms = cerb__zk_op_hold_bound,
+    .guard_begin = cerb__zk_guard_begin,
+    .guard_renew = cerb__zk_guard_renew,
+    .guard_finish = cerb__zk_guard_finish,
+    .guard_check = cerb__zk_guard_check,
     /* version 3: inspection (zk_inspect.c) */
     .inspect = cerb__zk_op_inspect,
 };

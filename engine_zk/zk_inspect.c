@@ -161,7 +161,7 @@ cerb_status cerb__zk_op_inspect(cerb_engine *e, const char *name, struct cerb_ho
         st = failed(e, "inspect: children", parent, answered, list);
         goto out;
     }
-    size_t n = list->n_names;
+    size_t n = list->n_names > 0 ? (size_t)list->n_names : 0;
     if (n == 0)
         goto out;
 

@@ -73,16 +73,21 @@ char *cerb__zk_join(const char *dir, const char *child)
     return concat3(dir, strcmp(dir, "/") == 0 ? "" : "/", child);
 }
 
-char *cerb__zk_fence_path(const char *root)
+char *cerb__zk_sibling_path(const char *root, const char *node)
 {
     size_t dir = (size_t)(strrchr(root, '/') - root);
-    size_t n = dir + 1 + strlen(ZK_FENCE_NODE) + 1;
+    size_t n = dir + 1 + strlen(node) + 1;
     char *path = cerb__malloc(n);
     if (path) {
         memcpy(path, root, dir);
-        snprintf(path + dir, n - dir, "/%s", ZK_FENCE_NODE);
+        snprintf(path + dir, n - dir, "/%s", node);
     }
     return path;
+}
+
+char *cerb__zk_fence_path(const char *root)
+{
+    return cerb__zk_sibling_path(root, ZK_FENCE_NODE);
 }
 
 bool cerb__zk_fence_parse(const char *data, int len, uint64_t *out)

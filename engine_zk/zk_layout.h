@@ -56,6 +56,9 @@ char *cerb__zk_join(const char *dir, const char *child);
  */
 #define ZK_FENCE_NODE "fence-offset"
 char *cerb__zk_fence_path(const char *root);
+/* "<parent of root>/<node>" in general (the guard's nodes, zk_guard.c);
+ * same rules and ownership. */
+char *cerb__zk_sibling_path(const char *root, const char *node);
 
 /* The offset that node's data says: 1–20 decimal digits, below 2^48.
  * False for anything else. */

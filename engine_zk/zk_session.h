@@ -177,6 +177,7 @@ struct cerb_engine {
 
     struct zk_counters stats;
     struct zk_fence fence;      /* the fence offset (zk_fence.c; under mu) */
+    struct zk_guard *guard;     /* the guard's records (zk_guard.c) */
     /* The longest session timeout any of our sessions negotiated: how long
      * a node of ours can outlive our last contact (hold_bound_ms). */
     _Atomic int64_t max_timeout_ms;

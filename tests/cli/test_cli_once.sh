@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # test_cli_once.sh — `cerberus once` (DESIGN.md §11) end to end, on the
-# shared redis fixture ($CERB_REDIS_PORT) and on the local engine with
-# local.dir (records shared by processes through files).
+# shared redis fixture ($CERB_REDIS_PORT), on the local engine with
+# local.dir (records shared by processes through files), and on the shared
+# zk fixture when $CERB_ZK_PORT is set.
 #
 # Usage: test_cli_once.sh PATH/TO/cerberus
 #
@@ -234,6 +235,12 @@ if [ -n "$REDIS_CLI" ] && "$REDIS_CLI" -p "$PORT" ping >/dev/null 2>&1; then
     "$REDIS_CLI" -p "$PORT" --scan --pattern "${PREFIX}cerb:guard:*" | xargs -r "$REDIS_CLI" -p "$PORT" DEL >/dev/null
 else
     not_ok "redis on port $PORT answers"
+fi
+
+if [ -n "${CERB_ZK_PORT:-}" ]; then
+    # Records under a root of this run's own (the server is the fixture's,
+    # discarded with it).
+    run_backend zk "engines = (\"zk\"); zk = { hosts = \"127.0.0.1:$CERB_ZK_PORT\"; root = \"/oncetest$$/locks\"; }; guard = { keep_ms = 60000; };"
 fi
 
 echo "1..$N"

@@ -1,0 +1,739 @@
+/*
+ * test_zk_guard.c — the idempotency guard on the shared test ZooKeeper: the
+ * engine-independent cases (guard_cases.h: races of threads and processes,
+ * a SIGKILLed and a SIGSTOPped attempt, keep_ms, result limits, bad input,
+ * no records left), and what only zk has: the layout of DESIGN §11
+ * (<parent of root>/guard/<scope>/<sha256 hex>, a persistent node whose
+ * data is state, token, life and result, with its token node), expiry
+ * judged by the server's time (a record this client first sees when it is
+ * already old), the sweeper (expired records and empty scopes removed,
+ * live ones kept), a client whose ZooKeeper session expires in the middle
+ * of an attempt (its claim is persistent: renewed again on the new
+ * session), a token compare that a version compare alone would miss (a
+ * record deleted and made again), and guard.max_result at ZooKeeper's
+ * limit and over it.
+ *
+ * Every client of this run uses its own zk.root (/gz<pid>/locks), so the
+ * records live under /gz<pid>/guard and counting them is exact on the shared
+ * server. A janitor client, open for the whole suite, stands for the
+ * long-running service whose sweeper removes records nobody asks for again
+ * (records left by the suite must go, test_guard_no_records_left).
+ */
+#define _GNU_SOURCE
+#include <openssl/evp.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "alloc.h"
+#include "cerberus.h"
+#include "config.h"
+#include "engine.h"
+#include "test_util.h"
+#include "zk_util.h"
+
+static char zroot[64]; /* "/gz<pid>/locks" — set in main, before any fork */
+static char gbase[64]; /* "/gz<pid>/guard" */
+
+static char *guard_cfg(const char *guard_extra)
+{
+    char zx[128], ex[256];
+    snprintf(zx, sizeof zx, "root = \"%s\";", zroot);
+    snprintf(ex, sizeof ex, "guard = { keep_ms = 4000; %s };", guard_extra ? guard_extra : "");
+    return cerb_test_zk_config(NULL, zx, ex);
+}
+
+static zhandle_t *raw(void)
+{
+    zhandle_t *zh = cerb_test_zk_connect(NULL, NULL);
+    assert_non_null(zh);
+    return zh;
+}
+
+static size_t records_in(zhandle_t *zh, const char *scope_path)
+{
+    struct String_vector v;
+    int rc;
+    if (cerb_test_zk_children(zh, scope_path, &v, &rc) < 0)
+        return 0;
+    size_t n = (size_t)v.count;
+    deallocate_String_vector(&v);
+    return n;
+}
+
+static size_t guard_records(void)
+{
+    zhandle_t *zh = raw();
+    struct String_vector scopes;
+    int rc;
+    size_t n = 0;
+    if (cerb_test_zk_children(zh, gbase, &scopes, &rc) >= 0) {
+        for (int i = 0; i < scopes.count; i++) {
+            char p[512];
+            snprintf(p, sizeof p, "%s/%s", gbase, scopes.data[i]);
+            n += records_in(zh, p);
+        }
+        deallocate_String_vector(&scopes);
+    }
+    cerb_test_zk_close(zh);
+    return n;
+}
+
+#include "guard_cases.h"
+
+/* The record id the contract names: SHA-256 of app, scope and key, each
+ * with an 8-byte big-endian length, after the tag "cerb-guard-1". */
+static void record_path(const char *app, const char *scope, const void *key, size_t klen,
+                        char *out, size_t n)
+{
+    EVP_MD_CTX *md = EVP_MD_CTX_new();
+    unsigned char d[32], be[8];
+    unsigned dl = 0;
+    const void *parts[3] = {app, scope, key};
+    size_t lens[3] = {strlen(app), strlen(scope), klen};
+    EVP_DigestInit_ex(md, EVP_sha256(), NULL);
+    EVP_DigestUpdate(md, "cerb-guard-1", 12);
+    for (int i = 0; i < 3; i++) {
+        uint64_t v = lens[i];
+        for (int j = 7; j >= 0; j--, v >>= 8)
+            be[j] = (unsigned char)v;
+        EVP_DigestUpdate(md, be, 8);
+        EVP_DigestUpdate(md, parts[i], lens[i]);
+    }
+    EVP_DigestFinal_ex(md, d, &dl);
+    EVP_MD_CTX_free(md);
+    int k = snprintf(out, n, "%s/%s/", gbase, scope);
+    for (int i = 0; i < 32; i++)
+        k += snprintf(out + k, n - (size_t)k, "%02x", d[i]);
+}
+
+/* A node's data (malloc'd, NUL after it) and stat; NULL when missing. */
+static char *get_data(zhandle_t *zh, const char *path, int *len, struct Stat *st)
+{
+    int cap = 2 * 1024 * 1024;
+    char *buf = malloc((size_t)cap + 1);
+    assert_non_null(buf);
+    *len = cap;
+    int rc = zoo_get(zh, path, 0, buf, len, st);
+    if (rc != ZOK) {
+        free(buf);
+        return NULL;
+    }
+    if (*len < 0)
+        *len = 0;
+    buf[*len] = '\0';
+    return buf;
+}
+
+static void test_zk_guard_layout(void **state)
+{
+    (void)state;
+    cerb_client *c = gc_open("app = \"shop\"; running_ms = 5000;");
+    char *key = gc_key("lay");
+    char rp[512], tp[600];
+    record_path("shop", "create-order", key, strlen(key), rp, sizeof rp);
+    cerb_guard *g = NULL;
+    assert_int_equal(cerb_guard_begin(c, "create-order", key, strlen(key), NULL, &g), CERB_OK);
+    zhandle_t *zh = raw();
+    int len;
+    struct Stat st, sst;
+    char *d = get_data(zh, rp, &len, &st);
+    assert_non_null(d);
+    /* "R<32-char token> <running_ms>\n" */
+    assert_int_equal(len, 1 + 32 + 1 + 4 + 1);
+    assert_int_equal(d[0], 'R');
+    assert_int_equal(d[33], ' ');
+    assert_memory_equal(d + 34, "5000\n", 5);
+    assert_int_equal(st.ephemeralOwner, 0); /* persistent */
+    char token[33];
+    memcpy(token, d + 1, 32);
+    token[32] = '\0';
+    free(d);
+    /* Its token node, version 0 while running. */
+    snprintf(tp, sizeof tp, "%s/%s", rp, token);
+    assert_int_equal(zoo_exists(zh, tp, 0, &sst), ZOK);
+    assert_int_equal(sst.version, 0);
+    /* (The scope is a container; a Stat does not show it — the server
+     * reports ephemeralOwner 0 — but the server removes it once empty:
+     * test_zk_guard_sweep.) */
+
+    const char res[] = "id=17\0\x01\x02\n";
+    assert_int_equal(cerb_guard_finish(g, 1, res, sizeof res), CERB_OK);
+    cerb_guard_free(g);
+    d = get_data(zh, rp, &len, &st);
+    assert_non_null(d);
+    assert_int_equal(len, 1 + 32 + 1 + 4 + 1 + (int)sizeof res);
+    assert_int_equal(d[0], 'D');
+    assert_memory_equal(d + 1, token, 32);
+    assert_memory_equal(d + 34, "4000\n", 5); /* keep_ms */
+    assert_memory_equal(d + 39, res, sizeof res);
+    free(d);
+    assert_int_equal(zoo_exists(zh, tp, 0, &sst), ZOK);
+    assert_int_equal(sst.version, 1); /* done */
+
+    /* keep_ms = -1: life -1 (documented as permanent per key); the test
+     * deletes it itself. */
+    char *key2 = gc_key("forever");
+    record_path("shop", "create-order", key2, strlen(key2), rp, sizeof rp);
+    cerb_guard_opts o = CERB_GUARD_OPTS_INIT;
+    o.keep_ms = -1;
+    assert_int_equal(cerb_guard_begin(c, "create-order", key2, strlen(key2), &o, &g), CERB_OK);
+    assert_int_equal(cerb_guard_finish(g, 1, "f", 1), CERB_OK);
+    cerb_guard_free(g);
+    d = get_data(zh, rp, &len, &st);
+    assert_non_null(d);
+    assert_memory_equal(d + 34, "-1\nf", 4);
+    memcpy(token, d + 1, 32);
+    free(d);
+    snprintf(tp, sizeof tp, "%s/%s", rp, token);
+    assert_int_equal(zoo_delete(zh, tp, -1), ZOK);
+    assert_int_equal(zoo_delete(zh, rp, -1), ZOK);
+
+    /* A failed attempt leaves no node at all. */
+    char *key3 = gc_key("fail");
+    record_path("shop", "create-order", key3, strlen(key3), rp, sizeof rp);
+    assert_int_equal(cerb_guard_begin(c, "create-order", key3, strlen(key3), NULL, &g), CERB_OK);
+    assert_int_equal(cerb_guard_finish(g, 0, NULL, 0), CERB_OK);
+    cerb_guard_free(g);
+    assert_int_equal(zoo_exists(zh, rp, 0, &sst), ZNONODE);
+    cerb_test_zk_close(zh);
+    free(key);
+    free(key2);
+    free(key3);
+    cerb_client_close(c);
+}
+
+/* Write a record as another attempt would have (state, token, life), with
+ * its token node, behind the library's back. */
+static void plant_node(zhandle_t *zh, const char *rp, char state, const char *token,
+                       int64_t life, const char *res, bool token_node)
+{
+    char data[256], tp[600];
+    int n = snprintf(data, sizeof data, "%c%s %lld\n%s", state, token, (long long)life,
+                     res ? res : "");
+    /* Its ancestors first, as containers like the engine makes them. */
+    char anc[512];
+    snprintf(anc, sizeof anc, "%s", rp);
+    for (char *p = anc + 1; (p = strchr(p, '/')) != NULL; p++) {
+        *p = '\0';
+        zoo_create(zh, anc, NULL, -1, &ZOO_OPEN_ACL_UNSAFE, ZOO_CONTAINER, NULL, 0);
+        *p = '/';
+    }
+    assert_int_equal(zoo_create(zh, rp, data, n, &ZOO_OPEN_ACL_UNSAFE, 0, NULL, 0), ZOK);
+    if (!token_node)
+        return;
+    snprintf(tp, sizeof tp, "%s/%s", rp, token);
+    assert_int_equal(zoo_create(zh, tp, NULL, -1, &ZOO_OPEN_ACL_UNSAFE, 0, NULL, 0), ZOK);
+    if (state == 'D')
+        assert_int_equal(zoo_set(zh, tp, NULL, -1, 0), ZOK);
+}
+
+static void plant(zhandle_t *zh, const char *rp, char state, const char *token, int64_t life,
+                  const char *res)
+{
+    plant_node(zh, rp, state, token, life, res, true);
+}
+
+static void pause_ms(long ms)
+{
+    struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
+    nanosleep(&ts, NULL);
+}
+
+/*
+ * The age of a record is its mtime against the server's time. This client
+ * sees the records only once they are already old: a client that counted a
+ * record's life from when it first saw it (its own clock) would answer
+ * BUSY / DUPLICATE here for seconds more.
+ */
+static void test_zk_guard_expiry_by_server_time(void **state)
+{
+    (void)state;
+    zhandle_t *zh = raw();
+    char *kr = gc_key("old-run"), *kd = gc_key("old-done"), *kl = gc_key("young");
+    char *kb = gc_key("bare");
+    char rr[512], rd[512], rl[512], rb[512];
+    record_path("", "aged", kb, strlen(kb), rb, sizeof rb);
+    record_path("", "aged", kr, strlen(kr), rr, sizeof rr);
+    record_path("", "aged", kd, strlen(kd), rd, sizeof rd);
+    record_path("", "aged", kl, strlen(kl), rl, sizeof rl);
+    const char *t1 = "0123456789abcdef0123456789abcdef";
+    const char *t2 = "fedcba9876543210fedcba9876543210";
+    int64_t t0 = cerb_test_now_ms();
+    plant(zh, rr, 'R', t1, 1000, NULL);  /* a crashed attempt's claim */
+    plant(zh, rd, 'D', t2, 1000, "old"); /* a success kept 1 s */
+    plant(zh, rl, 'R', t1, 60000, NULL); /* a claim with a minute left */
+    /* A record without its token node (made by hand, or by a tool that
+     * knows only the data): taken over by its version alone. */
+    plant_node(zh, rb, 'R', t2, 1000, NULL, false);
+    /* Let them age past their life (the server's clock runs meanwhile). */
+    while (cerb_test_now_ms() < t0 + 1000 + 200 + 300)
+        pause_ms(50);
+    cerb_client *c = gc_open(NULL); /* first sight of them: now */
+    cerb_guard *g = NULL;
+    int64_t t1ms = cerb_test_now_ms();
+    assert_int_equal(cerb_guard_begin(c, "aged", kr, strlen(kr), NULL, &g), CERB_OK);
+    assert_int_equal(cerb_guard_finish(g, 0, NULL, 0), CERB_OK);
+    cerb_guard_free(g);
+    assert_int_equal(cerb_guard_begin(c, "aged", kd, strlen(kd), NULL, &g), CERB_OK);
+    assert_int_equal(cerb_guard_finish(g, 1, "new", 3), CERB_OK);
+    cerb_guard_free(g);
+    assert_int_equal(cerb_guard_begin(c, "aged", kb, strlen(kb), NULL, &g), CERB_OK);
+    assert_int_equal(cerb_guard_finish(g, 0, NULL, 0), CERB_OK);
+    cerb_guard_free(g);
+    assert_true(cerb_test_now_ms() - t1ms < 1000); /* at once, not after their life */
+    gc_expect_duplicate(c, "aged", kd, "new", 3);
+    /* The taken-over record's old token node went with it. */
+    char tp[600];
+    snprintf(tp, sizeof tp, "%s/%s", rd, t2);
+    assert_int_equal(zoo_exists(zh, tp, 0, NULL), ZNONODE);
+    /* The young one is still running for the server. */
+    assert_int_equal(gc_begin_status(c, "aged", kl, NULL), CERB_BUSY);
+    snprintf(tp, sizeof tp, "%s/%s", rl, t1);
+    assert_int_equal(zoo_delete(zh, tp, -1), ZOK);
+    assert_int_equal(zoo_delete(zh, rl, -1), ZOK);
+    cerb_test_zk_close(zh);
+    cerb_client_close(c);
+    free(kr);
+    free(kd);
+    free(kl);
+    free(kb);
+}
+
+/*
+ * A token compare, not a version compare: an attempt's record deleted
+ * (here by hand; an expiry and a takeover do the same) and made again by
+ * another attempt starts again at version 0, like the one the old attempt
+ * read. The old attempt's renewals and finish must still see it is not its
+ * record.
+ */
+static void test_zk_guard_record_made_again(void **state)
+{
+    (void)state;
+    cerb_client *a = gc_open("running_ms = 3000;");
+    char *key = gc_key("again");
+    char rp[512], tp[600];
+    record_path("", "again", key, strlen(key), rp, sizeof rp);
+    cerb_guard *g = NULL;
+    assert_int_equal(cerb_guard_begin(a, "again", key, strlen(key), NULL, &g), CERB_OK);
+    zhandle_t *zh = raw();
+    int len;
+    struct Stat st;
+    char *d = get_data(zh, rp, &len, &st);
+    assert_non_null(d);
+    assert_int_equal(st.version, 0);
+    char token[33];
+    memcpy(token, d + 1, 32);
+    token[32] = '\0';
+    free(d);
+    snprintf(tp, sizeof tp, "%s/%s", rp, token);
+    assert_int_equal(zoo_delete(zh, tp, -1), ZOK);
+    assert_int_equal(zoo_delete(zh, rp, -1), ZOK);
+    const char *other = "00000000000000000000000000000000";
+    plant(zh, rp, 'R', other, 60000, NULL); /* version 0 again */
+    assert_int_equal(cerb_guard_finish(g, 1, "old", 3), CERB_LOST);
+    cerb_guard_free(g);
+    d = get_data(zh, rp, &len, &st);
+    assert_non_null(d);
+    assert_int_equal(d[0], 'R');
+    assert_memory_equal(d + 1, other, 32); /* untouched */
+    free(d);
+    snprintf(tp, sizeof tp, "%s/%s", rp, other);
+    assert_int_equal(zoo_delete(zh, tp, -1), ZOK);
+    assert_int_equal(zoo_delete(zh, rp, -1), ZOK);
+    cerb_test_zk_close(zh);
+    free(key);
+    cerb_client_close(a);
+}
+
+struct sweep_wait {
+    const char *scope_path;
+    size_t want;
+};
+
+static bool scope_has(void *ud)
+{
+    struct sweep_wait *w = ud;
+    zhandle_t *zh = raw();
+    size_t n = records_in(zh, w->scope_path);
+    int rc = zoo_exists(zh, w->scope_path, 0, NULL);
+    cerb_test_zk_close(zh);
+    return w->want == 0 ? rc == ZNONODE : n == w->want;
+}
+
+/*
+ * Records that expired and that nobody asks for again are deleted by the
+ * sweeper of a client using the guard; a scope left empty goes too. Live
+ * records (a running claim, a success kept forever) stay.
+ */
+static void test_zk_guard_sweep(void **state)
+{
+    (void)state;
+    char *scope = gc_key("sweep"), *live = gc_key("sweep-live");
+    char sp[512], lp[512];
+    snprintf(sp, sizeof sp, "%s/%s", gbase, scope);
+    snprintf(lp, sizeof lp, "%s/%s", gbase, live);
+    cerb_client *a = gc_open(NULL);
+    cerb_guard_opts o = CERB_GUARD_OPTS_INIT;
+    o.keep_ms = 300;
+    for (int i = 0; i < 5; i++) {
+        char k[32];
+        snprintf(k, sizeof k, "k%d", i);
+        cerb_guard *g = NULL;
+        assert_int_equal(cerb_guard_begin(a, scope, k, strlen(k), &o, &g), CERB_OK);
+        assert_int_equal(cerb_guard_finish(g, 1, "r", 1), CERB_OK);
+        cerb_guard_free(g);
+    }
+    /* Live records in another scope: one running (held by a client that
+     * stays open), one kept forever. */
+    cerb_guard *run = NULL, *g = NULL;
+    assert_int_equal(cerb_guard_begin(a, live, "run", 3, NULL, &run), CERB_OK);
+    o.keep_ms = -1;
+    assert_int_equal(cerb_guard_begin(a, live, "forever", 7, &o, &g), CERB_OK);
+    assert_int_equal(cerb_guard_finish(g, 1, "f", 1), CERB_OK);
+    cerb_guard_free(g);
+    zhandle_t *zh = raw();
+    /* And one without its token node (made by hand): deleted by its
+     * version alone. */
+    char bp[512];
+    record_path("", scope, "bare", 4, bp, sizeof bp);
+    plant_node(zh, bp, 'D', "0123456789abcdef0123456789abcdef", 300, "b", false);
+    assert_int_equal(records_in(zh, sp), 6);
+    cerb_test_zk_close(zh);
+    /* Nobody asks for them again; the sweepers (this client's, the
+     * janitor's) delete them and the empty scope, in a pass or two. */
+    struct sweep_wait w = {sp, 0};
+    assert_wait_until(scope_has, &w, 15000);
+    struct sweep_wait wl = {lp, 2};
+    assert_true(scope_has(&wl));
+    assert_int_equal(cerb_guard_finish(run, 0, NULL, 0), CERB_OK);
+    cerb_guard_free(run);
+    char rp[512], tp[33];
+    record_path("", live, "forever", 7, rp, sizeof rp);
+    zh = raw();
+    int len;
+    struct Stat st;
+    char *d = get_data(zh, rp, &len, &st);
+    assert_non_null(d);
+    memcpy(tp, d + 1, 32);
+    tp[32] = '\0';
+    char tpp[700];
+    snprintf(tpp, sizeof tpp, "%s/%s", rp, tp);
+    free(d);
+    assert_int_equal(zoo_delete(zh, tpp, -1), ZOK);
+    assert_int_equal(zoo_delete(zh, rp, -1), ZOK);
+    cerb_test_zk_close(zh);
+    cerb_client_close(a);
+    free(scope);
+    free(live);
+}
+
+/*
+ * Threads of several clients race to take over one expired record: the
+ * takeover is conditioned on the version each of them read, so exactly one
+ * claims it and the others find its new claim (BUSY).
+ */
+static void test_zk_guard_takeover_race(void **state)
+{
+    (void)state;
+    zhandle_t *zh = raw();
+    char *key = gc_key("takeover");
+    char rp[512];
+    record_path("", "race", key, strlen(key), rp, sizeof rp);
+    int64_t t0 = cerb_test_now_ms();
+    plant(zh, rp, 'R', "0123456789abcdef0123456789abcdef", 300, NULL);
+    cerb_test_zk_close(zh);
+    struct gc_race r;
+    memset(&r, 0, sizeof r);
+    r.key = key;
+    pthread_mutex_init(&r.mu, NULL);
+    pthread_barrier_init(&r.start, NULL, GC_THREADS);
+    for (int i = 0; i < GC_THREADS; i++)
+        r.c[i] = gc_open(NULL);
+    while (cerb_test_now_ms() < t0 + 300 + 200 + 300) /* let it expire */
+        pause_ms(50);
+    pthread_t t[GC_THREADS];
+    for (int i = 0; i < GC_THREADS; i++)
+        pthread_create(&t[i], NULL, gc_racer, &r);
+    for (int i = 0; i < GC_THREADS; i++)
+        pthread_join(t[i], NULL);
+    int ok = -1;
+    for (int i = 0; i < GC_THREADS; i++) {
+        if (r.st[i] == CERB_OK) {
+            assert_int_equal(ok, -1);
+            ok = i;
+        } else {
+            assert_int_equal(r.st[i], CERB_BUSY);
+        }
+    }
+    assert_true(ok >= 0);
+    assert_int_equal(cerb_guard_finish(r.g[ok], 1, "taken", 5), CERB_OK);
+    cerb_guard_free(r.g[ok]);
+    gc_expect_duplicate(r.c[0], "race", key, "taken", 5);
+    for (int i = 0; i < GC_THREADS; i++)
+        cerb_client_close(r.c[i]);
+    pthread_barrier_destroy(&r.start);
+    pthread_mutex_destroy(&r.mu);
+    free(key);
+}
+
+/* ---- a client's session expires in the middle of an attempt ---- */
+
+static int session_child(void *ud)
+{
+    struct gc_child *k = ud;
+    char b;
+    char zx[160], ex[160];
+    snprintf(zx, sizeof zx, "root = \"%s\"; session_timeout_ms = 2000;", zroot);
+    snprintf(ex, sizeof ex, "guard = { keep_ms = 4000; };");
+    char *cfg = cerb_test_zk_config(NULL, zx, ex);
+    cerb_client *c = NULL;
+    if (cerb_client_open_string(&c, cfg) != CERB_OK)
+        return 100;
+    free(cfg);
+    if (read(k->go_fd, &b, 1) != 1)
+        return 101;
+    cerb_guard_opts o = CERB_GUARD_OPTS_INIT;
+    o.running_ms = k->running_ms;
+    cerb_guard *g = NULL;
+    cerb_status st = cerb_guard_begin(c, k->scope, k->key, strlen(k->key), &o, &g);
+    b = (char)st;
+    if (write(k->report_fd, &b, 1) != 1)
+        return 102;
+    if (read(k->go_fd, &b, 1) != 1)
+        return 103;
+    st = cerb_guard_finish(g, 1, "child", 5);
+    b = (char)st;
+    if (write(k->report_fd, &b, 1) != 1)
+        return 104;
+    cerb_guard_free(g);
+    cerb_client_close(c);
+    return 0;
+}
+
+/*
+ * The holder's process is stopped past its session timeout (2 s), not past
+ * its claim (6 s): the server expires its session, but the record is
+ * persistent, so after the process resumes its renewals go on over a new
+ * session, well past the claim's first end, and its finish records the
+ * success. Meanwhile every other begin is BUSY.
+ */
+static void test_zk_guard_session_expiry_mid_attempt(void **state)
+{
+    (void)state;
+    const int64_t running = 6000;
+    char *key = gc_key("sess");
+    int go[2], rep[2];
+    gc_pipe(go);
+    gc_pipe(rep);
+    struct gc_child k = {key, "sess", running, go[0], rep[1], 1};
+    pid_t pid = cerb_test_fork(session_child, &k);
+    assert_true(pid > 0);
+    assert_int_equal(write(go[1], "g", 1), 1);
+    char b;
+    assert_int_equal(read(rep[0], &b, 1), 1);
+    assert_int_equal(b, CERB_OK);
+    int64_t t0 = cerb_test_now_ms();
+    cerb_client *c = gc_open(NULL);
+    assert_int_equal(cerb_test_pause_pid(pid), 0);
+    while (cerb_test_now_ms() < t0 + 3500) { /* past the 2 s session */
+        assert_int_equal(gc_begin_status(c, "sess", key, NULL), CERB_BUSY);
+        pause_ms(100);
+    }
+    assert_int_equal(cerb_test_resume_pid(pid), 0);
+    /* Past the claim's first end and well beyond: still the child's. */
+    while (cerb_test_now_ms() < t0 + running + 3000) {
+        assert_int_equal(gc_begin_status(c, "sess", key, NULL), CERB_BUSY);
+        pause_ms(100);
+    }
+    assert_int_equal(write(go[1], "f", 1), 1);
+    assert_int_equal(read(rep[0], &b, 1), 1);
+    assert_int_equal(b, CERB_OK);
+    assert_int_equal(cerb_test_wait(pid, 15000), 0);
+    gc_expect_duplicate(c, "sess", key, "child", 5);
+    cerb_client_close(c);
+    close(go[0]);
+    close(go[1]);
+    close(rep[0]);
+    close(rep[1]);
+    free(key);
+}
+
+/* ---- ZooKeeper's size limit ---- */
+
+static void test_zk_guard_max_result(void **state)
+{
+    (void)state;
+    char zx[128], ex[128];
+    snprintf(zx, sizeof zx, "root = \"%s\";", zroot);
+    /* Over what a node can hold: refused at open, saying why. */
+    snprintf(ex, sizeof ex, "guard = { max_result = %d; };", 1024 * 1024);
+    char *cfg = cerb_test_zk_config(NULL, zx, ex);
+    cerb_client *c = NULL;
+    assert_int_not_equal(cerb_client_open_string(&c, cfg), CERB_OK);
+    assert_null(c);
+    assert_non_null(strstr(cerb_last_error(), "max_result"));
+    assert_non_null(strstr(cerb_last_error(), "jute.maxbuffer"));
+    free(cfg);
+    /* The largest the engine accepts works, with a long scope (a long
+     * path in the same request). */
+    const int max = 1024 * 1024 - 16 * 1024;
+    char gx[64];
+    snprintf(gx, sizeof gx, "max_result = %d;", max);
+    c = gc_open(gx);
+    char scope[256];
+    memset(scope, 's', 255);
+    scope[255] = '\0';
+    char *key = gc_key("max");
+    unsigned char *big = malloc((size_t)max);
+    assert_non_null(big);
+    for (int i = 0; i < max; i++)
+        big[i] = (unsigned char)(i * 13 + 7);
+    cerb_guard *g = NULL;
+    assert_int_equal(cerb_guard_begin(c, scope, key, strlen(key), NULL, &g), CERB_OK);
+    assert_int_equal(cerb_guard_finish(g, 1, big, (size_t)max), CERB_OK);
+    cerb_guard_free(g);
+    gc_expect_duplicate(c, scope, key, big, (size_t)max);
+    free(big);
+    free(key);
+    cerb_client_close(c);
+}
+
+/*
+ * The engine's methods below the core (the contract of core/engine.h),
+ * with the answers that only re-sent requests see: a begin whose record is
+ * already this token's claim renews it (OK, a new mtime), a finish whose
+ * record is already this token's done-record is OK, and nothing of a
+ * done-record is renewed or deleted by its own token.
+ */
+static void test_zk_guard_engine_methods(void **state)
+{
+    (void)state;
+    cerb__engines_builtin();
+    const struct cerb_engine_ops *ops = cerb__engine_find("zk");
+    assert_non_null(ops);
+    char *text = guard_cfg(NULL);
+    struct cerb_config *cfg = NULL;
+    assert_int_equal(cerb__config_from_string(text, &cfg), CERB_OK);
+    free(text);
+    cerb_engine_env env = {.cfg = cfg};
+    cerb_engine *e = NULL;
+    assert_int_equal(cerb__engine_open(ops, &env, &e), CERB_OK);
+
+    char *scope = gc_key("eng");
+    cerb_guard_rec rec = {.scope = scope, .running_ms = 5000};
+    memset(rec.id, 'a', 64);
+    memcpy(rec.token, "11111111111111111111111111111111", 33);
+    cerb_guard_rec other = rec;
+    memcpy(other.token, "22222222222222222222222222222222", 33);
+    char rp[512];
+    snprintf(rp, sizeof rp, "%s/%s/%s", gbase, scope, rec.id);
+    zhandle_t *zh = raw();
+    struct Stat st;
+    int len;
+
+    cerb_grant g;
+    void *res = NULL;
+    size_t rl = 0;
+    cerb_guard_found found;
+    assert_int_equal(cerb__engine_guard_begin(ops, e, &rec, &g, &res, &rl), CERB_OK);
+    assert_int_equal(g.ttl_ms, 5000);
+    free(get_data(zh, rp, &len, &st));
+    int64_t m0 = st.mtime;
+    int v0 = st.version;
+    /* Sent again (its answer was lost): our claim, renewed. */
+    pause_ms(20);
+    assert_int_equal(cerb__engine_guard_begin(ops, e, &rec, &g, &res, &rl), CERB_OK);
+    free(get_data(zh, rp, &len, &st));
+    assert_true(st.version > v0);
+    assert_true(st.mtime >= m0);
+    assert_int_equal(cerb__engine_guard_begin(ops, e, &other, &g, &res, &rl), CERB_BUSY);
+    assert_int_equal(cerb__engine_guard_check(ops, e, &rec, &found), CERB_OK);
+    assert_int_equal(found, CERB_GUARD_FOUND_RUNNING);
+    assert_int_equal(cerb__engine_guard_check(ops, e, &other, &found), CERB_OK);
+    assert_int_equal(found, CERB_GUARD_FOUND_OTHER);
+    assert_int_equal(cerb__engine_guard_renew(ops, e, &rec, &g), CERB_OK);
+    assert_int_equal(cerb__engine_guard_renew(ops, e, &other, &g), CERB_NOT_OWNER);
+    cerb_outcome oc;
+    assert_int_equal(cerb__engine_guard_finish(ops, e, &other, 1, "x", 1, 1000, &oc),
+                     CERB_NOT_OWNER);
+    assert_int_equal(oc, CERB_OUTCOME_NO);
+    assert_int_equal(cerb__engine_guard_finish(ops, e, &other, 0, NULL, 0, 1000, &oc),
+                     CERB_NOT_OWNER);
+    assert_int_equal(cerb__engine_guard_finish(ops, e, &rec, 1, "r\0s", 3, 60000, &oc), CERB_OK);
+    /* Sent again: already done by this token. */
+    assert_int_equal(cerb__engine_guard_finish(ops, e, &rec, 1, "r\0s", 3, 60000, &oc), CERB_OK);
+    assert_int_equal(cerb__engine_guard_check(ops, e, &rec, &found), CERB_OK);
+    assert_int_equal(found, CERB_GUARD_FOUND_DONE);
+    /* A done-record is neither renewed nor deleted, even by its token. */
+    assert_int_equal(cerb__engine_guard_renew(ops, e, &rec, &g), CERB_NOT_OWNER);
+    assert_int_equal(cerb__engine_guard_finish(ops, e, &rec, 0, NULL, 0, 0, &oc), CERB_NOT_OWNER);
+    assert_int_equal(cerb__engine_guard_begin(ops, e, &other, &g, &res, &rl), CERB_DUPLICATE);
+    assert_int_equal(rl, 3);
+    assert_memory_equal(res, "r\0s", 3);
+    assert_int_equal(((char *)res)[3], '\0');
+    cerb__free(res);
+    char *d = get_data(zh, rp, &len, &st);
+    assert_non_null(d);
+    assert_int_equal(d[0], 'D');
+    free(d);
+    char tp[600];
+    snprintf(tp, sizeof tp, "%s/%s", rp, rec.token);
+    assert_int_equal(zoo_delete(zh, tp, -1), ZOK);
+    assert_int_equal(zoo_delete(zh, rp, -1), ZOK);
+    assert_int_equal(cerb__engine_guard_check(ops, e, &rec, &found), CERB_OK);
+    assert_int_equal(found, CERB_GUARD_FOUND_NONE);
+    cerb_test_zk_close(zh);
+    cerb__engine_close(ops, e);
+    cerb__config_free(cfg);
+    free(scope);
+}
+
+static cerb_client *janitor;
+
+static int setup(void **state)
+{
+    (void)state;
+    /* The long-running service: its begin starts its engine's sweeper. */
+    janitor = gc_open(NULL);
+    cerb_guard *g = NULL;
+    if (cerb_guard_begin(janitor, "janitor", "start", 5, NULL, &g) != CERB_OK)
+        return -1;
+    cerb_guard_finish(g, 0, NULL, 0);
+    cerb_guard_free(g);
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    (void)state;
+    cerb_client_close(janitor);
+    return 0;
+}
+
+int main(void)
+{
+    snprintf(zroot, sizeof zroot, "/gz%ld/locks", (long)getpid());
+    snprintf(gbase, sizeof gbase, "/gz%ld/guard", (long)getpid());
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_zk_guard_layout),
+        cmocka_unit_test(test_zk_guard_engine_methods),
+        cmocka_unit_test(test_zk_guard_expiry_by_server_time),
+        cmocka_unit_test(test_zk_guard_record_made_again),
+        cmocka_unit_test(test_zk_guard_sweep),
+        cmocka_unit_test(test_zk_guard_takeover_race),
+        cmocka_unit_test(test_zk_guard_session_expiry_mid_attempt),
+        cmocka_unit_test(test_zk_guard_max_result),
+        GUARD_CASES,
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}
