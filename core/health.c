@@ -345,7 +345,7 @@ int cerb__client_switch(cerb_client *c, int to, const char *why, int pin)
     cerb__route_update(c);
     pin_update(c);
     fo_unlock(c);
-    cerb__lock_follow_switch(c, to);
+    cerb__inflight_follow_switch(c, to);
 
     CERB_LOG_W("engine switch %s -> %s (%s)", c->engines[from].name, c->engines[to].name, why);
     /* Called on the callback thread, never here: this may be the renewal

@@ -179,7 +179,8 @@ struct cerb_client {
                                             configuration's epoch */
     atomic_int_fast64_t holds_in_force;  /* granted and not yet released */
     uint64_t switches;
-    struct cerb_prober *prober;
+    struct cerb_prober *prober;          /* prober.c */
+    struct cerb_config_watch *config_watch; /* config_watch.c */
     cerb_mutex inflight_mu;              /* before any slot->mu */
     struct cerb_waiter *inflight;        /* acquisitions inside an engine */
     struct cerb_slot *names[CERB_NAME_BUCKETS];
@@ -249,8 +250,11 @@ cerb_status cerb__client_open_manual(cerb_client **out, const char *path);
 
 /* lock.c */
 bool cerb__lock_ok(const cerb_lock *l);
-/* After a switch to engine `to`: acquisitions waiting elsewhere move there. */
-void cerb__lock_follow_switch(cerb_client *c, int to);
+/* inflight.c: acquisitions inside an engine call (lock.c adds and removes
+ * them); after a switch to engine `to` those waiting elsewhere move there. */
+void cerb__inflight_add(cerb_client *c, struct cerb_waiter *w);
+void cerb__inflight_del(cerb_client *c, struct cerb_waiter *w);
+void cerb__inflight_follow_switch(cerb_client *c, int to);
 cerb_status cerb__lock_acquire(cerb_lock *l, int64_t deadline_ns, bool interruptible,
                                bool try_only);
 cerb_status cerb__lock_release_all(cerb_lock *l);
@@ -351,9 +355,13 @@ bool cerb__gate_heard(cerb_client *c, int i, int64_t *heard_ns);
 /* A claim or question to gated engine i got no answer (back-off). */
 void cerb__gate_no_answer(cerb_client *c, int i);
 
-/* prober.c (failover/) */
+/* prober.c: the probe thread (only with two or more engines). */
 cerb_status cerb__prober_start(cerb_client *c);
 void cerb__prober_stop(cerb_client *c);
+/* config_watch.c: the configuration file's watch (failover.watch_config),
+ * calling `reload` (cerb_client_reload) when the file changes. */
+cerb_status cerb__config_watch_start(cerb_client *c, cerb_status (*reload)(cerb_client *c));
+void cerb__config_watch_stop(cerb_client *c);
 /* One probe round: probe (or open) every engine, feed the breakers, let the
  * selector switch. The probe thread runs it every probe_interval_ms; a
  * manual client's caller runs it itself. */
@@ -361,7 +369,8 @@ void cerb__prober_round(cerb_client *c);
 /* Open engine i if it is not (bounded by its connect timeout). */
 cerb_status cerb__client_open_engine(cerb_client *c, size_t i);
 
-/* Deadline from a grant: sent + ttl × (1 − drift); NEVER for ttl 0. */
+/* Deadline from a grant: sent + ttl × (1 − drift); NEVER for ttl 0
+ * (watchdog.c). */
 int64_t cerb__grant_deadline(const cerb_grant *g);
 /* Public fencing token from an engine counter and the epoch. */
 uint64_t cerb__fence_compose(int64_t epoch, uint64_t counter);

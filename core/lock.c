@@ -80,15 +80,6 @@ static void fence_granted(cerb_client *c, struct cerb_hold *h)
                    (unsigned long long)h->lk.fence_floor);
 }
 
-int64_t cerb__grant_deadline(const cerb_grant *g)
-{
-    if (g->ttl_ms <= 0)
-        return CERB_DEADLINE_NEVER;
-    int64_t keep_ms = g->ttl_ms - g->ttl_ms * CERB_DRIFT_PERMILLE / 1000 - CERB_DRIFT_FIXED_MS;
-    if (keep_ms < 0)
-        keep_ms = 0;
-    return g->sent_ns + keep_ms * CERB_NS_PER_MS;
-}
 
 static cerb_status check_name(cerb_client *c, const char *name)
 {
@@ -412,55 +403,7 @@ static cerb_status undo_grant(cerb_client *c, struct cerb_hold **hp, struct cerb
     return st;
 }
 
-/* ---- acquisitions follow a switch ---- */
-
-static void inflight_add(cerb_client *c, struct cerb_waiter *w)
-{
-    cerb__mutex_lock(&c->inflight_mu);
-    w->cprev = NULL;
-    w->cnext = c->inflight;
-    if (c->inflight)
-        c->inflight->cprev = w;
-    c->inflight = w;
-    cerb__mutex_unlock(&c->inflight_mu);
-}
-
-static void inflight_del(cerb_client *c, struct cerb_waiter *w)
-{
-    cerb__mutex_lock(&c->inflight_mu);
-    if (w->cprev)
-        w->cprev->cnext = w->cnext;
-    else
-        c->inflight = w->cnext;
-    if (w->cnext)
-        w->cnext->cprev = w->cprev;
-    cerb__mutex_unlock(&c->inflight_mu);
-}
-
-/*
- * A switch to engine `to`: every acquisition waiting on another engine is
- * stopped there (its flag, and the engine's cancel() to wake it) and carries
- * on on `to` behind the safe-switch gate. Left where it was, a wait that
- * began before the switch could be granted on the old engine long after the
- * gate stopped asking it — a second holder.
- */
-void cerb__lock_follow_switch(cerb_client *c, int to)
-{
-    cerb__mutex_lock(&c->inflight_mu);
-    for (struct cerb_waiter *w = c->inflight; w; w = w->cnext) {
-        struct cerb_slot *s = w->handle->slot;
-        cerb__mutex_lock(&s->mu);
-        struct cerb_hold *h = w->engine_hold;
-        if (h && h->engine_idx != to) {
-            atomic_store(&w->moved, 1);
-            atomic_store(&w->stop, 1);
-            struct cerb_client_engine *ce = &c->engines[h->engine_idx];
-            cerb__engine_cancel(ce->ops, ce->e, &h->lk);
-        }
-        cerb__mutex_unlock(&s->mu);
-    }
-    cerb__mutex_unlock(&c->inflight_mu);
-}
+/* ---- acquisitions follow a switch (the list: inflight.c) ---- */
 
 /*
  * The engine or the gate stopped on w->stop. A caller's interrupt: false.
@@ -907,11 +850,11 @@ cerb_status cerb__lock_acquire(cerb_lock *l, int64_t deadline_ns, bool interrupt
          * over within an op timeout, well inside the settling time before
          * anyone trusts the old engine's "free" for good. */
         if (!try_only)
-            inflight_add(c, &w);
+            cerb__inflight_add(c, &w);
         st = engine_acquire(c, &h, &w, try_only ? 0 : deadline_ns,
                             interruptible ? &w.interrupted : &never_interrupted, &cc.retry);
         if (!try_only)
-            inflight_del(c, &w);
+            cerb__inflight_del(c, &w);
     }
 
     cerb__mutex_lock(&s->mu);

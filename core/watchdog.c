@@ -731,3 +731,15 @@ void cerb__watchdog_event(void *ud, cerb_engine_event ev, const char *name, cons
         cerb__cond_signal(&wd->wake);
     cerb__mutex_unlock(&wd->mu);
 }
+
+/* The conservative local end of a grant (the engine's TTL less drift,
+ * from the send of the request that set it); NEVER when it has no TTL. */
+int64_t cerb__grant_deadline(const cerb_grant *g)
+{
+    if (g->ttl_ms <= 0)
+        return CERB_DEADLINE_NEVER;
+    int64_t keep_ms = g->ttl_ms - g->ttl_ms * CERB_DRIFT_PERMILLE / 1000 - CERB_DRIFT_FIXED_MS;
+    if (keep_ms < 0)
+        keep_ms = 0;
+    return g->sent_ns + keep_ms * CERB_NS_PER_MS;
+}
