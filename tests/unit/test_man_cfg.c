@@ -10,9 +10,10 @@
  *   .TP
  *   \fBredis.port\fR (integer, 1 to 65535; default \fB6379\fR; restart to change)
  *
- * followed by at least one line of prose, inside the `.SS` section whose
- * first word is the key's group (`Top` for top-level keys). The suite reads
- * the page and reports, each with the exact fix:
+ * (the default being the one the parser gives a configuration built from
+ * nothing), followed by at least one line of prose, inside the `.SS`
+ * section whose first word is the key's group (`Top` for top-level keys).
+ * The suite reads the page and reports, each with the exact fix:
  *  - a key the parser accepts that the page lacks (the line to paste and
  *    the section to paste it into);
  *  - an entry whose line differs from the schema's (default, range, type,
@@ -34,6 +35,7 @@
 
 #include <cmocka.h>
 
+#include "config.h"
 #include "schema.h"
 
 #define MAX_LINES 4096
@@ -132,7 +134,13 @@ static const char *enum_name(const struct cerb__cfg_key *k, int64_t v)
     return "?";
 }
 
-static void expected_line(const struct cerb__cfg_key *k, char *buf, size_t len)
+/*
+ * The entry line of key @k. Type, range, enum spellings and the reload
+ * flag come from the row; the default is read from @def, a configuration
+ * the parser built from nothing, so it is the value a client really gets.
+ */
+static void expected_line(const struct cerb__cfg_key *k,
+                          const struct cerb_config *def, char *buf, size_t len)
 {
     buf[0] = '\0';
     cat(buf, len, "\\fB%s\\fR (", k->path);
@@ -144,14 +152,15 @@ static void expected_line(const struct cerb__cfg_key *k, char *buf, size_t len)
         cat(buf, len, " to ");
         cat_int(buf, len, k->max);
         cat(buf, len, "; default \\fB");
-        cat_int(buf, len, k->def);
+        cat_int(buf, len, cerb__cfg_get_int(k, def));
         break;
     case CERB__CFG_BOOL:
-        cat(buf, len, "boolean; default \\fB%s", k->def ? "true" : "false");
+        cat(buf, len, "boolean; default \\fB%s",
+            cerb__cfg_get_int(k, def) ? "true" : "false");
         break;
     case CERB__CFG_STRING:
         cat(buf, len, "string; default \\fB");
-        cat_quoted(buf, len, k->def_str ? k->def_str : "");
+        cat_quoted(buf, len, cerb__cfg_get_str(k, def));
         break;
     case CERB__CFG_STRLIST:
         cat(buf, len, "list of ");
@@ -159,7 +168,10 @@ static void expected_line(const struct cerb__cfg_key *k, char *buf, size_t len)
         cat(buf, len, " to ");
         cat_int(buf, len, k->max);
         cat(buf, len, " strings; default \\fB(");
-        cat_quoted(buf, len, k->def_str ? k->def_str : "");
+        for (size_t i = 0; i < cerb__cfg_list_len(k, def); i++) {
+            cat(buf, len, i ? ", " : "");
+            cat_quoted(buf, len, cerb__cfg_list_get(k, def, i));
+        }
         cat(buf, len, ")");
         break;
     case CERB__CFG_ENUM:
@@ -169,7 +181,7 @@ static void expected_line(const struct cerb__cfg_key *k, char *buf, size_t len)
             cat_quoted(buf, len, e->name);
         }
         cat(buf, len, "; default \\fB");
-        cat_quoted(buf, len, enum_name(k, k->def));
+        cat_quoted(buf, len, enum_name(k, cerb__cfg_get_int(k, def)));
         break;
     }
     cat(buf, len, "\\fR; %s)",
@@ -250,9 +262,11 @@ static void test_every_schema_key_documented(void **state)
 {
     static struct page p;
     static struct entry e[MAX_LINES];
+    struct cerb_config *def = NULL;
     size_t n, problems = 0;
 
     (void)state;
+    assert_int_equal(cerb__config_defaults(&def), CERB_OK);
     page_load(&p);
     n = collect(&p, e, MAX_LINES);
     for (size_t i = 0; i < cerb__cfg_nkeys; i++) {
@@ -260,7 +274,7 @@ static void test_every_schema_key_documented(void **state)
         const struct entry *d = find_entry(e, n, k->path);
         char want[LINE_MAX_LEN], group[64], sect[64];
 
-        expected_line(k, want, sizeof want);
+        expected_line(k, def, want, sizeof want);
         group_of(k->path, group, sizeof group);
         if (!d) {
             print_error("%s: key \"%s\" is accepted by the parser "
@@ -300,6 +314,7 @@ static void test_every_schema_key_documented(void **state)
         }
     }
     page_free(&p);
+    cerb__config_free(def);
     if (problems)
         fail_msg("%zu problem(s) between config/schema.c and the page "
                  "(listed above)", problems);
