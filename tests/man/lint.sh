@@ -8,7 +8,9 @@
 # the man(7) conventions (empty blocks, sections out of order, a NAME line
 # that does not parse, ...). Anything either prints fails the test, with
 # the page and the tool's own message. Style notes (mandoc's -W style,
-# e.g. lines over 80 bytes) are shown but do not fail.
+# e.g. lines over 80 bytes) are shown but do not fail. With $CERB_VERSION
+# set, each page's .TH line must name "cerberus $CERB_VERSION", so a version
+# bump that forgets the pages fails here.
 set -u
 command -v groff >/dev/null || { echo "lint.sh: groff not found (Debian: groff-base)" >&2; exit 1; }
 have_mandoc=0
@@ -19,6 +21,11 @@ else
 fi
 fail=0
 for page in "$@"; do
+    if [[ -n ${CERB_VERSION:-} ]] && ! grep -q "^\.TH .*\"cerberus $CERB_VERSION\"" "$page"; then
+        printf 'not ok - %s: the .TH line does not name "cerberus %s" (the project version): update it\n' \
+            "$page" "$CERB_VERSION"
+        fail=1
+    fi
     out=$(groff -man -Tutf8 -ww -z "$page" 2>&1)
     rc=$?
     if ((rc != 0)) || [[ -n $out ]]; then
