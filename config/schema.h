@@ -7,7 +7,8 @@
  * struct cerb_config, its default, its range, whether it may change on a
  * reload, and an optional check for string values. Parsing, defaults,
  * validation and the reload comparison are all driven by this table, so a
- * new key is one new row.
+ * new key is one new row — plus its entry in man/cerberus.cfg.5, which the
+ * ctest unit_man_cfg compares with this table (it prints the line to add).
  */
 #ifndef CERB_CONFIG_SCHEMA_H
 #define CERB_CONFIG_SCHEMA_H

@@ -17,7 +17,8 @@
 # (the metrics text is checked with its parser). The fuzz smoke
 # (scripts/fuzz.sh) needs clang and libFuzzer, which Debian ships in
 # libclang-rt-dev (only recommended by clang, and we install without
-# recommends).
+# recommends). The man pages' tests (tests/man/) render them with man-db's
+# man and groff-base's groff, and lint them with mandoc.
 CERB_DEB_PACKAGES=(
     build-essential cmake pkg-config
     libhiredis-dev libconfig-dev libjansson-dev libcurl4-openssl-dev
@@ -29,6 +30,7 @@ CERB_DEB_PACKAGES=(
     etcd-server etcd-client python3-etcd3
     openssl curl
     clang libclang-rt-dev
+    groff-base man-db mandoc
 )
 
 # cerb_missing_packages PKG...: print the packages (one per line) that dpkg

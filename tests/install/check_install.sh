@@ -3,7 +3,8 @@
 # into WORK/prefix, then build a program against the installed copy three
 # ways (pkg-config shared, pkg-config --static, CMake find_package) and run
 # each. Proves the installed header, libraries, cerberus.pc and the CMake
-# package config are complete and self-sufficient.
+# package config are complete and self-sufficient, and that the man pages
+# are installed and render.
 set -euo pipefail
 src=$1
 work=$2
@@ -41,4 +42,13 @@ cmake -S "$work/consumer" -B "$work/consumer/build" -DCMAKE_PREFIX_PATH="$prefix
 cmake --build "$work/consumer/build" >>"$work/consumer.log"
 "$work/consumer/build/app"
 "$prefix/bin/cerberus" --version
+# The man pages come with a plain install too (man/CMakeLists.txt), where
+# man(1) finds them, and render without a warning.
+for page in man1/cerberus.1 man5/cerberus.cfg.5; do
+    f=$(find "$prefix" -path "*/man/$page" | head -n1)
+    [[ -n $f ]] || { echo "install check: $page not installed" >&2; exit 1; }
+    MANWIDTH=80 man --warnings=w -l -Tutf8 "$f" >/dev/null 2>"$work/man.err"
+    [[ ! -s $work/man.err ]] || { cat "$work/man.err" >&2; exit 1; }
+    echo "man page: $f"
+done
 echo "install check passed"
