@@ -199,7 +199,8 @@ static void report_loss(cerb_engine *e, const char *old, const char *qend)
 {
     REDIS_COUNT(e, data_losses);
     CERB_LOG_W("redis %s: the server lost its data (marker \"%s\" gone): every hold here "
-               "is LOST, and no grant before server time %s ms",
+               "is LOST, and no grant before server time %s ms; idempotency-guard records "
+               "written before went with it (an operation done then may run again)",
                e->where, old, qend);
     if (e->env.event)
         e->env.event(e->env.ud, CERB_EV_LOST, NULL, NULL);
