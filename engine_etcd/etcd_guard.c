@@ -710,8 +710,10 @@ cerb_status cerb__etcd_guard_finish(cerb_engine *e, const cerb_guard_rec *rec, i
                      false, &call, &ok, &resp);
         if (st != CERB_OK) {
             *oc = call.outcome;
-            if (call.outcome != CERB_OUTCOME_NO)
-                retire(e, rec->running_ms);
+            /* Even a delete that certainly did not land leaves a claim on
+             * a lease other attempts keep alive: retire it, so the claim
+             * ends within its TTL if nobody deletes it. */
+            retire(e, rec->running_ms);
             return st;
         }
         json_decref(call.resp);
@@ -767,9 +769,10 @@ cerb_status cerb__etcd_guard_finish(cerb_engine *e, const cerb_guard_rec *rec, i
         break;
     }
     cerb__free(done);
-    if (st != CERB_OK && st != CERB_NOT_OWNER && landed) {
-        *oc = CERB_OUTCOME_UNKNOWN;
-        retire(e, rec->running_ms);
+    if (st != CERB_OK && st != CERB_NOT_OWNER) {
+        if (landed)
+            *oc = CERB_OUTCOME_UNKNOWN;
+        retire(e, rec->running_ms); /* as for a delete, above */
     }
     return st;
 }

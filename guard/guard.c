@@ -309,10 +309,11 @@ static cerb_status consult(cerb_guard *g, const struct guard_call_cfg *cc, void 
         memset(&grant, 0, sizeof grant);
         void *res = NULL;
         size_t res_len = 0;
-        bool maybe_landed = false;
+        bool maybe_landed = false, asked = false;
         cerb_status st = CERB_UNAVAILABLE;
         char why[CERB_ERROR_MAX] = "a question to it went unanswered just now";
         if (e && cerb__gate_claimable(c, i)) {
+            asked = true;
             st = cerb__engine_guard_begin(ce->ops, e, &g->rec, &grant, &res, &res_len);
             maybe_landed = grant.outcome == CERB_OUTCOME_UNKNOWN;
             if (engine_failed(st)) { /* the re-check, as on the active engine */
@@ -345,7 +346,8 @@ static cerb_status consult(cerb_guard *g, const struct guard_call_cfg *cc, void 
         }
         if (!engine_failed(st))
             return st;
-        cerb__gate_no_answer(c, i);
+        if (asked) /* a back-off not asked through is not renewed by it */
+            cerb__gate_no_answer(c, i);
         if (maybe_landed)
             cerb__guard_orphan(c, &g->rec, i, cerb_monotime());
         /* Records there, written until about when it was last heard, last
@@ -551,6 +553,16 @@ static cerb_status finish_once(cerb_guard *g, int succeeded, const void *result,
     *settled = true;
     cerb_status st =
         cerb__engine_guard_finish(ce->ops, e, &g->rec, succeeded, result, len, g->keep_ms, &oc);
+    if (st == CERB_NOT_OWNER && succeeded) {
+        /* Ours already done (an earlier finish landed, its answer lost)
+         * is a success; anything else is a lost claim. */
+        health(c, g->engine_idx, true, NULL);
+        cerb_guard_found found;
+        if (cerb__engine_guard_check(ce->ops, e, &g->rec, &found) == CERB_OK &&
+            found == CERB_GUARD_FOUND_DONE)
+            return CERB_OK;
+        return st;
+    }
     if (st == CERB_OK || st == CERB_NOT_OWNER) {
         health(c, g->engine_idx, true, NULL);
         return st;
@@ -582,8 +594,17 @@ static cerb_status finish_once(cerb_guard *g, int succeeded, const void *result,
     return st;
 }
 
-/* Finish one claim (the attempt's, or a mirror's). */
-static cerb_status finish_claim(cerb_guard *g, int succeeded, const void *result, size_t len)
+/*
+ * Finish one claim: the attempt's, or (mirror) its claim on an engine
+ * switched from. When the engine does not confirm: a delete goes to the
+ * background (so a retry need not wait for running_ms); a success on the
+ * attempt's own engine leaves the attempt open, its claim renewed again,
+ * so the caller can finish again (a success is never dropped because one
+ * request failed); a mirror's success is written in the background while
+ * the claim there may still be in force.
+ */
+static cerb_status finish_claim(cerb_guard *g, int succeeded, const void *result, size_t len,
+                                bool mirror)
 {
     cerb__guard_stop_renew(g);
     g->kind = CERB_GUARD_FINISHED;
@@ -596,15 +617,21 @@ static cerb_status finish_claim(cerb_guard *g, int succeeded, const void *result
                                "guard %s: the attempt's claim was lost (it ran past running_ms "
                                "without a renewal, or was deleted); nothing was changed",
                                g->rec.scope);
-    if (st != CERB_OK && !settled && !succeeded) {
-        /* A failed attempt's delete not confirmed: retried in the
-         * background, so a retry need not wait for running_ms. */
+    if (st == CERB_OK || !engine_failed(st))
+        return st;
+    if (!succeeded) {
         cerb__guard_orphan(g->client, &g->rec, g->engine_idx, cerb_monotime());
         return st;
     }
-    if (st != CERB_OK && !settled)
-        cerb__error_prefix("guard %s: finish not confirmed; the claim expires after %" PRId64
-                           " ms", g->rec.scope, g->rec.running_ms);
+    if (mirror) {
+        cerb__guard_orphan_done(g->client, &g->rec, g->engine_idx, g->valid_until_ns, result,
+                                len, g->keep_ms);
+        return st;
+    }
+    g->kind = CERB_GUARD_RUNNING;
+    cerb__guard_resume_renew(g);
+    cerb__error_prefix("guard %s: finish not confirmed; the attempt is still open (its claim "
+                       "renewed): finish again", g->rec.scope);
     return st;
 }
 
@@ -615,26 +642,27 @@ static cerb_status finish_claim(cerb_guard *g, int succeeded, const void *result
  * have run the operation through that engine. */
 static cerb_status finish_attempt(cerb_guard *g, int succeeded, const void *result, size_t len)
 {
-    for (cerb_guard *m = g->mirrors; m; m = m->mirror_next)
-        cerb__guard_stop_renew(m);
-    cerb_status st = finish_claim(g, succeeded, result, len);
-    if (!g->mirrors)
+    /* Mirrors stay renewed until their own finish. */
+    cerb_status st = finish_claim(g, succeeded, result, len, false);
+    if (!g->mirrors || g->kind == CERB_GUARD_RUNNING) /* kept open: mirrors too */
         return st;
     char why[CERB_ERROR_MAX];
     cerb__error_copy(why, sizeof why);
     const char *lost_on = NULL;
     cerb_client *c = g->client;
+    /* A lost attempt changes nothing anywhere: its mirror claims go. */
+    int msucc = succeeded && st != CERB_LOST;
     for (cerb_guard *m = g->mirrors; m; m = m->mirror_next) {
         if (m->kind != CERB_GUARD_RUNNING)
             continue;
         const char *name = c->engines[m->engine_idx].name;
-        cerb_status ms = finish_claim(m, succeeded, result, len);
-        if (ms == CERB_LOST && succeeded)
+        cerb_status ms = finish_claim(m, msucc, result, len, true);
+        if (ms == CERB_LOST && msucc)
             lost_on = name;
         else if (ms != CERB_OK && ms != CERB_LOST)
-            CERB_LOG_W("guard %s: finish on engine %s (switched from) not confirmed (%s); the "
-                       "claim there expires after %" PRId64 " ms", g->rec.scope, name,
-                       cerb_last_error(), g->rec.running_ms);
+            CERB_LOG_W("guard %s: finish on engine %s (switched from) not confirmed (%s); "
+                       "retried in the background while the claim there lasts",
+                       g->rec.scope, name, cerb_last_error());
     }
     if (st == CERB_OK && lost_on)
         return cerb__error_set(CERB_LOST,

@@ -70,6 +70,14 @@ void cerb__guard_untrack(struct cerb_guard *g);
  * failed (sent at sent_ns): deleted in the background until confirmed or
  * until it must have expired. */
 void cerb__guard_orphan(cerb_client *c, const cerb_guard_rec *rec, int idx, int64_t sent_ns);
+/* A success not confirmed on engine idx (a mirror's done-write): written
+ * in the background, with a copy of the result, until confirmed, found
+ * lost, or until_ns (when the claim there may have run out). */
+void cerb__guard_orphan_done(cerb_client *c, const cerb_guard_rec *rec, int idx,
+                             int64_t until_ns, const void *result, size_t len, int64_t keep_ms);
+/* Renew g's claim again (a finish that certainly did not land leaves the
+ * attempt open), starting now. */
+void cerb__guard_resume_renew(struct cerb_guard *g);
 /* Client close: stop the renewer and end every handle still open (an
  * unfinished attempt is deleted as failed, once per answering engine),
  * freeing them. Safe when no guard was ever used. */

@@ -31,7 +31,12 @@
  * request's send time + running_ms), as the lock watchdog does for acquires
  * whose outcome was unknown. "Not ours" is no proof (the request may still
  * land), so only the deadline ends the retries. A done-record is never
- * touched: the delete compares the state too.
+ * touched: the delete compares the state too. A success that a mirror
+ * claim (an engine switched from) did not confirm is an orphan too, one
+ * that writes the done-record instead, until confirmed or until the claim
+ * there may have run out. The renewer takes one orphan at a time and due
+ * renewals before it, so orphans on a silent engine (an operation timeout
+ * each) never make live claims lapse.
  */
 #include "internal_posix.h"
 
@@ -53,6 +58,12 @@ struct orphan {
     char *scope;
     int idx;
     int64_t until_ns, next_ns;
+    /* A success to record (a mirror's done-record not confirmed), else a
+     * delete: */
+    bool succeeded;
+    void *result;                /* owned copy */
+    size_t len;
+    int64_t keep_ms;
     struct orphan *next;
 };
 
@@ -152,18 +163,37 @@ static int64_t orphan_step(const struct orphan *o)
 
 static void orphan_free(struct orphan *o)
 {
+    cerb__free(o->result);
     cerb__free(o->scope);
     cerb__free(o);
 }
 
-/* One delete of a due orphan (mutex not held); true when it is settled. */
+/* One delete (or done-write) of a due orphan (mutex not held); true when
+ * it is settled. A done-write that finds the claim gone ("not owner": it
+ * landed earlier with its answer lost, or the claim expired) is settled
+ * too: the guard check tells which, for the log. */
 static bool orphan_try(struct cerb_guard_set *s, struct orphan *o)
 {
     struct cerb_client_engine *ce = &s->c->engines[o->idx];
+    cerb_engine *e = atomic_load(&ce->e);
     cerb_outcome oc;
-    cerb_status st = cerb__engine_guard_finish(ce->ops, atomic_load(&ce->e), &o->rec, 0, NULL, 0,
-                                               0, &oc);
-    return st == CERB_OK || cerb_monotime() >= o->until_ns;
+    cerb_status st = cerb__engine_guard_finish(ce->ops, e, &o->rec, o->succeeded, o->result,
+                                               o->len, o->keep_ms, &oc);
+    if (!o->succeeded)
+        return st == CERB_OK || cerb_monotime() >= o->until_ns;
+    if (st == CERB_OK)
+        return true;
+    cerb_guard_found found = CERB_GUARD_FOUND_NONE;
+    if (st == CERB_NOT_OWNER &&
+        cerb__engine_guard_check(ce->ops, e, &o->rec, &found) == CERB_OK &&
+        found == CERB_GUARD_FOUND_DONE)
+        return true;
+    if (st == CERB_NOT_OWNER || cerb_monotime() >= o->until_ns) {
+        CERB_LOG_E("guard %s: the success could not be recorded on engine %s (switched from): "
+                   "processes still on it may run the operation again", o->rec.scope, ce->name);
+        return true;
+    }
+    return false;
 }
 
 /* Take due orphans off the list one at a time and try them; s->mu held
@@ -194,8 +224,9 @@ static int64_t orphans_run(struct cerb_guard_set *s)
             due->next = s->orphans;
             s->orphans = due;
         }
-        if (s->stop)
-            return CERB_DEADLINE_NEVER;
+        /* One at a time: each may cost an operation timeout on a silent
+         * engine, and running claims' renewals come first (renewer_main). */
+        return s->stop ? CERB_DEADLINE_NEVER : cerb_monotime();
     }
 }
 
@@ -204,10 +235,9 @@ static void *renewer_main(void *arg)
     struct cerb_guard_set *s = arg;
     cerb__mutex_lock(&s->mu);
     while (!s->stop) {
-        int64_t next = orphans_run(s);
-        if (s->stop)
-            break;
-        int64_t now = cerb_monotime();
+        /* Due renewals first: an orphan on a silent engine costs an
+         * operation timeout, which must not make live claims lapse. */
+        int64_t now = cerb_monotime(), next = CERB_DEADLINE_NEVER;
         struct cerb_guard *due = NULL;
         for (struct cerb_guard *g = s->head; g; g = g->next) {
             if (!g->renewing || g->busy)
@@ -226,7 +256,12 @@ static void *renewer_main(void *arg)
             cerb__mutex_lock(&s->mu);
             continue;
         }
-        cerb__cond_wait_until(&s->wake, &s->mu, next);
+        int64_t o = orphans_run(s);
+        if (s->stop)
+            break;
+        if (o <= cerb_monotime())
+            continue; /* one ran: look at the renewals again */
+        cerb__cond_wait_until(&s->wake, &s->mu, o < next ? o : next);
     }
     cerb__mutex_unlock(&s->mu);
     return NULL;
@@ -244,13 +279,33 @@ static cerb_status start_locked(struct cerb_guard_set *s)
     return CERB_OK;
 }
 
+static void orphan_add(cerb_client *c, const cerb_guard_rec *rec, int idx, int64_t until_ns,
+                       const void *result, size_t len, int64_t keep_ms, bool succeeded);
+
 void cerb__guard_orphan(cerb_client *c, const cerb_guard_rec *rec, int idx, int64_t sent_ns)
+{
+    orphan_add(c, rec, idx, sent_ns + rec->running_ms * CERB_NS_PER_MS, NULL, 0, 0, false);
+}
+
+void cerb__guard_orphan_done(cerb_client *c, const cerb_guard_rec *rec, int idx,
+                             int64_t until_ns, const void *result, size_t len, int64_t keep_ms)
+{
+    orphan_add(c, rec, idx, until_ns, result, len, keep_ms, true);
+}
+
+static void orphan_add(cerb_client *c, const cerb_guard_rec *rec, int idx, int64_t until_ns,
+                       const void *result, size_t len, int64_t keep_ms, bool succeeded)
 {
     struct cerb_guard_set *s = set_of(c, true);
     struct orphan *o = s ? cerb__calloc(1, sizeof *o) : NULL;
     if (o)
         o->scope = cerb__strdup(rec->scope);
-    if (!o || !o->scope) {
+    if (o && succeeded) {
+        o->result = cerb__malloc(len + 1);
+        if (o->result && len)
+            memcpy(o->result, result, len);
+    }
+    if (!o || !o->scope || (succeeded && !o->result)) {
         if (o)
             orphan_free(o);
         CERB_LOG_W("guard %s: out of memory: a claim that may have landed expires after %lld "
@@ -260,7 +315,10 @@ void cerb__guard_orphan(cerb_client *c, const cerb_guard_rec *rec, int idx, int6
     o->rec = *rec;
     o->rec.scope = o->scope;
     o->idx = idx;
-    o->until_ns = sent_ns + rec->running_ms * CERB_NS_PER_MS;
+    o->until_ns = until_ns;
+    o->succeeded = succeeded;
+    o->len = len;
+    o->keep_ms = keep_ms;
     o->next_ns = cerb_monotime() + orphan_step(o);
     cerb__mutex_lock(&s->mu);
     if (s->stop || start_locked(s) != CERB_OK) {
@@ -317,6 +375,20 @@ void cerb__guard_stop_renew(struct cerb_guard *g)
     cerb__mutex_unlock(&s->mu);
 }
 
+void cerb__guard_resume_renew(struct cerb_guard *g)
+{
+    struct cerb_guard_set *s = set_of(g->client, false);
+    if (!s)
+        return;
+    cerb__mutex_lock(&s->mu);
+    if (g->tracked && !s->stop) {
+        g->renewing = true;
+        g->next_renew_ns = cerb_monotime();
+        cerb__cond_signal(&s->wake);
+    }
+    cerb__mutex_unlock(&s->mu);
+}
+
 static void unlink_locked(struct cerb_guard_set *s, struct cerb_guard *g)
 {
     if (g->prev)
@@ -363,8 +435,9 @@ void cerb__guard_close_all(cerb_client *c)
         if (!silent_o[o->idx]) {
             struct cerb_client_engine *ce = &c->engines[o->idx];
             cerb_outcome oc;
-            cerb_status st = cerb__engine_guard_finish(ce->ops, atomic_load(&ce->e), &o->rec, 0,
-                                                       NULL, 0, 0, &oc);
+            cerb_status st = cerb__engine_guard_finish(ce->ops, atomic_load(&ce->e), &o->rec,
+                                                       o->succeeded, o->result, o->len,
+                                                       o->keep_ms, &oc);
             if (st != CERB_OK && st != CERB_NOT_OWNER)
                 silent_o[o->idx] = true;
         }

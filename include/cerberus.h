@@ -606,9 +606,15 @@ cerb_status cerb_guard_begin(cerb_client *c, const char *scope,
  * over, or the record was deleted): nothing was changed on the server;
  * CERB_EINVAL for a handle that is not a running attempt (a duplicate's, or
  * one already finished) or a result over guard.max_result (the attempt stays
- * open: finish again or free it); an engine error when the outcome could
- * not be confirmed (the claim then expires after running_ms). A degraded
- * attempt finishes with CERB_OK and touches no server.
+ * open: finish again or free it); an engine error when the engine did not
+ * confirm: after a success the attempt stays open, its claim renewed
+ * again, so finish again (a repeated finish of a success that did land
+ * answers CERB_OK); after a failure the delete is retried in the
+ * background. A degraded attempt finishes with CERB_OK and touches no
+ * server. After a switch, the claims on the engines switched from are
+ * finished the same way (a success there not confirmed is retried in the
+ * background while the claim there lasts); a lost attempt leaves nothing
+ * on any of them.
  * Blocking: one request, plus one re-check and retry when its answer was
  * lost, each bounded by the engine's operation timeout.
  * The handle stays valid until cerb_guard_free().

@@ -13,6 +13,9 @@
  *     left open at close) leaves no record on either engine;
  *   - a switched client's claim on the old engine lost (deleted there):
  *     its finish says CERB_LOST, since another attempt may have run there;
+ *     an attempt lost on its own engine leaves no done-record on the old
+ *     one; a success the old engine did not confirm (refusing writes) is
+ *     written there in the background, so its processes see a duplicate;
  *   - the primary killed between two begins of one key: the breaker moves
  *     the client to the secondary, and with on_unavailable = refuse the
  *     second begin is refused (the dead primary may hold the record), with
@@ -229,6 +232,81 @@ static void test_lost_claim_on_old_engine(void **state)
     free(k);
 }
 
+/* A lost attempt leaves nothing on the engines switched from either: its
+ * claim there is deleted, not finished as a success (the caller was told
+ * CERB_LOST, "nothing was changed"). */
+static void test_lost_attempt_leaves_no_mirror_record(void **state)
+{
+    (void)state;
+    cerb_client *y = client(NULL);
+    char *k = test_name("lostmirror");
+    assert_string_equal(cerb_engine_switch_to(y, "local"), "local");
+    assert_string_equal(cerb_engine_switch_to(y, "redis"), "redis"); /* local now gated */
+    cerb_guard *g = begin(y, k, -1, CERB_OK, "y on redis, mirror on local");
+    char key[256] = "";
+    assert_int_equal(records(true, key, sizeof key), 1);
+    redisContext *r = raw();
+    redisReply *rep = redisCommand(r, "DEL %s", key);
+    assert_non_null(rep);
+    freeReplyObject(rep);
+    redisFree(r);
+    expect(cerb_guard_finish(g, 1, "v", 1), CERB_LOST, "finish after the redis claim went");
+    assert_int_equal(cerb_guard_free(g), CERB_OK);
+    /* A client on local finds no done-record there. */
+    cerb_client *z = client(NULL);
+    assert_string_equal(cerb_engine_switch_to(z, "local"), "local");
+    cerb_guard *h = begin(z, k, -1, CERB_OK, "z on local after the lost attempt");
+    assert_int_equal(cerb_guard_free(h), CERB_OK);
+    cerb_client_close(z);
+    cerb_client_close(y);
+    free(k);
+}
+
+struct dup_ud {
+    cerb_client *c;
+    const char *key;
+};
+
+static bool is_duplicate(void *ud)
+{
+    struct dup_ud *d = ud;
+    cerb_guard *g = NULL;
+    cerb_status st = cerb_guard_begin(d->c, "orders", d->key, strlen(d->key), NULL, &g);
+    cerb_guard_free(g);
+    return st == CERB_DUPLICATE;
+}
+
+/* A success the engine switched from did not confirm (redis refusing
+ * writes through both tries of the mirror's finish) is written there in
+ * the background once it answers, so the client that never switched sees
+ * a duplicate — not BUSY until the claim runs out and then a second run. */
+static void test_mirror_success_retried(void **state)
+{
+    (void)state;
+    cerb_client *y = client(NULL), *x = client(NULL);
+    char *k = test_name("mirrorretry");
+    assert_string_equal(cerb_engine_switch_to(y, "local"), "local");
+    cerb_guard *g = begin(y, k, -1, CERB_OK, "y on local, mirror on redis");
+    /* Writes refused (OOM), reads answered: the mirror's finish certainly
+     * did not land, and its check finds the claim still ours. */
+    redisContext *r = raw();
+    redisReply *rep = redisCommand(r, "CONFIG SET maxmemory 1");
+    assert_non_null(rep);
+    assert_int_equal(rep->type, REDIS_REPLY_STATUS);
+    freeReplyObject(rep);
+    expect(cerb_guard_finish(g, 1, "m", 1), CERB_OK, "finish: recorded on local");
+    assert_int_equal(cerb_guard_free(g), CERB_OK);
+    rep = redisCommand(r, "CONFIG SET maxmemory 0");
+    assert_non_null(rep);
+    freeReplyObject(rep);
+    redisFree(r);
+    struct dup_ud d = {x, k};
+    assert_wait_until(is_duplicate, &d, RUNNING_MS - 200);
+    cerb_client_close(x);
+    cerb_client_close(y);
+    free(k);
+}
+
 struct try_begin {
     cerb_client *c;
     const char *key;
@@ -310,6 +388,8 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_switch_with_old_engine_alive),
         cmocka_unit_test(test_lost_claim_on_old_engine),
+        cmocka_unit_test(test_lost_attempt_leaves_no_mirror_record),
+        cmocka_unit_test(test_mirror_success_retried),
         cmocka_unit_test(test_primary_killed_between_begins),
         cmocka_unit_test(test_no_records_left),
     };
