@@ -267,6 +267,15 @@ int cerb__cli_once(const struct cerb__cli *cli, int argc, char **argv)
 
     rc = cerb__cli_child_run(ch, o.cmd, o.verbose);
     st = cerb_guard_finish(g, rc == 0, NULL, 0);
+    /* A success the engine did not confirm leaves the attempt open (its
+     * claim renewed): try again, a few times, over about two seconds. */
+    for (int tries = 0; rc == 0 && st != CERB_OK && st != CERB_LOST && st != CERB_EINVAL &&
+                        tries < 4;
+         tries++) {
+        struct timespec nap = {0, (long)(250 + 250 * tries) * 1000000L};
+        nanosleep(&nap, NULL);
+        st = cerb_guard_finish(g, 1, NULL, 0);
+    }
     if (st == CERB_LOST) {
         cerb__cli_error("once: %s %s: the attempt's claim was lost while CMD ran (%s)%s",
                         o.scope, o.key, cerb_last_error(),
