@@ -135,6 +135,11 @@ fail:
     return NULL;
 }
 
+redisContext *bench_redis_context(void *p)
+{
+    return ((struct redis_sess *)p)->ctx;
+}
+
 int bench_redis_try(void *p, const char *name, const char *token, char *err, size_t errlen)
 {
     struct redis_sess *s = p;
