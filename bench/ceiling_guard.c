@@ -10,7 +10,7 @@
  * `<redis.prefix>cerb:guard:{<64 hex>}`; begin is
  *   SET key R<token> NX PX running_ms GET     (nil: claimed)
  * and finish(1) is EVALSHA of the guard's finish script, the very text of
- * redis_guard.c (kept equal by hand: a change there is a change here),
+ * redis_guard.c (kept equal by hand; tests/bench/test_bench_guard.sh compares them),
  * which compares the token and rewrites the value as D<token><result> with
  * PX keep_ms. A duplicate is the same SET NX PX GET on a done record: one
  * command, whose answer carries the result. The session is the plain Redis
@@ -35,7 +35,8 @@
 
 #include "scenarios.h"
 
-/* engine_redis/redis_guard.c, gscript_text[GS_FINISH], byte for byte. */
+/* engine_redis/redis_guard.c, gscript_text[GS_FINISH], byte for byte
+ * (compared by tests/bench/test_bench_guard.sh). */
 static const char finish_script[] =
     "local v = redis.call('GET', KEYS[1])\n"
     "if not v or string.sub(v, 2, 33) ~= ARGV[1] then return 0 end\n"

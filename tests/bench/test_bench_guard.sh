@@ -117,6 +117,39 @@ run_engine() { # ENGINE ARGS...
     fi
 }
 
+# 0. The raw ceiling sends the library's own finish script: the text in
+# bench/ceiling_guard.c is a copy of engine_redis/redis_guard.c's, kept
+# equal by hand, so compare them (a change on one side fails here).
+same_script() {
+    "$PY" - "$HERE/../../engine_redis/redis_guard.c" "$HERE/../../bench/ceiling_guard.c" <<'PYEOF'
+import re, sys
+
+def literals(path, start, last):
+    lines = open(path).read().split("\n")
+    i = next(k for k, l in enumerate(lines) if start in l) + 1
+    out = []
+    while i < len(lines):
+        l = lines[i].strip()
+        i += 1
+        m = re.match(r'^"(.*)"([,;]?)$', l)
+        if not m:
+            if out:
+                break
+            continue
+        out.append(m.group(1))
+        if m.group(2) == last:
+            break
+    return "".join(out)
+
+lib = literals(sys.argv[1], "/* finish:", ",")
+raw = literals(sys.argv[2], "finish_script[] =", ";")
+if not lib or lib != raw:
+    print("# the finish scripts differ:\n# library: %r\n# ceiling: %r" % (lib, raw))
+    sys.exit(1)
+PYEOF
+}
+check "the raw ceiling's finish script is the library's" same_script
+
 # 1. The local engine: rows, no ceiling, said so in the table too.
 run_engine local
 check "local: the table says there is no ceiling" \
