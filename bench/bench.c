@@ -548,10 +548,11 @@ static int run_engine(const struct cli *cli, struct bench_opts *opts,
             /* Two rows per run (guard, guard-dup); no peer has a guard. */
             for (int k = 0; k < cli->n_threads; k++) {
                 struct bench_result gr[2];
+                int n_gr = 0;
                 opts->threads = cli->threads[k];
-                if (bench_guard(e, opts, cli->threads[k], gr) != 0)
+                if (bench_guard(e, opts, cli->threads[k], gr, &n_gr) != 0)
                     return -1;
-                for (int j = 0; j < 2; j++) {
+                for (int j = 0; j < n_gr; j++) {
                     struct bench_result *r = bench_rows_slot(rows);
                     if (!r)
                         return -1;

@@ -241,9 +241,11 @@ int bench_many(const struct bench_engine *e, const struct bench_opts *o,
 
 /* The idempotency guard with @threads threads sharing one client
  * (scenario_guard.c): out[0] is the "guard" row (begin + finish on
- * distinct keys), out[1] the "guard-dup" row (begin on keys already done). */
+ * distinct keys), out[1] the "guard-dup" row (begin on keys already done);
+ * *n_out = 2. An engine without a guard in this build gives one row with
+ * a note instead (*n_out = 1). */
 int bench_guard(const struct bench_engine *e, const struct bench_opts *o,
-                int threads, struct bench_result out[2]);
+                int threads, struct bench_result out[2], int *n_out);
 
 /* Open a client on engine @e with new acquisitions pinned to it.
  * Returns: the client, or NULL after printing why. */

@@ -15,6 +15,14 @@
 # ratio is null. The figures themselves are not judged here (the machine
 # is shared); that they are there and sane is.
 #
+# With CERB_GUARD_BENCH_ENGINE=zk|etcd and CERB_GUARD_BENCH_PORT (ctest
+# bench_guard_zk, bench_guard_etcd, on the shared test servers) it checks
+# instead that the scenario never fails the run on an engine whose raw
+# guard steps are not written (the HOOK in bench/ceiling_guard.c), nor on
+# one without a guard at all: the rows say "no ceiling for engine E", or
+# one row notes that the engine has no idempotency guard in this build;
+# once the hook is filled, a ratio.
+#
 # Usage: test_bench_guard.sh PATH/TO/cerberus-bench
 #
 # Every run is under timeout(1). Output is TAP-like: one "ok"/"not ok" line
@@ -24,7 +32,12 @@ set -u
 
 BENCH=${1:?usage: test_bench_guard.sh PATH/TO/cerberus-bench}
 case $BENCH in /*) ;; *) BENCH=$PWD/$BENCH ;; esac
-PORT=${CERB_REDIS_PORT:?CERB_REDIS_PORT is not set (run under ctest)}
+HOOKED=${CERB_GUARD_BENCH_ENGINE:-}
+if [ -n "$HOOKED" ]; then
+    PORT=${CERB_GUARD_BENCH_PORT:?CERB_GUARD_BENCH_PORT is not set (run under ctest)}
+else
+    PORT=${CERB_REDIS_PORT:?CERB_REDIS_PORT is not set (run under ctest)}
+fi
 PY=${CERB_PYTHON:-/usr/bin/python3}
 [ -x "$PY" ] || PY=python3
 HERE=$(cd "$(dirname "$0")" && pwd)
@@ -116,6 +129,46 @@ run_engine() { # ENGINE ARGS...
         show "$WORK/$engine.txt"
     fi
 }
+
+# An engine of the HOOK: the run ends well and says what it could not do.
+if [ -n "$HOOKED" ]; then
+    if timeout 120 "$BENCH" --engine "$HOOKED" --port "$PORT" --scenario guard \
+            --duration 0.3 --json "$WORK/hooked.json" >"$WORK/hooked.txt" \
+            2>"$WORK/hooked.err"; then
+        ok "cerberus-bench --scenario guard on $HOOKED exits 0"
+    else
+        not_ok "cerberus-bench --scenario guard on $HOOKED exits 0 (status $?)"
+        show "$WORK/hooked.err" "$WORK/hooked.txt"
+    fi
+    check "$HOOKED: the JSON follows the schema" \
+        "$PY" "$HERE/check_bench_json.py" "$WORK/hooked.json" --engine "$HOOKED" \
+        --peer-rows none
+    if "$PY" - "$WORK/hooked.json" "$HOOKED" <<'PYEOF'
+import json, sys
+rows, engine = json.load(open(sys.argv[1])), sys.argv[2]
+sc = [r.get("scenario") for r in rows]
+if len(rows) == 1 and sc == ["guard"] and "has no idempotency guard" in rows[0].get("note", ""):
+    sys.exit(0)  # an engine without a guard in this build
+if sc != ["guard", "guard-dup"]:
+    print("# rows are %r" % sc)
+    sys.exit(1)
+for r in rows:
+    m = r.get("ceiling_missing")
+    if m is None and isinstance(r.get("ratio"), (int, float)):
+        continue  # the hook is filled
+    if not isinstance(m, str) or ("no ceiling for engine %s" % engine) not in m:
+        print("# %s: ceiling_missing %r, ratio %r" % (r.get("scenario"), m, r.get("ratio")))
+        sys.exit(1)
+PYEOF
+    then
+        ok "$HOOKED: rows with a ratio, or saying what is missing"
+    else
+        not_ok "$HOOKED: rows with a ratio, or saying what is missing"
+        show "$WORK/hooked.txt"
+    fi
+    echo "1..$N"
+    exit $FAILED
+fi
 
 # 0. The raw ceiling sends the library's own finish script: the text in
 # bench/ceiling_guard.c is a copy of engine_redis/redis_guard.c's, kept
