@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # test_bench_guard.sh — the guard scenario of cerberus-bench, short, on the
-# local engine (no server) and on the shared test redis-server
-# ($CERB_REDIS_PORT): each run gives a "guard" row (begin + finish(1) on
+# local engine (no server) and on a test redis-server ($CERB_REDIS_PORT,
+# the exclusive one: the commands are counted on the server): each run gives a "guard" row (begin + finish(1) on
 # distinct keys) and a "guard-dup" row (begin on keys already done:
 # CERB_DUPLICATE) per thread count, in the table and the JSON (checked by
 # check_bench_json.py). On redis both rows have a ratio to the raw ceiling
