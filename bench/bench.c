@@ -8,7 +8,8 @@
  *                  [--locks M] [--lease MS] [--port P] [--peers]
  *                  [--json FILE] [--plot FILE.png]
  *
- * Scenarios: uncontended, contended, handoff, herd, many (scenarios.c and
+ * Scenarios: uncontended, contended, handoff, herd, many, guard (the
+ * idempotency guard: rows "guard" and "guard-dup") (scenarios.c and
  * scenario_<name>.c), and failover (failover.c), which needs commands to
  * kill and restore a server and so is not part of `all`. For each engine
  * the chosen scenarios run in that order; each row goes to the table as soon
@@ -64,7 +65,9 @@ enum {
     SC_HERD = 1 << 3,
     SC_MANY = 1 << 4,
     SC_FAILOVER = 1 << 5,
-    SC_ALL = SC_UNCONTENDED | SC_CONTENDED | SC_HANDOFF | SC_HERD | SC_MANY,
+    SC_GUARD = 1 << 6,
+    SC_ALL = SC_UNCONTENDED | SC_CONTENDED | SC_HANDOFF | SC_HERD | SC_MANY |
+             SC_GUARD,
 };
 
 static const struct {
@@ -74,7 +77,7 @@ static const struct {
     {"uncontended", SC_UNCONTENDED}, {"contended", SC_CONTENDED},
     {"handoff", SC_HANDOFF},         {"herd", SC_HERD},
     {"many", SC_MANY},               {"failover", SC_FAILOVER},
-    {"all", SC_ALL},
+    {"guard", SC_GUARD},             {"all", SC_ALL},
 };
 
 struct cli {
@@ -110,10 +113,11 @@ static void usage(FILE *f)
         "  -c, --config FILE   engines and servers from a Cerberus config file;\n"
         "                      without it: redis on 127.0.0.1:PORT\n"
         "  --engine E|all      engine to measure (default all: every configured one)\n"
-        "  --scenario S        uncontended, contended, handoff, herd, many, failover,\n"
-        "                      or all (default: every one but failover); a comma list\n"
-        "                      runs several\n"
-        "  --threads N[,N...]  uncontended: worker threads, one run per value (default 1);\n"
+        "  --scenario S        uncontended, contended, handoff, herd, many, guard,\n"
+        "                      failover, or all (default: every one but failover); a\n"
+        "                      comma list runs several\n"
+        "  --threads N[,N...]  uncontended and guard: worker threads, one run per value\n"
+        "                      (default 1);\n"
         "                      contended: clients on one name, one run per value\n"
         "                      (default %d)\n"
         "  --waiters N         handoff and herd: contending clients, one each\n"
@@ -209,7 +213,7 @@ static int parse_scenarios(const char *s, int *out)
         if (i == n) {
             bench_errorf("--scenario: unknown scenario \"%s\" (known: "
                          "uncontended, contended, handoff, herd, many, "
-                         "failover, all)", tok);
+                         "guard, failover, all)", tok);
             return -1;
         }
         *out |= scenario_names[i].bit;
@@ -394,11 +398,12 @@ static char *dup_or_die(const char *s)
     return d;
 }
 
-/* Threads one client runs at once: uncontended's, and many's acquirers. */
+/* Threads one client runs at once: uncontended's and guard's, and many's
+ * acquirers. */
 static int max_threads(const struct cli *c)
 {
     int m = 1;
-    for (int i = 0; c->scenarios & SC_UNCONTENDED && i < c->n_threads; i++)
+    for (int i = 0; c->scenarios & (SC_UNCONTENDED | SC_GUARD) && i < c->n_threads; i++)
         if (c->threads[i] > m)
             m = c->threads[i];
     if (c->scenarios & SC_MANY && m < BENCH_MANY_THREADS)
@@ -560,9 +565,28 @@ static int run_engine(const struct cli *cli, struct bench_opts *opts,
     const int *ct = cli->threads_given ? cli->threads : default_contended;
     int n_ct = cli->threads_given ? cli->n_threads : 1;
 
-    for (int bit = SC_UNCONTENDED; bit <= SC_MANY; bit <<= 1) {
-        if (!(cli->scenarios & bit))
+    for (int bit = SC_UNCONTENDED; bit <= SC_GUARD; bit <<= 1) {
+        if (!(cli->scenarios & bit) || bit == SC_FAILOVER)
             continue;
+        if (bit == SC_GUARD) {
+            /* Two rows per run (guard, guard-dup); no peer has a guard. */
+            for (int k = 0; k < cli->n_threads; k++) {
+                struct bench_result gr[2];
+                int n_gr = 0;
+                opts->threads = cli->threads[k];
+                if (bench_guard(e, opts, cli->threads[k], gr, &n_gr) != 0)
+                    return -1;
+                for (int j = 0; j < n_gr; j++) {
+                    struct bench_result *r = bench_rows_slot(rows);
+                    if (!r)
+                        return -1;
+                    *r = gr[j];
+                    rows->n++;
+                    bench_report_row(stdout, r);
+                }
+            }
+            continue;
+        }
         int runs = bit == SC_UNCONTENDED ? cli->n_threads
                  : bit == SC_CONTENDED   ? n_ct
                                          : 1;

@@ -171,6 +171,11 @@ void *bench_redis_open(const struct bench_engine *e, char *err, size_t errlen)
     return s;
 }
 
+redisContext *bench_redis_context(void *p)
+{
+    return ((struct redis_sess *)p)->ctx;
+}
+
 int bench_redis_try(void *p, const char *name, const char *token, char *err, size_t errlen)
 {
     struct redis_sess *s = p;

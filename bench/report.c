@@ -13,8 +13,18 @@
  *                ratio hand-off p50 ÷ RTT (lower is better, target <= 3);
  *   herd         as handoff, with W waiters queued behind one holder;
  *   many         acquisitions/s and acquire latency of the M locks; no
- *                ceiling; the detail line has CPU % and bytes per lock.
- * "n/a" where the engine has no raw ceiling. The detail line under a row
+ *                ceiling; the detail line has CPU % and bytes per lock;
+ *   guard        begin + finish(1) per second on distinct keys; ceiling the
+ *                same server commands without the library; ratio as
+ *                uncontended; the detail line has the server commands per
+ *                cycle, the library's and the raw ceiling's (4 on redis,
+ *                which counts a script's own commands);
+ *   guard-dup    duplicates (begin on a done key) per second; ceiling the
+ *                raw begin on a done record; the detail line has the
+ *                server commands per duplicate (1: one round trip) and the
+ *                p50 over the raw command's.
+ * "n/a" where the engine has no raw ceiling (guard rows say why: "no
+ * ceiling for engine X (...)"). The detail line under a row
  * gives the per-acquisition protocol counters (wake-ups, acquire calls)
  * where the engine reports them.
  *
@@ -31,7 +41,9 @@
  * engine, threads, ops_per_s, p50_us, p99_us, max_us, ratio, ... — ratio
  * and the ceiling keys null when n/a) and the four per-scenario figures
  * wakeups_per_acq, calls_per_acq, cpu_percent and bytes_per_lock, null
- * where they do not apply; scenario-specific keys follow. Every object has
+ * where they do not apply; scenario-specific keys follow (guard rows:
+ * server_cmds_per_op, ceiling_server_cmds_per_op and ceiling_missing,
+ * each null when n/a). Every object has
  * "peer": null on Cerberus's rows, the peer's name on a peer's row, which
  * also has peer_status ("measured", "skipped", "failed"), peer_reason
  * (null when measured), peer_how, cerberus_over_peer and
@@ -65,6 +77,11 @@ static int is_queue(const struct bench_result *r)
     return strcmp(r->scenario, "handoff") == 0 ||
            strcmp(r->scenario, "contended") == 0 ||
            strcmp(r->scenario, "herd") == 0;
+}
+
+static int is_guard(const struct bench_result *r)
+{
+    return strcmp(r->scenario, "guard") == 0 || strcmp(r->scenario, "guard-dup") == 0;
 }
 
 /* Whether peer row @r meets its DESIGN.md §10 target: 1, 0, or -1 when
@@ -203,6 +220,30 @@ void bench_report_row(FILE *f, const struct bench_result *r)
         fprintf(f, "%-12s ops/s and latency: acquiring them with %d threads; "
                    "target (DESIGN 10): < 5 %% of one core, < 1 KiB per lock\n",
                 "", r->threads);
+    } else if (is_guard(r)) {
+        int dup = strcmp(r->scenario, "guard-dup") == 0;
+        const char *what = dup ? "duplicate" : "begin+finish";
+        if (r->ceiling_kind)
+            fprintf(f, "%-12s raw %s p50 %.1f us, p99 %.1f us (p50 per round "
+                       "%.1f..%.1f us); ratio = ops/s / raw ops/s; per-round "
+                       "ratio, median %.2f%s",
+                    "", what, r->ceiling_p50_us, r->ceiling_p99_us,
+                    r->ceiling_round_p50_min_us, r->ceiling_round_p50_max_us,
+                    r->ratio_paired_median, dup ? "" : "\n");
+        else
+            fprintf(f, "%-12s %s%s", "", r->ceiling_missing, dup ? "" : "\n");
+        if (dup && r->ceiling_kind && r->ceiling_p50_us > 0)
+            fprintf(f, "; p50 / raw p50 %.2f\n", r->p50_us / r->ceiling_p50_us);
+        else if (dup)
+            fputc('\n', f);
+        if (r->cmds_per_op >= 0)
+            fprintf(f, "%-12s server commands per %s: %.2f, raw %.2f (INFO "
+                       "commandstats, a script's own commands included)%s\n", "",
+                    what, r->cmds_per_op, r->ceiling_cmds_per_op,
+                    dup ? "; target (DESIGN 10): one round trip" : "");
+        else
+            fprintf(f, "%-12s server commands per %s: n/a (the server cannot be "
+                       "asked)\n", "", what);
     } else if (r->ceiling_kind) {
         fprintf(f, "%-12s raw cycle p50 %.1f us, p99 %.1f us, max %.1f us "
                    "(p50 per round %.1f..%.1f us)\n",
@@ -359,6 +400,12 @@ static json_t *result_json(const struct bench_result *r)
         put(o, "waiters", json_integer(r->threads), &ok);
         put(o, "rounds", json_integer(r->rounds), &ok);
         put(o, "drain_ms", json_real(r->drain_ms), &ok);
+    }
+    if (is_guard(r)) {
+        put(o, "server_cmds_per_op", real_or_null(r->cmds_per_op), &ok);
+        put(o, "ceiling_server_cmds_per_op", real_or_null(r->ceiling_cmds_per_op), &ok);
+        put(o, "ceiling_missing", r->ceiling_missing[0]
+                ? json_string(r->ceiling_missing) : json_null(), &ok);
     }
     if (many) {
         put(o, "locks", json_integer((json_int_t)r->locks), &ok);

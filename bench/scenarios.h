@@ -112,6 +112,12 @@ struct bench_result {
     int64_t rss_delta_bytes;
     uint64_t not_valid;
 
+    /* guard, guard-dup: server commands per operation, counted on the
+     * server, for the library and for the raw ceiling (<0 = n/a), and why
+     * there is no raw ceiling ("" when there is one). */
+    double cmds_per_op, ceiling_cmds_per_op;
+    char ceiling_missing[128];
+
     /* --peers (peers.c): a row measured by another lock library on the
      * engine's server, right after Cerberus's row of the same scenario and
      * threads. peer[0] is 0 on Cerberus's own rows. */
@@ -238,6 +244,14 @@ int bench_herd(const struct bench_engine *e, const struct bench_opts *o,
 /* One client holding o->locks renewed locks (scenario_many.c). */
 int bench_many(const struct bench_engine *e, const struct bench_opts *o,
                struct bench_result *out);
+
+/* The idempotency guard with @threads threads sharing one client
+ * (scenario_guard.c): out[0] is the "guard" row (begin + finish on
+ * distinct keys), out[1] the "guard-dup" row (begin on keys already done);
+ * *n_out = 2. An engine without a guard in this build gives one row with
+ * a note instead (*n_out = 1). */
+int bench_guard(const struct bench_engine *e, const struct bench_opts *o,
+                int threads, struct bench_result out[2], int *n_out);
 
 /* Open a client on engine @e with new acquisitions pinned to it.
  * Returns: the client, or NULL after printing why. */
@@ -409,6 +423,41 @@ int bench_redis_try(void *sess, const char *name, const char *token, char *err, 
 int bench_redis_release(void *sess, const char *name, const char *token, char *err,
                         size_t errlen);
 void bench_redis_close(void *sess);
+/* The hiredis connection (a redisContext *) of such a session, for the
+ * guard's ceiling (ceiling_guard.c), which adds its own script. */
+struct redisContext *bench_redis_context(void *sess);
+
+/* ---- guard raw ceilings (ceiling_guard.c) ---- */
+
+/*
+ * The server commands of the idempotency guard's layout on one engine,
+ * with no library logic. A session is one raw connection, used by one
+ * thread only. @id is 64 lowercase hex characters (as a SHA-256 record id),
+ * @token 32: both fixed or counted by the caller.
+ */
+struct bench_guard_ceiling {
+    const char *engine;
+    /* Connect and prepare. NULL with @err on failure. */
+    void *(*open)(const struct bench_engine *e, char *err, size_t errlen);
+    /* begin on a fresh record (must claim it) then finish(1) storing
+     * @result for @keep_ms. Returns 0, or -1 with @err. */
+    int (*cycle)(void *sess, const char *id, const char *token, const void *result,
+                 size_t len, int64_t running_ms, int64_t keep_ms, char *err,
+                 size_t errlen);
+    /* begin on a done record: must be answered "done" (a duplicate).
+     * Returns 0, or -1 with @err. */
+    int (*duplicate)(void *sess, const char *id, const char *token, int64_t running_ms,
+                     char *err, size_t errlen);
+    /* Commands the server has run so far, from every client (NULL when the
+     * server cannot say). Returns 0, or -1 with @err. */
+    int (*server_commands)(void *sess, uint64_t *out, char *err, size_t errlen);
+    void (*close)(void *sess);
+};
+
+/* The guard ceiling for @engine, or NULL with *why saying why there is
+ * none (static text). */
+const struct bench_guard_ceiling *bench_guard_ceiling_find(const char *engine,
+                                                           const char **why);
 
 /* ---- report (report.c) ---- */
 

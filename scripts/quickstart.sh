@@ -4,13 +4,16 @@
 # about two to three minutes on two cores:
 #
 #   1. install the missing Debian packages (scripts/deps.sh);
-#   2. build Cerberus, Release, into build/ (the embed example and
-#      cerberus-bench only);
+#   2. build Cerberus, Release, into build/ (the embed and orders examples
+#      and cerberus-bench only);
 #   3. start a private redis-server, ZooKeeper and etcd on loopback
 #      (scripts/servers.sh), on ports of their own;
 #   4. run examples/embed: several processes contend for one lock, each
 #      printing when it holds it and with which fencing token, and a shared
-#      counter proves that no two held it at once;
+#      counter proves that no two held it at once; then examples/orders:
+#      several processes receive the same order requests (some repeated,
+#      some failing once, one process killed mid-way) and the idempotency
+#      guard creates exactly one order per request;
 #   5. run a short `cerberus-bench --engine all --peers` on the three
 #      servers: Cerberus, the raw ceiling and the peers (redis-py, Curator,
 #      kazoo, python-etcd3, etcdctl) in one table, written to the terminal
@@ -35,7 +38,7 @@
 #   CERB_QS_FAILOVER_PORT  the redis primary the failover demo kills
 #                        (default 26481)
 #   CERB_QS_STATE_DIR    servers.sh state (default /tmp/cerberus-quickstart-$UID)
-#   CERB_QS_PROCS        embed: contending processes (default 4)
+#   CERB_QS_PROCS        embed and orders: processes (default 4; orders at least 2)
 #   CERB_QS_ITER         embed: acquisitions per process (default 3)
 #   CERB_QS_DURATION     bench: seconds measured per side (default 2)
 #   CERB_QS_THREADS      bench: uncontended thread counts (default 1,8)
@@ -88,7 +91,7 @@ else
     bt=$(sed -n 's/^CMAKE_BUILD_TYPE:[A-Z]*=//p' "$BUILD_DIR/CMakeCache.txt")
     echo "reusing the configured tree (CMAKE_BUILD_TYPE=${bt:-none})"
 fi
-run cmake --build "$BUILD_DIR" -j "$JOBS" --target cerb_example_embed cerberus-bench
+run cmake --build "$BUILD_DIR" -j "$JOBS" --target cerb_example_embed cerb_example_orders cerberus-bench
 mkdir -p -- "$OUT"
 
 # What this script started, stopped by PID (servers.sh stop) on the way
@@ -134,6 +137,9 @@ sed "s/port = 6379;/port = $PORT;/" "$ROOT/examples/cerberus.cfg" >"$CFG"
 
 step "examples/embed: $PROCS processes x $ITER acquisitions of one lock"
 run "$BUILD_DIR/examples/embed" -c "$CFG" -n "$PROCS" -i "$ITER" quickstart-demo
+
+step "examples/orders: $PROCS processes, the same order requests, one order each"
+run "$BUILD_DIR/examples/orders" -c "$CFG" -n "$((PROCS < 2 ? 2 : PROCS))"
 
 if [[ ${CERB_QS_SKIP_BENCH:-0} != 1 ]]; then
     step "cerberus-bench --engine all --peers (${DURATION}s per side; uncontended x$THREADS, handoff x8)"

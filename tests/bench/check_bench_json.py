@@ -11,6 +11,12 @@ Cerberus's rows (other than failover findings, which carry "note"):
 ops_per_s, p50_us, p99_us, max_us numbers >= 0 and ops_per_s > 0; ratio a
 number or null; wakeups_per_acq, calls_per_acq, cpu_percent and
 bytes_per_lock present, numbers or null.
+Guard rows (scenario guard or guard-dup): ceiling_missing null and ratio a
+positive number (with ceiling_ops_per_s), or ceiling_missing a non-empty
+string ("no ceiling for engine X (why)") and ratio null;
+server_cmds_per_op and ceiling_server_cmds_per_op positive numbers or
+null, both or neither, and numbers only with a ceiling (the ceiling's
+session counts the server's commands).
 Peer rows (--peers): only under uncontended or handoff, never on the local
 engine, each right after Cerberus's row (or another peer's) of the same
 scenario, engine and threads; peer_status measured, skipped or failed;
@@ -31,6 +37,7 @@ import sys
 
 CORE_FIGURES = ("wakeups_per_acq", "calls_per_acq", "cpu_percent", "bytes_per_lock")
 PEER_STATUSES = ("measured", "skipped", "failed")
+GUARD_SCENARIOS = ("guard", "guard-dup")
 
 
 def num(v):
@@ -52,6 +59,37 @@ def check_cerberus(r, where, errors):
     for k in CORE_FIGURES:
         if k not in r or not (r[k] is None or num(r[k])):
             errors.append("%s: %s is missing or not a number or null" % (where, k))
+    if r.get("scenario") in GUARD_SCENARIOS:
+        check_guard(r, where, errors)
+
+
+def check_guard(r, where, errors):
+    for k in ("server_cmds_per_op", "ceiling_server_cmds_per_op", "ceiling_missing"):
+        if k not in r:
+            errors.append("%s: %s is missing" % (where, k))
+    missing, ratio = r.get("ceiling_missing"), r.get("ratio")
+    if missing is None:
+        if not num(ratio) or ratio <= 0:
+            errors.append("%s: a ceiling, yet ratio %r is not a positive number" % (where, ratio))
+        c = r.get("ceiling_ops_per_s")
+        if not num(c) or c <= 0:
+            errors.append("%s: ceiling_ops_per_s %r is not a positive number" % (where, c))
+    else:
+        if not isinstance(missing, str) or not missing.startswith("no ceiling for engine "):
+            errors.append("%s: ceiling_missing %r is not \"no ceiling for engine ...\""
+                          % (where, missing))
+        if ratio is not None:
+            errors.append("%s: no ceiling, yet ratio is %r" % (where, ratio))
+    cmds = r.get("server_cmds_per_op")
+    for k in ("server_cmds_per_op", "ceiling_server_cmds_per_op"):
+        v = r.get(k)
+        if not (v is None or (num(v) and v > 0)):
+            errors.append("%s: %s %r is not a positive number or null" % (where, k, v))
+    if (cmds is None) != (r.get("ceiling_server_cmds_per_op") is None):
+        errors.append("%s: server_cmds_per_op and ceiling_server_cmds_per_op: one is null"
+                      % where)
+    if cmds is not None and missing is not None:
+        errors.append("%s: server_cmds_per_op without a ceiling to count them" % where)
 
 
 def check_peer(r, where, errors, allowed):

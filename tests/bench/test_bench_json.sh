@@ -73,7 +73,7 @@ for i, r in enumerate(rows):
                       % (i, r.get("scenario")))
 
 seen = [r.get("scenario") for r in rows if isinstance(r, dict)]
-want = ["uncontended", "contended", "handoff", "herd", "many"]
+want = ["uncontended", "contended", "handoff", "herd", "many", "guard", "guard-dup"]
 if seen != want:
     errors.append("scenarios are %r, expected %r" % (seen, want))
 by = {r.get("scenario"): r for r in rows if isinstance(r, dict)}
