@@ -4,7 +4,8 @@
  * when the key is deleted, stolen or expires behind the holder (and an
  * unlock that must not touch the new owner's key), the full lease after a
  * fair hand-off, the reserved probe prefix, an unreachable server, and a
- * reload seen in the key's PTTL. The engine-independent contract
+ * reload seen in the key's PTTL, and the default pool under 8 and 64
+ * threads (exclusion and fences). The engine-independent contract
  * (exclusion, try / timed / interruptible waits, non-owner unlock, fences,
  * holds past the lease, names) is in conformance.c, run as
  * conformance_redis.
@@ -12,6 +13,7 @@
 #define _POSIX_C_SOURCE 200809L
 #include <hiredis/hiredis.h>
 #include <pthread.h>
+#include <sched.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stdatomic.h>
@@ -323,6 +325,108 @@ static void test_reload(void **state)
     cerb_test_remove_file(path);
 }
 
+/*
+ * Issue 13, item 1: the default configuration (the pool grows to
+ * redis.pool_max = 64) with 8 and with 64 threads of one client racing for
+ * 4 names: mutual exclusion (a flag per name set and cleared inside the
+ * critical section, and a plain counter whose lost updates would show two
+ * holders) and fences strictly increasing per name, every acquisition
+ * granted within its wait.
+ */
+#define POOL_NAMES 4
+#define POOL_ITER 15
+
+struct pool_run {
+    cerb_client *c;
+    char *names[POOL_NAMES];
+    atomic_int busy[POOL_NAMES];
+    long counter[POOL_NAMES];
+    uint64_t last_fence[POOL_NAMES];
+    atomic_int overlaps, regressions, failures;
+};
+
+struct pool_thread {
+    struct pool_run *run;
+    int id;
+};
+
+static void *pool_worker(void *arg)
+{
+    struct pool_thread *t = arg;
+    struct pool_run *r = t->run;
+    cerb_lock *l[POOL_NAMES];
+    for (int n = 0; n < POOL_NAMES; n++)
+        if (cerb_lock_new(r->c, r->names[n], NULL, &l[n]) != CERB_OK)
+            l[n] = NULL;
+    for (int i = 0; i < POOL_ITER; i++) {
+        int n = (t->id + i) % POOL_NAMES;
+        if (!l[n] || cerb_lock_trylock_for(l[n], 20000) != CERB_OK) {
+            atomic_fetch_add(&r->failures, 1);
+            continue;
+        }
+        if (atomic_exchange(&r->busy[n], 1) != 0)
+            atomic_fetch_add(&r->overlaps, 1);
+        uint64_t f = cerb_lock_fencing_token(l[n]);
+        if (f <= r->last_fence[n])
+            atomic_fetch_add(&r->regressions, 1);
+        r->last_fence[n] = f;
+        long v = r->counter[n];
+        sched_yield();
+        r->counter[n] = v + 1;
+        atomic_store(&r->busy[n], 0);
+        if (cerb_lock_unlock(l[n]) != CERB_OK)
+            atomic_fetch_add(&r->failures, 1);
+    }
+    for (int n = 0; n < POOL_NAMES; n++)
+        cerb_lock_free(l[n]);
+    return NULL;
+}
+
+static void pool_race(int threads)
+{
+    struct pool_run r;
+    memset(&r, 0, sizeof r);
+    r.c = open_client(NULL, NULL); /* the default pool */
+    for (int n = 0; n < POOL_NAMES; n++)
+        r.names[n] = test_name("pool");
+    pthread_t tid[64];
+    struct pool_thread t[64];
+    assert_true(threads <= 64);
+    int64_t t0 = cerb_test_now_ms();
+    for (int i = 0; i < threads; i++) {
+        t[i] = (struct pool_thread){&r, i};
+        assert_int_equal(pthread_create(&tid[i], NULL, pool_worker, &t[i]), 0);
+    }
+    for (int i = 0; i < threads; i++)
+        pthread_join(tid[i], NULL);
+    long total = 0;
+    for (int n = 0; n < POOL_NAMES; n++)
+        total += r.counter[n];
+    print_message("%d threads: %ld critical sections in %lld ms, %d overlaps, %d fence "
+                  "regressions, %d failures\n", threads, total,
+                  (long long)(cerb_test_now_ms() - t0), atomic_load(&r.overlaps),
+                  atomic_load(&r.regressions), atomic_load(&r.failures));
+    assert_int_equal(atomic_load(&r.overlaps), 0);
+    assert_int_equal(atomic_load(&r.regressions), 0);
+    assert_int_equal(atomic_load(&r.failures), 0);
+    assert_int_equal(total, (long)threads * POOL_ITER);
+    for (int n = 0; n < POOL_NAMES; n++)
+        free(r.names[n]);
+    cerb_client_close(r.c);
+}
+
+static void test_default_pool_8_threads(void **state)
+{
+    (void)state;
+    pool_race(8);
+}
+
+static void test_default_pool_64_threads(void **state)
+{
+    (void)state;
+    pool_race(64);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -334,6 +438,8 @@ int main(void)
         cmocka_unit_test(test_reserved_name),
         cmocka_unit_test(test_unreachable_server),
         cmocka_unit_test(test_reload),
+        cmocka_unit_test(test_default_pool_8_threads),
+        cmocka_unit_test(test_default_pool_64_threads),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
