@@ -249,8 +249,8 @@ static const struct bench_guard_ceiling redis_guard_ceiling = {
  * ceiling_zk.c and ceiling_etcd.c), declare them in scenarios.h next to
  * bench_guard_ceiling_zk, and replace the NULL here: the scenario needs
  * nothing else. The commands must be those the engine's
- * layout sends (DESIGN.md §11: zk, the persistent node's create then its
- * setData by version; etcd, the txn on create_revision == 0 with the
+ * layout sends (DESIGN.md §11: zk, the create multi with a getData, then
+ * the finish multi, as engine_zk/zk_guard.c's file comment gives; etcd, the txn on create_revision == 0 with the
  * record's lease, then the token-comparing txn), with fixed ids and tokens
  * and nothing of the library. server_commands may be NULL where the server
  * cannot count its requests.
