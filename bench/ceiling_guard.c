@@ -21,10 +21,11 @@
  * so the scenario counts the commands the server ran during the library's
  * phases (every command but INFO itself).
  *
- * zk and etcd: their guard layouts are being written apart from this file.
- * The HOOK below is where their ceilings go; until then the table names
- * them with the reason, and the scenario reports "no ceiling for engine X"
- * with a null ratio instead of failing. local has no server, so no ceiling.
+ * zk: its raw steps are in ceiling_guard_zk.c (filled at the HOOK below).
+ * etcd: its guard layout is being written apart from this file. The HOOK
+ * below is where its ceiling goes; until then the table names it with the
+ * reason, and the scenario reports "no ceiling for engine X" with a null
+ * ratio instead of failing. local has no server, so no ceiling.
  */
 #include <hiredis/hiredis.h>
 
@@ -243,13 +244,13 @@ static const struct bench_guard_ceiling redis_guard_ceiling = {
  *
  * HOOK (zk, etcd): when the zk and etcd guards land (engine_zk/zk_guard.c,
  * engine_etcd/etcd_guard.c, being written apart from this file), put their
- * raw steps in a file of their own each (ceiling_guard_zk.c,
+ * raw steps in a file of their own each (ceiling_guard_zk.c — done —,
  * ceiling_guard_etcd.c, built under CERB_WITH_ZK / CERB_WITH_ETCD like
  * ceiling_zk.c and ceiling_etcd.c), declare them in scenarios.h next to
- * bench_guard_ceiling_redis's siblings, and replace the NULL here: the
- * scenario needs nothing else. The commands must be those the engine's
- * layout sends (DESIGN.md §11: zk, the persistent node's create then its
- * setData by version; etcd, the txn on create_revision == 0 with the
+ * bench_guard_ceiling_zk, and replace the NULL here: the scenario needs
+ * nothing else. The commands must be those the engine's
+ * layout sends (DESIGN.md §11: zk, the create multi with a getData, then
+ * the finish multi, as engine_zk/zk_guard.c's file comment gives; etcd, the txn on create_revision == 0 with the
  * record's lease, then the token-comparing txn), with fixed ids and tokens
  * and nothing of the library. server_commands may be NULL where the server
  * cannot count its requests.
@@ -260,7 +261,11 @@ static const struct {
     const char *why;
 } guard_ceilings[] = {
     {"redis", &redis_guard_ceiling, NULL},
-    {"zk", NULL, "its raw guard steps are not written yet: HOOK in bench/ceiling_guard.c"},
+#if CERB_WITH_ZK
+    {"zk", &bench_guard_ceiling_zk, NULL},
+#else
+    {"zk", NULL, "built without zk"},
+#endif
     {"etcd", NULL, "its raw guard steps are not written yet: HOOK in bench/ceiling_guard.c"},
     {"local", NULL, "in-process: there is no server"},
 };

@@ -20,6 +20,7 @@
  * per thread. The parent is created once, as a CONTAINER node like the
  * engine's, and again should the server have removed it while empty.
  * The round trip for the hand-off scenario is a synchronous exists on "/".
+ * The guard's ceiling (ceiling_guard_zk.c) opens its sessions here too.
  * The C client's log is dropped: the ceiling reports its own errors.
  */
 #include <zookeeper/zookeeper.h>
@@ -268,6 +269,18 @@ static int zk_round_trip(void *p, char *err, size_t errlen)
     }
     return 0;
 }
+
+/* The session, shared with the guard's ceiling (ceiling_guard_zk.c). */
+void *bench_zk_open(const struct bench_engine *e, char *err, size_t errlen)
+{
+    return zk_open_sess(e, err, errlen);
+}
+
+void bench_zk_close(void *sess) { zk_close_sess(sess); }
+
+zhandle_t *bench_zk_handle(void *sess) { return ((struct zk_sess *)sess)->zh; }
+
+const struct ACL_vector *bench_zk_acl(void *sess) { return &((struct zk_sess *)sess)->acl; }
 
 const struct bench_ceiling bench_ceiling_zk = {
     "zk", zk_open_sess, zk_cycle, zk_round_trip, zk_close_sess,

@@ -18,10 +18,11 @@
  *                same server commands without the library; ratio as
  *                uncontended; the detail line has the server commands per
  *                cycle, the library's and the raw ceiling's (4 on redis,
- *                which counts a script's own commands);
+ *                which counts a script's own commands; 3 requests on zk);
  *   guard-dup    duplicates (begin on a done key) per second; ceiling the
  *                raw begin on a done record; the detail line has the
- *                server commands per duplicate (1: one round trip) and the
+ *                server commands per duplicate (1 on redis, 2 requests
+ *                sent together on zk: one round trip) and the
  *                p50 over the raw command's.
  * "n/a" where the engine has no raw ceiling (guard rows say why: "no
  * ceiling for engine X (...)"). The detail line under a row
@@ -114,6 +115,16 @@ static void target_text(const struct bench_result *r, char *buf, size_t len)
                  r->peer_target_p99_max);
     else if (r->peer_target_max > 0)
         snprintf(buf, len, "p50 <= %.1fx", r->peer_target_max);
+}
+
+/* How the guard rows' server commands were counted, per engine. */
+static const char *counted_by(const char *engine)
+{
+    if (strcmp(engine, "zk") == 0)
+        return "mntr zk_packets_received: requests, a multi counts one";
+    if (strcmp(engine, "redis") == 0)
+        return "INFO commandstats, a script's own commands included";
+    return "counted by the server";
 }
 
 static void peer_row(FILE *f, const struct bench_result *r)
@@ -237,9 +248,8 @@ void bench_report_row(FILE *f, const struct bench_result *r)
         else if (dup)
             fputc('\n', f);
         if (r->cmds_per_op >= 0)
-            fprintf(f, "%-12s server commands per %s: %.2f, raw %.2f (INFO "
-                       "commandstats, a script's own commands included)%s\n", "",
-                    what, r->cmds_per_op, r->ceiling_cmds_per_op,
+            fprintf(f, "%-12s server commands per %s: %.2f, raw %.2f (%s)%s\n", "",
+                    what, r->cmds_per_op, r->ceiling_cmds_per_op, counted_by(r->engine),
                     dup ? "; target (DESIGN 10): one round trip" : "");
         else
             fprintf(f, "%-12s server commands per %s: n/a (the server cannot be "

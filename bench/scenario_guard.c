@@ -13,7 +13,9 @@
  * Each is measured in the same run as its raw ceiling (ceiling_guard.c):
  * the same server commands over a bare connection per thread, without the
  * library — on redis SET NX PX GET then EVALSHA of the finish script, and
- * SET NX PX GET alone on a done record. As in uncontended, the two sides
+ * SET NX PX GET alone on a done record; on zk the create multi and a getData
+ * sent with it, then the finish multi, and those first two alone on a done
+ * record (ceiling_guard_zk.c). As in uncontended, the two sides
  * alternate in rounds of about half a second (ceiling, library, ...) after
  * an unmeasured warm-up of each, the rounds are summed, and the ratio is
  * ops/s over raw ops/s, with the median of the per-round ratios beside it.
@@ -29,10 +31,13 @@
  * on both sides, and a duplicate is 1: a lone SET, no script, one round
  * trip. The library's count beside the raw one shows it sends nothing the
  * layout does not need (the client's prober adds a few commands a second).
+ * zk counts requests (mntr's zk_packets_received, mntr itself left out): 3
+ * per begin + finish, 2 per duplicate sent together (one round trip); there
+ * the library's guard sweeper adds its reads every 5 s or so.
  * The row also shows the duplicate's p50 over the raw command's p50.
  *
- * An engine without a guard ceiling (local: no server; zk and etcd until
- * their raw steps are written, see the HOOK in ceiling_guard.c) is
+ * An engine without a guard ceiling (local: no server; etcd until its raw
+ * steps are written, see the HOOK in ceiling_guard.c) is
  * measured on the library side alone, and its rows say "no ceiling for
  * engine X (why)" with a null ratio. An engine with no guard at all in this
  * build (a first begin answers so) gives one row noting it, not a failed

@@ -427,6 +427,17 @@ void bench_redis_close(void *sess);
  * guard's ceiling (ceiling_guard.c), which adds its own script. */
 struct redisContext *bench_redis_context(void *sess);
 
+/* The bare ZooKeeper session behind the zk ceiling (ceiling_zk.c), shared
+ * with the guard's (ceiling_guard_zk.c): one zhandle, connected, with the
+ * engine's digest auth and ACL when zk.user is set. The handle and the ACL
+ * to create with, for that session's owner. */
+struct _zhandle;
+struct ACL_vector;
+void *bench_zk_open(const struct bench_engine *e, char *err, size_t errlen);
+void bench_zk_close(void *sess);
+struct _zhandle *bench_zk_handle(void *sess);
+const struct ACL_vector *bench_zk_acl(void *sess);
+
 /* ---- guard raw ceilings (ceiling_guard.c) ---- */
 
 /*
@@ -453,6 +464,10 @@ struct bench_guard_ceiling {
     int (*server_commands)(void *sess, uint64_t *out, char *err, size_t errlen);
     void (*close)(void *sess);
 };
+
+/* The guard ceilings of the other engines, each in its own file
+ * (ceiling_guard_<e>.c). */
+extern const struct bench_guard_ceiling bench_guard_ceiling_zk;
 
 /* The guard ceiling for @engine, or NULL with *why saying why there is
  * none (static text). */

@@ -16,12 +16,15 @@
 # is shared); that they are there and sane is.
 #
 # With CERB_GUARD_BENCH_ENGINE=zk|etcd and CERB_GUARD_BENCH_PORT (ctest
-# bench_guard_zk, bench_guard_etcd, on the shared test servers) it checks
-# instead that the scenario never fails the run on an engine whose raw
-# guard steps are not written (the HOOK in bench/ceiling_guard.c), nor on
-# one without a guard at all: the rows say "no ceiling for engine E", or
-# one row notes that the engine has no idempotency guard in this build;
-# once the hook is filled, a ratio.
+# bench_guard_zk, bench_guard_etcd, on the exclusive test servers: requests
+# are counted on the server) it checks instead the rows of that engine. zk
+# has its raw guard steps (bench/ceiling_guard_zk.c): both rows need a
+# positive ratio and, counted with mntr, the same requests per operation on
+# both sides (3 per begin + finish, 2 per duplicate). An engine whose raw
+# guard steps are not written (the HOOK in bench/ceiling_guard.c), or
+# without a guard at all, must not fail the run: the rows say "no ceiling
+# for engine E", or one row notes that the engine has no idempotency guard
+# in this build.
 #
 # Usage: test_bench_guard.sh PATH/TO/cerberus-bench
 #
@@ -147,6 +150,35 @@ if [ -n "$HOOKED" ]; then
 import json, sys
 rows, engine = json.load(open(sys.argv[1])), sys.argv[2]
 sc = [r.get("scenario") for r in rows]
+# Engines whose raw guard steps are written, and the requests per operation
+# their server counts (zk: mntr's zk_packets_received, mntr itself left out):
+# a begin + finish(1) is the create multi and its getData, sent back to back,
+# then the finish multi (3); a duplicate is the create multi and the getData
+# that answers it (2, in one round trip).
+CEILED = {"zk": {"guard": 3, "guard-dup": 2}}
+if engine in CEILED:
+    bad = []
+    if sc != ["guard", "guard-dup"]:
+        bad.append("rows are %r" % sc)
+    num = lambda v: isinstance(v, (int, float)) and not isinstance(v, bool)
+    for r in rows:
+        s = r.get("scenario")
+        if r.get("ceiling_missing") is not None:
+            bad.append("%s: ceiling_missing %r" % (s, r["ceiling_missing"]))
+        if not num(r.get("ratio")) or r["ratio"] <= 0:
+            bad.append("%s: ratio %r is not a positive number" % (s, r.get("ratio")))
+        want = CEILED[engine].get(s)
+        lib, raw = r.get("server_cmds_per_op"), r.get("ceiling_server_cmds_per_op")
+        # The client's prober and idle sessions' pings add a few requests a
+        # second, nothing near 0.1 per operation; the run (0.3 s a side) is
+        # over before the library's guard sweeper's first pass (4 s at the
+        # earliest after the first begin), which would add its reads.
+        for what, v in (("library", lib), ("raw", raw)):
+            if not num(v) or want is None or abs(v - want) > 0.1:
+                bad.append("%s: %s requests per op %r, expected %r" % (s, what, v, want))
+    for b in bad:
+        print("# " + b)
+    sys.exit(1 if bad else 0)
 if len(rows) == 1 and sc == ["guard"] and "has no idempotency guard" in rows[0].get("note", ""):
     sys.exit(0)  # an engine without a guard in this build
 if sc != ["guard", "guard-dup"]:
@@ -161,9 +193,9 @@ for r in rows:
         sys.exit(1)
 PYEOF
     then
-        ok "$HOOKED: rows with a ratio, or saying what is missing"
+        ok "$HOOKED: rows with a ratio (and requests per op where counted), or saying what is missing"
     else
-        not_ok "$HOOKED: rows with a ratio, or saying what is missing"
+        not_ok "$HOOKED: rows with a ratio (and requests per op where counted), or saying what is missing"
         show "$WORK/hooked.txt"
     fi
     echo "1..$N"
