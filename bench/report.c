@@ -18,7 +18,7 @@
  *                same server commands without the library; ratio as
  *                uncontended; the detail line has the server commands per
  *                cycle, the library's and the raw ceiling's (4 on redis,
- *                which counts a script's own commands);
+ *                which counts a script's own commands; 2 txns on etcd);
  *   guard-dup    duplicates (begin on a done key) per second; ceiling the
  *                raw begin on a done record; the detail line has the
  *                server commands per duplicate (1: one round trip) and the
@@ -86,6 +86,16 @@ static int is_guard(const struct bench_result *r)
 
 /* Whether peer row @r meets its DESIGN.md §10 target: 1, 0, or -1 when
  * it has none (or no ratio to judge). */
+/* How the guard rows' server commands were counted, for the detail line. */
+static const char *guard_counted_how(const char *engine)
+{
+    if (strcmp(engine, "redis") == 0)
+        return "INFO commandstats, a script's own commands included";
+    if (strcmp(engine, "etcd") == 0)
+        return "gRPC requests started, from /metrics";
+    return "counted on the server";
+}
+
 static int target_met(const struct bench_result *r)
 {
     if (r->peer_target_min > 0)
@@ -237,9 +247,9 @@ void bench_report_row(FILE *f, const struct bench_result *r)
         else if (dup)
             fputc('\n', f);
         if (r->cmds_per_op >= 0)
-            fprintf(f, "%-12s server commands per %s: %.2f, raw %.2f (INFO "
-                       "commandstats, a script's own commands included)%s\n", "",
+            fprintf(f, "%-12s server commands per %s: %.2f, raw %.2f (%s)%s\n", "",
                     what, r->cmds_per_op, r->ceiling_cmds_per_op,
+                    guard_counted_how(r->engine),
                     dup ? "; target (DESIGN 10): one round trip" : "");
         else
             fprintf(f, "%-12s server commands per %s: n/a (the server cannot be "
