@@ -16,6 +16,11 @@
  * engine's (`Grpc-Metadata-hasleader: true`, no `Expect`), JSON is built
  * with jansson and keys are base64 by libcrypto's EVP_EncodeBlock. With
  * etcd.user set, the session authenticates once and sends the token.
+ *
+ * The bare session (connection, headers, authentication, a POST of jansson
+ * JSON, a GET) is shared with the guard's ceiling (ceiling_guard_etcd.c)
+ * through the bench_etcd_* functions of scenarios.h; the lock ceiling adds
+ * its lease.
  */
 #include <curl/curl.h>
 #include <jansson.h>
@@ -60,9 +65,10 @@ static size_t on_body(char *p, size_t size, size_t n, void *ud)
 }
 
 /* POST req (stolen) to path; the answer parsed into *out (may be NULL). */
-static int post(struct etcd_sess *s, const char *path, json_t *req, json_t **out, char *err,
-                size_t errlen)
+int bench_etcd_post(void *sess, const char *path, json_t *req, json_t **out, char *err,
+                    size_t errlen)
 {
+    struct etcd_sess *s = sess;
     char *text = req ? json_dumps(req, JSON_COMPACT) : NULL;
     json_decref(req);
     if (!text) {
@@ -97,7 +103,31 @@ static int post(struct etcd_sess *s, const char *path, json_t *req, json_t **out
     return 0;
 }
 
-static json_t *b64(const char *p, size_t n)
+/* GET path: the answer's body (the session's buffer, valid until its next
+ * request) and its length in *len, or NULL with @err. */
+const char *bench_etcd_get(void *sess, const char *path, size_t *len, char *err, size_t errlen)
+{
+    struct etcd_sess *s = sess;
+    snprintf(s->url, sizeof s->url, "%s%s", s->base, path);
+    s->len = 0;
+    curl_easy_setopt(s->h, CURLOPT_URL, s->url);
+    curl_easy_setopt(s->h, CURLOPT_HTTPGET, 1L);
+    CURLcode cc = curl_easy_perform(s->h);
+    long status = 0;
+    curl_easy_getinfo(s->h, CURLINFO_RESPONSE_CODE, &status);
+    if (cc != CURLE_OK) {
+        snprintf(err, errlen, "etcd %s%s: %s", s->base, path, curl_easy_strerror(cc));
+        return NULL;
+    }
+    if (status != 200) {
+        snprintf(err, errlen, "etcd %s%s: HTTP %ld", s->base, path, status);
+        return NULL;
+    }
+    *len = s->len;
+    return s->body ? s->body : "";
+}
+
+json_t *bench_etcd_b64(const char *p, size_t n)
 {
     char out[1024];
     if (4 * ((n + 2) / 3) + 1 > sizeof out)
@@ -106,22 +136,18 @@ static json_t *b64(const char *p, size_t n)
     return json_string(out);
 }
 
-static json_t *i64(long long v)
+json_t *bench_etcd_i64(long long v)
 {
     char buf[24];
     snprintf(buf, sizeof buf, "%lld", v);
     return json_string(buf);
 }
 
-static void etcd_close(void *p)
+void bench_etcd_close(void *p)
 {
     struct etcd_sess *s = p;
-    char err[256];
     if (!s)
         return;
-    if (s->h && s->lease)
-        post(s, "/v3/lease/revoke", json_pack("{s:o}", "ID", i64(s->lease)), NULL, err,
-             sizeof err);
     if (s->h)
         curl_easy_cleanup(s->h);
     curl_slist_free_all(s->hdrs);
@@ -129,7 +155,18 @@ static void etcd_close(void *p)
     free(s);
 }
 
-static void *etcd_open(const struct bench_engine *e, char *err, size_t errlen)
+static void etcd_close(void *p)
+{
+    struct etcd_sess *s = p;
+    char err[256];
+    if (s && s->h && s->lease)
+        bench_etcd_post(s, "/v3/lease/revoke",
+                        json_pack("{s:o}", "ID", bench_etcd_i64(s->lease)), NULL, err,
+                        sizeof err);
+    bench_etcd_close(s);
+}
+
+void *bench_etcd_open(const struct bench_engine *e, char *err, size_t errlen)
 {
     const struct cerb_etcd_config *ec = &e->cfg->etcd;
     struct etcd_sess *s = calloc(1, sizeof *s);
@@ -156,36 +193,46 @@ static void *etcd_open(const struct bench_engine *e, char *err, size_t errlen)
     s->hdrs = curl_slist_append(s->hdrs, "Expect:");
     curl_easy_setopt(s->h, CURLOPT_HTTPHEADER, s->hdrs);
     if (ec->user && ec->user[0]) {
-        if (post(s, "/v3/auth/authenticate",
-                 json_pack("{s:s, s:s}", "name", ec->user, "password",
-                           ec->password ? ec->password : ""),
-                 &r, err, errlen) != 0)
-            goto fail;
+        if (bench_etcd_post(s, "/v3/auth/authenticate",
+                            json_pack("{s:s, s:s}", "name", ec->user, "password",
+                                      ec->password ? ec->password : ""),
+                            &r, err, errlen) != 0) {
+            json_decref(r);
+            bench_etcd_close(s);
+            return NULL;
+        }
         const char *tok = json_string_value(json_object_get(r, "token"));
         char hdr[600];
         snprintf(hdr, sizeof hdr, "Authorization: %s", tok ? tok : "");
         s->hdrs = curl_slist_append(s->hdrs, hdr);
         curl_easy_setopt(s->h, CURLOPT_HTTPHEADER, s->hdrs);
         json_decref(r);
-        r = NULL;
     }
+    return s;
+}
+
+static void *etcd_open(const struct bench_engine *e, char *err, size_t errlen)
+{
+    struct etcd_sess *s = bench_etcd_open(e, err, errlen);
+    json_t *r = NULL;
+
+    if (!s)
+        return NULL;
     unsigned long long id = 0;
     RAND_bytes((unsigned char *)&id, sizeof id);
     id &= 0x7fffffffffffffffULL;
     s->lease = (long long)(id ? id : 1);
-    if (post(s, "/v3/lease/grant", json_pack("{s:o, s:o}", "TTL", i64(60), "ID", i64(s->lease)),
-             &r, err, errlen) != 0) {
+    if (bench_etcd_post(s, "/v3/lease/grant",
+                        json_pack("{s:o, s:o}", "TTL", bench_etcd_i64(60), "ID",
+                                  bench_etcd_i64(s->lease)),
+                        &r, err, errlen) != 0) {
         s->lease = 0;
-        goto fail;
+        etcd_close(s);
+        return NULL;
     }
     json_decref(r);
     snprintf(s->hex, sizeof s->hex, "%llx", (unsigned long long)s->lease);
     return s;
-
-fail:
-    json_decref(r);
-    etcd_close(s);
-    return NULL;
 }
 
 static int etcd_cycle(void *p, const char *name, const char *token, char *err, size_t errlen)
@@ -196,11 +243,12 @@ static int etcd_cycle(void *p, const char *name, const char *token, char *err, s
     (void)token; /* the key names the owner: <name>/<lease hex> */
 
     int kl = snprintf(key, sizeof key, "%s/%s", name, s->hex);
-    json_t *req = json_pack(
-        "{s:[{s:o, s:s, s:s, s:o}], s:[{s:{s:o, s:o}}]}", "compare", "key", b64(key, (size_t)kl),
-        "target", "CREATE", "result", "EQUAL", "create_revision", i64(0), "success",
-        "request_put", "key", b64(key, (size_t)kl), "lease", i64(s->lease));
-    if (post(s, "/v3/kv/txn", req, &r, err, errlen) != 0)
+    json_t *req = json_pack("{s:[{s:o, s:s, s:s, s:o}], s:[{s:{s:o, s:o}}]}", "compare", "key",
+                            bench_etcd_b64(key, (size_t)kl), "target", "CREATE", "result",
+                            "EQUAL", "create_revision", bench_etcd_i64(0), "success",
+                            "request_put", "key", bench_etcd_b64(key, (size_t)kl), "lease",
+                            bench_etcd_i64(s->lease));
+    if (bench_etcd_post(s, "/v3/kv/txn", req, &r, err, errlen) != 0)
         return -1;
     int ok = json_is_true(json_object_get(r, "succeeded"));
     json_decref(r);
@@ -208,13 +256,14 @@ static int etcd_cycle(void *p, const char *name, const char *token, char *err, s
         snprintf(err, errlen, "etcd txn: key \"%s\" already exists", key);
         return -1;
     }
-    return post(s, "/v3/kv/deleterange", json_pack("{s:o}", "key", b64(key, (size_t)kl)), NULL,
-                err, errlen);
+    return bench_etcd_post(s, "/v3/kv/deleterange",
+                           json_pack("{s:o}", "key", bench_etcd_b64(key, (size_t)kl)), NULL,
+                           err, errlen);
 }
 
 static int etcd_round_trip(void *p, char *err, size_t errlen)
 {
-    return post(p, "/v3/maintenance/status", json_object(), NULL, err, errlen);
+    return bench_etcd_post(p, "/v3/maintenance/status", json_object(), NULL, err, errlen);
 }
 
 const struct bench_ceiling bench_ceiling_etcd = {

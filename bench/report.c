@@ -18,7 +18,8 @@
  *                same server commands without the library; ratio as
  *                uncontended; the detail line has the server commands per
  *                cycle, the library's and the raw ceiling's (4 on redis,
- *                which counts a script's own commands; 3 requests on zk);
+ *                which counts a script's own commands; 3 requests on zk,
+ *                2 txns on etcd);
  *   guard-dup    duplicates (begin on a done key) per second; ceiling the
  *                raw begin on a done record; the detail line has the
  *                server commands per duplicate (1 on redis, 2 requests
@@ -87,6 +88,7 @@ static int is_guard(const struct bench_result *r)
 
 /* Whether peer row @r meets its DESIGN.md §10 target: 1, 0, or -1 when
  * it has none (or no ratio to judge). */
+/* How the guard rows' server commands were counted, for the detail line. */
 static int target_met(const struct bench_result *r)
 {
     if (r->peer_target_min > 0)
@@ -124,6 +126,8 @@ static const char *counted_by(const char *engine)
         return "mntr zk_packets_received: requests, a multi counts one";
     if (strcmp(engine, "redis") == 0)
         return "INFO commandstats, a script's own commands included";
+    if (strcmp(engine, "etcd") == 0)
+        return "gRPC requests started, from /metrics";
     return "counted by the server";
 }
 

@@ -29,17 +29,19 @@
  * of those rounds. Redis counts the commands a script runs as well as the
  * script itself, so a begin + finish is 4 (SET; EVALSHA, its GET and SET)
  * on both sides, and a duplicate is 1: a lone SET, no script, one round
- * trip. The library's count beside the raw one shows it sends nothing the
+ * trip. On etcd (ceiling_guard_etcd.c: grpc_server_started_total in
+ * /metrics) a begin + finish is 2 txns and a duplicate 1. The library's
+ * count beside the raw one shows it sends nothing the
  * layout does not need (the client's prober adds a few commands a second).
  * zk counts requests (mntr's zk_packets_received, mntr itself left out): 3
  * per begin + finish, 2 per duplicate sent together (one round trip); there
  * the library's guard sweeper adds its reads every 5 s or so.
  * The row also shows the duplicate's p50 over the raw command's p50.
  *
- * An engine without a guard ceiling (local: no server; etcd until its raw
- * steps are written, see the HOOK in ceiling_guard.c) is
- * measured on the library side alone, and its rows say "no ceiling for
- * engine X (why)" with a null ratio. An engine with no guard at all in this
+ * An engine without a guard ceiling (local: no server; or one built
+ * without its raw steps, see the HOOK in ceiling_guard.c) is measured on
+ * the library side alone, and its rows say "no ceiling for engine X (why)"
+ * with a null ratio. An engine with no guard at all in this
  * build (a first begin answers so) gives one row noting it, not a failed
  * run. Records are kept for 2 minutes plus
  * four times the measured duration (long enough for the duplicate rounds,

@@ -412,6 +412,25 @@ extern const struct bench_ceiling bench_ceiling_etcd;
 /* The ceiling for @engine, or NULL when none is implemented ("n/a"). */
 const struct bench_ceiling *bench_ceiling_find(const char *engine);
 
+/* The bare etcd session behind the etcd ceilings (ceiling_etcd.c), shared
+ * with the guard's (ceiling_guard_etcd.c): one curl handle, kept alive, to
+ * the first of e->etcd's endpoints, with the engine's headers and, with
+ * etcd.user, its token. post: @req (a json_t, stolen) to @path, the answer
+ * parsed into *out (may be NULL); 0, or -1 with @err (HTTP status not 200
+ * included). get: the body of GET @path (the session's buffer, valid until
+ * its next request), or NULL with @err. b64/i64: JSON fields as the gateway
+ * reads them (base64 bytes, a 64-bit integer as a string). Built with
+ * CERB_WITH_ETCD only. */
+struct json_t;
+void *bench_etcd_open(const struct bench_engine *e, char *err, size_t errlen);
+int bench_etcd_post(void *sess, const char *path, struct json_t *req, struct json_t **out,
+                    char *err, size_t errlen);
+const char *bench_etcd_get(void *sess, const char *path, size_t *len, char *err,
+                           size_t errlen);
+struct json_t *bench_etcd_b64(const char *p, size_t n);
+struct json_t *bench_etcd_i64(long long v);
+void bench_etcd_close(void *sess);
+
 /* The bare Redis session behind the Redis ceilings (ceiling.c), shared
  * with the contended ceiling: one hiredis connection to e->redis (AUTH,
  * SELECT, the compare-and-delete script loaded). try: `SET name token NX PX
@@ -466,8 +485,9 @@ struct bench_guard_ceiling {
 };
 
 /* The guard ceilings of the other engines, each in its own file
- * (ceiling_guard_<e>.c). */
+ * (ceiling_guard_<e>.c, built with its engine). */
 extern const struct bench_guard_ceiling bench_guard_ceiling_zk;
+extern const struct bench_guard_ceiling bench_guard_ceiling_etcd;
 
 /* The guard ceiling for @engine, or NULL with *why saying why there is
  * none (static text). */

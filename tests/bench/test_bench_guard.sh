@@ -18,9 +18,10 @@
 # With CERB_GUARD_BENCH_ENGINE=zk|etcd and CERB_GUARD_BENCH_PORT (ctest
 # bench_guard_zk, bench_guard_etcd, on the exclusive test servers: requests
 # are counted on the server) it checks instead the rows of that engine. zk
-# has its raw guard steps (bench/ceiling_guard_zk.c): both rows need a
-# positive ratio and, counted with mntr, the same requests per operation on
-# both sides (3 per begin + finish, 2 per duplicate). An engine whose raw
+# and etcd have their raw guard steps (bench/ceiling_guard_<e>.c): both rows
+# need a positive ratio and the same requests per operation on both sides,
+# as the server counted them (zk with mntr: 3 per begin + finish, 2 per
+# duplicate; etcd with its gRPC counters: 2 and 1). An engine whose raw
 # guard steps are not written (the HOOK in bench/ceiling_guard.c), or
 # without a guard at all, must not fail the run: the rows say "no ceiling
 # for engine E", or one row notes that the engine has no idempotency guard
@@ -197,6 +198,45 @@ PYEOF
     else
         not_ok "$HOOKED: rows with a ratio (and requests per op where counted), or saying what is missing"
         show "$WORK/hooked.txt"
+    fi
+    # etcd's raw guard steps are written (bench/ceiling_guard_etcd.c): both
+    # rows have a ratio, and the requests the server counted
+    # (grpc_server_started_total in /metrics) per operation are the same on
+    # both sides: 2 txns per begin + finish, 1 per duplicate (one round
+    # trip); the leases' grants fall in the unmeasured warm-up, and the
+    # client's prober adds a few requests a second, nothing near 0.1 per op.
+    if [ "$HOOKED" = etcd ]; then
+        if "$PY" - "$WORK/hooked.json" <<'PYEOF'
+import json, sys
+
+def num(v):
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+rows, bad = json.load(open(sys.argv[1])), []
+if [r.get("scenario") for r in rows] != ["guard", "guard-dup"]:
+    bad.append("rows are %r" % [r.get("scenario") for r in rows])
+for r in rows:
+    sc = r.get("scenario")
+    if r.get("ceiling_missing") is not None:
+        bad.append("%s: ceiling_missing %r" % (sc, r["ceiling_missing"]))
+    for f in ("ratio", "ceiling_ops_per_s"):
+        if not num(r.get(f)) or r[f] <= 0:
+            bad.append("%s: %s %r is not a positive number" % (sc, f, r.get(f)))
+    lib, raw = r.get("server_cmds_per_op"), r.get("ceiling_server_cmds_per_op")
+    lo, hi = (1.9, 2.1) if sc == "guard" else (0.9, 1.1)
+    for side, v in (("library", lib), ("raw ceiling", raw)):
+        if not num(v) or not lo <= v <= hi:
+            bad.append("%s: %s requests per op %r not in %g..%g" % (sc, side, v, lo, hi))
+for b in bad:
+    print("# " + b)
+sys.exit(1 if bad else 0)
+PYEOF
+        then
+            ok "etcd: ratios to the raw ceiling, the same requests per operation"
+        else
+            not_ok "etcd: ratios to the raw ceiling, the same requests per operation"
+            show "$WORK/hooked.txt"
+        fi
     fi
     echo "1..$N"
     exit $FAILED
