@@ -655,8 +655,24 @@ static cerb_status finish_attempt(cerb_guard *g, int succeeded, const void *resu
     for (cerb_guard *m = g->mirrors; m; m = m->mirror_next) {
         if (m->kind != CERB_GUARD_RUNNING)
             continue;
-        const char *name = c->engines[m->engine_idx].name;
+        int i = m->engine_idx;
+        const char *name = c->engines[i].name;
+        if (atomic_load(&c->engines[i].gated) && !cerb__gate_claimable(c, i)) {
+            /* It left a request unanswered just now: no operation timeout
+             * per mirror there (a close ending many attempts), the
+             * background tries it. */
+            cerb__guard_stop_renew(m);
+            m->kind = CERB_GUARD_FINISHED;
+            if (msucc)
+                cerb__guard_orphan_done(c, &m->rec, i, m->valid_until_ns, result, len,
+                                        m->keep_ms);
+            else
+                cerb__guard_orphan(c, &m->rec, i, cerb_monotime());
+            continue;
+        }
         cerb_status ms = finish_claim(m, msucc, result, len, true);
+        if (engine_failed(ms))
+            cerb__gate_no_answer(c, i);
         if (ms == CERB_LOST && msucc)
             lost_on = name;
         else if (ms != CERB_OK && ms != CERB_LOST)

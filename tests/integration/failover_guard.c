@@ -307,6 +307,31 @@ static void test_mirror_success_retried(void **state)
     free(k);
 }
 
+/* Closing a client with attempts open whose engine switched from stopped
+ * answering costs about one operation timeout there, not two per attempt
+ * (their mirror claims are left to the background, then to expire). */
+static void test_close_bounded_with_silent_mirrors(void **state)
+{
+    (void)state;
+    enum { N = 10 };
+    cerb_client *y = client(NULL);
+    assert_string_equal(cerb_engine_switch_to(y, "local"), "local");
+    char *k[N];
+    for (int i = 0; i < N; i++) {
+        k[i] = test_name("closebound");
+        begin(y, k[i], -1, CERB_OK, "y on local, mirror on redis"); /* left open */
+    }
+    assert_int_equal(cerb_test_redis_pause(), 0);
+    int64_t t0 = cerb_test_now_ms();
+    cerb_client_close(y);
+    int64_t took = cerb_test_now_ms() - t0;
+    assert_int_equal(cerb_test_redis_resume(), 0);
+    print_message("close with %d open attempts, redis stopped: %lld ms\n", N, (long long)took);
+    assert_true(took < 1500); /* op timeout 200 ms; it was N x 2 x 200 ms and more */
+    for (int i = 0; i < N; i++)
+        free(k[i]);
+}
+
 struct try_begin {
     cerb_client *c;
     const char *key;
@@ -390,6 +415,7 @@ int main(void)
         cmocka_unit_test(test_lost_claim_on_old_engine),
         cmocka_unit_test(test_lost_attempt_leaves_no_mirror_record),
         cmocka_unit_test(test_mirror_success_retried),
+        cmocka_unit_test(test_close_bounded_with_silent_mirrors),
         cmocka_unit_test(test_primary_killed_between_begins),
         cmocka_unit_test(test_no_records_left),
     };
