@@ -7,7 +7,8 @@
  * "in memory" below), so two clients of one process see each other's
  * records exactly as two processes would on a server. A record is a state
  * (running or done), the token of the attempt that wrote it, an expiry on
- * the library clock (CERB_DEADLINE_NEVER for "keep forever") and, once done, the result.
+ * the library clock (CERB_DEADLINE_NEVER for "keep forever") and, once
+ * done, the result.
  * An expired record counts as absent, as a server's TTL would, and is freed
  * when its bucket is next visited or swept (a few buckets per operation),
  * so expired records do not accumulate.
