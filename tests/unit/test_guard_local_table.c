@@ -2,10 +2,12 @@
  * test_guard_local_table.c — the local engine's in-process guard table under
  * many records: it grows with them (a begin does not walk a long chain), and
  * expired records are freed again by the operations that follow, so the
- * table goes back down. The engine's guard methods are called directly (no
+ * table goes back down; and threads filling it at once (shards growing
+ * under their own locks) each find every other thread's records. The engine's guard methods are called directly (no
  * client): the test is about the table, and 200 000 records through the
  * whole guard would take too long under the sanitizers.
  */
+#include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stdbool.h>
@@ -134,10 +136,93 @@ static void test_table_grows_and_shrinks(void **state)
     cerb__local_engine_ops.close(e);
 }
 
+/* ---- threads: claims made at once, seen by the others, deleted ---- */
+
+#define NTHREADS 4
+#define PER_THREAD 20000
+
+static cerb_engine *shared_e;
+static pthread_barrier_t phase;
+
+static void thread_rec(cerb_guard_rec *rec, int t, int i)
+{
+    make_rec(rec, (uint64_t)(t + 1) * 1000000 + (uint64_t)i);
+    rec->running_ms = 60000;
+}
+
+/* Returns NULL when every step answered as it should, else what did not. */
+static void *claimer(void *arg)
+{
+    int t = (int)(intptr_t)arg;
+    const char *bad = NULL;
+    for (int i = 0; i < PER_THREAD && !bad; i++) {
+        cerb_guard_rec rec;
+        cerb_grant g;
+        void *res = NULL;
+        size_t len = 0;
+        thread_rec(&rec, t, i);
+        if (cerb__local_guard_begin(shared_e, &rec, &g, &res, &len) != CERB_OK)
+            bad = "claim";
+    }
+    pthread_barrier_wait(&phase);
+    /* The next thread's claims: another's, both to a begin and a check. */
+    int o = (t + 1) % NTHREADS;
+    for (int i = 0; i < PER_THREAD && !bad; i++) {
+        cerb_guard_rec rec;
+        cerb_grant g;
+        cerb_guard_found found;
+        void *res = NULL;
+        size_t len = 0;
+        thread_rec(&rec, o, i);
+        memset(rec.token, 'f', 32); /* not the owner's token */
+        if (cerb__local_guard_begin(shared_e, &rec, &g, &res, &len) != CERB_BUSY)
+            bad = "another's claim not busy";
+        else if (cerb__local_guard_check(shared_e, &rec, &found) != CERB_OK ||
+                 found != CERB_GUARD_FOUND_OTHER)
+            bad = "another's claim not found";
+    }
+    pthread_barrier_wait(&phase);
+    for (int i = 0; i < PER_THREAD && !bad; i++) {
+        cerb_guard_rec rec;
+        thread_rec(&rec, t, i);
+        if (cerb__local_guard_finish(shared_e, &rec, 0, NULL, 0, 0, NULL) != CERB_OK)
+            bad = "delete";
+    }
+    return (void *)bad;
+}
+
+static void test_table_threads(void **state)
+{
+    (void)state;
+    size_t stored0, buckets0;
+    cerb__local_guard_stats(&stored0, &buckets0);
+    assert_int_equal(cerb__local_engine_ops.open(NULL, &shared_e), CERB_OK);
+    assert_int_equal(pthread_barrier_init(&phase, NULL, NTHREADS), 0);
+    pthread_t th[NTHREADS];
+    for (int t = 0; t < NTHREADS; t++)
+        assert_int_equal(pthread_create(&th[t], NULL, claimer, (void *)(intptr_t)t), 0);
+    const char *bad[NTHREADS];
+    for (int t = 0; t < NTHREADS; t++) {
+        void *r = NULL;
+        assert_int_equal(pthread_join(th[t], &r), 0);
+        bad[t] = r;
+    }
+    pthread_barrier_destroy(&phase);
+    cerb__local_engine_ops.close(shared_e);
+    for (int t = 0; t < NTHREADS; t++)
+        if (bad[t])
+            fail_msg("thread %d: %s", t, bad[t]);
+    /* Deletes free at once: nothing of theirs is left. */
+    size_t stored1, buckets1;
+    cerb__local_guard_stats(&stored1, &buckets1);
+    assert_int_equal(stored1, stored0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_table_grows_and_shrinks),
+        cmocka_unit_test(test_table_threads),
     };
     return cmocka_run_group_tests_name("guard_local_table", tests, NULL, NULL);
 }
