@@ -56,7 +56,7 @@
 
 #define NSHARDS 16       /* a power of two */
 #define MIN_BUCKETS 64   /* per shard; a power of two */
-#define SWEEP_BUCKETS 4  /* buckets each operation sweeps for expired records */
+#define SWEEP_BUCKETS 2  /* buckets each operation sweeps for expired records */
 #define HDR_LEN (1 + 32 + 20)
 #define FLOCK_WAIT_NS (1000 * CERB_NS_PER_MS)
 #define SWEEP_NS (60 * INT64_C(1000) * CERB_NS_PER_MS)
