@@ -57,6 +57,7 @@
 #define NSHARDS 16       /* a power of two */
 #define MIN_BUCKETS 64   /* per shard; a power of two */
 #define SWEEP_BUCKETS 2  /* buckets each operation sweeps for expired records */
+#define MOVE_BUCKETS 8   /* old buckets each operation moves while resizing */
 #define HDR_LEN (1 + 32 + 20)
 #define FLOCK_WAIT_NS (1000 * CERB_NS_PER_MS)
 #define SWEEP_NS (60 * INT64_C(1000) * CERB_NS_PER_MS)
@@ -70,16 +71,24 @@
  * 64-char hex form): its first 8 bytes pick the bucket, its last byte the
  * shard, and a lookup compares the first 8 bytes before the rest.
  *
- * A shard doubles its buckets, all at once under its lock, when it holds
- * more records than buckets (the work is proportional to the shard, an
- * NSHARDS-th of the table, and amortised over the inserts that filled it);
- * expired records are dropped on the way. Expired records are freed when
- * their bucket is walked and by a sweep: each operation on a shard also
- * walks the next SWEEP_BUCKETS buckets of it, so every expired record is
- * freed within nbuckets / SWEEP_BUCKETS operations on its shard. At the end
- * of each full sweep a shard holding fewer than one record per 8 buckets
- * shrinks to about two buckets a record, so a table that grew for a burst
- * gives them back (that rehash walks the old buckets once per full sweep).
+ * A shard doubles its buckets when it holds more records than buckets. The
+ * rehash is incremental, so no operation pays for the whole shard: the new
+ * table takes the place of the old one at once, and each operation on the
+ * shard then moves the next MOVE_BUCKETS old buckets into it (dropping
+ * expired records on the way), plus, first, the old bucket of the key it
+ * is about to look up; so a lookup only ever searches the new table. The
+ * old table is gone after old_n / MOVE_BUCKETS operations, long before the
+ * new one can fill (that takes nbuckets / 2 more inserts); a shard does not
+ * start another resize while one is under way (chains grow a little
+ * meanwhile).
+ *
+ * Expired records are freed when their bucket is walked and by a sweep:
+ * each operation on a shard also walks the next SWEEP_BUCKETS buckets of
+ * it, so every expired record is freed within nbuckets / SWEEP_BUCKETS
+ * operations on its shard. At the end of each full sweep a shard holding
+ * fewer than one record per 8 buckets shrinks, the same incremental way, to
+ * about two buckets a record, so a table that grew for a burst gives them
+ * back.
  */
 struct grec {
     uint8_t key[32];     /* the id, as binary */
@@ -97,9 +106,12 @@ struct gshard {
     size_t nbuckets;        /* a power of two, >= MIN_BUCKETS once allocated */
     size_t count;           /* records held, expired ones not yet freed too */
     size_t sweep_at;        /* the next bucket the sweep walks */
+    struct grec **old;      /* while resizing: the table being emptied */
+    size_t old_n;           /* its buckets */
+    size_t move_at;         /* old buckets below it are moved (all NULL) */
 };
 
-#define GSHARD_INIT {{PTHREAD_MUTEX_INITIALIZER}, NULL, 0, 0, 0}
+#define GSHARD_INIT {{PTHREAD_MUTEX_INITIALIZER}, NULL, 0, 0, 0, NULL, 0, 0}
 static struct gshard gshards[NSHARDS] = {
     GSHARD_INIT, GSHARD_INIT, GSHARD_INIT, GSHARD_INIT, GSHARD_INIT, GSHARD_INIT,
     GSHARD_INIT, GSHARD_INIT, GSHARD_INIT, GSHARD_INIT, GSHARD_INIT, GSHARD_INIT,
@@ -156,29 +168,50 @@ static void chain_sweep(struct gshard *s, struct grec **pp, int64_t now)
     }
 }
 
-/* Move s's live records to a table of n buckets, freeing the expired ones;
- * s->mu held. Keeps the old table if the new one cannot be had. */
-static void shard_resize(struct gshard *s, size_t n, int64_t now)
+/* Move old bucket i's live records into the new table, freeing the
+ * expired ones; s->mu held. */
+static void move_bucket(struct gshard *s, size_t i, int64_t now)
+{
+    struct grec *r = s->old[i];
+    s->old[i] = NULL;
+    while (r) {
+        struct grec *next = r->next;
+        if (r->expires_ns <= now) {
+            grec_free(r);
+            s->count--;
+        } else {
+            size_t j = key_hash(r->key) & (s->nbuckets - 1);
+            r->next = s->buckets[j];
+            s->buckets[j] = r;
+        }
+        r = next;
+    }
+}
+
+/* Carry a resize under way MOVE_BUCKETS old buckets further; s->mu held. */
+static void resize_step(struct gshard *s, int64_t now)
+{
+    for (int i = 0; i < MOVE_BUCKETS && s->old; i++) {
+        move_bucket(s, s->move_at, now);
+        if (++s->move_at == s->old_n) {
+            cerb__free(s->old);
+            s->old = NULL;
+            s->old_n = 0;
+        }
+    }
+}
+
+/* Start moving s to a table of n buckets (the records follow in
+ * resize_step); s->mu held, no resize under way. Keeps the table as it is
+ * if the new one cannot be had: longer chains, still correct. */
+static void resize_start(struct gshard *s, size_t n)
 {
     struct grec **nb = cerb__calloc(n, sizeof *nb);
     if (!nb)
-        return; /* longer chains, still correct */
-    for (size_t b = 0; b < s->nbuckets; b++) {
-        struct grec *r = s->buckets[b];
-        while (r) {
-            struct grec *next = r->next;
-            if (r->expires_ns <= now) {
-                grec_free(r);
-                s->count--;
-            } else {
-                size_t i = key_hash(r->key) & (n - 1);
-                r->next = nb[i];
-                nb[i] = r;
-            }
-            r = next;
-        }
-    }
-    cerb__free(s->buckets);
+        return;
+    s->old = s->buckets;
+    s->old_n = s->nbuckets;
+    s->move_at = 0;
     s->buckets = nb;
     s->nbuckets = n;
     s->sweep_at = 0;
@@ -193,28 +226,32 @@ static void shard_sweep(struct gshard *s, int64_t now)
         chain_sweep(s, &s->buckets[s->sweep_at], now);
         if (++s->sweep_at == s->nbuckets) {
             s->sweep_at = 0;
-            if (s->nbuckets > MIN_BUCKETS && s->count < s->nbuckets / 8) {
+            if (!s->old && s->nbuckets > MIN_BUCKETS && s->count < s->nbuckets / 8) {
                 size_t n = MIN_BUCKETS;
                 while (n < 2 * s->count)
                     n *= 2;
-                shard_resize(s, n, now);
+                resize_start(s, n);
                 break; /* the cursor starts again on the new table */
             }
         }
     }
 }
 
-/* Lock key's shard, sweep a little of it, and find key's live record
- * (freeing its bucket's expired ones). Returns the locked shard. */
+/* Lock key's shard, sweep a little of it, carry a resize under way further,
+ * and find key's live record (freeing its bucket's expired ones). Returns
+ * the locked shard. */
 static struct gshard *shard_enter(const uint8_t key[32], int64_t *now, struct grec **found)
 {
     struct gshard *s = shard_of(key);
     cerb__mutex_lock(&s->mu);
     *now = cerb_monotime();
     *found = NULL;
-    shard_sweep(s, *now);
     if (!s->nbuckets)
         return s;
+    shard_sweep(s, *now); /* may start a shrink: before the moves */
+    resize_step(s, *now);
+    if (s->old) /* this key's old bucket too: the lookup needs only the new table */
+        move_bucket(s, key_hash(key) & (s->old_n - 1), *now);
     struct grec **head = &s->buckets[key_hash(key) & (s->nbuckets - 1)];
     chain_sweep(s, head, *now);
     for (struct grec *r = *head; r; r = r->next)
@@ -226,15 +263,15 @@ static struct gshard *shard_enter(const uint8_t key[32], int64_t *now, struct gr
 }
 
 /* Link a new record into s, growing s first if it is full; s->mu held. */
-static cerb_status shard_insert(struct gshard *s, struct grec *r, int64_t now)
+static cerb_status shard_insert(struct gshard *s, struct grec *r)
 {
     if (!s->nbuckets) {
         s->buckets = cerb__calloc(MIN_BUCKETS, sizeof *s->buckets);
         if (!s->buckets)
             return cerb__error_set(CERB_ENOMEM, "local: out of memory");
         s->nbuckets = MIN_BUCKETS;
-    } else if (s->count >= s->nbuckets) {
-        shard_resize(s, s->nbuckets * 2, now);
+    } else if (s->count >= s->nbuckets && !s->old) {
+        resize_start(s, s->nbuckets * 2);
     }
     size_t i = key_hash(r->key) & (s->nbuckets - 1);
     r->next = s->buckets[i];
@@ -293,7 +330,7 @@ static cerb_status mem_begin(const cerb_guard_rec *rec, cerb_grant *g, void **re
         memcpy(r->token, rec->token, sizeof r->token);
         r->state = 'R';
         r->expires_ns = now + rec->running_ms * CERB_NS_PER_MS;
-        st = shard_insert(s, r, now);
+        st = shard_insert(s, r);
         if (st == CERB_OK)
             claim_grant(rec, now, g);
         else
@@ -719,6 +756,9 @@ size_t cerb__local_guard_count(void)
         for (size_t b = 0; b < s->nbuckets; b++)
             for (struct grec *r = s->buckets[b]; r; r = r->next)
                 n += r->expires_ns > now;
+        for (size_t b = 0; b < s->old_n; b++)
+            for (struct grec *r = s->old[b]; r; r = r->next)
+                n += r->expires_ns > now;
         cerb__mutex_unlock(&s->mu);
     }
     return n;
@@ -732,7 +772,7 @@ void cerb__local_guard_stats(size_t *stored, size_t *buckets)
         struct gshard *s = &gshards[i];
         cerb__mutex_lock(&s->mu);
         *stored += s->count;
-        *buckets += s->nbuckets ? s->nbuckets : MIN_BUCKETS;
+        *buckets += (s->nbuckets ? s->nbuckets : MIN_BUCKETS) + s->old_n;
         cerb__mutex_unlock(&s->mu);
     }
 }
