@@ -23,5 +23,8 @@ cerb_status cerb__local_guard_check(cerb_engine *e, const cerb_guard_rec *rec,
                                     cerb_guard_found *found);
 /* Live in-process records (for tests that check nothing is left behind). */
 size_t cerb__local_guard_count(void);
+/* The in-process table's shape, for tests: records stored (expired ones not
+ * yet freed included) and buckets, over the whole table. */
+void cerb__local_guard_stats(size_t *stored, size_t *buckets);
 
 #endif

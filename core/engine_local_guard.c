@@ -2,13 +2,16 @@
  * engine_local_guard.c — the local engine's idempotency-guard records
  * (cerb_engine_ops version 2, DESIGN.md §11).
  *
- * In-process mode keeps one process-wide hash table of records keyed by the
- * record id, so two clients of one process see each other's records exactly
- * as two processes would on a server. A record is a state (running or
- * done), the token of the attempt that wrote it, an expiry on the library
- * clock (CERB_DEADLINE_NEVER for "keep forever") and, once done, the result.
+ * In-process mode keeps one process-wide table of records keyed by the
+ * record id (sharded, each shard a hash table that grows with it: see
+ * "in memory" below), so two clients of one process see each other's
+ * records exactly as two processes would on a server. A record is a state
+ * (running or done), the token of the attempt that wrote it, an expiry on
+ * the library clock (CERB_DEADLINE_NEVER for "keep forever") and, once
+ * done, the result.
  * An expired record counts as absent, as a server's TTL would, and is freed
- * when its bucket is next visited, so expired records do not accumulate.
+ * when its bucket is next visited or swept (a few buckets per operation),
+ * so expired records do not accumulate.
  *
  * File mode (`local.dir` set, the same switch as the local engine's locks)
  * keeps each record in <dir>/guard/<id>, so processes on one host share
@@ -33,6 +36,8 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <stdbool.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -41,21 +46,52 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <openssl/crypto.h>
+
 #include "alloc.h"
 #include "clock.h"
 #include "engine_local.h"
 #include "error.h"
 #include "sync.h"
 
-#define NBUCKETS 1024
+#define NSHARDS 16       /* a power of two */
+#define MIN_BUCKETS 64   /* per shard; a power of two */
+#define SWEEP_BUCKETS 2  /* buckets each operation sweeps for expired records */
+#define MOVE_BUCKETS 8   /* old buckets each operation moves while resizing */
 #define HDR_LEN (1 + 32 + 20)
 #define FLOCK_WAIT_NS (1000 * CERB_NS_PER_MS)
 #define SWEEP_NS (60 * INT64_C(1000) * CERB_NS_PER_MS)
 
 /* ------------------------------------------------------------ in memory */
 
+/*
+ * The table is NSHARDS shards, each with its own mutex and its own chained
+ * hash table, so threads working on different records rarely meet on a
+ * lock. A record is keyed by its id's 32-byte binary SHA-256 (the id is its
+ * 64-char hex form): its first 8 bytes pick the bucket, its last byte the
+ * shard, and a lookup compares the first 8 bytes before the rest.
+ *
+ * A shard doubles its buckets when it holds more records than buckets. The
+ * rehash is incremental, so no operation pays for the whole shard: the new
+ * table takes the place of the old one at once, and each operation on the
+ * shard then moves the next MOVE_BUCKETS old buckets into it (dropping
+ * expired records on the way), plus, first, the old bucket of the key it
+ * is about to look up; so a lookup only ever searches the new table. The
+ * old table is gone after old_n / MOVE_BUCKETS operations, long before the
+ * new one can fill (that takes nbuckets / 2 more inserts); a shard does not
+ * start another resize while one is under way (chains grow a little
+ * meanwhile).
+ *
+ * Expired records are freed when their bucket is walked and by a sweep:
+ * each operation on a shard also walks the next SWEEP_BUCKETS buckets of
+ * it, so every expired record is freed within nbuckets / SWEEP_BUCKETS
+ * operations on its shard. At the end of each full sweep a shard holding
+ * fewer than one record per 8 buckets shrinks, the same incremental way, to
+ * about two buckets a record, so a table that grew for a burst gives them
+ * back.
+ */
 struct grec {
-    char id[65];
+    uint8_t key[32];     /* the id, as binary */
     char state;          /* 'R' running, 'D' done */
     char token[33];
     int64_t expires_ns;  /* CERB_DEADLINE_NEVER: kept forever */
@@ -64,13 +100,51 @@ struct grec {
     struct grec *next;
 };
 
-static cerb_mutex gmu = {PTHREAD_MUTEX_INITIALIZER};
-static struct grec *gtable[NBUCKETS];
+struct gshard {
+    cerb_mutex mu;
+    struct grec **buckets;  /* nbuckets chains; NULL until the first record */
+    size_t nbuckets;        /* a power of two, >= MIN_BUCKETS once allocated */
+    size_t count;           /* records held, expired ones not yet freed too */
+    size_t sweep_at;        /* the next bucket the sweep walks */
+    struct grec **old;      /* while resizing: the table being emptied */
+    size_t old_n;           /* its buckets */
+    size_t move_at;         /* old buckets below it are moved (all NULL) */
+};
 
-static unsigned bucket_of(const char *id)
+#define GSHARD_INIT {{PTHREAD_MUTEX_INITIALIZER}, NULL, 0, 0, 0, NULL, 0, 0}
+static struct gshard gshards[NSHARDS] = {
+    GSHARD_INIT, GSHARD_INIT, GSHARD_INIT, GSHARD_INIT, GSHARD_INIT, GSHARD_INIT,
+    GSHARD_INIT, GSHARD_INIT, GSHARD_INIT, GSHARD_INIT, GSHARD_INIT, GSHARD_INIT,
+    GSHARD_INIT, GSHARD_INIT, GSHARD_INIT, GSHARD_INIT,
+};
+
+/* The id's binary form; CERB_EINVAL for an id that is not 64 hex chars
+ * (the guard only makes SHA-256 ids: this is a programming error). */
+static cerb_status key_of(const char *id, uint8_t key[32])
 {
-    /* The id is a SHA-256: its first hex digits are as good as any hash. */
-    return (unsigned)strtoul((char[]){id[0], id[1], id[2], id[3], '\0'}, NULL, 16) % NBUCKETS;
+    size_t n = 0;
+    if (strlen(id) != 64 || !OPENSSL_hexstr2buf_ex(key, 32, &n, id, '\0') || n != 32)
+        return cerb__error_set(CERB_EINVAL, "local: guard id is not a SHA-256 in hex");
+    return CERB_OK;
+}
+
+static uint64_t key_hash(const uint8_t key[32])
+{
+    uint64_t h;
+    memcpy(&h, key, sizeof h);
+    return h;
+}
+
+static struct gshard *shard_of(const uint8_t key[32])
+{
+    return &gshards[key[31] & (NSHARDS - 1)];
+}
+
+static bool key_equal(const struct grec *r, const uint8_t key[32])
+{
+    /* The first 8 bytes (the bucket's hash) differ for nearly every other
+     * record of a chain: compare them alone first. */
+    return key_hash(r->key) == key_hash(key) && memcmp(r->key, key, 32) == 0;
 }
 
 static void grec_free(struct grec *r)
@@ -79,31 +153,141 @@ static void grec_free(struct grec *r)
     cerb__free(r);
 }
 
-/* Find id's live record, freeing the bucket's expired ones; gmu held. */
-static struct grec *grec_find(const char *id, int64_t now)
+/* Free chain *pp's expired records; s->mu held. */
+static void chain_sweep(struct gshard *s, struct grec **pp, int64_t now)
 {
-    struct grec **pp = &gtable[bucket_of(id)];
-    struct grec *found = NULL;
     while (*pp) {
         struct grec *r = *pp;
         if (r->expires_ns <= now) {
             *pp = r->next;
             grec_free(r);
-            continue;
+            s->count--;
+        } else {
+            pp = &r->next;
         }
-        if (strcmp(r->id, id) == 0)
-            found = r;
-        pp = &r->next;
     }
-    return found;
 }
 
-static void grec_delete(struct grec *victim)
+/* Move old bucket i's live records into the new table, freeing the
+ * expired ones; s->mu held. */
+static void move_bucket(struct gshard *s, size_t i, int64_t now)
 {
-    for (struct grec **pp = &gtable[bucket_of(victim->id)]; *pp; pp = &(*pp)->next)
+    struct grec *r = s->old[i];
+    s->old[i] = NULL;
+    while (r) {
+        struct grec *next = r->next;
+        if (r->expires_ns <= now) {
+            grec_free(r);
+            s->count--;
+        } else {
+            size_t j = key_hash(r->key) & (s->nbuckets - 1);
+            r->next = s->buckets[j];
+            s->buckets[j] = r;
+        }
+        r = next;
+    }
+}
+
+/* Carry a resize under way MOVE_BUCKETS old buckets further; s->mu held. */
+static void resize_step(struct gshard *s, int64_t now)
+{
+    for (int i = 0; i < MOVE_BUCKETS && s->old; i++) {
+        move_bucket(s, s->move_at, now);
+        if (++s->move_at == s->old_n) {
+            cerb__free(s->old);
+            s->old = NULL;
+            s->old_n = 0;
+        }
+    }
+}
+
+/* Start moving s to a table of n buckets (the records follow in
+ * resize_step); s->mu held, no resize under way. Keeps the table as it is
+ * if the new one cannot be had: longer chains, still correct. */
+static void resize_start(struct gshard *s, size_t n)
+{
+    struct grec **nb = cerb__calloc(n, sizeof *nb);
+    if (!nb)
+        return;
+    s->old = s->buckets;
+    s->old_n = s->nbuckets;
+    s->move_at = 0;
+    s->buckets = nb;
+    s->nbuckets = n;
+    s->sweep_at = 0;
+}
+
+/* Walk the next SWEEP_BUCKETS buckets for expired records and, at the end of
+ * a full pass, give back buckets a shrunken shard no longer needs; s->mu
+ * held. */
+static void shard_sweep(struct gshard *s, int64_t now)
+{
+    for (int i = 0; i < SWEEP_BUCKETS && s->nbuckets; i++) {
+        chain_sweep(s, &s->buckets[s->sweep_at], now);
+        if (++s->sweep_at == s->nbuckets) {
+            s->sweep_at = 0;
+            if (!s->old && s->nbuckets > MIN_BUCKETS && s->count < s->nbuckets / 8) {
+                size_t n = MIN_BUCKETS;
+                while (n < 2 * s->count)
+                    n *= 2;
+                resize_start(s, n);
+                break; /* the cursor starts again on the new table */
+            }
+        }
+    }
+}
+
+/* Lock key's shard, sweep a little of it, carry a resize under way further,
+ * and find key's live record (freeing its bucket's expired ones). Returns
+ * the locked shard. */
+static struct gshard *shard_enter(const uint8_t key[32], int64_t *now, struct grec **found)
+{
+    struct gshard *s = shard_of(key);
+    cerb__mutex_lock(&s->mu);
+    *now = cerb_monotime();
+    *found = NULL;
+    if (!s->nbuckets)
+        return s;
+    shard_sweep(s, *now); /* may start a shrink: before the moves */
+    resize_step(s, *now);
+    if (s->old) /* this key's old bucket too: the lookup needs only the new table */
+        move_bucket(s, key_hash(key) & (s->old_n - 1), *now);
+    struct grec **head = &s->buckets[key_hash(key) & (s->nbuckets - 1)];
+    chain_sweep(s, head, *now);
+    for (struct grec *r = *head; r; r = r->next)
+        if (key_equal(r, key)) {
+            *found = r;
+            break;
+        }
+    return s;
+}
+
+/* Link a new record into s, growing s first if it is full; s->mu held. */
+static cerb_status shard_insert(struct gshard *s, struct grec *r)
+{
+    if (!s->nbuckets) {
+        s->buckets = cerb__calloc(MIN_BUCKETS, sizeof *s->buckets);
+        if (!s->buckets)
+            return cerb__error_set(CERB_ENOMEM, "local: out of memory");
+        s->nbuckets = MIN_BUCKETS;
+    } else if (s->count >= s->nbuckets && !s->old) {
+        resize_start(s, s->nbuckets * 2);
+    }
+    size_t i = key_hash(r->key) & (s->nbuckets - 1);
+    r->next = s->buckets[i];
+    s->buckets[i] = r;
+    s->count++;
+    return CERB_OK;
+}
+
+static void grec_delete(struct gshard *s, struct grec *victim)
+{
+    for (struct grec **pp = &s->buckets[key_hash(victim->key) & (s->nbuckets - 1)]; *pp;
+         pp = &(*pp)->next)
         if (*pp == victim) {
             *pp = victim->next;
             grec_free(victim);
+            s->count--;
             return;
         }
 }
@@ -129,25 +313,28 @@ static void claim_grant(const cerb_guard_rec *rec, int64_t now, cerb_grant *g)
 
 static cerb_status mem_begin(const cerb_guard_rec *rec, cerb_grant *g, void **res, size_t *len)
 {
-    cerb_status st;
-    cerb__mutex_lock(&gmu);
-    int64_t now = cerb_monotime();
-    struct grec *r = grec_find(rec->id, now);
+    uint8_t key[32];
+    cerb_status st = key_of(rec->id, key);
+    if (st != CERB_OK)
+        return st;
+    int64_t now;
+    struct grec *r;
+    struct gshard *s = shard_enter(key, &now, &r);
     if (!r) {
         r = cerb__calloc(1, sizeof *r);
         if (!r) {
-            cerb__mutex_unlock(&gmu);
+            cerb__mutex_unlock(&s->mu);
             return cerb__error_set(CERB_ENOMEM, "local: out of memory");
         }
-        memcpy(r->id, rec->id, sizeof r->id);
+        memcpy(r->key, key, sizeof r->key);
         memcpy(r->token, rec->token, sizeof r->token);
         r->state = 'R';
         r->expires_ns = now + rec->running_ms * CERB_NS_PER_MS;
-        unsigned b = bucket_of(rec->id);
-        r->next = gtable[b];
-        gtable[b] = r;
-        claim_grant(rec, now, g);
-        st = CERB_OK;
+        st = shard_insert(s, r);
+        if (st == CERB_OK)
+            claim_grant(rec, now, g);
+        else
+            cerb__free(r);
     } else if (r->state == 'D') {
         st = copy_result(r->result, r->len, res, len);
         if (st == CERB_OK)
@@ -159,37 +346,45 @@ static cerb_status mem_begin(const cerb_guard_rec *rec, cerb_grant *g, void **re
     } else {
         st = CERB_BUSY;
     }
-    cerb__mutex_unlock(&gmu);
+    cerb__mutex_unlock(&s->mu);
     return st;
 }
 
 static cerb_status mem_renew(const cerb_guard_rec *rec, cerb_grant *g)
 {
-    cerb_status st = CERB_NOT_OWNER;
-    cerb__mutex_lock(&gmu);
-    int64_t now = cerb_monotime();
-    struct grec *r = grec_find(rec->id, now);
+    uint8_t key[32];
+    cerb_status st = key_of(rec->id, key);
+    if (st != CERB_OK)
+        return st;
+    st = CERB_NOT_OWNER;
+    int64_t now;
+    struct grec *r;
+    struct gshard *s = shard_enter(key, &now, &r);
     if (r && r->state == 'R' && strcmp(r->token, rec->token) == 0) {
         r->expires_ns = now + rec->running_ms * CERB_NS_PER_MS;
         claim_grant(rec, now, g);
         st = CERB_OK;
     }
-    cerb__mutex_unlock(&gmu);
+    cerb__mutex_unlock(&s->mu);
     return st;
 }
 
 static cerb_status mem_finish(const cerb_guard_rec *rec, int ok, const void *result, size_t len,
                               int64_t keep_ms)
 {
-    cerb_status st = CERB_NOT_OWNER;
-    cerb__mutex_lock(&gmu);
-    int64_t now = cerb_monotime();
-    struct grec *r = grec_find(rec->id, now);
+    uint8_t key[32];
+    cerb_status st = key_of(rec->id, key);
+    if (st != CERB_OK)
+        return st;
+    st = CERB_NOT_OWNER;
+    int64_t now;
+    struct grec *r;
+    struct gshard *s = shard_enter(key, &now, &r);
     if (r && strcmp(r->token, rec->token) == 0) {
         if (r->state == 'D') {
             st = ok ? CERB_OK : CERB_NOT_OWNER; /* a re-sent success */
         } else if (!ok) {
-            grec_delete(r);
+            grec_delete(s, r);
             st = CERB_OK;
         } else {
             void *copy = NULL;
@@ -204,7 +399,7 @@ static cerb_status mem_finish(const cerb_guard_rec *rec, int ok, const void *res
             }
         }
     }
-    cerb__mutex_unlock(&gmu);
+    cerb__mutex_unlock(&s->mu);
     return st;
 }
 
@@ -217,10 +412,15 @@ static cerb_guard_found found_of(char state, const char *token, const cerb_guard
 
 static cerb_status mem_check(const cerb_guard_rec *rec, cerb_guard_found *found)
 {
-    cerb__mutex_lock(&gmu);
-    struct grec *r = grec_find(rec->id, cerb_monotime());
+    uint8_t key[32];
+    cerb_status st = key_of(rec->id, key);
+    if (st != CERB_OK)
+        return st;
+    int64_t now;
+    struct grec *r;
+    struct gshard *s = shard_enter(key, &now, &r);
     *found = r ? found_of(r->state, r->token, rec) : CERB_GUARD_FOUND_NONE;
-    cerb__mutex_unlock(&gmu);
+    cerb__mutex_unlock(&s->mu);
     return CERB_OK;
 }
 
@@ -549,11 +749,30 @@ cerb_status cerb__local_guard_check(cerb_engine *e, const cerb_guard_rec *rec,
 size_t cerb__local_guard_count(void)
 {
     size_t n = 0;
-    cerb__mutex_lock(&gmu);
-    int64_t now = cerb_monotime();
-    for (unsigned b = 0; b < NBUCKETS; b++)
-        for (struct grec *r = gtable[b]; r; r = r->next)
-            n += r->expires_ns > now;
-    cerb__mutex_unlock(&gmu);
+    for (unsigned i = 0; i < NSHARDS; i++) {
+        struct gshard *s = &gshards[i];
+        cerb__mutex_lock(&s->mu);
+        int64_t now = cerb_monotime();
+        for (size_t b = 0; b < s->nbuckets; b++)
+            for (struct grec *r = s->buckets[b]; r; r = r->next)
+                n += r->expires_ns > now;
+        for (size_t b = 0; b < s->old_n; b++)
+            for (struct grec *r = s->old[b]; r; r = r->next)
+                n += r->expires_ns > now;
+        cerb__mutex_unlock(&s->mu);
+    }
     return n;
+}
+
+void cerb__local_guard_stats(size_t *stored, size_t *buckets)
+{
+    *stored = 0;
+    *buckets = 0;
+    for (unsigned i = 0; i < NSHARDS; i++) {
+        struct gshard *s = &gshards[i];
+        cerb__mutex_lock(&s->mu);
+        *stored += s->count;
+        *buckets += (s->nbuckets ? s->nbuckets : MIN_BUCKETS) + s->old_n;
+        cerb__mutex_unlock(&s->mu);
+    }
 }
