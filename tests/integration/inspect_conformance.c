@@ -229,8 +229,14 @@ static void test_holder_then_waiters_in_order(void **state)
     }
     assert_string_not_equal(v[1].owner, v[2].owner);
     assert_string_not_equal(v[0].owner, v[1].owner);
-    /* The fence the holder was given, without the epoch. */
-    assert_int_equal(v[0].fence, token & FENCE_MASK);
+    /* The fence the holder was given, without the epoch. On zk the fence
+     * is the node's czxid plus an ensemble-wide offset, which other
+     * clients of the server may raise after the grant (a switch's fence
+     * floor): then inspection can give only an upper bound, and says so. */
+    if (strstr(v[0].detail, "fence at most"))
+        assert_true(v[0].fence >= (token & FENCE_MASK));
+    else
+        assert_int_equal(v[0].fence, token & FENCE_MASK);
     /* A lease: what is left of LEASE_MS (renewed in the background). On
      * zk the hold lives with the session: no lease. */
     if (strcmp(ENGINE, "zk") == 0) {
