@@ -127,25 +127,9 @@ static int64_t lease_granted_ttl(int64_t lease)
 static void expected_key(const char *app, const char *scope, const void *key, size_t klen,
                          char *out, size_t n)
 {
-    EVP_MD_CTX *md = EVP_MD_CTX_new();
-    unsigned char d[32], be[8];
-    unsigned dl = 0;
-    const void *parts[3] = {app, scope, key};
-    size_t lens[3] = {strlen(app), strlen(scope), klen};
-    EVP_DigestInit_ex(md, EVP_sha256(), NULL);
-    EVP_DigestUpdate(md, "cerb-guard-1", 12);
-    for (int i = 0; i < 3; i++) {
-        uint64_t v = lens[i];
-        for (int j = 7; j >= 0; j--, v >>= 8)
-            be[j] = (unsigned char)v;
-        EVP_DigestUpdate(md, be, 8);
-        EVP_DigestUpdate(md, parts[i], lens[i]);
-    }
-    EVP_DigestFinal_ex(md, d, &dl);
-    EVP_MD_CTX_free(md);
-    int k = snprintf(out, n, "%scerb:guard:", prefix);
-    for (int i = 0; i < 32; i++)
-        k += snprintf(out + k, n - (size_t)k, "%02x", d[i]);
+    char hex[65];
+    gc_record_hex(app, scope, key, klen, hex);
+    snprintf(out, n, "%scerb:guard:%s", prefix, hex);
 }
 
 /* Fails on the layout of DESIGN §11 or a lease that does not fit the

@@ -19,7 +19,9 @@
 #ifndef CERB_GUARD_CASES_H
 #define CERB_GUARD_CASES_H
 
+#include <openssl/evp.h>
 #include <pthread.h>
+#include <stdint.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -30,6 +32,32 @@
 
 #include "cerberus.h"
 #include "test_util.h"
+
+/* The record id the contract names (DESIGN.md §11), computed here apart
+ * from the library: hex SHA-256 of the tag "cerb-guard-1", then app, scope
+ * and key, each after its length as 8 bytes big-endian. */
+static inline void gc_record_hex(const char *app, const char *scope, const void *key, size_t klen,
+                                 char hex[65])
+{
+    EVP_MD_CTX *md = EVP_MD_CTX_new();
+    unsigned char d[32], be[8];
+    unsigned dl = 0;
+    const void *parts[3] = {app, scope, key};
+    size_t lens[3] = {strlen(app), strlen(scope), klen};
+    EVP_DigestInit_ex(md, EVP_sha256(), NULL);
+    EVP_DigestUpdate(md, "cerb-guard-1", 12);
+    for (int i = 0; i < 3; i++) {
+        uint64_t v = lens[i];
+        for (int j = 7; j >= 0; j--, v >>= 8)
+            be[j] = (unsigned char)v;
+        EVP_DigestUpdate(md, be, 8);
+        EVP_DigestUpdate(md, parts[i], lens[i]);
+    }
+    EVP_DigestFinal_ex(md, d, &dl);
+    EVP_MD_CTX_free(md);
+    for (int i = 0; i < 32; i++)
+        snprintf(hex + 2 * i, 3, "%02x", d[i]);
+}
 
 static cerb_client *gc_open(const char *extra)
 {
