@@ -114,7 +114,7 @@ static void *lib_cycle_body(void *p)
     struct bench_worker *w = p;
     struct guard_ctx *c = w->ctx;
     uint64_t n = 0;
-    int64_t t0 = bench_now_ns(), t1 = t0;
+    int64_t t0 = bench_now_ns();
 
     for (;;) {
         char key[96], res[RESULT_LEN + 1];
@@ -138,14 +138,10 @@ static void *lib_cycle_body(void *p)
             break;
         }
         c->lib_done++;
-        t1 = bench_now_ns();
-        bench_hist_record(w->hist, t1 - t0);
-        atomic_store_explicit(&w->ops, ++n, memory_order_relaxed);
-        if (bench_worker_done(w, t1))
+        if (bench_worker_lap(w, &t0, &n))
             break;
-        t0 = t1;
     }
-    w->end_ns = t1;
+    w->end_ns = t0;
     return NULL;
 }
 
@@ -154,7 +150,7 @@ static void *lib_dup_body(void *p)
     struct bench_worker *w = p;
     struct guard_ctx *c = w->ctx;
     uint64_t n = 0;
-    int64_t t0 = bench_now_ns(), t1 = t0;
+    int64_t t0 = bench_now_ns();
 
     for (;;) {
         char key[96], want[RESULT_LEN + 1];
@@ -185,14 +181,10 @@ static void *lib_dup_body(void *p)
             fail_guard(w, "cerb_guard_free", key, st);
             break;
         }
-        t1 = bench_now_ns();
-        bench_hist_record(w->hist, t1 - t0);
-        atomic_store_explicit(&w->ops, ++n, memory_order_relaxed);
-        if (bench_worker_done(w, t1))
+        if (bench_worker_lap(w, &t0, &n))
             break;
-        t0 = t1;
     }
-    w->end_ns = t1;
+    w->end_ns = t0;
     return NULL;
 }
 
@@ -202,7 +194,7 @@ static void *raw_cycle_body(void *p)
     struct guard_ctx *c = w->ctx;
     char err[BENCH_ERR_MAX];
     uint64_t n = 0;
-    int64_t t0 = bench_now_ns(), t1 = t0;
+    int64_t t0 = bench_now_ns();
 
     for (;;) {
         char id[65], res[RESULT_LEN + 1];
@@ -214,14 +206,10 @@ static void *raw_cycle_body(void *p)
             break;
         }
         c->raw_done++;
-        t1 = bench_now_ns();
-        bench_hist_record(w->hist, t1 - t0);
-        atomic_store_explicit(&w->ops, ++n, memory_order_relaxed);
-        if (bench_worker_done(w, t1))
+        if (bench_worker_lap(w, &t0, &n))
             break;
-        t0 = t1;
     }
-    w->end_ns = t1;
+    w->end_ns = t0;
     return NULL;
 }
 
@@ -231,7 +219,7 @@ static void *raw_dup_body(void *p)
     struct guard_ctx *c = w->ctx;
     char err[BENCH_ERR_MAX];
     uint64_t n = 0;
-    int64_t t0 = bench_now_ns(), t1 = t0;
+    int64_t t0 = bench_now_ns();
 
     for (;;) {
         char id[65];
@@ -244,14 +232,10 @@ static void *raw_dup_body(void *p)
             bench_worker_fail(w, "raw ceiling: %s", err);
             break;
         }
-        t1 = bench_now_ns();
-        bench_hist_record(w->hist, t1 - t0);
-        atomic_store_explicit(&w->ops, ++n, memory_order_relaxed);
-        if (bench_worker_done(w, t1))
+        if (bench_worker_lap(w, &t0, &n))
             break;
-        t0 = t1;
     }
-    w->end_ns = t1;
+    w->end_ns = t0;
     return NULL;
 }
 

@@ -213,6 +213,18 @@ static inline int bench_worker_done(const struct bench_worker *w, int64_t now)
            atomic_load_explicit(&w->ph->stop, memory_order_relaxed);
 }
 
+/* One operation done at the end of a lap begun at *t0: its time recorded,
+ * the worker's count (*n) published, *t0 moved on to now. 1 once the phase
+ * should end. */
+static inline int bench_worker_lap(struct bench_worker *w, int64_t *t0, uint64_t *n)
+{
+    int64_t t1 = bench_now_ns();
+    bench_hist_record(w->hist, t1 - *t0);
+    atomic_store_explicit(&w->ops, ++*n, memory_order_relaxed);
+    *t0 = t1;
+    return bench_worker_done(w, t1);
+}
+
 /* The failover scenario's knobs (failover.c). */
 struct bench_fo_opts {
     const char *fail_cmd;       /* shell command that kills the primary */
