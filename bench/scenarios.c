@@ -491,7 +491,7 @@ static void *unc_library_body(void *p)
     struct bench_worker *w = p;
     struct unc_ctx *c = w->ctx;
     uint64_t n = 0;
-    int64_t t0 = bench_now_ns(), t1 = t0;
+    int64_t t0 = bench_now_ns();
 
     for (;;) {
         cerb_status st = cerb_lock_lock(c->lock);
@@ -504,14 +504,10 @@ static void *unc_library_body(void *p)
             bench_worker_fail_lock(w, "unlock", c->lock, st);
             break;
         }
-        t1 = bench_now_ns();
-        bench_hist_record(w->hist, t1 - t0);
-        atomic_store_explicit(&w->ops, ++n, memory_order_relaxed);
-        if (bench_worker_done(w, t1))
+        if (bench_worker_lap(w, &t0, &n))
             break;
-        t0 = t1;
     }
-    w->end_ns = t1;
+    w->end_ns = t0;
     return NULL;
 }
 
@@ -521,21 +517,17 @@ static void *unc_ceiling_body(void *p)
     struct unc_ctx *c = w->ctx;
     char err[BENCH_ERR_MAX];
     uint64_t n = 0;
-    int64_t t0 = bench_now_ns(), t1 = t0;
+    int64_t t0 = bench_now_ns();
 
     for (;;) {
         if (c->ceil->cycle(c->sess, c->name, c->token, err, sizeof err) != 0) {
             bench_worker_fail(w, "raw ceiling: %s", err);
             break;
         }
-        t1 = bench_now_ns();
-        bench_hist_record(w->hist, t1 - t0);
-        atomic_store_explicit(&w->ops, ++n, memory_order_relaxed);
-        if (bench_worker_done(w, t1))
+        if (bench_worker_lap(w, &t0, &n))
             break;
-        t0 = t1;
     }
-    w->end_ns = t1;
+    w->end_ns = t0;
     return NULL;
 }
 
@@ -730,21 +722,17 @@ void *bench_rtt_body(void *p)
     struct bench_rtt_ctx *c = w->ctx;
     char err[BENCH_ERR_MAX];
     uint64_t n = 0;
-    int64_t t0 = bench_now_ns(), t1 = t0;
+    int64_t t0 = bench_now_ns();
 
     for (;;) {
         if (c->ceil->round_trip(c->sess, err, sizeof err) != 0) {
             bench_worker_fail(w, "raw round trip: %s", err);
             break;
         }
-        t1 = bench_now_ns();
-        bench_hist_record(w->hist, t1 - t0);
-        atomic_store_explicit(&w->ops, ++n, memory_order_relaxed);
-        if (bench_worker_done(w, t1))
+        if (bench_worker_lap(w, &t0, &n))
             break;
-        t0 = t1;
     }
-    w->end_ns = t1;
+    w->end_ns = t0;
     return NULL;
 }
 
