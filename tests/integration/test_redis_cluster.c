@@ -41,20 +41,11 @@
 #define KILL_LEASE_MS 8000
 #define N_NODES 6
 
-static int base_port(void)
-{
-    const char *s = getenv("CERB_CLUSTER_PORT");
-    int p = s ? atoi(s) : 0;
-    return p > 0 && p < 65000 ? p : 27100;
-}
+static int base_port(void) { return cerb_test_env_port("CERB_CLUSTER_PORT", 27100); }
 
 static int servers(const char *cmd)
 {
-    char script[1024], port[16];
-    snprintf(script, sizeof script, "%s/scripts/servers.sh", cerb_test_source_dir());
-    snprintf(port, sizeof port, "%d", base_port());
-    char *argv[] = {"bash", script, (char *)cmd, "cluster", "--port", port, NULL};
-    return cerb_test_run(argv, 120000);
+    return cerb_test_servers_run(cmd, "cluster", base_port(), 120000);
 }
 
 static cerb_client *open_client_lease(const char *extra, int lease_ms)

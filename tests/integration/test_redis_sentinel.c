@@ -41,20 +41,11 @@
 
 #define LEASE_MS 3000
 
-static int base_port(void)
-{
-    const char *s = getenv("CERB_SENTINEL_PORT");
-    int p = s ? atoi(s) : 0;
-    return p > 0 && p < 65000 ? p : 26500;
-}
+static int base_port(void) { return cerb_test_env_port("CERB_SENTINEL_PORT", 26500); }
 
 static int servers(const char *cmd)
 {
-    char script[1024], port[16];
-    snprintf(script, sizeof script, "%s/scripts/servers.sh", cerb_test_source_dir());
-    snprintf(port, sizeof port, "%d", base_port());
-    char *argv[] = {"bash", script, (char *)cmd, "sentinel", "--port", port, NULL};
-    return cerb_test_run(argv, 90000);
+    return cerb_test_servers_run(cmd, "sentinel", base_port(), 90000);
 }
 
 static cerb_client *open_client_with(const char *master, const char *extra)

@@ -308,15 +308,27 @@ int cerb_test_run(char *const argv[], int64_t timeout_ms)
     return cerb_test_wait(pid, timeout_ms);
 }
 
-int cerb_test_servers(const char *cmd)
+int cerb_test_servers_run(const char *cmd, const char *what, int port, int64_t timeout_ms)
 {
     char script[STATE_DIR_MAX];
-    char port[16];
+    char p[16];
     snprintf(script, sizeof script, "%s/scripts/servers.sh",
              cerb_test_source_dir());
-    snprintf(port, sizeof port, "%d", cerb_test_redis_port());
-    char *argv[] = {"bash", script, (char *)cmd, "redis", "--port", port, NULL};
-    return cerb_test_run(argv, 30000);
+    snprintf(p, sizeof p, "%d", port);
+    char *argv[] = {"bash", script, (char *)cmd, (char *)what, "--port", p, NULL};
+    return cerb_test_run(argv, timeout_ms);
+}
+
+int cerb_test_servers(const char *cmd)
+{
+    return cerb_test_servers_run(cmd, "redis", cerb_test_redis_port(), 30000);
+}
+
+int cerb_test_env_port(const char *var, int def)
+{
+    const char *s = getenv(var);
+    int p = s ? atoi(s) : 0;
+    return p > 0 && p < 65000 ? p : def;
 }
 
 /* ----------------------------------------------------- pausing the server */

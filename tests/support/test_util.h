@@ -151,6 +151,14 @@ int cerb_test_run(char *const argv[], int64_t timeout_ms);
  */
 int cerb_test_servers(const char *cmd);
 
+/* The same for any deployment servers.sh knows (@what: "redis", "sentinel",
+ * "cluster", "zk", …) on base port @port, with its own deadline. */
+int cerb_test_servers_run(const char *cmd, const char *what, int port, int64_t timeout_ms);
+
+/* A port from environment variable @var (CERB_SENTINEL_PORT, …), or @def
+ * when it is unset or not a port. */
+int cerb_test_env_port(const char *var, int def);
+
 /* ------------------------------------------------- pausing the server */
 
 /*
