@@ -70,11 +70,14 @@
  * Sweeping. Records that expire and are never asked for again are removed
  * by a sweeper thread per engine instance, started by the first begin:
  * every ZK_GUARD_SWEEP_MS (± 20 %) it lists the scopes, takes up to
- * ZK_GUARD_SWEEP_SCOPES of them (rotating), reads up to ZK_GUARD_SWEEP_RECS
- * of their records, reads the server's time, and deletes the expired ones
- * by version (with their token nodes), and scopes found empty. A pass costs
- * seven round trips at most and is skipped while disconnected; close stops
- * it between and during its waits.
+ * ZK_GUARD_SWEEP_SCOPES of them (rotating), and reads their records in
+ * batches of ZK_GUARD_SWEEP_RECS: each batch read, the server's time read,
+ * and the expired ones deleted by version (with their token nodes); one
+ * batch per scope, more while a quarter of the last had expired; then
+ * scopes found empty. So expired records do not pile up, whatever the rate
+ * of begins: a pass costs two round trips plus three or four per batch, is
+ * skipped while disconnected, and close stops it between and during its
+ * waits.
  *
  * Ambiguity. A transaction whose answer did not come (connection loss,
  * the deadline) has an unknown outcome, reported so; the core settles it
@@ -751,73 +754,15 @@ static uint64_t next_rnd(struct zk_guard *gd)
     return gd->rnd >> 33;
 }
 
-/* One pass: see the file comment. */
-static void sweep_once(cerb_engine *e)
+/* One batch of records (paths): read, then the expired ones deleted by
+ * version with their token nodes. Answers how many went. */
+static size_t sweep_records(cerb_engine *e, char **recs, size_t n_rec)
 {
     struct zk_guard *gd = e->guard;
-    struct zk_state ss;
-    cerb__zk_state(e, &ss);
-    if (!ss.connected)
-        return;
-    char *base = gd->base;
-    struct sweep w = {.e = e, .paths = &base, .n = 1};
-    struct zk_call *c = sweep_call(e, 1, submit_list, &w);
-    if (!c)
-        return;
-    size_t n_sc = c->res[0].rc == ZOK ? (size_t)c->res[0].n_names : 0;
-    size_t take_sc = n_sc < ZK_GUARD_SWEEP_SCOPES ? n_sc : ZK_GUARD_SWEEP_SCOPES;
-    char **scopes = take_sc ? cerb__calloc(take_sc, sizeof *scopes) : NULL;
-    size_t first = 0;
-    cerb__mutex_lock(&gd->mu);
-    first = n_sc ? gd->cursor % n_sc : 0;
-    gd->cursor += take_sc;
-    cerb__mutex_unlock(&gd->mu);
-    bool oom = take_sc && !scopes;
-    for (size_t i = 0; i < take_sc && !oom; i++) {
-        scopes[i] = path_join3(base, c->res[0].names[(first + i) % n_sc], NULL);
-        oom = !scopes[i];
-    }
-    cerb__zk_call_put(c);
-    if (oom || take_sc == 0 || atomic_load(&gd->stop)) {
-        free_strs(scopes, take_sc);
-        return;
-    }
-
-    /* The scopes' records, up to the budget, from a random place in each
-     * list so that a large scope is covered over passes. */
-    w = (struct sweep){.e = e, .paths = scopes, .n = take_sc};
-    c = sweep_call(e, take_sc, submit_list, &w);
-    if (!c) {
-        free_strs(scopes, take_sc);
-        return;
-    }
-    char **recs = cerb__calloc(ZK_GUARD_SWEEP_RECS, sizeof *recs);
-    bool *empty = cerb__calloc(take_sc, sizeof *empty);
-    size_t n_rec = 0, n_empty = 0;
-    for (size_t i = 0; i < take_sc && recs && empty; i++) {
-        const struct zk_res *r = &c->res[i];
-        if (r->rc != ZOK)
-            continue;
-        if (r->n_names == 0) {
-            empty[i] = true;
-            n_empty++;
-            continue;
-        }
-        size_t off = (size_t)next_rnd(gd) % (size_t)r->n_names;
-        for (int j = 0; j < r->n_names && n_rec < ZK_GUARD_SWEEP_RECS; j++) {
-            char *path = path_join3(scopes[i], r->names[(off + (size_t)j) % (size_t)r->n_names],
-                                    NULL);
-            if (!path)
-                break;
-            recs[n_rec++] = path;
-        }
-    }
-    cerb__zk_call_put(c);
-
     size_t n_gone = 0;
     if (n_rec && !atomic_load(&gd->stop)) {
-        w = (struct sweep){.e = e, .paths = recs, .n = n_rec};
-        c = sweep_call(e, n_rec, submit_get, &w);
+        struct sweep w = {.e = e, .paths = recs, .n = n_rec};
+        struct zk_call *c = sweep_call(e, n_rec, submit_get, &w);
         int64_t now = 0;
         if (c && server_now(e, &now, &gd->stop) == CERB_OK) {
             bool *del = cerb__calloc(n_rec, sizeof *del);
@@ -868,6 +813,90 @@ static void sweep_once(cerb_engine *e)
         }
         cerb__zk_call_put(c);
     }
+    return n_gone;
+}
+
+/* One pass: see the file comment. */
+static void sweep_once(cerb_engine *e)
+{
+    struct zk_guard *gd = e->guard;
+    struct zk_state ss;
+    cerb__zk_state(e, &ss);
+    if (!ss.connected)
+        return;
+    char *base = gd->base;
+    struct sweep w = {.e = e, .paths = &base, .n = 1};
+    struct zk_call *c = sweep_call(e, 1, submit_list, &w);
+    if (!c)
+        return;
+    size_t n_sc = c->res[0].rc == ZOK ? (size_t)c->res[0].n_names : 0;
+    size_t take_sc = n_sc < ZK_GUARD_SWEEP_SCOPES ? n_sc : ZK_GUARD_SWEEP_SCOPES;
+    char **scopes = take_sc ? cerb__calloc(take_sc, sizeof *scopes) : NULL;
+    size_t first = 0;
+    cerb__mutex_lock(&gd->mu);
+    first = n_sc ? gd->cursor % n_sc : 0;
+    gd->cursor += take_sc;
+    cerb__mutex_unlock(&gd->mu);
+    bool oom = take_sc && !scopes;
+    for (size_t i = 0; i < take_sc && !oom; i++) {
+        scopes[i] = path_join3(base, c->res[0].names[(first + i) % n_sc], NULL);
+        oom = !scopes[i];
+    }
+    cerb__zk_call_put(c);
+    if (oom || take_sc == 0 || atomic_load(&gd->stop)) {
+        free_strs(scopes, take_sc);
+        return;
+    }
+
+    /* The scopes' records in batches of ZK_GUARD_SWEEP_RECS, each list
+     * from a random place (sweepers of other clients start elsewhere): one
+     * batch per scope, and more while a quarter or more of the last one had
+     * expired. So expired records stay below about a third of the live ones
+     * whatever the rate of begins (a fixed budget per pass fell behind any
+     * steady rate above it, and they piled up on the server), and a scope
+     * of long-kept records is not read whole every pass. */
+    w = (struct sweep){.e = e, .paths = scopes, .n = take_sc};
+    c = sweep_call(e, take_sc, submit_list, &w);
+    if (!c) {
+        free_strs(scopes, take_sc);
+        return;
+    }
+    char **recs = cerb__calloc(ZK_GUARD_SWEEP_RECS, sizeof *recs);
+    bool *empty = cerb__calloc(take_sc, sizeof *empty);
+    size_t n_empty = 0, n_gone = 0;
+    bool stop = !recs || !empty;
+    for (size_t i = 0; i < take_sc && !stop; i++) {
+        const struct zk_res *r = &c->res[i];
+        if (r->rc != ZOK)
+            continue;
+        if (r->n_names == 0) {
+            empty[i] = true;
+            n_empty++;
+            continue;
+        }
+        size_t n = (size_t)r->n_names, off = (size_t)next_rnd(gd) % n;
+        for (size_t j = 0; j < n && !stop;) {
+            size_t n_rec = 0;
+            for (; j < n && n_rec < ZK_GUARD_SWEEP_RECS; j++) {
+                char *path = path_join3(scopes[i], r->names[(off + j) % n], NULL);
+                if (!path) {
+                    stop = true; /* out of memory: the next pass */
+                    break;
+                }
+                recs[n_rec++] = path;
+            }
+            size_t gone = sweep_records(e, recs, n_rec);
+            n_gone += gone;
+            for (size_t k = 0; k < n_rec; k++) {
+                cerb__free(recs[k]);
+                recs[k] = NULL;
+            }
+            stop = stop || atomic_load(&gd->stop);
+            if (gone < (n_rec + 3) / 4)
+                break;
+        }
+    }
+    cerb__zk_call_put(c);
     if (n_empty && empty && !atomic_load(&gd->stop)) {
         /* Scopes found empty: the server removes empty containers too, but
          * only every few seconds or minutes (znode.container.checkIntervalMs).
@@ -881,7 +910,7 @@ static void sweep_once(cerb_engine *e)
         CERB_LOG_D("zk %s: guard sweep deleted %zu expired record(s)", e->hosts, n_gone);
     }
     cerb__free(empty);
-    free_strs(recs, n_rec);
+    cerb__free(recs);
     free_strs(scopes, take_sc);
 }
 

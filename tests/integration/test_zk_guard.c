@@ -21,6 +21,7 @@
  */
 #define _GNU_SOURCE
 #include <openssl/evp.h>
+#include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stdbool.h>
@@ -352,6 +353,80 @@ static bool scope_has(void *ud)
     int rc = zoo_exists(zh, w->scope_path, 0, NULL);
     cerb_test_zk_close(zh);
     return w->want == 0 ? rc == ZNONODE : n == w->want;
+}
+
+/* Completions of the planted records' transactions. */
+struct plant_wait {
+    pthread_mutex_t mu;
+    pthread_cond_t cond;
+    int left, failed;
+};
+
+static void planted(int rc, const void *data)
+{
+    struct plant_wait *pw = (struct plant_wait *)data;
+    pthread_mutex_lock(&pw->mu);
+    pw->failed += rc != ZOK;
+    if (--pw->left == 0)
+        pthread_cond_signal(&pw->cond);
+    pthread_mutex_unlock(&pw->mu);
+}
+
+#define KEEP_UP_RECORDS 3000
+
+/*
+ * The sweeper keeps up with any rate of begins: many records that expired
+ * at once (here 3000, as a service doing 1000 begins a second leaves every
+ * few seconds) are all gone within a pass or two. It failed with a budget
+ * of 256 records per pass every 5 s: about 50 a second per sweeper, fewer
+ * than such a service makes, so expired records piled up without bound
+ * (seen: a 256 MiB ZooKeeper ran out of heap under the guard bench).
+ */
+static void test_zk_guard_sweep_keeps_up(void **state)
+{
+    (void)state;
+    char *scope = gc_key("keepup");
+    char sp[512];
+    snprintf(sp, sizeof sp, "%s/%s", gbase, scope);
+    zhandle_t *zh = raw();
+    char first[600];
+    snprintf(first, sizeof first, "%s/r00000", sp);
+    plant_node(zh, first, 'D', "0123456789abcdef0123456789abcdef", 300, "r", true);
+    /* The rest sent back to back: record and token node in one multi. */
+    static char paths[KEEP_UP_RECORDS][2][600];
+    static zoo_op_t ops[KEEP_UP_RECORDS][2];
+    static zoo_op_result_t res[KEEP_UP_RECORDS][2];
+    static const char data[] = "D0123456789abcdef0123456789abcdef 300\nr";
+    struct plant_wait pw = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER,
+                            KEEP_UP_RECORDS - 1, 0};
+    for (int i = 1; i < KEEP_UP_RECORDS; i++) {
+        snprintf(paths[i][0], sizeof paths[i][0], "%s/r%05d", sp, i);
+        snprintf(paths[i][1], sizeof paths[i][1], "%s/r%05d/0123456789abcdef0123456789abcdef",
+                 sp, i);
+        zoo_create_op_init(&ops[i][0], paths[i][0], data, (int)sizeof data - 1,
+                           &ZOO_OPEN_ACL_UNSAFE, ZOO_PERSISTENT, NULL, 0);
+        zoo_create_op_init(&ops[i][1], paths[i][1], NULL, -1, &ZOO_OPEN_ACL_UNSAFE,
+                           ZOO_PERSISTENT, NULL, 0);
+        assert_int_equal(zoo_amulti(zh, 2, ops[i], res[i], planted, &pw), ZOK);
+    }
+    struct timespec until;
+    clock_gettime(CLOCK_REALTIME, &until);
+    until.tv_sec += 30;
+    pthread_mutex_lock(&pw.mu);
+    while (pw.left > 0 && pthread_cond_timedwait(&pw.cond, &pw.mu, &until) == 0)
+        ;
+    int left = pw.left, failed = pw.failed;
+    pthread_mutex_unlock(&pw.mu);
+    assert_int_equal(left, 0);
+    assert_int_equal(failed, 0);
+    assert_int_equal(records_in(zh, sp), KEEP_UP_RECORDS);
+    cerb_test_zk_close(zh);
+    /* The janitor's sweeper passes every 4 to 6 s: two passes at the
+     * most, and slack for a loaded machine. The old budget deleted at most
+     * 256 a pass: 768 in 15 s. */
+    struct sweep_wait w = {sp, 0};
+    assert_wait_until(scope_has, &w, 15000);
+    free(scope);
 }
 
 /*
@@ -714,6 +789,7 @@ int main(void)
         cmocka_unit_test(test_zk_guard_expiry_by_server_time),
         cmocka_unit_test(test_zk_guard_record_made_again),
         cmocka_unit_test(test_zk_guard_sweep),
+        cmocka_unit_test(test_zk_guard_sweep_keeps_up),
         cmocka_unit_test(test_zk_guard_takeover_race),
         cmocka_unit_test(test_zk_guard_session_expiry_mid_attempt),
         cmocka_unit_test(test_zk_guard_max_result),
