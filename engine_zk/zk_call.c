@@ -5,9 +5,9 @@
  * submits (each takes a reference and counts one pending completion before
  * the request can possibly complete; a request the client refuses is
  * finished in place) → cerb__zk_call_wait() → cerb__zk_call_put(). Every
- * completion finishes its slot under the call's mutex, signals when it was
- * the last one, updates the session's last answered send time, and drops its
- * reference outside the mutex; whoever drops the last reference frees the
+ * completion finishes its slot under the call's mutex, signals (after the
+ * unlock) when it was the last one, updates the session's last answered
+ * send time, and drops its reference outside the mutex; whoever drops the last reference frees the
  * call and everything its slots own.
  */
 #include "internal_posix.h"
@@ -97,9 +97,12 @@ static void finish(struct zk_res *r, int rc)
         atomic_max64(&c->sess->last_ok_ns, c->sent_ns);
     cerb__mutex_lock(&c->mu);
     r->rc = rc;
-    if (--c->pending == 0)
-        cerb__cond_broadcast(&c->cond);
+    bool last = --c->pending == 0;
     cerb__mutex_unlock(&c->mu);
+    /* Signalled after the unlock, so the waiter does not wake only to block
+     * on the mutex this thread still holds; our reference keeps c alive. */
+    if (last)
+        cerb__cond_broadcast(&c->cond);
     cerb__zk_call_put(c);
 }
 
