@@ -75,8 +75,19 @@ struct cerb_guard_set {
     cerb_cond idle;   /* a busy flag was cleared */
     pthread_t thread;
     bool started, stop;
+    /* The renewer is asleep until this (CERB_DEADLINE_NEVER: nothing due),
+     * or awake (0): it looks at the list again before it sleeps, so only an
+     * earlier deadline needs to wake it (not one wake-up per begin). */
+    int64_t asleep_until;
     struct cerb_guard *head;
 };
+
+/* Wake the renewer if `due_ns` comes before its sleep ends; s->mu held. */
+static void wake_for(struct cerb_guard_set *s, int64_t due_ns)
+{
+    if (s->asleep_until != 0 && due_ns < s->asleep_until)
+        cerb__cond_signal(&s->wake);
+}
 
 static cerb_mutex sets_mu = {PTHREAD_MUTEX_INITIALIZER};
 
@@ -261,7 +272,9 @@ static void *renewer_main(void *arg)
             break;
         if (o <= cerb_monotime())
             continue; /* one ran: look at the renewals again */
-        cerb__cond_wait_until(&s->wake, &s->mu, o < next ? o : next);
+        s->asleep_until = o < next ? o : next;
+        cerb__cond_wait_until(&s->wake, &s->mu, s->asleep_until);
+        s->asleep_until = 0;
     }
     cerb__mutex_unlock(&s->mu);
     return NULL;
@@ -328,7 +341,7 @@ static void orphan_add(cerb_client *c, const cerb_guard_rec *rec, int idx, int64
     }
     o->next = s->orphans;
     s->orphans = o;
-    cerb__cond_signal(&s->wake);
+    wake_for(s, o->next_ns);
     cerb__mutex_unlock(&s->mu);
 }
 
@@ -357,7 +370,7 @@ cerb_status cerb__guard_track(struct cerb_guard *g, const cerb_grant *grant, boo
     g->tracked = true;
     if (renew) {
         schedule(g, grant);
-        cerb__cond_signal(&s->wake);
+        wake_for(s, g->next_renew_ns);
     }
     cerb__mutex_unlock(&s->mu);
     return CERB_OK;
@@ -384,7 +397,7 @@ void cerb__guard_resume_renew(struct cerb_guard *g)
     if (g->tracked && !s->stop) {
         g->renewing = true;
         g->next_renew_ns = cerb_monotime();
-        cerb__cond_signal(&s->wake);
+        wake_for(s, g->next_renew_ns);
     }
     cerb__mutex_unlock(&s->mu);
 }

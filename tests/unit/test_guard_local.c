@@ -101,6 +101,46 @@ static int setup_mem(void **state)
 
 /* ---- configuration ---- */
 
+/*
+ * A claim shorter than every one open wakes the sleeping renewer: it
+ * sleeps until the earliest renewal it knows of, and is woken only for an
+ * earlier one (not at every begin). Checked: the short claim is still
+ * held (BUSY to a second caller) well past its running_ms.
+ */
+static void test_guard_short_claim_wakes_renewer(void **state)
+{
+    (void)state;
+    cerb_client *c = NULL;
+    char *cfg = guard_cfg(NULL);
+    assert_int_equal(cerb_client_open_string(&c, cfg), CERB_OK);
+    free(cfg);
+    char *klong = test_name("long"), *kshort = test_name("short");
+    cerb_guard_opts o = CERB_GUARD_OPTS_INIT;
+    o.running_ms = 60000;
+    cerb_guard *gl = NULL, *gs = NULL, *other = NULL;
+    assert_int_equal(cerb_guard_begin(c, "wake", klong, strlen(klong), &o, &gl), CERB_OK);
+    /* Not observable: time for the renewer to go to sleep until the long
+     * claim's renewal (20 s away), so the short one must wake it. */
+    struct timespec ts = {0, 50 * 1000 * 1000};
+    nanosleep(&ts, NULL);
+    o.running_ms = 200;
+    assert_int_equal(cerb_guard_begin(c, "wake", kshort, strlen(kshort), &o, &gs), CERB_OK);
+    int64_t until = cerb_test_now_ms() + 1000;
+    while (cerb_test_now_ms() < until) {
+        assert_int_equal(cerb_guard_begin(c, "wake", kshort, strlen(kshort), &o, &other),
+                         CERB_BUSY);
+        cerb_guard_free(other);
+        other = NULL;
+    }
+    assert_int_equal(cerb_guard_finish(gs, 1, "s", 1), CERB_OK);
+    assert_int_equal(cerb_guard_finish(gl, 1, "l", 1), CERB_OK);
+    cerb_guard_free(gs);
+    cerb_guard_free(gl);
+    cerb_client_close(c);
+    free(klong);
+    free(kshort);
+}
+
 static void test_guard_config(void **state)
 {
     (void)state;
@@ -202,6 +242,7 @@ int main(void)
         cmocka_unit_test(test_guard_bad_input),
         cmocka_unit_test(test_guard_close_ends_open_attempts),
         cmocka_unit_test(test_guard_config),
+        cmocka_unit_test(test_guard_short_claim_wakes_renewer),
         cmocka_unit_test(test_guard_reload),
         cmocka_unit_test(test_guard_engine_without_guard),
         cmocka_unit_test(test_guard_no_records_left),
