@@ -73,8 +73,9 @@
  * ZK_GUARD_SWEEP_SCOPES of them (rotating), and reads their records in
  * batches of ZK_GUARD_SWEEP_RECS: each batch read, the server's time read,
  * and the expired ones deleted by version (with their token nodes); one
- * batch per scope, more while a quarter of the last had expired; then
- * scopes found empty. So expired records do not pile up, whatever the rate
+ * batch per scope, more while a quarter of the last had expired, up to a
+ * budget that grows with the records this client made; then scopes found
+ * empty. So expired records do not pile up, whatever the rate
  * of begins: a pass costs two round trips plus three or four per batch,
  * rests three times as long as each batch took (sweep_pace), is skipped
  * while disconnected, and close stops it between and during its waits.
@@ -91,6 +92,7 @@
 #include <inttypes.h>
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -112,6 +114,10 @@
 #define ZK_GUARD_SWEEP_MS 5000
 #define ZK_GUARD_SWEEP_SCOPES 64
 #define ZK_GUARD_SWEEP_RECS 64
+/* Records a pass reads at least; more when this client made records since
+ * the last pass (twice as many). */
+#define ZK_GUARD_SWEEP_FLOOR 256
+#define ZK_GUARD_SWEEP_CREDIT_MAX ((size_t)1 << 22)
 /* "R" + token + " " + life (at most 20 characters) + "\n" */
 #define HDR_MAX (1 + 32 + 1 + 20 + 1)
 
@@ -132,6 +138,8 @@ struct zk_guard {
     size_t cursor;
     uint64_t rnd;
     atomic_uint_fast64_t swept; /* records deleted by the sweeper */
+    atomic_uint_fast64_t made;  /* records this client made since the last pass */
+    size_t credit;              /* reads owed for them (the sweeper's own) */
 };
 
 /* ---- paths and data ---- */
@@ -522,6 +530,7 @@ cerb_status cerb__zk_guard_begin(cerb_engine *e, const cerb_guard_rec *rec, cerb
         g->sent_ns = c->sent_ns;
         if (rc == ZOK) {
             g->ttl_ms = rec->running_ms; /* claimed */
+            atomic_fetch_add_explicit(&gd->made, 1, memory_order_relaxed);
             cerb__zk_call_put(c);
             st = CERB_OK;
             break;
@@ -870,9 +879,12 @@ static void sweep_once(cerb_engine *e)
     /* The scopes' records in batches of ZK_GUARD_SWEEP_RECS, each list
      * from a random place (sweepers of other clients start elsewhere): one
      * batch per scope, and more while a quarter or more of the last one had
-     * expired. So expired records stay below about a third of the live ones
-     * whatever the rate of begins (a fixed budget per pass fell behind any
-     * steady rate above it, and they piled up on the server), and a scope
+     * expired, up to a budget of ZK_GUARD_SWEEP_FLOOR reads plus twice the
+     * records this client made and not yet paid for. So each client sweeps
+     * at least as fast as it makes records, and expired ones stay below
+     * about as many as the live ones whatever the rate of begins (a fixed
+     * budget fell behind any steady rate above it, and they piled up on
+     * the server); the floor clears what clients that left behind. A scope
      * of long-kept records is not read whole every pass. */
     w = (struct sweep){.e = e, .paths = scopes, .n = take_sc};
     c = sweep_call(e, take_sc, submit_list, &w);
@@ -880,11 +892,20 @@ static void sweep_once(cerb_engine *e)
         free_strs(scopes, take_sc);
         return;
     }
+    /* Reads owed for records made carry over until they expire: a pass
+     * that runs while they are still live finds too few expired to go on. */
+    uint64_t made = atomic_exchange(&gd->made, 0);
+    gd->credit += made > ZK_GUARD_SWEEP_CREDIT_MAX ? ZK_GUARD_SWEEP_CREDIT_MAX : (size_t)made * 2;
+    if (gd->credit > ZK_GUARD_SWEEP_CREDIT_MAX)
+        gd->credit = ZK_GUARD_SWEEP_CREDIT_MAX;
+    size_t budget = ZK_GUARD_SWEEP_FLOOR + gd->credit;
+    size_t s0 = (size_t)next_rnd(gd) % take_sc; /* the budget may not reach them all */
     char **recs = cerb__calloc(ZK_GUARD_SWEEP_RECS, sizeof *recs);
     bool *empty = cerb__calloc(take_sc, sizeof *empty);
     size_t n_empty = 0, n_gone = 0;
     bool stop = !recs || !empty;
-    for (size_t i = 0; i < take_sc && !stop; i++) {
+    for (size_t t = 0; t < take_sc && !stop; t++) {
+        size_t i = (s0 + t) % take_sc;
         const struct zk_res *r = &c->res[i];
         if (r->rc != ZOK)
             continue;
@@ -894,9 +915,9 @@ static void sweep_once(cerb_engine *e)
             continue;
         }
         size_t n = (size_t)r->n_names, off = (size_t)next_rnd(gd) % n;
-        for (size_t j = 0; j < n && !stop;) {
+        for (size_t j = 0; j < n && !stop && budget > 0;) {
             size_t n_rec = 0;
-            for (; j < n && n_rec < ZK_GUARD_SWEEP_RECS; j++) {
+            for (; j < n && n_rec < ZK_GUARD_SWEEP_RECS && n_rec < budget; j++) {
                 char *path = path_join3(scopes[i], r->names[(off + j) % n], NULL);
                 if (!path) {
                     stop = true; /* out of memory: the next pass */
@@ -905,6 +926,9 @@ static void sweep_once(cerb_engine *e)
                 recs[n_rec++] = path;
             }
             int64_t t0 = cerb_monotime();
+            budget -= n_rec;
+            if (budget < gd->credit)
+                gd->credit = budget; /* the floor goes first */
             size_t gone = sweep_records(e, recs, n_rec);
             n_gone += gone;
             sweep_pace(gd, cerb_monotime() - t0);
