@@ -82,10 +82,14 @@ struct cerb_guard_set {
     struct cerb_guard *head;
 };
 
-/* Wake the renewer if `due_ns` comes before its sleep ends; s->mu held. */
+/* Wake the renewer if `due_ns` comes before its sleep ends, or if its sleep
+ * should have ended already: the deadline is on the boot-time clock and the
+ * wait on the monotonic one, which stops during a suspend, so after one the
+ * renewer sleeps on past a deadline that lies in the past; s->mu held. */
 static void wake_for(struct cerb_guard_set *s, int64_t due_ns)
 {
-    if (s->asleep_until != 0 && due_ns < s->asleep_until)
+    if (s->asleep_until != 0 &&
+        (due_ns < s->asleep_until || s->asleep_until <= cerb_monotime()))
         cerb__cond_signal(&s->wake);
 }
 

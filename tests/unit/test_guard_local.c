@@ -20,6 +20,7 @@
 #include <cmocka.h>
 
 #include "cerberus.h"
+#include "clock.h"
 #include "engine_local.h"
 #include "fault_engine.h"
 #include "test_util.h"
@@ -141,6 +142,46 @@ static void test_guard_short_claim_wakes_renewer(void **state)
     free(kshort);
 }
 
+/*
+ * The same after a suspend: the renewer's sleep ends on the boot-time clock
+ * but waits on the monotonic one, which stopped, so it sleeps on past its
+ * deadline; a claim begun then must wake it (it did not when only an
+ * earlier deadline woke the renewer: the claim lapsed and a second caller
+ * got CERB_OK while the first still ran).
+ */
+static void test_guard_claim_after_suspend_wakes_renewer(void **state)
+{
+    (void)state;
+    cerb_client *c = NULL;
+    char *cfg = guard_cfg(NULL);
+    assert_int_equal(cerb_client_open_string(&c, cfg), CERB_OK);
+    free(cfg);
+    char *klong = test_name("slong"), *kshort = test_name("sshort");
+    cerb_guard_opts o = CERB_GUARD_OPTS_INIT;
+    o.running_ms = 60000;
+    cerb_guard *gl = NULL, *gs = NULL, *other = NULL;
+    assert_int_equal(cerb_guard_begin(c, "wake", klong, strlen(klong), &o, &gl), CERB_OK);
+    struct timespec ts = {0, 50 * 1000 * 1000}; /* as above: let it sleep */
+    nanosleep(&ts, NULL);
+    cerb__clock_test_suspend(25000); /* past its wake-up (20 s), not the long claim's end */
+    o.running_ms = 200;
+    assert_int_equal(cerb_guard_begin(c, "wake", kshort, strlen(kshort), &o, &gs), CERB_OK);
+    int64_t until = cerb_test_now_ms() + 1000;
+    while (cerb_test_now_ms() < until) {
+        assert_int_equal(cerb_guard_begin(c, "wake", kshort, strlen(kshort), &o, &other),
+                         CERB_BUSY);
+        cerb_guard_free(other);
+        other = NULL;
+    }
+    assert_int_equal(cerb_guard_finish(gs, 1, "s", 1), CERB_OK);
+    assert_int_equal(cerb_guard_finish(gl, 1, "l", 1), CERB_OK);
+    cerb_guard_free(gs);
+    cerb_guard_free(gl);
+    cerb_client_close(c);
+    free(klong);
+    free(kshort);
+}
+
 static void test_guard_config(void **state)
 {
     (void)state;
@@ -242,10 +283,12 @@ int main(void)
         cmocka_unit_test(test_guard_bad_input),
         cmocka_unit_test(test_guard_close_ends_open_attempts),
         cmocka_unit_test(test_guard_config),
-        cmocka_unit_test(test_guard_short_claim_wakes_renewer),
         cmocka_unit_test(test_guard_reload),
         cmocka_unit_test(test_guard_engine_without_guard),
+        cmocka_unit_test(test_guard_short_claim_wakes_renewer),
         cmocka_unit_test(test_guard_no_records_left),
+        /* last: the simulated suspend moves the clock for good */
+        cmocka_unit_test(test_guard_claim_after_suspend_wakes_renewer),
     };
     int failed = cmocka_run_group_tests_name("guard_local_dir", file_cases, setup_file,
                                              teardown_file);
