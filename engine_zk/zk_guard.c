@@ -764,16 +764,25 @@ static uint64_t next_rnd(struct zk_guard *gd)
 }
 
 /* One batch of records (paths): read, then the expired ones deleted by
- * version with their token nodes. Answers how many went. */
-static size_t sweep_records(cerb_engine *e, char **recs, size_t n_rec)
+ * version with their token nodes. The server's time is read after the
+ * first batch's reads, once a pass (*now_ms 0 until then): an earlier
+ * reading is a lower bound for later batches, so it judges fewer records
+ * expired, never more; one clock write a pass, not one a batch. Answers
+ * how many went; *failed when a request was not answered. */
+static size_t sweep_records(cerb_engine *e, char **recs, size_t n_rec, int64_t *now_ms,
+                            bool *failed)
 {
     struct zk_guard *gd = e->guard;
     size_t n_gone = 0;
+    *failed = true;
     if (n_rec && !atomic_load(&gd->stop)) {
         struct sweep w = {.e = e, .paths = recs, .n = n_rec};
         struct zk_call *c = sweep_call(e, n_rec, submit_get, &w);
-        int64_t now = 0;
-        if (c && server_now(e, &now, &gd->stop) == CERB_OK) {
+        if (c && *now_ms == 0 && server_now(e, now_ms, &gd->stop) != CERB_OK)
+            *now_ms = 0;
+        int64_t now = *now_ms;
+        if (c && now != 0) {
+            *failed = false;
             bool *del = cerb__calloc(n_rec, sizeof *del);
             char **toks = cerb__calloc(n_rec, sizeof *toks);
             int *vers = cerb__calloc(n_rec, sizeof *vers);
@@ -807,6 +816,7 @@ static size_t sweep_records(cerb_engine *e, char **recs, size_t n_rec)
                     n_again += del[i];
                 }
                 bool answered = d != NULL;
+                *failed = !answered;
                 cerb__zk_call_put(d);
                 if (answered && n_again && !atomic_load(&gd->stop)) {
                     w.toks = NULL;
@@ -903,6 +913,7 @@ static void sweep_once(cerb_engine *e)
     char **recs = cerb__calloc(ZK_GUARD_SWEEP_RECS, sizeof *recs);
     bool *empty = cerb__calloc(take_sc, sizeof *empty);
     size_t n_empty = 0, n_gone = 0;
+    int64_t now = 0; /* the server's time, read once */
     bool stop = !recs || !empty;
     for (size_t t = 0; t < take_sc && !stop; t++) {
         size_t i = (s0 + t) % take_sc;
@@ -926,11 +937,16 @@ static void sweep_once(cerb_engine *e)
                 recs[n_rec++] = path;
             }
             int64_t t0 = cerb_monotime();
-            budget -= n_rec;
-            if (budget < gd->credit)
-                gd->credit = budget; /* the floor goes first */
-            size_t gone = sweep_records(e, recs, n_rec);
+            bool failed;
+            size_t gone = sweep_records(e, recs, n_rec, &now, &failed);
             n_gone += gone;
+            if (failed) {
+                stop = true; /* the next pass; credit kept for it */
+            } else {
+                budget -= n_rec;
+                if (budget < gd->credit)
+                    gd->credit = budget; /* the floor goes first */
+            }
             sweep_pace(gd, cerb_monotime() - t0);
             for (size_t k = 0; k < n_rec; k++) {
                 cerb__free(recs[k]);
@@ -1021,6 +1037,7 @@ cerb_status cerb__zk_guard_init(cerb_engine *e)
     cerb__cond_init(&gd->cond);
     atomic_init(&gd->stop, false);
     atomic_init(&gd->swept, 0);
+    atomic_init(&gd->made, 0);
     gd->rnd = (uint64_t)cerb_monotime() ^ (uint64_t)(uintptr_t)gd;
     e->guard = gd;
     return CERB_OK;

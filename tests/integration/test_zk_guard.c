@@ -357,19 +357,21 @@ static bool scope_has(void *ud)
 
 #define KEEP_UP_THREADS 4
 #define KEEP_UP_EACH 750
+#define KEEP_UP_LIVE 200
 
 struct keep_up {
     cerb_client *c;
     const char *scope;
-    int first, failed;
+    int first, n, failed;
+    int64_t keep_ms;
 };
 
 static void *keep_up_worker(void *arg)
 {
     struct keep_up *k = arg;
     cerb_guard_opts o = CERB_GUARD_OPTS_INIT;
-    o.keep_ms = 300;
-    for (int i = 0; i < KEEP_UP_EACH; i++) {
+    o.keep_ms = k->keep_ms;
+    for (int i = 0; i < k->n; i++) {
         char key[32];
         snprintf(key, sizeof key, "k%d", k->first + i);
         cerb_guard *g = NULL;
@@ -381,10 +383,27 @@ static void *keep_up_worker(void *arg)
     return NULL;
 }
 
+/* A node and everything under it (the guard's records are two deep). */
+static void delete_tree(zhandle_t *zh, const char *path)
+{
+    struct String_vector v;
+    int rc;
+    if (cerb_test_zk_children(zh, path, &v, &rc) >= 0) {
+        for (int i = 0; i < v.count; i++) {
+            char child[700];
+            snprintf(child, sizeof child, "%s/%s", path, v.data[i]);
+            delete_tree(zh, child);
+        }
+        deallocate_String_vector(&v);
+    }
+    zoo_delete(zh, path, -1);
+}
+
 /*
  * The sweeper keeps up with its client's rate of begins: 3000 records that
  * expire together (a service doing 1000 begins a second leaves as many every
- * few seconds) are all gone within a pass or two. It failed with a budget
+ * few seconds) are all gone within a pass or two, and the 200 live records
+ * among them (more than a batch) all stay. It failed with a budget
  * of 256 records per pass every 5 s, about 50 a second per sweeper, fewer
  * than such a service makes: expired records piled up without bound (seen:
  * a 256 MiB ZooKeeper ran out of heap under the guard bench).
@@ -396,22 +415,36 @@ static void test_zk_guard_sweep_keeps_up(void **state)
     char sp[512];
     snprintf(sp, sizeof sp, "%s/%s", gbase, scope);
     cerb_client *a = gc_open(NULL);
-    pthread_t th[KEEP_UP_THREADS];
-    struct keep_up ku[KEEP_UP_THREADS];
-    for (int i = 0; i < KEEP_UP_THREADS; i++) {
-        ku[i] = (struct keep_up){a, scope, i * KEEP_UP_EACH, 0};
+    pthread_t th[KEEP_UP_THREADS + 1];
+    struct keep_up ku[KEEP_UP_THREADS + 1];
+    for (int i = 0; i <= KEEP_UP_THREADS; i++) {
+        if (i < KEEP_UP_THREADS)
+            ku[i] = (struct keep_up){a, scope, i * KEEP_UP_EACH, KEEP_UP_EACH, 0, 300};
+        else /* live through the test */
+            ku[i] = (struct keep_up){a, scope, i * KEEP_UP_EACH, KEEP_UP_LIVE, 0, 60000};
         assert_int_equal(pthread_create(&th[i], NULL, keep_up_worker, &ku[i]), 0);
     }
-    for (int i = 0; i < KEEP_UP_THREADS; i++) {
+    for (int i = 0; i <= KEEP_UP_THREADS; i++) {
         assert_int_equal(pthread_join(th[i], NULL), 0);
         assert_int_equal(ku[i].failed, 0);
     }
     /* Its sweeper passes every 4 to 6 s (and the janitor's): two passes at
      * the most, and slack for a loaded machine. The old budget deleted at
      * most 256 a pass per sweeper: some 1500 in 15 s. */
-    struct sweep_wait w = {sp, 0};
+    struct sweep_wait w = {sp, KEEP_UP_LIVE};
     assert_wait_until(scope_has, &w, 15000);
+    /* Every live one is still there: a duplicate. */
+    for (int i = 0; i < KEEP_UP_LIVE; i++) {
+        char key[32];
+        snprintf(key, sizeof key, "k%d", KEEP_UP_THREADS * KEEP_UP_EACH + i);
+        cerb_guard *g = NULL;
+        assert_int_equal(cerb_guard_begin(a, scope, key, strlen(key), NULL, &g), CERB_DUPLICATE);
+        cerb_guard_free(g);
+    }
     cerb_client_close(a);
+    zhandle_t *zh = raw();
+    delete_tree(zh, sp);
+    cerb_test_zk_close(zh);
     free(scope);
 }
 
