@@ -391,8 +391,8 @@ static void delete_tree(zhandle_t *zh, const char *path)
     if (cerb_test_zk_children(zh, path, &v, &rc) >= 0) {
         for (int i = 0; i < v.count; i++) {
             char child[700];
-            snprintf(child, sizeof child, "%s/%s", path, v.data[i]);
-            delete_tree(zh, child);
+            if (snprintf(child, sizeof child, "%s/%s", path, v.data[i]) < (int)sizeof child)
+                delete_tree(zh, child);
         }
         deallocate_String_vector(&v);
     }
