@@ -647,8 +647,13 @@ static void acq_lease(struct acq *a)
             h->valid_until_ns = k->valid_until_ns;
     int64_t eff = g->ttl_ms > 0 && g->ttl_ms < h->lk.lease_ms ? g->ttl_ms : h->lk.lease_ms;
     if (g->ttl_ms > 0 && g->ttl_ms < h->lk.lease_ms) {
-        /* A short hand-off lease: extend it to the full lease at once. */
-        h->next_renew_ns = cerb_monotime();
+        /* A short hand-off lease: extended to the full lease once (even
+         * without renewal), a third of the way in like any renewal. Not at
+         * once: a release waits for a renewal in flight, so a holder done
+         * within a round trip paid for the extension in its hand-off to
+         * the next (about one round trip of redis's two), and one done
+         * before a third of the hand-off lease never needs it. */
+        h->next_renew_ns = (g->sent_ns ? g->sent_ns : cerb_monotime()) + eff * CERB_NS_PER_MS / 3;
         h->renew_once = true;
     } else if (h->next_renew_ns == 0) {
         h->next_renew_ns = g->sent_ns + eff * CERB_NS_PER_MS / 3;
