@@ -648,12 +648,20 @@ static void acq_lease(struct acq *a)
     int64_t eff = g->ttl_ms > 0 && g->ttl_ms < h->lk.lease_ms ? g->ttl_ms : h->lk.lease_ms;
     if (g->ttl_ms > 0 && g->ttl_ms < h->lk.lease_ms) {
         /* A short hand-off lease: extended to the full lease once (even
-         * without renewal), a third of the way in like any renewal. Not at
-         * once: a release waits for a renewal in flight, so a holder done
-         * within a round trip paid for the extension in its hand-off to
-         * the next (about one round trip of redis's two), and one done
-         * before a third of the hand-off lease never needs it. */
-        h->next_renew_ns = (g->sent_ns ? g->sent_ns : cerb_monotime()) + eff * CERB_NS_PER_MS / 3;
+         * without renewal), soon but not at once: a release waits for a
+         * renewal in flight, so a holder done within a round trip paid for
+         * the extension in its hand-off to the next (about one round trip
+         * of redis's two). A twentieth of the hand-off lease (100 ms of 2 s
+         * at most) spares short holds and leaves nearly all of it for
+         * retries should the extension fail (a third left too little for a
+         * retry after one operation timeout). An earlier renewal already
+         * set (a settled grant: at once) stays. */
+        int64_t delay = eff * CERB_NS_PER_MS / 20;
+        if (delay > 100 * CERB_NS_PER_MS)
+            delay = 100 * CERB_NS_PER_MS;
+        int64_t at = (g->sent_ns ? g->sent_ns : cerb_monotime()) + delay;
+        if (h->next_renew_ns == 0 || at < h->next_renew_ns)
+            h->next_renew_ns = at;
         h->renew_once = true;
     } else if (h->next_renew_ns == 0) {
         h->next_renew_ns = g->sent_ns + eff * CERB_NS_PER_MS / 3;
