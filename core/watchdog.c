@@ -217,10 +217,13 @@ static bool renews(const struct cerb_hold *h)
 }
 
 /* Renewals due by `now` get this much slack so that neighbours share a
- * batch. */
+ * batch; not a hand-off lease's extension (renew_once), which lock.c puts
+ * a little after the grant on purpose: with the slack it ran at once, and
+ * the holder's release waited for it. */
 static bool renewal_due(const struct cerb_hold *h, int64_t now)
 {
-    return renews(h) && h->next_renew_ns <= now + period_ns(h) / 20;
+    int64_t slack = h->renew_once ? 0 : period_ns(h) / 20;
+    return renews(h) && h->next_renew_ns <= now + slack;
 }
 
 /*
