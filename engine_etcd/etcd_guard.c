@@ -47,8 +47,11 @@
  *    done-records during the first bucket - margin after its grant was sent
  *    (margin = min(op_timeout, bucket / 2), for the put's travel), so every
  *    record lives at least keep_ms and at most keep_ms + bucket + 1 s; one
- *    LeaseGrant per bucket. These are never kept alive or revoked: they end
- *    by themselves, and with them their records. keep_ms = -1 puts without
+ *    LeaseGrant per bucket. These are not revoked: they end by themselves,
+ *    and with them their records. They are kept alive only when a finish
+ *    sees its put land later in the lease's life than that allows (a pause
+ *    between choosing the lease and the put being applied), so that record
+ *    too lives keep_ms from when it landed. keep_ms = -1 puts without
  *    a lease (permanent, documented).
  * etcd raises a TTL below its minimum (3/2 of the election timeout) and
  * refreshes every lease on a leader change: both only make records live
@@ -326,8 +329,10 @@ static cerb_status run_lease(cerb_engine *e, int64_t running_ms, bool fresh,
     return CERB_OK;
 }
 
-/* The done lease for a record kept keep_ms from now (0: keep forever). */
-static cerb_status done_lease(cerb_engine *e, int64_t keep_ms, bool fresh, int64_t *id)
+/* The done lease for a record kept keep_ms from now (0: keep forever), with
+ * the send time of its grant and its TTL. */
+static cerb_status done_lease(cerb_engine *e, int64_t keep_ms, bool fresh, int64_t *id,
+                              int64_t *alive_ns, int64_t *ttl_s)
 {
     struct etcd_guard *g = e->guard;
     *id = 0;
@@ -345,6 +350,8 @@ static cerb_status done_lease(cerb_engine *e, int64_t keep_ms, bool fresh, int64
         forget(e, cur.id);
     else if (cur.id && cerb_monotime() <= cur.alive_ns + (b - margin) * CERB_NS_PER_MS) {
         *id = cur.id;
+        *alive_ns = cur.alive_ns;
+        *ttl_s = cur.ttl_s;
         return CERB_OK;
     }
     struct guard_lease l = {.cls = keep_ms, .ttl_s = ceil_s(keep_ms + b)};
@@ -353,6 +360,8 @@ static cerb_status done_lease(cerb_engine *e, int64_t keep_ms, bool fresh, int64
         return st;
     publish(e, g->done, &l);
     *id = l.id;
+    *alive_ns = l.alive_ns;
+    *ttl_s = l.ttl_s;
     return CERB_OK;
 }
 
@@ -731,9 +740,10 @@ cerb_status cerb__etcd_guard_finish(cerb_engine *e, const cerb_guard_rec *rec, i
     if (len)
         memcpy(done + VAL_HDR, result, len);
     bool fresh = false, landed = false;
+    int64_t lease = 0, l_alive = 0, l_ttl_s = 0;
     for (int round = 0; round < 2; round++) {
-        int64_t lease = 0;
-        st = done_lease(e, keep_ms, fresh, &lease);
+        lease = 0;
+        st = done_lease(e, keep_ms, fresh, &lease, &l_alive, &l_ttl_s);
         if (st != CERB_OK)
             break;
         st = run_txn(e, "guard finish",
@@ -769,6 +779,21 @@ cerb_status cerb__etcd_guard_finish(cerb_engine *e, const cerb_guard_rec *rec, i
         break;
     }
     cerb__free(done);
+    if (st == CERB_OK && lease && keep_ms > 0 &&
+        cerb_monotime() > l_alive + (l_ttl_s * 1000 - keep_ms) * CERB_NS_PER_MS) {
+        /* The put landed (before now) later in the shared lease's life than
+         * choosing it allowed for (a pause between the choice and the put
+         * being applied): alone, the lease would end the record less than
+         * keep_ms after it landed, and a retry then would run again. Kept
+         * alive, the lease lasts its TTL (more than keep_ms) from now. */
+        int64_t left = 0, sent = 0;
+        cerb_status ks = lease_keepalive(e, lease, &left, &sent);
+        if (ks != CERB_OK || left * 1000 < keep_ms)
+            CERB_LOG_E("etcd %s: guard %s: the success landed late in its lease, which could "
+                       "not be kept alive (%s): the record may end before keep_ms, and a "
+                       "retry after that run the operation again", ep(e), rec->id,
+                       ks != CERB_OK ? cerb_last_error() : "the lease had ended");
+    }
     if (st != CERB_OK && st != CERB_NOT_OWNER) {
         if (landed)
             *oc = CERB_OUTCOME_UNKNOWN;

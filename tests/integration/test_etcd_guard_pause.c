@@ -20,6 +20,7 @@
 #include <errno.h>
 #include <jansson.h>
 #include <openssl/evp.h>
+#include <pthread.h>
 #include <setjmp.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -33,6 +34,7 @@
 
 #include <cmocka.h>
 
+#include "alloc.h"
 #include "cerberus.h"
 #include "config.h"
 #include "engine.h"
@@ -351,12 +353,98 @@ static void test_etcd_guard_lost_finish_unknown(void **state)
     cerb__config_free(cfg);
 }
 
+/* ---- a finish that lands late in its done lease's life ---- */
+
+struct late_finish {
+    const struct cerb_engine_ops *ops;
+    cerb_engine *e;
+    cerb_guard_rec *r;
+    cerb_status st;
+};
+
+static void *late_finish_main(void *arg)
+{
+    struct late_finish *f = arg;
+    cerb_outcome oc;
+    f->st = cerb__engine_guard_finish(f->ops, f->e, f->r, 1, "res", 3, 2000, &oc);
+    return NULL;
+}
+
+static bool never(void *ud)
+{
+    (void)ud;
+    return false;
+}
+
+/*
+ * A done-record is kept keep_ms from when it lands, even when its put is
+ * applied late in the life of the shared done lease it names (the server
+ * paused with the put in its socket, or the client paused after choosing
+ * the lease). keep 2 s: a bucket of 1 s, leases of 3 s. The first finish
+ * grants the lease; the second reuses it and is applied 2.2 s later, so the
+ * lease alone would end its record about 0.8 s after it landed, and a
+ * retry 1.5 s later ran the operation again (CERB_OK instead of
+ * CERB_DUPLICATE) before the finish kept the lease alive when it saw it
+ * land that late.
+ */
+static void test_etcd_guard_finish_late_in_its_lease(void **state)
+{
+    (void)state;
+    cerb__engines_builtin();
+    const struct cerb_engine_ops *ops = cerb__engine_find("etcd");
+    char ee[128];
+    snprintf(ee, sizeof ee, "prefix = \"%s\"; op_timeout_ms = 6000;", prefix);
+    char *text = etcd_test_config(ee, NULL);
+    struct cerb_config *cfg = NULL;
+    assert_int_equal(cerb__config_from_string(text, &cfg), CERB_OK);
+    free(text);
+    cerb_engine_env env = {.cfg = cfg};
+    cerb_engine *e = NULL;
+    assert_int_equal(cerb__engine_open(ops, &env, &e), CERB_OK);
+    cerb_guard_rec a, b;
+    cerb_grant gr;
+    void *res = NULL;
+    size_t rl = 0;
+    cerb_outcome oc;
+    rec_make(&a, "late-a", 1);
+    rec_make(&b, "late-b", 2);
+    a.running_ms = b.running_ms = 10000;
+    assert_int_equal(cerb__engine_guard_begin(ops, e, &a, &gr, &res, &rl), CERB_OK);
+    assert_int_equal(cerb__engine_guard_begin(ops, e, &b, &gr, &res, &rl), CERB_OK);
+    /* a's finish grants the done lease (3 s); b's, within the next half
+     * second, names it too, and waits in the paused server's socket. */
+    assert_int_equal(cerb__engine_guard_finish(ops, e, &a, 1, "res", 3, 2000, &oc), CERB_OK);
+    int64_t t0 = cerb_test_now_ms();
+    assert_int_equal(etcd_test_pause(etcd_test_port()), 0);
+    struct late_finish f = {ops, e, &b, CERB_EIO};
+    pthread_t th;
+    assert_int_equal(pthread_create(&th, NULL, late_finish_main, &f), 0);
+    wait_until(never, NULL, 2200);
+    assert_int_equal(etcd_test_resume(etcd_test_port()), 0);
+    assert_int_equal(pthread_join(th, NULL), 0);
+    assert_int_equal(f.st, CERB_OK);
+    int64_t landed = cerb_test_now_ms();
+    /* Past the lease's own end (t0 + 3 s, and etcd's half-second expiry
+     * tick), before b's record is 2 s old. */
+    int64_t at = t0 + 3700 > landed ? t0 + 3700 : landed;
+    if (at > cerb_test_now_ms())
+        wait_until(never, NULL, at - cerb_test_now_ms());
+    assert_true(cerb_test_now_ms() < landed + 2000);
+    cerb_guard_rec again = b;
+    snprintf(again.token, sizeof again.token, "%032x", 3);
+    assert_int_equal(cerb__engine_guard_begin(ops, e, &again, &gr, &res, &rl), CERB_DUPLICATE);
+    cerb__free(res);
+    cerb__engine_close(ops, e);
+    cerb__config_free(cfg);
+}
+
 int main(void)
 {
     snprintf(prefix, sizeof prefix, "getcdp%ld-", (long)getpid());
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_teardown(test_etcd_guard_lost_begin_retires_lease, teardown),
         cmocka_unit_test_teardown(test_etcd_guard_lost_finish_unknown, teardown),
+        cmocka_unit_test_teardown(test_etcd_guard_finish_late_in_its_lease, teardown),
         cmocka_unit_test_teardown(test_etcd_guard_restart_keeps_attempt, teardown),
         cmocka_unit_test_teardown(test_etcd_guard_restart_without_data, teardown),
     };
