@@ -77,7 +77,7 @@
  * budget that grows with the records this client made; then scopes found
  * empty. So expired records do not pile up, whatever the rate
  * of begins: a pass costs two round trips plus three or four per batch,
- * rests as long as each batch took (sweep_pace), is skipped
+ * rests half as long as each batch took (sweep_pace), is skipped
  * while disconnected, and close stops it between and during its waits.
  *
  * Ambiguity. A transaction whose answer did not come (connection loss,
@@ -113,7 +113,7 @@
 #define ZK_GUARD_TRIES 8
 #define ZK_GUARD_SWEEP_MS 5000
 #define ZK_GUARD_SWEEP_SCOPES 64
-#define ZK_GUARD_SWEEP_RECS 64
+#define ZK_GUARD_SWEEP_RECS 128
 /* Records a pass reads at least; more when this client made records since
  * the last pass (twice as many). */
 #define ZK_GUARD_SWEEP_FLOOR 256
@@ -835,16 +835,16 @@ static size_t sweep_records(cerb_engine *e, char **recs, size_t n_rec, int64_t *
     return n_gone;
 }
 
-/* After a batch that took `took_ns`, rest as long (at most a second; close
- * ends the rest): the sweeper's requests share the session, in order, with
+/* After a batch that took `took_ns`, rest half as long (at most a second;
+ * close ends the rest): the sweeper's requests share the session, in order, with
  * every begin and finish of this client, so a sweeper that ran batch after
  * batch held them up (the guard bench's duplicates at 8 threads went from
- * 0.86 to 0.13 of the raw ceiling while a backlog was swept). Half the
- * session's time still deletes thousands of records a second, and the
- * budget (sweep_once) bounds a pass to what this client made. */
+ * 0.86 to 0.13 of the raw ceiling while a backlog was swept, before the
+ * budget of sweep_once bounded a pass to what this client made). Two
+ * thirds of the session's time deletes thousands of records a second. */
 static void sweep_pace(struct zk_guard *gd, int64_t took_ns)
 {
-    int64_t rest = took_ns;
+    int64_t rest = took_ns / 2;
     if (rest > 1000 * CERB_NS_PER_MS)
         rest = 1000 * CERB_NS_PER_MS;
     int64_t until = cerb_monotime() + rest;
