@@ -62,6 +62,24 @@ static int teardown(void **state)
     return 0;
 }
 
+/* An etcd engine of its own (below the client: the tests drive the guard's
+ * engine operations directly), with this suite's prefix. */
+static cerb_engine *open_engine(int op_timeout_ms, const struct cerb_engine_ops **ops,
+                                struct cerb_config **cfg)
+{
+    cerb__engines_builtin();
+    *ops = cerb__engine_find("etcd");
+    char ee[128];
+    snprintf(ee, sizeof ee, "prefix = \"%s\"; op_timeout_ms = %d;", prefix, op_timeout_ms);
+    char *text = etcd_test_config(ee, NULL);
+    assert_int_equal(cerb__config_from_string(text, cfg), CERB_OK);
+    free(text);
+    cerb_engine_env env = {.cfg = *cfg};
+    cerb_engine *e = NULL;
+    assert_int_equal(cerb__engine_open(*ops, &env, &e), CERB_OK);
+    return e;
+}
+
 /* ---- the server's processes ---- */
 
 static bool pid_gone(void *ud)
@@ -215,17 +233,9 @@ static bool lease_gone(void *ud)
 static void test_etcd_guard_lost_begin_retires_lease(void **state)
 {
     (void)state;
-    cerb__engines_builtin();
-    const struct cerb_engine_ops *ops = cerb__engine_find("etcd");
-    char ee[128];
-    snprintf(ee, sizeof ee, "prefix = \"%s\"; op_timeout_ms = 300;", prefix);
-    char *text = etcd_test_config(ee, NULL);
+    const struct cerb_engine_ops *ops = NULL;
     struct cerb_config *cfg = NULL;
-    assert_int_equal(cerb__config_from_string(text, &cfg), CERB_OK);
-    free(text);
-    cerb_engine_env env = {.cfg = cfg};
-    cerb_engine *e = NULL;
-    assert_int_equal(cerb__engine_open(ops, &env, &e), CERB_OK);
+    cerb_engine *e = open_engine(300, &ops, &cfg);
 
     cerb_guard_rec a, b;
     cerb_grant gr;
@@ -279,17 +289,9 @@ static void test_etcd_guard_lost_begin_retires_lease(void **state)
 static void test_etcd_guard_lost_finish_unknown(void **state)
 {
     (void)state;
-    cerb__engines_builtin();
-    const struct cerb_engine_ops *ops = cerb__engine_find("etcd");
-    char ee[128];
-    snprintf(ee, sizeof ee, "prefix = \"%s\"; op_timeout_ms = 300;", prefix);
-    char *text = etcd_test_config(ee, NULL);
+    const struct cerb_engine_ops *ops = NULL;
     struct cerb_config *cfg = NULL;
-    assert_int_equal(cerb__config_from_string(text, &cfg), CERB_OK);
-    free(text);
-    cerb_engine_env env = {.cfg = cfg};
-    cerb_engine *e = NULL;
-    assert_int_equal(cerb__engine_open(ops, &env, &e), CERB_OK);
+    cerb_engine *e = open_engine(300, &ops, &cfg);
     /* The done bucket's lease first (keep 60 s: a bucket of 7.5 s), so the
      * finish below is the txn alone: a grant that times out leaves the
      * finish unsent (outcome NO, rightly). */
@@ -370,12 +372,6 @@ static void *late_finish_main(void *arg)
     return NULL;
 }
 
-static bool never(void *ud)
-{
-    (void)ud;
-    return false;
-}
-
 /*
  * A done-record is kept keep_ms from when it lands, even when its put is
  * applied late in the life of the shared done lease it names (the server
@@ -390,17 +386,9 @@ static bool never(void *ud)
 static void test_etcd_guard_finish_late_in_its_lease(void **state)
 {
     (void)state;
-    cerb__engines_builtin();
-    const struct cerb_engine_ops *ops = cerb__engine_find("etcd");
-    char ee[128];
-    snprintf(ee, sizeof ee, "prefix = \"%s\"; op_timeout_ms = 6000;", prefix);
-    char *text = etcd_test_config(ee, NULL);
+    const struct cerb_engine_ops *ops = NULL;
     struct cerb_config *cfg = NULL;
-    assert_int_equal(cerb__config_from_string(text, &cfg), CERB_OK);
-    free(text);
-    cerb_engine_env env = {.cfg = cfg};
-    cerb_engine *e = NULL;
-    assert_int_equal(cerb__engine_open(ops, &env, &e), CERB_OK);
+    cerb_engine *e = open_engine(6000, &ops, &cfg);
     cerb_guard_rec a, b;
     cerb_grant gr;
     void *res = NULL;
@@ -419,7 +407,7 @@ static void test_etcd_guard_finish_late_in_its_lease(void **state)
     struct late_finish f = {ops, e, &b, CERB_EIO};
     pthread_t th;
     assert_int_equal(pthread_create(&th, NULL, late_finish_main, &f), 0);
-    wait_until(never, NULL, 2200);
+    cerb_test_let_time_pass(2200);
     assert_int_equal(etcd_test_resume(etcd_test_port()), 0);
     assert_int_equal(pthread_join(th, NULL), 0);
     assert_int_equal(f.st, CERB_OK);
@@ -427,8 +415,7 @@ static void test_etcd_guard_finish_late_in_its_lease(void **state)
     /* Past the lease's own end (t0 + 3 s, and etcd's half-second expiry
      * tick), before b's record is 2 s old. */
     int64_t at = t0 + 3700 > landed ? t0 + 3700 : landed;
-    if (at > cerb_test_now_ms())
-        wait_until(never, NULL, at - cerb_test_now_ms());
+    cerb_test_let_time_pass(at - cerb_test_now_ms());
     assert_true(cerb_test_now_ms() < landed + 2000);
     cerb_guard_rec again = b;
     snprintf(again.token, sizeof again.token, "%032x", 3);

@@ -210,8 +210,6 @@ struct handed {
     atomic_bool waiting;
 };
 
-static bool never(void *ud) { (void)ud; return false; }
-
 static void *handed_main(void *arg)
 {
     struct handed *h = arg;
@@ -219,7 +217,7 @@ static void *handed_main(void *arg)
     h->st = cerb_lock_trylock_for(h->l, 5000);
     if (h->st == CERB_OK) {
         /* Past the engine's 2 s hand-off lease. */
-        wait_until(never, NULL, 2500);
+        cerb_test_let_time_pass(2500);
         h->later = cerb_lock_state(h->l);
         h->pttl_later = raw_int("PTTL %s", h->name);
         h->unlock_st = cerb_lock_unlock(h->l);
@@ -243,7 +241,7 @@ static void test_handoff_without_renewal_gets_full_lease(void **state)
     pthread_t t;
     pthread_create(&t, NULL, handed_main, &h);
     assert_wait_until(is_waiting, &h, 2000);
-    wait_until(never, NULL, 100); /* let it queue on the server */
+    cerb_test_let_time_pass(100); /* let it queue on the server */
     assert_int_equal(cerb_lock_unlock(a), CERB_OK);
     pthread_join(t, NULL);
     assert_int_equal(h.st, CERB_OK);

@@ -228,12 +228,6 @@ static void plant(zhandle_t *zh, const char *rp, char state, const char *token, 
     plant_node(zh, rp, state, token, life, res, true);
 }
 
-static void pause_ms(long ms)
-{
-    struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
-    nanosleep(&ts, NULL);
-}
-
 /*
  * The age of a record is its mtime against the server's time. This client
  * sees the records only once they are already old: a client that counted a
@@ -262,7 +256,7 @@ static void test_zk_guard_expiry_by_server_time(void **state)
     plant_node(zh, rb, 'R', t2, 1000, NULL, false);
     /* Let them age past their life (the server's clock runs meanwhile). */
     while (cerb_test_now_ms() < t0 + 1000 + 200 + 300)
-        pause_ms(50);
+        cerb_test_let_time_pass(50);
     cerb_client *c = gc_open(NULL); /* first sight of them: now */
     cerb_guard *g = NULL;
     int64_t t1ms = cerb_test_now_ms();
@@ -540,7 +534,7 @@ static void test_zk_guard_takeover_race(void **state)
     for (int i = 0; i < GC_THREADS; i++)
         r.c[i] = gc_open(NULL);
     while (cerb_test_now_ms() < t0 + 300 + 200 + 300) /* let it expire */
-        pause_ms(50);
+        cerb_test_let_time_pass(50);
     pthread_t t[GC_THREADS];
     for (int i = 0; i < GC_THREADS; i++)
         pthread_create(&t[i], NULL, gc_racer, &r);
@@ -627,13 +621,13 @@ static void test_zk_guard_session_expiry_mid_attempt(void **state)
     assert_int_equal(cerb_test_pause_pid(pid), 0);
     while (cerb_test_now_ms() < t0 + 3500) { /* past the 2 s session */
         assert_int_equal(gc_begin_status(c, "sess", key, NULL), CERB_BUSY);
-        pause_ms(100);
+        cerb_test_let_time_pass(100);
     }
     assert_int_equal(cerb_test_resume_pid(pid), 0);
     /* Past the claim's first end and well beyond: still the child's. */
     while (cerb_test_now_ms() < t0 + running + 3000) {
         assert_int_equal(gc_begin_status(c, "sess", key, NULL), CERB_BUSY);
-        pause_ms(100);
+        cerb_test_let_time_pass(100);
     }
     assert_int_equal(write(go[1], "f", 1), 1);
     assert_int_equal(read(rep[0], &b, 1), 1);
@@ -731,7 +725,7 @@ static void test_zk_guard_engine_methods(void **state)
     int64_t m0 = st.mtime;
     int v0 = st.version;
     /* Sent again (its answer was lost): our claim, renewed. */
-    pause_ms(20);
+    cerb_test_let_time_pass(20);
     assert_int_equal(cerb__engine_guard_begin(ops, e, &rec, &g, &res, &rl), CERB_OK);
     free(get_data(zh, rp, &len, &st));
     assert_true(st.version > v0);

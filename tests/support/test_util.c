@@ -44,6 +44,15 @@ int64_t cerb_test_now_ms(void)
     return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
+void cerb_test_let_time_pass(int64_t ms)
+{
+    int64_t until = cerb_test_now_ms() + ms;
+    for (int64_t left = ms; left > 0; left = until - cerb_test_now_ms()) {
+        struct timespec ts = {(time_t)(left / 1000), (long)(left % 1000) * 1000000L};
+        nanosleep(&ts, NULL);
+    }
+}
+
 /* Poll pause: a fixed interval, not synchronisation (see file comment). */
 static void poll_pause(int64_t ms)
 {

@@ -51,6 +51,14 @@ bool wait_until(cerb_test_pred pred, void *ud, int64_t timeout_ms);
 /* Monotonic milliseconds (for measuring in tests). */
 int64_t cerb_test_now_ms(void);
 
+/*
+ * cerb_test_let_time_pass — let @ms of real time pass. Only where the time
+ * itself is what a test checks (a lease or claim that must run out, a fault
+ * that must last), or where a state nothing can observe must be reached;
+ * never to wait for an event (wait_until does that).
+ */
+void cerb_test_let_time_pass(int64_t ms);
+
 /* --------------------------------------------------------- environment */
 
 /* $CERB_REDIS_PORT, or 26379. */

@@ -103,14 +103,12 @@ static int setup_mem(void **state)
 /* ---- configuration ---- */
 
 /*
- * A claim shorter than every one open wakes the sleeping renewer: it
- * sleeps until the earliest renewal it knows of, and is woken only for an
- * earlier one (not at every begin). Checked: the short claim is still
- * held (BUSY to a second caller) well past its running_ms.
+ * A 200 ms claim begun while the renewer sleeps for a 60 s one (its renewal
+ * 20 s away) is still held 1 s later: BUSY to a second caller. @suspend_ms:
+ * a simulated suspend first, which moves the boot-time clock only.
  */
-static void test_guard_short_claim_wakes_renewer(void **state)
+static void short_claim_stays_held(int64_t suspend_ms)
 {
-    (void)state;
     cerb_client *c = NULL;
     char *cfg = guard_cfg(NULL);
     assert_int_equal(cerb_client_open_string(&c, cfg), CERB_OK);
@@ -121,9 +119,10 @@ static void test_guard_short_claim_wakes_renewer(void **state)
     cerb_guard *gl = NULL, *gs = NULL, *other = NULL;
     assert_int_equal(cerb_guard_begin(c, "wake", klong, strlen(klong), &o, &gl), CERB_OK);
     /* Not observable: time for the renewer to go to sleep until the long
-     * claim's renewal (20 s away), so the short one must wake it. */
-    struct timespec ts = {0, 50 * 1000 * 1000};
-    nanosleep(&ts, NULL);
+     * claim's renewal, so the short one must wake it. */
+    cerb_test_let_time_pass(50);
+    if (suspend_ms)
+        cerb__clock_test_suspend(suspend_ms);
     o.running_ms = 200;
     assert_int_equal(cerb_guard_begin(c, "wake", kshort, strlen(kshort), &o, &gs), CERB_OK);
     int64_t until = cerb_test_now_ms() + 1000;
@@ -143,6 +142,17 @@ static void test_guard_short_claim_wakes_renewer(void **state)
 }
 
 /*
+ * A claim shorter than every one open wakes the sleeping renewer: it
+ * sleeps until the earliest renewal it knows of, and is woken only for an
+ * earlier one (not at every begin).
+ */
+static void test_guard_short_claim_wakes_renewer(void **state)
+{
+    (void)state;
+    short_claim_stays_held(0);
+}
+
+/*
  * The same after a suspend: the renewer's sleep ends on the boot-time clock
  * but waits on the monotonic one, which stopped, so it sleeps on past its
  * deadline; a claim begun then must wake it (it did not when only an
@@ -152,34 +162,7 @@ static void test_guard_short_claim_wakes_renewer(void **state)
 static void test_guard_claim_after_suspend_wakes_renewer(void **state)
 {
     (void)state;
-    cerb_client *c = NULL;
-    char *cfg = guard_cfg(NULL);
-    assert_int_equal(cerb_client_open_string(&c, cfg), CERB_OK);
-    free(cfg);
-    char *klong = test_name("slong"), *kshort = test_name("sshort");
-    cerb_guard_opts o = CERB_GUARD_OPTS_INIT;
-    o.running_ms = 60000;
-    cerb_guard *gl = NULL, *gs = NULL, *other = NULL;
-    assert_int_equal(cerb_guard_begin(c, "wake", klong, strlen(klong), &o, &gl), CERB_OK);
-    struct timespec ts = {0, 50 * 1000 * 1000}; /* as above: let it sleep */
-    nanosleep(&ts, NULL);
-    cerb__clock_test_suspend(25000); /* past its wake-up (20 s), not the long claim's end */
-    o.running_ms = 200;
-    assert_int_equal(cerb_guard_begin(c, "wake", kshort, strlen(kshort), &o, &gs), CERB_OK);
-    int64_t until = cerb_test_now_ms() + 1000;
-    while (cerb_test_now_ms() < until) {
-        assert_int_equal(cerb_guard_begin(c, "wake", kshort, strlen(kshort), &o, &other),
-                         CERB_BUSY);
-        cerb_guard_free(other);
-        other = NULL;
-    }
-    assert_int_equal(cerb_guard_finish(gs, 1, "s", 1), CERB_OK);
-    assert_int_equal(cerb_guard_finish(gl, 1, "l", 1), CERB_OK);
-    cerb_guard_free(gs);
-    cerb_guard_free(gl);
-    cerb_client_close(c);
-    free(klong);
-    free(kshort);
+    short_claim_stays_held(25000); /* past its wake-up (20 s), not the long claim's end */
 }
 
 static void test_guard_config(void **state)
