@@ -69,9 +69,13 @@
  *
  * Sweeping. Records that expire and are never asked for again are removed
  * by a sweeper thread per engine instance, started by the first begin:
- * every ZK_GUARD_SWEEP_MS (± 20 %) it lists the scopes, takes up to
+ * soon after it, then every ZK_GUARD_SWEEP_MS (± 20 %), and earlier once
+ * this client made enough records to pay for (a client that lives a few
+ * seconds must still delete about as many as it makes, or records pile up
+ * when clients come and go), it lists the scopes, takes up to
  * ZK_GUARD_SWEEP_SCOPES of them (rotating), and reads their records in
- * batches of ZK_GUARD_SWEEP_RECS: each batch read, the server's time read,
+ * batches of ZK_GUARD_SWEEP_RECS (the first a probe of ZK_GUARD_SWEEP_PROBE):
+ * each batch read, the server's time read,
  * and the expired ones deleted by version (with their token nodes); one
  * batch per scope, more while a quarter of the last had expired, up to a
  * budget that grows with the records this client made; then scopes found
@@ -114,9 +118,20 @@
 #define ZK_GUARD_SWEEP_MS 5000
 #define ZK_GUARD_SWEEP_SCOPES 64
 #define ZK_GUARD_SWEEP_RECS 128
+/* A scope's first batch in a pass: a probe, since in a scope of live
+ * records it finds nothing to delete (that read costs the client's begins
+ * time; an early pass comes every ZK_GUARD_SWEEP_EARLY records made). */
+#define ZK_GUARD_SWEEP_PROBE 32
 /* Records a pass reads at least; more when this client made records since
  * the last pass (twice as many). */
 #define ZK_GUARD_SWEEP_FLOOR 256
+/* The first pass comes within this of the first begin (a client may not
+ * live to see ZK_GUARD_SWEEP_MS), and a pass comes early once this client
+ * made ZK_GUARD_SWEEP_EARLY records since the last, or an eighth of the
+ * names the last pass listed when that is more (each pass lists its
+ * scopes whole: at most 8 names listed per record made). */
+#define ZK_GUARD_SWEEP_FIRST_MS 250
+#define ZK_GUARD_SWEEP_EARLY 1024
 #define ZK_GUARD_SWEEP_CREDIT_MAX ((size_t)1 << 22)
 /* "R" + token + " " + life (at most 20 characters) + "\n" */
 #define HDR_MAX (1 + 32 + 1 + 20 + 1)
@@ -139,8 +154,21 @@ struct zk_guard {
     uint64_t rnd;
     atomic_uint_fast64_t swept; /* records deleted by the sweeper */
     atomic_uint_fast64_t made;  /* records this client made since the last pass */
+    atomic_uint_fast64_t early; /* made this many: the next pass now */
     size_t credit;              /* reads owed for them (the sweeper's own) */
 };
+
+/* A record made: counted for the sweeper's budget, which is woken (once)
+ * when the count reaches the early mark. */
+static void note_made(struct zk_guard *gd)
+{
+    uint64_t n = atomic_fetch_add_explicit(&gd->made, 1, memory_order_relaxed) + 1;
+    if (n == atomic_load_explicit(&gd->early, memory_order_relaxed)) {
+        cerb__mutex_lock(&gd->mu);
+        cerb__cond_signal(&gd->cond);
+        cerb__mutex_unlock(&gd->mu);
+    }
+}
 
 /* ---- paths and data ---- */
 
@@ -530,7 +558,7 @@ cerb_status cerb__zk_guard_begin(cerb_engine *e, const cerb_guard_rec *rec, cerb
         g->sent_ns = c->sent_ns;
         if (rc == ZOK) {
             g->ttl_ms = rec->running_ms; /* claimed */
-            atomic_fetch_add_explicit(&gd->made, 1, memory_order_relaxed);
+            note_made(gd);
             cerb__zk_call_put(c);
             st = CERB_OK;
             break;
@@ -854,19 +882,21 @@ static void sweep_pace(struct zk_guard *gd, int64_t took_ns)
     cerb__mutex_unlock(&gd->mu);
 }
 
-/* One pass: see the file comment. */
-static void sweep_once(cerb_engine *e)
+/* One pass: see the file comment. False when it did not get as far as
+ * taking this client's count of records made (disconnected, a list
+ * unanswered): the next pass waits for its time then. */
+static bool sweep_once(cerb_engine *e)
 {
     struct zk_guard *gd = e->guard;
     struct zk_state ss;
     cerb__zk_state(e, &ss);
     if (!ss.connected)
-        return;
+        return false;
     char *base = gd->base;
     struct sweep w = {.e = e, .paths = &base, .n = 1};
     struct zk_call *c = sweep_call(e, 1, submit_list, &w);
     if (!c)
-        return;
+        return false;
     size_t n_sc = c->res[0].rc == ZOK ? (size_t)c->res[0].n_names : 0;
     size_t take_sc = n_sc < ZK_GUARD_SWEEP_SCOPES ? n_sc : ZK_GUARD_SWEEP_SCOPES;
     char **scopes = take_sc ? cerb__calloc(take_sc, sizeof *scopes) : NULL;
@@ -883,12 +913,12 @@ static void sweep_once(cerb_engine *e)
     cerb__zk_call_put(c);
     if (oom || take_sc == 0 || atomic_load(&gd->stop)) {
         free_strs(scopes, take_sc);
-        return;
+        return false;
     }
 
     /* The scopes' records in batches of ZK_GUARD_SWEEP_RECS, each list
-     * from a random place (sweepers of other clients start elsewhere): one
-     * batch per scope, and more while a quarter or more of the last one had
+     * from a random place (sweepers of other clients start elsewhere): a
+     * probe of ZK_GUARD_SWEEP_PROBE per scope, and batches while a quarter or more of the last one had
      * expired, up to a budget of ZK_GUARD_SWEEP_FLOOR reads plus twice the
      * records this client made and not yet paid for. So each client sweeps
      * at least as fast as it makes records, and expired ones stay below
@@ -900,7 +930,7 @@ static void sweep_once(cerb_engine *e)
     c = sweep_call(e, take_sc, submit_list, &w);
     if (!c) {
         free_strs(scopes, take_sc);
-        return;
+        return false;
     }
     /* Reads owed for records made carry over until they expire: a pass
      * that runs while they are still live finds too few expired to go on. */
@@ -912,8 +942,12 @@ static void sweep_once(cerb_engine *e)
     size_t s0 = (size_t)next_rnd(gd) % take_sc; /* the budget may not reach them all */
     char **recs = cerb__calloc(ZK_GUARD_SWEEP_RECS, sizeof *recs);
     bool *empty = cerb__calloc(take_sc, sizeof *empty);
-    size_t n_empty = 0, n_gone = 0;
+    size_t n_empty = 0, n_gone = 0, n_listed = 0;
     int64_t now = 0; /* the server's time, read once */
+    for (size_t i = 0; i < take_sc; i++)
+        n_listed += c->res[i].rc == ZOK ? (size_t)c->res[i].n_names : 0;
+    atomic_store(&gd->early, n_listed / 8 > ZK_GUARD_SWEEP_EARLY ? n_listed / 8
+                                                                 : ZK_GUARD_SWEEP_EARLY);
     bool stop = !recs || !empty;
     for (size_t t = 0; t < take_sc && !stop; t++) {
         size_t i = (s0 + t) % take_sc;
@@ -927,8 +961,8 @@ static void sweep_once(cerb_engine *e)
         }
         size_t n = (size_t)r->n_names, off = (size_t)next_rnd(gd) % n;
         for (size_t j = 0; j < n && !stop && budget > 0;) {
-            size_t n_rec = 0;
-            for (; j < n && n_rec < ZK_GUARD_SWEEP_RECS && n_rec < budget; j++) {
+            size_t n_rec = 0, cap = j == 0 ? ZK_GUARD_SWEEP_PROBE : ZK_GUARD_SWEEP_RECS;
+            for (; j < n && n_rec < cap && n_rec < budget; j++) {
                 char *path = path_join3(scopes[i], r->names[(off + j) % n], NULL);
                 if (!path) {
                     stop = true; /* out of memory: the next pass */
@@ -973,6 +1007,14 @@ static void sweep_once(cerb_engine *e)
     cerb__free(empty);
     cerb__free(recs);
     free_strs(scopes, take_sc);
+    return true;
+}
+
+/* Made enough records since the last pass to bring the next forward. */
+static bool sweep_due(struct zk_guard *gd)
+{
+    return atomic_load_explicit(&gd->made, memory_order_relaxed) >=
+           atomic_load_explicit(&gd->early, memory_order_relaxed);
 }
 
 static void *sweeper_main(void *arg)
@@ -980,17 +1022,21 @@ static void *sweeper_main(void *arg)
     cerb_engine *e = arg;
     struct zk_guard *gd = e->guard;
     cerb__mutex_lock(&gd->mu);
+    /* The first pass soon, at a random point so that clients started
+     * together do not list together. */
+    int64_t ms = (int64_t)(next_rnd(gd) % ZK_GUARD_SWEEP_FIRST_MS);
+    bool ran = true;
     while (!atomic_load(&gd->stop)) {
-        int64_t span = ZK_GUARD_SWEEP_MS * 2 / 5; /* ± 20 % */
-        int64_t ms = ZK_GUARD_SWEEP_MS - span / 2 + (int64_t)(next_rnd(gd) % (uint64_t)span);
         int64_t next = cerb_monotime() + ms * CERB_NS_PER_MS;
-        while (!atomic_load(&gd->stop) && cerb_monotime() < next)
+        while (!atomic_load(&gd->stop) && cerb_monotime() < next && !(ran && sweep_due(gd)))
             cerb__cond_wait_until(&gd->cond, &gd->mu, next);
         if (atomic_load(&gd->stop))
             break;
         cerb__mutex_unlock(&gd->mu);
-        sweep_once(e);
+        ran = sweep_once(e);
         cerb__mutex_lock(&gd->mu);
+        int64_t span = ZK_GUARD_SWEEP_MS * 2 / 5; /* ± 20 % */
+        ms = ZK_GUARD_SWEEP_MS - span / 2 + (int64_t)(next_rnd(gd) % (uint64_t)span);
     }
     cerb__mutex_unlock(&gd->mu);
     return NULL;
@@ -1038,6 +1084,7 @@ cerb_status cerb__zk_guard_init(cerb_engine *e)
     atomic_init(&gd->stop, false);
     atomic_init(&gd->swept, 0);
     atomic_init(&gd->made, 0);
+    atomic_init(&gd->early, ZK_GUARD_SWEEP_EARLY);
     gd->rnd = (uint64_t)cerb_monotime() ^ (uint64_t)(uintptr_t)gd;
     e->guard = gd;
     return CERB_OK;
