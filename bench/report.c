@@ -44,8 +44,9 @@
  * and the ceiling keys null when n/a) and the four per-scenario figures
  * wakeups_per_acq, calls_per_acq, cpu_percent and bytes_per_lock, null
  * where they do not apply; scenario-specific keys follow (guard rows:
- * server_cmds_per_op, ceiling_server_cmds_per_op and ceiling_missing,
- * each null when n/a). Every object has
+ * server_cmds_per_op, ceiling_server_cmds_per_op, the least of any
+ * round's (server_cmds_per_op_least, ceiling_server_cmds_per_op_least) and
+ * ceiling_missing, each null when n/a). Every object has
  * "peer": null on Cerberus's rows, the peer's name on a peer's row, which
  * also has peer_status ("measured", "skipped", "failed"), peer_reason
  * (null when measured), peer_how, cerberus_over_peer and
@@ -418,6 +419,9 @@ static json_t *result_json(const struct bench_result *r)
     if (is_guard(r)) {
         put(o, "server_cmds_per_op", real_or_null(r->cmds_per_op), &ok);
         put(o, "ceiling_server_cmds_per_op", real_or_null(r->ceiling_cmds_per_op), &ok);
+        put(o, "server_cmds_per_op_least", real_or_null(r->cmds_per_op_least), &ok);
+        put(o, "ceiling_server_cmds_per_op_least", real_or_null(r->ceiling_cmds_per_op_least),
+            &ok);
         put(o, "ceiling_missing", r->ceiling_missing[0]
                 ? json_string(r->ceiling_missing) : json_null(), &ok);
     }

@@ -116,6 +116,7 @@ struct bench_result {
      * server, for the library and for the raw ceiling (<0 = n/a), and why
      * there is no raw ceiling ("" when there is one). */
     double cmds_per_op, ceiling_cmds_per_op;
+    double cmds_per_op_least, ceiling_cmds_per_op_least; /* the least round's */
     char ceiling_missing[128];
 
     /* --peers (peers.c): a row measured by another lock library on the

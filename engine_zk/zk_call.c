@@ -188,6 +188,12 @@ static void void_done(int rc, const void *data)
     finish((struct zk_res *)data, rc);
 }
 
+static void sync_done(int rc, const char *value, const void *data)
+{
+    (void)value;
+    finish((struct zk_res *)data, rc);
+}
+
 static void data_done(int rc, const char *value, int len, const struct Stat *stat,
                       const void *data)
 {
@@ -317,6 +323,13 @@ int cerb__zk_call_exists(struct zk_call *c, struct zk_session *s, const char *pa
 {
     struct zk_res *r = slot_begin(c, s, ZK_REQ_EXISTS);
     int rc = zoo_aexists(s->zh, path, 0, stat_done, r);
+    return slot_end(c, r, rc);
+}
+
+int cerb__zk_call_sync(struct zk_call *c, struct zk_session *s, const char *path)
+{
+    struct zk_res *r = slot_begin(c, s, ZK_REQ_SYNC);
+    int rc = zoo_async(s->zh, path, sync_done, r);
     return slot_end(c, r, rc);
 }
 

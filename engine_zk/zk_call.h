@@ -47,7 +47,8 @@ enum zk_req {
     ZK_REQ_LOCK_MULTI, /* zoo_amulti: check + create + setData (below) */
     ZK_REQ_GETDATA,  /* zoo_aget, no watch: the whole data (buf) and stat */
     ZK_REQ_LIST,     /* zoo_aget_children: the names, copied (names) */
-    ZK_REQ_MULTI     /* zoo_amulti of up to ZK_GMULTI_MAX given ops (gm) */
+    ZK_REQ_MULTI,    /* zoo_amulti of up to ZK_GMULTI_MAX given ops (gm) */
+    ZK_REQ_SYNC      /* zoo_async: the server catches up with the leader */
 };
 
 /* The most operations one generic transaction (the guard's) carries. */
@@ -178,6 +179,10 @@ int cerb__zk_call_list(struct zk_call *c, struct zk_session *s, const char *path
  * failing operation's code; gm->res tells which.
  */
 int cerb__zk_call_multi(struct zk_call *c, struct zk_session *s, const zoo_op_t *ops, int n);
+/* A sync: the session's server applies everything the leader committed
+ * before it, so reads sent after it on this session see writes made
+ * through other sessions (ZooKeeper orders only one session's requests). */
+int cerb__zk_call_sync(struct zk_call *c, struct zk_session *s, const char *path);
 int cerb__zk_call_wchildren(struct zk_call *c, struct zk_session *s, const char *path,
                             watcher_fn watcher, void *watcher_ctx,
                             void (*on_done)(struct zk_res *), void *owner, uint64_t owner_id);

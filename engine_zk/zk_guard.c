@@ -69,10 +69,11 @@
  *
  * Sweeping. Records that expire and are never asked for again are removed
  * by a sweeper thread per engine instance, started by the first begin:
- * soon after it, then every ZK_GUARD_SWEEP_MS (± 20 %), and earlier once
- * this client made enough records to pay for (a client that lives a few
- * seconds must still delete about as many as it makes, or records pile up
- * when clients come and go), it lists the scopes, takes up to
+ * first at a random point of the first ZK_GUARD_SWEEP_MS, then every
+ * ZK_GUARD_SWEEP_MS (± 20 %), and earlier once this client made enough
+ * records to pay for (a client that lives a few seconds must still delete
+ * about as many as it makes, or records pile up when clients come and
+ * go), it lists the scopes, takes up to
  * ZK_GUARD_SWEEP_SCOPES of them (rotating), and reads their records in
  * batches of ZK_GUARD_SWEEP_RECS (the first a probe of ZK_GUARD_SWEEP_PROBE):
  * each batch read, the server's time read,
@@ -107,6 +108,7 @@
 #include "log.h"
 #include "zk_call.h"
 #include "zk_errors.h"
+#include "zk_guard_pool.h"
 #include "zk_session.h"
 
 /* Allowance for the leader's clock: a record's mtime and the clock's may
@@ -120,18 +122,27 @@
 #define ZK_GUARD_SWEEP_RECS 128
 /* A scope's first batch in a pass: a probe, since in a scope of live
  * records it finds nothing to delete (that read costs the client's begins
- * time; an early pass comes every ZK_GUARD_SWEEP_EARLY records made). */
+ * time; early passes come every ZK_GUARD_SWEEP_EARLY records made or
+ * more). */
 #define ZK_GUARD_SWEEP_PROBE 32
-/* Records a pass reads at least; more when this client made records since
- * the last pass (twice as many). */
+/* Records a pass may read at least (the budget); twice as many more as
+ * this client made records since the last pass. A scope's reads stop
+ * sooner when a batch finds few expired. */
 #define ZK_GUARD_SWEEP_FLOOR 256
-/* The first pass comes within this of the first begin (a client may not
- * live to see ZK_GUARD_SWEEP_MS), and a pass comes early once this client
- * made ZK_GUARD_SWEEP_EARLY records since the last, or an eighth of the
- * names the last pass listed when that is more (each pass lists its
- * scopes whole: at most 8 names listed per record made). */
-#define ZK_GUARD_SWEEP_FIRST_MS 250
+/* The first pass comes at a random point of the first ZK_GUARD_SWEEP_MS
+ * after the first begin (clients started together, like cron jobs, do not
+ * list together; a client that lives a second sweeps with a chance of one
+ * in five, which over many such clients deletes far more than they make).
+ * A pass comes early once this client made ZK_GUARD_SWEEP_EARLY records
+ * since the last, or an eighth of the records the last pass listed when
+ * that is more, up to ZK_GUARD_SWEEP_EARLY_MAX: listing the scopes costs
+ * at most 8 names per record made until the scopes hold 32 768 records,
+ * and past that a pass still comes every 4 096 records made, since a
+ * backlog that large is what needs clearing. A client that makes records
+ * faster than the timer's passes pay for them, and lives a few seconds,
+ * so still deletes about twice as many as it makes. */
 #define ZK_GUARD_SWEEP_EARLY 1024
+#define ZK_GUARD_SWEEP_EARLY_MAX 4096
 #define ZK_GUARD_SWEEP_CREDIT_MAX ((size_t)1 << 22)
 /* "R" + token + " " + life (at most 20 characters) + "\n" */
 #define HDR_MAX (1 + 32 + 1 + 20 + 1)
@@ -544,7 +555,8 @@ cerb_status cerb__zk_guard_begin(cerb_engine *e, const cerb_guard_rec *rec, cerb
         int create_at = n;
         zoo_create_op_init(&ops[n++], p.rec, hdr, hl, &e->acl, ZOO_PERSISTENT, NULL, 0);
         zoo_create_op_init(&ops[n++], p.tok, NULL, -1, &e->acl, ZOO_PERSISTENT, NULL, 0);
-        struct zk_session *s = cerb__zk_session_begin(e);
+        int slot;
+        struct zk_session *s = cerb__zk_guard_pool_begin(e->gpool, &slot);
         int km = -1, kg = -1;
         if (s) {
             if (parents)
@@ -552,7 +564,7 @@ cerb_status cerb__zk_guard_begin(cerb_engine *e, const cerb_guard_rec *rec, cerb
             km = cerb__zk_call_multi(c, s, ops, n);
             kg = cerb__zk_call_getdata(c, s, p.rec);
         }
-        cerb__zk_session_end(e);
+        cerb__zk_guard_pool_end(e->gpool, slot);
         bool sent;
         int rc = call_rc(e, c, km, bound, &sent, NULL);
         g->sent_ns = c->sent_ns;
@@ -651,9 +663,10 @@ cerb_status cerb__zk_guard_finish(cerb_engine *e, const cerb_guard_rec *rec, int
         zoo_delete_op_init(&ops[0], p.tok, 0);
         zoo_delete_op_init(&ops[1], p.rec, -1);
     }
-    struct zk_session *s = cerb__zk_session_begin(e);
+    int slot;
+        struct zk_session *s = cerb__zk_guard_pool_begin(e->gpool, &slot);
     int k = s ? cerb__zk_call_multi(c, s, ops, 2) : -1;
-    cerb__zk_session_end(e);
+    cerb__zk_guard_pool_end(e->gpool, slot);
     cerb__free(data); /* serialized by the submit */
     bool sent;
     int rc = call_rc(e, c, k, bound, &sent, NULL);
@@ -681,18 +694,30 @@ cerb_status cerb__zk_guard_check(cerb_engine *e, const cerb_guard_rec *rec,
     int64_t bound = guard_bound(e);
     struct zk_state ss;
     st = cerb__zk_wait_connected(e, bound, NULL, 0, &ss);
-    struct zk_call *c = st == CERB_OK ? cerb__zk_call_new(1) : NULL;
+    struct zk_call *c = st == CERB_OK ? cerb__zk_call_new(2) : NULL;
     if (st == CERB_OK && !c)
         st = cerb__error_set(CERB_ENOMEM, "zk %s: out of memory", e->hosts);
     if (st != CERB_OK) {
         paths_free(&p);
         return st;
     }
+    /* The write being checked may have gone out on another session of
+     * ours (zk_guard_pool.h): sync, then read, on this one. */
     struct zk_session *s = cerb__zk_session_begin(e);
-    int k = s ? cerb__zk_call_getdata(c, s, p.rec) : -1;
+    int k = -1, ks = -1;
+    if (s) {
+        ks = cerb__zk_call_sync(c, s, p.rec);
+        k = cerb__zk_call_getdata(c, s, p.rec);
+    }
     cerb__zk_session_end(e);
     bool sent;
     int rc = call_rc(e, c, k, bound, &sent, NULL);
+    if (rc == ZOK || rc == ZNONODE) {
+        /* A read without its sync may be stale: no answer then. */
+        int rs = c->res[ks].rc;
+        if (rs != ZOK && rs != ZNONODE)
+            rc = rs;
+    }
     struct rec_view v;
     if (rc == ZNONODE)
         *found = CERB_GUARD_FOUND_NONE;
@@ -946,8 +971,11 @@ static bool sweep_once(cerb_engine *e)
     int64_t now = 0; /* the server's time, read once */
     for (size_t i = 0; i < take_sc; i++)
         n_listed += c->res[i].rc == ZOK ? (size_t)c->res[i].n_names : 0;
-    atomic_store(&gd->early, n_listed / 8 > ZK_GUARD_SWEEP_EARLY ? n_listed / 8
-                                                                 : ZK_GUARD_SWEEP_EARLY);
+    size_t early = n_listed / 8;
+    early = early < ZK_GUARD_SWEEP_EARLY       ? ZK_GUARD_SWEEP_EARLY
+            : early > ZK_GUARD_SWEEP_EARLY_MAX ? ZK_GUARD_SWEEP_EARLY_MAX
+                                               : early;
+    atomic_store(&gd->early, early);
     bool stop = !recs || !empty;
     for (size_t t = 0; t < take_sc && !stop; t++) {
         size_t i = (s0 + t) % take_sc;
@@ -1022,9 +1050,8 @@ static void *sweeper_main(void *arg)
     cerb_engine *e = arg;
     struct zk_guard *gd = e->guard;
     cerb__mutex_lock(&gd->mu);
-    /* The first pass soon, at a random point so that clients started
-     * together do not list together. */
-    int64_t ms = (int64_t)(next_rnd(gd) % ZK_GUARD_SWEEP_FIRST_MS);
+    /* The first pass at a random point of the first interval. */
+    int64_t ms = (int64_t)(next_rnd(gd) % ZK_GUARD_SWEEP_MS);
     bool ran = true;
     while (!atomic_load(&gd->stop)) {
         int64_t next = cerb_monotime() + ms * CERB_NS_PER_MS;
@@ -1033,6 +1060,7 @@ static void *sweeper_main(void *arg)
         if (atomic_load(&gd->stop))
             break;
         cerb__mutex_unlock(&gd->mu);
+        cerb__zk_guard_pool_tend(e->gpool);
         ran = sweep_once(e);
         cerb__mutex_lock(&gd->mu);
         int64_t span = ZK_GUARD_SWEEP_MS * 2 / 5; /* ± 20 % */
@@ -1079,6 +1107,13 @@ cerb_status cerb__zk_guard_init(cerb_engine *e)
         return cerb__error_set(CERB_ENOMEM, "zk: out of memory");
     }
     gd->collides = strcmp(gd->base, e->zc->root) == 0;
+    e->gpool = cerb__zk_guard_pool_new(e);
+    if (!e->gpool) {
+        cerb__free(gd->base);
+        cerb__free(gd->clock);
+        cerb__free(gd);
+        return cerb__error_set(CERB_ENOMEM, "zk: out of memory");
+    }
     cerb__mutex_init(&gd->mu);
     cerb__cond_init(&gd->cond);
     atomic_init(&gd->stop, false);
@@ -1102,6 +1137,8 @@ void cerb__zk_guard_free(cerb_engine *e)
     cerb__mutex_unlock(&gd->mu);
     if (started)
         pthread_join(gd->thread, NULL);
+    cerb__zk_guard_pool_free(e->gpool);
+    e->gpool = NULL;
     cerb__cond_destroy(&gd->cond);
     cerb__mutex_destroy(&gd->mu);
     cerb__free(gd->base);

@@ -212,6 +212,12 @@ static void auth_done(int rc, const void *data)
  * set on failure. */
 static cerb_status session_new(cerb_engine *e, uint64_t gen, struct zk_session **out)
 {
+    return cerb__zk_session_open(e, gen, session_watcher, out);
+}
+
+cerb_status cerb__zk_session_open(cerb_engine *e, uint64_t gen, watcher_fn watcher,
+                                  struct zk_session **out)
+{
     struct zk_session *s = cerb__calloc(1, sizeof *s);
     *out = NULL;
     if (!s)
@@ -223,7 +229,7 @@ static cerb_status session_new(cerb_engine *e, uint64_t gen, struct zk_session *
     cerb__mutex_init(&s->out_mu);
     cerb__zk_log_setup();
     errno = 0;
-    s->zh = zookeeper_init2(e->zc->hosts, session_watcher, (int)e->zc->session_timeout_ms, NULL,
+    s->zh = zookeeper_init2(e->zc->hosts, watcher, (int)e->zc->session_timeout_ms, NULL,
                             s, 0, cerb__zk_log_line);
     if (!s->zh) {
         int err = errno;
@@ -252,6 +258,11 @@ static cerb_status session_new(cerb_engine *e, uint64_t gen, struct zk_session *
 }
 
 static void session_close(struct zk_session *s)
+{
+    cerb__zk_session_close(s);
+}
+
+void cerb__zk_session_close(struct zk_session *s)
 {
     if (!s)
         return;

@@ -178,6 +178,7 @@ struct cerb_engine {
     struct zk_counters stats;
     struct zk_fence fence;      /* the fence offset (zk_fence.c; under mu) */
     struct zk_guard *guard;     /* the guard's records (zk_guard.c) */
+    struct zk_guard_pool *gpool; /* the guard's sessions (zk_guard_pool.c) */
     /* The longest session timeout any of our sessions negotiated: how long
      * a node of ours can outlive our last contact (hold_bound_ms). */
     _Atomic int64_t max_timeout_ms;
@@ -192,6 +193,15 @@ enum {
     ZK_PEND_START = 1u << 4,     /* no session: make one at start_at_ns */
     ZK_PEND_MARK = 1u << 5       /* holds whose mark must be sent again */
 };
+
+/* A session with `watcher` (its context: the session), connecting in the
+ * background, authenticated when zk.user is set; gen is the caller's
+ * (the keeper's generation; the guard's extra sessions: their slot).
+ * Close with cerb__zk_session_close, never from its own threads. */
+cerb_status cerb__zk_session_open(cerb_engine *e, uint64_t gen, watcher_fn watcher,
+                                  struct zk_session **out);
+/* Close the handle, then finish its requests still unanswered (ZCLOSING). */
+void cerb__zk_session_close(struct zk_session *s);
 
 /* Make the first session and the keeper; wait for the connection until
  * zk.connect_timeout_ms. CERB_EIO naming the hosts when none came. */

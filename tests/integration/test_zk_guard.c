@@ -20,6 +20,7 @@
  * (records left by the suite must go, test_guard_no_records_left).
  */
 #define _GNU_SOURCE
+#include <dirent.h>
 #include <openssl/evp.h>
 #include <pthread.h>
 #include <setjmp.h>
@@ -423,11 +424,11 @@ static void test_zk_guard_sweep_keeps_up(void **state)
         assert_int_equal(pthread_join(th[i], NULL), 0);
         assert_int_equal(ku[i].failed, 0);
     }
-    /* Its sweeper passes every 4 to 6 s (and the janitor's): two or three
-     * passes, and slack for a loaded machine (ASan, other suites beside:
-     * 20 s was not always enough). The old budget deleted at most 256 a
-     * pass per sweeper, passes at least 4 s apart: at most 4096 of the
-     * 5000 in 30 s. */
+    /* Its sweeper passes every 4 to 6 s, or sooner as records are made
+     * (and the janitor's): two or three passes, and slack for a loaded
+     * machine (ASan, other suites beside: 20 s was not always enough).
+     * The old budget deleted at most 256 a pass per sweeper, passes at
+     * least 4 s apart: at most 4096 of the 5000 in 30 s. */
     struct sweep_wait w = {sp, KEEP_UP_LIVE};
     assert_wait_until(scope_has, &w, 30000);
     /* Every live one is still there: a duplicate. */
@@ -453,9 +454,10 @@ static void test_zk_guard_sweep_keeps_up(void **state)
  * closed as early: a benchmark of 5-second processes left 280 000 nodes,
  * none ever deleted, until ZooKeeper ran out of heap. Here 1500 expired
  * records (a client that left) must be gone while a new client makes at
- * most 4000 of its own in another scope: its first pass comes soon after
- * its first begin, and the records it makes bring the next pass forward.
- * The old sweeper's first pass came 4 to 6 s after the first begin.
+ * most 4000 of its own in another scope: the records it makes bring its
+ * passes forward (every 1 024 made), each paying twice as many reads. The
+ * old sweeper's first pass came 4 to 6 s after the first begin, and its
+ * next 5 s later, whatever the client made meanwhile.
  */
 #define PAY_ORPHANS 1500
 #define PAY_THREADS 4
@@ -494,11 +496,26 @@ struct pay_watch {
     atomic_int *finished;
 };
 
+/* Records in a scope, strictly: a scope gone (swept once empty) has
+ * none; any other failure to list is -1, never "none". */
+static long records_strict(zhandle_t *zh, const char *scope_path)
+{
+    struct String_vector v;
+    int rc = zoo_get_children(zh, scope_path, 0, &v);
+    if (rc == ZNONODE)
+        return 0;
+    if (rc != ZOK)
+        return -1;
+    long n = v.count;
+    deallocate_String_vector(&v);
+    return n;
+}
+
 /* The orphans are gone, or a worker ran out of records to make. */
 static bool orphans_gone_or_work_done(void *ud)
 {
     struct pay_watch *w = ud;
-    return records_in(w->zh, w->scope_path) == 0 || atomic_load(w->finished) > 0;
+    return records_strict(w->zh, w->scope_path) == 0 || atomic_load(w->finished) > 0;
 }
 
 static void test_zk_guard_short_lived_clients_pay_as_they_go(void **state)
@@ -527,20 +544,22 @@ static void test_zk_guard_short_lived_clients_pay_as_they_go(void **state)
     }
     /* Bounded by the workers' count, not by time: 60 s only guards a hang. */
     struct pay_watch pwatch = {zh, op, &finished};
-    assert_wait_until(orphans_gone_or_work_done, &pwatch, 60000);
+    bool ended = wait_until(orphans_gone_or_work_done, &pwatch, 60000);
     atomic_store(&stop, true);
-    int made = 0;
+    int made = 0, failed = 0;
     for (int i = 0; i < PAY_THREADS; i++) {
         pthread_join(th[i], NULL);
         made += pw[i].made;
-        assert_int_equal(pw[i].failed, 0);
+        failed += pw[i].failed;
     }
-    size_t left = records_in(zh, op);
-    print_message("orphans left %zu after the new client made %d records\n", left, made);
-    assert_int_equal(left, 0);
+    long left = records_strict(zh, op);
+    print_message("orphans left %ld after the new client made %d records\n", left, made);
     cerb_client_close(b);
     delete_tree(zh, fp);
     delete_tree(zh, op);
+    assert_true(ended);
+    assert_int_equal(failed, 0);
+    assert_int_equal(left, 0);
     cerb_test_zk_close(zh);
     free(orph);
     free(fresh);
@@ -744,6 +763,146 @@ static void test_zk_guard_session_expiry_mid_attempt(void **state)
     free(key);
 }
 
+/* This process's established TCP connections to the test ZooKeeper. */
+static int own_zk_connections(void)
+{
+    /* The inodes of our sockets, then /proc/net/tcp's rows for them. */
+    unsigned long inodes[1024];
+    int n_in = 0;
+    DIR *d = opendir("/proc/self/fd");
+    assert_non_null(d);
+    struct dirent *de;
+    while ((de = readdir(d)) != NULL && n_in < 1024) {
+        char p[300], t[64];
+        snprintf(p, sizeof p, "/proc/self/fd/%s", de->d_name);
+        ssize_t k = readlink(p, t, sizeof t - 1);
+        if (k <= 0)
+            continue;
+        t[k] = '\0';
+        unsigned long ino;
+        if (sscanf(t, "socket:[%lu]", &ino) == 1)
+            inodes[n_in++] = ino;
+    }
+    closedir(d);
+    FILE *f = fopen("/proc/net/tcp", "r");
+    assert_non_null(f);
+    char line[512];
+    int count = 0;
+    while (fgets(line, sizeof line, f)) {
+        unsigned rport, st;
+        unsigned long ino;
+        if (sscanf(line, " %*d: %*x:%*x %*x:%x %x %*x:%*x %*x:%*x %*x %*u %*d %lu", &rport, &st,
+                   &ino) != 3 || st != 1 || (int)rport != cerb_test_zk_port())
+            continue;
+        for (int i = 0; i < n_in; i++)
+            count += inodes[i] == ino;
+    }
+    fclose(f);
+    return count;
+}
+
+struct overlap_worker {
+    cerb_client *c;
+    const char *scope;
+    int first, failed;
+};
+
+#define OVERLAP_THREADS 8
+#define OVERLAP_EACH 60
+
+static void *overlap_main(void *arg)
+{
+    struct overlap_worker *w = arg;
+    for (int i = 0; i < OVERLAP_EACH; i++) {
+        char key[32];
+        snprintf(key, sizeof key, "k%d", w->first + i);
+        cerb_guard *g = NULL;
+        if (cerb_guard_begin(w->c, w->scope, key, strlen(key), NULL, &g) != CERB_OK ||
+            cerb_guard_finish(g, 1, key, strlen(key)) != CERB_OK)
+            w->failed++;
+        cerb_guard_free(g);
+    }
+    return NULL;
+}
+
+/* Begin + finish from OVERLAP_THREADS threads of c at once; then every key
+ * a duplicate with its own result (whichever session carried it). */
+static void overlap_run(cerb_client *c, const char *scope)
+{
+    pthread_t th[OVERLAP_THREADS];
+    struct overlap_worker w[OVERLAP_THREADS];
+    for (int i = 0; i < OVERLAP_THREADS; i++) {
+        w[i] = (struct overlap_worker){c, scope, i * OVERLAP_EACH, 0};
+        assert_int_equal(pthread_create(&th[i], NULL, overlap_main, &w[i]), 0);
+    }
+    for (int i = 0; i < OVERLAP_THREADS; i++) {
+        assert_int_equal(pthread_join(th[i], NULL), 0);
+        assert_int_equal(w[i].failed, 0);
+    }
+    for (int i = 0; i < OVERLAP_THREADS * OVERLAP_EACH; i++) {
+        char key[32];
+        snprintf(key, sizeof key, "k%d", i);
+        cerb_guard *g = NULL;
+        assert_int_equal(cerb_guard_begin(c, scope, key, strlen(key), NULL, &g), CERB_DUPLICATE);
+        size_t rl = 0;
+        const void *r = cerb_guard_result(g, &rl);
+        assert_int_equal(rl, strlen(key));
+        assert_memory_equal(r, key, rl);
+        cerb_guard_free(g);
+    }
+}
+
+/*
+ * The guard's extra session (zk.guard_sessions, default 2): a client that
+ * uses the guard from one thread keeps its one connection; once its guard
+ * calls overlap it opens one more and spreads them over both (one session
+ * served 8 threads at 0.80 of the raw ceiling, two at 0.90). With
+ * guard_sessions = 1 it never does. Every record is right either way.
+ */
+static void test_zk_guard_extra_session(void **state)
+{
+    (void)state;
+    int base = own_zk_connections();
+    cerb_client *c = gc_open(NULL);
+    char *scope = gc_key("pool");
+    assert_int_equal(own_zk_connections(), base + 1);
+    for (int i = 0; i < 40; i++) {
+        char key[32];
+        snprintf(key, sizeof key, "s%d", i);
+        cerb_guard *g = NULL;
+        assert_int_equal(cerb_guard_begin(c, scope, key, strlen(key), NULL, &g), CERB_OK);
+        assert_int_equal(cerb_guard_finish(g, 1, "r", 1), CERB_OK);
+        cerb_guard_free(g);
+    }
+    assert_int_equal(own_zk_connections(), base + 1); /* one thread: no overlap */
+    overlap_run(c, scope);
+    assert_int_equal(own_zk_connections(), base + 2);
+    cerb_client_close(c);
+    assert_int_equal(own_zk_connections(), base);
+
+    char *scope1 = gc_key("pool1");
+    char zx[128], ex[128];
+    snprintf(zx, sizeof zx, "root = \"%s\"; guard_sessions = 1;", zroot);
+    snprintf(ex, sizeof ex, "guard = { keep_ms = 4000; };");
+    char *text = cerb_test_zk_config(NULL, zx, ex);
+    cerb_client *one = NULL;
+    assert_int_equal(cerb_client_open_string(&one, text), CERB_OK);
+    free(text);
+    overlap_run(one, scope1);
+    assert_int_equal(own_zk_connections(), base + 1);
+    cerb_client_close(one);
+    assert_int_equal(own_zk_connections(), base);
+    zhandle_t *zh = raw();
+    char sp[512];
+    snprintf(sp, sizeof sp, "%s/%s", gbase, scope);
+    delete_tree(zh, sp);
+    snprintf(sp, sizeof sp, "%s/%s", gbase, scope1);
+    delete_tree(zh, sp);
+    cerb_test_zk_close(zh);
+    free(scope);
+    free(scope1);
+}
+
 /* ---- ZooKeeper's size limit ---- */
 
 static void test_zk_guard_max_result(void **state)
@@ -911,6 +1070,7 @@ int main(void)
         cmocka_unit_test(test_zk_guard_takeover_race),
         cmocka_unit_test(test_zk_guard_session_expiry_mid_attempt),
         cmocka_unit_test(test_zk_guard_max_result),
+        cmocka_unit_test(test_zk_guard_extra_session),
         GUARD_CASES,
     };
     return cmocka_run_group_tests(tests, setup, teardown);

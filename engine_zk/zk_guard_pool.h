@@ -1,0 +1,60 @@
+/*
+ * zk_guard_pool.h — the sessions the guard's requests go out on: the
+ * client's own, and up to zk.guard_sessions - 1 more, opened only once
+ * guard calls of this client overlap.
+ *
+ * Why. ZooKeeper serves one session's requests one after another, and the
+ * C client gives a session one I/O thread and one completion thread: 8
+ * threads of one client beginning and finishing guard records shared all
+ * that, and ran at 0.80-0.90 of 8 threads with a session each (the guard
+ * bench's raw ceiling). Guard records are persistent nodes, owned by no
+ * session, so any session can carry any guard request.
+ *
+ * What that changes. A session's reads see its own earlier writes (the
+ * server answers its requests in order), not another session's: a read
+ * that must see what this client wrote through another session sends a
+ * sync first (zk_call.h, cerb__zk_call_sync). Every guard decision that
+ * changes a record is a transaction checked on the leader (versions, the
+ * token node), whichever session carries it.
+ *
+ * Locking. `lock` (read-write) keeps a slot's session open while a thread
+ * submits on it (read side), like zk_session.h's zh_lock; a slot is
+ * emptied under the write side, and closed after it is released. Opening
+ * and closing take `mu`; on the request path only the thread that wins
+ * `opening` does (the others use the client's session meanwhile).
+ * Watchers only store atomics. Neither lock is held while taking the
+ * engine's.
+ */
+#ifndef CERB_ZK_GUARD_POOL_H
+#define CERB_ZK_GUARD_POOL_H
+
+#include <stdbool.h>
+
+#include "zk_session.h"
+
+struct zk_guard_pool;
+
+/* The pool for e (nothing opened yet); NULL on out of memory. */
+struct zk_guard_pool *cerb__zk_guard_pool_new(cerb_engine *e);
+/* Close every extra session (their requests still out finish with
+ * ZCLOSING) and free the pool. NULL: no-op. */
+void cerb__zk_guard_pool_free(struct zk_guard_pool *p);
+
+/*
+ * A session for one guard call, held open until cerb__zk_guard_pool_end
+ * with the same *slot: the client's own (cerb__zk_session_begin) or, once
+ * calls overlap, an extra one in turn, when it is connected. NULL when
+ * there is no session. Do not wait for anything in between.
+ */
+struct zk_session *cerb__zk_guard_pool_begin(struct zk_guard_pool *p, int *slot);
+void cerb__zk_guard_pool_end(struct zk_guard_pool *p, int slot);
+
+/* Housekeeping for a thread that may block (the sweeper): close extra
+ * sessions that expired or failed authentication, so that the next
+ * overlap opens them again. */
+void cerb__zk_guard_pool_tend(struct zk_guard_pool *p);
+
+/* Extra sessions open now (for tests and inspection). */
+int cerb__zk_guard_pool_open_count(struct zk_guard_pool *p);
+
+#endif
