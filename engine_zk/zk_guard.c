@@ -509,8 +509,8 @@ static cerb_status judge(cerb_engine *e, const cerb_guard_rec *rec, const char *
     return CERB_OK;
 }
 
-cerb_status cerb__zk_guard_begin(cerb_engine *e, const cerb_guard_rec *rec, cerb_grant *g,
-                                 void **result, size_t *result_len)
+static cerb_status guard_begin(cerb_engine *e, const cerb_guard_rec *rec, cerb_grant *g,
+                               void **result, size_t *result_len)
 {
     struct zk_guard *gd = e->guard;
     if (gd->collides)
@@ -556,7 +556,7 @@ cerb_status cerb__zk_guard_begin(cerb_engine *e, const cerb_guard_rec *rec, cerb
         zoo_create_op_init(&ops[n++], p.rec, hdr, hl, &e->acl, ZOO_PERSISTENT, NULL, 0);
         zoo_create_op_init(&ops[n++], p.tok, NULL, -1, &e->acl, ZOO_PERSISTENT, NULL, 0);
         int slot;
-        struct zk_session *s = cerb__zk_guard_pool_begin(e->gpool, &slot);
+        struct zk_session *s = cerb__zk_guard_pool_begin(e->gpool, rec->id, &slot);
         int km = -1, kg = -1;
         if (s) {
             if (parents)
@@ -619,9 +619,9 @@ cerb_status cerb__zk_guard_begin(cerb_engine *e, const cerb_guard_rec *rec, cerb
     return st;
 }
 
-cerb_status cerb__zk_guard_finish(cerb_engine *e, const cerb_guard_rec *rec, int ok,
-                                  const void *result, size_t len, int64_t keep_ms,
-                                  cerb_outcome *oc)
+static cerb_status guard_finish(cerb_engine *e, const cerb_guard_rec *rec, int ok,
+                                const void *result, size_t len, int64_t keep_ms,
+                                cerb_outcome *oc)
 {
     if (ok && len > ZK_GUARD_RESULT_MAX)
         return cerb__error_set(CERB_EINVAL, "zk %s: a result of %zu bytes is more than a "
@@ -664,7 +664,7 @@ cerb_status cerb__zk_guard_finish(cerb_engine *e, const cerb_guard_rec *rec, int
         zoo_delete_op_init(&ops[1], p.rec, -1);
     }
     int slot;
-        struct zk_session *s = cerb__zk_guard_pool_begin(e->gpool, &slot);
+    struct zk_session *s = cerb__zk_guard_pool_begin(e->gpool, rec->id, &slot);
     int k = s ? cerb__zk_call_multi(c, s, ops, 2) : -1;
     cerb__zk_guard_pool_end(e->gpool, slot);
     cerb__free(data); /* serialized by the submit */
@@ -680,6 +680,26 @@ cerb_status cerb__zk_guard_finish(cerb_engine *e, const cerb_guard_rec *rec, int
                            rc, sent, oc);
     cerb__zk_call_put(c);
     paths_free(&p);
+    return st;
+}
+
+/* begin and finish, counted for the guard's extra sessions. */
+cerb_status cerb__zk_guard_begin(cerb_engine *e, const cerb_guard_rec *rec, cerb_grant *g,
+                                 void **result, size_t *result_len)
+{
+    cerb__zk_guard_pool_enter(e->gpool);
+    cerb_status st = guard_begin(e, rec, g, result, result_len);
+    cerb__zk_guard_pool_leave(e->gpool);
+    return st;
+}
+
+cerb_status cerb__zk_guard_finish(cerb_engine *e, const cerb_guard_rec *rec, int ok,
+                                  const void *result, size_t len, int64_t keep_ms,
+                                  cerb_outcome *oc)
+{
+    cerb__zk_guard_pool_enter(e->gpool);
+    cerb_status st = guard_finish(e, rec, ok, result, len, keep_ms, oc);
+    cerb__zk_guard_pool_leave(e->gpool);
     return st;
 }
 
@@ -701,28 +721,32 @@ cerb_status cerb__zk_guard_check(cerb_engine *e, const cerb_guard_rec *rec,
         paths_free(&p);
         return st;
     }
-    /* The write being checked may have gone out on another session of
-     * ours (zk_guard_pool.h): sync, then read, on this one. */
-    struct zk_session *s = cerb__zk_session_begin(e);
+    /* On the session the record's writes went out on, after them; and a
+     * sync first, in case they went out on another (zk_guard_pool.h). */
+    int slot;
+    struct zk_session *s = cerb__zk_guard_pool_begin(e->gpool, rec->id, &slot);
     int k = -1, ks = -1;
     if (s) {
         ks = cerb__zk_call_sync(c, s, p.rec);
         k = cerb__zk_call_getdata(c, s, p.rec);
     }
-    cerb__zk_session_end(e);
+    cerb__zk_guard_pool_end(e->gpool, slot);
     bool sent;
     int rc = call_rc(e, c, k, bound, &sent, NULL);
+    const char *what = "guard check: getData";
     if (rc == ZOK || rc == ZNONODE) {
         /* A read without its sync may be stale: no answer then. */
         int rs = c->res[ks].rc;
-        if (rs != ZOK && rs != ZNONODE)
+        if (rs != ZOK && rs != ZNONODE) {
             rc = rs;
+            what = "guard check: sync";
+        }
     }
     struct rec_view v;
     if (rc == ZNONODE)
         *found = CERB_GUARD_FOUND_NONE;
     else if (rc != ZOK)
-        st = cerb__zk_fail(e->hosts, "guard check: getData", p.rec, rc, false, NULL);
+        st = cerb__zk_fail(e->hosts, what, p.rec, rc, false, NULL);
     else if (!rec_parse(c->res[k].buf, c->res[k].data_len, &v))
         st = cerb__error_set(CERB_EPROTO, "zk %s: %s holds no guard record", e->hosts, p.rec);
     else if (strcmp(v.token, rec->token) != 0)

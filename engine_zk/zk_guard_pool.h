@@ -1,7 +1,8 @@
 /*
  * zk_guard_pool.h — the sessions the guard's requests go out on: the
  * client's own, and up to zk.guard_sessions - 1 more, opened only once
- * guard calls of this client overlap.
+ * guard calls of this client overlap; each record's requests go to the
+ * one its id picks.
  *
  * Why. ZooKeeper serves one session's requests one after another, and the
  * C client gives a session one I/O thread and one completion thread: 8
@@ -10,12 +11,14 @@
  * bench's raw ceiling). Guard records are persistent nodes, owned by no
  * session, so any session can carry any guard request.
  *
- * What that changes. A session's reads see its own earlier writes (the
- * server answers its requests in order), not another session's: a read
- * that must see what this client wrote through another session sends a
- * sync first (zk_call.h, cerb__zk_call_sync). Every guard decision that
- * changes a record is a transaction checked on the leader (versions, the
- * token node), whichever session carries it.
+ * What that changes. ZooKeeper orders one session's requests, not two
+ * sessions': a re-sent begin or finish, or the check that settles a lost
+ * answer, must not overtake the request it follows up. So a record's
+ * begin, finish and check all go to the session its id picks, as long as
+ * that one is connected (else the client's own), and the check also syncs
+ * first (zk_call.h, cerb__zk_call_sync) for the case where the pick
+ * changed between them. Every guard write is a transaction checked on the
+ * leader (versions, the token node), whichever session carries it.
  *
  * Locking. `lock` (read-write) keeps a slot's session open while a thread
  * submits on it (read side), like zk_session.h's zh_lock; a slot is
@@ -40,18 +43,25 @@ struct zk_guard_pool *cerb__zk_guard_pool_new(cerb_engine *e);
  * ZCLOSING) and free the pool. NULL: no-op. */
 void cerb__zk_guard_pool_free(struct zk_guard_pool *p);
 
+/* Around each guard begin and finish: a call that starts while another is
+ * under way is an overlap, and enough of them open the extra sessions. */
+void cerb__zk_guard_pool_enter(struct zk_guard_pool *p);
+void cerb__zk_guard_pool_leave(struct zk_guard_pool *p);
+
 /*
- * A session for one guard call, held open until cerb__zk_guard_pool_end
- * with the same *slot: the client's own (cerb__zk_session_begin) or, once
- * calls overlap, an extra one in turn, when it is connected. NULL when
- * there is no session. Do not wait for anything in between.
+ * The session for requests about record `id` (its hex id), held open until
+ * cerb__zk_guard_pool_end with the same *slot: the extra session the id
+ * picks when it is open and connected, else the client's own
+ * (cerb__zk_session_begin). NULL when there is no session. Do not wait for
+ * anything in between.
  */
-struct zk_session *cerb__zk_guard_pool_begin(struct zk_guard_pool *p, int *slot);
+struct zk_session *cerb__zk_guard_pool_begin(struct zk_guard_pool *p, const char *id,
+                                             int *slot);
 void cerb__zk_guard_pool_end(struct zk_guard_pool *p, int slot);
 
 /* Housekeeping for a thread that may block (the sweeper): close extra
- * sessions that expired or failed authentication, so that the next
- * overlap opens them again. */
+ * sessions that expired, failed authentication or stayed disconnected for
+ * a session timeout, so that later overlaps open them again. */
 void cerb__zk_guard_pool_tend(struct zk_guard_pool *p);
 
 /* Extra sessions open now (for tests and inspection). */

@@ -308,6 +308,7 @@ static void test_master_killed(void **state)
     assert_int_equal(kill(pid, SIGKILL), 0);
     assert_wait_until(master_moved, &old, 30000);
     int64_t t_moved = cerb_test_now_ms();
+    int first_new = named_master();
 
     /* The fresh name: granted on the new master once its history's
      * quarantine is over. */
@@ -324,7 +325,18 @@ static void test_master_killed(void **state)
     assert_true(fb2 > fb1);
     assert_true(fb2 > fa);
     assert_true(t_grant - t_moved <= LEASE_MS + 2000);
-    assert_int_equal(cerb_lock_unlock(lb), CERB_OK);
+    cerb_status su = cerb_lock_unlock(lb);
+    if (su == CERB_LOST && named_master() != first_new) {
+        /* Seen once in CI on a loaded machine: the sentinels failed over
+         * twice (:26501, then :26502 two seconds later), and the fresh
+         * name's hold, granted around the second, was told LOST when the
+         * history changed under it. That is the contract; the test's
+         * question (fences, the holder) still stands. */
+        print_message("a second failover (:%d, then :%d): the fresh hold was told LOST\n",
+                      first_new, named_master());
+    } else {
+        assert_int_equal(su, CERB_OK);
+    }
 
     /* The holder: kept (renewed on the new master) or told LOST. While it
      * is VALID nobody else may have the name. */
