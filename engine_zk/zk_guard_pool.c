@@ -34,7 +34,7 @@
 #define ZK_GUARD_POOL_OVERLAPS 32
 /* After an extra session was closed or could not be made: this long
  * before the next is opened. */
-#define ZK_GUARD_POOL_RETRY_MS 10000
+#define ZK_GUARD_POOL_RETRY_MS 5000
 
 struct pool_slot {
     _Atomic(struct zk_session *) s; /* written under the write lock */

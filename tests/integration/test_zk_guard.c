@@ -903,6 +903,166 @@ static void test_zk_guard_extra_session(void **state)
     free(scope1);
 }
 
+/* A child's overlapping guard calls: `each` begin + finish per thread on
+ * keys <prefix><n>; counts answers other than OK (UNAVAILABLE allowed
+ * while sessions are replaced: *unavail) and wrong results. */
+struct pool_round {
+    cerb_client *c;
+    const char *scope;
+    int round, thread, each;
+    int bad, unavail;
+};
+
+static void *pool_round_main(void *arg)
+{
+    struct pool_round *r = arg;
+    for (int i = 0; i < r->each; i++) {
+        char key[48];
+        int n = snprintf(key, sizeof key, "r%d-t%d-%d", r->round, r->thread, i);
+        cerb_guard *g = NULL;
+        cerb_status st = cerb_guard_begin(r->c, r->scope, key, (size_t)n, NULL, &g);
+        if (st == CERB_UNAVAILABLE) {
+            r->unavail++;
+            continue;
+        }
+        if (st != CERB_OK) {
+            r->bad++;
+            continue;
+        }
+        st = cerb_guard_finish(g, 1, key, (size_t)n);
+        cerb_guard_free(g);
+        if (st == CERB_UNAVAILABLE) {
+            r->unavail++;
+            continue;
+        }
+        if (st != CERB_OK) {
+            r->bad++;
+            continue;
+        }
+        /* Done: a duplicate with its own result, whichever session. */
+        st = cerb_guard_begin(r->c, r->scope, key, (size_t)n, NULL, &g);
+        size_t rl = 0;
+        const void *res = st == CERB_DUPLICATE ? cerb_guard_result(g, &rl) : NULL;
+        if (st == CERB_UNAVAILABLE)
+            r->unavail++;
+        else if (st != CERB_DUPLICATE || rl != (size_t)n || memcmp(res, key, rl) != 0)
+            r->bad++;
+        cerb_guard_free(g);
+    }
+    return NULL;
+}
+
+/* One round of 8 threads; false when a thread could not start. */
+static bool pool_round(cerb_client *c, const char *scope, int round, int each, int *bad,
+                       int *unavail)
+{
+    pthread_t th[OVERLAP_THREADS];
+    struct pool_round r[OVERLAP_THREADS];
+    for (int i = 0; i < OVERLAP_THREADS; i++) {
+        r[i] = (struct pool_round){c, scope, round, i, each, 0, 0};
+        if (pthread_create(&th[i], NULL, pool_round_main, &r[i]) != 0)
+            return false;
+    }
+    for (int i = 0; i < OVERLAP_THREADS; i++) {
+        pthread_join(th[i], NULL);
+        *bad += r[i].bad;
+        *unavail += r[i].unavail;
+    }
+    return true;
+}
+
+/* The child of test_zk_guard_extra_session_expires: reports its
+ * connections after overlapping calls, is stopped past its sessions'
+ * timeout, then calls on until a new extra session is open (at most 40 s
+ * and 3000 rounds), and reports its connections, wrong answers and UNAVAILABLEs. */
+static int pool_expiry_child(void *ud)
+{
+    struct gc_child *k = ud;
+    /* Connections inherited from the parent (its janitor) count too. */
+    int base = own_zk_connections();
+    char zx[160], ex[160];
+    snprintf(zx, sizeof zx, "root = \"%s\"; session_timeout_ms = 2000;", zroot);
+    snprintf(ex, sizeof ex, "guard = { keep_ms = 1000; };");
+    char *cfg = cerb_test_zk_config(NULL, zx, ex);
+    cerb_client *c = NULL;
+    if (cerb_client_open_string(&c, cfg) != CERB_OK)
+        return 100;
+    free(cfg);
+    int bad = 0, unavail = 0, round = 0;
+    while (own_zk_connections() < base + 2 && round < 100)
+        if (!pool_round(c, k->scope, round++, 5, &bad, &unavail))
+            return 101;
+    char rep[3] = {(char)(own_zk_connections() - base), (char)(bad > 127 ? 127 : bad), 0};
+    if (write(k->report_fd, rep, 3) != 3)
+        return 102;
+    char b;
+    if (read(k->go_fd, &b, 1) != 1) /* stopped and resumed meanwhile */
+        return 103;
+    bad = unavail = 0;
+    int first = round;
+    /* The old extra session is gone once the client's own is back and
+     * only it is connected; then a new one is opened. */
+    bool seen_one = false;
+    int64_t end = cerb_test_now_ms() + 40000; /* tend within ~6 s, reopen 5 s later */
+    while (round < first + 3000 && cerb_test_now_ms() < end) {
+        if (!pool_round(c, k->scope, round++, 5, &bad, &unavail))
+            return 104;
+        int n = own_zk_connections() - base;
+        seen_one = seen_one || n == 1;
+        if (seen_one && n == 2)
+            break;
+    }
+    rep[0] = (char)(own_zk_connections() - base);
+    rep[1] = (char)(bad > 127 ? 127 : bad);
+    rep[2] = (char)(seen_one ? 1 : 0);
+    if (write(k->report_fd, rep, 3) != 3)
+        return 105;
+    cerb_client_close(c);
+    return 0;
+}
+
+/*
+ * The extra session expires (the process stopped well past its 2 s
+ * timeout):
+ * the client's calls go on over its own session, answered right, while the
+ * sweeper closes the dead one, and once calls overlap again a new one is
+ * opened. Only UNAVAILABLE is allowed while the sessions come back.
+ */
+static void test_zk_guard_extra_session_expires(void **state)
+{
+    (void)state;
+    char *scope = gc_key("pool-exp");
+    int go[2], rep[2];
+    gc_pipe(go);
+    gc_pipe(rep);
+    struct gc_child k = {"", scope, 0, go[0], rep[1], 1};
+    pid_t pid = cerb_test_fork(pool_expiry_child, &k);
+    assert_true(pid > 0);
+    char r[3];
+    assert_int_equal(read(rep[0], r, 3), 3);
+    print_message("before: %d connections, %d wrong answers\n", r[0], r[1]);
+    assert_int_equal(r[0], 2);
+    assert_int_equal(r[1], 0);
+    assert_int_equal(cerb_test_pause_pid(pid), 0);
+    /* Well past the 2 s session timeout: the server expires both. */
+    cerb_test_let_time_pass(8000);
+    assert_int_equal(cerb_test_resume_pid(pid), 0);
+    assert_int_equal(write(go[1], "g", 1), 1);
+    assert_int_equal(read(rep[0], r, 3), 3);
+    print_message("after: %d connections, %d wrong answers, down to one first: %d\n", r[0], r[1],
+                  r[2]);
+    assert_int_equal(cerb_test_wait(pid, 60000), 0);
+    zhandle_t *zh = raw();
+    char sp[512];
+    snprintf(sp, sizeof sp, "%s/%s", gbase, scope);
+    delete_tree(zh, sp);
+    cerb_test_zk_close(zh);
+    free(scope);
+    assert_int_equal(r[1], 0);
+    assert_int_equal(r[2], 1);
+    assert_int_equal(r[0], 2);
+}
+
 /* ---- ZooKeeper's size limit ---- */
 
 static void test_zk_guard_max_result(void **state)
@@ -1071,6 +1231,7 @@ int main(void)
         cmocka_unit_test(test_zk_guard_session_expiry_mid_attempt),
         cmocka_unit_test(test_zk_guard_max_result),
         cmocka_unit_test(test_zk_guard_extra_session),
+        cmocka_unit_test(test_zk_guard_extra_session_expires),
         GUARD_CASES,
     };
     return cmocka_run_group_tests(tests, setup, teardown);
