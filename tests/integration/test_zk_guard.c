@@ -355,11 +355,17 @@ static bool scope_has(void *ud)
 #define KEEP_UP_EACH 1250
 #define KEEP_UP_LIVE 200
 
+/* A worker making n records (begin + finish(1)), keys k<first>...; it
+ * stops early once *stop (when given) is set, and counts itself in
+ * *finished (when given) at the end. */
 struct keep_up {
     cerb_client *c;
     const char *scope;
     int first, n, failed;
     int64_t keep_ms;
+    atomic_bool *stop;
+    atomic_int *finished;
+    int made;
 };
 
 static void *keep_up_worker(void *arg)
@@ -367,7 +373,7 @@ static void *keep_up_worker(void *arg)
     struct keep_up *k = arg;
     cerb_guard_opts o = CERB_GUARD_OPTS_INIT;
     o.keep_ms = k->keep_ms;
-    for (int i = 0; i < k->n; i++) {
+    for (int i = 0; i < k->n && !(k->stop && atomic_load(k->stop)); i++) {
         char key[32];
         snprintf(key, sizeof key, "k%d", k->first + i);
         cerb_guard *g = NULL;
@@ -375,7 +381,10 @@ static void *keep_up_worker(void *arg)
             cerb_guard_finish(g, 1, "r", 1) != CERB_OK)
             k->failed++;
         cerb_guard_free(g);
+        k->made++;
     }
+    if (k->finished)
+        atomic_fetch_add(k->finished, 1);
     return NULL;
 }
 
@@ -415,9 +424,11 @@ static void test_zk_guard_sweep_keeps_up(void **state)
     struct keep_up ku[KEEP_UP_THREADS + 1];
     for (int i = 0; i <= KEEP_UP_THREADS; i++) {
         if (i < KEEP_UP_THREADS)
-            ku[i] = (struct keep_up){a, scope, i * KEEP_UP_EACH, KEEP_UP_EACH, 0, 300};
+            ku[i] = (struct keep_up){a, scope, i * KEEP_UP_EACH, KEEP_UP_EACH, 0, 300, NULL,
+                                     NULL, 0};
         else /* live through the test */
-            ku[i] = (struct keep_up){a, scope, i * KEEP_UP_EACH, KEEP_UP_LIVE, 0, 60000};
+            ku[i] = (struct keep_up){a, scope, i * KEEP_UP_EACH, KEEP_UP_LIVE, 0, 60000, NULL,
+                                     NULL, 0};
         assert_int_equal(pthread_create(&th[i], NULL, keep_up_worker, &ku[i]), 0);
     }
     for (int i = 0; i <= KEEP_UP_THREADS; i++) {
@@ -462,33 +473,6 @@ static void test_zk_guard_sweep_keeps_up(void **state)
 #define PAY_ORPHANS 1500
 #define PAY_THREADS 4
 #define PAY_EACH 1000
-
-struct pay_worker {
-    cerb_client *c;
-    const char *scope;
-    int first, made, failed;
-    atomic_bool *stop;
-    atomic_int *finished;
-};
-
-static void *pay_worker_main(void *arg)
-{
-    struct pay_worker *p = arg;
-    cerb_guard_opts o = CERB_GUARD_OPTS_INIT;
-    o.keep_ms = 60000;
-    for (int i = 0; i < PAY_EACH && !atomic_load(p->stop); i++) {
-        char key[32];
-        snprintf(key, sizeof key, "k%d", p->first + i);
-        cerb_guard *g = NULL;
-        if (cerb_guard_begin(p->c, p->scope, key, strlen(key), &o, &g) != CERB_OK ||
-            cerb_guard_finish(g, 1, "r", 1) != CERB_OK)
-            p->failed++;
-        cerb_guard_free(g);
-        p->made++;
-    }
-    atomic_fetch_add(p->finished, 1);
-    return NULL;
-}
 
 struct pay_watch {
     zhandle_t *zh;
@@ -537,10 +521,10 @@ static void test_zk_guard_short_lived_clients_pay_as_they_go(void **state)
     atomic_init(&stop, false);
     atomic_init(&finished, 0);
     pthread_t th[PAY_THREADS];
-    struct pay_worker pw[PAY_THREADS];
+    struct keep_up pw[PAY_THREADS];
     for (int i = 0; i < PAY_THREADS; i++) {
-        pw[i] = (struct pay_worker){b, fresh, i * PAY_EACH, 0, 0, &stop, &finished};
-        assert_int_equal(pthread_create(&th[i], NULL, pay_worker_main, &pw[i]), 0);
+        pw[i] = (struct keep_up){b, fresh, i * PAY_EACH, PAY_EACH, 0, 60000, &stop, &finished, 0};
+        assert_int_equal(pthread_create(&th[i], NULL, keep_up_worker, &pw[i]), 0);
     }
     /* Bounded by the workers' count, not by time: 60 s only guards a hang. */
     struct pay_watch pwatch = {zh, op, &finished};
@@ -683,18 +667,29 @@ static void test_zk_guard_takeover_race(void **state)
 
 /* ---- a client's session expires in the middle of an attempt ---- */
 
+/* A client of this suite's root with `zk_extra` in its zk section and
+ * guard.keep_ms = keep_ms; NULL when it cannot open (no cmocka asserts:
+ * children use it). */
+static cerb_client *zk_client(const char *zk_extra, int64_t keep_ms)
+{
+    char zx[200], ex[80];
+    snprintf(zx, sizeof zx, "root = \"%s\"; %s", zroot, zk_extra);
+    snprintf(ex, sizeof ex, "guard = { keep_ms = %lld; };", (long long)keep_ms);
+    char *cfg = cerb_test_zk_config(NULL, zx, ex);
+    cerb_client *c = NULL;
+    if (cerb_client_open_string(&c, cfg) != CERB_OK)
+        c = NULL;
+    free(cfg);
+    return c;
+}
+
 static int session_child(void *ud)
 {
     struct gc_child *k = ud;
     char b;
-    char zx[160], ex[160];
-    snprintf(zx, sizeof zx, "root = \"%s\"; session_timeout_ms = 2000;", zroot);
-    snprintf(ex, sizeof ex, "guard = { keep_ms = 4000; };");
-    char *cfg = cerb_test_zk_config(NULL, zx, ex);
-    cerb_client *c = NULL;
-    if (cerb_client_open_string(&c, cfg) != CERB_OK)
+    cerb_client *c = zk_client("session_timeout_ms = 2000;", 4000);
+    if (!c)
         return 100;
-    free(cfg);
     if (read(k->go_fd, &b, 1) != 1)
         return 101;
     cerb_guard_opts o = CERB_GUARD_OPTS_INIT;
@@ -881,13 +876,8 @@ static void test_zk_guard_extra_session(void **state)
     assert_int_equal(own_zk_connections(), base);
 
     char *scope1 = gc_key("pool1");
-    char zx[128], ex[128];
-    snprintf(zx, sizeof zx, "root = \"%s\"; guard_sessions = 1;", zroot);
-    snprintf(ex, sizeof ex, "guard = { keep_ms = 4000; };");
-    char *text = cerb_test_zk_config(NULL, zx, ex);
-    cerb_client *one = NULL;
-    assert_int_equal(cerb_client_open_string(&one, text), CERB_OK);
-    free(text);
+    cerb_client *one = zk_client("guard_sessions = 1;", 4000);
+    assert_non_null(one);
     overlap_run(one, scope1);
     assert_int_equal(own_zk_connections(), base + 1);
     cerb_client_close(one);
@@ -980,14 +970,9 @@ static int pool_expiry_child(void *ud)
     struct gc_child *k = ud;
     /* Connections inherited from the parent (its janitor) count too. */
     int base = own_zk_connections();
-    char zx[160], ex[160];
-    snprintf(zx, sizeof zx, "root = \"%s\"; session_timeout_ms = 2000;", zroot);
-    snprintf(ex, sizeof ex, "guard = { keep_ms = 1000; };");
-    char *cfg = cerb_test_zk_config(NULL, zx, ex);
-    cerb_client *c = NULL;
-    if (cerb_client_open_string(&c, cfg) != CERB_OK)
+    cerb_client *c = zk_client("session_timeout_ms = 2000;", 1000);
+    if (!c)
         return 100;
-    free(cfg);
     int bad = 0, unavail = 0, round = 0;
     while (own_zk_connections() < base + 2 && round < 100)
         if (!pool_round(c, k->scope, round++, 5, &bad, &unavail))
