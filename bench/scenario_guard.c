@@ -272,10 +272,6 @@ static int count_commands(const struct guard_run *gr, uint64_t *out)
     return 0;
 }
 
-/*
- * Warm up and measure the rounds of one kind into @out: @scenario names
- * the row. Returns 0, or -1 after printing the failure.
- */
 /* The lesser of `least` (<0: none yet) and a round's commands per op.
  * Background requests (the zk guard's sweeper, the prober) only ever add
  * to a round, so the least round is the operations' own count. */
@@ -286,6 +282,11 @@ static double least_per_op(double least, uint64_t cmds, uint64_t ops)
     double v = (double)cmds / (double)ops;
     return least < 0 || v < least ? v : least;
 }
+
+/*
+ * Warm up and measure the rounds of one kind into @out: @scenario names
+ * the row. Returns 0, or -1 after printing the failure.
+ */
 
 static int measure(const struct guard_run *gr, const char *scenario, void *(*lib_body)(void *),
                    void *(*raw_body)(void *), struct bench_result *out)

@@ -75,12 +75,11 @@
  * about as many as it makes, or records pile up when clients come and
  * go), it lists the scopes, takes up to
  * ZK_GUARD_SWEEP_SCOPES of them (rotating), and reads their records in
- * batches of ZK_GUARD_SWEEP_RECS (the first a probe of ZK_GUARD_SWEEP_PROBE):
- * each batch read, the server's time read,
- * and the expired ones deleted by version (with their token nodes); one
- * batch per scope, more while a quarter of the last had expired, up to a
- * budget that grows with the records this client made; then scopes found
- * empty. So expired records do not pile up, whatever the rate
+ * batches of ZK_GUARD_SWEEP_RECS: each batch read, the server's time read
+ * (once a pass), and the expired ones deleted by version (with their token
+ * nodes); a probe of ZK_GUARD_SWEEP_PROBE per scope, batches while a
+ * quarter of the last had expired, up to a budget that grows with the
+ * records this client made; then scopes found empty. So expired records do not pile up, whatever the rate
  * of begins: a pass costs two round trips plus three or four per batch,
  * rests half as long as each batch took (sweep_pace), is skipped
  * while disconnected, and close stops it between and during its waits.
@@ -967,8 +966,8 @@ static bool sweep_once(cerb_engine *e)
 
     /* The scopes' records in batches of ZK_GUARD_SWEEP_RECS, each list
      * from a random place (sweepers of other clients start elsewhere): a
-     * probe of ZK_GUARD_SWEEP_PROBE per scope, and batches while a quarter or more of the last one had
-     * expired, up to a budget of ZK_GUARD_SWEEP_FLOOR reads plus twice the
+     * probe of ZK_GUARD_SWEEP_PROBE per scope, and batches while a quarter
+     * or more of the last one had expired, up to a budget of ZK_GUARD_SWEEP_FLOOR reads plus twice the
      * records this client made and not yet paid for. So each client sweeps
      * at least as fast as it makes records, and expired ones stay below
      * about as many as the live ones whatever the rate of begins (a fixed
@@ -1124,20 +1123,14 @@ cerb_status cerb__zk_guard_init(cerb_engine *e)
         return cerb__error_set(CERB_ENOMEM, "zk: out of memory");
     gd->base = cerb__zk_sibling_path(e->zc->root, ZK_GUARD_NODE);
     gd->clock = cerb__zk_sibling_path(e->zc->root, ZK_GUARD_CLOCK_NODE);
-    if (!gd->base || !gd->clock) {
-        cerb__free(gd->base);
-        cerb__free(gd->clock);
-        cerb__free(gd);
-        return cerb__error_set(CERB_ENOMEM, "zk: out of memory");
-    }
-    gd->collides = strcmp(gd->base, e->zc->root) == 0;
-    e->gpool = cerb__zk_guard_pool_new(e);
+    e->gpool = gd->base && gd->clock ? cerb__zk_guard_pool_new(e) : NULL;
     if (!e->gpool) {
         cerb__free(gd->base);
         cerb__free(gd->clock);
         cerb__free(gd);
         return cerb__error_set(CERB_ENOMEM, "zk: out of memory");
     }
+    gd->collides = strcmp(gd->base, e->zc->root) == 0;
     cerb__mutex_init(&gd->mu);
     cerb__cond_init(&gd->cond);
     atomic_init(&gd->stop, false);

@@ -242,8 +242,3 @@ void cerb__zk_guard_pool_tend(struct zk_guard_pool *p)
         atomic_store(&p->retry_ns, now + ZK_GUARD_POOL_RETRY_MS * CERB_NS_PER_MS);
     }
 }
-
-int cerb__zk_guard_pool_open_count(struct zk_guard_pool *p)
-{
-    return p ? atomic_load(&p->n_open) : 0;
-}

@@ -64,7 +64,4 @@ void cerb__zk_guard_pool_end(struct zk_guard_pool *p, int slot);
  * a session timeout, so that later overlaps open them again. */
 void cerb__zk_guard_pool_tend(struct zk_guard_pool *p);
 
-/* Extra sessions open now (for tests and inspection). */
-int cerb__zk_guard_pool_open_count(struct zk_guard_pool *p);
-
 #endif

@@ -257,11 +257,6 @@ cerb_status cerb__zk_session_open(cerb_engine *e, uint64_t gen, watcher_fn watch
     return CERB_OK;
 }
 
-static void session_close(struct zk_session *s)
-{
-    cerb__zk_session_close(s);
-}
-
 void cerb__zk_session_close(struct zk_session *s)
 {
     if (!s)
@@ -323,7 +318,7 @@ static void end_session(cerb_engine *e, bool lost)
         e->cur = NULL;
     cerb__mutex_unlock(&e->mu);
     cerb__zk_session_end(e);
-    session_close(old);
+    cerb__zk_session_close(old);
     cerb__mutex_lock(&e->mu);
 }
 
@@ -349,7 +344,7 @@ static void start_session(cerb_engine *e)
     cerb__cond_broadcast(&e->state_cond);
     cerb__mutex_unlock(&e->mu);
     cerb__zk_session_end(e);
-    session_close(s); /* only when another generation raced us (cannot) */
+    cerb__zk_session_close(s); /* only when another generation raced us (cannot) */
     cerb__mutex_lock(&e->mu);
 }
 
@@ -665,7 +660,7 @@ void cerb__zk_session_stop(cerb_engine *e)
     }
     struct zk_session *s = e->cur;
     e->cur = NULL;
-    session_close(s);
+    cerb__zk_session_close(s);
     cerb__zk_reap_free(e);
     cerb__cond_destroy(&e->keeper_cond);
     cerb__cond_destroy(&e->state_cond);

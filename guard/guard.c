@@ -22,8 +22,9 @@
  * finish whose answer was lost is settled with guard_check first: our
  * done-record means it landed; our running claim means it did not (sent
  * again; the engine checks behind the finish it sent, on the same
- * connection: zk_guard_pool.h); no record after a failed attempt's delete means the goal — no
- * record of ours — holds either way; anything else means the claim was lost.
+ * connection: zk_guard_pool.h); no record after a failed attempt's delete
+ * means the goal — no record of ours — holds either way; anything else
+ * means the claim was lost.
  *
  * Failover. Records are written on the engine that is active at begin, and
  * finish goes to that same engine. Records written before a switch stay on

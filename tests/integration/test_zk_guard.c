@@ -404,6 +404,16 @@ static void delete_tree(zhandle_t *zh, const char *path)
     zoo_delete(zh, path, -1);
 }
 
+/* A scope of this suite's records, and everything in it. */
+static void drop_scope(const char *scope)
+{
+    char sp[512];
+    snprintf(sp, sizeof sp, "%s/%s", gbase, scope);
+    zhandle_t *zh = raw();
+    delete_tree(zh, sp);
+    cerb_test_zk_close(zh);
+}
+
 /*
  * The sweeper keeps up with its client's rate of begins: 5000 records that
  * expire together (a service doing 1000 begins a second leaves as many every
@@ -451,9 +461,7 @@ static void test_zk_guard_sweep_keeps_up(void **state)
         cerb_guard_free(g);
     }
     cerb_client_close(a);
-    zhandle_t *zh = raw();
-    delete_tree(zh, sp);
-    cerb_test_zk_close(zh);
+    drop_scope(scope);
     free(scope);
 }
 
@@ -506,9 +514,8 @@ static void test_zk_guard_short_lived_clients_pay_as_they_go(void **state)
 {
     (void)state;
     char *orph = gc_key("orphans"), *fresh = gc_key("fresh");
-    char op[512], fp[512];
+    char op[512];
     snprintf(op, sizeof op, "%s/%s", gbase, orph);
-    snprintf(fp, sizeof fp, "%s/%s", gbase, fresh);
     zhandle_t *zh = raw();
     for (int i = 0; i < PAY_ORPHANS; i++) {
         char rp[600];
@@ -539,12 +546,12 @@ static void test_zk_guard_short_lived_clients_pay_as_they_go(void **state)
     long left = records_strict(zh, op);
     print_message("orphans left %ld after the new client made %d records\n", left, made);
     cerb_client_close(b);
-    delete_tree(zh, fp);
-    delete_tree(zh, op);
+    cerb_test_zk_close(zh);
+    drop_scope(fresh);
+    drop_scope(orph);
     assert_true(ended);
     assert_int_equal(failed, 0);
     assert_int_equal(left, 0);
-    cerb_test_zk_close(zh);
     free(orph);
     free(fresh);
 }
@@ -882,13 +889,8 @@ static void test_zk_guard_extra_session(void **state)
     assert_int_equal(own_zk_connections(), base + 1);
     cerb_client_close(one);
     assert_int_equal(own_zk_connections(), base);
-    zhandle_t *zh = raw();
-    char sp[512];
-    snprintf(sp, sizeof sp, "%s/%s", gbase, scope);
-    delete_tree(zh, sp);
-    snprintf(sp, sizeof sp, "%s/%s", gbase, scope1);
-    delete_tree(zh, sp);
-    cerb_test_zk_close(zh);
+    drop_scope(scope);
+    drop_scope(scope1);
     free(scope);
     free(scope1);
 }
@@ -903,39 +905,36 @@ struct pool_round {
     int bad, unavail;
 };
 
+/* st is `want`; else counted as UNAVAILABLE (allowed) or as wrong. */
+static bool pool_expect(struct pool_round *r, cerb_status st, cerb_status want)
+{
+    if (st == want)
+        return true;
+    if (st == CERB_UNAVAILABLE)
+        r->unavail++;
+    else
+        r->bad++;
+    return false;
+}
+
 static void *pool_round_main(void *arg)
 {
     struct pool_round *r = arg;
     for (int i = 0; i < r->each; i++) {
         char key[48];
-        int n = snprintf(key, sizeof key, "r%d-t%d-%d", r->round, r->thread, i);
+        size_t n = (size_t)snprintf(key, sizeof key, "r%d-t%d-%d", r->round, r->thread, i);
         cerb_guard *g = NULL;
-        cerb_status st = cerb_guard_begin(r->c, r->scope, key, (size_t)n, NULL, &g);
-        if (st == CERB_UNAVAILABLE) {
-            r->unavail++;
-            continue;
-        }
-        if (st != CERB_OK) {
-            r->bad++;
-            continue;
-        }
-        st = cerb_guard_finish(g, 1, key, (size_t)n);
+        bool done = pool_expect(r, cerb_guard_begin(r->c, r->scope, key, n, NULL, &g), CERB_OK) &&
+                    pool_expect(r, cerb_guard_finish(g, 1, key, n), CERB_OK);
         cerb_guard_free(g);
-        if (st == CERB_UNAVAILABLE) {
-            r->unavail++;
+        if (!done)
             continue;
-        }
-        if (st != CERB_OK) {
-            r->bad++;
-            continue;
-        }
         /* Done: a duplicate with its own result, whichever session. */
-        st = cerb_guard_begin(r->c, r->scope, key, (size_t)n, NULL, &g);
+        g = NULL;
+        cerb_status st = cerb_guard_begin(r->c, r->scope, key, n, NULL, &g);
         size_t rl = 0;
         const void *res = st == CERB_DUPLICATE ? cerb_guard_result(g, &rl) : NULL;
-        if (st == CERB_UNAVAILABLE)
-            r->unavail++;
-        else if (st != CERB_DUPLICATE || rl != (size_t)n || memcmp(res, key, rl) != 0)
+        if (pool_expect(r, st, CERB_DUPLICATE) && (rl != n || memcmp(res, key, rl) != 0))
             r->bad++;
         cerb_guard_free(g);
     }
@@ -1037,11 +1036,7 @@ static void test_zk_guard_extra_session_expires(void **state)
     print_message("after: %d connections, %d wrong answers, down to one first: %d\n", r[0], r[1],
                   r[2]);
     assert_int_equal(cerb_test_wait(pid, 60000), 0);
-    zhandle_t *zh = raw();
-    char sp[512];
-    snprintf(sp, sizeof sp, "%s/%s", gbase, scope);
-    delete_tree(zh, sp);
-    cerb_test_zk_close(zh);
+    drop_scope(scope);
     free(scope);
     assert_int_equal(r[1], 0);
     assert_int_equal(r[2], 1);
