@@ -74,7 +74,10 @@
  * records to pay for (a client that lives a few seconds must still delete
  * about as many as it makes, or records pile up when clients come and
  * go), it lists the scopes, takes up to
- * ZK_GUARD_SWEEP_SCOPES of them (rotating), and reads their records in
+ * ZK_GUARD_SWEEP_SCOPES of them (rotating), lists them, and keeps a window
+ * of each one's names that the passes of the next ZK_GUARD_SWEEP_MS read
+ * on from (a listing of a big scope of live records cost more than the
+ * pass's reads); it reads their records in
  * batches of ZK_GUARD_SWEEP_RECS: each batch read, the server's time read
  * (once a pass), and the expired ones deleted by version (with their token
  * nodes); a probe of ZK_GUARD_SWEEP_PROBE per scope, batches while a
@@ -143,8 +146,21 @@
 #define ZK_GUARD_SWEEP_EARLY 1024
 #define ZK_GUARD_SWEEP_EARLY_MAX 4096
 #define ZK_GUARD_SWEEP_CREDIT_MAX ((size_t)1 << 22)
+/* Names a listing keeps for the passes after it: at most
+ * ZK_GUARD_SWEEP_WINDOW of a scope, and ZK_GUARD_SWEEP_CACHE in all (some
+ * 6 MiB; a bigger scope is read a window at a time, one per listing). */
+#define ZK_GUARD_SWEEP_WINDOW 8192
+#define ZK_GUARD_SWEEP_CACHE 65536
 /* "R" + token + " " + life (at most 20 characters) + "\n" */
 #define HDR_MAX (1 + 32 + 1 + 20 + 1)
+
+/* A scope as the sweeper last listed it: a window of its records' names
+ * from a random place, and how far the passes read. */
+struct sweep_scope {
+    char *path;
+    char **names;
+    size_t n, next;
+};
 
 struct zk_guard {
     char *base;        /* <parent of root>/guard */
@@ -166,6 +182,12 @@ struct zk_guard {
     atomic_uint_fast64_t made;  /* records this client made since the last pass */
     atomic_uint_fast64_t early; /* made this many: the next pass now */
     size_t credit;              /* reads owed for them (the sweeper's own) */
+    /* The last listing (the sweeper's own), read from by the passes that
+     * follow while it is fresh (cache_fresh). */
+    struct sweep_scope *cache;
+    size_t n_cache;
+    int64_t cache_ns;           /* monotonic, when it was listed */
+    atomic_uint_fast64_t passes, listings; /* for tests */
 };
 
 /* A record made: counted for the sweeper's budget, which is woken (once)
@@ -930,16 +952,39 @@ static void sweep_pace(struct zk_guard *gd, int64_t took_ns)
     cerb__mutex_unlock(&gd->mu);
 }
 
-/* One pass: see the file comment. False when it did not get as far as
- * taking this client's count of records made (disconnected, a list
- * unanswered): the next pass waits for its time then. */
-static bool sweep_once(cerb_engine *e)
+/* Free the listing the passes read from. */
+static void cache_drop(struct zk_guard *gd)
+{
+    for (size_t i = 0; i < gd->n_cache; i++) {
+        free_strs(gd->cache[i].names, gd->cache[i].n);
+        cerb__free(gd->cache[i].path);
+    }
+    cerb__free(gd->cache);
+    gd->cache = NULL;
+    gd->n_cache = 0;
+}
+
+/* The last listing still has names to read, and is recent enough that
+ * records made since are a small part of what the scopes hold. */
+static bool cache_fresh(const struct zk_guard *gd)
+{
+    if (!gd->n_cache || cerb_monotime() - gd->cache_ns >= ZK_GUARD_SWEEP_MS * CERB_NS_PER_MS)
+        return false;
+    for (size_t i = 0; i < gd->n_cache; i++)
+        if (gd->cache[i].next < gd->cache[i].n)
+            return true;
+    return false;
+}
+
+/* List the base, take up to ZK_GUARD_SWEEP_SCOPES scopes (rotating), list
+ * them, and keep a window of each one's names, from a random place
+ * (sweepers of other clients start elsewhere), for this pass and the next
+ * ones; scopes found empty are deleted. Sets the early mark from the
+ * records listed. False when a list went unanswered (or out of memory). */
+static bool sweep_list(cerb_engine *e)
 {
     struct zk_guard *gd = e->guard;
-    struct zk_state ss;
-    cerb__zk_state(e, &ss);
-    if (!ss.connected)
-        return false;
+    cache_drop(gd);
     char *base = gd->base;
     struct sweep w = {.e = e, .paths = &base, .n = 1};
     struct zk_call *c = sweep_call(e, 1, submit_list, &w);
@@ -963,58 +1008,110 @@ static bool sweep_once(cerb_engine *e)
         free_strs(scopes, take_sc);
         return false;
     }
-
-    /* The scopes' records in batches of ZK_GUARD_SWEEP_RECS, each list
-     * from a random place (sweepers of other clients start elsewhere): a
-     * probe of ZK_GUARD_SWEEP_PROBE per scope, and batches while a quarter
-     * or more of the last one had expired, up to a budget of ZK_GUARD_SWEEP_FLOOR reads plus twice the
-     * records this client made and not yet paid for. So each client sweeps
-     * at least as fast as it makes records, and expired ones stay below
-     * about as many as the live ones whatever the rate of begins (a fixed
-     * budget fell behind any steady rate above it, and they piled up on
-     * the server); the floor clears what clients that left behind. A scope
-     * of long-kept records is not read whole every pass. */
     w = (struct sweep){.e = e, .paths = scopes, .n = take_sc};
     c = sweep_call(e, take_sc, submit_list, &w);
-    if (!c) {
+    gd->cache = c ? cerb__calloc(take_sc, sizeof *gd->cache) : NULL;
+    if (!gd->cache) {
+        cerb__zk_call_put(c);
         free_strs(scopes, take_sc);
         return false;
     }
-    /* Reads owed for records made carry over until they expire: a pass
-     * that runs while they are still live finds too few expired to go on. */
-    uint64_t made = atomic_exchange(&gd->made, 0);
-    gd->credit += made > ZK_GUARD_SWEEP_CREDIT_MAX ? ZK_GUARD_SWEEP_CREDIT_MAX : (size_t)made * 2;
-    if (gd->credit > ZK_GUARD_SWEEP_CREDIT_MAX)
-        gd->credit = ZK_GUARD_SWEEP_CREDIT_MAX;
-    size_t budget = ZK_GUARD_SWEEP_FLOOR + gd->credit;
-    size_t s0 = (size_t)next_rnd(gd) % take_sc; /* the budget may not reach them all */
-    char **recs = cerb__calloc(ZK_GUARD_SWEEP_RECS, sizeof *recs);
+    atomic_fetch_add(&gd->listings, 1);
+    gd->cache_ns = cerb_monotime();
+    size_t window = ZK_GUARD_SWEEP_CACHE / take_sc, n_listed = 0, n_empty = 0;
+    window = window > ZK_GUARD_SWEEP_WINDOW ? ZK_GUARD_SWEEP_WINDOW : window;
     bool *empty = cerb__calloc(take_sc, sizeof *empty);
-    size_t n_empty = 0, n_gone = 0, n_listed = 0;
-    int64_t now = 0; /* the server's time, read once */
-    for (size_t i = 0; i < take_sc; i++)
-        n_listed += c->res[i].rc == ZOK ? (size_t)c->res[i].n_names : 0;
+    for (size_t i = 0; i < take_sc; i++) {
+        const struct zk_res *r = &c->res[i];
+        if (r->rc != ZOK)
+            continue;
+        size_t n = (size_t)r->n_names;
+        n_listed += n;
+        if (n == 0 && empty) {
+            empty[i] = true;
+            n_empty++;
+            continue;
+        }
+        struct sweep_scope *sc = &gd->cache[gd->n_cache];
+        size_t take = n < window ? n : window, off = (size_t)next_rnd(gd) % n;
+        sc->names = cerb__calloc(take, sizeof *sc->names);
+        if (!sc->names)
+            break;
+        sc->path = scopes[i];
+        scopes[i] = NULL;
+        gd->n_cache++;
+        for (size_t j = 0; j < take; j++) {
+            if (!(sc->names[j] = cerb__strdup(r->names[(off + j) % n])))
+                break;
+            sc->n++;
+        }
+    }
+    cerb__zk_call_put(c);
+    /* The next pass comes early after this client made an eighth as many
+     * records as were listed (see ZK_GUARD_SWEEP_EARLY). */
     size_t early = n_listed / 8;
     early = early < ZK_GUARD_SWEEP_EARLY       ? ZK_GUARD_SWEEP_EARLY
             : early > ZK_GUARD_SWEEP_EARLY_MAX ? ZK_GUARD_SWEEP_EARLY_MAX
                                                : early;
     atomic_store(&gd->early, early);
-    bool stop = !recs || !empty;
-    for (size_t t = 0; t < take_sc && !stop; t++) {
-        size_t i = (s0 + t) % take_sc;
-        const struct zk_res *r = &c->res[i];
-        if (r->rc != ZOK)
-            continue;
-        if (r->n_names == 0) {
-            empty[i] = true;
-            n_empty++;
-            continue;
-        }
-        size_t n = (size_t)r->n_names, off = (size_t)next_rnd(gd) % n;
-        for (size_t j = 0; j < n && !stop && budget > 0;) {
-            size_t n_rec = 0, cap = j == 0 ? ZK_GUARD_SWEEP_PROBE : ZK_GUARD_SWEEP_RECS;
-            for (; j < n && n_rec < cap && n_rec < budget; j++) {
-                char *path = path_join3(scopes[i], r->names[(off + j) % n], NULL);
+    if (n_empty && !atomic_load(&gd->stop)) {
+        /* Scopes found empty: the server removes empty containers too, but
+         * only every few seconds or minutes (znode.container.checkIntervalMs).
+         * A begin that creates a record meanwhile makes the delete fail
+         * (NOTEMPTY), or finds the scope gone and makes it again. */
+        w = (struct sweep){.e = e, .paths = scopes, .n = take_sc, .del = empty};
+        cerb__zk_call_put(sweep_call(e, n_empty, submit_delete, &w));
+    }
+    cerb__free(empty);
+    free_strs(scopes, take_sc);
+    return true;
+}
+
+/* One pass: see the file comment. False when it did not get as far as
+ * taking this client's count of records made (disconnected, a list
+ * unanswered): the next pass waits for its time then. */
+static bool sweep_once(cerb_engine *e)
+{
+    struct zk_guard *gd = e->guard;
+    struct zk_state ss;
+    cerb__zk_state(e, &ss);
+    if (!ss.connected)
+        return false;
+    /* A pass reads on from the last listing while it is fresh: listing a
+     * scope of live records costs the server (and this client's begins,
+     * which share the session) more than the few reads a pass then makes,
+     * and a client that makes records fast brings passes forward. */
+    if (!cache_fresh(gd) && !sweep_list(e))
+        return false;
+
+    /* The scopes' records in batches of ZK_GUARD_SWEEP_RECS: a probe of
+     * ZK_GUARD_SWEEP_PROBE per scope, and batches while a quarter or more
+     * of the last one had expired, up to a budget of ZK_GUARD_SWEEP_FLOOR
+     * reads plus twice the records this client made and not yet paid for.
+     * So each client sweeps at least as fast as it makes records, and
+     * expired ones stay below about as many as the live ones whatever the
+     * rate of begins (a fixed budget fell behind any steady rate above it,
+     * and they piled up on the server); the floor clears what clients that
+     * left behind. A scope of long-kept records is not read whole every
+     * pass. Reads owed for records made carry over until they expire: a
+     * pass that runs while they are still live finds too few expired to go
+     * on. */
+    uint64_t made = atomic_exchange(&gd->made, 0);
+    gd->credit += made > ZK_GUARD_SWEEP_CREDIT_MAX ? ZK_GUARD_SWEEP_CREDIT_MAX : (size_t)made * 2;
+    if (gd->credit > ZK_GUARD_SWEEP_CREDIT_MAX)
+        gd->credit = ZK_GUARD_SWEEP_CREDIT_MAX;
+    size_t budget = ZK_GUARD_SWEEP_FLOOR + gd->credit, n_gone = 0;
+    size_t n_sc = gd->n_cache;
+    size_t s0 = n_sc ? (size_t)next_rnd(gd) % n_sc : 0; /* the budget may not reach them all */
+    char **recs = cerb__calloc(ZK_GUARD_SWEEP_RECS, sizeof *recs);
+    int64_t now = 0; /* the server's time, read once */
+    bool stop = !recs;
+    for (size_t t = 0; t < n_sc && !stop; t++) {
+        struct sweep_scope *sc = &gd->cache[(s0 + t) % n_sc];
+        for (bool probe = true; sc->next < sc->n && !stop && budget > 0; probe = false) {
+            size_t n_rec = 0, cap = probe ? ZK_GUARD_SWEEP_PROBE : ZK_GUARD_SWEEP_RECS;
+            for (; sc->next < sc->n && n_rec < cap && n_rec < budget; sc->next++) {
+                char *path = path_join3(sc->path, sc->names[sc->next], NULL);
                 if (!path) {
                     stop = true; /* out of memory: the next pass */
                     break;
@@ -1042,22 +1139,12 @@ static bool sweep_once(cerb_engine *e)
                 break;
         }
     }
-    cerb__zk_call_put(c);
-    if (n_empty && empty && !atomic_load(&gd->stop)) {
-        /* Scopes found empty: the server removes empty containers too, but
-         * only every few seconds or minutes (znode.container.checkIntervalMs).
-         * A begin that creates a record meanwhile makes the delete fail
-         * (NOTEMPTY), or finds the scope gone and makes it again. */
-        w = (struct sweep){.e = e, .paths = scopes, .n = take_sc, .del = empty};
-        cerb__zk_call_put(sweep_call(e, n_empty, submit_delete, &w));
-    }
     if (n_gone) {
         atomic_fetch_add(&gd->swept, n_gone);
         CERB_LOG_D("zk %s: guard sweep deleted %zu expired record(s)", e->hosts, n_gone);
     }
-    cerb__free(empty);
     cerb__free(recs);
-    free_strs(scopes, take_sc);
+    atomic_fetch_add(&gd->passes, 1);
     return true;
 }
 
@@ -1091,6 +1178,12 @@ static void *sweeper_main(void *arg)
     }
     cerb__mutex_unlock(&gd->mu);
     return NULL;
+}
+
+void cerb__zk_guard_sweep_counts(cerb_engine *e, uint64_t *passes, uint64_t *listings)
+{
+    *passes = atomic_load(&e->guard->passes);
+    *listings = atomic_load(&e->guard->listings);
 }
 
 static void sweeper_ensure(cerb_engine *e)
@@ -1135,6 +1228,8 @@ cerb_status cerb__zk_guard_init(cerb_engine *e)
     cerb__cond_init(&gd->cond);
     atomic_init(&gd->stop, false);
     atomic_init(&gd->swept, 0);
+    atomic_init(&gd->passes, 0);
+    atomic_init(&gd->listings, 0);
     atomic_init(&gd->made, 0);
     atomic_init(&gd->early, ZK_GUARD_SWEEP_EARLY);
     gd->rnd = (uint64_t)cerb_monotime() ^ (uint64_t)(uintptr_t)gd;
@@ -1156,6 +1251,7 @@ void cerb__zk_guard_free(cerb_engine *e)
         pthread_join(gd->thread, NULL);
     cerb__zk_guard_pool_free(e->gpool);
     e->gpool = NULL;
+    cache_drop(gd);
     cerb__cond_destroy(&gd->cond);
     cerb__mutex_destroy(&gd->mu);
     cerb__free(gd->base);

@@ -36,4 +36,8 @@ cerb_status cerb__zk_guard_finish(cerb_engine *e, const cerb_guard_rec *rec, int
 cerb_status cerb__zk_guard_check(cerb_engine *e, const cerb_guard_rec *rec,
                                  cerb_guard_found *found);
 
+/* The sweeper's passes done so far, and how many times it listed the scopes
+ * (the others read on from an earlier listing). For tests. */
+void cerb__zk_guard_sweep_counts(cerb_engine *e, uint64_t *passes, uint64_t *listings);
+
 #endif
