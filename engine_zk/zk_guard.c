@@ -67,25 +67,8 @@
  * may have expired and 1 more to take it over; a duplicate 1; renew 1;
  * finish 1; check 1.
  *
- * Sweeping. Records that expire and are never asked for again are removed
- * by a sweeper thread per engine instance, started by the first begin:
- * first at a random point of the first ZK_GUARD_SWEEP_MS, then every
- * ZK_GUARD_SWEEP_MS (± 20 %), and earlier once this client made enough
- * records to pay for (a client that lives a few seconds must still delete
- * about as many as it makes, or records pile up when clients come and
- * go), it lists the scopes, takes up to
- * ZK_GUARD_SWEEP_SCOPES of them (rotating), lists them, and keeps a window
- * of each one's names that the passes of the next ZK_GUARD_SWEEP_MS read
- * on from (a listing of a big scope of live records cost more than the
- * pass's reads); it reads their records in
- * batches of ZK_GUARD_SWEEP_RECS: each batch read, the server's time read
- * (once a pass), and the expired ones deleted by version (with their token
- * nodes); a probe of ZK_GUARD_SWEEP_PROBE per scope, batches while a
- * quarter of the last had expired, up to a budget that grows with the
- * records this client made; then scopes found empty. So expired records do not pile up, whatever the rate
- * of begins: a pass costs two round trips plus three or four per batch,
- * rests half as long as each batch took (sweep_pace), is skipped
- * while disconnected, and close stops it between and during its waits.
+ * Sweeping. Records that expire and nobody asks for again are deleted by
+ * the sweeper (zk_guard_sweep.c): there is no expiry on the server.
  *
  * Ambiguity. A transaction whose answer did not come (connection loss,
  * the deadline) has an unknown outcome, reported so; the core settles it
@@ -97,7 +80,6 @@
 #include "zk_guard.h"
 
 #include <inttypes.h>
-#include <pthread.h>
 #include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -110,101 +92,20 @@
 #include "log.h"
 #include "zk_call.h"
 #include "zk_errors.h"
+#include "zk_guard_impl.h"
 #include "zk_guard_pool.h"
+#include "zk_guard_sweep.h"
 #include "zk_session.h"
 
-/* Allowance for the leader's clock: a record's mtime and the clock's may
- * come from different leaders. */
-#define ZK_GUARD_SKEW_MS 200
 /* Requests per begin before giving up (each retry follows a concurrent
  * change: a record deleted, expired or taken over meanwhile). */
 #define ZK_GUARD_TRIES 8
-#define ZK_GUARD_SWEEP_MS 5000
-#define ZK_GUARD_SWEEP_SCOPES 64
-#define ZK_GUARD_SWEEP_RECS 128
-/* A scope's first batch in a pass: a probe, since in a scope of live
- * records it finds nothing to delete (that read costs the client's begins
- * time; early passes come every ZK_GUARD_SWEEP_EARLY records made or
- * more). */
-#define ZK_GUARD_SWEEP_PROBE 32
-/* Records a pass may read at least (the budget); twice as many more as
- * this client made records since the last pass. A scope's reads stop
- * sooner when a batch finds few expired. */
-#define ZK_GUARD_SWEEP_FLOOR 256
-/* The first pass comes at a random point of the first ZK_GUARD_SWEEP_MS
- * after the first begin (clients started together, like cron jobs, do not
- * list together; a client that lives a second sweeps with a chance of one
- * in five, which over many such clients deletes far more than they make).
- * A pass comes early once this client made ZK_GUARD_SWEEP_EARLY records
- * since the last, or an eighth of the records the last pass listed when
- * that is more, up to ZK_GUARD_SWEEP_EARLY_MAX: listing the scopes costs
- * at most 8 names per record made until the scopes hold 32 768 records,
- * and past that a pass still comes every 4 096 records made, since a
- * backlog that large is what needs clearing. A client that makes records
- * faster than the timer's passes pay for them, and lives a few seconds,
- * so still deletes about twice as many as it makes. */
-#define ZK_GUARD_SWEEP_EARLY 1024
-#define ZK_GUARD_SWEEP_EARLY_MAX 4096
-#define ZK_GUARD_SWEEP_CREDIT_MAX ((size_t)1 << 22)
-/* Names a listing keeps for the passes after it: at most
- * ZK_GUARD_SWEEP_WINDOW of a scope, and ZK_GUARD_SWEEP_CACHE in all (some
- * 6 MiB; a bigger scope is read a window at a time, one per listing). */
-#define ZK_GUARD_SWEEP_WINDOW 8192
-#define ZK_GUARD_SWEEP_CACHE 65536
 /* "R" + token + " " + life (at most 20 characters) + "\n" */
 #define HDR_MAX (1 + 32 + 1 + 20 + 1)
 
-/* A scope as the sweeper last listed it: a window of its records' names
- * from a random place, and how far the passes read. */
-struct sweep_scope {
-    char *path;
-    char **names;
-    size_t n, next;
-};
-
-struct zk_guard {
-    char *base;        /* <parent of root>/guard */
-    char *clock;       /* <parent of root>/guard-clock */
-    bool collides;     /* zk.root is the base itself */
-    cerb_mutex mu;
-    cerb_cond cond;    /* the sweeper's sleep; stop */
-    /* The newest clock reading (mu). */
-    bool clk_known;
-    int64_t clk_ms;       /* server time: the clock write's mtime */
-    int64_t clk_sent_ns;  /* monotonic, before that write was sent */
-    /* The sweeper (mu). */
-    bool started;
-    atomic_bool stop;
-    pthread_t thread;
-    size_t cursor;
-    uint64_t rnd;
-    atomic_uint_fast64_t swept; /* records deleted by the sweeper */
-    atomic_uint_fast64_t made;  /* records this client made since the last pass */
-    atomic_uint_fast64_t early; /* made this many: the next pass now */
-    size_t credit;              /* reads owed for them (the sweeper's own) */
-    /* The last listing (the sweeper's own), read from by the passes that
-     * follow while it is fresh (cache_fresh). */
-    struct sweep_scope *cache;
-    size_t n_cache;
-    int64_t cache_ns;           /* monotonic, when it was listed */
-    atomic_uint_fast64_t passes, listings; /* for tests */
-};
-
-/* A record made: counted for the sweeper's budget, which is woken (once)
- * when the count reaches the early mark. */
-static void note_made(struct zk_guard *gd)
-{
-    uint64_t n = atomic_fetch_add_explicit(&gd->made, 1, memory_order_relaxed) + 1;
-    if (n == atomic_load_explicit(&gd->early, memory_order_relaxed)) {
-        cerb__mutex_lock(&gd->mu);
-        cerb__cond_signal(&gd->cond);
-        cerb__mutex_unlock(&gd->mu);
-    }
-}
-
 /* ---- paths and data ---- */
 
-static char *path_join3(const char *a, const char *b, const char *c)
+char *cerb__zkg_path(const char *a, const char *b, const char *c)
 {
     size_t n = strlen(a) + 1 + strlen(b) + (c ? 1 + strlen(c) : 0) + 1;
     char *p = cerb__malloc(n);
@@ -227,9 +128,9 @@ static void paths_free(struct rec_paths *p)
 static cerb_status paths_make(cerb_engine *e, const cerb_guard_rec *rec, struct rec_paths *p)
 {
     memset(p, 0, sizeof *p);
-    p->scope = path_join3(e->guard->base, rec->scope, NULL);
-    p->rec = path_join3(e->guard->base, rec->scope, rec->id);
-    p->tok = p->rec ? path_join3(p->rec, rec->token, NULL) : NULL;
+    p->scope = cerb__zkg_path(e->guard->base, rec->scope, NULL);
+    p->rec = cerb__zkg_path(e->guard->base, rec->scope, rec->id);
+    p->tok = p->rec ? cerb__zkg_path(p->rec, rec->token, NULL) : NULL;
     if (!p->scope || !p->rec || !p->tok) {
         paths_free(p);
         return cerb__error_set(CERB_ENOMEM, "zk %s: out of memory", e->hosts);
@@ -242,17 +143,7 @@ static int rec_header(char *out, char state, const char *token, int64_t life)
     return snprintf(out, HDR_MAX + 1, "%c%.32s %" PRId64 "\n", state, token, life);
 }
 
-struct rec_view {
-    char state;
-    char token[33];
-    int64_t life;
-    const char *res;
-    size_t res_len;
-};
-
-/* Read a record's data; false when it is not one (a node of someone
- * else's under our base). */
-static bool rec_parse(const char *buf, int len, struct rec_view *v)
+bool cerb__zkg_rec_parse(const char *buf, int len, struct rec_view *v)
 {
     if (!buf || len < 1 + 32 + 1 + 1 + 1 || (buf[0] != 'R' && buf[0] != 'D') || buf[33] != ' ')
         return false;
@@ -311,8 +202,7 @@ static size_t count_parents(const char *path)
     return n;
 }
 
-/* The first operation of a failed transaction that says why. */
-static int failed_op(const struct zk_res *r)
+int cerb__zkg_failed_op(const struct zk_res *r)
 {
     if (!r->gm)
         return -1;
@@ -324,15 +214,13 @@ static int failed_op(const struct zk_res *r)
     return -1;
 }
 
-static int64_t guard_bound(cerb_engine *e)
+int64_t cerb__zkg_bound(cerb_engine *e)
 {
     return cerb__deadline_in(e->zc->connect_timeout_ms);
 }
 
-/* Wait for every answer of c until the deadline; with `stop` (the
- * sweeper's), in slices, giving up once it is set, so that close does not
- * wait for a slow server. */
-static bool call_wait(struct zk_call *c, int64_t deadline, const atomic_bool *stop)
+/* In slices with `stop`, so that close does not wait for a slow server. */
+bool cerb__zkg_call_wait(struct zk_call *c, int64_t deadline, const atomic_bool *stop)
 {
     if (!stop)
         return cerb__zk_call_wait(c, deadline);
@@ -355,7 +243,7 @@ static int call_rc(cerb_engine *e, struct zk_call *c, int k, int64_t bound, bool
     *sent = k >= 0 && c->res[k].sent;
     if (k < 0)
         return ZINVALIDSTATE;
-    if (!call_wait(c, cerb__zk_call_deadline(e, bound), stop))
+    if (!cerb__zkg_call_wait(c, cerb__zk_call_deadline(e, bound), stop))
         return CERB_ZK_RC_ABANDONED;
     return c->res[k].rc;
 }
@@ -388,20 +276,15 @@ static bool surely_live(struct zk_guard *gd, int64_t mtime, int64_t life)
     return upper <= mtime + life + ZK_GUARD_SKEW_MS;
 }
 
-static bool expired_at(int64_t now_ms, int64_t mtime, int64_t life)
-{
-    return life >= 0 && now_ms > mtime + life + ZK_GUARD_SKEW_MS;
-}
-
 /* The server's time now: setData on the clock node (made when missing),
  * its mtime. With `stop` (the sweeper): no wait for a connection, and the
  * answer awaited only while stop is not set. */
-static cerb_status server_now(cerb_engine *e, int64_t *now_ms, const atomic_bool *stop)
+cerb_status cerb__zkg_server_now(cerb_engine *e, int64_t *now_ms, const atomic_bool *stop)
 {
     struct zk_guard *gd = e->guard;
     bool make = false;
     for (int attempt = 0;; attempt++) {
-        int64_t bound = guard_bound(e);
+        int64_t bound = cerb__zkg_bound(e);
         struct zk_state ss;
         cerb_status st = cerb__zk_wait_connected(e, stop ? cerb_monotime() : bound, NULL, 0, &ss);
         if (st != CERB_OK)
@@ -447,7 +330,7 @@ cerb_status cerb__zk_guard_renew(cerb_engine *e, const cerb_guard_rec *rec, cerb
         return st;
     char hdr[HDR_MAX + 1];
     int hl = rec_header(hdr, 'R', rec->token, rec->running_ms);
-    int64_t bound = guard_bound(e);
+    int64_t bound = cerb__zkg_bound(e);
     struct zk_state ss;
     st = cerb__zk_wait_connected(e, bound, NULL, 0, &ss);
     struct zk_call *c = st == CERB_OK ? cerb__zk_call_new(1) : NULL;
@@ -478,8 +361,6 @@ cerb_status cerb__zk_guard_renew(cerb_engine *e, const cerb_guard_rec *rec, cerb
     return st;
 }
 
-static void sweeper_ensure(cerb_engine *e);
-
 /* A done-record's result, copied for the core (NUL after it). */
 static cerb_status copy_result(cerb_engine *e, const struct rec_view *v, void **result,
                                size_t *result_len)
@@ -504,7 +385,7 @@ static cerb_status judge(cerb_engine *e, const cerb_guard_rec *rec, const char *
     struct rec_view v;
     *take = false;
     *mine_running = false;
-    if (!rec_parse(r->buf, r->data_len, &v))
+    if (!cerb__zkg_rec_parse(r->buf, r->data_len, &v))
         return cerb__error_set(CERB_EPROTO, "zk %s: %s holds no guard record", e->hosts, path);
     if (strcmp(v.token, rec->token) == 0 && v.state == 'R') {
         *mine_running = true;
@@ -514,10 +395,10 @@ static cerb_status judge(cerb_engine *e, const cerb_guard_rec *rec, const char *
     bool live = surely_live(e->guard, mtime, v.life);
     if (!live) {
         int64_t now;
-        cerb_status st = server_now(e, &now, NULL);
+        cerb_status st = cerb__zkg_server_now(e, &now, NULL);
         if (st != CERB_OK)
             return st;
-        live = !expired_at(now, mtime, v.life);
+        live = !cerb__zkg_expired_at(now, mtime, v.life);
     }
     if (live) {
         if (v.state == 'D')
@@ -537,7 +418,7 @@ static cerb_status guard_begin(cerb_engine *e, const cerb_guard_rec *rec, cerb_g
     if (gd->collides)
         return cerb__error_set(CERB_ECONFIG, "zk %s: zk.root %s is the guard's own base node; "
                                "choose another root to use the guard", e->hosts, e->zc->root);
-    sweeper_ensure(e);
+    cerb__zk_sweeper_begin(e);
     struct rec_paths p;
     cerb_status st = paths_make(e, rec, &p);
     if (st != CERB_OK)
@@ -550,7 +431,7 @@ static cerb_status guard_begin(cerb_engine *e, const cerb_guard_rec *rec, cerb_g
     char *old_tok = NULL;
     int i;
     for (i = 0; i < ZK_GUARD_TRIES; i++) {
-        int64_t bound = guard_bound(e);
+        int64_t bound = cerb__zkg_bound(e);
         struct zk_state ss;
         cerb_status ws = cerb__zk_wait_connected(e, bound, NULL, 0, &ss);
         if (ws != CERB_OK) {
@@ -558,7 +439,7 @@ static cerb_status guard_begin(cerb_engine *e, const cerb_guard_rec *rec, cerb_g
             break;
         }
         cerb__free(old_tok);
-        old_tok = take ? path_join3(p.rec, take_tok, NULL) : NULL;
+        old_tok = take ? cerb__zkg_path(p.rec, take_tok, NULL) : NULL;
         struct zk_call *c = cerb__zk_call_new((parents ? count_parents(p.scope) : 0) + 2);
         if (!c || (take && !old_tok)) {
             cerb__zk_call_put(c);
@@ -591,7 +472,7 @@ static cerb_status guard_begin(cerb_engine *e, const cerb_guard_rec *rec, cerb_g
         g->sent_ns = c->sent_ns;
         if (rc == ZOK) {
             g->ttl_ms = rec->running_ms; /* claimed */
-            note_made(gd);
+            cerb__zk_sweeper_made(gd->sweeper);
             cerb__zk_call_put(c);
             st = CERB_OK;
             break;
@@ -601,10 +482,10 @@ static cerb_status guard_begin(cerb_engine *e, const cerb_guard_rec *rec, cerb_g
             cerb__zk_call_put(c);
             break;
         }
-        if (with_tok && rc == ZNONODE && failed_op(&c->res[km]) == 0)
+        if (with_tok && rc == ZNONODE && cerb__zkg_failed_op(&c->res[km]) == 0)
             tok_gone_ver = take_ver; /* that record has no token node (hand-made?) */
         take = false;
-        if (rc == ZNONODE && failed_op(&c->res[km]) == create_at) {
+        if (rc == ZNONODE && cerb__zkg_failed_op(&c->res[km]) == create_at) {
             /* The scope (or the base) is missing: made with the next try. */
             parents = true;
             cerb__zk_call_put(c);
@@ -665,7 +546,7 @@ static cerb_status guard_finish(cerb_engine *e, const cerb_guard_rec *rec, int o
             memcpy(data + dl, result, len);
         dl += (int)len;
     }
-    int64_t bound = guard_bound(e);
+    int64_t bound = cerb__zkg_bound(e);
     struct zk_state ss;
     st = cerb__zk_wait_connected(e, bound, NULL, 0, &ss);
     struct zk_call *c = st == CERB_OK ? cerb__zk_call_new(1) : NULL;
@@ -691,7 +572,7 @@ static cerb_status guard_finish(cerb_engine *e, const cerb_guard_rec *rec, int o
     cerb__free(data); /* serialized by the submit */
     bool sent;
     int rc = call_rc(e, c, k, bound, &sent, NULL);
-    if (rc == ZOK || (ok && rc == ZBADVERSION && failed_op(&c->res[k]) == 0))
+    if (rc == ZOK || (ok && rc == ZBADVERSION && cerb__zkg_failed_op(&c->res[k]) == 0))
         st = CERB_OK; /* BADVERSION on the token node: already done by us */
     else if (rc == ZNONODE || rc == ZBADVERSION)
         st = cerb__error_set(CERB_NOT_OWNER, "zk %s: guard record %s is not this attempt's "
@@ -732,7 +613,7 @@ cerb_status cerb__zk_guard_check(cerb_engine *e, const cerb_guard_rec *rec,
     cerb_status st = paths_make(e, rec, &p);
     if (st != CERB_OK)
         return st;
-    int64_t bound = guard_bound(e);
+    int64_t bound = cerb__zkg_bound(e);
     struct zk_state ss;
     st = cerb__zk_wait_connected(e, bound, NULL, 0, &ss);
     struct zk_call *c = st == CERB_OK ? cerb__zk_call_new(2) : NULL;
@@ -768,7 +649,7 @@ cerb_status cerb__zk_guard_check(cerb_engine *e, const cerb_guard_rec *rec,
         *found = CERB_GUARD_FOUND_NONE;
     else if (rc != ZOK)
         st = cerb__zk_fail(e->hosts, what, p.rec, rc, false, NULL);
-    else if (!rec_parse(c->res[k].buf, c->res[k].data_len, &v))
+    else if (!cerb__zkg_rec_parse(c->res[k].buf, c->res[k].data_len, &v))
         st = cerb__error_set(CERB_EPROTO, "zk %s: %s holds no guard record", e->hosts, p.rec);
     else if (strcmp(v.token, rec->token) != 0)
         *found = CERB_GUARD_FOUND_OTHER;
@@ -777,427 +658,6 @@ cerb_status cerb__zk_guard_check(cerb_engine *e, const cerb_guard_rec *rec,
     cerb__zk_call_put(c);
     paths_free(&p);
     return st;
-}
-
-/* ---- the sweeper ---- */
-
-/* A call of n requests made by `submit`, waited for; NULL when it could
- * not be sent or answered in time. */
-static struct zk_call *sweep_call(cerb_engine *e, size_t n,
-                                  void (*submit)(struct zk_call *, struct zk_session *, void *),
-                                  void *ud)
-{
-    struct zk_call *c = cerb__zk_call_new(n ? n : 1);
-    if (!c)
-        return NULL;
-    struct zk_session *s = cerb__zk_session_begin(e);
-    if (s)
-        submit(c, s, ud);
-    cerb__zk_session_end(e);
-    if (!s || !call_wait(c, cerb__zk_call_deadline(e, guard_bound(e)), &e->guard->stop)) {
-        cerb__zk_call_put(c);
-        return NULL;
-    }
-    return c;
-}
-
-struct sweep {
-    cerb_engine *e;
-    char **paths;  /* scopes, then records */
-    size_t n;
-    const bool *del;
-    char **toks;   /* token node paths of expired records */
-    const int *vers;
-};
-
-static void submit_list(struct zk_call *c, struct zk_session *s, void *ud)
-{
-    struct sweep *w = ud;
-    for (size_t i = 0; i < w->n; i++)
-        cerb__zk_call_list(c, s, w->paths[i]);
-}
-
-static void submit_get(struct zk_call *c, struct zk_session *s, void *ud)
-{
-    struct sweep *w = ud;
-    for (size_t i = 0; i < w->n; i++)
-        cerb__zk_call_getdata(c, s, w->paths[i]);
-}
-
-static void submit_delete(struct zk_call *c, struct zk_session *s, void *ud)
-{
-    struct sweep *w = ud;
-    for (size_t i = 0; i < w->n; i++) {
-        if (!w->del[i])
-            continue;
-        zoo_op_t ops[2];
-        if (!w->toks && !w->vers) {
-            cerb__zk_call_delete(c, s, w->paths[i]); /* an empty scope */
-            continue;
-        }
-        if (!w->toks) {
-            zoo_delete_op_init(&ops[0], w->paths[i], w->vers[i]);
-            cerb__zk_call_multi(c, s, ops, 1);
-            continue;
-        }
-        zoo_delete_op_init(&ops[0], w->toks[i], -1);
-        zoo_delete_op_init(&ops[1], w->paths[i], w->vers[i]);
-        cerb__zk_call_multi(c, s, ops, 2);
-    }
-}
-
-static void free_strs(char **v, size_t n)
-{
-    if (!v)
-        return;
-    for (size_t i = 0; i < n; i++)
-        cerb__free(v[i]);
-    cerb__free(v);
-}
-
-static uint64_t next_rnd(struct zk_guard *gd)
-{
-    gd->rnd = gd->rnd * UINT64_C(6364136223846793005) + UINT64_C(1442695040888963407);
-    return gd->rnd >> 33;
-}
-
-/* One batch of records (paths): read, then the expired ones deleted by
- * version with their token nodes. The server's time is read after the
- * first batch's reads, once a pass (*now_ms 0 until then): an earlier
- * reading is a lower bound for later batches, so it judges fewer records
- * expired, never more; one clock write a pass, not one a batch. Answers
- * how many went; *failed when a request was not answered. */
-static size_t sweep_records(cerb_engine *e, char **recs, size_t n_rec, int64_t *now_ms,
-                            bool *failed)
-{
-    struct zk_guard *gd = e->guard;
-    size_t n_gone = 0;
-    *failed = true;
-    if (n_rec && !atomic_load(&gd->stop)) {
-        struct sweep w = {.e = e, .paths = recs, .n = n_rec};
-        struct zk_call *c = sweep_call(e, n_rec, submit_get, &w);
-        if (c && *now_ms == 0 && server_now(e, now_ms, &gd->stop) != CERB_OK)
-            *now_ms = 0;
-        int64_t now = *now_ms;
-        if (c && now != 0) {
-            *failed = false;
-            bool *del = cerb__calloc(n_rec, sizeof *del);
-            char **toks = cerb__calloc(n_rec, sizeof *toks);
-            int *vers = cerb__calloc(n_rec, sizeof *vers);
-            size_t n_del = 0;
-            for (size_t i = 0; i < n_rec && del && toks && vers; i++) {
-                const struct zk_res *r = &c->res[i];
-                struct rec_view v;
-                if (r->rc != ZOK || !rec_parse(r->buf, r->data_len, &v) ||
-                    !expired_at(now, r->stat.mtime, v.life))
-                    continue;
-                toks[i] = path_join3(recs[i], v.token, NULL);
-                if (!toks[i])
-                    continue;
-                del[i] = true;
-                vers[i] = r->stat.version;
-                n_del++;
-            }
-            if (n_del) {
-                w = (struct sweep){.e = e, .paths = recs, .n = n_rec, .del = del, .toks = toks,
-                                   .vers = vers};
-                struct zk_call *d = sweep_call(e, n_del, submit_delete, &w);
-                /* A record without its token node (made by hand?) is
-                 * deleted by its version alone. */
-                size_t n_again = 0, j = 0;
-                for (size_t i = 0; d && i < n_rec; i++) {
-                    if (!del[i])
-                        continue;
-                    const struct zk_res *r = &d->res[j++];
-                    n_gone += r->rc == ZOK;
-                    del[i] = r->rc == ZNONODE && failed_op(r) == 0;
-                    n_again += del[i];
-                }
-                bool answered = d != NULL;
-                *failed = !answered;
-                cerb__zk_call_put(d);
-                if (answered && n_again && !atomic_load(&gd->stop)) {
-                    w.toks = NULL;
-                    struct zk_call *d2 = sweep_call(e, n_again, submit_delete, &w);
-                    for (size_t i = 0; d2 && i < d2->used; i++)
-                        n_gone += d2->res[i].rc == ZOK;
-                    cerb__zk_call_put(d2);
-                }
-            }
-            cerb__free(del);
-            free_strs(toks, n_rec);
-            cerb__free(vers);
-        }
-        cerb__zk_call_put(c);
-    }
-    return n_gone;
-}
-
-/* After a batch that took `took_ns`, rest half as long (at most a second;
- * close ends the rest): the sweeper's requests share the session, in order, with
- * every begin and finish of this client, so a sweeper that ran batch after
- * batch held them up (the guard bench's duplicates at 8 threads went from
- * 0.86 to 0.13 of the raw ceiling while a backlog was swept, before the
- * budget of sweep_once bounded a pass to what this client made). Two
- * thirds of the session's time deletes thousands of records a second. */
-static void sweep_pace(struct zk_guard *gd, int64_t took_ns)
-{
-    int64_t rest = took_ns / 2;
-    if (rest > 1000 * CERB_NS_PER_MS)
-        rest = 1000 * CERB_NS_PER_MS;
-    int64_t until = cerb_monotime() + rest;
-    cerb__mutex_lock(&gd->mu);
-    while (!atomic_load(&gd->stop) && cerb_monotime() < until)
-        cerb__cond_wait_until(&gd->cond, &gd->mu, until);
-    cerb__mutex_unlock(&gd->mu);
-}
-
-/* Free the listing the passes read from. */
-static void cache_drop(struct zk_guard *gd)
-{
-    for (size_t i = 0; i < gd->n_cache; i++) {
-        free_strs(gd->cache[i].names, gd->cache[i].n);
-        cerb__free(gd->cache[i].path);
-    }
-    cerb__free(gd->cache);
-    gd->cache = NULL;
-    gd->n_cache = 0;
-}
-
-/* The last listing still has names to read, and is recent enough that
- * records made since are a small part of what the scopes hold. */
-static bool cache_fresh(const struct zk_guard *gd)
-{
-    if (!gd->n_cache || cerb_monotime() - gd->cache_ns >= ZK_GUARD_SWEEP_MS * CERB_NS_PER_MS)
-        return false;
-    for (size_t i = 0; i < gd->n_cache; i++)
-        if (gd->cache[i].next < gd->cache[i].n)
-            return true;
-    return false;
-}
-
-/* List the base, take up to ZK_GUARD_SWEEP_SCOPES scopes (rotating), list
- * them, and keep a window of each one's names, from a random place
- * (sweepers of other clients start elsewhere), for this pass and the next
- * ones; scopes found empty are deleted. Sets the early mark from the
- * records listed. False when a list went unanswered (or out of memory). */
-static bool sweep_list(cerb_engine *e)
-{
-    struct zk_guard *gd = e->guard;
-    cache_drop(gd);
-    char *base = gd->base;
-    struct sweep w = {.e = e, .paths = &base, .n = 1};
-    struct zk_call *c = sweep_call(e, 1, submit_list, &w);
-    if (!c)
-        return false;
-    size_t n_sc = c->res[0].rc == ZOK ? (size_t)c->res[0].n_names : 0;
-    size_t take_sc = n_sc < ZK_GUARD_SWEEP_SCOPES ? n_sc : ZK_GUARD_SWEEP_SCOPES;
-    char **scopes = take_sc ? cerb__calloc(take_sc, sizeof *scopes) : NULL;
-    size_t first = 0;
-    cerb__mutex_lock(&gd->mu);
-    first = n_sc ? gd->cursor % n_sc : 0;
-    gd->cursor += take_sc;
-    cerb__mutex_unlock(&gd->mu);
-    bool oom = take_sc && !scopes;
-    for (size_t i = 0; i < take_sc && !oom; i++) {
-        scopes[i] = path_join3(base, c->res[0].names[(first + i) % n_sc], NULL);
-        oom = !scopes[i];
-    }
-    cerb__zk_call_put(c);
-    if (oom || take_sc == 0 || atomic_load(&gd->stop)) {
-        free_strs(scopes, take_sc);
-        return false;
-    }
-    w = (struct sweep){.e = e, .paths = scopes, .n = take_sc};
-    c = sweep_call(e, take_sc, submit_list, &w);
-    gd->cache = c ? cerb__calloc(take_sc, sizeof *gd->cache) : NULL;
-    if (!gd->cache) {
-        cerb__zk_call_put(c);
-        free_strs(scopes, take_sc);
-        return false;
-    }
-    atomic_fetch_add(&gd->listings, 1);
-    gd->cache_ns = cerb_monotime();
-    size_t window = ZK_GUARD_SWEEP_CACHE / take_sc, n_listed = 0, n_empty = 0;
-    window = window > ZK_GUARD_SWEEP_WINDOW ? ZK_GUARD_SWEEP_WINDOW : window;
-    bool *empty = cerb__calloc(take_sc, sizeof *empty);
-    for (size_t i = 0; i < take_sc; i++) {
-        const struct zk_res *r = &c->res[i];
-        if (r->rc != ZOK)
-            continue;
-        size_t n = (size_t)r->n_names;
-        n_listed += n;
-        if (n == 0 && empty) {
-            empty[i] = true;
-            n_empty++;
-            continue;
-        }
-        struct sweep_scope *sc = &gd->cache[gd->n_cache];
-        size_t take = n < window ? n : window, off = (size_t)next_rnd(gd) % n;
-        sc->names = cerb__calloc(take, sizeof *sc->names);
-        if (!sc->names)
-            break;
-        sc->path = scopes[i];
-        scopes[i] = NULL;
-        gd->n_cache++;
-        for (size_t j = 0; j < take; j++) {
-            if (!(sc->names[j] = cerb__strdup(r->names[(off + j) % n])))
-                break;
-            sc->n++;
-        }
-    }
-    cerb__zk_call_put(c);
-    /* The next pass comes early after this client made an eighth as many
-     * records as were listed (see ZK_GUARD_SWEEP_EARLY). */
-    size_t early = n_listed / 8;
-    early = early < ZK_GUARD_SWEEP_EARLY       ? ZK_GUARD_SWEEP_EARLY
-            : early > ZK_GUARD_SWEEP_EARLY_MAX ? ZK_GUARD_SWEEP_EARLY_MAX
-                                               : early;
-    atomic_store(&gd->early, early);
-    if (n_empty && !atomic_load(&gd->stop)) {
-        /* Scopes found empty: the server removes empty containers too, but
-         * only every few seconds or minutes (znode.container.checkIntervalMs).
-         * A begin that creates a record meanwhile makes the delete fail
-         * (NOTEMPTY), or finds the scope gone and makes it again. */
-        w = (struct sweep){.e = e, .paths = scopes, .n = take_sc, .del = empty};
-        cerb__zk_call_put(sweep_call(e, n_empty, submit_delete, &w));
-    }
-    cerb__free(empty);
-    free_strs(scopes, take_sc);
-    return true;
-}
-
-/* One pass: see the file comment. False when it did not get as far as
- * taking this client's count of records made (disconnected, a list
- * unanswered): the next pass waits for its time then. */
-static bool sweep_once(cerb_engine *e)
-{
-    struct zk_guard *gd = e->guard;
-    struct zk_state ss;
-    cerb__zk_state(e, &ss);
-    if (!ss.connected)
-        return false;
-    /* A pass reads on from the last listing while it is fresh: listing a
-     * scope of live records costs the server (and this client's begins,
-     * which share the session) more than the few reads a pass then makes,
-     * and a client that makes records fast brings passes forward. */
-    if (!cache_fresh(gd) && !sweep_list(e))
-        return false;
-
-    /* The scopes' records in batches of ZK_GUARD_SWEEP_RECS: a probe of
-     * ZK_GUARD_SWEEP_PROBE per scope, and batches while a quarter or more
-     * of the last one had expired, up to a budget of ZK_GUARD_SWEEP_FLOOR
-     * reads plus twice the records this client made and not yet paid for.
-     * So each client sweeps at least as fast as it makes records, and
-     * expired ones stay below about as many as the live ones whatever the
-     * rate of begins (a fixed budget fell behind any steady rate above it,
-     * and they piled up on the server); the floor clears what clients that
-     * left behind. A scope of long-kept records is not read whole every
-     * pass. Reads owed for records made carry over until they expire: a
-     * pass that runs while they are still live finds too few expired to go
-     * on. */
-    uint64_t made = atomic_exchange(&gd->made, 0);
-    gd->credit += made > ZK_GUARD_SWEEP_CREDIT_MAX ? ZK_GUARD_SWEEP_CREDIT_MAX : (size_t)made * 2;
-    if (gd->credit > ZK_GUARD_SWEEP_CREDIT_MAX)
-        gd->credit = ZK_GUARD_SWEEP_CREDIT_MAX;
-    size_t budget = ZK_GUARD_SWEEP_FLOOR + gd->credit, n_gone = 0;
-    size_t n_sc = gd->n_cache;
-    size_t s0 = n_sc ? (size_t)next_rnd(gd) % n_sc : 0; /* the budget may not reach them all */
-    char **recs = cerb__calloc(ZK_GUARD_SWEEP_RECS, sizeof *recs);
-    int64_t now = 0; /* the server's time, read once */
-    bool stop = !recs;
-    for (size_t t = 0; t < n_sc && !stop; t++) {
-        struct sweep_scope *sc = &gd->cache[(s0 + t) % n_sc];
-        for (bool probe = true; sc->next < sc->n && !stop && budget > 0; probe = false) {
-            size_t n_rec = 0, cap = probe ? ZK_GUARD_SWEEP_PROBE : ZK_GUARD_SWEEP_RECS;
-            for (; sc->next < sc->n && n_rec < cap && n_rec < budget; sc->next++) {
-                char *path = path_join3(sc->path, sc->names[sc->next], NULL);
-                if (!path) {
-                    stop = true; /* out of memory: the next pass */
-                    break;
-                }
-                recs[n_rec++] = path;
-            }
-            int64_t t0 = cerb_monotime();
-            bool failed;
-            size_t gone = sweep_records(e, recs, n_rec, &now, &failed);
-            n_gone += gone;
-            if (failed) {
-                stop = true; /* the next pass; credit kept for it */
-            } else {
-                budget -= n_rec;
-                if (budget < gd->credit)
-                    gd->credit = budget; /* the floor goes first */
-            }
-            sweep_pace(gd, cerb_monotime() - t0);
-            for (size_t k = 0; k < n_rec; k++) {
-                cerb__free(recs[k]);
-                recs[k] = NULL;
-            }
-            stop = stop || atomic_load(&gd->stop);
-            if (gone < (n_rec + 3) / 4)
-                break;
-        }
-    }
-    if (n_gone) {
-        atomic_fetch_add(&gd->swept, n_gone);
-        CERB_LOG_D("zk %s: guard sweep deleted %zu expired record(s)", e->hosts, n_gone);
-    }
-    cerb__free(recs);
-    atomic_fetch_add(&gd->passes, 1);
-    return true;
-}
-
-/* Made enough records since the last pass to bring the next forward. */
-static bool sweep_due(struct zk_guard *gd)
-{
-    return atomic_load_explicit(&gd->made, memory_order_relaxed) >=
-           atomic_load_explicit(&gd->early, memory_order_relaxed);
-}
-
-static void *sweeper_main(void *arg)
-{
-    cerb_engine *e = arg;
-    struct zk_guard *gd = e->guard;
-    cerb__mutex_lock(&gd->mu);
-    /* The first pass at a random point of the first interval. */
-    int64_t ms = (int64_t)(next_rnd(gd) % ZK_GUARD_SWEEP_MS);
-    bool ran = true;
-    while (!atomic_load(&gd->stop)) {
-        int64_t next = cerb_monotime() + ms * CERB_NS_PER_MS;
-        while (!atomic_load(&gd->stop) && cerb_monotime() < next && !(ran && sweep_due(gd)))
-            cerb__cond_wait_until(&gd->cond, &gd->mu, next);
-        if (atomic_load(&gd->stop))
-            break;
-        cerb__mutex_unlock(&gd->mu);
-        cerb__zk_guard_pool_tend(e->gpool);
-        ran = sweep_once(e);
-        cerb__mutex_lock(&gd->mu);
-        int64_t span = ZK_GUARD_SWEEP_MS * 2 / 5; /* ± 20 % */
-        ms = ZK_GUARD_SWEEP_MS - span / 2 + (int64_t)(next_rnd(gd) % (uint64_t)span);
-    }
-    cerb__mutex_unlock(&gd->mu);
-    return NULL;
-}
-
-void cerb__zk_guard_sweep_counts(cerb_engine *e, uint64_t *passes, uint64_t *listings)
-{
-    *passes = atomic_load(&e->guard->passes);
-    *listings = atomic_load(&e->guard->listings);
-}
-
-static void sweeper_ensure(cerb_engine *e)
-{
-    struct zk_guard *gd = e->guard;
-    cerb__mutex_lock(&gd->mu);
-    if (!gd->started && !atomic_load(&gd->stop)) {
-        if (pthread_create(&gd->thread, NULL, sweeper_main, e) == 0)
-            gd->started = true;
-        else
-            CERB_LOG_W("zk %s: cannot start the guard sweeper; expired records are removed "
-                       "only when asked for", e->hosts);
-    }
-    cerb__mutex_unlock(&gd->mu);
 }
 
 /* ---- open / close ---- */
@@ -1216,8 +676,10 @@ cerb_status cerb__zk_guard_init(cerb_engine *e)
         return cerb__error_set(CERB_ENOMEM, "zk: out of memory");
     gd->base = cerb__zk_sibling_path(e->zc->root, ZK_GUARD_NODE);
     gd->clock = cerb__zk_sibling_path(e->zc->root, ZK_GUARD_CLOCK_NODE);
-    e->gpool = gd->base && gd->clock ? cerb__zk_guard_pool_new(e) : NULL;
+    gd->sweeper = cerb__zk_sweeper_new();
+    e->gpool = gd->base && gd->clock && gd->sweeper ? cerb__zk_guard_pool_new(e) : NULL;
     if (!e->gpool) {
+        cerb__zk_sweeper_free(gd->sweeper);
         cerb__free(gd->base);
         cerb__free(gd->clock);
         cerb__free(gd);
@@ -1225,14 +687,6 @@ cerb_status cerb__zk_guard_init(cerb_engine *e)
     }
     gd->collides = strcmp(gd->base, e->zc->root) == 0;
     cerb__mutex_init(&gd->mu);
-    cerb__cond_init(&gd->cond);
-    atomic_init(&gd->stop, false);
-    atomic_init(&gd->swept, 0);
-    atomic_init(&gd->passes, 0);
-    atomic_init(&gd->listings, 0);
-    atomic_init(&gd->made, 0);
-    atomic_init(&gd->early, ZK_GUARD_SWEEP_EARLY);
-    gd->rnd = (uint64_t)cerb_monotime() ^ (uint64_t)(uintptr_t)gd;
     e->guard = gd;
     return CERB_OK;
 }
@@ -1242,17 +696,9 @@ void cerb__zk_guard_free(cerb_engine *e)
     struct zk_guard *gd = e->guard;
     if (!gd)
         return;
-    cerb__mutex_lock(&gd->mu);
-    atomic_store(&gd->stop, true);
-    cerb__cond_signal(&gd->cond);
-    bool started = gd->started;
-    cerb__mutex_unlock(&gd->mu);
-    if (started)
-        pthread_join(gd->thread, NULL);
+    cerb__zk_sweeper_free(gd->sweeper); /* first: it uses the pool */
     cerb__zk_guard_pool_free(e->gpool);
     e->gpool = NULL;
-    cache_drop(gd);
-    cerb__cond_destroy(&gd->cond);
     cerb__mutex_destroy(&gd->mu);
     cerb__free(gd->base);
     cerb__free(gd->clock);
