@@ -3,24 +3,32 @@
  * server that has none (zk_guard.c has the layout and the methods).
  *
  * Records that expire and are never asked for again are removed by a
- * sweeper thread per engine instance, started by the first begin:
- * first at a random point of the first ZK_GUARD_SWEEP_MS, then every
- * ZK_GUARD_SWEEP_MS (± 20 %), and earlier once this client made enough
- * records to pay for (a client that lives a few seconds must still delete
- * about as many as it makes, or records pile up when clients come and
- * go), it lists the scopes, takes up to
- * ZK_GUARD_SWEEP_SCOPES of them (rotating), lists them, and keeps a window
- * of each one's names that the passes of the next ZK_GUARD_SWEEP_MS read
- * on from (a listing of a big scope of live records cost more than the
- * pass's reads); it reads their records in
- * batches of ZK_GUARD_SWEEP_RECS: each batch read, the server's time read
- * (once a pass), and the expired ones deleted by version (with their token
- * nodes); a probe of ZK_GUARD_SWEEP_PROBE per scope, batches while a
- * quarter of the last had expired, up to a budget that grows with the
- * records this client made; then scopes found empty. So expired records do not pile up, whatever the rate
- * of begins: a pass costs two round trips plus three or four per batch,
- * rests half as long as each batch took (sweep_pace), is skipped
- * while disconnected, and close stops it between and during its waits.
+ * sweeper thread per engine instance, started by the first begin. Its
+ * passes come first at a random point of the first ZK_GUARD_SWEEP_MS, then
+ * every ZK_GUARD_SWEEP_MS (± 20 %), and earlier once this client made
+ * enough records to pay for (a client that lives a few seconds must still
+ * delete about as many as it makes, or records pile up when clients come
+ * and go).
+ *
+ * Listing. A pass that finds no fresh listing lists the base, takes up to
+ * ZK_GUARD_SWEEP_SCOPES scopes (rotating), lists them, keeps a window of
+ * each one's names from a random place (sweepers of other clients start
+ * elsewhere), and deletes the scopes it found empty. The passes of the
+ * next ZK_GUARD_SWEEP_MS read on from that window instead of listing
+ * again: in a big scope of live records, listing it cost the server more
+ * than the reads a pass then makes. A window that runs out while its
+ * records are still expiring is listed again (at once, or by the next
+ * pass), so a backlog bigger than the window is cleared as fast as before.
+ *
+ * Reading. Records are read in batches of ZK_GUARD_SWEEP_RECS, the
+ * server's time read once a pass, and the expired ones deleted by version
+ * with their token nodes: a probe of ZK_GUARD_SWEEP_PROBE per scope, then
+ * batches while a quarter of the last had expired, up to a budget that
+ * grows with the records this client made. So expired records do not pile
+ * up, whatever the rate of begins. A pass costs three or four round trips
+ * per batch (two more when it lists), rests half as long as each batch
+ * took (sweep_pace), is skipped while disconnected (its listing dropped),
+ * and close stops it between and during its waits.
  *
  * Deleting is judged as a begin judges a record it finds: by the server's
  * time against the record's mtime and life (cerb__zkg_expired_at), and
@@ -64,10 +72,11 @@
  * list together; a client that lives a second sweeps with a chance of one
  * in five, which over many such clients deletes far more than they make).
  * A pass comes early once this client made ZK_GUARD_SWEEP_EARLY records
- * since the last, or an eighth of the records the last pass listed when
- * that is more, up to ZK_GUARD_SWEEP_EARLY_MAX: listing the scopes costs
- * at most 8 names per record made until the scopes hold 32 768 records,
- * and past that a pass still comes every 4 096 records made, since a
+ * since the last, or an eighth of the records the last listing found when
+ * that is more, up to ZK_GUARD_SWEEP_EARLY_MAX: were every such pass to
+ * list, listing would cost at most 8 names per record made until the
+ * scopes hold 32 768 records, and past that a pass still comes every
+ * 4 096 records made, since a
  * backlog that large is what needs clearing. A client that makes records
  * faster than the timer's passes pay for them, and lives a few seconds,
  * so still deletes about twice as many as it makes. */
@@ -107,6 +116,8 @@ struct zk_sweeper {
     atomic_uint_fast64_t made;  /* records this client made since the last pass */
     atomic_uint_fast64_t early; /* made this many: the next pass now */
     atomic_uint_fast64_t passes, listings; /* for tests */
+    int64_t fresh_ms;           /* ZK_GUARD_SWEEP_MS; tests change it */
+    size_t window;              /* ZK_GUARD_SWEEP_WINDOW; likewise */
 };
 
 struct zk_sweeper *cerb__zk_sweeper_new(void)
@@ -123,6 +134,8 @@ struct zk_sweeper *cerb__zk_sweeper_new(void)
     atomic_init(&sw->passes, 0);
     atomic_init(&sw->listings, 0);
     sw->rnd = (uint64_t)cerb_monotime() ^ (uint64_t)(uintptr_t)sw;
+    sw->fresh_ms = ZK_GUARD_SWEEP_MS;
+    sw->window = ZK_GUARD_SWEEP_WINDOW;
     return sw;
 }
 
@@ -325,7 +338,7 @@ static void cache_drop(struct zk_sweeper *sw)
  * records made since are a small part of what the scopes hold. */
 static bool cache_fresh(const struct zk_sweeper *sw)
 {
-    if (!sw->n_cache || cerb_monotime() - sw->cache_ns >= ZK_GUARD_SWEEP_MS * CERB_NS_PER_MS)
+    if (!sw->n_cache || cerb_monotime() - sw->cache_ns >= sw->fresh_ms * CERB_NS_PER_MS)
         return false;
     for (size_t i = 0; i < sw->n_cache; i++)
         if (sw->cache[i].next < sw->cache[i].n)
@@ -376,24 +389,24 @@ static bool sweep_list(cerb_engine *e)
     atomic_fetch_add(&sw->listings, 1);
     sw->cache_ns = cerb_monotime();
     size_t window = ZK_GUARD_SWEEP_CACHE / take_sc, n_listed = 0, n_empty = 0;
-    window = window > ZK_GUARD_SWEEP_WINDOW ? ZK_GUARD_SWEEP_WINDOW : window;
+    window = window > sw->window ? sw->window : window;
     bool *empty = cerb__calloc(take_sc, sizeof *empty);
+    for (size_t i = 0; i < take_sc; i++)
+        n_listed += c->res[i].rc == ZOK ? (size_t)c->res[i].n_names : 0;
     for (size_t i = 0; i < take_sc; i++) {
         const struct zk_res *r = &c->res[i];
-        if (r->rc != ZOK)
-            continue;
-        size_t n = (size_t)r->n_names;
-        n_listed += n;
-        if (n == 0 && empty) {
+        size_t n = r->rc == ZOK ? (size_t)r->n_names : 0;
+        if (r->rc == ZOK && n == 0 && empty) {
             empty[i] = true;
             n_empty++;
-            continue;
         }
+        if (n == 0)
+            continue;
         struct sweep_scope *sc = &sw->cache[sw->n_cache];
         size_t take = n < window ? n : window, off = (size_t)next_rnd(sw) % n;
         sc->names = cerb__calloc(take, sizeof *sc->names);
         if (!sc->names)
-            break;
+            break; /* out of memory: what was kept so far */
         sc->path = scopes[i];
         scopes[i] = NULL;
         sw->n_cache++;
@@ -424,6 +437,61 @@ static bool sweep_list(cerb_engine *e)
     return true;
 }
 
+/* Read the listing's scopes on from where the passes before stopped (see
+ * sweep_once), spending *budget; the server's time is read once, into
+ * *now. Answers how many records went; *drained when a scope's names ran
+ * out while its last batch still found a quarter or more expired (more
+ * are likely beyond the window, or made since the listing), with budget
+ * left; *failed when the server did not answer (or out of memory). */
+static size_t sweep_cache(cerb_engine *e, size_t *budget, int64_t *now, bool *drained,
+                          bool *failed)
+{
+    struct zk_sweeper *sw = e->guard->sweeper;
+    size_t n_sc = sw->n_cache, n_gone = 0;
+    size_t s0 = n_sc ? (size_t)next_rnd(sw) % n_sc : 0; /* the budget may not reach them all */
+    char **recs = cerb__calloc(ZK_GUARD_SWEEP_RECS, sizeof *recs);
+    bool stop = !recs;
+    *drained = false;
+    for (size_t t = 0; t < n_sc && !stop; t++) {
+        struct sweep_scope *sc = &sw->cache[(s0 + t) % n_sc];
+        for (bool probe = true; sc->next < sc->n && !stop && *budget > 0; probe = false) {
+            size_t n_rec = 0, cap = probe ? ZK_GUARD_SWEEP_PROBE : ZK_GUARD_SWEEP_RECS;
+            for (; sc->next < sc->n && n_rec < cap && n_rec < *budget; sc->next++) {
+                char *path = cerb__zkg_path(sc->path, sc->names[sc->next], NULL);
+                if (!path) {
+                    stop = true; /* out of memory: the next pass */
+                    break;
+                }
+                recs[n_rec++] = path;
+            }
+            int64_t t0 = cerb_monotime();
+            bool no_answer;
+            size_t gone = sweep_records(e, recs, n_rec, now, &no_answer);
+            n_gone += gone;
+            if (no_answer) {
+                stop = true; /* the next pass; credit kept for it */
+            } else {
+                *budget -= n_rec;
+                if (*budget < sw->credit)
+                    sw->credit = *budget; /* the floor goes first */
+            }
+            sweep_pace(sw, cerb_monotime() - t0);
+            for (size_t k = 0; k < n_rec; k++) {
+                cerb__free(recs[k]);
+                recs[k] = NULL;
+            }
+            stop = stop || atomic_load(&sw->stop);
+            if (gone < (n_rec + 3) / 4)
+                break;
+            if (sc->next == sc->n && !stop && *budget > 0)
+                *drained = true;
+        }
+    }
+    cerb__free(recs);
+    *failed = stop;
+    return n_gone;
+}
+
 /* One pass: see the file comment. False when it did not get as far as
  * taking this client's count of records made (disconnected, a list
  * unanswered): the next pass waits for its time then. */
@@ -432,8 +500,10 @@ static bool sweep_once(cerb_engine *e)
     struct zk_sweeper *sw = e->guard->sweeper;
     struct zk_state ss;
     cerb__zk_state(e, &ss);
-    if (!ss.connected)
+    if (!ss.connected) {
+        cache_drop(sw); /* stale by the time the session is back */
         return false;
+    }
     /* A pass reads on from the last listing while it is fresh: listing a
      * scope of live records costs the server (and this client's begins,
      * which share the session) more than the few reads a pass then makes,
@@ -457,50 +527,24 @@ static bool sweep_once(cerb_engine *e)
     sw->credit += made > ZK_GUARD_SWEEP_CREDIT_MAX ? ZK_GUARD_SWEEP_CREDIT_MAX : (size_t)made * 2;
     if (sw->credit > ZK_GUARD_SWEEP_CREDIT_MAX)
         sw->credit = ZK_GUARD_SWEEP_CREDIT_MAX;
-    size_t budget = ZK_GUARD_SWEEP_FLOOR + sw->credit, n_gone = 0;
-    size_t n_sc = sw->n_cache;
-    size_t s0 = n_sc ? (size_t)next_rnd(sw) % n_sc : 0; /* the budget may not reach them all */
-    char **recs = cerb__calloc(ZK_GUARD_SWEEP_RECS, sizeof *recs);
+    size_t budget = ZK_GUARD_SWEEP_FLOOR + sw->credit;
     int64_t now = 0; /* the server's time, read once */
-    bool stop = !recs;
-    for (size_t t = 0; t < n_sc && !stop; t++) {
-        struct sweep_scope *sc = &sw->cache[(s0 + t) % n_sc];
-        for (bool probe = true; sc->next < sc->n && !stop && budget > 0; probe = false) {
-            size_t n_rec = 0, cap = probe ? ZK_GUARD_SWEEP_PROBE : ZK_GUARD_SWEEP_RECS;
-            for (; sc->next < sc->n && n_rec < cap && n_rec < budget; sc->next++) {
-                char *path = cerb__zkg_path(sc->path, sc->names[sc->next], NULL);
-                if (!path) {
-                    stop = true; /* out of memory: the next pass */
-                    break;
-                }
-                recs[n_rec++] = path;
-            }
-            int64_t t0 = cerb_monotime();
-            bool failed;
-            size_t gone = sweep_records(e, recs, n_rec, &now, &failed);
-            n_gone += gone;
-            if (failed) {
-                stop = true; /* the next pass; credit kept for it */
-            } else {
-                budget -= n_rec;
-                if (budget < sw->credit)
-                    sw->credit = budget; /* the floor goes first */
-            }
-            sweep_pace(sw, cerb_monotime() - t0);
-            for (size_t k = 0; k < n_rec; k++) {
-                cerb__free(recs[k]);
-                recs[k] = NULL;
-            }
-            stop = stop || atomic_load(&sw->stop);
-            if (gone < (n_rec + 3) / 4)
-                break;
-        }
-    }
+    bool drained, failed;
+    size_t n_gone = sweep_cache(e, &budget, &now, &drained, &failed);
+    /* A window that ran out while its records were expiring, budget left:
+     * a backlog bigger than the window (or grown since the listing) is
+     * read on from a new listing at once (one more a pass; after that the
+     * next pass lists), so it is cleared as fast as when every pass
+     * listed. Before, a scope of live records kept the listing fresh while
+     * a backlog beside it waited for the listing to age. */
+    if (drained && !failed && !atomic_load(&sw->stop) && sweep_list(e))
+        n_gone += sweep_cache(e, &budget, &now, &drained, &failed);
+    if (drained && !failed)
+        sw->cache_ns = 0;
     if (n_gone) {
         atomic_fetch_add(&sw->swept, n_gone);
         CERB_LOG_D("zk %s: guard sweep deleted %zu expired record(s)", e->hosts, n_gone);
     }
-    cerb__free(recs);
     atomic_fetch_add(&sw->passes, 1);
     return true;
 }
@@ -537,6 +581,15 @@ static void *sweeper_main(void *arg)
     return NULL;
 }
 
+void cerb__zk_guard_sweep_tune(cerb_engine *e, int64_t fresh_ms, size_t window)
+{
+    struct zk_sweeper *sw = e->guard->sweeper;
+    if (fresh_ms > 0)
+        sw->fresh_ms = fresh_ms;
+    if (window > 0)
+        sw->window = window;
+}
+
 void cerb__zk_guard_sweep_counts(cerb_engine *e, uint64_t *passes, uint64_t *listings)
 {
     *passes = atomic_load(&e->guard->sweeper->passes);
@@ -556,8 +609,6 @@ void cerb__zk_sweeper_begin(cerb_engine *e)
     }
     cerb__mutex_unlock(&sw->mu);
 }
-
-static void cache_drop(struct zk_sweeper *sw);
 
 void cerb__zk_sweeper_free(struct zk_sweeper *sw)
 {

@@ -1200,6 +1200,9 @@ static void test_zk_guard_sweep_reuses_listing(void **state)
     cerb_engine_env env = {.cfg = cfg};
     cerb_engine *e = NULL;
     assert_int_equal(cerb__engine_open(ops, &env, &e), CERB_OK);
+    /* A listing serves a minute here, not 5 s: passes 5 s apart on a slow
+     * machine (5 ms a record) would list again whatever the code. */
+    cerb__zk_guard_sweep_tune(e, 60000, 0);
     char *scope = gc_key("reuse");
     cerb_guard_rec rec = {.scope = scope, .running_ms = 60000};
     memcpy(rec.token, "33333333333333333333333333333333", 33);
@@ -1232,6 +1235,78 @@ static void test_zk_guard_sweep_reuses_listing(void **state)
     assert_true(listings >= 1);
     assert_true(listings < passes);
     assert_int_equal(kept, made);
+}
+
+/*
+ * A backlog of expired records bigger than the listing's window, beside a
+ * scope of live records, is cleared as fast as when every pass listed:
+ * a window that runs out while its records are expiring is listed again at
+ * once. Found by review of the first listing cache: the live scope's
+ * unread names kept the listing fresh, so the backlog went one window per
+ * listing's age (16 000 orphans took twice as long). Here the window is
+ * 512 names and a listing would serve a minute: 1 200 orphans must go
+ * while this client makes at most 3 584 records (a pass every 1 024 made,
+ * each reading 256 + twice as many as made). The first cache made 16
+ * passes (16 000 records) before it listed again.
+ */
+#define BACKLOG_ORPHANS 1200
+#define BACKLOG_MAX 3584
+
+static void test_zk_guard_sweep_backlog_beyond_window(void **state)
+{
+    (void)state;
+    char *orph = gc_key("backlog"), *live = gc_key("backlog-live");
+    char op[512];
+    snprintf(op, sizeof op, "%s/%s", gbase, orph);
+    zhandle_t *zh = raw();
+    for (int i = 0; i < BACKLOG_ORPHANS; i++) {
+        char rp[600];
+        snprintf(rp, sizeof rp, "%s/o%04d", op, i);
+        plant(zh, rp, 'D', "0123456789abcdef0123456789abcdef", 1, "r");
+    }
+    cerb__engines_builtin();
+    const struct cerb_engine_ops *ops = cerb__engine_find("zk");
+    assert_non_null(ops);
+    char *text = guard_cfg(NULL);
+    struct cerb_config *cfg = NULL;
+    assert_int_equal(cerb__config_from_string(text, &cfg), CERB_OK);
+    free(text);
+    cerb_engine_env env = {.cfg = cfg};
+    cerb_engine *e = NULL;
+    assert_int_equal(cerb__engine_open(ops, &env, &e), CERB_OK);
+    cerb__zk_guard_sweep_tune(e, 60000, 512);
+    cerb_guard_rec rec = {.scope = live, .running_ms = 60000};
+    memcpy(rec.token, "44444444444444444444444444444444", 33);
+    int made = 0, failed = 0;
+    long left = -1;
+    for (; made < BACKLOG_MAX * 2; made++) {
+        if (made % 64 == 0 && (left = records_strict(zh, op)) == 0)
+            break;
+        char id[65];
+        snprintf(id, sizeof id, "%064x", made);
+        memcpy(rec.id, id, 64);
+        cerb_grant g;
+        void *res = NULL;
+        size_t rl = 0;
+        cerb_outcome oc;
+        if (cerb__engine_guard_begin(ops, e, &rec, &g, &res, &rl) != CERB_OK ||
+            cerb__engine_guard_finish(ops, e, &rec, 1, "r", 1, 60000, &oc) != CERB_OK)
+            failed++;
+    }
+    uint64_t passes, listings;
+    cerb__zk_guard_sweep_counts(e, &passes, &listings);
+    print_message("backlog: %ld left after %d records made (%" PRIu64 " passes, %" PRIu64
+                  " listings)\n", left, made, passes, listings);
+    cerb_test_zk_close(zh);
+    cerb__engine_close(ops, e);
+    cerb__config_free(cfg);
+    drop_scope(live);
+    drop_scope(orph);
+    free(orph);
+    free(live);
+    assert_int_equal(failed, 0);
+    assert_int_equal(left, 0);
+    assert_true(made <= BACKLOG_MAX);
 }
 
 static cerb_client *janitor;
@@ -1269,6 +1344,7 @@ int main(void)
         cmocka_unit_test(test_zk_guard_sweep_keeps_up),
         cmocka_unit_test(test_zk_guard_short_lived_clients_pay_as_they_go),
         cmocka_unit_test(test_zk_guard_sweep_reuses_listing),
+        cmocka_unit_test(test_zk_guard_sweep_backlog_beyond_window),
         cmocka_unit_test(test_zk_guard_takeover_race),
         cmocka_unit_test(test_zk_guard_session_expiry_mid_attempt),
         cmocka_unit_test(test_zk_guard_max_result),
