@@ -16,19 +16,22 @@
  * elsewhere), and deletes the scopes it found empty. The passes of the
  * next ZK_GUARD_SWEEP_MS read on from that window instead of listing
  * again: in a big scope of live records, listing it cost the server more
- * than the reads a pass then makes. A window that runs out while its
- * records are still expiring is listed again (at once, or by the next
- * pass), so a backlog bigger than the window is cleared as fast as before.
+ * than the reads a pass then makes. A scope whose window runs out while
+ * its records are still expiring, and which held more names than the
+ * window, is listed again on its own (at once, or by the next pass when
+ * the budget ran out with it), so a backlog bigger than the window is
+ * cleared as fast as when every pass listed.
  *
  * Reading. Records are read in batches of ZK_GUARD_SWEEP_RECS, the
  * server's time read once a pass, and the expired ones deleted by version
  * with their token nodes: a probe of ZK_GUARD_SWEEP_PROBE per scope, then
  * batches while a quarter of the last had expired, up to a budget that
  * grows with the records this client made. So expired records do not pile
- * up, whatever the rate of begins. A pass costs three or four round trips
- * per batch (two more when it lists), rests half as long as each batch
- * took (sweep_pace), is skipped while disconnected (its listing dropped),
- * and close stops it between and during its waits.
+ * up, whatever the rate of begins. A batch costs two round trips (three
+ * with tokenless records), a pass one more for the server's time, and a
+ * listing two or three (one for a scope listed again); a pass rests half
+ * as long as each batch took (sweep_pace), is skipped while disconnected
+ * (its listing dropped), and close stops it between and during its waits.
  *
  * Deleting is judged as a begin judges a record it finds: by the server's
  * time against the record's mtime and life (cerb__zkg_expired_at), and
@@ -95,6 +98,8 @@ struct sweep_scope {
     char *path;
     char **names;
     size_t n, next;
+    size_t total;  /* names the listing found: more than n, a window */
+    bool relist;   /* its window ran out while records were expiring */
 };
 
 struct zk_sweeper {
@@ -334,16 +339,61 @@ static void cache_drop(struct zk_sweeper *sw)
     sw->n_cache = 0;
 }
 
-/* The last listing still has names to read, and is recent enough that
- * records made since are a small part of what the scopes hold. */
+/* The last listing still has names to read (or a scope to list again),
+ * and is recent enough that records made since are a small part of what
+ * the scopes hold. */
 static bool cache_fresh(const struct zk_sweeper *sw)
 {
     if (!sw->n_cache || cerb_monotime() - sw->cache_ns >= sw->fresh_ms * CERB_NS_PER_MS)
         return false;
     for (size_t i = 0; i < sw->n_cache; i++)
-        if (sw->cache[i].next < sw->cache[i].n)
+        if (sw->cache[i].next < sw->cache[i].n || sw->cache[i].relist)
             return true;
     return false;
+}
+
+/* Keep a window of a listing's names r (all n of them) in sc, from a
+ * random place (sweepers of other clients start elsewhere). False when
+ * out of memory (sc keeps the names copied so far). */
+static bool window_fill(struct zk_sweeper *sw, struct sweep_scope *sc, const struct zk_res *r,
+                        size_t window)
+{
+    size_t n = (size_t)r->n_names, take = n < window ? n : window;
+    size_t off = n ? (size_t)next_rnd(sw) % n : 0;
+    free_strs(sc->names, sc->n);
+    sc->names = NULL;
+    sc->n = sc->next = 0;
+    sc->total = n;
+    sc->relist = false;
+    if (!take)
+        return true;
+    if (!(sc->names = cerb__calloc(take, sizeof *sc->names)))
+        return false;
+    for (size_t j = 0; j < take; j++) {
+        if (!(sc->names[j] = cerb__strdup(r->names[(off + j) % n])))
+            return false;
+        sc->n++;
+    }
+    return true;
+}
+
+/* List one scope again, for a new window of its names (the rest of a
+ * backlog bigger than the window). False when unanswered or out of
+ * memory: the scope is then left for the next full listing. */
+static bool scope_relist(cerb_engine *e, struct sweep_scope *sc)
+{
+    struct zk_sweeper *sw = e->guard->sweeper;
+    struct sweep w = {.e = e, .paths = &sc->path, .n = 1};
+    struct zk_call *c = sweep_call(e, 1, submit_list, &w);
+    if (!c)
+        return false;
+    atomic_fetch_add(&sw->listings, 1);
+    size_t window = sw->n_cache ? ZK_GUARD_SWEEP_CACHE / sw->n_cache : sw->window;
+    window = window > sw->window ? sw->window : window;
+    struct zk_res none = {0};
+    bool ok = window_fill(sw, sc, c->res[0].rc == ZOK ? &c->res[0] : &none, window);
+    cerb__zk_call_put(c);
+    return ok;
 }
 
 /* List the base, take up to ZK_GUARD_SWEEP_SCOPES scopes (rotating), list
@@ -402,19 +452,11 @@ static bool sweep_list(cerb_engine *e)
         }
         if (n == 0)
             continue;
-        struct sweep_scope *sc = &sw->cache[sw->n_cache];
-        size_t take = n < window ? n : window, off = (size_t)next_rnd(sw) % n;
-        sc->names = cerb__calloc(take, sizeof *sc->names);
-        if (!sc->names)
-            break; /* out of memory: what was kept so far */
+        struct sweep_scope *sc = &sw->cache[sw->n_cache++];
         sc->path = scopes[i];
         scopes[i] = NULL;
-        sw->n_cache++;
-        for (size_t j = 0; j < take; j++) {
-            if (!(sc->names[j] = cerb__strdup(r->names[(off + j) % n])))
-                break;
-            sc->n++;
-        }
+        if (!window_fill(sw, sc, r, window))
+            break; /* out of memory: what was kept so far */
     }
     cerb__zk_call_put(c);
     /* The next pass comes early after this client made an eighth as many
@@ -439,21 +481,26 @@ static bool sweep_list(cerb_engine *e)
 
 /* Read the listing's scopes on from where the passes before stopped (see
  * sweep_once), spending *budget; the server's time is read once, into
- * *now. Answers how many records went; *drained when a scope's names ran
- * out while its last batch still found a quarter or more expired (more
- * are likely beyond the window, or made since the listing), with budget
- * left; *failed when the server did not answer (or out of memory). */
-static size_t sweep_cache(cerb_engine *e, size_t *budget, int64_t *now, bool *drained,
-                          bool *failed)
+ * *now. A scope whose window runs out while its last batch still found a
+ * quarter or more expired, and whose listing found more names than the
+ * window kept, is listed again (the rest of a backlog): at once, once a
+ * pass, or by the next pass when the budget ran out with it. Answers how
+ * many records went; *failed when the server did not answer, close
+ * stopped it, or out of memory. */
+static size_t sweep_cache(cerb_engine *e, size_t *budget, int64_t *now, bool *failed)
 {
     struct zk_sweeper *sw = e->guard->sweeper;
     size_t n_sc = sw->n_cache, n_gone = 0;
     size_t s0 = n_sc ? (size_t)next_rnd(sw) % n_sc : 0; /* the budget may not reach them all */
     char **recs = cerb__calloc(ZK_GUARD_SWEEP_RECS, sizeof *recs);
     bool stop = !recs;
-    *drained = false;
     for (size_t t = 0; t < n_sc && !stop; t++) {
         struct sweep_scope *sc = &sw->cache[(s0 + t) % n_sc];
+        bool relisted = false;
+        if (sc->relist && *budget > 0) {
+            relisted = true;
+            stop = !scope_relist(e, sc);
+        }
         for (bool probe = true; sc->next < sc->n && !stop && *budget > 0; probe = false) {
             size_t n_rec = 0, cap = probe ? ZK_GUARD_SWEEP_PROBE : ZK_GUARD_SWEEP_RECS;
             for (; sc->next < sc->n && n_rec < cap && n_rec < *budget; sc->next++) {
@@ -483,8 +530,14 @@ static size_t sweep_cache(cerb_engine *e, size_t *budget, int64_t *now, bool *dr
             stop = stop || atomic_load(&sw->stop);
             if (gone < (n_rec + 3) / 4)
                 break;
-            if (sc->next == sc->n && !stop && *budget > 0)
-                *drained = true;
+            if (sc->next == sc->n && sc->total > sc->n && !stop) {
+                if (*budget == 0 || relisted) {
+                    sc->relist = true; /* the next pass */
+                } else {
+                    relisted = true;
+                    stop = !scope_relist(e, sc);
+                }
+            }
         }
     }
     cerb__free(recs);
@@ -529,18 +582,8 @@ static bool sweep_once(cerb_engine *e)
         sw->credit = ZK_GUARD_SWEEP_CREDIT_MAX;
     size_t budget = ZK_GUARD_SWEEP_FLOOR + sw->credit;
     int64_t now = 0; /* the server's time, read once */
-    bool drained, failed;
-    size_t n_gone = sweep_cache(e, &budget, &now, &drained, &failed);
-    /* A window that ran out while its records were expiring, budget left:
-     * a backlog bigger than the window (or grown since the listing) is
-     * read on from a new listing at once (one more a pass; after that the
-     * next pass lists), so it is cleared as fast as when every pass
-     * listed. Before, a scope of live records kept the listing fresh while
-     * a backlog beside it waited for the listing to age. */
-    if (drained && !failed && !atomic_load(&sw->stop) && sweep_list(e))
-        n_gone += sweep_cache(e, &budget, &now, &drained, &failed);
-    if (drained && !failed)
-        sw->cache_ns = 0;
+    bool failed;
+    size_t n_gone = sweep_cache(e, &budget, &now, &failed);
     if (n_gone) {
         atomic_fetch_add(&sw->swept, n_gone);
         CERB_LOG_D("zk %s: guard sweep deleted %zu expired record(s)", e->hosts, n_gone);
@@ -584,6 +627,13 @@ static void *sweeper_main(void *arg)
 void cerb__zk_guard_sweep_tune(cerb_engine *e, int64_t fresh_ms, size_t window)
 {
     struct zk_sweeper *sw = e->guard->sweeper;
+    cerb__mutex_lock(&sw->mu);
+    bool started = sw->started;
+    cerb__mutex_unlock(&sw->mu);
+    if (started) {
+        CERB_LOG_W("zk %s: guard sweeper tuned after its start: ignored", e->hosts);
+        return;
+    }
     if (fresh_ms > 0)
         sw->fresh_ms = fresh_ms;
     if (window > 0)
