@@ -378,20 +378,26 @@ static bool window_fill(struct zk_sweeper *sw, struct sweep_scope *sc, const str
 }
 
 /* List one scope again, for a new window of its names (the rest of a
- * backlog bigger than the window). False when unanswered or out of
- * memory: the scope is then left for the next full listing. */
+ * backlog bigger than the window); a scope gone (NONODE) keeps none. False
+ * when unanswered, answered with another error, or out of memory: the
+ * scope stays flagged, for the next pass. */
 static bool scope_relist(cerb_engine *e, struct sweep_scope *sc)
 {
     struct zk_sweeper *sw = e->guard->sweeper;
+    sc->relist = true; /* until a new window is in */
     struct sweep w = {.e = e, .paths = &sc->path, .n = 1};
     struct zk_call *c = sweep_call(e, 1, submit_list, &w);
     if (!c)
         return false;
-    atomic_fetch_add(&sw->listings, 1);
-    size_t window = sw->n_cache ? ZK_GUARD_SWEEP_CACHE / sw->n_cache : sw->window;
-    window = window > sw->window ? sw->window : window;
-    struct zk_res none = {0};
-    bool ok = window_fill(sw, sc, c->res[0].rc == ZOK ? &c->res[0] : &none, window);
+    int rc = c->res[0].rc;
+    bool ok = rc == ZOK || rc == ZNONODE;
+    if (ok) {
+        atomic_fetch_add(&sw->listings, 1);
+        size_t window = ZK_GUARD_SWEEP_CACHE / sw->n_cache; /* n_cache > 0: sc is one */
+        window = window > sw->window ? sw->window : window;
+        struct zk_res none = {0};
+        ok = window_fill(sw, sc, rc == ZOK ? &c->res[0] : &none, window);
+    }
     cerb__zk_call_put(c);
     return ok;
 }
@@ -485,9 +491,9 @@ static bool sweep_list(cerb_engine *e)
  * quarter or more expired, and whose listing found more names than the
  * window kept, is listed again (the rest of a backlog): at once, once a
  * pass, or by the next pass when the budget ran out with it. Answers how
- * many records went; *failed when the server did not answer, close
- * stopped it, or out of memory. */
-static size_t sweep_cache(cerb_engine *e, size_t *budget, int64_t *now, bool *failed)
+ * many records went. It ends early when the server did not answer,
+ * close stopped it, or out of memory (the credit left is kept). */
+static size_t sweep_cache(cerb_engine *e, size_t *budget, int64_t *now)
 {
     struct zk_sweeper *sw = e->guard->sweeper;
     size_t n_sc = sw->n_cache, n_gone = 0;
@@ -541,7 +547,6 @@ static size_t sweep_cache(cerb_engine *e, size_t *budget, int64_t *now, bool *fa
         }
     }
     cerb__free(recs);
-    *failed = stop;
     return n_gone;
 }
 
@@ -582,8 +587,7 @@ static bool sweep_once(cerb_engine *e)
         sw->credit = ZK_GUARD_SWEEP_CREDIT_MAX;
     size_t budget = ZK_GUARD_SWEEP_FLOOR + sw->credit;
     int64_t now = 0; /* the server's time, read once */
-    bool failed;
-    size_t n_gone = sweep_cache(e, &budget, &now, &failed);
+    size_t n_gone = sweep_cache(e, &budget, &now);
     if (n_gone) {
         atomic_fetch_add(&sw->swept, n_gone);
         CERB_LOG_D("zk %s: guard sweep deleted %zu expired record(s)", e->hosts, n_gone);
@@ -627,17 +631,16 @@ static void *sweeper_main(void *arg)
 void cerb__zk_guard_sweep_tune(cerb_engine *e, int64_t fresh_ms, size_t window)
 {
     struct zk_sweeper *sw = e->guard->sweeper;
-    cerb__mutex_lock(&sw->mu);
-    bool started = sw->started;
-    cerb__mutex_unlock(&sw->mu);
-    if (started) {
+    cerb__mutex_lock(&sw->mu); /* the thread starts under it: no race */
+    if (sw->started) {
         CERB_LOG_W("zk %s: guard sweeper tuned after its start: ignored", e->hosts);
-        return;
+    } else {
+        if (fresh_ms > 0)
+            sw->fresh_ms = fresh_ms;
+        if (window > 0)
+            sw->window = window;
     }
-    if (fresh_ms > 0)
-        sw->fresh_ms = fresh_ms;
-    if (window > 0)
-        sw->window = window;
+    cerb__mutex_unlock(&sw->mu);
 }
 
 void cerb__zk_guard_sweep_counts(cerb_engine *e, uint64_t *passes, uint64_t *listings)
