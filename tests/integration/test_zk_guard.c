@@ -232,6 +232,17 @@ static void plant(zhandle_t *zh, const char *rp, char state, const char *token, 
     plant_node(zh, rp, state, token, life, res, true);
 }
 
+/* n done-records that expired long ago, o0000.. in the scope at sp: what
+ * a client that left behind looks like. */
+static void plant_orphans(zhandle_t *zh, const char *sp, int n)
+{
+    for (int i = 0; i < n; i++) {
+        char rp[600];
+        snprintf(rp, sizeof rp, "%s/o%04d", sp, i);
+        plant(zh, rp, 'D', "0123456789abcdef0123456789abcdef", 1, "r");
+    }
+}
+
 /*
  * The age of a record is its mtime against the server's time. This client
  * sees the records only once they are already old: a client that counted a
@@ -519,11 +530,7 @@ static void test_zk_guard_short_lived_clients_pay_as_they_go(void **state)
     char op[512];
     snprintf(op, sizeof op, "%s/%s", gbase, orph);
     zhandle_t *zh = raw();
-    for (int i = 0; i < PAY_ORPHANS; i++) {
-        char rp[600];
-        snprintf(rp, sizeof rp, "%s/o%04d", op, i);
-        plant(zh, rp, 'D', "0123456789abcdef0123456789abcdef", 1, "r");
-    }
+    plant_orphans(zh, op, PAY_ORPHANS);
     cerb_client *b = gc_open(NULL);
     atomic_bool stop;
     atomic_int finished;
@@ -1085,6 +1092,46 @@ static void test_zk_guard_max_result(void **state)
     cerb_client_close(c);
 }
 
+/* A zk engine opened below the core, on the config `text` (freed). */
+struct raw_engine {
+    const struct cerb_engine_ops *ops;
+    struct cerb_config *cfg;
+    cerb_engine *e;
+};
+
+static void engine_up(struct raw_engine *r, char *text)
+{
+    cerb__engines_builtin();
+    r->ops = cerb__engine_find("zk");
+    assert_non_null(r->ops);
+    r->cfg = NULL;
+    assert_int_equal(cerb__config_from_string(text, &r->cfg), CERB_OK);
+    free(text);
+    cerb_engine_env env = {.cfg = r->cfg};
+    r->e = NULL;
+    assert_int_equal(cerb__engine_open(r->ops, &env, &r->e), CERB_OK);
+}
+
+static void engine_down(struct raw_engine *r)
+{
+    cerb__engine_close(r->ops, r->e);
+    cerb__config_free(r->cfg);
+}
+
+/* Record number i of rec's scope and token, begun and done (kept 60 s). */
+static bool engine_make(struct raw_engine *r, cerb_guard_rec *rec, int i)
+{
+    char id[65];
+    snprintf(id, sizeof id, "%064x", i);
+    memcpy(rec->id, id, 64);
+    cerb_grant g;
+    void *res = NULL;
+    size_t rl = 0;
+    cerb_outcome oc;
+    return cerb__engine_guard_begin(r->ops, r->e, rec, &g, &res, &rl) == CERB_OK &&
+           cerb__engine_guard_finish(r->ops, r->e, rec, 1, "r", 1, 60000, &oc) == CERB_OK;
+}
+
 /*
  * The engine's methods below the core (the contract of core/engine.h),
  * with the answers that only re-sent requests see: a begin whose record is
@@ -1095,16 +1142,10 @@ static void test_zk_guard_max_result(void **state)
 static void test_zk_guard_engine_methods(void **state)
 {
     (void)state;
-    cerb__engines_builtin();
-    const struct cerb_engine_ops *ops = cerb__engine_find("zk");
-    assert_non_null(ops);
-    char *text = guard_cfg(NULL);
-    struct cerb_config *cfg = NULL;
-    assert_int_equal(cerb__config_from_string(text, &cfg), CERB_OK);
-    free(text);
-    cerb_engine_env env = {.cfg = cfg};
-    cerb_engine *e = NULL;
-    assert_int_equal(cerb__engine_open(ops, &env, &e), CERB_OK);
+    struct raw_engine r;
+    engine_up(&r, guard_cfg(NULL));
+    const struct cerb_engine_ops *ops = r.ops;
+    cerb_engine *e = r.e;
 
     char *scope = gc_key("eng");
     cerb_guard_rec rec = {.scope = scope, .running_ms = 5000};
@@ -1170,8 +1211,7 @@ static void test_zk_guard_engine_methods(void **state)
     assert_int_equal(cerb__engine_guard_check(ops, e, &rec, &found), CERB_OK);
     assert_int_equal(found, CERB_GUARD_FOUND_NONE);
     cerb_test_zk_close(zh);
-    cerb__engine_close(ops, e);
-    cerb__config_free(cfg);
+    engine_down(&r);
     free(scope);
 }
 
@@ -1190,35 +1230,19 @@ static void test_zk_guard_engine_methods(void **state)
 static void test_zk_guard_sweep_reuses_listing(void **state)
 {
     (void)state;
-    cerb__engines_builtin();
-    const struct cerb_engine_ops *ops = cerb__engine_find("zk");
-    assert_non_null(ops);
-    char *text = guard_cfg(NULL);
-    struct cerb_config *cfg = NULL;
-    assert_int_equal(cerb__config_from_string(text, &cfg), CERB_OK);
-    free(text);
-    cerb_engine_env env = {.cfg = cfg};
-    cerb_engine *e = NULL;
-    assert_int_equal(cerb__engine_open(ops, &env, &e), CERB_OK);
+    struct raw_engine r;
+    engine_up(&r, guard_cfg(NULL));
     /* A listing serves a minute here, not 5 s: passes 5 s apart on a slow
      * machine (5 ms a record) would list again whatever the code. */
-    cerb__zk_guard_sweep_tune(e, 60000, 0);
+    cerb__zk_guard_sweep_tune(r.e, 60000, 0);
     char *scope = gc_key("reuse");
     cerb_guard_rec rec = {.scope = scope, .running_ms = 60000};
     memcpy(rec.token, "33333333333333333333333333333333", 33);
     uint64_t passes = 0, listings = 0;
     int made = 0;
     for (; made < REUSE_MAX && passes < 3; made++) {
-        char id[65];
-        snprintf(id, sizeof id, "%064x", made);
-        memcpy(rec.id, id, 64);
-        cerb_grant g;
-        void *res = NULL;
-        size_t rl = 0;
-        cerb_outcome oc;
-        assert_int_equal(cerb__engine_guard_begin(ops, e, &rec, &g, &res, &rl), CERB_OK);
-        assert_int_equal(cerb__engine_guard_finish(ops, e, &rec, 1, "r", 1, 60000, &oc), CERB_OK);
-        cerb__zk_guard_sweep_counts(e, &passes, &listings);
+        assert_true(engine_make(&r, &rec, made));
+        cerb__zk_guard_sweep_counts(r.e, &passes, &listings);
     }
     print_message("%d records made: %" PRIu64 " passes, %" PRIu64 " listings\n", made, passes,
                   listings);
@@ -1227,8 +1251,7 @@ static void test_zk_guard_sweep_reuses_listing(void **state)
     zhandle_t *zh = raw();
     size_t kept = records_in(zh, sp);
     cerb_test_zk_close(zh);
-    cerb__engine_close(ops, e);
-    cerb__config_free(cfg);
+    engine_down(&r);
     drop_scope(scope); /* first: a failure here must not fail the suite's leak check */
     free(scope);
     assert_true(passes >= 3);
@@ -1263,24 +1286,12 @@ static void test_zk_guard_sweep_backlog_beyond_window(void **state)
     snprintf(root, sizeof root, "%s/locks", top);
     snprintf(op, sizeof op, "%s/guard/%s", top, orph);
     zhandle_t *zh = raw();
-    for (int i = 0; i < BACKLOG_ORPHANS; i++) {
-        char rp[600];
-        snprintf(rp, sizeof rp, "%s/o%04d", op, i);
-        plant(zh, rp, 'D', "0123456789abcdef0123456789abcdef", 1, "r");
-    }
-    cerb__engines_builtin();
-    const struct cerb_engine_ops *ops = cerb__engine_find("zk");
-    assert_non_null(ops);
+    plant_orphans(zh, op, BACKLOG_ORPHANS);
     char zx[128];
     snprintf(zx, sizeof zx, "root = \"%s\";", root);
-    char *text = cerb_test_zk_config(NULL, zx, "guard = { keep_ms = 4000; };");
-    struct cerb_config *cfg = NULL;
-    assert_int_equal(cerb__config_from_string(text, &cfg), CERB_OK);
-    free(text);
-    cerb_engine_env env = {.cfg = cfg};
-    cerb_engine *e = NULL;
-    assert_int_equal(cerb__engine_open(ops, &env, &e), CERB_OK);
-    cerb__zk_guard_sweep_tune(e, 60000, 512);
+    struct raw_engine r;
+    engine_up(&r, cerb_test_zk_config(NULL, zx, "guard = { keep_ms = 4000; };"));
+    cerb__zk_guard_sweep_tune(r.e, 60000, 512);
     cerb_guard_rec rec = {.scope = live, .running_ms = 60000};
     memcpy(rec.token, "44444444444444444444444444444444", 33);
     int made = 0, failed = 0;
@@ -1288,23 +1299,13 @@ static void test_zk_guard_sweep_backlog_beyond_window(void **state)
     for (; made < BACKLOG_MAX * 2; made++) {
         if (made % 64 == 0 && (left = records_strict(zh, op)) == 0)
             break;
-        char id[65];
-        snprintf(id, sizeof id, "%064x", made);
-        memcpy(rec.id, id, 64);
-        cerb_grant g;
-        void *res = NULL;
-        size_t rl = 0;
-        cerb_outcome oc;
-        if (cerb__engine_guard_begin(ops, e, &rec, &g, &res, &rl) != CERB_OK ||
-            cerb__engine_guard_finish(ops, e, &rec, 1, "r", 1, 60000, &oc) != CERB_OK)
-            failed++;
+        failed += !engine_make(&r, &rec, made);
     }
     uint64_t passes, listings;
-    cerb__zk_guard_sweep_counts(e, &passes, &listings);
+    cerb__zk_guard_sweep_counts(r.e, &passes, &listings);
     print_message("backlog: %ld left after %d records made (%" PRIu64 " passes, %" PRIu64
                   " listings)\n", left, made, passes, listings);
-    cerb__engine_close(ops, e);
-    cerb__config_free(cfg);
+    engine_down(&r);
     delete_tree(zh, top);
     cerb_test_zk_close(zh);
     free(orph);
