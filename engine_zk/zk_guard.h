@@ -36,9 +36,11 @@ cerb_status cerb__zk_guard_finish(cerb_engine *e, const cerb_guard_rec *rec, int
 cerb_status cerb__zk_guard_check(cerb_engine *e, const cerb_guard_rec *rec,
                                  cerb_guard_found *found);
 
-/* The sweeper's passes done so far, and how many times it listed the scopes
- * (the others read on from an earlier listing). For tests. */
-void cerb__zk_guard_sweep_counts(cerb_engine *e, uint64_t *passes, uint64_t *listings);
+/* The sweeper's passes done so far, how many times it listed the scopes
+ * (the other passes read on from an earlier listing), and how many times
+ * it listed one scope again for the rest of a backlog. For tests. */
+void cerb__zk_guard_sweep_counts(cerb_engine *e, uint64_t *passes, uint64_t *listings,
+                                 uint64_t *relists);
 /* For tests, before the first begin: how long a listing serves the passes
  * after it (ms), and how many names of a scope it keeps; 0 keeps one. */
 void cerb__zk_guard_sweep_tune(cerb_engine *e, int64_t fresh_ms, size_t window);

@@ -120,7 +120,7 @@ struct zk_sweeper {
     atomic_uint_fast64_t swept; /* records deleted */
     atomic_uint_fast64_t made;  /* records this client made since the last pass */
     atomic_uint_fast64_t early; /* made this many: the next pass now */
-    atomic_uint_fast64_t passes, listings; /* for tests */
+    atomic_uint_fast64_t passes, listings, relists; /* for tests */
     int64_t fresh_ms;           /* ZK_GUARD_SWEEP_MS; tests change it */
     size_t window;              /* ZK_GUARD_SWEEP_WINDOW; likewise */
 };
@@ -138,6 +138,7 @@ struct zk_sweeper *cerb__zk_sweeper_new(void)
     atomic_init(&sw->early, ZK_GUARD_SWEEP_EARLY);
     atomic_init(&sw->passes, 0);
     atomic_init(&sw->listings, 0);
+    atomic_init(&sw->relists, 0);
     sw->rnd = (uint64_t)cerb_monotime() ^ (uint64_t)(uintptr_t)sw;
     sw->fresh_ms = ZK_GUARD_SWEEP_MS;
     sw->window = ZK_GUARD_SWEEP_WINDOW;
@@ -392,7 +393,7 @@ static bool scope_relist(cerb_engine *e, struct sweep_scope *sc)
     int rc = c->res[0].rc;
     bool ok = rc == ZOK || rc == ZNONODE;
     if (ok) {
-        atomic_fetch_add(&sw->listings, 1);
+        atomic_fetch_add(&sw->relists, 1);
         size_t window = ZK_GUARD_SWEEP_CACHE / sw->n_cache; /* n_cache > 0: sc is one */
         window = window > sw->window ? sw->window : window;
         struct zk_res none = {0};
@@ -643,10 +644,12 @@ void cerb__zk_guard_sweep_tune(cerb_engine *e, int64_t fresh_ms, size_t window)
     cerb__mutex_unlock(&sw->mu);
 }
 
-void cerb__zk_guard_sweep_counts(cerb_engine *e, uint64_t *passes, uint64_t *listings)
+void cerb__zk_guard_sweep_counts(cerb_engine *e, uint64_t *passes, uint64_t *listings,
+                                 uint64_t *relists)
 {
     *passes = atomic_load(&e->guard->sweeper->passes);
     *listings = atomic_load(&e->guard->sweeper->listings);
+    *relists = atomic_load(&e->guard->sweeper->relists);
 }
 
 void cerb__zk_sweeper_begin(cerb_engine *e)
