@@ -287,7 +287,6 @@ static double least_per_op(double least, uint64_t cmds, uint64_t ops)
  * Warm up and measure the rounds of one kind into @out: @scenario names
  * the row. Returns 0, or -1 after printing the failure.
  */
-
 static int measure(const struct guard_run *gr, const char *scenario, void *(*lib_body)(void *),
                    void *(*raw_body)(void *), struct bench_result *out)
 {

@@ -162,7 +162,8 @@ void cerb__zk_guard_pool_free(struct zk_guard_pool *p)
 
 void cerb__zk_guard_pool_enter(struct zk_guard_pool *p)
 {
-    if (atomic_fetch_add_explicit(&p->active, 1, memory_order_relaxed) == 0 || p->n == 0 ||
+    /* One session only: nothing to count (n never changes). */
+    if (p->n == 0 || atomic_fetch_add_explicit(&p->active, 1, memory_order_relaxed) == 0 ||
         atomic_load_explicit(&p->n_open, memory_order_relaxed) == p->n)
         return;
     if (atomic_fetch_add(&p->overlaps, 1) + 1 < ZK_GUARD_POOL_OVERLAPS ||
@@ -178,7 +179,8 @@ void cerb__zk_guard_pool_enter(struct zk_guard_pool *p)
 
 void cerb__zk_guard_pool_leave(struct zk_guard_pool *p)
 {
-    atomic_fetch_sub_explicit(&p->active, 1, memory_order_relaxed);
+    if (p->n > 0) /* as enter counted */
+        atomic_fetch_sub_explicit(&p->active, 1, memory_order_relaxed);
 }
 
 /* The session index a record id picks: 0 the client's, i > 0 slot i - 1. */

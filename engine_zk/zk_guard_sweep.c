@@ -117,7 +117,6 @@ struct zk_sweeper {
     struct sweep_scope *cache;
     size_t n_cache;
     int64_t cache_ns;           /* monotonic, when it was listed */
-    atomic_uint_fast64_t swept; /* records deleted */
     atomic_uint_fast64_t made;  /* records this client made since the last pass */
     atomic_uint_fast64_t early; /* made this many: the next pass now */
     atomic_uint_fast64_t passes, listings, relists; /* for tests */
@@ -133,7 +132,6 @@ struct zk_sweeper *cerb__zk_sweeper_new(void)
     cerb__mutex_init(&sw->mu);
     cerb__cond_init(&sw->cond);
     atomic_init(&sw->stop, false);
-    atomic_init(&sw->swept, 0);
     atomic_init(&sw->made, 0);
     atomic_init(&sw->early, ZK_GUARD_SWEEP_EARLY);
     atomic_init(&sw->passes, 0);
@@ -170,7 +168,8 @@ static struct zk_call *sweep_call(cerb_engine *e, size_t n,
     if (s)
         submit(c, s, ud);
     cerb__zk_session_end(e);
-    if (!s || !cerb__zkg_call_wait(c, cerb__zk_call_deadline(e, cerb__zkg_bound(e)), &e->guard->sweeper->stop)) {
+    int64_t deadline = cerb__zk_call_deadline(e, cerb__zkg_bound(e));
+    if (!s || !cerb__zkg_call_wait(c, deadline, &e->guard->sweeper->stop)) {
         cerb__zk_call_put(c);
         return NULL;
     }
@@ -353,6 +352,14 @@ static bool cache_fresh(const struct zk_sweeper *sw)
     return false;
 }
 
+/* Names kept per scope when a listing holds n_scopes: the window, and the
+ * whole listing's names within ZK_GUARD_SWEEP_CACHE. */
+static size_t window_size(const struct zk_sweeper *sw, size_t n_scopes)
+{
+    size_t w = ZK_GUARD_SWEEP_CACHE / n_scopes;
+    return w > sw->window ? sw->window : w;
+}
+
 /* Keep a window of a listing's names r (all n of them) in sc, from a
  * random place (sweepers of other clients start elsewhere). False when
  * out of memory (sc keeps the names copied so far). */
@@ -394,10 +401,9 @@ static bool scope_relist(cerb_engine *e, struct sweep_scope *sc)
     bool ok = rc == ZOK || rc == ZNONODE;
     if (ok) {
         atomic_fetch_add(&sw->relists, 1);
-        size_t window = ZK_GUARD_SWEEP_CACHE / sw->n_cache; /* n_cache > 0: sc is one */
-        window = window > sw->window ? sw->window : window;
         struct zk_res none = {0};
-        ok = window_fill(sw, sc, rc == ZOK ? &c->res[0] : &none, window);
+        /* n_cache > 0: sc is one of them */
+        ok = window_fill(sw, sc, rc == ZOK ? &c->res[0] : &none, window_size(sw, sw->n_cache));
     }
     cerb__zk_call_put(c);
     return ok;
@@ -445,8 +451,7 @@ static bool sweep_list(cerb_engine *e)
     }
     atomic_fetch_add(&sw->listings, 1);
     sw->cache_ns = cerb_monotime();
-    size_t window = ZK_GUARD_SWEEP_CACHE / take_sc, n_listed = 0, n_empty = 0;
-    window = window > sw->window ? sw->window : window;
+    size_t window = window_size(sw, take_sc), n_listed = 0, n_empty = 0;
     bool *empty = cerb__calloc(take_sc, sizeof *empty);
     for (size_t i = 0; i < take_sc; i++)
         n_listed += c->res[i].rc == ZOK ? (size_t)c->res[i].n_names : 0;
@@ -589,10 +594,8 @@ static bool sweep_once(cerb_engine *e)
     size_t budget = ZK_GUARD_SWEEP_FLOOR + sw->credit;
     int64_t now = 0; /* the server's time, read once */
     size_t n_gone = sweep_cache(e, &budget, &now);
-    if (n_gone) {
-        atomic_fetch_add(&sw->swept, n_gone);
+    if (n_gone)
         CERB_LOG_D("zk %s: guard sweep deleted %zu expired record(s)", e->hosts, n_gone);
-    }
     atomic_fetch_add(&sw->passes, 1);
     return true;
 }

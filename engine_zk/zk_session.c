@@ -207,14 +207,6 @@ static void auth_done(int rc, const void *data)
         CERB_LOG_W("zk %s: digest authentication: %s", s->e->hosts, zerror(rc));
 }
 
-/* Make a session (the handle connects in the background); the caller
- * reserved its generation under mu. Returns the status, with the last error
- * set on failure. */
-static cerb_status session_new(cerb_engine *e, uint64_t gen, struct zk_session **out)
-{
-    return cerb__zk_session_open(e, gen, session_watcher, out);
-}
-
 cerb_status cerb__zk_session_open(cerb_engine *e, uint64_t gen, watcher_fn watcher,
                                   struct zk_session **out)
 {
@@ -329,7 +321,7 @@ static void start_session(cerb_engine *e)
     struct zk_session *s;
 
     cerb__mutex_unlock(&e->mu);
-    if (session_new(e, gen, &s) != CERB_OK)
+    if (cerb__zk_session_open(e, gen, session_watcher, &s) != CERB_OK)
         CERB_LOG_W("%s", cerb_last_error());
     wrlock(e);
     cerb__mutex_lock(&e->mu);
@@ -625,7 +617,7 @@ cerb_status cerb__zk_session_start(cerb_engine *e)
     cerb__cond_init(&e->state_cond);
     cerb__cond_init(&e->keeper_cond);
     e->gen_counter = 1;
-    rc = session_new(e, 1, &e->cur);
+    rc = cerb__zk_session_open(e, 1, session_watcher, &e->cur);
     if (rc != CERB_OK) {
         char why[CERB_ERROR_MAX];
         cerb__error_copy(why, sizeof why);

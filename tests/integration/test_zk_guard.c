@@ -505,15 +505,9 @@ struct pay_watch {
  * none; any other failure to list is -1, never "none". */
 static long records_strict(zhandle_t *zh, const char *scope_path)
 {
-    struct String_vector v;
-    int rc = zoo_get_children(zh, scope_path, 0, &v);
-    if (rc == ZNONODE)
-        return 0;
-    if (rc != ZOK)
-        return -1;
-    long n = v.count;
-    deallocate_String_vector(&v);
-    return n;
+    int rc;
+    int n = cerb_test_zk_children(zh, scope_path, NULL, &rc);
+    return rc == ZNONODE ? 0 : n;
 }
 
 /* The orphans are gone, or a worker ran out of records to make. */
