@@ -38,8 +38,8 @@
 # --scenario and --seed give the same worker choices and the same schedule
 # (faults land at the same offsets; the servers' timing is real time).
 #
-# Environment: CERB_CHAOS_REDIS_PORT (31400), CERB_CHAOS_ZK_PORT (37200),
-# CERB_CHAOS_ETCD_PORT (37400), CERB_CHAOS_PROXY_PORT (31410),
+# Environment: CERB_CHAOS_REDIS_PORT (31400), CERB_CHAOS_ZK_PORT (31200),
+# CERB_CHAOS_ETCD_PORT (31300), CERB_CHAOS_PROXY_PORT (31410),
 # CERB_CHAOS_ZK3_PORT (30000: client ports 30000-30002, quorum and election
 # ports 707 and 1707 above), CERB_CHAOS_ETCD3_PORT (30100: client ports
 # 30100, 30102, 30104, each with its peer port next to it) — below the
@@ -56,8 +56,8 @@ HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 ROOT=$(cd "$HERE/.." && pwd)
 
 REDIS_PORT=${CERB_CHAOS_REDIS_PORT:-31400}
-ZK_PORT=${CERB_CHAOS_ZK_PORT:-37200}
-ETCD_PORT=${CERB_CHAOS_ETCD_PORT:-37400}
+ZK_PORT=${CERB_CHAOS_ZK_PORT:-31200}
+ETCD_PORT=${CERB_CHAOS_ETCD_PORT:-31300}
 PROXY_PORT=${CERB_CHAOS_PROXY_PORT:-31410}
 ZK3_PORT=${CERB_CHAOS_ZK3_PORT:-30000}
 ETCD3_PORT=${CERB_CHAOS_ETCD3_PORT:-30100}
