@@ -42,6 +42,7 @@
 
 #include "zk_guard_sweep.h"
 
+#include <inttypes.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdint.h>
@@ -471,6 +472,8 @@ static bool sweep_list(cerb_engine *e)
             break; /* out of memory: what was kept so far */
     }
     cerb__zk_call_put(c);
+    CERB_LOG_D("zk %s: guard sweep listed %zu record(s) in %zu scope(s)", e->hosts, n_listed,
+               take_sc);
     /* The next pass comes early after this client made an eighth as many
      * records as were listed (see ZK_GUARD_SWEEP_EARLY). */
     size_t early = n_listed / 8;
@@ -591,11 +594,11 @@ static bool sweep_once(cerb_engine *e)
     sw->credit += made > ZK_GUARD_SWEEP_CREDIT_MAX ? ZK_GUARD_SWEEP_CREDIT_MAX : (size_t)made * 2;
     if (sw->credit > ZK_GUARD_SWEEP_CREDIT_MAX)
         sw->credit = ZK_GUARD_SWEEP_CREDIT_MAX;
-    size_t budget = ZK_GUARD_SWEEP_FLOOR + sw->credit;
+    size_t budget = ZK_GUARD_SWEEP_FLOOR + sw->credit, budget0 = budget;
     int64_t now = 0; /* the server's time, read once */
     size_t n_gone = sweep_cache(e, &budget, &now);
-    if (n_gone)
-        CERB_LOG_D("zk %s: guard sweep deleted %zu expired record(s)", e->hosts, n_gone);
+    CERB_LOG_D("zk %s: guard sweep pass: %" PRIu64 " made, budget %zu left of %zu, %zu expired "
+               "record(s) deleted", e->hosts, made, budget, budget0, n_gone);
     atomic_fetch_add(&sw->passes, 1);
     return true;
 }
