@@ -500,8 +500,9 @@ static bool sweep_list(cerb_engine *e)
  * quarter or more expired, and whose listing found more names than the
  * window kept, is listed again (the rest of a backlog): at once, once a
  * pass, or by the next pass when the budget ran out with it. Answers how
- * many records went. It ends early when the server did not answer,
- * close stopped it, or out of memory (the credit left is kept). */
+ * many records went. It ends early when the server did not answer (the
+ * next pass reads that batch again), close stopped it, or out of memory
+ * (the credit left is kept). */
 static size_t sweep_cache(cerb_engine *e, size_t *budget, int64_t *now)
 {
     struct zk_sweeper *sw = e->guard->sweeper;
@@ -518,6 +519,7 @@ static size_t sweep_cache(cerb_engine *e, size_t *budget, int64_t *now)
         }
         for (bool probe = true; sc->next < sc->n && !stop && *budget > 0; probe = false) {
             size_t n_rec = 0, cap = probe ? ZK_GUARD_SWEEP_PROBE : ZK_GUARD_SWEEP_RECS;
+            size_t from = sc->next;
             for (; sc->next < sc->n && n_rec < cap && n_rec < *budget; sc->next++) {
                 char *path = cerb__zkg_path(sc->path, sc->names[sc->next], NULL);
                 if (!path) {
@@ -531,7 +533,10 @@ static size_t sweep_cache(cerb_engine *e, size_t *budget, int64_t *now)
             size_t gone = sweep_records(e, recs, n_rec, now, &no_answer);
             n_gone += gone;
             if (no_answer) {
-                stop = true; /* the next pass; credit kept for it */
+                /* The next pass reads these again (credit kept for it):
+                 * the listing may serve passes for a while yet. */
+                stop = true;
+                sc->next = from;
             } else {
                 *budget -= n_rec;
                 if (*budget < sw->credit)

@@ -1346,6 +1346,70 @@ static void test_zk_guard_sweep_backlog_beyond_window(void **state)
     assert_true(listings <= 2);
 }
 
+/*
+ * A batch that goes unanswered is read again by the next pass. Found by
+ * rereading the listing cache after the pay-as-they-go test failed in CI:
+ * the window's names were passed over as the batch was made, so an
+ * unanswered batch's names waited for the next listing (5 s, or a minute
+ * here) while every pass in between read on past them. The fault: the
+ * guard's clock node is made read-only, so the first pass reads its first
+ * batch and then cannot read the server's time. 200 orphans and one live
+ * record share a scope, so that batch is theirs; the next pass (a budget
+ * of 256 reads at least) must leave none.
+ */
+#define UNANSWERED_ORPHANS 200
+
+static void test_zk_guard_sweep_rereads_unanswered_batch(void **state)
+{
+    (void)state;
+    char *orph = gc_key("unanswered");
+    char top[64], root[80], op[512], clock[96];
+    snprintf(top, sizeof top, "/gzu%d", (int)getpid());
+    snprintf(root, sizeof root, "%s/locks", top);
+    snprintf(op, sizeof op, "%s/guard/%s", top, orph);
+    snprintf(clock, sizeof clock, "%s/%s", top, ZK_GUARD_CLOCK_NODE);
+    zhandle_t *zh = raw();
+    plant_orphans(zh, op, UNANSWERED_ORPHANS);
+    struct ACL ro = {ZOO_PERM_READ | ZOO_PERM_ADMIN, ZOO_ANYONE_ID_UNSAFE}; /* ADMIN: undone below */
+    struct ACL_vector ro_acl = {1, &ro};
+    assert_int_equal(zoo_create(zh, clock, NULL, -1, &ro_acl, 0, NULL, 0), ZOK);
+    char zx[128];
+    snprintf(zx, sizeof zx, "root = \"%s\";", root);
+    struct raw_engine r;
+    engine_up(&r, cerb_test_zk_config(NULL, zx, "guard = { keep_ms = 4000; };"));
+    cerb__zk_guard_sweep_tune(r.e, 60000, 0); /* one listing serves the test */
+    cerb_guard_rec rec = {.scope = orph, .running_ms = 60000};
+    memcpy(rec.token, "66666666666666666666666666666666", 33);
+    int made = 0, failed = !engine_make(&r, &rec, made++); /* starts the sweeper */
+    struct pass_wait w = {r.e, 0};
+    bool first = wait_until(pass_done, &w, 15000); /* the first pass: within 5 s */
+    long after_fault = records_strict(zh, op);
+    assert_int_equal(zoo_set_acl(zh, clock, -1, &ZOO_OPEN_ACL_UNSAFE), ZOK);
+    uint64_t passes = 0, listings = 0, relists = 0;
+    cerb__zk_guard_sweep_counts(r.e, &passes, &listings, &relists);
+    /* The next pass, brought forward by records made elsewhere. */
+    cerb_guard_rec other = rec;
+    other.scope = "unanswered-other";
+    w.after = passes;
+    bool second = false;
+    for (int i = 0; i < PAY_MAX && !(second = pass_done(&w)); i++)
+        failed += !engine_make(&r, &other, made++);
+    second = second || wait_until(pass_done, &w, 15000);
+    long left = records_strict(zh, op);
+    cerb__zk_guard_sweep_counts(r.e, &passes, &listings, &relists);
+    print_message("unanswered batch: %ld orphans after the fault, %ld after the next pass (%" PRIu64
+                  " passes, %" PRIu64 " listings)\n", after_fault, left, passes, listings);
+    engine_down(&r);
+    delete_tree(zh, top);
+    cerb_test_zk_close(zh);
+    free(orph);
+    assert_int_equal(failed, 0);
+    assert_true(first && second);
+    assert_int_equal(after_fault, UNANSWERED_ORPHANS + 1); /* the fault did stop the pass */
+    assert_int_equal(listings, 1);
+    assert_int_equal(left, 1); /* the live record */
+}
+
 static cerb_client *janitor;
 
 static int setup(void **state)
@@ -1388,6 +1452,7 @@ int main(void)
         cmocka_unit_test(test_zk_guard_short_lived_clients_pay_as_they_go),
         cmocka_unit_test(test_zk_guard_sweep_reuses_listing),
         cmocka_unit_test(test_zk_guard_sweep_backlog_beyond_window),
+        cmocka_unit_test(test_zk_guard_sweep_rereads_unanswered_batch),
         cmocka_unit_test(test_zk_guard_takeover_race),
         cmocka_unit_test(test_zk_guard_session_expiry_mid_attempt),
         cmocka_unit_test(test_zk_guard_max_result),
