@@ -242,13 +242,15 @@ static uint64_t next_rnd(struct zk_sweeper *sw)
  * first batch's reads, once a pass (*now_ms 0 until then): an earlier
  * reading is a lower bound for later batches, so it judges fewer records
  * expired, never more; one clock write a pass, not one a batch. Answers
- * how many went; *failed when a request was not answered. */
+ * how many went; *failed when a request was not answered or the server's
+ * time could not be read, and *unread as well when that happened before
+ * any delete was sent (the batch is then as if never read). */
 static size_t sweep_records(cerb_engine *e, char **recs, size_t n_rec, int64_t *now_ms,
-                            bool *failed)
+                            bool *failed, bool *unread)
 {
     struct zk_sweeper *sw = e->guard->sweeper;
     size_t n_gone = 0;
-    *failed = true;
+    *failed = *unread = true;
     if (n_rec && !atomic_load(&sw->stop)) {
         struct sweep w = {.e = e, .paths = recs, .n = n_rec};
         struct zk_call *c = sweep_call(e, n_rec, submit_get, &w);
@@ -256,7 +258,7 @@ static size_t sweep_records(cerb_engine *e, char **recs, size_t n_rec, int64_t *
             *now_ms = 0;
         int64_t now = *now_ms;
         if (c && now != 0) {
-            *failed = false;
+            *failed = *unread = false;
             bool *del = cerb__calloc(n_rec, sizeof *del);
             char **toks = cerb__calloc(n_rec, sizeof *toks);
             int *vers = cerb__calloc(n_rec, sizeof *vers);
@@ -500,9 +502,10 @@ static bool sweep_list(cerb_engine *e)
  * quarter or more expired, and whose listing found more names than the
  * window kept, is listed again (the rest of a backlog): at once, once a
  * pass, or by the next pass when the budget ran out with it. Answers how
- * many records went. It ends early when the server did not answer (the
- * next pass reads that batch again), close stopped it, or out of memory
- * (the credit left is kept). */
+ * many records went. It ends early when the server did not answer or
+ * its time could not be read (a batch left unjudged is read again by the
+ * next pass to reach the scope), close stopped it, or out of memory (the
+ * credit left is kept). */
 static size_t sweep_cache(cerb_engine *e, size_t *budget, int64_t *now)
 {
     struct zk_sweeper *sw = e->guard->sweeper;
@@ -529,14 +532,17 @@ static size_t sweep_cache(cerb_engine *e, size_t *budget, int64_t *now)
                 recs[n_rec++] = path;
             }
             int64_t t0 = cerb_monotime();
-            bool no_answer;
-            size_t gone = sweep_records(e, recs, n_rec, now, &no_answer);
+            bool no_answer, unread;
+            size_t gone = sweep_records(e, recs, n_rec, now, &no_answer, &unread);
             n_gone += gone;
             if (no_answer) {
-                /* The next pass reads these again (credit kept for it):
-                 * the listing may serve passes for a while yet. */
+                /* The next pass to reach this scope reads a batch it could
+                 * not judge again (credit kept for it): the listing may
+                 * serve passes for a while yet. A batch whose deletes went
+                 * unanswered is not: they most likely happened. */
                 stop = true;
-                sc->next = from;
+                if (unread)
+                    sc->next = from;
             } else {
                 *budget -= n_rec;
                 if (*budget < sw->credit)
