@@ -1209,6 +1209,24 @@ static void test_zk_guard_sweep_reuses_listing(void **state)
     assert_int_equal(kept, made);
 }
 
+/* A root of the test's own, /gz<tag><pid> (the suite's janitor never
+ * sweeps there), with n orphans planted in scope orph and an engine open
+ * on it. Fills top (to delete at the end, after engine_down) and op (the
+ * orphans' scope path); answers the raw handle. */
+static zhandle_t *orphan_engine(struct raw_engine *r, const char *tag, const char *orph, int n,
+                                char top[64], char op[512])
+{
+    char root[80], zx[128];
+    snprintf(top, 64, "/gz%s%d", tag, (int)getpid());
+    snprintf(root, sizeof root, "%s/locks", top);
+    snprintf(op, 512, "%s/guard/%s", top, orph);
+    zhandle_t *zh = raw();
+    plant_orphans(zh, op, n);
+    snprintf(zx, sizeof zx, "root = \"%s\";", root);
+    engine_up(r, cerb_test_zk_config(NULL, zx, "guard = { keep_ms = 4000; };"));
+    return zh;
+}
+
 /*
  * A client pays for its records while it makes them, not only every few
  * seconds: clients that live a few seconds each (a job per process, a
@@ -1248,16 +1266,9 @@ static void test_zk_guard_short_lived_clients_pay_as_they_go(void **state)
 {
     (void)state;
     char *orph = gc_key("orphans"), *fresh = gc_key("fresh");
-    char top[64], root[80], op[512];
-    snprintf(top, sizeof top, "/gzp%d", (int)getpid());
-    snprintf(root, sizeof root, "%s/locks", top);
-    snprintf(op, sizeof op, "%s/guard/%s", top, orph);
-    zhandle_t *zh = raw();
-    plant_orphans(zh, op, PAY_ORPHANS);
-    char zx[128];
-    snprintf(zx, sizeof zx, "root = \"%s\";", root);
+    char top[64], op[512];
     struct raw_engine r;
-    engine_up(&r, cerb_test_zk_config(NULL, zx, "guard = { keep_ms = 4000; };"));
+    zhandle_t *zh = orphan_engine(&r, "p", orph, PAY_ORPHANS, top, op);
     cerb_guard_rec rec = {.scope = fresh, .running_ms = 60000};
     memcpy(rec.token, "55555555555555555555555555555555", 33);
     int made = 0, failed = 0;
@@ -1305,16 +1316,9 @@ static void test_zk_guard_sweep_backlog_beyond_window(void **state)
 {
     (void)state;
     char *orph = gc_key("backlog"), *live = gc_key("backlog-live");
-    char top[64], root[80], op[512];
-    snprintf(top, sizeof top, "/gzb%d", (int)getpid());
-    snprintf(root, sizeof root, "%s/locks", top);
-    snprintf(op, sizeof op, "%s/guard/%s", top, orph);
-    zhandle_t *zh = raw();
-    plant_orphans(zh, op, BACKLOG_ORPHANS);
-    char zx[128];
-    snprintf(zx, sizeof zx, "root = \"%s\";", root);
+    char top[64], op[512];
     struct raw_engine r;
-    engine_up(&r, cerb_test_zk_config(NULL, zx, "guard = { keep_ms = 4000; };"));
+    zhandle_t *zh = orphan_engine(&r, "b", orph, BACKLOG_ORPHANS, top, op);
     cerb__zk_guard_sweep_tune(r.e, 60000, 512);
     cerb_guard_rec rec = {.scope = live, .running_ms = 60000};
     memcpy(rec.token, "44444444444444444444444444444444", 33);
@@ -1378,21 +1382,16 @@ static void test_zk_guard_sweep_rereads_unanswered_batch(void **state)
 {
     (void)state;
     char *orph = gc_key("unanswered");
-    char top[64], root[80], op[512], clock[96];
-    snprintf(top, sizeof top, "/gzu%d", (int)getpid());
-    snprintf(root, sizeof root, "%s/locks", top);
-    snprintf(op, sizeof op, "%s/guard/%s", top, orph);
+    char top[64], op[512], clock[96];
+    struct raw_engine r;
+    zhandle_t *zh = orphan_engine(&r, "u", orph, UNANSWERED_ORPHANS, top, op);
+    /* Before the first begin: the engine makes its clock node when it
+     * first reads the server's time. ADMIN lets this session make it
+     * writable again below. */
     snprintf(clock, sizeof clock, "%s/%s", top, ZK_GUARD_CLOCK_NODE);
-    zhandle_t *zh = raw();
-    plant_orphans(zh, op, UNANSWERED_ORPHANS);
-    /* ADMIN lets this session make it writable again below. */
     struct ACL ro = {ZOO_PERM_READ | ZOO_PERM_ADMIN, ZOO_ANYONE_ID_UNSAFE};
     struct ACL_vector ro_acl = {1, &ro};
     assert_int_equal(zoo_create(zh, clock, NULL, -1, &ro_acl, 0, NULL, 0), ZOK);
-    char zx[128];
-    snprintf(zx, sizeof zx, "root = \"%s\";", root);
-    struct raw_engine r;
-    engine_up(&r, cerb_test_zk_config(NULL, zx, "guard = { keep_ms = 4000; };"));
     cerb__zk_guard_sweep_tune(r.e, 60000, 0); /* one listing serves the test */
     cerb_guard_rec rec = {.scope = orph, .running_ms = 60000};
     memcpy(rec.token, "66666666666666666666666666666666", 33);
