@@ -76,7 +76,7 @@ struct cerb_zk_config {
     int64_t connect_timeout_ms;  /* 2000, 1 .. 600000 */
     char *user;                  /* "" = no digest auth */
     char *password;              /* "" */
-    int guard_sessions;          /* 2, 1 .. 4: sessions the guard may use */
+    int guard_sessions;          /* 4, 1 .. 4: sessions the guard may use */
 };
 
 struct cerb_etcd_config {

@@ -132,7 +132,7 @@ const struct cerb__cfg_key cerb__cfg_keys[] = {
             600000),
     KEY_STR("zk.user", zk.user, I, "", NULL),
     KEY_STR("zk.password", zk.password, I, "", NULL),
-    KEY_INT("zk.guard_sessions", zk.guard_sessions, I, 2, 1, 4),
+    KEY_INT("zk.guard_sessions", zk.guard_sessions, I, 4, 1, 4),
 
     {.path = "etcd.endpoints", .type = CERB__CFG_STRLIST, .flags = I,
      .offset = offsetof(struct cerb_config, etcd.endpoints),
