@@ -11,7 +11,8 @@
  * disconnected for a session timeout is closed by the sweeper (tend); the
  * next overlaps open it again, ZK_GUARD_POOL_RETRY_MS later at the
  * earliest, so a server that refuses connections (maxClientCnxns) is not
- * asked again and again.
+ * asked again and again (within a session timeout the C client itself
+ * retries a connection it was refused).
  */
 #include "internal_posix.h"
 

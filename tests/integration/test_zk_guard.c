@@ -925,7 +925,7 @@ static bool pool_round(cerb_client *c, const char *scope, int round, int each, i
 
 /* The child of test_zk_guard_extra_session_expires: reports its
  * connections after overlapping calls, is stopped past its sessions'
- * timeout, then calls on until a new extra session is open (at most 40 s
+ * timeout, then calls on until new extra sessions are open (at most 40 s
  * and 3000 rounds), and reports its connections, wrong answers and UNAVAILABLEs. */
 static int pool_expiry_child(void *ud)
 {
@@ -947,8 +947,8 @@ static int pool_expiry_child(void *ud)
         return 103;
     bad = unavail = 0;
     int first = round;
-    /* The old extra session is gone once the client's own is back and
-     * only it is connected; then a new one is opened. */
+    /* The old extra sessions are gone once the client's own is back and
+     * only it is connected; then new ones are opened. */
     bool seen_one = false;
     int64_t end = cerb_test_now_ms() + 40000; /* tend within ~6 s, reopen 5 s later */
     while (round < first + 3000 && cerb_test_now_ms() < end) {
@@ -969,10 +969,10 @@ static int pool_expiry_child(void *ud)
 }
 
 /*
- * The extra session expires (the process stopped well past its 2 s
+ * The extra sessions expire (the process stopped well past its 2 s
  * timeout):
  * the client's calls go on over its own session, answered right, while the
- * sweeper closes the dead one, and once calls overlap again a new one is
+ * sweeper closes the dead ones, and once calls overlap again new ones are
  * opened. Only UNAVAILABLE is allowed while the sessions come back.
  */
 static void test_zk_guard_extra_session_expires(void **state)
@@ -991,7 +991,7 @@ static void test_zk_guard_extra_session_expires(void **state)
     assert_int_equal(r[0], POOL_SESSIONS);
     assert_int_equal(r[1], 0);
     assert_int_equal(cerb_test_pause_pid(pid), 0);
-    /* Well past the 2 s session timeout: the server expires both. */
+    /* Well past the 2 s session timeout: the server expires them all. */
     cerb_test_let_time_pass(8000);
     assert_int_equal(cerb_test_resume_pid(pid), 0);
     assert_int_equal(write(go[1], "g", 1), 1);
