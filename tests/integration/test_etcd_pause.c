@@ -573,12 +573,7 @@ int main(void)
     int rc = 0;
     if (setup(NULL) != 0)
         return 1;
-    /* Debugging aids: CERB_TEST_FILTER=<glob> runs only matching tests,
-     * CERB_TEST_DEBUG=1 turns the library's debug log on. */
-    if (getenv("CERB_TEST_FILTER"))
-        cmocka_set_test_filter(getenv("CERB_TEST_FILTER"));
-    if (getenv("CERB_TEST_DEBUG"))
-        cerb_log_set(NULL, NULL, CERB_LOG_DEBUG);
+    cerb_test_debug_aids(); /* CERB_TEST_FILTER, CERB_TEST_DEBUG */
     rc |= cmocka_run_group_tests_name("pause", pause_tests, NULL, NULL);
     rc |= cmocka_run_group_tests_name("auth", auth_tests, auth_setup, auth_teardown);
     rc |= cmocka_run_group_tests_name("slow raft", slow_tests, slow_setup, slow_teardown);

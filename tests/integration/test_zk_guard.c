@@ -45,6 +45,7 @@
 #include "config.h"
 #include "engine.h"
 #include "zk_guard.h"
+#include "zk_guard_impl.h"
 #include "test_util.h"
 #include "zk_util.h"
 
@@ -254,12 +255,12 @@ struct aged {
 };
 
 /* A record of that mtime and life has expired by the server's time, with
- * the skew the library allows (ZK_GUARD_SKEW_MS, 200 ms): until then a
- * sweeper that reads it rightly keeps it. */
+ * the skew the library allows: until then a sweeper that reads it rightly
+ * keeps it. */
 static bool aged_out(void *ud)
 {
     const struct aged *a = ud;
-    return server_ms(a->zh) > a->mtime + a->life + 200;
+    return cerb__zkg_expired_at(server_ms(a->zh), a->mtime, a->life);
 }
 
 /* n done-records that expired (a life of 1 ms), o0000.. in the scope at
@@ -1258,13 +1259,19 @@ struct pass_wait {
     uint64_t after;
 };
 
+/* The passes e's sweeper finished. */
+static uint64_t sweep_passes(cerb_engine *e)
+{
+    uint64_t passes, listings, relists;
+    cerb__zk_guard_sweep_counts(e, &passes, &listings, &relists);
+    return passes;
+}
+
 /* The sweeper finished a pass since it had done `after`. */
 static bool pass_done(void *ud)
 {
     const struct pass_wait *w = ud;
-    uint64_t passes, listings, relists;
-    cerb__zk_guard_sweep_counts(w->e, &passes, &listings, &relists);
-    return passes > w->after;
+    return sweep_passes(w->e) > w->after;
 }
 
 static void test_zk_guard_short_lived_clients_pay_as_they_go(void **state)
@@ -1280,12 +1287,10 @@ static void test_zk_guard_short_lived_clients_pay_as_they_go(void **state)
     long left = records_strict(zh, op);
     bool passed = true;
     while (made < PAY_MAX && left != 0 && passed) {
-        uint64_t passes, listings, relists;
-        cerb__zk_guard_sweep_counts(r.e, &passes, &listings, &relists);
+        struct pass_wait w = {r.e, sweep_passes(r.e)};
         for (int i = 0; i < PAY_CHUNK; i++, made++)
             failed += !engine_make(&r, &rec, made);
         /* Bounded: a pass is due at once; 15 s only guards a hang. */
-        struct pass_wait w = {r.e, passes};
         passed = wait_until(pass_done, &w, 15000);
         left = records_strict(zh, op);
     }
@@ -1405,11 +1410,9 @@ static void test_zk_guard_sweep_rereads_unanswered_batch(void **state)
     bool first = wait_until(pass_done, &w, 15000); /* the first pass: within 5 s */
     long after_fault = records_strict(zh, op);
     assert_int_equal(zoo_set_acl(zh, clock, -1, &ZOO_OPEN_ACL_UNSAFE), ZOK);
-    uint64_t passes = 0, listings = 0, relists = 0;
-    cerb__zk_guard_sweep_counts(r.e, &passes, &listings, &relists);
     cerb_guard_rec other = rec;
     other.scope = "unanswered-other";
-    struct cleared_wait cw = {zh, op, {r.e, passes + 2}};
+    struct cleared_wait cw = {zh, op, {r.e, sweep_passes(r.e) + 2}};
     bool ended = false;
     for (int i = 0; i < 2 * PAY_MAX && !ended; i++) {
         failed += !engine_make(&r, &other, made++);
@@ -1417,6 +1420,7 @@ static void test_zk_guard_sweep_rereads_unanswered_batch(void **state)
     }
     ended = ended || wait_until(cleared_or_passes, &cw, 15000);
     long left = records_strict(zh, op);
+    uint64_t passes, listings, relists;
     cerb__zk_guard_sweep_counts(r.e, &passes, &listings, &relists);
     print_message("unanswered batch: %ld orphans after the fault, %ld left (%" PRIu64
                   " passes, %" PRIu64 " listings)\n", after_fault, left, passes, listings);
@@ -1455,12 +1459,7 @@ static int teardown(void **state)
 
 int main(void)
 {
-    /* Debugging aids: CERB_TEST_FILTER=<glob> runs only matching tests,
-     * CERB_TEST_DEBUG=1 turns the library's debug log on. */
-    if (getenv("CERB_TEST_FILTER"))
-        cmocka_set_test_filter(getenv("CERB_TEST_FILTER"));
-    if (getenv("CERB_TEST_DEBUG"))
-        cerb_log_set(NULL, NULL, CERB_LOG_DEBUG);
+    cerb_test_debug_aids(); /* CERB_TEST_FILTER, CERB_TEST_DEBUG */
     snprintf(zroot, sizeof zroot, "/gz%ld/locks", (long)getpid());
     snprintf(gbase, sizeof gbase, "/gz%ld/guard", (long)getpid());
     const struct CMUnitTest tests[] = {

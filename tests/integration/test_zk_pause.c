@@ -341,12 +341,7 @@ static void test_engine_calls_bounded_while_paused(void **state)
 
 int main(void)
 {
-    /* Debugging aids: CERB_TEST_FILTER=<glob> runs only matching tests,
-     * CERB_TEST_DEBUG=1 turns the library's debug log on. */
-    if (getenv("CERB_TEST_FILTER"))
-        cmocka_set_test_filter(getenv("CERB_TEST_FILTER"));
-    if (getenv("CERB_TEST_DEBUG"))
-        cerb_log_set(NULL, NULL, CERB_LOG_DEBUG);
+    cerb_test_debug_aids(); /* CERB_TEST_FILTER, CERB_TEST_DEBUG */
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_teardown(test_short_outage_suspect_then_valid, resume),
         cmocka_unit_test_teardown(test_lost_past_session_timeout, resume),

@@ -33,9 +33,21 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <setjmp.h> /* cmocka.h wants these first */
+#include <stddef.h>
+#include <cmocka.h>
+
 #define POLL_MIN_MS 1
 #define POLL_MAX_MS 20
 #define STATE_DIR_MAX 4096
+
+void cerb_test_debug_aids(void)
+{
+    if (getenv("CERB_TEST_FILTER"))
+        cmocka_set_test_filter(getenv("CERB_TEST_FILTER"));
+    if (getenv("CERB_TEST_DEBUG"))
+        cerb_log_set(NULL, NULL, CERB_LOG_DEBUG);
+}
 
 int64_t cerb_test_now_ms(void)
 {

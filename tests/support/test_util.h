@@ -29,6 +29,13 @@
 #define CERB_TEST_PRINTF(f, a)
 #endif
 
+/*
+ * cerb_test_debug_aids — for a suite's main, before its tests run:
+ * CERB_TEST_FILTER=<glob> runs only the tests whose names match, and
+ * CERB_TEST_DEBUG=1 turns the library's debug log on.
+ */
+void cerb_test_debug_aids(void);
+
 /* ------------------------------------------------------------- waiting */
 
 /* A condition polled by wait_until(); returns true once it holds. */
