@@ -131,6 +131,12 @@ int cerb__cli_child_prepare(const char *what, struct cerb__cli_child **out);
 int cerb__cli_child_wait_signal(struct cerb__cli_child *ch, int64_t timeout_ms);
 int cerb__cli_child_run(struct cerb__cli_child *ch, char **cmd, int verbose);
 void cerb__cli_child_free(struct cerb__cli_child *ch);
+/* What a loss while CMD runs does (before cerb__cli_child_run): @name in
+ * messages; @kill sends CMD SIGTERM (SIGKILL 5 s later), else CMD goes on. */
+void cerb__cli_child_on_lost(struct cerb__cli_child *ch, const char *name, bool kill);
+/* A loss (any thread, e.g. a library callback: a flag and a byte). */
+void cerb__cli_child_lost(struct cerb__cli_child *ch);
+bool cerb__cli_child_was_lost(struct cerb__cli_child *ch);
 
 /* "cerberus: <message>\n" on stderr. */
 void cerb__cli_error(const char *fmt, ...) CERB_CLI_PRINTF(1, 2);

@@ -1,6 +1,6 @@
 /*
- * cmd_once.c — `cerberus once [-n | -w MS] [--keep DURATION] [--running MS]
- * SCOPE KEY -- CMD [ARG...]`: run CMD only if the operation KEY of SCOPE has
+ * cmd_once.c — `cerberus once [-n | -w MS] [--on-lost kill|ignore]
+ * [--keep DURATION] [--running MS] SCOPE KEY -- CMD [ARG...]`: run CMD only if the operation KEY of SCOPE has
  * not already succeeded (DESIGN.md §11), the "do this once per KEY" of
  * scripts and cron jobs.
  *
@@ -20,6 +20,12 @@
  *    status. A finish that finds the claim lost (CMD ran past it without a
  *    renewal reaching the server and another attempt took over) is reported
  *    and gives 76 when CMD had succeeded, as its success was not recorded.
+ *    A claim lost while CMD runs (cerb_guard_on_lost: its deadline passed
+ *    unrenewed, or the server said it is gone, so another host may begin
+ *    and run CMD too) is acted on at once as `run` acts on a lost lock:
+ *    --on-lost kill (default) stops CMD and exits 76, so a second host never
+ *    runs CMD while this one still does; --on-lost ignore reports it and
+ *    lets CMD go on.
  *  - UNAVAILABLE (guard.on_unavailable = "refuse"): 69. With "allow" the
  *    library answers OK degraded: a warning, and CMD runs unprotected.
  */
@@ -33,8 +39,8 @@
 #include "cli.h"
 
 const char cerb__cli_once_usage[] =
-    "Usage: cerberus [-c FILE] once [-n | -w MS] [--keep DURATION]\n"
-    "                [--running MS] [-v] SCOPE KEY -- CMD [ARG...]\n"
+    "Usage: cerberus [-c FILE] once [-n | -w MS] [--on-lost kill|ignore]\n"
+    "                [--keep DURATION] [--running MS] [-v] SCOPE KEY -- CMD [ARG...]\n"
     "\n"
     "Run CMD only if operation KEY of SCOPE has not already succeeded within\n"
     "the keep time, across every host that shares the configuration's\n"
@@ -45,6 +51,11 @@ const char cerb__cli_once_usage[] =
     "  -n, --no-wait         exit 75 at once if another attempt is running\n"
     "  -w, --wait MS         wait at most MS milliseconds for a running\n"
     "                        attempt to end, then exit 75 (default: wait)\n"
+    "  --on-lost kill        if the attempt's claim is lost while CMD runs\n"
+    "                        (another host may then run CMD too), send CMD's\n"
+    "                        process group SIGTERM (SIGKILL 5 s later) and\n"
+    "                        exit 76 (default)\n"
+    "  --on-lost ignore      report the loss on stderr and let CMD finish\n"
     "  --keep DURATION       how long a success keeps CMD from running again:\n"
     "                        N (ms), Nms, Ns, Nm, Nh, Nd, or \"forever\"\n"
     "                        (default: guard.keep_ms of the configuration)\n"
@@ -62,7 +73,8 @@ const char cerb__cli_once_usage[] =
     "Exit status: 0 when KEY already succeeded (a line on stderr, CMD not\n"
     "run); else CMD's exit status, or 128+N if it died of signal N;\n"
     "75 another attempt was running (-n, -w expired, wait interrupted);\n"
-    "76 CMD succeeded but its attempt's claim had been lost (not recorded);\n"
+    "76 the attempt's claim was lost while CMD ran (--on-lost kill), or CMD\n"
+    "succeeded but its claim had been lost (not recorded);\n"
     "69 no engine could tell; 78 configuration error; 126/127 CMD could\n"
     "not be run; 64 usage.\n";
 
@@ -76,6 +88,7 @@ struct once_opts {
     int64_t wait_ms;    /* -1: until the other attempt ends */
     int64_t keep_ms;    /* 0: config; -1 forever */
     int64_t running_ms; /* 0: config */
+    bool ignore_lost;   /* --on-lost ignore */
     int verbose;
 };
 
@@ -133,6 +146,13 @@ static int parse_args(int argc, char **argv, struct once_opts *o, bool *help)
             if (m < 0 || !cerb__cli_parse_ms(v, 0, INT64_MAX / 2, &o->wait_ms))
                 return cerb__cli_usage_error("once", "-w needs a number of milliseconds");
             wait_set = true;
+        } else if ((m = cerb__cli_opt_val(argc, argv, &i, "--on-lost", NULL, &v)) != 0) {
+            if (m > 0 && strcmp(v, "kill") == 0)
+                o->ignore_lost = false;
+            else if (m > 0 && strcmp(v, "ignore") == 0)
+                o->ignore_lost = true;
+            else
+                return cerb__cli_usage_error("once", "--on-lost takes kill or ignore");
         } else if ((m = cerb__cli_opt_val(argc, argv, &i, "--keep", NULL, &v)) != 0) {
             if (m < 0 || !parse_duration(v, &o->keep_ms))
                 return cerb__cli_usage_error("once", "--keep takes a duration (e.g. 500, 30s, "
@@ -175,6 +195,14 @@ int cerb__cli_once_parse(int argc, char **argv)
         return CLI_EXIT_OK;
     }
     return rc ? rc : -1;
+}
+
+/* The guard's lost callback: a library thread; the child code's flag and
+ * byte, nothing more. */
+static void on_lost(cerb_guard *g, void *ud)
+{
+    (void)g;
+    cerb__cli_child_lost(ud);
 }
 
 static int64_t now_ms(void)
@@ -265,7 +293,12 @@ int cerb__cli_once(const struct cerb__cli *cli, int argc, char **argv)
     else if (o.verbose)
         cerb__cli_error("once: %s %s: running CMD", o.scope, o.key);
 
+    char what[600];
+    snprintf(what, sizeof what, "%s %s", o.scope, o.key);
+    cerb__cli_child_on_lost(ch, what, !o.ignore_lost);
+    cerb_guard_on_lost(g, on_lost, ch);
     rc = cerb__cli_child_run(ch, o.cmd, o.verbose);
+    bool lost = cerb__cli_child_was_lost(ch);
     st = cerb_guard_finish(g, rc == 0, NULL, 0);
     /* A success the engine did not confirm leaves the attempt open (its
      * claim renewed): try again, a few times, over about two seconds. */
@@ -282,6 +315,10 @@ int cerb__cli_once(const struct cerb__cli *cli, int argc, char **argv)
                         rc == 0 ? "; its success was not recorded" : "");
         if (rc == 0)
             rc = CLI_EXIT_LOST;
+    } else if (lost && rc == 0) {
+        /* Told LOST, yet nobody took the record over: the success landed. */
+        cerb__cli_error("once: %s %s: the claim had passed its deadline, but the success was "
+                        "recorded (no other attempt took it over)", o.scope, o.key);
     } else if (st != CERB_OK) {
         cerb__cli_error("once: %s %s: the outcome was not recorded (%s)", o.scope, o.key,
                         cerb_last_error());
@@ -289,6 +326,9 @@ int cerb__cli_once(const struct cerb__cli *cli, int argc, char **argv)
         cerb__cli_error("once: %s %s: %s", o.scope, o.key,
                         rc == 0 ? "succeeded (recorded)" : "failed (forgotten: a retry may run)");
     }
+
+    if (lost && !o.ignore_lost)
+        rc = CLI_EXIT_LOST;
 
 out:
     cerb_guard_free(g);

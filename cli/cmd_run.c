@@ -103,6 +103,8 @@ const char cerb__cli_run_usage[] =
 #define FD_SLACK 64         /* opened by library threads after our scan */
 
 struct run_opts {
+    const char *verb;  /* "run", or the command that borrowed the child code */
+    const char *kind;  /* what can be lost: "lock", "attempt" */
     const char *name;
     char **cmd;
     bool try_only;
@@ -268,6 +270,8 @@ static int parse_args(int argc, char **argv, struct run_opts *o, bool *help)
     bool wait_set = false;
     int i, m;
 
+    o->verb = "run";
+    o->kind = "lock";
     o->wait_ms = -1;
     o->kill_on_lost = true;
     o->grace_ms = DEFAULT_GRACE_MS;
@@ -359,18 +363,23 @@ static int setup_signals(struct run_state *rs)
     return rs->sfd < 0 ? -1 : 0;
 }
 
-/* The lost callback: a library thread; a flag and a byte, nothing more. */
-static void on_lost(cerb_lock *l, void *ud)
+/* Tell the supervisor: a flag and a byte, nothing more (a library
+ * thread's callback calls it). */
+static void mark_lost(struct run_state *rs)
 {
-    struct run_state *rs = ud;
     char b = 'L';
 
-    (void)l;
     atomic_store(&rs->lost, 1);
     if (write(rs->lost_pipe[1], &b, 1) < 0) {
         /* The pipe is non-blocking and one byte is enough: a full pipe
          * already says "lost". */
     }
+}
+
+static void on_lost(cerb_lock *l, void *ud)
+{
+    (void)l;
+    mark_lost(ud);
 }
 
 /* Watches the signalfd while the main thread waits for the lock. */
@@ -559,8 +568,8 @@ static int supervise(struct run_state *rs, const struct run_opts *o)
             p[1].revents = 0;
         }
         if (kill_at >= 0 && mono_ms() >= kill_at) {
-            cerb__cli_error("run: %s: CMD still running %" PRId64 " ms after SIGTERM; "
-                            "sending SIGKILL", o->name, o->grace_ms);
+            cerb__cli_error("%s: %s: CMD still running %" PRId64 " ms after SIGTERM; "
+                            "sending SIGKILL", o->verb, o->name, o->grace_ms);
             kill(-rs->child, SIGKILL);
             kill_at = -1;
         }
@@ -571,14 +580,14 @@ static int supervise(struct run_state *rs, const struct run_opts *o)
             if (!lost_seen) {
                 lost_seen = true;
                 if (o->kill_on_lost) {
-                    cerb__cli_error("run: lock %s lost; stopping CMD (SIGTERM, "
+                    cerb__cli_error("%s: %s %s lost; stopping CMD (SIGTERM, "
                                     "SIGKILL after %" PRId64 " ms)",
-                                    o->name, o->grace_ms);
+                                    o->verb, o->kind, o->name, o->grace_ms);
                     kill(-rs->child, SIGTERM);
                     kill_at = mono_ms() + o->grace_ms;
                 } else {
-                    cerb__cli_error("run: lock %s lost; CMD goes on (--on-lost ignore)",
-                                    o->name);
+                    cerb__cli_error("%s: %s %s lost; CMD goes on (--on-lost ignore)",
+                                    o->verb, o->kind, o->name);
                 }
             }
         }
@@ -594,7 +603,7 @@ static int supervise(struct run_state *rs, const struct run_opts *o)
             if ((pid_t)si.ssi_pid == me)
                 continue;
             if (o->verbose)
-                cerb__cli_error("run: forwarding %s to CMD", sig_name(sig));
+                cerb__cli_error("%s: forwarding %s to CMD", o->verb, sig_name(sig));
             kill(-rs->child, sig);
         }
         for (;;) {
@@ -826,6 +835,8 @@ int cerb__cli_child_prepare(const char *what, struct cerb__cli_child **out)
     ch->rs.tty = -1;
     atomic_init(&ch->rs.lost, 0);
     atomic_init(&ch->rs.wait_signal, 0);
+    ch->o.verb = what;
+    ch->o.kind = "attempt";
     ch->o.name = what;
     ch->o.grace_ms = DEFAULT_GRACE_MS;
     scan_fds(true);
@@ -869,14 +880,14 @@ int cerb__cli_child_run(struct cerb__cli_child *ch, char **cmd, int verbose)
     int rc;
 
     if (!env) {
-        cerb__cli_error("%s: out of memory", ch->o.name);
+        cerb__cli_error("%s: out of memory", ch->o.verb);
         return CLI_EXIT_OSERR;
     }
     ch->o.cmd = cmd;
     ch->o.verbose = verbose;
     int err = spawn(&ch->rs, &ch->o, env, &exec_failed);
     if (err) {
-        cerb__cli_error("%s: %s: %s", ch->o.name, exec_failed ? cmd[0] : "fork", strerror(err));
+        cerb__cli_error("%s: %s: %s", ch->o.verb, exec_failed ? cmd[0] : "fork", strerror(err));
         free(env);
         return !exec_failed ? CLI_EXIT_OSERR
                : err == ENOENT ? CLI_EXIT_NOT_FOUND
@@ -893,6 +904,22 @@ int cerb__cli_child_run(struct cerb__cli_child *ch, char **cmd, int verbose)
         rc = CLI_EXIT_SOFTWARE;
     free(env);
     return rc;
+}
+
+void cerb__cli_child_on_lost(struct cerb__cli_child *ch, const char *name, bool kill)
+{
+    ch->o.name = name;
+    ch->o.kill_on_lost = kill;
+}
+
+void cerb__cli_child_lost(struct cerb__cli_child *ch)
+{
+    mark_lost(&ch->rs);
+}
+
+bool cerb__cli_child_was_lost(struct cerb__cli_child *ch)
+{
+    return atomic_load(&ch->rs.lost) != 0;
 }
 
 void cerb__cli_child_free(struct cerb__cli_child *ch)

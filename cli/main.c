@@ -52,7 +52,7 @@ static const char main_usage[] =
     "                    set `active` in the config file (running clients follow)\n"
     "  check [FILE...]   validate the configuration\n"
     "  holders NAME      who holds lock NAME on each engine\n"
-    "  once [-n | -w MS] [--keep DURATION] SCOPE KEY -- CMD [ARG...]\n"
+    "  once [-n | -w MS] [--on-lost kill|ignore] [--keep DURATION] SCOPE KEY -- CMD [ARG...]\n"
     "                    run CMD unless KEY already succeeded in SCOPE\n"
     "  help [COMMAND]    this text, or a command's\n"
     "\n"

@@ -301,15 +301,19 @@ cerb_status cerb__notify_start(cerb_client *c);
 /* Queue l's lost callback (cb, ud as set when the loss was found). Returns
  * false only when out of memory (the caller tries again later). */
 bool cerb__notify_lost(cerb_client *c, cerb_lock *l, void (*cb)(cerb_lock *, void *), void *ud);
+/* Queue guard attempt g's lost callback (guard_renew.c); as above. */
+bool cerb__notify_guard_lost(cerb_client *c, cerb_guard *g, void (*cb)(cerb_guard *, void *),
+                             void *ud);
 /* Queue a switch callback (names copied), if one is registered. */
 void cerb__notify_switch(cerb_client *c, const char *from, const char *to, const char *why);
 void cerb__notify_set_switch_cb(cerb_client *c,
                                 void (*cb)(const char *, const char *, const char *, void *),
                                 void *ud);
-/* A handle is being freed (magic already dead): drop its queued callbacks.
+/* A handle (a cerb_lock or a cerb_guard) is being freed (magic already
+ * dead): drop its queued callbacks.
  * Returns true when its callback is running: the notifier then frees the
  * handle's memory when the callback returns, and the caller must not. */
-bool cerb__notify_forget(cerb_client *c, cerb_lock *l);
+bool cerb__notify_forget(cerb_client *c, const void *obj);
 /* A manual client: call the queued callbacks now, on this thread, with no
  * library mutex held. */
 void cerb__notify_run(cerb_client *c);

@@ -38,13 +38,14 @@
 #include "error.h"
 #include "internal.h"
 
-enum { EV_LOST, EV_SWITCH };
+enum { EV_LOST, EV_GUARD_LOST, EV_SWITCH };
 
 struct notify_ev {
     struct notify_ev *next;
     int kind;
-    cerb_lock *l;                         /* EV_LOST */
+    void *obj;                            /* EV_LOST: a cerb_lock, EV_GUARD_LOST: a cerb_guard */
     void (*lost_cb)(cerb_lock *, void *);
+    void (*guard_cb)(cerb_guard *, void *);
     void *lost_ud;
     char from[CERB_ENGINE_NAME_MAX];      /* EV_SWITCH */
     char to[CERB_ENGINE_NAME_MAX];
@@ -58,7 +59,7 @@ struct cerb_notify {
     struct notify_ev *head, *tail;
     bool stop;                            /* close began: start nothing more */
     bool detached;                        /* close left: the thread frees all */
-    cerb_lock *running;                   /* handle of the lost callback running */
+    void *running;                        /* handle of the lost callback running */
     bool free_running;                    /* it was freed meanwhile */
     bool in_callback;
     bool threaded;                        /* false: a manual client (client.c)
@@ -78,13 +79,15 @@ static void run_one(struct cerb_notify *nt)
         nt->tail = NULL;
     void (*scb)(const char *, const char *, const char *, void *) = nt->switch_cb;
     void *sud = nt->switch_ud;
-    if (ev->kind == EV_LOST)
-        nt->running = ev->l;
+    if (ev->kind != EV_SWITCH)
+        nt->running = ev->obj;
     nt->in_callback = true;
     cerb__mutex_unlock(&nt->mu);
 
     if (ev->kind == EV_LOST)
-        ev->lost_cb(ev->l, ev->lost_ud);
+        ev->lost_cb(ev->obj, ev->lost_ud);
+    else if (ev->kind == EV_GUARD_LOST)
+        ev->guard_cb(ev->obj, ev->lost_ud);
     else if (scb)
         scb(ev->from, ev->to, ev->why, sud);
 
@@ -169,8 +172,30 @@ bool cerb__notify_lost(cerb_client *c, cerb_lock *l, void (*cb)(cerb_lock *, voi
     if (!ev)
         return false; /* the watchdog tries again on its next round */
     ev->kind = EV_LOST;
-    ev->l = l;
+    ev->obj = l;
     ev->lost_cb = cb;
+    ev->lost_ud = ud;
+    cerb__mutex_lock(&nt->mu);
+    if (nt->stop)
+        cerb__free(ev);
+    else
+        push(nt, ev);
+    cerb__mutex_unlock(&nt->mu);
+    return true;
+}
+
+bool cerb__notify_guard_lost(cerb_client *c, cerb_guard *g, void (*cb)(cerb_guard *, void *),
+                             void *ud)
+{
+    struct cerb_notify *nt = c->nt;
+    if (!nt || !cb || !g)
+        return true; /* nobody to tell: told */
+    struct notify_ev *ev = cerb__calloc(1, sizeof *ev);
+    if (!ev)
+        return false;
+    ev->kind = EV_GUARD_LOST;
+    ev->obj = g;
+    ev->guard_cb = cb;
     ev->lost_ud = ud;
     cerb__mutex_lock(&nt->mu);
     if (nt->stop)
@@ -217,7 +242,7 @@ void cerb__notify_set_switch_cb(cerb_client *c,
     cerb__mutex_unlock(&nt->mu);
 }
 
-bool cerb__notify_forget(cerb_client *c, cerb_lock *l)
+bool cerb__notify_forget(cerb_client *c, const void *obj)
 {
     struct cerb_notify *nt = c->nt;
     bool keep = false;
@@ -227,7 +252,7 @@ bool cerb__notify_forget(cerb_client *c, cerb_lock *l)
     struct notify_ev **pp = &nt->head, *prev = NULL;
     while (*pp) {
         struct notify_ev *ev = *pp;
-        if (ev->kind == EV_LOST && ev->l == l) {
+        if (ev->kind != EV_SWITCH && ev->obj == obj) {
             *pp = ev->next;
             cerb__free(ev);
         } else {
@@ -236,7 +261,7 @@ bool cerb__notify_forget(cerb_client *c, cerb_lock *l)
         }
     }
     nt->tail = prev;
-    if (nt->running == l) {
+    if (nt->running == obj) {
         nt->free_running = true;
         keep = true;
     }

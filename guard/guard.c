@@ -230,10 +230,16 @@ static void guard_free_mem(cerb_guard *g)
         cerb__guard_untrack(m);
         cerb__free(m);
     }
+    atomic_store(&g->ended, true);
     atomic_store(&g->magic, CERB_DEAD_MAGIC);
     cerb__free(g->result);
+    g->result = NULL;
     cerb__free(g->scope);
-    cerb__free(g);
+    g->scope = NULL;
+    g->rec.scope = "";
+    /* Its lost callback may be running: then the notifier frees it. */
+    if (!cerb__notify_forget(g->client, g))
+        cerb__free(g);
 }
 
 /* The engine for this attempt, opened if it was not yet. */
@@ -268,7 +274,9 @@ static cerb_status mirror_add(cerb_guard *g, int i, const cerb_grant *grant)
         return cerb__error_set(CERB_ENOMEM, "guard: out of memory");
     }
     atomic_init(&m->magic, 0); /* not a handle the caller sees */
-    atomic_init(&m->lost, false);
+    atomic_init(&m->cstate, CERB_LOCK_FREE);
+    atomic_init(&m->ended, false);
+    atomic_init(&m->valid_until_ns, 0);
     m->client = g->client;
     m->rec = g->rec; /* rec.scope: the parent's */
     m->engine_idx = i;
@@ -440,7 +448,9 @@ cerb_status cerb_guard_begin(cerb_client *c, const char *scope, const void *key,
     if (!g)
         return cerb__error_set(CERB_ENOMEM, "guard: out of memory");
     atomic_init(&g->magic, CERB_GUARD_MAGIC);
-    atomic_init(&g->lost, false);
+    atomic_init(&g->cstate, CERB_LOCK_FREE);
+    atomic_init(&g->ended, false);
+    atomic_init(&g->valid_until_ns, 0);
     g->client = c;
     g->keep_ms = cc.keep_ms;
     g->max_result = cc.max_result;
@@ -724,6 +734,8 @@ cerb_status cerb_guard_finish(cerb_guard *g, int succeeded, const void *result, 
         g->kind = CERB_GUARD_FINISHED;
     else
         st = finish_attempt(g, succeeded, result, result_len);
+    if (g->kind != CERB_GUARD_RUNNING) /* else kept open, its claims renewed */
+        atomic_store(&g->ended, true);
     if (st == CERB_OK && succeeded) {
         g->result = copy;
         g->result_len = result_len;
@@ -747,6 +759,42 @@ const void *cerb_guard_result(const cerb_guard *g, size_t *len)
 int cerb_guard_degraded(const cerb_guard *g)
 {
     return guard_ok(g) && (g->degraded || g->unconsulted) ? 1 : 0;
+}
+
+/* A claim's state with its deadline read now: LOST once it has passed
+ * (the deadline thread may not have run yet). */
+static int claim_state(const cerb_guard *g, int64_t now)
+{
+    int st = atomic_load(&((cerb_guard *)g)->cstate);
+    if (st != CERB_LOCK_FREE && now >= atomic_load(&((cerb_guard *)g)->valid_until_ns))
+        return CERB_LOCK_LOST;
+    return st;
+}
+
+enum cerb_lock_state cerb_guard_state(const cerb_guard *g)
+{
+    if (!guard_ok(g) || atomic_load(&((cerb_guard *)g)->ended))
+        return CERB_LOCK_FREE;
+    int64_t now = cerb_monotime();
+    int worst = claim_state(g, now);
+    if (worst == CERB_LOCK_FREE)
+        return CERB_LOCK_FREE; /* a duplicate's answer or a degraded attempt */
+    /* The mirrors are set by begin and stay until free: the attempt is as
+     * good as its worst claim. */
+    for (const cerb_guard *m = g->mirrors; m && worst != CERB_LOCK_LOST; m = m->mirror_next) {
+        int ms = claim_state(m, now);
+        if (ms == CERB_LOCK_LOST || (ms == CERB_LOCK_SUSPECT && worst == CERB_LOCK_VALID))
+            worst = ms;
+    }
+    return (enum cerb_lock_state)worst;
+}
+
+cerb_status cerb_guard_on_lost(cerb_guard *g, void (*cb)(cerb_guard *g, void *ud), void *ud)
+{
+    if (!guard_ok(g))
+        return cerb__error_set(CERB_EINVAL, "cerb_guard_on_lost: bad guard handle");
+    cerb__guard_set_lost_cb(g, cb, ud);
+    return CERB_OK;
 }
 
 cerb_status cerb__guard_end(cerb_guard *g, bool silent)

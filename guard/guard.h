@@ -52,9 +52,19 @@ struct cerb_guard {
     struct cerb_guard *next, *prev; /* the client's guard set */
     bool renewing;                 /* its claim is renewed */
     bool busy;                     /* a renewal is on the wire */
+    bool past;                     /* its deadline was declared passed */
     int64_t next_renew_ns;
-    int64_t valid_until_ns;        /* conservative local end of the claim */
-    atomic_bool lost;              /* a renewal found the claim gone */
+    _Atomic int64_t valid_until_ns; /* conservative local end of the claim */
+    /* This claim's state, VALID, SUSPECT (its last renewal failed) or LOST
+     * (its deadline passed unrenewed, or the server said it is gone): LOST
+     * is final. A mirror that is lost makes its attempt LOST too. */
+    atomic_int cstate;
+    /* The attempt's lost callback (not a mirror's), under the set's mutex;
+     * called once (lost_told), as the lock's is. */
+    void (*lost_cb)(struct cerb_guard *, void *);
+    void *lost_ud;
+    bool lost_told;
+    atomic_bool ended;             /* the attempt holds no claim any more */
 };
 
 /* guard_renew.c — the client's set of guard handles and its renewer
@@ -82,6 +92,9 @@ void cerb__guard_resume_renew(struct cerb_guard *g);
  * unfinished attempt is deleted as failed, once per answering engine),
  * freeing them. Safe when no guard was ever used. */
 void cerb__guard_close_all(cerb_client *c);
+/* Set the attempt's lost callback (cerb_guard_on_lost). */
+void cerb__guard_set_lost_cb(struct cerb_guard *g, void (*cb)(struct cerb_guard *, void *),
+                             void *ud);
 /* guard.c: end an open attempt as failed and free the handle's memory
  * (used by close; g is already off the set). `silent` skips the server. */
 cerb_status cerb__guard_end(struct cerb_guard *g, bool silent);

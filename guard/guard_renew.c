@@ -1,42 +1,56 @@
 /*
- * guard_renew.c — the client's set of guard handles and the renewer that
- * keeps running attempts' claims alive.
+ * guard_renew.c — the client's set of guard handles, the renewers that keep
+ * running attempts' claims alive, and the deadline thread that tells an
+ * attempt, on time, when they are not.
  *
  * Every guard handle of a client is on one list (so close can end the ones
- * left open). A running attempt also carries a renewal schedule in the
- * watchdog's style: next renewal at a third of running_ms after the send of
- * the request that last set the claim, and a conservative local end of the
- * claim, valid_until = that send + running_ms × (1 − drift). One thread per
- * client (started with the first running attempt) sleeps until the earliest
- * renewal, takes it off the list's lock (busy), sends it with no mutex held,
- * and applies the answer: OK moves both times on; "not owner" (the record is
- * gone, done or another attempt's) is definitive — the claim is lost, it is
- * no longer renewed, a warning is logged and the holder learns it from
- * cerb_guard_finish (CERB_LOST, decided by the token compare on the server);
- * any other error is retried after a tenth of running_ms, so a server that
- * comes back in time still sees the claim renewed. The renewer never brings
- * a claim back: renewals compare the token and the state on the server.
- * Stopping a handle's renewal withdraws it and waits for a renewal on the
- * wire (one engine call, bounded by the engine's operation timeout), so a
- * finish is never overtaken by a renewal and a handle is never freed under
- * the renewer. The renewer handles one claim per engine call; attempts are
- * short-lived and few per process compared with locks.
+ * left open). A running attempt — and each of its mirror claims on engines
+ * switched from — carries a renewal schedule in the watchdog's style: next
+ * renewal at a third of running_ms after the send of the request that last
+ * set the claim, and a conservative local end of the claim, valid_until =
+ * that send + running_ms × (1 − drift). The threads share the set's mutex
+ * and do no I/O under it:
+ *  - one renewer per engine (started with the first claim or orphan there)
+ *    sends that engine's due renewals, earliest first, one engine call at a
+ *    time, and applies the answers: OK moves both times on (VALID); "not
+ *    owner" (the record is gone, done or another attempt's) is definitive —
+ *    the claim is LOST and no longer renewed; any other error makes it
+ *    SUSPECT and is retried after a tenth of running_ms, so a server that
+ *    comes back in time still sees the claim renewed. A call on engine A
+ *    therefore never delays a due renewal on engine B: a silent engine
+ *    (paused, slower than its operation timeout) costs its own claims only.
+ *    After a call there went unanswered, the engine's other claims wait out
+ *    a short back-off (and a gated engine's question back-off is renewed),
+ *    so a silent engine gets about one call per operation timeout plus
+ *    back-off, not one per claim;
+ *  - the deadline thread does no I/O at all: it sleeps until the earliest
+ *    valid_until and marks every claim past it LOST (even one whose renewal
+ *    is on the wire), logs it at WARN, and queues the attempt's lost
+ *    callback (notify.c). A mirror's loss is its attempt's: processes still
+ *    on that engine may begin there once its claim is gone.
+ * LOST is final for the state; the attempt's other claims are still renewed
+ * until finish or free (they keep others out while the caller may still be
+ * running the operation), and finish decides on the server by the token.
+ * The renewers never bring a claim back: renewals compare the token and the
+ * state on the server. Stopping a handle's renewal withdraws it and waits
+ * for a renewal on the wire (one engine call, bounded by the engine's
+ * operation timeout), so a finish is never overtaken by a renewal and a
+ * handle is never freed under a renewer.
  *
  * Orphans. A begin that failed after its request left (a timeout: the claim
  * may land later, when a paused server resumes) and a failed attempt's
  * delete that was not confirmed leave a claim nobody renews, which would
- * keep retries out for running_ms. The renewer deletes such a claim,
- * compared with its token, every tenth of running_ms (50 ms to 500 ms) until
- * a delete is confirmed or the claim must have run out by itself (its
- * request's send time + running_ms), as the lock watchdog does for acquires
- * whose outcome was unknown. "Not ours" is no proof (the request may still
- * land), so only the deadline ends the retries. A done-record is never
- * touched: the delete compares the state too. A success that a mirror
- * claim (an engine switched from) did not confirm is an orphan too, one
- * that writes the done-record instead, until confirmed or until the claim
- * there may have run out. The renewer takes one orphan at a time and due
- * renewals before it, so orphans on a silent engine (an operation timeout
- * each) never make live claims lapse.
+ * keep retries out for running_ms. The engine's renewer deletes such a
+ * claim, compared with its token, every tenth of running_ms (50 ms to
+ * 500 ms) until a delete is confirmed or the claim must have run out by
+ * itself (its request's send time + running_ms), as the lock watchdog does
+ * for acquires whose outcome was unknown. "Not ours" is no proof (the
+ * request may still land), so only the deadline ends the retries. A
+ * done-record is never touched: the delete compares the state too. A
+ * success that a mirror claim (an engine switched from) did not confirm is
+ * an orphan too, one that writes the done-record instead, until confirmed
+ * or until the claim there may have run out. A renewer takes one orphan at
+ * a time and its due renewals before it.
  */
 #include "internal_posix.h"
 
@@ -67,30 +81,52 @@ struct orphan {
     struct orphan *next;
 };
 
-struct cerb_guard_set {
-    cerb_client *c;
-    struct orphan *orphans;
-    cerb_mutex mu;
-    cerb_cond wake;   /* a new earliest renewal, or stop */
-    cerb_cond idle;   /* a busy flag was cleared */
+/* One engine's renewer. */
+struct grenewer {
     pthread_t thread;
-    bool started, stop;
-    /* The renewer is asleep until this (CERB_DEADLINE_NEVER: nothing due),
-     * or awake (0): it looks at the list again before it sleeps, so only an
-     * earlier deadline needs to wake it (not one wake-up per begin). */
+    bool started;
+    cerb_cond cond;              /* a new earliest renewal or orphan, or stop */
+    /* Asleep until this (CERB_DEADLINE_NEVER: nothing due), or awake (0):
+     * it looks at the list again before it sleeps, so only an earlier
+     * deadline needs to wake it (not one wake-up per begin). */
     int64_t asleep_until;
-    struct cerb_guard *head;
+    /* A call here went unanswered: the engine's other claims wait until
+     * then (one call per operation timeout and back-off on a silent
+     * engine, not one per claim). */
+    int64_t quiet_until;
+    struct orphan *orphans;
 };
 
-/* Wake the renewer if `due_ns` comes before its sleep ends, or if its sleep
- * should have ended already: the deadline is on the boot-time clock and the
- * wait on the monotonic one, which stops during a suspend, so after one the
- * renewer sleeps on past a deadline that lies in the past; s->mu held. */
-static void wake_for(struct cerb_guard_set *s, int64_t due_ns)
+struct cerb_guard_set {
+    cerb_client *c;
+    cerb_mutex mu;
+    cerb_cond wake;   /* the deadline thread: an earlier deadline, or stop */
+    cerb_cond idle;   /* a busy flag was cleared */
+    pthread_t thread; /* the deadline thread */
+    bool started, stop;
+    int64_t asleep_until;        /* the deadline thread's, as a renewer's */
+    struct cerb_guard *head;
+    struct grenewer rn[CERB_MAX_ENGINES];
+};
+
+struct renewer_arg {
+    struct cerb_guard_set *s;
+    int idx;
+};
+
+/* Wake a sleeper whose sleep ends after `due_ns`, or should have ended
+ * already: deadlines are on the boot-time clock and waits on the monotonic
+ * one, which stops during a suspend, so after one a thread sleeps on past a
+ * deadline that lies in the past; s->mu held. */
+static void wake_if(cerb_cond *cond, int64_t asleep_until, int64_t due_ns)
 {
-    if (s->asleep_until != 0 &&
-        (due_ns < s->asleep_until || s->asleep_until <= cerb_monotime()))
-        cerb__cond_signal(&s->wake);
+    if (asleep_until != 0 && (due_ns < asleep_until || asleep_until <= cerb_monotime()))
+        cerb__cond_signal(cond);
+}
+
+static void wake_renewer(struct cerb_guard_set *s, int idx, int64_t due_ns)
+{
+    wake_if(&s->rn[idx].cond, s->rn[idx].asleep_until, due_ns);
 }
 
 static cerb_mutex sets_mu = {PTHREAD_MUTEX_INITIALIZER};
@@ -111,6 +147,8 @@ static struct cerb_guard_set *set_of(cerb_client *c, bool make)
             cerb__mutex_init(&s->mu);
             cerb__cond_init(&s->wake);
             cerb__cond_init(&s->idle);
+            for (int i = 0; i < CERB_MAX_ENGINES; i++)
+                cerb__cond_init(&s->rn[i].cond);
             atomic_store(&c->guards, s);
         }
     }
@@ -120,9 +158,32 @@ static struct cerb_guard_set *set_of(cerb_client *c, bool make)
 
 static void schedule(struct cerb_guard *g, const cerb_grant *grant)
 {
-    g->valid_until_ns = cerb__grant_deadline(grant);
+    atomic_store(&g->valid_until_ns, cerb__grant_deadline(grant));
     int64_t ttl = grant->ttl_ms > 0 ? grant->ttl_ms : g->rec.running_ms;
     g->next_renew_ns = grant->sent_ns + ttl * CERB_NS_PER_MS / 3;
+}
+
+/* Move a claim to VALID or SUSPECT unless it is LOST: LOST is final. */
+static void set_cstate(struct cerb_guard *g, int to)
+{
+    int cur = atomic_load(&g->cstate);
+    while (cur != CERB_LOCK_LOST && cur != to &&
+           !atomic_compare_exchange_weak(&g->cstate, &cur, to))
+        ;
+}
+
+/* Mark claim g LOST, and its attempt with it; queue the attempt's lost
+ * callback once. s->mu held (the callback and its data are read under it). */
+static void declare_lost(struct cerb_guard_set *s, struct cerb_guard *g)
+{
+    struct cerb_guard *a = g->parent ? g->parent : g;
+    atomic_store(&g->cstate, CERB_LOCK_LOST);
+    atomic_store(&a->cstate, CERB_LOCK_LOST);
+    if (a->lost_told || atomic_load(&a->ended))
+        return;
+    a->lost_told = true;
+    if (a->lost_cb && !cerb__notify_guard_lost(s->c, a, a->lost_cb, a->lost_ud))
+        a->lost_told = false; /* out of memory: the next round tries again */
 }
 
 static void renew_one(struct cerb_guard_set *s, struct cerb_guard *g)
@@ -132,9 +193,10 @@ static void renew_one(struct cerb_guard_set *s, struct cerb_guard *g)
     struct cerb_client_engine *ce = &c->engines[idx];
     cerb_grant grant;
     cerb_status st = cerb__engine_guard_renew(ce->ops, atomic_load(&ce->e), &g->rec, &grant);
+    bool silent = st == CERB_TIMEOUT || st == CERB_EIO || st == CERB_UNAVAILABLE;
     int64_t now = cerb_monotime();
+    int64_t step = g->rec.running_ms * CERB_NS_PER_MS / 10;
     char scope[256];
-    bool late = false;
 
     /* What the log needs is copied before busy is cleared: from then on
      * the handle's owner may free it. */
@@ -142,14 +204,19 @@ static void renew_one(struct cerb_guard_set *s, struct cerb_guard *g)
     cerb__mutex_lock(&s->mu);
     if (st == CERB_OK) {
         schedule(g, &grant);
+        set_cstate(g, CERB_LOCK_VALID);
     } else if (st == CERB_NOT_OWNER) {
-        atomic_store(&g->lost, true);
-        if (g->parent)
-            atomic_store(&g->parent->lost, true);
         g->renewing = false;
+        declare_lost(s, g);
     } else {
-        late = now > g->valid_until_ns;
-        g->next_renew_ns = now + g->rec.running_ms * CERB_NS_PER_MS / 10;
+        set_cstate(g, CERB_LOCK_SUSPECT);
+        g->next_renew_ns = now + step;
+        if (silent) {
+            int64_t quiet = step < 50 * CERB_NS_PER_MS    ? 50 * CERB_NS_PER_MS
+                            : step > 250 * CERB_NS_PER_MS ? 250 * CERB_NS_PER_MS
+                                                          : step;
+            s->rn[idx].quiet_until = now + quiet;
+        }
     }
     g->busy = false;
     cerb__cond_broadcast(&s->idle);
@@ -163,9 +230,8 @@ static void renew_one(struct cerb_guard_set *s, struct cerb_guard *g)
                    "deleted); its finish will return LOST", scope, ce->name);
     } else {
         cerb__health_fail(c, idx, "guard renew");
-        if (late)
-            CERB_LOG_W("guard %s: the claim on %s could not be renewed before its end: another "
-                       "attempt may begin", scope, ce->name);
+        if (silent && atomic_load(&ce->gated))
+            cerb__gate_no_answer(c, idx);
     }
 }
 
@@ -211,88 +277,167 @@ static bool orphan_try(struct cerb_guard_set *s, struct orphan *o)
     return false;
 }
 
-/* Take due orphans off the list one at a time and try them; s->mu held
- * (released around each call). Returns the earliest next try. */
-static int64_t orphans_run(struct cerb_guard_set *s)
+/* Take engine idx's first due orphan off its list and try it; s->mu held
+ * (released around the call). Returns true when one was tried, else false
+ * with *next the earliest next try. */
+static bool orphan_run(struct cerb_guard_set *s, int idx, int64_t *next)
 {
-    for (;;) {
-        int64_t now = cerb_monotime(), next = CERB_DEADLINE_NEVER;
-        struct orphan **pp = &s->orphans, *due = NULL;
-        for (; *pp; pp = &(*pp)->next) {
-            if ((*pp)->next_ns <= now) {
-                due = *pp;
-                *pp = due->next;
-                break;
-            }
-            if ((*pp)->next_ns < next)
-                next = (*pp)->next_ns;
+    struct grenewer *rn = &s->rn[idx];
+    int64_t now = cerb_monotime();
+    *next = CERB_DEADLINE_NEVER;
+    struct orphan **pp = &rn->orphans, *due = NULL;
+    for (; *pp; pp = &(*pp)->next) {
+        if ((*pp)->next_ns <= now) {
+            due = *pp;
+            *pp = due->next;
+            break;
         }
-        if (!due)
-            return next;
-        cerb__mutex_unlock(&s->mu);
-        bool done = orphan_try(s, due);
-        cerb__mutex_lock(&s->mu);
-        if (done) {
-            orphan_free(due);
-        } else {
-            due->next_ns = cerb_monotime() + orphan_step(due);
-            due->next = s->orphans;
-            s->orphans = due;
-        }
-        /* One at a time: each may cost an operation timeout on a silent
-         * engine, and running claims' renewals come first (renewer_main). */
-        return s->stop ? CERB_DEADLINE_NEVER : cerb_monotime();
+        if ((*pp)->next_ns < *next)
+            *next = (*pp)->next_ns;
     }
+    if (!due)
+        return false;
+    cerb__mutex_unlock(&s->mu);
+    bool done = orphan_try(s, due);
+    cerb__mutex_lock(&s->mu);
+    if (done) {
+        orphan_free(due);
+    } else {
+        due->next_ns = cerb_monotime() + orphan_step(due);
+        due->next = rn->orphans;
+        rn->orphans = due;
+    }
+    return true;
 }
 
+/* Engine idx's renewer: its due renewals earliest first, then one orphan at
+ * a time (each may cost an operation timeout on a silent engine: due
+ * renewals come first). */
 static void *renewer_main(void *arg)
 {
-    struct cerb_guard_set *s = arg;
+    struct renewer_arg *ra = arg;
+    struct cerb_guard_set *s = ra->s;
+    int idx = ra->idx;
+    struct grenewer *rn = &s->rn[idx];
+    cerb__free(ra);
     cerb__mutex_lock(&s->mu);
     while (!s->stop) {
-        /* Due renewals first: an orphan on a silent engine costs an
-         * operation timeout, which must not make live claims lapse. */
         int64_t now = cerb_monotime(), next = CERB_DEADLINE_NEVER;
         struct cerb_guard *due = NULL;
         for (struct cerb_guard *g = s->head; g; g = g->next) {
-            if (!g->renewing || g->busy)
+            if (g->engine_idx != idx || !g->renewing || g->busy)
                 continue;
-            if (g->next_renew_ns <= now) {
-                due = g;
-                break;
-            }
-            if (g->next_renew_ns < next)
+            if (g->next_renew_ns < next) {
                 next = g->next_renew_ns;
+                due = g;
+            }
         }
-        if (due) {
+        if (rn->quiet_until > now && next < rn->quiet_until)
+            next = rn->quiet_until; /* a silent engine: wait out the back-off */
+        else if (due && next <= now) {
             due->busy = true;
             cerb__mutex_unlock(&s->mu);
             renew_one(s, due);
             cerb__mutex_lock(&s->mu);
             continue;
         }
-        int64_t o = orphans_run(s);
+        int64_t o = rn->quiet_until; /* while quiet, orphans wait too */
+        if (rn->quiet_until <= now && orphan_run(s, idx, &o))
+            continue; /* one ran: look at the renewals again */
         if (s->stop)
             break;
-        if (o <= cerb_monotime())
-            continue; /* one ran: look at the renewals again */
-        s->asleep_until = o < next ? o : next;
-        cerb__cond_wait_until(&s->wake, &s->mu, s->asleep_until);
+        rn->asleep_until = o < next ? o : next;
+        cerb__cond_wait_until(&rn->cond, &s->mu, rn->asleep_until);
+        rn->asleep_until = 0;
+    }
+    cerb__mutex_unlock(&s->mu);
+    return NULL;
+}
+
+/* Log lines of claims found past their deadline, written after s->mu. */
+#define PAST_LOG 4
+struct past_log {
+    char line[PAST_LOG][CERB_ENGINE_NAME_MAX + 400];
+    size_t n, more;
+};
+
+/* The deadline thread: no I/O, so no engine can delay a LOST. */
+static void *deadline_main(void *arg)
+{
+    struct cerb_guard_set *s = arg;
+    cerb__mutex_lock(&s->mu);
+    while (!s->stop) {
+        int64_t now = cerb_monotime(), next = CERB_DEADLINE_NEVER;
+        struct past_log pl = {.n = 0};
+        for (struct cerb_guard *g = s->head; g; g = g->next) {
+            /* Only claims being renewed (a finish stops the renewal of
+             * the claim it ends; one on the wire keeps it renewing). */
+            if (g->past || !g->renewing)
+                continue;
+            int64_t until = atomic_load(&g->valid_until_ns);
+            if (until > now) {
+                if (until < next)
+                    next = until;
+                continue;
+            }
+            g->past = true;
+            bool was_lost = atomic_load(&g->cstate) == CERB_LOCK_LOST;
+            declare_lost(s, g);
+            if (was_lost)
+                continue;
+            if (pl.n < PAST_LOG)
+                snprintf(pl.line[pl.n++], sizeof pl.line[0],
+                         "guard %s: the %s claim on %s passed its deadline unrenewed: another "
+                         "attempt may begin; the attempt is LOST",
+                         g->rec.scope, g->parent ? "mirror" : "attempt's",
+                         s->c->engines[g->engine_idx].name);
+            else
+                pl.more++;
+        }
+        if (pl.n) {
+            cerb__mutex_unlock(&s->mu);
+            for (size_t i = 0; i < pl.n; i++)
+                CERB_LOG_W("%s", pl.line[i]);
+            if (pl.more)
+                CERB_LOG_W("guard: %zu more claims passed their deadline unrenewed", pl.more);
+            cerb__mutex_lock(&s->mu);
+            continue;
+        }
+        s->asleep_until = next;
+        cerb__cond_wait_until(&s->wake, &s->mu, next);
         s->asleep_until = 0;
     }
     cerb__mutex_unlock(&s->mu);
     return NULL;
 }
 
-/* Start the renewer if it is not running; s->mu held. */
-static cerb_status start_locked(struct cerb_guard_set *s)
+/* Start engine idx's renewer (and the deadline thread) if not running;
+ * s->mu held. */
+static cerb_status start_locked(struct cerb_guard_set *s, int idx)
 {
-    if (s->started)
+    int rc = 0;
+    if (!s->started) {
+        rc = pthread_create(&s->thread, NULL, deadline_main, s);
+        if (rc != 0)
+            return cerb__error_set(CERB_ENOMEM, "guard: cannot start the deadline thread: %s",
+                                   strerror(rc));
+        s->started = true;
+    }
+    struct grenewer *rn = &s->rn[idx];
+    if (rn->started)
         return CERB_OK;
-    int rc = pthread_create(&s->thread, NULL, renewer_main, s);
-    if (rc != 0)
-        return cerb__error_set(CERB_ENOMEM, "guard: cannot start the renewer: %s", strerror(rc));
-    s->started = true;
+    struct renewer_arg *ra = cerb__malloc(sizeof *ra);
+    if (!ra)
+        return cerb__error_set(CERB_ENOMEM, "guard: out of memory");
+    ra->s = s;
+    ra->idx = idx;
+    rc = pthread_create(&rn->thread, NULL, renewer_main, ra);
+    if (rc != 0) {
+        cerb__free(ra);
+        return cerb__error_set(CERB_ENOMEM, "guard: cannot start the renewer: %s",
+                               strerror(rc));
+    }
+    rn->started = true;
     return CERB_OK;
 }
 
@@ -338,14 +483,14 @@ static void orphan_add(cerb_client *c, const cerb_guard_rec *rec, int idx, int64
     o->keep_ms = keep_ms;
     o->next_ns = cerb_monotime() + orphan_step(o);
     cerb__mutex_lock(&s->mu);
-    if (s->stop || start_locked(s) != CERB_OK) {
+    if (s->stop || start_locked(s, idx) != CERB_OK) {
         cerb__mutex_unlock(&s->mu);
         orphan_free(o);
         return;
     }
-    o->next = s->orphans;
-    s->orphans = o;
-    wake_for(s, o->next_ns);
+    o->next = s->rn[idx].orphans;
+    s->rn[idx].orphans = o;
+    wake_renewer(s, idx, o->next_ns);
     cerb__mutex_unlock(&s->mu);
 }
 
@@ -355,14 +500,12 @@ cerb_status cerb__guard_track(struct cerb_guard *g, const cerb_grant *grant, boo
     if (!s)
         return cerb__error_set(CERB_ENOMEM, "guard: out of memory");
     cerb__mutex_lock(&s->mu);
-    if (renew && !s->started) {
-        int rc = pthread_create(&s->thread, NULL, renewer_main, s);
-        if (rc != 0) {
+    if (renew) {
+        cerb_status st = start_locked(s, g->engine_idx);
+        if (st != CERB_OK) {
             cerb__mutex_unlock(&s->mu);
-            return cerb__error_set(CERB_ENOMEM, "guard: cannot start the renewer: %s",
-                                   strerror(rc));
+            return st;
         }
-        s->started = true;
     }
     g->prev = NULL;
     g->next = s->head;
@@ -371,13 +514,31 @@ cerb_status cerb__guard_track(struct cerb_guard *g, const cerb_grant *grant, boo
     s->head = g;
     g->renewing = renew;
     g->busy = false;
+    g->past = false;
     g->tracked = true;
+    atomic_store(&g->cstate, renew ? CERB_LOCK_VALID : CERB_LOCK_FREE);
     if (renew) {
         schedule(g, grant);
-        wake_for(s, g->next_renew_ns);
+        wake_renewer(s, g->engine_idx, g->next_renew_ns);
+        wake_if(&s->wake, s->asleep_until, atomic_load(&g->valid_until_ns));
     }
     cerb__mutex_unlock(&s->mu);
     return CERB_OK;
+}
+
+void cerb__guard_set_lost_cb(struct cerb_guard *g, void (*cb)(struct cerb_guard *, void *),
+                             void *ud)
+{
+    struct cerb_guard_set *s = set_of(g->client, true);
+    if (!s) { /* out of memory: no set, so no renewer could report a loss */
+        g->lost_cb = cb;
+        g->lost_ud = ud;
+        return;
+    }
+    cerb__mutex_lock(&s->mu);
+    g->lost_cb = cb;
+    g->lost_ud = ud;
+    cerb__mutex_unlock(&s->mu);
 }
 
 void cerb__guard_stop_renew(struct cerb_guard *g)
@@ -401,7 +562,8 @@ void cerb__guard_resume_renew(struct cerb_guard *g)
     if (g->tracked && !s->stop) {
         g->renewing = true;
         g->next_renew_ns = cerb_monotime();
-        wake_for(s, g->next_renew_ns);
+        wake_renewer(s, g->engine_idx, g->next_renew_ns);
+        wake_if(&s->wake, s->asleep_until, atomic_load(&g->valid_until_ns));
     }
     cerb__mutex_unlock(&s->mu);
 }
@@ -440,27 +602,34 @@ void cerb__guard_close_all(cerb_client *c)
     cerb__mutex_lock(&s->mu);
     s->stop = true;
     cerb__cond_broadcast(&s->wake);
+    for (int i = 0; i < CERB_MAX_ENGINES; i++)
+        cerb__cond_broadcast(&s->rn[i].cond);
     cerb__mutex_unlock(&s->mu);
     if (s->started)
         pthread_join(s->thread, NULL);
+    for (int i = 0; i < CERB_MAX_ENGINES; i++)
+        if (s->rn[i].started)
+            pthread_join(s->rn[i].thread, NULL);
     /* Orphans get one more delete each (not on an engine that failed),
      * then are left to expire. */
-    bool silent_o[CERB_MAX_ENGINES] = {false};
-    while (s->orphans) {
-        struct orphan *o = s->orphans;
-        s->orphans = o->next;
-        if (!silent_o[o->idx]) {
-            struct cerb_client_engine *ce = &c->engines[o->idx];
-            cerb_outcome oc;
-            cerb_status st = cerb__engine_guard_finish(ce->ops, atomic_load(&ce->e), &o->rec,
-                                                       o->succeeded, o->result, o->len,
-                                                       o->keep_ms, &oc);
-            if (st != CERB_OK && st != CERB_NOT_OWNER)
-                silent_o[o->idx] = true;
+    for (int i = 0; i < CERB_MAX_ENGINES; i++) {
+        bool silent_o = false;
+        while (s->rn[i].orphans) {
+            struct orphan *o = s->rn[i].orphans;
+            s->rn[i].orphans = o->next;
+            if (!silent_o) {
+                struct cerb_client_engine *ce = &c->engines[o->idx];
+                cerb_outcome oc;
+                cerb_status st = cerb__engine_guard_finish(ce->ops, atomic_load(&ce->e), &o->rec,
+                                                           o->succeeded, o->result, o->len,
+                                                           o->keep_ms, &oc);
+                if (st != CERB_OK && st != CERB_NOT_OWNER)
+                    silent_o = true;
+            }
+            orphan_free(o);
         }
-        orphan_free(o);
     }
-    /* The renewer is gone: nothing is busy. End what is left, deleting an
+    /* The renewers are gone: nothing is busy. End what is left, deleting an
      * unfinished attempt's claim once per engine that still answers. */
     bool silent[CERB_MAX_ENGINES] = {false};
     size_t left = 0;
@@ -481,6 +650,8 @@ void cerb__guard_close_all(cerb_client *c)
     if (left)
         CERB_LOG_W("close: %zu unfinished guard attempt(s) left to expire with running_ms", left);
     atomic_store(&c->guards, NULL);
+    for (int i = 0; i < CERB_MAX_ENGINES; i++)
+        cerb__cond_destroy(&s->rn[i].cond);
     cerb__cond_destroy(&s->wake);
     cerb__cond_destroy(&s->idle);
     cerb__mutex_destroy(&s->mu);

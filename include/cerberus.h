@@ -643,6 +643,38 @@ const void *cerb_guard_result(const cerb_guard *g, size_t *len);
 int cerb_guard_degraded(const cerb_guard *g);
 
 /**
+ * cerb_guard_state — how a running attempt's claim stands, as a lock's hold
+ * does: CERB_LOCK_VALID (its claim, and its claims on engines switched
+ * from, are known to be in force), CERB_LOCK_SUSPECT (a renewal failed; the
+ * claim still lasts until its conservative local deadline), CERB_LOCK_LOST
+ * (a claim passed that deadline unrenewed, or the server said it is gone:
+ * another attempt may begin and run the operation — stop if you can; the
+ * finish will tell, on the server, whether this attempt's record was taken).
+ * LOST is final. The deadline is the send time of the claim's last good
+ * renewal + running_ms × (1 − drift) on the boot-time clock, so LOST comes
+ * before another attempt can begin, whatever delays the renewals.
+ * Returns: CERB_LOCK_FREE for a handle that holds no claim (a duplicate's
+ * answer, a degraded attempt, a finished one) and for a bad handle.
+ * Never blocks; any thread may call it.
+ */
+enum cerb_lock_state cerb_guard_state(const cerb_guard *g);
+
+/**
+ * cerb_guard_on_lost — set the callback told when a running attempt's claim
+ * is lost (cerb_guard_state() turns CERB_LOCK_LOST), with the lock
+ * callback's rules (cerb_lock_on_lost): called at most once per attempt, on
+ * the client's callback thread, with the callback set when the loss was
+ * found, no library mutex held and nothing in the library waiting for it;
+ * not called once the handle has been freed or the client closed (when
+ * cerb_guard_free() runs while it is running, the handle's memory stays
+ * valid until it returns, but calls on it give CERB_EINVAL). A claim that
+ * passes its deadline unrenewed is also logged at WARN, whatever the cause.
+ * NULL removes it.
+ * Returns: CERB_OK; CERB_EINVAL for a bad handle.
+ */
+cerb_status cerb_guard_on_lost(cerb_guard *g, void (*cb)(cerb_guard *g, void *ud), void *ud);
+
+/**
  * cerb_guard_free — free a handle. An attempt never finished counts as
  * failed: its record is deleted (compared with its token), so a retry may
  * run at once; if that delete cannot be confirmed, the claim expires after

@@ -29,6 +29,8 @@
 #include <setjmp.h>
 #include <signal.h>
 #include <stdarg.h>
+#include <stdatomic.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -332,6 +334,89 @@ static void test_close_bounded_with_silent_mirrors(void **state)
         free(k[i]);
 }
 
+struct lost_count {
+    atomic_int n;
+};
+
+static void count_lost(cerb_guard *g, void *ud)
+{
+    (void)g;
+    atomic_fetch_add(&((struct lost_count *)ud)->n, 1);
+}
+
+struct lost_all {
+    cerb_guard **g;
+    int n;
+    struct lost_count *told;
+};
+
+static bool all_lost(void *ud)
+{
+    struct lost_all *a = ud;
+    for (int i = 0; i < a->n; i++)
+        if (cerb_guard_state(a->g[i]) != CERB_LOCK_LOST)
+            return false;
+    return atomic_load(&a->told->n) == a->n;
+}
+
+/* An engine switched from that falls silent (paused: every call there
+ * costs an operation timeout) delays no renewal on the active engine:
+ * attempts begun after the switch, each with a mirror claim there, keep
+ * their claims on the active engine, so no other caller begins the
+ * operation while they run. One renewer for every engine (the old
+ * renewer) spent its time on the mirrors' renewals and let the claims on
+ * local lapse: another client's begin got OK within RUNNING_MS. The
+ * attempts themselves are told LOST (state and callback) once their
+ * mirrors' deadline passes: processes still on redis may begin there. */
+static void test_silent_engine_starves_no_claim(void **state)
+{
+    (void)state;
+    enum { N = 8 };
+    cerb_client *y = client(NULL);
+    cerb_client *z = cerb_test_open("engines = (\"local\");"); /* the same local records */
+    assert_non_null(z);
+    assert_string_equal(cerb_engine_switch_to(y, "local"), "local");
+    struct lost_count told = {0};
+    cerb_guard *g[N];
+    char *k[N];
+    for (int i = 0; i < N; i++) {
+        k[i] = test_name("starve");
+        g[i] = begin(y, k[i], -1, CERB_OK, "y on local, mirror on redis");
+        assert_int_equal(cerb_guard_state(g[i]), CERB_LOCK_VALID);
+        assert_int_equal(cerb_guard_on_lost(g[i], count_lost, &told), CERB_OK);
+    }
+    assert_int_equal(cerb_test_redis_pause(), 0);
+    /* Time itself is under test: sample for 2.5 x RUNNING_MS. */
+    int64_t end = cerb_test_now_ms() + RUNNING_MS * 5 / 2;
+    int rounds = 0;
+    while (cerb_test_now_ms() < end) {
+        for (int i = 0; i < N; i++) {
+            cerb_guard *h = NULL;
+            cerb_status st = cerb_guard_begin(z, "orders", k[i], strlen(k[i]), NULL, &h);
+            if (st != CERB_BUSY) {
+                cerb_test_redis_resume();
+                fail_msg("round %d, key %d: another client's begin got %s while the attempt "
+                         "runs: its claim on local lapsed", rounds, i, cerb_status_name(st));
+            }
+        }
+        rounds++;
+        cerb_test_let_time_pass(50);
+    }
+    struct lost_all la = {g, N, &told};
+    bool lost = wait_until(all_lost, &la, 2000);
+    assert_int_equal(cerb_test_redis_resume(), 0);
+    assert_true(lost);
+    print_message("%d rounds of %d begins, all BUSY; %d attempts told LOST\n", rounds, N,
+                  atomic_load(&told.n));
+    for (int i = 0; i < N; i++) {
+        assert_int_equal(cerb_guard_state(g[i]), CERB_LOCK_LOST); /* final */
+        cerb_guard_free(g[i]);
+        free(k[i]);
+    }
+    cerb_client_close(z);
+    cerb_client_close(y);
+}
+
 struct try_begin {
     cerb_client *c;
     const char *key;
@@ -416,6 +501,7 @@ int main(void)
         cmocka_unit_test(test_lost_attempt_leaves_no_mirror_record),
         cmocka_unit_test(test_mirror_success_retried),
         cmocka_unit_test(test_close_bounded_with_silent_mirrors),
+        cmocka_unit_test(test_silent_engine_starves_no_claim),
         cmocka_unit_test(test_primary_killed_between_begins),
         cmocka_unit_test(test_no_records_left),
     };

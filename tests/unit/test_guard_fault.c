@@ -11,6 +11,8 @@
 #define _GNU_SOURCE
 #include <setjmp.h>
 #include <stdarg.h>
+#include <stdatomic.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -230,6 +232,86 @@ static void test_renewal_failures_lose_the_claim(void **state)
     cerb_client_close(b);
 }
 
+struct told {
+    atomic_int calls;
+    atomic_int state_in_cb; /* cerb_guard_state() seen by the callback */
+    atomic_int warned;      /* WARN lines about a passed deadline */
+};
+
+static void on_lost(cerb_guard *g, void *ud)
+{
+    struct told *t = ud;
+    atomic_store(&t->state_in_cb, (int)cerb_guard_state(g));
+    atomic_fetch_add(&t->calls, 1);
+}
+
+static void log_sink(cerb_log_level level, const char *line, void *ud)
+{
+    struct told *t = ud;
+    if (level == CERB_LOG_WARN && strstr(line, "passed its deadline unrenewed"))
+        atomic_fetch_add(&t->warned, 1);
+}
+
+static bool suspect(void *ud) { return cerb_guard_state(ud) == CERB_LOCK_SUSPECT; }
+
+/* A running attempt hears that its claim is lost (issue 22, finding 3):
+ * VALID while renewed, SUSPECT once a renewal failed, LOST at its
+ * conservative deadline — before any other attempt can begin — with the
+ * callback called once and a WARN line; LOST stays. Before, the renewer
+ * wrote a flag nobody read: the attempt learnt it only from its finish. */
+static bool called_once(void *ud) { return atomic_load(&((struct told *)ud)->calls) == 1; }
+
+static void test_lost_claim_is_told(void **state)
+{
+    (void)state;
+    struct told t = {0};
+    assert_int_equal(cerb_log_set(log_sink, &t, CERB_LOG_WARN), CERB_OK);
+    cerb_client *a = open_gfault();
+    cerb_client *b = cerb_test_open("engines = (\"gfault\");");
+    char *key = test_name("told");
+    cerb_guard *g = NULL, *h = NULL;
+    cerb_guard_opts o = CERB_GUARD_OPTS_INIT;
+    o.running_ms = 300;
+    assert_int_equal(cerb_guard_state(NULL), CERB_LOCK_FREE);
+    assert_int_equal(cerb_guard_on_lost(NULL, on_lost, &t), CERB_EINVAL);
+    assert_int_equal(begin(a, key, &o, &g), CERB_OK);
+    assert_int_equal(cerb_guard_on_lost(g, on_lost, &t), CERB_OK);
+    assert_wait_until(renewed, NULL, 2000);
+    assert_int_equal(cerb_guard_state(g), CERB_LOCK_VALID);
+    guard_fault_set(GFAULT_RENEW, 1, true, GFAULT_BEFORE);
+    assert_wait_until(suspect, g, 2000);
+    int64_t t0 = cerb_test_now_ms();
+    cerb_status st;
+    while ((st = begin(b, key, NULL, &h)) == CERB_BUSY && cerb_test_now_ms() < t0 + 3000)
+        cerb_test_let_time_pass(5);
+    assert_int_equal(st, CERB_OK);
+    /* Told before the other attempt could begin. */
+    assert_int_equal(cerb_guard_state(g), CERB_LOCK_LOST);
+    assert_wait_until(called_once, &t, 2000);
+    assert_int_equal(atomic_load(&t.state_in_cb), CERB_LOCK_LOST);
+    assert_true(atomic_load(&t.warned) >= 1);
+    /* The renewals answer again: LOST stays, and the callback is not
+     * called twice. */
+    guard_fault_reset();
+    cerb_test_let_time_pass(300);
+    assert_int_equal(cerb_guard_state(g), CERB_LOCK_LOST);
+    assert_int_equal(atomic_load(&t.calls), 1);
+    assert_int_equal(cerb_guard_finish(g, 1, "late", 4), CERB_LOST);
+    assert_int_equal(cerb_guard_state(g), CERB_LOCK_FREE); /* finished */
+    assert_int_equal(cerb_guard_state(h), CERB_LOCK_VALID);
+    assert_int_equal(cerb_guard_finish(h, 1, "new", 3), CERB_OK);
+    assert_int_equal(cerb_guard_state(h), CERB_LOCK_FREE);
+    cerb_guard_free(g);
+    cerb_guard_free(h);
+    assert_int_equal(begin(a, key, NULL, &g), CERB_DUPLICATE);
+    assert_int_equal(cerb_guard_state(g), CERB_LOCK_FREE); /* a duplicate's answer */
+    cerb_guard_free(g);
+    cerb_log_set(NULL, NULL, CERB_LOG_INFO);
+    free(key);
+    cerb_client_close(a);
+    cerb_client_close(b);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -241,6 +323,7 @@ int main(void)
         cmocka_unit_test(test_finish_again_after_landed),
         cmocka_unit_test(test_engine_down_policy),
         cmocka_unit_test(test_renewal_failures_lose_the_claim),
+        cmocka_unit_test(test_lost_claim_is_told),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
