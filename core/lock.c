@@ -24,6 +24,7 @@
  */
 #include "internal_posix.h"
 
+#include <stdio.h>
 #include <string.h>
 
 #include "alloc.h"
@@ -604,21 +605,86 @@ static enum acq_next acq_failed(struct acq *a)
     return ACQ_RETRY;
 }
 
-/* A grant while another engine is gated: asked again, and claimed there. */
+/* The grant's conservative deadline, its claims' included. */
+static int64_t acq_valid_until(const struct acq *a)
+{
+    int64_t until = cerb__grant_deadline(&a->g);
+    for (struct cerb_hold *k = (*a->hp)->claims; k; k = k->claim_next)
+        if (k->valid_until_ns < until)
+            until = k->valid_until_ns;
+    return until;
+}
+
+/* Give back a grant that cannot be reported (its deadline passed, or the
+ * caller's did): released, and the acquisition starts over while the
+ * caller's deadline leaves time, else ends with `st`. */
+static enum acq_next acq_give_back(struct acq *a, cerb_status st, const char *why)
+{
+    snprintf(a->why, sizeof a->why, "%s", why);
+    if (undo_grant(a->c, a->hp, a->w) != CERB_OK || a->deadline_ns == 0 ||
+        cerb__ms_left(a->deadline_ns) <= a->rc->backoff_ms)
+        return acq_done(a, cerb__error_set(st, "%s", a->why));
+    return ACQ_RESTART;
+}
+
+/*
+ * A short hand-off lease (a Redis hand-off key lives PX 2000) extended to
+ * the full lease at once, before anything slow comes between the grant and
+ * its registration (the watchdog extends it only after that). CERB_OK
+ * (extended, or the engine did not answer: the deadline check after the
+ * confirmation decides), or CERB_NOT_OWNER (it lapsed already).
+ */
+static cerb_status acq_extend(struct acq *a)
+{
+    struct cerb_hold *h = *a->hp;
+    if (a->g.ttl_ms <= 0 || a->g.ttl_ms >= h->lk.lease_ms)
+        return CERB_OK;
+    struct cerb_client_engine *ce = &a->c->engines[h->engine_idx];
+    cerb_grant g2;
+    memset(&g2, 0, sizeof g2);
+    cerb_status st = cerb__engine_renew(ce->ops, ce->e, &h->lk, &g2);
+    if (st == CERB_NOT_OWNER)
+        return st;
+    if (st == CERB_OK && g2.sent_ns > 0) {
+        a->g.sent_ns = g2.sent_ns;
+        a->g.ttl_ms = g2.ttl_ms > 0 ? g2.ttl_ms : h->lk.lease_ms;
+    }
+    return CERB_OK;
+}
+
+/*
+ * A grant while another engine is gated: asked again, and claimed there.
+ * The confirmation can be slow (a gated engine in a gray failure: a
+ * question and a claim, an operation timeout each), so the grant's short
+ * lease is extended first, no step starts once the caller's deadline has
+ * passed, and a grant whose deadline passed meanwhile is given back, never
+ * reported: another process may hold the name by then (§5a.1, §5a.2).
+ */
 static enum acq_next acq_confirm(struct acq *a)
 {
     cerb_client *c = a->c;
     struct cerb_hold *h = *a->hp;
     if (!cerb__gate_any(c, h->engine_idx))
         return acq_done(a, CERB_OK);
+    bool timed = a->deadline_ns != 0;
+    cerb_status late = timed ? CERB_TIMEOUT : CERB_BUSY;
+    if (acq_extend(a) == CERB_NOT_OWNER)
+        return acq_give_back(a, late, "a hand-off lapsed before it could be confirmed");
     /* The gate asked before the grant; ask again after it, or a process
      * granted on the gated engine in between (it asked us before our
      * grant) would hold the name with us. */
     cerb_status st = cerb__switch_gate(c, h->engine_idx, h->slot, 0, NULL);
+    if (st == CERB_OK && timed && cerb__ms_left(a->deadline_ns) <= 0)
+        return acq_give_back(a, CERB_TIMEOUT, "the wait ran out while the grant was confirmed "
+                                              "with the engines switched from");
     if (st == CERB_OK)
         st = claims_take(c, h);
-    if (st == CERB_OK)
-        return acq_done(a, CERB_OK);
+    if (st == CERB_OK) {
+        if (cerb_monotime() < acq_valid_until(a))
+            return acq_done(a, CERB_OK);
+        return acq_give_back(a, late, "the grant's lease ran out while it was confirmed with "
+                                      "the engines switched from");
+    }
     cerb__error_copy(a->why, sizeof a->why);
     if (undo_grant(c, a->hp, a->w) != CERB_OK || a->deadline_ns == 0 ||
         cerb__ms_left(a->deadline_ns) <= a->rc->backoff_ms) {

@@ -347,6 +347,11 @@ cerb_status cerb_lock_trylock(cerb_lock *lock);
  * Returns: CERB_OK, CERB_TIMEOUT when the wait passed, CERB_INTERRUPTED after
  * cerb_lock_interrupt(), or an engine error. A negative @wait_ms waits
  * forever; 0 behaves as cerb_lock_trylock() but returns CERB_TIMEOUT.
+ * Blocking: @wait_ms, plus — after a switch, while an engine switched from
+ * still answers — at most one step of the grant's confirmation there (a
+ * question or a claim, bounded by that engine's operation timeout) begun
+ * before the wait ran out. A grant whose lease ran out during that
+ * confirmation is given back and never returned as CERB_OK.
  */
 cerb_status cerb_lock_trylock_for(cerb_lock *lock, int64_t wait_ms);
 

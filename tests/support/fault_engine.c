@@ -231,8 +231,38 @@ static const struct cerb_engine_ops fault_ops = {
     .probe = f_probe,
 };
 
+/* The gate's question (is the name held?), failed and slowed as a check. */
+static cerb_status f_held(cerb_engine *e, const char *name)
+{
+    int k = should_fail(FAULT_CHECK);
+    if (delayed(FAULT_CHECK))
+        return stalled(NULL);
+    if (k >= 0)
+        return injected(NULL, k);
+    return INNER->held(e, name);
+}
+
+/* "faultheld": the same engine answering the safe-switch gate's question,
+ * so that it can be the gated engine of a switch. */
+static const struct cerb_engine_ops fault_held_ops = {
+    .version = CERB_ENGINE_OPS_V1,
+    .name = "faultheld",
+    .caps = CERB_CAP_FENCING | CERB_CAP_WAIT,
+    .lock_priv_size = 64,
+    .open = f_open,
+    .close = f_close,
+    .acquire = f_acquire,
+    .renew = f_renew,
+    .release = f_release,
+    .check_owner = f_check,
+    .cancel = f_cancel,
+    .probe = f_probe,
+    .held = f_held,
+};
+
 void fault_engine_register(void)
 {
     cerb__engines_builtin();
     cerb__engine_register(&fault_ops);
+    cerb__engine_register(&fault_held_ops);
 }

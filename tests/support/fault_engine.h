@@ -35,7 +35,9 @@ void fault_engine_delay(enum fault_op op, long ms, bool stall);
  * hold) from every open fault engine instance to its client, as an engine
  * does when its session is lost. Returns the number of instances told. */
 int fault_engine_emit(int ev, const char *name);
-/* Register "fault" (idempotent). */
+/* Register "fault", and "faultheld" (the same engine, answering the
+ * safe-switch gate's question as a check: it can be a gated engine)
+ * (idempotent). */
 void fault_engine_register(void);
 
 #endif
