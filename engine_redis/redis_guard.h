@@ -17,7 +17,8 @@ cerb_status cerb__redis_guard_finish(cerb_engine *e, const cerb_guard_rec *rec, 
                                      cerb_outcome *oc);
 cerb_status cerb__redis_guard_check(cerb_engine *e, const cerb_guard_rec *rec,
                                     cerb_guard_found *found);
-/* The record's key, `<prefix>cerb:guard:{<id>}`, into buf (cluster routing). */
+/* The record's key, `<prefix>cerb:guard:{<id>}` and the byte 0x1f, into buf
+ * (cluster routing: every step's keys are in its slot, redis_guard.c). */
 cerb_status cerb__redis_guard_key(cerb_engine *e, const cerb_guard_rec *rec, char *buf, size_t n,
                                   size_t *len);
 
