@@ -7,15 +7,17 @@
  * of the server's speed the guard keeps.
  *
  * Redis, as engine_redis/redis_guard.c does it: a record is the key
- * `<redis.prefix>cerb:guard:{<64 hex>}`; begin is
- *   SET key R<token> NX PX running_ms GET     (nil: claimed)
- * and finish(1) is EVALSHA of the guard's finish script, the very text of
- * redis_guard.c (kept equal by hand; tests/bench/test_bench_guard.sh compares them),
- * which compares the token and rewrites the value as D<token><result> with
- * PX keep_ms. A duplicate is the same SET NX PX GET on a done record: one
- * command, whose answer carries the result. The session is the plain Redis
- * ceiling's connection (ceiling.c: timeouts, AUTH, SELECT), plus the finish
- * script loaded with SCRIPT LOAD (again on NOSCRIPT). The id is 64 hex
+ * `<redis.prefix>cerb:guard:{<64 hex>}\x1f`; begin is EVALSHA of the guard's
+ * begin script (SET key R<token> NX PX running_ms GET, and when that
+ * claimed, a GET of the record's key of older versions, without the \x1f)
+ * and finish(1) is EVALSHA of the guard's finish script, both the very
+ * text of redis_guard.c (kept equal by hand; tests/bench/test_bench_guard.sh
+ * compares them); finish compares the token and rewrites the value as
+ * D<token><result> with PX keep_ms. A duplicate is the same begin on a done
+ * record: one round trip (the script and its SET), whose answer carries the
+ * result. The session is the plain Redis ceiling's connection (ceiling.c:
+ * timeouts, AUTH, SELECT), plus the scripts loaded with SCRIPT LOAD (again
+ * on NOSCRIPT). The id is 64 hex
  * characters made from the caller's counters, as long as a SHA-256 hex, and
  * the token is fixed per thread. The session also reads INFO commandstats,
  * so the scenario counts the commands the server ran during the library's
@@ -34,31 +36,53 @@
 
 #include "scenarios.h"
 
-/* engine_redis/redis_guard.c, gscript_text[GS_FINISH], byte for byte
- * (compared by tests/bench/test_bench_guard.sh). */
-static const char finish_script[] =
-    "local v = redis.call('GET', KEYS[1])\n"
-    "if not v or string.sub(v, 2, 33) ~= ARGV[1] then return 0 end\n"
-    "if string.sub(v, 1, 1) == 'D' then\n"
-    "  if ARGV[2] == '1' then return 1 end\n"
-    "  return 0\n"
+/* engine_redis/redis_guard.c, gscript_text[GS_BEGIN] and [GS_FINISH], byte
+ * for byte (compared by tests/bench/test_bench_guard.sh). */
+static const char begin_script[] =
+    "local v = redis.pcall('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2], 'GET')\n"
+    "if type(v) == 'table' then\n"
+    "  if string.sub(v.err, 1, 9) == 'WRONGTYPE' then return 0 end\n"
+    "  return v\n"
     "end\n"
-    "if ARGV[2] ~= '1' then\n"
+    "if v or not KEYS[2] then return v end\n"
+    "local o = redis.pcall('GET', KEYS[2])\n"
+    "if type(o) == 'string' and #o >= 33 and\n"
+    "    string.find(string.sub(o, 1, 33), '^[RD][0-9a-f]+$') then\n"
     "  redis.call('DEL', KEYS[1])\n"
-    "  return 1\n"
+    "  return {o}\n"
     "end\n"
-    "local val = 'D' .. ARGV[1] .. ARGV[4]\n"
-    "if ARGV[3] == '-1' then\n"
-    "  redis.call('SET', KEYS[1], val)\n"
-    "else\n"
-    "  redis.call('SET', KEYS[1], val, 'PX', ARGV[3])\n"
+    "return false\n";
+static const char finish_script[] =
+    "for i = 1, #KEYS do\n"
+    "  local k = KEYS[i]\n"
+    "  local v = redis.pcall('GET', k)\n"
+    "  if type(v) == 'string' and string.sub(v, 2, 33) == ARGV[1] then\n"
+    "    local s = string.sub(v, 1, 1)\n"
+    "    if s == 'D' then\n"
+    "      if ARGV[2] == '1' then return 1 end\n"
+    "      return 0\n"
+    "    end\n"
+    "    if s ~= 'R' then return 0 end\n"
+    "    if ARGV[2] ~= '1' then\n"
+    "      redis.call('DEL', k)\n"
+    "      return 1\n"
+    "    end\n"
+    "    local val = 'D' .. ARGV[1] .. ARGV[4]\n"
+    "    if ARGV[3] == '-1' then\n"
+    "      redis.call('SET', k, val)\n"
+    "    else\n"
+    "      redis.call('SET', k, val, 'PX', ARGV[3])\n"
+    "    end\n"
+    "    return 1\n"
+    "  end\n"
     "end\n"
-    "return 1\n";
+    "return 0\n";
 
 struct rg_sess {
     void *base;        /* bench_redis_open's session */
     redisContext *ctx; /* its connection */
-    char sha[41];
+    char sha[41];      /* finish */
+    char bsha[41];     /* begin */
     char prefix[256];  /* redis.prefix */
 };
 
@@ -74,20 +98,28 @@ static void rg_err(struct rg_sess *s, redisReply *r, const char *what, char *err
         snprintf(err, errlen, "redis %s: unexpected reply type %d", what, r->type);
 }
 
-static int rg_load(struct rg_sess *s, char *err, size_t errlen)
+static int rg_load1(struct rg_sess *s, const char *text, char *sha, const char *what, char *err,
+                    size_t errlen)
 {
-    redisReply *r = redisCommand(s->ctx, "SCRIPT LOAD %s", finish_script);
+    redisReply *r = redisCommand(s->ctx, "SCRIPT LOAD %s", text);
     int rc = -1;
     if (r && r->type == REDIS_REPLY_STRING && r->len == 40) {
-        memcpy(s->sha, r->str, 40);
-        s->sha[40] = '\0';
+        memcpy(sha, r->str, 40);
+        sha[40] = '\0';
         rc = 0;
     } else {
-        rg_err(s, r, "SCRIPT LOAD (guard finish)", err, errlen);
+        rg_err(s, r, what, err, errlen);
     }
     if (r)
         freeReplyObject(r);
     return rc;
+}
+
+static int rg_load(struct rg_sess *s, char *err, size_t errlen)
+{
+    if (rg_load1(s, finish_script, s->sha, "SCRIPT LOAD (guard finish)", err, errlen) != 0)
+        return -1;
+    return rg_load1(s, begin_script, s->bsha, "SCRIPT LOAD (guard begin)", err, errlen);
 }
 
 static void rg_close(void *p)
@@ -122,7 +154,7 @@ static void *rg_open(const struct bench_engine *e, char *err, size_t errlen)
 
 static int rg_key(struct rg_sess *s, const char *id, char *buf, size_t n)
 {
-    return snprintf(buf, n, "%scerb:guard:{%s}", s->prefix, id);
+    return snprintf(buf, n, "%scerb:guard:{%s}\x1f", s->prefix, id);
 }
 
 /* SET key R<token> NX PX running_ms GET: 1 claimed (nil), 0 the old value
@@ -134,8 +166,15 @@ static int rg_begin(struct rg_sess *s, const char *key, int klen, const char *to
     int rc;
     val[0] = 'R';
     memcpy(val + 1, token, 32);
-    redisReply *r = redisCommand(s->ctx, "SET %b %b NX PX %" PRId64 " GET", key, (size_t)klen,
-                                 val, sizeof val, running_ms);
+    redisReply *r = redisCommand(s->ctx, "EVALSHA %s 2 %b %b %b %" PRId64, s->bsha, key,
+                                 (size_t)klen, key, (size_t)klen - 1, val, sizeof val, running_ms);
+    if (r && r->type == REDIS_REPLY_ERROR && strncmp(r->str, "NOSCRIPT", 8) == 0) {
+        freeReplyObject(r);
+        if (rg_load(s, err, errlen) != 0)
+            return -1;
+        r = redisCommand(s->ctx, "EVALSHA %s 2 %b %b %b %" PRId64, s->bsha, key, (size_t)klen,
+                         key, (size_t)klen - 1, val, sizeof val, running_ms);
+    }
     if (r && r->type == REDIS_REPLY_NIL)
         rc = 1;
     else if (r && r->type == REDIS_REPLY_STRING && r->len >= 33 && r->str[0] == 'D')
@@ -145,7 +184,7 @@ static int rg_begin(struct rg_sess *s, const char *key, int klen, const char *to
             snprintf(err, errlen, "redis guard begin on %s: a record in state '%c'", key,
                      r->len ? r->str[0] : '?');
         else
-            rg_err(s, r, "SET NX PX GET (guard begin)", err, errlen);
+            rg_err(s, r, "EVALSHA (guard begin)", err, errlen);
         rc = -1;
     }
     if (r)
@@ -168,8 +207,8 @@ static int rg_cycle(void *p, const char *id, const char *token, const void *resu
         return -1;
     snprintf(keep, sizeof keep, "%" PRId64, keep_ms);
     for (int attempt = 0;; attempt++) {
-        r = redisCommand(s->ctx, "EVALSHA %s 1 %b %b 1 %s %b", s->sha, key, (size_t)klen,
-                         token, (size_t)32, keep, result, len);
+        r = redisCommand(s->ctx, "EVALSHA %s 2 %b %b %b 1 %s %b", s->sha, key, (size_t)klen,
+                         key, (size_t)klen - 1, token, (size_t)32, keep, result, len);
         /* The server lost its script cache (restart, SCRIPT FLUSH). */
         if (r && r->type == REDIS_REPLY_ERROR && attempt == 0 &&
             strncmp(r->str, "NOSCRIPT", 8) == 0) {

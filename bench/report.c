@@ -17,12 +17,13 @@
  *   guard        begin + finish(1) per second on distinct keys; ceiling the
  *                same server commands without the library; ratio as
  *                uncontended; the detail line has the server commands per
- *                cycle, the library's and the raw ceiling's (4 on redis,
+ *                cycle, the library's and the raw ceiling's (6 on redis,
  *                which counts a script's own commands; 3 requests on zk,
  *                2 txns on etcd);
  *   guard-dup    duplicates (begin on a done key) per second; ceiling the
  *                raw begin on a done record; the detail line has the
- *                server commands per duplicate (1 on redis, 2 requests
+ *                server commands per duplicate (2 on redis: the script
+ *                and its SET, one round trip; 2 requests
  *                sent together on zk: one round trip) and the
  *                p50 over the raw command's.
  * "n/a" where the engine has no raw ceiling (guard rows say why: "no

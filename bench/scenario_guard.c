@@ -12,8 +12,9 @@
  *
  * Each is measured in the same run as its raw ceiling (ceiling_guard.c):
  * the same server commands over a bare connection per thread, without the
- * library — on redis SET NX PX GET then EVALSHA of the finish script, and
- * SET NX PX GET alone on a done record; on zk the create multi and a getData
+ * library — on redis EVALSHA of the begin script (SET NX PX GET, then a GET
+ * of the older versions' key) then of the finish script, and the begin
+ * script alone on a done record; on zk the create multi and a getData
  * sent with it, then the finish multi, and those first two alone on a done
  * record (ceiling_guard_zk.c). As in uncontended, the two sides
  * alternate in rounds of about half a second (ceiling, library, ...) after
@@ -27,9 +28,9 @@
  * commandstats, INFO itself left out), the scenario takes the count before
  * and after every round, library's and raw, and divides by the operations
  * of those rounds. Redis counts the commands a script runs as well as the
- * script itself, so a begin + finish is 4 (SET; EVALSHA, its GET and SET)
- * on both sides, and a duplicate is 1: a lone SET, no script, one round
- * trip. On etcd (ceiling_guard_etcd.c: grpc_server_started_total in
+ * script itself, so a begin + finish is 6 (EVALSHA, its SET and GET;
+ * EVALSHA, its GET and SET) on both sides, and a duplicate is 2: the
+ * script and its SET, one round trip. On etcd (ceiling_guard_etcd.c: grpc_server_started_total in
  * /metrics) a begin + finish is 2 txns and a duplicate 1. The library's
  * count beside the raw one shows it sends nothing the
  * layout does not need (the client's prober adds a few commands a second).

@@ -92,7 +92,7 @@ for r in rows:
         # duplicate; the client's prober adds a few commands a second,
         # nothing near 0.1 per op.
         raw = r.get("ceiling_server_cmds_per_op")
-        lo, hi = (3.9, 4.1) if r.get("scenario") == "guard" else (0.9, 1.1)
+        lo, hi = (5.9, 6.1) if r.get("scenario") == "guard" else (1.9, 2.1)
         if not num(cmds) or not lo <= cmds <= hi:
             errors.append("%s: server_cmds_per_op %r not in %g..%g" % (where, cmds, lo, hi))
         if not num(raw) or not lo <= raw <= hi:
@@ -268,11 +268,14 @@ def literals(path, start, last):
             break
     return "".join(out)
 
-lib = literals(sys.argv[1], "/* finish:", ",")
-raw = literals(sys.argv[2], "finish_script[] =", ";")
-if not lib or lib != raw:
-    print("# the finish scripts differ:\n# library: %r\n# ceiling: %r" % (lib, raw))
-    sys.exit(1)
+bad = 0
+for name in ("begin", "finish"):
+    lib = literals(sys.argv[1], "/* %s:" % name, ",")
+    raw = literals(sys.argv[2], "%s_script[] =" % name, ";")
+    if not lib or lib != raw:
+        print("# the %s scripts differ:\n# library: %r\n# ceiling: %r" % (name, lib, raw))
+        bad = 1
+sys.exit(bad)
 PYEOF
 }
 check "the raw ceiling's finish script is the library's" same_script
@@ -285,7 +288,7 @@ check "local: the table says there is no ceiling" \
 # 2. redis: ratios and commands per operation.
 run_engine redis --port "$PORT"
 check "redis: the table gives commands per duplicate" \
-    grep -Eq 'server commands per duplicate: [01]\.[0-9]+' "$WORK/redis.txt"
+    grep -Eq 'server commands per duplicate: [0-9]\.[0-9]+' "$WORK/redis.txt"
 
 echo "1..$N"
 exit $FAILED
