@@ -382,5 +382,11 @@ uint64_t cerb__fence_compose(int64_t epoch, uint64_t counter);
 /* guard/guard_renew.c: end every guard handle still open, stop the guard
  * renewer (cerb_client_close, after the watchdog, before the engines). */
 void cerb__guard_close_all(cerb_client *c);
+/* A manual client: what the guard's renewers and deadline thread would have
+ * done by now (claims past their deadline LOST, due renewals and orphans
+ * sent). Returns when it wants to run next (CERB_DEADLINE_NEVER: nothing). */
+int64_t cerb__guard_step(cerb_client *c);
+/* A manual client: the guard's deadline thread alone (no I/O). */
+int64_t cerb__guard_deadlines(cerb_client *c);
 
 #endif

@@ -310,9 +310,47 @@ static bool orphan_run(struct cerb_guard_set *s, int idx, int64_t *next)
     return true;
 }
 
-/* Engine idx's renewer: its due renewals earliest first, then one orphan at
- * a time (each may cost an operation timeout on a silent engine: due
- * renewals come first). */
+/*
+ * One step of engine idx's renewer at `now`: its earliest due renewal, else
+ * one due orphan (each may cost an operation timeout on a silent engine:
+ * due renewals come first). s->mu held (released around the call). Returns
+ * true when it sent something; else false with *next the time it wants to
+ * look again.
+ */
+static bool renewer_step(struct cerb_guard_set *s, int idx, int64_t *next)
+{
+    struct grenewer *rn = &s->rn[idx];
+    int64_t now = cerb_monotime();
+    struct cerb_guard *due = NULL;
+    *next = CERB_DEADLINE_NEVER;
+    for (struct cerb_guard *g = s->head; g; g = g->next) {
+        if (g->engine_idx != idx || !g->renewing || g->busy)
+            continue;
+        if (g->next_renew_ns < *next) {
+            *next = g->next_renew_ns;
+            due = g;
+        }
+    }
+    if (rn->quiet_until > now) { /* a silent engine: wait out the back-off */
+        if (*next < rn->quiet_until)
+            *next = rn->quiet_until;
+        return false;
+    }
+    if (due && *next <= now) {
+        due->busy = true;
+        cerb__mutex_unlock(&s->mu);
+        renew_one(s, due);
+        cerb__mutex_lock(&s->mu);
+        return true;
+    }
+    int64_t o;
+    if (orphan_run(s, idx, &o))
+        return true;
+    if (o < *next)
+        *next = o;
+    return false;
+}
+
 static void *renewer_main(void *arg)
 {
     struct renewer_arg *ra = arg;
@@ -322,32 +360,11 @@ static void *renewer_main(void *arg)
     cerb__free(ra);
     cerb__mutex_lock(&s->mu);
     while (!s->stop) {
-        int64_t now = cerb_monotime(), next = CERB_DEADLINE_NEVER;
-        struct cerb_guard *due = NULL;
-        for (struct cerb_guard *g = s->head; g; g = g->next) {
-            if (g->engine_idx != idx || !g->renewing || g->busy)
-                continue;
-            if (g->next_renew_ns < next) {
-                next = g->next_renew_ns;
-                due = g;
-            }
-        }
-        if (rn->quiet_until > now && next < rn->quiet_until)
-            next = rn->quiet_until; /* a silent engine: wait out the back-off */
-        else if (due && next <= now) {
-            due->busy = true;
-            cerb__mutex_unlock(&s->mu);
-            renew_one(s, due);
-            cerb__mutex_lock(&s->mu);
+        int64_t next;
+        if (renewer_step(s, idx, &next))
             continue;
-        }
-        int64_t o = rn->quiet_until; /* while quiet, orphans wait too */
-        if (rn->quiet_until <= now && orphan_run(s, idx, &o))
-            continue; /* one ran: look at the renewals again */
-        if (s->stop)
-            break;
-        rn->asleep_until = o < next ? o : next;
-        cerb__cond_wait_until(&rn->cond, &s->mu, rn->asleep_until);
+        rn->asleep_until = next;
+        cerb__cond_wait_until(&rn->cond, &s->mu, next);
         rn->asleep_until = 0;
     }
     cerb__mutex_unlock(&s->mu);
@@ -361,45 +378,59 @@ struct past_log {
     size_t n, more;
 };
 
+/* Mark every claim past its deadline LOST (no I/O); s->mu held. Returns the
+ * earliest deadline still ahead. */
+static int64_t deadline_scan(struct cerb_guard_set *s, struct past_log *pl)
+{
+    int64_t now = cerb_monotime(), next = CERB_DEADLINE_NEVER;
+    for (struct cerb_guard *g = s->head; g; g = g->next) {
+        /* Only claims being renewed (a finish stops the renewal of the
+         * claim it ends; one on the wire keeps it renewing). */
+        if (g->past || !g->renewing)
+            continue;
+        int64_t until = atomic_load(&g->valid_until_ns);
+        if (until > now) {
+            if (until < next)
+                next = until;
+            continue;
+        }
+        g->past = true;
+        bool was_lost = atomic_load(&g->cstate) == CERB_LOCK_LOST;
+        declare_lost(s, g);
+        if (was_lost)
+            continue;
+        if (pl->n < PAST_LOG)
+            snprintf(pl->line[pl->n++], sizeof pl->line[0],
+                     "guard %s: the %s claim on %s passed its deadline unrenewed: another "
+                     "attempt may begin; the attempt is LOST",
+                     g->rec.scope, g->parent ? "mirror" : "attempt's",
+                     s->c->engines[g->engine_idx].name);
+        else
+            pl->more++;
+    }
+    return next;
+}
+
+/* Write what deadline_scan collected; s->mu not held. */
+static void past_log_write(const struct past_log *pl)
+{
+    for (size_t i = 0; i < pl->n; i++)
+        CERB_LOG_W("%s", pl->line[i]);
+    if (pl->more)
+        CERB_LOG_W("guard: %zu more claims passed their deadline unrenewed", pl->more);
+}
+
 /* The deadline thread: no I/O, so no engine can delay a LOST. */
 static void *deadline_main(void *arg)
 {
     struct cerb_guard_set *s = arg;
     cerb__mutex_lock(&s->mu);
     while (!s->stop) {
-        int64_t now = cerb_monotime(), next = CERB_DEADLINE_NEVER;
         struct past_log pl = {.n = 0};
-        for (struct cerb_guard *g = s->head; g; g = g->next) {
-            /* Only claims being renewed (a finish stops the renewal of
-             * the claim it ends; one on the wire keeps it renewing). */
-            if (g->past || !g->renewing)
-                continue;
-            int64_t until = atomic_load(&g->valid_until_ns);
-            if (until > now) {
-                if (until < next)
-                    next = until;
-                continue;
-            }
-            g->past = true;
-            bool was_lost = atomic_load(&g->cstate) == CERB_LOCK_LOST;
-            declare_lost(s, g);
-            if (was_lost)
-                continue;
-            if (pl.n < PAST_LOG)
-                snprintf(pl.line[pl.n++], sizeof pl.line[0],
-                         "guard %s: the %s claim on %s passed its deadline unrenewed: another "
-                         "attempt may begin; the attempt is LOST",
-                         g->rec.scope, g->parent ? "mirror" : "attempt's",
-                         s->c->engines[g->engine_idx].name);
-            else
-                pl.more++;
-        }
+        int64_t next = deadline_scan(s, &pl);
         if (pl.n) {
             cerb__mutex_unlock(&s->mu);
-            for (size_t i = 0; i < pl.n; i++)
-                CERB_LOG_W("%s", pl.line[i]);
-            if (pl.more)
-                CERB_LOG_W("guard: %zu more claims passed their deadline unrenewed", pl.more);
+            past_log_write(&pl);
             cerb__mutex_lock(&s->mu);
             continue;
         }
@@ -411,11 +442,50 @@ static void *deadline_main(void *arg)
     return NULL;
 }
 
+int64_t cerb__guard_deadlines(cerb_client *c)
+{
+    struct cerb_guard_set *s = atomic_load(&c->guards);
+    if (!s)
+        return CERB_DEADLINE_NEVER;
+    struct past_log pl = {.n = 0};
+    cerb__mutex_lock(&s->mu);
+    int64_t next = deadline_scan(s, &pl);
+    cerb__mutex_unlock(&s->mu);
+    past_log_write(&pl);
+    return next;
+}
+
+int64_t cerb__guard_step(cerb_client *c)
+{
+    struct cerb_guard_set *s = atomic_load(&c->guards);
+    if (!s)
+        return CERB_DEADLINE_NEVER;
+    int64_t next = cerb__guard_deadlines(c);
+    cerb__mutex_lock(&s->mu);
+    for (size_t i = 0; i < c->n_engines; i++) {
+        int64_t n = CERB_DEADLINE_NEVER;
+        /* Bounded: every claim or orphan is sent at most once a step. */
+        for (int sent = 0; sent < 64 && renewer_step(s, (int)i, &n); sent++)
+            ;
+        if (n < next)
+            next = n;
+    }
+    cerb__mutex_unlock(&s->mu);
+    /* Answers may have moved deadlines; a renewal that came back late
+     * (the manual caller's clock moved on) is judged now. */
+    int64_t d = cerb__guard_deadlines(c);
+    return d < next ? d : next;
+}
+
 /* Start engine idx's renewer (and the deadline thread) if not running;
  * s->mu held. */
 static cerb_status start_locked(struct cerb_guard_set *s, int idx)
 {
     int rc = 0;
+    if (s->c->manual) { /* no threads: the caller runs cerb__guard_step */
+        s->started = s->rn[idx].started = true;
+        return CERB_OK;
+    }
     if (!s->started) {
         rc = pthread_create(&s->thread, NULL, deadline_main, s);
         if (rc != 0)
@@ -605,10 +675,10 @@ void cerb__guard_close_all(cerb_client *c)
     for (int i = 0; i < CERB_MAX_ENGINES; i++)
         cerb__cond_broadcast(&s->rn[i].cond);
     cerb__mutex_unlock(&s->mu);
-    if (s->started)
+    if (s->started && !c->manual)
         pthread_join(s->thread, NULL);
     for (int i = 0; i < CERB_MAX_ENGINES; i++)
-        if (s->rn[i].started)
+        if (s->rn[i].started && !c->manual)
             pthread_join(s->rn[i].thread, NULL);
     /* Orphans get one more delete each (not on an engine that failed),
      * then are left to expire. */
