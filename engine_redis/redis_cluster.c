@@ -17,16 +17,26 @@
  * if the slot is unknown), clear the thread's redirect record, run the
  * single-mode operation on that node's instance, and look at the record:
  *   MOVED     the slot is elsewhere: set it, go there (a new node gets an
- *             instance), at most REDIS_MAX_REDIRECTS hops;
+ *             instance); a MOVED straight back to the node that sent us on
+ *             (SETSLOT NODE reaches the nodes one by one) pauses first;
  *   ASK       the slot is migrating and this key is on the target: run the
- *             operation there once with ASKING before every request;
+ *             operation there once with ASKING before every request
+ *             (redis_conn.c; the marker is only read there, redis_marker.c);
  *   TRYAGAIN, CLUSTERDOWN: pause REDIS_CLUSTER_RETRY_MS and run it again,
  *             until the operation's deadline;
  *   no record, an I/O failure whose outcome is NO: refresh the map; if the
  *             slot's master changed (a failover), run it there.
- * A redirect answer means the server ran nothing, so running the operation
- * again is safe; an operation whose outcome is UNKNOWN is returned as it
- * is, for the core to settle (check_owner routes the same way).
+ * At most REDIS_MAX_REDIRECTS hops between two pauses: a migration's rounds
+ * of ASK and TRYAGAIN are bounded by the deadline, a loop without pauses by
+ * the count. Every request of an operation takes part, not only its first:
+ * a single-mode operation returns as soon as one of its requests is
+ * answered with a redirect (the marker read, a waiter's re-check or BLPOP
+ * in the middle of its wait, a pipelined renewal), and a waiter cut short
+ * that way is run again where the answer points, its queue entry having
+ * moved with the slot (redis_wait.c). A redirect answer means the server
+ * ran nothing, so running the operation again is safe; an operation whose
+ * outcome is UNKNOWN is returned as it is, for the core to settle
+ * (check_owner routes the same way).
  */
 #include "internal_posix.h"
 
@@ -418,33 +428,63 @@ void cerb__redis_cluster_close(cerb_engine *top)
 /* One operation on one node instance. */
 typedef cerb_status (*node_op)(cerb_engine *e, void *arg, cerb_outcome *oc);
 
-static void pause_ms(int64_t ms)
+/* A bounded back-off before asking again (TRYAGAIN: the migration moves
+ * the rest of the keys in a moment), not a synchronisation; never past the
+ * deadline. */
+static void pause_ms(int64_t ms, int64_t deadline_ns)
 {
-    /* A bounded back-off before asking again (TRYAGAIN: the migration
-     * moves the rest of the keys in a moment), not a synchronisation. */
+    if (deadline_ns != CERB_DEADLINE_NEVER) {
+        int64_t left = cerb__ms_left(deadline_ns);
+        if (left < ms)
+            ms = left > 0 ? left : 0;
+    }
     struct timespec ts = {(time_t)(ms / 1000), (long)(ms % 1000) * 1000000L};
     while (nanosleep(&ts, &ts) != 0)
         ;
 }
 
-static cerb_status route(cerb_engine *top, int slot, int64_t deadline_ns, node_op op, void *arg)
+/*
+ * Run op for slot until it gets an answer, following redirects. *last (when
+ * not NULL) is the kind of the last redirect that went unfollowed: the
+ * deadline came while the slot was TRYAGAIN or CLUSTERDOWN, or the hops ran
+ * out; NONE when the answer is the operation's own.
+ *
+ * Only a status of CERB_EIO with outcome NO is a redirect to follow: one
+ * request was answered with it and the operation returned at once, so
+ * nothing ran. An operation that ended otherwise (a timed-out wait, an
+ * interrupt) may have had a follow-up request redirected; it is done.
+ *
+ * Hops are counted between pauses: a chain of MOVED and ASK answers without
+ * progress (two nodes that disagree about the slot) ends after
+ * REDIS_MAX_REDIRECTS, while a migration's ASK, TRYAGAIN, ASK ... rounds,
+ * each with a pause, go on until the deadline. A MOVED back to the node that
+ * just sent us on is such a disagreement for a moment (SETSLOT NODE reaches
+ * the nodes one at a time): pause first, as for TRYAGAIN.
+ */
+static cerb_status route_ex(cerb_engine *top, int slot, int64_t deadline_ns, node_op op,
+                            void *arg, enum redis_redirect_kind *last)
 {
     cerb_engine *e = node_for(top, slot, deadline_ns);
-    cerb_engine *ask = NULL;
+    cerb_engine *ask = NULL, *from = NULL;
     int hops = 0;
+    if (last)
+        *last = REDIS_REDIR_NONE;
     if (!e)
         return CERB_UNAVAILABLE;
     for (;;) {
         cerb_outcome oc = CERB_OUTCOME_NO;
         struct redis_redirect rd;
+        cerb_engine *ran = ask ? ask : e;
         cerb__redis_redirect_clear();
         cerb__redis_set_asking(ask != NULL);
-        cerb_status st = op(ask ? ask : e, arg, &oc);
+        cerb_status st = op(ran, arg, &oc);
         cerb__redis_set_asking(false);
         cerb__redis_redirect_take(&rd);
         ask = NULL;
         if (st == CERB_OK || st == CERB_NOT_OWNER || st == CERB_BUSY || oc != CERB_OUTCOME_NO)
             return st;
+        if (st != CERB_EIO)
+            rd.kind = REDIS_REDIR_NONE;
         bool time_left = deadline_ns == CERB_DEADLINE_NEVER || cerb__ms_left(deadline_ns) > 0;
         if (rd.kind != REDIS_REDIR_NONE)
             CERB_LOG_D("redis %s: slot %d: %s%s%s%.0d", top->where, slot,
@@ -454,28 +494,41 @@ static cerb_status route(cerb_engine *top, int slot, int64_t deadline_ns, node_o
                                                      : "TRYAGAIN",
                        rd.kind <= REDIS_REDIR_ASK ? rd.host : "",
                        rd.kind <= REDIS_REDIR_ASK ? ":" : "", rd.kind <= REDIS_REDIR_ASK ? rd.port : 0);
+        if (last)
+            *last = rd.kind;
         switch (rd.kind) {
         case REDIS_REDIR_MOVED:
-        case REDIS_REDIR_ASK:
-            if (++hops > REDIS_MAX_REDIRECTS)
+        case REDIS_REDIR_ASK: {
+            bool set = rd.kind == REDIS_REDIR_MOVED && rd.slot == slot;
+            cerb_engine *to = moved(top, set ? slot : -1, rd.host, rd.port);
+            if (!to)
                 return st;
             if (rd.kind == REDIS_REDIR_MOVED) {
-                e = moved(top, rd.slot == slot ? slot : -1, rd.host, rd.port);
                 /* Other slots may have moved with it. */
                 cerb__mutex_lock(&top->cl->refresh_mu);
                 top->cl->last_refresh_ns = 0;
                 cerb__mutex_unlock(&top->cl->refresh_mu);
+                if (to == from && time_left) {
+                    pause_ms(REDIS_CLUSTER_RETRY_MS, deadline_ns);
+                    hops = 0;
+                }
+                from = ran;
+                e = to;
             } else {
-                ask = moved(top, -1, rd.host, rd.port);
+                from = ran;
+                ask = to;
             }
-            if (!e || (rd.kind == REDIS_REDIR_ASK && !ask))
+            if (++hops > REDIS_MAX_REDIRECTS)
                 return st;
             continue;
+        }
         case REDIS_REDIR_TRYAGAIN:
         case REDIS_REDIR_DOWN:
             if (!time_left)
                 return st;
-            pause_ms(REDIS_CLUSTER_RETRY_MS);
+            pause_ms(REDIS_CLUSTER_RETRY_MS, deadline_ns);
+            hops = 0;
+            from = NULL;
             if (rd.kind == REDIS_REDIR_DOWN) {
                 refresh(top, deadline_ns, false);
                 cerb_engine *n = node_for(top, slot, deadline_ns);
@@ -502,6 +555,11 @@ static cerb_status route(cerb_engine *top, int slot, int64_t deadline_ns, node_o
         if (++hops > REDIS_MAX_REDIRECTS)
             return cerb__error_set(st, "%s", why);
     }
+}
+
+static cerb_status route(cerb_engine *top, int slot, int64_t deadline_ns, node_op op, void *arg)
+{
+    return route_ex(top, slot, deadline_ns, op, arg, NULL);
 }
 
 static int lock_slot(cerb_engine *top, const char *name)
@@ -535,18 +593,87 @@ struct acq_arg {
 static cerb_status acq_op(cerb_engine *e, void *arg, cerb_outcome *oc)
 {
     struct acq_arg *a = arg;
+    /* A wait that redirects keep sending back here (a slot left half
+     * migrated, with no deadline) still ends on an interrupt. */
+    if (a->intr && atomic_load(a->intr)) {
+        *oc = a->g->outcome = CERB_OUTCOME_NO;
+        return cerb__error_set(CERB_INTERRUPTED, "wait for \"%s\" interrupted", a->lk->name);
+    }
     cerb_status st = cerb__redis_op_acquire(e, a->lk, a->deadline_ns, a->intr, a->g);
     *oc = a->g->outcome;
     return st;
 }
 
+/* Leave the queue of lk's name (a waiter giving up, redis_wait.c). */
+static cerb_status leave_op(cerb_engine *e, void *arg, cerb_outcome *oc)
+{
+    cerb_engine_lock *lk = arg;
+    struct redis_keys ks;
+    cerb_status st = cerb__redis_keys_init(&ks, e, lk->name, lk->token);
+    if (st == CERB_OK) {
+        st = cerb__redis_leave(e, &ks, lk);
+        cerb__redis_keys_free(&ks);
+    }
+    /* The leave is run again only after a redirect (it did not run). */
+    *oc = st == CERB_OK || cerb__redis_redirect_peek() != REDIS_REDIR_NONE ? CERB_OUTCOME_NO
+                                                                            : CERB_OUTCOME_UNKNOWN;
+    return st;
+}
+
+/* Was our token left in the queue by a wait a redirect cut short
+ * (redis_lock_priv.queued)? Clears the mark. */
+static bool queued_take(cerb_engine *top, cerb_engine_lock *lk)
+{
+    struct redis_lock_priv *p = lk->priv;
+    if (!p)
+        return false;
+    cerb__mutex_lock(top->wmu);
+    bool q = p->queued;
+    p->queued = false;
+    cerb__mutex_unlock(top->wmu);
+    return q;
+}
+
+/*
+ * acquire, routed like every operation: a wait whose re-check or BLPOP is
+ * redirected comes back here and goes on where the answer points (our
+ * queue entry moved with the slot). When it ends without the lock and a
+ * redirect cut it (or its leave) short, the token may still be queued on
+ * the node it was cut on: the leave is routed here, and until it is
+ * confirmed the outcome is UNKNOWN (the entry lapses by its deadline, a
+ * lock handed to us by its short lease). A wait whose deadline came while
+ * the slot answered TRYAGAIN timed out: the server kept saying "in a
+ * moment", which is no failure of the engine.
+ */
 cerb_status cerb__redis_cl_acquire(cerb_engine *e, cerb_engine_lock *lk, int64_t deadline_ns,
                                    const atomic_int *interrupted, cerb_grant *grant)
 {
     struct acq_arg a = {lk, deadline_ns, interrupted, grant};
+    int slot = lock_slot(e, lk->name);
+    enum redis_redirect_kind last;
     /* A try (deadline 0) still gets the operation timeout to find its node. */
     int64_t dl = deadline_ns == 0 ? op_deadline(e) : deadline_ns;
-    return route(e, lock_slot(e, lk->name), dl, acq_op, &a);
+    cerb_status st = route_ex(e, slot, dl, acq_op, &a, &last);
+    if (queued_take(e, lk) && st != CERB_OK) {
+        char why[CERB_ERROR_MAX];
+        cerb__error_copy(why, sizeof why);
+        cerb_status ls = route(e, slot, op_deadline(e), leave_op, lk);
+        if (ls != CERB_OK) {
+            grant->outcome = CERB_OUTCOME_UNKNOWN;
+            return cerb__error_set(st, "%s (and leaving the queue failed: %s)", why,
+                                   cerb_last_error());
+        }
+        /* Left: nothing held or queued, whatever the lost answer was. */
+        grant->outcome = CERB_OUTCOME_NO;
+        cerb__error_set(st, "%s", why);
+    }
+    if (st == CERB_EIO && deadline_ns != 0 && last == REDIS_REDIR_TRYAGAIN &&
+        grant->outcome == CERB_OUTCOME_NO && cerb__ms_left(deadline_ns) <= 0) {
+        cerb__error_prefix("wait for \"%s\" timed out while its slot was being migrated",
+                           lk->name);
+        st = CERB_TIMEOUT;
+    }
+    return st;
 }
 
 /* renew, check */

@@ -45,6 +45,7 @@
 #include <poll.h>
 #include <stdio.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/socket.h>
 #include <sys/time.h>
 
@@ -124,6 +125,89 @@ static _Thread_local bool tl_asking;
 
 void cerb__redis_set_asking(bool on) { tl_asking = on; }
 
+bool cerb__redis_asking(void) { return tl_asking; }
+
+/* The decimal at *p, up to its "\r\n"; moves *p past both. */
+static bool resp_num(const char **p, const char *end, size_t *v)
+{
+    const char *s = *p;
+    size_t x = 0;
+    if (s >= end || *s < '0' || *s > '9')
+        return false;
+    while (s < end && *s >= '0' && *s <= '9')
+        x = x * 10 + (size_t)(*s++ - '0');
+    if (end - s < 2 || s[0] != '\r' || s[1] != '\n')
+        return false;
+    *p = s + 2;
+    *v = x;
+    return true;
+}
+
+static bool name_is(const char *name, size_t len, const char *want)
+{
+    return len == strlen(want) && strncasecmp(name, want, len) == 0;
+}
+
+/*
+ * Cluster ASK: the n requests in[0..len) as they go to the target, in a new
+ * buffer (*out, freed by the caller). The target serves the migrating slot
+ * only to a request right after ASKING, and the flag lasts one request, so
+ * ASKING goes before each — except inside MULTI ... EXEC: the flag lasts
+ * the whole transaction there, and an ASKING in it would be queued and
+ * answered by EXEC. c->asked says which replies to come follow an ASKING.
+ * The requests are this file's own framing (cerb__redis_append).
+ */
+static cerb_status ask_each(cerb_engine *e, struct redis_conn *c, const char *in, size_t len,
+                            size_t n, char **out, size_t *out_len)
+{
+    static const char asking[] = "*1\r\n$6\r\nASKING\r\n";
+    const size_t al = sizeof asking - 1;
+    if (c->ask_cap < n) {
+        unsigned char *a = cerb__realloc(c->asked, n);
+        if (!a)
+            return cerb__error_set(CERB_ENOMEM, "redis: out of memory for a request");
+        c->asked = a;
+        c->ask_cap = n;
+    }
+    char *buf = cerb__malloc(len + n * al), *w = buf;
+    if (!buf)
+        return cerb__error_set(CERB_ENOMEM, "redis: out of memory for a request");
+    const char *p = in, *end = in + len;
+    bool multi = false;
+    for (size_t i = 0; i < n; i++) {
+        const char *start = p, *name = "";
+        size_t argc, nl = 0;
+        bool ok = p < end && *p++ == '*' && resp_num(&p, end, &argc);
+        for (size_t a = 0; ok && a < argc; a++) {
+            size_t l;
+            ok = p < end && *p++ == '$' && resp_num(&p, end, &l) && (size_t)(end - p) >= l + 2;
+            if (ok && a == 0)
+                name = p, nl = l;
+            if (ok)
+                p += l + 2;
+        }
+        if (!ok) {
+            cerb__free(buf);
+            return cerb__error_set(CERB_EPROTO, "redis %s: a request in the buffer is not "
+                                   "framed as it was appended", e->where);
+        }
+        c->asked[i] = !multi;
+        if (!multi) {
+            memcpy(w, asking, al);
+            w += al;
+        }
+        memcpy(w, start, (size_t)(p - start));
+        w += p - start;
+        if (name_is(name, nl, "MULTI"))
+            multi = true;
+        else if (name_is(name, nl, "EXEC") || name_is(name, nl, "DISCARD"))
+            multi = false;
+    }
+    *out = buf;
+    *out_len = (size_t)(w - buf);
+    return CERB_OK;
+}
+
 cerb_status cerb__redis_send(cerb_engine *e, struct redis_conn *c, const char *what,
                              cerb_outcome *outcome)
 {
@@ -131,9 +215,11 @@ cerb_status cerb__redis_send(cerb_engine *e, struct redis_conn *c, const char *w
     const char *p = c->out;
     size_t left = c->out_len;
     size_t written = 0;
+    char *asked_buf = NULL;
 
     c->out_len = 0;
     c->pending = 0;
+    c->ask_n = c->ask_rd = 0;
     if (outcome)
         *outcome = CERB_OUTCOME_NO;
     REDIS_COUNT(e, round_trips);
@@ -143,25 +229,11 @@ cerb_status cerb__redis_send(cerb_engine *e, struct redis_conn *c, const char *w
         return cerb__redis_fail(e->where, what, &f, outcome);
     }
     if (tl_asking && n > 0) {
-        /* The ASK target serves the migrating slot only to a connection that
-         * said ASKING just before; its +OK is dropped by recv. */
-        static const char asking[] = "*1\r\n$6\r\nASKING\r\n";
-        const char *a = asking;
-        size_t al = sizeof asking - 1;
-        while (al > 0) {
-            ssize_t k = send(c->ctx->fd, a, al, MSG_NOSIGNAL);
-            if (k < 0 && errno == EINTR)
-                continue;
-            if (k < 0) {
-                c->broken = true;
-                struct redis_failure f = {.phase = REDIS_PHASE_SEND, .sys_errno = errno,
-                                          .timeout_ms = c->timeout_ms};
-                return cerb__redis_fail(e->where, what, &f, outcome);
-            }
-            a += k;
-            al -= (size_t)k;
-        }
-        c->skip++;
+        cerb_status st = ask_each(e, c, p, left, n, &asked_buf, &left);
+        if (st != CERB_OK)
+            return st; /* nothing left: outcome NO */
+        p = asked_buf;
+        c->ask_n = n;
     }
     while (left > 0) {
         ssize_t k = send(c->ctx->fd, p, left, MSG_NOSIGNAL);
@@ -177,12 +249,14 @@ cerb_status cerb__redis_send(cerb_engine *e, struct redis_conn *c, const char *w
              * before the cut may have been whole. */
             if (outcome && n > 1 && written > 0)
                 *outcome = CERB_OUTCOME_UNKNOWN;
+            cerb__free(asked_buf);
             return st;
         }
         p += k;
         left -= (size_t)k;
         written += (size_t)k;
     }
+    cerb__free(asked_buf);
     return CERB_OK;
 }
 
@@ -192,12 +266,16 @@ cerb_status cerb__redis_recv(cerb_engine *e, struct redis_conn *c, const char *w
     void *rep = NULL;
 
     *r = NULL;
-    while (c->skip > 0 && c->ctx && !c->broken) {
-        if (redisGetReply(c->ctx, &rep) != REDIS_OK || !rep)
-            break; /* reported by the read below */
-        freeReplyObject(rep);
-        rep = NULL;
-        c->skip--;
+    if (c->ask_rd < c->ask_n) {
+        bool asked = c->asked[c->ask_rd++];
+        if (c->ask_rd == c->ask_n)
+            c->ask_n = c->ask_rd = 0;
+        /* ASKING's answer; a failure to read it is reported by the read
+         * below. */
+        if (asked && c->ctx && !c->broken && redisGetReply(c->ctx, &rep) == REDIS_OK && rep) {
+            freeReplyObject(rep);
+            rep = NULL;
+        }
     }
     if (redisGetReply(c->ctx, &rep) != REDIS_OK || !rep) {
         c->broken = true;
@@ -328,7 +406,7 @@ static cerb_status conn_connect(cerb_engine *e, struct redis_conn *c, int64_t co
     c->broken = false;
     c->timeout_ms = timeout_ms;
     c->out_len = 0;
-    c->skip = 0;
+    c->ask_n = c->ask_rd = 0;
     c->pending = 0;
 
     /* AUTH (ACL form when a user is set) and SELECT, one round trip. */
@@ -427,6 +505,7 @@ void cerb__redis_conn_free(struct redis_conn *c)
     if (c->ctx)
         redisFree(c->ctx);
     cerb__free(c->out);
+    cerb__free(c->asked);
     cerb__free(c);
 }
 
@@ -484,6 +563,7 @@ void cerb__redis_pool_destroy(cerb_engine *e)
         if (p->slots[i].ctx)
             redisFree(p->slots[i].ctx);
         cerb__free(p->slots[i].out);
+        cerb__free(p->slots[i].asked);
     }
     for (int i = 0; i < p->n_idle; i++)
         cerb__redis_conn_free(p->idle[i]);

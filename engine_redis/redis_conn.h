@@ -53,7 +53,11 @@ struct redis_conn {
     int64_t idle_since; /* monotonic ns when last given back */
     int slot;           /* index in the command pool; -1 otherwise */
     bool broken;        /* I/O error or timeout: free, never reuse */
-    size_t skip;        /* replies to drop before the next one (ASKING's) */
+    /* Cluster ASK (cerb__redis_set_asking): for each reply still to come of
+     * the last send, in order, whether an ASKING went before its request
+     * (its +OK is dropped first); ask_n = 0 when none did. */
+    unsigned char *asked;
+    size_t ask_cap, ask_n, ask_rd;
     uint64_t gen;       /* the master address generation it connected to */
 };
 
@@ -122,6 +126,9 @@ struct redis_lock_priv {
     int fd;
     char next[64]; /* cluster: the waiter right behind us at our last run of
                       acquire (our release names its wake list), "" = none */
+    bool queued;   /* cluster: a redirect cut a wait (or its leave) short, so
+                      our token may still be in the name's queue: the router
+                      runs the acquisition again where it points, or leaves */
 };
 
 /* Set up and tear down the pools (no connection is made). */
@@ -172,8 +179,11 @@ cerb_status cerb__redis_send(cerb_engine *e, struct redis_conn *c, const char *w
 cerb_status cerb__redis_recv(cerb_engine *e, struct redis_conn *c, const char *what,
                              redisReply **r, cerb_outcome *outcome);
 
-/* Cluster ASK redirection: while set (this thread), every send is preceded
- * by ASKING on the same connection and its reply dropped. */
+/* Cluster ASK redirection: while set (this thread), every request sent
+ * goes out right after an ASKING on the same connection (a MULTI ... EXEC
+ * after one, before its MULTI), whose reply recv drops. */
 void cerb__redis_set_asking(bool on);
+/* Is it set? */
+bool cerb__redis_asking(void);
 
 #endif

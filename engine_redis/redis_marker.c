@@ -32,11 +32,11 @@
 #include "redis_cluster.h"
 #include "redis_scripts.h"
 
-/* KEYS M, ARGV candidate-id quarantine-ms replid: the marker, made if
- * missing (with the server's replid when known). */
+/* KEYS M, ARGV candidate-id quarantine-ms replid asking: the marker, made
+ * if missing (with the server's replid when known), unless asking is "1". */
 static const char lua_marker[] =
     "local m = redis.call('GET', KEYS[1])\n"
-    "if m then return m end\n"
+    "if m or ARGV[4] == '1' then return m end\n"
     "local t = redis.call('TIME')\n"
     "local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)\n"
     "m = ARGV[1] .. ' ' .. string.format('%d', now + tonumber(ARGV[2]))\n"
@@ -147,15 +147,28 @@ static cerb_status read_marker_at(cerb_engine *e, struct redis_conn *c, const ch
     cerb__mutex_lock(&e->marker_mu);
     memcpy(rid, e->replid_seen, sizeof rid);
     cerb__mutex_unlock(&e->marker_mu);
-    const char *argv[7] = {"EVAL", lua_marker, "1", key, cand, qlen, rid};
-    size_t argl[7] = {4, sizeof lua_marker - 1, 1, klen, strlen(cand),
-                      strlen(qlen), strlen(rid)};
-    cerb_status st = cerb__redis_append(c, 7, argv, argl);
+    /*
+     * Cluster, on the target of an ASK: that answer was about the key of
+     * another request (a wake list, the lock key), and the marker may still
+     * be on the source. Making one here would fork the slot's history (and
+     * the migration of the real one then fails: BUSYKEY). So only read; a
+     * marker not here yet is the server's "try again".
+     */
+    bool asking = cerb__redis_asking();
+    const char *argv[8] = {"EVAL", lua_marker, "1", key, cand, qlen, rid, asking ? "1" : "0"};
+    size_t argl[8] = {4, sizeof lua_marker - 1, 1, klen, strlen(cand),
+                      strlen(qlen), strlen(rid), 1};
+    cerb_status st = cerb__redis_append(c, 8, argv, argl);
     if (st == CERB_OK)
         st = cerb__redis_exchange(e, c, "marker", &r, &got, &oc);
     if (st != CERB_OK)
         return st;
-    if (!parse_marker(r, v, rec, reclen)) {
+    if (asking && r->type == REDIS_REPLY_NIL) {
+        char tryagain[] = "TRYAGAIN the marker has not reached the migration's target";
+        redisReply ta = {.type = REDIS_REPLY_ERROR, .str = tryagain, .len = sizeof tryagain - 1};
+        struct redis_failure f = {.phase = REDIS_PHASE_REPLY, .reply = &ta};
+        st = cerb__redis_fail(e->where, "marker", &f, NULL);
+    } else if (!parse_marker(r, v, rec, reclen)) {
         struct redis_failure f = {.phase = REDIS_PHASE_REPLY, .reply = r};
         st = cerb__redis_fail(e->where, "marker", &f, NULL);
     }

@@ -77,8 +77,11 @@ struct redis_keys;
  * (redis_cluster.h): the marker of ks's slot, read (or made) on c the first
  * time, and again when the node serving the slot has another history than
  * the one it was checked against (then the slot's quarantine is raised, and
- * a marker found replaced reports every hold LOST). Nothing may be
- * appended on c and not yet sent when this is called.
+ * a marker found replaced reports every hold LOST). On the target of an
+ * ASK (cerb__redis_set_asking) a missing marker is not made but answered
+ * as TRYAGAIN: the ASK was about another key, and the marker may not have
+ * moved yet. Nothing may be appended on c and not yet sent when this is
+ * called.
  */
 cerb_status cerb__redis_marker_for(cerb_engine *e, struct redis_conn *c,
                                    const struct redis_keys *ks, struct redis_marker_view *v);

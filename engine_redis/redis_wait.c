@@ -39,6 +39,15 @@
  * to this waiter meanwhile, passes it on. Only when that cannot be confirmed
  * is the outcome UNKNOWN: then the entry lapses by its deadline and a
  * handed lock by its short lease.
+ *
+ * In cluster mode the wait belongs to one master while the name's slot may
+ * move under it (CLUSTER SETSLOT, MIGRATE). A re-check or a BLPOP answered
+ * with a redirect ran nothing: the wait neither goes on nor leaves here,
+ * but returns it at once to the router (redis_cluster.c), which runs the
+ * acquisition again where the answer points; the acquire script is
+ * idempotent per token and finds our queue entry there, moved with the
+ * slot. A leave answered with a redirect is left to the router as well
+ * (redis_lock_priv.queued).
  */
 #include "internal_posix.h"
 
@@ -95,6 +104,27 @@ static void note_next(cerb_engine *e, cerb_engine_lock *lk, const char *next)
         return;
     cerb__mutex_lock(e->wmu);
     snprintf(p->next, sizeof p->next, "%s", next);
+    cerb__mutex_unlock(e->wmu);
+}
+
+/* Cluster: is st a redirect (MOVED, ASK, TRYAGAIN, CLUSTERDOWN) that the
+ * server answered instead of running the request? The wait then returns
+ * it to the router at once (see the file comment). */
+static bool redirected(const cerb_engine *e, cerb_status st, cerb_outcome oc)
+{
+    return e->cl && st == CERB_EIO && oc == CERB_OUTCOME_NO &&
+           cerb__redis_redirect_peek() != REDIS_REDIR_NONE;
+}
+
+/* Cluster: our token may be left in the queue by a wait cut short by a
+ * redirect (redis_lock_priv.queued), or no longer is. */
+static void note_queued(cerb_engine *e, const cerb_engine_lock *lk, bool on)
+{
+    struct redis_lock_priv *p = lk->priv;
+    if (!p || !e->cl)
+        return;
+    cerb__mutex_lock(e->wmu);
+    p->queued = on;
     cerb__mutex_unlock(e->wmu);
 }
 
@@ -158,6 +188,7 @@ static bool cancel_hit(cerb_engine *e, cerb_engine_lock *lk, struct redis_conn *
     if (!wait_unregister(e, lk))
         return false;
     REDIS_COUNT(e, cancel_wakeups);
+    cerb__redis_redirect_clear(); /* whatever the failure said is moot */
     (*bc)->broken = true;
     cerb__redis_block_put(e, *bc);
     *bc = NULL;
@@ -178,15 +209,24 @@ static cerb_status give_up(cerb_engine *e, struct redis_conn *bc, struct redis_k
 {
     char why[CERB_ERROR_MAX];
     cerb_status ls;
+    cerb_outcome oc = CERB_OUTCOME_NO;
 
     cerb__error_copy(why, sizeof why);
+    note_queued(e, lk, false);
     if (bc && !bc->broken) {
         int code;
-        cerb_outcome oc;
         REDIS_COUNT(e, leaves);
         ls = cerb__redis_run_release(e, bc, ks, lk, 1, &code, &oc);
     } else {
         ls = cerb__redis_leave(e, ks, lk);
+    }
+    if (ls != CERB_OK && redirected(e, ls, oc)) {
+        /* The leave did not run here: the router leaves where the answer
+         * points. The redirect is the leave's, not the wait's answer. The
+         * outcome stays what it was until then. */
+        cerb__redis_redirect_clear();
+        note_queued(e, lk, true);
+        return cerb__error_set(st, "%s", why);
     }
     if (ls != CERB_OK) {
         g->outcome = CERB_OUTCOME_UNKNOWN;
@@ -212,7 +252,7 @@ static cerb_status wait_loop(cerb_engine *e, cerb_engine_lock *lk, struct redis_
     bool woken = false;    /* the next re-check answers a wake-up, not the timer */
     int64_t blpop_due = 0; /* past this, the BLPOP's reply is overdue */
     int64_t next_check = next_check_at(lk, &res, last_sent);
-    cerb_outcome oc;
+    cerb_outcome oc = CERB_OUTCOME_NO;
     cerb_status st;
 
     note_next(e, lk, res.next);
@@ -368,7 +408,9 @@ static cerb_status wait_loop(cerb_engine *e, cerb_engine_lock *lk, struct redis_
         if (wait_unregister(e, lk) || inflight)
             bc->broken = true; /* shut down by cancel(), or a BLPOP is pending */
     }
-    if (st != CERB_OK)
+    if (st != CERB_OK && redirected(e, st, oc))
+        note_queued(e, lk, true); /* a re-check or BLPOP was redirected */
+    else if (st != CERB_OK)
         st = give_up(e, bc, ks, lk, st, g);
     cerb__redis_block_put(e, bc);
     return st;

@@ -11,6 +11,11 @@
  *  - migration: the slot of a name moved to another master under load
  *    (CLUSTER SETSLOT IMPORTING/MIGRATING, MIGRATE KEYS, SETSLOT NODE) while
  *    holders and waiters use it: no double grant, no hold lost;
+ *  - a waiter through a migration: a holder, a waiter blocked in
+ *    trylock_for and a contender on one name while its slot moves; the
+ *    waiter gets the name after the release, and no call of any of them
+ *    fails (a redirect is followed, never reported); and a waiter with no
+ *    deadline in a slot left half moved still ends on an interrupt;
  *  - failover: a master killed (kill -9); its replica takes over; the holder
  *    is kept or told LOST, never silently both, and fences keep increasing;
  *  - redis-py interop: RedisCluster(...).lock(name) and a Cerberus lock on
@@ -392,6 +397,45 @@ static int migrate_keys(int src, int dst, long long s)
     return moved;
 }
 
+/* Another master than `port`: one that serves some other slot. */
+static int other_master(int port)
+{
+    int other = -1;
+    for (long long t = 0; t < 16384 && other < 0; t += 1000)
+        if (owner(t) != port)
+            other = owner(t);
+    return other;
+}
+
+/*
+ * Move slot s from src to dst the way redis-cli --cluster reshard does:
+ * SETSLOT IMPORTING on dst, MIGRATING on src, the keys moved a few at a time
+ * (migrate_keys): move_slot_keys, which returns the keys moved or -1; then
+ * SETSLOT NODE on every node: move_slot_end. In between, src answers ASK
+ * for every key of the slot.
+ */
+static int move_slot_keys(long long s, int src, int dst, const char *src_id, const char *dst_id)
+{
+    if (!cmd_ok(dst, "CLUSTER", "SETSLOT", s, "IMPORTING", src_id) ||
+        !cmd_ok(src, "CLUSTER", "SETSLOT", s, "MIGRATING", dst_id))
+        return -1;
+    fault_window(300);
+    return migrate_keys(src, dst, s);
+}
+
+static void move_slot_end(long long s, const char *dst_id)
+{
+    for (int i = 0; i < N_NODES; i++)
+        cmd_ok(base_port() + i, "CLUSTER", "SETSLOT", s, "NODE", dst_id);
+}
+
+static int move_slot(long long s, int src, int dst, const char *src_id, const char *dst_id)
+{
+    int moved = move_slot_keys(s, src, dst, src_id, dst_id);
+    move_slot_end(s, dst_id);
+    return moved;
+}
+
 struct churn {
     char *name;
     cerb_client *c;
@@ -450,11 +494,7 @@ static void test_slot_migration(void **state)
     free(u);
     long long s = slot_of(held);
     assert_int_equal(s, slot_of(busy));
-    int src = owner(s), dst = -1;
-    /* Another master: one that serves some other slot. */
-    for (long long t = 0; t < 16384 && dst < 0; t += 1000)
-        if (owner(t) != src)
-            dst = owner(t);
+    int src = owner(s), dst = other_master(src);
     assert_true(src > 0 && dst > 0);
     char *src_id = cmd_str(src, "CLUSTER MYID"), *dst_id = cmd_str(dst, "CLUSTER MYID");
     assert_non_null(src_id);
@@ -484,13 +524,8 @@ static void test_slot_migration(void **state)
     assert_wait_until(count_reached, &before, 20000);
 
     int64_t t0 = cerb_test_now_ms();
-    assert_true(cmd_ok(dst, "CLUSTER", "SETSLOT", s, "IMPORTING", src_id));
-    assert_true(cmd_ok(src, "CLUSTER", "SETSLOT", s, "MIGRATING", dst_id));
-    fault_window(300);
-    int moved = migrate_keys(src, dst, s);
+    int moved = move_slot(s, src, dst, src_id, dst_id);
     assert_true(moved > 0);
-    for (int i = 0; i < N_NODES; i++)
-        cmd_ok(base_port() + i, "CLUSTER", "SETSLOT", s, "NODE", dst_id);
     int64_t took = cerb_test_now_ms() - t0;
     int during = atomic_load(&sections);
     assert_int_equal(owner(s), dst);
@@ -530,6 +565,377 @@ static void test_slot_migration(void **state)
     cerb_client_close(c);
     free(src_id);
     free(dst_id);
+}
+
+/* ---- a waiter blocked while its name's slot moves (issue 22 item 5) ---- */
+
+/* What the holder, the waiter and the contender share. */
+struct mig_name {
+    const char *name;
+    atomic_int inside, overlap;
+    atomic_bool released; /* the holder is releasing: a grant before is early */
+};
+
+/*
+ * The first failed calls of the waiter and of the contender, as the core
+ * logs them (core/health.c: every failed engine call, at debug level, in
+ * the calling thread): a failure the core retried away is still one the
+ * breaker counted. Lines at WARN and above (all with CERB_TEST_DEBUG) still
+ * go to stderr.
+ */
+#define FAILS_KEPT 3
+static _Thread_local const char *mig_role;
+static pthread_mutex_t fail_mu = PTHREAD_MUTEX_INITIALIZER;
+static char fail_lines[2][FAILS_KEPT * 400]; /* waiter, contender: " | "-joined */
+static int n_fail[2];
+
+static void fail_sink(cerb_log_level level, const char *line, void *ud)
+{
+    (void)ud;
+    int i = !mig_role ? -1 : strcmp(mig_role, "waiter") == 0 ? 0 : 1;
+    if (i >= 0 && strstr(line, "engine redis: ") && strstr(line, " failed: ")) {
+        pthread_mutex_lock(&fail_mu);
+        size_t used = strlen(fail_lines[i]);
+        if (n_fail[i]++ < FAILS_KEPT)
+            snprintf(fail_lines[i] + used, sizeof fail_lines[i] - used, "%s%.390s",
+                     used ? " | " : "", line);
+        pthread_mutex_unlock(&fail_mu);
+    }
+    if (level >= CERB_LOG_WARN || getenv("CERB_TEST_DEBUG"))
+        fprintf(stderr, "%s\n", line);
+}
+
+static uint64_t engine_failures(cerb_client *c)
+{
+    struct cerb_engine_info info;
+    assert_int_equal(cerb_engine_info(c, "redis", &info), CERB_OK);
+    return info.failures;
+}
+
+struct mig_waiter {
+    struct mig_name *m;
+    cerb_client *c;
+    cerb_status st;
+    uint64_t fence;
+    bool early;
+    char why[512];
+    atomic_bool done;
+};
+
+static void *mig_waiter_main(void *ud)
+{
+    struct mig_waiter *w = ud;
+    mig_role = "waiter";
+    cerb_lock *l = cerb_test_handle(w->c, w->m->name);
+    /* A generous wait: the holder keeps the name through the whole move. */
+    w->st = cerb_lock_trylock_for(l, 30000);
+    if (w->st == CERB_OK) {
+        w->early = !atomic_load(&w->m->released);
+        if (atomic_fetch_add(&w->m->inside, 1) != 0)
+            atomic_fetch_add(&w->m->overlap, 1);
+        w->fence = cerb_lock_fencing_token(l);
+        atomic_fetch_sub(&w->m->inside, 1);
+        w->st = cerb_lock_unlock(l);
+    }
+    if (w->st != CERB_OK)
+        snprintf(w->why, sizeof w->why, "%s", cerb_last_error());
+    cerb_lock_free(l);
+    atomic_store(&w->done, true);
+    return NULL;
+}
+
+struct mig_contender {
+    struct mig_name *m;
+    cerb_client *c;
+    atomic_bool stop;
+    atomic_int tries, errors, early;
+    char why[512]; /* the first error */
+};
+
+/* Short timed tries, as another user of the name would: each joins the
+ * queue behind the waiter and leaves it again when its wait runs out; and
+ * a look at who holds it (one MULTI ... EXEC) before each. */
+static void *mig_contender_main(void *ud)
+{
+    struct mig_contender *k = ud;
+    mig_role = "contender";
+    cerb_lock *l = cerb_test_handle(k->c, k->m->name);
+    while (!atomic_load(&k->stop)) {
+        cerb_holder_info *v = NULL;
+        size_t n = 0;
+        cerb_status si = cerb_lock_inspect(k->c, k->m->name, "redis", &v, &n);
+        cerb_holders_free(v, n);
+        if (si != CERB_OK) {
+            if (atomic_fetch_add(&k->errors, 1) == 0)
+                snprintf(k->why, sizeof k->why, "inspect: %s: %s", cerb_status_name(si),
+                         cerb_last_error());
+            print_message("contender inspect: %s: %s\n", cerb_status_name(si),
+                          cerb_last_error());
+        }
+        cerb_status st = cerb_lock_trylock_for(l, 250);
+        if (st == CERB_OK) {
+            if (!atomic_load(&k->m->released))
+                atomic_fetch_add(&k->early, 1);
+            if (atomic_fetch_add(&k->m->inside, 1) != 0)
+                atomic_fetch_add(&k->m->overlap, 1);
+            atomic_fetch_sub(&k->m->inside, 1);
+            st = cerb_lock_unlock(l);
+        }
+        if (st != CERB_OK && st != CERB_TIMEOUT && st != CERB_BUSY) {
+            if (atomic_fetch_add(&k->errors, 1) == 0)
+                snprintf(k->why, sizeof k->why, "%s: %s", cerb_status_name(st),
+                         cerb_last_error());
+            print_message("contender: %s: %s\n", cerb_status_name(st), cerb_last_error());
+        }
+        atomic_fetch_add(&k->tries, 1);
+    }
+    cerb_lock_free(l);
+    return NULL;
+}
+
+struct queued {
+    cerb_client *c;
+    const char *name;
+};
+
+/* Someone waits for the name (cerb_lock_inspect lists a live waiter). */
+static bool has_waiter(void *ud)
+{
+    struct queued *q = ud;
+    cerb_holder_info *v = NULL;
+    size_t n = 0;
+    bool found = false;
+    if (cerb_lock_inspect(q->c, q->name, "redis", &v, &n) == CERB_OK)
+        for (size_t i = 0; i < n; i++)
+            found = found || v[i].waiting;
+    cerb_holders_free(v, n);
+    return found;
+}
+
+/* How many of a holder and a live waiter cerb_lock_inspect lists for the
+ * name (2 when both), or -1 when it fails (printed). */
+static int holder_and_waiter(cerb_client *c, const char *name)
+{
+    cerb_holder_info *v = NULL;
+    size_t n = 0;
+    bool holder = false, waiter = false;
+    cerb_status st = cerb_lock_inspect(c, name, "redis", &v, &n);
+    if (st != CERB_OK)
+        print_message("inspect: %s: %s\n", cerb_status_name(st), cerb_last_error());
+    for (size_t i = 0; i < n; i++) {
+        holder = holder || !v[i].waiting;
+        waiter = waiter || v[i].waiting;
+    }
+    cerb_holders_free(v, n);
+    return st != CERB_OK ? -1 : (int)holder + (int)waiter;
+}
+
+/*
+ * A holder, a waiter blocked in trylock_for and a contender on one name
+ * while its slot moves to another master: the waiter's re-checks and BLPOP,
+ * the marker reads and the contender's leaves from the queue meet TRYAGAIN,
+ * ASK and MOVED on the way, and follow them. The waiter gets the name once
+ * the holder releases it after the move, with a fence above the holder's;
+ * no call fails, not even one that the core's retry would hide.
+ */
+static void test_waiter_through_migration(void **state)
+{
+    (void)state;
+    char *name = test_name("migwait");
+    long long s = slot_of(name);
+    int src = owner(s), dst = other_master(src);
+    assert_true(src > 0 && dst > 0);
+    char *src_id = cmd_str(src, "CLUSTER MYID"), *dst_id = cmd_str(dst, "CLUSTER MYID");
+    assert_non_null(src_id);
+    assert_non_null(dst_id);
+    cerb_client *a = open_client(), *b = open_client(), *c = open_client();
+    assert_non_null(a);
+    assert_non_null(b);
+    assert_non_null(c);
+
+    memset(fail_lines, 0, sizeof fail_lines);
+    memset(n_fail, 0, sizeof n_fail);
+    cerb_log_set(fail_sink, NULL, CERB_LOG_DEBUG);
+    struct mig_name m = {.name = name};
+    cerb_lock *lh = cerb_test_handle(a, name);
+    atomic_store(&lost_calls, 0);
+    cerb_lock_on_lost(lh, on_lost, NULL);
+    assert_int_equal(cerb_lock_trylock_for(lh, 5000), CERB_OK);
+    uint64_t f_held = cerb_lock_fencing_token(lh);
+    atomic_fetch_add(&m.inside, 1);
+
+    /* From here until the threads are joined nothing asserts: a failure
+     * must not leave them running on this frame. */
+    struct mig_waiter w = {.m = &m, .c = b};
+    struct mig_contender k = {.m = &m, .c = c};
+    pthread_t tw, tk;
+    assert_int_equal(pthread_create(&tw, NULL, mig_waiter_main, &w), 0);
+    struct queued q = {a, name};
+    bool in_queue = wait_until(has_waiter, &q, 10000);
+    bool k_started = pthread_create(&tk, NULL, mig_contender_main, &k) == 0;
+    struct count_at_least some = {&k.tries, 2};
+    bool contending = k_started && wait_until(count_reached, &some, 10000);
+
+    int64_t t0 = cerb_test_now_ms();
+    int moved = in_queue && contending ? move_slot_keys(s, src, dst, src_id, dst_id) : -1;
+    /* Every key on dst, src answering ASK: inspect's MULTI ... EXEC goes
+     * to dst after one ASKING and sees the holder and the waiter. */
+    int listed = moved > 0 ? holder_and_waiter(a, name) : -1;
+    move_slot_end(s, dst_id);
+    int64_t took = cerb_test_now_ms() - t0;
+    int now_at = owner(s);
+    /* A few more tries on the new master before the holder lets go. */
+    struct count_at_least more = {&k.tries, atomic_load(&k.tries) + 2};
+    bool tried_after = contending && wait_until(count_reached, &more, 10000);
+
+    enum cerb_lock_state hs = cerb_lock_state(lh);
+    bool waiting = !atomic_load(&w.done);
+    atomic_store(&m.released, true);
+    atomic_fetch_sub(&m.inside, 1);
+    int64_t t_rel = cerb_test_now_ms();
+    cerb_status sr = cerb_lock_unlock(lh);
+    /* The waiter's own wait (30 s) bounds this. */
+    pthread_join(tw, NULL);
+    int64_t t_got = cerb_test_now_ms();
+    atomic_store(&k.stop, true);
+    if (k_started)
+        pthread_join(tk, NULL);
+    uint64_t fails[3] = {engine_failures(a), engine_failures(b), engine_failures(c)};
+    cerb_log_set(NULL, NULL, getenv("CERB_TEST_DEBUG") ? CERB_LOG_DEBUG : CERB_LOG_WARN);
+
+    print_message("slot %lld moved :%d -> :%d (%d keys) in %lld ms; holder %s (fence %llu), "
+                  "unlock %s; waiter %s after the move: %s%s%s, fence %llu, %lld ms after the "
+                  "release; contender %d tries, %d errors, %d early; call failures: holder "
+                  "%llu, waiter %llu, contender %llu; inspect halfway listed %d of 2\n",
+                  s, src, dst, moved, (long long)took,
+                  hs == CERB_LOCK_VALID ? "VALID" : "not valid", (unsigned long long)f_held,
+                  cerb_status_name(sr), waiting ? "still waiting" : "gone",
+                  cerb_status_name(w.st), w.why[0] ? ": " : "", w.why,
+                  (unsigned long long)w.fence, (long long)(t_got - t_rel),
+                  atomic_load(&k.tries), atomic_load(&k.errors), atomic_load(&k.early),
+                  (unsigned long long)fails[0], (unsigned long long)fails[1],
+                  (unsigned long long)fails[2], listed);
+    assert_true(in_queue);
+    assert_true(contending);
+    assert_true(moved > 0);
+    assert_int_equal(listed, 2);
+    assert_int_equal(now_at, dst);
+    assert_true(tried_after);
+    if (!waiting)
+        fail_msg("the waiter did not wait through the move: %s: %s", cerb_status_name(w.st),
+                 w.why);
+    if (w.st != CERB_OK)
+        fail_msg("waiter: %s: %s", cerb_status_name(w.st), w.why);
+    /* A redirect is not a failure of the engine: none may reach the
+     * breaker, even one the core's retry hid from the caller. */
+    if (fails[1] != 0)
+        fail_msg("the waiter's calls failed %llu times: %s",
+                 (unsigned long long)fails[1], fail_lines[0]);
+    if (atomic_load(&k.errors) != 0)
+        fail_msg("contender: %s", k.why);
+    if (fails[2] != 0)
+        fail_msg("the contender's calls failed %llu times: %s",
+                 (unsigned long long)fails[2], fail_lines[1]);
+    assert_int_equal(fails[0], 0);
+    assert_int_equal(hs, CERB_LOCK_VALID);
+    assert_int_equal(sr, CERB_OK);
+    assert_int_equal(atomic_load(&lost_calls), 0);
+    assert_false(w.early);
+    assert_true(w.fence > f_held);
+    assert_int_equal(atomic_load(&k.early), 0);
+    assert_int_equal(atomic_load(&m.overlap), 0);
+    cerb_lock_free(lh);
+    cerb_client_close(a);
+    cerb_client_close(b);
+    cerb_client_close(c);
+    free(src_id);
+    free(dst_id);
+    free(name);
+}
+
+/* A waiter in lock_interruptibly (no deadline) on a handle of its own. */
+struct intr_waiter {
+    cerb_lock *l;
+    cerb_status st;
+    char why[512];
+    atomic_bool done;
+};
+
+static void *intr_waiter_main(void *ud)
+{
+    struct intr_waiter *w = ud;
+    w->st = cerb_lock_lock_interruptibly(w->l);
+    snprintf(w->why, sizeof w->why, "%s", w->st == CERB_OK ? "" : cerb_last_error());
+    if (w->st == CERB_OK)
+        cerb_lock_unlock(w->l);
+    atomic_store(&w->done, true);
+    return NULL;
+}
+
+static bool intr_done(void *ud) { return atomic_load(&((struct intr_waiter *)ud)->done); }
+
+/*
+ * A slot left half moved (every key on the target, SETSLOT NODE not yet
+ * sent): a waiter's every try is sent on, ASK then TRYAGAIN, for as long as
+ * the operator leaves it so. A waiter without a deadline must still end on
+ * cerb_lock_interrupt(), promptly, and with no I/O error.
+ */
+static void test_interrupt_in_half_moved_slot(void **state)
+{
+    (void)state;
+    char *name = test_name("mighalf");
+    long long s = slot_of(name);
+    int src = owner(s), dst = other_master(src);
+    assert_true(src > 0 && dst > 0);
+    char *src_id = cmd_str(src, "CLUSTER MYID"), *dst_id = cmd_str(dst, "CLUSTER MYID");
+    assert_non_null(src_id);
+    assert_non_null(dst_id);
+    cerb_client *a = open_client(), *b = open_client();
+    assert_non_null(a);
+    assert_non_null(b);
+    cerb_lock *lh = cerb_test_handle(a, name);
+    assert_int_equal(cerb_lock_trylock_for(lh, 5000), CERB_OK);
+
+    /* Nothing asserts until the waiter is joined. */
+    struct intr_waiter w = {.l = cerb_test_handle(b, name)};
+    pthread_t tw;
+    assert_int_equal(pthread_create(&tw, NULL, intr_waiter_main, &w), 0);
+    struct queued q = {a, name};
+    bool in_queue = wait_until(has_waiter, &q, 10000);
+    int moved = in_queue ? move_slot_keys(s, src, dst, src_id, dst_id) : -1;
+    /* The slot stays half moved while the waiter's tries go round. */
+    fault_window(500);
+    bool waiting = !atomic_load(&w.done);
+    int64_t t0 = cerb_test_now_ms();
+    cerb_lock_interrupt(w.l);
+    bool ended = wait_until(intr_done, &w, 5000);
+    int64_t took = cerb_test_now_ms() - t0;
+    move_slot_end(s, dst_id); /* lets a waiter that missed the interrupt on */
+    pthread_join(tw, NULL);
+    uint64_t fails = engine_failures(b);
+
+    print_message("slot %lld half moved :%d -> :%d (%d keys); waiter %s, then %s%s%s %lld ms "
+                  "after the interrupt; its calls failed %llu times\n",
+                  s, src, dst, moved, waiting ? "still waiting" : "gone",
+                  cerb_status_name(w.st), w.why[0] ? ": " : "", w.why, (long long)took,
+                  (unsigned long long)fails);
+    assert_true(in_queue);
+    assert_true(moved > 0);
+    if (!waiting)
+        fail_msg("the waiter did not wait in the half-moved slot: %s: %s",
+                 cerb_status_name(w.st), w.why);
+    assert_true(ended);
+    assert_int_equal(w.st, CERB_INTERRUPTED);
+    assert_true(took < 2000);
+    assert_int_equal(fails, 0);
+    assert_int_equal(cerb_lock_unlock(lh), CERB_OK);
+    cerb_lock_free(w.l);
+    cerb_lock_free(lh);
+    cerb_client_close(a);
+    cerb_client_close(b);
+    free(src_id);
+    free(dst_id);
+    free(name);
 }
 
 /* ---- a master killed, its replica promoted ---- */
@@ -807,9 +1213,10 @@ int main(void)
         cmocka_unit_test(test_cli_holders),
         cmocka_unit_test(test_guard_records),
         cmocka_unit_test(test_slot_migration),
+        cmocka_unit_test(test_waiter_through_migration),
+        cmocka_unit_test(test_interrupt_in_half_moved_slot),
         cmocka_unit_test(test_master_killed),
     };
-    if (getenv("CERB_TEST_DEBUG"))
-        cerb_log_set(NULL, NULL, CERB_LOG_DEBUG);
+    cerb_test_debug_aids();
     return cmocka_run_group_tests(tests, setup, teardown);
 }
