@@ -23,9 +23,13 @@
  *    A claim lost while CMD runs (cerb_guard_on_lost: its deadline passed
  *    unrenewed, or the server said it is gone, so another host may begin
  *    and run CMD too) is acted on at once as `run` acts on a lost lock:
- *    --on-lost kill (default) stops CMD and exits 76, so a second host never
- *    runs CMD while this one still does; --on-lost ignore reports it and
- *    lets CMD go on.
+ *    --on-lost kill (default) stops CMD and exits 76 (the loss comes at the
+ *    claim's conservative deadline, before the server lets the record go:
+ *    a CMD that stops on SIGTERM is gone before a second host can begin;
+ *    one that ignores it overlaps for up to the SIGKILL grace); a claim
+ *    already lost when begin returns starts no CMD; --on-lost ignore
+ *    reports it and lets CMD go on. 76 is kept back when CMD succeeded and
+ *    its success was recorded all the same.
  *  - UNAVAILABLE (guard.on_unavailable = "refuse"): 69. With "allow" the
  *    library answers OK degraded: a warning, and CMD runs unprotected.
  */
@@ -297,6 +301,14 @@ int cerb__cli_once(const struct cerb__cli *cli, int argc, char **argv)
     snprintf(what, sizeof what, "%s %s", o.scope, o.key);
     cerb__cli_child_on_lost(ch, what, !o.ignore_lost);
     cerb_guard_on_lost(g, on_lost, ch);
+    if (cerb_guard_state(g) == CERB_LOCK_LOST && !o.ignore_lost) {
+        /* Lost already (a claim lapsed during begin): another host may be
+         * running CMD; do not start it. */
+        cerb__cli_error("once: %s %s: the attempt's claim was lost before CMD started; CMD not "
+                        "run", o.scope, o.key);
+        rc = CLI_EXIT_LOST;
+        goto out;
+    }
     rc = cerb__cli_child_run(ch, o.cmd, o.verbose);
     bool lost = cerb__cli_child_was_lost(ch);
     st = cerb_guard_finish(g, rc == 0, NULL, 0);
@@ -327,7 +339,9 @@ int cerb__cli_once(const struct cerb__cli *cli, int argc, char **argv)
                         rc == 0 ? "succeeded (recorded)" : "failed (forgotten: a retry may run)");
     }
 
-    if (lost && !o.ignore_lost)
+    /* Killed for a loss, or ended while told of one: 76, unless CMD
+     * succeeded and its success was recorded (nobody took the record). */
+    if (lost && !o.ignore_lost && !(rc == 0 && st == CERB_OK))
         rc = CLI_EXIT_LOST;
 
 out:

@@ -616,14 +616,31 @@ static int64_t acq_valid_until(const struct acq *a)
 }
 
 /* Give back a grant that cannot be reported (its deadline passed, or the
- * caller's did): released, and the acquisition starts over while the
- * caller's deadline leaves time, else ends with `st`. */
+ * caller's did): it and its claims are released in the background (the
+ * engines of a slow confirmation would make the caller wait for each), the
+ * acquisition goes on with a fresh hold and token, and starts over after a
+ * jittered back-off while the caller's deadline leaves time, else ends
+ * with `st`. */
 static enum acq_next acq_give_back(struct acq *a, cerb_status st, const char *why)
 {
+    cerb_client *c = a->c;
+    struct cerb_hold *h = *a->hp;
     snprintf(a->why, sizeof a->why, "%s", why);
-    if (undo_grant(a->c, a->hp, a->w) != CERB_OK || a->deadline_ns == 0 ||
-        cerb__ms_left(a->deadline_ns) <= a->rc->backoff_ms)
+    claims_unwatch(c, h);
+    while (h->claims) {
+        struct cerb_hold *k = h->claims;
+        h->claims = k->claim_next;
+        cerb__watchdog_orphan(c, k);
+    }
+    cerb_status us = rehome(c, a->hp, a->w, h->engine_idx, h->epoch, true);
+    if (us != CERB_OK)
+        return acq_done(a, us);
+    int64_t nap = cerb__backoff_ms(a->attempt, a->rc->backoff_ms, a->rc->backoff_max_ms);
+    if (a->deadline_ns == 0 || cerb__ms_left(a->deadline_ns) <= nap)
         return acq_done(a, cerb__error_set(st, "%s", a->why));
+    cerb__nap_ms(nap);
+    if (a->intr && atomic_load(a->intr))
+        return acq_done(a, CERB_INTERRUPTED);
     return ACQ_RESTART;
 }
 
@@ -668,15 +685,20 @@ static enum acq_next acq_confirm(struct acq *a)
         return acq_done(a, CERB_OK);
     bool timed = a->deadline_ns != 0;
     cerb_status late = timed ? CERB_TIMEOUT : CERB_BUSY;
+    static const char ran_out[] = "the wait ran out while the grant was confirmed with the "
+                                  "engines switched from";
+    if (timed && cerb__ms_left(a->deadline_ns) <= 0)
+        return acq_give_back(a, CERB_TIMEOUT, ran_out);
     if (acq_extend(a) == CERB_NOT_OWNER)
         return acq_give_back(a, late, "a hand-off lapsed before it could be confirmed");
+    if (timed && cerb__ms_left(a->deadline_ns) <= 0)
+        return acq_give_back(a, CERB_TIMEOUT, ran_out);
     /* The gate asked before the grant; ask again after it, or a process
      * granted on the gated engine in between (it asked us before our
      * grant) would hold the name with us. */
     cerb_status st = cerb__switch_gate(c, h->engine_idx, h->slot, 0, NULL);
     if (st == CERB_OK && timed && cerb__ms_left(a->deadline_ns) <= 0)
-        return acq_give_back(a, CERB_TIMEOUT, "the wait ran out while the grant was confirmed "
-                                              "with the engines switched from");
+        return acq_give_back(a, CERB_TIMEOUT, ran_out);
     if (st == CERB_OK)
         st = claims_take(c, h);
     if (st == CERB_OK) {

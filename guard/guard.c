@@ -224,14 +224,17 @@ static void health(cerb_client *c, int idx, bool ok, const char *what)
 
 static void guard_free_mem(cerb_guard *g)
 {
-    while (g->mirrors) {
-        cerb_guard *m = g->mirrors;
-        g->mirrors = m->mirror_next;
+    /* Dead first: cerb_guard_state (a lost callback, say) reads the
+     * mirrors only while the handle is alive, under the set's mutex. */
+    atomic_store(&g->ended, true);
+    atomic_store(&g->magic, CERB_DEAD_MAGIC);
+    cerb_guard *mirrors = cerb__guard_take_mirrors(g);
+    while (mirrors) {
+        cerb_guard *m = mirrors;
+        mirrors = m->mirror_next;
         cerb__guard_untrack(m);
         cerb__free(m);
     }
-    atomic_store(&g->ended, true);
-    atomic_store(&g->magic, CERB_DEAD_MAGIC);
     cerb__free(g->result);
     g->result = NULL;
     cerb__free(g->scope);
@@ -380,6 +383,20 @@ static cerb_status consult(cerb_guard *g, const struct guard_call_cfg *cc, void 
     return CERB_OK;
 }
 
+/* A claim no caller will finish: its renewal stopped, its end (a success
+ * written, or a delete) left to the background while it lasts. */
+static void end_in_background(cerb_guard *claim, int succeeded, const void *result, size_t len)
+{
+    cerb__guard_stop_renew(claim);
+    claim->kind = CERB_GUARD_FINISHED;
+    if (succeeded)
+        cerb__guard_orphan_done(claim->client, &claim->rec, claim->engine_idx,
+                                atomic_load(&claim->valid_until_ns), result, len,
+                                claim->keep_ms);
+    else
+        cerb__guard_orphan(claim->client, &claim->rec, claim->engine_idx, cerb_monotime());
+}
+
 /* g's claim on the active engine is taken: consult the engines switched
  * from and give begin's answer. */
 static cerb_status begun(cerb_guard *g, const struct guard_call_cfg *cc, cerb_guard **out)
@@ -397,11 +414,21 @@ static cerb_status begun(cerb_guard *g, const struct guard_call_cfg *cc, cerb_gu
     if (st == CERB_DUPLICATE) {
         /* Our claims become done-records with the answer found, so it
          * outlives the engine it was found on. */
-        cerb_status fs = (int64_t)dup_len <= g->max_result ? finish_attempt(g, 1, dup, dup_len)
-                                                           : finish_attempt(g, 0, NULL, 0);
+        int keep = (int64_t)dup_len <= g->max_result;
+        cerb_status fs = keep ? finish_attempt(g, 1, dup, dup_len) : finish_attempt(g, 0, NULL, 0);
         if (fs != CERB_OK)
             CERB_LOG_W("guard %s: a duplicate found on an engine switched from could not be "
                        "recorded on %s: %s", g->scope, c->engines[idx].name, cerb_last_error());
+        if (g->kind == CERB_GUARD_RUNNING) {
+            /* Not confirmed, so finish_claim kept the attempt open; but a
+             * duplicate's handle is never finished: its claims are ended
+             * in the background instead, while they last. */
+            end_in_background(g, keep, dup, dup_len);
+            for (cerb_guard *m = g->mirrors; m; m = m->mirror_next)
+                if (m->kind == CERB_GUARD_RUNNING)
+                    end_in_background(m, keep, dup, dup_len);
+        }
+        atomic_store(&g->ended, true); /* holds no claim: FREE */
         g->kind = CERB_GUARD_DUPLICATE;
         g->result = dup;
         g->result_len = dup_len;
@@ -761,32 +788,11 @@ int cerb_guard_degraded(const cerb_guard *g)
     return guard_ok(g) && (g->degraded || g->unconsulted) ? 1 : 0;
 }
 
-/* A claim's state with its deadline read now: LOST once it has passed
- * (the deadline thread may not have run yet). */
-static int claim_state(const cerb_guard *g, int64_t now)
-{
-    int st = atomic_load(&((cerb_guard *)g)->cstate);
-    if (st != CERB_LOCK_FREE && now >= atomic_load(&((cerb_guard *)g)->valid_until_ns))
-        return CERB_LOCK_LOST;
-    return st;
-}
-
 enum cerb_lock_state cerb_guard_state(const cerb_guard *g)
 {
     if (!guard_ok(g) || atomic_load(&((cerb_guard *)g)->ended))
         return CERB_LOCK_FREE;
-    int64_t now = cerb_monotime();
-    int worst = claim_state(g, now);
-    if (worst == CERB_LOCK_FREE)
-        return CERB_LOCK_FREE; /* a duplicate's answer or a degraded attempt */
-    /* The mirrors are set by begin and stay until free: the attempt is as
-     * good as its worst claim. */
-    for (const cerb_guard *m = g->mirrors; m && worst != CERB_LOCK_LOST; m = m->mirror_next) {
-        int ms = claim_state(m, now);
-        if (ms == CERB_LOCK_LOST || (ms == CERB_LOCK_SUSPECT && worst == CERB_LOCK_VALID))
-            worst = ms;
-    }
-    return (enum cerb_lock_state)worst;
+    return cerb__guard_state(g);
 }
 
 cerb_status cerb_guard_on_lost(cerb_guard *g, void (*cb)(cerb_guard *g, void *ud), void *ud)

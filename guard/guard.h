@@ -92,6 +92,11 @@ void cerb__guard_resume_renew(struct cerb_guard *g);
  * unfinished attempt is deleted as failed, once per answering engine),
  * freeing them. Safe when no guard was ever used. */
 void cerb__guard_close_all(cerb_client *c);
+/* The attempt's state (cerb_guard_state): its claim's and its mirrors',
+ * the worst of them, read under the set's mutex. */
+enum cerb_lock_state cerb__guard_state(const struct cerb_guard *g);
+/* Take g's mirror list off it, under the set's mutex (free). */
+struct cerb_guard *cerb__guard_take_mirrors(struct cerb_guard *g);
 /* Set the attempt's lost callback (cerb_guard_on_lost). */
 void cerb__guard_set_lost_cb(struct cerb_guard *g, void (*cb)(struct cerb_guard *, void *),
                              void *ud);

@@ -174,16 +174,22 @@ static void set_cstate(struct cerb_guard *g, int to)
 
 /* Mark claim g LOST, and its attempt with it; queue the attempt's lost
  * callback once. s->mu held (the callback and its data are read under it). */
+static void tell_lost(struct cerb_guard_set *s, struct cerb_guard *a)
+{
+    /* Told once a callback is queued: one set later is still called
+     * (cerb__guard_set_lost_cb). Out of memory: the next loss found, or a
+     * callback set again, tries again. */
+    if (a->lost_told || !a->lost_cb || atomic_load(&a->ended))
+        return;
+    a->lost_told = cerb__notify_guard_lost(s->c, a, a->lost_cb, a->lost_ud);
+}
+
 static void declare_lost(struct cerb_guard_set *s, struct cerb_guard *g)
 {
     struct cerb_guard *a = g->parent ? g->parent : g;
     atomic_store(&g->cstate, CERB_LOCK_LOST);
     atomic_store(&a->cstate, CERB_LOCK_LOST);
-    if (a->lost_told || atomic_load(&a->ended))
-        return;
-    a->lost_told = true;
-    if (a->lost_cb && !cerb__notify_guard_lost(s->c, a, a->lost_cb, a->lost_ud))
-        a->lost_told = false; /* out of memory: the next round tries again */
+    tell_lost(s, a);
 }
 
 static void renew_one(struct cerb_guard_set *s, struct cerb_guard *g)
@@ -201,8 +207,17 @@ static void renew_one(struct cerb_guard_set *s, struct cerb_guard *g)
     /* What the log needs is copied before busy is cleared: from then on
      * the handle's owner may free it. */
     snprintf(scope, sizeof scope, "%s", g->rec.scope);
+    bool late = false;
     cerb__mutex_lock(&s->mu);
     if (st == CERB_OK) {
+        /* Answered after the claim's deadline (before the deadline thread
+         * saw it): another attempt may have begun meanwhile, so LOST,
+         * which is final; the claim is still renewed. */
+        late = now >= atomic_load(&g->valid_until_ns) && !g->past;
+        if (late) {
+            g->past = true;
+            declare_lost(s, g);
+        }
         schedule(g, &grant);
         set_cstate(g, CERB_LOCK_VALID);
     } else if (st == CERB_NOT_OWNER) {
@@ -224,6 +239,9 @@ static void renew_one(struct cerb_guard_set *s, struct cerb_guard *g)
 
     if (st == CERB_OK) {
         cerb__health_ok(c, idx);
+        if (late)
+            CERB_LOG_W("guard %s: the claim on %s was renewed only after its deadline: another "
+                       "attempt may have begun; the attempt is LOST", scope, ce->name);
     } else if (st == CERB_NOT_OWNER) {
         cerb__health_ok(c, idx);
         CERB_LOG_W("guard %s: the running attempt's claim on %s was lost (taken over or "
@@ -321,20 +339,24 @@ static bool renewer_step(struct cerb_guard_set *s, int idx, int64_t *next)
 {
     struct grenewer *rn = &s->rn[idx];
     int64_t now = cerb_monotime();
+    bool quiet = rn->quiet_until > now;
     struct cerb_guard *due = NULL;
     *next = CERB_DEADLINE_NEVER;
     for (struct cerb_guard *g = s->head; g; g = g->next) {
         if (g->engine_idx != idx || !g->renewing || g->busy)
             continue;
-        if (g->next_renew_ns < *next) {
-            *next = g->next_renew_ns;
+        int64_t at = g->next_renew_ns;
+        /* A silent engine: its claims wait out the back-off, unless that
+         * would leave one no retry before its deadline (a short claim
+         * beside the one whose call went unanswered). */
+        int64_t step = g->rec.running_ms * CERB_NS_PER_MS / 10;
+        if (quiet && at < rn->quiet_until &&
+            atomic_load(&g->valid_until_ns) > rn->quiet_until + step)
+            at = rn->quiet_until;
+        if (at < *next) {
+            *next = at;
             due = g;
         }
-    }
-    if (rn->quiet_until > now) { /* a silent engine: wait out the back-off */
-        if (*next < rn->quiet_until)
-            *next = rn->quiet_until;
-        return false;
     }
     if (due && *next <= now) {
         due->busy = true;
@@ -343,12 +365,28 @@ static bool renewer_step(struct cerb_guard_set *s, int idx, int64_t *next)
         cerb__mutex_lock(&s->mu);
         return true;
     }
-    int64_t o;
-    if (orphan_run(s, idx, &o))
+    int64_t o = CERB_DEADLINE_NEVER;
+    if (quiet) { /* orphans wait out the back-off too, never longer */
+        for (struct orphan *x = rn->orphans; x; x = x->next)
+            if (x->next_ns < o)
+                o = x->next_ns;
+        if (o < rn->quiet_until)
+            o = rn->quiet_until;
+    } else if (orphan_run(s, idx, &o)) {
         return true;
+    }
     if (o < *next)
         *next = o;
     return false;
+}
+
+/* Sleep until `next`, or 1 s at most: deadlines are on the boot-time clock,
+ * waits on the monotonic one, which stops while the machine is suspended;
+ * a thread must look at the time again soon after a resume (§5a.2). */
+static int64_t nap_until(int64_t next)
+{
+    int64_t cap = cerb_monotime() + CERB_NS_PER_MS * 1000;
+    return next < cap ? next : cap;
 }
 
 static void *renewer_main(void *arg)
@@ -363,8 +401,8 @@ static void *renewer_main(void *arg)
         int64_t next;
         if (renewer_step(s, idx, &next))
             continue;
-        rn->asleep_until = next;
-        cerb__cond_wait_until(&rn->cond, &s->mu, next);
+        rn->asleep_until = nap_until(next);
+        cerb__cond_wait_until(&rn->cond, &s->mu, rn->asleep_until);
         rn->asleep_until = 0;
     }
     cerb__mutex_unlock(&s->mu);
@@ -434,8 +472,8 @@ static void *deadline_main(void *arg)
             cerb__mutex_lock(&s->mu);
             continue;
         }
-        s->asleep_until = next;
-        cerb__cond_wait_until(&s->wake, &s->mu, next);
+        s->asleep_until = nap_until(next);
+        cerb__cond_wait_until(&s->wake, &s->mu, s->asleep_until);
         s->asleep_until = 0;
     }
     cerb__mutex_unlock(&s->mu);
@@ -596,6 +634,53 @@ cerb_status cerb__guard_track(struct cerb_guard *g, const cerb_grant *grant, boo
     return CERB_OK;
 }
 
+/* A claim's state with its deadline read now: LOST once it has passed
+ * (the deadline thread may not have run yet). */
+static int claim_state(const struct cerb_guard *g, int64_t now)
+{
+    int st = atomic_load(&((struct cerb_guard *)g)->cstate);
+    if (st != CERB_LOCK_FREE && now >= atomic_load(&((struct cerb_guard *)g)->valid_until_ns))
+        return CERB_LOCK_LOST;
+    return st;
+}
+
+enum cerb_lock_state cerb__guard_state(const struct cerb_guard *g)
+{
+    int64_t now = cerb_monotime();
+    int worst = claim_state(g, now);
+    if (worst == CERB_LOCK_FREE)
+        return CERB_LOCK_FREE; /* a duplicate's answer or a degraded attempt */
+    struct cerb_guard_set *s = set_of(g->client, false);
+    if (!s)
+        return (enum cerb_lock_state)worst;
+    /* Under the set's mutex: free takes the mirrors off under it, after
+     * marking the handle ended, so they are never read freed. */
+    cerb__mutex_lock(&s->mu);
+    if (atomic_load(&((struct cerb_guard *)g)->ended))
+        worst = CERB_LOCK_FREE;
+    for (const struct cerb_guard *m = g->mirrors; m && worst != CERB_LOCK_FREE &&
+                                                  worst != CERB_LOCK_LOST;
+         m = m->mirror_next) {
+        int ms = claim_state(m, now);
+        if (ms == CERB_LOCK_LOST || (ms == CERB_LOCK_SUSPECT && worst == CERB_LOCK_VALID))
+            worst = ms;
+    }
+    cerb__mutex_unlock(&s->mu);
+    return (enum cerb_lock_state)worst;
+}
+
+struct cerb_guard *cerb__guard_take_mirrors(struct cerb_guard *g)
+{
+    struct cerb_guard_set *s = set_of(g->client, false);
+    if (s)
+        cerb__mutex_lock(&s->mu);
+    struct cerb_guard *m = g->mirrors;
+    g->mirrors = NULL;
+    if (s)
+        cerb__mutex_unlock(&s->mu);
+    return m;
+}
+
 void cerb__guard_set_lost_cb(struct cerb_guard *g, void (*cb)(struct cerb_guard *, void *),
                              void *ud)
 {
@@ -608,6 +693,9 @@ void cerb__guard_set_lost_cb(struct cerb_guard *g, void (*cb)(struct cerb_guard 
     cerb__mutex_lock(&s->mu);
     g->lost_cb = cb;
     g->lost_ud = ud;
+    /* Lost before anyone listened (a mirror lapsed during begin): told now. */
+    if (atomic_load(&g->cstate) == CERB_LOCK_LOST)
+        tell_lost(s, g);
     cerb__mutex_unlock(&s->mu);
 }
 

@@ -100,7 +100,7 @@ static bool has_waiter(void *ud)
  * laggard is granted the name while the waiter comes to hold it, and the
  * waiter either holds it (VALID, a fence above the holder's) or reports
  * that it does not — never OK over another holder. */
-static void handoff_with_slow_gate(int64_t wait_ms)
+static void handoff_with_slow_gate(int64_t wait_ms, cerb_status want)
 {
     fault_engine_register();
     fault_engine_reset();
@@ -157,6 +157,8 @@ static void handoff_with_slow_gate(int64_t wait_ms)
         fail_msg("two holders: the waiter returned OK (fence %llu, state %d) while the laggard "
                  "held the name since %lld ms (fence %llu)", (unsigned long long)w.fence,
                  w.state, (long long)lag_at, (unsigned long long)fl);
+    if (w.st != want)
+        fail_msg("the waiter got %s, expected %s", cerb_status_name(w.st), cerb_status_name(want));
     if (w.st == CERB_OK) {
         assert_int_equal(w.state, CERB_LOCK_VALID);
         assert_true(w.fence > fa);
@@ -183,14 +185,24 @@ static void handoff_with_slow_gate(int64_t wait_ms)
 static void test_handoff_lease_outlives_slow_confirmation(void **state)
 {
     (void)state;
-    handoff_with_slow_gate(15000);
+    handoff_with_slow_gate(15000, CERB_OK);
 }
 
-/* A wait shorter than the confirmation: the caller's deadline bounds it. */
+/* A wait that runs out during the confirmation's second step (the claim,
+ * begun before it ran out): the grant is returned, with its lease extended. */
 static void test_slow_confirmation_keeps_the_wait(void **state)
 {
     (void)state;
-    handoff_with_slow_gate(2000);
+    handoff_with_slow_gate(2000, CERB_OK);
+}
+
+/* A wait that runs out during the first step (the question): no further
+ * step starts, the grant is given back (released in the background) and
+ * the waiter is told CERB_TIMEOUT, holding nothing. */
+static void test_wait_ends_during_confirmation(void **state)
+{
+    (void)state;
+    handoff_with_slow_gate(1000, CERB_TIMEOUT);
 }
 
 int main(void)
@@ -198,6 +210,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_handoff_lease_outlives_slow_confirmation),
         cmocka_unit_test(test_slow_confirmation_keeps_the_wait),
+        cmocka_unit_test(test_wait_ends_during_confirmation),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -23,6 +23,7 @@
 #include <cmocka.h>
 
 #include "cerberus.h"
+#include "clock.h"
 #include "guard_fault_engine.h"
 #include "test_util.h"
 
@@ -312,8 +313,111 @@ static void test_lost_claim_is_told(void **state)
     cerb_client_close(b);
 }
 
+struct begin_try {
+    cerb_client *c;
+    const char *key;
+    cerb_guard *g;
+};
+
+static bool begins(void *ud)
+{
+    struct begin_try *t = ud;
+    return begin(t->c, t->key, NULL, &t->g) == CERB_OK;
+}
+
+/* A failed attempt's delete that could not be sent is retried in the
+ * background, also when it is queued while the engine waits out the back-off
+ * after an unanswered renewal (found by review: the renewer then slept with
+ * no timeout, no renewing claim left, so the delete was never sent and a
+ * retry stayed BUSY for the whole running_ms: 3990 ms measured). */
+static void test_delete_during_back_off_is_sent(void **state)
+{
+    (void)state;
+    cerb_client *a = open_gfault();
+    cerb_client *b = cerb_test_open("engines = (\"gfault\");");
+    char *key = test_name("backoff");
+    cerb_guard *g = NULL;
+    cerb_guard_opts o = CERB_GUARD_OPTS_INIT;
+    o.running_ms = 6000;
+    assert_int_equal(begin(a, key, &o, &g), CERB_OK);
+    guard_fault_set(GFAULT_RENEW, 1, false, GFAULT_BEFORE); /* one unanswered renewal */
+    assert_wait_until(suspect, g, 5000);
+    guard_fault_set(GFAULT_FINISH, 1, true, GFAULT_BEFORE);
+    assert_int_not_equal(cerb_guard_finish(g, 0, NULL, 0), CERB_OK); /* to the background */
+    guard_fault_reset();
+    struct begin_try t = {b, key, NULL};
+    assert_wait_until(begins, &t, 1500);
+    cerb_guard_free(t.g);
+    cerb_guard_free(g);
+    free(key);
+    cerb_client_close(a);
+    cerb_client_close(b);
+}
+
+/* An unanswered renewal makes the engine's other claims wait out a short
+ * back-off, but never past what a short claim can afford (found by review:
+ * a 200 ms claim beside a 3 s one whose renewal failed waited 250 ms and
+ * lapsed, in 3 runs of 3). */
+static void test_failed_renewal_spares_short_claims(void **state)
+{
+    (void)state;
+    cerb_client *a = open_gfault();
+    char *ka = test_name("long"), *kb = test_name("short");
+    cerb_guard *ga = NULL, *gb = NULL;
+    cerb_guard_opts o = CERB_GUARD_OPTS_INIT;
+    o.running_ms = 3000;
+    assert_int_equal(begin(a, ka, &o, &ga), CERB_OK);
+    cerb_test_let_time_pass(950); /* its first renewal is due at 1000 ms */
+    o.running_ms = 200;
+    assert_int_equal(begin(a, kb, &o, &gb), CERB_OK);
+    guard_fault_set(GFAULT_RENEW, 1, false, GFAULT_BEFORE); /* the long claim's renewal */
+    int64_t end = cerb_test_now_ms() + 1000;
+    while (cerb_test_now_ms() < end) {
+        if (cerb_guard_state(gb) == CERB_LOCK_LOST)
+            fail_msg("the 200 ms claim lapsed after the other claim's renewal failed");
+        cerb_test_let_time_pass(10);
+    }
+    assert_true(guard_fault_calls(GFAULT_RENEW) >= 3);
+    assert_int_equal(cerb_guard_finish(gb, 1, "b", 1), CERB_OK);
+    assert_int_equal(cerb_guard_finish(ga, 1, "a", 1), CERB_OK);
+    cerb_guard_free(ga);
+    cerb_guard_free(gb);
+    guard_fault_reset();
+    free(ka);
+    free(kb);
+    cerb_client_close(a);
+}
+
+/* After a suspend the deadline thread looks at the time again within a
+ * second (§5a.2): its wait is on the monotonic clock, which stops while the
+ * machine sleeps, and it used to sleep until the claim's deadline, so an
+ * attempt whose engine stopped answering was told LOST up to running_ms
+ * late. Last in the suite: the simulated suspend moves the clock for good. */
+static void test_lost_told_soon_after_suspend(void **state)
+{
+    (void)state;
+    struct told t = {0};
+    cerb_client *a = open_gfault();
+    char *key = test_name("suspend");
+    cerb_guard *g = NULL;
+    cerb_guard_opts o = CERB_GUARD_OPTS_INIT;
+    o.running_ms = 20000;
+    assert_int_equal(begin(a, key, &o, &g), CERB_OK);
+    assert_int_equal(cerb_guard_on_lost(g, on_lost, &t), CERB_OK);
+    guard_fault_set(GFAULT_RENEW, 1, true, GFAULT_BEFORE); /* silent: no "not owner" */
+    cerb_test_let_time_pass(300); /* the threads asleep until the deadline */
+    cerb__clock_test_suspend(30000);
+    assert_int_equal(cerb_guard_state(g), CERB_LOCK_LOST);
+    assert_wait_until(called_once, &t, 1500);
+    guard_fault_reset();
+    cerb_guard_free(g);
+    free(key);
+    cerb_client_close(a);
+}
+
 int main(void)
 {
+    cerb_test_debug_aids();
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_begin_reply_lost),
         cmocka_unit_test(test_finish_success_reply_lost),
@@ -324,6 +428,10 @@ int main(void)
         cmocka_unit_test(test_engine_down_policy),
         cmocka_unit_test(test_renewal_failures_lose_the_claim),
         cmocka_unit_test(test_lost_claim_is_told),
+        cmocka_unit_test(test_delete_during_back_off_is_sent),
+        cmocka_unit_test(test_failed_renewal_spares_short_claims),
+        /* last: the simulated suspend moves the clock for good */
+        cmocka_unit_test(test_lost_told_soon_after_suspend),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
