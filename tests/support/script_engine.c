@@ -103,6 +103,15 @@ static cerb_status down(cerb_grant *g)
     return cerb__error_set(CERB_EIO, "script: server down");
 }
 
+/* A read that a slow server did not answer in time (nothing to apply):
+ * said apart from a server down, so a step log tells the two faults. */
+static cerb_status slow_read(cerb_grant *g)
+{
+    if (g)
+        g->outcome = CERB_OUTCOME_NO;
+    return cerb__error_set(CERB_EIO, "script: server slow (no reply in time)");
+}
+
 /* No answer for this client: down, or cut off from it. mu held. */
 static bool unreachable(const struct cerb_engine *eng)
 {
@@ -325,9 +334,10 @@ static cerb_status s_check(cerb_engine *eng, cerb_engine_lock *lk, cerb_grant *g
     pthread_mutex_lock(&s->mu);
     int64_t fail_ms = s->k.fail_ms;
     if (unreachable(eng) || s->k.check_fails || s->k.slow) {
+        bool slow = s->k.slow && !unreachable(eng) && !s->k.check_fails;
         pthread_mutex_unlock(&s->mu);
         no_answer_delay(fail_ms);
-        return down(g);
+        return slow ? slow_read(g) : down(g);
     }
     int64_t now = cerb_monotime();
     struct entry *e = find(s, lk->name, false);
@@ -364,9 +374,10 @@ static cerb_status s_held(cerb_engine *eng, const char *name)
     pthread_mutex_lock(&s->mu);
     int64_t fail_ms = s->k.fail_ms;
     if (unreachable(eng) || s->k.slow) {
+        bool slow = !unreachable(eng);
         pthread_mutex_unlock(&s->mu);
         no_answer_delay(fail_ms);
-        return down(NULL);
+        return slow ? slow_read(NULL) : down(NULL);
     }
     atomic_fetch_add(&s->held_calls, 1);
     bool h = held_now(find(s, name, false), cerb_monotime());
@@ -616,9 +627,10 @@ static cerb_status s_guard_check(cerb_engine *eng, const cerb_guard_rec *rec,
     bool late;
     pthread_mutex_lock(&s->mu);
     if (guard_unanswered(eng, &wait_ms, &late) || late || s->k.check_fails) {
+        bool slow = late && !unreachable(eng) && !s->k.check_fails;
         pthread_mutex_unlock(&s->mu);
         no_answer_delay(wait_ms);
-        return down(NULL);
+        return slow ? slow_read(NULL) : down(NULL);
     }
     struct grecord *r = gfind(s, rec->id, cerb_monotime());
     if (!r)
