@@ -6,8 +6,9 @@
  * (a retry back-off, a gate's pause, a scripted server's op timeout) moves
  * it forward. The clients are manual (cerb__client_open_manual): their
  * threads' work is done here at the simulated times those threads would
- * wake — the watchdog when cerb__watchdog_step asks to run next, a probe
- * round every probe_interval_ms ± 20 %, queued callbacks right after either.
+ * wake — the watchdog when cerb__watchdog_step asks to run next, the
+ * guard's renewers and deadline thread when cerb__guard_step does, a probe
+ * round every probe_interval_ms ± 20 %, queued callbacks right after each.
  *
  * Time passes in two ways. Between calls, sim_advance() jumps from one due
  * timer to the next. Inside a call, a nap passes time the same way, so
@@ -33,6 +34,10 @@
 #include "sim.h"
 
 const char *const sim_names[SIM_NAMES] = {"orders", "stock", "ledger"};
+/* Two keys share a scope and one key two scopes: each pair is its own
+ * record, which only the record id's hashing of both keeps apart. */
+const char *const sim_gscopes[SIM_GKEYS] = {"pay", "pay", "pay", "ship"};
+const char *const sim_gkeys[SIM_GKEYS] = {"o-1", "o-2", "o-3", "o-1"};
 
 /* Far from 0: the core takes 0 for "never set" in places. */
 #define SIM_EPOCH_NS (INT64_C(1000) * 1000000000)
@@ -83,6 +88,15 @@ static void deadlines_until(int64_t target)
             if (k->paused || k->crashed || !k->c)
                 continue;
             int64_t d = cerb__watchdog_deadlines(k->c);
+            /* The guard's scan only once its last step's answer is due:
+             * that answer is no later than its earliest deadline, which
+             * only a call of the client's own can bring forward (a new
+             * claim), and a call refreshes it (nap, sim_call_end). */
+            int64_t gd = k->next_guard_ns;
+            if (now_ns >= gd)
+                gd = cerb__guard_deadlines(k->c);
+            if (gd < d)
+                d = gd;
             cerb__notify_run(k->c);
             if (d < next)
                 next = d;
@@ -114,6 +128,14 @@ static void nap(int64_t ms)
         world->intr_sent = true;
         cerb_lock_interrupt(world->intr_target);
     }
+    /* What the call did so far may have given the caller's guard
+     * renewers work: begin takes its claim before it asks the engines
+     * switched from, and would have woken them for it; they look now
+     * rather than at the time they last gave (until the call ends, or a
+     * claim can lapse while the same call still waits on a silent engine). */
+    struct sim_client *c = world->caller;
+    if (c && !c->busy)
+        c->next_guard_ns = now_ns;
     run_timers_until(target);
     /* Background work that began within the nap ran on this one thread and
      * may have carried the clock past its end; in production it runs on
@@ -152,9 +174,11 @@ bool sim_write_config(struct sim_world *w)
             "retry = { max = 2; backoff_ms = 20; backoff_max_ms = 200; };\n"
             "failover = { probe_interval_ms = %d; probe_timeout_ms = %lld; "
             "consecutive_failures = 3; open_ms = 1000; half_open_successes = 2; "
-            "failback_after_ms = 2000; switch_grace_ms = %lld; watch_config = false; };\n",
+            "failback_after_ms = 2000; switch_grace_ms = %lld; watch_config = false; };\n"
+            "guard = { running_ms = %lld; keep_ms = %lld; };\n",
             w->active, (long long)w->epoch, (long long)w->p.lease_ms, PROBE_INTERVAL_MS,
-            (long long)w->p.fail_ms, (long long)w->p.switch_grace_ms);
+            (long long)w->p.fail_ms, (long long)w->p.switch_grace_ms,
+            (long long)w->p.running_ms, (long long)w->p.keep_ms);
     fclose(f);
     return rename(tmp, w->cfg_path) == 0;
 }
@@ -166,6 +190,26 @@ static void lost_cb(cerb_lock *l, void *ud)
     if (h->count > 0 && h->lost_cb_ns == 0)
         h->lost_cb_ns = now_ns;
     world->lost_cbs++;
+}
+
+bool sim_guard_starved(const struct sim_world *w, const struct sim_client *k)
+{
+    return w->p.broken && strcmp(w->p.broken, "guard-starve") == 0 && k->id == 1;
+}
+
+/* The watchdog's and the guard's work of client k due by now, then its
+ * callbacks; k->busy and timer_depth are the caller's. The guard's step
+ * runs when it said it would, or after a user call (`call`): only the
+ * client's guard calls give its renewers new work (claims, orphans), so a
+ * probe round or the watchdog waking it up would find nothing due. */
+static void client_steps(struct sim_client *k, bool call)
+{
+    k->next_wd_ns = cerb__watchdog_step(k->c);
+    if (sim_guard_starved(world, k))
+        k->next_guard_ns = CERB_DEADLINE_NEVER;
+    else if (call || now_ns >= k->next_guard_ns)
+        k->next_guard_ns = cerb__guard_step(k->c);
+    cerb__notify_run(k->c);
 }
 
 /* Background work of client k that is due by now; returns nothing. */
@@ -181,8 +225,7 @@ static void run_client_timers(struct sim_client *k)
         k->next_probe_ns = now_ns + (iv - j + (int64_t)(wrand() % (uint64_t)(2 * j + 1))) *
                                         CERB_NS_PER_MS;
     }
-    k->next_wd_ns = cerb__watchdog_step(k->c);
-    cerb__notify_run(k->c);
+    client_steps(k, false);
     timer_depth--;
     k->busy = false;
 }
@@ -191,7 +234,8 @@ static int64_t client_due(const struct sim_client *k)
 {
     if (k->paused || k->crashed || k->busy || !k->c)
         return CERB_DEADLINE_NEVER;
-    return k->next_wd_ns < k->next_probe_ns ? k->next_wd_ns : k->next_probe_ns;
+    int64_t d = k->next_wd_ns < k->next_probe_ns ? k->next_wd_ns : k->next_probe_ns;
+    return k->next_guard_ns < d ? k->next_guard_ns : d;
 }
 
 static void run_timers_until(int64_t target)
@@ -224,17 +268,18 @@ void sim_advance(struct sim_world *w, int64_t ms)
 
 void sim_call_begin(struct sim_world *w, struct sim_client *k)
 {
-    (void)w;
+    w->caller = k;
     cerb__notify_run(k->c); /* what its callback thread would have done */
 }
 
 void sim_call_end(struct sim_world *w, struct sim_client *k)
 {
-    (void)w;
-    k->busy = true; /* the call's effects on its watchdog, as a wake-up would */
+    w->caller = NULL;
+    /* The call's effects on its watchdog and guard renewers (a claim to
+     * renew, an orphan to delete), as their wake-ups would. */
+    k->busy = true;
     timer_depth++;
-    k->next_wd_ns = cerb__watchdog_step(k->c);
-    cerb__notify_run(k->c);
+    client_steps(k, true);
     timer_depth--;
     k->busy = false;
 }
@@ -274,6 +319,7 @@ bool sim_open_client(struct sim_world *w, int i)
     }
     k->next_probe_ns = now_ns + (int64_t)(wrand() % PROBE_INTERVAL_MS) * CERB_NS_PER_MS;
     k->next_wd_ns = now_ns;
+    k->next_guard_ns = now_ns;
     return true;
 }
 

@@ -8,19 +8,41 @@
  * enough for tests of the core's logic and keeps the engine obvious. The
  * knobs are read under the same mutex, so a test flips a fault between two
  * calls without races.
+ *
+ * The guard's records (engine ops version 2) sit in a second small table of
+ * the same server, keyed by record id: a state (running or done), the token
+ * of the attempt that wrote it, an expiry on the core's clock (an expired
+ * record is absent, as a server's TTL would make it) and, once done, the
+ * result. Each method is one step under the mutex with the semantics of the
+ * local engine's in-memory records (core/engine_local_guard.c), and every
+ * knob that makes a lock call go unanswered (down, cut, slow, lost replies)
+ * makes a guard call go unanswered the same way, so the core's ambiguity
+ * handling meets the same faults on both paths.
  */
 #define _POSIX_C_SOURCE 200809L
 #include "script_engine.h"
 
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stdlib.h>
 #include <string.h>
 
+#include "alloc.h"
 #include "clock.h"
 #include "engine.h"
 #include "error.h"
 
 #define MAX_NAMES 256
+#define MAX_GRECS 256
+
+struct grecord {
+    char id[65];
+    char state;          /* 'R' running, 'D' done; 0: a free slot */
+    char token[33];
+    int64_t expires_ns;  /* CERB_DEADLINE_NEVER: kept forever */
+    char *result;        /* malloc'd; NULL for none */
+    size_t len;
+};
 
 struct entry {
     char name[256];
@@ -35,6 +57,9 @@ struct server {
     struct entry e[MAX_NAMES];
     size_t n;
     struct script_knobs k;
+    struct grecord g[MAX_GRECS];
+    size_t ng;           /* slots of g ever used: the rest are free */
+    atomic_long guard_calls;
     atomic_long held_calls;
     atomic_long open_calls;
     atomic_long check_calls;
@@ -76,6 +101,15 @@ static cerb_status down(cerb_grant *g)
     if (g)
         g->outcome = CERB_OUTCOME_NO;
     return cerb__error_set(CERB_EIO, "script: server down");
+}
+
+/* A read that a slow server did not answer in time (nothing to apply):
+ * said apart from a server down, so a step log tells the two faults. */
+static cerb_status slow_read(cerb_grant *g)
+{
+    if (g)
+        g->outcome = CERB_OUTCOME_NO;
+    return cerb__error_set(CERB_EIO, "script: server slow (no reply in time)");
 }
 
 /* No answer for this client: down, or cut off from it. mu held. */
@@ -173,6 +207,16 @@ static cerb_status s_acquire(cerb_engine *eng, cerb_engine_lock *lk, int64_t dea
             no_answer_delay(fail_ms);
             return down(g);
         }
+        if (s->k.slow) {
+            pthread_mutex_unlock(&s->mu);
+            no_answer_delay(fail_ms);
+            pthread_mutex_lock(&s->mu);
+            try_once(s, lk, g);
+            pthread_mutex_unlock(&s->mu);
+            memset(g, 0, sizeof *g);
+            g->outcome = CERB_OUTCOME_UNKNOWN;
+            return cerb__error_set(CERB_EIO, "script: server slow (no reply in time)");
+        }
         cerb_status st = try_once(s, lk, g);
         bool lose = st == CERB_OK && s->k.lose_acquire;
         if (lose)
@@ -211,6 +255,12 @@ static cerb_status s_renew(cerb_engine *eng, cerb_engine_lock *lk, cerb_grant *g
         no_answer_delay(fail_ms);
         return down(g);
     }
+    bool slow = s->k.slow;
+    if (slow) {
+        pthread_mutex_unlock(&s->mu);
+        no_answer_delay(fail_ms);
+        pthread_mutex_lock(&s->mu);
+    }
     int64_t now = cerb_monotime();
     struct entry *e = find(s, lk->name, false);
     cerb_status st = CERB_NOT_OWNER;
@@ -220,6 +270,12 @@ static cerb_status s_renew(cerb_engine *eng, cerb_engine_lock *lk, cerb_grant *g
         g->sent_ns = now;
         g->ttl_ms = lk->lease_ms;
         st = CERB_OK;
+    }
+    if (slow) {
+        pthread_mutex_unlock(&s->mu);
+        memset(g, 0, sizeof *g);
+        g->outcome = CERB_OUTCOME_UNKNOWN;
+        return cerb__error_set(CERB_EIO, "script: server slow (no reply in time)");
     }
     bool lose = st == CERB_OK && s->k.lose_renew;
     if (lose)
@@ -243,11 +299,21 @@ static cerb_status s_release(cerb_engine *eng, cerb_engine_lock *lk)
         no_answer_delay(fail_ms);
         return down(NULL);
     }
+    bool slow = s->k.slow;
+    if (slow) {
+        pthread_mutex_unlock(&s->mu);
+        no_answer_delay(fail_ms);
+        pthread_mutex_lock(&s->mu);
+    }
     struct entry *e = find(s, lk->name, false);
     cerb_status st = CERB_NOT_OWNER;
     if (held_now(e, cerb_monotime()) && strcmp(e->token, lk->token) == 0) {
         e->token[0] = '\0';
         st = CERB_OK;
+    }
+    if (slow) {
+        pthread_mutex_unlock(&s->mu);
+        return cerb__error_set(CERB_EIO, "script: server slow (no reply in time)");
     }
     bool lose = st == CERB_OK && s->k.lose_release;
     if (lose)
@@ -267,10 +333,11 @@ static cerb_status s_check(cerb_engine *eng, cerb_engine_lock *lk, cerb_grant *g
     atomic_fetch_add(&s->check_calls, 1);
     pthread_mutex_lock(&s->mu);
     int64_t fail_ms = s->k.fail_ms;
-    if (unreachable(eng) || s->k.check_fails) {
+    if (unreachable(eng) || s->k.check_fails || s->k.slow) {
+        bool slow = s->k.slow && !unreachable(eng) && !s->k.check_fails;
         pthread_mutex_unlock(&s->mu);
         no_answer_delay(fail_ms);
-        return down(g);
+        return slow ? slow_read(g) : down(g);
     }
     int64_t now = cerb_monotime();
     struct entry *e = find(s, lk->name, false);
@@ -293,7 +360,7 @@ static cerb_status s_probe(cerb_engine *eng, int64_t timeout_ms)
 {
     struct server *s = eng->srv;
     pthread_mutex_lock(&s->mu);
-    bool bad = unreachable(eng) || s->k.probe_fails;
+    bool bad = unreachable(eng) || s->k.probe_fails || s->k.slow;
     int64_t fail_ms = s->k.fail_ms < timeout_ms ? s->k.fail_ms : timeout_ms;
     pthread_mutex_unlock(&s->mu);
     if (bad)
@@ -306,10 +373,11 @@ static cerb_status s_held(cerb_engine *eng, const char *name)
     struct server *s = eng->srv;
     pthread_mutex_lock(&s->mu);
     int64_t fail_ms = s->k.fail_ms;
-    if (unreachable(eng)) {
+    if (unreachable(eng) || s->k.slow) {
+        bool slow = !unreachable(eng);
         pthread_mutex_unlock(&s->mu);
         no_answer_delay(fail_ms);
-        return down(NULL);
+        return slow ? slow_read(NULL) : down(NULL);
     }
     atomic_fetch_add(&s->held_calls, 1);
     bool h = held_now(find(s, name, false), cerb_monotime());
@@ -326,12 +394,264 @@ static int64_t s_hold_bound(cerb_engine *eng)
     return b;
 }
 
+
+/* ------------------------------------------------------------ guard */
+
+static void grec_drop(struct grecord *r)
+{
+    free(r->result);
+    memset(r, 0, sizeof *r);
+}
+
+/* The live record `id`, or NULL; an expired one is dropped on the way.
+ * mu held. */
+static struct grecord *gfind(struct server *s, const char *id, int64_t now)
+{
+    for (size_t i = 0; i < s->ng; i++) {
+        struct grecord *r = &s->g[i];
+        if (!r->state || strcmp(r->id, id) != 0)
+            continue;
+        if (r->expires_ns <= now) {
+            grec_drop(r);
+            return NULL;
+        }
+        return r;
+    }
+    return NULL;
+}
+
+/* A free slot for `id` (expired records give theirs back); mu held. */
+static struct grecord *gadd(struct server *s, const char *id, int64_t now)
+{
+    for (size_t i = 0; i < MAX_GRECS; i++) {
+        struct grecord *r = &s->g[i];
+        if (r->state && r->expires_ns <= now)
+            grec_drop(r);
+        if (!r->state) {
+            memcpy(r->id, id, sizeof r->id);
+            if (i >= s->ng)
+                s->ng = i + 1;
+            return r;
+        }
+    }
+    return NULL;
+}
+
+/*
+ * Whether guard call on eng gets an answer; mu held. When it does not,
+ * *wait_ms is what the call costs before it fails. *late is set when the
+ * server is slow: the caller waits fail_ms first (mu released), then
+ * applies the request and reports its reply lost.
+ */
+static bool guard_unanswered(const struct cerb_engine *eng, int64_t *wait_ms, bool *late)
+{
+    struct server *s = eng->srv;
+    *wait_ms = s->k.guard_stall_ms > 0 ? s->k.guard_stall_ms : s->k.fail_ms;
+    *late = s->k.slow;
+    atomic_fetch_add(&s->guard_calls, 1);
+    return unreachable(eng);
+}
+
+/* Wait out a slow server's delay; mu held on entry and on return. */
+static void arrive_late(struct server *s, int64_t wait_ms)
+{
+    pthread_mutex_unlock(&s->mu);
+    no_answer_delay(wait_ms);
+    pthread_mutex_lock(&s->mu);
+}
+
+static cerb_status reply_lost(cerb_outcome *oc, const char *what)
+{
+    *oc = CERB_OUTCOME_UNKNOWN;
+    return cerb__error_set(CERB_EIO, "script: %s reply lost", what);
+}
+
+static cerb_status s_guard_begin(cerb_engine *eng, const cerb_guard_rec *rec, cerb_grant *g,
+                                 void **result, size_t *result_len)
+{
+    struct server *s = eng->srv;
+    int64_t wait_ms;
+    bool late;
+    pthread_mutex_lock(&s->mu);
+    if (guard_unanswered(eng, &wait_ms, &late)) {
+        pthread_mutex_unlock(&s->mu);
+        no_answer_delay(wait_ms);
+        return down(g);
+    }
+    if (late)
+        arrive_late(s, wait_ms);
+    int64_t now = cerb_monotime();
+    struct grecord *r = gfind(s, rec->id, now);
+    cerb_status st = CERB_OK;
+    bool ours = r && r->state == 'R' && strcmp(r->token, rec->token) == 0;
+    if (!r || (r->state == 'R' && !ours && s->k.guard_grant_twice)) {
+        if (!r)
+            r = gadd(s, rec->id, now);
+        if (!r) {
+            pthread_mutex_unlock(&s->mu);
+            return cerb__error_set(CERB_ENOMEM, "script: guard table full");
+        }
+        r->state = 'R';
+        memcpy(r->token, rec->token, sizeof r->token);
+        r->expires_ns = now + rec->running_ms * CERB_NS_PER_MS;
+        g->sent_ns = now;
+        g->ttl_ms = rec->running_ms;
+    } else if (r->state == 'D') {
+        char *copy = cerb__malloc(r->len + 1);
+        if (!copy) {
+            pthread_mutex_unlock(&s->mu);
+            return cerb__error_set(CERB_ENOMEM, "script: out of memory");
+        }
+        if (r->len)
+            memcpy(copy, r->result, r->len);
+        copy[r->len] = '\0';
+        *result = copy;
+        *result_len = r->len;
+        st = CERB_DUPLICATE;
+    } else if (ours) {
+        g->sent_ns = now; /* a re-sent begin: the claim as it stands */
+        g->ttl_ms = (r->expires_ns - now) / CERB_NS_PER_MS;
+    } else {
+        st = CERB_BUSY;
+    }
+    bool lose = late || s->k.lose_guard_begin;
+    s->k.lose_guard_begin = false;
+    pthread_mutex_unlock(&s->mu);
+    if (!lose)
+        return st;
+    if (!late)
+        no_answer_delay(wait_ms);
+    if (st == CERB_DUPLICATE) {
+        cerb__free(*result);
+        *result = NULL;
+        *result_len = 0;
+    }
+    memset(g, 0, sizeof *g);
+    return reply_lost(&g->outcome, "guard begin");
+}
+
+static cerb_status s_guard_renew(cerb_engine *eng, const cerb_guard_rec *rec, cerb_grant *g)
+{
+    struct server *s = eng->srv;
+    int64_t wait_ms;
+    bool late;
+    pthread_mutex_lock(&s->mu);
+    int64_t delay = s->k.renew_delay_ms;
+    pthread_mutex_unlock(&s->mu);
+    if (delay > 0)
+        cerb__nap_ms(delay);
+    pthread_mutex_lock(&s->mu);
+    if (guard_unanswered(eng, &wait_ms, &late) || s->k.renew_fails) {
+        pthread_mutex_unlock(&s->mu);
+        no_answer_delay(wait_ms);
+        return down(g);
+    }
+    if (late)
+        arrive_late(s, wait_ms);
+    int64_t now = cerb_monotime();
+    struct grecord *r = gfind(s, rec->id, now);
+    cerb_status st = CERB_NOT_OWNER;
+    if (r && r->state == 'R' && strcmp(r->token, rec->token) == 0) {
+        r->expires_ns = now + rec->running_ms * CERB_NS_PER_MS;
+        g->sent_ns = now;
+        g->ttl_ms = rec->running_ms;
+        st = CERB_OK;
+    }
+    bool lose = late || s->k.lose_guard_renew;
+    s->k.lose_guard_renew = false;
+    pthread_mutex_unlock(&s->mu);
+    if (!lose)
+        return st;
+    if (!late)
+        no_answer_delay(wait_ms);
+    memset(g, 0, sizeof *g);
+    return reply_lost(&g->outcome, "guard renewal");
+}
+
+static cerb_status s_guard_finish(cerb_engine *eng, const cerb_guard_rec *rec, int succeeded,
+                                  const void *result, size_t len, int64_t keep_ms,
+                                  cerb_outcome *outcome)
+{
+    struct server *s = eng->srv;
+    int64_t wait_ms;
+    bool late;
+    pthread_mutex_lock(&s->mu);
+    if (guard_unanswered(eng, &wait_ms, &late)) {
+        pthread_mutex_unlock(&s->mu);
+        no_answer_delay(wait_ms);
+        *outcome = CERB_OUTCOME_NO;
+        return cerb__error_set(CERB_EIO, "script: server down");
+    }
+    if (late)
+        arrive_late(s, wait_ms);
+    int64_t now = cerb_monotime();
+    struct grecord *r = gfind(s, rec->id, now);
+    cerb_status st = CERB_NOT_OWNER;
+    if (r && strcmp(r->token, rec->token) == 0) {
+        if (r->state == 'D') {
+            st = succeeded ? CERB_OK : CERB_NOT_OWNER; /* a re-sent success */
+        } else if (!succeeded || s->k.guard_forget_done) {
+            grec_drop(r);
+            st = CERB_OK;
+        } else {
+            char *copy = malloc(len + 1);
+            if (!copy) {
+                pthread_mutex_unlock(&s->mu);
+                return cerb__error_set(CERB_ENOMEM, "script: out of memory");
+            }
+            if (len)
+                memcpy(copy, result, len);
+            copy[len] = '\0';
+            r->state = 'D';
+            r->result = copy;
+            r->len = len;
+            r->expires_ns = keep_ms < 0 ? CERB_DEADLINE_NEVER : now + keep_ms * CERB_NS_PER_MS;
+            st = CERB_OK;
+        }
+    }
+    bool lose = late || s->k.lose_guard_finish;
+    s->k.lose_guard_finish = false;
+    pthread_mutex_unlock(&s->mu);
+    if (!lose)
+        return st;
+    if (!late)
+        no_answer_delay(wait_ms);
+    return reply_lost(outcome, "guard finish");
+}
+
+static cerb_status s_guard_check(cerb_engine *eng, const cerb_guard_rec *rec,
+                                 cerb_guard_found *found)
+{
+    struct server *s = eng->srv;
+    int64_t wait_ms;
+    bool late;
+    pthread_mutex_lock(&s->mu);
+    if (guard_unanswered(eng, &wait_ms, &late) || late || s->k.check_fails) {
+        bool slow = late && !unreachable(eng) && !s->k.check_fails;
+        pthread_mutex_unlock(&s->mu);
+        no_answer_delay(wait_ms);
+        return slow ? slow_read(NULL) : down(NULL);
+    }
+    struct grecord *r = gfind(s, rec->id, cerb_monotime());
+    if (!r)
+        *found = CERB_GUARD_FOUND_NONE;
+    else if (strcmp(r->token, rec->token) != 0)
+        *found = CERB_GUARD_FOUND_OTHER;
+    else
+        *found = r->state == 'D' ? CERB_GUARD_FOUND_DONE : CERB_GUARD_FOUND_RUNNING;
+    pthread_mutex_unlock(&s->mu);
+    return CERB_OK;
+}
+
 #define SCRIPT_OPS(NAME, OPEN)                                                                    \
     {                                                                                             \
-        .version = CERB_ENGINE_OPS_V1, .name = NAME, .caps = CERB_CAP_FENCING | CERB_CAP_WAIT | CERB_CAP_FENCE_FLOOR,    \
-        .lock_priv_size = 0, .open = OPEN, .close = s_close, .acquire = s_acquire,                \
-        .renew = s_renew, .release = s_release, .check_owner = s_check, .probe = s_probe,         \
-        .held = s_held, .hold_bound_ms = s_hold_bound,                                            \
+        .version = CERB_ENGINE_OPS_V2, .name = NAME,                                              \
+        .caps = CERB_CAP_FENCING | CERB_CAP_WAIT | CERB_CAP_FENCE_FLOOR, .lock_priv_size = 0,     \
+        .open = OPEN, .close = s_close, .acquire = s_acquire, .renew = s_renew,                   \
+        .release = s_release, .check_owner = s_check, .probe = s_probe, .held = s_held,           \
+        .hold_bound_ms = s_hold_bound, .guard_begin = s_guard_begin,                              \
+        .guard_renew = s_guard_renew, .guard_finish = s_guard_finish,                             \
+        .guard_check = s_guard_check,                                                             \
     }
 
 static const struct cerb_engine_ops sa_ops = SCRIPT_OPS("sa", a_open);
@@ -343,6 +663,10 @@ void script_engine_reset(void)
         pthread_mutex_lock(&servers[i].mu);
         servers[i].n = 0;
         memset(&servers[i].k, 0, sizeof servers[i].k);
+        for (size_t j = 0; j < MAX_GRECS; j++)
+            grec_drop(&servers[i].g[j]);
+        servers[i].ng = 0;
+        atomic_store(&servers[i].guard_calls, 0);
         atomic_store(&servers[i].held_calls, 0);
         atomic_store(&servers[i].check_calls, 0);
         pthread_mutex_unlock(&servers[i].mu);
@@ -426,3 +750,31 @@ long script_engine_open_calls(enum script_server s) { return atomic_load(&server
 long script_engine_check_calls(enum script_server s) { return atomic_load(&servers[s].check_calls); }
 
 long script_engine_held_calls(enum script_server s) { return atomic_load(&servers[s].held_calls); }
+
+bool script_engine_guard_record(enum script_server s, const char *id,
+                                struct script_guard_record *out)
+{
+    memset(out, 0, sizeof *out);
+    pthread_mutex_lock(&servers[s].mu);
+    struct grecord *r = gfind(&servers[s], id, cerb_monotime());
+    if (r) {
+        out->state = r->state;
+        memcpy(out->token, r->token, sizeof out->token);
+        out->expires_ns = r->expires_ns;
+    }
+    pthread_mutex_unlock(&servers[s].mu);
+    return r != NULL;
+}
+
+void script_engine_guard_wipe(enum script_server s)
+{
+    pthread_mutex_lock(&servers[s].mu);
+    for (size_t j = 0; j < MAX_GRECS; j++)
+        grec_drop(&servers[s].g[j]);
+    pthread_mutex_unlock(&servers[s].mu);
+}
+
+long script_engine_guard_calls(enum script_server s)
+{
+    return atomic_load(&servers[s].guard_calls);
+}

@@ -5,7 +5,11 @@
  * and can be made to refuse to open, to fail every call (down), to fail only
  * its health probes while lock calls still succeed (a gray failure), to lose
  * the reply of the next acquire after it took effect, or to answer
- * check_owner with a chosen TTL. For unit tests of the core's failover and
+ * check_owner with a chosen TTL. Each server also keeps the idempotency
+ * guard's records (cerb_engine_ops version 2: id, running or done, token,
+ * expiry, result), under the same knobs as the names, plus a few of the
+ * guard's own (lost replies, a slow server, broken variants for the
+ * simulation's self-tests). For unit tests of the core's failover and
  * ambiguity logic only: real engines are tested against real servers.
  *
  * Register with script_engine_register(), then open clients with
@@ -48,6 +52,24 @@ struct script_knobs {
      * just before it looks at the table (then cleared). */
     void (*before_grant)(void *ud);
     void *before_grant_ud;
+    /* A server slower than the client's operation timeout: every request
+     * reaches it fail_ms late, just as the client gives up, and then takes
+     * effect (lock and guard calls alike) while the client reports EIO
+     * with outcome UNKNOWN; reads (check_owner, held, guard_check) and
+     * probes simply fail after fail_ms. */
+    bool slow;
+    /* The next guard call of each kind takes effect, then reports EIO
+     * with outcome UNKNOWN (its reply lost). renew_fails, renew_delay_ms
+     * and check_fails apply to the guard's renewals and checks too. */
+    bool lose_guard_begin, lose_guard_renew, lose_guard_finish;
+    /* BROKEN on purpose, for the simulation's self-tests of its guard
+     * oracle: guard_begin claims a record that another attempt's claim
+     * holds; guard_finish(1) deletes the record instead of keeping it;
+     * a guard call that gets no answer takes guard_stall_ms (> 0) instead
+     * of fail_ms, as an engine ignoring its operation timeout would. */
+    bool guard_grant_twice;
+    bool guard_forget_done;
+    int64_t guard_stall_ms;
 };
 
 /* Register "sa" and "sb" (idempotent) and clear both servers. */
@@ -78,6 +100,22 @@ bool script_engine_holder(enum script_server s, const char *name, char out[33]);
 void script_engine_expire_all(enum script_server s);
 /* Set the fence counter of `name` on server s (the next grant gets v+1). */
 void script_engine_set_fence(enum script_server s, const char *name, uint64_t v);
+/* Server s's guard record `id` (64 hex chars), as a check of the server
+ * would read it now: state 'R' (running) or 'D' (done), 0 when there is
+ * none (never written, deleted or expired). */
+struct script_guard_record {
+    char state;
+    char token[33];
+    int64_t expires_ns;  /* on cerb_monotime; CERB_DEADLINE_NEVER: kept forever */
+};
+/* Fill *out with server s's record `id`; true when there is one. */
+bool script_engine_guard_record(enum script_server s, const char *id,
+                                struct script_guard_record *out);
+/* Drop every guard record of server s (as a server restarted without its
+ * data would), leaving the names alone. */
+void script_engine_guard_wipe(enum script_server s);
+/* Guard calls made on server s (answered or not) since the last reset. */
+long script_engine_guard_calls(enum script_server s);
 /* Calls of open() made on server s (counted as they start). */
 long script_engine_open_calls(enum script_server s);
 /* Calls of check_owner() made on server s. */
