@@ -648,6 +648,7 @@ static cerb_status finish_claim(cerb_guard *g, int succeeded, const void *result
     cerb__guard_stop_renew(g);
     g->kind = CERB_GUARD_FINISHED;
     bool settled;
+    int64_t sent_ns = cerb_monotime();
     cerb_status st = finish_once(g, succeeded, result, len, &settled);
     if (!settled)
         st = finish_once(g, succeeded, result, len, &settled);
@@ -668,6 +669,17 @@ static cerb_status finish_claim(cerb_guard *g, int succeeded, const void *result
         return st;
     }
     g->kind = CERB_GUARD_RUNNING;
+    /* The success may have landed: the record would then be a done-record
+     * gone keep_ms after the request, and the claim cannot outlast it
+     * (found by the simulation, seed 99: keep 500 ms, running 1000 ms, the
+     * attempt VALID with no record on the server). A renewal that finds
+     * the claim still running moves the deadline on again. */
+    if (g->keep_ms >= 0) {
+        cerb_grant keep = {.sent_ns = sent_ns, .ttl_ms = g->keep_ms};
+        int64_t cap = cerb__grant_deadline(&keep);
+        if (cap < atomic_load(&g->valid_until_ns))
+            atomic_store(&g->valid_until_ns, cap);
+    }
     cerb__guard_resume_renew(g);
     cerb__error_prefix("guard %s: finish not confirmed; the attempt is still open (its claim "
                        "renewed): finish again", g->rec.scope);

@@ -621,7 +621,10 @@ cerb_status cerb_guard_begin(cerb_client *c, const char *scope,
  * background while the claim there lasts); a lost attempt leaves nothing
  * on any of them.
  * Blocking: one request, plus one re-check and retry when its answer was
- * lost, each bounded by the engine's operation timeout.
+ * lost, each bounded by the engine's operation timeout — per claim: after
+ * a switch, the same again for each engine switched from that the attempt
+ * claimed on (one that left a request unanswered just now is left to the
+ * background instead).
  * The handle stays valid until cerb_guard_free().
  */
 cerb_status cerb_guard_finish(cerb_guard *g, int succeeded,
@@ -685,7 +688,8 @@ cerb_status cerb_guard_on_lost(cerb_guard *g, void (*cb)(cerb_guard *g, void *ud
  * run at once; if that delete cannot be confirmed, the claim expires after
  * running_ms. cerb_guard_free(NULL) does nothing and returns CERB_OK.
  * Returns: CERB_OK, or the delete's error (the handle is freed anyway).
- * Blocking: the renewal on the wire (one operation timeout) and one delete.
+ * Blocking: the renewal on the wire (one operation timeout) and one delete,
+ * with its re-check and retry as for cerb_guard_finish(), per claim.
  */
 cerb_status cerb_guard_free(cerb_guard *g);
 

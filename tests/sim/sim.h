@@ -69,7 +69,6 @@ struct sim_attempt {
     /* A finish(1) whose answer was lost left it open: the record may be a
      * done-record since then, kept keep_ms from that request (0: none). */
     int64_t unconfirmed_done_ns;
-    int64_t keep_eff_ms;     /* its keep_ms as begin resolved it (0: the configuration's) */
     bool late_reported, server_reported;
 };
 
@@ -103,7 +102,6 @@ struct sim_params {
     int64_t switch_grace_ms; /* -1: the safe default */
     const char *broken;      /* NULL, or a --broken mode (sim_main.c) */
     bool faults;             /* false: calls only, no fault (a baseline) */
-    bool strict;             /* known library issues fail too (sim_check.c) */
     int64_t running_ms;      /* the guard's claims (guard.running_ms) */
     int64_t keep_ms;         /* guard.keep_ms */
 };
@@ -120,7 +118,6 @@ enum sim_gstat {
     GS_OVERLAP_DEGRADED, GS_OVERLAP_WIPED, GS_OVERLAP_PARTITION, GS_OVERLAP_OUTAGE,
     GS_OVERLAP_KEEP,         /* a success kept longer than a later call assumed */
     GS_LOST_AT_BEGIN,        /* LOST as begin returned */
-    GS_KNOWN1, GS_KNOWN2,    /* known issues K1, K2 (sim_check.c), counted */
     GS_COUNT
 };
 
@@ -215,8 +212,8 @@ int sim_check_guard_begin(struct sim_world *w, struct sim_client *k, int i, cerb
 int sim_check_guard_finish(struct sim_world *w, struct sim_client *k, int i, int succeeded,
                            const char *result, cerb_status st, int64_t t0);
 /* A guard finish or free took `took_ns`; cerberus.h allows `doc_ops`
- * operation timeouts, for an attempt with `mirrors` claims on engines
- * switched from (known issue K2, sim_check.c). */
+ * operation timeouts per claim, for an attempt with `mirrors` claims on
+ * engines switched from besides its own. */
 int sim_check_guard_bound(struct sim_world *w, const char *what, int64_t took_ns, int doc_ops,
                           int mirrors);
 /* A guard lost callback ran now, for handle g. */

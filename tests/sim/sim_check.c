@@ -67,7 +67,7 @@
  *      in operation timeouts: begin, a request to each engine and its
  *      re-check, which is the retry (2 per engine); finish, a request, a
  *      re-check and a retry (3); free, the renewal on the wire and one
- *      delete (2) — see K2 below for attempts with mirror claims.
+ *      delete (2); each per claim, the attempt's own and one per mirror.
  * A violation is printed with the seed and step; sim_main.c prints the
  * command that replays it.
  */
@@ -317,38 +317,6 @@ int sim_check_bound(struct sim_world *w, const char *inv, const char *what, int6
 
 /* ------------------------------------------------------------ the guard */
 
-/*
- * Known library issues: found by this simulation, reported, not fixed yet.
- * Each is counted apart and printed with the totals instead of failing the
- * seed, unless --strict (which the replay of a seed that shows it uses).
- * Remove the exemption with the fix.
- *
- * K1 (issue 22, found by seed 99): a finish(1) whose answer was lost and
- * could not be checked leaves the attempt open, its claim renewed, with
- * the deadline of its last good renewal (running_ms). But the finish may
- * have landed: the record is then a done-record that expires keep_ms
- * after the request, and with keep_ms below about two thirds of
- * running_ms it is gone before that deadline while cerb_guard_state()
- * still says VALID or SUSPECT, and another attempt may begin (G.b, G.a).
- * The reopened claim's deadline should not outlast the request's send +
- * keep_ms (less drift).
- *
- * K2 (issue 22, found by seed 3 with the documented bounds): cerberus.h
- * bounds cerb_guard_finish by "one request, plus one re-check and retry"
- * and cerb_guard_free by "the renewal on the wire and one delete", but an
- * attempt begun after a switch also finishes (or deletes) its mirror
- * claims on the engines switched from, each costing as much again: with
- * both engines silent, a finish with one mirror takes 4 operation
- * timeouts, a free 4. The oracle holds them to the documented bound per
- * claim; beyond the documented bound itself is counted (--strict fails).
- */
-static bool known1(struct sim_world *w, const struct sim_attempt *a)
-{
-    if (w->p.strict || !a->unconfirmed_done_ns || a->keep_eff_ms < 0)
-        return false;
-    return sim_now() >= a->unconfirmed_done_ns + a->keep_eff_ms * CERB_NS_PER_MS;
-}
-
 static const char *srv(int e) { return e ? "sb" : "sa"; }
 
 static double at(int64_t ns) { return (double)(ns % 1000000000000) / 1e9; }
@@ -472,7 +440,6 @@ int sim_check_guard_begin(struct sim_world *w, struct sim_client *k, int i, cerb
     a->lost_cbs = 0;
     a->lost_at_begin = false;
     a->unconfirmed_done_ns = 0;
-    a->keep_eff_ms = a->g->keep_ms;
     a->late_reported = a->server_reported = false;
     int y = a->b.engine;
 
@@ -494,13 +461,6 @@ int sim_check_guard_begin(struct sim_world *w, struct sim_client *k, int i, cerb
             const char *why = count_limit(w, lim);
             sim_log(w, "  runs alongside client %d's attempt on %s, %s: a limit, counted",
                     oc->id, srv(o->b.engine), why);
-            continue;
-        }
-        if (known1(w, o)) {
-            a->limit_overlap = true;
-            w->gs[GS_KNOWN1]++;
-            sim_log(w, "  runs alongside client %d's attempt, whose unconfirmed success "
-                       "expired: known issue K1, counted", oc->id);
             continue;
         }
         bad += report(w, "G.a",
@@ -584,14 +544,9 @@ int sim_check_guard_finish(struct sim_world *w, struct sim_client *k, int i, int
 int sim_check_guard_bound(struct sim_world *w, const char *what, int64_t took_ns, int doc_ops,
                           int mirrors)
 {
+    /* Per claim (cerberus.h): the attempt's own and each mirror's. */
     int64_t op = w->p.fail_ms * CERB_NS_PER_MS;
-    if (!w->p.strict && took_ns > doc_ops * op && took_ns <= doc_ops * (1 + mirrors) * op) {
-        w->gs[GS_KNOWN2]++;
-        sim_log(w, "  %s took %.3f s, beyond the documented %.3f s: known issue K2, counted", what,
-                (double)took_ns / 1e9, (double)(doc_ops * op) / 1e9);
-        return 0;
-    }
-    return sim_check_bound(w, "G.d", what, took_ns, doc_ops * (w->p.strict ? 1 : 1 + mirrors) * op);
+    return sim_check_bound(w, "G.d", what, took_ns, doc_ops * (1 + mirrors) * op);
 }
 
 int sim_check_guard_lost_cb(struct sim_world *w, const cerb_guard *g)
@@ -650,13 +605,6 @@ static int check_claim(struct sim_world *w, struct sim_client *k, int i, struct 
     if (!what || a->server_reported)
         return 0;
     a->server_reported = true;
-    if (known1(w, a)) {
-        w->gs[GS_KNOWN1]++;
-        sim_log(w, "  client %d's attempt at %s/%s: %s on %s after its unconfirmed success "
-                   "expired: known issue K1, counted", k->id, sim_gscopes[i], sim_gkeys[i], what,
-                srv(e));
-        return 0;
-    }
     return report(w, "G.b",
                   "client %d's attempt at %s/%s is not LOST (state %d, %s claim deadline %.3f) "
                   "but %s has %s (expiry %.3f)",

@@ -704,7 +704,7 @@ static void usage(void)
 {
     fprintf(stderr, "usage: cerb_sim [--seeds N] [--first-seed S] [--minutes M] [--seed N] "
                     "[--steps K] [--verbose] [--broken MODE] [--expect-violation] "
-                    "[--no-faults] [--strict]\n  MODE:");
+                    "[--no-faults]\n  MODE:");
     for (size_t i = 0; i < N_BROKEN; i++)
         fprintf(stderr, " %s", broken_modes[i].name);
     fprintf(stderr, "\n");
@@ -753,8 +753,6 @@ int main(int argc, char **argv)
             expect = true;
         } else if (strcmp(a, "--no-faults") == 0) {
             p.faults = false;
-        } else if (strcmp(a, "--strict") == 0) {
-            p.strict = true;
         } else {
             usage();
         }
@@ -784,10 +782,9 @@ int main(int argc, char **argv)
         ran++;
         if (v > 0) {
             failed++;
-            printf("seed %llu FAILED (%ld violation%s); replay: %s --seed %llu%s%s%s --verbose\n",
+            printf("seed %llu FAILED (%ld violation%s); replay: %s --seed %llu%s%s --verbose\n",
                    (unsigned long long)s, v, v > 1 ? "s" : "", argv[0], (unsigned long long)s,
-                   p.broken ? " --broken " : "", p.broken ? p.broken : "",
-                   p.strict ? " --strict" : "");
+                   p.broken ? " --broken " : "", p.broken ? p.broken : "");
             if (expect && breaks && sim_check_reported(breaks))
                 break;
         }
@@ -820,9 +817,6 @@ int main(int argc, char **argv)
     printf("cerb_sim: guard: longest calls in operation timeouts: begin %.1f, finish %.1f, "
            "free %.1f; %ld attempts LOST as begin returned\n", max_gcall[0], max_gcall[1],
            max_gcall[2], tg[GS_LOST_AT_BEGIN]);
-    if (tg[GS_KNOWN1] || tg[GS_KNOWN2])
-        printf("cerb_sim: guard: known library issues (sim_check.c), counted, --strict fails on "
-               "them: K1 %ld times, K2 %ld times\n", tg[GS_KNOWN1], tg[GS_KNOWN2]);
     if (expect) {
         bool caught = breaks ? sim_check_reported(breaks) : failed > 0;
         if (!caught)
