@@ -12,6 +12,9 @@
  * exposure. Here the renewal and prober threads only append to a queue (a
  * leaf mutex, no callback under it), and the unlock path never looks at it.
  *
+ * Guard attempts' lost callbacks (guard_renew.c) go the same way, with the
+ * same promises, their handle in place of the lock's.
+ *
  * Promises and lifetimes:
  *  - A lost callback is queued once per lost hold (the watchdog decides
  *    that) with the callback and user data set when the loss was found, and
@@ -163,6 +166,17 @@ static void push(struct cerb_notify *nt, struct notify_ev *ev)
     cerb__cond_signal(&nt->cond);
 }
 
+/* Queue ev, or drop it once close began. */
+static void push_unless_stopped(struct cerb_notify *nt, struct notify_ev *ev)
+{
+    cerb__mutex_lock(&nt->mu);
+    if (nt->stop)
+        cerb__free(ev);
+    else
+        push(nt, ev);
+    cerb__mutex_unlock(&nt->mu);
+}
+
 bool cerb__notify_lost(cerb_client *c, cerb_lock *l, void (*cb)(cerb_lock *, void *), void *ud)
 {
     struct cerb_notify *nt = c->nt;
@@ -175,12 +189,7 @@ bool cerb__notify_lost(cerb_client *c, cerb_lock *l, void (*cb)(cerb_lock *, voi
     ev->obj = l;
     ev->lost_cb = cb;
     ev->lost_ud = ud;
-    cerb__mutex_lock(&nt->mu);
-    if (nt->stop)
-        cerb__free(ev);
-    else
-        push(nt, ev);
-    cerb__mutex_unlock(&nt->mu);
+    push_unless_stopped(nt, ev);
     return true;
 }
 
@@ -197,12 +206,7 @@ bool cerb__notify_guard_lost(cerb_client *c, cerb_guard *g, void (*cb)(cerb_guar
     ev->obj = g;
     ev->guard_cb = cb;
     ev->lost_ud = ud;
-    cerb__mutex_lock(&nt->mu);
-    if (nt->stop)
-        cerb__free(ev);
-    else
-        push(nt, ev);
-    cerb__mutex_unlock(&nt->mu);
+    push_unless_stopped(nt, ev);
     return true;
 }
 
@@ -223,12 +227,7 @@ void cerb__notify_switch(cerb_client *c, const char *from, const char *to, const
     snprintf(ev->from, sizeof ev->from, "%s", from);
     snprintf(ev->to, sizeof ev->to, "%s", to);
     snprintf(ev->why, sizeof ev->why, "%s", why ? why : "");
-    cerb__mutex_lock(&nt->mu);
-    if (nt->stop)
-        cerb__free(ev);
-    else
-        push(nt, ev);
-    cerb__mutex_unlock(&nt->mu);
+    push_unless_stopped(nt, ev);
 }
 
 void cerb__notify_set_switch_cb(cerb_client *c,
