@@ -26,7 +26,7 @@
 #include "cerberus.h"
 #include "test_util.h"
 
-static char prefix[64]; /* "gtest<pid>:" — set in main, before any fork */
+static char prefix[64]; /* "gtest<pid>:" — set in main */
 
 static char *guard_cfg(const char *guard_extra)
 {
@@ -177,8 +177,12 @@ static void test_redis_guard_deleted_behind(void **state)
     cerb_client_close(b);
 }
 
-int main(void)
+/* The processes of GUARD_CASES, started by cerb_test_spawn_self(). */
+static const struct cerb_test_role roles[] = {GC_ROLE, {NULL, NULL}};
+
+int main(int argc, char **argv)
 {
+    cerb_test_roles(argc, argv, roles);
     snprintf(prefix, sizeof prefix, "gtest%ld:", (long)getpid());
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_redis_guard_layout),
