@@ -172,6 +172,19 @@ function(cerb_add_suite)
 
   cerb_add_test(NAME ${S_NAME} COMMAND ${S_NAME})
 
+  # A suite whose own code runs in a child process (a fork, or the suite's
+  # binary again as a role, cerb_test_spawn_self) gets the label `forks`:
+  # scripts/test.sh runs these under ThreadSanitizer too, where a child
+  # forked from a process with threads dies at its first thread. Read at
+  # configure time (test.sh always configures).
+  foreach(src IN LISTS S_SOURCES)
+    file(READ ${src} text)
+    if(text MATCHES "cerb_test_fork|cerb_test_spawn_self|[^_a-z]fork\\(|GUARD_CASES")
+      list(APPEND S_LABELS forks)
+      break()
+    endif()
+  endforeach()
+
   # LSan rides on ASan; UBSan findings abort with a stack. Suppression files
   # are used when someone adds them.
   set(env
