@@ -26,6 +26,20 @@
 # adds the FIXTURES_SETUP test `<fixture>_start` (scripts/servers.sh start)
 # and the FIXTURES_CLEANUP test `<fixture>_stop` (servers.sh stop, by PID),
 # with the servers' state inside the build dir.
+#
+#   cerb_add_test(NAME <name> COMMAND <command> [<arg>...]
+#                 [WORKING_DIRECTORY <dir>])
+#
+# is add_test() for this tree, and every test goes through it (the suites,
+# the fixtures, the scripts, the examples): the command runs under
+# tests/support/run_in_session.sh, in a session of its own, and fails when
+# it leaves a process of that session alive after it exits. Everything a
+# test starts carries CERB_TEST_RUN=<build dir> in its environment, and the
+# test harness_leftovers (cerb_add_leftovers_check()), the cleanup of the
+# fixture cerb_leftovers that every test of the tree requires, runs last and
+# fails when any such process is still alive (those that left the session,
+# or were orphaned by a test ctest killed at its timeout). harness_wrapped
+# checks that no test of the tree bypasses cerb_add_test().
 
 set(CERB_TEST_TIMEOUT 300 CACHE STRING "Default ctest timeout of a suite, seconds")
 set(CERB_TEST_REDIS_PORT 26379 CACHE STRING "Port of the shared test redis-server")
@@ -40,6 +54,66 @@ else()
   find_program(CERB_TEST_PYTHON python3)
 endif()
 
+set(CERB_TEST_LAUNCHER ${PROJECT_SOURCE_DIR}/tests/support/run_in_session.sh)
+
+function(cerb_add_test)
+  cmake_parse_arguments(T "" "NAME;WORKING_DIRECTORY" "COMMAND" ${ARGN})
+  if(NOT T_NAME OR NOT T_COMMAND OR T_UNPARSED_ARGUMENTS)
+    message(FATAL_ERROR "cerb_add_test: NAME and COMMAND are required (got ${ARGN})")
+  endif()
+  # add_test() turns a target's name into its file only as the first word
+  # of COMMAND, which is now the launcher's.
+  list(POP_FRONT T_COMMAND cmd)
+  if(TARGET ${cmd})
+    set(cmd $<TARGET_FILE:${cmd}>)
+  endif()
+  set(wd "")
+  if(T_WORKING_DIRECTORY)
+    set(wd WORKING_DIRECTORY ${T_WORKING_DIRECTORY})
+  endif()
+  add_test(NAME ${T_NAME}
+    COMMAND ${CERB_BASH} ${CERB_TEST_LAUNCHER} ${CMAKE_BINARY_DIR} ${T_NAME} -- ${cmd} ${T_COMMAND}
+    ${wd})
+  # Once per directory, at its end (after every set_tests_properties() of
+  # its CMakeLists.txt, which would otherwise overwrite these lists).
+  get_property(hooked DIRECTORY PROPERTY CERB_LEFTOVERS_HOOKED)
+  if(NOT hooked)
+    set_property(DIRECTORY PROPERTY CERB_LEFTOVERS_HOOKED ON)
+    cmake_language(DEFER CALL cerb__require_leftovers_check)
+  endif()
+endfunction()
+
+# Every test of the directory requires the fixture cerb_leftovers, so that
+# its cleanup, harness_leftovers, runs after all of them (in a run of any
+# subset too); and a leftover report fails a test also when a pass
+# expression decides it.
+function(cerb__require_leftovers_check)
+  get_property(tests DIRECTORY PROPERTY TESTS)
+  foreach(t IN LISTS tests)
+    if(NOT t STREQUAL "harness_leftovers")
+      set_property(TEST ${t} APPEND PROPERTY FIXTURES_REQUIRED cerb_leftovers)
+      set_property(TEST ${t} APPEND PROPERTY FAIL_REGULAR_EXPRESSION "run_in_session: LEFTOVER")
+    endif()
+  endforeach()
+endfunction()
+
+# harness_leftovers: the last test of every run (see cerb_add_test), and
+# harness_wrapped: every test of the tree runs under the launcher. Called
+# once, from tests/CMakeLists.txt.
+function(cerb_add_leftovers_check)
+  add_test(NAME harness_leftovers COMMAND ${CERB_BASH}
+    ${PROJECT_SOURCE_DIR}/tests/support/check_leftovers.sh ${CMAKE_BINARY_DIR} ${CERB_TEST_STATE_DIR})
+  set_tests_properties(harness_leftovers PROPERTIES FIXTURES_CLEANUP cerb_leftovers
+    LABELS "fixture" TIMEOUT 60)
+  cerb_add_test(NAME harness_wrapped COMMAND ${CERB_TEST_PYTHON}
+    ${PROJECT_SOURCE_DIR}/tests/support/check_wrapped.py ${CMAKE_CTEST_COMMAND} ${CMAKE_BINARY_DIR}
+    ${CERB_TEST_LAUNCHER})
+  cerb_add_test(NAME harness_session COMMAND ${CERB_BASH}
+    ${PROJECT_SOURCE_DIR}/tests/support/test_harness.sh ${CERB_TEST_LAUNCHER}
+    ${PROJECT_SOURCE_DIR}/tests/support/check_leftovers.sh)
+  set_tests_properties(harness_wrapped harness_session PROPERTIES LABELS unit TIMEOUT 60)
+endfunction()
+
 function(cerb_add_server_fixture fixture)
   cmake_parse_arguments(F "" "ENGINE;PORT;NODES" "" ${ARGN})
   if(NOT F_ENGINE OR NOT F_PORT)
@@ -50,8 +124,8 @@ function(cerb_add_server_fixture fixture)
   endif()
   set(script ${PROJECT_SOURCE_DIR}/scripts/servers.sh)
   set(args ${F_ENGINE} --port ${F_PORT} --nodes ${F_NODES})
-  add_test(NAME ${fixture}_start COMMAND ${CERB_BASH} ${script} start ${args})
-  add_test(NAME ${fixture}_stop COMMAND ${CERB_BASH} ${script} stop ${args})
+  cerb_add_test(NAME ${fixture}_start COMMAND ${CERB_BASH} ${script} start ${args})
+  cerb_add_test(NAME ${fixture}_stop COMMAND ${CERB_BASH} ${script} stop ${args})
   set_tests_properties(${fixture}_start PROPERTIES FIXTURES_SETUP ${fixture}
     LABELS "fixture" TIMEOUT 60)
   set_tests_properties(${fixture}_stop PROPERTIES FIXTURES_CLEANUP ${fixture}
@@ -96,7 +170,20 @@ function(cerb_add_suite)
   cerb_set_warnings(${S_NAME})
   cerb_add_sanitizers(${S_NAME})
 
-  add_test(NAME ${S_NAME} COMMAND ${S_NAME})
+  cerb_add_test(NAME ${S_NAME} COMMAND ${S_NAME})
+
+  # A suite whose own code runs in a child process (a fork, or the suite's
+  # binary again as a role, cerb_test_spawn_self) gets the label `forks`:
+  # scripts/test.sh runs these under ThreadSanitizer too, where a child
+  # forked from a process with threads dies at its first thread. Read at
+  # configure time (test.sh always configures).
+  foreach(src IN LISTS S_SOURCES)
+    file(READ ${src} text)
+    if(text MATCHES "cerb_test_fork|cerb_test_spawn_self|[^_a-z]fork\\(|GUARD_CASES")
+      list(APPEND S_LABELS forks)
+      break()
+    endif()
+  endforeach()
 
   # LSan rides on ASan; UBSan findings abort with a stack. Suppression files
   # are used when someone adds them.

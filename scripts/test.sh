@@ -24,10 +24,17 @@
 #      minutes in all with the default 20 s). It runs even when ctest failed, and its failure fails the
 #      run (the exit status is ctest's when that failed, else fuzz.sh's).
 #   6. the ThreadSanitizer pass (asan runs only; CERB_TSAN_PASS=0 skips it):
-#      a TSan build in <build dir>-tsan, its unit and simulation suites
-#      (ctest -L 'unit|sim'), and the fuzz smoke under TSan
+#      a TSan build in <build dir>-tsan, its unit and simulation suites and
+#      every suite that runs its own code in a child process (ctest -L
+#      'unit|sim|forks'; cerb_add_suite labels those `forks`: under TSan a
+#      child forked from a process with threads dies at its first thread,
+#      which the ASan run cannot see), and the fuzz smoke under TSan
 #      ($CERB_TSAN_FUZZ_SECONDS per harness, default 10). The full suites
 #      under TSan are CERB_SANITIZER=tsan scripts/test.sh.
+#
+# Every ctest test runs in a session of its own and fails when it leaves a
+# process behind, and the run's last test (harness_leftovers) fails when
+# anything a test started is still alive (cmake/CerbTesting.cmake).
 #
 # The test servers are ctest fixtures (tests/CMakeLists.txt), started by
 # scripts/servers.sh with their state inside the build dir and stopped by PID.
@@ -114,14 +121,14 @@ fi
 
 if [[ $SANITIZER == asan && ${CERB_TSAN_PASS:-1} != 0 ]]; then
     TSAN_DIR=${BUILD_DIR}-tsan
-    step "ThreadSanitizer pass ($TSAN_DIR): unit and simulation suites, fuzz smoke"
+    step "ThreadSanitizer pass ($TSAN_DIR): unit, simulation and forking suites, fuzz smoke"
     start=$SECONDS
     trc=0
     run cmake -S "$ROOT" -B "$TSAN_DIR" -DCMAKE_BUILD_TYPE=RelWithDebInfo \
         -DCERB_WERROR=ON -DCERB_TSAN=ON ${EXTRA_CMAKE[@]+"${EXTRA_CMAKE[@]}"} || trc=$?
     ((trc != 0)) || run cmake --build "$TSAN_DIR" -j "$JOBS" || trc=$?
     ((trc != 0)) || run ctest --test-dir "$TSAN_DIR" --output-on-failure --timeout 300 \
-        -j "$TEST_JOBS" -L 'unit|sim' || trc=$?
+        -j "$TEST_JOBS" -L 'unit|sim|forks' || trc=$?
     TSAN_FUZZ=${CERB_TSAN_FUZZ_SECONDS:-10}
     if ((trc == 0)) && [[ $TSAN_FUZZ != 0 ]]; then
         CERB_FUZZ_BUILD_DIR=${TSAN_DIR}-fuzz CERB_FUZZ_JOBS=$JOBS \

@@ -16,10 +16,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include "oracle.h"
+#include "test_util.h"
 
 #define MS 1000000LL
 #define TOK(epoch, n) (((uint64_t)(epoch) << 48) | (uint64_t)(n))
@@ -186,9 +186,7 @@ static void two_processes_share_the_file(void **state)
         oracle_close(c);
         _exit(0);
     }
-    int st = 0;
-    assert_int_equal(waitpid(pid, &st, 0), pid);
-    assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+    assert_int_equal(cerb_test_wait(pid, 10000), 0);
     oracle_leave(o, h, oracle_now());
     oracle_report r = rep(o);
     assert_int_equal(r.acquisitions, 2);
@@ -208,8 +206,7 @@ static void dead_holder_is_no_overlap(void **state)
         oracle_enter(c, "d", 1, 1, "zk", oracle_now());
         _exit(0);
     }
-    int st = 0;
-    assert_int_equal(waitpid(pid, &st, 0), pid);
+    assert_int_equal(cerb_test_wait(pid, 10000), 0);
     int h = oracle_enter(o, "d", 0, 2, "zk", oracle_now());
     oracle_leave(o, h, oracle_now());
     oracle_report r = rep(o);

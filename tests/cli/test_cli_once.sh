@@ -17,6 +17,14 @@
 # errors and --help. Same conventions as test_cli.sh: every command under
 # timeout(1), waits on conditions with deadlines, TAP-like output, keys
 # unique per run, background processes stopped by PID.
+#
+# Nothing outlives the script: a CMD that holds an attempt (hold_until)
+# writes its PID where the script finds it, and gives up by itself when
+# told, when the work folder is gone, or after about a minute; the EXIT trap
+# kills every background cerberus (by its timeout's process group) and,
+# by PID, every process whose command line names the work folder (a CMD:
+# cerberus runs it in a group of its own, and the one of a killed cerberus
+# is an orphan) before it removes the folder.
 
 set -u
 
@@ -31,15 +39,38 @@ FAILED=0
 N=0
 PREFIX="oncetest$$:"
 
-cleanup() {
+# names_work PID: PID's command line names $WORK (so it is one of ours,
+# not a process that reused a PID we knew).
+names_work() {
+    local args
+    { mapfile -d '' args <"/proc/$1/cmdline"; } 2>/dev/null || return 1
+    [[ "${args[*]}" == *"$WORK"* ]]
+}
+
+# cmd_alive PIDFILE: the CMD whose PID hold_until wrote in PIDFILE runs.
+cmd_alive() {
     local p
+    { read -r p <"$1"; } 2>/dev/null && [ -n "$p" ] && names_work "$p"
+}
+
+cleanup() {
+    local p d
+    # Each bg cerberus runs under timeout(1), which leads a process group.
     for p in "${BG_PIDS[@]}"; do
-        kill -TERM "$p" 2>/dev/null
+        kill -KILL -- -"$p" 2>/dev/null
     done
-    wait
+    for d in /proc/[0-9]*; do
+        p=${d#/proc/}
+        if [ "$p" != $$ ] && names_work "$p"; then kill -KILL "$p" 2>/dev/null; fi
+    done
+    { wait; } 2>/dev/null # bash's "Killed" notes for the jobs above
     rm -rf "$WORK"
 }
 trap cleanup EXIT
+# A signal ends the script through exit, so that the EXIT trap runs.
+trap 'exit 143' TERM
+trap 'exit 130' INT
+trap 'exit 129' HUP
 
 ok() {
     N=$((N + 1))
@@ -112,7 +143,13 @@ bg() {
 
 bg_done() { [ -e "$WORK/$1.rc" ]; }
 bg_rc() { cat "$WORK/$1.rc"; }
-hold_until() { echo "touch '$1'; while [ ! -e '$2' ]; do sleep 0.02; done"; }
+# hold_until STARTED STOP: the text of a CMD that writes its PID to STARTED,
+# then runs until STOP exists, or $WORK is gone (the script ended), or 3 000
+# polls (a minute or more) have passed.
+hold_until() {
+    echo "echo \$\$ >'$1.tmp'; mv '$1.tmp' '$1'; i=0
+        while [ ! -e '$2' ] && [ -d '$WORK' ] && [ \$i -lt 3000 ]; do sleep 0.02; i=\$((i + 1)); done"
+}
 count_lines() { [ -e "$1" ] && wc -l <"$1" || echo 0; }
 
 # ---- usage (no server needed) ----
@@ -223,6 +260,8 @@ run_backend() { # NAME CONFIG-TEXT
     check "$be: a retry runs once --running has passed" wait_for 10 retry
     check "$be: ...not before it" [ $(($(now_ms) - kt0)) -ge 1000 ]
     touch "$WORK/$be.never" # ends the killed cerberus' orphaned CMD
+    orphan_gone() { ! cmd_alive "$WORK/$be.kh"; }
+    check "$be: ...whose orphaned CMD then ends" wait_for 10 orphan_gone
 }
 
 run_backend local "local = { dir = \"$WORK\"; }; guard = { keep_ms = 60000; };"

@@ -42,7 +42,7 @@
 #include "etcd_util.h"
 #include "test_util.h"
 
-static char prefix[64]; /* "getcd<pid>-" — set in main, before any fork */
+static char prefix[64]; /* "getcd<pid>-" — set in main */
 
 static char *guard_cfg(const char *guard_extra)
 {
@@ -386,8 +386,12 @@ static void test_etcd_guard_round_trips(void **state)
     cerb__config_free(cfg);
 }
 
-int main(void)
+/* The processes of GUARD_CASES, started by cerb_test_spawn_self(). */
+static const struct cerb_test_role roles[] = {GC_ROLE, {NULL, NULL}};
+
+int main(int argc, char **argv)
 {
+    cerb_test_roles(argc, argv, roles);
     snprintf(prefix, sizeof prefix, "getcd%ld-", (long)getpid());
     cerb__engines_builtin();
     const struct CMUnitTest tests[] = {

@@ -30,7 +30,7 @@
 #include "redis_cluster.h" /* cerb__redis_key_slot: where cluster mode routes a key */
 #include "test_util.h"
 
-static char prefix[64]; /* "gtest<pid>:" — set in main, before any fork */
+static char prefix[64]; /* "gtest<pid>:" — set in main */
 
 static char *guard_cfg(const char *guard_extra)
 {
@@ -549,8 +549,12 @@ static void test_redis_guard_key_beyond_lock_names(void **state)
     cerb_client_close(c);
 }
 
-int main(void)
+/* The processes of GUARD_CASES, started by cerb_test_spawn_self(). */
+static const struct cerb_test_role roles[] = {GC_ROLE, {NULL, NULL}};
+
+int main(int argc, char **argv)
 {
+    cerb_test_roles(argc, argv, roles);
     snprintf(prefix, sizeof prefix, "gtest%ld:", (long)getpid());
     cerb_test_debug_aids();
     const struct CMUnitTest tests[] = {

@@ -49,7 +49,7 @@
 #include "test_util.h"
 #include "zk_util.h"
 
-static char zroot[64]; /* "/gz<pid>/locks" — set in main, before any fork */
+static char zroot[64]; /* "/gz<pid>/locks" — set in main */
 static char gbase[64]; /* "/gz<pid>/guard" */
 
 static char *guard_cfg(const char *guard_extra)
@@ -633,47 +633,25 @@ static void test_zk_guard_takeover_race(void **state)
 
 /* ---- a client's session expires in the middle of an attempt ---- */
 
-/* A client of this suite's root with `zk_extra` in its zk section and
- * guard.keep_ms = keep_ms; NULL when it cannot open (no cmocka asserts:
- * children use it). */
-static cerb_client *zk_client(const char *zk_extra, int64_t keep_ms)
+/* The config text (malloc'd) of a client of this suite's root with
+ * `zk_extra` in its zk section and guard.keep_ms = keep_ms. */
+static char *zk_client_cfg(const char *zk_extra, int64_t keep_ms)
 {
     char zx[200], ex[80];
     snprintf(zx, sizeof zx, "root = \"%s\"; %s", zroot, zk_extra);
     snprintf(ex, sizeof ex, "guard = { keep_ms = %lld; };", (long long)keep_ms);
-    char *cfg = cerb_test_zk_config(NULL, zx, ex);
+    return cerb_test_zk_config(NULL, zx, ex);
+}
+
+/* Such a client; NULL when it cannot open. */
+static cerb_client *zk_client(const char *zk_extra, int64_t keep_ms)
+{
+    char *cfg = zk_client_cfg(zk_extra, keep_ms);
     cerb_client *c = NULL;
     if (cerb_client_open_string(&c, cfg) != CERB_OK)
         c = NULL;
     free(cfg);
     return c;
-}
-
-static int session_child(void *ud)
-{
-    struct gc_child *k = ud;
-    char b;
-    cerb_client *c = zk_client("session_timeout_ms = 2000;", 4000);
-    if (!c)
-        return 100;
-    if (read(k->go_fd, &b, 1) != 1)
-        return 101;
-    cerb_guard_opts o = CERB_GUARD_OPTS_INIT;
-    o.running_ms = k->running_ms;
-    cerb_guard *g = NULL;
-    cerb_status st = cerb_guard_begin(c, k->scope, k->key, strlen(k->key), &o, &g);
-    b = (char)st;
-    if (write(k->report_fd, &b, 1) != 1)
-        return 102;
-    if (read(k->go_fd, &b, 1) != 1)
-        return 103;
-    st = cerb_guard_finish(g, 1, "child", 5);
-    b = (char)st;
-    if (write(k->report_fd, &b, 1) != 1)
-        return 104;
-    cerb_guard_free(g);
-    cerb_client_close(c);
-    return 0;
 }
 
 /*
@@ -692,12 +670,15 @@ static void test_zk_guard_session_expiry_mid_attempt(void **state)
     gc_pipe(go);
     gc_pipe(rep);
     struct gc_child k = {key, "sess", running, go[0], rep[1], 1};
-    pid_t pid = cerb_test_fork(session_child, &k);
+    /* The child's client has a 2 s session (the suite's janitor runs
+     * threads: the child is this binary again, see GC_ROLE). */
+    char *cfg = zk_client_cfg("session_timeout_ms = 2000;", 4000);
+    pid_t pid = gc_spawn_cfg(&k, cfg);
+    free(cfg);
     assert_true(pid > 0);
+    close(rep[1]);
     assert_int_equal(write(go[1], "g", 1), 1);
-    char b;
-    assert_int_equal(read(rep[0], &b, 1), 1);
-    assert_int_equal(b, CERB_OK);
+    assert_int_equal(gc_answer(rep[0]), CERB_OK);
     int64_t t0 = cerb_test_now_ms();
     cerb_client *c = gc_open(NULL);
     assert_int_equal(cerb_test_pause_pid(pid), 0);
@@ -712,15 +693,13 @@ static void test_zk_guard_session_expiry_mid_attempt(void **state)
         cerb_test_let_time_pass(100);
     }
     assert_int_equal(write(go[1], "f", 1), 1);
-    assert_int_equal(read(rep[0], &b, 1), 1);
-    assert_int_equal(b, CERB_OK);
+    assert_int_equal(gc_answer(rep[0]), CERB_OK);
     assert_int_equal(cerb_test_wait(pid, 15000), 0);
     gc_expect_duplicate(c, "sess", key, "child", 5);
     cerb_client_close(c);
     close(go[0]);
     close(go[1]);
     close(rep[0]);
-    close(rep[1]);
     free(key);
 }
 
@@ -924,27 +903,32 @@ static bool pool_round(cerb_client *c, const char *scope, int round, int each, i
     return true;
 }
 
-/* The child of test_zk_guard_extra_session_expires: reports its
- * connections after overlapping calls, is stopped past its sessions'
- * timeout, then calls on until new extra sessions are open (at most 40 s
- * and 3000 rounds), and reports its connections, wrong answers and UNAVAILABLEs. */
-static int pool_expiry_child(void *ud)
+/* The child of test_zk_guard_extra_session_expires, role "pool_expiry"
+ * (config text, scope, go_fd, report_fd): reports its connections after
+ * overlapping calls, is stopped past its sessions' timeout, then calls on
+ * until new extra sessions are open (at most 40 s and 3000 rounds), and
+ * reports its connections, wrong answers and UNAVAILABLEs. */
+static int pool_expiry_role(int argc, char **argv)
 {
-    struct gc_child *k = ud;
-    /* Connections inherited from the parent (its janitor) count too. */
+    if (argc != 4)
+        return 99;
+    const char *scope = argv[1];
+    int go_fd = atoi(argv[2]), report_fd = atoi(argv[3]);
+    /* Connections held before the client's own (a role inherits none, but
+     * counting them keeps the numbers the client's alone). */
     int base = own_zk_connections();
-    cerb_client *c = zk_client("session_timeout_ms = 2000;", 1000);
-    if (!c)
+    cerb_client *c = NULL;
+    if (cerb_client_open_string(&c, argv[0]) != CERB_OK)
         return 100;
     int bad = 0, unavail = 0, round = 0;
     while (own_zk_connections() < base + POOL_SESSIONS && round < 100)
-        if (!pool_round(c, k->scope, round++, 5, &bad, &unavail))
+        if (!pool_round(c, scope, round++, 5, &bad, &unavail))
             return 101;
     char rep[3] = {(char)(own_zk_connections() - base), (char)(bad > 127 ? 127 : bad), 0};
-    if (write(k->report_fd, rep, 3) != 3)
+    if (write(report_fd, rep, 3) != 3)
         return 102;
     char b;
-    if (read(k->go_fd, &b, 1) != 1) /* stopped and resumed meanwhile */
+    if (read(go_fd, &b, 1) != 1) /* stopped and resumed meanwhile */
         return 103;
     bad = unavail = 0;
     int first = round;
@@ -953,7 +937,7 @@ static int pool_expiry_child(void *ud)
     bool seen_one = false;
     int64_t end = cerb_test_now_ms() + 40000; /* tend within ~6 s, reopen 5 s later */
     while (round < first + 3000 && cerb_test_now_ms() < end) {
-        if (!pool_round(c, k->scope, round++, 5, &bad, &unavail))
+        if (!pool_round(c, scope, round++, 5, &bad, &unavail))
             return 104;
         int n = own_zk_connections() - base;
         seen_one = seen_one || n == 1;
@@ -963,7 +947,7 @@ static int pool_expiry_child(void *ud)
     rep[0] = (char)(own_zk_connections() - base);
     rep[1] = (char)(bad > 127 ? 127 : bad);
     rep[2] = (char)(seen_one ? 1 : 0);
-    if (write(k->report_fd, rep, 3) != 3)
+    if (write(report_fd, rep, 3) != 3)
         return 105;
     cerb_client_close(c);
     return 0;
@@ -983,11 +967,18 @@ static void test_zk_guard_extra_session_expires(void **state)
     int go[2], rep[2];
     gc_pipe(go);
     gc_pipe(rep);
-    struct gc_child k = {"", scope, 0, go[0], rep[1], 1};
-    pid_t pid = cerb_test_fork(pool_expiry_child, &k);
+    char *cfg = zk_client_cfg("session_timeout_ms = 2000;", 1000);
+    char go_s[16], rep_s[16];
+    snprintf(go_s, sizeof go_s, "%d", go[0]);
+    snprintf(rep_s, sizeof rep_s, "%d", rep[1]);
+    char *args[] = {cfg, scope, go_s, rep_s, NULL};
+    int keep[] = {go[0], rep[1], -1};
+    pid_t pid = cerb_test_spawn_self("pool_expiry", args, keep);
+    free(cfg);
     assert_true(pid > 0);
+    close(rep[1]);
     char r[3];
-    assert_int_equal(read(rep[0], r, 3), 3);
+    assert_int_equal(cerb_test_read_within(rep[0], r, 3, GC_CHILD_MS), 3);
     print_message("before: %d connections, %d wrong answers\n", r[0], r[1]);
     assert_int_equal(r[0], POOL_SESSIONS);
     assert_int_equal(r[1], 0);
@@ -996,10 +987,13 @@ static void test_zk_guard_extra_session_expires(void **state)
     cerb_test_let_time_pass(8000);
     assert_int_equal(cerb_test_resume_pid(pid), 0);
     assert_int_equal(write(go[1], "g", 1), 1);
-    assert_int_equal(read(rep[0], r, 3), 3);
+    assert_int_equal(cerb_test_read_within(rep[0], r, 3, 60000), 3); /* its 40 s and more */
     print_message("after: %d connections, %d wrong answers, down to one first: %d\n", r[0], r[1],
                   r[2]);
     assert_int_equal(cerb_test_wait(pid, 60000), 0);
+    close(go[0]);
+    close(go[1]);
+    close(rep[0]);
     drop_scope(scope);
     free(scope);
     assert_int_equal(r[1], 0);
@@ -1457,8 +1451,16 @@ static int teardown(void **state)
     return 0;
 }
 
-int main(void)
+/* The children of this suite, started by cerb_test_spawn_self(). */
+static const struct cerb_test_role roles[] = {
+    GC_ROLE,
+    {"pool_expiry", pool_expiry_role},
+    {NULL, NULL},
+};
+
+int main(int argc, char **argv)
 {
+    cerb_test_roles(argc, argv, roles);
     cerb_test_debug_aids(); /* CERB_TEST_FILTER, CERB_TEST_DEBUG */
     snprintf(zroot, sizeof zroot, "/gz%ld/locks", (long)getpid());
     snprintf(gbase, sizeof gbase, "/gz%ld/guard", (long)getpid());

@@ -5,11 +5,14 @@
  *   static char *guard_cfg(const char *guard_extra);   config text
  *     (malloc'd) for a client of the engine under test, whose guard group
  *     holds a short keep_ms (a few seconds) and `guard_extra` (may be NULL);
- *     every client it makes must share records across processes (and it
- *     must be callable in a forked child);
+ *     every client it makes must share records across processes;
  *   static size_t guard_records(void);   this suite's records on the server
- * and lists GUARD_CASES in its cmocka group. Header-only on purpose (static
- * functions), like a conformance suite.
+ * and lists GUARD_CASES in its cmocka group, and GC_ROLE among the roles its
+ * main() hands over to first (cerb_test_roles in test_util.h): the
+ * processes of the cases below are the suite's binary run again as role
+ * "gc_child", single-threaded, whatever threads the suite runs when it
+ * starts them. Header-only on purpose (static functions), like a
+ * conformance suite.
  *
  * Faults are real: a child process holding an attempt is SIGKILLed (its
  * claim must block retries for running_ms and not longer) or SIGSTOPped
@@ -230,6 +233,10 @@ static void test_guard_threads_race(void **state)
 /* ---- processes racing begin on one key ---- */
 
 #define GC_PROCS 4
+/* How long the parent waits for a child's answer: its client's open and one
+ * begin or finish, slow under ThreadSanitizer. */
+#define GC_CHILD_MS 30000
+
 struct gc_child {
     const char *key;
     const char *scope;
@@ -239,30 +246,33 @@ struct gc_child {
     int succeed;     /* finish with 1 ("child") or 0 */
 };
 
-static int gc_child_main(void *ud)
+/* Role "gc_child": config text, key, scope, running_ms, go_fd, report_fd,
+ * succeed (gc_spawn). */
+static int gc_child_role(int argc, char **argv)
 {
-    struct gc_child *k = ud;
+    if (argc != 7)
+        return 99;
+    struct gc_child k = {argv[1], argv[2], strtoll(argv[3], NULL, 10), atoi(argv[4]),
+                         atoi(argv[5]), atoi(argv[6])};
     char b;
     cerb_client *c = NULL;
-    char *cfg = guard_cfg(NULL);
-    if (cerb_client_open_string(&c, cfg) != CERB_OK)
+    if (cerb_client_open_string(&c, argv[0]) != CERB_OK)
         return 100;
-    free(cfg);
-    if (read(k->go_fd, &b, 1) != 1)
+    if (read(k.go_fd, &b, 1) != 1)
         return 101;
     cerb_guard_opts o = CERB_GUARD_OPTS_INIT;
-    o.running_ms = k->running_ms;
+    o.running_ms = k.running_ms;
     cerb_guard *g = NULL;
-    cerb_status st = cerb_guard_begin(c, k->scope, k->key, strlen(k->key), &o, &g);
+    cerb_status st = cerb_guard_begin(c, k.scope, k.key, strlen(k.key), &o, &g);
     b = (char)st;
-    if (write(k->report_fd, &b, 1) != 1)
+    if (write(k.report_fd, &b, 1) != 1)
         return 102;
     if (st == CERB_OK) {
-        if (read(k->go_fd, &b, 1) != 1) /* hold the attempt until told */
+        if (read(k.go_fd, &b, 1) != 1) /* hold the attempt until told */
             return 103;
-        st = cerb_guard_finish(g, k->succeed, "child", 5);
+        st = cerb_guard_finish(g, k.succeed, "child", 5);
         b = (char)st;
-        if (write(k->report_fd, &b, 1) != 1)
+        if (write(k.report_fd, &b, 1) != 1)
             return 104;
     }
     cerb_guard_free(g);
@@ -270,9 +280,46 @@ static int gc_child_main(void *ud)
     return 0;
 }
 
+#define GC_ROLE {"gc_child", gc_child_role}
+
+/* Start the child @k on a client of config text @cfg (guard_cfg(NULL) when
+ * NULL), as role "gc_child". The caller then closes its copy of
+ * k->report_fd, so that its reads see end of file when the child dies, and
+ * keeps k->go_fd open until the end: a write to a child that has exited
+ * must fail no assertion, nor raise SIGPIPE (which the suites leave at its
+ * default, to catch a library that would). */
+static pid_t gc_spawn_cfg(const struct gc_child *k, const char *cfg)
+{
+    char *own = cfg ? NULL : guard_cfg(NULL);
+    char run[24], go[16], rep[16], ok[4];
+    snprintf(run, sizeof run, "%lld", (long long)k->running_ms);
+    snprintf(go, sizeof go, "%d", k->go_fd);
+    snprintf(rep, sizeof rep, "%d", k->report_fd);
+    snprintf(ok, sizeof ok, "%d", k->succeed);
+    char *args[] = {(char *)(cfg ? cfg : own), (char *)k->key, (char *)k->scope, run, go, rep, ok,
+                    NULL};
+    int keep[] = {k->go_fd, k->report_fd, -1};
+    pid_t pid = cerb_test_spawn_self("gc_child", args, keep);
+    free(own);
+    return pid;
+}
+
+static pid_t gc_spawn(const struct gc_child *k)
+{
+    return gc_spawn_cfg(k, NULL);
+}
+
 static void gc_pipe(int fds[2])
 {
     assert_int_equal(pipe(fds), 0);
+}
+
+/* One byte from a child, within GC_CHILD_MS. */
+static char gc_answer(int fd)
+{
+    char b;
+    assert_int_equal(cerb_test_read_within(fd, &b, 1, GC_CHILD_MS), 1);
+    return b;
 }
 
 static void test_guard_processes_race(void **state)
@@ -285,15 +332,15 @@ static void test_guard_processes_race(void **state)
     for (int i = 0; i < GC_PROCS; i++) {
         gc_pipe(go[i]);
         struct gc_child k = {key, "proc-race", 0, go[i][0], rep[1], 1};
-        pid[i] = cerb_test_fork(gc_child_main, &k);
+        pid[i] = gc_spawn(&k);
         assert_true(pid[i] > 0);
     }
+    close(rep[1]);
     for (int i = 0; i < GC_PROCS; i++) /* all at once */
         assert_int_equal(write(go[i][1], "g", 1), 1);
     int ok = 0, busy = 0;
     for (int i = 0; i < GC_PROCS; i++) {
-        char b;
-        assert_int_equal(read(rep[0], &b, 1), 1);
+        char b = gc_answer(rep[0]);
         ok += b == CERB_OK;
         busy += b == CERB_BUSY;
     }
@@ -301,16 +348,13 @@ static void test_guard_processes_race(void **state)
     assert_int_equal(busy, GC_PROCS - 1);
     for (int i = 0; i < GC_PROCS; i++) /* the winner finishes; others exited */
         (void)!write(go[i][1], "f", 1);
-    char b;
-    assert_int_equal(read(rep[0], &b, 1), 1);
-    assert_int_equal(b, CERB_OK);
+    assert_int_equal(gc_answer(rep[0]), CERB_OK);
     for (int i = 0; i < GC_PROCS; i++) {
         assert_int_equal(cerb_test_wait(pid[i], 10000), 0);
         close(go[i][0]);
         close(go[i][1]);
     }
     close(rep[0]);
-    close(rep[1]);
     cerb_client *c = gc_open(NULL);
     gc_expect_duplicate(c, "proc-race", key, "child", 5);
     cerb_client_close(c);
@@ -329,14 +373,13 @@ static void test_guard_crashed_process(void **state)
     gc_pipe(rep);
     struct gc_child k = {key, "crash", running, go[0], rep[1], 1};
     int64_t t0 = cerb_test_now_ms(); /* before the child's begin: its claim ends later */
-    pid_t pid = cerb_test_fork(gc_child_main, &k);
+    pid_t pid = gc_spawn(&k);
     assert_true(pid > 0);
+    close(rep[1]);
     assert_int_equal(write(go[1], "g", 1), 1);
-    char b;
-    assert_int_equal(read(rep[0], &b, 1), 1);
-    assert_int_equal(b, CERB_OK);
+    assert_int_equal(gc_answer(rep[0]), CERB_OK);
     kill(pid, SIGKILL); /* mid-operation: no finish, no free */
-    assert_int_equal(waitpid(pid, NULL, 0), pid);
+    assert_int_equal(cerb_test_wait(pid, 10000), 128 + SIGKILL);
 
     cerb_client *c = gc_open(NULL);
     /* Not before running_ms: BUSY while t < t0 + running (less a margin
@@ -367,7 +410,6 @@ static void test_guard_crashed_process(void **state)
     close(go[0]);
     close(go[1]);
     close(rep[0]);
-    close(rep[1]);
     free(key);
 }
 
@@ -382,12 +424,11 @@ static void test_guard_paused_attempt_loses(void **state)
     gc_pipe(go);
     gc_pipe(rep);
     struct gc_child k = {key, "pause", running, go[0], rep[1], 1};
-    pid_t pid = cerb_test_fork(gc_child_main, &k);
+    pid_t pid = gc_spawn(&k);
     assert_true(pid > 0);
+    close(rep[1]);
     assert_int_equal(write(go[1], "g", 1), 1);
-    char b;
-    assert_int_equal(read(rep[0], &b, 1), 1);
-    assert_int_equal(b, CERB_OK);
+    assert_int_equal(gc_answer(rep[0]), CERB_OK);
     cerb_client *c = gc_open(NULL);
     /* While the child runs, its claim is renewed past running_ms. */
     int64_t t_renewed = cerb_test_now_ms() + 2 * running;
@@ -408,8 +449,7 @@ static void test_guard_paused_attempt_loses(void **state)
     assert_int_equal(st, CERB_OK); /* the new attempt took over */
     assert_int_equal(cerb_test_resume_pid(pid), 0);
     assert_int_equal(write(go[1], "f", 1), 1); /* the old attempt finishes late */
-    assert_int_equal(read(rep[0], &b, 1), 1);
-    assert_int_equal(b, CERB_LOST);
+    assert_int_equal(gc_answer(rep[0]), CERB_LOST);
     assert_int_equal(cerb_test_wait(pid, 10000), 0);
     /* The new attempt's record is untouched: still running, then its own. */
     assert_int_equal(gc_begin_status(c, "pause", key, NULL), CERB_BUSY);
@@ -420,7 +460,6 @@ static void test_guard_paused_attempt_loses(void **state)
     close(go[0]);
     close(go[1]);
     close(rep[0]);
-    close(rep[1]);
     free(key);
 }
 

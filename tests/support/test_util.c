@@ -12,6 +12,13 @@
  * resumed at exit (atexit), because a failed cmocka assertion jumps over the
  * test's own resume call and would leave the server stopped for every later
  * test in the suite.
+ *
+ * A child that runs the suite's own code while the suite has threads is
+ * the suite's binary started again in a role (cerb_test_spawn_self), not a
+ * fork: it begins with one thread and no inherited locks, keeps only the
+ * descriptors it is given, and dies with its parent, so neither a lock
+ * held at the fork nor ThreadSanitizer's refusal of threads in such a
+ * child can leave the parent waiting on it.
  */
 #include "internal_posix.h"
 
@@ -21,6 +28,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <poll.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -28,7 +36,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/random.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -276,6 +286,151 @@ pid_t cerb_test_fork(int (*fn)(void *ud), void *ud)
     if (pid > 0)
         setpgid(pid, pid);
     return pid;
+}
+
+extern char **environ;
+
+#define ROLE_FLAG "--cerb-test-role"
+#define ROLE_MAX_ARGS 32
+#define ROLE_MAX_FDS 16
+
+/* Child side of cerb_test_spawn_self, between fork and exec: only
+ * async-signal-safe calls (the parent may have threads). Closes every
+ * descriptor from 3 up but the sorted @keep (n of them). */
+static void close_all_but(const int *keep, int n)
+{
+    unsigned lo = 3;
+    for (int i = 0; i <= n; i++) {
+        unsigned hi = i < n ? (unsigned)keep[i] : ~0U;
+        if (hi > lo && syscall(SYS_close_range, lo, hi - 1, 0) != 0) {
+            /* Kernels before 5.9: one by one, up to a bound. */
+            for (unsigned fd = lo; fd < hi && fd < 65536; fd++)
+                close((int)fd);
+        }
+        if (i < n)
+            lo = (unsigned)keep[i] + 1;
+    }
+}
+
+pid_t cerb_test_spawn_self(const char *role, char *const args[], const int keep_fds[])
+{
+    if (getenv("CERB_TEST_ROLE")) {
+        errno = EPERM;
+        return -1;
+    }
+    /* Everything the child needs is built here, before the fork. */
+    char *argv[ROLE_MAX_ARGS + 4];
+    int argc = 0;
+    argv[argc++] = "/proc/self/exe";
+    argv[argc++] = ROLE_FLAG;
+    argv[argc++] = (char *)role;
+    for (int i = 0; args && args[i]; i++) {
+        if (i == ROLE_MAX_ARGS) {
+            errno = E2BIG;
+            return -1;
+        }
+        argv[argc++] = args[i];
+    }
+    argv[argc] = NULL;
+    int keep[ROLE_MAX_FDS], nkeep = 0;
+    for (int i = 0; keep_fds && keep_fds[i] >= 0; i++) {
+        if (nkeep == ROLE_MAX_FDS) {
+            errno = E2BIG;
+            return -1;
+        }
+        int fd = keep_fds[i], j = nkeep++;
+        for (; j > 0 && keep[j - 1] > fd; j--) /* sorted, for close_all_but */
+            keep[j] = keep[j - 1];
+        keep[j] = fd;
+    }
+    if (access("/proc/self/exe", X_OK) != 0)
+        return -1;
+    /* The environment plus CERB_TEST_ROLE, in an array of its own: setenv()
+     * would race with the getenv() of this process's other threads. */
+    size_t nenv = 0;
+    while (environ[nenv])
+        nenv++;
+    char **envp = malloc((nenv + 2) * sizeof *envp);
+    size_t rlen = strlen("CERB_TEST_ROLE=") + strlen(role) + 1;
+    char *mark = malloc(rlen);
+    if (!envp || !mark) {
+        free(envp);
+        free(mark);
+        errno = ENOMEM;
+        return -1;
+    }
+    snprintf(mark, rlen, "CERB_TEST_ROLE=%s", role);
+    size_t k = 0;
+    for (size_t i = 0; i < nenv; i++) {
+        if (strncmp(environ[i], "CERB_TEST_ROLE=", 15) != 0)
+            envp[k++] = environ[i];
+    }
+    envp[k++] = mark;
+    envp[k] = NULL;
+
+    pid_t parent = getpid();
+    fflush(NULL);
+    pid_t pid = fork();
+    int e = errno;
+    if (pid == 0) {
+        child_setup();
+        prctl(PR_SET_PDEATHSIG, SIGKILL);
+        if (getppid() != parent) /* the parent died before the prctl */
+            _exit(126);
+        close_all_but(keep, nkeep);
+        for (int i = 0; i < nkeep; i++) /* pipes are often made O_CLOEXEC */
+            fcntl(keep[i], F_SETFD, 0);
+        execve(argv[0], argv, envp);
+        _exit(127);
+    }
+    free(envp);
+    free(mark);
+    if (pid > 0)
+        setpgid(pid, pid);
+    errno = e;
+    return pid;
+}
+
+void cerb_test_roles(int argc, char **argv, const struct cerb_test_role roles[])
+{
+    if (argc < 3 || strcmp(argv[1], ROLE_FLAG) != 0)
+        return;
+    for (int i = 0; roles[i].name; i++) {
+        if (strcmp(roles[i].name, argv[2]) == 0) {
+            int rc = roles[i].main(argc - 3, argv + 3);
+            fflush(NULL);
+            _exit(rc & 0xff);
+        }
+    }
+    fprintf(stderr, "%s: no role '%s' in this suite\n", argv[0], argv[2]);
+    _exit(127);
+}
+
+ssize_t cerb_test_read_within(int fd, void *buf, size_t n, int64_t timeout_ms)
+{
+    int64_t deadline = cerb_test_now_ms() + (timeout_ms > 0 ? timeout_ms : 0);
+    size_t got = 0;
+    while (got < n) {
+        int64_t left = deadline - cerb_test_now_ms();
+        if (left <= 0) {
+            errno = ETIMEDOUT;
+            return -1;
+        }
+        struct pollfd p = {.fd = fd, .events = POLLIN};
+        int r = poll(&p, 1, left > INT32_MAX ? INT32_MAX : (int)left);
+        if (r < 0 && errno != EINTR)
+            return -1;
+        if (r <= 0)
+            continue;
+        ssize_t k = read(fd, (char *)buf + got, n - got);
+        if (k < 0 && errno != EINTR && errno != EAGAIN)
+            return -1;
+        if (k == 0)
+            break;
+        if (k > 0)
+            got += (size_t)k;
+    }
+    return (ssize_t)got;
 }
 
 static int decode_status(int st)

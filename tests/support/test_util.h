@@ -141,11 +141,72 @@ pid_t cerb_test_spawn(char *const argv[]);
 /*
  * cerb_test_fork — run @fn(@ud) in a forked child and _exit() with its
  * return value (exit() handlers and cmocka's state are bypassed). Only
- * async-signal-safe work is strictly safe in the child of a threaded parent;
- * fork before starting threads, or open a fresh client in the child.
+ * async-signal-safe work is strictly safe in the child of a threaded parent,
+ * and under ThreadSanitizer it dies at its first thread: fork before any
+ * thread exists (a test of what a fork inherits), else use a role
+ * (cerb_test_spawn_self below).
  * Returns: the child's PID, or -1.
  */
 pid_t cerb_test_fork(int (*fn)(void *ud), void *ud);
+
+/*
+ * Roles: children that run this suite's own code in a fresh process image.
+ * A forked copy of a process with threads (a client's I/O threads, a
+ * janitor) inherits locks those threads may hold, and ThreadSanitizer kills
+ * such a child at its first thread ("starting new threads after
+ * multi-threaded fork is not supported"). So a child that opens clients is
+ * started as the suite's binary again (/proc/self/exe), single-threaded,
+ * told which role to play on its command line; main() hands over to it
+ * first thing:
+ *
+ *     static const struct cerb_test_role roles[] = {{"child", child_main}, {NULL, NULL}};
+ *     int main(int argc, char **argv)
+ *     {
+ *         cerb_test_roles(argc, argv, roles);
+ *         ...
+ *
+ * A role gets strings only: what it needs from the parent (a config text,
+ * a key, pipe descriptors kept across the exec) comes as arguments.
+ */
+struct cerb_test_role {
+    const char *name;
+    int (*main)(int argc, char **argv); /* the role's arguments only */
+};
+
+/*
+ * cerb_test_spawn_self — start this suite's binary as @role with @args
+ * (NULL-terminated; NULL for none). The child keeps descriptors 0-2 and
+ * those in @keep_fds (ended by -1; NULL for none) at the same numbers;
+ * every other descriptor is closed. It runs in its own process group (as
+ * cerb_test_spawn), has CERB_TEST_ROLE=@role in its environment, and is
+ * killed when the thread that spawned it exits (PR_SET_PDEATHSIG), so a
+ * failed assertion in the parent cannot leave it blocked forever. A role
+ * cannot spawn roles (errno EPERM): a suite whose main() forgot the
+ * hand-over would otherwise run itself again and again.
+ * Returns: the child's PID, or -1 (errno).
+ */
+pid_t cerb_test_spawn_self(const char *role, char *const args[], const int keep_fds[]);
+
+/*
+ * cerb_test_roles — when this process was started by cerb_test_spawn_self(),
+ * run its role from @roles (ended by a NULL name) with the role's
+ * arguments, and end the process with the role's status (127 for an
+ * unknown role) by _exit(), as a forked child ends: no exit handlers, so
+ * neither cmocka's nor LeakSanitizer's check at exit (a child whose
+ * ZooKeeper session expired holds the C client's upstream leak,
+ * ZOOKEEPER-2894, see tests/chaos/lsan.supp).
+ * Returns: only when this process is not a role (the suite goes on).
+ */
+void cerb_test_roles(int argc, char **argv, const struct cerb_test_role roles[]);
+
+/*
+ * cerb_test_read_within — read @n bytes from @fd, waiting at most
+ * @timeout_ms in all (poll on the monotonic clock): a child that died or
+ * hangs fails the test instead of blocking it.
+ * Returns: @n; fewer at end of file (the writer closed or died); -1 on
+ * error or at the deadline (errno ETIMEDOUT).
+ */
+ssize_t cerb_test_read_within(int fd, void *buf, size_t n, int64_t timeout_ms);
 
 /*
  * cerb_test_wait — wait at most @timeout_ms (negative: forever) for child

@@ -603,10 +603,7 @@ static void test_forked_child_refused(void **state)
         bad |= cerb_lock_fencing_token(l) != 0;
         _exit(bad);
     }
-    int status = 0;
-    assert_int_equal(waitpid(pid, &status, 0), pid);
-    assert_true(WIFEXITED(status));
-    assert_int_equal(WEXITSTATUS(status), 0);
+    assert_int_equal(cerb_test_wait(pid, 10000), 0);
     char tok[33];
     assert_true(script_engine_holder(SCRIPT_A, "fork-child", tok));
     assert_int_equal(cerb_lock_unlock(l), CERB_OK);

@@ -254,8 +254,12 @@ static void test_guard_engine_without_guard(void **state)
     cerb_client_close(c);
 }
 
-int main(void)
+/* The processes of GUARD_CASES, started by cerb_test_spawn_self(). */
+static const struct cerb_test_role roles[] = {GC_ROLE, {NULL, NULL}};
+
+int main(int argc, char **argv)
 {
+    cerb_test_roles(argc, argv, roles);
     const struct CMUnitTest file_cases[] = {GUARD_CASES};
     const struct CMUnitTest mem_cases[] = {
         cmocka_unit_test(test_guard_once_then_duplicate),

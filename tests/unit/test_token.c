@@ -11,11 +11,11 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cmocka.h>
 
+#include "test_util.h"
 #include "token.h"
 
 #define N 2000
@@ -52,15 +52,13 @@ static void test_fork_does_not_repeat_tokens(void **state)
         ssize_t w = write(fds[1], t, CERB_TOKEN_LEN);
         _exit(w == CERB_TOKEN_LEN ? 0 : 1);
     }
+    close(fds[1]); /* a dead child is then end of file, not a wait forever */
     assert_int_equal(cerb__token_new(parent), CERB_OK);
-    assert_int_equal(read(fds[0], child, CERB_TOKEN_LEN), CERB_TOKEN_LEN);
+    assert_int_equal(cerb_test_read_within(fds[0], child, CERB_TOKEN_LEN, 10000), CERB_TOKEN_LEN);
     child[CERB_TOKEN_LEN] = '\0';
-    int status = 0;
-    waitpid(pid, &status, 0);
-    assert_int_equal(WEXITSTATUS(status), 0);
+    assert_int_equal(cerb_test_wait(pid, 10000), 0);
     assert_string_not_equal(parent, child);
     close(fds[0]);
-    close(fds[1]);
 }
 
 int main(void)
