@@ -13,7 +13,9 @@
 # waits and then reports the success without running CMD (or runs CMD when
 # the first failed); five concurrent `once -n` run CMD exactly once;
 # --keep expires; a SIGKILLed cerberus holding an attempt blocks a retry
-# for --running and not after; a TERM abandons a wait (75). Plus usage
+# for --running and not after; a TERM abandons a wait (75); on redis, a
+# record deleted while CMD runs: --on-lost kill stops CMD (76), ignore
+# lets it finish (76: not recorded). Plus usage
 # errors and --help. Same conventions as test_cli.sh: every command under
 # timeout(1), waits on conditions with deadlines, TAP-like output, keys
 # unique per run, background processes stopped by PID.
@@ -170,6 +172,8 @@ cerb once --keep 3x s k -- true
 expect_rc 64 "once --keep with a bad unit: usage error"
 cerb once "$(printf 'a\tb')" k -- true
 expect_rc 64 "once with a control character in SCOPE: usage error"
+cerb once --on-lost maybe s k -- true
+expect_rc 64 "once --on-lost with a bad value: usage error"
 cerb help
 expect_out 'once \[-n \| -w MS\]' "cerberus help lists once"
 
@@ -272,6 +276,37 @@ if [ -n "$REDIS_CLI" ] && "$REDIS_CLI" -p "$PORT" ping >/dev/null 2>&1; then
         "$REDIS_CLI" -p "$PORT" GET "$k" | head -c 1; echo; done | grep -c '^R' || true)
     check "redis: no running claim left behind" [ "${left:-0}" -eq 0 ]
     "$REDIS_CLI" -p "$PORT" --scan --pattern "${PREFIX}cerb:guard:*" | xargs -r "$REDIS_CLI" -p "$PORT" DEL >/dev/null
+
+    # --on-lost: the record deleted on the server while CMD runs (the only
+    # record left under the prefix); the next renewal finds it gone and
+    # the attempt is LOST. kill stops CMD at once (76); ignore lets it
+    # finish, and its success, not recorded, gives 76 too.
+    claim_gone() {
+        "$REDIS_CLI" -p "$PORT" --scan --pattern "${PREFIX}cerb:guard:*" |
+            xargs -r "$REDIS_CLI" -p "$PORT" DEL >/dev/null
+    }
+    key="lost-$$-$RANDOM"
+    bg redis-lostkill -c "$WORK/redis.cfg" once --on-lost kill --running 600 once-lost "$key" \
+        -- sh -c "$(hold_until "$WORK/lk.h" "$WORK/lk.never")"
+    wait_for 10 test -e "$WORK/lk.h"
+    claim_gone
+    check "redis: --on-lost kill: once ends soon after the loss" wait_for 5 bg_done redis-lostkill
+    check "redis: ...with 76" [ "$(bg_rc redis-lostkill)" = 76 ]
+    check "redis: ...saying CMD was stopped" grep -q 'attempt .* lost; stopping CMD' "$WORK/redis-lostkill.out"
+    lk_gone() { ! cmd_alive "$WORK/lk.h"; }
+    check "redis: ...and CMD is gone" wait_for 5 lk_gone
+    key="lost2-$$-$RANDOM"
+    bg redis-lostign -c "$WORK/redis.cfg" once --on-lost ignore --running 600 once-lost "$key" \
+        -- sh -c "$(hold_until "$WORK/li.h" "$WORK/li.go")"
+    wait_for 10 test -e "$WORK/li.h"
+    claim_gone
+    check "redis: --on-lost ignore reports the loss" wait_for 5 grep -q 'lost; CMD goes on' "$WORK/redis-lostign.out"
+    check "redis: ...and CMD goes on" cmd_alive "$WORK/li.h"
+    touch "$WORK/li.go"
+    check "redis: ...to its end" wait_for 10 bg_done redis-lostign
+    check "redis: ...then 76, its success not recorded" [ "$(bg_rc redis-lostign)" = 76 ]
+    check "redis: ...and said so" grep -q 'not recorded' "$WORK/redis-lostign.out"
+    claim_gone
 else
     not_ok "redis on port $PORT answers"
 fi
