@@ -544,11 +544,18 @@ promoted() {
 
 # replicated_fault SCENARIO END_MS ACTION: one Sentinel or Cluster fault
 # (see the file comment), once the deployment is whole, if that is early
-# enough to end before the workers do.
+# enough to end before the workers do. Returns 2 when it is too late for
+# any more faults.
 replicated_fault() {
     local scen=$1 end=$2 a=$3 m slot name pid ms new r r2 p src dst src_id dst_id t0
-    if ! await_whole $((end - 8000)); then
-        echo "  [$scen $(elapsed)] $a: the $RKIND deployment is not whole in time; skipped"
+    # 8 s before the workers end at the latest: a fault that starts later
+    # would mostly play out after them.
+    if ! await_whole $((end - 8000)) || (($(now_ms) > end - 8000)); then
+        if (($(now_ms) > end - 8000)); then
+            echo "  [$scen $(elapsed)] $a: the $RKIND deployment is not whole 8 s before the end; no more faults"
+            return 2
+        fi
+        echo "  [$scen $(elapsed)] $a: the $RKIND deployment is not whole after 30 s; skipped"
         return 0
     fi
     local k=$((RANDOM % 3))
@@ -592,13 +599,19 @@ replicated_fault() {
             rcli "$r" REPLICAOF NO ONE >/dev/null
             ms_sleep "$ms"
             t0=$(now_ms)
-            new=$(rcli $((SENTINEL_PORT + 10)) SENTINEL FAILOVER "$CERB_SENTINEL_MASTER") || new="no answer"
-            [[ $new == OK ]] || echo "  [$scen $(elapsed)]   SENTINEL FAILOVER: $new"
+            # Any sentinel may start it; one that answers NOGOODSLAVE may
+            # not have seen the replicas lately: the next is asked.
+            for p in 10 11 12; do
+                new=$(rcli $((SENTINEL_PORT + p)) SENTINEL FAILOVER "$CERB_SENTINEL_MASTER") || new="no answer"
+                [[ $new == OK ]] && break
+                echo "  [$scen $(elapsed)]   sentinel :$((SENTINEL_PORT + p)) SENTINEL FAILOVER: $new"
+            done
             if new=$(promoted "$m" - 15000) && [[ $new == "$r" ]]; then
                 FAILOVER_MS=$(now_ms)
                 echo "  [$scen $(elapsed)]   the stale :$r promoted after $(($(now_ms) - t0)) ms"
             else
-                echo "  [$scen $(elapsed)]   :$r not promoted (master ${new:-?}); it replicates :$m again"
+                new=$(master_now -) || new="not agreed on"
+                echo "  [$scen $(elapsed)]   :$r not promoted in 15 s (the sentinels' master: $new); it replicates :$m again"
                 rcli "$r" REPLICAOF 127.0.0.1 "$m" >/dev/null
             fi
             rcli "$r2" CONFIG SET replica-priority 100 >/dev/null
@@ -725,7 +738,10 @@ nemesis() {
                 fi
                 ;;
             kill-master | pause-master | stale-promote | migrate)
-                replicated_fault "$scen" "$end" "$a" || return 1
+                local rf=0
+                replicated_fault "$scen" "$end" "$a" || rf=$?
+                if ((rf == 2)); then break; fi
+                ((rf == 0)) || return 1
                 ;;
             expire)
                 ms=$((LEASE_MS * 2 + RANDOM % 1000))
