@@ -112,7 +112,7 @@ ALL_SCENARIOS="redis zk etcd redis-zk etcd-redis zk-etcd redis-zk-grace0 zk3 etc
 # leases when it resumes (etcd#15247): overlaps there are the server's,
 # counted and reported, not failed.
 EXTRA_SCENARIOS="etcd3-oldleader"
-CI_SCENARIOS="redis zk etcd redis-zk etcd-redis redis-zk-grace0 zk3 etcd3"
+CI_SCENARIOS="redis zk etcd redis-zk etcd-redis redis-zk-grace0 zk3 etcd3 sentinel cluster zk-guard"
 
 say() { printf '%s: %s\n' "$PROG" "$*"; }
 die() { printf '%s: error: %s\n' "$PROG" "$*" >&2; exit 1; }
