@@ -26,6 +26,27 @@
 #                restart it on its data a moment later
 #   pause-leader (zk3, etcd3) SIGSTOP the leader past the lease, SIGCONT
 #   pause-follower (zk3, etcd3) the same to a follower
+#   expire       the proxy answers nothing for twice the session timeout,
+#                so the server expires the clients' sessions mid-attempt
+#   kill-master  (sentinel, cluster) kill -9 the master (cluster: of a
+#                worker name's slot), wait until a replica is promoted, then
+#                restart it empty on its old command line (sentinel: as a
+#                master, which the sentinels turn into a replica after a
+#                while; cluster: on its nodes.conf, as a replica)
+#   pause-master (sentinel, cluster) SIGSTOP that master 2.5-6 s (past the
+#                lease; mostly long enough for a failover), then SIGCONT: it
+#                comes back as a master until it is told otherwise
+#   stale-promote (sentinel) a replica stops replicating (REPLICAOF NO ONE)
+#                while the workers write on the master for 1-2.5 s, the other
+#                replica gets replica-priority 0, and SENTINEL FAILOVER
+#                promotes the stale one: what the master granted in between
+#                is lost
+#   migrate      (cluster) the slot of a worker name moves to another master
+#                under load: SETSLOT IMPORTING/MIGRATING, MIGRATE of its keys
+#                two at a time 100 ms apart, SETSLOT NODE everywhere
+# Sentinel and Cluster faults wait, before they start, until the deployment
+# is whole again (every replica linked, no failover for the sentinels'
+# 2 × failover-timeout), 30 s at most, and are skipped otherwise.
 # Then heal everything, let the workers finish, and print the oracle's row:
 # scenario, acquisitions (per engine), overlaps explained / unsafe, token
 # regressions, tokens of 0, overruns, LOST. Its anomaly notes follow.
@@ -33,6 +54,12 @@
 # Verdict: exit 1 when any scenario had unsafe overlaps (except the
 # switch_grace_ms = 0 scenario, where they are counted and reported), token
 # regressions, tokens of 0, overrunning calls, a hung worker, or no grants.
+#
+# Guard scenarios (zk-guard, redis-guard, etcd-guard) run the workers with
+# --guard: idempotency-guard attempts on four keys instead of locks, twice
+# the threads (zk: so the guard's extra sessions open), judged by the same
+# oracle (overlaps of attempts at one key; a rerun within keep_ms of a
+# success; no tokens).
 #
 # Replay: every scenario prints its seed and the nemesis schedule; the same
 # --scenario and --seed give the same worker choices and the same schedule
@@ -45,9 +72,13 @@
 # 30100, 30102, 30104, each with its peer port next to it) — below the
 # kernel's ephemeral range (32768+), where a client socket could hold a port
 # a restarted member needs,
+# CERB_CHAOS_SENTINEL_PORT (31500: master and replicas 31500-31502,
+# sentinels 31510-31512), CERB_CHAOS_CLUSTER_PORT (31600: nodes 31600-31605,
+# bus ports 21600-21605, see servers.d/cluster.sh),
 # CERB_CHAOS_STATE_DIR (servers' state, default $TMPDIR/cerb-chaos-$UID),
 # CERB_CHAOS_KEEP_DIR (a failed scenario's worker logs, config and oracle,
-# default $TMPDIR/cerb-chaos-failed-<seed>),
+# default $TMPDIR/cerb-chaos-failed-<seed>), CERB_CHAOS_KEEP_ALL=1 (keep
+# them for every scenario),
 # CERB_BUILD_DIR (default ./build).
 set -euo pipefail
 
@@ -61,7 +92,12 @@ ETCD_PORT=${CERB_CHAOS_ETCD_PORT:-31300}
 PROXY_PORT=${CERB_CHAOS_PROXY_PORT:-31410}
 ZK3_PORT=${CERB_CHAOS_ZK3_PORT:-30000}
 ETCD3_PORT=${CERB_CHAOS_ETCD3_PORT:-30100}
+SENTINEL_PORT=${CERB_CHAOS_SENTINEL_PORT:-31500}
+CLUSTER_PORT=${CERB_CHAOS_CLUSTER_PORT:-31600}
+export CERB_SENTINEL_MASTER=${CERB_SENTINEL_MASTER:-cerbmaster}
 NODES=1              # servers per engine in the current scenario
+RKIND=redis          # the redis deployment: redis (one server), sentinel, cluster
+GUARD=0              # workers make guard attempts instead of locking
 export CERB_STATE_DIR=${CERB_CHAOS_STATE_DIR:-${TMPDIR:-/tmp}/cerb-chaos-${UID:-$(id -u)}}
 # Upstream leaks of the workers' libraries (tests/chaos/lsan.supp).
 export LSAN_OPTIONS=${LSAN_OPTIONS:-suppressions=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)/tests/chaos/lsan.supp}
@@ -70,13 +106,13 @@ BUILD=${CERB_BUILD_DIR:-$ROOT/build}
 LEASE_MS=2000        # lock.lease_ms; zk sessions and etcd TTLs are of the same order
 SETTLE_MS=3000       # time clients take to see a `cerberus switch` (file watch)
 
-ALL_SCENARIOS="redis zk etcd redis-zk etcd-redis zk-etcd redis-zk-grace0 zk3 etcd3"
+ALL_SCENARIOS="redis zk etcd redis-zk etcd-redis zk-etcd redis-zk-grace0 zk3 etcd3 sentinel cluster zk-guard redis-guard etcd-guard"
 # Run only when named: etcd3-oldleader pauses the leader of a 3-node etcd,
 # which etcd before 3.4.28 / 3.5.11 answers by revoking live sessions'
 # leases when it resumes (etcd#15247): overlaps there are the server's,
 # counted and reported, not failed.
 EXTRA_SCENARIOS="etcd3-oldleader"
-CI_SCENARIOS="redis zk etcd redis-zk etcd-redis redis-zk-grace0 zk3 etcd3"
+CI_SCENARIOS="redis zk etcd redis-zk etcd-redis redis-zk-grace0 zk3 etcd3 sentinel cluster zk-guard"
 
 say() { printf '%s: %s\n' "$PROG" "$*"; }
 die() { printf '%s: error: %s\n' "$PROG" "$*" >&2; exit 1; }
@@ -153,23 +189,45 @@ elapsed() { local d=$(($(now_ms) - T0)); printf '+%d.%ds' $((d / 1000)) $((d % 1
 
 servers() { "$ROOT/scripts/servers.sh" "$@"; }
 
+# kind_of E: the servers.sh deployment serving engine E in the current
+# scenario (redis, sentinel or cluster for the redis engine).
+kind_of() {
+    case $1 in
+        redis) echo "$RKIND" ;;
+        *) echo "$1" ;;
+    esac
+}
+
 # port_of E: the (base) client port of E in the current scenario.
 port_of() {
     case $1 in
-        redis) echo "$REDIS_PORT" ;;
+        redis)
+            case $RKIND in
+                sentinel) echo "$SENTINEL_PORT" ;;
+                cluster) echo "$CLUSTER_PORT" ;;
+                *) echo "$REDIS_PORT" ;;
+            esac
+            ;;
         zk) if ((NODES > 1)); then echo "$ZK3_PORT"; else echo "$ZK_PORT"; fi ;;
         etcd) if ((NODES > 1)); then echo "$ETCD3_PORT"; else echo "$ETCD_PORT"; fi ;;
     esac
 }
 
 # node_ports E: the client port of each of E's nodes (servers.sh: zk nodes
-# are one port apart, etcd nodes two, each with its peer port).
+# are one port apart, etcd nodes two, each with its peer port; a Sentinel
+# deployment's three redis nodes and a cluster's six are one apart).
 node_ports() {
-    local base step=1 i
+    local base step=1 i n=$NODES
     base=$(port_of "$1")
     [[ $1 == etcd ]] && step=2
-    for ((i = 0; i < NODES; i++)); do echo $((base + step * i)); done
+    [[ $1 == redis && $RKIND == sentinel ]] && n=3
+    [[ $1 == redis && $RKIND == cluster ]] && n=6
+    for ((i = 0; i < n; i++)); do echo $((base + step * i)); done
 }
+
+# proxied E: E's clients go through the proxy (one server of its own;
+# Sentinel and Cluster hand out their nodes' real addresses).
+proxied() { ((NODES == 1)) && [[ $(kind_of "$1") == "$1" ]]; }
 
 # pid_of E [PORT]: the PID of E's server (of its node on PORT).
 pid_of() {
@@ -201,7 +259,7 @@ leader_port() {
 # await E: every node of E answers (servers.sh status), within 30 s.
 await() {
     local e=$1 deadline=$(($(now_ms) + 30000))
-    until servers status "$e" --port "$(port_of "$e")" --nodes "$NODES" >/dev/null 2>&1; do
+    until servers status "$(kind_of "$e")" --port "$(port_of "$e")" --nodes "$NODES" >/dev/null 2>&1; do
         (($(now_ms) < deadline)) || { say "$e did not come back within 30 s"; return 1; }
         sleep 0.1
     done
@@ -227,15 +285,27 @@ trap 'exit 143' TERM
 trap 'exit 130' INT
 
 start_server() {
-    local e=$1 p
+    local e=$1 p k
     p=$(port_of "$e")
-    [[ " $STARTED " == *" $e:$p:$NODES "* ]] && { await "$e"; return; }
-    STARTED="$STARTED $e:$p:$NODES"
+    k=$(kind_of "$e")
+    [[ " $STARTED " == *" $k:$p:$NODES "* ]] && { await "$e"; return; }
+    STARTED="$STARTED $k:$p:$NODES"
     # Three tries: the port may be held for a moment by a client socket
     # (ephemeral range).
-    servers start "$e" --port "$p" --nodes "$NODES" >/dev/null ||
-        servers start "$e" --port "$p" --nodes "$NODES" >/dev/null ||
-        servers start "$e" --port "$p" --nodes "$NODES" >/dev/null
+    servers start "$k" --port "$p" --nodes "$NODES" >/dev/null ||
+        servers start "$k" --port "$p" --nodes "$NODES" >/dev/null ||
+        servers start "$k" --port "$p" --nodes "$NODES" >/dev/null
+}
+
+# stop_server E: stop E's deployment now (a Sentinel or Cluster one, used
+# by its own scenario only: nine and six processes on two cores are not
+# left running under the next scenarios).
+stop_server() {
+    local e=$1 p k
+    p=$(port_of "$e")
+    k=$(kind_of "$e")
+    servers stop "$k" --port "$p" --nodes "$NODES" >/dev/null 2>&1 || true
+    STARTED=${STARTED/ $k:$p:$NODES/}
 }
 
 # ---------------------------------------------------------------- nemesis
@@ -274,6 +344,32 @@ relaunch() {
     return 1
 }
 
+# redis_relaunch PORT: start the redis node on PORT again, on its data dir,
+# with the flags servers.sh (and servers.d/cluster.sh) gave it, so their
+# stop and status know the process. No --replicaof: a Sentinel promotion
+# is written to no file here (CONFIG REWRITE has none to write), so a node
+# comes back as a master, as one whose configuration file was never
+# rewritten would; a cluster node comes back as its nodes.conf says.
+redis_relaunch() {
+    local port=$1 data bus
+    read -r data <"$CERB_STATE_DIR/redis-$port.dir"
+    local -a extra=()
+    # As run_scenario sets it on a Sentinel deployment: a replica's full
+    # sync starts at once, not after the default 5 s.
+    [[ $RKIND == sentinel ]] && extra=(--repl-diskless-sync-delay 0)
+    if [[ $RKIND == cluster ]]; then
+        # servers.d/cluster.sh's bus port: +10000, or -10000 where that
+        # would be an ephemeral port.
+        bus=$((port + 10000))
+        ((bus < 32768 || bus > 60999)) || bus=$((port - 10000))
+        extra=(--cluster-enabled yes --cluster-config-file nodes.conf --cluster-port "$bus"
+            --cluster-node-timeout 2000 --repl-diskless-sync yes --repl-diskless-sync-delay 0)
+    fi
+    relaunch redis "$port" redis-server --bind 127.0.0.1 --port "$port" --protected-mode yes \
+        --dir "$data" --save "" --appendonly no --daemonize no --logfile "" \
+        --loglevel notice --enable-debug-command local "${extra[@]}"
+}
+
 # restart E KEEP [PORT]: kill -9 the server (its node on PORT) and start it
 # again; KEEP=1 keeps its
 # data (redis: SAVE first), KEEP=0 (redis only) restarts it empty and
@@ -290,10 +386,7 @@ restart() {
             fi
             kill9 "$pid"
             ((keep)) || rm -f -- "$data/dump.rdb"
-            # The flags of servers.sh, so its stop and status know the process.
-            relaunch redis "$port" redis-server --bind 127.0.0.1 --port "$port" --protected-mode yes \
-                --dir "$data" --save "" --appendonly no --daemonize no --logfile "" \
-                --loglevel notice --enable-debug-command local
+            redis_relaunch "$port"
             ;;
         zk | etcd)
             # The same command line (zk: its zoo.cfg and data dir; etcd: its
@@ -309,6 +402,269 @@ restart() {
 proxy_mode() {
     printf '%s\n' "$1" >"$RUN/mode.tmp"
     mv -f -- "$RUN/mode.tmp" "$RUN/mode"
+}
+
+# ---------------------------------------------- Sentinel and Cluster
+
+# rcli PORT ARGS...: redis-cli on a node, bounded (a paused node accepts the
+# connection and never answers).
+rcli() {
+    local p=$1
+    shift
+    timeout 5 redis-cli -h 127.0.0.1 -p "$p" "$@" 2>/dev/null
+}
+
+# ms_sleep MS: a fault window of MS milliseconds (how long a fault lasts;
+# nothing waits for a condition in it).
+ms_sleep() { sleep "$(($1 / 1000)).$(printf '%03d' $(($1 % 1000)))"; }
+
+FAILOVER_MS=0 # when the nemesis last saw the sentinels fail over
+
+# sentinel_master: the master's port, when all three sentinels name the same.
+sentinel_master() {
+    local i out m=""
+    for i in 10 11 12; do
+        out=$(rcli $((SENTINEL_PORT + i)) SENTINEL get-master-addr-by-name "$CERB_SENTINEL_MASTER") || return 1
+        out=$(tail -n 1 <<<"$out")
+        [[ $out =~ ^[0-9]+$ && (-z $m || $m == "$out") ]] || return 1
+        m=$out
+    done
+    echo "$m"
+}
+
+# sentinel_whole: the sentinels agree on a master that is one, with both
+# other nodes replicating from it (link up), and their 2 × failover-timeout
+# (servers.d/sentinel.sh: 5 s) since the last failover has passed — before
+# it they would not fail over again.
+sentinel_whole() {
+    local m p info
+    (($(now_ms) > FAILOVER_MS + 10500)) || return 1
+    m=$(sentinel_master) || return 1
+    info=$(rcli "$m" INFO replication | tr -d '\r') || return 1
+    [[ $info == *"role:master"* && $info == *"connected_slaves:2"* ]] || return 1
+    for p in $(node_ports redis); do
+        [[ $p == "$m" ]] && continue
+        info=$(rcli "$p" INFO replication | tr -d '\r') || return 1
+        [[ $info == *"role:slave"* && $info == *"master_port:$m"* &&
+            $info == *"master_link_status:up"* ]] || return 1
+    done
+}
+
+# cluster_nodes: CLUSTER NODES from the first node that answers.
+cluster_nodes() {
+    local p
+    for p in $(node_ports redis); do
+        rcli "$p" CLUSTER NODES && return 0
+    done
+    return 1
+}
+
+# cluster_owner SLOT: "port id" of the master serving SLOT, not one marked
+# failing.
+cluster_owner() {
+    cluster_nodes | awk -v s="$1" '$3 ~ /master/ && $3 !~ /fail/ {
+        for (i = 9; i <= NF; i++) {
+            if ($i ~ /^\[/) continue
+            n = split($i, r, "-"); lo = r[1]; hi = (n > 1) ? r[2] : r[1]
+            if (s + 0 >= lo + 0 && s + 0 <= hi + 0) { split($2, a, "[:@]"); print a[2], $1; exit }
+        }
+    }'
+}
+
+# cluster_whole: every node says cluster_state:ok and sees no failing node,
+# no handshake and no slot on the move; three masters serve the slots, three
+# replicas follow them, each with its link up.
+cluster_whole() {
+    local p info nodes
+    for p in $(node_ports redis); do
+        info=$(rcli "$p" CLUSTER INFO | tr -d '\r') || return 1
+        [[ $info == *"cluster_state:ok"* ]] || return 1
+        nodes=$(rcli "$p" CLUSTER NODES) || return 1
+        ! grep -q 'fail\|\[\|handshake\|noaddr' <<<"$nodes" || return 1
+        (($(awk '$3 ~ /master/ && NF >= 9' <<<"$nodes" | wc -l) == 3)) || return 1
+        (($(awk '$3 ~ /slave/' <<<"$nodes" | wc -l) == 3)) || return 1
+        info=$(rcli "$p" INFO replication | tr -d '\r') || return 1
+        [[ $info == *"role:master"* || $info == *"master_link_status:up"* ]] || return 1
+    done
+}
+
+# await_whole END_MS: until the Sentinel or Cluster deployment is whole,
+# 30 s at most and no later than END_MS.
+await_whole() {
+    local deadline=$(($(now_ms) + 30000))
+    ((deadline < $1)) || deadline=$1
+    until "${RKIND}_whole"; do
+        (($(now_ms) < deadline)) || return 1
+        sleep 0.2
+    done
+}
+
+# victim K: "port slot name" of the master a fault hits: Sentinel's master,
+# or the master of the slot of the workers' name K (slot and name "-" under
+# Sentinel). K is drawn by the caller: $RANDOM in a subshell is seeded anew,
+# and the schedule would not replay.
+victim() {
+    local name slot m
+    if [[ $RKIND == sentinel ]]; then
+        m=$(sentinel_master) || return 1
+        echo "$m - -"
+        return 0
+    fi
+    name="${NAME_PREFIX}$1"
+    slot=$(rcli "$CLUSTER_PORT" CLUSTER KEYSLOT "$name") || return 1
+    read -r m _ < <(cluster_owner "$slot") || return 1
+    echo "$m $slot $name"
+}
+
+# master_now SLOT: the port that serves as master now (SLOT "-": Sentinel's).
+master_now() {
+    if [[ $1 == - ]]; then
+        sentinel_master
+    else
+        local m
+        read -r m _ < <(cluster_owner "$1") || return 1
+        echo "$m"
+    fi
+}
+
+# promoted OLD SLOT MS: until a master other than OLD serves (SLOT as in
+# master_now), MS at most; prints it. (Run in $(...): the caller notes the
+# failover in FAILOVER_MS.)
+promoted() {
+    local old=$1 slot=$2 deadline=$(($(now_ms) + $3)) m
+    while (($(now_ms) < deadline)); do
+        if m=$(master_now "$slot") && [[ -n $m && $m != "$old" ]]; then
+            echo "$m"
+            return 0
+        fi
+        sleep 0.1
+    done
+    return 1
+}
+
+# replicated_fault SCENARIO END_MS ACTION: one Sentinel or Cluster fault
+# (see the file comment), once the deployment is whole, if that is early
+# enough to end before the workers do. Returns 2 when it is too late for
+# any more faults.
+replicated_fault() {
+    local scen=$1 end=$2 a=$3 m slot name pid ms new r r2 p src dst src_id dst_id t0
+    # 8 s before the workers end at the latest: a fault that starts later
+    # would mostly play out after them.
+    if ! await_whole $((end - 8000)) || (($(now_ms) > end - 8000)); then
+        if (($(now_ms) > end - 8000)); then
+            echo "  [$scen $(elapsed)] $a: the $RKIND deployment is not whole 8 s before the end; no more faults"
+            return 2
+        fi
+        echo "  [$scen $(elapsed)] $a: the $RKIND deployment is not whole after 30 s; skipped"
+        return 0
+    fi
+    local k=$((RANDOM % 3))
+    read -r m slot name < <(victim "$k") || { echo "  [$scen $(elapsed)] $a: no master found; skipped"; return 0; }
+    local what=":$m"
+    [[ $slot != - ]] && what=":$m (slot $slot of $name)"
+    pid=$(pid_of redis "$m") || { say "no redis pid for :$m"; return 1; }
+    case $a in
+        kill-master)
+            echo "  [$scen $(elapsed)] kill -9 the master $what"
+            t0=$(now_ms)
+            kill9 "$pid"
+            if new=$(promoted "$m" "$slot" 20000); then
+                FAILOVER_MS=$(now_ms)
+                echo "  [$scen $(elapsed)]   :$new promoted after $(($(now_ms) - t0)) ms; :$m restarts empty"
+            else
+                echo "  [$scen $(elapsed)]   no replica promoted within 20 s; :$m restarts empty"
+            fi
+            redis_relaunch "$m" || return 1
+            ;;
+        pause-master)
+            ms=$((LEASE_MS + 500 + RANDOM % 3500))
+            echo "  [$scen $(elapsed)] pause the master $what ${ms} ms (SIGSTOP pid $pid)"
+            kill -STOP "$pid"
+            ms_sleep "$ms"
+            kill -CONT "$pid"
+            if new=$(promoted "$m" "$slot" 1000); then
+                FAILOVER_MS=$(now_ms)
+                echo "  [$scen $(elapsed)]   :$new was promoted meanwhile; :$m resumes as a master"
+            fi
+            ;;
+        stale-promote)
+            local -a others=()
+            for p in $(node_ports redis); do [[ $p == "$m" ]] || others+=("$p"); done
+            r=${others[RANDOM % 2]}
+            r2=${others[0]}
+            [[ $r2 == "$r" ]] && r2=${others[1]}
+            ms=$((1000 + RANDOM % 1500))
+            echo "  [$scen $(elapsed)] stale-promote: replica :$r stops replicating :$m for ${ms} ms, then SENTINEL FAILOVER to it (:$r2 at priority 0)"
+            rcli "$r2" CONFIG SET replica-priority 0 >/dev/null
+            rcli "$r" REPLICAOF NO ONE >/dev/null
+            ms_sleep "$ms"
+            t0=$(now_ms)
+            # Any sentinel may start it. One may refuse (NOGOODSLAVE), or
+            # answer OK and abort a moment later with no good slave (seen
+            # once in eight: its view of the stale replica changed between
+            # the two checks): then the next is asked.
+            for p in 10 11 12; do
+                new=$(rcli $((SENTINEL_PORT + p)) SENTINEL FAILOVER "$CERB_SENTINEL_MASTER") || new="no answer"
+                if [[ $new != OK ]]; then
+                    echo "  [$scen $(elapsed)]   sentinel :$((SENTINEL_PORT + p)) SENTINEL FAILOVER: $new"
+                    continue
+                fi
+                new=$(promoted "$m" - 5000) && break
+                echo "  [$scen $(elapsed)]   sentinel :$((SENTINEL_PORT + p)) said OK; no promotion within 5 s"
+            done
+            new=$(master_now -) || new="not agreed on"
+            if [[ $new == "$r" ]]; then
+                FAILOVER_MS=$(now_ms)
+                echo "  [$scen $(elapsed)]   the stale :$r promoted after $(($(now_ms) - t0)) ms"
+            elif [[ $new == "$m" ]]; then
+                echo "  [$scen $(elapsed)]   :$r not promoted; it replicates :$m again"
+                rcli "$r" REPLICAOF 127.0.0.1 "$m" >/dev/null
+            else
+                # Not expected (the other replica was at priority 0): the
+                # sentinels set every replica right themselves.
+                FAILOVER_MS=$(now_ms)
+                echo "  [$scen $(elapsed)]   the sentinels' master is now: $new"
+            fi
+            rcli "$r2" CONFIG SET replica-priority 100 >/dev/null
+            ;;
+        migrate)
+            src=$m
+            src_id=$(rcli "$src" CLUSTER MYID) || return 0
+            read -r dst dst_id < <(cluster_nodes | awk -v s="$src_id" '$3 ~ /master/ && $3 !~ /fail/ && NF >= 9 && $1 != s {
+                split($2, a, "[:@]"); print a[2], $1; exit }') || true
+            [[ -n $dst ]] || { echo "  [$scen $(elapsed)] migrate: no other master; skipped"; return 0; }
+            echo "  [$scen $(elapsed)] migrate slot $slot ($name) :$src -> :$dst under load"
+            t0=$(now_ms)
+            rcli "$dst" CLUSTER SETSLOT "$slot" IMPORTING "$src_id" >/dev/null
+            rcli "$src" CLUSTER SETSLOT "$slot" MIGRATING "$dst_id" >/dev/null
+            ms_sleep 300
+            local -a keys
+            local moved=0 out deadline=$(($(now_ms) + 30000))
+            while :; do
+                mapfile -t keys < <(rcli "$src" CLUSTER GETKEYSINSLOT "$slot" 2)
+                if ((${#keys[@]} == 0)) || [[ -z ${keys[0]} ]]; then break; fi
+                out=$(rcli "$src" MIGRATE 127.0.0.1 "$dst" "" 0 5000 KEYS "${keys[@]}") || out="no answer"
+                if [[ $out == OK || $out == NOKEY ]]; then
+                    moved=$((moved + ${#keys[@]}))
+                else
+                    echo "  [$scen $(elapsed)]   MIGRATE: $out"
+                fi
+                if (($(now_ms) > deadline)); then
+                    echo "  [$scen $(elapsed)]   keys of slot $slot still on :$src after 30 s"
+                    break
+                fi
+                # The operations whose keys are split between the two nodes
+                # meanwhile get TRYAGAIN: a fault window, not a wait.
+                ms_sleep 100
+            done
+            # The destination first, then the source, then the rest (as
+            # redis-cli --cluster reshard does); replicas refuse, harmlessly.
+            for p in "$dst" "$src" $(node_ports redis); do
+                rcli "$p" CLUSTER SETSLOT "$slot" NODE "$dst_id" >/dev/null
+            done
+            echo "  [$scen $(elapsed)]   $moved keys moved in $(($(now_ms) - t0)) ms"
+            ;;
+    esac
 }
 
 # nemesis SCENARIO END_MS ACTIONS...: random faults until END_MS.
@@ -392,6 +748,19 @@ nemesis() {
                     kill -CONT "$pid"
                 fi
                 ;;
+            kill-master | pause-master | stale-promote | migrate)
+                local rf=0
+                replicated_fault "$scen" "$end" "$a" || rf=$?
+                if ((rf == 2)); then break; fi
+                ((rf == 0)) || return 1
+                ;;
+            expire)
+                ms=$((LEASE_MS * 2 + RANDOM % 1000))
+                echo "  [$scen $(elapsed)] proxy: blackhole ${ms} ms (sessions expire)"
+                proxy_mode blackhole
+                ms_sleep "$ms"
+                proxy_mode pass
+                ;;
             switch)
                 local to
                 if ((sw % 2 == 0)); then to=$SECOND; else to=auto; fi
@@ -411,6 +780,8 @@ nemesis() {
 scenario_def() {
     GRACE=-1
     NODES=1
+    RKIND=redis
+    GUARD=0
     case $1 in
         redis) ENGINES="redis"; ACTS="pause kill kill-keep delay blackhole drop" ;;
         zk) ENGINES="zk"; ACTS="pause kill-keep delay blackhole drop" ;;
@@ -422,6 +793,15 @@ scenario_def() {
         zk3) ENGINES="zk"; NODES=3; ACTS="kill-leader pause-leader pause-follower" ;;
         etcd3) ENGINES="etcd"; NODES=3; ACTS="kill-leader pause-follower" ;;
         etcd3-oldleader) ENGINES="etcd"; NODES=3; ACTS="pause-leader kill-leader pause-follower" ;;
+        sentinel) ENGINES="redis"; RKIND=sentinel; ACTS="kill-master pause-master stale-promote" ;;
+        cluster) ENGINES="redis"; RKIND=cluster; ACTS="kill-master pause-master migrate" ;;
+        zk-guard) ENGINES="zk"; GUARD=1; ACTS="pause kill-keep expire blackhole drop delay" ;;
+        # Faults that keep the data: the redis guard does not detect data
+        # loss (engine_redis/redis_guard.c: no marker), so a restart without
+        # data, or from a snapshot older than the last writes, would let an
+        # attempt begin beside a running one — a documented limit, not news.
+        redis-guard) ENGINES="redis"; GUARD=1; ACTS="pause delay blackhole drop" ;;
+        etcd-guard) ENGINES="etcd"; GUARD=1; ACTS="pause kill-keep delay blackhole drop" ;;
     esac
 }
 
@@ -442,7 +822,7 @@ write_config() {
         echo "  watch_config = true; };"
         for e in $ENGINES; do
             port=$(port_of "$e")
-            [[ $e == "$first" ]] && ((NODES == 1)) && port=$PROXY_PORT
+            [[ $e == "$first" ]] && proxied "$e" && port=$PROXY_PORT
             if ((NODES > 1)); then
                 for p in $(node_ports "$e"); do
                     zkhosts="$zkhosts${zkhosts:+,}127.0.0.1:$p"
@@ -454,12 +834,25 @@ write_config() {
                 esac
                 continue
             fi
-            case $e in
-                redis) echo "redis = { host = \"127.0.0.1\"; port = $port; connect_timeout_ms = 500; op_timeout_ms = 500; };" ;;
-                zk) echo "zk = { hosts = \"127.0.0.1:$port\"; root = \"/cerb-chaos\"; session_timeout_ms = $LEASE_MS; connect_timeout_ms = 1000; };" ;;
-                etcd) echo "etcd = { endpoints = (\"http://127.0.0.1:$port\"); prefix = \"cerb-chaos/\"; session_ttl_s = 2; op_timeout_ms = 1000; connect_timeout_ms = 500; };" ;;
+            case $e:$RKIND in
+                redis:sentinel)
+                    echo "redis = { mode = \"sentinel\"; master_name = \"$CERB_SENTINEL_MASTER\";"
+                    echo "  sentinels = (\"127.0.0.1:$((port + 10))\", \"127.0.0.1:$((port + 11))\", \"127.0.0.1:$((port + 12))\");"
+                    echo "  connect_timeout_ms = 500; op_timeout_ms = 500; };"
+                    ;;
+                redis:cluster)
+                    # Three seeds, as a user lists a few; the rest is learnt.
+                    echo "redis = { mode = \"cluster\";"
+                    echo "  nodes = (\"127.0.0.1:$port\", \"127.0.0.1:$((port + 1))\", \"127.0.0.1:$((port + 2))\");"
+                    echo "  connect_timeout_ms = 500; op_timeout_ms = 500; };"
+                    ;;
+                redis:*) echo "redis = { host = \"127.0.0.1\"; port = $port; connect_timeout_ms = 500; op_timeout_ms = 500; };" ;;
+                zk:*) echo "zk = { hosts = \"127.0.0.1:$port\"; root = \"/cerb-chaos\"; session_timeout_ms = $LEASE_MS; connect_timeout_ms = 1000; };" ;;
+                etcd:*) echo "etcd = { endpoints = (\"http://127.0.0.1:$port\"); prefix = \"cerb-chaos/\"; session_ttl_s = 2; op_timeout_ms = 1000; connect_timeout_ms = 500; };" ;;
             esac
         done
+        # An attempt's claim as long as a lease, so the pauses outlast it.
+        if ((GUARD)); then echo "guard = { running_ms = $LEASE_MS; };"; fi
     } >"$RUN/cerberus.cfg"
 }
 
@@ -481,14 +874,36 @@ FAILED=0
 ROWS=()
 
 run_scenario() {
-    local scen=$1 seed=$2 first e i end rc=0 allow=""
+    local scen=$1 seed=$2 first e i p end rc=0 allow=""
     scenario_def "$scen"
     set -- $ENGINES
     first=$1
     SECOND=${2:-$1}
-    say "scenario $scen: engines ($ENGINES) grace $GRACE, ${SECONDS_EACH} s, seed $seed, $PROCS procs × $THREADS threads"
+    local threads=$THREADS names=3
+    local -a wargs=()
+    if ((GUARD)); then
+        names=4
+        # Twice the threads: on zk, enough overlapping calls that the
+        # guard's extra sessions open (counted on the proxy's port).
+        threads=$((THREADS * 2))
+        wargs=(--guard)
+        [[ $first == zk ]] && proxied zk && wargs+=(--count-conns "$PROXY_PORT")
+    fi
+    NAME_PREFIX="chaos-$scen-$seed-"
+    local deploy="" how=""
+    if [[ $RKIND != redis ]]; then deploy=" ($RKIND)"; fi
+    if ((GUARD)); then how=", guard attempts"; fi
+    say "scenario $scen: engines ($ENGINES)$deploy grace $GRACE, ${SECONDS_EACH} s, seed $seed, $PROCS procs × $threads threads$how"
     say "  replay: scripts/chaos.sh --scenario $scen --seed $seed --seconds $SECONDS_EACH"
     for e in $ENGINES; do start_server "$e"; done
+    if [[ $RKIND == sentinel ]]; then
+        # servers.d/sentinel.sh keeps the default 5 s before a full sync
+        # (its cluster sibling sets 0): after each failover a node would
+        # wait that long to be a replica again, and the next fault for it.
+        for p in $(node_ports redis); do
+            rcli "$p" CONFIG SET repl-diskless-sync-delay 0 >/dev/null || true
+        done
+    fi
     proxy_mode pass
     "$PROXY" --listen "$PROXY_PORT" --target "$(port_of "$first")" --mode-file "$RUN/mode" \
         --seconds $((SECONDS_EACH + 120)) >"$RUN/proxy.log" 2>&1 &
@@ -500,9 +915,9 @@ run_scenario() {
     WORKER_PIDS=()
     for ((i = 0; i < PROCS; i++)); do
         "$WORKER" -c "$RUN/cerberus.cfg" -o "$RUN/oracle" --client "$i" \
-            --threads "$THREADS" --names 3 --prefix "chaos-$scen-$seed-" \
+            --threads "$threads" --names "$names" --prefix "$NAME_PREFIX" \
             --seconds "$SECONDS_EACH" --seed "$seed" --bound-ms "$(bound_ms)" \
-            --lease-ms "$LEASE_MS" >"$RUN/$scen-worker-$i.log" 2>&1 &
+            --lease-ms "$LEASE_MS" "${wargs[@]}" >"$RUN/$scen-worker-$i.log" 2>&1 &
         WORKER_PIDS+=($!)
     done
     end=$((T0 + SECONDS_EACH * 1000))
@@ -538,7 +953,7 @@ run_scenario() {
                 grep -v 'cerberus \(warn\|info\)' | head -n 45 | sed "s/^/  $scen: /"
             rc=1
         fi
-        grep -v 'cerberus \(warn\|info\|debug\)' "$wl" | grep -v '^ *$' | tail -n 2 | sed "s/^/  $scen: /"
+        grep -v 'cerberus \(warn\|info\|debug\)' "$wl" | grep -v '^ *$' | grep -v ': seed ' | tail -n 3 | sed "s/^/  $scen: /"
     done
     kill -TERM "$PROXY_PID" 2>/dev/null || true
     wait "$PROXY_PID" 2>/dev/null || true
@@ -549,12 +964,23 @@ run_scenario() {
     row=$("$ORACLE" report "$RUN/oracle" "$scen" --min-acq 10 $allow) || rc=1
     printf '%s\n' "$row" | tail -n +2
     ROWS+=("$(printf '%s\n' "$row" | head -n 1)")
-    if ((rc)); then
+    if ((rc)) || [[ ${CERB_CHAOS_KEEP_ALL:-0} == 1 ]]; then
         mkdir -p -- "$KEEP"
         cp -- "$RUN/$scen"-worker-*.log "$RUN/cerberus.cfg" "$KEEP/" 2>/dev/null || true
         cp -- "$RUN/oracle" "$KEEP/$scen.oracle" 2>/dev/null || true
+        if [[ $RKIND != redis ]]; then
+            local np
+            for np in $(node_ports redis); do
+                cp -- "$CERB_STATE_DIR/redis-$np.log" "$KEEP/$scen-redis-$np.log" 2>/dev/null || true
+            done
+            for np in $((SENTINEL_PORT + 10)) $((SENTINEL_PORT + 11)) $((SENTINEL_PORT + 12)); do
+                [[ $RKIND == sentinel ]] || break
+                cp -- "$CERB_STATE_DIR/sentinel-$np.log" "$KEEP/$scen-sentinel-$np.log" 2>/dev/null || true
+            done
+        fi
         say "  $scen: worker logs, config and oracle kept in $KEEP"
     fi
+    if [[ $RKIND != redis ]]; then stop_server redis; fi
     if ((rc)); then
         FAILED=1
         say "scenario $scen: FAILED (seed $seed)"

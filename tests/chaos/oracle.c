@@ -22,10 +22,18 @@
  * mark the next hold that reuses the slot. A hold whose process has died
  * (kill(pid, 0) fails with ESRCH) ends when the next enter of its name finds
  * it: a crashed worker is a failure of its own, not a stream of overlaps.
+ *
+ * Guard attempts are holds without a token (oracle_enter_claim): the same
+ * overlap rule, no token rule. Each name also keeps its latest success
+ * window (oracle_done): the interval in which the done-record certainly
+ * existed on the server, from the finish's return to the finish's send +
+ * keep_ms; a claim whose whole begin call lies inside it ran the operation
+ * twice (a rerun).
  */
 #include "oracle.h"
 
 #include <errno.h>
+#include <stdbool.h>
 #include <fcntl.h>
 #include <sched.h>
 #include <signal.h>
@@ -53,6 +61,7 @@ struct holder {
     uint64_t token;
     int64_t t_enter;
     int64_t t_lost; /* 0 = not told */
+    bool fenced;    /* a lock's hold (token judged), not a guard claim */
 };
 
 struct name_slot {
@@ -63,6 +72,9 @@ struct name_slot {
     uint64_t max_all;
     uint64_t floor[ORACLE_MAX_MARKS]; /* max_all when mark i was made */
     struct holder h[ORACLE_MAX_HOLDERS];
+    /* The latest success of this guard key: done certainly from done_from
+     * until done_until (0: none). */
+    int64_t done_from, done_until;
 };
 
 struct mark {
@@ -82,7 +94,7 @@ struct oracle_shm {
     struct mark marks[ORACLE_MAX_MARKS];
     _Atomic uint64_t acq_engine[ORACLE_MAX_ENGINES];
     _Atomic uint64_t acquisitions, overlaps_explained, overlaps_unsafe;
-    _Atomic uint64_t token_regressions, zero_tokens, overruns, calls, lost;
+    _Atomic uint64_t token_regressions, zero_tokens, reruns, overruns, calls, lost;
     _Atomic uint64_t max_overrun_ms;
     char notes[ORACLE_MAX_NOTES][ORACLE_NOTE_MAX];
     struct name_slot names[ORACLE_MAX_NAMES];
@@ -258,8 +270,13 @@ static uint64_t settled_floor(struct oracle_shm *s, struct name_slot *n, int64_t
     return f;
 }
 
-int oracle_enter(oracle *o, const char *name, int client, uint64_t token,
-                 const char *engine, int64_t t_ns)
+/* A redis done-record's PX counts from the server's millisecond clock,
+ * which may truncate its start by up to a millisecond: a rerun is judged
+ * this much inside the window, never at its edge. */
+#define DONE_SLACK_NS 5000000
+
+static int enter(oracle *o, const char *name, int client, bool fenced, uint64_t token,
+                 const char *engine, int64_t t_begin_ns, int64_t t_ns)
 {
     struct oracle_shm *s = o->s;
     int ni = name_index(s, name);
@@ -289,7 +306,7 @@ int oracle_enter(oracle *o, const char *name, int client, uint64_t token,
         }
         if (h->t_lost != 0 && h->t_lost <= t_ns) {
             atomic_fetch_add(&s->overlaps_explained, 1);
-        } else {
+        } else if (fenced) {
             atomic_fetch_add(&s->overlaps_unsafe, 1);
             note(o, "UNSAFE overlap on %s: client %d token %#llx (%s) entered at "
                  "+%.3fs while client %d token %#llx (%s) inside since +%.3fs, %s",
@@ -297,10 +314,27 @@ int oracle_enter(oracle *o, const char *name, int client, uint64_t token,
                  (t_ns - s->t0) / 1e9, h->client, (unsigned long long)h->token,
                  s->engine[h->engine], (h->t_enter - s->t0) / 1e9,
                  h->t_lost ? "told LOST only after" : "never told LOST");
+        } else {
+            atomic_fetch_add(&s->overlaps_unsafe, 1);
+            note(o, "UNSAFE overlap on guard key %s: client %d (%s) began at +%.3fs "
+                 "while client %d (%s) running since +%.3fs, %s",
+                 name, client, s->engine[ei], (t_ns - s->t0) / 1e9, h->client,
+                 s->engine[h->engine], (h->t_enter - s->t0) / 1e9,
+                 h->t_lost ? "told LOST only after" : "never told LOST");
         }
     }
 
-    if (token == 0) {
+    if (!fenced) {
+        /* §11: a success keeps its key from running again for keep_ms. */
+        if (n->done_until != 0 && t_begin_ns > n->done_from &&
+            t_ns + DONE_SLACK_NS < n->done_until) {
+            atomic_fetch_add(&s->reruns, 1);
+            note(o, "rerun of guard key %s: client %d (%s) began at +%.3fs (sent "
+                 "+%.3fs), a success kept it until +%.3fs",
+                 name, client, s->engine[ei], (t_ns - s->t0) / 1e9,
+                 (t_begin_ns - s->t0) / 1e9, (n->done_until - s->t0) / 1e9);
+        }
+    } else if (token == 0) {
         atomic_fetch_add(&s->zero_tokens, 1);
         note(o, "token 0 on %s: client %d (%s) at +%.3fs", name, client,
              s->engine[ei], (t_ns - s->t0) / 1e9);
@@ -346,6 +380,7 @@ int oracle_enter(oracle *o, const char *name, int client, uint64_t token,
         h->token = token;
         h->t_enter = t_ns;
         h->t_lost = 0;
+        h->fenced = fenced;
         id = (int)(h->gen << HOLDER_IDX_BITS) | (ni * ORACLE_MAX_HOLDERS + j);
         break;
     }
@@ -353,6 +388,38 @@ int oracle_enter(oracle *o, const char *name, int client, uint64_t token,
     if (id < 0)
         note(o, "oracle full: more than %d holds of %s", ORACLE_MAX_HOLDERS, name);
     return id;
+}
+
+int oracle_enter(oracle *o, const char *name, int client, uint64_t token,
+                 const char *engine, int64_t t_ns)
+{
+    return enter(o, name, client, true, token, engine, t_ns, t_ns);
+}
+
+int oracle_enter_claim(oracle *o, const char *name, int client, const char *engine,
+                       int64_t t_begin_ns, int64_t t_ns)
+{
+    return enter(o, name, client, false, 0, engine, t_begin_ns, t_ns);
+}
+
+void oracle_done(oracle *o, const char *name, int64_t t0_ns, int64_t t1_ns, int64_t keep_ms)
+{
+    struct oracle_shm *s = o->s;
+    int ni = name_index(s, name);
+    if (ni < 0) {
+        note(o, "oracle full: success of %s not recorded", name);
+        return;
+    }
+    struct name_slot *n = &s->names[ni];
+    int64_t until = t0_ns + keep_ms * 1000000;
+    spin_lock(&n->lock);
+    /* Successes of one key do not overlap (or that was counted): the
+     * latest one ends last, unless it was given a shorter keep. */
+    if (until > n->done_until) {
+        n->done_from = t1_ns;
+        n->done_until = until;
+    }
+    spin_unlock(&n->lock);
 }
 
 /* The holder @id names, with its name's lock taken, or NULL (lock not taken)
@@ -459,6 +526,7 @@ void oracle_report_get(oracle *o, oracle_report *r)
     r->overlaps_unsafe = atomic_load(&s->overlaps_unsafe);
     r->token_regressions = atomic_load(&s->token_regressions);
     r->zero_tokens = atomic_load(&s->zero_tokens);
+    r->reruns = atomic_load(&s->reruns);
     r->overruns = atomic_load(&s->overruns);
     r->calls = atomic_load(&s->calls);
     r->lost = atomic_load(&s->lost);

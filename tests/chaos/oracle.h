@@ -8,7 +8,9 @@
  * documented bound. All processes run on one host, so CLOCK_MONOTONIC is one
  * exact real-time axis for all of them. The report then counts what §5a
  * forbids: unsafe overlaps, token regressions, tokens of 0 and overrunning
- * calls, and what it requires: acquisitions on every engine.
+ * calls, and what it requires: acquisitions on every engine. Guard attempts
+ * (cerb_guard_begin) are recorded the same way as claims without a token,
+ * with the successes that must keep their key from running again (§11).
  *
  * Not part of the library: test code, built only under tests/chaos/.
  */
@@ -39,6 +41,7 @@ typedef struct oracle_report {
     uint64_t overlaps_unsafe;     /* §5a.1 broken */
     uint64_t token_regressions;   /* §5a.3 broken: per engine, per client, after a switch */
     uint64_t zero_tokens;         /* a hold with token 0 */
+    uint64_t reruns;              /* a guard key run again within keep_ms of a success (§11) */
     uint64_t overruns;            /* calls longer than their bound + 1 s (§5a.4) */
     uint64_t calls;
     uint64_t lost;                /* holders told LOST */
@@ -69,6 +72,29 @@ int64_t oracle_now(void);
  */
 int oracle_enter(oracle *o, const char *name, int client, uint64_t token,
                  const char *engine, int64_t t_ns);
+
+/*
+ * oracle_enter_claim — as oracle_enter, for a hold that has no fencing
+ * token: an idempotency-guard attempt at the key @name
+ * (cerb_guard_begin returned CERB_OK at @t_ns for a call begun at
+ * @t_begin_ns). Overlaps are judged as for locks (an attempt whose claim
+ * was lost is told so through cerb_guard_on_lost/cerb_guard_state); no
+ * token is judged. A claim granted although a success of @name
+ * (oracle_done) was certainly still kept — the begin was sent after that
+ * finish returned and answered before the finish was sent + its keep_ms —
+ * is a rerun.
+ * Returns: a holder id, as oracle_enter.
+ */
+int oracle_enter_claim(oracle *o, const char *name, int client, const char *engine,
+                       int64_t t_begin_ns, int64_t t_ns);
+
+/*
+ * oracle_done — cerb_guard_finish(succeeded = 1) of the key @name,
+ * called at @t0_ns with keep @keep_ms, returned CERB_OK at @t1_ns: the
+ * done-record was written between the two, so no attempt at @name may begin
+ * from @t1_ns until @t0_ns + @keep_ms.
+ */
+void oracle_done(oracle *o, const char *name, int64_t t0_ns, int64_t t1_ns, int64_t keep_ms);
 
 /* oracle_leave — the holder left the critical section at @t_ns. */
 void oracle_leave(oracle *o, int holder, int64_t t_ns);

@@ -5,14 +5,15 @@
  *   cerb_chaos_oracle header
  *   cerb_chaos_oracle mark-switch FILE SETTLE_MS
  *   cerb_chaos_oracle report FILE SCENARIO [--allow-overlaps] [--min-acq N]
- *                            [--require unsafe|regressions|zero|overruns]
+ *                            [--require unsafe|regressions|zero|reruns|overruns]
  *
  * report prints one table row (scenario, acquisitions and their split per
- * engine, overlaps explained/unsafe, token regressions, tokens of 0,
- * overruns, the worst lateness of any call past its bound in ms, LOST) and then the anomaly notes the oracle kept. Its exit status
- * is the verdict: 1 when §5a was broken (unsafe overlaps — unless
+ * engine, overlaps explained/unsafe, token regressions, tokens of 0, guard
+ * reruns, overruns, the worst lateness of any call past its bound in ms,
+ * LOST) and then the anomaly notes the oracle kept. Its exit status
+ * is the verdict: 1 when §5a or §11 was broken (unsafe overlaps — unless
  * --allow-overlaps, the switch_grace_ms = 0 scenario — token regressions,
- * tokens of 0, overruns) or when fewer than --min-acq grants were made (a
+ * tokens of 0, reruns, overruns) or when fewer than --min-acq grants were made (a
  * lock that grants nothing is dead, not safe). With --require X the verdict
  * is inverted for one check: 0 only when X was reported — how the broken
  * modes prove each check can fail.
@@ -24,15 +25,15 @@
 #include "oracle.h"
 
 /* One table row; `header` prints the matching header. */
-#define ROW_FMT "| %-16s | %6llu | %-28s | %5llu | %6llu | %5llu | %4llu | %5llu | %7llu | %5llu |"
-#define HDR_FMT "| %-16s | %6s | %-28s | %5s | %6s | %5s | %4s | %5s | %7s | %5s |"
+#define ROW_FMT "| %-16s | %6llu | %-28s | %5llu | %6llu | %5llu | %4llu | %5llu | %5llu | %7llu | %5llu |"
+#define HDR_FMT "| %-16s | %6s | %-28s | %5s | %6s | %5s | %4s | %5s | %5s | %7s | %5s |"
 
 static void header(void)
 {
     printf(HDR_FMT "\n", "scenario", "acq.", "acquisitions per engine", "expl.",
-           "unsafe", "regr.", "tok0", "overr", "late ms", "LOST");
+           "unsafe", "regr.", "tok0", "rerun", "overr", "late ms", "LOST");
     printf("|------------------|--------|------------------------------|-------|--------|"
-           "-------|------|-------|---------|-------|\n");
+           "-------|------|-------|-------|---------|-------|\n");
 }
 
 static int usage(void)
@@ -40,7 +41,7 @@ static int usage(void)
     fprintf(stderr, "usage: cerb_chaos_oracle init FILE\n"
                     "       cerb_chaos_oracle mark-switch FILE SETTLE_MS\n"
                     "       cerb_chaos_oracle report FILE SCENARIO [--allow-overlaps]"
-                    " [--min-acq N] [--require unsafe|regressions|zero|overruns]\n");
+                    " [--min-acq N] [--require unsafe|regressions|zero|reruns|overruns]\n");
     return 2;
 }
 
@@ -72,7 +73,7 @@ static int report(oracle *o, int argc, char **argv)
     printf(ROW_FMT "\n", scenario, (unsigned long long)r.acquisitions, per,
            (unsigned long long)r.overlaps_explained, (unsigned long long)r.overlaps_unsafe,
            (unsigned long long)r.token_regressions, (unsigned long long)r.zero_tokens,
-           (unsigned long long)r.overruns, (unsigned long long)r.max_overrun_ms,
+           (unsigned long long)r.reruns, (unsigned long long)r.overruns, (unsigned long long)r.max_overrun_ms,
            (unsigned long long)r.lost);
     for (unsigned i = 0;; i++) {
         const char *n = oracle_note_get(o, i);
@@ -84,12 +85,13 @@ static int report(oracle *o, int argc, char **argv)
         unsigned long long v = strcmp(require, "unsafe") == 0        ? r.overlaps_unsafe
                                : strcmp(require, "regressions") == 0 ? r.token_regressions
                                : strcmp(require, "zero") == 0        ? r.zero_tokens
+                               : strcmp(require, "reruns") == 0      ? r.reruns
                                : strcmp(require, "overruns") == 0    ? r.overruns
                                                                      : 0;
         return v > 0 ? 0 : 1;
     }
     int bad = (!allow && r.overlaps_unsafe) || r.token_regressions || r.zero_tokens ||
-              r.overruns || (long long)r.acquisitions < min_acq;
+              r.reruns || r.overruns || (long long)r.acquisitions < min_acq;
     if ((long long)r.acquisitions < min_acq)
         printf("    %s: no progress: %llu grants, %lld required\n", scenario,
                (unsigned long long)r.acquisitions, min_acq);

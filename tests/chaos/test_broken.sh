@@ -11,7 +11,17 @@
 #   overrun     one call per thread lasts its bound plus two seconds
 #               → overruns
 #
-# and an honest run of the same worker must pass the ordinary verdict.
+# and, with --guard (idempotency-guard attempts on two keys):
+#
+#   skip-guard        runs every attempt without cerb_guard_begin
+#                     → unsafe overlaps
+#   ignore-busy       runs an attempt the guard answered CERB_BUSY
+#                     → unsafe overlaps
+#   ignore-duplicate  runs an attempt the guard answered CERB_DUPLICATE
+#                     → reruns
+#
+# and an honest run of the same worker, locking or guarded, must pass the
+# ordinary verdict.
 #
 #   test_broken.sh BUILD_CHAOS_DIR
 set -euo pipefail
@@ -19,16 +29,18 @@ set -euo pipefail
 B=${1:?usage: test_broken.sh BUILD_CHAOS_DIR}
 TMP=$(mktemp -d "${TMPDIR:-/tmp}/cerb-chaos-broken.XXXXXX")
 trap 'rm -rf -- "$TMP"' EXIT
-printf 'engines = ("local");\nlock = { lease_ms = 1000; };\n' >"$TMP/local.cfg"
+printf 'engines = ("local");\nlock = { lease_ms = 1000; };\nguard = { running_ms = 1000; };\n' >"$TMP/local.cfg"
 fail=0
 
-# run MODE: init an oracle, run one worker (3 threads, 3 s, seed 7) in MODE.
+# run MODE [--guard]: init an oracle, run one worker (3 threads, 3 s,
+# seed 7) in MODE.
 run() {
     local mode=$1
     "$B/cerb_chaos_oracle" init "$TMP/$mode.oracle"
     local args=(-c "$TMP/local.cfg" -o "$TMP/$mode.oracle" --threads 3 --seconds 3
         --seed 7 --bound-ms 500 --lease-ms 1000)
-    [[ $mode == honest ]] || args+=(--broken "$mode")
+    [[ ${2:-} == --guard ]] && args+=(--guard --names 2)
+    [[ $mode == honest* ]] || args+=(--broken "$mode")
     timeout 60 "$B/cerb_chaos_worker" "${args[@]}"
 }
 
@@ -61,4 +73,18 @@ expect fake-token regressions
 expect fake-token zero
 run overrun
 expect overrun overruns
+
+run honest-guard --guard
+if "$B/cerb_chaos_oracle" report "$TMP/honest-guard.oracle" honest-guard --min-acq 5; then
+    echo "ok: an honest guarded worker passes"
+else
+    echo "FAIL: an honest guarded worker on the local engine was reported"
+    fail=1
+fi
+run skip-guard --guard
+expect skip-guard unsafe
+run ignore-busy --guard
+expect ignore-busy unsafe
+run ignore-duplicate --guard
+expect ignore-duplicate reruns
 exit $fail

@@ -2,7 +2,8 @@
  * test_oracle.c — the chaos oracle's bookkeeping on synthetic event
  * sequences: each check of oracle.h (explained and unsafe overlaps, token
  * regressions per engine, per client and after a switch mark, tokens of 0,
- * overruns, LOST counts, acquisitions per engine) is shown to fire on the
+ * overruns, LOST counts, acquisitions per engine, guard claims and their
+ * reruns) is shown to fire on the
  * sequence that breaks it and to stay silent on the one that does not; and
  * two processes recording into one file see each other; the hold of a
  * process that died inside ends, rather than overlapping every later one.
@@ -171,6 +172,59 @@ static void overruns(void **state)
     assert_non_null(strstr(oracle_note_get(o, 0), "overrun: unlock"));
 }
 
+static void guard_claims(void **state)
+{
+    oracle *o = *state;
+    /* Claims carry no token: no token-0 or regression count. */
+    int a = oracle_enter_claim(o, "k", 0, "zk", 1 * MS, 2 * MS);
+    oracle_leave(o, a, 3 * MS);
+    int b = oracle_enter_claim(o, "k", 1, "zk", 3 * MS, 4 * MS);
+    /* A second attempt while the first runs, not told LOST: unsafe. */
+    int c = oracle_enter_claim(o, "k", 2, "zk", 4 * MS, 5 * MS);
+    oracle_leave(o, c, 6 * MS);
+    /* Told LOST before the next began: explained. */
+    oracle_told_lost(o, b, 7 * MS);
+    int d = oracle_enter_claim(o, "k", 2, "zk", 7 * MS, 8 * MS);
+    oracle_leave(o, d, 9 * MS);
+    oracle_leave(o, b, 10 * MS);
+    oracle_report r = rep(o);
+    assert_int_equal(r.acquisitions, 4);
+    assert_int_equal(r.zero_tokens, 0);
+    assert_int_equal(r.token_regressions, 0);
+    assert_int_equal(r.overlaps_unsafe, 1);
+    assert_int_equal(r.overlaps_explained, 1);
+    assert_non_null(strstr(oracle_note_get(o, 0), "UNSAFE overlap on guard key k"));
+}
+
+static void guard_reruns(void **state)
+{
+    oracle *o = *state;
+    /* A success finished over [10, 12] ms, kept 100 ms: done until 110. */
+    int a = oracle_enter_claim(o, "k", 0, "redis", 1 * MS, 2 * MS);
+    oracle_leave(o, a, 9 * MS);
+    oracle_done(o, "k", 10 * MS, 12 * MS, 100);
+    /* A begin sent before the finish returned may have been judged first. */
+    int b = oracle_enter_claim(o, "k", 1, "redis", 11 * MS, 13 * MS);
+    oracle_leave(o, b, 14 * MS);
+    assert_int_equal(rep(o).reruns, 0);
+    /* Answered past the window's end (less the slack): the record may have
+     * expired. */
+    b = oracle_enter_claim(o, "k", 1, "redis", 20 * MS, 107 * MS);
+    oracle_leave(o, b, 108 * MS);
+    assert_int_equal(rep(o).reruns, 0);
+    /* Wholly inside: the operation ran twice. */
+    b = oracle_enter_claim(o, "k", 1, "redis", 20 * MS, 30 * MS);
+    oracle_leave(o, b, 31 * MS);
+    assert_int_equal(rep(o).reruns, 1);
+    assert_non_null(strstr(oracle_note_get(o, 0), "rerun of guard key k"));
+    /* Another key is not kept by it; a lock's hold is not judged by it. */
+    b = oracle_enter_claim(o, "j", 1, "redis", 20 * MS, 30 * MS);
+    oracle_leave(o, b, 31 * MS);
+    b = oracle_enter(o, "k", 1, 5, "redis", 40 * MS);
+    oracle_leave(o, b, 41 * MS);
+    assert_int_equal(rep(o).reruns, 1);
+}
+
 static void two_processes_share_the_file(void **state)
 {
     oracle *o = *state;
@@ -223,6 +277,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(token_regressions, setup, teardown),
         cmocka_unit_test_setup_teardown(switch_mark_floor, setup, teardown),
         cmocka_unit_test_setup_teardown(overruns, setup, teardown),
+        cmocka_unit_test_setup_teardown(guard_claims, setup, teardown),
+        cmocka_unit_test_setup_teardown(guard_reruns, setup, teardown),
         cmocka_unit_test_setup_teardown(two_processes_share_the_file, setup, teardown),
         cmocka_unit_test_setup_teardown(dead_holder_is_no_overlap, setup, teardown),
     };

@@ -5,7 +5,8 @@
  *
  *   cerb_chaos_worker -c CONFIG -o ORACLE [--client ID] [--threads T]
  *       [--names N] [--prefix P] [--seconds S] [--max-ops M] [--seed X]
- *       [--bound-ms B] [--lease-ms L] [--broken skip-lock|fake-token|overrun]
+ *       [--bound-ms B] [--lease-ms L] [--guard] [--count-conns PORT]
+ *       [--broken skip-lock|fake-token|overrun|skip-guard|ignore-busy|ignore-duplicate]
  *
  * Each thread, seeded from --seed, --client and its index (the seed is
  * printed so a run can be replayed), loops until --seconds or --max-ops:
@@ -21,13 +22,31 @@
  * this one is recorded out. The lost callback records LOST as it fires.
  * Every call's duration goes to oracle_call with its bound: the wait given
  * plus --bound-ms (the configured connect + operation timeouts times the
- * retries, computed by the driver).
+ * retries, computed by the driver). A call that fails (not a timeout or
+ * BUSY) is counted by its status, printed at the end, and followed by a
+ * pause of 0–20 ms, as a caller would make before trying again.
+ *
+ * --guard: the threads make idempotency-guard attempts instead (DESIGN.md
+ * §11). --names keys g0.. in one scope (the prefix); each loop picks a key
+ * and calls cerb_guard_begin. CERB_OK is recorded as a claim of the key
+ * (oracle_enter_claim: overlaps judged as for locks, no token), held like
+ * a lock (1 in 40 past guard.running_ms, so the renewer carries it; the
+ * lost callback and cerb_guard_state report LOST), left, then finished:
+ * mostly failed (succeeded = 0, the record deleted so the key can run
+ * again), 1 in 8 succeeded with a short keep_ms (200–800 ms), recorded with
+ * oracle_done so a rerun inside the keep window is caught; CERB_DUPLICATE
+ * and CERB_BUSY are counted. --count-conns PORT samples this process's
+ * established connections to PORT (how many ZooKeeper sessions the guard's
+ * pool opened) and prints the most seen.
  *
  * --broken modes exist to show the oracle can fail (tests/chaos chaos_broken):
  * skip-lock records holds without locking (a lock that grants twice),
  * fake-token records tokens that repeat and are sometimes 0, overrun makes
- * one timed call per thread last its bound plus two seconds.
+ * one timed call per thread last its bound plus two seconds; with --guard,
+ * skip-guard runs every attempt without beginning it, ignore-busy runs on
+ * CERB_BUSY and ignore-duplicate runs on CERB_DUPLICATE.
  */
+#include <dirent.h>
 #include <errno.h>
 #include <getopt.h>
 #include <inttypes.h>
@@ -38,21 +57,46 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "cerberus.h"
 #include "oracle.h"
 
 #define MAX_NAMES 8
 #define MAX_THREADS 32
+#define ERR_KINDS 32 /* cerb_status values counted apart (append-only codes) */
 
-enum broken { BROKEN_NONE, BROKEN_SKIP_LOCK, BROKEN_FAKE_TOKEN, BROKEN_OVERRUN };
+enum broken {
+    BROKEN_NONE,
+    BROKEN_SKIP_LOCK,
+    BROKEN_FAKE_TOKEN,
+    BROKEN_OVERRUN,
+    BROKEN_SKIP_GUARD,
+    BROKEN_IGNORE_BUSY,
+    BROKEN_IGNORE_DUPLICATE,
+};
+
+static const char *const broken_name[] = {"",
+                                          "skip-lock",
+                                          "fake-token",
+                                          "overrun",
+                                          "skip-guard",
+                                          "ignore-busy",
+                                          "ignore-duplicate"};
 
 struct opts {
     const char *config, *oracle_path, *prefix;
-    int client, threads, names;
+    int client, threads, names, guard, count_port;
     int64_t seconds, max_ops, bound_ms, lease_ms;
     uint64_t seed;
     enum broken broken;
+};
+
+/* One thread's guard attempt in force, for the lost callback (a library
+ * thread): its oracle id, -1 between attempts. */
+struct tguard {
+    oracle *o;
+    _Atomic int holder;
 };
 
 /* One thread's view of one name: its handle and, while held, its oracle id
@@ -72,7 +116,10 @@ struct thread {
     oracle *o;
     const struct opts *op;
     struct tlock tl[MAX_NAMES];
+    struct tguard tg;
     uint64_t ops, ok, timeout, errors, lost, long_holds, reentrant, multi;
+    uint64_t dup, done, finish_lost; /* guard: duplicates, successes, CERB_LOST finishes */
+    uint64_t by_status[ERR_KINDS];   /* errors by cerb_status, for the summary */
 };
 
 static _Atomic uint64_t fake_token = 1;
@@ -169,9 +216,11 @@ static void leave(struct thread *t, struct tlock *tl)
     oracle_leave(t->o, atomic_exchange(&tl->holder, -1), oracle_now());
 }
 
-static int64_t hold_ms(struct thread *t)
+/* A hold's length: 1 in @one_in past the lease (the renewer must carry it),
+ * else 0–30 ms. */
+static int64_t hold_ms(struct thread *t, unsigned one_in)
 {
-    if (rnd(&t->rng) % 20 == 0) {
+    if (rnd(&t->rng) % one_in == 0) {
         t->long_holds++;
         return rnd_range(&t->rng, t->op->lease_ms, t->op->lease_ms * 3 / 2);
     }
@@ -220,6 +269,15 @@ static cerb_status call_multiunlock(void *a)
     return cerb_multilock_unlock(c->ls, c->n);
 }
 
+static void count_error(struct thread *t, cerb_status st)
+{
+    t->errors++;
+    t->by_status[(unsigned)st < ERR_KINDS ? (unsigned)st : ERR_KINDS - 1]++;
+    /* A refused connection fails at once: without a pause the threads
+     * spin (hundreds of calls a second each) while a server is down. */
+    sleep_ms(rnd_range(&t->rng, 0, 20));
+}
+
 static void count(struct thread *t, cerb_status st)
 {
     if (st == CERB_OK)
@@ -227,7 +285,7 @@ static void count(struct thread *t, cerb_status st)
     else if (st == CERB_TIMEOUT || st == CERB_BUSY)
         t->timeout++;
     else
-        t->errors++;
+        count_error(t, st);
 }
 
 static void one_lock(struct thread *t)
@@ -255,7 +313,7 @@ static void one_lock(struct thread *t)
         else
             re = false;
     }
-    hold(t, &tl, 1, hold_ms(t));
+    hold(t, &tl, 1, hold_ms(t, 20));
     leave(t, tl);
     if (op->broken == BROKEN_SKIP_LOCK)
         return;
@@ -294,10 +352,162 @@ static void multi_lock(struct thread *t)
     timed(t, "multilock_unlock", (int64_t)n * op->bound_ms, call_multiunlock, &a);
 }
 
+static void on_guard_lost(cerb_guard *g, void *ud)
+{
+    struct tguard *tg = ud;
+    (void)g;
+    oracle_told_lost(tg->o, atomic_load(&tg->holder), oracle_now());
+}
+
+/* Still running: true while the attempt's claim is not LOST (recorded when
+ * it is). */
+static bool guard_held(struct thread *t, cerb_guard *g)
+{
+    if (!g || cerb_guard_state(g) != CERB_LOCK_LOST)
+        return true;
+    oracle_told_lost(t->o, atomic_load(&t->tg.holder), oracle_now());
+    return false;
+}
+
+struct guard_args {
+    cerb_client *c;
+    const char *scope, *key;
+    cerb_guard_opts opts;
+    cerb_guard *g;
+    int succeeded;
+};
+
+static cerb_status call_guard_begin(void *a)
+{
+    struct guard_args *ga = a;
+    return cerb_guard_begin(ga->c, ga->scope, ga->key, strlen(ga->key), &ga->opts, &ga->g);
+}
+
+static cerb_status call_guard_finish(void *a)
+{
+    struct guard_args *ga = a;
+    return cerb_guard_finish(ga->g, ga->succeeded, "done", 4);
+}
+
+static cerb_status call_guard_free(void *a)
+{
+    return cerb_guard_free(((struct guard_args *)a)->g);
+}
+
+/* One guard attempt at a random key (see the file comment). */
+static void guard_attempt(struct thread *t, const char *scope)
+{
+    const struct opts *op = t->op;
+    int k = (int)(rnd(&t->rng) % (uint64_t)op->names);
+    char key[16], name[ORACLE_NAME_MAX];
+    snprintf(key, sizeof(key), "g%d", k);
+    snprintf(name, sizeof(name), "%s%s", op->prefix, key);
+    struct guard_args a = {.c = t->c, .scope = scope, .key = key,
+                           .opts = (cerb_guard_opts)CERB_GUARD_OPTS_INIT};
+    a.succeeded = rnd(&t->rng) % 8 == 0;
+    if (a.succeeded)
+        a.opts.keep_ms = rnd_range(&t->rng, 200, 800);
+    char e0[32];
+    engine_now(t->c, e0, sizeof(e0));
+    int64_t t0 = oracle_now();
+    cerb_status st = CERB_OK;
+    if (op->broken != BROKEN_SKIP_GUARD)
+        st = timed(t, "guard_begin", op->bound_ms, call_guard_begin, &a);
+    bool run = st == CERB_OK || (st == CERB_BUSY && op->broken == BROKEN_IGNORE_BUSY) ||
+               (st == CERB_DUPLICATE && op->broken == BROKEN_IGNORE_DUPLICATE);
+    if (st == CERB_DUPLICATE)
+        t->dup++;
+    else
+        count(t, st);
+    if (!run) {
+        if (a.g)
+            cerb_guard_free(a.g);
+        /* A caller told BUSY or DUPLICATE would not ask again at once;
+         * without a pause the threads spin on the server between faults. */
+        sleep_ms(rnd_range(&t->rng, 0, 10));
+        return;
+    }
+    if (st != CERB_OK) {
+        /* A broken mode runs what the guard refused: nothing to finish. */
+        if (a.g)
+            cerb_guard_free(a.g);
+        a.g = NULL;
+    }
+    if (a.g && cerb_guard_degraded(a.g)) {
+        /* guard.on_unavailable is "refuse" here: a degraded attempt would be
+         * a library fault of its own, not a claim to judge. */
+        fprintf(stderr, "worker %d: degraded guard attempt at %s (policy refuse)\n",
+                op->client, name);
+        t->errors++;
+        cerb_guard_free(a.g);
+        return;
+    }
+    char e1[32];
+    engine_now(t->c, e1, sizeof(e1));
+    if (a.g)
+        cerb_guard_on_lost(a.g, on_guard_lost, &t->tg);
+    atomic_store(&t->tg.holder, oracle_enter_claim(t->o, name, op->client,
+                                                   strcmp(e0, e1) == 0 ? e1 : "?", t0,
+                                                   oracle_now()));
+    /* Fewer long holds than locks: a key held past running_ms keeps the
+     * other attempts at it out for as long. */
+    int64_t ms = hold_ms(t, 40);
+    int64_t end = oracle_now() + ms * 1000000;
+    for (;;) {
+        if (!guard_held(t, a.g)) {
+            t->lost++;
+            break;
+        }
+        int64_t left = (end - oracle_now()) / 1000000;
+        if (left <= 0)
+            break;
+        sleep_ms(left < 50 ? left : 50);
+    }
+    guard_held(t, a.g);
+    oracle_leave(t->o, atomic_exchange(&t->tg.holder, -1), oracle_now());
+    if (!a.g)
+        return;
+    int64_t f0 = oracle_now();
+    cerb_status fs = timed(t, "guard_finish", op->bound_ms, call_guard_finish, &a);
+    if (fs == CERB_OK && a.succeeded) {
+        oracle_done(t->o, name, f0, oracle_now(), a.opts.keep_ms);
+        t->done++;
+    } else if (fs == CERB_LOST) {
+        t->finish_lost++;
+    } else if (fs != CERB_OK) {
+        count_error(t, fs);
+    }
+    timed(t, "guard_free", op->bound_ms, call_guard_free, &a);
+}
+
+static void *guard_main(struct thread *t)
+{
+    const struct opts *op = t->op;
+    int64_t end = oracle_now() + op->seconds * 1000000000;
+    /* The scope: the prefix without its trailing '-'. */
+    char scope[ORACLE_NAME_MAX];
+    snprintf(scope, sizeof(scope), "%s", op->prefix);
+    size_t n = strlen(scope);
+    if (n > 1 && scope[n - 1] == '-')
+        scope[n - 1] = '\0';
+    t->tg.o = t->o;
+    atomic_init(&t->tg.holder, -1);
+    while (oracle_now() < end && (op->max_ops <= 0 || (int64_t)t->ops < op->max_ops)) {
+        t->ops++;
+        if (rnd(&t->rng) % 100 < 85)
+            guard_attempt(t, scope);
+        else
+            sleep_ms(rnd_range(&t->rng, 0, 20));
+    }
+    return NULL;
+}
+
 static void *thread_main(void *arg)
 {
     struct thread *t = arg;
     const struct opts *op = t->op;
+    if (op->guard)
+        return guard_main(t);
     int64_t end = oracle_now() + op->seconds * 1000000000;
     for (int i = 0; i < op->names; i++) {
         struct tlock *tl = &t->tl[i];
@@ -328,12 +538,79 @@ static void *thread_main(void *arg)
     return NULL;
 }
 
+/* This process's established TCP connections to 127.0.0.1:@port: the socket
+ * inodes of its descriptors, matched against /proc/self/net/tcp. */
+static int count_conns(int port)
+{
+    unsigned long inodes[1024];
+    size_t n = 0;
+    DIR *d = opendir("/proc/self/fd");
+    if (!d)
+        return -1;
+    struct dirent *de;
+    while ((de = readdir(d)) != NULL && n < sizeof(inodes) / sizeof(inodes[0])) {
+        char link[64];
+        ssize_t len = readlinkat(dirfd(d), de->d_name, link, sizeof(link) - 1);
+        if (len <= 0)
+            continue;
+        link[len] = '\0';
+        unsigned long ino;
+        if (sscanf(link, "socket:[%lu]", &ino) == 1)
+            inodes[n++] = ino;
+    }
+    closedir(d);
+    FILE *f = fopen("/proc/self/net/tcp", "r");
+    if (!f)
+        return -1;
+    char line[512];
+    int count = 0;
+    while (fgets(line, sizeof(line), f)) {
+        unsigned rport, st;
+        unsigned long ino;
+        /* sl local_address rem_address st tx:rx tr:when retrnsmt uid timeout inode */
+        if (sscanf(line, " %*d: %*x:%*x %*x:%x %x %*x:%*x %*x:%*x %*x %*u %*u %lu", &rport,
+                   &st, &ino) != 3)
+            continue;
+        if (rport != (unsigned)port || st != 1 /* TCP_ESTABLISHED */)
+            continue;
+        for (size_t i = 0; i < n; i++)
+            if (inodes[i] == ino) {
+                count++;
+                break;
+            }
+    }
+    fclose(f);
+    return count;
+}
+
+struct sampler {
+    pthread_t tid;
+    int port;
+    atomic_bool stop;
+    int max;
+};
+
+/* Samples count_conns every 100 ms until stopped (a measurement, not a
+ * synchronisation: nothing waits on it). */
+static void *sampler_main(void *arg)
+{
+    struct sampler *sm = arg;
+    while (!atomic_load(&sm->stop)) {
+        int c = count_conns(sm->port);
+        if (c > sm->max)
+            sm->max = c;
+        sleep_ms(100);
+    }
+    return NULL;
+}
+
 static void usage(void)
 {
     fprintf(stderr,
             "usage: cerb_chaos_worker -c CONFIG -o ORACLE [--client ID] [--threads T]\n"
             "  [--names N] [--prefix P] [--seconds S] [--max-ops M] [--seed X]\n"
-            "  [--bound-ms B] [--lease-ms L] [--broken skip-lock|fake-token|overrun]\n");
+            "  [--bound-ms B] [--lease-ms L] [--guard] [--count-conns PORT]\n"
+            "  [--broken skip-lock|fake-token|overrun|skip-guard|ignore-busy|ignore-duplicate]\n");
     exit(2);
 }
 
@@ -343,7 +620,8 @@ static void parse(int argc, char **argv, struct opts *op)
         {"client", 1, 0, 'i'}, {"threads", 1, 0, 't'}, {"names", 1, 0, 'n'},
         {"prefix", 1, 0, 'p'}, {"seconds", 1, 0, 's'}, {"max-ops", 1, 0, 'm'},
         {"seed", 1, 0, 'S'},   {"bound-ms", 1, 0, 'b'}, {"lease-ms", 1, 0, 'l'},
-        {"broken", 1, 0, 'B'}, {0, 0, 0, 0}};
+        {"broken", 1, 0, 'B'}, {"guard", 0, 0, 'g'},   {"count-conns", 1, 0, 'C'},
+        {0, 0, 0, 0}};
     *op = (struct opts){.prefix = "chaos-", .threads = 4, .names = 3,
                         .seconds = 10, .bound_ms = 5000, .lease_ms = 2000};
     op->seed = (uint64_t)time(NULL);
@@ -361,14 +639,14 @@ static void parse(int argc, char **argv, struct opts *op)
         case 'S': op->seed = strtoull(optarg, NULL, 0); break;
         case 'b': op->bound_ms = atoll(optarg); break;
         case 'l': op->lease_ms = atoll(optarg); break;
+        case 'g': op->guard = 1; break;
+        case 'C': op->count_port = atoi(optarg); break;
         case 'B':
-            if (strcmp(optarg, "skip-lock") == 0)
-                op->broken = BROKEN_SKIP_LOCK;
-            else if (strcmp(optarg, "fake-token") == 0)
-                op->broken = BROKEN_FAKE_TOKEN;
-            else if (strcmp(optarg, "overrun") == 0)
-                op->broken = BROKEN_OVERRUN;
-            else
+            op->broken = BROKEN_NONE;
+            for (size_t i = 1; i < sizeof(broken_name) / sizeof(broken_name[0]); i++)
+                if (strcmp(optarg, broken_name[i]) == 0)
+                    op->broken = (enum broken)i;
+            if (op->broken == BROKEN_NONE)
                 usage();
             break;
         default: usage();
@@ -376,7 +654,12 @@ static void parse(int argc, char **argv, struct opts *op)
     }
     if (!op->config || !op->oracle_path || op->threads < 1 ||
         op->threads > MAX_THREADS || op->names < 1 || op->names > MAX_NAMES ||
-        op->seconds < 1 || op->client < 0 || op->client >= ORACLE_MAX_CLIENTS)
+        op->seconds < 1 || op->client < 0 || op->client >= ORACLE_MAX_CLIENTS ||
+        op->count_port < 0 || op->count_port > 65535)
+        usage();
+    /* The guard's broken modes break the guard path, the others the lock's. */
+    if (op->broken != BROKEN_NONE && op->broken != BROKEN_OVERRUN &&
+        (op->broken >= BROKEN_SKIP_GUARD) != (op->guard != 0))
         usage();
 }
 
@@ -384,10 +667,9 @@ int main(int argc, char **argv)
 {
     struct opts op;
     parse(argc, argv, &op);
-    static const char *const broken_name[] = {"", " broken skip-lock",
-                                              " broken fake-token", " broken overrun"};
-    printf("worker %d: seed %" PRIu64 " threads %d names %d seconds %" PRId64 "%s\n",
-           op.client, op.seed, op.threads, op.names, op.seconds, broken_name[op.broken]);
+    printf("worker %d: seed %" PRIu64 " threads %d %s %d seconds %" PRId64 "%s%s\n",
+           op.client, op.seed, op.threads, op.guard ? "guard keys" : "names", op.names,
+           op.seconds, op.broken ? " broken " : "", broken_name[op.broken]);
     fflush(stdout);
 
     /* CERB_CHAOS_DEBUG=1: the library's debug log in the worker's log, for
@@ -414,6 +696,12 @@ int main(int argc, char **argv)
     struct thread *th = calloc((size_t)op.threads, sizeof(*th));
     if (!th)
         return 1;
+    struct sampler sm = {.port = op.count_port};
+    atomic_init(&sm.stop, false);
+    if (op.count_port && pthread_create(&sm.tid, NULL, sampler_main, &sm) != 0) {
+        fprintf(stderr, "worker %d: pthread_create failed\n", op.client);
+        return 1;
+    }
     for (int i = 0; i < op.threads; i++) {
         th[i].idx = i;
         th[i].rng = op.seed ^ ((uint64_t)op.client << 32) ^ ((uint64_t)i * 0x1000193u);
@@ -426,8 +714,14 @@ int main(int argc, char **argv)
         }
     }
     uint64_t ops = 0, ok = 0, to = 0, err = 0, lost = 0, lh = 0, re = 0, mu = 0;
+    uint64_t dup = 0, done = 0, flost = 0, by_status[ERR_KINDS] = {0};
     for (int i = 0; i < op.threads; i++) {
         pthread_join(th[i].tid, NULL);
+        for (int k = 0; k < ERR_KINDS; k++)
+            by_status[k] += th[i].by_status[k];
+        dup += th[i].dup;
+        done += th[i].done;
+        flost += th[i].finish_lost;
         ops += th[i].ops;
         ok += th[i].ok;
         to += th[i].timeout;
@@ -437,12 +731,33 @@ int main(int argc, char **argv)
         re += th[i].reentrant;
         mu += th[i].multi;
     }
+    if (op.count_port) {
+        atomic_store(&sm.stop, true);
+        pthread_join(sm.tid, NULL);
+    }
     t0 = oracle_now();
     cerb_client_close(c);
     oracle_call(o, "client_close", t0, oracle_now(), op.bound_ms);
-    printf("worker %d: ops %" PRIu64 " granted %" PRIu64 " timeout %" PRIu64
-           " errors %" PRIu64 " lost %" PRIu64 " long %" PRIu64 " reentrant %" PRIu64
-           " multi %" PRIu64 "\n", op.client, ops, ok, to, err, lost, lh, re, mu);
+    if (op.guard)
+        printf("worker %d: ops %" PRIu64 " begun %" PRIu64 " busy %" PRIu64
+               " duplicate %" PRIu64 " errors %" PRIu64 " lost %" PRIu64 " finish-lost %" PRIu64
+               " long %" PRIu64 " succeeded %" PRIu64 "\n",
+               op.client, ops, ok, to, dup, err, lost, flost, lh, done);
+    else
+        printf("worker %d: ops %" PRIu64 " granted %" PRIu64 " timeout %" PRIu64
+               " errors %" PRIu64 " lost %" PRIu64 " long %" PRIu64 " reentrant %" PRIu64
+               " multi %" PRIu64 "\n", op.client, ops, ok, to, err, lost, lh, re, mu);
+    if (err) {
+        /* What the errors were: a post-mortem's first question. */
+        printf("worker %d: errors by status:", op.client);
+        for (int k = 0; k < ERR_KINDS; k++)
+            if (by_status[k])
+                printf(" %s %" PRIu64, cerb_status_name((cerb_status)k), by_status[k]);
+        printf("\n");
+    }
+    if (op.count_port)
+        printf("worker %d: at most %d connections to :%d\n", op.client, sm.max,
+               op.count_port);
     free(th);
     oracle_close(o);
     return 0;
