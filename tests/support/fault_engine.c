@@ -216,20 +216,15 @@ static void f_cancel(cerb_engine *e, cerb_engine_lock *lk) { INNER->cancel(e, lk
 
 static cerb_status f_probe(cerb_engine *e, int64_t timeout_ms) { return INNER->probe(e, timeout_ms); }
 
-static const struct cerb_engine_ops fault_ops = {
-    .version = CERB_ENGINE_OPS_V1,
-    .name = "fault",
-    .caps = CERB_CAP_FENCING | CERB_CAP_WAIT,
-    .lock_priv_size = 64, /* covers the local engine's per-hold state */
-    .open = f_open,
-    .close = f_close,
-    .acquire = f_acquire,
-    .renew = f_renew,
-    .release = f_release,
-    .check_owner = f_check,
-    .cancel = f_cancel,
-    .probe = f_probe,
-};
+/* The methods both tables share: the local engine with faults injected. */
+#define FAULT_OPS_COMMON                                                      \
+    .version = CERB_ENGINE_OPS_V1, .caps = CERB_CAP_FENCING | CERB_CAP_WAIT,  \
+    .lock_priv_size = 64, /* covers the local engine's per-hold state */      \
+    .open = f_open, .close = f_close, .acquire = f_acquire, .renew = f_renew, \
+    .release = f_release, .check_owner = f_check, .cancel = f_cancel,         \
+    .probe = f_probe
+
+static const struct cerb_engine_ops fault_ops = {FAULT_OPS_COMMON, .name = "fault"};
 
 /* The gate's question (is the name held?), failed and slowed as a check. */
 static cerb_status f_held(cerb_engine *e, const char *name)
@@ -244,21 +239,8 @@ static cerb_status f_held(cerb_engine *e, const char *name)
 
 /* "faultheld": the same engine answering the safe-switch gate's question,
  * so that it can be the gated engine of a switch. */
-static const struct cerb_engine_ops fault_held_ops = {
-    .version = CERB_ENGINE_OPS_V1,
-    .name = "faultheld",
-    .caps = CERB_CAP_FENCING | CERB_CAP_WAIT,
-    .lock_priv_size = 64,
-    .open = f_open,
-    .close = f_close,
-    .acquire = f_acquire,
-    .renew = f_renew,
-    .release = f_release,
-    .check_owner = f_check,
-    .cancel = f_cancel,
-    .probe = f_probe,
-    .held = f_held,
-};
+static const struct cerb_engine_ops fault_held_ops = {FAULT_OPS_COMMON, .name = "faultheld",
+                                                      .held = f_held};
 
 void fault_engine_register(void)
 {
