@@ -220,3 +220,31 @@ int64_t cerb__engine_hold_bound_ms(const struct cerb_engine_ops *ops, cerb_engin
     int64_t ms = ops->hold_bound_ms(e);
     return ms > 0 ? ms : 0;
 }
+
+bool cerb__engine_has_closure(const struct cerb_engine_ops *ops)
+{
+    return ops && ops->version >= CERB_ENGINE_OPS_V4 && ops->closure_get && ops->closure_put;
+}
+
+cerb_status cerb__engine_closure_get(const struct cerb_engine_ops *ops, cerb_engine *e,
+                                     cerb_closure *out)
+{
+    memset(out, 0, sizeof *out);
+    if (!cerb__engine_has_closure(ops) || !e)
+        return cerb__error_set(CERB_UNAVAILABLE, "engine %s keeps no closure records",
+                               ops ? ops->name : "?");
+    return ops->closure_get(e, out);
+}
+
+cerb_status cerb__engine_closure_put(const struct cerb_engine_ops *ops, cerb_engine *e,
+                                     const cerb_closure *rec, cerb_closure *now)
+{
+    memset(now, 0, sizeof *now);
+    if (!cerb__engine_has_closure(ops) || !e)
+        return cerb__error_set(CERB_UNAVAILABLE, "engine %s keeps no closure records",
+                               ops ? ops->name : "?");
+    if (rec->epoch <= 0)
+        return cerb__error_set(CERB_EINVAL, "closure record with epoch %lld",
+                               (long long)rec->epoch);
+    return ops->closure_put(e, rec, now);
+}

@@ -42,7 +42,8 @@ struct cerb_holders;
 #define CERB_ENGINE_OPS_V1 1
 #define CERB_ENGINE_OPS_V2 2 /* + the idempotency guard's records (§11) */
 #define CERB_ENGINE_OPS_V3 3 /* + inspect: who holds a name (§13) */
-#define CERB_ENGINE_OPS_VERSION CERB_ENGINE_OPS_V3
+#define CERB_ENGINE_OPS_V4 4 /* + switch closure records (§5) */
+#define CERB_ENGINE_OPS_VERSION CERB_ENGINE_OPS_V4
 
 /* Capability bits in cerb_engine_ops.caps. */
 enum {
@@ -86,6 +87,12 @@ typedef struct cerb_engine_lock {
      * check_owner reports the fence the grant got, floor included.
      */
     uint64_t fence_floor;
+    /*
+     * Version 4 (engines with closure records): the configuration epoch of
+     * the client asking, or -1 for no check (probes, a client with one
+     * engine). See "closure records" below for what acquire does with it.
+     */
+    int64_t epoch;
 } cerb_engine_lock;
 
 /*
@@ -99,7 +106,22 @@ typedef struct cerb_grant {
     int64_t sent_ns;       /* cerb_monotime() before sending */
     int64_t ttl_ms;        /* validity from sent_ns; 0 = until session loss */
     cerb_outcome outcome;  /* on a failed call: NO or UNKNOWN */
+    /* Version 4: acquire refused by the engine's closure record: that
+     * record's epoch (> 0), else 0. */
+    int64_t closed_epoch;
 } cerb_grant;
+
+/*
+ * A closure record (version 4, DESIGN.md §5): what `cerberus switch` (and
+ * every client that follows the file to epoch `epoch`) wrote on an engine.
+ * closed = 1: new acquisitions left it at that epoch; closed = 0: it is open
+ * (active, or one of the candidates of active = "auto") from that epoch on.
+ * epoch 0: no record.
+ */
+typedef struct cerb_closure {
+    int64_t epoch;
+    int closed;
+} cerb_closure;
 
 /* Events an engine reports asynchronously (session loss, expiry). */
 typedef enum cerb_engine_event {
@@ -286,6 +308,36 @@ struct cerb_engine_ops {
      * cerb__holders_add(); add nothing when the name is free. On an error
      * the core drops whatever was added. */
     cerb_status (*inspect)(cerb_engine *e, const char *name, struct cerb_holders *out);
+
+    /* ---- version 4: switch closure records (core/closure.c, DESIGN.md §5) ----
+     *
+     * Optional as a pair (NULL: the core keeps asking such an engine before
+     * and after every grant, and claims names there, as long as it answers
+     * after a switch). An engine that has them also checks its record in
+     * acquire, whenever lk->epoch >= 0: it grants nothing — and leaves no
+     * queue entry — when the record says so for that epoch:
+     *     record.epoch > lk->epoch, or record.epoch == lk->epoch && closed.
+     * It then returns CERB_UNAVAILABLE with grant->outcome NO and
+     * grant->closed_epoch = record.epoch (a message naming both epochs).
+     * The check is atomic with the grant, or with the creation of the queue
+     * entry that becomes the grant (a ZooKeeper or etcd key), on the server:
+     * once the record is stored, no acquisition refused by it can be
+     * granted. A hand-off by a release to a waiter that did not re-check is
+     * a grant too: an engine stores none while its record is closed. And
+     * held() reports BUSY for a name with any such queue entry, so that
+     * "free" after the record was stored stays true for every client whose
+     * epoch the record refuses.
+     */
+
+    /* Read the record (epoch 0 when none). CERB_OK or an error. A read that
+     * sees a record is ordered after every grant made before it was
+     * written, also for later calls of this instance (held() above all). */
+    cerb_status (*closure_get)(cerb_engine *e, cerb_closure *out);
+    /* Store rec unless the stored record's epoch is >= rec->epoch (raise
+     * only, atomic on the server); *now = the record stored after the call
+     * (rec, or the one that stayed). Idempotent: the core re-sends it after
+     * an error. */
+    cerb_status (*closure_put)(cerb_engine *e, const cerb_closure *rec, cerb_closure *now);
 };
 
 /* ---- registry and checking shims (engine.c) ---- */
@@ -357,6 +409,14 @@ void cerb__holders_clear(struct cerb_holders *h);
 bool cerb__engine_has_inspect(const struct cerb_engine_ops *ops);
 cerb_status cerb__engine_inspect(const struct cerb_engine_ops *ops, cerb_engine *e,
                                  const char *name, struct cerb_holders *out);
+
+/* Closure shims (engine.c): CERB_UNAVAILABLE when the table is older than
+ * version 4, lacks the methods, or the engine is not open. */
+bool cerb__engine_has_closure(const struct cerb_engine_ops *ops);
+cerb_status cerb__engine_closure_get(const struct cerb_engine_ops *ops, cerb_engine *e,
+                                     cerb_closure *out);
+cerb_status cerb__engine_closure_put(const struct cerb_engine_ops *ops, cerb_engine *e,
+                                     const cerb_closure *rec, cerb_closure *now);
 
 /* Guard shims (core/guard_engine.c). Each gives CERB_UNAVAILABLE, with the
  * reason in cerb_last_error(), when the engine has no guard (a table older
