@@ -90,6 +90,10 @@ static cerb_status client_open(cerb_client **out, struct cerb_config *cfg, bool 
     }
     atomic_store(&c->current, current);
     cerb__health_init(c);
+    /* A client that starts after a switch checks the records once now, so
+     * its first acquisitions need not ask the engines it does not use
+     * before and after each grant (closure.c). */
+    cerb__closure_round(c);
     st = cerb__notify_start(c);
     if (st == CERB_OK) {
         st = cerb__watchdog_start(c);
@@ -353,6 +357,9 @@ cerb_status cerb_engine_info(cerb_client *c, const char *name, struct cerb_engin
     out->guard_duplicates = atomic_load(&ce->guard_dups);
     out->guard_busy = atomic_load(&ce->guard_busy);
     out->guard_degraded = atomic_load(&ce->guard_degraded);
+    out->gate_questions = atomic_load(&ce->gate_questions);
+    uint64_t gen;
+    out->closed_epoch = cerb__closure_holds(c, idx, &gen) ? atomic_load(&ce->closure_epoch) : 0;
     struct cerb_engine_stats es;
     cerb__engine_stats(ce->ops, ce->e, &es);
     out->acquire_calls = es.acquire_calls;
@@ -385,6 +392,7 @@ cerb_status cerb_client_reload(cerb_client *c)
     int64_t epoch = next->epoch;
     cerb__mutex_lock(&c->mu);
     old = c->cfg;
+    int64_t old_epoch = old->epoch;
     snprintf(old_active, sizeof old_active, "%s", old->active);
     c->cfg = next;
     /* The longest lease this client has been configured with: holds taken
@@ -426,6 +434,10 @@ cerb_status cerb_client_reload(cerb_client *c)
             CERB_LOG_E("%s", cerb_last_error());
         }
     }
+    /* A new epoch or active engine: record it on the engines (closure.c)
+     * now rather than at the next probe round. */
+    if (strcmp(active, old_active) != 0 || epoch != old_epoch)
+        cerb__closure_round(c);
     CERB_LOG_I("configuration reloaded from %s", c->boot_cfg->path);
     return st;
 }

@@ -366,6 +366,12 @@ static cerb_status gate_one(cerb_client *c, struct cerb_client_engine *ce, struc
     /* The hot path, without fo_mu: not gated. */
     if (!atomic_load(&ce->gated))
         return CERB_OK;
+    /* Closed by a record this client saw (closure.c): nobody is granted
+     * there any more, so a name it said was free since stays free. */
+    uint64_t gen = 0;
+    bool closed = cerb__closure_holds(c, ce->idx, &gen);
+    if (closed && s->free_gen[ce->idx] == gen)
+        return CERB_OK;
     cerb__mutex_lock(&c->fo_mu);
     bool gated = ce->gated;
     int64_t from = ce->gate_from_ns;
@@ -384,6 +390,7 @@ static cerb_status gate_one(cerb_client *c, struct cerb_client_engine *ce, struc
      * ends the pause at once; so does the interval, so a slow engine whose
      * probes time out (a gray failure) is still asked. */
     if (ce->e && !(ask_fail > last && now - ask_fail < ASK_BACKOFF_NS)) {
+        atomic_fetch_add_explicit(&ce->gate_questions, 1, memory_order_relaxed);
         cerb_status st = cerb__engine_held(ce->ops, ce->e, name);
         int64_t t = cerb_monotime();
         if (st == CERB_OK || st == CERB_BUSY) {
@@ -398,8 +405,14 @@ static cerb_status gate_one(cerb_client *c, struct cerb_client_engine *ce, struc
         if (st == CERB_BUSY)
             return cerb__error_set(CERB_BUSY, "lock \"%s\" is still held on engine %s after a switch",
                                    name, ce->name);
-        if (st == CERB_OK)
+        if (st == CERB_OK) {
+            /* Kept only when the record was seen before the question and
+             * is still trusted after it, under the same generation. */
+            uint64_t now_gen = 0;
+            if (closed && cerb__closure_holds(c, ce->idx, &now_gen) && now_gen == gen)
+                s->free_gen[ce->idx] = gen;
             return CERB_OK;
+        }
         last = atomic_load(&ce->last_ok_ns) > last ? atomic_load(&ce->last_ok_ns) : last;
     }
     /* The grace runs from the first silence since its last answer: holds
@@ -422,7 +435,9 @@ static cerb_status gate_one(cerb_client *c, struct cerb_client_engine *ce, struc
 bool cerb__gate_claimable(cerb_client *c, int i)
 {
     struct cerb_client_engine *ce = &c->engines[i];
-    if (!atomic_load(&ce->gated) || !ce->e)
+    uint64_t gen;
+    /* A closed engine refuses everyone by itself: no claim needed. */
+    if (!atomic_load(&ce->gated) || !ce->e || cerb__closure_holds(c, i, &gen))
         return false;
     cerb__mutex_lock(&c->fo_mu);
     int64_t last = atomic_load(&ce->last_ok_ns);
@@ -471,6 +486,16 @@ bool cerb__gate_any(cerb_client *c, int idx)
     return false;
 }
 
+bool cerb__gate_confirm_any(cerb_client *c, int idx)
+{
+    uint64_t gen;
+    for (size_t i = 0; i < c->n_engines; i++)
+        if ((int)i != idx && atomic_load(&c->engines[i].gated) &&
+            !cerb__closure_holds(c, (int)i, &gen))
+            return true;
+    return false;
+}
+
 /*
  * The configuration pins an engine that would not open here. Every process
  * that could open it has moved there and asks this engine only before and
@@ -488,6 +513,17 @@ static cerb_status pin_gate(cerb_client *c, int idx)
                            c->engines[p].name, c->engines[idx].name);
 }
 
+/* Every engine but idx closed by a record at our epoch (closure.c): no
+ * process can be granted there, however long its questions pause. */
+static bool others_closed(cerb_client *c, int idx)
+{
+    uint64_t gen;
+    for (size_t i = 0; i < c->n_engines; i++)
+        if ((int)i != idx && !cerb__closure_holds(c, (int)i, &gen))
+            return false;
+    return true;
+}
+
 cerb_status cerb__switch_gate(cerb_client *c, int idx, struct cerb_slot *s, int64_t deadline_ns,
                               const atomic_int *intr)
 {
@@ -499,7 +535,7 @@ cerb_status cerb__switch_gate(cerb_client *c, int idx, struct cerb_slot *s, int6
         if (worst != CERB_OK)
             cerb__error_copy(why, sizeof why);
         int64_t after = atomic_load(&c->engines[idx].grant_after_ns);
-        if (worst == CERB_OK && now < after) {
+        if (worst == CERB_OK && now < after && !others_closed(c, idx)) {
             worst = cerb__error_set(CERB_UNAVAILABLE,
                                     "engine %s was switched back to: granting once every "
                                     "client can have heard it answer again",

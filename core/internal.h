@@ -70,6 +70,15 @@ struct cerb_client_engine {
     /* The highest fence (with its epoch) this client was granted here: a
      * grant on another engine must rank above it (lock.c, fence_floor). */
     atomic_uint_fast64_t max_fence;
+    /* Closure records (closure.c): the closed record this client wants
+     * here was last seen at closure_seen_ns (0: not seen, lapsed or not
+     * wanted) for client epoch closure_epoch; answers "free" kept in slots
+     * are good only under the current closure_gen. */
+    atomic_int_fast64_t closure_seen_ns;
+    atomic_int_fast64_t closure_epoch;
+    atomic_uint_fast64_t closure_gen;
+    atomic_bool closure_warned;
+    atomic_uint_fast64_t gate_questions; /* held() asked by the gate */
     char log_note[160];          /* a breaker transition to log once fo_mu
                                     is released (health.c), "" when none */
     uint64_t transitions;
@@ -143,6 +152,10 @@ struct cerb_slot {
     uint64_t holder_tid;                 /* 0 = none */
     unsigned count;                      /* reentrant holds */
     struct cerb_hold *hold;
+    /* Engine i said the name was free after its closure record was seen
+     * (closure.c), under closure_gen free_gen[i]; 0 = not asked. Only the
+     * thread that occupies the slot reads or writes it. */
+    uint64_t free_gen[CERB_MAX_ENGINES];
 };
 
 struct cerb_lock {
@@ -201,6 +214,10 @@ struct cerb_client {
      * Its handles and renewer, made on first use (guard_renew.c); ended
      * by cerb__guard_close_all() in cerb_client_close(). */
     struct cerb_guard_set *_Atomic guards;
+    /* closure.c: how long a closure record seen stays trusted (half a
+     * lease), and when a refusal last reloaded the file. */
+    atomic_int_fast64_t closure_window_ns;
+    atomic_int_fast64_t closure_reload_ns;
     /* Started no thread (cerb__client_open_manual): the caller runs the
      * probe rounds, the watchdog and the callbacks as steps. */
     bool manual;
@@ -349,6 +366,10 @@ cerb_status cerb__switch_gate(cerb_client *c, int idx, struct cerb_slot *s, int6
 /* Is any engine other than idx gated (so a grant on idx must be checked
  * against it once more)? Lock-free. */
 bool cerb__gate_any(cerb_client *c, int idx);
+/* Must a grant on idx be confirmed after it (asked again, claims taken)?
+ * True when some engine other than idx is gated and not closed by a record
+ * (closure.c): a process that did not switch may be granted there. */
+bool cerb__gate_confirm_any(cerb_client *c, int idx);
 /* Is engine i gated and answering (not in its question back-off), so that
  * a grant elsewhere should take a claim there? Lock-free but for fo_mu. */
 bool cerb__gate_claimable(cerb_client *c, int i);
@@ -358,6 +379,17 @@ bool cerb__gate_claimable(cerb_client *c, int i);
 bool cerb__gate_heard(cerb_client *c, int i, int64_t *heard_ns);
 /* A claim or question to gated engine i got no answer (back-off). */
 void cerb__gate_no_answer(cerb_client *c, int i);
+
+/* closure.c — closure records (DESIGN.md §5) */
+/* Read, and write where missing or older, the record this client's file
+ * wants on every open engine (at open, after a reload, each probe round). */
+void cerb__closure_round(cerb_client *c);
+/* Is engine i closed to every grant by a record seen recently at this
+ * client's epoch? Then *gen = the generation answers are kept under. */
+bool cerb__closure_holds(cerb_client *c, int i, uint64_t *gen);
+/* Engine i refused a grant by a record of record_epoch: reload the file
+ * when that is newer than ours (at most every 200 ms). */
+void cerb__closure_refused(cerb_client *c, int i, int64_t record_epoch);
 
 /* prober.c: the probe thread (only with two or more engines). */
 cerb_status cerb__prober_start(cerb_client *c);

@@ -206,6 +206,10 @@ static struct cerb_hold *hold_new(cerb_client *c, struct cerb_slot *s, int idx, 
     h->engine_idx = idx;
     h->epoch = epoch;
     h->lk.name = s->name;
+    /* Engines with closure records refuse grants their record closes for
+     * this epoch (closure.c); a client with one engine takes part in no
+     * switch. */
+    h->lk.epoch = c->n_engines > 1 ? epoch : -1;
     return h;
 }
 
@@ -372,6 +376,18 @@ static cerb_status claims_take(cerb_client *c, struct cerb_hold *h)
             return cerb__error_set(CERB_BUSY, "lock \"%s\" is held on engine %s, switched from",
                                    h->slot->name, ce->name);
         }
+        if (g.closed_epoch > 0) {
+            /* Closed by a record: at our epoch it refuses every process
+             * that could be granted there, which is what the claim was
+             * for. A newer one says this client is behind: undo. */
+            hold_free(k);
+            if (g.closed_epoch <= h->epoch)
+                continue;
+            cerb__closure_refused(c, (int)i, g.closed_epoch);
+            return cerb__error_set(CERB_BUSY, "engine %s was closed by a switch at epoch %lld, "
+                                   "after this client's %lld",
+                                   ce->name, (long long)g.closed_epoch, (long long)h->epoch);
+        }
         /* No answer: the gate's grace rules that engine, as for a question:
          * the grant stands only once it has been silent for its grace. */
         cerb__gate_no_answer(c, (int)i);
@@ -462,6 +478,7 @@ struct acq {
     const struct cerb_retry_config *rc;
     int attempt;                  /* tries since the last start-over */
     size_t moves;                 /* engines carried to after a failure */
+    int follows;                  /* reloads after a closed engine refused */
     int64_t t0;                   /* when the last acquire was sent */
     cerb_grant g;                 /* the last acquire's (or settle's) grant */
     cerb_status st;               /* the outcome once ACQ_DONE */
@@ -509,6 +526,28 @@ static enum acq_next acq_gate(struct acq *a)
     return ACQ_ON;
 }
 
+/*
+ * The engine's closure record refused the grant: a switch closed it to this
+ * client's epoch. Not a failure of the engine (its breaker is not told).
+ * When the record is newer than our file, the file is read again; if that
+ * moved new acquisitions (another engine, or a new epoch), go on there.
+ */
+static enum acq_next acq_closed(struct acq *a)
+{
+    cerb_client *c = a->c;
+    struct cerb_hold *h = *a->hp;
+    char why[CERB_ERROR_MAX];
+    cerb__error_copy(why, sizeof why);
+    cerb__closure_refused(c, h->engine_idx, a->g.closed_epoch);
+    int64_t ep;
+    int cur = cerb__route(c, &ep);
+    if ((cur != h->engine_idx || ep != h->epoch) && a->follows++ < 3 && c->engines[cur].e &&
+        rehome(c, a->hp, a->w, cur, ep, false) == CERB_OK)
+        return ACQ_RESTART;
+    return acq_done(a, cerb__error_set(CERB_UNAVAILABLE, "%s%s", why,
+                                       c->boot_cfg->path ? "" : " (this client has no file)"));
+}
+
 static enum acq_next acq_try(struct acq *a)
 {
     cerb_client *c = a->c;
@@ -519,6 +558,8 @@ static enum acq_next acq_try(struct acq *a)
                             ? fence_floor(c, h->engine_idx, h->epoch) : 0;
     cerb_status st = cerb__engine_acquire(ce->ops, ce->e, &h->lk, a->deadline_ns, &a->w->stop,
                                           &a->g);
+    if (st != CERB_OK && a->g.closed_epoch > 0)
+        return acq_closed(a);
     if (st == CERB_OK) {
         cerb__health_ok(c, h->engine_idx);
         /* Granted on the engine a switch was moving us away from, in the
@@ -681,7 +722,7 @@ static enum acq_next acq_confirm(struct acq *a)
 {
     cerb_client *c = a->c;
     struct cerb_hold *h = *a->hp;
-    if (!cerb__gate_any(c, h->engine_idx))
+    if (!cerb__gate_confirm_any(c, h->engine_idx))
         return acq_done(a, CERB_OK);
     bool timed = a->deadline_ns != 0;
     cerb_status late = timed ? CERB_TIMEOUT : CERB_BUSY;

@@ -49,6 +49,7 @@ void cerb__prober_round(cerb_client *c)
         cerb__health_probe(c, (int)i, ok, ok ? us : -1);
     }
     cerb__health_reselect(c);
+    cerb__closure_round(c);
 }
 
 /* Sleep up to wait_ms on the stop pipe. Returns -1 on stop, else 0. */

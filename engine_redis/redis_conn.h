@@ -100,6 +100,8 @@ struct cerb_engine {
     char marker_qend[24];              /* its quarantine end, server ms */
     char replid_seen[48];              /* server's replid last recorded (marker_mu) */
     atomic_bool replid_warned;         /* said once: INFO gives no replid */
+    char *closure_key;                 /* redis_closure.h; NULL in a cluster */
+    size_t closure_key_len;
     /* Where the master is (redis_sentinel.h). */
     cerb_mutex addr_mu;                /* guards addr_host, addr_port */
     char addr_host[256];

@@ -30,6 +30,7 @@
 #include "log.h"
 #include "redis_cluster.h"
 #include "redis_guard.h"
+#include "redis_closure.h"
 #include "redis_marker.h"
 #include "redis_scripts.h"
 #include "redis_sentinel.h"
@@ -44,6 +45,7 @@ static void redis_close(cerb_engine *e)
         cerb__redis_cluster_close(e); /* its nodes first */
     cerb__redis_pool_destroy(e);
     cerb__redis_conn_free(e->probe_conn);
+    cerb__redis_closure_destroy(e);
     cerb__redis_marker_destroy(e);
     cerb__mutex_destroy(&e->probe_mu);
     cerb__mutex_destroy(&e->wait_mu);
@@ -85,8 +87,11 @@ static cerb_status redis_open(const cerb_engine_env *env, cerb_engine **out)
     e->wmu = &e->wait_mu;
     st = cerb__redis_marker_init(e);
     if (st == CERB_OK)
+        st = cerb__redis_closure_init(e);
+    if (st == CERB_OK)
         st = cerb__redis_pool_init(e);
     if (st != CERB_OK) {
+        cerb__redis_closure_destroy(e);
         cerb__redis_marker_destroy(e);
         cerb__mutex_destroy(&e->probe_mu);
         cerb__mutex_destroy(&e->wait_mu);
@@ -311,7 +316,7 @@ static cerb_status redis_check_name(const char *name)
 }
 
 const struct cerb_engine_ops cerb__redis_engine_ops = {
-    .version = CERB_ENGINE_OPS_V3,
+    .version = CERB_ENGINE_OPS_V4,
     .name = "redis",
     .caps = CERB_CAP_FENCING | CERB_CAP_FAIR_QUEUE | CERB_CAP_WAIT | CERB_CAP_BATCH_RENEW |
             CERB_CAP_CROSS_PROCESS | CERB_CAP_FENCE_FLOOR,
@@ -335,4 +340,7 @@ const struct cerb_engine_ops cerb__redis_engine_ops = {
     .guard_check = redis_guard_check,
     /* version 3: inspection (redis_inspect.c) */
     .inspect = redis_inspect,
+    /* version 4: closure records (redis_closure.c) */
+    .closure_get = cerb__redis_op_closure_get,
+    .closure_put = cerb__redis_op_closure_put,
 };

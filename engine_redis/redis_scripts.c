@@ -73,6 +73,7 @@
 #include "internal_posix.h"
 
 #include "redis_scripts.h"
+#include "redis_closure.h"
 #include "redis_cluster.h"
 #include "redis_replies.h"
 
@@ -150,14 +151,37 @@
     "  if redis.call('HDEL', D, tok) == 1 then redis.call('LREM', Q, 1, tok) end\n" \
     "end\n"
 
-/* KEYS K F Q M, ARGV token lease wait fair marker floor. A grant answers its
- * fence (an integer); "busy" answers {0, PTTL, head, handed, quarantine};
- * a marker other than ours answers "L" and changes nothing. During the
- * quarantine (server time before qend) nothing is granted and the PTTL
- * answered is at least the quarantine's rest. */
+/* KEYS K F Q M, ARGV token lease wait fair marker floor [epoch]. A grant
+ * answers its fence (an integer); "busy" answers {0, PTTL, head, handed,
+ * quarantine}; a marker other than ours answers "L" and changes nothing.
+ * During the quarantine (server time before qend) nothing is granted and
+ * the PTTL answered is at least the quarantine's rest. With an epoch (single
+ * and Sentinel mode, where the closure record C is M .. "\x1fclosure", read
+ * undeclared like D and W), a record that
+ * closes this epoch (redis_closure.h) answers {'C', record} and takes our
+ * token out of the queue (and the name, when a hand-off gave it to us);
+ * a closed record also stops hand-offs to the queue's head. */
 static const char lua_acquire[] =
     "local K, tok = KEYS[1], ARGV[1]\n"
     LUA_MARKER_CHECK(4, 5)
+    "local CL = false\n"
+    "if ARGV[7] then\n"
+    "  local cv = redis.call('GET', KEYS[4] .. '\\31closure')\n"
+    "  if cv then\n"
+    "    local ce, cs = string.match(cv, '^(%d+) ([a-z]+)$')\n"
+    "    ce = tonumber(ce)\n"
+    "    local ep = tonumber(ARGV[7])\n"
+    "    CL = cs == 'closed'\n"
+    "    if not ce or (not CL and cs ~= 'open') or\n"
+    "       (ep >= 0 and (ce > ep or (ce == ep and CL))) then\n"
+    "      local QB = string.sub(KEYS[3], 1, #KEYS[3] - 1)\n"
+    "      if redis.call('HDEL', QB .. 'd', tok) == 1 then redis.call('LREM', KEYS[3], 1, tok) end\n"
+    "      redis.call('DEL', QB .. 'w:' .. tok)\n"
+    "      if redis.call('GET', K) == tok then redis.call('DEL', K) end\n"
+    "      return {'C', cv}\n"
+    "    end\n"
+    "  end\n"
+    "end\n"
     "local t = redis.call('TIME')\n"
     "local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)\n"
     "local tick = tonumber(t[1]) * 10000 + math.floor(tonumber(t[2]) / 100)\n"
@@ -179,7 +203,7 @@ static const char lua_acquire[] =
     "  if c < FL then c = FL end\n"
     "  redis.call('SET', F, string.format('%d', c), 'PX', " STR(REDIS_FENCE_TTL_MS) ")\n"
     "end\n"
-    "local lease, wait, fair = tonumber(ARGV[2]), tonumber(ARGV[3]), ARGV[4] == '1'\n"
+    "local lease, wait, fair = tonumber(ARGV[2]), tonumber(ARGV[3]), ARGV[4] == '1' and not CL\n"
     "local ALIVE = " STR(REDIS_ALIVE_MS) "\n"
     "if cur == tok then\n"
     "  redis.call('PEXPIRE', K, lease)\n"
@@ -223,8 +247,10 @@ static const char lua_acquire[] =
     "end\n"
     "return {0, p, head, handed, quar}\n";
 
-/* KEYS K F Q M, ARGV token fair leave marker. Answers a REDIS_REL_* code,
- * or "L" (another marker: nothing changed). */
+/* KEYS K F Q M, ARGV token fair leave marker [closure]. Answers a
+ * REDIS_REL_* code, or "L" (another marker: nothing changed). With closure
+ * "1" (single and Sentinel mode: C as in acquire), nothing is handed over while C says closed: the
+ * head waiter is woken and its own acquire checks the record. */
 static const char lua_release[] =
     "local K, tok = KEYS[1], ARGV[1]\n"
     LUA_MARKER_CHECK(4, 4)
@@ -249,7 +275,8 @@ static const char lua_release[] =
     "end\n"
     "local w = wake_key(h)\n"
     "if not w then return {'H', h} end\n"
-    "if ARGV[2] == '1' then\n"
+    "if ARGV[2] == '1' and not (ARGV[5] == '1' and\n"
+    "    string.find(redis.call('GET', KEYS[4] .. '\\31closure') or '', ' closed', 1, true)) then\n"
     "  hand_to(h, hl, tick, w)\n"
     "  return 2\n"
     "end\n"
@@ -439,6 +466,7 @@ static cerb_status append_eval(cerb_engine *e, struct redis_conn *c, const char 
     bool more = ks->mk && nkeys == REDIS_SCRIPT_KEYS;
     if (more)
         declared += 2 + (ks->wh ? 1 : 0);
+
     _Static_assert(REDIS_SCRIPT_KEYS + 4 < 10, "numkeys is one digit");
     nk[0] = (char)('0' + declared);
     nk[1] = '\0';
@@ -628,6 +656,37 @@ static bool head_wanted(struct redis_keys *ks, const redisReply *r, cerb_status 
     return true;
 }
 
+/*
+ * The acquire script's {'C', record}: the closure record refuses this
+ * client's epoch (or is damaged). Nothing was granted or left queued.
+ */
+static bool closure_refused(cerb_engine *e, const struct redis_keys *ks,
+                            const cerb_engine_lock *lk, const redisReply *r,
+                            struct redis_acquire_result *res, cerb_outcome *oc, cerb_status *st)
+{
+    if (r->type != REDIS_REPLY_ARRAY || r->elements != 2 ||
+        r->element[0]->type != REDIS_REPLY_STRING || r->element[0]->len != 1 ||
+        r->element[0]->str[0] != 'C' || r->element[1]->type != REDIS_REPLY_STRING)
+        return false;
+    cerb_closure cl = {0, 0};
+    if (oc)
+        *oc = CERB_OUTCOME_NO;
+    if (!cerb__redis_closure_parse(r->element[1]->str, r->element[1]->len, &cl)) {
+        *st = cerb__error_set(CERB_EPROTO, "redis %s: the closure record \"%.*s\" is not "
+                              "\"<epoch> closed|open\": nothing is granted until a switch "
+                              "writes it again",
+                              e->where, (int)(r->element[1]->len > 40 ? 40 : r->element[1]->len),
+                              r->element[1]->str);
+        return true;
+    }
+    res->closed_epoch = cl.epoch;
+    *st = cerb__error_set(CERB_UNAVAILABLE, "redis %s: \"%s\": %s by a switch at epoch %lld; "
+                          "this client is at epoch %lld: reload the configuration",
+                          e->where, ks->k[REDIS_K], cl.closed ? "closed" : "opened",
+                          (long long)cl.epoch, (long long)lk->epoch);
+    return true;
+}
+
 /* Runs of a queue script per operation: the head may change between them. */
 #define REDIS_HEAD_TRIES 4
 
@@ -636,9 +695,11 @@ cerb_status cerb__redis_run_acquire(cerb_engine *e, struct redis_conn *c,
                                     int64_t wait_ms, struct redis_acquire_result *res,
                                     int64_t *sent_ns, cerb_outcome *outcome)
 {
-    char lease[NUM_BUF], wait[NUM_BUF], floor[NUM_BUF];
+    char lease[NUM_BUF], wait[NUM_BUF], floor[NUM_BUF], epoch[NUM_BUF];
     struct redis_marker_view mv;
-    const char *args[6] = {lk->token, lease, wait, lk->fair ? "1" : "0", mv.value, floor};
+    const char *args[7] = {lk->token, lease, wait, lk->fair ? "1" : "0", mv.value, floor, epoch};
+    /* The closure record is read where there is one (single, Sentinel). */
+    int nargs = ks->mk || !e->closure_key ? 6 : 7;
     redisReply *r;
     cerb_status st;
     enum redis_read v = REDIS_READ_BAD;
@@ -649,16 +710,21 @@ cerb_status cerb__redis_run_acquire(cerb_engine *e, struct redis_conn *c,
     fmt_i64(lease, lk->lease_ms);
     fmt_i64(wait, wait_ms);
     fmt_i64(floor, (int64_t)(lk->fence_floor & ((UINT64_C(1) << 48) - 1)));
+    fmt_i64(epoch, lk->epoch >= 0 ? lk->epoch : -1);
     memset(res, 0, sizeof *res);
     for (int round = 0, heads = 0;; round++) {
         st = cerb__redis_marker_for(e, c, ks, &mv);
         if (st != CERB_OK)
             return st;
         REDIS_COUNT(e, acquire_calls);
-        st = eval(e, c, REDIS_SCRIPT_ACQUIRE, REDIS_SCRIPT_KEYS, ks, 6, args, sent_ns, &r,
+        st = eval(e, c, REDIS_SCRIPT_ACQUIRE, REDIS_SCRIPT_KEYS, ks, nargs, args, sent_ns, &r,
                   outcome);
         if (st != CERB_OK)
             return st;
+        if (closure_refused(e, ks, lk, r, res, outcome, &st)) {
+            freeReplyObject(r);
+            return st;
+        }
         if (head_wanted(ks, r, &st)) {
             freeReplyObject(r);
             if (st != CERB_OK || ++heads >= REDIS_HEAD_TRIES)
@@ -695,7 +761,8 @@ cerb_status cerb__redis_run_release(cerb_engine *e, struct redis_conn *c,
                                     int leave, int *code, cerb_outcome *outcome)
 {
     struct redis_marker_view mv;
-    const char *args[4] = {lk->token, lk->fair ? "1" : "0", leave ? "1" : "0", mv.value};
+    const char *args[5] = {lk->token, lk->fair ? "1" : "0", leave ? "1" : "0", mv.value, "1"};
+    int nargs = ks->mk || !e->closure_key ? 4 : 5;
     redisReply *r;
     cerb_status st;
 
@@ -714,7 +781,8 @@ cerb_status cerb__redis_run_release(cerb_engine *e, struct redis_conn *c,
         st = cerb__redis_marker_for(e, c, ks, &mv);
         if (st != CERB_OK)
             return st;
-        st = eval(e, c, REDIS_SCRIPT_RELEASE, REDIS_SCRIPT_KEYS, ks, 4, args, NULL, &r, outcome);
+        st = eval(e, c, REDIS_SCRIPT_RELEASE, REDIS_SCRIPT_KEYS, ks, nargs, args, NULL, &r,
+                  outcome);
         if (st != CERB_OK)
             return st;
         if (!head_wanted(ks, r, &st))

@@ -91,6 +91,8 @@ struct redis_acquire_result {
     bool head;       /* not granted, queued: we are the live head */
     bool handed;     /* not granted: this run handed the lock to the head */
     bool quarantine; /* not granted: no grants yet after a loss of data */
+    int64_t closed_epoch; /* refused by the closure record: its epoch (the
+                             run returned CERB_UNAVAILABLE), else 0 */
     char next[64];   /* cluster, queued: the waiter right behind us ("" =
                         none), whose wake list our release will name */
 };

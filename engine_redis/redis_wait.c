@@ -290,6 +290,10 @@ static cerb_status wait_loop(cerb_engine *e, cerb_engine_lock *lk, struct redis_
             woken = false;
             int64_t left = cerb__ms_left(deadline_ns);
             st = cerb__redis_run_acquire(e, bc, ks, lk, left > 0 ? left : 1, &res, &sent, &oc);
+            if (st != CERB_OK && res.closed_epoch) {
+                g->closed_epoch = res.closed_epoch; /* the script left the queue */
+                break;
+            }
             if (st != CERB_OK) {
                 if (cancel_hit(e, lk, &bc, &next_check, &woken))
                     continue;
@@ -515,6 +519,7 @@ cerb_status cerb__redis_op_acquire(cerb_engine *e, cerb_engine_lock *lk, int64_t
         st = cerb__redis_run_acquire(e, c, &ks, lk, wait_ms, &res, &sent, &grant->outcome);
         cerb__redis_put(e, c);
     }
+    grant->closed_epoch = res.closed_epoch;
     if (st != CERB_OK) {
         /* The lost request may have queued us: leave, which also settles
          * the question (nothing held, nothing queued) when it succeeds. */

@@ -245,6 +245,12 @@ struct cerb_engine_info {
     uint64_t guard_duplicates;  /* CERB_DUPLICATE */
     uint64_t guard_busy;        /* CERB_BUSY */
     uint64_t guard_degraded;    /* CERB_OK unprotected (cerb_guard_degraded) */
+    /* After a switch away from this engine: */
+    uint64_t gate_questions;    /* "is this name free here?" asked before a
+                                   grant elsewhere */
+    int64_t closed_epoch;       /* a closure record seen here recently closes
+                                   it from this epoch on (no claims, one
+                                   question per name); 0 when none */
 };
 
 /**

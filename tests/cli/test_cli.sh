@@ -1009,8 +1009,9 @@ EOF
         not_ok "switch: the waiter runs next" "tokens $(cat "$WORK/swa.tok" "$WORK/sww.tok" 2>/dev/null)" "$(cat "$WORK/sww.out")"
     fi
     cerb -c "$SWR" run "$L" -- sh -c "'$CERBERUS' -c '$SWR' holders '$L'; echo \"t=\$CERBERUS_FENCING_TOKEN\""
-    # Granted on zk, with its claim on redis (gated now).
-    if [ "$RC" -eq 0 ] && printf '%s\n' "$OUT" | grep -q '^redis: held by ' &&
+    # Granted on zk. Redis, closed by the switch's record (which refuses
+    # every process still on the old file), needs no claim.
+    if [ "$RC" -eq 0 ] && printf '%s\n' "$OUT" | grep -q '^redis: free$' &&
         printf '%s\n' "$OUT" | grep -Eq "$HOLDER_RE" &&
         [ $(($(printf '%s\n' "$OUT" | sed -n 's/^t=//p') >> 48)) -ge 2 ]; then
         ok "switch: a new acquisition is on zk, in the new epoch"

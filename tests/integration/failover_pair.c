@@ -99,8 +99,9 @@ static char *fmt(const char *f, ...)
 struct fo_engine {
     const char *name;
     /* Its configuration section (malloc'd): on this suite's server, or with
-     * @dead on a closed port (only asked of a primary). */
-    char *(*section)(bool dead);
+     * @dead on a closed port (only asked of a primary); with @ns, under a
+     * key prefix or root of that name (ns_get). */
+    char *(*section)(bool dead, const char *ns);
     /* How long a hold can outlive the client's last contact with the server
      * (the lease, or a longer session): what the default grace covers. Only
      * a primary's is used (n/a for the local engine, never a primary). */
@@ -111,10 +112,11 @@ struct fo_engine {
     int (*start)(void);  /* start it (again); servers.sh's exit status */
 };
 
-static char *redis_section(bool dead)
+static char *redis_section(bool dead, const char *ns)
 {
-    return fmt("redis = { port = %d; op_timeout_ms = %d; connect_timeout_ms = %d; };\n",
-               dead ? 1 : cerb_test_redis_port(), OP_TIMEOUT_MS, OP_TIMEOUT_MS);
+    return fmt("redis = { port = %d; op_timeout_ms = %d; connect_timeout_ms = %d;%s%s%s };\n",
+               dead ? 1 : cerb_test_redis_port(), OP_TIMEOUT_MS, OP_TIMEOUT_MS,
+               ns ? " prefix = \"" : "", ns ? ns : "", ns ? ":\";" : "");
 }
 static int redis_start(void) { return cerb_test_servers("start"); }
 static const struct fo_engine fo_redis = {"redis", redis_section, LEASE_MS, cerb_test_redis_pid,
@@ -123,22 +125,24 @@ static const struct fo_engine fo_redis = {"redis", redis_section, LEASE_MS, cerb
 
 #if defined(CERB_FO_PAIR_REDIS_ZK)
 #define ZK_SESSION_MS 4000
-static char *zk_section(bool dead)
+static char *zk_section(bool dead, const char *ns)
 {
     (void)dead;
-    return fmt("zk = { hosts = \"127.0.0.1:%d\"; session_timeout_ms = %d; };\n",
-               cerb_test_zk_port(), ZK_SESSION_MS);
+    return fmt("zk = { hosts = \"127.0.0.1:%d\"; session_timeout_ms = %d;%s%s%s };\n",
+               cerb_test_zk_port(), ZK_SESSION_MS, ns ? " root = \"/" : "", ns ? ns : "",
+               ns ? "/locks\";" : "");
 }
 static const struct fo_engine fo_zk = {"zk", zk_section, ZK_SESSION_MS, NULL, NULL, NULL, NULL};
 #define PRIMARY fo_redis
 #define SECONDARY fo_zk
 #elif defined(CERB_FO_PAIR_ETCD_REDIS)
 #define ETCD_TTL_S 2 /* the smallest session TTL etcd.session_ttl_s allows */
-static char *etcd_section(bool dead)
+static char *etcd_section(bool dead, const char *ns)
 {
     return fmt("etcd = { endpoints = (\"http://127.0.0.1:%d\"); session_ttl_s = %d;\n"
-               "  op_timeout_ms = %d; connect_timeout_ms = %d; };\n",
-               dead ? 1 : etcd_test_port(), ETCD_TTL_S, OP_TIMEOUT_MS, OP_TIMEOUT_MS);
+               "  op_timeout_ms = %d; connect_timeout_ms = %d;%s%s%s };\n",
+               dead ? 1 : etcd_test_port(), ETCD_TTL_S, OP_TIMEOUT_MS, OP_TIMEOUT_MS,
+               ns ? " prefix = \"" : "", ns ? ns : "", ns ? "/\";" : "");
 }
 static pid_t etcd_pid(void) { return etcd_test_pid(etcd_test_port()); }
 static int etcd_pause(void) { return etcd_test_pause(etcd_test_port()); }
@@ -154,9 +158,10 @@ _Static_assert(ETCD_TTL_S * 1000 >= LEASE_MS, "the hold time above assumes it");
 #define SECONDARY fo_redis
 #else
 /* In-process: no server, no section, nothing to disrupt. */
-static char *local_section(bool dead)
+static char *local_section(bool dead, const char *ns)
 {
     (void)dead;
+    (void)ns;
     return fmt("%s", "");
 }
 static const struct fo_engine fo_local = {"local", local_section, 0, NULL, NULL, NULL, NULL};
@@ -173,7 +178,28 @@ struct cfg {
     int epoch;
     const char *failover; /* more keys of the failover section */
     bool dead_primary;    /* the primary on a closed port */
+    bool ns;              /* both engines under the case's own namespace */
 };
+
+/*
+ * A case that raises the epoch (itself, or by `cerberus switch`) writes
+ * closure records (core/closure.c), one per store and namespace, which
+ * refuse every client at a lower epoch there: other cases here, and other
+ * suites on the shared servers. Such a case keeps its engines under a
+ * namespace of its own, made on first use and dropped by the teardown.
+ */
+static char *case_ns;
+
+static const char *ns_get(void)
+{
+    if (!case_ns) {
+        char *p = cerb_test_redis_namespace("fo", 0);
+        assert_non_null(p);
+        p[strlen(p) - 1] = '\0'; /* the ':' comes back in the redis prefix */
+        case_ns = p;
+    }
+    return case_ns;
+}
 #define CFG(...) ((struct cfg){__VA_ARGS__})
 
 /*
@@ -183,7 +209,8 @@ struct cfg {
  */
 static char *cfg_text(struct cfg k)
 {
-    char *p = PRIMARY.section(k.dead_primary), *s = SECONDARY.section(false);
+    const char *ns = k.ns ? ns_get() : NULL;
+    char *p = PRIMARY.section(k.dead_primary, ns), *s = SECONDARY.section(false, ns);
     char *t = fmt("engines = (\"%s\", \"%s\");\n"
                   "active = \"%s\";\n"
                   "epoch = %d;\n"
@@ -557,6 +584,8 @@ static int cleanup(void **state)
     worker_stop(&H.w);
     worker_stop(&W.w);
     free_owned();
+    free(case_ns);
+    case_ns = NULL;
     return primary_up(state);
 }
 
@@ -793,6 +822,56 @@ static void test_pinned_client_trusts_no_old_answer(void **state)
 }
 
 /*
+ * After `cerberus switch` (epoch 2), the primary keeps a closure record
+ * (core/closure.c) that refuses every process still on the old file, so a
+ * name it said was free stays free without asking again — but only while
+ * the record was seen recently (half a lease): with the primary stopped
+ * longer, nothing it said is trusted and a name it confirmed free before
+ * waits out the grace like any other. An engine without records is asked
+ * as in the case above.
+ */
+static bool record_untrusted(void *ud)
+{
+    struct cerb_engine_info in;
+    return cerb_engine_info(ud, PRIMARY.name, &in) == CERB_OK && in.closed_epoch == 0;
+}
+
+static void test_closed_primary_trusted_only_while_seen(void **state)
+{
+    (void)state;
+    cerb_client *c = open_with(CFG(.active = SECONDARY.name, .epoch = 2, .ns = true));
+    assert_true(on_secondary(c));
+    struct cerb_engine_info in;
+    assert_int_equal(cerb_engine_info(c, PRIMARY.name, &in), CERB_OK);
+    print_message("%s: closure record seen at epoch %lld\n", PRIMARY.name,
+                  (long long)in.closed_epoch);
+    char *seen = test_name("seen");
+    cerb_lock *ls = handle(c, seen);
+    free(seen);
+    expect_status(cerb_lock_trylock_for(ls, 2000), CERB_OK, "a name the primary confirms free");
+    assert_int_equal(cerb_lock_unlock(ls), CERB_OK);
+    uint64_t asked = (cerb_engine_info(c, PRIMARY.name, &in), in.gate_questions);
+    expect_status(cerb_lock_trylock_for(ls, 2000), CERB_OK, "the same name again");
+    assert_int_equal(cerb_lock_unlock(ls), CERB_OK);
+    assert_int_equal(cerb_engine_info(c, PRIMARY.name, &in), CERB_OK);
+    print_message("questions to %s for the name's second grant: %llu\n", PRIMARY.name,
+                  (unsigned long long)(in.gate_questions - asked));
+    if (in.closed_epoch == 2)
+        assert_true(in.gate_questions - asked <= 1); /* 0, or 1 after a lapse */
+
+    assert_int_equal(PRIMARY.pause(), 0);
+    int64_t t0 = cerb_test_now_ms();
+    assert_wait_until(record_untrusted, c, 5000);
+    expect_status(cerb_lock_trylock_for(ls, 5000), CERB_OK, "the name confirmed before");
+    int64_t t_seen = cerb_test_now_ms() - t0;
+    assert_int_equal(cerb_lock_unlock(ls), CERB_OK);
+    assert_int_equal(PRIMARY.resume(), 0);
+    print_message("%s stopped: a name confirmed free before waited %lld ms (hold %lld ms)\n",
+                  PRIMARY.name, (long long)t_seen, (long long)PRIMARY.hold_ms);
+    assert_true(t_seen >= PRIMARY.hold_ms - 500);
+}
+
+/*
  * A client that switched by itself three times still has tokens of epoch 1;
  * a client opened after the epoch was bumped to 2 (what `cerberus switch`
  * does) has epoch 2 and ranks above it, as every grant after
@@ -801,7 +880,9 @@ static void test_pinned_client_trusts_no_old_answer(void **state)
 static void test_epoch_orders_config_bump_above_own_switches(void **state)
 {
     (void)state;
-    cerb_client *a = open_cfg("failback = \"manual\";");
+    /* Both in the case's namespace: b's switch closes the primary there. */
+    cerb_client *a = open_with(CFG(.failover = "failback = \"manual\";", .ns = true));
+    assert_string_equal(cerb_engine_current(a), PRIMARY.name);
     assert_string_equal(cerb_engine_switch_to(a, SECONDARY.name), SECONDARY.name);
     assert_string_equal(cerb_engine_switch_to(a, PRIMARY.name), PRIMARY.name);
     assert_string_equal(cerb_engine_switch_to(a, SECONDARY.name), SECONDARY.name);
@@ -812,7 +893,7 @@ static void test_epoch_orders_config_bump_above_own_switches(void **state)
     assert_int_equal(before >> 48, 1); /* own switches leave the epoch */
     assert_int_equal(cerb_lock_unlock(la), CERB_OK);
 
-    cerb_client *b = open_with(CFG(.active = SECONDARY.name, .epoch = 2));
+    cerb_client *b = open_with(CFG(.active = SECONDARY.name, .epoch = 2, .ns = true));
     cerb_lock *lb = handle(b, name);
     free(name);
     expect_status(cerb_lock_trylock_for(lb, 5000), CERB_OK, "after the bump");
@@ -1092,7 +1173,7 @@ static void *reloader_main(void *arg)
 static void test_reload_while_switching(void **state)
 {
     (void)state;
-    char *text = cfg_text(CFG(.epoch = 1));
+    char *text = cfg_text(CFG(.epoch = 1, .ns = true));
     char *path = cerb_test_write_config("%s", text);
     free(text);
     assert_non_null(path);
@@ -1120,7 +1201,7 @@ static void test_reload_while_switching(void **state)
 static void test_cli_switch_followed_by_processes(void **state)
 {
     (void)state;
-    char *text = cfg_text(CFG(.epoch = 1));
+    char *text = cfg_text(CFG(.epoch = 1, .ns = true));
     char *path = cerb_test_write_config("%s", text);
     free(text);
     assert_non_null(path);
@@ -1170,7 +1251,7 @@ static void test_cli_switch_followed_by_processes(void **state)
     /* An engine name with a typo: refused everywhere, the old
      * configuration stays, and the reason names the file and line. */
     char *bad_active = fmt("%sx", SECONDARY.name);
-    char *bad = cfg_text(CFG(.active = bad_active, .epoch = 3));
+    char *bad = cfg_text(CFG(.active = bad_active, .epoch = 3, .ns = true));
     replace_file(path, bad);
     free(bad);
     free(bad_active);
@@ -1201,6 +1282,7 @@ int main(void)
         CASE(test_gate_outlasts_grace_while_old_engine_answers),
         CASE(test_waiter_follows_switch),
         CASE(test_pinned_client_trusts_no_old_answer),
+        CASE(test_closed_primary_trusted_only_while_seen),
         CASE(test_epoch_orders_config_bump_above_own_switches),
         CASE(test_own_tokens_grow_across_switches),
 #if defined(CERB_FO_PAIR_ETCD_REDIS)

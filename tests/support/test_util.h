@@ -120,6 +120,17 @@ struct cerb_lock;
 struct cerb_client *cerb_test_open(const char *text);
 struct cerb_lock *cerb_test_handle(struct cerb_client *c, const char *name);
 
+/*
+ * cerb_test_redis_namespace — a key prefix "<tag>-<unique>:" of the caller's
+ * own on the redis at @port (0: cerb_test_redis_port()), with its data-loss
+ * marker written as scripts/servers.sh writes the default one, so the first
+ * grant under it does not wait a quarantine. For cases that write closure
+ * records (a bumped epoch): those are one per prefix and would refuse other
+ * suites' clients on the shared server.
+ * Returns: malloc'd prefix, or NULL when the server could not be prepared.
+ */
+char *cerb_test_redis_namespace(const char *tag, int port);
+
 /* unlink(@path) and free(@path). NULL does nothing. */
 void cerb_test_remove_file(char *path);
 

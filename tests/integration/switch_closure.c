@@ -1,0 +1,332 @@
+/*
+ * switch_closure.c — an operator's switch as an event the engines know
+ * (DESIGN.md §5, core/closure.c), on a real redis (the engine left) and a
+ * real ZooKeeper (the engine switched to), both the shared test servers.
+ *
+ * Every case uses a redis prefix and a zk root of its own: a closure record
+ * is one per store and prefix, and would close the shared servers to every
+ * other suite's clients at lower epochs.
+ *
+ *   - a laggard — a process on the old file that never reloads — is refused
+ *     on the engine the switch closed, and is not granted there;
+ *   - a laggard that can read the new file follows it when refused: it is
+ *     granted on the new engine, with the new epoch in its token;
+ *   - the steady state after a switch asks the engine left once per name,
+ *     takes no claims there, and no question after the grant;
+ *   - a name held on the engine left before the switch is still refused on
+ *     the new engine while that hold lives, and granted once it is released;
+ *   - the record, lost with the server's data, is written back by
+ *     the clients that follow the file, and the answers kept before are not
+ *     trusted meanwhile.
+ */
+#define _POSIX_C_SOURCE 200809L
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+#include <hiredis/hiredis.h>
+
+#include "cerberus.h"
+#include "test_util.h"
+#include "zk_util.h"
+
+#define LEASE_MS 2000
+
+struct store {
+    char *prefix; /* redis prefix */
+    char *root;   /* zk root */
+};
+
+static void store_init(struct store *s)
+{
+    s->prefix = test_name("closure");
+    s->root = test_name("/closure");
+    /* test_name() may contain ':' — fine for redis, and zk roots take it. */
+}
+
+static void store_free(struct store *s)
+{
+    free(s->prefix);
+    free(s->root);
+}
+
+/* A file listing redis then zk, with `active` and `epoch`; watch says
+ * whether the client follows it by itself. */
+static char *write_cfg(const struct store *s, const char *active, int epoch, bool watch)
+{
+    char *p = cerb_test_write_config(
+        "engines = (\"redis\", \"zk\");\n"
+        "active = \"%s\";\n"
+        "epoch = %d;\n"
+        "lock = { lease_ms = %d; };\n"
+        "failover = { watch_config = %s; probe_interval_ms = 100; probe_timeout_ms = 100; };\n"
+        "redis = { host = \"127.0.0.1\"; port = %d; prefix = \"%s:\"; };\n"
+        "zk = { hosts = \"127.0.0.1:%d\"; root = \"%s\"; };\n",
+        active, epoch, LEASE_MS, watch ? "true" : "false", cerb_test_redis_port(), s->prefix,
+        cerb_test_zk_port(), s->root);
+    assert_non_null(p);
+    return p;
+}
+
+static cerb_client *open_file(const char *path)
+{
+    cerb_client *c = NULL;
+    cerb_status st = cerb_client_open(&c, path);
+    if (st != CERB_OK)
+        fail_msg("open %s: %s: %s", path, cerb_strerror(st), cerb_last_error());
+    return c;
+}
+
+/* Does redis hold the key <prefix>:<name>? */
+static bool redis_has(const struct store *s, const char *name)
+{
+    redisContext *rc = redisConnect("127.0.0.1", cerb_test_redis_port());
+    assert_true(rc && !rc->err);
+    redisReply *r = redisCommand(rc, "EXISTS %s:%s", s->prefix, name);
+    assert_non_null(r);
+    bool has = r->type == REDIS_REPLY_INTEGER && r->integer == 1;
+    freeReplyObject(r);
+    redisFree(rc);
+    return has;
+}
+
+/* What a loss of the data does to this case's prefix (the server is shared:
+ * no FLUSHALL): the marker and the record are gone. */
+static void redis_lose_data(const struct store *s)
+{
+    redisContext *rc = redisConnect("127.0.0.1", cerb_test_redis_port());
+    assert_true(rc && !rc->err);
+    redisReply *r = redisCommand(rc, "DEL %s:\x1f" "cerberus %s:\x1f" "cerberus\x1f" "closure",
+                                 s->prefix, s->prefix);
+    assert_non_null(r);
+    assert_int_equal(r->type, REDIS_REPLY_INTEGER);
+    assert_int_equal(r->integer, 2);
+    freeReplyObject(r);
+    redisFree(rc);
+}
+
+static struct cerb_engine_info info(cerb_client *c, const char *engine)
+{
+    struct cerb_engine_info in;
+    assert_int_equal(cerb_engine_info(c, engine, &in), CERB_OK);
+    return in;
+}
+
+/* A laggard on the old file is refused where the switch closed, and holds
+ * nothing there. */
+static void test_laggard_refused(void **state)
+{
+    (void)state;
+    struct store s;
+    store_init(&s);
+    char *old = write_cfg(&s, "redis", 1, false);
+    char *cur = write_cfg(&s, "zk", 2, true);
+    cerb_client *lag = open_file(old);
+    cerb_client *fol = open_file(cur); /* writes the records */
+    char *name = test_name("lag");
+    cerb_lock *l = cerb_test_handle(lag, name);
+    assert_non_null(l);
+
+    cerb_status st = cerb_lock_trylock(l);
+    print_message("laggard: %s: %s\n", cerb_status_name(st), cerb_last_error());
+    assert_int_equal(st, CERB_UNAVAILABLE);
+    assert_non_null(strstr(cerb_last_error(), "epoch 2"));
+    assert_false(redis_has(&s, name));
+    /* Not a failure of redis: its breaker stays closed. */
+    assert_int_equal(info(lag, "redis").breaker, CERB_BREAKER_CLOSED);
+
+    cerb_lock_free(l);
+    cerb_client_close(lag);
+    cerb_client_close(fol);
+    free(name);
+    cerb_test_remove_file(old);
+    cerb_test_remove_file(cur);
+    store_free(&s);
+}
+
+/* A laggard whose file has moved on follows it when refused. */
+static void test_laggard_follows(void **state)
+{
+    (void)state;
+    struct store s;
+    store_init(&s);
+    char *path = write_cfg(&s, "redis", 1, false);
+    cerb_client *lag = open_file(path);
+    char *next = write_cfg(&s, "zk", 2, false);
+    assert_int_equal(rename(next, path), 0);
+    free(next);
+    cerb_client *fol = open_file(path);
+    char *name = test_name("follow");
+    cerb_lock *l = cerb_test_handle(lag, name);
+    assert_non_null(l);
+
+    assert_int_equal(cerb_lock_trylock(l), CERB_OK);
+    uint64_t fence = cerb_lock_fencing_token(l);
+    print_message("laggard granted on %s, fence epoch %llu\n", cerb_engine_current(lag),
+                  (unsigned long long)(fence >> 48));
+    assert_string_equal(cerb_engine_current(lag), "zk");
+    assert_int_equal(fence >> 48, 2);
+    assert_false(redis_has(&s, name));
+    assert_int_equal(cerb_lock_unlock(l), CERB_OK);
+
+    cerb_lock_free(l);
+    cerb_client_close(lag);
+    cerb_client_close(fol);
+    free(name);
+    cerb_test_remove_file(path);
+    store_free(&s);
+}
+
+#define NAMES 4
+#define ROUNDS 50
+
+/* After the switch, the engine left is asked once per name, and nothing is
+ * claimed there. */
+static void test_steady_state_asks_once(void **state)
+{
+    (void)state;
+    struct store s;
+    store_init(&s);
+    char *path = write_cfg(&s, "zk", 2, true);
+    cerb_client *c = open_file(path);
+    assert_int_equal(info(c, "redis").closed_epoch, 2);
+    cerb_lock *l[NAMES];
+    char *names[NAMES];
+    for (int i = 0; i < NAMES; i++) {
+        char p[16];
+        snprintf(p, sizeof p, "steady%d", i);
+        names[i] = test_name(p);
+        l[i] = cerb_test_handle(c, names[i]);
+        assert_non_null(l[i]);
+    }
+    struct cerb_engine_info before = info(c, "redis");
+    for (int r = 0; r < ROUNDS; r++)
+        for (int i = 0; i < NAMES; i++) {
+            assert_int_equal(cerb_lock_trylock(l[i]), CERB_OK);
+            assert_int_equal(cerb_lock_unlock(l[i]), CERB_OK);
+        }
+    struct cerb_engine_info after = info(c, "redis");
+    uint64_t asked = after.gate_questions - before.gate_questions;
+    uint64_t claims = after.acquire_calls - before.acquire_calls;
+    print_message("%d acquisitions: %llu questions to redis, %llu claims\n", NAMES * ROUNDS,
+                  (unsigned long long)asked, (unsigned long long)claims);
+    /* A lapse of the record's freshness (a stalled prober on a loaded
+     * machine) may ask again: allow one more round of questions. */
+    assert_true(asked <= 2 * NAMES);
+    assert_int_equal(claims, 0);
+
+    for (int i = 0; i < NAMES; i++) {
+        cerb_lock_free(l[i]);
+        free(names[i]);
+    }
+    cerb_client_close(c);
+    cerb_test_remove_file(path);
+    store_free(&s);
+}
+
+/* A hold from before the switch is respected on the new engine while it
+ * lives; its release frees the name there. */
+static void test_hold_before_switch_respected(void **state)
+{
+    (void)state;
+    struct store s;
+    store_init(&s);
+    char *old = write_cfg(&s, "redis", 1, false);
+    cerb_client *holder = open_file(old);
+    char *name = test_name("before");
+    cerb_lock *h = cerb_test_handle(holder, name);
+    /* A prefix never used has no marker: its first grant waits a lease. */
+    cerb_status hs = cerb_lock_trylock_for(h, 3 * LEASE_MS);
+    if (hs != CERB_OK)
+        fail_msg("holder: %s: %s", cerb_status_name(hs), cerb_last_error());
+
+    char *cur = write_cfg(&s, "zk", 2, true);
+    cerb_client *c = open_file(cur);
+    cerb_lock *l = cerb_test_handle(c, name);
+    for (int i = 0; i < 3; i++)
+        assert_int_equal(cerb_lock_trylock(l), CERB_BUSY);
+    /* Renewed past the lease: still respected. */
+    cerb_test_let_time_pass(LEASE_MS + LEASE_MS / 2);
+    assert_int_equal(cerb_lock_state(h), CERB_LOCK_VALID);
+    assert_int_equal(cerb_lock_trylock(l), CERB_BUSY);
+    assert_int_equal(cerb_lock_unlock(h), CERB_OK);
+    cerb_status st = cerb_lock_trylock(l);
+    print_message("after the release: %s: %s\n", cerb_status_name(st), cerb_last_error());
+    assert_int_equal(st, CERB_OK);
+    assert_int_equal(cerb_lock_unlock(l), CERB_OK);
+
+    cerb_lock_free(l);
+    cerb_lock_free(h);
+    cerb_client_close(c);
+    cerb_client_close(holder);
+    free(name);
+    cerb_test_remove_file(old);
+    cerb_test_remove_file(cur);
+    store_free(&s);
+}
+
+struct closed_again {
+    cerb_client *c;
+};
+
+static bool closed_again(void *ud)
+{
+    struct closed_again *a = ud;
+    return info(a->c, "redis").closed_epoch == 2;
+}
+
+/* The record lost with the data is written back, and a laggard is refused
+ * again once the quarantine after the loss ends. */
+static void test_record_lost_with_data(void **state)
+{
+    (void)state;
+    struct store s;
+    store_init(&s);
+    char *cur = write_cfg(&s, "zk", 2, true);
+    cerb_client *c = open_file(cur);
+    assert_int_equal(info(c, "redis").closed_epoch, 2);
+    char *name = test_name("flushed");
+    cerb_lock *l = cerb_test_handle(c, name);
+    assert_int_equal(cerb_lock_trylock(l), CERB_OK);
+    assert_int_equal(cerb_lock_unlock(l), CERB_OK);
+
+    redis_lose_data(&s);
+    /* The next probe rounds see the record gone and write it back. */
+    struct closed_again a = {c};
+    assert_wait_until(closed_again, &a, 5000);
+
+    char *old = write_cfg(&s, "redis", 1, false);
+    cerb_client *lag = open_file(old);
+    cerb_lock *ll = cerb_test_handle(lag, name);
+    cerb_status st = cerb_lock_trylock(ll);
+    print_message("laggard after the loss: %s: %s\n", cerb_status_name(st), cerb_last_error());
+    assert_true(st == CERB_UNAVAILABLE || st == CERB_BUSY);
+    assert_false(redis_has(&s, name));
+
+    cerb_lock_free(ll);
+    cerb_lock_free(l);
+    cerb_client_close(lag);
+    cerb_client_close(c);
+    free(name);
+    cerb_test_remove_file(old);
+    cerb_test_remove_file(cur);
+    store_free(&s);
+}
+
+int main(void)
+{
+    cerb_test_debug_aids();
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_laggard_refused),
+        cmocka_unit_test(test_laggard_follows),
+        cmocka_unit_test(test_steady_state_asks_once),
+        cmocka_unit_test(test_hold_before_switch_respected),
+        cmocka_unit_test(test_record_lost_with_data),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
