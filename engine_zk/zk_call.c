@@ -177,7 +177,7 @@ static void multi_done(int rc, const void *data)
         r->path = r->mpath;
         r->mpath = NULL;
         r->zxid = r->mstat.mzxid;
-        if (!r->path || !r->mres[ZK_MULTI_TOUCH].stat)
+        if (!r->path || !r->mres[r->mpos[ZK_MULTI_TOUCH]].stat)
             rc = CERB_ZK_RC_NOMEM; /* cannot happen: the client fills both */
     }
     finish(r, rc);
@@ -372,8 +372,9 @@ int cerb__zk_call_get(struct zk_call *c, struct zk_session *s, const char *path)
 }
 
 int cerb__zk_call_lock_multi(struct zk_call *c, struct zk_session *s, const char *check_path,
-                             int check_version, const char *prefix, const char *data,
-                             const struct ACL_vector *acl, const char *touch_path)
+                             int check_version, const char *closure_path, int closure_version,
+                             const char *prefix, const char *data, const struct ACL_vector *acl,
+                             const char *touch_path)
 {
     struct zk_res *r = slot_begin(c, s, ZK_REQ_LOCK_MULTI);
     /* The server appends a 10-digit sequence. */
@@ -381,17 +382,32 @@ int cerb__zk_call_lock_multi(struct zk_call *c, struct zk_session *s, const char
     r->mpath = cerb__malloc(len);
     if (!r->mpath)
         return slot_end(c, r, ZMARSHALLINGERROR); /* not sent */
-    for (int i = 0; i < ZK_MULTI_OPS; i++)
+    for (int i = 0; i < ZK_MULTI_OPS; i++) {
         r->mres[i].err = CERB_ZK_RC_ABANDONED;
+        r->mpos[i] = -1;
+    }
     /* The ops are serialized by zoo_amulti itself; only the results, the
      * path buffer and the stat are written later. */
     zoo_op_t ops[ZK_MULTI_OPS];
-    zoo_check_op_init(&ops[ZK_MULTI_CHECK], check_path, check_version);
-    zoo_create_op_init(&ops[ZK_MULTI_CREATE], prefix, data, data ? (int)strlen(data) : -1, acl,
+    int n = 0;
+    r->mpos[ZK_MULTI_CHECK] = (signed char)n;
+    zoo_check_op_init(&ops[n++], check_path, check_version);
+    if (closure_path) {
+        r->mpos[ZK_MULTI_CLOSURE] = (signed char)n;
+        zoo_check_op_init(&ops[n++], closure_path, closure_version);
+    }
+    r->mpos[ZK_MULTI_CREATE] = (signed char)n;
+    zoo_create_op_init(&ops[n++], prefix, data, data ? (int)strlen(data) : -1, acl,
                        ZOO_EPHEMERAL_SEQUENTIAL, r->mpath, (int)len);
-    zoo_set_op_init(&ops[ZK_MULTI_TOUCH], touch_path, NULL, -1, -1, &r->mstat);
-    int rc = zoo_amulti(s->zh, ZK_MULTI_OPS, ops, r->mres, multi_done, r);
+    r->mpos[ZK_MULTI_TOUCH] = (signed char)n;
+    zoo_set_op_init(&ops[n++], touch_path, NULL, -1, -1, &r->mstat);
+    int rc = zoo_amulti(s->zh, n, ops, r->mres, multi_done, r);
     return slot_end(c, r, rc);
+}
+
+int cerb__zk_multi_err(const struct zk_res *r, int op)
+{
+    return r->mpos[op] < 0 ? ZOK : r->mres[r->mpos[op]].err;
 }
 
 int cerb__zk_call_getdata(struct zk_call *c, struct zk_session *s, const char *path)

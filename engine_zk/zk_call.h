@@ -44,7 +44,7 @@ enum zk_req {
     ZK_REQ_WCHILDREN, /* zoo_awget_children: arms a child watch */
     ZK_REQ_SET,      /* zoo_aset; on_done sees the answer */
     ZK_REQ_GET,      /* zoo_aget, no watch: data and stat */
-    ZK_REQ_LOCK_MULTI, /* zoo_amulti: check + create + setData (below) */
+    ZK_REQ_LOCK_MULTI, /* zoo_amulti: check(s) + create + setData (below) */
     ZK_REQ_GETDATA,  /* zoo_aget, no watch: the whole data (buf) and stat */
     ZK_REQ_LIST,     /* zoo_aget_children: the names, copied (names) */
     ZK_REQ_MULTI,    /* zoo_amulti of up to ZK_GMULTI_MAX given ops (gm) */
@@ -61,8 +61,12 @@ struct zk_gmulti {
     zoo_op_result_t res[ZK_GMULTI_MAX];
 };
 
-/* The operations of a LOCK_MULTI, in order (index into zk_res.mres). */
-enum { ZK_MULTI_CHECK, ZK_MULTI_CREATE, ZK_MULTI_TOUCH, ZK_MULTI_OPS };
+/* The operations of a LOCK_MULTI, in the order they are sent; the closure
+ * check is left out for an acquisition without an epoch, so an operation's
+ * result is found through cerb__zk_multi_err(). The closure check comes
+ * before the create: a create refused for a missing parent would otherwise
+ * hide a changed record, and the parents would be made for nothing. */
+enum { ZK_MULTI_CHECK, ZK_MULTI_CLOSURE, ZK_MULTI_CREATE, ZK_MULTI_TOUCH, ZK_MULTI_OPS };
 
 /* One request's result. Valid to read once the call is finished. */
 struct zk_session;
@@ -89,6 +93,8 @@ struct zk_res {
      * (mres, the path buffer, the stat) is the call's: the answer may come
      * after the caller stopped waiting. */
     zoo_op_result_t mres[ZK_MULTI_OPS];
+    signed char mpos[ZK_MULTI_OPS]; /* each operation's place in mres, -1
+                                       when not sent */
     char *mpath;
     struct Stat mstat;
     int64_t zxid;
@@ -155,15 +161,21 @@ int cerb__zk_call_set(struct zk_call *c, struct zk_session *s, const char *path,
 int cerb__zk_call_get(struct zk_call *c, struct zk_session *s, const char *path);
 /*
  * One transaction: check that `check_path` has version `check_version`,
+ * and (closure_path non-NULL) that `closure_path` has `closure_version`,
  * create `prefix` (EPHEMERAL_SEQUENTIAL, `data`), and rewrite the data of
  * `touch_path` (any version, no data) only to learn the transaction's zxid
  * from its stat: the C client's multi has no create2, and that zxid is the
  * new node's czxid (zk_mutex.c: the fence). All or nothing; rc is the
- * first failing operation's code, mres tells which one.
+ * first failing operation's code, cerb__zk_multi_err() tells which one.
  */
 int cerb__zk_call_lock_multi(struct zk_call *c, struct zk_session *s, const char *check_path,
-                             int check_version, const char *prefix, const char *data,
-                             const struct ACL_vector *acl, const char *touch_path);
+                             int check_version, const char *closure_path, int closure_version,
+                             const char *prefix, const char *data, const struct ACL_vector *acl,
+                             const char *touch_path);
+/* A finished LOCK_MULTI's result for operation `op` (ZK_MULTI_*): the
+ * server's code, CERB_ZK_RC_ABANDONED when it did not answer, ZOK for an
+ * operation that was not sent. */
+int cerb__zk_multi_err(const struct zk_res *r, int op);
 /* The whole data and stat of a node (GETDATA), no watch. */
 int cerb__zk_call_getdata(struct zk_call *c, struct zk_session *s, const char *path);
 /* The names of a node's children (LIST), every one kept (res.names), no

@@ -11,14 +11,17 @@
  * successor take over on the release without listing again (zk_mutex.c);
  * Curator ignores node data. Each create also rewrites the (empty) data of
  * <zk.root>/<name> in its transaction, only to learn the transaction's zxid,
- * and checks the fence offset node next to the root (zk_fence.c). Where the
- * work is done:
+ * and checks the fence offset node next to the root (zk_fence.c) and, for a
+ * client with a configuration epoch, the switch closure record next to it
+ * (zk_closure.c). Where the work is done:
  *   zk_session.c  the session, its events, the keeper thread, the probe
  *   zk_mutex.c    acquire / release / renew / check_owner / cancel
  *   zk_cleanup.c  deletions retried through connection loss; adoption of a
  *                 node whose create reply was lost
  *   zk_fence.c    the fence offset added to every czxid, raised for a client
  *                 switching here with a fence floor (CERB_CAP_FENCE_FLOOR)
+ *   zk_closure.c  the switch closure record: read, raised, checked by
+ *                 every create of a client with an epoch (DESIGN.md §5)
  *   zk_guard.c    the idempotency guard's records (DESIGN.md §11)
  *   zk_call.c     batches of asynchronous requests
  *   zk_layout.c   names, paths, the order of children
@@ -45,6 +48,7 @@
 #include "alloc.h"
 #include "error.h"
 #include "log.h"
+#include "zk_closure.h"
 #include "zk_guard.h"
 #include "zk_layout.h"
 #include "zk_mutex.h"
@@ -56,6 +60,7 @@ static void zk_close(cerb_engine *e)
     cerb__zk_guard_free(e); /* its sweeper uses the session */
     cerb__zk_session_stop(e);
     cerb__zk_fence_free(e);
+    cerb__zk_closure_free(e);
     if (e->auth) {
         memset(e->auth, 0, strlen(e->auth));
         cerb__free(e->auth);
@@ -106,7 +111,12 @@ static cerb_status zk_open(const cerb_engine_env *env, cerb_engine **out)
     if (st == CERB_OK) {
         st = cerb__zk_fence_init(e);
         if (st == CERB_OK) {
-            st = cerb__zk_session_start(e);
+            st = cerb__zk_closure_init(e);
+            if (st == CERB_OK) {
+                st = cerb__zk_session_start(e);
+                if (st != CERB_OK)
+                    cerb__zk_closure_free(e);
+            }
             if (st != CERB_OK)
                 cerb__zk_fence_free(e);
         }
@@ -138,7 +148,7 @@ static cerb_status zk_check_name(const char *name)
 }
 
 const struct cerb_engine_ops cerb__zk_engine_ops = {
-    .version = CERB_ENGINE_OPS_V3,
+    .version = CERB_ENGINE_OPS_V4,
     .name = "zk",
     .caps = CERB_CAP_FENCING | CERB_CAP_FAIR_QUEUE | CERB_CAP_WAIT | CERB_CAP_CROSS_PROCESS |
             CERB_CAP_FENCE_FLOOR,
@@ -162,4 +172,7 @@ const struct cerb_engine_ops cerb__zk_engine_ops = {
     .guard_check = cerb__zk_guard_check,
     /* version 3: inspection (zk_inspect.c) */
     .inspect = cerb__zk_op_inspect,
+    /* version 4: switch closure records (zk_closure.c) */
+    .closure_get = cerb__zk_op_closure_get,
+    .closure_put = cerb__zk_op_closure_put,
 };

@@ -12,7 +12,12 @@
  *     <root>/<name>'s (empty) data, whose stat gives the transaction's zxid
  *     — our node's czxid; the fencing token is czxid + the offset checked
  *     (zk_fence.c, which reads the offset first, or raises it for a
- *     client's fence floor). The server answers a session's requests
+ *     client's fence floor). For a client with a configuration epoch
+ *     (lk->epoch >= 0) the same transaction checks the version of the
+ *     switch closure record (zk_closure.c): a record that refuses the
+ *     epoch refuses before anything is sent, and one stored after our
+ *     reading fails the check, so no node of a refused epoch is created
+ *     after the record. The server answers a session's requests
  *     in order, so the listing already contains our node and the whole
  *     uncontended acquire costs one round trip (Curator spends two). When
  *     the parent is missing (NONODE), the missing ancestors are created as
@@ -80,6 +85,7 @@
 
 #include "zk_mutex.h"
 
+#include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -100,13 +106,19 @@
 #define ZK_MAX_RESTARTS 10
 /* Rounds of create when parents vanish under us or replies get lost. */
 #define ZK_MAX_CREATE_ROUNDS 6
-/* Creates sent again because the fence offset changed under them. */
-#define ZK_MAX_FENCE_CHANGES 16
-/* create_round's codes when the fence offset (zk_fence.c) stopped a
- * create: it could not be read or raised (not sent), or it changed since
- * we read it (the check refused the create). Nothing was created. */
+/* Creates sent again because a node their transaction checks (the fence
+ * offset, the closure record) changed under them. */
+#define ZK_MAX_CHECK_CHANGES 16
+/* create_round's codes when the fence offset (zk_fence.c) or the closure
+ * record (zk_closure.c) stopped a create: it could not be read or raised
+ * (not sent), it changed since we read it (the check refused the create),
+ * or the record refuses this client's epoch (not sent). Nothing was
+ * created. */
 #define CERB_ZK_RC_FENCE_FAILED (-10200)
 #define CERB_ZK_RC_FENCE_CHANGED (-10201)
+#define CERB_ZK_RC_CLOSURE_FAILED (-10202)
+#define CERB_ZK_RC_CLOSURE_CHANGED (-10203)
+#define CERB_ZK_RC_CLOSED (-10204)
 
 /* One acquire() call. */
 struct acq {
@@ -124,6 +136,8 @@ struct acq {
     struct zk_children kids;  /* the latest listing */
     bool listed;              /* kids is current */
     bool waited;              /* we were queued behind someone */
+    int64_t closed_epoch;     /* the epoch of the closure record that
+                                 refused us, 0 if none did */
 };
 
 /* How a blocked wait ended. */
@@ -400,9 +414,30 @@ static cerb_status create_round(struct acq *a, uint64_t gen, bool with_parents, 
     *rc_create = ZOK;
     cerb__zk_children_clear(&a->kids);
     a->listed = false;
+    /* The closure record our create checks, for a client with an epoch:
+     * one that refuses the epoch refuses here, before anything is sent —
+     * also a trylock or a wait with time left — and before the fence
+     * offset could be raised for a grant that will not be made. */
+    struct zk_closure_snap cs = {.version = -1};
+    bool lost = false;
+    const bool with_closure = a->lk->epoch >= 0;
+    if (with_closure) {
+        st = cerb__zk_closure_prepare(e, gen, a->bound, a->intr, &lost, &cs);
+        if (st != CERB_OK || lost) {
+            *rc_create = lost ? ZINVALIDSTATE : CERB_ZK_RC_CLOSURE_FAILED;
+            return lost ? cerb__error_set(CERB_EIO, "zk %s: the session changed", e->hosts) : st;
+        }
+        if (cerb__zk_closure_refuses(&cs.rec, a->lk->epoch)) {
+            *rc_create = CERB_ZK_RC_CLOSED;
+            a->closed_epoch = cs.rec.epoch;
+            return cerb__error_set(CERB_UNAVAILABLE, "zk %s: closed by a switch at epoch %" PRId64
+                                   "; this client is at epoch %" PRId64
+                                   ": reload the configuration",
+                                   e->hosts, cs.rec.epoch, a->lk->epoch);
+        }
+    }
     /* The offset our create checks (raised first if the floor needs it). */
     struct zk_fence_snap fs;
-    bool lost = false;
     st = cerb__zk_fence_prepare(e, gen, a->lk->fence_floor, a->bound, a->intr, &lost, &fs);
     if (st != CERB_OK || lost) {
         /* Nothing sent: an error is returned as it is (create_node). */
@@ -426,7 +461,9 @@ static cerb_status create_round(struct acq *a, uint64_t gen, bool with_parents, 
         ZK_COUNT(e, acquire_calls);
         for (size_t i = 0; i < n_anc; i++)
             cerb__zk_call_create(c, s, anc[i], NULL, &e->acl, ZOO_CONTAINER);
-        kc = cerb__zk_call_lock_multi(c, s, e->fence.path, fs.version, a->prefix,
+        kc = cerb__zk_call_lock_multi(c, s, e->fence.path, fs.version,
+                                      with_closure ? e->closure.path : NULL,
+                                      with_closure ? cs.version : -1, a->prefix,
                                       ZK_DATA_WAITING, &e->acl, a->parent);
         kl = cerb__zk_call_children(c, s, a->parent, kc, NULL, NULL);
     }
@@ -458,13 +495,22 @@ static cerb_status create_round(struct acq *a, uint64_t gen, bool with_parents, 
         st = CERB_OK;
         goto out;
     }
-    int rc_check = r->mres[ZK_MULTI_CHECK].err;
-    if (r->rc != ZOK && (rc_check == ZBADVERSION || rc_check == ZNONODE)) {
+    int rc_check = cerb__zk_multi_err(r, ZK_MULTI_CHECK);
+    if (rc_check == ZBADVERSION || rc_check == ZNONODE) {
         /* The offset was raised (or its node deleted) since we read it:
          * nothing was created; read it again and create again. */
         cerb__zk_fence_stale(e, &fs);
         *rc_create = CERB_ZK_RC_FENCE_CHANGED;
         st = cerb__zk_fail(e->hosts, "check", e->fence.path, rc_check, true, NULL);
+        goto out;
+    }
+    int rc_closure = cerb__zk_multi_err(r, ZK_MULTI_CLOSURE);
+    if (rc_closure == ZBADVERSION || rc_closure == ZNONODE) {
+        /* A record was stored (or its node deleted) since we read it:
+         * nothing was created; read it, decide again, create again. */
+        cerb__zk_closure_stale(e, &cs);
+        *rc_create = CERB_ZK_RC_CLOSURE_CHANGED;
+        st = cerb__zk_fail(e->hosts, "check", e->closure.path, rc_closure, true, NULL);
         goto out;
     }
     if (r->rc == ZNONODE && with_parents) {
@@ -509,7 +555,7 @@ static cerb_status create_node(struct acq *a, uint64_t gen, int64_t sid, bool *r
     cerb_engine *e = a->e;
     struct zk_lock_priv *p = a->p;
     bool with_parents = false;
-    int fence_changes = 0;
+    int changes = 0;
 
     for (int round = 0;; round++) {
         int rcc;
@@ -517,10 +563,11 @@ static cerb_status create_node(struct acq *a, uint64_t gen, int64_t sid, bool *r
         cerb_status st = create_round(a, gen, with_parents, &rcc, &amb);
         if (st == CERB_OK)
             return CERB_OK;
-        if (rcc == CERB_ZK_RC_FENCE_CHANGED) {
-            /* Another client raised the offset between our reading and our
-             * create: not a round of trouble, but bounded all the same. */
-            if (++fence_changes > ZK_MAX_FENCE_CHANGES || cerb_monotime() >= a->bound)
+        if (rcc == CERB_ZK_RC_FENCE_CHANGED || rcc == CERB_ZK_RC_CLOSURE_CHANGED) {
+            /* Another client raised the offset or stored a record between
+             * our reading and our create: not a round of trouble, but
+             * bounded all the same. */
+            if (++changes > ZK_MAX_CHECK_CHANGES || cerb_monotime() >= a->bound)
                 return st;
             round--;
             continue;
@@ -1039,6 +1086,7 @@ cerb_status cerb__zk_op_acquire(cerb_engine *e, cerb_engine_lock *lk, int64_t de
     cerb_status st;
 
     grant_out->outcome = CERB_OUTCOME_NO;
+    grant_out->closed_epoch = 0;
     a.parent = cerb__zk_parent_path(e->zc->root, lk->name);
     if (!w || !a.parent) {
         cerb__free(w);
@@ -1071,6 +1119,7 @@ cerb_status cerb__zk_op_acquire(cerb_engine *e, cerb_engine_lock *lk, int64_t de
     cerb__zk_children_clear(&a.kids);
     if (st != CERB_OK) {
         drop_node(e, p);
+        grant_out->closed_epoch = a.closed_epoch;
         if (a.unknown)
             grant_out->outcome = CERB_OUTCOME_UNKNOWN; /* check or release by uuid */
         else

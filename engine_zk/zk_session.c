@@ -705,7 +705,13 @@ cerb_status cerb__zk_op_probe(cerb_engine *e, int64_t timeout_ms)
  * Is `name` held by anyone? One getChildren of its lock node: any child —
  * a holder or a queued contender, ours or Curator's — answers BUSY (a
  * contender may be granted at any moment), no node or no children OK.
- * Bounded by the connect timeout, like the other short calls.
+ * That a waiter counts is what the closure record needs (zk_closure.c): a
+ * node created before the record was stored may still become a grant
+ * after it, so "free" must mean no node at all. The listing is sent on
+ * this instance's session after whatever closure_get it answered, so it
+ * sees every node created before that record (a new session is made, in
+ * the server's order, after the old one's reads). Bounded by the connect
+ * timeout, like the other short calls.
  */
 cerb_status cerb__zk_op_held(cerb_engine *e, const char *name)
 {

@@ -32,6 +32,7 @@
 #include "config.h"
 #include "engine.h"
 #include "sync.h"
+#include "zk_closure.h"
 #include "zk_fence.h"
 #include "zk_layout.h"
 
@@ -177,6 +178,8 @@ struct cerb_engine {
 
     struct zk_counters stats;
     struct zk_fence fence;      /* the fence offset (zk_fence.c; under mu) */
+    struct zk_closure closure;  /* the switch closure record (zk_closure.c;
+                                   under mu) */
     struct zk_guard *guard;     /* the guard's records (zk_guard.c) */
     struct zk_guard_pool *gpool; /* the guard's sessions (zk_guard_pool.c) */
     /* The longest session timeout any of our sessions negotiated: how long
