@@ -12,6 +12,7 @@
  *   etcd_lease.c   the session lease, its keepalive thread, orphan keys
  *   etcd_mutex.c   acquire (and trylock), waiting, renew, release, check
  *   etcd_fence.c   the fence offset added to create revisions (floors)
+ *   etcd_closure.c the switch closure record that acquire checks
  *   etcd_watch.c   the waiter's watch on its predecessor; cancel
  *   etcd_guard.c   the idempotency guard's records and their leases
  * open() authenticates (when a user is set), reads under the prefix (a
@@ -43,6 +44,7 @@ static void etcd_close(cerb_engine *e)
     cerb__etcd_guard_destroy(e);
     cerb__etcd_http_destroy(&e->http);
     cerb__etcd_fence_destroy(e);
+    cerb__etcd_closure_destroy(e);
     cerb__mutex_destroy(&e->wait_mu);
     cerb__free(e);
 }
@@ -104,6 +106,8 @@ static cerb_status etcd_open(const cerb_engine_env *env, cerb_engine **out)
     cerb__etcd_session_init(e);
     st = cerb__etcd_fence_init(e);
     if (st == CERB_OK)
+        st = cerb__etcd_closure_init(e);
+    if (st == CERB_OK)
         st = cerb__etcd_guard_init(e);
     if (st != CERB_OK) {
         etcd_close(e);
@@ -139,7 +143,9 @@ static cerb_status etcd_open(const cerb_engine_env *env, cerb_engine **out)
  * quorum (ReadIndex) — what a lock needs — tried over the endpoints within
  * timeout_ms. Not GET /health: etcd 3.4 answers it with a quorum *write*
  * (a v2 QGET through raft, fsync included), which the prober would send
- * several times a second per client.
+ * several times a second per client. It acquires nothing, so a closure
+ * record never refuses it: a closed engine still probes healthy, as it
+ * must for the clients that still hold locks there.
  */
 static cerb_status etcd_probe(cerb_engine *e, int64_t timeout_ms)
 {
@@ -176,7 +182,12 @@ cerb_status cerb__etcd_probe_read(cerb_engine *e, int64_t deadline_ns)
  * Is `name` held by anyone (the safe-switch question)? A linearizable
  * count of the keys under "<prefix><name>/": a holder or any queued
  * contender (ours, etcdctl's) answers BUSY, none OK. One round trip,
- * bounded by the operation timeout.
+ * bounded by the operation timeout. Counting waiters is what the closure
+ * record needs (engine.h, version 4): a key queued before the record was
+ * stored can still become the holder without another write, so "free"
+ * must mean that no such key exists; once the record is stored no key of a
+ * refused epoch can be added, so a "free" answered after it stays true for
+ * those clients.
  */
 static cerb_status etcd_held(cerb_engine *e, const char *name)
 {
@@ -234,7 +245,7 @@ static cerb_status etcd_check_name(const char *name)
 }
 
 const struct cerb_engine_ops cerb__etcd_engine_ops = {
-    .version = CERB_ENGINE_OPS_V3,
+    .version = CERB_ENGINE_OPS_V4,
     .name = "etcd",
     .caps = CERB_CAP_FENCING | CERB_CAP_FAIR_QUEUE | CERB_CAP_WAIT | CERB_CAP_CROSS_PROCESS |
             CERB_CAP_FENCE_FLOOR,
@@ -257,4 +268,7 @@ const struct cerb_engine_ops cerb__etcd_engine_ops = {
     .guard_check = cerb__etcd_guard_check,
     /* version 3: inspection (etcd_inspect.c) */
     .inspect = cerb__etcd_op_inspect,
+    /* version 4: switch closure records (etcd_closure.c) */
+    .closure_get = cerb__etcd_op_closure_get,
+    .closure_put = cerb__etcd_op_closure_put,
 };

@@ -12,6 +12,8 @@
  *  - counters for the bench and the tests.
  *  - the fence offset every grant adds to its key's create revision
  *    (etcd_fence.c), cached;
+ *  - the switch closure record the acquire txn compares (etcd_closure.c),
+ *    cached;
  * Per hold, lk->priv is a struct etcd_lock_priv: which lease the key was put
  * with, its create revision and the fence offset it was put with (their
  * sum is the fencing token). The key itself is
@@ -119,6 +121,23 @@ struct etcd_fence_view {
     int64_t mod;
 };
 
+/* A closure record and the mod_revision of its key (0 = absent: epoch 0),
+ * as one txn compares and judges them (etcd_closure.c). */
+struct etcd_closure_view {
+    int64_t mod;
+    cerb_closure rec;
+};
+
+/* The closure record's key and what this instance last saw of it, under
+ * mu; never read yet = absent, which the first compare corrects. */
+struct etcd_closure {
+    cerb_mutex mu;
+    char *key;         /* <prefix>__cerberus_closure__ */
+    size_t key_len;
+    struct etcd_closure_view view;
+    int64_t as_of;     /* the revision at which view was so */
+};
+
 struct cerb_engine {
     const struct cerb_config *cfg;
     const struct cerb_etcd_config *ec;
@@ -143,6 +162,7 @@ struct cerb_engine {
     struct etcd_reg *reg[ETCD_REG_BUCKETS]; /* claimed keys, under sess_mu */
 
     struct etcd_fence fence;  /* the fence offset (etcd_fence.c) */
+    struct etcd_closure closure; /* the switch closure record (etcd_closure.c) */
     struct etcd_guard *guard; /* the guard's shared leases (etcd_guard.c) */
     cerb_mutex wait_mu;       /* etcd_lock_priv waiting fields (cancel) */
     struct etcd_counters stats;
@@ -247,6 +267,36 @@ cerb_status cerb__etcd_fence_learn(cerb_engine *e, const json_t *range, int64_t 
                                    const struct etcd_fence_view *v, bool *changed);
 /* The decimal text of off into buf (n bytes); its length, 0 if too small. */
 size_t cerb__etcd_fence_format(int64_t off, char *buf, size_t n);
+
+/* ---- etcd_closure.c: the switch closure record (ops version 4) ---- */
+
+/* Build the record key's name (no network); destroy frees it (no-op when
+ * init was never called). */
+cerb_status cerb__etcd_closure_init(cerb_engine *e);
+void cerb__etcd_closure_destroy(cerb_engine *e);
+/* ops->closure_get and ops->closure_put (core/engine.h, version 4). */
+cerb_status cerb__etcd_op_closure_get(cerb_engine *e, cerb_closure *out);
+cerb_status cerb__etcd_op_closure_put(cerb_engine *e, const cerb_closure *rec, cerb_closure *now);
+/* The cached record and its mod revision (no I/O). */
+void cerb__etcd_closure_view(cerb_engine *e, struct etcd_closure_view *v);
+/* A linearizable read of the record into the cache and *v, by deadline_ns.
+ * CERB_EPROTO when the key holds no record. */
+cerb_status cerb__etcd_closure_read(cerb_engine *e, int64_t deadline_ns,
+                                    struct etcd_closure_view *v);
+/* Does rec refuse a client at `epoch` (-1: never)? */
+bool cerb__etcd_closure_refuses(const cerb_closure *rec, int64_t epoch);
+/* CERB_UNAVAILABLE with the message naming both epochs. */
+cerb_status cerb__etcd_closure_refuse(cerb_engine *e, const cerb_closure *rec, int64_t epoch);
+/* The Compare that holds while the record key is still as v says. */
+json_t *cerb__etcd_closure_cmp(cerb_engine *e, const struct etcd_closure_view *v);
+/* A txn op reading the record key (for a failure branch). */
+json_t *cerb__etcd_closure_op_read(cerb_engine *e);
+/* Learn the record from `range` (a RangeResponse read at revision rev;
+ * NULL is a protocol error) into the cache and *v; *changed when its mod
+ * revision is not the one v had. CERB_EPROTO for a value that is no
+ * record. */
+cerb_status cerb__etcd_closure_learn(cerb_engine *e, const json_t *range, int64_t rev,
+                                     struct etcd_closure_view *v, bool *changed);
 
 /* ---- etcd_guard.c: the idempotency guard's records (ops version 2) ---- */
 
