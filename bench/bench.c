@@ -5,15 +5,18 @@
  *
  *   cerberus-bench [-c FILE] [--engine E|all] [--scenario S[,S...]|all]
  *                  [--threads N[,N...]] [--duration S] [--waiters N]
- *                  [--locks M] [--lease MS] [--port P] [--peers]
+ *                  [--locks M] [--lease MS] [--port P] [--redis-port P]
+ *                  [--zk-port P] [--etcd-port P] [--cli PATH] [--peers]
  *                  [--json FILE] [--plot FILE.png]
  *
  * Scenarios: uncontended, contended, handoff, herd, many, guard (the
  * idempotency guard: rows "guard" and "guard-dup") (scenarios.c and
  * scenario_<name>.c), and failover (failover.c), which needs commands to
- * kill and restore a server and so is not part of `all`. For each engine
- * the chosen scenarios run in that order; each row goes to the table as soon
- * as it is measured.
+ * kill and restore a server and so is not part of `all`; nor is switch
+ * (scenario_switch.c: the steady state after `cerberus switch`), which
+ * needs a server for every engine of its file. For each engine the chosen
+ * scenarios run in that order; each row goes to the table as soon as it is
+ * measured.
  *
  * --peers (peers.c) runs other lock libraries on the same servers in the
  * same run — redis-py on redis, Curator and kazoo on ZooKeeper,
@@ -25,7 +28,12 @@
  * Without -c the bench writes its own configuration: Redis on 127.0.0.1,
  * port --port (26379, the test server's), with the default pool (it opens
  * as many connections as threads call at once); `--engine local` gives
- * the in-process engine instead. With
+ * the in-process engine instead, `--engine zk` or `etcd` that server
+ * (22181, 22379). The switch scenario needs every engine of the file it
+ * switches, so with it the built-in configuration lists redis, zk and etcd
+ * on 127.0.0.1, each on its own port option (--redis-port, --zk-port,
+ * --etcd-port; --port still names the port of the --engine measured), and
+ * `--engine all` means the three. With
  * -c the file names the engines (`--engine all` is every one of them, in
  * configuration order) and their servers. The file is read through the
  * library's own parser, so the bench and the library can never disagree on
@@ -66,9 +74,14 @@ enum {
     SC_MANY = 1 << 4,
     SC_FAILOVER = 1 << 5,
     SC_GUARD = 1 << 6,
+    SC_SWITCH = 1 << 7,
     SC_ALL = SC_UNCONTENDED | SC_CONTENDED | SC_HANDOFF | SC_HERD | SC_MANY |
              SC_GUARD,
 };
+
+/* Default ports of the built-in configuration: the test servers'. */
+#define DEFAULT_ZK_PORT 22181
+#define DEFAULT_ETCD_PORT 22379
 
 static const struct {
     const char *name;
@@ -77,8 +90,12 @@ static const struct {
     {"uncontended", SC_UNCONTENDED}, {"contended", SC_CONTENDED},
     {"handoff", SC_HANDOFF},         {"herd", SC_HERD},
     {"many", SC_MANY},               {"failover", SC_FAILOVER},
-    {"guard", SC_GUARD},             {"all", SC_ALL},
+    {"guard", SC_GUARD},             {"switch", SC_SWITCH},
+    {"all", SC_ALL},
 };
+
+/* The engines of the switch scenario's built-in configuration, in order. */
+static const char *const builtin_switch_engines[] = {"redis", "zk", "etcd"};
 
 struct cli {
     const char *config_path;
@@ -93,6 +110,9 @@ struct cli {
     double duration_s;
     int port;
     int port_set; /* --port given: overrides the engine's default port */
+    int redis_port, zk_port, etcd_port; /* --<e>-port; 0 = not given */
+    const char *cli;           /* --cli: the `cerberus` command (switch) */
+    char *switch_text;         /* switch without -c: the built-in file, owned */
     const char *json_path;
     const char *plot_path;
     int peers;                 /* --peers */
@@ -106,7 +126,9 @@ static void usage(FILE *f)
         "[--scenario S[,S...]|all]\n"
         "                      [--threads N[,N...]] [--duration S] "
         "[--waiters N] [--locks M]\n"
-        "                      [--lease MS] [--port P] [--peers] "
+        "                      [--lease MS] [--port P] [--redis-port P] "
+        "[--zk-port P]\n"
+        "                      [--etcd-port P] [--cli PATH] [--peers] "
         "[--json FILE]\n"
         "                      [--plot FILE.png]\n"
         "\n"
@@ -114,10 +136,10 @@ static void usage(FILE *f)
         "                      without it: redis on 127.0.0.1:PORT\n"
         "  --engine E|all      engine to measure (default all: every configured one)\n"
         "  --scenario S        uncontended, contended, handoff, herd, many, guard,\n"
-        "                      failover, or all (default: every one but failover); a\n"
-        "                      comma list runs several\n"
-        "  --threads N[,N...]  uncontended and guard: worker threads, one run per value\n"
-        "                      (default 1);\n"
+        "                      switch, failover, or all (default: every one but\n"
+        "                      switch and failover); a comma list runs several\n"
+        "  --threads N[,N...]  uncontended, guard and switch: worker threads, one run\n"
+        "                      per value (default 1);\n"
         "                      contended: clients on one name, one run per value\n"
         "                      (default %d)\n"
         "  --waiters N         handoff and herd: contending clients, one each\n"
@@ -126,7 +148,11 @@ static void usage(FILE *f)
         "  --lease MS          many: their lease, renewed every third (default %d)\n"
         "  --duration S        seconds measured per side of each scenario; herd: rounds\n"
         "                      for that long; many: the hold period (default 5)\n"
-        "  --port P            redis port when no -c is given (default %d)\n"
+        "  --port P            without -c: the port of the engine measured (default\n"
+        "                      redis %d, zk %d, etcd %d)\n"
+        "  --redis-port P, --zk-port P, --etcd-port P\n"
+        "                      without -c: that engine's port (the switch scenario's\n"
+        "                      built-in file lists all three)\n"
         "  --peers             also run the peers on the same servers, a row each\n"
         "                      under Cerberus's uncontended and handoff rows:\n"
         "                      redis-py (redis), Curator and kazoo (zk),\n"
@@ -145,10 +171,25 @@ static void usage(FILE *f)
         "  --flap S            then fail/restore the primary for S seconds (default 0)\n"
         "  --flap-period MS    one outage + one recovery (default 2000)\n"
         "  --max-wait MS       longest wait for a grant elsewhere (default 30000)\n"
-        "  bench/failover.sh runs it all against test servers.\n",
+        "  bench/failover.sh runs it all against test servers.\n"
+        "\n"
+        "switch scenario (a server for every engine of the file; --engine E or all):\n"
+        "  trylock + unlock cycles/s over 16 names per thread on engine E after\n"
+        "  `cerberus switch E`, against E alone (a file with engines = (E) only) in\n"
+        "  alternating rounds of the same run; the ratio's target (DESIGN 10) is\n"
+        "  >= %.1f. The file switched is a copy, in a temporary directory, of -c\n"
+        "  FILE (two or more engines; its own lease and timeouts) or of the built-in\n"
+        "  one: redis, zk, etcd on the ports above, lock.lease_ms = 1000,\n"
+        "  zk.session_timeout_ms = 1000, etcd.session_ttl_s = 2. It starts at\n"
+        "  active = \"auto\"; its client follows the command's rewrite by reload and\n"
+        "  settles for twice the longest a hold lives there (4 s built in) before\n"
+        "  the rounds.\n"
+        "  --cli PATH          the `cerberus` command that switches (default\n"
+        "                      $CERB_BENCH_CLI, else the one built with the bench,\n"
+        "                      else cerberus on PATH)\n",
         DEFAULT_CONTENDED_THREADS, DEFAULT_HANDOFF_WAITERS,
         DEFAULT_HERD_WAITERS, DEFAULT_LOCKS, DEFAULT_MANY_LEASE_MS,
-        DEFAULT_PORT);
+        DEFAULT_PORT, DEFAULT_ZK_PORT, DEFAULT_ETCD_PORT, BENCH_SWITCH_TARGET);
 }
 
 /* Parse an integer in [lo, hi]; -1 on error (message printed). */
@@ -213,7 +254,7 @@ static int parse_scenarios(const char *s, int *out)
         if (i == n) {
             bench_errorf("--scenario: unknown scenario \"%s\" (known: "
                          "uncontended, contended, handoff, herd, many, "
-                         "guard, failover, all)", tok);
+                         "guard, switch, failover, all)", tok);
             return -1;
         }
         *out |= scenario_names[i].bit;
@@ -235,7 +276,8 @@ static int parse_cli(int argc, char **argv, struct cli *c)
 {
     enum { O_ENGINE = 256, O_SCENARIO, O_THREADS, O_DURATION, O_WAITERS,
            O_PORT, O_JSON, O_FAIL, O_RESTORE, O_GRACE0, O_FLAP, O_FLAP_PERIOD, O_MAX_WAIT,
-           O_LOCKS, O_LEASE, O_PLOT, O_PEERS };
+           O_LOCKS, O_LEASE, O_PLOT, O_PEERS, O_REDIS_PORT, O_ZK_PORT,
+           O_ETCD_PORT, O_CLI };
     static const struct option opts[] = {
         {"config", required_argument, NULL, 'c'},
         {"engine", required_argument, NULL, O_ENGINE},
@@ -244,6 +286,10 @@ static int parse_cli(int argc, char **argv, struct cli *c)
         {"duration", required_argument, NULL, O_DURATION},
         {"waiters", required_argument, NULL, O_WAITERS},
         {"port", required_argument, NULL, O_PORT},
+        {"redis-port", required_argument, NULL, O_REDIS_PORT},
+        {"zk-port", required_argument, NULL, O_ZK_PORT},
+        {"etcd-port", required_argument, NULL, O_ETCD_PORT},
+        {"cli", required_argument, NULL, O_CLI},
         {"json", required_argument, NULL, O_JSON},
         {"plot", required_argument, NULL, O_PLOT},
         {"peers", no_argument, NULL, O_PEERS},
@@ -326,6 +372,23 @@ static int parse_cli(int argc, char **argv, struct cli *c)
                 return -1;
             port_given = 1;
             break;
+        case O_REDIS_PORT:
+        case O_ZK_PORT:
+        case O_ETCD_PORT: {
+            int *slot = ch == O_REDIS_PORT ? &c->redis_port
+                      : ch == O_ZK_PORT    ? &c->zk_port
+                                           : &c->etcd_port;
+            const char *opt = ch == O_REDIS_PORT ? "--redis-port"
+                            : ch == O_ZK_PORT    ? "--zk-port"
+                                                 : "--etcd-port";
+            if (parse_int(opt, optarg, 1, 65535, slot))
+                return -1;
+            port_given = 1;
+            break;
+        }
+        case O_CLI:
+            c->cli = optarg;
+            break;
         case O_JSON:
             c->json_path = optarg;
             break;
@@ -371,8 +434,19 @@ static int parse_cli(int argc, char **argv, struct cli *c)
         return -1;
     }
     if (port_given && c->config_path) {
-        bench_errorf("--port applies only without -c (the file gives the "
-                     "servers)");
+        bench_errorf("--port and --<engine>-port apply only without -c (the "
+                     "file gives the servers)");
+        return -1;
+    }
+    /* --port names the measured engine's port: with a --<engine>-port for
+     * the same engine, one of the two is a mistake. */
+    if (c->port_set &&
+        ((c->redis_port && (!strcmp(c->engine, "redis") || !strcmp(c->engine, "all"))) ||
+         (c->zk_port && !strcmp(c->engine, "zk")) ||
+         (c->etcd_port && !strcmp(c->engine, "etcd")))) {
+        bench_errorf("--port and --%s-port both give the port of %s",
+                     strcmp(c->engine, "all") ? c->engine : "redis",
+                     strcmp(c->engine, "all") ? c->engine : "redis");
         return -1;
     }
     return 0;
@@ -398,12 +472,13 @@ static char *dup_or_die(const char *s)
     return d;
 }
 
-/* Threads one client runs at once: uncontended's and guard's, and many's
- * acquirers. */
+/* Threads one client runs at once: uncontended's, guard's and switch's,
+ * and many's acquirers. */
 static int max_threads(const struct cli *c)
 {
     int m = 1;
-    for (int i = 0; c->scenarios & (SC_UNCONTENDED | SC_GUARD) && i < c->n_threads; i++)
+    for (int i = 0; c->scenarios & (SC_UNCONTENDED | SC_GUARD | SC_SWITCH) && i < c->n_threads;
+         i++)
         if (c->threads[i] > m)
             m = c->threads[i];
     if (c->scenarios & SC_MANY && m < BENCH_MANY_THREADS)
@@ -411,15 +486,29 @@ static int max_threads(const struct cli *c)
     return m;
 }
 
-/*
- * Engines without a file: our own configuration text, with the defaults a
- * user who sets nothing gets (the pool grows to the thread count, as the
- * raw ceiling has one connection per thread). Returns the count, or -1.
- */
-static int engines_builtin(const struct cli *c, struct bench_engine *out)
+/* The port of @engine in the built-in configuration: its own option, else
+ * --port when @engine is the one measured (redis for `all`), else the
+ * test server's. */
+static int builtin_port(const struct cli *c, const char *engine)
 {
-    const char *want = strcmp(c->engine, "all") == 0 ? "redis" : c->engine;
-    struct bench_engine *e = &out[0];
+    int redis = strcmp(engine, "redis") == 0, zk = strcmp(engine, "zk") == 0;
+    int own = redis ? c->redis_port : zk ? c->zk_port : c->etcd_port;
+    int measured = strcmp(c->engine, engine) == 0 || (redis && strcmp(c->engine, "all") == 0);
+    if (own)
+        return own;
+    if (c->port_set && measured)
+        return c->port;
+    return redis ? DEFAULT_PORT : zk ? DEFAULT_ZK_PORT : DEFAULT_ETCD_PORT;
+}
+
+/*
+ * Engine @want without a file: our own configuration text, with the
+ * defaults a user who sets nothing gets (the pool grows to the thread
+ * count, as the raw ceiling has one connection per thread). Returns 0, or
+ * -1 (printed).
+ */
+static int builtin_one(const struct cli *c, const char *want, struct bench_engine *e)
+{
     char text[512];
 
     memset(e, 0, sizeof *e);
@@ -429,9 +518,9 @@ static int engines_builtin(const struct cli *c, struct bench_engine *out)
         snprintf(text, sizeof text,
                  "engines = (\"redis\");\n"
                  "redis = { host = \"127.0.0.1\"; port = %d; };\n",
-                 c->port);
+                 builtin_port(c, "redis"));
         e->redis.host = dup_or_die("127.0.0.1");
-        e->redis.port = c->port;
+        e->redis.port = builtin_port(c, "redis");
         e->redis.user = dup_or_die("");
         e->redis.password = dup_or_die("");
         e->redis.connect_timeout_ms = 500;
@@ -439,16 +528,19 @@ static int engines_builtin(const struct cli *c, struct bench_engine *out)
     } else if (strcmp(want, "zk") == 0) {
         snprintf(text, sizeof text,
                  "engines = (\"zk\");\nzk = { hosts = \"127.0.0.1:%d\"; };\n",
-                 c->port_set ? c->port : 22181);
+                 builtin_port(c, "zk"));
     } else if (strcmp(want, "etcd") == 0) {
         snprintf(text, sizeof text,
                  "engines = (\"etcd\");\netcd = { endpoints = (\"http://127.0.0.1:%d\"); };\n",
-                 c->port_set ? c->port : 22379);
-    } else if (strcmp(want, "local") == 0) {
+                 builtin_port(c, "etcd"));
+    } else if (strcmp(want, "local") == 0 && !(c->scenarios & SC_SWITCH)) {
         snprintf(text, sizeof text, "engines = (\"local\");\n");
     } else {
         bench_errorf("--engine %s needs a configuration file (-c); without "
-                     "one the bench knows redis and local", want);
+                     "one the bench knows %s", want,
+                     c->scenarios & SC_SWITCH ? "redis, zk and etcd (the switch scenario's "
+                                                "built-in file)"
+                                              : "redis, zk, etcd and local");
         return -1;
     }
     e->config_text = dup_or_die(text);
@@ -456,7 +548,81 @@ static int engines_builtin(const struct cli *c, struct bench_engine *out)
         bench_errorf("%s", cerb_last_error());
         return -1;
     }
-    return 1;
+    return 0;
+}
+
+/*
+ * Engines without a file: the one --engine names (redis for `all`); with
+ * the switch scenario, redis, zk and etcd, which its built-in file lists
+ * (`all` is the three). Returns the count, or -1 (printed, nothing left
+ * allocated).
+ */
+static int engines_builtin(const struct cli *c, struct bench_engine *out)
+{
+    if (!(c->scenarios & SC_SWITCH)) {
+        const char *want = strcmp(c->engine, "all") == 0 ? "redis" : c->engine;
+        if (builtin_one(c, want, &out[0]) != 0) {
+            engine_free(&out[0]);
+            return -1;
+        }
+        return 1;
+    }
+    int n = 0;
+    for (size_t i = 0; i < sizeof builtin_switch_engines / sizeof builtin_switch_engines[0]; i++) {
+        const char *name = builtin_switch_engines[i];
+        if (strcmp(c->engine, "all") != 0 && strcmp(c->engine, name) != 0)
+            continue;
+        if (builtin_one(c, name, &out[n]) != 0) {
+            for (int k = 0; k <= n; k++)
+                engine_free(&out[k]);
+            return -1;
+        }
+        n++;
+    }
+    if (n == 0 && builtin_one(c, c->engine, &out[0]) != 0) /* prints why */
+        engine_free(&out[0]);
+    return n > 0 ? n : -1;
+}
+
+/*
+ * The switch scenario's built-in file: the three engines on their ports
+ * (builtin_port), active = "auto", and lifetimes as short as the schema
+ * and the test servers allow (zk's tickTime of 500 ms permits 1 s
+ * sessions; etcd's least TTL is 2 s), so that settling after the switch —
+ * twice the longest of them — takes 4 s. malloc'd; exits when out of
+ * memory.
+ */
+static char *builtin_switch_text(const struct cli *c)
+{
+    char text[768];
+    snprintf(text, sizeof text,
+             "# cerberus-bench's switch scenario: the file `cerberus switch` rewrites.\n"
+             "engines = (\"redis\", \"zk\", \"etcd\");\n"
+             "active = \"auto\";\n"
+             "epoch = 1;\n"
+             "lock = { lease_ms = 1000; };\n"
+             "redis = { host = \"127.0.0.1\"; port = %d; };\n"
+             "zk = { hosts = \"127.0.0.1:%d\"; session_timeout_ms = 1000; };\n"
+             "etcd = { endpoints = (\"http://127.0.0.1:%d\"); session_ttl_s = 2; };\n",
+             builtin_port(c, "redis"), builtin_port(c, "zk"), builtin_port(c, "etcd"));
+    return dup_or_die(text);
+}
+
+/* The `cerberus` command the switch scenario runs: --cli, else
+ * $CERB_BENCH_CLI, else the one built with the bench when it is there,
+ * else `cerberus` on PATH. */
+static const char *switch_cli(const struct cli *c)
+{
+    const char *env = getenv("CERB_BENCH_CLI");
+    if (c->cli)
+        return c->cli;
+    if (env && *env)
+        return env;
+#ifdef CERB_BENCH_CLI_DEFAULT
+    if (access(CERB_BENCH_CLI_DEFAULT, X_OK) == 0)
+        return CERB_BENCH_CLI_DEFAULT;
+#endif
+    return "cerberus";
 }
 
 /* Engines from a configuration file, validated by the library's parser. */
@@ -539,17 +705,18 @@ static int engines_from_file(const struct cli *c, struct bench_engine *out)
 }
 
 /*
- * The library's log lines, minus one kind: "engine switch ... (manual
- * switch)", which only the bench itself could cause (it pins clients
- * through `active` at open and does not switch them) and which would
- * otherwise repeat once per client. Everything else goes to stderr as the
+ * The library's log lines, minus two kinds that only the bench itself
+ * causes: "engine switch ... (manual switch)" (it pins clients through
+ * `active` at open), which would otherwise repeat once per client, and
+ * "... (config: active engine changed)", the switch scenario's client
+ * following the command it ran. Everything else goes to stderr as the
  * default sink would print it. Called from any thread.
  */
 static void bench_log(cerb_log_level level, const char *line, void *ud)
 {
     (void)level;
     (void)ud;
-    if (strstr(line, "(manual switch)"))
+    if (strstr(line, "(manual switch)") || strstr(line, "(config: active engine changed)"))
         return;
     fprintf(stderr, "%s\n", line);
 }
@@ -565,7 +732,7 @@ static int run_engine(const struct cli *cli, struct bench_opts *opts,
     const int *ct = cli->threads_given ? cli->threads : default_contended;
     int n_ct = cli->threads_given ? cli->n_threads : 1;
 
-    for (int bit = SC_UNCONTENDED; bit <= SC_GUARD; bit <<= 1) {
+    for (int bit = SC_UNCONTENDED; bit <= SC_SWITCH; bit <<= 1) {
         if (!(cli->scenarios & bit) || bit == SC_FAILOVER)
             continue;
         if (bit == SC_GUARD) {
@@ -587,9 +754,9 @@ static int run_engine(const struct cli *cli, struct bench_opts *opts,
             }
             continue;
         }
-        int runs = bit == SC_UNCONTENDED ? cli->n_threads
-                 : bit == SC_CONTENDED   ? n_ct
-                                         : 1;
+        int runs = bit == SC_UNCONTENDED || bit == SC_SWITCH ? cli->n_threads
+                 : bit == SC_CONTENDED                       ? n_ct
+                                                             : 1;
         for (int k = 0; k < runs; k++) {
             struct bench_result *r = bench_rows_slot(rows);
             int rc;
@@ -602,6 +769,10 @@ static int run_engine(const struct cli *cli, struct bench_opts *opts,
                 break;
             case SC_CONTENDED:
                 rc = bench_contended(e, opts, ct[k], r);
+                break;
+            case SC_SWITCH:
+                opts->threads = cli->threads[k];
+                rc = bench_switch(e, opts, cli->threads[k], r);
                 break;
             case SC_HANDOFF:
                 rc = bench_handoff(e, opts, r);
@@ -650,11 +821,24 @@ int main(int argc, char **argv)
                                 : engines_builtin(&cli, engines);
     if (n_engines < 0)
         return 2;
+    /* switch: what the command will switch, checked before any run. */
+    if (cli.scenarios & SC_SWITCH) {
+        if (cli.config_path && engines[0].cfg->n_engines < 2) {
+            bench_errorf("--scenario switch: %s lists one engine; the scenario switches "
+                         "between two or more", cli.config_path);
+            for (int i = 0; i < n_engines; i++)
+                engine_free(&engines[i]);
+            return 2;
+        }
+        if (!cli.config_path)
+            cli.switch_text = builtin_switch_text(&cli);
+    }
     /* Its environment (CERB_BENCH_PEER_LIMIT_S) is input too: checked
      * before any run. */
     if (cli.peers && !(peers = bench_peers_new(isatty(STDERR_FILENO)))) {
         for (int i = 0; i < n_engines; i++)
             engine_free(&engines[i]);
+        free(cli.switch_text);
         return 2;
     }
 
@@ -666,6 +850,7 @@ int main(int argc, char **argv)
         .many_lease_ms = cli.lease_ms,
         .duration_s = cli.duration_s,
         .progress = isatty(STDERR_FILENO),
+        .sw = {cli.config_path, cli.switch_text, switch_cli(&cli)},
     };
     if (cli.scenarios == SC_FAILOVER) {
         /* One run over the whole configuration: the first engine fails. */
@@ -682,6 +867,7 @@ int main(int argc, char **argv)
                             "in words; nothing to plot\n");
         for (int i = 0; i < n_engines; i++)
             engine_free(&engines[i]);
+        free(cli.switch_text);
         return status;
     }
 
@@ -690,12 +876,17 @@ int main(int argc, char **argv)
            CERB_VERSION_MAJOR, CERB_VERSION_MINOR, CERB_VERSION_PATCH,
            cli.duration_s,
            cli.config_path ? cli.config_path : "built-in configuration");
-    for (int i = 0; i < n_engines; i++)
+    for (int i = 0; cli.scenarios & ~SC_SWITCH && i < n_engines; i++)
         if (strcmp(engines[i].name, "redis") == 0)
             printf("# redis at %s:%d (raw ceiling on the same server)\n",
                    engines[i].redis.host, engines[i].redis.port);
     if (cli.peers)
         bench_peers_describe(peers, stdout, engines, n_engines);
+    if (cli.scenarios & SC_SWITCH)
+        printf("# switch: a copy of %s switched with `%s switch E`; ceiling = E alone\n",
+               cli.config_path ? cli.config_path
+                               : "the built-in redis, zk, etcd file (lease 1000 ms)",
+               opts.sw.cli);
     bench_report_header(stdout);
 
     for (int i = 0; i < n_engines && status == 0; i++)
@@ -711,6 +902,7 @@ int main(int argc, char **argv)
     bench_peers_free(peers);
     for (int i = 0; i < n_engines; i++)
         engine_free(&engines[i]);
+    free(cli.switch_text);
     free(rows.v);
     return status;
 }

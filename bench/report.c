@@ -25,7 +25,14 @@
  *                server commands per duplicate (2 on redis: the script
  *                and its SET, one round trip; 2 requests
  *                sent together on zk: one round trip) and the
- *                p50 over the raw command's.
+ *                p50 over the raw command's;
+ *   switch       trylock + unlock cycles/s on engine E after `cerberus
+ *                switch E`, settled; ceiling "alone": the same cycles on
+ *                E with engines = (E) only, in the same run; ratio
+ *                switched ops/s ÷ alone ops/s (target >= 0.9); the detail
+ *                lines say what was switched (engines, epochs, from which
+ *                engine), how long it settled, the alone latencies and
+ *                the tries answered BUSY.
  * "n/a" where the engine has no raw ceiling (guard rows say why: "no
  * ceiling for engine X (...)"). The detail line under a row
  * gives the per-acquisition protocol counters (wake-ups, acquire calls)
@@ -47,7 +54,10 @@
  * where they do not apply; scenario-specific keys follow (guard rows:
  * server_cmds_per_op, ceiling_server_cmds_per_op, the least of any
  * round's (server_cmds_per_op_least, ceiling_server_cmds_per_op_least) and
- * ceiling_missing, each null when n/a). Every object has
+ * ceiling_missing, each null when n/a; switch rows: ceiling_kind "alone"
+ * with alone_ops_per_s (= ceiling_ops_per_s), engines (array), from,
+ * epoch_before, epoch_after, lease_ms, hold_ms, settle_ms, busy,
+ * busy_alone, target_min and target_met). Every object has
  * "peer": null on Cerberus's rows, the peer's name on a peer's row, which
  * also has peer_status ("measured", "skipped", "failed"), peer_reason
  * (null when measured), peer_how, cerberus_over_peer and
@@ -86,6 +96,11 @@ static int is_queue(const struct bench_result *r)
 static int is_guard(const struct bench_result *r)
 {
     return strcmp(r->scenario, "guard") == 0 || strcmp(r->scenario, "guard-dup") == 0;
+}
+
+static int is_switch(const struct bench_result *r)
+{
+    return strcmp(r->scenario, "switch") == 0;
 }
 
 /* Whether peer row @r meets its DESIGN.md §10 target: 1, 0, or -1 when
@@ -179,6 +194,8 @@ void bench_report_row(FILE *f, const struct bench_result *r)
 
     if (r->ceiling_kind && strcmp(r->ceiling_kind, "ops") == 0)
         snprintf(ceiling, sizeof ceiling, "%.0f ops/s", r->ceiling_ops_per_s);
+    else if (r->ceiling_kind && strcmp(r->ceiling_kind, "alone") == 0)
+        snprintf(ceiling, sizeof ceiling, "alone %.0f ops/s", r->ceiling_ops_per_s);
     else if (r->ceiling_kind)
         snprintf(ceiling, sizeof ceiling, "RTT %.1f us", r->ceiling_p50_us);
     if (r->ratio >= 0)
@@ -260,6 +277,24 @@ void bench_report_row(FILE *f, const struct bench_result *r)
         else
             fprintf(f, "%-12s server commands per %s: n/a (the server cannot be "
                        "asked)\n", "", what);
+    } else if (is_switch(r)) {
+        fprintf(f, "%-12s after `cerberus switch %s` from active = \"auto\" (on %s), "
+                   "engines (%s), epoch %lld -> %lld; settled %lld ms (2 x %lld ms, the "
+                   "longest hold life; lease %lld ms)\n",
+                "", r->engine, r->sw_from, r->sw_engines, (long long)r->sw_epoch_before,
+                (long long)r->sw_epoch_after, (long long)r->sw_settle_ms,
+                (long long)r->sw_hold_ms, (long long)r->lease_ms);
+        if (r->ceiling_kind)
+            fprintf(f, "%-12s alone (engines = (%s)): p50 %.1f us, p99 %.1f us, max %.1f us "
+                       "(p50 per round %.1f..%.1f us); tries answered BUSY: %llu switched, "
+                       "%llu alone\n",
+                    "", r->engine, r->ceiling_p50_us, r->ceiling_p99_us, r->ceiling_max_us,
+                    r->ceiling_round_p50_min_us, r->ceiling_round_p50_max_us,
+                    (unsigned long long)r->sw_busy, (unsigned long long)r->sw_busy_alone);
+        fprintf(f, "%-12s ratio = switched ops/s / alone ops/s; per-round ratio, median "
+                   "%.2f; target (DESIGN 10): >= %.1f (%s)\n",
+                "", r->ratio_paired_median, BENCH_SWITCH_TARGET,
+                r->ratio < 0 ? "n/a" : r->ratio >= BENCH_SWITCH_TARGET ? "met" : "MISSED");
     } else if (r->ceiling_kind) {
         fprintf(f, "%-12s raw cycle p50 %.1f us, p99 %.1f us, max %.1f us "
                    "(p50 per round %.1f..%.1f us)\n",
@@ -425,6 +460,28 @@ static json_t *result_json(const struct bench_result *r)
             &ok);
         put(o, "ceiling_missing", r->ceiling_missing[0]
                 ? json_string(r->ceiling_missing) : json_null(), &ok);
+    }
+    if (is_switch(r)) {
+        json_t *engines = json_array();
+        char list[sizeof r->sw_engines];
+        snprintf(list, sizeof list, "%s", r->sw_engines);
+        for (char *save = NULL, *tok = strtok_r(list, ",", &save); engines && tok;
+             tok = strtok_r(NULL, ",", &save))
+            if (json_array_append_new(engines, json_string(tok)) != 0)
+                ok = 0;
+        put(o, "alone_ops_per_s", ops ? json_real(r->ceiling_ops_per_s) : json_null(), &ok);
+        put(o, "engines", engines, &ok);
+        put(o, "from", json_string(r->sw_from), &ok);
+        put(o, "epoch_before", json_integer((json_int_t)r->sw_epoch_before), &ok);
+        put(o, "epoch_after", json_integer((json_int_t)r->sw_epoch_after), &ok);
+        put(o, "lease_ms", json_integer((json_int_t)r->lease_ms), &ok);
+        put(o, "hold_ms", json_integer((json_int_t)r->sw_hold_ms), &ok);
+        put(o, "settle_ms", json_integer((json_int_t)r->sw_settle_ms), &ok);
+        put(o, "busy", json_integer((json_int_t)r->sw_busy), &ok);
+        put(o, "busy_alone", json_integer((json_int_t)r->sw_busy_alone), &ok);
+        put(o, "target_min", json_real(BENCH_SWITCH_TARGET), &ok);
+        put(o, "target_met", r->ratio >= 0 ? json_boolean(r->ratio >= BENCH_SWITCH_TARGET)
+                                           : json_null(), &ok);
     }
     if (many) {
         put(o, "locks", json_integer((json_int_t)r->locks), &ok);

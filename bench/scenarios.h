@@ -50,6 +50,15 @@ struct bench_engine {
     struct bench_redis_addr redis; /* strings owned; valid for "redis" */
 };
 
+/* The switch scenario's inputs (scenario_switch.c): the configuration that
+ * is copied and switched, which lists every engine (the -c file, else the
+ * built-in text), and the `cerberus` command that switches it. */
+struct bench_switch_opts {
+    const char *config_path; /* -c FILE; NULL when config_text is used */
+    const char *config_text; /* the built-in redis, zk, etcd file */
+    const char *cli;         /* path, or a name looked up on PATH */
+};
+
 struct bench_opts {
     int threads;        /* uncontended: worker threads */
     int waiters;        /* handoff: contenders, one client each */
@@ -58,6 +67,7 @@ struct bench_opts {
     int64_t many_lease_ms; /* many: the lease of each of those locks */
     double duration_s;  /* measured time per side of each scenario */
     int progress;       /* draw a progress line on stderr */
+    struct bench_switch_opts sw; /* switch */
 };
 
 /* many: threads that acquire (and later release) the locks. */
@@ -111,6 +121,17 @@ struct bench_result {
     double bytes_per_lock;
     int64_t rss_delta_bytes;
     uint64_t not_valid;
+
+    /* switch: the engines of the switched file, the engine its client was
+     * on before `cerberus switch` (from active = "auto"), the epoch before
+     * and after, the settling time and the longest hold life it is twice
+     * (lease_ms above is lock.lease_ms), and the tries answered BUSY on
+     * each side. The same engine alone is the ceiling (kind "alone"). */
+    char sw_engines[64];
+    char sw_from[BENCH_NAME_MAX];
+    int64_t sw_epoch_before, sw_epoch_after;
+    int64_t sw_settle_ms, sw_hold_ms;
+    uint64_t sw_busy, sw_busy_alone;
 
     /* guard, guard-dup: server commands per operation, counted on the
      * server, for the library and for the raw ceiling (<0 = n/a), and why
@@ -265,6 +286,17 @@ int bench_many(const struct bench_engine *e, const struct bench_opts *o,
  * a note instead (*n_out = 1). */
 int bench_guard(const struct bench_engine *e, const struct bench_opts *o,
                 int threads, struct bench_result out[2], int *n_out);
+
+/*
+ * The steady state after an operator's switch to engine @e (scenario_switch.c):
+ * trylock + unlock with @threads threads on a client that followed
+ * `cerberus switch` in a copy of o->sw's configuration, against the same
+ * engine alone (engines = (E) only) in alternating rounds.
+ */
+int bench_switch(const struct bench_engine *e, const struct bench_opts *o,
+                 int threads, struct bench_result *out);
+/* The target of DESIGN.md §10 for that ratio. */
+#define BENCH_SWITCH_TARGET 0.9
 
 /* Open a client on engine @e with new acquisitions pinned to it.
  * Returns: the client, or NULL after printing why. */

@@ -3,7 +3,8 @@
 # chaos.sh — the chaos suite's driver (DESIGN.md §14, issue 11 part 1).
 #
 #   scripts/chaos.sh [--minutes N | --seconds S] [--scenario S[,S...]]
-#                    [--seed X] [--build DIR] [--procs P] [--threads T] [--list]
+#                    [--seed X] [--build DIR] [--procs P] [--threads T]
+#                    [--grace MS] [--list]
 #
 # For each scenario: start its real servers on 127.0.0.1 (scripts/servers.sh,
 # chaos ports and state dir of its own), put the loopback proxy
@@ -22,6 +23,9 @@
 #   drop         the proxy forwards requests and drops the replies
 #   switch       `cerberus switch` to another engine (then back to auto)
 #                while the workers run; the oracle is told (mark-switch)
+#   flip         (manual-switch) `cerberus switch` to the other of the two
+#                engines, both alive throughout: an operator moving back and
+#                forth; the oracle is told (mark-switch)
 #   kill-leader  (3-node zk3 and etcd3) kill -9 the ensemble's leader and
 #                restart it on its data a moment later
 #   pause-leader (zk3, etcd3) SIGSTOP the leader past the lease, SIGCONT
@@ -54,6 +58,17 @@
 # Verdict: exit 1 when any scenario had unsafe overlaps (except the
 # switch_grace_ms = 0 scenario, where they are counted and reported), token
 # regressions, tokens of 0, overrunning calls, a hung worker, or no grants.
+#
+# manual-switch: the operator flips between redis and zk under load while
+# two kinds of process lock the same names: P workers on the file that is
+# switched (they watch it and follow), and two laggards on a copy of the
+# file as it was at the start, with failover.watch_config = false, which
+# nobody rewrites: processes that never hear of the switches (DESIGN.md §5:
+# the engine they stay on must refuse them, not grant below the new
+# epoch). Every grant, the laggards' too, is judged by the same oracle:
+# unsafe overlaps and token regressions fail the run; the laggards' errors
+# and refusals are counted and printed, never failed on. --grace 0 shows
+# the oracle catching the overlaps the gate prevents.
 #
 # Guard scenarios (zk-guard, redis-guard, etcd-guard) run the workers with
 # --guard: idempotency-guard attempts on four keys instead of locks, twice
@@ -106,13 +121,13 @@ BUILD=${CERB_BUILD_DIR:-$ROOT/build}
 LEASE_MS=2000        # lock.lease_ms; zk sessions and etcd TTLs are of the same order
 SETTLE_MS=3000       # time clients take to see a `cerberus switch` (file watch)
 
-ALL_SCENARIOS="redis zk etcd redis-zk etcd-redis zk-etcd redis-zk-grace0 zk3 etcd3 sentinel cluster zk-guard redis-guard etcd-guard"
+ALL_SCENARIOS="redis zk etcd redis-zk etcd-redis zk-etcd redis-zk-grace0 manual-switch zk3 etcd3 sentinel cluster zk-guard redis-guard etcd-guard"
 # Run only when named: etcd3-oldleader pauses the leader of a 3-node etcd,
 # which etcd before 3.4.28 / 3.5.11 answers by revoking live sessions'
 # leases when it resumes (etcd#15247): overlaps there are the server's,
 # counted and reported, not failed.
 EXTRA_SCENARIOS="etcd3-oldleader"
-CI_SCENARIOS="redis zk etcd redis-zk etcd-redis redis-zk-grace0 zk3 etcd3 sentinel cluster zk-guard"
+CI_SCENARIOS="redis zk etcd redis-zk etcd-redis redis-zk-grace0 manual-switch zk3 etcd3 sentinel cluster zk-guard"
 
 say() { printf '%s: %s\n' "$PROG" "$*"; }
 die() { printf '%s: error: %s\n' "$PROG" "$*" >&2; exit 1; }
@@ -120,7 +135,7 @@ die() { printf '%s: error: %s\n' "$PROG" "$*" >&2; exit 1; }
 usage() {
     cat <<EOF
 usage: $PROG [--minutes N | --seconds S] [--scenario S[,S...]] [--seed X]
-             [--build DIR] [--procs P] [--threads T] [--ci] [--list]
+             [--build DIR] [--procs P] [--threads T] [--grace MS] [--ci] [--list]
 
 --minutes N   run the chosen scenarios for N minutes in all (default 2)
 --seconds S   run each scenario for S seconds instead
@@ -128,6 +143,9 @@ usage: $PROG [--minutes N | --seconds S] [--scenario S[,S...]] [--seed X]
               (default: all of these), or $EXTRA_SCENARIOS
 --ci          the bounded CI set: $CI_SCENARIOS, 20 s each
 --seed X      base seed (scenario i uses X + i); printed for replay
+--grace MS    failover.switch_grace_ms for every chosen scenario instead of
+              its own (0 turns the safe-switch gate off: overlaps then fail
+              the run, except in the scenarios that allow them)
 EOF
 }
 
@@ -138,6 +156,7 @@ SCENARIOS=""
 SEED=$(($(date +%s) % 1000000))
 PROCS=3
 THREADS=3
+GRACE_OVERRIDE=""
 while (($#)); do
     case $1 in
         --minutes) MINUTES=${2:?}; shift 2 ;;
@@ -147,6 +166,7 @@ while (($#)); do
         --build) BUILD=${2:?}; shift 2 ;;
         --procs) PROCS=${2:?}; shift 2 ;;
         --threads) THREADS=${2:?}; shift 2 ;;
+        --grace) GRACE_OVERRIDE=${2:?}; shift 2 ;;
         --ci) SCENARIOS=${SCENARIOS:-$CI_SCENARIOS}; SECONDS_EACH=${SECONDS_EACH:-20}; shift ;;
         --list) echo "$ALL_SCENARIOS"; exit 0 ;;
         -h | --help) usage; exit 0 ;;
@@ -156,6 +176,7 @@ done
 SCENARIOS=${SCENARIOS:-$ALL_SCENARIOS}
 SCENARIOS=${SCENARIOS//,/ }
 [[ $SEED =~ ^[0-9]+$ ]] || die "bad --seed '$SEED'"
+[[ -z $GRACE_OVERRIDE || $GRACE_OVERRIDE =~ ^(-1|[0-9]+)$ ]] || die "bad --grace '$GRACE_OVERRIDE'"
 for s in $SCENARIOS; do
     [[ " $ALL_SCENARIOS $EXTRA_SCENARIOS " == *" $s "* ]] ||
         die "unknown scenario '$s' (known: $ALL_SCENARIOS $EXTRA_SCENARIOS)"
@@ -761,9 +782,13 @@ nemesis() {
                 ms_sleep "$ms"
                 proxy_mode pass
                 ;;
-            switch)
+            switch | flip)
                 local to
-                if ((sw % 2 == 0)); then to=$SECOND; else to=auto; fi
+                if [[ $a == flip ]]; then
+                    # Back and forth between two live engines, the first
+                    # flip leaving the one `auto` is on.
+                    if ((sw % 2 == 0)); then to=$SECOND; else to=$first; fi
+                elif ((sw % 2 == 0)); then to=$SECOND; else to=auto; fi
                 sw=$((sw + 1))
                 echo "  [$scen $(elapsed)] cerberus switch $to"
                 timeout 20 "$CLI" -c "$RUN/cerberus.cfg" switch "$to" >/dev/null ||
@@ -779,6 +804,8 @@ nemesis() {
 # scenario NAME: engines, grace, nemesis actions.
 scenario_def() {
     GRACE=-1
+    ALLOW_OVERLAPS=0
+    LAGGARDS=0
     NODES=1
     RKIND=redis
     GUARD=0
@@ -789,10 +816,11 @@ scenario_def() {
         redis-zk) ENGINES="redis zk"; ACTS="pause kill blackhole drop switch" ;;
         etcd-redis) ENGINES="etcd redis"; ACTS="pause kill-keep blackhole switch" ;;
         zk-etcd) ENGINES="zk etcd"; ACTS="pause kill-keep blackhole delay switch" ;;
-        redis-zk-grace0) ENGINES="redis zk"; GRACE=0; ACTS="pause kill blackhole switch" ;;
+        redis-zk-grace0) ENGINES="redis zk"; GRACE=0; ALLOW_OVERLAPS=1; ACTS="pause kill blackhole switch" ;;
+        manual-switch) ENGINES="redis zk"; LAGGARDS=2; ACTS="flip" ;;
         zk3) ENGINES="zk"; NODES=3; ACTS="kill-leader pause-leader pause-follower" ;;
         etcd3) ENGINES="etcd"; NODES=3; ACTS="kill-leader pause-follower" ;;
-        etcd3-oldleader) ENGINES="etcd"; NODES=3; ACTS="pause-leader kill-leader pause-follower" ;;
+        etcd3-oldleader) ENGINES="etcd"; NODES=3; ALLOW_OVERLAPS=1; ACTS="pause-leader kill-leader pause-follower" ;;
         sentinel) ENGINES="redis"; RKIND=sentinel; ACTS="kill-master pause-master stale-promote" ;;
         cluster) ENGINES="redis"; RKIND=cluster; ACTS="kill-master pause-master migrate" ;;
         zk-guard) ENGINES="zk"; GUARD=1; ACTS="pause kill-keep expire blackhole drop delay" ;;
@@ -803,6 +831,7 @@ scenario_def() {
         redis-guard) ENGINES="redis"; GUARD=1; ACTS="pause delay blackhole drop" ;;
         etcd-guard) ENGINES="etcd"; GUARD=1; ACTS="pause kill-keep delay blackhole drop" ;;
     esac
+    if [[ -n $GRACE_OVERRIDE ]]; then GRACE=$GRACE_OVERRIDE; fi
 }
 
 # write_config: the client config, the first engine behind the proxy (a
@@ -893,6 +922,7 @@ run_scenario() {
     local deploy="" how=""
     if [[ $RKIND != redis ]]; then deploy=" ($RKIND)"; fi
     if ((GUARD)); then how=", guard attempts"; fi
+    if ((LAGGARDS)); then how="$how, + $LAGGARDS laggard procs on the unswitched file"; fi
     say "scenario $scen: engines ($ENGINES)$deploy grace $GRACE, ${SECONDS_EACH} s, seed $seed, $PROCS procs × $threads threads$how"
     say "  replay: scripts/chaos.sh --scenario $scen --seed $seed --seconds $SECONDS_EACH"
     for e in $ENGINES; do start_server "$e"; done
@@ -909,6 +939,13 @@ run_scenario() {
         --seconds $((SECONDS_EACH + 120)) >"$RUN/proxy.log" 2>&1 &
     PROXY_PID=$!
     write_config "$first"
+    if ((LAGGARDS)); then
+        # The file as it is before any switch, never rewritten and not
+        # watched: its readers stay on the engine `auto` picks at the
+        # start, at the first epoch, unless the engines tell them.
+        sed 's/watch_config = true;/watch_config = false;/' "$RUN/cerberus.cfg" >"$RUN/laggard.cfg"
+        grep -q 'watch_config = false;' "$RUN/laggard.cfg" || die "laggard.cfg: watch_config not turned off"
+    fi
     "$ORACLE" init "$RUN/oracle"
     RANDOM=$seed
     T0=$(now_ms)
@@ -918,6 +955,14 @@ run_scenario() {
             --threads "$threads" --names "$names" --prefix "$NAME_PREFIX" \
             --seconds "$SECONDS_EACH" --seed "$seed" --bound-ms "$(bound_ms)" \
             --lease-ms "$LEASE_MS" "${wargs[@]}" >"$RUN/$scen-worker-$i.log" 2>&1 &
+        WORKER_PIDS+=($!)
+    done
+    # Laggards: the same workload and oracle, client ids after the others.
+    for ((i = 0; i < LAGGARDS; i++)); do
+        "$WORKER" -c "$RUN/laggard.cfg" -o "$RUN/oracle" --client $((PROCS + i)) \
+            --threads "$threads" --names "$names" --prefix "$NAME_PREFIX" \
+            --seconds "$SECONDS_EACH" --seed "$seed" --bound-ms "$(bound_ms)" \
+            --lease-ms "$LEASE_MS" "${wargs[@]}" >"$RUN/$scen-laggard-$i.log" 2>&1 &
         WORKER_PIDS+=($!)
     done
     end=$((T0 + SECONDS_EACH * 1000))
@@ -944,8 +989,11 @@ run_scenario() {
         wait "$p" || { say "  $scen: worker pid $p exited with status $?"; rc=1; }
     done
     WORKER_PIDS=()
-    for ((i = 0; i < PROCS; i++)); do
-        local wl="$RUN/$scen-worker-$i.log"
+    local -a logs=()
+    for ((i = 0; i < PROCS; i++)); do logs+=("$RUN/$scen-worker-$i.log"); done
+    for ((i = 0; i < LAGGARDS; i++)); do logs+=("$RUN/$scen-laggard-$i.log"); done
+    local wl
+    for wl in "${logs[@]}"; do
         # A sanitizer report is shown whole up to its stack's end; otherwise the
         # worker's last lines (its counts).
         if grep -q 'ERROR: \(Address\|Leak\|Undefined\)Sanitizer\|runtime error:' "$wl"; then
@@ -955,11 +1003,17 @@ run_scenario() {
         fi
         grep -v 'cerberus \(warn\|info\|debug\)' "$wl" | grep -v '^ *$' | grep -v ': seed ' | tail -n 3 | sed "s/^/  $scen: /"
     done
+    if ((LAGGARDS)); then
+        # Refusals are what a laggard should get once the engine it stays
+        # on knows of the switch: counted, not failed on.
+        cat "$RUN/$scen"-laggard-*.log | awk -v s="$scen" '
+            $3 == "ops" { g += $6; t += $8; e += $10 }
+            END { printf "  %s: laggards: %d granted, %d timeouts or busy, %d errors (refusals included)\n", s, g, t, e }'
+    fi
     kill -TERM "$PROXY_PID" 2>/dev/null || true
     wait "$PROXY_PID" 2>/dev/null || true
     PROXY_PID=""
-    ((GRACE == 0)) && allow=--allow-overlaps
-    [[ $scen == etcd3-oldleader ]] && allow=--allow-overlaps
+    ((ALLOW_OVERLAPS)) && allow=--allow-overlaps
     local row
     row=$("$ORACLE" report "$RUN/oracle" "$scen" --min-acq 10 $allow) || rc=1
     printf '%s\n' "$row" | tail -n +2
@@ -967,6 +1021,7 @@ run_scenario() {
     if ((rc)) || [[ ${CERB_CHAOS_KEEP_ALL:-0} == 1 ]]; then
         mkdir -p -- "$KEEP"
         cp -- "$RUN/$scen"-worker-*.log "$RUN/cerberus.cfg" "$KEEP/" 2>/dev/null || true
+        if ((LAGGARDS)); then cp -- "$RUN/$scen"-laggard-*.log "$RUN/laggard.cfg" "$KEEP/" 2>/dev/null || true; fi
         cp -- "$RUN/oracle" "$KEEP/$scen.oracle" 2>/dev/null || true
         if [[ $RKIND != redis ]]; then
             local np

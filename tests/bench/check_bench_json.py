@@ -17,6 +17,11 @@ string ("no ceiling for engine X (why)") and ratio null;
 server_cmds_per_op and ceiling_server_cmds_per_op positive numbers or
 null, both or neither, and numbers only with a ceiling (the ceiling's
 session counts the server's commands).
+Switch rows: ceiling_kind "alone"; alone_ops_per_s equal to
+ceiling_ops_per_s and, like ratio, a positive number; engines a list of two
+or more names with the row's engine among them; from one of them;
+epoch_before, epoch_after, lease_ms, hold_ms, settle_ms, busy, busy_alone
+integers; target_min 0.9 and target_met a boolean.
 Peer rows (--peers): only under uncontended or handoff, never on the local
 engine, each right after Cerberus's row (or another peer's) of the same
 scenario, engine and threads; peer_status measured, skipped or failed;
@@ -61,6 +66,29 @@ def check_cerberus(r, where, errors):
             errors.append("%s: %s is missing or not a number or null" % (where, k))
     if r.get("scenario") in GUARD_SCENARIOS:
         check_guard(r, where, errors)
+    if r.get("scenario") == "switch":
+        check_switch(r, where, errors)
+
+
+def check_switch(r, where, errors):
+    if r.get("ceiling_kind") != "alone":
+        errors.append("%s: ceiling_kind %r is not \"alone\"" % (where, r.get("ceiling_kind")))
+    a = r.get("alone_ops_per_s")
+    if not num(a) or a <= 0 or a != r.get("ceiling_ops_per_s"):
+        errors.append("%s: alone_ops_per_s %r is not the positive ceiling_ops_per_s" % (where, a))
+    if not num(r.get("ratio")) or r["ratio"] <= 0:
+        errors.append("%s: ratio %r is not a positive number" % (where, r.get("ratio")))
+    engines = r.get("engines")
+    if not isinstance(engines, list) or len(engines) < 2 or r.get("engine") not in engines \
+            or r.get("from") not in engines:
+        errors.append("%s: engines %r / from %r" % (where, engines, r.get("from")))
+    for k in ("epoch_before", "epoch_after", "lease_ms", "hold_ms", "settle_ms", "busy",
+              "busy_alone"):
+        if not isinstance(r.get(k), int) or isinstance(r.get(k), bool):
+            errors.append("%s: %s %r is not an integer" % (where, k, r.get(k)))
+    if r.get("target_min") != 0.9 or not isinstance(r.get("target_met"), bool):
+        errors.append("%s: target_min %r / target_met %r" % (where, r.get("target_min"),
+                                                             r.get("target_met")))
 
 
 def check_guard(r, where, errors):
