@@ -45,7 +45,12 @@ struct store {
 static void store_init(struct store *s)
 {
     s->prefix = test_name("closure");
-    s->root = test_name("/closure");
+    char *r = test_name("/closure");
+    size_t n = strlen(r) + sizeof "/locks";
+    s->root = malloc(n);
+    assert_non_null(s->root);
+    snprintf(s->root, n, "%s/locks", r); /* the record sits next to the root */
+    free(r);
     /* test_name() may contain ':' — fine for redis, and zk roots take it. */
 }
 
