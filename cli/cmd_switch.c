@@ -29,6 +29,7 @@
 #include <fcntl.h>
 #include <inttypes.h>
 #include <limits.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -50,7 +51,10 @@ const char cerb__cli_switch_usage[] =
     "that watch the file (failover.watch_config, the default) reload it and\n"
     "send new acquisitions to ENGINE; locks they already hold stay on the old\n"
     "engine until released or lost. The epoch bump makes every fencing token\n"
-    "granted afterwards larger than any granted before.\n"
+    "granted afterwards larger than any granted before. It then writes the new\n"
+    "epoch's closure records on the engines (it opens the new file once): each\n"
+    "engine left refuses processes still on an older file, which reload and\n"
+    "follow, and is asked at most once per name afterwards.\n"
     "\n"
     "Without ENGINE, prints the current `active` setting.\n"
     "\n"
@@ -493,6 +497,44 @@ static void explain(const struct cfg_file *f, const struct cerb_config *old,
            cfg->epoch);
 }
 
+/*
+ * Write the new epoch's closure records now (core/closure.c), rather than
+ * when the first process reloads: a client opened on the new file writes
+ * them at open. From then on every engine that answered refuses processes
+ * still on an older file, and the engines left need not be asked about a
+ * name more than once. Says what each engine now records.
+ */
+static void record(const char *path, const struct cerb_config *cfg)
+{
+    if (cfg->n_engines < 2)
+        return;
+    cerb_client *c = NULL;
+    cerb_status st = cerb_client_open(&c, path);
+    if (st != CERB_OK) {
+        printf("Closure records not written (%s): clients write them when they "
+               "open or reload this file.\n",
+               cerb_last_error());
+        return;
+    }
+    bool autom = strcmp(cfg->active, "auto") == 0;
+    for (size_t i = 0; i < cfg->n_engines; i++) {
+        struct cerb_engine_info in;
+        const char *e = cfg->engines[i];
+        if (cerb_engine_info(c, e, &in) != CERB_OK)
+            continue;
+        if (in.closed_epoch == cfg->epoch)
+            printf("  %s: closed from epoch %" PRId64 " (processes on older files are "
+                   "refused there)\n", e, cfg->epoch);
+        else if (autom || strcmp(e, cfg->active) == 0)
+            printf("  %s: open from epoch %" PRId64 "\n", e, cfg->epoch);
+        else
+            printf("  %s: no closure record (not reachable, or it keeps none): "
+                   "acquisitions elsewhere ask it before and after each grant while "
+                   "it answers\n", e);
+    }
+    cerb_client_close(c);
+}
+
 /* `switch [ENGINE|auto]`: -1 to go on (*engine NULL when not given), or
  * the exit code (printed). */
 static int parse_args(int argc, char **argv, const char **engine)
@@ -592,8 +634,11 @@ int cerb__cli_switch(const struct cerb__cli *cli, int argc, char **argv)
         goto out;
     }
     rc = replace_file(&f, text);
-    if (rc == 0)
+    if (rc == 0) {
         explain(&f, old, cfg);
+        fflush(stdout);
+        record(f.path, cfg);
+    }
 out:
     cerb__config_free(cfg);
     cerb__config_free(old);

@@ -158,12 +158,20 @@ bg_rc() { cat "$WORK/$1.rc"; }
 hold_until() { echo "touch '$1'; while [ ! -e '$2' ]; do sleep 0.02; done"; }
 
 # The engine's settings group, for the engine's port; $1 overrides the port.
+# engine_group [PORT [NS]] — this engine's group; with NS, under a namespace
+# of that name (a redis prefix, a zk root whose parent is its own, an etcd
+# prefix). Sections whose files are switched (epoch >= 2) use one: the
+# closure records a switch writes are one per namespace and would refuse
+# every other file at epoch 1 on the shared server (core/closure.c).
 engine_group() {
-    local port=${1:-$PORT}
+    local port=${1:-$PORT} ns=${2:-}
     case "$ENGINE" in
-    redis) printf 'redis = {\n  host = "127.0.0.1";\n  port = %s;\n};\n' "$port" ;;
-    zk) printf 'zk = { hosts = "127.0.0.1:%s"; root = "/cerberus-cli-test"; connect_timeout_ms = 5000; };\n' "$port" ;;
-    etcd) printf 'etcd = { endpoints = ("http://127.0.0.1:%s"); prefix = "%s"; };\n' "$port" "$ETCD_PREFIX" ;;
+    redis) printf 'redis = {\n  host = "127.0.0.1";\n  port = %s;%s\n};\n' "$port" \
+        "${ns:+ prefix = \"$ns:\";}" ;;
+    zk) printf 'zk = { hosts = "127.0.0.1:%s"; root = "%s"; connect_timeout_ms = 5000; };\n' \
+        "$port" "${ns:+/$ns}/cerberus-cli-test" ;;
+    etcd) printf 'etcd = { endpoints = ("http://127.0.0.1:%s"); prefix = "%s%s"; };\n' "$port" \
+        "$ETCD_PREFIX" "${ns:+$ns-}" ;;
     esac
 }
 # etcd: a prefix of this run's own, whose fence offset (the number the
@@ -194,7 +202,9 @@ esac
 FENCE_MASK=$(((1 << 48) - 1))
 
 CFG=$WORK/cerberus.cfg
-cat >"$CFG" <<EOF
+# cfg_text [NS] — the test configuration, its engine under NS when given.
+cfg_text() {
+    cat <<EOF
 # Test configuration for test_cli.sh.
 engines = ("$ENGINE", "local");   # failover order
 active = "auto";                # pinned by ops: keep this comment
@@ -202,9 +212,11 @@ epoch = 1;
 
 /* A block comment mentioning active = "zk"; must stay untouched. */
 lock = { lease_ms = 3000; };
-$(engine_group)
+$(engine_group "$PORT" "${1:-}")
 # active = "local";  (a comment, after the groups)
 EOF
+}
+cfg_text >"$CFG"
 
 # holders_of NAME — run holders on NAME; sets OUT, RC, and HOLDER, FENCE
 # and WAITERS (owners in queue order, space-separated) for this engine.
@@ -487,23 +499,26 @@ fi
 
 # ---------------------------------------------------------------- switch
 SW=$WORK/switch.cfg
-cp "$CFG" "$SW"
+cfg_text "cli-sw-$$" >"$SW"
+cp "$SW" "$WORK/switch.orig"
 chmod 640 "$SW"
 cerb -c "$SW" switch
 expect_out '^auto$' "switch without ENGINE prints the active setting"
 cerb -c "$SW" switch local
 expect_rc 0 "switch local exits 0"
 expect_out 'active "auto" -> "local", epoch 1 -> 2' "switch reports the change"
+expect_out "^  $ENGINE: closed from epoch 2" "switch writes the closure record on the engine left"
+expect_out '^  local: open from epoch 2' "and the open one on the engine switched to"
 want_active=$(grep '^active = ' "$CFG" | sed 's/"auto"/"local"/')
 if grep -qxF "$want_active" "$SW" && grep -q '^epoch = 2;$' "$SW"; then
     ok "switch rewrote active and bumped epoch in place"
 else
     not_ok "switch rewrote active and bumped epoch in place" "$(cat "$SW")"
 fi
-if diff <(grep -v '^active = \|^epoch = ' "$CFG") <(grep -v '^active = \|^epoch = ' "$SW") >/dev/null; then
+if diff <(grep -v '^active = \|^epoch = ' "$WORK/switch.orig") <(grep -v '^active = \|^epoch = ' "$SW") >/dev/null; then
     ok "switch kept every other line, comments included"
 else
-    not_ok "switch kept every other line" "$(diff "$CFG" "$SW")"
+    not_ok "switch kept every other line" "$(diff "$WORK/switch.orig" "$SW")"
 fi
 if [ "$(stat -c %a "$SW")" = 640 ]; then
     ok "switch kept the file mode"
@@ -944,13 +959,20 @@ fi
 # name, the new one must not grant it (DESIGN.md §5, safe switch).
 if [ "$ENGINE" = zk ] && [ -n "${CERB_REDIS_PORT:-}" ]; then
     SWR=$WORK/switch-running.cfg
+    # A namespace of its own (see engine_group), its redis marker written
+    # as scripts/servers.sh writes the default one (no first-grant wait).
+    SWR_NS=cli-swr-$$
+    replid=$(timeout 10 "$REDIS_CLI" -p "$CERB_REDIS_PORT" INFO replication 2>/dev/null |
+        tr -d '\r' | sed -n 's/^master_replid://p')
+    [ -n "$replid" ] && timeout 10 "$REDIS_CLI" -p "$CERB_REDIS_PORT" \
+        SET "$SWR_NS:"$'\x1f'cerberus "cli-$$ 0 $replid" >/dev/null
     cat >"$SWR" <<EOF
 engines = ("redis", "zk");
 active = "redis";
 epoch = 1;
 lock = { lease_ms = 1000; };
-redis = { port = $CERB_REDIS_PORT; };
-$(engine_group)
+redis = { port = $CERB_REDIS_PORT; prefix = "$SWR_NS:"; };
+$(engine_group "$PORT" "$SWR_NS")
 EOF
     L=$(uniq_name switch)
     swr_holders() { OUT=$(timeout 20 "$CERBERUS" -c "$SWR" holders "$L" 2>&1); }
