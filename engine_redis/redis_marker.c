@@ -60,19 +60,33 @@ static const char lua_history[] =
     "redis.call('SET', KEYS[1], m)\n"
     "return m\n";
 
-cerb_status cerb__redis_marker_init(cerb_engine *e)
+size_t cerb__redis_marker_key(char *buf, size_t len, const char *prefix, long tag)
 {
     static const char tail[] = REDIS_SEP "cerberus";
+    char head[24] = "";
+    if (!prefix)
+        prefix = "";
+    if (tag >= 0)
+        snprintf(head, sizeof head, "{%ld}", tag);
+    size_t hl = strlen(head), pl = strlen(prefix);
+    if (hl + pl + sizeof tail > len)
+        return 0;
+    memcpy(buf, head, hl);
+    memcpy(buf + hl, prefix, pl);
+    memcpy(buf + hl + pl, tail, sizeof tail);
+    return hl + pl + sizeof tail - 1;
+}
+
+cerb_status cerb__redis_marker_init(cerb_engine *e)
+{
     const char *prefix = e->rc->prefix ? e->rc->prefix : "";
-    size_t pl = strlen(prefix);
+    size_t need = strlen(prefix) + sizeof REDIS_SEP "cerberus";
     int64_t lease = e->cfg->lock.lease_ms;
 
-    e->marker_key = cerb__malloc(pl + sizeof tail);
+    e->marker_key = cerb__malloc(need);
     if (!e->marker_key)
         return cerb__error_set(CERB_ENOMEM, "redis: out of memory");
-    memcpy(e->marker_key, prefix, pl);
-    memcpy(e->marker_key + pl, tail, sizeof tail);
-    e->marker_key_len = pl + sizeof tail - 1;
+    e->marker_key_len = cerb__redis_marker_key(e->marker_key, need, prefix, -1);
     e->quarantine_ms = lease + lease / 100 + 2;
     e->marker[0] = '\0';
     e->marker_qend[0] = '\0';
@@ -97,10 +111,9 @@ void cerb__redis_marker_destroy(cerb_engine *e)
     cerb__mutex_destroy(&e->marker_mu);
 }
 
-/* "<id> <qend>[ <replid>]": the id we send back, the quarantine end, and
- * the replid recorded (may be empty; replid may be NULL). */
-static bool parse_marker(const redisReply *r, struct redis_marker_view *v, char *replid,
-                         size_t rlen)
+/* replid may be NULL (not wanted). */
+bool cerb__redis_marker_parse(const redisReply *r, struct redis_marker_view *v, char *replid,
+                              size_t rlen)
 {
     if (r->type != REDIS_REPLY_STRING || r->len == 0 || r->len >= REDIS_MARKER_MAX)
         return false;
@@ -168,7 +181,7 @@ static cerb_status read_marker_at(cerb_engine *e, struct redis_conn *c, const ch
         redisReply ta = {.type = REDIS_REPLY_ERROR, .str = tryagain, .len = sizeof tryagain - 1};
         struct redis_failure f = {.phase = REDIS_PHASE_REPLY, .reply = &ta};
         st = cerb__redis_fail(e->where, "marker", &f, NULL);
-    } else if (!parse_marker(r, v, rec, reclen)) {
+    } else if (!cerb__redis_marker_parse(r, v, rec, reclen)) {
         struct redis_failure f = {.phase = REDIS_PHASE_REPLY, .reply = r};
         st = cerb__redis_fail(e->where, "marker", &f, NULL);
     }
@@ -239,7 +252,7 @@ static cerb_status history_at(cerb_engine *e, struct redis_conn *c, const char *
         return st;
     if (r->type == REDIS_REPLY_NIL) {
         *missing = true;
-    } else if (!parse_marker(r, v, NULL, 0)) {
+    } else if (!cerb__redis_marker_parse(r, v, NULL, 0)) {
         struct redis_failure f = {.phase = REDIS_PHASE_REPLY, .reply = r};
         st = cerb__redis_fail(e->where, "marker history", &f, NULL);
     }
@@ -433,7 +446,7 @@ cerb_status cerb__redis_marker_history(cerb_engine *e, struct redis_conn *c, con
         cerb__mutex_lock(&e->marker_mu);
         memcpy(e->replid_seen, replid, strlen(replid) + 1);
         cerb__mutex_unlock(&e->marker_mu);
-    } else if (parse_marker(r, &v, rec, sizeof rec)) {
+    } else if (cerb__redis_marker_parse(r, &v, rec, sizeof rec)) {
         cerb__mutex_lock(&e->marker_mu);
         bool had = e->replid_seen[0] != '\0';
         bool ours = strcmp(e->marker, v.value) == 0;
