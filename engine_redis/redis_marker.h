@@ -50,8 +50,8 @@ struct redis_marker_view {
  * instance to see a new replid records it in M and raises M's quarantine to
  * its longest lease + drift from now — also when the marker recorded no
  * replid yet: it may have come back from a snapshot older than the grants
- * made since (scripts/servers.sh writes the replid with the marker of a
- * server it starts empty). Holds that survived renew as usual; those that
+ * made since (`cerberus init` writes the replid with the marker of a new
+ * server, redis_init.h). Holds that survived renew as usual; those that
  * did not are told LOST by their renewal or their deadline, before anyone
  * is granted their names. No-op when replid is "" or already seen.
  */
