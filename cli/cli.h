@@ -28,6 +28,8 @@
 enum {
     CLI_EXIT_OK = 0,
     CLI_EXIT_USAGE = 64,       /* EX_USAGE: bad arguments */
+    CLI_EXIT_DATAERR = 65,     /* EX_DATAERR: `init` refused a store that
+                                  shows signs of earlier use */
     CLI_EXIT_UNAVAILABLE = 69, /* EX_UNAVAILABLE: no engine could be reached */
     CLI_EXIT_SOFTWARE = 70,    /* EX_SOFTWARE: an unexpected library answer */
     CLI_EXIT_OSERR = 71,       /* EX_OSERR: fork, pipe, out of memory */
@@ -62,6 +64,7 @@ int cerb__cli_switch(const struct cerb__cli *cli, int argc, char **argv);
 int cerb__cli_check(const struct cerb__cli *cli, int argc, char **argv);
 int cerb__cli_holders(const struct cerb__cli *cli, int argc, char **argv);
 int cerb__cli_once(const struct cerb__cli *cli, int argc, char **argv);
+int cerb__cli_init(const struct cerb__cli *cli, int argc, char **argv);
 
 /*
  * The same commands' argument parsers alone: each returns -1 when the
@@ -76,6 +79,7 @@ int cerb__cli_switch_parse(int argc, char **argv);
 int cerb__cli_check_parse(int argc, char **argv);
 int cerb__cli_holders_parse(int argc, char **argv);
 int cerb__cli_once_parse(int argc, char **argv);
+int cerb__cli_init_parse(int argc, char **argv);
 
 /* The global options of the command line (main.c). */
 struct cerb__cli_args {
@@ -108,6 +112,7 @@ extern const char cerb__cli_switch_usage[];
 extern const char cerb__cli_check_usage[];
 extern const char cerb__cli_holders_usage[];
 extern const char cerb__cli_once_usage[];
+extern const char cerb__cli_init_usage[];
 
 /*
  * CMD run the way `run` runs it (cmd_run.c), for `once`: prepare before the

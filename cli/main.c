@@ -54,6 +54,7 @@ static const char main_usage[] =
     "  holders NAME      who holds lock NAME on each engine\n"
     "  once [-n | -w MS] [--on-lost kill|ignore] [--keep DURATION] SCOPE KEY -- CMD [ARG...]\n"
     "                    run CMD unless KEY already succeeded in SCOPE\n"
+    "  init [--force]    prepare the configured stores for their first use\n"
     "  help [COMMAND]    this text, or a command's\n"
     "\n"
     "Options:\n"
@@ -64,9 +65,9 @@ static const char main_usage[] =
     "  -h, --help         this text\n"
     "  -V, --version      the version\n"
     "\n"
-    "Exit status: 0 ok, 64 usage, 69 no engine reachable, 75 lock not\n"
-    "obtained, 76 lock lost, 78 configuration error; `run` and `once` pass\n"
-    "on CMD's.\n";
+    "Exit status: 0 ok, 64 usage, 65 `init` refused a store in use, 69 no\n"
+    "engine reachable, 75 lock not obtained, 76 lock lost, 78 configuration\n"
+    "error; `run` and `once` pass on CMD's.\n";
 
 struct command {
     const char *name;
@@ -82,6 +83,7 @@ static const struct command commands[] = {
     {"check", cerb__cli_check, cerb__cli_check_parse, cerb__cli_check_usage},
     {"holders", cerb__cli_holders, cerb__cli_holders_parse, cerb__cli_holders_usage},
     {"once", cerb__cli_once, cerb__cli_once_parse, cerb__cli_once_usage},
+    {"init", cerb__cli_init, cerb__cli_init_parse, cerb__cli_init_usage},
 };
 
 /* ---- shared helpers ---- */

@@ -25,7 +25,8 @@
 #
 # adds the FIXTURES_SETUP test `<fixture>_start` (scripts/servers.sh start)
 # and the FIXTURES_CLEANUP test `<fixture>_stop` (servers.sh stop, by PID),
-# with the servers' state inside the build dir.
+# with the servers' state inside the build dir; a new redis is prepared with
+# this build's `cerberus init` (CERBERUS_BIN).
 #
 #   cerb_add_test(NAME <name> COMMAND <command> [<arg>...]
 #                 [WORKING_DIRECTORY <dir>])
@@ -130,8 +131,12 @@ function(cerb_add_server_fixture fixture)
     LABELS "fixture" TIMEOUT 60)
   set_tests_properties(${fixture}_stop PROPERTIES FIXTURES_CLEANUP ${fixture}
     LABELS "fixture" TIMEOUT 60)
-  set_tests_properties(${fixture}_start ${fixture}_stop PROPERTIES
-    ENVIRONMENT "CERB_STATE_DIR=${CERB_TEST_STATE_DIR}")
+  # servers.sh prepares a new redis with `cerberus init` (this build's).
+  set(env "CERB_STATE_DIR=${CERB_TEST_STATE_DIR}")
+  if(TARGET cerberus_cli)
+    list(APPEND env "CERBERUS_BIN=$<TARGET_FILE:cerberus_cli>")
+  endif()
+  set_tests_properties(${fixture}_start ${fixture}_stop PROPERTIES ENVIRONMENT "${env}")
 endfunction()
 
 function(cerb_add_suite)

@@ -6,10 +6,14 @@
 #include "engine.h"
 
 #include <pthread.h>
+#include <string.h>
+
+#include "store_init.h"
 
 extern const struct cerb_engine_ops cerb__local_engine_ops;
 #ifdef CERB_WITH_REDIS
 extern const struct cerb_engine_ops cerb__redis_engine_ops;
+extern const struct cerb_store_ops cerb__redis_store_ops;
 #endif
 #ifdef CERB_WITH_ZK
 extern const struct cerb_engine_ops cerb__zk_engine_ops;
@@ -35,3 +39,19 @@ static void register_all(void)
 }
 
 void cerb__engines_builtin(void) { pthread_once(&once, register_all); }
+
+/* The store tables (store_init.h): only engines whose store needs
+ * preparing have one. Fixed at build time, so no registry. */
+static const struct cerb_store_ops *const store_tables[] = {
+#ifdef CERB_WITH_REDIS
+    &cerb__redis_store_ops,
+#endif
+    NULL};
+
+const struct cerb_store_ops *cerb__store_ops_find(const char *name)
+{
+    for (size_t i = 0; name && store_tables[i]; i++)
+        if (strcmp(store_tables[i]->name, name) == 0)
+            return store_tables[i];
+    return NULL;
+}

@@ -23,7 +23,7 @@
  * Data-loss marker. A script can only read keys of its own slot, so the
  * marker is per slot: M = "{<tag>}" prefix "\x1fcerberus", <tag> the
  * smallest decimal number whose text hashes to the slot (the same for
- * every client; scripts/servers.sh marks a new cluster with it). The
+ * every client; `cerberus init` marks a new cluster with it). The
  * instance learns each slot's marker on first use, and checks it against the
  * history of the node that serves the slot now (its replication id): after
  * a failover, or after the slot moved to another master, the first use

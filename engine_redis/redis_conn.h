@@ -99,6 +99,9 @@ struct cerb_engine {
     char marker[REDIS_MARKER_MAX];     /* the value every script sends */
     char marker_qend[24];              /* its quarantine end, server ms */
     char replid_seen[48];              /* server's replid last recorded (marker_mu) */
+    long long q_said_until;            /* marker_mu: server ms the last quarantine
+                                          warning covers (redis_quarantine.h) */
+    unsigned q_unsaid;                 /* marker_mu: quarantines begun under it */
     atomic_bool replid_warned;         /* said once: INFO gives no replid */
     char *closure_key;                 /* redis_closure.h; NULL in a cluster */
     size_t closure_key_len;

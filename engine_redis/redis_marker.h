@@ -19,6 +19,7 @@
 #define CERB_REDIS_MARKER_H
 
 #include <stdbool.h>
+#include <stddef.h>
 
 #include "redis_conn.h"
 
@@ -49,8 +50,8 @@ struct redis_marker_view {
  * instance to see a new replid records it in M and raises M's quarantine to
  * its longest lease + drift from now — also when the marker recorded no
  * replid yet: it may have come back from a snapshot older than the grants
- * made since (scripts/servers.sh writes the replid with the marker of a
- * server it starts empty). Holds that survived renew as usual; those that
+ * made since (`cerberus init` writes the replid with the marker of a new
+ * server, redis_init.h). Holds that survived renew as usual; those that
  * did not are told LOST by their renewal or their deadline, before anyone
  * is granted their names. No-op when replid is "" or already seen.
  */
@@ -59,6 +60,18 @@ cerb_status cerb__redis_marker_history(cerb_engine *e, struct redis_conn *c, con
 /* A hold of lease_ms is being acquired: the quarantine covers it from now
  * on (a per-lock lease, or lock.lease_ms raised by a reload). Lock-free. */
 void cerb__redis_marker_note_lease(cerb_engine *e, int64_t lease_ms);
+
+/*
+ * The marker key into buf (NUL-terminated): prefix "\x1fcerberus" with
+ * tag < 0, else "{tag}" prefix "\x1fcerberus", a cluster slot's marker
+ * (redis_cluster.h). Its length, or 0 when it does not fit in len.
+ */
+size_t cerb__redis_marker_key(char *buf, size_t len, const char *prefix, long tag);
+
+/* "<id> <qend>[ <replid>]" in r: the id, the quarantine end and the replid
+ * recorded (into replid, "" when none). False for anything else. */
+bool cerb__redis_marker_parse(const redisReply *r, struct redis_marker_view *v, char *replid,
+                              size_t rlen);
 
 /* Build the marker key and the quarantine length (open; no I/O). */
 cerb_status cerb__redis_marker_init(cerb_engine *e);

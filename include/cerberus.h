@@ -699,6 +699,85 @@ cerb_status cerb_guard_on_lost(cerb_guard *g, void (*cb)(cerb_guard *g, void *ud
  */
 cerb_status cerb_guard_free(cerb_guard *g);
 
+/* ------------------------------------------------------ preparing stores */
+
+/*
+ * What cerb_store_init() found or did on one configured engine's store.
+ * Spelled as an enum of its own: it is no status (a refusal is not a
+ * failure of the call, and "nothing to do" is no success of one).
+ */
+typedef enum cerb_store_result {
+    CERB_STORE_PREPARED, /* prepared by this call */
+    CERB_STORE_ALREADY,  /* already prepared: nothing was changed */
+    CERB_STORE_NOTHING,  /* the engine needs nothing before its first use */
+    CERB_STORE_REFUSED,  /* it shows signs of earlier use: nothing was changed */
+    CERB_STORE_FAILED    /* not reached, or an error (see `status`) */
+} cerb_store_result;
+
+/** One engine's answer in cerb_store_init() (plain data owned by the array). */
+typedef struct cerb_store_report {
+    const char *engine;       /* the engine's static name ("redis", ...) */
+    cerb_store_result result;
+    cerb_status status;       /* CERB_OK; CERB_BUSY when REFUSED; else the error */
+    const char *text;         /* one line for a human: the engine's name, what
+                                 was found, what was done or why not */
+} cerb_store_report;
+
+/* cerb_store_init() flags. */
+#define CERB_STORE_INIT_FORCE 0x1u /* prepare even a store that shows signs
+                                      of earlier use (see below) */
+
+/**
+ * cerb_store_init — prepare the stores of the configured engines for their
+ * first use, so that the first grant on a new store does not wait
+ * (DESIGN.md §5). Opens no client. Redis: writes the data-loss marker with
+ * the server's replication id and no quarantine (single server, the
+ * Sentinel master, or each of the 16384 slots of a Cluster on the master
+ * serving it), so the first client does not take the new server for one
+ * that restarted without its data and grant nothing for a lease. ZooKeeper,
+ * etcd and local need nothing (CERB_STORE_NOTHING).
+ *
+ * Danger: this asserts that the store is new. A Redis server that
+ * restarted without its data looks new; preparing it cancels the
+ * quarantine that protects the holders from before the loss, and a name
+ * one of them still believes it holds may be granted again at once. So a
+ * store that shows any sign of earlier use is refused (REFUSED, nothing
+ * changed): a marker with another replication id or none, a quarantine in
+ * force, a malformed marker, Cerberus keys (any key holding the byte 0x1f)
+ * without a marker, keys evicted or a FLUSHALL/FLUSHDB since the server
+ * started. Plain keys (a redis-py lock's key, the application's data) are
+ * no sign: they cannot be told apart. CERB_STORE_INIT_FORCE prepares such a
+ * store anyway: the caller knows that no hold from before is alive. A store
+ * already prepared (a marker with the server's replication id and no
+ * quarantine in force) is left as it is (CERB_STORE_ALREADY), so calling
+ * this twice is harmless.
+ *
+ * @config_path: as for cerb_client_open(); NULL = defaults (local engine).
+ * @flags: 0 or CERB_STORE_INIT_FORCE.
+ * @out, @n: set to a malloc'd array of one report per configured engine,
+ *   in configuration order (NULL and 0 when the configuration is bad). Free
+ *   it with cerb_store_reports_free() whatever the status.
+ * Returns: CERB_OK when every store is prepared, already prepared or needs
+ *   nothing; otherwise the status of the first store that is not (CERB_BUSY
+ *   for a refusal, or its error: CERB_EIO, CERB_TIMEOUT, ...), with its
+ *   report's text in cerb_last_error(). Every store is tried either way.
+ *   CERB_ECONFIG for a bad file; CERB_EINVAL for NULL @out or @n or an
+ *   unknown flag; CERB_ENOMEM.
+ * Blocking: per engine, bounded by its connect and operation timeouts
+ *   (Redis: a connect and at most eight round trips per master, plus at
+ *   most four operation timeouts looking for Cerberus keys when a marker
+ *   is missing on a server that holds keys).
+ * Thread-safety: any thread; no client needs to exist.
+ */
+cerb_status cerb_store_init(const char *config_path, unsigned flags,
+                            cerb_store_report **out, size_t *n);
+
+/**
+ * cerb_store_reports_free — free what cerb_store_init() returned.
+ * cerb_store_reports_free(NULL, 0) does nothing.
+ */
+void cerb_store_reports_free(cerb_store_report *v, size_t n);
+
 #ifdef __cplusplus
 }
 #endif

@@ -195,6 +195,8 @@ CLI=$BUILD/cli/cerberus
 for b in "$WORKER" "$ORACLE" "$PROXY" "$CLI"; do
     [[ -x $b ]] || die "$b not built (cmake --build $BUILD)"
 done
+# servers.sh prepares the redis servers it starts empty with this `cerberus init`.
+export CERBERUS_BIN=$CLI
 
 RUN=$(mktemp -d "${TMPDIR:-/tmp}/cerb-chaos-run.XXXXXX")
 # What a failed scenario leaves for the post-mortem (removed by nobody).

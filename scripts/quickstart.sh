@@ -4,10 +4,11 @@
 # about two to three minutes on two cores:
 #
 #   1. install the missing Debian packages (scripts/deps.sh);
-#   2. build Cerberus, Release, into build/ (the embed and orders examples
-#      and cerberus-bench only);
+#   2. build Cerberus, Release, into build/ (the `cerberus` command, the
+#      embed and orders examples and cerberus-bench only);
 #   3. start a private redis-server, ZooKeeper and etcd on loopback
-#      (scripts/servers.sh), on ports of their own;
+#      (scripts/servers.sh), on ports of their own, and prepare them for
+#      their first use with `cerberus init`, as a new deployment would;
 #   4. run examples/embed: several processes contend for one lock, each
 #      printing when it holds it and with which fencing token, and a shared
 #      counter proves that no two held it at once; then examples/orders:
@@ -91,7 +92,10 @@ else
     bt=$(sed -n 's/^CMAKE_BUILD_TYPE:[A-Z]*=//p' "$BUILD_DIR/CMakeCache.txt")
     echo "reusing the configured tree (CMAKE_BUILD_TYPE=${bt:-none})"
 fi
-run cmake --build "$BUILD_DIR" -j "$JOBS" --target cerb_example_embed cerb_example_orders cerberus-bench
+run cmake --build "$BUILD_DIR" -j "$JOBS" --target cerberus_cli cerb_example_embed cerb_example_orders cerberus-bench
+# The command: `init` below, and servers.sh prepares the failover demo's
+# redis with it.
+export CERBERUS_BIN=$BUILD_DIR/cli/cerberus
 mkdir -p -- "$OUT"
 
 # What this script started, stopped by PID (servers.sh stop) on the way
@@ -127,9 +131,22 @@ start_server() { # ENGINE PORT
 }
 
 step "servers on loopback: redis :$PORT, ZooKeeper :$ZK_PORT, etcd :$ETCD_PORT (state in $CERB_STATE_DIR)"
-start_server redis "$PORT"
+# The redis stays unprepared here: the next step shows how a new one is.
+CERB_REDIS_UNMARKED=1 start_server redis "$PORT"
 start_server zk "$ZK_PORT"
 start_server etcd "$ETCD_PORT"
+
+# The three servers in one file (each engine with its defaults; the redis
+# pool opens connections on demand, as many as threads call at once).
+cat >"$OUT/stores.cfg" <<EOF
+# written by scripts/quickstart.sh: the three quickstart servers
+engines = ("redis", "zk", "etcd");
+redis = { host = "127.0.0.1"; port = $PORT; };
+zk = { hosts = "127.0.0.1:$ZK_PORT"; };
+etcd = { endpoints = ("http://127.0.0.1:$ETCD_PORT"); };
+EOF
+step "cerberus init: prepare the new stores (without it the first lock on the new redis waits a lease)"
+run "$CERBERUS_BIN" -c "$OUT/stores.cfg" init
 
 # The example config, pointed at this server.
 CFG=$(mktemp "${TMPDIR:-/tmp}/cerberus-quickstart.XXXXXX.cfg")
@@ -143,16 +160,7 @@ run "$BUILD_DIR/examples/orders" -c "$CFG" -n "$((PROCS < 2 ? 2 : PROCS))"
 
 if [[ ${CERB_QS_SKIP_BENCH:-0} != 1 ]]; then
     step "cerberus-bench --engine all --peers (${DURATION}s per side; uncontended x$THREADS, handoff x8)"
-    # Three engines in one file, each with its defaults (the redis pool
-    # opens connections on demand, as many as threads call at once).
-    cat >"$OUT/bench.cfg" <<EOF
-# written by scripts/quickstart.sh: the three quickstart servers
-engines = ("redis", "zk", "etcd");
-redis = { host = "127.0.0.1"; port = $PORT; };
-zk = { hosts = "127.0.0.1:$ZK_PORT"; };
-etcd = { endpoints = ("http://127.0.0.1:$ETCD_PORT"); };
-EOF
-    run "$BUILD_DIR/bench/cerberus-bench" -c "$OUT/bench.cfg" --engine all --peers \
+    run "$BUILD_DIR/bench/cerberus-bench" -c "$OUT/stores.cfg" --engine all --peers \
         --scenario uncontended,handoff --threads "$THREADS" --duration "$DURATION" \
         --json "$OUT/bench.json" --plot "$OUT/bench.png" | tee "$OUT/bench.txt"
     echo "table: $OUT/bench.txt  JSON: $OUT/bench.json  plot: $OUT/bench.png"

@@ -33,8 +33,11 @@
 # Environment: CERB_STATE_DIR (see above); CERB_REDIS_PORT (default base port
 # when --port is not given, 26379); CERB_SERVER_WAIT_S (readiness deadline,
 # default 10); REDIS_SERVER / REDIS_CLI (binaries, default from PATH);
-# CERB_REDIS_UNMARKED=1 (a new redis is not marked as never used; a restart
-# after a server died is never marked, see redis_start_one).
+# CERB_REDIS_UNMARKED=1 (a new redis is not prepared with `cerberus init`; a
+# restart after a server died never is, see redis_start_one); CERBERUS_BIN
+# (the `cerberus` command that prepares a new server; default the build
+# tree's, $CERB_BUILD_DIR/cli/cerberus or <repo>/build*/cli/cerberus, then
+# one on PATH).
 
 set -euo pipefail
 
@@ -61,6 +64,36 @@ EOF
 }
 
 # --------------------------------------------------------------- helpers
+
+# cerberus_bin: the `cerberus` command (see CERBERUS_BIN above), or false.
+cerberus_bin() {
+    local b
+    for b in "${CERBERUS_BIN:-}" "${CERB_BUILD_DIR:+$CERB_BUILD_DIR/cli/cerberus}" \
+        "$HERE"/../build-ci/cli/cerberus "$HERE"/../build/cli/cerberus; do
+        [[ -n $b && -x $b ]] && { printf '%s' "$b"; return 0; }
+    done
+    command -v cerberus
+}
+
+# cerberus_init WHAT CONFIG-TEXT: prepare a server started here empty with
+# `cerberus init` on a configuration naming it (the same code a user runs,
+# so the markers are what the engine expects). Without the command the
+# server is left unprepared: its first client warns and waits one lease.
+cerberus_init() {
+    local what=$1 text=$2 bin cfg out
+    if ! bin=$(cerberus_bin); then
+        say "$what: no cerberus command to prepare it (CERBERUS_BIN); its first client waits a lease"
+        return 0
+    fi
+    cfg=$(mktemp "${TMPDIR:-/tmp}/cerberus-init.XXXXXX.cfg")
+    printf '%s\n' "$text" >"$cfg"
+    if ! out=$(timeout 60 "$bin" -c "$cfg" init 2>&1 </dev/null 9>&-); then
+        rm -f -- "$cfg"
+        die "$what: cerberus init failed: $out"
+    fi
+    rm -f -- "$cfg"
+    say "$what: $out"
+}
 
 # now_ms: monotonic-enough milliseconds for deadlines (bash's SECONDS is too
 # coarse; date +%s%N is wall clock, but it only bounds a short poll loop).
@@ -240,21 +273,17 @@ redis_start_one() {
         sleep 0.05
     done
     # A server started here on a clean port is new and empty: nothing can be
-    # held on it, so mark it as such for Cerberus (engine_redis/redis_marker.h),
-    # with an ended quarantine. Without the marker the first client would take
-    # it for one restarted without its data and grant nothing for one lease.
-    # The id differs per start, so clients of an earlier server on this port
-    # see their marker gone. A start after a server died here (stale state:
-    # kill -9, a crash) is a restart without persistence, and left unmarked,
-    # as is every start with CERB_REDIS_UNMARKED=1.
+    # held on it, so prepare it for Cerberus with `cerberus init`. Without
+    # that the first client would take it for one restarted without its data
+    # and grant nothing for one lease (engine_redis/redis_marker.h). The
+    # marker's id differs per start, so clients of an earlier server on this
+    # port see their marker gone. A start after a server died here (stale
+    # state: kill -9, a crash) is a restart without persistence, and left
+    # unprepared, as is every start with CERB_REDIS_UNMARKED=1.
     # A replica (servers.d/sentinel.sh) gets the marker from its master.
     if ((restart == 0)) && [[ ${CERB_REDIS_UNMARKED:-0} != 1 && ${REDIS_NO_MARKER:-0} != 1 ]]; then
-        # With the server's replication id: a marker without one makes the
-        # first client quarantine grants for a lease (redis_marker.h).
-        local replid
-        replid=$(redis_cli "$port" INFO replication | tr -d '\r' | sed -n 's/^master_replid://p')
-        [[ $(redis_cli "$port" SET $'\x1f'cerberus "servers.sh-$pid-$(now_ms) 0${replid:+ $replid}") == OK ]] ||
-            die "redis :$port: could not write the Cerberus marker"
+        cerberus_init "redis :$port" "engines = (\"redis\");
+redis = { host = \"127.0.0.1\"; port = $port; };"
     fi
     say "redis :$port started (pid $pid, data $data)"
 }

@@ -18,10 +18,11 @@
 #
 # Cerberus keeps one data-loss marker per slot (engine_redis/redis_marker.h:
 # "{<tag>}<prefix>\x1fcerberus", <tag> the smallest decimal number that
-# hashes to the slot). A cluster started empty here is marked in every slot,
-# with its master's replication id, so clients do not quarantine each slot
-# for a lease on first use. Marking needs redis-py (python3-redis) for the
-# slot hash; without it the cluster is left unmarked.
+# hashes to the slot). A cluster started empty here is prepared with
+# `cerberus init` (servers.sh: cerberus_init), which writes every slot's
+# marker on its master with the master's replication id and waits for the
+# replicas to have them, so clients do not quarantine each slot for a lease
+# on first use. CERB_REDIS_UNMARKED=1 leaves it unprepared.
 
 cluster_base() { printf '%s' "${OPT_PORT:-${CERB_CLUSTER_PORT:-27100}}"; }
 
@@ -52,41 +53,13 @@ cluster_replica_up() {
     [[ $info == *"role:master"* || $info == *"master_link_status:up"* ]]
 }
 
-# cluster_mark BASE: write every slot's marker on the master that owns it.
-cluster_mark() {
-    local base=$1 py=${CERB_PYTHON:-/usr/bin/python3}
-    [[ -x $py ]] || py=python3
-    if ! "$py" -c 'import redis.crc' 2>/dev/null; then
-        say "cluster: python3-redis missing; slots left unmarked (clients quarantine each slot once)"
-        return 0
-    fi
-    "$py" - "$base" <<'PY' || die "cluster: could not write the Cerberus markers"
-import sys, time, redis
-from redis.crc import key_slot
-base = int(sys.argv[1])
-owner = {}
-c = redis.Redis(host="127.0.0.1", port=base, socket_timeout=5)
-for lo, hi, master, *_ in c.execute_command("CLUSTER", "SLOTS"):
-    for s in range(lo, hi + 1):
-        owner[s] = int(master[1])
-tags, n = {}, 0
-while len(tags) < 16384:
-    s = key_slot(str(n).encode())
-    tags.setdefault(s, str(n))
-    n += 1
-stamp = "servers.sh-%d-%d" % (base, int(time.time() * 1000))
-by_port = {}
-for s, tag in tags.items():
-    by_port.setdefault(owner[s], []).append(tag)
-for port, ts in by_port.items():
-    r = redis.Redis(host="127.0.0.1", port=port, socket_timeout=5)
-    replid = r.info("replication").get("master_replid", "")
-    p = r.pipeline(transaction=False)
-    for t in ts:
-        p.set("{%s}\x1fcerberus" % t, "%s 0 %s" % (stamp, replid))
-    p.execute()
-    r.execute_command("WAIT", 1, 5000)  # the replica has them before anyone kills us
-PY
+# cluster_init BASE: `cerberus init` on the six nodes. The operation
+# timeout is long because init waits half of it for the replicas.
+cluster_init() {
+    local base=$1 i nodes=""
+    for i in 0 1 2 3 4 5; do nodes+="${nodes:+, }\"127.0.0.1:$((base + i))\""; done
+    cerberus_init "cluster :$base" "engines = (\"redis\");
+redis = { mode = \"cluster\"; nodes = ($nodes); op_timeout_ms = 5000; };"
 }
 
 cluster_start() {
@@ -112,8 +85,7 @@ cluster_start() {
                 sleep 0.1
             done
         done
-        cluster_mark "$base"
-        # The markers replicated (WAIT above): every replica's view is whole.
+        [[ ${CERB_REDIS_UNMARKED:-0} == 1 ]] || cluster_init "$base"
     fi
     say "cluster ready: nodes :$base-:$((base + 5)) (3 masters, 3 replicas)"
 }
