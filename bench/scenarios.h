@@ -39,6 +39,13 @@ int bench_redis_sentinel_master(char *const *sentinels, size_t n, const char *ma
                                 const char *password, int64_t timeout_ms, char **host,
                                 int *port);
 
+/* The Redis server @cfg reaches (ceiling.c): redis.host/port, or the master
+ * the sentinels name, or the first cluster seed; credentials, db and
+ * timeouts as configured. Returns 0, or -1 when out of memory (@a then
+ * holds nothing). bench_redis_addr_free frees the strings. */
+int bench_redis_addr_init(struct bench_redis_addr *a, const struct cerb_config *cfg);
+void bench_redis_addr_free(struct bench_redis_addr *a);
+
 /* One engine to benchmark and how to open a client on it. */
 struct bench_engine {
     char name[BENCH_NAME_MAX];
