@@ -305,6 +305,39 @@ int bench_switch(const struct bench_engine *e, const struct bench_opts *o,
 /* The target of DESIGN.md §10 for that ratio. */
 #define BENCH_SWITCH_TARGET 0.9
 
+/*
+ * The namespaces of one client of a switch round (switch_ns.c): redis.prefix,
+ * zk.root and etcd.prefix of a configuration's listed engines, moved into
+ * names of the round's own nested in the file's (NULL where the engine is
+ * not listed, and for a Redis Cluster, whose prefix stays). Owned strings.
+ */
+struct bench_ns {
+    char tag[80];       /* "cerb-bench-<pid>-<random>-<round>-<side>" */
+    char *text;         /* the configuration's text with those namespaces */
+    struct cerb_config *cfg; /* text parsed */
+    char *redis_prefix; /* <prefix><tag>: */
+    char *zk_root;      /* <parent of root>/<tag>/<last part of root> */
+    char *zk_top;       /* <parent of root>/<tag>: the round's own node */
+    char *etcd_prefix;  /* <prefix><tag>/ */
+};
+/* The next round of this process (1, 2, ...), for bench_ns_make. */
+unsigned bench_ns_round(void);
+/* Fill @ns from the configuration @text for @side ("sw", "alone") of
+ * @round; @what names the text in messages. Returns 0, or -1 (printed,
+ * nothing left to free). */
+int bench_ns_make(struct bench_ns *ns, const char *text, unsigned round, const char *side,
+                  const char *what);
+/* Make the namespaces ready on their servers before a client opens there:
+ * the Redis marker (engine @only, or every listed one when NULL). Returns
+ * 0, or -1 (printed). */
+int bench_ns_prepare(const struct bench_ns *ns, const char *only);
+/* Delete what the round left under its namespaces (engine @only, or every
+ * listed one), once its clients are closed. Best effort: returns 0, or -1
+ * after a note on stderr. */
+int bench_ns_remove(const struct bench_ns *ns, const char *only);
+/* Free @ns's strings; an @ns zeroed or already freed is fine. */
+void bench_ns_free(struct bench_ns *ns);
+
 /* Open a client on engine @e with new acquisitions pinned to it.
  * Returns: the client, or NULL after printing why. */
 cerb_client *bench_client_open(const struct bench_engine *e);
