@@ -184,6 +184,16 @@ static void usage(FILE *f)
         "  active = \"auto\"; its client follows the command's rewrite by reload and\n"
         "  settles for twice the longest a hold lives there (4 s built in) before\n"
         "  the rounds.\n"
+        "  Every run on an engine (one per --threads value) and each of its two\n"
+        "  clients works in namespaces of its own nested in the file's, with\n"
+        "  T = cerb-bench-<pid>-<random>-<n>-sw\n"
+        "  (-alone for the alone client): redis.prefix P becomes P + \"T:\", zk.root\n"
+        "  /a/b becomes /a/T/b, etcd.prefix P becomes P + \"T/\" (a Redis Cluster\n"
+        "  keeps P: it keeps no record). A switch leaves closure records there,\n"
+        "  permanent and one per namespace, which would refuse the next engine's\n"
+        "  run and later runs; so the namespaces of -c FILE itself are never\n"
+        "  written. What a run wrote is removed after it (best effort); when that\n"
+        "  fails (a note says so) or the bench is interrupted, it is left there.\n"
         "  --cli PATH          the `cerberus` command that switches (default\n"
         "                      $CERB_BENCH_CLI, else the one built with the bench,\n"
         "                      else cerberus on PATH)\n",
@@ -649,37 +659,13 @@ static int engines_from_file(const struct cli *c, struct bench_engine *out)
             return -1;
         }
         if (strcmp(name, "redis") == 0) {
-            e->redis.host = dup_or_die(cfg->redis.host);
-            e->redis.port = cfg->redis.port;
-            /* Sentinel: the ceiling talks to the master the sentinels name. */
-            if (cfg->redis.mode == CERB_REDIS_SENTINEL) {
-                char *h = NULL;
-                int p = 0;
-                if (bench_redis_sentinel_master(cfg->redis.sentinels, cfg->redis.n_sentinels,
-                                                cfg->redis.master_name,
-                                                cfg->redis.sentinel_password,
-                                                cfg->redis.connect_timeout_ms, &h, &p) == 0) {
-                    free(e->redis.host);
-                    e->redis.host = h;
-                    e->redis.port = p;
-                }
+            /* Sentinel: the ceiling talks to the master the sentinels name;
+             * cluster: it starts at the first seed and follows MOVED to the
+             * node of each name (ceiling.c). */
+            if (bench_redis_addr_init(&e->redis, cfg) != 0) {
+                bench_errorf("out of memory");
+                exit(1);
             }
-            /* Cluster: the ceiling starts at the first seed and follows
-             * MOVED to the node of each name (ceiling.c). */
-            if (cfg->redis.mode == CERB_REDIS_CLUSTER && cfg->redis.n_nodes > 0) {
-                const char *seed = cfg->redis.nodes[0], *colon = strrchr(seed, ':');
-                if (colon && colon > seed) {
-                    free(e->redis.host);
-                    e->redis.host = dup_or_die(seed);
-                    e->redis.host[colon - seed] = '\0';
-                    e->redis.port = atoi(colon + 1);
-                }
-            }
-            e->redis.user = dup_or_die(cfg->redis.user);
-            e->redis.password = dup_or_die(cfg->redis.password);
-            e->redis.db = cfg->redis.db;
-            e->redis.connect_timeout_ms = cfg->redis.connect_timeout_ms;
-            e->redis.op_timeout_ms = cfg->redis.op_timeout_ms;
             if (cfg->redis.pool_max < max_threads(c))
                 fprintf(stderr,
                         "cerberus-bench: note: redis.pool_max = %d in %s is "

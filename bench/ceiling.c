@@ -322,3 +322,53 @@ int bench_redis_sentinel_master(char *const *sentinels, size_t n, const char *ma
     }
     return -1;
 }
+
+void bench_redis_addr_free(struct bench_redis_addr *a)
+{
+    free(a->host);
+    free(a->user);
+    free(a->password);
+    memset(a, 0, sizeof *a);
+}
+
+int bench_redis_addr_init(struct bench_redis_addr *a, const struct cerb_config *cfg)
+{
+    const struct cerb_redis_config *rc = &cfg->redis;
+
+    memset(a, 0, sizeof *a);
+    a->host = strdup(rc->host ? rc->host : "");
+    a->port = rc->port;
+    /* Sentinel: the master the first sentinel that answers names. When none
+     * answers, the configured host stays and the connection fails with a
+     * message naming it. */
+    if (rc->mode == CERB_REDIS_SENTINEL) {
+        char *h = NULL;
+        int p = 0;
+        if (bench_redis_sentinel_master(rc->sentinels, rc->n_sentinels, rc->master_name,
+                                        rc->sentinel_password, rc->connect_timeout_ms, &h,
+                                        &p) == 0) {
+            free(a->host);
+            a->host = h;
+            a->port = p;
+        }
+    }
+    /* Cluster: the first seed; sessions follow MOVED from there. */
+    if (rc->mode == CERB_REDIS_CLUSTER && rc->n_nodes > 0) {
+        const char *seed = rc->nodes[0], *colon = strrchr(seed, ':');
+        if (colon && colon > seed) {
+            free(a->host);
+            a->host = strndup(seed, (size_t)(colon - seed));
+            a->port = atoi(colon + 1);
+        }
+    }
+    a->user = strdup(rc->user ? rc->user : "");
+    a->password = strdup(rc->password ? rc->password : "");
+    a->db = rc->db;
+    a->connect_timeout_ms = rc->connect_timeout_ms;
+    a->op_timeout_ms = rc->op_timeout_ms;
+    if (!a->host || !a->user || !a->password) {
+        bench_redis_addr_free(a);
+        return -1;
+    }
+    return 0;
+}

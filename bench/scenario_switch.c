@@ -28,6 +28,16 @@
  * engine list (and no file to follow): the same servers and settings with
  * nothing else configured.
  *
+ * Each round (each engine, each run) and each of its two clients works in
+ * namespaces of its own (switch_ns.c): redis.prefix, zk.root and
+ * etcd.prefix nested in the file's under a name no one else uses. The
+ * switched client leaves permanent closure records at the copy's new epoch
+ * there, which would refuse the next round (another engine active at the
+ * same epoch) and every later run on shared namespaces; the alone client's
+ * are clean, so it measures the engine with no switch in its history, as a
+ * file with that one engine has. What the round wrote there is removed
+ * once its clients are closed (best effort).
+ *
  * Each thread loops trylock + unlock over 16 names of its own, different on
  * the two sides, so that the unlock of a name has long finished (on every
  * engine it touched) before the same thread tries it again. A cycle is
@@ -267,14 +277,14 @@ static int64_t hold_life_ms(const struct cerb_config *cfg)
     return m;
 }
 
-/* The engine alone: the source configuration with only @engine listed,
- * following no file. Returns the client, or NULL (printed). */
-static cerb_client *open_alone(const struct bench_switch_opts *so, const char *engine)
+/* The engine alone: the source configuration in the alone namespaces
+ * @ns with only @engine listed, following no file. Returns the client, or
+ * NULL (printed). */
+static cerb_client *open_alone(const struct bench_ns *ns, const char *engine)
 {
     struct cerb_config *cfg = NULL;
     cerb_client *c = NULL;
-    cerb_status st = so->config_path ? cerb__config_from_file(so->config_path, &cfg)
-                                     : cerb__config_from_string(so->config_text, &cfg);
+    cerb_status st = cerb__config_from_string(ns->text, &cfg);
     if (st == CERB_OK) {
         cerb__config_forget_path(cfg);
         snprintf(cfg->engines[0], sizeof cfg->engines[0], "%s", engine);
@@ -418,6 +428,7 @@ int bench_switch(const struct bench_engine *e, const struct bench_opts *o, int t
     struct bench_hist *lib = malloc(sizeof *lib), *alone = malloc(sizeof *alone);
     struct bench_hist *one = malloc(sizeof *one); /* one alone round */
     cerb_client *sc = NULL, *ac = NULL;
+    struct bench_ns nss = {.cfg = NULL}, nsa = {.cfg = NULL}; /* switched, alone */
     struct sw_news nw = {.switches = 0};
     int have_sync = 0;
     char dir[256], path[sizeof dir + 16], label[96];
@@ -448,6 +459,16 @@ int bench_switch(const struct bench_engine *e, const struct bench_opts *o, int t
      * with -c is never rewritten. */
     if (!(text = source_text(&o->sw)))
         goto done;
+    /* Namespaces of the round's own, ready before anything opens there:
+     * `cerberus switch` itself writes records. */
+    {
+        unsigned round = bench_ns_round();
+        const char *what = o->sw.config_path ? o->sw.config_path : "the built-in file";
+        if (bench_ns_make(&nss, text, round, "sw", what) != 0 ||
+            bench_ns_make(&nsa, text, round, "alone", what) != 0 ||
+            bench_ns_prepare(&nss, NULL) != 0 || bench_ns_prepare(&nsa, e->name) != 0)
+            goto done;
+    }
     const char *tmp = getenv("TMPDIR");
     snprintf(dir, sizeof dir, "%s/cerb-bench-switch-XXXXXX", tmp && *tmp ? tmp : "/tmp");
     if (!mkdtemp(dir)) {
@@ -456,7 +477,7 @@ int bench_switch(const struct bench_engine *e, const struct bench_opts *o, int t
     }
     have_dir = 1;
     snprintf(path, sizeof path, "%s/cerberus.cfg", dir);
-    if (write_file(path, text) != 0 || run_switch(o->sw.cli, path, "auto") != 0)
+    if (write_file(path, nss.text) != 0 || run_switch(o->sw.cli, path, "auto") != 0)
         goto done;
     {
         struct cerb_config *cfg = NULL;
@@ -488,7 +509,7 @@ int bench_switch(const struct bench_engine *e, const struct bench_opts *o, int t
         goto done;
     }
     if (cerb_client_on_switch(sc, sw_on_switch, &nw) != CERB_OK ||
-        !(ac = open_alone(&o->sw, e->name)))
+        !(ac = open_alone(&nsa, e->name)))
         goto done;
     if (make_locks(sc, "sw", sw, threads) != 0 || make_locks(ac, "sa", al, threads) != 0)
         goto done;
@@ -556,6 +577,11 @@ done:
     free_locks(al, threads);
     cerb_client_close(sc);
     cerb_client_close(ac);
+    /* Nothing of the round's is open any more: no record is written back. */
+    bench_ns_remove(&nss, NULL);
+    bench_ns_remove(&nsa, e->name);
+    bench_ns_free(&nss);
+    bench_ns_free(&nsa);
     if (have_dir)
         remove_dir(dir);
     if (have_sync)

@@ -39,6 +39,13 @@ int bench_redis_sentinel_master(char *const *sentinels, size_t n, const char *ma
                                 const char *password, int64_t timeout_ms, char **host,
                                 int *port);
 
+/* The Redis server @cfg reaches (ceiling.c): redis.host/port, or the master
+ * the sentinels name, or the first cluster seed; credentials, db and
+ * timeouts as configured. Returns 0, or -1 when out of memory (@a then
+ * holds nothing). bench_redis_addr_free frees the strings. */
+int bench_redis_addr_init(struct bench_redis_addr *a, const struct cerb_config *cfg);
+void bench_redis_addr_free(struct bench_redis_addr *a);
+
 /* One engine to benchmark and how to open a client on it. */
 struct bench_engine {
     char name[BENCH_NAME_MAX];
@@ -297,6 +304,39 @@ int bench_switch(const struct bench_engine *e, const struct bench_opts *o,
                  int threads, struct bench_result *out);
 /* The target of DESIGN.md §10 for that ratio. */
 #define BENCH_SWITCH_TARGET 0.9
+
+/*
+ * The namespaces of one client of a switch round (switch_ns.c): redis.prefix,
+ * zk.root and etcd.prefix of a configuration's listed engines, moved into
+ * names of the round's own nested in the file's (NULL where the engine is
+ * not listed, and for a Redis Cluster, whose prefix stays). Owned strings.
+ */
+struct bench_ns {
+    char tag[80];       /* "cerb-bench-<pid>-<random>-<round>-<side>" */
+    char *text;         /* the configuration's text with those namespaces */
+    struct cerb_config *cfg; /* text parsed */
+    char *redis_prefix; /* <prefix><tag>: */
+    char *zk_root;      /* <parent of root>/<tag>/<last part of root> */
+    char *zk_top;       /* <parent of root>/<tag>: the round's own node */
+    char *etcd_prefix;  /* <prefix><tag>/ */
+};
+/* The next round of this process (1, 2, ...), for bench_ns_make. */
+unsigned bench_ns_round(void);
+/* Fill @ns from the configuration @text for @side ("sw", "alone") of
+ * @round; @what names the text in messages. Returns 0, or -1 (printed,
+ * nothing left to free). */
+int bench_ns_make(struct bench_ns *ns, const char *text, unsigned round, const char *side,
+                  const char *what);
+/* Make the namespaces ready on their servers before a client opens there:
+ * the Redis marker (engine @only, or every listed one when NULL). Returns
+ * 0, or -1 (printed). */
+int bench_ns_prepare(const struct bench_ns *ns, const char *only);
+/* Delete what the round left under its namespaces (engine @only, or every
+ * listed one), once its clients are closed. Best effort: returns 0, or -1
+ * after a note on stderr. */
+int bench_ns_remove(const struct bench_ns *ns, const char *only);
+/* Free @ns's strings; an @ns zeroed or already freed is fine. */
+void bench_ns_free(struct bench_ns *ns);
 
 /* Open a client on engine @e with new acquisitions pinned to it.
  * Returns: the client, or NULL after printing why. */

@@ -5,10 +5,13 @@
 # library (a switch that still costs a question to every engine left behind
 # gives a ratio far below the 0.9 target), so this checks what the row
 # must say whatever the ratio: the built-in three-engine file switched on
-# every engine, with the settling and epochs as documented; a -c file that
-# pins another engine and does not watch itself (the bench switches a copy
-# and reloads the client: the file given is never rewritten, and the
-# scratch directory goes); and the command lines it refuses.
+# every engine, with the settling and epochs as documented; a second run
+# on the same servers (closure records are permanent and per namespace:
+# each round works in namespaces of its own, which it removes afterwards);
+# a -c file that pins another engine and does not watch itself (the bench
+# switches a copy and reloads the client: the file given is never
+# rewritten, and the scratch directory goes); and the command lines it
+# refuses.
 #
 # Usage: test_bench_switch.sh PATH/TO/cerberus-bench
 # Environment: CERB_REDIS_PORT, CERB_ZK_PORT, CERB_ETCD_PORT (the servers),
@@ -85,6 +88,24 @@ sys.exit(1 if errors else 0)
 PYEOF
 }
 
+# What the bench's namespaces ("cerb-bench-<pid>-...", nested in the file's
+# default ones) hold after a run, one line per key or node; a store whose
+# client is not installed prints nothing.
+leftovers() {
+    if command -v redis-cli >/dev/null; then
+        timeout 20 redis-cli -p "$RP" --scan --pattern '*cerb-bench-*' | sed 's/^/redis: /'
+    fi
+    if command -v etcdctl >/dev/null; then
+        ETCDCTL_API=3 timeout 20 etcdctl --endpoints="http://127.0.0.1:$EP" get cerb-bench- \
+            --prefix --keys-only | sed '/^$/d; s/^/etcd: /'
+    fi
+    local zkcli=/usr/share/zookeeper/bin/zkCli.sh
+    if [ -x "$zkcli" ]; then
+        timeout 60 "$zkcli" -server "127.0.0.1:$ZP" ls /cerberus 2>/dev/null |
+            grep -o 'cerb-bench-[^],]*' | sed 's|^|zk: /cerberus/|'
+    fi
+}
+
 # 1. The built-in file (redis, zk, etcd; lease 1000 ms) on every engine.
 if timeout 200 env TMPDIR="$WORK/tmp" "$BENCH" --scenario switch --engine all \
         --redis-port "$RP" --zk-port "$ZP" --etcd-port "$EP" --duration 1 \
@@ -107,6 +128,20 @@ check "the table has a switch row per engine, with the alone rate and the target
     test "$(grep -c '^switch .* alone [0-9]* ops/s' "$WORK/all.txt")" = 3 -a \
     "$(grep -c 'target (DESIGN 10): >= 0.9' "$WORK/all.txt")" = 3
 check "the scratch directory is gone" test -z "$(ls -A "$WORK/tmp")"
+
+# 1b. The same again on the same servers: a round at epoch 1 -> 2 as
+# before, which the first run's records would have refused.
+if timeout 120 env TMPDIR="$WORK/tmp" "$BENCH" --scenario switch --engine redis \
+        --redis-port "$RP" --zk-port "$ZP" --etcd-port "$EP" --duration 1 \
+        --json "$WORK/again.json" >"$WORK/again.txt" 2>"$WORK/again.err"; then
+    ok "a second run on the same servers exits 0"
+else
+    not_ok "a second run on the same servers exits 0 (status $?)"
+    sed 's/^/# /' "$WORK/again.err" "$WORK/again.txt"
+fi
+check "its row: redis, epoch 1 -> 2" rows_ok "$WORK/again.json" redis 1 '
+if r.get("epoch_before") != 1:
+    errors.append("%s: epoch %r" % (w, r.get("epoch_before")))'
 
 # 2. A -c file that pins zk, does not watch itself and starts at epoch 7:
 # the copy is put back to auto (epoch 8), switched to redis (9), the client
@@ -137,6 +172,10 @@ if (r.get("epoch_before"), r.get("hold_ms"), r.get("settle_ms")) != (8, 2500, 50
                   r.get("settle_ms")))'
 check "the file given with -c is not rewritten" cmp -s "$WORK/three.cfg" "$WORK/three.orig"
 check "the scratch directory is gone" test -z "$(ls -A "$WORK/tmp")"
+
+LEFT=$(leftovers)
+check "nothing is left in the bench's namespaces after the three runs" test -z "$LEFT"
+[ -z "$LEFT" ] || echo "$LEFT" | sed 's/^/# /'
 
 # 3. What it refuses (status 2, before any run).
 printf 'engines = ("redis");\nredis = { port = %s; };\n' "$RP" >"$WORK/one.cfg"
