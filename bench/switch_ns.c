@@ -14,9 +14,9 @@
  * that credentials and ACLs limited to those still reach them:
  *
  *   redis.prefix P        ->  P + "<tag>:"
- *   zk.root      /a/b     ->  /a/<tag>/b   (record /a/<tag>/cerberus-closure:
- *                                           the parent of the root is the
- *                                           round's own, so is the record)
+ *   zk.root      /a/b     ->  /a/<tag>/b   (record /a/<tag>/b.cerberus-closure,
+ *                                           under the round's own node, which
+ *                                           the cleanup removes whole)
  *   etcd.prefix  P        ->  P + "<tag>/"
  *
  * with <tag> = "cerb-bench-<pid>-<random>-<n>-<side>": n counts the rounds

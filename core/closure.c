@@ -83,6 +83,7 @@ static void window_update(cerb_client *c)
     if (w < 100)
         w = 100;
     atomic_store(&c->closure_window_ns, w * CERB_NS_PER_MS);
+    atomic_store(&c->closure_lease_ms, lease);
 }
 
 /* Engine i's record read or written once; fo_mu not held. */
@@ -92,8 +93,10 @@ static void keep_one(cerb_client *c, size_t i)
     cerb_closure w, cur;
     if (!want(c, i, &w)) {
         atomic_store(&ce->closure_seen_ns, 0);
+        atomic_store(&ce->closure_want_closed, false);
         return;
     }
+    atomic_store(&ce->closure_want_closed, w.closed != 0);
     if (!ce->e)
         return;
     /* An open record needs writing once per epoch, not watching: nothing
@@ -103,6 +106,12 @@ static void keep_one(cerb_client *c, size_t i)
         return;
     int64_t t0 = cerb_monotime();
     cerb_status st = cerb__engine_closure_get(ce->ops, ce->e, &cur);
+    if (st == CERB_OK && (cur.epoch != w.epoch || cur.closed != w.closed) && w.closed) {
+        /* Not the record we want (gone, or never written): anyone may have
+         * been granted there meanwhile, so nothing asked before counts. */
+        atomic_store(&ce->closure_seen_ns, 0);
+        atomic_fetch_add(&ce->closure_gen, 1);
+    }
     if (st == CERB_OK && cur.epoch < w.epoch)
         st = cerb__engine_closure_put(ce->ops, ce->e, &w, &cur);
     if (st != CERB_OK) {
@@ -136,6 +145,7 @@ static void keep_one(cerb_client *c, size_t i)
         atomic_fetch_add(&ce->closure_gen, 1); /* answers kept before may be stale */
     atomic_store(&ce->closure_epoch, w.epoch);
     atomic_store(&ce->closure_seen_ns, t0);
+    atomic_store(&ce->closure_ok_ns, t0);
 }
 
 void cerb__closure_round(cerb_client *c)
@@ -166,16 +176,68 @@ void cerb__closure_refused(cerb_client *c, int i, int64_t record_epoch)
     (void)i;
     if (record_epoch <= atomic_load(&c->epoch) || !c->boot_cfg->path)
         return; /* closed at our own epoch: nothing newer to read */
+    /* Read on the probe thread, not here: a reload parses the file, may
+     * open an engine and writes records, each bounded only by an engine's
+     * timeouts, and a lock call must keep its own bound. */
+    atomic_store(&c->closure_reload_want, record_epoch);
+}
+
+void cerb__closure_reload_if_wanted(cerb_client *c)
+{
+    int64_t rec = atomic_exchange(&c->closure_reload_want, 0);
+    if (rec == 0)
+        return;
     int64_t now = cerb_monotime();
     int64_t last = atomic_load(&c->closure_reload_ns);
-    if (last != 0 && now - last < RELOAD_EVERY_NS)
-        return;
-    if (!atomic_compare_exchange_strong(&c->closure_reload_ns, &last, now))
-        return;
-    CERB_LOG_I("engine %s was closed by a switch at epoch %lld (this client is at %lld): "
-               "reloading %s",
-               c->engines[i].name, (long long)record_epoch, (long long)atomic_load(&c->epoch),
-               c->boot_cfg->path);
-    if (cerb_client_reload(c) != CERB_OK)
-        CERB_LOG_W("reload after a closed engine: %s", cerb_last_error());
+    if (last == 0 || now - last >= RELOAD_EVERY_NS) {
+        atomic_store(&c->closure_reload_ns, now);
+        CERB_LOG_I("an engine was closed by a switch at epoch %lld (this client is at %lld): "
+                   "reloading %s",
+                   (long long)rec, (long long)atomic_load(&c->epoch), c->boot_cfg->path);
+        if (cerb_client_reload(c) != CERB_OK)
+            CERB_LOG_W("reload after a closed engine: %s", cerb_last_error());
+    }
+    atomic_fetch_add(&c->closure_reloads, 1);
+}
+
+uint32_t cerb__closure_relied(cerb_client *c, int idx)
+{
+    uint32_t mask = 0;
+    uint64_t gen;
+    for (size_t i = 0; i < c->n_engines; i++)
+        if ((int)i != idx && atomic_load(&c->engines[i].gated) &&
+            cerb__closure_holds(c, (int)i, &gen))
+            mask |= 1u << i;
+    return mask;
+}
+
+/*
+ * Why a cap. A hold granted on B without a claim on A relies on A's record
+ * to keep processes on older files from being granted there. A record
+ * lost with A's data (a Redis restarted empty or flushed) is written back
+ * by the next probe round of any client that reads it; meanwhile A
+ * quarantines every name for a lease, so nobody is granted there before a
+ * lease has passed since the loss. If this client cannot read A (a
+ * partition), nobody may write it back, and after that lease a laggard may
+ * be granted the name on A: so a hold here is valid no longer than a lease
+ * (less drift) after A's record was last read as wanted — and is told LOST
+ * when A stays unreadable, as it was with a claim it could not renew.
+ */
+int64_t cerb__closure_cap(cerb_client *c, uint32_t mask)
+{
+    int64_t cap = CERB_DEADLINE_NEVER;
+    int64_t lease = atomic_load(&c->closure_lease_ms);
+    int64_t span = (lease - lease * CERB_DRIFT_PERMILLE / 1000 - CERB_DRIFT_FIXED_MS) *
+                   CERB_NS_PER_MS;
+    for (size_t i = 0; i < c->n_engines && mask; i++) {
+        if (!(mask & (1u << i)))
+            continue;
+        struct cerb_client_engine *ce = &c->engines[i];
+        if (!atomic_load(&ce->closure_want_closed))
+            continue; /* reopened: the record no longer answers for it */
+        int64_t until = atomic_load(&ce->closure_ok_ns) + span;
+        if (until < cap)
+            cap = until;
+    }
+    return cap;
 }

@@ -486,12 +486,15 @@ bool cerb__gate_any(cerb_client *c, int idx)
     return false;
 }
 
-bool cerb__gate_confirm_any(cerb_client *c, int idx)
+bool cerb__gate_confirm_any(cerb_client *c, int idx, const struct cerb_slot *s)
 {
     uint64_t gen;
+    /* Only an answer taken under the record seen now counts: one asked
+     * before the record was seen (or under an older generation) may predate
+     * a laggard's grant there. */
     for (size_t i = 0; i < c->n_engines; i++)
         if ((int)i != idx && atomic_load(&c->engines[i].gated) &&
-            !cerb__closure_holds(c, (int)i, &gen))
+            !(cerb__closure_holds(c, (int)i, &gen) && s->free_gen[i] == gen))
             return true;
     return false;
 }

@@ -79,6 +79,12 @@ struct cerb_client_engine {
     atomic_uint_fast64_t closure_gen;
     atomic_bool closure_warned;
     atomic_uint_fast64_t gate_questions; /* held() asked by the gate */
+    /* The last time the closed record wanted here was read as wanted (not
+     * reset by a lapse), and whether the file still wants it closed: holds
+     * granted without a claim here are valid no longer than a lease past
+     * it (closure.c, cerb__closure_cap). */
+    atomic_int_fast64_t closure_ok_ns;
+    atomic_bool closure_want_closed;
     char log_note[160];          /* a breaker transition to log once fo_mu
                                     is released (health.c), "" when none */
     uint64_t transitions;
@@ -139,6 +145,9 @@ struct cerb_hold {
     struct cerb_hold *claim_next;
     int64_t failing_since_ns;            /* first failed renewal since the
                                             last good one; 0 = none */
+    /* Engines (bit i) whose closure record this grant relied on instead of
+     * a claim: its deadline is capped by cerb__closure_cap (closure.c). */
+    uint32_t relies;
 };
 
 struct cerb_slot {
@@ -217,7 +226,10 @@ struct cerb_client {
     /* closure.c: how long a closure record seen stays trusted (half a
      * lease), and when a refusal last reloaded the file. */
     atomic_int_fast64_t closure_window_ns;
+    atomic_int_fast64_t closure_lease_ms;  /* lease_hwm_ms, for the cap */
     atomic_int_fast64_t closure_reload_ns;
+    atomic_int_fast64_t closure_reload_want; /* a refusal's record epoch: reload */
+    atomic_uint_fast64_t closure_reloads;    /* reloads asked for, done */
     /* Started no thread (cerb__client_open_manual): the caller runs the
      * probe rounds, the watchdog and the callbacks as steps. */
     bool manual;
@@ -366,10 +378,11 @@ cerb_status cerb__switch_gate(cerb_client *c, int idx, struct cerb_slot *s, int6
 /* Is any engine other than idx gated (so a grant on idx must be checked
  * against it once more)? Lock-free. */
 bool cerb__gate_any(cerb_client *c, int idx);
-/* Must a grant on idx be confirmed after it (asked again, claims taken)?
- * True when some engine other than idx is gated and not closed by a record
- * (closure.c): a process that did not switch may be granted there. */
-bool cerb__gate_confirm_any(cerb_client *c, int idx);
+/* Must a grant on idx of slot s be confirmed after it (asked again, claims
+ * taken)? True when some engine other than idx is gated and did not say s
+ * was free under the closure record seen now (closure.c): a process that
+ * did not switch may be granted there. */
+bool cerb__gate_confirm_any(cerb_client *c, int idx, const struct cerb_slot *s);
 /* Is engine i gated and answering (not in its question back-off), so that
  * a grant elsewhere should take a claim there? Lock-free but for fo_mu. */
 bool cerb__gate_claimable(cerb_client *c, int i);
@@ -387,9 +400,21 @@ void cerb__closure_round(cerb_client *c);
 /* Is engine i closed to every grant by a record seen recently at this
  * client's epoch? Then *gen = the generation answers are kept under. */
 bool cerb__closure_holds(cerb_client *c, int i, uint64_t *gen);
-/* Engine i refused a grant by a record of record_epoch: reload the file
- * when that is newer than ours (at most every 200 ms). */
+/* Engine i refused a grant by a record of record_epoch: when that is newer
+ * than ours, ask the probe thread to reload the file (no I/O here). */
 void cerb__closure_refused(cerb_client *c, int i, int64_t record_epoch);
+/* The engines (bits) a grant on idx of slot s relies on by their closure
+ * records rather than a claim: gated, closed by a record seen now. */
+uint32_t cerb__closure_relied(cerb_client *c, int idx);
+/* How long a hold relying on the records of `mask` may stay valid: a
+ * lease, less drift, past the last reading of each that is still wanted
+ * closed (a record lost after it is restored before anyone is granted
+ * there only if a client reads it within the quarantine of a lease).
+ * CERB_DEADLINE_NEVER for none. */
+int64_t cerb__closure_cap(cerb_client *c, uint32_t mask);
+/* The probe thread: the reload asked for, if any (at most every 200 ms);
+ * closure_reloads counts the requests handled. */
+void cerb__closure_reload_if_wanted(cerb_client *c);
 
 /* prober.c: the probe thread (only with two or more engines). */
 cerb_status cerb__prober_start(cerb_client *c);

@@ -207,9 +207,10 @@ static struct cerb_hold *hold_new(cerb_client *c, struct cerb_slot *s, int idx, 
     h->epoch = epoch;
     h->lk.name = s->name;
     /* Engines with closure records refuse grants their record closes for
-     * this epoch (closure.c); a client with one engine takes part in no
-     * switch. */
-    h->lk.epoch = c->n_engines > 1 ? epoch : -1;
+     * this epoch (closure.c) — also to a client with one engine: sharing the
+     * store's namespace with a deployment that switched away from it, it is
+     * a process on an older file like any other. */
+    h->lk.epoch = epoch;
     return h;
 }
 
@@ -538,14 +539,28 @@ static enum acq_next acq_closed(struct acq *a)
     struct cerb_hold *h = *a->hp;
     char why[CERB_ERROR_MAX];
     cerb__error_copy(why, sizeof why);
+    uint64_t done0 = atomic_load(&c->closure_reloads);
     cerb__closure_refused(c, h->engine_idx, a->g.closed_epoch);
-    int64_t ep;
-    int cur = cerb__route(c, &ep);
-    if ((cur != h->engine_idx || ep != h->epoch) && a->follows++ < 3 && c->engines[cur].e &&
-        rehome(c, a->hp, a->w, cur, ep, false) == CERB_OK)
-        return ACQ_RESTART;
+    bool asked = atomic_load(&c->closure_reload_want) != 0;
+    /* The probe thread reloads the file; a wait with time left watches the
+     * route move, a trylock does not wait for it. */
+    for (;;) {
+        int64_t ep;
+        int cur = cerb__route(c, &ep);
+        if ((cur != h->engine_idx || ep != h->epoch) && a->follows++ < 3 && c->engines[cur].e &&
+            rehome(c, a->hp, a->w, cur, ep, false) == CERB_OK)
+            return ACQ_RESTART;
+        if (!asked || a->deadline_ns == 0 || cerb__ms_left(a->deadline_ns) <= 0 ||
+            (atomic_load(&c->closure_reloads) != done0 && !atomic_load(&c->closure_reload_want)))
+            break;
+        int64_t nap = cerb__ms_left(a->deadline_ns);
+        cerb__nap_ms(nap < 20 ? nap : 20);
+        if (a->intr && atomic_load(a->intr))
+            return acq_done(a, CERB_INTERRUPTED);
+    }
     return acq_done(a, cerb__error_set(CERB_UNAVAILABLE, "%s%s", why,
-                                       c->boot_cfg->path ? "" : " (this client has no file)"));
+                                       !c->boot_cfg->path ? " (this client has no file)"
+                                       : asked ? " (its file is being read again)" : ""));
 }
 
 static enum acq_next acq_try(struct acq *a)
@@ -722,7 +737,7 @@ static enum acq_next acq_confirm(struct acq *a)
 {
     cerb_client *c = a->c;
     struct cerb_hold *h = *a->hp;
-    if (!cerb__gate_confirm_any(c, h->engine_idx))
+    if (!cerb__gate_confirm_any(c, h->engine_idx, h->slot))
         return acq_done(a, CERB_OK);
     bool timed = a->deadline_ns != 0;
     cerb_status late = timed ? CERB_TIMEOUT : CERB_BUSY;
@@ -774,6 +789,14 @@ static void acq_lease(struct acq *a)
     for (struct cerb_hold *k = h->claims; k; k = k->claim_next)
         if (k->valid_until_ns < h->valid_until_ns)
             h->valid_until_ns = k->valid_until_ns;
+    /* Engines that took no claim because their record closes them: this
+     * hold relies on their records instead (closure.c). */
+    h->relies = cerb__closure_relied(a->c, h->engine_idx);
+    for (struct cerb_hold *k = h->claims; k; k = k->claim_next)
+        h->relies &= ~(1u << k->engine_idx);
+    int64_t cap = cerb__closure_cap(a->c, h->relies);
+    if (cap < h->valid_until_ns)
+        h->valid_until_ns = cap;
     int64_t eff = g->ttl_ms > 0 && g->ttl_ms < h->lk.lease_ms ? g->ttl_ms : h->lk.lease_ms;
     if (g->ttl_ms > 0 && g->ttl_ms < h->lk.lease_ms) {
         /* A short hand-off lease: extended to the full lease once (even

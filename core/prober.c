@@ -49,6 +49,7 @@ void cerb__prober_round(cerb_client *c)
         cerb__health_probe(c, (int)i, ok, ok ? us : -1);
     }
     cerb__health_reselect(c);
+    cerb__closure_reload_if_wanted(c);
     cerb__closure_round(c);
 }
 

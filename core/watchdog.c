@@ -163,7 +163,8 @@ static void write_log(struct pending_log *pl)
 }
 
 /* A renewal's answer; wd->mu held. */
-static void apply_result(struct cerb_hold *h, cerb_status st, const cerb_grant *g, int64_t now)
+static void apply_result(cerb_client *c, struct cerb_hold *h, cerb_status st, const cerb_grant *g,
+                         int64_t now)
 {
     if (atomic_load(&h->state) == CERB_LOCK_LOST)
         return; /* told LOST already: final, whatever this answer says */
@@ -177,6 +178,10 @@ static void apply_result(struct cerb_hold *h, cerb_status st, const cerb_grant *
         for (struct cerb_hold *k = h->claims; k; k = k->claim_next)
             if (atomic_load(&k->state) != CERB_LOCK_LOST && k->valid_until_ns < until)
                 until = k->valid_until_ns;
+        /* Nor longer than the records it relies on were last read (closure.c). */
+        int64_t cap = cerb__closure_cap(c, h->relies);
+        if (cap < until)
+            until = cap;
         h->valid_until_ns = until;
         h->renew_failures = 0;
         /* Space renewals by the shorter of the lease and what the grant
@@ -302,7 +307,7 @@ static void fail_due(struct renewer *rn, int64_t now)
 {
     for (struct cerb_hold *h = rn->wd->head; h; h = h->wd_next)
         if (h->engine_idx == rn->idx && !h->wd_busy && !h->lost_reported && renewal_due(h, now))
-            apply_result(h, CERB_UNAVAILABLE, NULL, now);
+            apply_result(rn->wd->c, h, CERB_UNAVAILABLE, NULL, now);
 }
 
 /* One renewal's answer back under wd->mu: apply it, report a loss, let
@@ -310,7 +315,7 @@ static void fail_due(struct renewer *rn, int64_t now)
 static void settle_item(struct renewer *rn, cerb_renew_item *it, int64_t t, struct pending_log *pl)
 {
     struct cerb_hold *h = (struct cerb_hold *)it->lk;
-    apply_result(h, it->st, &it->grant, t);
+    apply_result(rn->wd->c, h, it->st, &it->grant, t);
     if (atomic_load(&h->state) == CERB_LOCK_LOST || t >= h->valid_until_ns)
         hold_over(rn->wd, h, pl);
     h->wd_busy = false;

@@ -41,6 +41,7 @@ enum redis_script {
     REDIS_SCRIPT_RELEASE, /* release, and leave for a waiter that gives up */
     REDIS_SCRIPT_RENEW,
     REDIS_SCRIPT_CHECK,
+    REDIS_SCRIPT_HELD,    /* the safe switch's question (held()) */
     REDIS_SCRIPT_COUNT
 };
 

@@ -308,6 +308,19 @@ static const char lua_check[] =
     "end\n"
     "return {f, redis.call('PTTL', KEYS[1])}\n";
 
+/* KEYS K M, ARGV marker. 1 when K exists, 0 when not; 2 during the
+ * quarantine after a loss of data (a hold from before the loss may still
+ * stand elsewhere in its holder's eyes: "free" would be a guess); "L" when
+ * the marker is not the one sent (the data it spoke of is gone). */
+static const char lua_held[] =
+    LUA_MARKER_CHECK(2, 1)
+    "local t = redis.call('TIME')\n"
+    "local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)\n"
+    "local q0 = #ARGV[1] + 2\n"
+    "local qe = string.find(mk, ' ', q0, true)\n"
+    "if now < (tonumber(string.sub(mk, q0, qe and qe - 1 or -1)) or 0) then return 2 end\n"
+    "return redis.call('EXISTS', KEYS[1])\n";
+
 static const struct {
     const char *name;
     const char *text;
@@ -317,6 +330,7 @@ static const struct {
     [REDIS_SCRIPT_RELEASE] = {"release", lua_release, sizeof lua_release - 1},
     [REDIS_SCRIPT_RENEW] = {"renew", lua_renew, sizeof lua_renew - 1},
     [REDIS_SCRIPT_CHECK] = {"check", lua_check, sizeof lua_check - 1},
+    [REDIS_SCRIPT_HELD] = {"held", lua_held, sizeof lua_held - 1},
 };
 
 /* ---- key names ---- */
@@ -973,35 +987,60 @@ cerb_status cerb__redis_op_check(cerb_engine *e, cerb_engine_lock *lk, cerb_gran
     return st;
 }
 
-/* Is the lock key there at all (held by anyone, redis-py included)? */
+/*
+ * Is the lock key there at all (held by anyone, redis-py included)? Asked
+ * by the safe switch before a grant elsewhere, which then trusts a "free":
+ * so the answer goes through the marker like every script (a server that
+ * lost its data answers for data it no longer has) and is BUSY during the
+ * quarantine after a loss, when a holder from before it may still think it
+ * holds the name.
+ */
 cerb_status cerb__redis_op_held(cerb_engine *e, const char *name)
 {
-    struct redis_conn *c;
+    static const char no_token[] = "00000000000000000000000000000000";
+    struct redis_keys ks;
+    struct redis_conn *c = NULL;
+    struct redis_marker_view mv;
+    const char *args[1] = {mv.value};
     redisReply *r = NULL;
-    size_t got = 0;
-    char key[1024];
     cerb_outcome oc;
-    int n = snprintf(key, sizeof key, "%s%s", e->rc->prefix ? e->rc->prefix : "", name);
-    if (n < 0 || (size_t)n >= sizeof key)
-        return cerb__error_set(CERB_EINVAL, "redis: key for \"%s\" too long", name);
-    cerb_status st = cerb__redis_get(e, cerb__deadline_in(e->rc->op_timeout_ms), &c);
+    cerb_status st = cerb__redis_keys_init(&ks, e, name, no_token);
     if (st != CERB_OK)
         return st;
-    const char *argv[2] = {"EXISTS", key};
-    size_t argl[2] = {6, (size_t)n};
-    st = cerb__redis_append(c, 2, argv, argl);
-    if (st == CERB_OK)
-        st = cerb__redis_exchange(e, c, "EXISTS", &r, &got, &oc);
-    cerb__redis_put(e, c);
-    if (st != CERB_OK)
-        return st;
-    if (r->type != REDIS_REPLY_INTEGER) {
-        struct redis_failure f = {.phase = REDIS_PHASE_REPLY, .reply = r};
-        st = cerb__redis_fail(e->where, "EXISTS", &f, NULL);
-    } else {
-        st = r->integer ? CERB_BUSY : CERB_OK;
+    st = cerb__redis_get(e, cerb__deadline_in(e->rc->op_timeout_ms), &c);
+    for (int round = 0; st == CERB_OK; round++) {
+        st = cerb__redis_marker_for(e, c, &ks, &mv);
+        if (st == CERB_OK)
+            st = eval(e, c, REDIS_SCRIPT_HELD, 1, &ks, 1, args, NULL, &r, &oc);
+        if (st != CERB_OK || !cerb__redis_is_lost(r))
+            break;
+        freeReplyObject(r);
+        r = NULL;
+        /* Learn the new marker (every hold here is told LOST), then ask
+         * again under it: the quarantine it carries answers. */
+        st = round == 0 ? marker_moved(e, c, &ks, &mv, NULL)
+                        : cerb__error_set(CERB_EIO, "redis %s: held: the server keeps losing its "
+                                          "data (marker changed twice)", e->where);
     }
-    freeReplyObject(r);
+    if (c)
+        cerb__redis_put(e, c);
+    if (st == CERB_OK) {
+        if (r->type == REDIS_REPLY_INTEGER && r->integer >= 0 && r->integer <= 2) {
+            st = r->integer == 0 ? CERB_OK
+                 : r->integer == 1
+                     ? cerb__error_set(CERB_BUSY, "redis %s: \"%s\" is held", e->where,
+                                       ks.k[REDIS_K])
+                     : cerb__error_set(CERB_BUSY, "redis %s: no answer for \"%s\" before the "
+                                       "quarantine after a loss of data ends",
+                                       e->where, ks.k[REDIS_K]);
+        } else {
+            struct redis_failure f = {.phase = REDIS_PHASE_REPLY, .reply = r};
+            st = cerb__redis_fail(e->where, "held", &f, NULL);
+        }
+    }
+    if (r)
+        freeReplyObject(r);
+    cerb__redis_keys_free(&ks);
     return st;
 }
 

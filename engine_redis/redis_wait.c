@@ -501,7 +501,7 @@ cerb_status cerb__redis_op_acquire(cerb_engine *e, cerb_engine_lock *lk, int64_t
                                    const atomic_int *interrupted, cerb_grant *grant)
 {
     struct redis_keys ks;
-    struct redis_acquire_result res;
+    struct redis_acquire_result res = {0}; /* read below also when no run was made */
     struct redis_conn *c;
     int64_t sent = 0, wait_ms = 0;
     cerb_status st = cerb__redis_keys_init(&ks, e, lk->name, lk->token);

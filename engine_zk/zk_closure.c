@@ -3,13 +3,13 @@
  * "version 4" in core/engine.h): how a client still on an old configuration
  * is refused here once an operator's switch left this ensemble.
  *
- * The record. One persistent node next to the root,
- * <parent of zk.root>/cerberus-closure (for the default root
- * /cerberus/locks: /cerberus/cerberus-closure), holding the text
- * "<epoch> closed" or "<epoch> open". Lock names are children of the root,
- * so none reaches it, and Curator never looks there; roots sharing a parent
- * share the record, as they share the fence offset (zk_fence.c). It is one
- * node per ensemble, a few bytes. A node that does not say a record in
+ * The record. One persistent node next to the root, <zk.root>.cerberus-closure
+ * (for the default root /cerberus/locks: /cerberus/locks.cerberus-closure),
+ * holding the text "<epoch> closed" or "<epoch> open". Lock names are
+ * children of the root, so none reaches it, and Curator never looks there.
+ * It is one per root, not per parent as the fence offset is (zk_fence.c):
+ * roots of two deployments often share a parent, and each deployment's
+ * file has epochs of its own. One node per root, a few bytes. A node that does not say a record in
  * exactly that form is an error wherever it is read, never "no record":
  * reading garbage as "open" would let every old client in.
  *
@@ -78,13 +78,16 @@ cerb_status cerb__zk_closure_init(cerb_engine *e)
 {
     /* zk.root is validated (absolute, not "/", no trailing '/'). A root
      * named like the record would be the record's node itself. */
-    if (strcmp(cerb__zk_basename(e->zc->root), ZK_CLOSURE_NODE) == 0)
-        return cerb__error_set(CERB_ECONFIG, "zk: root \"%s\" ends in \"%s\", the name of the "
-                               "switch closure record next to it",
+    size_t rl = strlen(e->zc->root), tl = sizeof ZK_CLOSURE_NODE - 1;
+    if (rl > tl && strcmp(e->zc->root + rl - tl, ZK_CLOSURE_NODE) == 0)
+        return cerb__error_set(CERB_ECONFIG, "zk: root \"%s\" ends in \"%s\": it would be "
+                               "another root's switch closure record",
                                e->zc->root, ZK_CLOSURE_NODE);
-    e->closure.path = cerb__zk_sibling_path(e->zc->root, ZK_CLOSURE_NODE);
+    e->closure.path = cerb__malloc(rl + tl + 1);
     if (!e->closure.path)
         return cerb__error_set(CERB_ENOMEM, "zk: out of memory");
+    memcpy(e->closure.path, e->zc->root, rl);
+    memcpy(e->closure.path + rl, ZK_CLOSURE_NODE, tl + 1);
     return CERB_OK;
 }
 

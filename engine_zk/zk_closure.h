@@ -15,10 +15,11 @@
 
 #include "engine.h"
 
-/* "<parent of zk.root>/cerberus-closure": no lock name reaches it (names
- * are children of the root), and it differs from the fence offset's and
- * the guard's siblings. */
-#define ZK_CLOSURE_NODE "cerberus-closure"
+/* The record is the root's path with this appended, "<zk.root>.cerberus-
+ * closure": a sibling of the root, one per root. No lock name reaches it
+ * (names are children of the root), and it differs from the fence offset's
+ * and the guard's siblings. */
+#define ZK_CLOSURE_NODE ".cerberus-closure"
 
 /* One reading of the node: the record, and the version a create's check
  * compares with. `mzxid` orders readings (also across a re-creation). */

@@ -872,6 +872,44 @@ static void test_closed_primary_trusted_only_while_seen(void **state)
 }
 
 /*
+ * A hold granted on the secondary after `cerberus switch` relies on the
+ * primary's closure record rather than a claim there. While the record is
+ * read every probe round the hold lives on; once the primary cannot be read
+ * (stopped here; a partition or a loss of its data in production, after
+ * which processes still on the old file may be granted there when nobody
+ * writes the record back), the hold is told LOST within a lease of the
+ * last reading, as it was when a claim there could not be renewed.
+ */
+static bool hold_lost(void *ud) { return cerb_lock_state(ud) == CERB_LOCK_LOST; }
+
+static void test_hold_relying_on_record_lost_when_unreadable(void **state)
+{
+    (void)state;
+    cerb_client *c = open_with(CFG(.active = SECONDARY.name, .epoch = 2, .ns = true));
+    struct cerb_engine_info in;
+    assert_int_equal(cerb_engine_info(c, PRIMARY.name, &in), CERB_OK);
+    if (in.closed_epoch != 2) {
+        print_message("%s keeps no closure record: nothing to check\n", PRIMARY.name);
+        return;
+    }
+    char *name = test_name("relies");
+    cerb_lock *l = handle(c, name);
+    free(name);
+    expect_status(cerb_lock_trylock_for(l, 2000), CERB_OK, "granted on the secondary");
+    cerb_test_let_time_pass(2 * LEASE_MS);
+    assert_int_equal(cerb_lock_state(l), CERB_LOCK_VALID);
+    assert_int_equal(PRIMARY.pause(), 0);
+    int64_t t0 = cerb_test_now_ms();
+    bool lost = wait_until(hold_lost, l, 3 * LEASE_MS);
+    int64_t t = cerb_test_now_ms() - t0;
+    assert_int_equal(PRIMARY.resume(), 0);
+    print_message("%s stopped: the hold relying on its record was told LOST after %lld ms "
+                  "(lease %d ms)\n", PRIMARY.name, (long long)t, LEASE_MS);
+    assert_true(lost);
+    assert_true(t <= LEASE_MS + SLACK_MS);
+}
+
+/*
  * A client that switched by itself three times still has tokens of epoch 1;
  * a client opened after the epoch was bumped to 2 (what `cerberus switch`
  * does) has epoch 2 and ranks above it, as every grant after
@@ -1283,6 +1321,7 @@ int main(void)
         CASE(test_waiter_follows_switch),
         CASE(test_pinned_client_trusts_no_old_answer),
         CASE(test_closed_primary_trusted_only_while_seen),
+        CASE(test_hold_relying_on_record_lost_when_unreadable),
         CASE(test_epoch_orders_config_bump_above_own_switches),
         CASE(test_own_tokens_grow_across_switches),
 #if defined(CERB_FO_PAIR_ETCD_REDIS)

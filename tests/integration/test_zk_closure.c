@@ -53,7 +53,7 @@ struct eng {
 struct place {
     char *top;
     char root[512];
-    char record[512];
+    char record[600];
 };
 
 static void place_make(struct place *p, const char *prefix)
@@ -61,7 +61,7 @@ static void place_make(struct place *p, const char *prefix)
     p->top = test_name(prefix);
     assert_non_null(p->top);
     snprintf(p->root, sizeof p->root, "%s/locks", p->top);
-    snprintf(p->record, sizeof p->record, "%s/%s", p->top, ZK_CLOSURE_NODE);
+    snprintf(p->record, sizeof p->record, "%s%s", p->root, ZK_CLOSURE_NODE);
 }
 
 /* Delete path and everything below it (the test's own nodes only). */
