@@ -44,6 +44,8 @@ struct cerb_failover_config {
     int64_t failback_after_ms;   /* 60000, 0 .. 86400000 */
     int64_t switch_grace_ms;     /* -1 (= old lease + drift), -1 .. 86400000 */
     bool watch_config;           /* true */
+    bool switch_claims;          /* false: after `cerberus switch`, claims
+                                    on the engines left too (closure.c) */
 };
 
 struct cerb_redis_config {

@@ -95,6 +95,7 @@ const struct cerb__cfg_key cerb__cfg_keys[] = {
     KEY_I64("failover.switch_grace_ms", failover.switch_grace_ms, R, -1, -1,
             86400000),
     KEY_BOOL("failover.watch_config", failover.watch_config, R, 1),
+    KEY_BOOL("failover.switch_claims", failover.switch_claims, R, 0),
 
     KEY_STR("redis.host", redis.host, I, "127.0.0.1",
             cerb__cfg_check_nonempty),

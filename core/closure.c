@@ -84,6 +84,7 @@ static void window_update(cerb_client *c)
         w = 100;
     atomic_store(&c->closure_window_ns, w * CERB_NS_PER_MS);
     atomic_store(&c->closure_lease_ms, lease);
+    atomic_store(&c->closure_claims, fo.switch_claims);
 }
 
 /* Engine i's record read or written once; fo_mu not held. */
@@ -160,6 +161,10 @@ void cerb__closure_round(cerb_client *c)
 bool cerb__closure_holds(cerb_client *c, int i, uint64_t *gen)
 {
     struct cerb_client_engine *ce = &c->engines[i];
+    /* failover.switch_claims: the record refuses laggards, the gate still
+     * asks and claims for clients that read none (other libraries). */
+    if (atomic_load_explicit(&c->closure_claims, memory_order_relaxed))
+        return false;
     int64_t seen = atomic_load(&ce->closure_seen_ns);
     if (seen == 0 || atomic_load(&ce->closure_epoch) != atomic_load(&c->epoch))
         return false;

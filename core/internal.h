@@ -227,6 +227,7 @@ struct cerb_client {
      * lease), and when a refusal last reloaded the file. */
     atomic_int_fast64_t closure_window_ns;
     atomic_int_fast64_t closure_lease_ms;  /* lease_hwm_ms, for the cap */
+    atomic_bool closure_claims;            /* failover.switch_claims */
     atomic_int_fast64_t closure_reload_ns;
     atomic_int_fast64_t closure_reload_want; /* a refusal's record epoch: reload */
     atomic_uint_fast64_t closure_reloads;    /* reloads asked for, done */

@@ -356,6 +356,9 @@ static cerb_status claims_take(cerb_client *c, struct cerb_hold *h)
         k->lk.fair = 0;
         k->renew = h->renew;
         k->claim_of = h;
+        /* A claim marks the name taken for whoever reads no record; the
+         * engine's record must not refuse it (it is no grant to use). */
+        k->lk.epoch = -1;
         memcpy(k->lk.token, h->lk.token, sizeof k->lk.token);
         struct cerb_client_engine *ce = &c->engines[i];
         cerb_grant g;
@@ -376,18 +379,6 @@ static cerb_status claims_take(cerb_client *c, struct cerb_hold *h)
             hold_free(k);
             return cerb__error_set(CERB_BUSY, "lock \"%s\" is held on engine %s, switched from",
                                    h->slot->name, ce->name);
-        }
-        if (g.closed_epoch > 0) {
-            /* Closed by a record: at our epoch it refuses every process
-             * that could be granted there, which is what the claim was
-             * for. A newer one says this client is behind: undo. */
-            hold_free(k);
-            if (g.closed_epoch <= h->epoch)
-                continue;
-            cerb__closure_refused(c, (int)i, g.closed_epoch);
-            return cerb__error_set(CERB_BUSY, "engine %s was closed by a switch at epoch %lld, "
-                                   "after this client's %lld",
-                                   ce->name, (long long)g.closed_epoch, (long long)h->epoch);
         }
         /* No answer: the gate's grace rules that engine, as for a question:
          * the grant stands only once it has been silent for its grace. */

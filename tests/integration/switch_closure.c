@@ -65,20 +65,26 @@ static void store_free(struct store *s)
 
 /* A file listing redis then zk, with `active` and `epoch`; watch says
  * whether the client follows it by itself. */
-static char *write_cfg(const struct store *s, const char *active, int epoch, bool watch)
+static char *write_cfg_fo(const struct store *s, const char *active, int epoch, bool watch,
+                          const char *fo_extra)
 {
     char *p = cerb_test_write_config(
         "engines = (\"redis\", \"zk\");\n"
         "active = \"%s\";\n"
         "epoch = %d;\n"
         "lock = { lease_ms = %d; };\n"
-        "failover = { watch_config = %s; probe_interval_ms = 100; probe_timeout_ms = 100; };\n"
+        "failover = { watch_config = %s; probe_interval_ms = 100; probe_timeout_ms = 100; %s };\n"
         "redis = { host = \"127.0.0.1\"; port = %d; prefix = \"%s:\"; };\n"
         "zk = { hosts = \"127.0.0.1:%d\"; root = \"%s\"; };\n",
-        active, epoch, LEASE_MS, watch ? "true" : "false", cerb_test_redis_port(), s->prefix,
+        active, epoch, LEASE_MS, watch ? "true" : "false", fo_extra, cerb_test_redis_port(), s->prefix,
         cerb_test_zk_port(), s->root);
     assert_non_null(p);
     return p;
+}
+
+static char *write_cfg(const struct store *s, const char *active, int epoch, bool watch)
+{
+    return write_cfg_fo(s, active, epoch, watch, "");
 }
 
 static cerb_client *open_file(const char *path)
@@ -317,6 +323,41 @@ static void test_question_during_quarantine(void **state)
     store_free(&s);
 }
 
+/* failover.switch_claims: a client of another library on the engine left
+ * (a redis-py style SET NX on the key) stays excluded while the name is
+ * held on the new engine. */
+static void test_switch_claims_exclude_other_libraries(void **state)
+{
+    (void)state;
+    struct store s;
+    store_init(&s);
+    char *cur = write_cfg_fo(&s, "zk", 2, true, "switch_claims = true;");
+    cerb_client *c = open_file(cur);
+    char *name = test_name("foreign");
+    cerb_lock *l = cerb_test_handle(c, name);
+    assert_int_equal(cerb_lock_trylock(l), CERB_OK);
+    redisContext *rc = redisConnect("127.0.0.1", cerb_test_redis_port());
+    assert_true(rc && !rc->err);
+    redisReply *r = redisCommand(rc, "SET %s:%s other NX PX 10000", s.prefix, name);
+    assert_non_null(r);
+    print_message("redis-py style SET NX while held on zk: %s\n",
+                  r->type == REDIS_REPLY_NIL ? "refused" : "granted");
+    assert_int_equal(r->type, REDIS_REPLY_NIL);
+    freeReplyObject(r);
+    assert_int_equal(cerb_lock_unlock(l), CERB_OK);
+    r = redisCommand(rc, "SET %s:%s other NX PX 10000", s.prefix, name);
+    assert_non_null(r);
+    assert_int_equal(r->type, REDIS_REPLY_STATUS); /* the claim went with the hold */
+    freeReplyObject(r);
+    redisFree(rc);
+
+    cerb_lock_free(l);
+    cerb_client_close(c);
+    free(name);
+    cerb_test_remove_file(cur);
+    store_free(&s);
+}
+
 struct closed_again {
     cerb_client *c;
 };
@@ -375,6 +416,7 @@ int main(void)
         cmocka_unit_test(test_hold_before_switch_respected),
         cmocka_unit_test(test_record_lost_with_data),
         cmocka_unit_test(test_question_during_quarantine),
+        cmocka_unit_test(test_switch_claims_exclude_other_libraries),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
