@@ -94,17 +94,13 @@ static void keep_one(cerb_client *c, size_t i)
     cerb_closure w, cur;
     if (!want(c, i, &w)) {
         atomic_store(&ce->closure_seen_ns, 0);
-        atomic_store(&ce->closure_want_closed, false);
         return;
     }
-    atomic_store(&ce->closure_want_closed, w.closed != 0);
     if (!ce->e)
         return;
-    /* An open record needs writing once per epoch, not watching: nothing
-     * relies on it but the laggards it refuses. */
-    if (!w.closed && atomic_load(&ce->closure_epoch) == w.epoch &&
-        atomic_load(&ce->closure_seen_ns) == 0)
-        return;
+    /* Open records are watched too: holds granted elsewhere while this
+     * engine was closed still rely on its record refusing older epochs
+     * once it is open again (cerb__closure_cap). */
     int64_t t0 = cerb_monotime();
     cerb_status st = cerb__engine_closure_get(ce->ops, ce->e, &cur);
     if (st == CERB_OK && (cur.epoch != w.epoch || cur.closed != w.closed) && w.closed) {
@@ -135,6 +131,9 @@ static void keep_one(cerb_client *c, size_t i)
                        w.closed ? "closed" : "open");
         return;
     }
+    /* Wanted and there: a record at this epoch refuses every older one,
+     * open or closed. */
+    atomic_store(&ce->closure_ok_ns, t0);
     if (!w.closed) {
         atomic_store(&ce->closure_epoch, w.epoch);
         atomic_store(&ce->closure_seen_ns, 0);
@@ -146,7 +145,6 @@ static void keep_one(cerb_client *c, size_t i)
         atomic_fetch_add(&ce->closure_gen, 1); /* answers kept before may be stale */
     atomic_store(&ce->closure_epoch, w.epoch);
     atomic_store(&ce->closure_seen_ns, t0);
-    atomic_store(&ce->closure_ok_ns, t0);
 }
 
 void cerb__closure_round(cerb_client *c)
@@ -179,8 +177,8 @@ bool cerb__closure_holds(cerb_client *c, int i, uint64_t *gen)
 void cerb__closure_refused(cerb_client *c, int i, int64_t record_epoch)
 {
     (void)i;
-    if (record_epoch <= atomic_load(&c->epoch) || !c->boot_cfg->path)
-        return; /* closed at our own epoch: nothing newer to read */
+    if (record_epoch <= atomic_load(&c->epoch) || !c->boot_cfg->path || !c->prober)
+        return; /* closed at our own epoch, or no file or probe thread to read it */
     /* Read on the probe thread, not here: a reload parses the file, may
      * open an engine and writes records, each bounded only by an engine's
      * timeouts, and a lock call must keep its own bound. */
@@ -225,8 +223,11 @@ uint32_t cerb__closure_relied(cerb_client *c, int idx)
  * lease has passed since the loss. If this client cannot read A (a
  * partition), nobody may write it back, and after that lease a laggard may
  * be granted the name on A: so a hold here is valid no longer than a lease
- * (less drift) after A's record was last read as wanted — and is told LOST
- * when A stays unreadable, as it was with a claim it could not renew.
+ * (less drift) after A's record was last read as wanted (closed, or open
+ * again after a switch back: either refuses the older epochs) — and is
+ * told LOST when A stays unreadable, as it was with a claim it could not
+ * renew. The watchdog applies it as the readings come (scan), so a round
+ * slower than a renewal period or a long per-lock lease costs nothing.
  */
 int64_t cerb__closure_cap(cerb_client *c, uint32_t mask)
 {
@@ -237,10 +238,7 @@ int64_t cerb__closure_cap(cerb_client *c, uint32_t mask)
     for (size_t i = 0; i < c->n_engines && mask; i++) {
         if (!(mask & (1u << i)))
             continue;
-        struct cerb_client_engine *ce = &c->engines[i];
-        if (!atomic_load(&ce->closure_want_closed))
-            continue; /* reopened: the record no longer answers for it */
-        int64_t until = atomic_load(&ce->closure_ok_ns) + span;
+        int64_t until = atomic_load(&c->engines[i].closure_ok_ns) + span;
         if (until < cap)
             cap = until;
     }

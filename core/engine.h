@@ -324,9 +324,11 @@ struct cerb_engine_ops {
      * once the record is stored, no acquisition refused by it can be
      * granted. A hand-off by a release to a waiter that did not re-check is
      * a grant too: an engine stores none while its record is closed. And
-     * held() reports BUSY for a name with any such queue entry, so that
-     * "free" after the record was stored stays true for every client whose
-     * epoch the record refuses.
+     * held() reports BUSY for a name with any queue entry that can become a
+     * grant without a check of the record of its own (a ZooKeeper or etcd
+     * key created before the record; a Redis waiter checks at its next run),
+     * so that "free" after the record was stored stays true for every
+     * client whose epoch the record refuses.
      */
 
     /* Read the record (epoch 0 when none). CERB_OK or an error. A read that

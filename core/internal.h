@@ -79,12 +79,11 @@ struct cerb_client_engine {
     atomic_uint_fast64_t closure_gen;
     atomic_bool closure_warned;
     atomic_uint_fast64_t gate_questions; /* held() asked by the gate */
-    /* The last time the closed record wanted here was read as wanted (not
-     * reset by a lapse), and whether the file still wants it closed: holds
-     * granted without a claim here are valid no longer than a lease past
-     * it (closure.c, cerb__closure_cap). */
+    /* The last time the record wanted here (closed or open) was read as
+     * wanted (not reset by a lapse): holds granted elsewhere without a claim
+     * here are valid no longer than a lease past it (closure.c,
+     * cerb__closure_cap). */
     atomic_int_fast64_t closure_ok_ns;
-    atomic_bool closure_want_closed;
     char log_note[160];          /* a breaker transition to log once fo_mu
                                     is released (health.c), "" when none */
     uint64_t transitions;
@@ -408,9 +407,9 @@ void cerb__closure_refused(cerb_client *c, int i, int64_t record_epoch);
  * records rather than a claim: gated, closed by a record seen now. */
 uint32_t cerb__closure_relied(cerb_client *c, int idx);
 /* How long a hold relying on the records of `mask` may stay valid: a
- * lease, less drift, past the last reading of each that is still wanted
- * closed (a record lost after it is restored before anyone is granted
- * there only if a client reads it within the quarantine of a lease).
+ * lease, less drift, past the last reading of each as wanted (a record lost
+ * after it is restored before anyone is granted there only if a client
+ * reads it within the quarantine of a lease).
  * CERB_DEADLINE_NEVER for none. */
 int64_t cerb__closure_cap(cerb_client *c, uint32_t mask);
 /* The probe thread: the reload asked for, if any (at most every 200 ms);

@@ -207,10 +207,10 @@ static struct cerb_hold *hold_new(cerb_client *c, struct cerb_slot *s, int idx, 
     h->epoch = epoch;
     h->lk.name = s->name;
     /* Engines with closure records refuse grants their record closes for
-     * this epoch (closure.c) — also to a client with one engine: sharing the
-     * store's namespace with a deployment that switched away from it, it is
-     * a process on an older file like any other. */
-    h->lk.epoch = epoch;
+     * this epoch (closure.c). A client with one engine takes part in no
+     * switch (like other libraries on the store, it is kept out after one
+     * only by failover.switch_claims): no epoch, no record to read or make. */
+    h->lk.epoch = c->n_engines > 1 ? epoch : -1;
     return h;
 }
 
@@ -549,8 +549,14 @@ static enum acq_next acq_closed(struct acq *a)
         if (a->intr && atomic_load(a->intr))
             return acq_done(a, CERB_INTERRUPTED);
     }
+    /* Closed at our own epoch: this client was moved there by itself (an
+     * in-process switch or pin), which no reload can change. */
+    bool own = a->g.closed_epoch == h->epoch;
     return acq_done(a, cerb__error_set(CERB_UNAVAILABLE, "%s%s", why,
-                                       !c->boot_cfg->path ? " (this client has no file)"
+                                       own ? " (the configuration file makes another engine "
+                                             "active at this epoch: an in-process switch "
+                                             "cannot reopen it; `cerberus switch` can)"
+                                       : !c->boot_cfg->path ? " (this client has no file)"
                                        : asked ? " (its file is being read again)" : ""));
 }
 
@@ -781,13 +787,11 @@ static void acq_lease(struct acq *a)
         if (k->valid_until_ns < h->valid_until_ns)
             h->valid_until_ns = k->valid_until_ns;
     /* Engines that took no claim because their record closes them: this
-     * hold relies on their records instead (closure.c). */
+     * hold relies on their records instead, a bound the watchdog applies as
+     * they are read (closure.c, cerb__closure_cap). */
     h->relies = cerb__closure_relied(a->c, h->engine_idx);
     for (struct cerb_hold *k = h->claims; k; k = k->claim_next)
         h->relies &= ~(1u << k->engine_idx);
-    int64_t cap = cerb__closure_cap(a->c, h->relies);
-    if (cap < h->valid_until_ns)
-        h->valid_until_ns = cap;
     int64_t eff = g->ttl_ms > 0 && g->ttl_ms < h->lk.lease_ms ? g->ttl_ms : h->lk.lease_ms;
     if (g->ttl_ms > 0 && g->ttl_ms < h->lk.lease_ms) {
         /* A short hand-off lease: extended to the full lease once (even
@@ -1219,8 +1223,12 @@ enum cerb_lock_state cerb_lock_state(const cerb_lock *cl)
     cerb__mutex_lock(&s->mu);
     if (s->holder_tid == cerb__thread_id()) {
         st = (enum cerb_lock_state)atomic_load(&s->hold->state);
-        /* The watchdog may not have run yet: the deadline is the truth. */
-        if (st != CERB_LOCK_LOST && cerb_monotime() >= s->hold->valid_until_ns)
+        /* The watchdog may not have run yet: the deadline is the truth
+         * (with the records the hold relies on, closure.c). */
+        int64_t now = cerb_monotime();
+        if (st != CERB_LOCK_LOST &&
+            (now >= s->hold->valid_until_ns ||
+             (s->hold->relies && now >= cerb__closure_cap(cl->client, s->hold->relies))))
             st = CERB_LOCK_LOST;
     }
     cerb__mutex_unlock(&s->mu);

@@ -34,6 +34,10 @@ struct cerb_prober {
 void cerb__prober_round(cerb_client *c)
 {
     struct cerb_failover_config fo;
+    /* The closure records first: holds that rely on them are bounded by
+     * how recently they were read, and the probes (or an engine that will
+     * not open) can take a connect timeout each. */
+    cerb__closure_round(c);
     cerb__client_failover_cfg(c, &fo, NULL);
     int64_t timeout = fo.probe_timeout_ms;
     for (size_t i = 0; i < c->n_engines; i++) {
@@ -50,7 +54,6 @@ void cerb__prober_round(cerb_client *c)
     }
     cerb__health_reselect(c);
     cerb__closure_reload_if_wanted(c);
-    cerb__closure_round(c);
 }
 
 /* Sleep up to wait_ms on the stop pipe. Returns -1 on stop, else 0. */

@@ -166,6 +166,7 @@ static void write_log(struct pending_log *pl)
 static void apply_result(cerb_client *c, struct cerb_hold *h, cerb_status st, const cerb_grant *g,
                          int64_t now)
 {
+    (void)c;
     if (atomic_load(&h->state) == CERB_LOCK_LOST)
         return; /* told LOST already: final, whatever this answer says */
     if (st == CERB_OK) {
@@ -178,10 +179,6 @@ static void apply_result(cerb_client *c, struct cerb_hold *h, cerb_status st, co
         for (struct cerb_hold *k = h->claims; k; k = k->claim_next)
             if (atomic_load(&k->state) != CERB_LOCK_LOST && k->valid_until_ns < until)
                 until = k->valid_until_ns;
-        /* Nor longer than the records it relies on were last read (closure.c). */
-        int64_t cap = cerb__closure_cap(c, h->relies);
-        if (cap < until)
-            until = cap;
         h->valid_until_ns = until;
         h->renew_failures = 0;
         /* Space renewals by the shorter of the lease and what the grant
@@ -452,14 +449,23 @@ static bool scan(struct cerb_watchdog *wd, int64_t now, int64_t *next_ns)
     for (struct cerb_hold *h = wd->head; h; h = h->wd_next) {
         if (h->lost_reported)
             continue;
-        if (atomic_load(&h->state) == CERB_LOCK_LOST || now >= h->valid_until_ns) {
+        /* A hold that relies on closure records instead of claims is valid
+         * no longer than they are being read (closure.c): a bound that moves
+         * with every reading, so it is applied here, not stored. */
+        int64_t until = h->valid_until_ns;
+        if (h->relies) {
+            int64_t cap = cerb__closure_cap(wd->c, h->relies);
+            if (cap < until)
+                until = cap;
+        }
+        if (atomic_load(&h->state) == CERB_LOCK_LOST || now >= until) {
             hold_over(wd, h, &pl);
             if (!h->lost_reported && now + 10 * CERB_NS_PER_MS < next)
                 next = now + 10 * CERB_NS_PER_MS; /* no memory: retry soon */
             continue;
         }
-        if (h->valid_until_ns < next)
-            next = h->valid_until_ns;
+        if (until < next)
+            next = until;
         if (!renews(h) || h->wd_busy)
             continue;
         if (h->claim_of && atomic_load(&h->claim_of->state) == CERB_LOCK_LOST)

@@ -358,6 +358,41 @@ static void test_switch_claims_exclude_other_libraries(void **state)
     store_free(&s);
 }
 
+/* `cerberus switch auto` (epoch 3) reopens every engine: a client on the
+ * new file is granted on the first engine at the new epoch, and a process
+ * still pinned to zk at epoch 2 is refused there too. */
+static void test_switch_auto_reopens(void **state)
+{
+    (void)state;
+    struct store s;
+    store_init(&s);
+    char *pinned = write_cfg(&s, "zk", 2, false);
+    cerb_client *lag = open_file(pinned);
+    char *autof = write_cfg(&s, "auto", 3, true);
+    cerb_client *c = open_file(autof);
+    assert_int_equal(info(c, "redis").closed_epoch, 0);
+    char *name = test_name("reopen");
+    cerb_lock *l = cerb_test_handle(c, name);
+    assert_int_equal(cerb_lock_trylock(l), CERB_OK);
+    assert_string_equal(cerb_engine_current(c), "redis");
+    assert_int_equal(cerb_lock_fencing_token(l) >> 48, 3);
+    assert_int_equal(cerb_lock_unlock(l), CERB_OK);
+    cerb_lock *ll = cerb_test_handle(lag, name);
+    cerb_status st = cerb_lock_trylock(ll);
+    print_message("epoch 2 on zk after the switch to auto: %s: %s\n", cerb_status_name(st),
+                  cerb_last_error());
+    assert_int_equal(st, CERB_UNAVAILABLE);
+
+    cerb_lock_free(ll);
+    cerb_lock_free(l);
+    cerb_client_close(c);
+    cerb_client_close(lag);
+    free(name);
+    cerb_test_remove_file(pinned);
+    cerb_test_remove_file(autof);
+    store_free(&s);
+}
+
 struct closed_again {
     cerb_client *c;
 };
@@ -417,6 +452,7 @@ int main(void)
         cmocka_unit_test(test_record_lost_with_data),
         cmocka_unit_test(test_question_during_quarantine),
         cmocka_unit_test(test_switch_claims_exclude_other_libraries),
+        cmocka_unit_test(test_switch_auto_reopens),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
