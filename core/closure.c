@@ -80,8 +80,11 @@ static void window_update(cerb_client *c)
     int64_t lease;
     cerb__client_failover_cfg(c, &fo, &lease);
     int64_t w = lease / 2;
-    if (w < 100)
-        w = 100;
+    /* Records are read once a probe round (up to 1.2 intervals apart, plus
+     * the round): a lease too short for that would have holds that rely on
+     * them told LOST between readings. Then trust none (the full gate). */
+    if (w < 2 * fo.probe_interval_ms + fo.probe_timeout_ms)
+        w = 0;
     atomic_store(&c->closure_window_ns, w * CERB_NS_PER_MS);
     atomic_store(&c->closure_lease_ms, lease);
     atomic_store(&c->closure_claims, fo.switch_claims);
@@ -116,6 +119,9 @@ static void keep_one(cerb_client *c, size_t i)
         return; /* what was seen lapses by itself */
     }
     if (cur.epoch > w.epoch) {
+        /* A newer switch: its record refuses every older epoch, ours too,
+         * so it still answers for the holds that rely on it. */
+        atomic_store(&ce->closure_ok_ns, t0);
         atomic_store(&ce->closure_seen_ns, 0);
         cerb__closure_refused(c, (int)i, cur.epoch);
         return;
@@ -164,7 +170,8 @@ bool cerb__closure_holds(cerb_client *c, int i, uint64_t *gen)
     if (atomic_load_explicit(&c->closure_claims, memory_order_relaxed))
         return false;
     int64_t seen = atomic_load(&ce->closure_seen_ns);
-    if (seen == 0 || atomic_load(&ce->closure_epoch) != atomic_load(&c->epoch))
+    if (seen == 0 || atomic_load(&ce->closure_epoch) != atomic_load(&c->epoch) ||
+        atomic_load(&c->closure_window_ns) == 0)
         return false;
     if (cerb_monotime() - seen > atomic_load(&c->closure_window_ns))
         return false;
@@ -177,7 +184,8 @@ bool cerb__closure_holds(cerb_client *c, int i, uint64_t *gen)
 void cerb__closure_refused(cerb_client *c, int i, int64_t record_epoch)
 {
     (void)i;
-    if (record_epoch <= atomic_load(&c->epoch) || !c->boot_cfg->path || !c->prober)
+    if (record_epoch <= atomic_load(&c->epoch) || !c->boot_cfg->path || c->manual ||
+        c->n_engines < 2)
         return; /* closed at our own epoch, or no file or probe thread to read it */
     /* Read on the probe thread, not here: a reload parses the file, may
      * open an engine and writes records, each bounded only by an engine's
@@ -243,4 +251,15 @@ int64_t cerb__closure_cap(cerb_client *c, uint32_t mask)
             cap = until;
     }
     return cap;
+}
+
+int64_t cerb__hold_until(cerb_client *c, const struct cerb_hold *h)
+{
+    int64_t until = h->valid_until_ns;
+    if (h->relies) {
+        int64_t cap = cerb__closure_cap(c, h->relies);
+        if (cap < until)
+            until = cap;
+    }
+    return until;
 }

@@ -412,6 +412,8 @@ uint32_t cerb__closure_relied(cerb_client *c, int idx);
  * reads it within the quarantine of a lease).
  * CERB_DEADLINE_NEVER for none. */
 int64_t cerb__closure_cap(cerb_client *c, uint32_t mask);
+/* A hold's deadline with the bound of the records it relies on. */
+int64_t cerb__hold_until(cerb_client *c, const struct cerb_hold *h);
 /* The probe thread: the reload asked for, if any (at most every 200 ms);
  * closure_reloads counts the requests handled. */
 void cerb__closure_reload_if_wanted(cerb_client *c);

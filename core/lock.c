@@ -471,6 +471,8 @@ struct acq {
     int attempt;                  /* tries since the last start-over */
     size_t moves;                 /* engines carried to after a failure */
     int follows;                  /* reloads after a closed engine refused */
+    uint32_t relied;              /* engines whose records the confirmation
+                                     relied on instead of claims (closure.c) */
     int64_t t0;                   /* when the last acquire was sent */
     cerb_grant g;                 /* the last acquire's (or settle's) grant */
     cerb_status st;               /* the outcome once ACQ_DONE */
@@ -734,6 +736,10 @@ static enum acq_next acq_confirm(struct acq *a)
 {
     cerb_client *c = a->c;
     struct cerb_hold *h = *a->hp;
+    /* Taken now, before anything slow: an engine skipped here for its
+     * record stays relied on even if the record's trust lapses before the
+     * grant is registered (acq_lease). */
+    a->relied = cerb__closure_relied(c, h->engine_idx);
     if (!cerb__gate_confirm_any(c, h->engine_idx, h->slot))
         return acq_done(a, CERB_OK);
     bool timed = a->deadline_ns != 0;
@@ -789,7 +795,7 @@ static void acq_lease(struct acq *a)
     /* Engines that took no claim because their record closes them: this
      * hold relies on their records instead, a bound the watchdog applies as
      * they are read (closure.c, cerb__closure_cap). */
-    h->relies = cerb__closure_relied(a->c, h->engine_idx);
+    h->relies = a->relied | cerb__closure_relied(a->c, h->engine_idx);
     for (struct cerb_hold *k = h->claims; k; k = k->claim_next)
         h->relies &= ~(1u << k->engine_idx);
     int64_t eff = g->ttl_ms > 0 && g->ttl_ms < h->lk.lease_ms ? g->ttl_ms : h->lk.lease_ms;
@@ -867,13 +873,13 @@ static void iwaiter_unlink(cerb_lock *l, struct cerb_waiter *w)
 
 /* Step 1. Returns true when the calling thread already held the name;
  * *st is then the outcome. slot->mu held. */
-static bool reenter(struct cerb_slot *s, uint64_t me, cerb_status *st)
+static bool reenter(cerb_client *c, struct cerb_slot *s, uint64_t me, cerb_status *st)
 {
     if (s->holder_tid != me)
         return false;
     /* The deadline is the truth even before the watchdog marked it. */
     if (atomic_load(&s->hold->state) == CERB_LOCK_LOST ||
-        cerb_monotime() >= s->hold->valid_until_ns) {
+        cerb_monotime() >= cerb__hold_until(c, s->hold)) {
         *st = cerb__error_set(CERB_LOST, "lock \"%s\" was lost; unlock it first", s->name);
         return true;
     }
@@ -988,7 +994,7 @@ cerb_status cerb__lock_acquire(cerb_lock *l, int64_t deadline_ns, bool interrupt
 
     int64_t called_ns = cerb_monotime();
     cerb__mutex_lock(&s->mu);
-    if (reenter(s, me, &st)) {
+    if (reenter(c, s, me, &st)) {
         cerb__mutex_unlock(&s->mu);
         return st;
     }
@@ -1104,7 +1110,7 @@ static cerb_status engine_release(cerb_client *c, struct cerb_hold *h)
          * hold was in force (nobody else can be granted it before our
          * deadline), so the first attempt must have taken it. */
         if (st == CERB_NOT_OWNER && attempt > 0 && atomic_load(&h->state) != CERB_LOCK_LOST &&
-            cerb_monotime() < h->valid_until_ns)
+            cerb_monotime() < cerb__hold_until(c, h))
             st = CERB_OK;
         if (st == CERB_OK || st == CERB_NOT_OWNER)
             break;
@@ -1225,10 +1231,7 @@ enum cerb_lock_state cerb_lock_state(const cerb_lock *cl)
         st = (enum cerb_lock_state)atomic_load(&s->hold->state);
         /* The watchdog may not have run yet: the deadline is the truth
          * (with the records the hold relies on, closure.c). */
-        int64_t now = cerb_monotime();
-        if (st != CERB_LOCK_LOST &&
-            (now >= s->hold->valid_until_ns ||
-             (s->hold->relies && now >= cerb__closure_cap(cl->client, s->hold->relies))))
+        if (st != CERB_LOCK_LOST && cerb_monotime() >= cerb__hold_until(cl->client, s->hold))
             st = CERB_LOCK_LOST;
     }
     cerb__mutex_unlock(&s->mu);

@@ -452,12 +452,7 @@ static bool scan(struct cerb_watchdog *wd, int64_t now, int64_t *next_ns)
         /* A hold that relies on closure records instead of claims is valid
          * no longer than they are being read (closure.c): a bound that moves
          * with every reading, so it is applied here, not stored. */
-        int64_t until = h->valid_until_ns;
-        if (h->relies) {
-            int64_t cap = cerb__closure_cap(wd->c, h->relies);
-            if (cap < until)
-                until = cap;
-        }
+        int64_t until = cerb__hold_until(wd->c, h);
         if (atomic_load(&h->state) == CERB_LOCK_LOST || now >= until) {
             hold_over(wd, h, &pl);
             if (!h->lost_reported && now + 10 * CERB_NS_PER_MS < next)
@@ -678,9 +673,10 @@ void cerb__watchdog_add(cerb_client *c, struct cerb_hold *h)
     h->wd_linked = true;
     /* Wake the thread only if this hold needs it before its planned wake:
      * no syscall on the common path. */
-    int64_t due = renews(h) ? h->next_renew_ns : h->valid_until_ns;
-    if (h->valid_until_ns < due)
-        due = h->valid_until_ns;
+    int64_t until = cerb__hold_until(c, h);
+    int64_t due = renews(h) ? h->next_renew_ns : until;
+    if (until < due)
+        due = until;
     if (wd->next_wake_ns == 0 || due < wd->next_wake_ns)
         cerb__cond_signal(&wd->wake);
     cerb__mutex_unlock(&wd->mu);
