@@ -193,7 +193,7 @@ static cerb_status init_redis(const struct cerb_config *cfg, unsigned flags,
                               cerb_store_result *result, char *line, size_t len)
 {
     struct redis_init_job j = {.cfg = cfg, .rc = &cfg->redis, .force = (flags & CERB_STORE_INIT_FORCE) != 0};
-    size_t total = 0, used = 0, missing = 0, made = 0, already = 0, forced = 0, late = 0;
+    size_t total = 0, used = 0, missing = 0, made = 0, forced = 0, late = 0;
     long long acked = 0, replicas = 0;
     const char *why = "";
     char id[32];
@@ -244,7 +244,6 @@ static cerb_status init_redis(const struct cerb_config *cfg, unsigned flags,
     for (size_t k = 0; st == CERB_OK && k < j.nm; k++) {
         st = cerb__redis_init_write(&j, &j.m[k], id);
         made += j.m[k].made;
-        already += j.m[k].already;
         forced += j.m[k].forced;
         late += j.m[k].late;
         acked += j.m[k].acked;
