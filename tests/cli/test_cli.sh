@@ -971,6 +971,9 @@ engines = ("redis", "zk");
 active = "redis";
 epoch = 1;
 lock = { lease_ms = 1000; };
+# Probes (and closure record readings) often enough for a 1 s lease: with
+# the default 250 ms a record would not be trusted and the gate would claim.
+failover = { probe_interval_ms = 100; probe_timeout_ms = 100; };
 redis = { port = $CERB_REDIS_PORT; prefix = "$SWR_NS:"; };
 $(engine_group "$PORT" "$SWR_NS")
 EOF
