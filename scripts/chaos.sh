@@ -839,6 +839,11 @@ scenario_def() {
 # write_config: the client config, the first engine behind the proxy (a
 # 3-node ensemble is given all its nodes, no proxy).
 write_config() {
+    # Each scenario's keys and nodes under a namespace of their own: a
+    # `cerberus switch` writes closure records (core/closure.c), one per
+    # namespace and permanent, which would refuse the next scenario's
+    # clients (epoch 1) on servers that keep their data between scenarios.
+    local ns="${RUN##*.}-$scen"
     local first=$1 e list="" port zkhosts="" eps="" p
     for e in $ENGINES; do list="$list${list:+, }\"$e\""; done
     {
@@ -860,8 +865,8 @@ write_config() {
                     eps="$eps${eps:+, }\"http://127.0.0.1:$p\""
                 done
                 case $e in
-                    zk) echo "zk = { hosts = \"$zkhosts\"; root = \"/cerb-chaos\"; session_timeout_ms = $LEASE_MS; connect_timeout_ms = 1000; };" ;;
-                    etcd) echo "etcd = { endpoints = ($eps); prefix = \"cerb-chaos/\"; session_ttl_s = 2; op_timeout_ms = 1000; connect_timeout_ms = 500; };" ;;
+                    zk) echo "zk = { hosts = \"$zkhosts\"; root = \"/cerb-chaos/$ns\"; session_timeout_ms = $LEASE_MS; connect_timeout_ms = 1000; };" ;;
+                    etcd) echo "etcd = { endpoints = ($eps); prefix = \"cerb-chaos/$ns/\"; session_ttl_s = 2; op_timeout_ms = 1000; connect_timeout_ms = 500; };" ;;
                 esac
                 continue
             fi
@@ -877,9 +882,9 @@ write_config() {
                     echo "  nodes = (\"127.0.0.1:$port\", \"127.0.0.1:$((port + 1))\", \"127.0.0.1:$((port + 2))\");"
                     echo "  connect_timeout_ms = 500; op_timeout_ms = 500; };"
                     ;;
-                redis:*) echo "redis = { host = \"127.0.0.1\"; port = $port; connect_timeout_ms = 500; op_timeout_ms = 500; };" ;;
-                zk:*) echo "zk = { hosts = \"127.0.0.1:$port\"; root = \"/cerb-chaos\"; session_timeout_ms = $LEASE_MS; connect_timeout_ms = 1000; };" ;;
-                etcd:*) echo "etcd = { endpoints = (\"http://127.0.0.1:$port\"); prefix = \"cerb-chaos/\"; session_ttl_s = 2; op_timeout_ms = 1000; connect_timeout_ms = 500; };" ;;
+                redis:*) echo "redis = { host = \"127.0.0.1\"; port = $port; prefix = \"cerb-chaos-$ns:\"; connect_timeout_ms = 500; op_timeout_ms = 500; };" ;;
+                zk:*) echo "zk = { hosts = \"127.0.0.1:$port\"; root = \"/cerb-chaos/$ns\"; session_timeout_ms = $LEASE_MS; connect_timeout_ms = 1000; };" ;;
+                etcd:*) echo "etcd = { endpoints = (\"http://127.0.0.1:$port\"); prefix = \"cerb-chaos/$ns/\"; session_ttl_s = 2; op_timeout_ms = 1000; connect_timeout_ms = 500; };" ;;
             esac
         done
         # An attempt's claim as long as a lease, so the pauses outlast it.
@@ -941,6 +946,12 @@ run_scenario() {
         --seconds $((SECONDS_EACH + 120)) >"$RUN/proxy.log" 2>&1 &
     PROXY_PID=$!
     write_config "$first"
+    # The new redis prefix gets its marker, as servers.sh prepares the
+    # default one (no quarantine before the first grant).
+    if [[ " $ENGINES " == *" redis "* && $RKIND == redis ]]; then
+        timeout 20 "$CLI" -c "$RUN/cerberus.cfg" init --force >/dev/null 2>&1 ||
+            say "  cerberus init failed: the first grants wait a quarantine"
+    fi
     if ((LAGGARDS)); then
         # The file as it is before any switch, never rewritten and not
         # watched: its readers stay on the engine `auto` picks at the
