@@ -196,27 +196,17 @@ cerb_status cerb__etcd_closure_learn(cerb_engine *e, const json_t *range, int64_
 cerb_status cerb__etcd_closure_read(cerb_engine *e, int64_t deadline_ns,
                                     struct etcd_closure_view *v)
 {
-    struct etcd_range_req r = {.key = e->closure.key, .key_len = e->closure.key_len};
-    json_t *req = cerb__etcd_range_json(&r);
-    if (!req)
-        return cerb__error_set(CERB_ENOMEM, "etcd: out of memory for a request");
-    /* A plain range is linearizable (no "serializable"): it is ordered
-     * after every write acknowledged before it, grants included. */
-    struct etcd_call call = {.what = "closure record read",
-                             .path = "/v3/kv/range",
-                             .body = req,
-                             .deadline_ns = deadline_ns,
-                             .idempotent = true};
-    cerb_status st = cerb__etcd_call(e, &call);
-    json_decref(req);
-    if (st != CERB_OK)
-        return st;
+    /* A plain range is linearizable: it is ordered after every write
+     * acknowledged before it, grants included. */
+    json_t *resp;
     int64_t rev = 0;
     bool changed;
-    st = cerb__etcd_header_rev(call.resp, &rev);
-    if (st == CERB_OK)
-        st = cerb__etcd_closure_learn(e, call.resp, rev, v, &changed);
-    json_decref(call.resp);
+    cerb_status st = cerb__etcd_read_key(e, e->closure.key, e->closure.key_len,
+                                         "closure record read", deadline_ns, &resp, &rev);
+    if (st != CERB_OK)
+        return st;
+    st = cerb__etcd_closure_learn(e, resp, rev, v, &changed);
+    json_decref(resp);
     return st;
 }
 

@@ -164,26 +164,16 @@ cerb_status cerb__etcd_fence_learn(cerb_engine *e, const json_t *range, int64_t 
 /* A linearizable read of O into the cache. */
 static cerb_status read_offset(cerb_engine *e, int64_t deadline_ns)
 {
-    struct etcd_range_req r = {.key = e->fence.key, .key_len = e->fence.key_len};
-    json_t *req = cerb__etcd_range_json(&r);
-    if (!req)
-        return cerb__error_set(CERB_ENOMEM, "etcd: out of memory for a request");
-    struct etcd_call call = {.what = "fence offset read",
-                             .path = "/v3/kv/range",
-                             .body = req,
-                             .deadline_ns = deadline_ns,
-                             .idempotent = true};
-    cerb_status st = cerb__etcd_call(e, &call);
-    json_decref(req);
-    if (st != CERB_OK)
-        return st;
+    json_t *resp;
     int64_t rev = 0;
     bool changed;
     struct etcd_fence_view none = {0, 0};
-    st = cerb__etcd_header_rev(call.resp, &rev);
-    if (st == CERB_OK)
-        st = cerb__etcd_fence_learn(e, call.resp, rev, &none, &changed);
-    json_decref(call.resp);
+    cerb_status st = cerb__etcd_read_key(e, e->fence.key, e->fence.key_len, "fence offset read",
+                                         deadline_ns, &resp, &rev);
+    if (st != CERB_OK)
+        return st;
+    st = cerb__etcd_fence_learn(e, resp, rev, &none, &changed);
+    json_decref(resp);
     return st;
 }
 

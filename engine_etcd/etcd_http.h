@@ -108,6 +108,13 @@ struct etcd_call {
  */
 cerb_status cerb__etcd_call(struct cerb_engine *e, struct etcd_call *c);
 
+/* A linearizable range of one key (ordered after every write acknowledged
+ * before it): the response in *resp (the caller json_decref()s it) and its
+ * header revision in *rev. */
+cerb_status cerb__etcd_read_key(struct cerb_engine *e, const char *key, size_t key_len,
+                                const char *what, int64_t deadline_ns, json_t **resp,
+                                int64_t *rev);
+
 /* Authenticate with etcd.user/password and keep the token, unless another
  * thread has already replaced the token of generation `seen_gen`. */
 cerb_status cerb__etcd_authenticate(struct cerb_engine *e, int64_t deadline_ns,

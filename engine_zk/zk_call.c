@@ -477,3 +477,14 @@ void cerb__zk_session_drop_outstanding(struct zk_session *s)
         r = next;
     }
 }
+
+int cerb__zk_call_wait_rc(struct cerb_engine *e, struct zk_call *c, int k, int64_t bound_ns,
+                          bool *sent)
+{
+    *sent = k >= 0 && c->res[k].sent;
+    if (k < 0)
+        return ZINVALIDSTATE; /* not this session any more */
+    if (!cerb__zk_call_wait(c, cerb__zk_call_deadline(e, bound_ns)))
+        return CERB_ZK_RC_ABANDONED;
+    return c->res[k].rc;
+}

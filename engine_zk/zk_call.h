@@ -202,6 +202,13 @@ int cerb__zk_call_wchildren(struct zk_call *c, struct zk_session *s, const char 
 /* Wait until every submitted request is answered (true) or the deadline
  * passes (false). */
 bool cerb__zk_call_wait(struct zk_call *c, int64_t deadline_ns);
+/* Wait for c's answers within the engine's bound, then slot k's result
+ * code: ZINVALIDSTATE when k < 0 (not submitted on this session),
+ * CERB_ZK_RC_ABANDONED when no answer came in time. *sent says whether
+ * slot k's request left. */
+struct cerb_engine;
+int cerb__zk_call_wait_rc(struct cerb_engine *e, struct zk_call *c, int k, int64_t bound_ns,
+                          bool *sent);
 
 /* Drop the caller's reference. Results are not to be read afterwards; a
  * call still in flight is freed by its last completion. NULL: no-op. */

@@ -166,16 +166,6 @@ void cerb__zk_closure_stale(cerb_engine *e, const struct zk_closure_snap *snap)
     cerb__mutex_unlock(&e->mu);
 }
 
-/* Wait for a call's answers until the bound; the slot's result code. */
-static int wait_rc(cerb_engine *e, struct zk_call *c, int k, int64_t bound, bool *sent)
-{
-    *sent = k >= 0 && c->res[k].sent;
-    if (k < 0)
-        return ZINVALIDSTATE; /* not this session any more */
-    if (!cerb__zk_call_wait(c, cerb__zk_call_deadline(e, bound)))
-        return CERB_ZK_RC_ABANDONED;
-    return c->res[k].rc;
-}
 
 /*
  * sync + getData in one round trip: the sync makes the read current
@@ -198,7 +188,7 @@ static int closure_read(cerb_engine *e, uint64_t gen, int64_t bound, struct zk_c
         k = cerb__zk_call_getdata(c, s, path);
     }
     cerb__zk_session_end(e);
-    int rc = wait_rc(e, c, k, bound, sent);
+    int rc = cerb__zk_call_wait_rc(e, c, k, bound, sent);
     if ((rc == ZOK || rc == ZNONODE) && c->res[ks].rc != ZOK && c->res[ks].rc != ZNONODE)
         rc = c->res[ks].rc; /* a read without its sync may be stale */
     if (rc == ZOK) {
@@ -249,7 +239,7 @@ static int closure_create(cerb_engine *e, uint64_t gen, int64_t bound, const cer
         k = cerb__zk_call_create(c, s, path, text, &e->acl, ZOO_PERSISTENT);
     }
     cerb__zk_session_end(e);
-    rc = wait_rc(e, c, k, bound, sent);
+    rc = cerb__zk_call_wait_rc(e, c, k, bound, sent);
     if (rc == ZOK) {
         struct zk_closure_snap snap = {.rec = *rec, .version = c->res[k].stat.version,
                                        .mzxid = c->res[k].stat.mzxid};
@@ -276,7 +266,7 @@ static int closure_set(cerb_engine *e, uint64_t gen, int64_t bound,
                 ? cerb__zk_call_set(c, s, e->closure.path, text, from->version, NULL, NULL, 0)
                 : -1;
     cerb__zk_session_end(e);
-    int rc = wait_rc(e, c, k, bound, sent);
+    int rc = cerb__zk_call_wait_rc(e, c, k, bound, sent);
     if (rc == ZOK) {
         struct zk_closure_snap snap = {.rec = *rec, .version = c->res[k].stat.version,
                                        .mzxid = c->res[k].stat.mzxid};

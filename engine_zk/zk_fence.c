@@ -118,16 +118,6 @@ void cerb__zk_fence_stale(cerb_engine *e, const struct zk_fence_snap *snap)
     cerb__mutex_unlock(&e->mu);
 }
 
-/* Wait for a call's answers until the bound; the slot's result code. */
-static int wait_rc(cerb_engine *e, struct zk_call *c, int k, int64_t bound, bool *sent)
-{
-    *sent = k >= 0 && c->res[k].sent;
-    if (k < 0)
-        return ZINVALIDSTATE; /* not this session any more */
-    if (!cerb__zk_call_wait(c, cerb__zk_call_deadline(e, bound)))
-        return CERB_ZK_RC_ABANDONED;
-    return c->res[k].rc;
-}
 
 /* getData: the reading, learnt. */
 static int fence_read(cerb_engine *e, uint64_t gen, int64_t bound, bool *sent)
@@ -138,7 +128,7 @@ static int fence_read(cerb_engine *e, uint64_t gen, int64_t bound, bool *sent)
     struct zk_session *s = cerb__zk_session_begin(e);
     int k = s && s->gen == gen ? cerb__zk_call_get(c, s, e->fence.path) : -1;
     cerb__zk_session_end(e);
-    int rc = wait_rc(e, c, k, bound, sent);
+    int rc = cerb__zk_call_wait_rc(e, c, k, bound, sent);
     if (rc == ZOK) {
         struct zk_fence_snap snap = {.version = c->res[k].stat.version,
                                      .mzxid = c->res[k].stat.mzxid};
@@ -193,7 +183,7 @@ static int fence_create(cerb_engine *e, uint64_t gen, int64_t bound, bool *sent)
         k = cerb__zk_call_create(c, s, path, value, &e->acl, ZOO_PERSISTENT);
     }
     cerb__zk_session_end(e);
-    rc = wait_rc(e, c, k, bound, sent);
+    rc = cerb__zk_call_wait_rc(e, c, k, bound, sent);
     if (rc == ZNODEEXISTS)
         rc = ZOK;
     if (rc == ZOK)
@@ -220,7 +210,7 @@ static int fence_raise(cerb_engine *e, uint64_t gen, const struct zk_fence_snap 
                 ? cerb__zk_call_set(c, s, e->fence.path, text, from->version, NULL, NULL, 0)
                 : -1;
     cerb__zk_session_end(e);
-    int rc = wait_rc(e, c, k, bound, sent);
+    int rc = cerb__zk_call_wait_rc(e, c, k, bound, sent);
     if (rc == ZOK) {
         struct zk_fence_snap snap = {.value = value, .version = c->res[k].stat.version,
                                      .mzxid = c->res[k].stat.mzxid};
