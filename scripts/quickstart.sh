@@ -9,18 +9,29 @@
 #   3. start a private redis-server, ZooKeeper and etcd on loopback
 #      (scripts/servers.sh), on ports of their own, and prepare them for
 #      their first use with `cerberus init`, as a new deployment would;
-#   4. run examples/embed: several processes contend for one lock, each
+#   4. the `cerberus` command on those servers, in build/quickstart/ with
+#      its ./cerberus.cfg (engines = ("redis", "zk"), a namespace of its
+#      own): `cerberus status`; three `cerberus run demo-job -- CMD` started
+#      at once, whose CMDs run one at a time (checked: the script fails if
+#      two overlap, or a fencing token does not grow), with `cerberus
+#      holders demo-job` while one holds; then running clients (two
+#      processes of examples/embed taking the lock in a loop, and a
+#      `cerberus run` holding it) while `cerberus switch zk` rewrites the
+#      file: `status` shows zk active and epoch 2, the hold taken before
+#      stays on redis until released, and the running clients' next grants
+#      are on zk in epoch 2 (checked too); about ten seconds;
+#   5. run examples/embed: several processes contend for one lock, each
 #      printing when it holds it and with which fencing token, and a shared
 #      counter proves that no two held it at once; then examples/orders:
 #      several processes receive the same order requests (some repeated,
 #      some failing once, one process killed mid-way) and the idempotency
 #      guard creates exactly one order per request;
-#   5. run a short `cerberus-bench --engine all --peers` on the three
+#   6. run a short `cerberus-bench --engine all --peers` on the three
 #      servers: Cerberus, the raw ceiling and the peers (redis-py, Curator,
 #      kazoo, python-etcd3, etcdctl) in one table, written to the terminal
 #      and to build/quickstart/bench.txt, with build/quickstart/bench.json
 #      and the picture build/quickstart/bench.png;
-#   6. a live failover (bench/failover.sh): four clients lock in a loop on a
+#   7. a live failover (bench/failover.sh): four clients lock in a loop on a
 #      redis primary with ZooKeeper second; the primary is killed by its PID
 #      and the library's switch shows, with the time from the kill to the
 #      first grant on ZooKeeper (build/quickstart/failover.txt).
@@ -28,7 +39,9 @@
 # Every server is started by scripts/servers.sh on its own port and state
 # directory (so it never touches a system server or the test servers) and
 # is stopped by its PID when this script exits, however it exits (an error,
-# Ctrl-C). Each step prints a "==> " line.
+# Ctrl-C), and so is every process it started in the background (with the
+# processes they started). Every wait has a deadline. Each step prints a
+# "==> " line and echoes its commands ("+ ...").
 #
 # Environment:
 #   CERB_BUILD_DIR       build directory (default: <repo>/build; an existing
@@ -43,7 +56,8 @@
 #   CERB_QS_ITER         embed: acquisitions per process (default 3)
 #   CERB_QS_DURATION     bench: seconds measured per side (default 2)
 #   CERB_QS_THREADS      bench: uncontended thread counts (default 1,8)
-#   CERB_QS_SKIP_BENCH=1, CERB_QS_SKIP_FAILOVER=1   leave a step out
+#   CERB_QS_SKIP_CLI=1, CERB_QS_SKIP_BENCH=1, CERB_QS_SKIP_FAILOVER=1
+#                        leave a step out
 #   CERB_NO_INSTALL=1    never install packages
 
 set -euo pipefail
@@ -98,15 +112,122 @@ run cmake --build "$BUILD_DIR" -j "$JOBS" --target cerberus_cli cerb_example_emb
 export CERBERUS_BIN=$BUILD_DIR/cli/cerberus
 mkdir -p -- "$OUT"
 
-# What this script started, stopped by PID (servers.sh stop) on the way
-# out: the EXIT trap runs on success, on failure (set -e) and after
-# Ctrl-C/SIGTERM, whose traps turn into an exit.
+# What this script started, stopped by PID on the way out (the servers by
+# servers.sh stop, the background processes by stop_background): the EXIT
+# trap runs on success, on failure (set -e) and after Ctrl-C/SIGTERM, whose
+# traps turn into an exit.
 STARTED=()
+BG_PIDS=()
 CFG=""
+
+die() {
+    echo "quickstart: $*" >&2
+    exit 1
+}
+
+# now_ms: milliseconds, for deadlines.
+now_ms() { local t; t=$(date +%s%N); echo $((t / 1000000)); }
+
+# wait_until SECONDS WHAT CMD...: run CMD every 50 ms until it succeeds;
+# fails (status 1, saying what it waited for) when SECONDS pass first.
+wait_until() {
+    local deadline=$(($(now_ms) + $1 * 1000)) what=$2
+    shift 2
+    until "$@"; do
+        if (($(now_ms) >= deadline)); then
+            echo "quickstart: no $what within the deadline" >&2
+            return 1
+        fi
+        sleep 0.05
+    done
+}
+
+# bg LOG CMD...: start CMD in the background, stdout and stderr appended to
+# LOG, stdin /dev/null; its PID in BG_PID and in BG_PIDS (for the trap).
+bg() {
+    local log=$1
+    shift
+    "$@" >>"$log" 2>&1 </dev/null &
+    BG_PID=$!
+    BG_PIDS+=("$BG_PID")
+}
+
+# reap PID SECONDS: wait (bounded) for a background process to exit and set
+# REAPED to its exit status; dies when it is still running after SECONDS.
+reap() {
+    local pid=$1 p rest=()
+    wait_until "$2" "exit of process $pid" eval "! kill -0 $pid 2>/dev/null" ||
+        die "process $pid still running after $2 s"
+    REAPED=0
+    wait "$pid" || REAPED=$?
+    for p in "${BG_PIDS[@]}"; do [[ $p == "$pid" ]] || rest+=("$p"); done
+    BG_PIDS=("${rest[@]}")
+}
+
+# descendants PID...: the PIDs of every live descendant of the PIDs (read
+# from /proc, so no procps is needed).
+descendants() {
+    local -A kids=()
+    local f st pid ppid
+    local -a todo=("$@")
+    for f in /proc/[0-9]*/stat; do
+        { read -r st <"$f"; } 2>/dev/null || continue # gone meanwhile
+        pid=${f#/proc/}
+        pid=${pid%/stat}
+        st=${st##*) } # after the command name: state, ppid, ...
+        st=${st#* }
+        ppid=${st%% *}
+        kids[$ppid]+=" $pid"
+    done
+    while ((${#todo[@]})); do
+        pid=${todo[0]}
+        todo=("${todo[@]:1}")
+        for f in ${kids[$pid]:-}; do
+            echo "$f"
+            todo+=("$f")
+        done
+    done
+}
+
+# pid_alive PID: the process exists and is not a zombie (a descendant
+# reparented to a PID 1 that never reaps stays one).
+pid_alive() {
+    local st
+    { read -r st <"/proc/$1/stat"; } 2>/dev/null || return 1
+    st=${st##*) }
+    [[ ${st%% *} != [ZX] ]]
+}
+
+# stop_background: SIGTERM to the background processes still running and
+# to their descendants (all found before anything is signalled), SIGKILL
+# to those left after 5 s.
+stop_background() {
+    local -a all=() alive=()
+    local p deadline
+    for p in "${BG_PIDS[@]}"; do
+        pid_alive "$p" && all+=("$p")
+    done
+    ((${#all[@]})) || return 0
+    mapfile -t -O "${#all[@]}" all < <(descendants "${all[@]}")
+    echo "stopping background processes: ${all[*]}"
+    kill -TERM "${all[@]}" 2>/dev/null || true
+    deadline=$(($(now_ms) + 5000))
+    while :; do
+        alive=()
+        for p in "${all[@]}"; do pid_alive "$p" && alive+=("$p"); done
+        ((${#alive[@]})) || return 0
+        (($(now_ms) < deadline)) || break
+        sleep 0.05
+    done
+    echo "still running after 5 s, SIGKILL: ${alive[*]}"
+    kill -KILL "${alive[@]}" 2>/dev/null || true
+}
+
 cleanup() {
     local rc=$? s
     trap - EXIT INT TERM
-    step "cleanup: stopping the servers this script started"
+    step "cleanup: stopping what this script started"
+    stop_background
     for s in "${STARTED[@]}"; do
         # shellcheck disable=SC2086 # "engine --port N"
         bash "$SERVERS" stop $s || true
@@ -147,6 +268,121 @@ etcd = { endpoints = ("http://127.0.0.1:$ETCD_PORT"); };
 EOF
 step "cerberus init: prepare the new stores (without it the first lock on the new redis waits a lease)"
 run "$CERBERUS_BIN" -c "$OUT/stores.cfg" init
+
+# ---- the `cerberus` command: run, status, holders, and a switch under
+# running clients. In $OUT, on ./cerberus.cfg, as a user would type it.
+if [[ ${CERB_QS_SKIP_CLI:-0} != 1 ]]; then
+    cd "$OUT"
+    export PATH="$BUILD_DIR/cli:$PATH" # `cerberus` by name
+    unset CERBERUS_CONFIG              # ./cerberus.cfg, by the default lookup
+    rm -f -- held release runs.log holder.log embed.log
+    # A namespace of its own (redis db 1; zk root /quickstart-cli/locks,
+    # whose parent keeps the zk records): the closure records a switch
+    # leaves are permanent per namespace, and would refuse the later steps'
+    # clients, whose files are at epoch 1, on the default one.
+    cat >cerberus.cfg <<EOF
+# written by scripts/quickstart.sh for its \`cerberus\` demo
+# Engines in failover order; "auto": new locks go to the first healthy one.
+engines = ("redis", "zk");
+active = "auto";
+epoch = 1;                      # bumped by \`cerberus switch\`
+redis = { host = "127.0.0.1"; port = $PORT; db = 1; };
+zk = { hosts = "127.0.0.1:$ZK_PORT"; root = "/quickstart-cli/locks"; };
+EOF
+    step "cerberus: two engines in ./cerberus.cfg (in $OUT), prepared and looked at"
+    run cat cerberus.cfg
+    run cerberus init
+    run cerberus status
+
+    NRUNS=3
+    # shellcheck disable=SC2016 # expanded by the job's sh, not here
+    JOB='echo "$(date +%T.%3N) start pid $$ token $CERBERUS_FENCING_TOKEN"; sleep 1; echo "$(date +%T.%3N) end   pid $$"'
+    step "cerberus run: $NRUNS processes started at once on one name, demo-job: one runs at a time"
+    printf "+ for i in %s; do cerberus run demo-job -- sh -c '%s' >>runs.log & done\n" \
+        "$(seq -s ' ' "$NRUNS")" "$JOB"
+    : >runs.log
+    run_pids=()
+    for ((i = 0; i < NRUNS; i++)); do
+        bg runs.log cerberus run demo-job -- sh -c "$JOB"
+        run_pids+=("$BG_PID")
+    done
+    # While the first holds: its owner, and the others queued behind it.
+    wait_until 15 "start of a run" grep -q ' start ' runs.log
+    queued() {
+        cerberus holders demo-job >holders.txt 2>&1 &&
+            [[ $(sed -n 's/^redis: waiting: //p' holders.txt | tr ',' '\n' | grep -c .) -ge $((NRUNS - 1)) ]]
+    }
+    wait_until 3 "queue of $((NRUNS - 1)) waiters" queued || true
+    echo "+ cerberus holders demo-job"
+    cat holders.txt
+    for p in "${run_pids[@]}"; do
+        reap "$p" 30
+        ((REAPED == 0)) || die "cerberus run (pid $p) exited $REAPED: $(cat runs.log)"
+    done
+    run cat runs.log
+    # Appends to one file are ordered: a start while another run's CMD has
+    # not ended is an overlap. Tokens must grow from one holder to the next.
+    awk -v n="$NRUNS" '
+        $2 == "start" { if (cur != "") { print "OVERLAP: pid " $4 " started while pid " cur " ran"; bad = 1 }
+                        if ($6 + 0 <= last + 0) { print "fencing token " $6 " not above " last; bad = 1 }
+                        cur = $4; last = $6; starts++ }
+        $2 == "end"   { if (cur != $4) { print "pid " $4 " ended while pid " cur " held"; bad = 1 }
+                        cur = ""; ends++ }
+        END { if (starts != n || ends != n) { print starts + 0 " starts, " ends + 0 " ends, " n " expected"; bad = 1 }
+              exit bad }' runs.log ||
+        die "cerberus run: the runs overlapped or misbehaved (runs.log above)"
+    echo "checked: $NRUNS runs, one at a time, each token above the last" \
+        "(a token is the epoch << 48 | the engine's counter)"
+
+    step "cerberus switch zk: running clients move from redis to zk; a hold taken before stays on redis"
+    # Running clients: two embed processes, each with one client opened on
+    # the file now, taking demo-job in a loop (6 times each, 250 ms).
+    run_bg() { # LOG CMD...: echo, then bg
+        printf '+ %s >%s &\n' "${*:2}" "$1"
+        bg "$@"
+    }
+    run_bg embed.log ../examples/embed -n 2 -i 6 -t 250 demo-job
+    embed_pid=$BG_PID
+    grants() { [[ $(grep -c " holds demo-job " embed.log) -ge $1 ]]; }
+    wait_until 15 "first grants of the running clients" grants 2
+    # A job that holds demo-job across the switch, until told to end.
+    # shellcheck disable=SC2016
+    HOLD='touch held; n=0; while [ ! -e release ] && [ $n -lt 600 ]; do sleep 0.05; n=$((n + 1)); done'
+    printf "+ cerberus -v run demo-job -- sh -c '%s' >holder.log &\n" "$HOLD"
+    bg holder.log cerberus -v run demo-job -- sh -c "$HOLD"
+    holder_pid=$BG_PID
+    wait_until 15 "hold of the job" test -e held
+    run cerberus holders demo-job
+    run cerberus switch zk
+    run cerberus status | tee status.txt
+    { grep -q '^active: *zk$' status.txt && grep -q '^epoch: *2$' status.txt; } ||
+        die "status after the switch: zk active and epoch 2 expected"
+    # Each running process reloads the file and says so.
+    switched() { [[ $(grep -c 'engine switch redis -> zk' "$1") -ge $2 ]]; }
+    wait_until 10 "reload by the running clients" switched embed.log 2
+    wait_until 10 "reload by the holding job" switched holder.log 1
+    run cerberus holders demo-job | tee holders.txt
+    grep -q '^redis: held by ' holders.txt || die "the hold taken before the switch is not on redis"
+    echo "+ touch release    # the job ends: its redis hold is released, the waiters go on, on zk"
+    touch release
+    reap "$holder_pid" 20
+    ((REAPED == 0)) || die "the job holding across the switch exited $REAPED: $(cat holder.log)"
+    reap "$embed_pid" 30
+    ((REAPED == 0)) || die "examples/embed exited $REAPED: $(cat embed.log)"
+    run cat holder.log
+    run cat embed.log
+    # Epoch 1 grants on redis, then only epoch 2 grants on zk.
+    awk '/ holds demo-job / { e = $8 + 0; on = $NF
+            if ((e == 1 && on != "redis") || (e == 2 && on != "zk") || e < last) bad = 1
+            last = e; n[e]++ }
+         END { exit bad || !n[1] || !n[2] }' embed.log ||
+        die "the running clients' grants: epoch 1 on redis, then epoch 2 on zk expected"
+    echo "checked: the running clients' grants were on redis in epoch 1, then on zk in epoch 2"
+    run cerberus run -w 10000 demo-job -- cerberus holders demo-job | tee holders.txt
+    { grep -q '^zk: held by ' holders.txt && grep -qx 'redis: free' holders.txt; } ||
+        die "a new cerberus run after the switch is not on zk"
+    cd "$ROOT"
+fi
 
 # The example config, pointed at this server.
 CFG=$(mktemp "${TMPDIR:-/tmp}/cerberus-quickstart.XXXXXX.cfg")
