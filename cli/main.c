@@ -266,6 +266,11 @@ static int help(int argc, char **argv)
         fputs(main_usage, stdout);
         return CLI_EXIT_OK;
     }
+    /* `help` has no page of its own: the summary is what it prints. */
+    if (strcmp(argv[1], "help") == 0) {
+        fputs(main_usage, stdout);
+        return CLI_EXIT_OK;
+    }
     c = find_command(argv[1]);
     if (!c)
         return cerb__cli_usage_error(NULL, "unknown command '%s'", argv[1]);

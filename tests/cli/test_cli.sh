@@ -275,6 +275,14 @@ cerb help
 expect_rc 0 "cerberus help"
 cerb help nosuch
 expect_rc 64 "cerberus help with an unknown command: 64"
+cerb --help
+main_help=$OUT
+cerb help help
+if [ "$RC" -eq 0 ] && [ "$OUT" = "$main_help" ]; then
+    ok "cerberus help help = cerberus --help"
+else
+    not_ok "cerberus help help = cerberus --help" "rc $RC" "$OUT"
+fi
 cerb -V
 expect_out '^cerberus [0-9]+\.[0-9]+\.[0-9]+$' "cerberus -V"
 cerb
