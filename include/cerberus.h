@@ -291,9 +291,13 @@ void cerb_free(void *p);
 
 typedef struct cerb_lock cerb_lock;
 
-/** Per-lock options; zero or negative fields take the configured defaults. */
+/**
+ * Per-lock options. lease_ms 0, renew -1 and fair -1 take the configured
+ * defaults (CERB_LOCK_OPTS_INIT sets them all); any other value outside the
+ * ranges below is refused by cerb_lock_new() with CERB_EINVAL.
+ */
 typedef struct cerb_lock_opts {
-    int64_t lease_ms; /* server-side lease; 0 = config lock.lease_ms */
+    int64_t lease_ms; /* server-side lease, 100 to 86400000; 0 = config lock.lease_ms */
     int renew;        /* 1 renew while held, 0 never, -1 = config lock.renew */
     int fair;         /* 1 FIFO hand-off, 0 barging, -1 = config lock.fair */
 } cerb_lock_opts;
@@ -315,10 +319,12 @@ enum cerb_lock_state {
  * cerb_lock_new — make a handle for the lock called @name on @client.
  * @name: 1–255 bytes, no control characters; engines may refuse more (a
  *        ZooKeeper path component cannot be "." or contain '/').
- * @opts: NULL for the configured defaults. With more than one engine and
- *        failover.switch_grace_ms = -1 (the safe default), opts->lease_ms may
- *        not exceed lock.lease_ms: the switch grace every process derives
- *        from the file must cover every hold (CERB_EINVAL says so).
+ * @opts: NULL for the configured defaults. opts->lease_ms may not exceed
+ *        lock.lease_ms when redis is among the engines (its data-loss
+ *        quarantine lasts lock.lease_ms, and must outlast every hold), nor
+ *        with more than one engine and failover.switch_grace_ms = -1 (the
+ *        safe default: the switch grace every process derives from the file
+ *        must cover every hold); CERB_EINVAL says which.
  * Returns: CERB_OK; CERB_EINVAL with the reason for a bad name or option;
  * CERB_ENOMEM. Does not contact a server.
  * Ownership: free with cerb_lock_free() before closing the client.
@@ -343,8 +349,10 @@ cerb_status cerb_lock_lock(cerb_lock *lock);
  * engine error. Blocking: one acquire request, plus one re-check when its
  * answer was lost, plus — after a switch, while an engine switched from
  * still answers — one question to each such engine before and one after
- * the grant (and a release when it says the name is held there); each is
- * bounded by its engine's operation timeout.
+ * the grant, and where the full gate applies (an automatic switch, a Redis
+ * Cluster, failover.switch_claims) a claim of the name there (and a release
+ * when it says the name is held there); each is bounded by its engine's
+ * operation timeout.
  */
 cerb_status cerb_lock_trylock(cerb_lock *lock);
 
@@ -364,7 +372,8 @@ cerb_status cerb_lock_trylock_for(cerb_lock *lock, int64_t wait_ms);
 /**
  * cerb_lock_lock_interruptibly — like cerb_lock_lock(), but returns
  * CERB_INTERRUPTED once another thread calls cerb_lock_interrupt(), or if an
- * interrupt is already pending for the calling thread's next wait.
+ * interrupt is already pending on the handle (one made while nobody waited,
+ * consumed by the next interruptible wait on it, from any thread).
  */
 cerb_status cerb_lock_lock_interruptibly(cerb_lock *lock);
 
@@ -373,8 +382,8 @@ cerb_status cerb_lock_lock_interruptibly(cerb_lock *lock);
  * cerb_lock_lock_interruptibly() or cerb_lock_trylock_for(); they return
  * CERB_INTERRUPTED. When nobody waits, the next such wait on this handle
  * returns CERB_INTERRUPTED at once (the interrupt is consumed once).
- * Thread-safety: safe from any thread, including signal-free async contexts
- * of other threads; it never blocks on the network.
+ * Thread-safety: safe from any thread; it takes the handle's mutex, so not
+ * from a signal handler. It never blocks on the network.
  */
 cerb_status cerb_lock_interrupt(cerb_lock *lock);
 
