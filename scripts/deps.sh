@@ -18,7 +18,9 @@
 # (scripts/fuzz.sh) needs clang and libFuzzer, which Debian ships in
 # libclang-rt-dev (only recommended by clang, and we install without
 # recommends). The man pages' tests (tests/man/) render them with man-db's
-# man and groff-base's groff, and lint them with mandoc.
+# man and groff-base's groff, and lint them with mandoc. The documentation
+# checks (scripts/doc-check.py, scripts/doc-keys.py, tests/docs/) and
+# scripts/bench-report.sh run /usr/bin/python3 itself, so it is named too.
 CERB_DEB_PACKAGES=(
     build-essential cmake pkg-config
     libhiredis-dev libconfig-dev libjansson-dev libcurl4-openssl-dev
@@ -31,6 +33,7 @@ CERB_DEB_PACKAGES=(
     openssl curl
     clang libclang-rt-dev
     groff-base man-db mandoc
+    python3
 )
 
 # cerb_missing_packages PKG...: print the packages (one per line) that dpkg
