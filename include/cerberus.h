@@ -181,16 +181,20 @@ const char *cerb_engine_current(cerb_client *client);
 
 /**
  * cerb_engine_switch — move new acquisitions to the next engine in
- * configuration order, wrapping around at the end.
+ * configuration order that opens, wrapping around at the end, and pin it
+ * (no automatic failback until cerb_engine_switch_to(client, "auto")).
  * Returns: the new current engine's name (owned by the client), or NULL for
- * a NULL client. With one engine this is that engine.
+ * a NULL client. With one engine, or when no other engine opens, this is
+ * the current engine.
  */
 const char *cerb_engine_switch(cerb_client *client);
 
 /**
- * cerb_engine_switch_to — move new acquisitions to the named engine.
+ * cerb_engine_switch_to — move new acquisitions to the named engine and pin
+ * it; "auto" returns to automatic selection.
  * Returns: the engine's name (owned by the client), or NULL with
- * cerb_last_error() set when no configured engine has that name.
+ * cerb_last_error() set when no configured engine has that name or it will
+ * not open.
  */
 const char *cerb_engine_switch_to(cerb_client *client, const char *name);
 
