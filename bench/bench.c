@@ -180,7 +180,9 @@ static void usage(FILE *f)
         "  >= %.1f. The file switched is a copy, in a temporary directory, of -c\n"
         "  FILE (two or more engines; its own lease and timeouts) or of the built-in\n"
         "  one: redis, zk, etcd on the ports above, lock.lease_ms = 1000,\n"
-        "  zk.session_timeout_ms = 1000, etcd.session_ttl_s = 2. It starts at\n"
+        "  zk.session_timeout_ms = 1000, etcd.session_ttl_s = 2, probes every\n"
+        "  100 ms (so the closure records are trusted; the row counts the gate's\n"
+        "  questions to the engines left, none once each name was asked). It starts at\n"
         "  active = \"auto\"; its client follows the command's rewrite by reload and\n"
         "  settles for twice the longest a hold lives there (4 s built in) before\n"
         "  the rounds.\n"
@@ -604,13 +606,18 @@ static int engines_builtin(const struct cli *c, struct bench_engine *out)
  */
 static char *builtin_switch_text(const struct cli *c)
 {
-    char text[768];
+    char text[1024];
     snprintf(text, sizeof text,
              "# cerberus-bench's switch scenario: the file `cerberus switch` rewrites.\n"
              "engines = (\"redis\", \"zk\", \"etcd\");\n"
              "active = \"auto\";\n"
              "epoch = 1;\n"
              "lock = { lease_ms = 1000; };\n"
+             /* Probes often enough for the closure records to be trusted
+              * with this short lease: half of it (500 ms) covers two
+              * intervals and a timeout (300 ms). With the default 250 ms
+              * probes the full gate would be measured instead. */
+             "failover = { probe_interval_ms = 100; probe_timeout_ms = 100; };\n"
              "redis = { host = \"127.0.0.1\"; port = %d; };\n"
              "zk = { hosts = \"127.0.0.1:%d\"; session_timeout_ms = 1000; };\n"
              "etcd = { endpoints = (\"http://127.0.0.1:%d\"); session_ttl_s = 2; };\n",

@@ -291,6 +291,14 @@ void bench_report_row(FILE *f, const struct bench_result *r)
                     "", r->engine, r->ceiling_p50_us, r->ceiling_p99_us, r->ceiling_max_us,
                     r->ceiling_round_p50_min_us, r->ceiling_round_p50_max_us,
                     (unsigned long long)r->sw_busy, (unsigned long long)r->sw_busy_alone);
+        fprintf(f, "%-12s gate questions to the engines left during the rounds: %llu "
+                   "(%.3f per acquisition; %s)\n",
+                "", (unsigned long long)r->sw_questions,
+                r->ops ? (double)r->sw_questions / (double)r->ops : 0.0,
+                r->ops && r->sw_questions >= r->ops
+                    ? "the full gate: closure records not trusted, see the lease and "
+                      "failover.probe_interval_ms"
+                    : "closure records trusted");
         fprintf(f, "%-12s ratio = switched ops/s / alone ops/s; per-round ratio, median "
                    "%.2f; target (DESIGN 10): >= %.1f (%s)\n",
                 "", r->ratio_paired_median, BENCH_SWITCH_TARGET,
@@ -479,6 +487,7 @@ static json_t *result_json(const struct bench_result *r)
         put(o, "settle_ms", json_integer((json_int_t)r->sw_settle_ms), &ok);
         put(o, "busy", json_integer((json_int_t)r->sw_busy), &ok);
         put(o, "busy_alone", json_integer((json_int_t)r->sw_busy_alone), &ok);
+        put(o, "gate_questions", json_integer((json_int_t)r->sw_questions), &ok);
         put(o, "target_min", json_real(BENCH_SWITCH_TARGET), &ok);
         put(o, "target_met", r->ratio >= 0 ? json_boolean(r->ratio >= BENCH_SWITCH_TARGET)
                                            : json_null(), &ok);

@@ -139,6 +139,7 @@ struct bench_result {
     int64_t sw_epoch_before, sw_epoch_after;
     int64_t sw_settle_ms, sw_hold_ms;
     uint64_t sw_busy, sw_busy_alone;
+    uint64_t sw_questions; /* the gate's questions elsewhere during the rounds */
 
     /* guard, guard-dup: server commands per operation, counted on the
      * server, for the library and for the raw ceiling (<0 = n/a), and why

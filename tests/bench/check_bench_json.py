@@ -83,7 +83,7 @@ def check_switch(r, where, errors):
             or r.get("from") not in engines:
         errors.append("%s: engines %r / from %r" % (where, engines, r.get("from")))
     for k in ("epoch_before", "epoch_after", "lease_ms", "hold_ms", "settle_ms", "busy",
-              "busy_alone"):
+              "busy_alone", "gate_questions"):
         if not isinstance(r.get(k), int) or isinstance(r.get(k), bool):
             errors.append("%s: %s %r is not an integer" % (where, k, r.get(k)))
     if r.get("target_min") != 0.9 or not isinstance(r.get("target_met"), bool):
