@@ -304,9 +304,6 @@ static void key_found(struct redis_init_master *m, const char *k, size_t kl)
               "deleted or flushed alone", m->where, shown);
 }
 
-static cerb_status scan_for_keys(struct redis_init_job *j, struct redis_init_master *m,
-                                 const char *pat, size_t patl);
-
 /* Step 2: where markers are missing, the other signs of earlier use. */
 cerb_status cerb__redis_init_look(struct redis_init_job *j, struct redis_init_master *m)
 {
@@ -326,35 +323,6 @@ cerb_status cerb__redis_init_look(struct redis_init_job *j, struct redis_init_ma
     /* Every key is one of the markers read: nothing else to look at. */
     if (m->dbsize <= (long long)(m->prepared + m->used))
         return CERB_OK;
-    /* Only this namespace's keys are a sign: every key of prefix P holds P
-     * before a 0x1f (K = P + name in {K}^_fence and the rest, P^_cerberus,
-     * {tag}P^_cerberus, P cerb:guard:{id}^_), so "*P*^_*" finds them all.
-     * It may also find another namespace's keys that contain P (a longer
-     * prefix starting with it, or P = ""): refusing those too only errs on
-     * the safe side. P is escaped, as SCAN's MATCH is a glob. */
-    const char *pfx = j->rc->prefix ? j->rc->prefix : "";
-    size_t pl = strlen(pfx), o = 0;
-    char *pat = cerb__malloc(2 * pl + 5);
-    if (!pat)
-        return cerb__error_set(CERB_ENOMEM, "redis: out of memory");
-    pat[o++] = '*';
-    for (size_t k = 0; k < pl; k++) {
-        if (strchr("*?[]\\", pfx[k]))
-            pat[o++] = '\\';
-        pat[o++] = pfx[k];
-    }
-    memcpy(pat + o, "*" REDIS_SEP "*", 4);
-    o += 3;
-    cerb_status st = scan_for_keys(j, m, pat, o);
-    cerb__free(pat);
-    return st;
-}
-
-/* SCAN the keys that match pat (len bytes) for Cerberus keys, within
- * REDIS_INIT_SCAN_OPS operation timeouts. */
-static cerb_status scan_for_keys(struct redis_init_job *j, struct redis_init_master *m,
-                                 const char *pat, size_t patl)
-{
     int64_t budget = REDIS_INIT_SCAN_OPS * j->rc->op_timeout_ms;
     int64_t dl = cerb__deadline_in(budget);
     char cursor[32] = "0";
@@ -367,8 +335,9 @@ static cerb_status scan_for_keys(struct redis_init_job *j, struct redis_init_mas
                               (long long)budget);
             return CERB_OK;
         }
-        const char *argv[6] = {"SCAN", cursor, "MATCH", pat, "COUNT", REDIS_INIT_SCAN_COUNT};
-        size_t argl[6] = {4, strlen(cursor), 5, patl, 5, sizeof REDIS_INIT_SCAN_COUNT - 1};
+        const char *argv[6] = {"SCAN", cursor, "MATCH", "*" REDIS_SEP "*", "COUNT",
+                               REDIS_INIT_SCAN_COUNT};
+        size_t argl[6] = {4, strlen(cursor), 5, 3, 5, sizeof REDIS_INIT_SCAN_COUNT - 1};
         redisReply *r = NULL;
         size_t got = 0;
         cerb_status st = cerb__redis_append(m->c, 6, argv, argl);

@@ -12,8 +12,6 @@
  *    quarantine in force, are refused (65, nothing written), and --force
  *    prepares the server, ending a client's wait at once;
  *  - Cerberus keys left without their marker, and a FLUSHALL, are refused;
- *  - a prefix is prepared apart from the others on its server (their keys
- *    are no sign of its use; its own keys without its marker are);
  *  - an unreachable server: init ends within its timeouts (69);
  *  - without init, `cerberus run -v` warns once, naming `cerberus init`,
  *    and a client that tries many names warns once, not per name;
@@ -332,47 +330,6 @@ static void test_leftovers_without_marker_refused(void **state)
     free(name);
 }
 
-/* Namespaces are prepared apart (issue 24: the quickstart and the docs
- * checks could not prepare a fresh prefix on a server another prefix used):
- * another prefix's keys are no sign of earlier use of this one, while this
- * prefix's own keys without its marker still are. */
-static void test_namespaces_prepared_apart(void **state)
-{
-    (void)state;
-    char *cfg = config_file(NULL, LONG_LEASE_MS);
-    char *cfg_b = config_file("prefix = \"ns-b*[x]:\";", LONG_LEASE_MS);
-    char *name = test_name("init-ns");
-    struct cerb_test_capture res;
-
-    cerberus(&res, cfg, NULL, "init", NULL);
-    assert_int_equal(res.status, 0);
-    cerb_test_capture_free(&res);
-    run_once(cfg, name, &res); /* the default namespace's keys: a fence */
-    cerb_test_capture_free(&res);
-
-    cerberus(&res, cfg_b, NULL, "init", NULL);
-    assert_int_equal(res.status, 0);
-    assert_non_null(strstr(res.out, ": prepared: marker written"));
-    cerb_test_capture_free(&res);
-    run_once(cfg_b, name, &res);
-    cerb_test_capture_free(&res);
-
-    raw_ok("DEL %s", "ns-b*[x]:" MARKER);
-    cerberus(&res, cfg_b, NULL, "init", NULL);
-    assert_int_equal(res.status, 65);
-    assert_non_null(strstr(res.err, "no marker, but Cerberus keys"));
-    assert_non_null(strstr(res.err, "ns-b*[x]:"));
-    cerb_test_capture_free(&res);
-
-    cerberus(&res, cfg, NULL, "init", NULL);
-    assert_int_equal(res.status, 0);
-    assert_non_null(strstr(res.out, "already prepared"));
-    cerb_test_capture_free(&res);
-    cerb_test_remove_file(cfg);
-    cerb_test_remove_file(cfg_b);
-    free(name);
-}
-
 /* A server that does not answer: init ends within its timeouts. */
 static void test_silent_server_bounded(void **state)
 {
@@ -527,7 +484,6 @@ int main(void)
         cmocka_unit_test_setup(test_foreign_marker_refused_then_forced, fresh_server),
         cmocka_unit_test_setup(test_quarantine_in_force_refused_then_forced, fresh_server),
         cmocka_unit_test_setup(test_leftovers_without_marker_refused, fresh_server),
-        cmocka_unit_test_setup(test_namespaces_prepared_apart, fresh_server),
         cmocka_unit_test_setup(test_silent_server_bounded, fresh_server),
         cmocka_unit_test_setup(test_warns_once_without_init, fresh_server),
         cmocka_unit_test_setup(test_init_then_flushall_still_quarantines, fresh_server),
