@@ -25,7 +25,7 @@ CHECK is one of (default: all of them, in this order):
             an engine whose port is not set fails), in a fresh namespace:
             redis.prefix "cerb-doc-<id>:" (given its marker by
             `cerberus init --force` before the block: the namespace is new,
-            the shared server may not look it), zk.root "/cerb-doc/<id>/locks",
+            the shared server is not), zk.root "/cerb-doc/<id>/locks",
             etcd.prefix "cerb-doc-<id>-", local.dir a directory of its own.
             Each `$ ` line (one ending in a backslash continues on the next) runs
             as `bash -c`, PATH starting at the directory of --cli,
@@ -470,8 +470,9 @@ def run_console_block(block, engines, args, root):
         with open(os.path.join(work, "cerberus.cfg"), "w") as f:
             f.write(cfg_for(engines, base, tag))
         # --force: the namespace is new (no holder of it can exist), but the
-        # shared server may show server-wide signs of earlier use (another
-        # suite's FLUSHALL), which `init` alone refuses.
+        # shared server holds other namespaces' keys, which `init` alone
+        # rightly takes for signs of earlier use (they may be all that came
+        # back after this namespace lost its data).
         p = subprocess.run([cli_bin, "init", "--force"], cwd=work, env=env, stdin=subprocess.DEVNULL,
                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=args.timeout)
         if p.returncode != 0:

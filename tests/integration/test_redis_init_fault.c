@@ -12,6 +12,8 @@
  *    quarantine in force, are refused (65, nothing written), and --force
  *    prepares the server, ending a client's wait at once;
  *  - Cerberus keys left without their marker, and a FLUSHALL, are refused;
+ *    so is a fresh prefix on a server another prefix uses (its keys may be
+ *    all that came back after this one's loss); --force prepares it;
  *  - an unreachable server: init ends within its timeouts (69);
  *  - without init, `cerberus run -v` warns once, naming `cerberus init`,
  *    and a client that tries many names warns once, not per name;
@@ -330,6 +332,47 @@ static void test_leftovers_without_marker_refused(void **state)
     free(name);
 }
 
+/* Another namespace's keys refuse a prefix that has none: they may be all
+ * that came back after this one lost its data (a restart without
+ * persistence or from an older snapshot, a failover to a replica without
+ * it: the other namespace's clients re-create their keys at once, and the
+ * server's eviction and flush counters start again at zero). A new prefix
+ * on a server in use is prepared with --force, by whoever knows none of
+ * its holders is alive. */
+static void test_other_namespace_refuses_fresh_prefix(void **state)
+{
+    (void)state;
+    char *cfg_q = config_file("prefix = \"ns-q:\";", LONG_LEASE_MS);
+    char *cfg_p = config_file("prefix = \"ns-p:\";", LONG_LEASE_MS);
+    char *name = test_name("init-ns");
+    struct cerb_test_capture res;
+
+    cerberus(&res, cfg_q, NULL, "init", NULL);
+    assert_int_equal(res.status, 0);
+    cerb_test_capture_free(&res);
+    run_once(cfg_q, name, &res);
+    cerb_test_capture_free(&res);
+
+    cerberus(&res, cfg_p, NULL, "init", NULL);
+    assert_int_equal(res.status, 65);
+    assert_non_null(strstr(res.err, "no marker, but Cerberus keys"));
+    assert_non_null(strstr(res.err, "ns-q:"));
+    cerb_test_capture_free(&res);
+    redisContext *r = raw();
+    redisReply *rep = redisCommand(r, "EXISTS %s", "ns-p:" MARKER);
+    assert_non_null(rep);
+    assert_int_equal(rep->integer, 0);
+    freeReplyObject(rep);
+    redisFree(r);
+
+    cerberus(&res, cfg_p, NULL, "init", "--force", NULL);
+    assert_int_equal(res.status, 0);
+    cerb_test_capture_free(&res);
+    cerb_test_remove_file(cfg_q);
+    cerb_test_remove_file(cfg_p);
+    free(name);
+}
+
 /* A server that does not answer: init ends within its timeouts. */
 static void test_silent_server_bounded(void **state)
 {
@@ -484,6 +527,7 @@ int main(void)
         cmocka_unit_test_setup(test_foreign_marker_refused_then_forced, fresh_server),
         cmocka_unit_test_setup(test_quarantine_in_force_refused_then_forced, fresh_server),
         cmocka_unit_test_setup(test_leftovers_without_marker_refused, fresh_server),
+        cmocka_unit_test_setup(test_other_namespace_refuses_fresh_prefix, fresh_server),
         cmocka_unit_test_setup(test_silent_server_bounded, fresh_server),
         cmocka_unit_test_setup(test_warns_once_without_init, fresh_server),
         cmocka_unit_test_setup(test_init_then_flushall_still_quarantines, fresh_server),
