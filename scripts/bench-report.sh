@@ -164,10 +164,11 @@ mkdir -p -- "$WORK"
 # What this script started, stopped by PID (servers.sh stop) on the way
 # out: the EXIT trap runs on success, on failure (set -e) and after
 # Ctrl-C/SIGTERM, whose traps turn into an exit.
-STARTED=()
+# shellcheck source=scripts/stores.sh
+. "$ROOT/scripts/stores.sh"
 BENCH_PID=""
 cleanup() {
-    local rc=$? s
+    local rc=$?
     trap - EXIT INT TERM
     # The bench, should a signal have ended the wait for it: it passes the
     # signal on to a peer it is running (bench/peers.c).
@@ -177,10 +178,7 @@ cleanup() {
     fi
     if ((${#STARTED[@]})); then
         step "cleanup: stopping the servers this script started"
-        for s in "${STARTED[@]}"; do
-            # shellcheck disable=SC2086 # "engine --port N"
-            bash "$SERVERS" stop $s || true
-        done
+        cerb_stores_stop
     fi
     if ((rc == 0)); then
         printf '\n%s: done in %ds.\n' "$PROG" $((SECONDS - T0))
@@ -193,24 +191,9 @@ trap cleanup EXIT
 trap 'exit 130' INT
 trap 'exit 143' TERM
 
-start_server() { # ENGINE PORT
-    STARTED+=("$1 --port $2")
-    run bash "$SERVERS" start "$1" --port "$2"
-}
-
 step "servers on loopback: redis :$REDIS_PORT, ZooKeeper :$ZK_PORT, etcd :$ETCD_PORT (state in $CERB_STATE_DIR)"
 # Prepared below with `cerberus init`, all three the same way.
-CERB_REDIS_UNMARKED=1 start_server redis "$REDIS_PORT"
-start_server zk "$ZK_PORT"
-start_server etcd "$ETCD_PORT"
-
-cat >"$WORK/stores.cfg" <<EOF
-# written by scripts/bench-report.sh: its three private servers
-engines = ("redis", "zk", "etcd");
-redis = { host = "127.0.0.1"; port = $REDIS_PORT; };
-zk = { hosts = "127.0.0.1:$ZK_PORT"; };
-etcd = { endpoints = ("http://127.0.0.1:$ETCD_PORT"); };
-EOF
+cerb_stores_start "$REDIS_PORT" "$ZK_PORT" "$ETCD_PORT" "$WORK/stores.cfg" scripts/bench-report.sh
 step "cerberus init: prepare the new stores"
 run "$CERBERUS_BIN" -c "$WORK/stores.cfg" init
 

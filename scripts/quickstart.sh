@@ -116,7 +116,8 @@ mkdir -p -- "$OUT"
 # servers.sh stop, the background processes by stop_background): the EXIT
 # trap runs on success, on failure (set -e) and after Ctrl-C/SIGTERM, whose
 # traps turn into an exit.
-STARTED=()
+# shellcheck source=scripts/stores.sh
+. "$ROOT/scripts/stores.sh"
 BG_PIDS=()
 CFG=""
 
@@ -224,14 +225,11 @@ stop_background() {
 }
 
 cleanup() {
-    local rc=$? s
+    local rc=$?
     trap - EXIT INT TERM
     step "cleanup: stopping what this script started"
     stop_background
-    for s in "${STARTED[@]}"; do
-        # shellcheck disable=SC2086 # "engine --port N"
-        bash "$SERVERS" stop $s || true
-    done
+    cerb_stores_stop
     # The failover demo's primary, should it have been interrupted.
     bash "$SERVERS" stop redis --port "$FO_PORT" >/dev/null 2>&1 || true
     [[ -n $CFG ]] && rm -f -- "$CFG"
@@ -246,26 +244,11 @@ trap cleanup EXIT
 trap 'exit 130' INT
 trap 'exit 143' TERM
 
-start_server() { # ENGINE PORT
-    STARTED+=("$1 --port $2")
-    run bash "$SERVERS" start "$1" --port "$2"
-}
-
 step "servers on loopback: redis :$PORT, ZooKeeper :$ZK_PORT, etcd :$ETCD_PORT (state in $CERB_STATE_DIR)"
 # The redis stays unprepared here: the next step shows how a new one is.
-CERB_REDIS_UNMARKED=1 start_server redis "$PORT"
-start_server zk "$ZK_PORT"
-start_server etcd "$ETCD_PORT"
-
 # The three servers in one file (each engine with its defaults; the redis
 # pool opens connections on demand, as many as threads call at once).
-cat >"$OUT/stores.cfg" <<EOF
-# written by scripts/quickstart.sh: the three quickstart servers
-engines = ("redis", "zk", "etcd");
-redis = { host = "127.0.0.1"; port = $PORT; };
-zk = { hosts = "127.0.0.1:$ZK_PORT"; };
-etcd = { endpoints = ("http://127.0.0.1:$ETCD_PORT"); };
-EOF
+cerb_stores_start "$PORT" "$ZK_PORT" "$ETCD_PORT" "$OUT/stores.cfg" scripts/quickstart.sh
 step "cerberus init: prepare the new stores (without it the first lock on the new redis waits a lease)"
 run "$CERBERUS_BIN" -c "$OUT/stores.cfg" init
 

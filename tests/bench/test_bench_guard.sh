@@ -42,21 +42,9 @@ if [ -n "$HOOKED" ]; then
 else
     PORT=${CERB_REDIS_PORT:?CERB_REDIS_PORT is not set (run under ctest)}
 fi
-PY=${CERB_PYTHON:-/usr/bin/python3}
-[ -x "$PY" ] || PY=python3
 HERE=$(cd "$(dirname "$0")" && pwd)
-WORK=$(mktemp -d "${TMPDIR:-/tmp}/cerb-bench-guard.XXXXXX")
-trap 'rm -rf "$WORK"' EXIT
-FAILED=0
-N=0
-
-ok() { N=$((N + 1)); echo "ok $N - $1"; }
-not_ok() { N=$((N + 1)); FAILED=1; echo "not ok $N - $1"; }
-check() { # check DESCRIPTION COMMAND...
-    local what=$1
-    shift
-    if "$@"; then ok "$what"; else not_ok "$what"; fi
-}
+# shellcheck source=tests/bench/tap.sh
+. "$HERE/tap.sh" cerb-bench-guard
 show() { sed 's/^/# /' "$@"; }
 
 # figures FILE ENGINE: the guard rows as the run must show them.

@@ -19,21 +19,9 @@ set -u
 BENCH=${1:?usage: test_bench_json.sh PATH/TO/cerberus-bench}
 # Absolute, so it still runs with PATH emptied (check 4).
 case $BENCH in /*) ;; *) BENCH=$PWD/$BENCH ;; esac
-PY=${CERB_PYTHON:-/usr/bin/python3}
-[ -x "$PY" ] || PY=python3
 HERE=$(cd "$(dirname "$0")" && pwd)
-WORK=$(mktemp -d "${TMPDIR:-/tmp}/cerb-bench-json.XXXXXX")
-trap 'rm -rf "$WORK"' EXIT
-FAILED=0
-N=0
-
-ok() { N=$((N + 1)); echo "ok $N - $1"; }
-not_ok() { N=$((N + 1)); FAILED=1; echo "not ok $N - $1"; }
-check() { # check DESCRIPTION COMMAND...
-    local what=$1
-    shift
-    if "$@"; then ok "$what"; else not_ok "$what"; fi
-}
+# shellcheck source=tests/bench/tap.sh
+. "$HERE/tap.sh" cerb-bench-json
 
 # 1. The full run on the local engine.
 if timeout 100 "$BENCH" --engine local --scenario all --duration 1 \

@@ -21,21 +21,9 @@ set -u
 BENCH=${1:?usage: test_bench_peers.sh PATH/TO/cerberus-bench}
 case $BENCH in /*) ;; *) BENCH=$PWD/$BENCH ;; esac
 PORT=${CERB_REDIS_PORT:?CERB_REDIS_PORT is not set (run under ctest)}
-PY=${CERB_PYTHON:-/usr/bin/python3}
-[ -x "$PY" ] || PY=python3
 HERE=$(cd "$(dirname "$0")" && pwd)
-WORK=$(mktemp -d "${TMPDIR:-/tmp}/cerb-bench-peers.XXXXXX")
-trap 'rm -rf "$WORK"' EXIT
-FAILED=0
-N=0
-
-ok() { N=$((N + 1)); echo "ok $N - $1"; }
-not_ok() { N=$((N + 1)); FAILED=1; echo "not ok $N - $1"; }
-check() { # check DESCRIPTION COMMAND...
-    local what=$1
-    shift
-    if "$@"; then ok "$what"; else not_ok "$what"; fi
-}
+# shellcheck source=tests/bench/tap.sh
+. "$HERE/tap.sh" cerb-bench-peers
 show() { sed 's/^/# /' "$@"; }
 schema() { "$PY" "$HERE/check_bench_json.py" "$@"; }
 # jq-less JSON probe: prints the peer rows as "peer scenario status reason".

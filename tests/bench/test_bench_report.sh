@@ -22,21 +22,9 @@ set -u
 
 SRC=${1:?usage: test_bench_report.sh SOURCE-DIR}
 SRC=$(cd "$SRC" && pwd)
-PY=${CERB_PYTHON:-/usr/bin/python3}
-[ -x "$PY" ] || PY=python3
 HERE=$(cd "$(dirname "$0")" && pwd)
-WORK=$(mktemp -d "${TMPDIR:-/tmp}/cerb-bench-report-test.XXXXXX")
-trap 'rm -rf "$WORK"' EXIT
-FAILED=0
-N=0
-
-ok() { N=$((N + 1)); echo "ok $N - $1"; }
-not_ok() { N=$((N + 1)); FAILED=1; echo "not ok $N - $1"; }
-check() { # check DESCRIPTION COMMAND...
-    local what=$1
-    shift
-    if "$@"; then ok "$what"; else not_ok "$what"; fi
-}
+# shellcheck source=tests/bench/tap.sh
+. "$HERE/tap.sh" cerb-bench-report-test
 
 SAMPLE=$HERE/bench_report_sample.json
 

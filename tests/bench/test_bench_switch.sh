@@ -23,23 +23,11 @@
 set -u
 
 BENCH=${1:?usage: test_bench_switch.sh PATH/TO/cerberus-bench}
-PY=${CERB_PYTHON:-/usr/bin/python3}
-[ -x "$PY" ] || PY=python3
 HERE=$(cd "$(dirname "$0")" && pwd)
 RP=${CERB_REDIS_PORT:?} ZP=${CERB_ZK_PORT:?} EP=${CERB_ETCD_PORT:?}
-WORK=$(mktemp -d "${TMPDIR:-/tmp}/cerb-bench-switch-test.XXXXXX")
-trap 'rm -rf "$WORK"' EXIT
+# shellcheck source=tests/bench/tap.sh
+. "$HERE/tap.sh" cerb-bench-switch-test
 mkdir "$WORK/tmp"
-FAILED=0
-N=0
-
-ok() { N=$((N + 1)); echo "ok $N - $1"; }
-not_ok() { N=$((N + 1)); FAILED=1; echo "not ok $N - $1"; }
-check() { # check DESCRIPTION COMMAND...
-    local what=$1
-    shift
-    if "$@"; then ok "$what"; else not_ok "$what"; fi
-}
 
 # the switch rows of FILE: every engine of ENGINES (comma list) once, in
 # that order, with THREADS, the fields as documented; EXTRA is Python run

@@ -1,0 +1,47 @@
+# stores.sh — sourced by scripts/quickstart.sh and scripts/bench-report.sh:
+# the three private servers (redis, ZooKeeper, etcd) such a script starts
+# on loopback through scripts/servers.sh, on ports and in a state directory
+# ($CERB_STATE_DIR) of its own, and the file that names them.
+#
+# The caller defines run (echo a command, then run it) and sets SERVERS to
+# scripts/servers.sh. What was started is kept in STARTED, for
+# cerb_stores_stop to stop by PID (servers.sh stop) from the caller's EXIT
+# trap, however the script ends.
+# shellcheck shell=bash
+
+STARTED=()
+
+# cerb_stores_start REDIS_PORT ZK_PORT ETCD_PORT FILE WHO: start the three
+# servers (the redis without a data-loss marker, as a new server is: the
+# caller prepares them with `cerberus init`) and write FILE, a
+# configuration listing the three with every other key at its default; WHO
+# names the script in the file's first line.
+cerb_stores_start() {
+    local e p
+    for e in "redis $1" "zk $2" "etcd $3"; do
+        p=${e#* }
+        e=${e%% *}
+        STARTED+=("$e --port $p")
+        if [[ $e == redis ]]; then
+            CERB_REDIS_UNMARKED=1 run bash "$SERVERS" start "$e" --port "$p"
+        else
+            run bash "$SERVERS" start "$e" --port "$p"
+        fi
+    done
+    cat >"$4" <<CFG
+# written by $5: its three private servers
+engines = ("redis", "zk", "etcd");
+redis = { host = "127.0.0.1"; port = $1; };
+zk = { hosts = "127.0.0.1:$2"; };
+etcd = { endpoints = ("http://127.0.0.1:$3"); };
+CFG
+}
+
+# cerb_stores_stop: stop, by PID, every server cerb_stores_start started.
+cerb_stores_stop() {
+    local s
+    for s in "${STARTED[@]}"; do
+        # shellcheck disable=SC2086 # "engine --port N"
+        bash "$SERVERS" stop $s || true
+    done
+}
