@@ -127,6 +127,8 @@ fi
 
 # shellcheck source=scripts/deps.sh
 . "$ROOT/scripts/deps.sh"
+# shellcheck source=scripts/stores.sh
+. "$ROOT/scripts/stores.sh"
 BUILD_DIR=${CERB_BUILD_DIR:-$ROOT/build}
 WORK=$BUILD_DIR/bench-report
 REDIS_PORT=${CERB_BR_REDIS_PORT:-26679}
@@ -137,25 +139,13 @@ JOBS=$(nproc 2>/dev/null || echo 2)
 export CERB_STATE_DIR=${CERB_BR_STATE_DIR:-/tmp/cerberus-bench-report-${UID:-$(id -u)}}
 SERVERS=$ROOT/scripts/servers.sh
 
-for v in REDIS_PORT ZK_PORT ETCD_PORT; do
-    [[ ${!v} =~ ^[1-9][0-9]*$ && ${!v} -lt 65535 ]] || {
-        echo "$PROG: bad port $v=${!v}" >&2
-        exit 2
-    }
-done
+cerb_check_ports "$PROG" REDIS_PORT ZK_PORT ETCD_PORT
 
 step "dependencies"
 cerb_ensure_packages "${CERB_DEB_PACKAGES[@]}"
 
 step "build ($BUILD_DIR, Release)"
-if [[ ! -f $BUILD_DIR/CMakeCache.txt ]]; then
-    run cmake -S "$ROOT" -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=Release
-else
-    bt=$(sed -n 's/^CMAKE_BUILD_TYPE:[A-Z]*=//p' "$BUILD_DIR/CMakeCache.txt")
-    echo "reusing the configured tree (CMAKE_BUILD_TYPE=${bt:-none})"
-    [[ $bt == Release ]] ||
-        echo "$PROG: warning: $BUILD_DIR is not a Release tree (the page will say so)" >&2
-fi
+cerb_release_tree "$PROG" "$BUILD_DIR"
 run cmake --build "$BUILD_DIR" -j "$JOBS" --target cerberus-bench cerberus_cli
 BENCH=$BUILD_DIR/bench/cerberus-bench
 export CERBERUS_BIN=$BUILD_DIR/cli/cerberus
@@ -164,8 +154,6 @@ mkdir -p -- "$WORK"
 # What this script started, stopped by PID (servers.sh stop) on the way
 # out: the EXIT trap runs on success, on failure (set -e) and after
 # Ctrl-C/SIGTERM, whose traps turn into an exit.
-# shellcheck source=scripts/stores.sh
-. "$ROOT/scripts/stores.sh"
 BENCH_PID=""
 cleanup() {
     local rc=$?

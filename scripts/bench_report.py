@@ -84,25 +84,35 @@ def loadavg():
         return None
 
 
-def redis_version(port):
-    """redis_version from INFO server, asked over the wire (inline command)."""
+def ask(port, payload, complete=None):
+    """Send payload to 127.0.0.1:port and read the answer until the server
+    closes, or until complete(buf) says it is whole; None when it fails."""
     try:
         with socket.create_connection(("127.0.0.1", port), timeout=3) as s:
-            s.sendall(b"INFO server\r\n")
+            s.sendall(payload)
             buf = b""
             while True:
                 chunk = s.recv(65536)
                 if not chunk:
                     break
                 buf += chunk
-                head, _, rest = buf.partition(b"\r\n")
-                if head.startswith(b"$") and len(rest) >= int(head[1:]):
+                if complete and complete(buf):
                     break
-                if head.startswith(b"-"):
-                    return None
+            return buf.decode("utf-8", "replace")
     except (OSError, ValueError):
         return None
-    for line in buf.decode("utf-8", "replace").splitlines():
+
+
+def redis_bulk_whole(buf):
+    """Whether a RESP bulk string (or an error) has come whole."""
+    head, _, rest = buf.partition(b"\r\n")
+    return head.startswith(b"-") or (head.startswith(b"$") and len(rest) >= int(head[1:]))
+
+
+def redis_version(port):
+    """redis_version from INFO server, asked over the wire (inline command)."""
+    text = ask(port, b"INFO server\r\n", redis_bulk_whole)
+    for line in (text or "").splitlines():
         if line.startswith("redis_version:"):
             return line.split(":", 1)[1].strip()
     return None
@@ -110,18 +120,7 @@ def redis_version(port):
 
 def zk_version(port):
     """The first word after "Zookeeper version:" in srvr's answer."""
-    try:
-        with socket.create_connection(("127.0.0.1", port), timeout=3) as s:
-            s.sendall(b"srvr")
-            buf = b""
-            while True:
-                chunk = s.recv(65536)
-                if not chunk:
-                    break
-                buf += chunk
-    except OSError:
-        return None
-    for line in buf.decode("utf-8", "replace").splitlines():
+    for line in (ask(port, b"srvr") or "").splitlines():
         if line.startswith("Zookeeper version:"):
             v = line.split(":", 1)[1].strip()
             return v.split(",")[0].split("-")[0]

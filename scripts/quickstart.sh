@@ -66,6 +66,8 @@ ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$ROOT"
 # shellcheck source=scripts/deps.sh
 . "$ROOT/scripts/deps.sh"
+# shellcheck source=scripts/stores.sh
+. "$ROOT/scripts/stores.sh"
 
 BUILD_DIR=${CERB_BUILD_DIR:-$ROOT/build}
 OUT=$BUILD_DIR/quickstart
@@ -89,23 +91,13 @@ run() {
     "$@"
 }
 
-for v in PORT ZK_PORT ETCD_PORT FO_PORT; do
-    [[ ${!v} =~ ^[1-9][0-9]*$ && ${!v} -lt 65535 ]] || {
-        echo "quickstart: bad port $v=${!v}" >&2
-        exit 2
-    }
-done
+cerb_check_ports "quickstart" PORT ZK_PORT ETCD_PORT FO_PORT
 
 step "dependencies"
 cerb_ensure_packages "${CERB_DEB_PACKAGES[@]}"
 
 step "build ($BUILD_DIR, Release)"
-if [[ ! -f $BUILD_DIR/CMakeCache.txt ]]; then
-    run cmake -S "$ROOT" -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=Release
-else
-    bt=$(sed -n 's/^CMAKE_BUILD_TYPE:[A-Z]*=//p' "$BUILD_DIR/CMakeCache.txt")
-    echo "reusing the configured tree (CMAKE_BUILD_TYPE=${bt:-none})"
-fi
+cerb_release_tree "quickstart" "$BUILD_DIR"
 run cmake --build "$BUILD_DIR" -j "$JOBS" --target cerberus_cli cerb_example_embed cerb_example_orders cerberus-bench
 # The command: `init` below, and servers.sh prepares the failover demo's
 # redis with it.
@@ -116,8 +108,6 @@ mkdir -p -- "$OUT"
 # servers.sh stop, the background processes by stop_background): the EXIT
 # trap runs on success, on failure (set -e) and after Ctrl-C/SIGTERM, whose
 # traps turn into an exit.
-# shellcheck source=scripts/stores.sh
-. "$ROOT/scripts/stores.sh"
 BG_PIDS=()
 CFG=""
 

@@ -3,13 +3,40 @@
 # on loopback through scripts/servers.sh, on ports and in a state directory
 # ($CERB_STATE_DIR) of its own, and the file that names them.
 #
-# The caller defines run (echo a command, then run it) and sets SERVERS to
-# scripts/servers.sh. What was started is kept in STARTED, for
+# The caller defines run (echo a command, then run it) and sets ROOT (the
+# checkout) and SERVERS (scripts/servers.sh). What was started is kept in STARTED, for
 # cerb_stores_stop to stop by PID (servers.sh stop) from the caller's EXIT
 # trap, however the script ends.
 # shellcheck shell=bash
 
 STARTED=()
+
+# cerb_check_ports PROG VAR...: exit 2, naming PROG, unless each variable
+# holds a port number.
+cerb_check_ports() {
+    local prog=$1 v
+    shift
+    for v in "$@"; do
+        [[ ${!v} =~ ^[1-9][0-9]*$ && ${!v} -lt 65535 ]] || {
+            echo "$prog: bad port $v=${!v}" >&2
+            exit 2
+        }
+    done
+}
+
+# cerb_release_tree PROG DIR: configure DIR as a Release tree unless it is
+# configured already (then it is reused as it is, with a warning when it
+# is not Release).
+cerb_release_tree() {
+    local bt
+    if [[ ! -f $2/CMakeCache.txt ]]; then
+        run cmake -S "$ROOT" -B "$2" -DCMAKE_BUILD_TYPE=Release
+    else
+        bt=$(sed -n 's/^CMAKE_BUILD_TYPE:[A-Z]*=//p' "$2/CMakeCache.txt")
+        echo "reusing the configured tree (CMAKE_BUILD_TYPE=${bt:-none})"
+        [[ $bt == Release ]] || echo "$1: warning: $2 is not a Release tree" >&2
+    fi
+}
 
 # cerb_stores_start REDIS_PORT ZK_PORT ETCD_PORT FILE WHO: start the three
 # servers (the redis without a data-loss marker, as a new server is: the
