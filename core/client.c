@@ -287,7 +287,7 @@ const char *cerb_engine_switch(cerb_client *c)
 const char *cerb_engine_switch_to(cerb_client *c, const char *name)
 {
     if (!cerb__client_ok(c)) {
-        cerb__error_set(CERB_EINVAL, "cerb_engine_switch_to: bad client");
+        cerb__client_refused(c, "cerb_engine_switch_to");
         return NULL;
     }
     if (!name) {
@@ -322,15 +322,17 @@ cerb_status cerb_client_on_switch(cerb_client *c,
                                   void *ud)
 {
     if (!cerb__client_ok(c))
-        return cerb__error_set(CERB_EINVAL, "cerb_client_on_switch: bad client");
+        return cerb__client_refused(c, "cerb_client_on_switch");
     cerb__notify_set_switch_cb(c, cb, ud);
     return CERB_OK;
 }
 
 cerb_status cerb_engine_info(cerb_client *c, const char *name, struct cerb_engine_info *out)
 {
-    if (!cerb__client_ok(c) || !out)
-        return cerb__error_set(CERB_EINVAL, "cerb_engine_info: bad client or out");
+    if (!cerb__client_ok(c))
+        return cerb__client_refused(c, "cerb_engine_info");
+    if (!out)
+        return cerb__error_set(CERB_EINVAL, "cerb_engine_info: out is NULL");
     int cur = atomic_load(&c->current);
     int idx = name ? -1 : cur;
     for (size_t i = 0; name && i < c->n_engines; i++)
@@ -376,7 +378,7 @@ cerb_status cerb_client_reload(cerb_client *c)
     cerb_status st;
 
     if (!cerb__client_ok(c))
-        return cerb__error_set(CERB_EINVAL, "cerb_client_reload: bad client");
+        return cerb__client_refused(c, "cerb_client_reload");
     if (!c->boot_cfg->path)
         return cerb__error_set(CERB_EINVAL, "cerb_client_reload: client has no config file");
     st = cerb__config_from_file(c->boot_cfg->path, &next);

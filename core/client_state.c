@@ -24,6 +24,21 @@ bool cerb__client_ok(const cerb_client *c)
            c->fork_gen == cerb__fork_generation();
 }
 
+bool cerb__client_forked(const cerb_client *c)
+{
+    return c && atomic_load(&((cerb_client *)c)->magic) == CERB_CLIENT_MAGIC &&
+           c->fork_gen != cerb__fork_generation();
+}
+
+cerb_status cerb__client_refused(const cerb_client *c, const char *what)
+{
+    if (cerb__client_forked(c))
+        return cerb__error_set(CERB_EINVAL, "%s: the client was opened before fork(), in the "
+                               "parent: its connections, threads and locks are the parent's; "
+                               "open a new client in the child", what);
+    return cerb__error_set(CERB_EINVAL, "%s: bad client", what);
+}
+
 void cerb__client_failover_cfg(cerb_client *c, struct cerb_failover_config *fo, int64_t *lease_ms)
 {
     cerb__mutex_lock(&c->mu);

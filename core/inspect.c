@@ -172,7 +172,7 @@ cerb_status cerb_lock_inspect(cerb_client *c, const char *name, const char *engi
     if (!out || !n)
         return cerb__error_set(CERB_EINVAL, "cerb_lock_inspect: out or n is NULL");
     if (!cerb__client_ok(c))
-        return cerb__error_set(CERB_EINVAL, "cerb_lock_inspect: bad client");
+        return cerb__client_refused(c, "cerb_lock_inspect");
     cerb_status st = name_ok(name);
     if (st != CERB_OK)
         return st;

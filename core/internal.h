@@ -251,6 +251,11 @@ static inline void cerb__route_update(cerb_client *c)
 
 /* client.c */
 bool cerb__client_ok(const cerb_client *c);
+/* Whether @c is a client opened before fork() by the parent of this
+ * process; cerb__client_refused sets EINVAL saying so (else "bad client"),
+ * prefixed by @what, and returns it. */
+bool cerb__client_forked(const cerb_client *c);
+cerb_status cerb__client_refused(const cerb_client *c, const char *what);
 /* Snapshot of settings that a lock call needs, read under the client lock. */
 struct cerb_call_cfg {
     int64_t lease_ms;
@@ -279,6 +284,9 @@ cerb_status cerb__client_open_manual(cerb_client **out, const char *path);
 
 /* lock.c */
 bool cerb__lock_ok(const cerb_lock *l);
+/* EINVAL for a handle cerb__lock_ok refused: "@what", or why its client
+ * cannot be used in a forked child. */
+cerb_status cerb__lock_refused(const cerb_lock *l, const char *what);
 /* inflight.c: acquisitions inside an engine call (lock.c adds and removes
  * them); after a switch to engine `to` those waiting elsewhere move there. */
 void cerb__inflight_add(cerb_client *c, struct cerb_waiter *w);

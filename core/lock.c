@@ -45,6 +45,14 @@ bool cerb__lock_ok(const cerb_lock *l)
            cerb__client_ok(l->client);
 }
 
+cerb_status cerb__lock_refused(const cerb_lock *l, const char *what)
+{
+    if (l && atomic_load(&((cerb_lock *)l)->magic) == CERB_LOCK_MAGIC &&
+        cerb__client_forked(l->client))
+        return cerb__client_refused(l->client, what);
+    return cerb__error_set(CERB_EINVAL, "%s", what);
+}
+
 uint64_t cerb__fence_compose(int64_t epoch, uint64_t counter)
 {
     return ((uint64_t)epoch << 48) | (counter & FENCE_MASK);
@@ -114,7 +122,7 @@ cerb_status cerb_lock_new(cerb_client *c, const char *name, const cerb_lock_opts
         return cerb__error_set(CERB_EINVAL, "cerb_lock_new: out is NULL");
     *out = NULL;
     if (!cerb__client_ok(c))
-        return cerb__error_set(CERB_EINVAL, "cerb_lock_new: bad client");
+        return cerb__client_refused(c, "cerb_lock_new");
     cerb_status st = check_name(c, name);
     if (st != CERB_OK)
         return st;
@@ -983,7 +991,7 @@ cerb_status cerb__lock_acquire(cerb_lock *l, int64_t deadline_ns, bool interrupt
                                bool try_only)
 {
     if (!cerb__lock_ok(l))
-        return cerb__error_set(CERB_EINVAL, "bad lock handle");
+        return cerb__lock_refused(l, "bad lock handle");
     cerb_client *c = l->client;
     struct cerb_slot *s = l->slot;
     uint64_t me = cerb__thread_id();
@@ -1075,7 +1083,7 @@ cerb_status cerb_lock_lock_interruptibly(cerb_lock *l)
 cerb_status cerb_lock_interrupt(cerb_lock *l)
 {
     if (!cerb__lock_ok(l))
-        return cerb__error_set(CERB_EINVAL, "bad lock handle");
+        return cerb__lock_refused(l, "bad lock handle");
     struct cerb_slot *s = l->slot;
     cerb__mutex_lock(&s->mu);
     if (!l->iwaiters)
@@ -1161,7 +1169,7 @@ static cerb_status release_hold(cerb_lock *l)
 cerb_status cerb_lock_unlock(cerb_lock *l)
 {
     if (!cerb__lock_ok(l))
-        return cerb__error_set(CERB_EINVAL, "bad lock handle");
+        return cerb__lock_refused(l, "bad lock handle");
     struct cerb_slot *s = l->slot;
     uint64_t me = cerb__thread_id();
 
@@ -1241,7 +1249,7 @@ enum cerb_lock_state cerb_lock_state(const cerb_lock *cl)
 cerb_status cerb_lock_on_lost(cerb_lock *l, void (*cb)(cerb_lock *, void *), void *ud)
 {
     if (!cerb__lock_ok(l))
-        return cerb__error_set(CERB_EINVAL, "bad lock handle");
+        return cerb__lock_refused(l, "bad lock handle");
     cerb__mutex_lock(&l->slot->mu);
     l->lost_cb = cb;
     l->lost_ud = ud;
@@ -1254,7 +1262,7 @@ cerb_status cerb_lock_free(cerb_lock *l)
     if (!l)
         return CERB_OK;
     if (!cerb__lock_ok(l))
-        return cerb__error_set(CERB_EINVAL, "bad lock handle");
+        return cerb__lock_refused(l, "bad lock handle");
     cerb_client *c = l->client;
     struct cerb_slot *s = l->slot;
     uint64_t me = cerb__thread_id();

@@ -175,7 +175,7 @@ cerb_status cerb_metrics_text(cerb_client *c, char **out)
         return cerb__error_set(CERB_EINVAL, "cerb_metrics_text: out is NULL");
     *out = NULL;
     if (!cerb__client_ok(c))
-        return cerb__error_set(CERB_EINVAL, "cerb_metrics_text: bad client");
+        return cerb__client_refused(c, "cerb_metrics_text");
     struct buf b = {cerb__malloc(4096), 0, 4096, false};
     if (!b.p)
         return cerb__error_set(CERB_ENOMEM, "cerb_metrics_text: out of memory");

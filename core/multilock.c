@@ -9,6 +9,7 @@
  */
 #include "internal_posix.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -16,6 +17,15 @@
 #include "clock.h"
 #include "error.h"
 #include "internal.h"
+
+/* EINVAL for element @i, which is not a valid lock (or its client is the
+ * parent's, in a forked child: then the text says so). */
+static cerb_status element_refused(const cerb_lock *l, size_t i)
+{
+    char what[64];
+    snprintf(what, sizeof what, "multilock: element %zu is not a valid lock", i);
+    return cerb__lock_refused(l, what);
+}
 
 static int by_name(const void *a, const void *b)
 {
@@ -29,7 +39,7 @@ static cerb_status sorted_copy(cerb_lock **locks, size_t n, cerb_lock ***out)
         return cerb__error_set(CERB_EINVAL, "multilock: locks is NULL");
     for (size_t i = 0; i < n; i++)
         if (!cerb__lock_ok(locks[i]))
-            return cerb__error_set(CERB_EINVAL, "multilock: element %zu is not a valid lock", i);
+            return element_refused(locks[i], i);
     cerb_lock **v = cerb__malloc((n ? n : 1) * sizeof *v);
     if (!v)
         return cerb__error_set(CERB_ENOMEM, "out of memory");
@@ -82,7 +92,7 @@ cerb_status cerb_multilock_unlock(cerb_lock **locks, size_t n)
         return cerb__error_set(CERB_EINVAL, "multilock: locks is NULL");
     for (size_t i = 0; i < n; i++)
         if (!cerb__lock_ok(locks[i]))
-            return cerb__error_set(CERB_EINVAL, "multilock: element %zu is not a valid lock", i);
+            return element_refused(locks[i], i);
     /* Reverse name order by selection, without allocating: a release path
      * must not be able to fail for want of memory. n is small. */
     size_t prev = n;

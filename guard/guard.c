@@ -453,7 +453,7 @@ cerb_status cerb_guard_begin(cerb_client *c, const char *scope, const void *key,
         return cerb__error_set(CERB_EINVAL, "cerb_guard_begin: out is NULL");
     *out = NULL;
     if (!cerb__client_ok(c))
-        return cerb__error_set(CERB_EINVAL, "cerb_guard_begin: bad client");
+        return cerb__client_refused(c, "cerb_guard_begin");
     cerb_status st = check_scope(c, scope);
     if (st != CERB_OK)
         return st;

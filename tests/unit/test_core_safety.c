@@ -584,8 +584,8 @@ static void test_retried_release_after_lost_reply(void **state)
 
 /*
  * Item 15: a forked child must not release (or otherwise use) its parent's
- * client: its calls are refused with CERB_EINVAL, and the parent's hold is
- * untouched.
+ * client: its calls are refused with CERB_EINVAL, naming the fork, and the
+ * parent's hold is untouched.
  */
 static void test_forked_child_refused(void **state)
 {
@@ -599,7 +599,13 @@ static void test_forked_child_refused(void **state)
         /* The child's copy of the calling thread "holds" the lock. */
         int bad = 0;
         bad |= cerb_lock_unlock(l) != CERB_EINVAL;
+        /* The error says why (issue 25): the client is the parent's. */
+        bad |= (strstr(cerb_last_error(), "fork()") == NULL) << 1;
         bad |= cerb_lock_trylock(l) != CERB_EINVAL;
+        bad |= (strstr(cerb_last_error(), "fork()") == NULL) << 2;
+        cerb_lock *l2 = NULL;
+        bad |= (cerb_lock_new(c, "fork-child-2", NULL, &l2) != CERB_EINVAL) << 3;
+        bad |= (strstr(cerb_last_error(), "fork()") == NULL) << 4;
         bad |= cerb_lock_fencing_token(l) != 0;
         _exit(bad);
     }
