@@ -21,6 +21,14 @@ const char *cerb_strerror(cerb_status st)
     return "unknown status";
 }
 
+#define CERB__STR(x) #x
+#define CERB__XSTR(x) CERB__STR(x)
+const char *cerb_version(void)
+{
+    return CERB__XSTR(CERB_VERSION_MAJOR) "." CERB__XSTR(CERB_VERSION_MINOR) "." CERB__XSTR(
+        CERB_VERSION_PATCH);
+}
+
 const char *cerb_status_name(cerb_status st)
 {
     switch (st) {

@@ -81,6 +81,15 @@ const char *cerb_strerror(cerb_status status);
 const char *cerb_status_name(cerb_status status);
 
 /**
+ * cerb_version — the version of the library loaded at run time, as
+ * "MAJOR.MINOR.PATCH", which may differ from the CERB_VERSION_* macros a
+ * program was compiled with. The soname's number (libcerberus.so.0) changes
+ * only when the ABI breaks; functions are only ever added within it.
+ * Returns: a static string. Thread-safety: safe from any thread.
+ */
+const char *cerb_version(void);
+
+/**
  * cerb_last_error — detailed text of the last failure on this thread, such as
  * `config:12: unknown engine "redsi"`.
  * Returns: a thread-local string, valid until the next Cerberus call on this
