@@ -211,7 +211,7 @@ void cerb_client_close(cerb_client *c)
         cerb_lock *l = c->handles;
         struct cerb_slot *s = l->slot;
         if (s->hold && s->hold->owner_handle == l) {
-            struct cerb_hold *h = s->hold;
+            struct cerb_engine_hold *h = s->hold;
             struct cerb_client_engine *ce = &c->engines[h->engine_idx];
             if (silent[h->engine_idx]) {
                 left[h->engine_idx]++;
@@ -221,7 +221,7 @@ void cerb_client_close(cerb_client *c)
                     silent[h->engine_idx] = true; /* not answering: leases end the rest */
             }
             while (h->claims) { /* claims on engines switched from (lock.c) */
-                struct cerb_hold *k = h->claims;
+                struct cerb_engine_hold *k = h->claims;
                 h->claims = k->claim_next;
                 struct cerb_client_engine *ke = &c->engines[k->engine_idx];
                 if (!silent[k->engine_idx]) {

@@ -253,7 +253,7 @@ int64_t cerb__closure_cap(cerb_client *c, uint32_t mask)
     return cap;
 }
 
-int64_t cerb__hold_until(cerb_client *c, const struct cerb_hold *h)
+int64_t cerb__hold_until(cerb_client *c, const struct cerb_engine_hold *h)
 {
     int64_t until = h->valid_until_ns;
     if (h->relies) {

@@ -47,7 +47,7 @@ void cerb__inflight_follow_switch(cerb_client *c, int to)
     for (struct cerb_waiter *w = c->inflight; w; w = w->cnext) {
         struct cerb_slot *s = w->handle->slot;
         cerb__mutex_lock(&s->mu);
-        struct cerb_hold *h = w->engine_hold;
+        struct cerb_engine_hold *h = w->engine_hold;
         if (h && h->engine_idx != to) {
             atomic_store(&w->moved, 1);
             atomic_store(&w->stop, 1);

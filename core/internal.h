@@ -23,6 +23,7 @@
 #include "../failover/breaker.h"
 #include "cerberus.h"
 #include "engine.h"
+#include "error.h"
 #include "metrics.h"
 #include "sync.h"
 
@@ -89,7 +90,7 @@ struct cerb_client_engine {
     uint64_t transitions;
 };
 
-struct cerb_hold;
+struct cerb_engine_hold;
 struct cerb_slot;
 struct cerb_watchdog;
 
@@ -101,7 +102,7 @@ struct cerb_waiter {
     cerb_cond cond;                     /* signalled when it may proceed */
     bool interruptible;
     atomic_int interrupted;
-    struct cerb_hold *engine_hold;      /* set while it calls the engine */
+    struct cerb_engine_hold *engine_hold;      /* set while it calls the engine */
     /* The flag the engine watches while this waiter is in acquire(): set
      * by an interrupt, or by a switch (with `moved`), which makes the
      * acquisition carry on on the new engine. */
@@ -111,7 +112,7 @@ struct cerb_waiter {
     struct cerb_waiter *cnext, *cprev;  /* client's in-engine list */
 };
 
-struct cerb_hold {
+struct cerb_engine_hold {
     cerb_engine_lock lk;                 /* lk.name points at slot->name */
     struct cerb_slot *slot;
     int engine_idx;
@@ -128,7 +129,7 @@ struct cerb_hold {
     bool lost_reported;
     cerb_lock *owner_handle;             /* whose lost callback to call */
     /* watchdog bookkeeping, under the watchdog mutex */
-    struct cerb_hold *wd_next, *wd_prev;
+    struct cerb_engine_hold *wd_next, *wd_prev;
     bool wd_linked, wd_busy;
     int renew_failures;
     int64_t orphan_until_ns;             /* orphans: give up after this */
@@ -139,9 +140,9 @@ struct cerb_hold {
      * and released with it, so that engine itself refuses processes that
      * did not switch. A claim has claim_of set; its loss while that engine
      * answers ("not owner", session expired) makes claim_of LOST. */
-    struct cerb_hold *claim_of;
-    struct cerb_hold *claims;            /* this hold's claims (claim_next) */
-    struct cerb_hold *claim_next;
+    struct cerb_engine_hold *claim_of;
+    struct cerb_engine_hold *claims;            /* this hold's claims (claim_next) */
+    struct cerb_engine_hold *claim_next;
     int64_t failing_since_ns;            /* first failed renewal since the
                                             last good one; 0 = none */
     /* Engines (bit i) whose closure record this grant relied on instead of
@@ -159,7 +160,7 @@ struct cerb_slot {
     bool occupied;                       /* a thread holds or is acquiring */
     uint64_t holder_tid;                 /* 0 = none */
     unsigned count;                      /* reentrant holds */
-    struct cerb_hold *hold;
+    struct cerb_engine_hold *hold;
     /* Engine i said the name was free after its closure record was seen
      * (closure.c), under closure_gen free_gen[i]; 0 = not asked. Only the
      * thread that occupies the slot reads or writes it. */
@@ -180,6 +181,45 @@ struct cerb_lock {
     void (*lost_cb)(cerb_lock *, void *);
     void *lost_ud;
     cerb_lock *next, *prev;              /* client's handle list */
+    struct cerb_hold *as_hold;           /* the hold object this handle is
+                                            part of (hold.c), else NULL */
+};
+
+/* slot->holder_tid of a hold owned by an object (hold.c): no thread's id
+ * (cerb__thread_id counts from 1), so no thread re-enters it. Which object
+ * holds it is s->hold->owner_handle, the hold's private handle. */
+#define CERB_HOLDER_OBJECT UINT64_MAX
+#define CERB_HOLD_MAGIC 0x484f4c44u   /* "HOLD" */
+
+/*
+ * A hold owned by an object (cerb_lock_acquire). It embeds a private lock
+ * handle, first, through which it waits, holds and is told of a loss like
+ * any handle: one allocation, so the callback thread that keeps a handle's
+ * memory alive while its callback runs (notify.c) keeps the hold's too.
+ */
+struct cerb_hold {
+    cerb_lock l;                         /* first (see above) */
+    atomic_uint magic;
+    /* Held across a release, so that a second release or the free waits
+     * for one in flight instead of freeing what it still uses. */
+    cerb_mutex release_mu;
+    bool released;                       /* under release_mu */
+    uint64_t fence;
+    /* under l.slot->mu */
+    void (*cb)(struct cerb_hold *, void *);
+    void *cb_ud;
+    bool told;                           /* a lost callback was queued */
+    char err[CERB_ERROR_MAX];            /* the last failed call's text */
+};
+
+/* A cancel (cancel.c): fire ends the call it is attached to. */
+struct cerb_cancel {
+    cerb_mutex mu;                       /* before any slot->mu */
+    atomic_int fired;
+    bool in_use;                         /* a call has it (mu) */
+    cerb_lock *waiting;                  /* that call's handle, when it can be
+                                            interrupted (mu) */
+    char err[CERB_ERROR_MAX];
 };
 
 #define CERB_NAME_BUCKETS 256
@@ -283,7 +323,13 @@ void cerb__slot_put(cerb_client *c, struct cerb_slot *s);
 cerb_status cerb__client_open_manual(cerb_client **out, const char *path);
 
 /* lock.c */
+/* A live handle the API may take: not a hold object's private handle
+ * (a cerb_hold * passed where a cerb_lock * is expected). */
 bool cerb__lock_ok(const cerb_lock *l);
+/* A live handle, a hold's private one included (hold.c, cancel.c). */
+bool cerb__lock_alive(const cerb_lock *l);
+/* cerb_lock_interrupt for any live handle. */
+void cerb__lock_interrupt(cerb_lock *l);
 /* EINVAL for a handle cerb__lock_ok refused: "@what", or why its client
  * cannot be used in a forked child. */
 cerb_status cerb__lock_refused(const cerb_lock *l, const char *what);
@@ -295,6 +341,27 @@ void cerb__inflight_follow_switch(cerb_client *c, int to);
 cerb_status cerb__lock_acquire(cerb_lock *l, int64_t deadline_ns, bool interruptible,
                                bool try_only);
 cerb_status cerb__lock_release_all(cerb_lock *l);
+/* An acquisition for thread `me` (reentrant) or for CERB_HOLDER_OBJECT
+ * (not reentrant: the handle's hold object). */
+cerb_status cerb__lock_acquire_as(cerb_lock *l, int64_t deadline_ns, bool interruptible,
+                                  bool try_only, uint64_t me);
+/* Release the object hold of handle l; CERB_NOT_OWNER when it has none. */
+cerb_status cerb__lock_release_object(cerb_lock *l);
+/* A handle filled with its options: join @name's slot and the client's
+ * list, and come alive (magic). */
+cerb_status cerb__lock_enlist(cerb_client *c, const char *name, cerb_lock *l);
+/* Leave the client's list and the slot, and free l (or leave it to the
+ * callback thread while its lost callback runs). Holds nothing. */
+void cerb__lock_retire(cerb_lock *l);
+/* cancel.c: take @k for one call through handle @l (NULL: a call that
+ * cannot be interrupted midway). CERB_OK, CERB_INTERRUPTED (already
+ * fired) or CERB_EINVAL (another call has it). */
+cerb_status cerb__cancel_attach(cerb_cancel *k, cerb_lock *l);
+/* A call given @k (may be NULL) failed before attaching it: keep its
+ * text there too, unless another call has it. Returns st. */
+cerb_status cerb__cancel_note(cerb_cancel *k, cerb_status st);
+/* The call is over: keep its error text (none for CERB_OK) and let go. */
+void cerb__cancel_detach(cerb_cancel *k, cerb_status st);
 
 /* waitq.c — the local FIFO per slot. slot->mu held for all. */
 void cerb__waitq_push(struct cerb_slot *s, struct cerb_waiter *w);
@@ -318,15 +385,15 @@ int64_t cerb__watchdog_step(cerb_client *c);
  * returns when it wants to look again. */
 int64_t cerb__watchdog_deadlines(cerb_client *c);
 /* Start tracking a fresh hold (renewal and loss detection). */
-void cerb__watchdog_add(cerb_client *c, struct cerb_hold *h);
+void cerb__watchdog_add(cerb_client *c, struct cerb_engine_hold *h);
 /* Stop tracking; withdraws a queued renewal of h and waits for one on the
  * wire (one engine call, bounded by its op timeout), so that a release is
  * never overtaken by a renewal. Never waits for a callback. */
-void cerb__watchdog_remove(cerb_client *c, struct cerb_hold *h);
+void cerb__watchdog_remove(cerb_client *c, struct cerb_engine_hold *h);
 /* Take over a hold whose acquire may have landed on a failing engine:
  * release it there in the background until definite, or until its lease
  * must have run out; then free it. */
-void cerb__watchdog_orphan(cerb_client *c, struct cerb_hold *h);
+void cerb__watchdog_orphan(cerb_client *c, struct cerb_engine_hold *h);
 /* Engine event sink (cerb_engine_env.event). */
 void cerb__watchdog_event(void *ud, cerb_engine_event ev, const char *name,
                           const char *token);
@@ -341,6 +408,9 @@ bool cerb__notify_lost(cerb_client *c, cerb_lock *l, void (*cb)(cerb_lock *, voi
 /* Queue guard attempt g's lost callback (guard_renew.c); as above. */
 bool cerb__notify_guard_lost(cerb_client *c, cerb_guard *g, void (*cb)(cerb_guard *, void *),
                              void *ud);
+/* Queue hold object h's lost callback (watchdog.c, hold.c); as above. */
+bool cerb__notify_hold_lost(cerb_client *c, struct cerb_hold *h, void (*cb)(cerb_hold *, void *),
+                            void *ud);
 /* Queue a switch callback (names copied), if one is registered. */
 void cerb__notify_switch(cerb_client *c, const char *from, const char *to, const char *why);
 void cerb__notify_set_switch_cb(cerb_client *c,
@@ -421,7 +491,7 @@ uint32_t cerb__closure_relied(cerb_client *c, int idx);
  * CERB_DEADLINE_NEVER for none. */
 int64_t cerb__closure_cap(cerb_client *c, uint32_t mask);
 /* A hold's deadline with the bound of the records it relies on. */
-int64_t cerb__hold_until(cerb_client *c, const struct cerb_hold *h);
+int64_t cerb__hold_until(cerb_client *c, const struct cerb_engine_hold *h);
 /* The probe thread: the reload asked for, if any (at most every 200 ms);
  * closure_reloads counts the requests handled. */
 void cerb__closure_reload_if_wanted(cerb_client *c);

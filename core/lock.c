@@ -39,10 +39,15 @@
 
 static const atomic_int never_interrupted;
 
-bool cerb__lock_ok(const cerb_lock *l)
+bool cerb__lock_alive(const cerb_lock *l)
 {
     return l && atomic_load(&((cerb_lock *)l)->magic) == CERB_LOCK_MAGIC &&
            cerb__client_ok(l->client);
+}
+
+bool cerb__lock_ok(const cerb_lock *l)
+{
+    return cerb__lock_alive(l) && !l->as_hold;
 }
 
 cerb_status cerb__lock_refused(const cerb_lock *l, const char *what)
@@ -75,7 +80,7 @@ static uint64_t fence_floor(cerb_client *c, int idx, int64_t epoch)
     return floor;
 }
 
-static void fence_granted(cerb_client *c, struct cerb_hold *h)
+static void fence_granted(cerb_client *c, struct cerb_engine_hold *h)
 {
     struct cerb_client_engine *ce = &c->engines[h->engine_idx];
     uint64_t m = atomic_load(&ce->max_fence);
@@ -167,17 +172,26 @@ cerb_status cerb_lock_new(cerb_client *c, const char *name, const cerb_lock_opts
     cerb_lock *l = cerb__calloc(1, sizeof *l);
     if (!l)
         return cerb__error_set(CERB_ENOMEM, "out of memory");
-    l->slot = cerb__slot_get(c, name);
-    if (!l->slot) {
-        cerb__free(l);
-        return cerb__error_set(CERB_ENOMEM, "out of memory");
-    }
-    l->client = c;
     l->lease_ms = o.lease_ms;
     l->renew = o.renew;
     l->fair = o.fair;
     l->renew_set = o.renew >= 0;
     l->fair_set = o.fair >= 0;
+    st = cerb__lock_enlist(c, name, l);
+    if (st != CERB_OK) {
+        cerb__free(l);
+        return st;
+    }
+    *out = l;
+    return CERB_OK;
+}
+
+cerb_status cerb__lock_enlist(cerb_client *c, const char *name, cerb_lock *l)
+{
+    l->slot = cerb__slot_get(c, name);
+    if (!l->slot)
+        return cerb__error_set(CERB_ENOMEM, "out of memory");
+    l->client = c;
     cerb__mutex_lock(&c->mu);
     l->next = c->handles;
     if (c->handles)
@@ -185,13 +199,12 @@ cerb_status cerb_lock_new(cerb_client *c, const char *name, const cerb_lock_opts
     c->handles = l;
     cerb__mutex_unlock(&c->mu);
     atomic_store(&l->magic, CERB_LOCK_MAGIC);
-    *out = l;
     return CERB_OK;
 }
 
 /* ---- the engine call with retries and ambiguity settling ---- */
 
-static void hold_free(struct cerb_hold *h)
+static void hold_free(struct cerb_engine_hold *h)
 {
     if (!h)
         return;
@@ -199,9 +212,9 @@ static void hold_free(struct cerb_hold *h)
     cerb__free(h);
 }
 
-static struct cerb_hold *hold_new(cerb_client *c, struct cerb_slot *s, int idx, int64_t epoch)
+static struct cerb_engine_hold *hold_new(cerb_client *c, struct cerb_slot *s, int idx, int64_t epoch)
 {
-    struct cerb_hold *h = cerb__calloc(1, sizeof *h);
+    struct cerb_engine_hold *h = cerb__calloc(1, sizeof *h);
     if (!h)
         return NULL;
     size_t psz = c->engines[idx].ops->lock_priv_size;
@@ -233,7 +246,7 @@ static bool hard_error(cerb_status st)
  * not), or the last error when no answer came in retry.max + 1 tries — one
  * for a trylock (deadline 0), whose documented bound is one re-check.
  */
-static cerb_status settle(cerb_client *c, struct cerb_client_engine *ce, struct cerb_hold *h,
+static cerb_status settle(cerb_client *c, struct cerb_client_engine *ce, struct cerb_engine_hold *h,
                           const struct cerb_retry_config *rc, int64_t deadline_ns,
                           cerb_grant *g)
 {
@@ -270,11 +283,11 @@ static cerb_status settle(cerb_client *c, struct cerb_client_engine *ce, struct 
  * dead server. slot->mu guards the swap: an interrupt may be looking at the
  * hold through the waiter.
  */
-static cerb_status rehome(cerb_client *c, struct cerb_hold **hp, struct cerb_waiter *w, int to,
+static cerb_status rehome(cerb_client *c, struct cerb_engine_hold **hp, struct cerb_waiter *w, int to,
                           int64_t epoch, bool maybe_landed)
 {
-    struct cerb_hold *old = *hp;
-    struct cerb_hold *h = hold_new(c, old->slot, to, epoch);
+    struct cerb_engine_hold *old = *hp;
+    struct cerb_engine_hold *h = hold_new(c, old->slot, to, epoch);
     if (!h)
         return cerb__error_set(CERB_ENOMEM, "out of memory");
     h->lk.lease_ms = old->lk.lease_ms;
@@ -310,9 +323,9 @@ static cerb_status rehome(cerb_client *c, struct cerb_hold **hp, struct cerb_wai
 
 /* Take h's claims out of the watchdog (before h itself, so no claim can
  * report h LOST while it is being released). */
-static void claims_unwatch(cerb_client *c, struct cerb_hold *h)
+static void claims_unwatch(cerb_client *c, struct cerb_engine_hold *h)
 {
-    for (struct cerb_hold *k = h->claims; k; k = k->claim_next)
+    for (struct cerb_engine_hold *k = h->claims; k; k = k->claim_next)
         cerb__watchdog_remove(c, k);
 }
 
@@ -322,12 +335,12 @@ static void claims_unwatch(cerb_client *c, struct cerb_hold *h)
  * a claim was found gone ("not owner") although it had not been given up:
  * someone may have been granted the name there during the hold.
  */
-static bool claims_drop(cerb_client *c, struct cerb_hold *h)
+static bool claims_drop(cerb_client *c, struct cerb_engine_hold *h)
 {
     bool intact = true;
     claims_unwatch(c, h);
     while (h->claims) {
-        struct cerb_hold *k = h->claims;
+        struct cerb_engine_hold *k = h->claims;
         h->claims = k->claim_next;
         struct cerb_client_engine *ce = &c->engines[k->engine_idx];
         bool quiet = atomic_load(&k->state) != CERB_LOCK_VALID; /* dormant or over */
@@ -351,12 +364,12 @@ static bool claims_drop(cerb_client *c, struct cerb_hold *h)
  * the engine answered), or CERB_BUSY with the reason (held there: the
  * caller undoes the grant).
  */
-static cerb_status claims_take(cerb_client *c, struct cerb_hold *h)
+static cerb_status claims_take(cerb_client *c, struct cerb_engine_hold *h)
 {
     for (size_t i = 0; i < c->n_engines; i++) {
         if ((int)i == h->engine_idx || !cerb__gate_claimable(c, (int)i))
             continue;
-        struct cerb_hold *k = hold_new(c, h->slot, (int)i, h->epoch);
+        struct cerb_engine_hold *k = hold_new(c, h->slot, (int)i, h->epoch);
         if (!k)
             return cerb__error_set(CERB_ENOMEM, "out of memory for a claim on engine %s",
                                    c->engines[i].name);
@@ -407,9 +420,9 @@ static cerb_status claims_take(cerb_client *c, struct cerb_hold *h)
  * engine, the acquisition goes on with a fresh hold and token there. When
  * the release gets no answer, the old hold goes to the background release.
  */
-static cerb_status undo_grant(cerb_client *c, struct cerb_hold **hp, struct cerb_waiter *w)
+static cerb_status undo_grant(cerb_client *c, struct cerb_engine_hold **hp, struct cerb_waiter *w)
 {
-    struct cerb_hold *h = *hp;
+    struct cerb_engine_hold *h = *hp;
     claims_drop(c, h);
     struct cerb_client_engine *ce = &c->engines[h->engine_idx];
     cerb_status st = cerb__engine_release(ce->ops, ce->e, &h->lk);
@@ -428,7 +441,7 @@ static cerb_status undo_grant(cerb_client *c, struct cerb_hold **hp, struct cerb
  * to the background release when a request was @sent — a hand-off may have
  * landed) or left alone when its engine is current again.
  */
-static bool follow_switch(cerb_client *c, struct cerb_hold **hp, struct cerb_waiter *w, bool sent)
+static bool follow_switch(cerb_client *c, struct cerb_engine_hold **hp, struct cerb_waiter *w, bool sent)
 {
     if (atomic_load(&w->interrupted) || !atomic_exchange(&w->moved, 0))
         return false;
@@ -471,7 +484,7 @@ static bool follow_switch(cerb_client *c, struct cerb_hold **hp, struct cerb_wai
 /* An acquisition in progress on the engines. */
 struct acq {
     cerb_client *c;
-    struct cerb_hold **hp;        /* the hold; replaced when it moves */
+    struct cerb_engine_hold **hp;        /* the hold; replaced when it moves */
     struct cerb_waiter *w;
     int64_t deadline_ns;          /* 0: one try, no wait */
     const atomic_int *intr;
@@ -517,7 +530,7 @@ static void acq_choose(struct acq *a)
 /* After a switch, the engine we left must agree first. */
 static enum acq_next acq_gate(struct acq *a)
 {
-    struct cerb_hold *h = *a->hp;
+    struct cerb_engine_hold *h = *a->hp;
     cerb_status st = cerb__switch_gate(a->c, h->engine_idx, h->slot, a->deadline_ns, &a->w->stop);
     if (st == CERB_INTERRUPTED && follow_switch(a->c, a->hp, a->w, false))
         return ACQ_RESTART;
@@ -537,7 +550,7 @@ static enum acq_next acq_gate(struct acq *a)
 static enum acq_next acq_closed(struct acq *a)
 {
     cerb_client *c = a->c;
-    struct cerb_hold *h = *a->hp;
+    struct cerb_engine_hold *h = *a->hp;
     char why[CERB_ERROR_MAX];
     cerb__error_copy(why, sizeof why);
     uint64_t done0 = atomic_load(&c->closure_reloads);
@@ -573,7 +586,7 @@ static enum acq_next acq_closed(struct acq *a)
 static enum acq_next acq_try(struct acq *a)
 {
     cerb_client *c = a->c;
-    struct cerb_hold *h = *a->hp;
+    struct cerb_engine_hold *h = *a->hp;
     struct cerb_client_engine *ce = &c->engines[h->engine_idx];
     a->t0 = cerb_monotime();
     h->lk.fence_floor = (ce->ops->caps & CERB_CAP_FENCE_FLOOR)
@@ -619,7 +632,7 @@ static bool acq_move(struct acq *a, bool maybe_landed)
 static enum acq_next acq_failed(struct acq *a)
 {
     cerb_client *c = a->c;
-    struct cerb_hold *h = *a->hp;
+    struct cerb_engine_hold *h = *a->hp;
     struct cerb_client_engine *ce = &c->engines[h->engine_idx];
     cerb__health_fail(c, h->engine_idx, "acquire");
     bool unknown = a->g.outcome == CERB_OUTCOME_UNKNOWN;
@@ -672,7 +685,7 @@ static enum acq_next acq_failed(struct acq *a)
 static int64_t acq_valid_until(const struct acq *a)
 {
     int64_t until = cerb__grant_deadline(&a->g);
-    for (struct cerb_hold *k = (*a->hp)->claims; k; k = k->claim_next)
+    for (struct cerb_engine_hold *k = (*a->hp)->claims; k; k = k->claim_next)
         if (k->valid_until_ns < until)
             until = k->valid_until_ns;
     return until;
@@ -687,11 +700,11 @@ static int64_t acq_valid_until(const struct acq *a)
 static enum acq_next acq_give_back(struct acq *a, cerb_status st, const char *why)
 {
     cerb_client *c = a->c;
-    struct cerb_hold *h = *a->hp;
+    struct cerb_engine_hold *h = *a->hp;
     snprintf(a->why, sizeof a->why, "%s", why);
     claims_unwatch(c, h);
     while (h->claims) {
-        struct cerb_hold *k = h->claims;
+        struct cerb_engine_hold *k = h->claims;
         h->claims = k->claim_next;
         cerb__watchdog_orphan(c, k);
     }
@@ -716,7 +729,7 @@ static enum acq_next acq_give_back(struct acq *a, cerb_status st, const char *wh
  */
 static cerb_status acq_extend(struct acq *a)
 {
-    struct cerb_hold *h = *a->hp;
+    struct cerb_engine_hold *h = *a->hp;
     if (a->g.ttl_ms <= 0 || a->g.ttl_ms >= h->lk.lease_ms)
         return CERB_OK;
     struct cerb_client_engine *ce = &a->c->engines[h->engine_idx];
@@ -743,7 +756,7 @@ static cerb_status acq_extend(struct acq *a)
 static enum acq_next acq_confirm(struct acq *a)
 {
     cerb_client *c = a->c;
-    struct cerb_hold *h = *a->hp;
+    struct cerb_engine_hold *h = *a->hp;
     /* Taken now, before anything slow: an engine skipped here for its
      * record stays relied on even if the record's trust lapses before the
      * grant is registered (acq_lease). */
@@ -789,7 +802,7 @@ static enum acq_next acq_confirm(struct acq *a)
 /* The grant's deadline and first renewal. */
 static void acq_lease(struct acq *a)
 {
-    struct cerb_hold *h = *a->hp;
+    struct cerb_engine_hold *h = *a->hp;
     const cerb_grant *g = &a->g;
     atomic_fetch_add(&a->c->engines[h->engine_idx].acquires, 1);
     h->fence = g->fence;
@@ -797,14 +810,14 @@ static void acq_lease(struct acq *a)
     /* No longer than its claims from the start (the watchdog keeps it so
      * at each renewal): a claim's engine may promise less (a session's
      * remaining TTL), and cerb_lock_state reads this deadline alone. */
-    for (struct cerb_hold *k = h->claims; k; k = k->claim_next)
+    for (struct cerb_engine_hold *k = h->claims; k; k = k->claim_next)
         if (k->valid_until_ns < h->valid_until_ns)
             h->valid_until_ns = k->valid_until_ns;
     /* Engines that took no claim because their record closes them: this
      * hold relies on their records instead, a bound the watchdog applies as
      * they are read (closure.c, cerb__closure_cap). */
     h->relies = a->relied | cerb__closure_relied(a->c, h->engine_idx);
-    for (struct cerb_hold *k = h->claims; k; k = k->claim_next)
+    for (struct cerb_engine_hold *k = h->claims; k; k = k->claim_next)
         h->relies &= ~(1u << k->engine_idx);
     int64_t eff = g->ttl_ms > 0 && g->ttl_ms < h->lk.lease_ms ? g->ttl_ms : h->lk.lease_ms;
     if (g->ttl_ms > 0 && g->ttl_ms < h->lk.lease_ms) {
@@ -829,7 +842,7 @@ static void acq_lease(struct acq *a)
     }
 }
 
-static cerb_status engine_acquire(cerb_client *c, struct cerb_hold **hp, struct cerb_waiter *w,
+static cerb_status engine_acquire(cerb_client *c, struct cerb_engine_hold **hp, struct cerb_waiter *w,
                                   int64_t deadline_ns, const atomic_int *intr,
                                   const struct cerb_retry_config *rc)
 {
@@ -883,7 +896,7 @@ static void iwaiter_unlink(cerb_lock *l, struct cerb_waiter *w)
  * *st is then the outcome. slot->mu held. */
 static bool reenter(cerb_client *c, struct cerb_slot *s, uint64_t me, cerb_status *st)
 {
-    if (s->holder_tid != me)
+    if (s->holder_tid != me || me == CERB_HOLDER_OBJECT)
         return false;
     /* The deadline is the truth even before the watchdog marked it. */
     if (atomic_load(&s->hold->state) == CERB_LOCK_LOST ||
@@ -900,7 +913,7 @@ static bool reenter(cerb_client *c, struct cerb_slot *s, uint64_t me, cerb_statu
  * (a try does not wait). CERB_OK leaves w registered on the handle; any
  * other outcome has undone that. slot->mu held. */
 static cerb_status line_up(cerb_lock *l, struct cerb_waiter *w, int64_t deadline_ns,
-                           bool interruptible, bool try_only)
+                           bool interruptible, bool try_only, uint64_t me)
 {
     struct cerb_slot *s = l->slot;
     memset(w, 0, sizeof *w);
@@ -927,14 +940,17 @@ static cerb_status line_up(cerb_lock *l, struct cerb_waiter *w, int64_t deadline
     l->nwaiting--;
     cerb__cond_destroy(&w->cond);
     if (st == CERB_BUSY)
-        return cerb__error_set(st, "lock \"%s\" is held by another thread of this process", s->name);
+        return cerb__error_set(st, "lock \"%s\" is held %s", s->name,
+                               s->holder_tid == CERB_HOLDER_OBJECT ? "by a hold object of this process"
+                               : s->holder_tid == me ? "by this thread (holds are not reentrant)"
+                                                     : "by another thread of this process");
     return cerb__error_set(st, "lock \"%s\": %s", s->name, cerb_strerror(st));
 }
 
 /* Step 3: the head takes the slot and a hold for the engines, on the
  * engine and epoch of the route. slot->mu held. */
 static cerb_status start_hold(cerb_lock *l, struct cerb_waiter *w, struct cerb_call_cfg *cc,
-                              struct cerb_hold **hp)
+                              struct cerb_engine_hold **hp)
 {
     cerb_client *c = l->client;
     struct cerb_slot *s = l->slot;
@@ -943,7 +959,7 @@ static cerb_status start_hold(cerb_lock *l, struct cerb_waiter *w, struct cerb_c
     cerb__client_call_cfg(c, cc);
     int64_t epoch;
     int idx = cerb__route(c, &epoch);
-    struct cerb_hold *h = hold_new(c, s, idx, epoch);
+    struct cerb_engine_hold *h = hold_new(c, s, idx, epoch);
     cerb_status st;
     if (!h) {
         st = cerb__error_set(CERB_ENOMEM, "out of memory");
@@ -959,7 +975,7 @@ static cerb_status start_hold(cerb_lock *l, struct cerb_waiter *w, struct cerb_c
 }
 
 /* Step 5: register the grant, or give the slot back. slot->mu held. */
-static void finish(cerb_lock *l, struct cerb_waiter *w, struct cerb_hold *h, uint64_t me,
+static void finish(cerb_lock *l, struct cerb_waiter *w, struct cerb_engine_hold *h, uint64_t me,
                    cerb_status st)
 {
     cerb_client *c = l->client;
@@ -987,17 +1003,16 @@ static void finish(cerb_lock *l, struct cerb_waiter *w, struct cerb_hold *h, uin
     s->count = 1;
 }
 
-cerb_status cerb__lock_acquire(cerb_lock *l, int64_t deadline_ns, bool interruptible,
-                               bool try_only)
+cerb_status cerb__lock_acquire_as(cerb_lock *l, int64_t deadline_ns, bool interruptible,
+                                  bool try_only, uint64_t me)
 {
-    if (!cerb__lock_ok(l))
+    if (!cerb__lock_alive(l))
         return cerb__lock_refused(l, "bad lock handle");
     cerb_client *c = l->client;
     struct cerb_slot *s = l->slot;
-    uint64_t me = cerb__thread_id();
     struct cerb_call_cfg cc;
     struct cerb_waiter w;
-    struct cerb_hold *h = NULL;
+    struct cerb_engine_hold *h = NULL;
     cerb_status st;
 
     int64_t called_ns = cerb_monotime();
@@ -1011,7 +1026,7 @@ cerb_status cerb__lock_acquire(cerb_lock *l, int64_t deadline_ns, bool interrupt
         cerb__mutex_unlock(&s->mu);
         return cerb__error_set(CERB_INTERRUPTED, "interrupted");
     }
-    st = line_up(l, &w, deadline_ns, interruptible, try_only);
+    st = line_up(l, &w, deadline_ns, interruptible, try_only, me);
     if (st != CERB_OK) {
         cerb__mutex_unlock(&s->mu);
         return st;
@@ -1051,9 +1066,17 @@ cerb_status cerb__lock_acquire(cerb_lock *l, int64_t deadline_ns, bool interrupt
                         h->granted_ns - called_ns);
     atomic_fetch_add_explicit(&c->holds_in_force, 1, memory_order_relaxed);
     cerb__watchdog_add(c, h);
-    for (struct cerb_hold *k = h->claims; k; k = k->claim_next)
+    for (struct cerb_engine_hold *k = h->claims; k; k = k->claim_next)
         cerb__watchdog_add(c, k);
     return CERB_OK;
+}
+
+cerb_status cerb__lock_acquire(cerb_lock *l, int64_t deadline_ns, bool interruptible,
+                               bool try_only)
+{
+    if (!cerb__lock_ok(l))
+        return cerb__lock_refused(l, "bad lock handle");
+    return cerb__lock_acquire_as(l, deadline_ns, interruptible, try_only, cerb__thread_id());
 }
 
 cerb_status cerb_lock_lock(cerb_lock *l)
@@ -1084,6 +1107,12 @@ cerb_status cerb_lock_interrupt(cerb_lock *l)
 {
     if (!cerb__lock_ok(l))
         return cerb__lock_refused(l, "bad lock handle");
+    cerb__lock_interrupt(l);
+    return CERB_OK;
+}
+
+void cerb__lock_interrupt(cerb_lock *l)
+{
     struct cerb_slot *s = l->slot;
     cerb__mutex_lock(&s->mu);
     if (!l->iwaiters)
@@ -1099,12 +1128,11 @@ cerb_status cerb_lock_interrupt(cerb_lock *l)
         }
     }
     cerb__mutex_unlock(&s->mu);
-    return CERB_OK;
 }
 
 /* ---- release ---- */
 
-static cerb_status engine_release(cerb_client *c, struct cerb_hold *h)
+static cerb_status engine_release(cerb_client *c, struct cerb_engine_hold *h)
 {
     struct cerb_client_engine *ce = &c->engines[h->engine_idx];
     struct cerb_call_cfg cc;
@@ -1137,7 +1165,7 @@ static cerb_status release_hold(cerb_lock *l)
 {
     cerb_client *c = l->client;
     struct cerb_slot *s = l->slot;
-    struct cerb_hold *h = s->hold;
+    struct cerb_engine_hold *h = s->hold;
 
     claims_unwatch(c, h);
     cerb__watchdog_remove(c, h);
@@ -1150,10 +1178,11 @@ static cerb_status release_hold(cerb_lock *l)
      * keep refusing the processes that did not switch. */
     if (!claims_drop(c, h))
         was_lost = true;
+    const char *verb = l->as_hold ? "release" : "unlock";
     if (was_lost || st == CERB_NOT_OWNER)
-        st = cerb__error_set(CERB_LOST, "lock \"%s\" had been lost before unlock", s->name);
+        st = cerb__error_set(CERB_LOST, "lock \"%s\" had been lost before %s", s->name, verb);
     else if (st != CERB_OK)
-        cerb__error_prefix("unlock \"%s\" (the lease will expire by itself)", s->name);
+        cerb__error_prefix("%s \"%s\" (the lease will expire by itself)", verb, s->name);
 
     cerb__mutex_lock(&s->mu);
     s->hold = NULL;
@@ -1184,6 +1213,15 @@ cerb_status cerb_lock_unlock(cerb_lock *l)
     }
     cerb__mutex_unlock(&s->mu);
     return release_hold(l);
+}
+
+cerb_status cerb__lock_release_object(cerb_lock *l)
+{
+    struct cerb_slot *s = l->slot;
+    cerb__mutex_lock(&s->mu);
+    bool mine = s->holder_tid == CERB_HOLDER_OBJECT && s->hold && s->hold->owner_handle == l;
+    cerb__mutex_unlock(&s->mu);
+    return mine ? release_hold(l) : CERB_NOT_OWNER;
 }
 
 cerb_status cerb__lock_release_all(cerb_lock *l)
@@ -1263,7 +1301,6 @@ cerb_status cerb_lock_free(cerb_lock *l)
         return CERB_OK;
     if (!cerb__lock_ok(l))
         return cerb__lock_refused(l, "bad lock handle");
-    cerb_client *c = l->client;
     struct cerb_slot *s = l->slot;
     uint64_t me = cerb__thread_id();
 
@@ -1279,7 +1316,13 @@ cerb_status cerb_lock_free(cerb_lock *l)
     cerb_status st = mine ? release_hold(l) : CERB_OK;
     if (st == CERB_LOST)
         st = CERB_OK; /* freeing a lost hold is what the caller should do */
+    cerb__lock_retire(l);
+    return st;
+}
 
+void cerb__lock_retire(cerb_lock *l)
+{
+    cerb_client *c = l->client;
     cerb__mutex_lock(&c->mu);
     if (l->prev)
         l->prev->next = l->next;
@@ -1289,10 +1332,9 @@ cerb_status cerb_lock_free(cerb_lock *l)
         l->next->prev = l->prev;
     cerb__mutex_unlock(&c->mu);
     atomic_store(&l->magic, CERB_DEAD_MAGIC);
-    cerb__slot_put(c, s);
+    cerb__slot_put(c, l->slot);
     /* Its queued lost callbacks are dropped; a running one keeps reading
      * the (dead) handle until it returns, and the callback thread frees it. */
     if (!cerb__notify_forget(c, l))
         cerb__free(l);
-    return st;
 }

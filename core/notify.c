@@ -41,14 +41,16 @@
 #include "error.h"
 #include "internal.h"
 
-enum { EV_LOST, EV_GUARD_LOST, EV_SWITCH };
+enum { EV_LOST, EV_GUARD_LOST, EV_HOLD_LOST, EV_SWITCH };
 
 struct notify_ev {
     struct notify_ev *next;
     int kind;
-    void *obj;                            /* EV_LOST: a cerb_lock, EV_GUARD_LOST: a cerb_guard */
+    void *obj;                            /* EV_LOST: a cerb_lock, EV_GUARD_LOST: a cerb_guard,
+                                             EV_HOLD_LOST: a cerb_hold (its handle's address) */
     void (*lost_cb)(cerb_lock *, void *);
     void (*guard_cb)(cerb_guard *, void *);
+    void (*hold_cb)(cerb_hold *, void *);
     void *lost_ud;
     char from[CERB_ENGINE_NAME_MAX];      /* EV_SWITCH */
     char to[CERB_ENGINE_NAME_MAX];
@@ -91,6 +93,8 @@ static void run_one(struct cerb_notify *nt)
         ev->lost_cb(ev->obj, ev->lost_ud);
     else if (ev->kind == EV_GUARD_LOST)
         ev->guard_cb(ev->obj, ev->lost_ud);
+    else if (ev->kind == EV_HOLD_LOST)
+        ev->hold_cb(ev->obj, ev->lost_ud);
     else if (scb)
         scb(ev->from, ev->to, ev->why, sud);
 
@@ -205,6 +209,23 @@ bool cerb__notify_guard_lost(cerb_client *c, cerb_guard *g, void (*cb)(cerb_guar
     ev->kind = EV_GUARD_LOST;
     ev->obj = g;
     ev->guard_cb = cb;
+    ev->lost_ud = ud;
+    push_unless_stopped(nt, ev);
+    return true;
+}
+
+bool cerb__notify_hold_lost(cerb_client *c, struct cerb_hold *h, void (*cb)(cerb_hold *, void *),
+                            void *ud)
+{
+    struct cerb_notify *nt = c->nt;
+    if (!nt || !cb || !h)
+        return true; /* nobody to tell: told */
+    struct notify_ev *ev = cerb__calloc(1, sizeof *ev);
+    if (!ev)
+        return false;
+    ev->kind = EV_HOLD_LOST;
+    ev->obj = h;
+    ev->hold_cb = cb;
     ev->lost_ud = ud;
     push_unless_stopped(nt, ev);
     return true;

@@ -58,7 +58,7 @@ struct renewer {
     cerb_cond cond;              /* work handed over, orphans, or stop */
     cerb_renew_item *items;      /* CERB_RENEW_CHUNK of them */
     size_t n;                    /* items handed over, 0 = idle */
-    struct cerb_hold *orphans;   /* wd_next chain; only this thread releases */
+    struct cerb_engine_hold *orphans;   /* wd_next chain; only this thread releases */
     int64_t next_orphan_ns;
 };
 
@@ -70,7 +70,7 @@ struct cerb_watchdog {
     cerb_cond idle;  /* a wd_busy flag was cleared */
     bool stop;
     int64_t next_wake_ns;
-    struct cerb_hold *head;
+    struct cerb_engine_hold *head;
     size_t n;
     struct renewer rn[CERB_MAX_ENGINES];
     bool manual;     /* no threads: cerb__watchdog_step does their work */
@@ -83,15 +83,15 @@ struct pending_log {
 };
 
 /* Renewal items carry &hold->lk; the hold is found from it by this. */
-_Static_assert(offsetof(struct cerb_hold, lk) == 0, "lk must be the first field of cerb_hold");
+_Static_assert(offsetof(struct cerb_engine_hold, lk) == 0, "lk must be the first field of cerb_hold");
 
-static int64_t period_ns(const struct cerb_hold *h)
+static int64_t period_ns(const struct cerb_engine_hold *h)
 {
     return h->lk.lease_ms * CERB_NS_PER_MS / 3;
 }
 
 /* Move a hold to VALID or SUSPECT unless it is LOST: LOST is final. */
-static void set_state(struct cerb_hold *h, int to)
+static void set_state(struct cerb_engine_hold *h, int to)
 {
     int cur = atomic_load(&h->state);
     while (cur != CERB_LOCK_LOST && cur != to &&
@@ -105,7 +105,7 @@ static void set_state(struct cerb_hold *h, int to)
  * wd->mu under a slot mutex). A hold is linked here until its release has
  * taken it away, so its handle is alive.
  */
-static void declare_lost(struct cerb_watchdog *wd, struct cerb_hold *h, struct pending_log *pl)
+static void declare_lost(struct cerb_watchdog *wd, struct cerb_engine_hold *h, struct pending_log *pl)
 {
     cerb_client *c = wd->c;
     atomic_store(&h->state, CERB_LOCK_LOST);
@@ -114,13 +114,26 @@ static void declare_lost(struct cerb_watchdog *wd, struct cerb_hold *h, struct p
     void (*cb)(cerb_lock *, void *) = NULL;
     void *ud = NULL;
     cerb_lock *l = h->owner_handle;
-    if (l && h->slot) {
+    bool told = true;
+    if (l && l->as_hold) {
+        /* A hold object: its callback is queued under the slot mutex, so
+         * that one set after the loss (cerb_hold_on_lost) is queued once,
+         * by whichever comes second. */
+        struct cerb_hold *o = l->as_hold;
         cerb__mutex_lock(&h->slot->mu);
-        cb = l->lost_cb;
-        ud = l->lost_ud;
+        if (o->cb && !o->told)
+            told = o->told = cerb__notify_hold_lost(c, o, o->cb, o->cb_ud);
         cerb__mutex_unlock(&h->slot->mu);
+    } else {
+        if (l && h->slot) {
+            cerb__mutex_lock(&h->slot->mu);
+            cb = l->lost_cb;
+            ud = l->lost_ud;
+            cerb__mutex_unlock(&h->slot->mu);
+        }
+        told = cerb__notify_lost(c, l, cb, ud);
     }
-    if (!cerb__notify_lost(c, l, cb, ud))
+    if (!told)
         return; /* no memory for the event: tried again next round */
     h->lost_reported = true;
     atomic_fetch_add(&c->engines[h->engine_idx].lost, 1);
@@ -142,7 +155,7 @@ static void declare_lost(struct cerb_watchdog *wd, struct cerb_hold *h, struct p
  * reply, or a renewal chunk failed whole, is enough to look silent while it
  * answers everyone else and expires the claim (cerb_sim seed 707472).
  */
-static void hold_over(struct cerb_watchdog *wd, struct cerb_hold *h, struct pending_log *pl)
+static void hold_over(struct cerb_watchdog *wd, struct cerb_engine_hold *h, struct pending_log *pl)
 {
     if (!h->claim_of) {
         declare_lost(wd, h, pl);
@@ -163,7 +176,7 @@ static void write_log(struct pending_log *pl)
 }
 
 /* A renewal's answer; wd->mu held. */
-static void apply_result(cerb_client *c, struct cerb_hold *h, cerb_status st, const cerb_grant *g,
+static void apply_result(cerb_client *c, struct cerb_engine_hold *h, cerb_status st, const cerb_grant *g,
                          int64_t now)
 {
     (void)c;
@@ -176,7 +189,7 @@ static void apply_result(cerb_client *c, struct cerb_hold *h, cerb_status st, co
          * ends there, processes that did not switch are granted the name,
          * and a holder paused past it must find its deadline passed. A
          * claim's deadline moves only with its own good renewals. */
-        for (struct cerb_hold *k = h->claims; k; k = k->claim_next)
+        for (struct cerb_engine_hold *k = h->claims; k; k = k->claim_next)
             if (atomic_load(&k->state) != CERB_LOCK_LOST && k->valid_until_ns < until)
                 until = k->valid_until_ns;
         h->valid_until_ns = until;
@@ -213,7 +226,7 @@ static void apply_result(cerb_client *c, struct cerb_hold *h, cerb_status st, co
     h->next_renew_ns = now + (base / 2 + (int64_t)cerb__rand_below((uint64_t)base)) * CERB_NS_PER_MS;
 }
 
-static bool renews(const struct cerb_hold *h)
+static bool renews(const struct cerb_engine_hold *h)
 {
     return h->renew || h->renew_once;
 }
@@ -222,7 +235,7 @@ static bool renews(const struct cerb_hold *h)
  * batch; not a hand-off lease's extension (renew_once), which lock.c puts
  * a little after the grant on purpose: with the slack it ran at once, and
  * the holder's release waited for it. */
-static bool renewal_due(const struct cerb_hold *h, int64_t now)
+static bool renewal_due(const struct cerb_engine_hold *h, int64_t now)
 {
     int64_t slack = h->renew_once ? 0 : period_ns(h) / 20;
     return renews(h) && h->next_renew_ns <= now + slack;
@@ -237,12 +250,12 @@ static bool renewal_due(const struct cerb_hold *h, int64_t now)
 static void release_orphans(struct renewer *rn)
 {
     struct cerb_watchdog *wd = rn->wd;
-    struct cerb_hold *list = rn->orphans, *keep = NULL;
+    struct cerb_engine_hold *list = rn->orphans, *keep = NULL;
     rn->orphans = NULL;
     cerb__mutex_unlock(&wd->mu);
     struct cerb_client_engine *ce = &wd->c->engines[rn->idx];
     while (list) {
-        struct cerb_hold *h = list;
+        struct cerb_engine_hold *h = list;
         list = h->wd_next;
         cerb_status st = cerb__engine_release(ce->ops, ce->e, &h->lk);
         /* An answer like any other: the gate of an engine switched from
@@ -263,7 +276,7 @@ static void release_orphans(struct renewer *rn)
     }
     cerb__mutex_lock(&wd->mu);
     while (keep) {
-        struct cerb_hold *h = keep;
+        struct cerb_engine_hold *h = keep;
         keep = h->wd_next;
         h->wd_next = rn->orphans;
         rn->orphans = h;
@@ -271,7 +284,7 @@ static void release_orphans(struct renewer *rn)
     rn->next_orphan_ns = cerb_monotime() + 200 * CERB_NS_PER_MS;
 }
 
-void cerb__watchdog_orphan(cerb_client *c, struct cerb_hold *h)
+void cerb__watchdog_orphan(cerb_client *c, struct cerb_engine_hold *h)
 {
     struct cerb_watchdog *wd = c->wd;
     int64_t lease = h->lk.lease_ms;
@@ -302,7 +315,7 @@ void cerb__watchdog_orphan(cerb_client *c, struct cerb_hold *h)
  */
 static void fail_due(struct renewer *rn, int64_t now)
 {
-    for (struct cerb_hold *h = rn->wd->head; h; h = h->wd_next)
+    for (struct cerb_engine_hold *h = rn->wd->head; h; h = h->wd_next)
         if (h->engine_idx == rn->idx && !h->wd_busy && !h->lost_reported && renewal_due(h, now))
             apply_result(rn->wd->c, h, CERB_UNAVAILABLE, NULL, now);
 }
@@ -311,7 +324,7 @@ static void fail_due(struct renewer *rn, int64_t now)
  * go of the hold. */
 static void settle_item(struct renewer *rn, cerb_renew_item *it, int64_t t, struct pending_log *pl)
 {
-    struct cerb_hold *h = (struct cerb_hold *)it->lk;
+    struct cerb_engine_hold *h = (struct cerb_engine_hold *)it->lk;
     apply_result(rn->wd->c, h, it->st, &it->grant, t);
     if (atomic_load(&h->state) == CERB_LOCK_LOST || t >= h->valid_until_ns)
         hold_over(rn->wd, h, pl);
@@ -343,7 +356,7 @@ static void renew_chunk(struct renewer *rn)
         for (size_t k = 0; k < rn->n; k++)
             if (rn->items[k].lk) {
                 rn->items[m] = rn->items[k];
-                ((struct cerb_hold *)rn->items[m].lk)->wd_sending = true;
+                ((struct cerb_engine_hold *)rn->items[m].lk)->wd_sending = true;
                 m++;
             }
         rn->n = m;
@@ -371,7 +384,7 @@ static void renew_chunk(struct renewer *rn)
                 it->st = fail_st; /* not sent: the server is not answering */
                 failed++;
             } else {
-                ((struct cerb_hold *)it->lk)->wd_sending = true;
+                ((struct cerb_engine_hold *)it->lk)->wd_sending = true;
                 cerb__mutex_unlock(&wd->mu);
                 it->st = cerb__engine_renew(ce->ops, ce->e, it->lk, &it->grant);
                 if (it->st == CERB_OK || it->st == CERB_NOT_OWNER) {
@@ -446,7 +459,7 @@ static bool scan(struct cerb_watchdog *wd, int64_t now, int64_t *next_ns)
     struct pending_log pl = {.nlost = 0};
     bool handed[CERB_MAX_ENGINES] = {false};
 
-    for (struct cerb_hold *h = wd->head; h; h = h->wd_next) {
+    for (struct cerb_engine_hold *h = wd->head; h; h = h->wd_next) {
         if (h->lost_reported)
             continue;
         /* A hold that relies on closure records instead of claims is valid
@@ -576,7 +589,7 @@ static void *wd_main(void *arg)
 static void free_orphans(struct renewer *rn)
 {
     while (rn->orphans) { /* their leases will expire by themselves */
-        struct cerb_hold *h = rn->orphans;
+        struct cerb_engine_hold *h = rn->orphans;
         rn->orphans = h->wd_next;
         cerb__free((char *)h->lk.name);
         cerb__free(h->lk.priv);
@@ -653,14 +666,14 @@ void cerb__watchdog_stop(cerb_client *c)
     /* The renewers finish the chunk they are sending (one op timeout);
      * the deadline thread does no I/O. */
     cerb__mutex_lock(&wd->mu);
-    for (struct cerb_hold *h = wd->head; h; h = h->wd_next)
+    for (struct cerb_engine_hold *h = wd->head; h; h = h->wd_next)
         h->wd_linked = false;
     cerb__mutex_unlock(&wd->mu);
     c->wd = NULL;
     join_all(wd, true);
 }
 
-void cerb__watchdog_add(cerb_client *c, struct cerb_hold *h)
+void cerb__watchdog_add(cerb_client *c, struct cerb_engine_hold *h)
 {
     struct cerb_watchdog *wd = c->wd;
     cerb__mutex_lock(&wd->mu);
@@ -682,7 +695,7 @@ void cerb__watchdog_add(cerb_client *c, struct cerb_hold *h)
     cerb__mutex_unlock(&wd->mu);
 }
 
-void cerb__watchdog_remove(cerb_client *c, struct cerb_hold *h)
+void cerb__watchdog_remove(cerb_client *c, struct cerb_engine_hold *h)
 {
     struct cerb_watchdog *wd = c->wd;
     if (!wd)
@@ -720,7 +733,7 @@ void cerb__watchdog_event(void *ud, cerb_engine_event ev, const char *name, cons
     if (!wd)
         return;
     cerb__mutex_lock(&wd->mu);
-    for (struct cerb_hold *h = wd->head; h; h = h->wd_next) {
+    for (struct cerb_engine_hold *h = wd->head; h; h = h->wd_next) {
         if (h->engine_idx != ce->idx)
             continue;
         if (name && strcmp(name, h->lk.name) != 0)

@@ -36,6 +36,14 @@
 extern "C" {
 #endif
 
+/* Marks what libcerberus exports: the library is built with hidden
+ * visibility, so nothing else in it can be linked against (DESIGN.md §3). */
+#if defined(__GNUC__) && __GNUC__ >= 4
+#define CERB_API __attribute__((visibility("default")))
+#else
+#define CERB_API
+#endif
+
 #define CERB_VERSION_MAJOR 0
 #define CERB_VERSION_MINOR 1
 #define CERB_VERSION_PATCH 0
@@ -71,14 +79,14 @@ typedef enum cerb_status {
  * Returns: a static string; "unknown status" for a value outside the list.
  * Thread-safety: safe from any thread.
  */
-const char *cerb_strerror(cerb_status status);
+CERB_API const char *cerb_strerror(cerb_status status);
 
 /**
  * cerb_status_name — the code's name without prefix, e.g. "BUSY".
  * Returns: a static string; "UNKNOWN" for a value outside the list.
  * Thread-safety: safe from any thread.
  */
-const char *cerb_status_name(cerb_status status);
+CERB_API const char *cerb_status_name(cerb_status status);
 
 /**
  * cerb_version — the version of the library loaded at run time, as
@@ -87,7 +95,7 @@ const char *cerb_status_name(cerb_status status);
  * only when the ABI breaks; functions are only ever added within it.
  * Returns: a static string. Thread-safety: safe from any thread.
  */
-const char *cerb_version(void);
+CERB_API const char *cerb_version(void);
 
 /**
  * cerb_last_error — detailed text of the last failure on this thread, such as
@@ -96,7 +104,7 @@ const char *cerb_version(void);
  * thread; "" when no call on this thread has failed yet. Successful calls do
  * not clear it.
  */
-const char *cerb_last_error(void);
+CERB_API const char *cerb_last_error(void);
 
 /* ---------------------------------------------------------------- logging */
 
@@ -120,7 +128,7 @@ typedef enum cerb_log_level {
  * held (it may call the library), and must not block for long. A line being
  * written while cerb_log_set() replaces @cb may still reach the previous one.
  */
-cerb_status cerb_log_set(void (*cb)(cerb_log_level level, const char *line,
+CERB_API cerb_status cerb_log_set(void (*cb)(cerb_log_level level, const char *line,
                                     void *ud),
                          void *ud, cerb_log_level min_level);
 
@@ -140,14 +148,14 @@ typedef struct cerb_client cerb_client;
  * timeout.
  * Ownership: the caller closes the client with cerb_client_close().
  */
-cerb_status cerb_client_open(cerb_client **out, const char *config_path);
+CERB_API cerb_status cerb_client_open(cerb_client **out, const char *config_path);
 
 /**
  * cerb_client_open_string — like cerb_client_open(), configuration given as
  * text. Error positions read `config:LINE: message`. The client has no file
  * to reload from: cerb_client_reload() then gives CERB_EINVAL.
  */
-cerb_status cerb_client_open_string(cerb_client **out, const char *config_text);
+CERB_API cerb_status cerb_client_open_string(cerb_client **out, const char *config_text);
 
 /**
  * cerb_client_close — release every lock this client holds, stop its
@@ -164,7 +172,7 @@ cerb_status cerb_client_open_string(cerb_client **out, const char *config_text);
  * CERB_EINVAL).
  * Thread-safety: no other call on this client or its locks may be running.
  */
-void cerb_client_close(cerb_client *client);
+CERB_API void cerb_client_close(cerb_client *client);
 
 /**
  * cerb_client_reload — re-read the client's configuration file. The new file
@@ -179,14 +187,14 @@ void cerb_client_close(cerb_client *client);
  * Thread-safety: safe from any thread; locks already held keep the settings
  * they were acquired with.
  */
-cerb_status cerb_client_reload(cerb_client *client);
+CERB_API cerb_status cerb_client_reload(cerb_client *client);
 
 /**
  * cerb_engine_current — name of the engine new acquisitions go to.
  * Returns: a string owned by the client, valid until cerb_client_close();
  * NULL for a NULL client.
  */
-const char *cerb_engine_current(cerb_client *client);
+CERB_API const char *cerb_engine_current(cerb_client *client);
 
 /**
  * cerb_engine_switch — move new acquisitions to the next engine in
@@ -196,7 +204,7 @@ const char *cerb_engine_current(cerb_client *client);
  * a NULL client. With one engine, or when no other engine opens, this is
  * the current engine.
  */
-const char *cerb_engine_switch(cerb_client *client);
+CERB_API const char *cerb_engine_switch(cerb_client *client);
 
 /**
  * cerb_engine_switch_to — move new acquisitions to the named engine and pin
@@ -205,7 +213,7 @@ const char *cerb_engine_switch(cerb_client *client);
  * cerb_last_error() set when no configured engine has that name or it will
  * not open.
  */
-const char *cerb_engine_switch_to(cerb_client *client, const char *name);
+CERB_API const char *cerb_engine_switch_to(cerb_client *client, const char *name);
 
 /**
  * cerb_client_on_switch — register a callback for engine switches.
@@ -216,7 +224,7 @@ const char *cerb_engine_switch_to(cerb_client *client, const char *name);
  * (the call or background event that switched does not wait for it), in
  * switch order, with no library lock held.
  */
-cerb_status cerb_client_on_switch(cerb_client *client,
+CERB_API cerb_status cerb_client_on_switch(cerb_client *client,
                                   void (*cb)(const char *from, const char *to,
                                              const char *why, void *ud),
                                   void *ud);
@@ -271,7 +279,7 @@ struct cerb_engine_info {
  * current engine).
  * Returns: CERB_OK, or CERB_EINVAL for an unknown name.
  */
-cerb_status cerb_engine_info(cerb_client *client, const char *name,
+CERB_API cerb_status cerb_engine_info(cerb_client *client, const char *name,
                              struct cerb_engine_info *out);
 
 /**
@@ -292,13 +300,13 @@ cerb_status cerb_engine_info(cerb_client *client, const char *name,
  * Thread-safety: safe from any thread; counters are read one by one, so a
  * snapshot taken while locks are granted may be off by those in flight.
  */
-cerb_status cerb_metrics_text(cerb_client *client, char **out);
+CERB_API cerb_status cerb_metrics_text(cerb_client *client, char **out);
 
 /**
  * cerb_free — free memory the library returned for the caller to free
  * (cerb_metrics_text()). NULL does nothing.
  */
-void cerb_free(void *p);
+CERB_API void cerb_free(void *p);
 
 /* ------------------------------------------------------------------ locks */
 
@@ -345,7 +353,7 @@ enum cerb_lock_state {
  * per thread and reentrant. Handles with the same name on one client share
  * their holds (a thread holding "x" through one handle holds it through all).
  */
-cerb_status cerb_lock_new(cerb_client *client, const char *name,
+CERB_API cerb_status cerb_lock_new(cerb_client *client, const char *name,
                           const cerb_lock_opts *opts, cerb_lock **out);
 
 /**
@@ -354,7 +362,7 @@ cerb_status cerb_lock_new(cerb_client *client, const char *name,
  * Returns: CERB_OK; CERB_UNAVAILABLE/CERB_EIO when no engine can serve after
  * bounded retries. Blocking: until acquired or the engines fail.
  */
-cerb_status cerb_lock_lock(cerb_lock *lock);
+CERB_API cerb_status cerb_lock_lock(cerb_lock *lock);
 
 /**
  * cerb_lock_trylock — one attempt without waiting.
@@ -367,7 +375,7 @@ cerb_status cerb_lock_lock(cerb_lock *lock);
  * when it says the name is held there); each is bounded by its engine's
  * operation timeout.
  */
-cerb_status cerb_lock_trylock(cerb_lock *lock);
+CERB_API cerb_status cerb_lock_trylock(cerb_lock *lock);
 
 /**
  * cerb_lock_trylock_for — acquire, waiting at most @wait_ms milliseconds.
@@ -380,7 +388,7 @@ cerb_status cerb_lock_trylock(cerb_lock *lock);
  * before the wait ran out. A grant whose lease ran out during that
  * confirmation is given back and never returned as CERB_OK.
  */
-cerb_status cerb_lock_trylock_for(cerb_lock *lock, int64_t wait_ms);
+CERB_API cerb_status cerb_lock_trylock_for(cerb_lock *lock, int64_t wait_ms);
 
 /**
  * cerb_lock_lock_interruptibly — like cerb_lock_lock(), but returns
@@ -388,7 +396,7 @@ cerb_status cerb_lock_trylock_for(cerb_lock *lock, int64_t wait_ms);
  * interrupt is already pending on the handle (one made while nobody waited,
  * consumed by the next interruptible wait on it, from any thread).
  */
-cerb_status cerb_lock_lock_interruptibly(cerb_lock *lock);
+CERB_API cerb_status cerb_lock_lock_interruptibly(cerb_lock *lock);
 
 /**
  * cerb_lock_interrupt — wake every thread waiting on this handle in
@@ -397,8 +405,10 @@ cerb_status cerb_lock_lock_interruptibly(cerb_lock *lock);
  * returns CERB_INTERRUPTED at once (the interrupt is consumed once).
  * Thread-safety: safe from any thread; it takes the handle's mutex, so not
  * from a signal handler. It never blocks on the network.
+ * It does not reach cerb_lock_acquire() calls made through the handle: end
+ * one of those with its cerb_cancel.
  */
-cerb_status cerb_lock_interrupt(cerb_lock *lock);
+CERB_API cerb_status cerb_lock_interrupt(cerb_lock *lock);
 
 /**
  * cerb_lock_unlock — drop one hold of the calling thread; at zero the lock is
@@ -414,7 +424,7 @@ cerb_status cerb_lock_interrupt(cerb_lock *lock);
  * of the claim on each engine switched from, and a renewal of this hold
  * already on the wire (one operation timeout).
  */
-cerb_status cerb_lock_unlock(cerb_lock *lock);
+CERB_API cerb_status cerb_lock_unlock(cerb_lock *lock);
 
 /**
  * cerb_lock_fencing_token — the token of the calling thread's current hold:
@@ -428,19 +438,19 @@ cerb_status cerb_lock_unlock(cerb_lock *lock);
  * that engine rank above it.
  * Returns: the token, or 0 when the calling thread does not hold the lock.
  */
-uint64_t cerb_lock_fencing_token(const cerb_lock *lock);
+CERB_API uint64_t cerb_lock_fencing_token(const cerb_lock *lock);
 
 /**
  * cerb_lock_hold_count — how many times the calling thread holds the lock.
  * Returns: 0 when it does not hold it or for a bad handle.
  */
-unsigned cerb_lock_hold_count(const cerb_lock *lock);
+CERB_API unsigned cerb_lock_hold_count(const cerb_lock *lock);
 
 /**
  * cerb_lock_name — the lock's name. Returns: a string owned by the handle,
  * valid until cerb_lock_free(); NULL for a bad handle.
  */
-const char *cerb_lock_name(const cerb_lock *lock);
+CERB_API const char *cerb_lock_name(const cerb_lock *lock);
 
 /**
  * cerb_lock_on_lost — set the callback told when a held lock is lost
@@ -455,14 +465,14 @@ const char *cerb_lock_name(const cerb_lock *lock);
  * it give CERB_EINVAL — a callback must not use a handle the application
  * may be freeing at the same time. NULL removes it.
  */
-cerb_status cerb_lock_on_lost(cerb_lock *lock,
+CERB_API cerb_status cerb_lock_on_lost(cerb_lock *lock,
                               void (*cb)(cerb_lock *lock, void *ud), void *ud);
 
 /**
  * cerb_lock_state — state of the calling thread's hold.
  * Returns: CERB_LOCK_FREE when it holds nothing (or for a bad handle).
  */
-enum cerb_lock_state cerb_lock_state(const cerb_lock *lock);
+CERB_API enum cerb_lock_state cerb_lock_state(const cerb_lock *lock);
 
 /**
  * cerb_lock_free — free a handle. A hold of the calling thread through this
@@ -470,7 +480,7 @@ enum cerb_lock_state cerb_lock_state(const cerb_lock *lock);
  * holds the lock is not freed: CERB_BUSY. cerb_lock_free(NULL) does nothing
  * and returns CERB_OK.
  */
-cerb_status cerb_lock_free(cerb_lock *lock);
+CERB_API cerb_status cerb_lock_free(cerb_lock *lock);
 
 /**
  * cerb_multilock_lock — acquire all @n locks or none. Locks are acquired in
@@ -480,14 +490,155 @@ cerb_status cerb_lock_free(cerb_lock *lock);
  * Returns: CERB_OK; CERB_BUSY (@wait_ms == 0) or CERB_TIMEOUT; an engine
  * error; CERB_EINVAL for a NULL array or a NULL element.
  */
-cerb_status cerb_multilock_lock(cerb_lock **locks, size_t n, int64_t wait_ms);
+CERB_API cerb_status cerb_multilock_lock(cerb_lock **locks, size_t n, int64_t wait_ms);
 
 /**
  * cerb_multilock_unlock — release locks taken by cerb_multilock_lock(), in
  * reverse name order. Every lock is released even when one fails; the first
  * failure is returned.
  */
-cerb_status cerb_multilock_unlock(cerb_lock **locks, size_t n);
+CERB_API cerb_status cerb_multilock_unlock(cerb_lock **locks, size_t n);
+
+/* ------------------------------------------------------ holds as objects */
+
+/*
+ * A hold owned by an object rather than a thread, for worker pools, async
+ * runtimes, language bindings and daemons: any thread may release it, ask
+ * its state or free it. Holds are not reentrant: a second acquisition of a
+ * name through holds waits like any other owner, within this process too.
+ * Holds and the thread holds of cerb_lock_lock() exclude each other.
+ */
+typedef struct cerb_hold cerb_hold;
+
+/*
+ * Cancels one blocking call: made by cerb_cancel_new(), passed to one call
+ * at a time, fired from any thread.
+ */
+typedef struct cerb_cancel cerb_cancel;
+
+/**
+ * cerb_cancel_new — make a cancel for one blocking call
+ * (cerb_lock_acquire(), cerb_guard_begin_ex()).
+ * Returns: CERB_OK; CERB_EINVAL for a NULL @out; CERB_ENOMEM.
+ * Ownership: free with cerb_cancel_free() once no call uses it.
+ */
+CERB_API cerb_status cerb_cancel_new(cerb_cancel **out);
+
+/**
+ * cerb_cancel_fire — end the call this cancel was passed to with
+ * CERB_INTERRUPTED: its wait in the local line or on the server stops, and a
+ * grant that landed meanwhile is released before the call returns (no
+ * orphan stays on the server). Other calls, on the same name too, go on.
+ * Firing is final: a call given a fired cancel returns CERB_INTERRUPTED at
+ * once. A fire that comes after the call returned — or in the instant
+ * before, after its last look — does nothing to its result: a caller that
+ * fires and still gets a hold back releases it.
+ * Thread-safety: any thread; it takes two short mutexes and never waits on
+ * the network (not from a signal handler). A NULL @cancel does nothing.
+ */
+CERB_API void cerb_cancel_fire(cerb_cancel *cancel);
+
+/**
+ * cerb_cancel_fired — 1 when cerb_cancel_fire() was called, else 0.
+ */
+CERB_API int cerb_cancel_fired(const cerb_cancel *cancel);
+
+/**
+ * cerb_cancel_error — the error text of the last call this cancel was passed
+ * to ("" when it succeeded or none ran): unlike cerb_last_error() it is
+ * readable from any thread after the call returned.
+ * Returns: a string owned by the cancel, valid until its next call or
+ * cerb_cancel_free(); "" for NULL.
+ */
+CERB_API const char *cerb_cancel_error(const cerb_cancel *cancel);
+
+/**
+ * cerb_cancel_free — free a cancel no call is using. NULL does nothing.
+ */
+CERB_API void cerb_cancel_free(cerb_cancel *cancel);
+
+/**
+ * cerb_lock_acquire — acquire the lock's name for a hold object.
+ * @wait_ms: 0 tries once; -1 waits without limit; otherwise the longest wait.
+ * @cancel: NULL, or a cancel that no other call is using; firing it ends
+ *        this call with CERB_INTERRUPTED.
+ * @out: receives the hold for CERB_OK, NULL otherwise.
+ * Returns: CERB_OK; CERB_BUSY (@wait_ms 0 and the name is held, in this
+ * process too); CERB_TIMEOUT; CERB_INTERRUPTED (the cancel fired); an engine
+ * error (CERB_UNAVAILABLE, CERB_EIO...); CERB_EINVAL for a bad handle, a
+ * bad @wait_ms or a cancel in use by another call. Once @cancel fired, any
+ * failure is CERB_INTERRUPTED (with the other reason in the text). The
+ * error text is in cerb_last_error() on this thread and, when @cancel was
+ * given, in cerb_cancel_error() for any thread (give a cancel to a call
+ * whose failure is read on another thread).
+ * Blocking: as cerb_lock_trylock() (@wait_ms 0) or cerb_lock_trylock_for().
+ * Not reentrant: a second acquisition of the name, through any handle and
+ * from any thread, waits for this hold's release.
+ * Ownership: the hold belongs to the caller, not to a thread; release and
+ * free it with cerb_hold_free() (from any thread) before closing the
+ * client. The lock handle may be freed once this call has returned, before
+ * its holds.
+ */
+CERB_API cerb_status cerb_lock_acquire(cerb_lock *lock, int64_t wait_ms,
+                              cerb_cancel *cancel, cerb_hold **out);
+
+/**
+ * cerb_hold_release — release the hold on the server (renewal stops first).
+ * Returns: CERB_OK; CERB_NOT_OWNER when it was already released; CERB_LOST
+ * when it had been lost; an engine error when the release could not be
+ * confirmed (the lease then expires by itself). The hold stays allocated:
+ * free it with cerb_hold_free(). The error text is also kept in
+ * cerb_hold_error().
+ * Blocking: as cerb_lock_unlock().
+ * Thread-safety: any thread; of two concurrent releases one releases and the
+ * other returns CERB_NOT_OWNER.
+ */
+CERB_API cerb_status cerb_hold_release(cerb_hold *hold);
+
+/**
+ * cerb_hold_fencing_token — the fencing token of this hold's grant (as
+ * cerb_lock_fencing_token()); it stays readable after the release.
+ * Returns: 0 for NULL.
+ */
+CERB_API uint64_t cerb_hold_fencing_token(const cerb_hold *hold);
+
+/**
+ * cerb_hold_state — CERB_LOCK_VALID, CERB_LOCK_SUSPECT or CERB_LOCK_LOST
+ * while held (as cerb_lock_state()), CERB_LOCK_FREE once released (or for
+ * NULL). Never blocks.
+ */
+CERB_API enum cerb_lock_state cerb_hold_state(const cerb_hold *hold);
+
+/**
+ * cerb_hold_name — the lock name this hold is for, owned by the hold.
+ */
+CERB_API const char *cerb_hold_name(const cerb_hold *hold);
+
+/**
+ * cerb_hold_on_lost — set the callback told once when the hold is lost,
+ * with the same promises as cerb_lock_on_lost(): on the client's callback
+ * thread, nothing waits for it, not called once the hold has been freed.
+ * Set while the hold is already lost and nobody was told, it is called at
+ * once (queued). NULL removes it.
+ * Returns: CERB_OK; CERB_EINVAL for a NULL hold.
+ */
+CERB_API cerb_status cerb_hold_on_lost(cerb_hold *hold,
+                              void (*cb)(cerb_hold *hold, void *ud), void *ud);
+
+/**
+ * cerb_hold_error — the error text of the last call on this hold that
+ * failed (its release), "" when none did; readable from any thread.
+ * Returns: a string owned by the hold, valid until cerb_hold_free().
+ */
+CERB_API const char *cerb_hold_error(const cerb_hold *hold);
+
+/**
+ * cerb_hold_free — release the hold if it is still held (as
+ * cerb_hold_release(), whose status this returns — CERB_LOST included) and
+ * free it. NULL does nothing and returns CERB_OK. A lost callback running
+ * at that moment keeps the memory alive until it returns.
+ */
+CERB_API cerb_status cerb_hold_free(cerb_hold *hold);
 
 
 /* ------------------------------------------------------------- inspection */
@@ -541,14 +692,14 @@ typedef struct cerb_holder_info {
  *   its connect timeout per round trip; two round trips).
  * Thread-safety: any thread; concurrent with every lock call.
  */
-cerb_status cerb_lock_inspect(cerb_client *c, const char *name, const char *engine,
+CERB_API cerb_status cerb_lock_inspect(cerb_client *c, const char *name, const char *engine,
                               cerb_holder_info **out, size_t *n);
 
 /**
  * cerb_holders_free — free what cerb_lock_inspect() returned (@v and the
  * strings of its @n entries). cerb_holders_free(NULL, 0) does nothing.
  */
-void cerb_holders_free(cerb_holder_info *v, size_t n);
+CERB_API void cerb_holders_free(cerb_holder_info *v, size_t n);
 
 /* ------------------------------------------------------ idempotency guard */
 
@@ -624,9 +775,21 @@ enum { CERB_GUARD_REFUSE = 0, CERB_GUARD_ALLOW = 1 };
  * Thread-safety: begin is safe from any thread; one handle is used by one
  * thread at a time (finish, result, free).
  */
-cerb_status cerb_guard_begin(cerb_client *c, const char *scope,
+CERB_API cerb_status cerb_guard_begin(cerb_client *c, const char *scope,
                              const void *key, size_t key_len,
                              const cerb_guard_opts *opts, cerb_guard **out);
+
+/**
+ * cerb_guard_begin_ex — cerb_guard_begin() with a cancel (may be NULL).
+ * A cancel fired before the call returns ends it with CERB_INTERRUPTED: no
+ * handle is returned and a claim it took is given up on the server (as
+ * cerb_guard_finish() with succeeded = 0), so a retry may begin at once.
+ * The error text is also kept in cerb_cancel_error().
+ */
+CERB_API cerb_status cerb_guard_begin_ex(cerb_client *c, const char *scope,
+                                const void *key, size_t key_len,
+                                const cerb_guard_opts *opts, cerb_cancel *cancel,
+                                cerb_guard **out);
 
 /**
  * cerb_guard_finish — end an attempt begun with CERB_OK. @succeeded = 1
@@ -655,7 +818,7 @@ cerb_status cerb_guard_begin(cerb_client *c, const char *scope,
  * background instead).
  * The handle stays valid until cerb_guard_free().
  */
-cerb_status cerb_guard_finish(cerb_guard *g, int succeeded,
+CERB_API cerb_status cerb_guard_finish(cerb_guard *g, int succeeded,
                               const void *result, size_t result_len);
 
 /**
@@ -666,7 +829,7 @@ cerb_status cerb_guard_finish(cerb_guard *g, int succeeded,
  * NULL when there is no result or for a bad handle. The bytes are exactly
  * those given to cerb_guard_finish(); a NUL follows them (not counted).
  */
-const void *cerb_guard_result(const cerb_guard *g, size_t *len);
+CERB_API const void *cerb_guard_result(const cerb_guard *g, size_t *len);
 
 /**
  * cerb_guard_degraded — 1 when cerb_guard_begin() returned CERB_OK only
@@ -676,7 +839,7 @@ const void *cerb_guard_result(const cerb_guard *g, size_t *len);
  * against callers there, not against processes still on that engine).
  * 0 otherwise (and for a bad handle).
  */
-int cerb_guard_degraded(const cerb_guard *g);
+CERB_API int cerb_guard_degraded(const cerb_guard *g);
 
 /**
  * cerb_guard_state — how a running attempt's claim stands, as a lock's hold
@@ -693,7 +856,7 @@ int cerb_guard_degraded(const cerb_guard *g);
  * answer, a degraded attempt, a finished one) and for a bad handle.
  * Never blocks; any thread may call it.
  */
-enum cerb_lock_state cerb_guard_state(const cerb_guard *g);
+CERB_API enum cerb_lock_state cerb_guard_state(const cerb_guard *g);
 
 /**
  * cerb_guard_on_lost — set the callback told when a running attempt's claim
@@ -708,7 +871,7 @@ enum cerb_lock_state cerb_guard_state(const cerb_guard *g);
  * NULL removes it.
  * Returns: CERB_OK; CERB_EINVAL for a bad handle.
  */
-cerb_status cerb_guard_on_lost(cerb_guard *g, void (*cb)(cerb_guard *g, void *ud), void *ud);
+CERB_API cerb_status cerb_guard_on_lost(cerb_guard *g, void (*cb)(cerb_guard *g, void *ud), void *ud);
 
 /**
  * cerb_guard_free — free a handle. An attempt never finished counts as
@@ -719,7 +882,7 @@ cerb_status cerb_guard_on_lost(cerb_guard *g, void (*cb)(cerb_guard *g, void *ud
  * Blocking: the renewal on the wire (one operation timeout) and one delete,
  * with its re-check and retry as for cerb_guard_finish(), per claim.
  */
-cerb_status cerb_guard_free(cerb_guard *g);
+CERB_API cerb_status cerb_guard_free(cerb_guard *g);
 
 /* ------------------------------------------------------ preparing stores */
 
@@ -791,14 +954,14 @@ typedef struct cerb_store_report {
  *   is missing on a server that holds keys).
  * Thread-safety: any thread; no client needs to exist.
  */
-cerb_status cerb_store_init(const char *config_path, unsigned flags,
+CERB_API cerb_status cerb_store_init(const char *config_path, unsigned flags,
                             cerb_store_report **out, size_t *n);
 
 /**
  * cerb_store_reports_free — free what cerb_store_init() returned.
  * cerb_store_reports_free(NULL, 0) does nothing.
  */
-void cerb_store_reports_free(cerb_store_report *v, size_t n);
+CERB_API void cerb_store_reports_free(cerb_store_report *v, size_t n);
 
 #ifdef __cplusplus
 }

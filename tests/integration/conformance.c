@@ -36,6 +36,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <cmocka.h>
@@ -631,6 +632,251 @@ static void test_try_timed_interruptible(void **state)
     pair_close(&p);
 }
 
+/* ------------------------------------------------- holds owned by objects */
+
+/* A thread acquiring a hold object (and leaving it to the caller). */
+struct acquirer {
+    cerb_lock *l;
+    int64_t wait_ms;
+    cerb_cancel *cancel;
+    cerb_hold *hold;
+    cerb_status st;
+    char err[512];          /* cerb_last_error() on its own thread */
+    atomic_bool done;
+};
+
+static void *acquirer_main(void *arg)
+{
+    struct acquirer *q = arg;
+    q->st = cerb_lock_acquire(q->l, q->wait_ms, q->cancel, &q->hold);
+    snprintf(q->err, sizeof q->err, "%s", q->st == CERB_OK ? "" : cerb_last_error());
+    atomic_store(&q->done, true);
+    return NULL;
+}
+
+static bool acquirer_done(void *ud) { return atomic_load(&((struct acquirer *)ud)->done); }
+
+/* Wait until @q waits behind the holder of @name (as wait_queued). */
+static void acquirer_queued(struct acquirer *q, const char *name, int want)
+{
+    if (E->records)
+        expect_records_soon(name, want, 3000);
+    else
+        assert_false(wait_until(acquirer_done, q, 300));
+    assert_false(acquirer_done(q));
+}
+
+static void test_hold_from_any_thread(void **state)
+{
+    (void)state;
+    struct pair p;
+    pair_open(&p, "hold", 5000);
+    pthread_t t;
+
+    /* Acquired on a thread that then ends; used and released on another. */
+    struct acquirer q = {.l = p.a, .wait_ms = 0};
+    assert_int_equal(pthread_create(&t, NULL, acquirer_main, &q), 0);
+    pthread_join(t, NULL);
+    assert_int_equal(q.st, CERB_OK);
+    cerb_hold *h = q.hold;
+    assert_int_equal(cerb_hold_state(h), CERB_LOCK_VALID);
+    assert_string_equal(cerb_hold_name(h), p.name);
+    uint64_t fence = cerb_hold_fencing_token(h);
+    assert_true(fence > 0);
+    expect_records(p.name, 1);
+    /* Not reentrant: another hold of the same client, from this thread,
+     * is refused (one try) or waits (a timed wait runs out). */
+    cerb_hold *h2 = NULL;
+    assert_int_equal(cerb_lock_acquire(p.a, 0, NULL, &h2), CERB_BUSY);
+    assert_null(h2);
+    assert_int_equal(cerb_lock_acquire(p.a, 200, NULL, &h2), CERB_TIMEOUT);
+    /* Another client too. */
+    assert_int_equal(cerb_lock_acquire(p.b, 0, NULL, &h2), CERB_BUSY);
+    assert_int_equal(cerb_lock_trylock(p.b), CERB_BUSY);
+    /* The handle it came from may go first. */
+    assert_int_equal(cerb_lock_free(p.a), CERB_OK);
+    p.a = NULL;
+    assert_int_equal(cerb_hold_state(h), CERB_LOCK_VALID);
+    /* Released from this thread, once; the second release is refused and
+     * says why, readable here and from any thread. */
+    assert_int_equal(cerb_hold_release(h), CERB_OK);
+    assert_string_equal(cerb_hold_error(h), "");
+    assert_int_equal(cerb_hold_release(h), CERB_NOT_OWNER);
+    assert_non_null(strstr(cerb_hold_error(h), "already released"));
+    assert_int_equal(cerb_hold_state(h), CERB_LOCK_FREE);
+    assert_int_equal(cerb_hold_fencing_token(h), fence);
+    expect_records(p.name, 0);
+    assert_int_equal(cerb_lock_acquire(p.b, 0, NULL, &h2), CERB_OK);
+    assert_true(cerb_hold_fencing_token(h2) > fence);
+    assert_int_equal(cerb_hold_free(h), CERB_OK);
+    /* Free releases a hold still held. */
+    assert_int_equal(cerb_hold_free(h2), CERB_OK);
+    expect_records(p.name, 0);
+    assert_int_equal(cerb_hold_free(NULL), CERB_OK);
+    /* Bad arguments. */
+    assert_int_equal(cerb_lock_acquire(p.b, -2, NULL, &h2), CERB_EINVAL);
+    assert_int_equal(cerb_lock_acquire(p.b, 0, NULL, NULL), CERB_EINVAL);
+    assert_int_equal(cerb_lock_acquire(NULL, 0, NULL, &h2), CERB_EINVAL);
+    assert_int_equal(cerb_hold_release(NULL), CERB_EINVAL);
+    assert_int_equal(cerb_hold_state(NULL), CERB_LOCK_FREE);
+    pair_close(&p);
+}
+
+static void test_hold_and_thread_exclude(void **state)
+{
+    (void)state;
+    struct pair p;
+    pair_open(&p, "holdthr", 5000);
+    cerb_hold *h = NULL;
+    /* A thread hold keeps holds out, its own thread's included. */
+    assert_int_equal(cerb_lock_lock(p.a), CERB_OK);
+    assert_int_equal(cerb_lock_acquire(p.a, 0, NULL, &h), CERB_BUSY);
+    assert_int_equal(cerb_lock_acquire(p.a, 150, NULL, &h), CERB_TIMEOUT);
+    assert_int_equal(cerb_lock_unlock(p.a), CERB_OK);
+    /* A hold keeps thread holds out, the acquiring thread's included. */
+    assert_int_equal(cerb_lock_acquire(p.a, 0, NULL, &h), CERB_OK);
+    assert_int_equal(cerb_lock_trylock(p.a), CERB_BUSY);
+    assert_int_equal(cerb_lock_trylock_for(p.a, 150), CERB_TIMEOUT);
+    assert_int_equal(cerb_lock_state(p.a), CERB_LOCK_FREE);
+    assert_int_equal(cerb_lock_unlock(p.a), CERB_NOT_OWNER);
+    assert_int_equal(cerb_lock_trylock(p.b), CERB_BUSY);
+    /* A thread waiting through the handle gets it when the hold goes. */
+    struct other ow = {.l = p.a, .op = OP_TRYLOCK_FOR, .wait_ms = 5000};
+    pthread_t t;
+    assert_int_equal(pthread_create(&t, NULL, other_main, &ow), 0);
+    assert_false(wait_until(other_done, &ow, 200));
+    uint64_t fh = cerb_hold_fencing_token(h);
+    assert_int_equal(cerb_hold_free(h), CERB_OK);
+    assert_wait_until(other_done, &ow, 3000);
+    pthread_join(t, NULL);
+    assert_int_equal(ow.st, CERB_OK);
+    assert_true(ow.fence > fh);
+    expect_records(p.name, 0);
+    pair_close(&p);
+}
+
+static void test_cancel_ends_one_call(void **state)
+{
+    (void)state;
+    struct pair p;
+    pair_open(&p, "cancel", 5000);
+    cerb_hold *h0 = NULL;
+    assert_int_equal(cerb_lock_acquire(p.a, 0, NULL, &h0), CERB_OK);
+    cerb_cancel *k1 = NULL, *k2 = NULL;
+    assert_int_equal(cerb_cancel_new(&k1), CERB_OK);
+    assert_int_equal(cerb_cancel_new(&k2), CERB_OK);
+    /* Two calls wait for the name through one handle (the other client's),
+     * and one is cancelled: the head of that process's local line waits
+     * on the server, the other behind it in the process. */
+    struct acquirer q1 = {.l = p.b, .wait_ms = -1, .cancel = k1};
+    struct acquirer q2 = {.l = p.b, .wait_ms = -1, .cancel = k2};
+    pthread_t t1, t2;
+    assert_int_equal(pthread_create(&t1, NULL, acquirer_main, &q1), 0);
+    assert_int_equal(pthread_create(&t2, NULL, acquirer_main, &q2), 0);
+    acquirer_queued(&q2, p.name, 2);
+    assert_false(acquirer_done(&q1));
+    /* A cancel serves one call at a time. */
+    cerb_hold *hx = NULL;
+    assert_int_equal(cerb_lock_acquire(p.b, 0, k2, &hx), CERB_EINVAL);
+    int64_t t0 = cerb_test_now_ms();
+    cerb_cancel_fire(k2);
+    assert_true(cerb_test_now_ms() - t0 < 100); /* never waits on the network */
+    assert_wait_until(acquirer_done, &q2, 2000);
+    pthread_join(t2, NULL);
+    assert_int_equal(q2.st, CERB_INTERRUPTED);
+    assert_null(q2.hold);
+    /* Its text, on its thread and kept in the cancel for this one. */
+    assert_non_null(strstr(q2.err, "interrupted"));
+    assert_string_equal(cerb_cancel_error(k2), q2.err);
+    assert_int_equal(cerb_cancel_fired(k2), 1);
+    /* The holder and one waiter on the server: q1, at the head now. */
+    expect_records_soon(p.name, 2, 2000);
+    /* The other call still waits, and gets the name. */
+    assert_false(acquirer_done(&q1));
+    cerb_cancel_fire(NULL);
+    assert_int_equal(cerb_hold_free(h0), CERB_OK);
+    assert_wait_until(acquirer_done, &q1, 3000);
+    pthread_join(t1, NULL);
+    assert_int_equal(q1.st, CERB_OK);
+    assert_string_equal(cerb_cancel_error(k1), "");
+    /* A fired cancel ends the next call at once. */
+    assert_int_equal(cerb_lock_acquire(p.b, -1, k2, &hx), CERB_INTERRUPTED);
+    assert_non_null(strstr(cerb_cancel_error(k2), "cancelled"));
+    assert_int_equal(cerb_hold_free(q1.hold), CERB_OK);
+    expect_records(p.name, 0);
+    cerb_cancel_free(k1);
+    cerb_cancel_free(k2);
+    cerb_cancel_free(NULL);
+    pair_close(&p);
+}
+
+/* Fire the cancel while the holder releases, so that the grant races the
+ * cancel: whichever wins, nothing stays on the server. */
+struct racer {
+    cerb_hold *release;
+    cerb_cancel *fire;
+    int delay_us;
+};
+
+static void *racer_main(void *arg)
+{
+    struct racer *r = arg;
+    struct timespec ts = {0, (long)r->delay_us * 1000};
+    nanosleep(&ts, NULL); /* the race's offset, not a synchronisation */
+    if (r->release)
+        cerb_hold_free(r->release);
+    else
+        cerb_cancel_fire(r->fire);
+    return NULL;
+}
+
+static void test_cancel_races_grant(void **state)
+{
+    (void)state;
+    struct pair p;
+    pair_open(&p, "cancelrace", 5000);
+    int granted = 0, cancelled = 0;
+    for (int round = 0; round < 12; round++) {
+        cerb_hold *h0 = NULL;
+        assert_int_equal(cerb_lock_acquire(p.a, 0, NULL, &h0), CERB_OK);
+        cerb_cancel *k = NULL;
+        assert_int_equal(cerb_cancel_new(&k), CERB_OK);
+        struct acquirer q = {.l = p.b, .wait_ms = 10000, .cancel = k};
+        pthread_t tq, tr, tf;
+        assert_int_equal(pthread_create(&tq, NULL, acquirer_main, &q), 0);
+        acquirer_queued(&q, p.name, 2);
+        /* Offsets on both sides, so that either may come first. */
+        struct racer rel = {.release = h0, .delay_us = (round % 3) * 400};
+        struct racer fire = {.fire = k, .delay_us = (round % 4) * 300};
+        assert_int_equal(pthread_create(&tr, NULL, racer_main, &rel), 0);
+        assert_int_equal(pthread_create(&tf, NULL, racer_main, &fire), 0);
+        pthread_join(tr, NULL);
+        pthread_join(tf, NULL);
+        assert_wait_until(acquirer_done, &q, 5000);
+        pthread_join(tq, NULL);
+        if (q.st == CERB_OK) {
+            granted++;
+            assert_int_equal(cerb_hold_state(q.hold), CERB_LOCK_VALID);
+            assert_int_equal(cerb_hold_free(q.hold), CERB_OK);
+        } else {
+            assert_int_equal(q.st, CERB_INTERRUPTED);
+            assert_null(q.hold);
+            cancelled++;
+        }
+        /* No orphan: the name is free on the server at once (well inside
+         * a hand-off's 2 s lease). */
+        expect_records_soon(p.name, 0, 1000);
+        cerb_hold *h1 = NULL;
+        assert_int_equal(cerb_lock_acquire(p.a, 0, NULL, &h1), CERB_OK);
+        assert_int_equal(cerb_hold_free(h1), CERB_OK);
+        cerb_cancel_free(k);
+    }
+    print_message("%s: cancel raced a grant 12 times: %d granted, %d cancelled\n", E->name,
+                  granted, cancelled);
+    assert_true(cancelled > 0);
+    pair_close(&p);
+}
+
 /* ---------------------- holds outlive many leases (and the session) */
 
 static atomic_int lost_calls;
@@ -833,6 +1079,10 @@ int main(void)
         cmocka_unit_test(test_exclusion_one_handle),
         cmocka_unit_test(test_exclusion_processes),
         cmocka_unit_test(test_try_timed_interruptible),
+        cmocka_unit_test(test_hold_from_any_thread),
+        cmocka_unit_test(test_hold_and_thread_exclude),
+        cmocka_unit_test(test_cancel_ends_one_call),
+        cmocka_unit_test(test_cancel_races_grant),
         cmocka_unit_test(test_hold_past_lease),
         cmocka_unit_test(test_names),
         cmocka_unit_test(test_bad_options),

@@ -149,6 +149,59 @@ static void test_lost_when_key_deleted(void **state)
     cerb_client_close(c);
 }
 
+/* A hold object is told of its loss like a handle, with itself as the
+ * argument; a callback set after the loss is told at once (it was not
+ * told before), and once only. */
+static atomic_int hold_lost_calls;
+static cerb_hold *hold_lost_arg;
+static void on_hold_lost(cerb_hold *h, void *ud)
+{
+    assert_ptr_equal(ud, &hold_lost_calls);
+    hold_lost_arg = h;
+    atomic_fetch_add(&hold_lost_calls, 1);
+}
+static bool hold_lost_seen(void *ud) { return atomic_load(&hold_lost_calls) >= *(int *)ud; }
+static bool hold_is_lost(void *ud) { return cerb_hold_state(ud) == CERB_LOCK_LOST; }
+
+static void test_hold_lost_when_key_deleted(void **state)
+{
+    (void)state;
+    cerb_client *c = open_client(NULL, NULL);
+    char *name = test_name("hdeleted");
+    cerb_lock *a = mk(c, name, 600, 1);
+    cerb_hold *h = NULL, *h2 = NULL;
+    atomic_store(&hold_lost_calls, 0);
+    assert_int_equal(cerb_lock_acquire(a, 0, NULL, &h), CERB_OK);
+    assert_int_equal(cerb_hold_on_lost(h, on_hold_lost, &hold_lost_calls), CERB_OK);
+    assert_int_equal(raw_int("DEL %s", name), 1);
+    int one = 1, two = 2;
+    assert_wait_until(hold_lost_seen, &one, 3000);
+    assert_ptr_equal(hold_lost_arg, h);
+    assert_wait_until(hold_is_lost, h, 1000);
+    assert_int_equal(cerb_hold_release(h), CERB_LOST);
+    assert_true(strstr(cerb_hold_error(h), "lost") != NULL);
+    assert_int_equal(cerb_hold_state(h), CERB_LOCK_FREE);
+
+    /* Lost with no callback set: setting one afterwards tells it. */
+    assert_int_equal(cerb_lock_acquire(a, 0, NULL, &h2), CERB_OK);
+    assert_int_equal(raw_int("DEL %s", name), 1);
+    assert_wait_until(hold_is_lost, h2, 3000);
+    assert_int_equal(cerb_hold_on_lost(h2, on_hold_lost, &hold_lost_calls), CERB_OK);
+    assert_wait_until(hold_lost_seen, &two, 3000);
+    assert_ptr_equal(hold_lost_arg, h2);
+    assert_int_equal(cerb_hold_on_lost(h2, on_hold_lost, &hold_lost_calls), CERB_OK);
+    /* Told once each: a second telling would come within the watchdog's
+     * next rounds (its cadence is a third of the 600 ms lease). */
+    int three = 3;
+    assert_false(wait_until(hold_lost_seen, &three, 600));
+    assert_int_equal(cerb_hold_free(h2), CERB_LOST);
+    assert_int_equal(atomic_load(&hold_lost_calls), 2);
+    assert_int_equal(cerb_hold_free(h), CERB_OK);
+    cerb_lock_free(a);
+    free(name);
+    cerb_client_close(c);
+}
+
 static void test_lost_when_key_stolen(void **state)
 {
     (void)state;
@@ -430,6 +483,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_redispy_layout),
         cmocka_unit_test(test_lost_when_key_deleted),
+        cmocka_unit_test(test_hold_lost_when_key_deleted),
         cmocka_unit_test(test_lost_when_key_stolen),
         cmocka_unit_test(test_no_renew_expires),
         cmocka_unit_test(test_handoff_without_renewal_gets_full_lease),

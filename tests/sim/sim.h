@@ -28,6 +28,7 @@
 struct sim_hold {
     cerb_lock *l;            /* the client's handle for the name */
     unsigned count;          /* reentrant holds (0: not held) */
+    cerb_hold *obj;          /* held by a hold object instead (count 1) */
     int engine;              /* where it was granted (0 sa, 1 sb) */
     char token[33];          /* owner token on that server */
     uint64_t fence;          /* public fencing token */
@@ -130,6 +131,7 @@ struct sim_world {
     int step;
     bool closing;            /* teardown: naps only pass time */
     cerb_lock *intr_target;  /* the handle a call waits on, interruptible */
+    cerb_cancel *intr_cancel; /* or the cancel of a hold object's call */
     struct sim_client *caller; /* inside a user call of this client */
     bool intr_sent;          /* interrupted once during this call */
     /* Partitions: when each client was last cut off each server (0 never).
@@ -184,6 +186,8 @@ void sim_resume(struct sim_world *w, struct sim_client *k);
 /* The broken mode "guard-starve": client k's guard renewer and deadline
  * thread never run. */
 bool sim_guard_starved(const struct sim_world *w, const struct sim_client *k);
+/* A hold object's lost callback (ud: its struct sim_hold). */
+void sim_hold_lost_cb(cerb_hold *o, void *ud);
 
 /* The guard operations: scope and key of each. */
 extern const char *const sim_gscopes[SIM_GKEYS];

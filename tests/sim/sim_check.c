@@ -134,7 +134,7 @@ static int report(struct sim_world *w, const char *inv, const char *fmt, ...)
 }
 
 /* The library's hold behind a handle the calling thread holds. */
-static struct cerb_hold *hold_of(const struct sim_hold *sh)
+static struct cerb_engine_hold *hold_of(const struct sim_hold *sh)
 {
     return sh->count > 0 && sh->l->slot->hold ? sh->l->slot->hold : NULL;
 }
@@ -143,13 +143,13 @@ int sim_check_grant(struct sim_world *w, struct sim_client *k, int n)
 {
     int bad = 0;
     struct sim_hold *sh = &k->h[n];
-    struct cerb_hold *h = hold_of(sh);
+    struct cerb_engine_hold *h = hold_of(sh);
     if (!h)
         return report(w, "internal", "client %d granted \"%s\" without a hold", k->id,
                       sim_names[n]);
     sh->engine = h->engine_idx;
     memcpy(sh->token, h->lk.token, sizeof sh->token);
-    sh->fence = cerb_lock_fencing_token(sh->l);
+    sh->fence = sh->obj ? cerb_hold_fencing_token(sh->obj) : cerb_lock_fencing_token(sh->l);
     sh->granted_ns = sim_now();
     sh->lost_cb_ns = 0;
     sh->lost_late_reported = false;
@@ -170,7 +170,7 @@ int sim_check_grant(struct sim_world *w, struct sim_client *k, int n)
         struct sim_client *o = &w->cl[j];
         if (o == k || o->h[n].count == 0)
             continue;
-        struct cerb_hold *oh = hold_of(&o->h[n]);
+        struct cerb_engine_hold *oh = hold_of(&o->h[n]);
         if (!oh)
             continue;
         bool flagged = atomic_load(&oh->state) == CERB_LOCK_LOST;
@@ -205,7 +205,7 @@ int sim_check_grant(struct sim_world *w, struct sim_client *k, int n)
             sim_log(w, "  overlap with client %d's hold on %s across a partition: the "
                        "documented limit, counted", o->id, o->h[n].engine ? "sb" : "sa");
         } else if (!flagged && oh->valid_until_ns > t_grant) {
-            for (struct cerb_hold *q = oh->claims; q; q = q->claim_next)
+            for (struct cerb_engine_hold *q = oh->claims; q; q = q->claim_next)
                 sim_log(w, "  client %d's claim on %s: state %d, deadline %.3f, failing since %.3f",
                         o->id, q->engine_idx ? "sb" : "sa", atomic_load(&q->state),
                         (double)(q->valid_until_ns % 1000000000000) / 1e9,
@@ -264,10 +264,10 @@ int sim_check_step(struct sim_world *w)
         for (int j = 0; j < w->p.n_clients; j++) {
             struct sim_client *k = &w->cl[j];
             struct sim_hold *sh = &k->h[n];
-            struct cerb_hold *h = hold_of(sh);
+            struct cerb_engine_hold *h = hold_of(sh);
             if (!h)
                 continue;
-            enum cerb_lock_state st = cerb_lock_state(sh->l);
+            enum cerb_lock_state st = sh->obj ? cerb_hold_state(sh->obj) : cerb_lock_state(sh->l);
             if (st != CERB_LOCK_LOST && sh->partition_overlap) {
                 /* counted at its grant; the server checks below still apply */
             } else if (st != CERB_LOCK_LOST) {

@@ -124,21 +124,40 @@ static void do_acquire(struct sim_world *w, struct sim_client *k)
     struct sim_hold *sh = &k->h[n];
     static const int64_t waits[] = {-2, 0, 20, 150, 600, 2500};
     int64_t wait = waits[pick(6)];
+    /* A third of the acquisitions of a name not held take a hold object
+     * (not reentrant: a name it holds is not asked for again). */
+    if (sh->obj)
+        return;
+    bool as_obj = sh->count == 0 && pick(3) == 0;
+    cerb_cancel *cancel = NULL;
+    if (as_obj && cerb_cancel_new(&cancel) != CERB_OK) {
+        fprintf(stderr, "sim: cerb_cancel_new: %s\n", cerb_last_error());
+        exit(2);
+    }
     sim_call_begin(w, k);
-    /* Some waits are interrupted by "another thread" (sim_world.c, nap). */
-    w->intr_target = wait > 0 && pick(4) == 0 ? sh->l : NULL;
+    /* Some waits are interrupted by "another thread" (sim_world.c, nap):
+     * the handle's waiters, or the hold object's call by its cancel. */
+    bool intr = wait > 0 && pick(4) == 0;
+    w->intr_target = intr && !as_obj ? sh->l : NULL;
+    w->intr_cancel = intr && as_obj ? cancel : NULL;
     w->intr_sent = false;
     int64_t t0 = sim_now(), s0 = sim_stolen_ns();
-    cerb_status st = wait == -2 ? cerb_lock_trylock(sh->l) : cerb_lock_trylock_for(sh->l, wait);
+    cerb_status st = as_obj       ? cerb_lock_acquire(sh->l, wait < 0 ? 0 : wait, cancel, &sh->obj)
+                     : wait == -2 ? cerb_lock_trylock(sh->l)
+                                  : cerb_lock_trylock_for(sh->l, wait);
     int64_t took = sim_now() - t0 - (sim_stolen_ns() - s0);
     w->intr_target = NULL;
+    w->intr_cancel = NULL;
+    cerb_cancel_free(cancel);
+    if (as_obj && st == CERB_OK)
+        cerb_hold_on_lost(sh->obj, sim_hold_lost_cb, sh);
     if (st == CERB_INTERRUPTED)
         w->interrupted++;
     if (w->intr_sent && st != CERB_INTERRUPTED)
         sim_log(w, "  interrupted while it was already returning %s", cerb_status_name(st));
     w->calls++;
     sim_log(w, "client %d %s(%s, %lld) -> %s (%lld ms)%s%s", k->id,
-            wait == -2 ? "trylock" : "trylock_for", sim_names[n], (long long)wait,
+            as_obj ? "acquire" : wait == -2 ? "trylock" : "trylock_for", sim_names[n], (long long)wait,
             cerb_status_name(st), (long long)(took / CERB_NS_PER_MS), st != CERB_OK ? ": " : "",
             st != CERB_OK ? cerb_last_error() : "");
     char what[128];
@@ -153,9 +172,9 @@ static void do_acquire(struct sim_world *w, struct sim_client *k)
         if (sh->count++ == 0) {
             w->grants++;
             sim_check_grant(w, k, n);
-            struct cerb_hold *h = sh->l->slot->hold;
+            struct cerb_engine_hold *h = sh->l->slot->hold;
             char claims[16] = "";
-            for (struct cerb_hold *q = h ? h->claims : NULL; q; q = q->claim_next)
+            for (struct cerb_engine_hold *q = h ? h->claims : NULL; q; q = q->claim_next)
                 snprintf(claims + strlen(claims), sizeof claims - strlen(claims), " %s",
                          srv_name(q->engine_idx));
             sim_log(w, "  granted on %s, token %#llx, claims:%s", srv_name(sh->engine),
@@ -181,12 +200,14 @@ static void do_unlock(struct sim_world *w)
             continue;
         sim_call_begin(w, k);
         int64_t t0 = sim_now(), s0 = sim_stolen_ns();
-        cerb_status st = cerb_lock_unlock(sh->l);
+        bool obj = sh->obj != NULL;
+        cerb_status st = obj ? cerb_hold_free(sh->obj) : cerb_lock_unlock(sh->l);
         int64_t took = sim_now() - t0 - (sim_stolen_ns() - s0);
         w->calls++;
         sh->count--;
-        sim_log(w, "client %d unlock(%s) -> %s (%lld ms)", k->id, sim_names[n],
-                cerb_status_name(st), (long long)(took / CERB_NS_PER_MS));
+        sh->obj = NULL;
+        sim_log(w, "client %d %s(%s) -> %s (%lld ms)", k->id, obj ? "hold_free" : "unlock",
+                sim_names[n], cerb_status_name(st), (long long)(took / CERB_NS_PER_MS));
         char what[128];
         snprintf(what, sizeof what, "client %d unlock \"%s\"", k->id, sim_names[n]);
         if (took > max_over[2])

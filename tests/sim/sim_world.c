@@ -124,9 +124,12 @@ static void nap(int64_t ms)
         return;
     }
     /* Another thread of the caller's process may interrupt its wait. */
-    if (world->intr_target && !world->intr_sent && wrand() % 8 == 0) {
+    if ((world->intr_target || world->intr_cancel) && !world->intr_sent && wrand() % 8 == 0) {
         world->intr_sent = true;
-        cerb_lock_interrupt(world->intr_target);
+        if (world->intr_target)
+            cerb_lock_interrupt(world->intr_target);
+        else
+            cerb_cancel_fire(world->intr_cancel);
     }
     /* What the call did so far may have given the caller's guard
      * renewers work: begin takes its claim before it asks the engines
@@ -188,6 +191,14 @@ static void lost_cb(cerb_lock *l, void *ud)
     struct sim_hold *h = ud;
     (void)l;
     if (h->count > 0 && h->lost_cb_ns == 0)
+        h->lost_cb_ns = now_ns;
+    world->lost_cbs++;
+}
+
+void sim_hold_lost_cb(cerb_hold *o, void *ud)
+{
+    struct sim_hold *h = ud;
+    if (h->obj == o && h->lost_cb_ns == 0)
         h->lost_cb_ns = now_ns;
     world->lost_cbs++;
 }

@@ -37,6 +37,7 @@ void guard_fault_set(enum gfault_op op, long nth, bool persistent, enum gfault_k
 
 void guard_fault_reset(void)
 {
+    guard_fault_on_begin(NULL, NULL);
     for (int i = 0; i < GFAULT_NOPS; i++) {
         guard_fault_set((enum gfault_op)i, 0, false, GFAULT_BEFORE);
         atomic_store(&ncalls[i], 0);
@@ -76,9 +77,21 @@ static cerb_status injected(int kind, cerb_outcome *oc)
                            kind == GFAULT_AFTER ? "reply-lost" : "connection");
 }
 
+static void (*_Atomic on_begin)(void *);
+static void *_Atomic on_begin_ud;
+
+void guard_fault_on_begin(void (*fn)(void *), void *ud)
+{
+    atomic_store(&on_begin_ud, ud);
+    atomic_store(&on_begin, fn);
+}
+
 static cerb_status g_begin(cerb_engine *e, const cerb_guard_rec *rec, cerb_grant *g, void **res,
                            size_t *len)
 {
+    void (*fn)(void *) = atomic_load(&on_begin);
+    if (fn)
+        fn(atomic_load(&on_begin_ud));
     int k = should_fail(GFAULT_BEGIN);
     if (k == GFAULT_BEFORE)
         return injected(k, &g->outcome);

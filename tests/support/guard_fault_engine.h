@@ -22,5 +22,8 @@ void guard_fault_reset(void);
 /* Calls of op since the last reset. */
 long guard_fault_calls(enum gfault_op op);
 void guard_fault_register(void);
+/* Call fn(ud) inside every guard begin, before it reaches the store (a
+ * cancel fired while a begin is on its way); NULL removes it. */
+void guard_fault_on_begin(void (*fn)(void *), void *ud);
 
 #endif

@@ -583,6 +583,96 @@ static void test_retried_release_after_lost_reply(void **state)
 }
 
 /*
+ * Issue 25: a second release (or the free) of a hold while a release is in
+ * flight on another thread waits for it: before, it answered at once and
+ * the free that followed freed the hold and its slot under the release.
+ */
+struct slow_release {
+    cerb_hold *h;
+    cerb_status st;
+    atomic_bool done;
+};
+
+static void *slow_release_main(void *arg)
+{
+    struct slow_release *r = arg;
+    r->st = cerb_hold_release(r->h);
+    atomic_store(&r->done, true);
+    return NULL;
+}
+
+static bool engine_failed(void *ud)
+{
+    struct cerb_engine_info info;
+    return cerb_engine_info(ud, "sa", &info) == CERB_OK && info.failures >= 1;
+}
+
+static void test_hold_release_in_flight(void **state)
+{
+    (void)state;
+    cerb_client *c = open_text("engines = (\"sa\"); lock = { lease_ms = 5000; }; "
+                               "retry = { max = 3; backoff_ms = 1; };");
+    cerb_lock *l = mk(c, "hold-in-flight");
+    cerb_hold *h = NULL;
+    assert_int_equal(cerb_lock_acquire(l, 0, NULL, &h), CERB_OK);
+    cerb_lock_free(l); /* the hold alone keeps the name's slot */
+    script_engine_set(SCRIPT_A, (struct script_knobs){.down = true, .fail_ms = 200});
+    struct slow_release r = {.h = h};
+    pthread_t t;
+    assert_int_equal(pthread_create(&t, NULL, slow_release_main, &r), 0);
+    assert_wait_until(engine_failed, c, 3000); /* its first attempt failed: it retries */
+    assert_false(atomic_load(&r.done));
+    assert_int_equal(cerb_hold_release(h), CERB_NOT_OWNER);
+    assert_true(atomic_load(&r.done)); /* it waited for the one in flight */
+    pthread_join(t, NULL);
+    assert_int_equal(r.st, CERB_EIO);
+    assert_non_null(strstr(cerb_hold_error(h), "already released"));
+    assert_int_equal(cerb_hold_free(h), CERB_OK);
+    script_engine_set(SCRIPT_A, (struct script_knobs){0});
+    cerb_client_close(c);
+}
+
+/*
+ * Issue 25: a cancel fired while the grant lands (inside the engine's
+ * acquire) ends the call with CERB_INTERRUPTED and leaves nothing on the
+ * server.
+ */
+static void fire_cancel(void *ud) { cerb_cancel_fire(ud); }
+
+static void test_cancel_during_grant(void **state)
+{
+    (void)state;
+    cerb_client *c = open_text("engines = (\"sa\"); lock = { lease_ms = 5000; };");
+    cerb_lock *l = mk(c, "cancel-grant");
+    cerb_cancel *k = NULL;
+    assert_int_equal(cerb_cancel_new(&k), CERB_OK);
+    struct script_knobs kn = {0};
+    kn.before_grant = fire_cancel;
+    kn.before_grant_ud = k;
+    script_engine_set(SCRIPT_A, kn);
+    cerb_hold *h = NULL;
+    assert_int_equal(cerb_lock_acquire(l, -1, k, &h), CERB_INTERRUPTED);
+    assert_null(h);
+    char tok[33];
+    assert_false(script_engine_holder(SCRIPT_A, "cancel-grant", tok));
+    assert_non_null(strstr(cerb_cancel_error(k), "cancel-grant"));
+    /* The name is free in this process too. */
+    assert_int_equal(cerb_lock_trylock(l), CERB_OK);
+    assert_int_equal(cerb_lock_unlock(l), CERB_OK);
+    /* A bad call given the cancel says why there too. */
+    assert_int_equal(cerb_lock_acquire(l, -5, k, &h), CERB_EINVAL);
+    assert_non_null(strstr(cerb_cancel_error(k), "wait_ms"));
+    /* A hold passed where a lock handle is expected is refused. */
+    assert_int_equal(cerb_lock_acquire(l, 0, NULL, &h), CERB_OK);
+    assert_int_equal(cerb_lock_free((cerb_lock *)(void *)h), CERB_EINVAL);
+    assert_int_equal(cerb_lock_trylock((cerb_lock *)(void *)h), CERB_EINVAL);
+    assert_int_equal(cerb_hold_free(h), CERB_OK);
+    cerb_cancel_free(k);
+    cerb_lock_free(l);
+    cerb_client_close(c);
+}
+
+/*
  * Item 15: a forked child must not release (or otherwise use) its parent's
  * client: its calls are refused with CERB_EINVAL, naming the fork, and the
  * parent's hold is untouched.
@@ -593,6 +683,9 @@ static void test_forked_child_refused(void **state)
     cerb_client *c = open_text("engines = (\"sa\"); lock = { lease_ms = 5000; };");
     cerb_lock *l = mk(c, "fork-child");
     assert_int_equal(cerb_lock_trylock(l), CERB_OK);
+    cerb_lock *lh = mk(c, "fork-hold");
+    cerb_hold *h = NULL;
+    assert_int_equal(cerb_lock_acquire(lh, 0, NULL, &h), CERB_OK);
     pid_t pid = fork();
     assert_true(pid >= 0);
     if (pid == 0) {
@@ -607,12 +700,24 @@ static void test_forked_child_refused(void **state)
         bad |= (cerb_lock_new(c, "fork-child-2", NULL, &l2) != CERB_EINVAL) << 3;
         bad |= (strstr(cerb_last_error(), "fork()") == NULL) << 4;
         bad |= cerb_lock_fencing_token(l) != 0;
-        _exit(bad);
+        /* Holds owned by objects too: a new one, and the parent's. */
+        cerb_hold *h2 = NULL;
+        bad |= (cerb_lock_acquire(lh, 0, NULL, &h2) != CERB_EINVAL) << 5;
+        bad |= (strstr(cerb_last_error(), "fork()") == NULL) << 6;
+        bad |= (cerb_hold_release(h) != CERB_EINVAL) << 7;
+        bad |= (strstr(cerb_last_error(), "fork()") == NULL) << 8;
+        bad |= (cerb_hold_state(h) != CERB_LOCK_FREE) << 9;
+        if (bad)
+            fprintf(stderr, "forked child: failed checks %#x\n", (unsigned)bad);
+        _exit(bad != 0);
     }
     assert_int_equal(cerb_test_wait(pid, 10000), 0);
     char tok[33];
     assert_true(script_engine_holder(SCRIPT_A, "fork-child", tok));
+    assert_true(script_engine_holder(SCRIPT_A, "fork-hold", tok));
     assert_int_equal(cerb_lock_unlock(l), CERB_OK);
+    assert_int_equal(cerb_hold_free(h), CERB_OK);
+    cerb_lock_free(lh);
     cerb_lock_free(l);
     cerb_client_close(c);
 }
@@ -1240,6 +1345,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_claim_expiry_while_engine_answers, setup, teardown),
         cmocka_unit_test_setup_teardown(test_reentrant_lock_on_expired_hold, setup, teardown),
         cmocka_unit_test_setup_teardown(test_retried_release_after_lost_reply, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_hold_release_in_flight, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_cancel_during_grant, setup, teardown),
         cmocka_unit_test_setup_teardown(test_forked_child_refused, setup, teardown),
         cmocka_unit_test_setup_teardown(test_trylock_rechecks_once, setup, teardown),
         cmocka_unit_test_setup_teardown(test_log_sink_may_call_the_library, setup, teardown),

@@ -60,6 +60,54 @@ static void test_begin_reply_lost(void **state)
     cerb_client_close(c);
 }
 
+/* cerb_guard_begin_ex: a cancel fired while the begin is on its way ends
+ * it with CERB_INTERRUPTED and gives up the claim it took (a retry begins
+ * at once, not BUSY); fired before, the call does not reach the store. */
+static void fire(void *ud) { cerb_cancel_fire(ud); }
+
+static void test_begin_cancelled(void **state)
+{
+    (void)state;
+    cerb_client *c = open_gfault();
+    char *key = test_name("begin-cancel");
+    cerb_cancel *k = NULL;
+    cerb_guard *g = NULL;
+    assert_int_equal(cerb_cancel_new(&k), CERB_OK);
+    /* Not fired: a plain begin. */
+    assert_int_equal(cerb_guard_begin_ex(c, "fault", key, strlen(key), NULL, k, &g), CERB_OK);
+    assert_string_equal(cerb_cancel_error(k), "");
+    assert_int_equal(cerb_guard_finish(g, 0, NULL, 0), CERB_OK);
+    cerb_guard_free(g);
+    /* Fired midway: the claim it took is given up. */
+    guard_fault_on_begin(fire, k);
+    assert_int_equal(cerb_guard_begin_ex(c, "fault", key, strlen(key), NULL, k, &g),
+                     CERB_INTERRUPTED);
+    guard_fault_on_begin(NULL, NULL);
+    assert_null(g);
+    assert_non_null(strstr(cerb_cancel_error(k), "claim taken meanwhile was given up"));
+    assert_int_equal(begin(c, key, NULL, &g), CERB_OK);
+    /* A success's duplicate answer is dropped the same way. */
+    assert_int_equal(cerb_guard_finish(g, 1, "r", 1), CERB_OK);
+    cerb_guard_free(g);
+    cerb_cancel_free(k);
+    assert_int_equal(cerb_cancel_new(&k), CERB_OK);
+    guard_fault_on_begin(fire, k);
+    assert_int_equal(cerb_guard_begin_ex(c, "fault", key, strlen(key), NULL, k, &g),
+                     CERB_INTERRUPTED);
+    guard_fault_on_begin(NULL, NULL);
+    assert_non_null(strstr(cerb_cancel_error(k), "duplicate"));
+    /* Fired before: the store is not asked. */
+    long calls = guard_fault_calls(GFAULT_BEGIN);
+    assert_int_equal(cerb_guard_begin_ex(c, "fault", key, strlen(key), NULL, k, &g),
+                     CERB_INTERRUPTED);
+    assert_int_equal(guard_fault_calls(GFAULT_BEGIN), calls);
+    assert_int_equal(cerb_guard_begin_ex(c, "fault", key, strlen(key), NULL, NULL, NULL),
+                     CERB_EINVAL);
+    cerb_cancel_free(k);
+    free(key);
+    cerb_client_close(c);
+}
+
 static void test_finish_success_reply_lost(void **state)
 {
     (void)state;
@@ -420,6 +468,7 @@ int main(void)
     cerb_test_debug_aids();
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_begin_reply_lost),
+        cmocka_unit_test(test_begin_cancelled),
         cmocka_unit_test(test_finish_success_reply_lost),
         cmocka_unit_test(test_finish_failure_reply_lost),
         cmocka_unit_test(test_finish_not_sent_is_resent),
