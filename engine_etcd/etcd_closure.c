@@ -245,21 +245,15 @@ static cerb_status put_round(cerb_engine *e, const cerb_closure *rec,
     }
     json_t *req = cerb__etcd_txn(cerb__etcd_list(cmp, NULL), cerb__etcd_list(put, NULL),
                                  cerb__etcd_list(read, NULL));
-    if (!req)
-        return cerb__error_set(CERB_ENOMEM, "etcd: out of memory for a request");
-    struct etcd_call call = {.what = "closure record put",
-                             .path = "/v3/kv/txn",
-                             .body = req,
-                             .deadline_ns = deadline_ns,
-                             .idempotent = true};
-    cerb_status st = cerb__etcd_call(e, &call);
-    json_decref(req);
+    json_t *answer;
+    cerb_status st = cerb__etcd_post(e, "closure record put", "/v3/kv/txn", req, deadline_ns,
+                                     NULL, &answer);
     if (st != CERB_OK)
         return st;
     bool ok = false, changed;
     int64_t rev = 0;
     const json_t *resp;
-    st = cerb__etcd_parse_txn(call.resp, 1, &ok, &rev, &resp);
+    st = cerb__etcd_parse_txn(answer, 1, &ok, &rev, &resp);
     if (st == CERB_OK && ok) {
         struct etcd_closure_view now = {.mod = rev, .rec = *rec};
         cerb__mutex_lock(&c->mu);
@@ -272,7 +266,7 @@ static cerb_status put_round(cerb_engine *e, const cerb_closure *rec,
     } else if (st == CERB_OK) {
         st = cerb__etcd_closure_learn(e, cerb__etcd_txn_range(resp, 0), rev, v, &changed);
     }
-    json_decref(call.resp);
+    json_decref(answer);
     return st;
 }
 

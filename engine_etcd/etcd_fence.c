@@ -194,21 +194,15 @@ static cerb_status raise_offset(cerb_engine *e, struct etcd_fence_view *v, int64
                                  cerb__etcd_list(cerb__etcd_op_put(f->key, f->key_len, val, vn, 0),
                                                  NULL),
                                  cerb__etcd_list(cerb__etcd_fence_op_read(e), NULL));
-    if (!req)
-        return cerb__error_set(CERB_ENOMEM, "etcd: out of memory for a request");
-    struct etcd_call call = {.what = "fence offset raise",
-                             .path = "/v3/kv/txn",
-                             .body = req,
-                             .deadline_ns = deadline_ns,
-                             .idempotent = true};
-    cerb_status st = cerb__etcd_call(e, &call);
-    json_decref(req);
+    json_t *answer;
+    cerb_status st = cerb__etcd_post(e, "fence offset raise", "/v3/kv/txn", req, deadline_ns,
+                                     NULL, &answer);
     if (st != CERB_OK)
         return st;
     bool ok = false, changed;
     int64_t rev = 0;
     const json_t *resp;
-    st = cerb__etcd_parse_txn(call.resp, 0, &ok, &rev, &resp);
+    st = cerb__etcd_parse_txn(answer, 0, &ok, &rev, &resp);
     if (st == CERB_OK && ok) {
         cerb__mutex_lock(&f->mu);
         take(f, want, rev, rev);
@@ -221,7 +215,7 @@ static cerb_status raise_offset(cerb_engine *e, struct etcd_fence_view *v, int64
     } else if (st == CERB_OK) {
         st = cerb__etcd_fence_learn(e, cerb__etcd_txn_range(resp, 0), rev, v, &changed);
     }
-    json_decref(call.resp);
+    json_decref(answer);
     return st;
 }
 

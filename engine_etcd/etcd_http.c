@@ -616,29 +616,38 @@ cerb_status cerb__etcd_authenticate(cerb_engine *e, int64_t deadline_ns, uint64_
     return CERB_OK;
 }
 
+cerb_status cerb__etcd_post(struct cerb_engine *e, const char *what, const char *path,
+                            json_t *body, int64_t deadline_ns, const atomic_int *abort,
+                            json_t **resp)
+{
+    *resp = NULL;
+    if (!body)
+        return cerb__error_set(CERB_ENOMEM, "etcd: out of memory for a request");
+    struct etcd_call call = {.what = what,
+                             .path = path,
+                             .body = body,
+                             .deadline_ns = deadline_ns,
+                             .idempotent = true,
+                             .abort = abort};
+    cerb_status st = cerb__etcd_call(e, &call);
+    json_decref(body);
+    if (st == CERB_OK)
+        *resp = call.resp;
+    return st;
+}
+
 cerb_status cerb__etcd_read_key(struct cerb_engine *e, const char *key, size_t key_len,
                                 const char *what, int64_t deadline_ns, json_t **resp,
                                 int64_t *rev)
 {
     struct etcd_range_req r = {.key = key, .key_len = key_len};
-    *resp = NULL;
-    json_t *req = cerb__etcd_range_json(&r);
-    if (!req)
-        return cerb__error_set(CERB_ENOMEM, "etcd: out of memory for a request");
-    struct etcd_call call = {.what = what,
-                             .path = "/v3/kv/range",
-                             .body = req,
-                             .deadline_ns = deadline_ns,
-                             .idempotent = true};
-    cerb_status st = cerb__etcd_call(e, &call);
-    json_decref(req);
-    if (st != CERB_OK)
-        return st;
-    st = cerb__etcd_header_rev(call.resp, rev);
-    if (st != CERB_OK) {
-        json_decref(call.resp);
-        return st;
+    cerb_status st = cerb__etcd_post(e, what, "/v3/kv/range", cerb__etcd_range_json(&r),
+                                     deadline_ns, NULL, resp);
+    if (st == CERB_OK)
+        st = cerb__etcd_header_rev(*resp, rev);
+    if (st != CERB_OK && *resp) {
+        json_decref(*resp);
+        *resp = NULL;
     }
-    *resp = call.resp;
-    return CERB_OK;
+    return st;
 }

@@ -108,6 +108,14 @@ struct etcd_call {
  */
 cerb_status cerb__etcd_call(struct cerb_engine *e, struct etcd_call *c);
 
+/* An idempotent POST of @body (taken: freed here; NULL, as a failed
+ * json_pack gives, is CERB_ENOMEM) to @path, named @what in messages, by
+ * @deadline_ns; @abort may be NULL. On CERB_OK *resp is the answer (the
+ * caller json_decref()s it), else NULL. */
+cerb_status cerb__etcd_post(struct cerb_engine *e, const char *what, const char *path,
+                            json_t *body, int64_t deadline_ns, const atomic_int *abort,
+                            json_t **resp);
+
 /* A linearizable range of one key (ordered after every write acknowledged
  * before it): the response in *resp (the caller json_decref()s it) and its
  * header revision in *rev. */

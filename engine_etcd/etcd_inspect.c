@@ -52,25 +52,19 @@ static int64_t fence_offset(const json_t *kv)
 static cerb_status lease_ttl(cerb_engine *e, int64_t lease, int64_t deadline, int64_t *ttl,
                              int64_t *granted)
 {
-    json_t *req = json_pack("{s:o}", "ID", cerb__etcd_json_i64(lease));
-    if (!req)
-        return cerb__error_set(CERB_ENOMEM, "etcd: out of memory");
-    struct etcd_call call = {.what = "inspect: lease time to live",
-                             .path = "/v3/lease/timetolive",
-                             .body = req,
-                             .deadline_ns = deadline,
-                             .idempotent = true};
-    cerb_status st = cerb__etcd_call(e, &call);
-    json_decref(req);
+    json_t *answer;
+    cerb_status st = cerb__etcd_post(e, "inspect: lease time to live", "/v3/lease/timetolive",
+                                     json_pack("{s:o}", "ID", cerb__etcd_json_i64(lease)),
+                                     deadline, NULL, &answer);
     if (st != CERB_OK)
         return st;
     *ttl = -1;
     *granted = 0;
-    if (cerb__etcd_get_i64(call.resp, "TTL", ttl) != CERB_OK ||
-        cerb__etcd_get_i64(call.resp, "grantedTTL", granted) != CERB_OK)
+    if (cerb__etcd_get_i64(answer, "TTL", ttl) != CERB_OK ||
+        cerb__etcd_get_i64(answer, "grantedTTL", granted) != CERB_OK)
         st = cerb__error_set(CERB_EPROTO, "etcd %s: lease time to live: unexpected answer",
                              cerb__etcd_endpoint(&e->http));
-    json_decref(call.resp);
+    json_decref(answer);
     return st;
 }
 
@@ -87,23 +81,14 @@ cerb_status cerb__etcd_op_inspect(cerb_engine *e, const char *name, struct cerb_
                                 .end_len = strlen(k.end),
                                 .sort_order = ETCD_SORT_ASCEND,
                                 .sort_target = ETCD_TARGET_CREATE};
-    json_t *req = cerb__etcd_range_json(&rq);
-    if (!req) {
-        cerb__etcd_key_free(&k);
-        return cerb__error_set(CERB_ENOMEM, "etcd: out of memory");
-    }
-    struct etcd_call call = {.what = "inspect: range",
-                             .path = "/v3/kv/range",
-                             .body = req,
-                             .deadline_ns = deadline,
-                             .idempotent = true};
-    st = cerb__etcd_call(e, &call);
-    json_decref(req);
+    json_t *answer;
+    st = cerb__etcd_post(e, "inspect: range", "/v3/kv/range", cerb__etcd_range_json(&rq),
+                         deadline, NULL, &answer);
     if (st != CERB_OK) {
         cerb__etcd_key_free(&k);
         return st;
     }
-    const json_t *kvs = json_object_get(call.resp, "kvs");
+    const json_t *kvs = json_object_get(answer, "kvs");
     size_t n = json_is_array(kvs) ? json_array_size(kvs) : 0;
     for (size_t i = 0; st == CERB_OK && i < n; i++) {
         const json_t *kv = json_array_get(kvs, i);
@@ -138,7 +123,7 @@ cerb_status cerb__etcd_op_inspect(cerb_engine *e, const char *name, struct cerb_
                                    ttl >= 0 ? ttl * 1000 : -1, detail);
         cerb__free(key);
     }
-    json_decref(call.resp);
+    json_decref(answer);
     cerb__etcd_key_free(&k);
     return st;
 }

@@ -234,24 +234,16 @@ static cerb_status key_rev(cerb_engine *e, const char *key, size_t len, int64_t 
     struct etcd_range_req r = {.key = key, .key_len = len, .keys_only = true};
     struct etcd_range_res rr = {0};
     *rev = 0;
-    json_t *req = cerb__etcd_range_json(&r);
-    if (!req)
-        return cerb__error_set(CERB_ENOMEM, "etcd: out of memory for a request");
-    struct etcd_call call = {.what = "key read",
-                             .path = "/v3/kv/range",
-                             .body = req,
-                             .deadline_ns = deadline_ns,
-                             .idempotent = true,
-                             .abort = abort};
-    cerb_status st = cerb__etcd_call(e, &call);
-    json_decref(req);
+    json_t *answer;
+    cerb_status st = cerb__etcd_post(e, "key read", "/v3/kv/range", cerb__etcd_range_json(&r),
+                                     deadline_ns, abort, &answer);
     if (st != CERB_OK)
         return st;
-    st = cerb__etcd_parse_range(call.resp, &rr);
+    st = cerb__etcd_parse_range(answer, &rr);
     if (st == CERB_OK && rr.n_kvs > 0)
         *rev = rr.first.create_revision;
     cerb__etcd_kv_clear(&rr.first);
-    json_decref(call.resp);
+    json_decref(answer);
     return st;
 }
 

@@ -21,6 +21,8 @@
 # man and groff-base's groff, and lint them with mandoc. The documentation
 # checks (scripts/doc-check.py, scripts/doc-keys.py, tests/docs/) and
 # scripts/bench-report.sh run /usr/bin/python3 itself, so it is named too.
+# The Python package (python/, tests/python/) is tested with python3-pytest
+# and installed offline by pip with Debian's setuptools as its build backend.
 CERB_DEB_PACKAGES=(
     build-essential cmake pkg-config
     libhiredis-dev libconfig-dev libjansson-dev libcurl4-openssl-dev
@@ -33,7 +35,7 @@ CERB_DEB_PACKAGES=(
     openssl curl
     clang libclang-rt-dev
     groff-base man-db mandoc
-    python3
+    python3 python3-pytest python3-pip python3-setuptools
 )
 
 # cerb_missing_packages PKG...: print the packages (one per line) that dpkg
