@@ -1,0 +1,160 @@
+"""errors.py — the library's status codes as an enum and as exceptions.
+
+Every failing call raises a subclass of :class:`Error` chosen by the
+``cerb_status`` it returned. The exception carries the code
+(:attr:`Error.status`), its name, and the library's detail text
+(:attr:`Error.text`): the error text of the cancel or hold the call used
+when it has one (readable from any thread), else ``cerb_last_error()`` read
+on the calling thread right after the call.
+"""
+
+from __future__ import annotations
+
+import enum
+from typing import Dict, Optional, Type
+
+from . import _lib
+
+
+class Status(enum.IntEnum):
+    """``cerb_status``: the codes are append-only, so values never change."""
+
+    OK = 0
+    BUSY = 1
+    TIMEOUT = 2
+    INTERRUPTED = 3
+    NOT_OWNER = 4
+    LOST = 5
+    UNAVAILABLE = 6
+    EINVAL = 7
+    ECONFIG = 8
+    ENOMEM = 9
+    EPROTO = 10
+    EIO = 11
+    DUPLICATE = 12
+
+
+class Error(Exception):
+    """Base class of every error the library reports.
+
+    Attributes:
+        status: the ``cerb_status`` code (an :class:`int`; a :class:`Status`
+            member when this binding knows it).
+        name: the code's name without prefix, such as ``"BUSY"``.
+        text: the library's detail (``cerb_last_error()`` and friends);
+            ``""`` when it gave none.
+    """
+
+    status: int
+    name: str
+    text: str
+
+    def __init__(self, status: int, text: str = "", what: str = "") -> None:
+        try:
+            self.status = Status(status)
+        except ValueError:
+            self.status = status
+        self.name = _lib.fast.cerb_status_name(status).decode()
+        self.text = text
+        short = _lib.fast.cerb_strerror(status).decode()
+        msg = "%s (%s)" % (short, self.name)
+        if what:
+            msg = "%s: %s" % (what, msg)
+        if text:
+            msg += ": " + text
+        super().__init__(msg)
+
+
+class Busy(Error):
+    """The lock is held by another owner (a wait of 0), or a guard attempt
+    is running elsewhere."""
+
+
+class Timeout(Error, TimeoutError):
+    """The wait ran out before the lock was granted."""
+
+
+class Interrupted(Error):
+    """The call's :class:`~cerberus.Cancel` was fired (or the client is
+    closing)."""
+
+
+class NotOwner(Error):
+    """The hold was already released."""
+
+
+class Lost(Error):
+    """The hold (or a guard attempt's claim) ended while held: the lease ran
+    out, the session expired or the key was taken."""
+
+
+class Unavailable(Error):
+    """No engine could serve the request."""
+
+
+class InvalidArgument(Error, ValueError):
+    """A bad argument, handle or state (``CERB_EINVAL``); also a client used
+    in a process forked after it was opened."""
+
+
+class ConfigError(Error):
+    """A bad configuration file or text (``file:line: message``)."""
+
+
+class OutOfMemory(Error, MemoryError):
+    """The library could not allocate memory."""
+
+
+class ProtocolError(Error):
+    """A server answered something the engine cannot read."""
+
+
+class IOFailure(Error):
+    """A connection or I/O failure (``CERB_EIO``)."""
+
+
+class Duplicate(Error):
+    """The guarded operation already succeeded: :attr:`result` holds what
+    it stored (bytes)."""
+
+    result: bytes
+
+    def __init__(self, status: int, text: str = "", what: str = "",
+                 result: bytes = b"") -> None:
+        super().__init__(status, text, what)
+        self.result = result
+
+
+_BY_STATUS: Dict[int, Type[Error]] = {
+    Status.BUSY: Busy,
+    Status.TIMEOUT: Timeout,
+    Status.INTERRUPTED: Interrupted,
+    Status.NOT_OWNER: NotOwner,
+    Status.LOST: Lost,
+    Status.UNAVAILABLE: Unavailable,
+    Status.EINVAL: InvalidArgument,
+    Status.ECONFIG: ConfigError,
+    Status.ENOMEM: OutOfMemory,
+    Status.EPROTO: ProtocolError,
+    Status.EIO: IOFailure,
+    Status.DUPLICATE: Duplicate,
+}
+
+
+def error_for(status: int, text: str = "", what: str = "") -> Error:
+    """The exception for @status (Error itself for a code this binding does
+    not know yet)."""
+    return _BY_STATUS.get(status, Error)(status, text, what)
+
+
+def last_error() -> str:
+    """``cerb_last_error()`` of the calling thread."""
+    return (_lib.fast.cerb_last_error() or b"").decode("utf-8", "replace")
+
+
+def check(status: int, what: str = "", text: Optional[str] = None) -> None:
+    """Raise the exception for @status unless it is OK. @text defaults to
+    the calling thread's ``cerb_last_error()``: call this right after the
+    library call, on the same thread."""
+    if status != 0:
+        raise error_for(status, last_error() if text is None else text, what)

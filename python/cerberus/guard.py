@@ -1,0 +1,355 @@
+"""guard.py — the idempotency guard: ``client.guard()`` and ``client.once()``.
+
+An operation that may arrive twice (a redelivered message, a retried
+request) is named by a scope and a key. The first caller claims its record
+and runs it; while it runs, others are told Busy (and wait, by default);
+once it succeeded, others get :class:`~cerberus.Duplicate` with the result
+it stored, for ``keep`` seconds. A failed run (an exception) deletes the
+record at once, so a retry runs now; a crashed process's claim expires
+after ``running`` seconds. The C side is ``cerb_guard_*`` (docs/guard.md).
+
+The guard has no wait on the server: a caller told Busy asks again after a
+growing pause (50 ms doubling up to 1 s, as ``cerberus once`` does), until
+its ``wait`` runs out.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import time
+import weakref
+from ctypes import byref, c_size_t, c_void_p, string_at
+from typing import Any, Callable, Optional, Tuple, TypeVar, Union
+
+from . import _callbacks, _lib
+from .client import (Cancel, Client, State, _blocking_call, _forked, _foreign_error, _Handle,
+                     wait_ms)
+from .errors import (Busy, Duplicate, Error, Interrupted, InvalidArgument, Status, check,
+                     error_for, last_error)
+
+L = _lib.lib  # calls that may wait: the GIL is released
+F = _lib.fast  # calls that never wait: the GIL is kept
+T = TypeVar("T")
+
+#: ``keep=FOREVER``: a success keeps duplicates out for good.
+FOREVER = math.inf
+
+_REFUSE, _ALLOW = 0, 1
+
+
+def _ms(seconds: Optional[float], what: str, forever_ok: bool = False) -> int:
+    if seconds is None:
+        return 0
+    if isinstance(seconds, bool) or not isinstance(seconds, (int, float)):
+        raise TypeError("%s must be a number of seconds or None, not %r" % (what, seconds))
+    if forever_ok and math.isinf(seconds) and seconds > 0:
+        return -1
+    if not seconds > 0 or math.isinf(seconds):
+        raise ValueError("%s must be a positive number of seconds, not %r" % (what, seconds))
+    return max(1, int(math.ceil(seconds * 1000)))
+
+
+def _as_bytes(v: Union[str, bytes, bytearray, memoryview, None], what: str) -> bytes:
+    if v is None:
+        return b""
+    if isinstance(v, str):
+        return v.encode("utf-8")
+    if isinstance(v, (bytes, bytearray, memoryview)):
+        return bytes(v)
+    raise TypeError("%s must be str, bytes or None, not %s" % (what, type(v).__name__))
+
+
+class Attempt:
+    """A running attempt at a guarded operation (``cerb_guard``): what
+    ``with client.guard(...) as attempt:`` gives the block.
+
+    Set :attr:`result` (bytes or str) inside the block: it is stored with the
+    success, and a later duplicate receives it.
+    """
+
+    def __init__(self, client: Client, ptr: int, scope: str) -> None:
+        self._client = client
+        self._core = client._core
+        self.scope = scope
+        self.result: Union[str, bytes, None] = None
+        self._h = _Handle(ptr, lambda h: L.cerb_guard_free(h.ptr), 'a guard attempt "%s"' % scope)
+        try:
+            self._core.adopt(self._h)
+        except Error:  # the client is closing: the attempt counts as failed
+            self._h.dispose()
+            raise
+
+    def __del__(self) -> None:
+        h = getattr(self, "_h", None)
+        if h is not None and not h.gone:
+            self._core.dispose_child(h)
+
+    def _enter(self) -> int:
+        if _forked(self._h.pid):
+            raise _foreign_error("this guard attempt", self._h.pid)
+        return self._h.enter()
+
+    @property
+    def degraded(self) -> bool:
+        """True when the attempt runs unprotected: an engine that may hold
+        the record could not answer and ``on_unavailable`` was ``"allow"``."""
+        ptr = self._enter()
+        try:
+            return bool(F.cerb_guard_degraded(ptr))
+        finally:
+            self._h.leave()
+
+    @property
+    def state(self) -> State:
+        """The claim, as a hold's state: VALID, SUSPECT, LOST (another
+        attempt may begin: stop if you can), FREE once finished."""
+        try:
+            ptr = self._enter()
+        except InvalidArgument:
+            return State.FREE
+        try:
+            return State(F.cerb_guard_state(ptr))
+        finally:
+            self._h.leave()
+
+    def on_lost(self, callback: Optional[Callable[["Attempt"], Any]]) -> None:
+        """Call ``callback(attempt)`` once if the attempt's claim is lost,
+        on the client's callback thread (as :meth:`Hold.on_lost`)."""
+        ptr = self._enter()
+        try:
+            old = self._h.cb_key
+            if callback is None:
+                st = L.cerb_guard_on_lost(ptr, _callbacks.GUARD_LOST_NONE, None)
+                key = None
+            else:
+                ref = weakref.ref(self)
+
+                def fire() -> None:
+                    a = ref()
+                    if a is not None:
+                        callback(a)
+
+                key = _callbacks.register(fire)
+                st = L.cerb_guard_on_lost(ptr, _callbacks.GUARD_LOST, key)
+            text = last_error() if st else ""
+            if st == 0:
+                self._h.cb_key = key
+                _callbacks.unregister(old)
+            else:
+                _callbacks.unregister(key)
+        finally:
+            self._h.leave()
+        check(st, "on_lost", text)
+
+    def _finish(self, succeeded: bool) -> None:
+        """Finish and free. A success the engine did not confirm is finished
+        again, four more times over about 2.5 s (as ``cerberus once``);
+        Lost and InvalidArgument are final. A failure's delete is retried by
+        the library in the background."""
+        data = _as_bytes(self.result, "the guard's result") if succeeded else b""
+        try:
+            ptr = self._enter()
+        except InvalidArgument:
+            if succeeded:  # freed by a client close: counted as failed
+                raise InvalidArgument(Status.EINVAL, "the attempt was freed when its client "
+                                      "closed: the success is not recorded",
+                                      "guard %s" % self.scope) from None
+            return
+        try:
+            st = L.cerb_guard_finish(ptr, 1 if succeeded else 0, data, len(data))
+            text = last_error() if st else ""
+            for pause in (0.25, 0.5, 0.75, 1.0):
+                if not succeeded or st in (0, Status.LOST, Status.EINVAL):
+                    break
+                time.sleep(pause)
+                st = L.cerb_guard_finish(ptr, 1, data, len(data))
+                text = last_error() if st else ""
+        finally:
+            self._h.leave()
+        self._core.dispose_child(self._h)
+        if st != 0:
+            raise error_for(st, text, "guard finish %s" % ("success" if succeeded else "failure"))
+
+    def __repr__(self) -> str:
+        return "<cerberus.Attempt %r %s>" % (self.scope, self.state.name)
+
+
+class GuardContext:
+    """``with client.guard(scope, key) as attempt:`` runs the block only if
+    the operation (@scope, @key) has not already succeeded.
+
+    * The block runs when this caller claims the operation. Set
+      ``attempt.result`` to what a duplicate should receive. A normal end
+      records the success (stored for ``keep``); an exception deletes the
+      record at once, so a retry runs, and propagates.
+    * Already succeeded: :class:`~cerberus.Duplicate` is raised *instead of
+      running the block*; its ``result`` attribute holds the stored bytes.
+    * Another attempt is running: wait (``wait`` seconds, ``None`` without
+      limit) and ask again; when it ends in success, Duplicate; when it
+      failed, this caller runs. ``wait=0`` or a wait that ran out raises
+      :class:`~cerberus.Busy`.
+
+    Args:
+        scope: the kind of operation, with lock-name rules.
+        key: this operation's id (str or bytes, up to 1 MiB).
+        running: seconds a crashed attempt keeps others out (renewed while
+            the block runs); ``None``: ``guard.running_ms``.
+        keep: seconds a success keeps duplicates out; :data:`FOREVER`;
+            ``None``: ``guard.keep_ms``.
+        on_unavailable: ``"refuse"`` (raise Unavailable) or ``"allow"`` (run
+            unprotected, ``attempt.degraded`` True) when no engine can tell;
+            ``None``: ``guard.on_unavailable``.
+        cancel: a :class:`~cerberus.Cancel` that ends the begin (and the
+            waiting) with Interrupted.
+    """
+
+    def __init__(self, client: Client, scope: str, key: Union[str, bytes], *,
+                 wait: Optional[float] = None, running: Optional[float] = None,
+                 keep: Optional[float] = None, on_unavailable: Optional[str] = None,
+                 cancel: Optional[Cancel] = None) -> None:
+        if not isinstance(scope, str):
+            raise TypeError("scope must be str, not %s" % type(scope).__name__)
+        if key is None:
+            raise TypeError("key must be str or bytes, not None")
+        self._client = client
+        self._scope = scope
+        self._key = _as_bytes(key, "key")
+        wait_ms(wait)
+        self._wait = wait
+        pol = {None: -1, "refuse": _REFUSE, "allow": _ALLOW}
+        if on_unavailable not in pol:
+            raise ValueError('on_unavailable must be "refuse", "allow" or None, not %r'
+                             % (on_unavailable,))
+        self._opts = _lib.GuardOpts(_ms(running, "running"), _ms(keep, "keep", True),
+                                    pol[on_unavailable])
+        self._cancel = cancel
+        self._attempt: Optional[Attempt] = None
+
+    def _begin_once(self) -> Attempt:
+        """One cerb_guard_begin_ex(): an Attempt, or an exception."""
+        client = self._client
+        scope = self._scope.encode("utf-8")
+        result = b""
+
+        def call(cptr: int) -> Tuple[int, Optional[Attempt]]:
+            nonlocal result
+            out = c_void_p()
+            st = L.cerb_guard_begin_ex(kptr, scope, self._key, len(self._key),
+                                       byref(self._opts), cptr, byref(out))
+            if st == 0:  # adopted while the call counts as in flight
+                return st, Attempt(client, out.value, self._scope)
+            if out.value:  # a duplicate's answer: the stored result
+                n = c_size_t(0)
+                p = F.cerb_guard_result(out.value, byref(n))
+                if p:
+                    result = string_at(p, n.value)
+                L.cerb_guard_free(out.value)
+            return st, None
+
+        kptr = client._enter()
+        try:
+            st, attempt, text = _blocking_call(client._core, self._cancel, call)
+        finally:
+            client._leave()
+        if attempt is not None:
+            return attempt
+        if st == Status.DUPLICATE:  # no failure: the error texts are stale
+            raise Duplicate(st, 'the operation "%s" already succeeded' % self._scope,
+                            "guard %s" % self._scope, result=result)
+        raise error_for(st, text, "guard %s" % self._scope)
+
+    def _nap(self, seconds: float) -> None:
+        """Pause between two asks; a closing client or a fired cancel ends
+        it with Interrupted."""
+        end = time.monotonic() + seconds
+        while True:
+            if self._client.closed or (self._cancel is not None and self._cancel.fired):
+                raise Interrupted(Status.INTERRUPTED, "the wait for a running attempt "
+                                  "was interrupted", "guard %s" % self._scope)
+            left = end - time.monotonic()
+            if left <= 0:
+                return
+            time.sleep(min(left, 0.05))
+
+    def begin(self) -> Attempt:
+        """Begin an attempt, waiting while another runs (see the class)."""
+        deadline = None if self._wait is None else time.monotonic() + self._wait
+        pause = 0.05
+        while True:
+            try:
+                return self._begin_once()
+            except Busy:
+                left = None if deadline is None else deadline - time.monotonic()
+                if left is not None and left <= 0:
+                    raise
+                self._nap(pause if left is None else min(pause, left))
+                pause = min(pause * 2, 1.0)
+
+    def __enter__(self) -> Attempt:
+        if self._attempt is not None:
+            raise RuntimeError("this guard is already entered")
+        self._attempt = self.begin()
+        return self._attempt
+
+    def __exit__(self, et: Any, ev: Any, tb: Any) -> None:
+        attempt, self._attempt = self._attempt, None
+        if attempt is None:
+            return
+        if et is None:
+            attempt._finish(True)
+            return
+        try:
+            attempt._finish(False)
+        except Error as e:
+            _callbacks.log.warning("cerberus: guard %s: the failure was not recorded (%s); "
+                                   "its claim expires by itself", attempt.scope, e)
+
+
+def once(client: Client, scope: str,
+         key: Union[str, bytes, Callable[..., Union[str, bytes]], None] = None, *,
+         text: bool = False, wait: Optional[float] = None, running: Optional[float] = None,
+         keep: Optional[float] = None, on_unavailable: Optional[str] = None
+         ) -> Callable[[Callable[..., T]], Callable[..., Any]]:
+    """A decorator: the function runs once per key, across every process
+    sharing the configuration's engines; a duplicate call returns the result
+    the successful run stored, without running it.
+
+    Args:
+        scope: the kind of operation.
+        key: the operation's id: a str or bytes (one operation for the
+            function), a callable given the function's arguments, or None:
+            the function's first argument (str or bytes).
+        text: return a duplicate's stored result as str (UTF-8) rather than
+            bytes.
+        wait, running, keep, on_unavailable: as for :meth:`Client.guard`.
+
+    The function must return str, bytes or None (stored as empty); the
+    first run returns exactly what it returned. An exception is not
+    recorded: it propagates and the next call runs the function again.
+    """
+
+    def decorate(fn: Callable[..., T]) -> Callable[..., Any]:
+        @functools.wraps(fn)
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            if callable(key):
+                k = key(*args, **kwargs)
+            elif key is None:
+                if not args:
+                    raise TypeError("%s: once() without a key uses the first argument as the "
+                                    "key, and there is none" % fn.__name__)
+                k = args[0]
+            else:
+                k = key
+            try:
+                with GuardContext(client, scope, k, wait=wait, running=running, keep=keep,
+                                  on_unavailable=on_unavailable) as attempt:
+                    r = fn(*args, **kwargs)
+                    attempt.result = _as_bytes(r, "the result of %s" % fn.__name__)
+                return r
+            except Duplicate as d:
+                return d.result.decode("utf-8") if text else d.result
+
+        return wrapper
+
+    return decorate

@@ -1,0 +1,194 @@
+"""conftest.py — what every test of the Python binding shares.
+
+The package is imported from the source tree (python/ is put first on
+sys.path), the library from $CERBERUS_LIB (ctest points it at the build's
+libcerberus.so). Servers are the ctest fixtures' (tests/python/CMakeLists.txt):
+their ports come in $CERB_REDIS_PORT, $CERB_ZK_PORT and $CERB_ETCD_PORT, and
+a test needing a server whose port is not set is skipped.
+
+Other suites share those servers, so every test works in a namespace of its
+own: unique lock names, and a redis.prefix, zk.root or etcd.prefix made for
+it (closure records, fence offsets and guard records are per namespace). A
+fresh Redis prefix gets its data-loss marker through cerberus.init_stores
+(force: the namespace is new, the shared server is not), as the docs check
+does, so its first grant does not wait a lease.
+
+Waiting is on conditions with deadlines (wait_until), never a fixed sleep.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import secrets
+import subprocess
+import sys
+import time
+from typing import Callable, Dict, Optional
+
+import pytest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+PYDIR = os.path.dirname(HERE)
+ROOT = os.path.dirname(PYDIR)
+if PYDIR not in sys.path:
+    sys.path.insert(0, PYDIR)
+
+import cerberus  # noqa: E402
+
+_counter = itertools.count(1)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers", "exclusive: pauses or stops a server; runs only against an exclusive "
+        "server (ctest python_exclusive, $CERB_PY_EXCLUSIVE=1)")
+    # kazoo 2.8 calls Event.isSet(); not ours to fix.
+    config.addinivalue_line("filterwarnings", "ignore:isSet:DeprecationWarning")
+
+
+def uniq(tag: str) -> str:
+    """A name no other test, process or run uses: <tag>-<pid>-<n>-<hex>."""
+    return "%s-%d-%d-%s" % (tag, os.getpid(), next(_counter), secrets.token_hex(4))
+
+
+def wait_until(pred: Callable[[], object], timeout: float = 10.0, what: str = "condition",
+               every: float = 0.01) -> object:
+    """Poll @pred until it returns something true; fail after @timeout s."""
+    end = time.monotonic() + timeout
+    while True:
+        v = pred()
+        if v:
+            return v
+        if time.monotonic() > end:
+            pytest.fail("timed out after %.1f s waiting for %s" % (timeout, what))
+        time.sleep(every)
+
+
+def port(var: str) -> int:
+    v = os.environ.get(var)
+    if not v:
+        pytest.skip("%s is not set: no test server (run through ctest)" % var)
+    return int(v)
+
+
+# ------------------------------------------------------------ namespaces
+
+class Redis:
+    """The shared test redis: its port, a prefix of this test's own, and
+    the configuration text for it."""
+
+    def __init__(self, port: int) -> None:
+        self.port = port
+        self.prefix = uniq("py") + ":"
+        self._raw = None
+
+    def config(self, extra: str = "", redis_extra: str = "") -> str:
+        return ('engines = ("redis");\nredis = { host = "127.0.0.1"; port = %d; '
+                'prefix = "%s"; %s };\n%s\n' % (self.port, self.prefix, redis_extra, extra))
+
+    def prepare(self) -> "Redis":
+        cerberus.init_stores(text=self.config(), force=True)
+        return self
+
+    @property
+    def raw(self):  # a redis-py client for looking at the server
+        if self._raw is None:
+            redis = pytest.importorskip("redis")
+            self._raw = redis.Redis(host="127.0.0.1", port=self.port)
+        return self._raw
+
+    def key(self, name: str) -> str:
+        return self.prefix + name
+
+
+class ZK:
+    def __init__(self, port: int) -> None:
+        self.port = port
+        self.root = "/cerb-py/%s/locks" % uniq("ns")
+
+    def config(self, extra: str = "", zk_extra: str = "") -> str:
+        return ('engines = ("zk");\nzk = { hosts = "127.0.0.1:%d"; root = "%s"; %s };\n%s\n'
+                % (self.port, self.root, zk_extra, extra))
+
+
+class Etcd:
+    def __init__(self, port: int) -> None:
+        self.port = port
+        self.prefix = uniq("py") + "-"
+
+    def config(self, extra: str = "", etcd_extra: str = "") -> str:
+        return ('engines = ("etcd");\netcd = { endpoints = ("http://127.0.0.1:%d"); '
+                'prefix = "%s"; %s };\n%s\n' % (self.port, self.prefix, etcd_extra, extra))
+
+    def etcdctl(self, *args: str, **kw) -> subprocess.Popen:
+        env = dict(os.environ, ETCDCTL_API="3")
+        env.pop("LD_PRELOAD", None)
+        return subprocess.Popen(["etcdctl", "--endpoints=http://127.0.0.1:%d" % self.port,
+                                 *args], env=env, start_new_session=True, **kw)
+
+
+@pytest.fixture
+def redis_ns() -> Redis:
+    return Redis(port("CERB_REDIS_PORT")).prepare()
+
+
+@pytest.fixture
+def zk_ns() -> ZK:
+    return ZK(port("CERB_ZK_PORT"))
+
+
+@pytest.fixture
+def etcd_ns() -> Etcd:
+    return Etcd(port("CERB_ETCD_PORT"))
+
+
+@pytest.fixture
+def local_client():
+    with cerberus.Client() as c:
+        yield c
+
+
+# ------------------------------------------------------------ processes
+
+def child_env() -> Dict[str, str]:
+    """The environment for a Python child that imports this package from
+    the source tree (the sanitizer preload and $CERBERUS_LIB carry over)."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = PYDIR + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH")
+                                 else "")
+    env["PYTHONDONTWRITEBYTECODE"] = "1"
+    return env
+
+
+def read_line(proc: subprocess.Popen, timeout: float = 20.0) -> str:
+    """The next line the child prints on stdout, within @timeout s."""
+    import selectors
+    sel = selectors.DefaultSelector()
+    sel.register(proc.stdout, selectors.EVENT_READ)
+    end = time.monotonic() + timeout
+    buf = b""
+    fd = proc.stdout.fileno()
+    while b"\n" not in buf:
+        left = end - time.monotonic()
+        if left <= 0 or not sel.select(left):
+            pytest.fail("the child printed no line within %.0f s (got %r)" % (timeout, buf))
+        chunk = os.read(fd, 4096)
+        if not chunk:
+            pytest.fail("the child exited (status %s) without a line; got %r"
+                        % (proc.wait(), buf))
+        buf += chunk
+    sel.close()
+    return buf.split(b"\n", 1)[0].decode()
+
+
+def server_pid(engine: str, port_: int) -> Optional[int]:
+    """The PID scripts/servers.sh recorded for a test server."""
+    state = os.environ.get("CERB_STATE_DIR")
+    if not state:
+        return None
+    try:
+        with open(os.path.join(state, "%s-%d.pid" % (engine, port_))) as f:
+            return int(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return None
