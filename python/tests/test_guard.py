@@ -146,11 +146,11 @@ import cerberus
 cfg, scope, key, mode = sys.argv[1:5]
 client = cerberus.Client(text=cfg)
 if mode == "guard":
-    attempt = client.guard(scope, key, running=2.0, wait=0).__enter__()
+    attempt = client.guard(scope, key, running=3.0, wait=0).__enter__()
     print("begun", flush=True)
     sys.stdin.read()  # until killed
 else:
-    @client.once(scope, key, running=2.0, wait=0)
+    @client.once(scope, key, running=3.0, wait=0)
     def operation():
         print("begun", flush=True)
         sys.stdin.read()  # until killed

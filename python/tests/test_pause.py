@@ -56,8 +56,10 @@ def test_lost_callback_after_a_server_pause(redis_ns, caplog):
         assert took < 5  # at the hold's local deadline: about one lease
         assert seen == [(True, False, cerberus.State.LOST)]
         assert hold.state is cerberus.State.LOST
-        with pytest.raises(cerberus.Lost):
+        with pytest.raises(cerberus.Lost) as e:
             hold.release()
+        assert e.value.status == cerberus.Status.LOST and e.value.text  # the library's reason
+        assert hold.error == e.value.text
         with pytest.raises(cerberus.Lost):
             other.release()
         # The server is back: the name is granted again once its lease ran out.
