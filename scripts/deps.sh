@@ -35,7 +35,7 @@ CERB_DEB_PACKAGES=(
     openssl curl
     clang libclang-rt-dev
     groff-base man-db mandoc
-    python3 python3-pytest python3-pip python3-setuptools
+    python3 python3-pytest python3-pip python3-setuptools python3-wheel
 )
 
 # cerb_missing_packages PKG...: print the packages (one per line) that dpkg
