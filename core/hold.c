@@ -181,12 +181,8 @@ enum cerb_lock_state cerb_hold_state(const cerb_hold *h)
     struct cerb_slot *s = h->l.slot;
     enum cerb_lock_state st = CERB_LOCK_FREE;
     cerb__mutex_lock(&s->mu);
-    if (s->holder_tid == CERB_HOLDER_OBJECT && s->hold && s->hold->owner_handle == &h->l) {
-        st = (enum cerb_lock_state)atomic_load(&s->hold->state);
-        /* The deadline is the truth before the watchdog looks. */
-        if (st != CERB_LOCK_LOST && cerb_monotime() >= cerb__hold_until(h->l.client, s->hold))
-            st = CERB_LOCK_LOST;
-    }
+    if (s->holder_tid == CERB_HOLDER_OBJECT && s->hold && s->hold->owner_handle == &h->l)
+        st = cerb__hold_state(h->l.client, s->hold);
     cerb__mutex_unlock(&s->mu);
     return st;
 }

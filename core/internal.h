@@ -345,6 +345,10 @@ cerb_status cerb__lock_release_all(cerb_lock *l);
  * (not reentrant: the handle's hold object). */
 cerb_status cerb__lock_acquire_as(cerb_lock *l, int64_t deadline_ns, bool interruptible,
                                   bool try_only, uint64_t me);
+/* The state of a hold in force: its own, or LOST once its deadline (with
+ * the records it relies on) has passed, before the watchdog looks.
+ * slot->mu held. */
+enum cerb_lock_state cerb__hold_state(cerb_client *c, const struct cerb_engine_hold *h);
 /* Release the object hold of handle l; CERB_NOT_OWNER when it has none. */
 cerb_status cerb__lock_release_object(cerb_lock *l);
 /* A handle filled with its options: join @name's slot and the client's

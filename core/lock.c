@@ -1273,14 +1273,19 @@ enum cerb_lock_state cerb_lock_state(const cerb_lock *cl)
     struct cerb_slot *s = cl->slot;
     enum cerb_lock_state st = CERB_LOCK_FREE;
     cerb__mutex_lock(&s->mu);
-    if (s->holder_tid == cerb__thread_id()) {
-        st = (enum cerb_lock_state)atomic_load(&s->hold->state);
-        /* The watchdog may not have run yet: the deadline is the truth
-         * (with the records the hold relies on, closure.c). */
-        if (st != CERB_LOCK_LOST && cerb_monotime() >= cerb__hold_until(cl->client, s->hold))
-            st = CERB_LOCK_LOST;
-    }
+    if (s->holder_tid == cerb__thread_id())
+        st = cerb__hold_state(cl->client, s->hold);
     cerb__mutex_unlock(&s->mu);
+    return st;
+}
+
+enum cerb_lock_state cerb__hold_state(cerb_client *c, const struct cerb_engine_hold *h)
+{
+    enum cerb_lock_state st = (enum cerb_lock_state)atomic_load(&((struct cerb_engine_hold *)h)->state);
+    /* The watchdog may not have run yet: the deadline is the truth (with
+     * the records the hold relies on, closure.c). */
+    if (st != CERB_LOCK_LOST && cerb_monotime() >= cerb__hold_until(c, h))
+        st = CERB_LOCK_LOST;
     return st;
 }
 

@@ -43,14 +43,19 @@
 
 enum { EV_LOST, EV_GUARD_LOST, EV_HOLD_LOST, EV_SWITCH };
 
+/* A lost callback, typed by the handle it is for. */
+union lost_cb {
+    void (*lock)(cerb_lock *, void *);
+    void (*guard)(cerb_guard *, void *);
+    void (*hold)(cerb_hold *, void *);
+};
+
 struct notify_ev {
     struct notify_ev *next;
     int kind;
     void *obj;                            /* EV_LOST: a cerb_lock, EV_GUARD_LOST: a cerb_guard,
                                              EV_HOLD_LOST: a cerb_hold (its handle's address) */
-    void (*lost_cb)(cerb_lock *, void *);
-    void (*guard_cb)(cerb_guard *, void *);
-    void (*hold_cb)(cerb_hold *, void *);
+    union lost_cb cb;                     /* by kind */
     void *lost_ud;
     char from[CERB_ENGINE_NAME_MAX];      /* EV_SWITCH */
     char to[CERB_ENGINE_NAME_MAX];
@@ -90,11 +95,11 @@ static void run_one(struct cerb_notify *nt)
     cerb__mutex_unlock(&nt->mu);
 
     if (ev->kind == EV_LOST)
-        ev->lost_cb(ev->obj, ev->lost_ud);
+        ev->cb.lock(ev->obj, ev->lost_ud);
     else if (ev->kind == EV_GUARD_LOST)
-        ev->guard_cb(ev->obj, ev->lost_ud);
+        ev->cb.guard(ev->obj, ev->lost_ud);
     else if (ev->kind == EV_HOLD_LOST)
-        ev->hold_cb(ev->obj, ev->lost_ud);
+        ev->cb.hold(ev->obj, ev->lost_ud);
     else if (scb)
         scb(ev->from, ev->to, ev->why, sud);
 
@@ -181,54 +186,41 @@ static void push_unless_stopped(struct cerb_notify *nt, struct notify_ev *ev)
     cerb__mutex_unlock(&nt->mu);
 }
 
-bool cerb__notify_lost(cerb_client *c, cerb_lock *l, void (*cb)(cerb_lock *, void *), void *ud)
+/* Queue a lost callback of kind EV_*_LOST for obj; a missing callback or
+ * object (or no callback thread) is nobody to tell: told. False only when
+ * out of memory (the caller tries again later). */
+static bool queue_lost(cerb_client *c, int kind, void *obj, union lost_cb cb, bool has_cb,
+                       void *ud)
 {
     struct cerb_notify *nt = c->nt;
-    if (!nt || !cb || !l)
-        return true; /* nobody to tell: told */
+    if (!nt || !has_cb || !obj)
+        return true;
     struct notify_ev *ev = cerb__calloc(1, sizeof *ev);
     if (!ev)
-        return false; /* the watchdog tries again on its next round */
-    ev->kind = EV_LOST;
-    ev->obj = l;
-    ev->lost_cb = cb;
+        return false;
+    ev->kind = kind;
+    ev->obj = obj;
+    ev->cb = cb;
     ev->lost_ud = ud;
     push_unless_stopped(nt, ev);
     return true;
+}
+
+bool cerb__notify_lost(cerb_client *c, cerb_lock *l, void (*cb)(cerb_lock *, void *), void *ud)
+{
+    return queue_lost(c, EV_LOST, l, (union lost_cb){.lock = cb}, cb != NULL, ud);
 }
 
 bool cerb__notify_guard_lost(cerb_client *c, cerb_guard *g, void (*cb)(cerb_guard *, void *),
                              void *ud)
 {
-    struct cerb_notify *nt = c->nt;
-    if (!nt || !cb || !g)
-        return true; /* nobody to tell: told */
-    struct notify_ev *ev = cerb__calloc(1, sizeof *ev);
-    if (!ev)
-        return false;
-    ev->kind = EV_GUARD_LOST;
-    ev->obj = g;
-    ev->guard_cb = cb;
-    ev->lost_ud = ud;
-    push_unless_stopped(nt, ev);
-    return true;
+    return queue_lost(c, EV_GUARD_LOST, g, (union lost_cb){.guard = cb}, cb != NULL, ud);
 }
 
 bool cerb__notify_hold_lost(cerb_client *c, struct cerb_hold *h, void (*cb)(cerb_hold *, void *),
                             void *ud)
 {
-    struct cerb_notify *nt = c->nt;
-    if (!nt || !cb || !h)
-        return true; /* nobody to tell: told */
-    struct notify_ev *ev = cerb__calloc(1, sizeof *ev);
-    if (!ev)
-        return false;
-    ev->kind = EV_HOLD_LOST;
-    ev->obj = h;
-    ev->hold_cb = cb;
-    ev->lost_ud = ud;
-    push_unless_stopped(nt, ev);
-    return true;
+    return queue_lost(c, EV_HOLD_LOST, h, (union lost_cb){.hold = cb}, cb != NULL, ud);
 }
 
 void cerb__notify_switch(cerb_client *c, const char *from, const char *to, const char *why)
