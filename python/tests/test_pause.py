@@ -13,7 +13,7 @@ import time
 import pytest
 
 import cerberus
-from conftest import server_pid, wait_until
+from conftest import missing, server_pid, wait_until
 
 pytestmark = [
     pytest.mark.exclusive,
@@ -26,7 +26,7 @@ pytestmark = [
 def test_lost_callback_after_a_server_pause(redis_ns, caplog):
     pid = server_pid("redis", redis_ns.port)
     if pid is None:
-        pytest.skip("no PID recorded for the redis on port %d" % redis_ns.port)
+        missing("no PID recorded for the redis on port %d" % redis_ns.port)
     cfg = redis_ns.config(extra="lock = { lease_ms = 1000; };",
                           redis_extra="op_timeout_ms = 200; connect_timeout_ms = 200;")
     with cerberus.Client(text=cfg) as c:

@@ -11,9 +11,9 @@ import time
 import pytest
 
 import cerberus
-from conftest import uniq, wait_until
+from conftest import require_module, uniq, wait_until
 
-redis = pytest.importorskip("redis")
+redis = require_module("redis", "python3-redis")
 
 
 @pytest.fixture
