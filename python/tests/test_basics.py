@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import gc
 import os
+import pickle
 import threading
 import time
 
@@ -319,6 +320,24 @@ def test_status_codes_and_exception_classes():
     assert isinstance(cerberus.errors.error_for(2), TimeoutError)
     unknown = cerberus.errors.error_for(99, "x")
     assert type(unknown) is cerberus.Error and unknown.name == "UNKNOWN"
+
+
+def test_exceptions_pickle():
+    """Across processes (multiprocessing, concurrent.futures) an exception
+    keeps its class, status, text and extra attributes."""
+    errs = [cerberus.errors.error_for(s, "detail %d" % s, "acquire \"x\"") for s in range(1, 13)]
+    errs.append(cerberus.errors.error_for(99, "from a later library"))
+    errs.append(cerberus.Duplicate(cerberus.Status.DUPLICATE, "done", "guard s",
+                                   result=b"\x00stored"))
+    errs[5].holders = ["partial"]
+    for e in errs:
+        e2 = pickle.loads(pickle.dumps(e))
+        assert type(e2) is type(e)
+        assert (e2.status, e2.name, e2.text, e2.what, str(e2)) == \
+            (e.status, e.name, e.text, e.what, str(e))
+        assert e2.__dict__ == e.__dict__
+    assert pickle.loads(pickle.dumps(errs[-1])).result == b"\x00stored"
+    assert pickle.loads(pickle.dumps(errs[5])).holders == ["partial"]
 
 
 def test_timeout_is_prompt(local_client):
