@@ -23,8 +23,8 @@ from ctypes import byref, c_size_t, c_void_p, string_at
 from typing import Any, Callable, Optional, Tuple, TypeVar, Union
 
 from . import _callbacks, _lib
-from .client import (Cancel, Client, State, _blocking_call, _forked, _foreign_error, _Handle,
-                     wait_ms)
+from .client import (Cancel, Client, State, _blocking_call, _cstr, _enum, _forked,
+                     _foreign_error, _Handle, _reap, _text, wait_ms)
 from .errors import (Busy, Duplicate, Error, Interrupted, InvalidArgument, Status, check,
                      error_for, last_error)
 
@@ -66,6 +66,17 @@ def _as_bytes(v: Result, what: str) -> bytes:
     raise TypeError("%s must be str, bytes or None, not %s" % (what, type(v).__name__))
 
 
+def _free_attempt(h: _Handle) -> int:
+    """cerb_guard_free(): an attempt never finished counts as failed (its
+    record is deleted); a delete that failed is logged."""
+    st = L.cerb_guard_free(h.ptr)
+    if st != 0:
+        _callbacks.log.warning("cerberus: %s was freed unfinished and its record could not be "
+                               "deleted: %s (%s); its claim expires by itself",
+                               h.what, error_for(st).name, last_error())
+    return st
+
+
 class Attempt:
     """A running attempt at a guarded operation (``cerb_guard``): what
     ``with client.guard(...) as attempt:`` gives the block.
@@ -74,23 +85,21 @@ class Attempt:
     block: it is stored with the success, and a later duplicate receives it.
     """
 
-    def __init__(self, client: Client, ptr: int, scope: str) -> None:
+    def __init__(self, client: Client, h: _Handle, scope: str) -> None:
+        """@h owns the C attempt; its maker frees it when this raises (the
+        client is closing: the attempt counts as failed)."""
         self._client = client
         self._core = client._core
         self.scope = scope
         self._result: Result = None
         self._data = b""
-        self._h = _Handle(ptr, lambda h: L.cerb_guard_free(h.ptr), 'a guard attempt "%s"' % scope)
-        try:
-            self._core.adopt(self._h)
-        except Error:  # the client is closing: the attempt counts as failed
-            self._h.dispose()
-            raise
+        self._core.adopt(h)
+        self._h = h
 
     def __del__(self) -> None:
         h = getattr(self, "_h", None)
         if h is not None and not h.gone:
-            self._core.dispose_child(h)
+            _reap(self._core.dispose_child, h)
 
     @property
     def result(self) -> Result:
@@ -141,7 +150,7 @@ class Attempt:
         except InvalidArgument:
             return State.FREE
         try:
-            return State(F.cerb_guard_state(ptr))
+            return _enum(State, F.cerb_guard_state(ptr))  # type: ignore[return-value]
         finally:
             self._h.leave()
 
@@ -249,6 +258,7 @@ class GuardContext:
             raise TypeError("key must be str or bytes, not None")
         self._client = client
         self._scope = scope
+        self._cscope = _cstr(scope, "the guard's scope")
         self._key = _as_bytes(key, "key")
         wait_ms(wait)
         self._wait = wait
@@ -264,34 +274,48 @@ class GuardContext:
     def _begin_once(self) -> Attempt:
         """One cerb_guard_begin_ex(): an Attempt, or an exception."""
         client = self._client
-        scope = self._scope.encode("utf-8")
-        result = b""
+        scope = self._cscope
 
-        def call(cptr: int) -> Tuple[int, Optional[Attempt]]:
-            nonlocal result
+        def call(cptr: Optional[int]) -> Tuple[int, Union[Attempt, bytes, None], str]:
             out = c_void_p()
-            st = L.cerb_guard_begin_ex(kptr, scope, self._key, len(self._key),
-                                       byref(self._opts), cptr, byref(out))
-            if st == 0:  # adopted while the call counts as in flight
-                return st, Attempt(client, out.value, self._scope)
-            if out.value:  # a duplicate's answer: the stored result
-                n = c_size_t(0)
-                p = F.cerb_guard_result(out.value, byref(n))
-                if p:
-                    result = string_at(p, n.value)
-                L.cerb_guard_free(out.value)
-            return st, None
+            h = attempt = None
+            try:
+                st = L.cerb_guard_begin_ex(kptr, scope, self._key, len(self._key),
+                                           byref(self._opts), cptr, byref(out))
+                text = ""
+                if st not in (0, Status.DUPLICATE):  # this thread's text first
+                    text = last_error() or (_text(F.cerb_cancel_error(cptr)) if cptr else "")
+                if st == 0:  # adopted while the call counts as in flight
+                    h = _Handle(out.value, _free_attempt, 'a guard attempt "%s"' % self._scope)
+                    attempt = Attempt(client, h, self._scope)
+                    return st, attempt, ""
+                result = b""
+                if out.value:  # a duplicate's answer: the stored result
+                    n = c_size_t(0)
+                    p = F.cerb_guard_result(out.value, byref(n))
+                    if p:
+                        result = string_at(p, n.value)
+                return st, result, text
+            finally:
+                # A duplicate's answer; or an exception (a signal's, a closing
+                # client's) before an Attempt took the handle: an attempt
+                # freed unfinished counts as failed, so a retry may run.
+                if attempt is None and out.value:
+                    if h is not None:
+                        client._core.dispose_child(h)  # adopted or not
+                    else:
+                        L.cerb_guard_free(out.value)
 
         kptr = client._enter()
         try:
-            st, attempt, text = _blocking_call(client._core, self._cancel, call)
+            st, value, text = _blocking_call(client._core, self._cancel, call)
         finally:
             client._leave()
-        if attempt is not None:
-            return attempt
+        if isinstance(value, Attempt):
+            return value
         if st == Status.DUPLICATE:  # no failure: the error texts are stale
             raise Duplicate(st, 'the operation "%s" already succeeded' % self._scope,
-                            "guard %s" % self._scope, result=result)
+                            "guard %s" % self._scope, result=value or b"")
         raise error_for(st, text, "guard %s" % self._scope)
 
     def _nap(self, seconds: float) -> None:

@@ -23,13 +23,16 @@ silently skipped.
 
 from __future__ import annotations
 
+import _thread
 import importlib
 import itertools
 import os
 import secrets
 import shutil
+import signal
 import subprocess
 import sys
+import threading
 import time
 from types import ModuleType
 from typing import Callable, Dict, NoReturn, Optional
@@ -180,6 +183,18 @@ def etcd_ns() -> Etcd:
 
 
 @pytest.fixture
+def sigint():
+    """Python's own SIGINT handler (KeyboardInterrupt), as an interactive
+    program has it: a process started as a background job (ctest's, through
+    run_in_session.sh) has SIGINT ignored, and Python then installs none."""
+    if threading.current_thread() is not threading.main_thread():
+        pytest.skip("signals reach the main thread only")
+    old = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, old)
+
+
+@pytest.fixture
 def local_client():
     with cerberus.Client() as c:
         yield c
@@ -229,3 +244,24 @@ def server_pid(engine: str, port_: int) -> Optional[int]:
     except (OSError, ValueError, IndexError):
         return None
 
+
+class InterruptAfter:
+    """The library with @fn wrapped: the C call runs, then a SIGINT is
+    "delivered" (_thread.interrupt_main) before Python gets the result:
+    what a Ctrl-C during the call does."""
+
+    def __init__(self, real, fn):
+        self._real = real
+        self._fn = fn
+
+    def __getattr__(self, attr):
+        real = getattr(self._real, attr)
+        if attr != self._fn:
+            return real
+
+        def wrapped(*args):
+            st = real(*args)
+            _thread.interrupt_main()
+            return st
+
+        return wrapped

@@ -13,7 +13,7 @@ import time
 import pytest
 
 import cerberus
-from conftest import child_env, read_line, uniq, wait_until
+from conftest import InterruptAfter, child_env, read_line, uniq, wait_until
 
 
 @pytest.fixture(params=["local", "redis", "zk", "etcd"])
@@ -329,3 +329,22 @@ def test_attempt_result_is_checked_where_it_is_set(local_client):
     with local_client.guard(uniq("types-str"), "k") as a:
         a.result = "text"
     assert a.result == "text"
+
+
+def test_interrupt_right_after_a_guard_begin(cfg, monkeypatch, sigint):
+    """KeyboardInterrupt lands between the begin and the Attempt that owns
+    it: the claim is given up before the exception propagates, so a retry
+    runs at once."""
+    scope = uniq("kbi")
+    ran = []
+    with cerberus.Client(text=cfg) as c:
+        monkeypatch.setattr(cerberus.guard, "L", InterruptAfter(cerberus.guard.L,
+                                                                 "cerb_guard_begin_ex"))
+        with pytest.raises(KeyboardInterrupt):
+            with c.guard(scope, "k"):
+                ran.append("interrupted")
+        monkeypatch.undo()
+        with c.guard(scope, "k", wait=0) as a:  # not Busy: the claim was given up
+            ran.append("retry")
+            a.result = "once"
+        assert ran == ["retry"]
