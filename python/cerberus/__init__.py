@@ -27,7 +27,7 @@ from typing import Callable, List, Optional
 
 from . import _callbacks, _lib
 from .client import (DEFAULT, Breaker, Cancel, Client, ClientStatus, EngineStatus, Hold,
-                     Holder, Lock, PathLike, State)
+                     Holder, Lock, PathLike, State, _cstr, _enum)
 from .errors import (Busy, ConfigError, Duplicate, Error, Interrupted, InvalidArgument,
                      IOFailure, Lost, NotOwner, OutOfMemory, ProtocolError, Status, Timeout,
                      Unavailable, error_for, last_error)
@@ -128,25 +128,29 @@ def init_stores(path: Optional[PathLike] = None, *, text: Optional[str] = None,
     """
     if path is not None and text is not None:
         raise ValueError("give a configuration path or its text, not both")
+    if text is not None:
+        _cstr(text, "the configuration text")
+    cpath = None if path is None else _cstr(os.fsencode(path), "the configuration path")
     tmp = None
     try:
         if text is not None:
             fd, tmp = tempfile.mkstemp(prefix="cerberus-", suffix=".cfg")
             with os.fdopen(fd, "w") as f:
                 f.write(text)
-            path = tmp
+            cpath = os.fsencode(tmp)
         arr = POINTER(_lib.StoreReport)()
         n = c_size_t(0)
-        st = _lib.lib.cerb_store_init(None if path is None else os.fsencode(path),
-                                      1 if force else 0, byref(arr), byref(n))
-        detail = last_error() if st else ""
-        names = ("prepared", "already", "nothing", "refused", "failed")
-        out = [StoreReport(engine=(arr[i].engine or b"").decode(),
-                           result=names[arr[i].result] if 0 <= arr[i].result < 5 else "?",
-                           status=Status(arr[i].status),
-                           text=(arr[i].text or b"").decode("utf-8", "replace"))
-               for i in range(n.value)]
-        _lib.lib.cerb_store_reports_free(arr, n.value)
+        try:
+            st = _lib.lib.cerb_store_init(cpath, 1 if force else 0, byref(arr), byref(n))
+            detail = last_error() if st else ""
+            names = ("prepared", "already", "nothing", "refused", "failed")
+            out = [StoreReport(engine=(arr[i].engine or b"").decode(),
+                               result=names[arr[i].result] if 0 <= arr[i].result < 5 else "?",
+                               status=_enum(Status, arr[i].status),  # type: ignore[arg-type]
+                               text=(arr[i].text or b"").decode("utf-8", "replace"))
+                   for i in range(n.value)]
+        finally:
+            _lib.lib.cerb_store_reports_free(arr, n.value)
     finally:
         if tmp:
             os.unlink(tmp)

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import itertools
 import logging
+import os
 import threading
 from typing import Any, Callable, Dict, Optional
 
@@ -28,6 +29,16 @@ log = logging.getLogger("cerberus")
 _table: Dict[int, Callable[..., None]] = {}
 _mu = threading.Lock()
 _keys = itertools.count(1)
+
+
+def _after_fork_in_child() -> None:
+    # A thread of the parent may have held the table's mutex at the fork.
+    global _mu
+    _mu = threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def register(fn: Callable[..., None]) -> int:

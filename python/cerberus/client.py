@@ -3,19 +3,40 @@
 Lifetimes. Every C handle lives in a :class:`_Handle` that counts the calls
 using it; freeing it (``dispose``) first refuses new calls, then waits for
 the running ones to return, so no call ever sees freed memory, whichever
-thread frees. A client keeps a table of its children's handles: closing it
-fires the cancel of every blocking call in flight (an acquire waiting
-without limit returns at once with Interrupted), waits for those calls to
-return, frees every hold, guard attempt and lock still alive, and only then
-closes the C client. A child keeps its client alive (it refers to it), so
-garbage collection never closes a client under a hold; each object frees
-its handle when it is collected, and whatever is left is freed at exit.
+thread frees. A client keeps a table of its children's handles. Closing
+it fires the cancel of every blocking call in flight, under the client's
+mutex (a call cannot end, and give back or free its cancel, while the
+close fires it; ``cerb_cancel_fire`` never waits on the network), waits
+for those calls to return, marks every child handle closed (new calls are
+refused, running ones are waited for) and lets ``cerb_client_close`` release
+and free what is left: bounded, where freeing hold after hold is not when
+an engine is down. A child keeps its client alive (it refers to it), so
+garbage collection never closes a client under a hold.
+
+Finalizers. ``__del__`` never blocks and takes no lock of the client: it
+hands the handle to the reaper, a thread of the process that frees it (a
+hold still held is released there, on the network). A client still open
+at exit is closed then, by an ``atexit`` hook.
+
+Signals. Python delivers signals to the main thread only, and raises
+their exceptions (KeyboardInterrupt, a SIGTERM handler's) between two
+bytecodes: raised just after the C call that made a hold, it would leave
+the hold owned by nobody. So every call that returns a new handle frees
+it in a ``finally`` unless the Python object that owns it was made (a
+pointer is owned by a _Handle as soon as one holds it). And a C wait does
+not return for a signal: on the main thread a lock acquisition that may
+wait runs on a helper thread while the main thread waits, interruptibly;
+an exception raised there fires the call's cancel, waits for the call to
+end, gives back what it made (the hold is released) and propagates. A
+try (wait=0), a guard's begin and a client's open are bounded by the
+configured timeouts: they run on the calling thread.
 
 Fork. A client belongs to the process that opened it. In a child made by
 ``fork()`` a call on a lock or a client goes to the library, which refuses
 it (InvalidArgument, with a text that names the fork); a hold, guard
 attempt or cancel of the parent is refused here, before C is reached, and
-nothing of the parent's is freed or released by the child, at exit either.
+nothing of the parent's is freed, released or waited for by the child, at
+exit either. Every mutex of the package is made anew in the child.
 
 Threads. Every call may be made from any thread; blocking calls release
 the GIL (ctypes does), so other threads run while one waits. A hold
@@ -25,6 +46,8 @@ belongs to an object, not a thread: any thread may release it.
 from __future__ import annotations
 
 import asyncio
+import atexit
+import enum
 import functools
 import itertools
 import math
@@ -34,9 +57,8 @@ import threading
 import weakref
 from ctypes import byref, c_size_t, c_void_p, POINTER
 from dataclasses import dataclass
-from typing import (TYPE_CHECKING, Any, Callable, Dict, List, Optional, Tuple, TypeVar,
+from typing import (TYPE_CHECKING, Any, Callable, Dict, List, Optional, Tuple, Type, TypeVar,
                     Union)
-import enum
 
 from . import _callbacks, _lib
 from .errors import (Error, InvalidArgument, NotOwner, Status, check, error_for,
@@ -48,6 +70,7 @@ if TYPE_CHECKING:
 L = _lib.lib  # calls that may wait: the GIL is released
 F = _lib.fast  # calls that never wait: the GIL is kept
 T = TypeVar("T")
+E = TypeVar("E", bound=enum.IntEnum)
 
 PathLike = Union[str, bytes, "os.PathLike[str]", "os.PathLike[bytes]"]
 
@@ -69,6 +92,15 @@ class Breaker(enum.IntEnum):
     HALF_OPEN = 2
     DISABLED = 3
     FORCED_OPEN = 4
+
+
+def _enum(cls: Type[E], value: int) -> Union[E, int]:
+    """@value as a member of @cls, or the plain int for a value a later
+    library added (the lists are append-only): degrade, do not fail."""
+    try:
+        return cls(value)
+    except ValueError:
+        return value
 
 
 class _Default:
@@ -97,6 +129,24 @@ def _text(b: Optional[bytes]) -> str:
     return (b or b"").decode("utf-8", "replace")
 
 
+def _cstr(value: Union[str, bytes], what: str) -> bytes:
+    """@value as a C string: UTF-8, and no NUL byte (C would stop there and
+    use a shorter name than the one asked for)."""
+    if isinstance(value, str):
+        try:
+            b = value.encode("utf-8")
+        except UnicodeEncodeError as e:
+            raise InvalidArgument(Status.EINVAL, "%s is not valid text: %s" % (what, e)) from None
+    elif isinstance(value, bytes):
+        b = value
+    else:
+        raise TypeError("%s must be str, not %s" % (what, type(value).__name__))
+    if b"\0" in b:
+        raise InvalidArgument(Status.EINVAL, "%s contains a NUL character at offset %d: C "
+                              "would read it cut short there" % (what, b.index(b"\0")))
+    return b
+
+
 def _closed(what: str) -> Error:
     return InvalidArgument(Status.EINVAL, "%s is closed" % what)
 
@@ -110,11 +160,25 @@ def _forked(pid: int) -> bool:
     return pid != _PID[0]
 
 
+def _on_main_thread() -> bool:
+    return threading.get_ident() == threading.main_thread().ident
+
+
+# ----------------------------------------------------------------- handles
+
+# Every cancel's handle, for the fork hook (its mutex may be held by a
+# thread that stayed in the parent). The other live handles are found
+# through their client (_cores: the client's handle and its table of
+# children); a handle gone (freed, closed) is refused before its mutex is
+# taken, so its mutex does not matter.
+_cancel_handles: "weakref.WeakSet[_Handle]" = weakref.WeakSet()
+
+
 class _Handle:
     """A C pointer, the count of calls using it, and how to free it."""
 
-    __slots__ = ("ptr", "what", "pid", "cb_key", "_free", "_mu", "_users", "_gone",
-                 "_drained", "__weakref__")
+    __slots__ = ("ptr", "what", "pid", "cb_key", "_free", "_mu", "_cond", "_users", "_gone",
+                 "_freeing", "__weakref__")
 
     def __init__(self, ptr: int, free: Callable[["_Handle"], Any], what: str) -> None:
         self.ptr = ptr
@@ -123,12 +187,15 @@ class _Handle:
         self.cb_key: Optional[int] = None  # a callback's entry (_callbacks)
         self._free = free
         self._mu = threading.Lock()
+        self._cond: Optional[threading.Condition] = None
         self._users = 0
         self._gone = False
-        self._drained: Optional[threading.Event] = None
+        self._freeing = False
 
     def enter(self) -> int:
         """Count one call in; raises when the handle is freed."""
+        if self._gone:
+            raise _closed(self.what)
         with self._mu:
             if self._gone:
                 raise _closed(self.what)
@@ -138,38 +205,347 @@ class _Handle:
     def leave(self) -> None:
         with self._mu:
             self._users -= 1
-            if self._users == 0 and self._drained is not None:
-                self._drained.set()
+            if self._users == 0 and self._cond is not None:
+                self._cond.notify_all()
 
     @property
     def gone(self) -> bool:
         return self._gone
 
+    def _wait(self, idle: bool) -> None:
+        """With _mu held: wait until no call uses the handle (@idle: and no
+        free of it is running either)."""
+        while self._users or (idle and self._freeing):
+            if self._cond is None:
+                self._cond = threading.Condition(self._mu)
+            self._cond.wait()
+
     def dispose(self) -> Any:
         """Refuse new calls, wait for running ones, free. Returns the free
         function's result for the call that freed, None otherwise (freed
-        before, or a parent's handle in a forked child: left alone)."""
+        before, or a parent's handle in a forked child: left alone, and
+        nothing waited for — the parent's threads are not here)."""
+        if _forked(self.pid):
+            self._gone = True
+            return None
         with self._mu:
             if self._gone:
                 return None
             self._gone = True
-            drained = None
-            if self._users:
-                drained = self._drained = threading.Event()
-        if drained is not None:
-            drained.wait()
+            self._freeing = True
+            self._wait(False)
+        try:
+            _callbacks.unregister(self.cb_key)
+            return self._free(self)
+        finally:
+            with self._mu:
+                self._freeing = False
+                if self._cond is not None:
+                    self._cond.notify_all()
+
+    def drop(self) -> None:
+        """For a client's close: refuse new calls and wait for the running
+        ones (and a free already under way), but free nothing:
+        cerb_client_close() frees what is left."""
         if _forked(self.pid):
-            return None
+            self._gone = True
+            return
+        with self._mu:
+            self._gone = True
+            self._wait(True)
         _callbacks.unregister(self.cb_key)
-        return self._free(self)
 
     def after_fork(self) -> None:
-        """In a forked child: a fresh mutex (the parent's may have been held)."""
+        """In a forked child: a fresh mutex (the parent's may have been held),
+        and no call of the parent's threads counted."""
         self._mu = threading.Lock()
+        self._cond = None
         self._users = 0
+        self._freeing = False
 
 
-# Every client's core, for the fork hook.
+# ----------------------------------------------------------------- reaper
+
+class _Reaper:
+    """Frees what finalizers hand over. ``__del__`` runs on whatever thread
+    the garbage collector does, perhaps one holding a mutex of this package
+    or inside the event loop: it must neither block nor take a lock. So it
+    only puts the work on a queue (SimpleQueue.put is safe there), and this
+    thread does it."""
+
+    def __init__(self) -> None:
+        self.q: "queue.SimpleQueue[Optional[Tuple[Callable[..., Any], Any]]]" = \
+            queue.SimpleQueue()
+        self.mu = threading.Lock()
+        self.pid = 0
+
+    def put(self, fn: Callable[..., Any], arg: Any) -> None:
+        self.q.put((fn, arg))
+
+    def ensure(self) -> None:
+        """Start the thread of this process (not from a finalizer)."""
+        if self.pid == _PID[0]:
+            return
+        with self.mu:
+            if self.pid != _PID[0]:
+                threading.Thread(target=self._run, args=(self.q,), name="cerberus-reaper",
+                                 daemon=True).start()
+                self.pid = _PID[0]
+
+    @staticmethod
+    def _run(q: "queue.SimpleQueue[Any]") -> None:
+        while True:
+            item = q.get()
+            if item is None:
+                return
+            try:
+                item[0](item[1])
+            except BaseException:  # noqa: B902 - the reaper goes on
+                _callbacks.log.exception("cerberus: freeing a collected object")
+            item = None
+
+    def sync(self, timeout: float = 30.0) -> bool:
+        """Wait until what was queued before this call is done (tests)."""
+        done = threading.Event()
+        self.ensure()
+        self.q.put((lambda ev: ev.set(), done))
+        return done.wait(timeout)
+
+    def after_fork(self) -> None:
+        self.q = queue.SimpleQueue()  # the parent's thread is not here
+        self.mu = threading.Lock()
+        self.pid = 0
+
+
+_reaper = _Reaper()
+
+
+def _reap(fn: Callable[[Any], Any], arg: Any) -> None:
+    """From a finalizer: hand @fn(@arg) to the reaper. Never raises (at
+    interpreter shutdown the module may be half torn down)."""
+    try:
+        _reaper.put(fn, arg)
+    except Exception:  # noqa: BLE001 - nothing may escape a finalizer
+        pass
+
+
+# ------------------------------------------------------------------- pools
+
+_NEW, _QUEUED, _RUNNING, _DONE, _DROPPED = range(5)
+
+
+class _Job:
+    """One call run on a pool's thread: ``fn(*args)``, its outcome, and
+    how the caller learns it (@done: a threading wait, or an asyncio
+    future and its loop)."""
+
+    __slots__ = ("fn", "args", "state", "ok", "value", "done", "loop", "fut", "cptr", "core")
+
+    def __init__(self, fn: Callable[..., Any], args: Tuple[Any, ...]) -> None:
+        self.fn = fn
+        self.args = args
+        self.state = _NEW
+        self.ok = False
+        self.value: Any = None
+        self.done: Optional[threading.Lock] = None
+        self.loop: Optional[asyncio.AbstractEventLoop] = None
+        self.fut: Optional["asyncio.Future[Any]"] = None
+        self.cptr: Optional[int] = None  # a pooled cancel the job gives back
+        self.core: Optional["_Core"] = None
+
+    # -- the waiting thread's side (threading)
+    def wait(self) -> None:
+        """Wait for the end; interruptible (KeyboardInterrupt)."""
+        if self.state != _DONE:
+            assert self.done is not None
+            self.done.acquire()
+
+    def wait_quietly(self) -> None:
+        """Wait for the end whatever is raised meanwhile: the call uses
+        memory the caller is about to give back."""
+        while self.state != _DONE:
+            try:
+                assert self.done is not None
+                self.done.acquire()
+            except BaseException:  # noqa: B902 - a second Ctrl-C: still wait
+                continue
+
+
+class _Pool:
+    """Threads that run blocking calls for other threads or event loops:
+    a SimpleQueue of jobs and up to @most threads, started when a job finds
+    none idle. A job is put on the queue under the mutex, so a stop() comes
+    after every job accepted (and its threads run them all before they
+    end). A job still queued can be dropped (its task was cancelled): it
+    then never runs, and nobody waits for a thread to take it."""
+
+    def __init__(self, most: int, name: str) -> None:
+        self.mu = threading.Lock()
+        self.q: "queue.SimpleQueue[Optional[_Job]]" = queue.SimpleQueue()
+        self.most = most
+        self.name = name
+        self.threads = 0
+        self.idle = 0  # threads free for a job not yet handed one
+        self.stopped = False
+
+    def submit(self, job: _Job) -> _Job:
+        spawn = False
+        with self.mu:
+            if self.stopped:
+                raise _closed("the client")
+            job.state = _QUEUED
+            self.q.put(job)
+            if self.idle:
+                self.idle -= 1
+            elif self.threads < self.most:
+                self.threads += 1
+                spawn = True
+        if spawn:
+            try:
+                threading.Thread(target=self._run, name=self.name, daemon=True).start()
+            except BaseException:
+                with self.mu:
+                    self.threads -= 1
+                    dropped = job.state == _QUEUED
+                    if dropped:
+                        job.state = _DROPPED
+                if dropped:
+                    raise
+        return job
+
+    def drop(self, job: _Job) -> bool:
+        """Mark @job dropped if no thread took it yet (a thread that takes
+        it later skips it)."""
+        with self.mu:
+            if job.state != _QUEUED:
+                return False
+            job.state = _DROPPED
+            return True
+
+    def interrupt(self, job: _Job) -> str:
+        """For a cancelled task: "dropped" (it never ran), "fired" (it runs:
+        its cancel was fired, under the mutex, so the job cannot give the
+        cancel back meanwhile) or "done"."""
+        with self.mu:
+            if job.state == _QUEUED:
+                job.state = _DROPPED
+                return "dropped"
+            if job.state == _RUNNING:
+                if job.cptr is not None:
+                    F.cerb_cancel_fire(job.cptr)
+                return "fired"
+            return "done"
+
+    def _run(self) -> None:
+        q = self.q
+        while True:
+            job = q.get()
+            if job is None:
+                return
+            with self.mu:
+                if job.state == _DROPPED:
+                    self.idle += 1
+                    continue
+                job.state = _RUNNING
+            try:
+                value, ok = job.fn(*job.args), True
+            except BaseException as e:  # noqa: B902 - delivered to the waiting side
+                value, ok = e, False
+            job.value, job.ok = value, ok
+            value = None
+            with self.mu:
+                job.state = _DONE
+                self.idle += 1
+            if job.cptr is not None and job.core is not None:
+                job.core.give_cancel(job.cptr)
+            _deliver(job)
+            job = None
+
+    def stop(self) -> None:
+        """Threads end once they took every job queued before."""
+        with self.mu:
+            self.stopped = True
+            n, self.threads = self.threads, 0
+            self.idle = 0
+            for _ in range(n):
+                self.q.put(None)
+
+
+def _deliver(job: _Job) -> None:
+    if job.done is not None:
+        job.done.release()
+        return
+    assert job.loop is not None
+    try:
+        job.loop.call_soon_threadsafe(_settle_future, job)
+    except RuntimeError:  # the loop is closed
+        _undeliverable(job)
+
+
+def _settle_future(job: _Job) -> None:
+    fut = job.fut
+    assert fut is not None
+    if fut.cancelled():
+        _undeliverable(job)
+    elif job.ok:
+        fut.set_result(job.value)
+    else:
+        fut.set_exception(job.value)
+    job.value = None
+
+
+def _undeliverable(job: _Job) -> None:
+    """A result nobody will take: a hold is released (off the loop), never
+    left an orphan."""
+    value, job.value = job.value, None
+    if job.ok and isinstance(value, Hold):
+        threading.Thread(target=value.close, name="cerberus-release", daemon=True).start()
+
+
+# The helper threads of the main thread (see "Signals" above).
+_main_pool = [_Pool(8, "cerberus-main-call")]
+
+
+def _off_main(fn: Callable[[], T], discard: Callable[[T], None],
+              cancel_ptr: Optional[int]) -> T:
+    """Run @fn on a helper thread while this (main) thread waits, so that
+    a signal's exception cannot fall between the C call and the object that
+    takes its result. On any exception raised here while waiting: fire
+    @cancel_ptr, wait for @fn to end, @discard what it returned, re-raise."""
+    job = _Job(fn, ())
+    job.done = threading.Lock()
+    job.done.acquire()
+    pool = _main_pool[0]
+    try:
+        pool.submit(job)
+        job.wait()
+        if not job.ok:
+            raise job.value
+        value = job.value
+        job.value = None
+        return value
+    except BaseException as e:
+        if not job.ok and e is job.value:
+            job.value = None
+            raise  # the call's own exception
+        if job.state == _NEW or pool.drop(job):
+            raise  # it never ran
+        if cancel_ptr is not None:
+            F.cerb_cancel_fire(cancel_ptr)
+        job.wait_quietly()
+        produced, job.value = job.value, None
+        if job.ok:
+            try:
+                discard(produced)
+            except BaseException:  # noqa: B902 - the first exception is the one to tell
+                _callbacks.log.exception("cerberus: giving back the result of an "
+                                         "interrupted call")
+        raise
+
+
+# ------------------------------------------------------------------- core
+
+# Every client's core, for the fork hook and the exit hook.
 _cores: "weakref.WeakSet[_Core]" = weakref.WeakSet()
 
 
@@ -183,6 +559,7 @@ class _Core:
         self.handle = _Handle(ptr, lambda h: L.cerb_client_close(h.ptr), "the client")
         self.pid = _PID[0]
         self.mu = threading.Lock()
+        self.close_mu = threading.Lock()  # one close at a time, start to end
         self.closing = False
         self.children: Dict[int, _Handle] = {}
         self.inflight: Dict[int, int] = {}  # call id -> cancel pointer
@@ -191,23 +568,24 @@ class _Core:
         self.calls = itertools.count(1)
         self.switch_key: Optional[int] = None
         self.async_threads = 64
-        self._workers: Dict[str, "_Workers"] = {}
+        self._pools: Dict[str, _Pool] = {}
         _cores.add(self)
 
-    def workers(self, kind: str) -> "_Workers":
-        """The threads that run asyncio's blocking calls: "acquire" for
-        acquisitions (up to async_threads wait at once), "release" for the
-        releases, apart, so that a release never queues behind waits for
-        the very lock it releases."""
-        w = self._workers.get(kind)
+    def workers(self, kind: str) -> _Pool:
+        """The threads that run asyncio's blocking calls: "wait" for
+        acquisitions that may wait (up to async_threads wait at once),
+        "short" for the calls that never wait long — releases and tries
+        (wait=0) — apart, so that they never queue behind waits (a release
+        behind the waits for the very lock it releases, a nested try behind
+        waits that its own hold keeps waiting)."""
+        w = self._pools.get(kind)
         if w is None:
             with self.mu:
                 if self.closing:
                     raise _closed("the client")
-                w = self._workers.get(kind)
+                w = self._pools.get(kind)
                 if w is None:
-                    most = self.async_threads if kind == "acquire" else 4
-                    w = self._workers[kind] = _Workers(most, "cerberus-" + kind)
+                    w = self._pools[kind] = _Pool(self.async_threads, "cerberus-" + kind)
         return w
 
     # -- children
@@ -218,9 +596,14 @@ class _Core:
             self.children[id(h)] = h
 
     def dispose_child(self, h: _Handle) -> Any:
-        with self.mu:
-            self.children.pop(id(h), None)
-        return h.dispose()
+        """Free a child; it leaves the table only once freed, so a close
+        that starts meanwhile still finds it and waits for that free (no
+        call may run during cerb_client_close)."""
+        try:
+            return h.dispose()
+        finally:
+            with self.mu:
+                self.children.pop(id(h), None)
 
     # -- cancels
     def take_cancel(self) -> int:
@@ -232,15 +615,17 @@ class _Core:
         check(F.cerb_cancel_new(byref(out)), "cerb_cancel_new")
         return out.value
 
-    def give_cancel(self, ptr: int, fired: bool) -> None:
-        """Back to the pool, or freed when it was fired (firing is final)
-        or the client is closing."""
+    def give_cancel(self, ptr: int) -> None:
+        """Back to the pool once its call has returned; freed instead when
+        it was fired (firing is final) or the client is closing."""
+        if _forked(self.pid):
+            return
+        fired = F.cerb_cancel_fired(ptr)
         with self.mu:
             if not fired and not self.closing:
                 self.pool.append(ptr)
                 return
-        if not _forked(self.pid):
-            F.cerb_cancel_free(ptr)
+        F.cerb_cancel_free(ptr)
 
     # -- blocking calls
     def begin_call(self, cancel_ptr: int) -> int:
@@ -260,66 +645,108 @@ class _Core:
 
     # -- closing
     def close(self) -> None:
-        with self.mu:
-            if self.closing:
-                return
-            self.closing = True
-            pending = list(self.inflight.values())
-            drained = None
-            if pending:
-                drained = self.drained = threading.Event()
+        """Close: idempotent, and a close cut short (KeyboardInterrupt while
+        it waited) is finished by the next one (the exit hook's at least).
+        A second close waits for the first: none may reach
+        cerb_client_close() while another still waits for a call."""
+        with self.close_mu:
+            self._close()
+
+    def _close(self) -> None:
         forked = _forked(self.pid)
-        if not forked and drained is not None:
-            for c in pending:
-                F.cerb_cancel_fire(c)
+        with self.mu:
+            self.closing = True
+            if forked:
+                children = list(self.children.values())
+            else:
+                # Fired under the mutex: a call leaves `inflight` (end_call)
+                # under it before giving back or freeing its cancel, so every
+                # pointer here is alive. The fire never waits on the network.
+                for c in self.inflight.values():
+                    F.cerb_cancel_fire(c)
+                drained = None
+                if self.inflight:
+                    drained = self.drained = self.drained or threading.Event()
+        if forked:  # the parent's: nothing to free, nothing to wait for
+            for h in children:
+                h.drop()
+            self.handle.drop()
+            return
+        if drained is not None:
             drained.wait()
         with self.mu:
             children = list(self.children.values())
             self.children.clear()
             pool, self.pool = self.pool, []
-        # Holds and guard attempts before the locks they came from; each
-        # frees (and releases) what is left, then the client goes.
-        order = {"a hold": 0, "a guard attempt": 1, "a lock": 2}
-        children.sort(key=lambda h: order.get(h.what.split(" \"")[0], 3))
+        # Each child refuses new calls and waits for its running ones; none
+        # is freed here: cerb_client_close() releases every hold still held
+        # (bounded: once an engine fails to answer a release, the rest of its
+        # holds are left to their lease), ends the guard attempts left open
+        # (as failed) and frees every handle.
         for h in children:
-            try:
-                h.dispose()
-            except Exception:  # noqa: BLE001 - closing goes on regardless
-                _callbacks.log.exception("cerberus: freeing %s while closing", h.what)
-        if not forked:
-            for c in pool:
-                F.cerb_cancel_free(c)
+            h.drop()
+        for c in pool:
+            F.cerb_cancel_free(c)
         _callbacks.unregister(self.switch_key)
-        for w in list(self._workers.values()):
+        for w in list(self._pools.values()):
             w.stop()
         self.handle.dispose()
 
     def after_fork(self) -> None:
         self.mu = threading.Lock()
+        self.close_mu = threading.Lock()
         self.handle.after_fork()
         for h in self.children.values():
             h.after_fork()
+        self.drained = None
         self.inflight.clear()
         self.pool = []  # the parent's: never used nor freed here
-        self._workers = {}  # their threads stayed in the parent
+        self._pools = {}  # their threads stayed in the parent
 
 
 def _after_fork_in_child() -> None:
     _PID[0] = os.getpid()
+    for h in list(_cancel_handles):
+        h.after_fork()
     for core in list(_cores):
         core.after_fork()
+    _reaper.after_fork()
+    _main_pool[0] = _Pool(8, "cerberus-main-call")
 
 
 if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
+@atexit.register
+def _close_all_at_exit() -> None:
+    """Close every client still open (their holds are released). Runs
+    after the application's own exit hooks (registered later)."""
+    for core in list(_cores):
+        try:
+            core.close()
+        except BaseException:  # noqa: B902 - the others still get closed
+            _callbacks.log.exception("cerberus: closing a client at exit")
+
+
+def _discard(value: Any) -> None:
+    """Give back what an interrupted call made (see _off_main)."""
+    if value is not None and hasattr(value, "_discard"):
+        value._discard()
+
+
 def _blocking_call(core: _Core, cancel: Optional["Cancel"],
-                   call: Callable[[int], Tuple[int, Any]]) -> Tuple[int, Any, str]:
-    """Run @call(cancel pointer) -> (status, value) as a blocking call of
-    @core: with the user's cancel, or one from the pool; registered in
-    flight so that a close fires it. Returns (status, value, error text);
-    the text is the cancel's (else cerb_last_error()) when status != 0."""
+                   call: Callable[[Optional[int]], Tuple[int, Any, str]],
+                   need_cancel: bool = True, waits: bool = False) -> Tuple[int, Any, str]:
+    """Run @call(cancel pointer) -> (status, value, error text) as a
+    blocking call of @core: with the user's cancel, or one from the pool,
+    registered in flight so that a close fires it (@need_cancel False and
+    no user's cancel: a bounded call, run with none). @waits: it may wait
+    long, so on the main thread it runs on a helper thread (_off_main).
+    @call reads the error text on the thread that made the C call, right
+    after it, and owns what the call made (see "Signals")."""
+    if cancel is None and not need_cancel:
+        return call(None)
     if cancel is not None:
         cptr = cancel._enter()
     else:
@@ -327,16 +754,16 @@ def _blocking_call(core: _Core, cancel: Optional["Cancel"],
     try:
         cid = core.begin_call(cptr)
         try:
-            st, value = call(cptr)
-            text = (_text(F.cerb_cancel_error(cptr)) or last_error()) if st else ""
+            if waits and _on_main_thread():
+                return _off_main(lambda: call(cptr), lambda r: _discard(r[1]), cptr)
+            return call(cptr)
         finally:
             core.end_call(cid)
     finally:
         if cancel is not None:
             cancel._h.leave()
         else:
-            core.give_cancel(cptr, False)
-    return st, value, text
+            core.give_cancel(cptr)
 
 
 # ------------------------------------------------------------------ Cancel
@@ -356,18 +783,22 @@ class Cancel:
     — after any grant that landed meanwhile has been released, so nothing
     is left on the server. Firing is final: a call given a fired cancel
     returns Interrupted at once. One cancel serves one call at a time; it
-    may be reused after the call returned if it was not fired.
+    may be reused after the call returned if it was not fired. A
+    KeyboardInterrupt (or another exception a signal handler raises) on the
+    main thread during the call fires it too.
     """
 
     def __init__(self) -> None:
+        _reaper.ensure()
         out = c_void_p()
         check(F.cerb_cancel_new(byref(out)), "cerb_cancel_new")
         self._h = _Handle(out.value, lambda h: F.cerb_cancel_free(h.ptr), "a cancel")
+        _cancel_handles.add(self._h)
 
     def __del__(self) -> None:
         h = getattr(self, "_h", None)
-        if h is not None:
-            h.dispose()
+        if h is not None and not h.gone:
+            _reap(_Handle.dispose, h)
 
     def _enter(self) -> int:
         if _forked(self._h.pid):
@@ -422,6 +853,21 @@ class Cancel:
 
 # -------------------------------------------------------------------- Hold
 
+def _free_hold(h: _Handle) -> int:
+    """cerb_hold_free() of a hold nobody released: it releases first. A
+    failed release is logged (the lease then expires by itself)."""
+    return _free_hold_ptr(h.ptr, h.what)
+
+
+def _free_hold_ptr(ptr: int, what: str) -> int:
+    st = L.cerb_hold_free(ptr)
+    if st not in (0, Status.NOT_OWNER):
+        _callbacks.log.warning("cerberus: %s was freed while still held and its release "
+                               "failed: %s (%s); the lease expires by itself",
+                               what, error_for(st).name, last_error())
+    return st
+
+
 class Hold:
     """One grant of a lock, owned by this object rather than by a thread
     (``cerb_hold``).
@@ -429,29 +875,28 @@ class Hold:
     Any thread may :meth:`release` it or read its :attr:`state`. It is a
     context manager (``with hold:`` releases at the end) and an
     asynchronous one (``async with hold:`` releases off the event loop).
-    Released or not, it is freed when it is garbage collected (a hold still
-    held is released then) or when its client closes.
+    A hold that is garbage collected while still held is released soon
+    after, on a thread of the package; one still held when its client
+    closes is released by the close.
     """
 
     __slots__ = ("_client", "_core", "_h", "_name", "_token", "_error", "__weakref__")
 
-    def __init__(self, client: "Client", ptr: int, name: str) -> None:
+    def __init__(self, client: "Client", h: _Handle, name: str) -> None:
+        """@h owns the C hold; its maker frees it when this raises (the
+        client is closing, say)."""
         self._client = client
         self._core = client._core
-        self._token: int = F.cerb_hold_fencing_token(ptr)
+        self._token: int = F.cerb_hold_fencing_token(h.ptr)
         self._name = name
         self._error = ""
-        self._h = _Handle(ptr, lambda h: L.cerb_hold_free(h.ptr), 'a hold "%s"' % name)
-        try:
-            self._core.adopt(self._h)
-        except Error:  # the client is closing: give the grant back
-            self._h.dispose()
-            raise
+        self._core.adopt(h)
+        self._h = h
 
     def __del__(self) -> None:
         h = getattr(self, "_h", None)
         if h is not None and not h.gone:
-            self._core.dispose_child(h)
+            _reap(self._core.dispose_child, h)
 
     def _enter(self) -> int:
         if _forked(self._h.pid):
@@ -481,7 +926,7 @@ class Hold:
                 raise
             return State.FREE
         try:
-            return State(F.cerb_hold_state(ptr))
+            return _enum(State, F.cerb_hold_state(ptr))  # type: ignore[return-value]
         finally:
             self._h.leave()
 
@@ -537,7 +982,8 @@ class Hold:
         """Release the hold on the server and free it; from any thread.
 
         Raises:
-            NotOwner: it was already released.
+            NotOwner: it was already released (or its client closed, which
+                released it).
             Lost: it had been lost (the section may have overlapped another
                 holder: the fencing token protects the resource).
             IOFailure, Timeout, ...: the release was not confirmed; the
@@ -549,8 +995,9 @@ class Hold:
         try:
             ptr = self._h.enter()
         except InvalidArgument:
-            raise NotOwner(Status.NOT_OWNER, 'the hold of "%s" was already released'
-                           % self._name, "release") from None
+            how = "its client closed" if self._core.closing else "it was already released"
+            raise NotOwner(Status.NOT_OWNER, 'the hold of "%s" is not held: %s'
+                           % (self._name, how), "release") from None
         try:
             st = L.cerb_hold_release(ptr)
             if st != 0:
@@ -564,19 +1011,24 @@ class Hold:
             raise error_for(st, self._error, 'release "%s"' % self._name)
 
     async def release_async(self) -> None:
-        """:meth:`release`, run in the event loop's executor so the loop
-        does not wait on the network. A cancellation of the awaiting task
-        does not stop the release: it completes, then CancelledError is
-        raised."""
-        await _settle(self._core.workers("release").submit(self.release))
+        """:meth:`release`, run on the client's threads for short calls so
+        the event loop does not wait on the network. A cancellation of the
+        awaiting task does not stop the release: it completes, then
+        CancelledError is raised."""
+        await _settle(_submit(self._core.workers("short"), self.release))
 
     def close(self) -> None:
-        """Release the hold if it is still held, ignoring errors, and free it."""
+        """Release the hold if it is still held and free it. A failed
+        release is logged (warning, logger ``cerberus``), not raised."""
         if not self._h.gone:
             try:
                 self.release()
-            except Error:
+            except NotOwner:
                 pass
+            except Error as e:
+                _callbacks.log.warning("cerberus: release of %r failed: %s", self._name, e)
+
+    _discard = close
 
     def __enter__(self) -> "Hold":
         return self
@@ -590,11 +1042,12 @@ class Hold:
     async def __aexit__(self, et: Any, ev: Any, tb: Any) -> None:
         if self._h.gone:
             return
-        await _settle(self._core.workers("release").submit(_exit_release, self,
-                                                           et is not None))
+        await _settle(_submit(self._core.workers("short"), _exit_release, self,
+                              et is not None))
 
     def __repr__(self) -> str:
-        return "<cerberus.Hold %r token=%d %s>" % (self._name, self._token, self.state.name)
+        return "<cerberus.Hold %r token=%d %s>" % (self._name, self._token,
+                                                   getattr(self.state, "name", self.state))
 
 
 def _exit_release(hold: Hold, failing: bool) -> None:
@@ -614,78 +1067,16 @@ def _exit_release(hold: Hold, failing: bool) -> None:
                                "propagated: %s", hold.name, hold.error)
 
 
-class _Workers:
-    """Threads that run blocking calls for asyncio, leaner than an
-    executor: a SimpleQueue of jobs, up to @most threads (started when a job
-    finds none idle), and each result handed to the job's event loop with
-    one call_soon_threadsafe. A result the loop can no longer take (it was
-    closed) is a Hold released on a thread of its own: never an orphan."""
+# ----------------------------------------------------------------- asyncio
 
-    def __init__(self, most: int, name: str) -> None:
-        self.q: "queue.SimpleQueue[Any]" = queue.SimpleQueue()
-        self.most = most
-        self.name = name
-        self.mu = threading.Lock()
-        self.threads = 0
-        self.idle = 0
-        self.stopped = False
-
-    def submit(self, fn: Callable[..., T], *args: Any) -> "asyncio.Future[T]":
-        loop = asyncio.get_running_loop()
-        fut = loop.create_future()
-        with self.mu:
-            if self.stopped:
-                raise _closed("the client")
-            spawn = False
-            if self.idle:
-                self.idle -= 1
-            elif self.threads < self.most:
-                self.threads += 1
-                spawn = True
-        self.q.put((loop, fut, fn, args))
-        if spawn:
-            threading.Thread(target=self._run, name=self.name, daemon=True).start()
-        return fut
-
-    def _run(self) -> None:
-        while True:
-            job = self.q.get()
-            if job is None:
-                return
-            loop, fut, fn, args = job
-            try:
-                value, ok = fn(*args), True
-            except BaseException as e:  # noqa: B902 - delivered to the awaiting task
-                value, ok = e, False
-            job = None
-            try:
-                loop.call_soon_threadsafe(_deliver, fut, ok, value)
-            except RuntimeError:  # the loop is closed
-                _undeliverable(value)
-            value = None
-            with self.mu:
-                self.idle += 1
-
-    def stop(self) -> None:
-        with self.mu:
-            self.stopped = True
-            n, self.threads = self.threads, 0
-        for _ in range(n):
-            self.q.put(None)
-
-
-def _deliver(fut: "asyncio.Future[Any]", ok: bool, value: Any) -> None:
-    if fut.cancelled():
-        _undeliverable(value)
-    elif ok:
-        fut.set_result(value)
-    else:
-        fut.set_exception(value)
-
-
-def _undeliverable(value: Any) -> None:
-    if isinstance(value, Hold):
-        threading.Thread(target=value.close, name="cerberus-release", daemon=True).start()
+def _submit(pool: _Pool, fn: Callable[..., T], *args: Any) -> "asyncio.Future[T]":
+    """Run fn(*args) on @pool; a future of the running loop for its result."""
+    loop = asyncio.get_running_loop()
+    job = _Job(fn, args)
+    job.loop = loop
+    job.fut = loop.create_future()
+    pool.submit(job)
+    return job.fut
 
 
 async def _settle(fut: "asyncio.Future[T]") -> T:
@@ -703,39 +1094,45 @@ async def _settle(fut: "asyncio.Future[T]") -> T:
         raise
 
 
-async def _acquire_async(core: _Core, acquire: Callable[[Optional[int]], Hold]) -> Hold:
-    """Run @acquire(cancel pointer) on the client's acquisition threads
-    with a cancel from the pool. When the awaiting task is cancelled, the
-    cancel is fired, the call's end is awaited, and a hold it returned
-    anyway is released (off the loop); then the cancellation propagates."""
+async def _acquire_async(core: _Core, acquire: Callable[[Optional[int]], Hold],
+                         bounded: bool) -> Hold:
+    """Run @acquire(cancel pointer) on the client's threads ("short" for a
+    try, @bounded, "wait" otherwise) with a cancel from the pool, which the
+    job gives back when the call has returned. When the awaiting task is
+    cancelled: a job no thread took yet is dropped, and the cancellation
+    propagates at once; a running one has its cancel fired, its end is
+    awaited, and a hold it returned anyway is released (off the loop)."""
+    pool = core.workers("short" if bounded else "wait")
     cptr = core.take_cancel()
-    fired = False
+    loop = asyncio.get_running_loop()
+    job = _Job(acquire, (cptr,))
+    job.loop = loop
+    job.fut = fut = loop.create_future()
+    job.cptr, job.core = cptr, core
     try:
-        fut = core.workers("acquire").submit(acquire, cptr)
+        pool.submit(job)
     except BaseException:
-        core.give_cancel(cptr, False)
+        core.give_cancel(cptr)
         raise
     try:
         return await asyncio.shield(fut)
     except asyncio.CancelledError:
-        if not fut.done():
-            F.cerb_cancel_fire(cptr)
-            fired = True
+        if pool.interrupt(job) == "dropped":
+            core.give_cancel(cptr)  # never ran: never used
+            fut.cancel()
+            raise
         while not fut.done():
             try:
                 await asyncio.shield(fut)
             except BaseException:  # noqa: B902 - only its end matters here
                 pass
         if not fut.cancelled() and fut.exception() is None:
-            await _settle(core.workers("release").submit(fut.result().close))
+            hold = fut.result()
+            try:
+                await _settle(_submit(core.workers("short"), hold.close))
+            except Error:  # the client closed meanwhile: its close released it
+                pass
         raise
-    finally:
-        if fut.done():
-            core.give_cancel(cptr, fired)
-        else:  # the loop is being torn down mid-call
-            fut.add_done_callback(lambda _f: core.give_cancel(cptr, fired))
-
-
 # -------------------------------------------------------------------- Lock
 
 def _lock_opts(lease_ms: Optional[int], renew: Optional[bool],
@@ -748,10 +1145,11 @@ def _lock_opts(lease_ms: Optional[int], renew: Optional[bool],
 
 def _new_lock(core: _Core, name: str, opts: "_lib.LockOpts") -> int:
     """cerb_lock_new(); the handle's pointer, or the library's error."""
+    cname = _cstr(name, "a lock name")
     cptr = core.handle.enter()
     try:
         out = c_void_p()
-        st = F.cerb_lock_new(cptr, name.encode("utf-8"), byref(opts), byref(out))
+        st = F.cerb_lock_new(cptr, cname, byref(opts), byref(out))
         text = last_error() if st else ""
     finally:
         core.handle.leave()
@@ -762,31 +1160,43 @@ def _new_lock(core: _Core, name: str, opts: "_lib.LockOpts") -> int:
 def _acquire(client: "Client", lptr: int, name: str, ms: int,
              cancel: Optional[Cancel], cancel_ptr: Optional[int] = None) -> Hold:
     """cerb_lock_acquire() as a blocking call of the client; the Hold is
-    adopted while the call still counts as in flight, so a close waits for
-    it and then frees it."""
+    adopted while the call still counts as in flight (or its lock handle
+    as used), so a close waits for it, then leaves it to
+    cerb_client_close(); adopted after the close began, it is refused and
+    given back here."""
     core = client._core
 
-    def call(cptr: Optional[int]) -> Tuple[int, Optional[Hold]]:
+    def call(cptr: Optional[int]) -> Tuple[int, Optional[Hold], str]:
         out = c_void_p()
-        st = L.cerb_lock_acquire(lptr, ms, cptr, byref(out))
-        return st, (Hold(client, out.value, name) if st == 0 else None)
+        h = hold = None
+        try:
+            st = L.cerb_lock_acquire(lptr, ms, cptr, byref(out))
+            if st != 0:  # this thread's text first; the cancel keeps it too
+                return st, None, (last_error() or
+                                  (_text(F.cerb_cancel_error(cptr)) if cptr else ""))
+            h = _Handle(out.value, _free_hold, 'a hold "%s"' % name)
+            hold = Hold(client, h, name)
+            return st, hold, ""
+        finally:
+            if hold is None and out.value:  # an exception came before a Hold took it
+                if h is not None:
+                    core.dispose_child(h)  # adopted or not
+                else:
+                    _free_hold_ptr(out.value, 'a hold "%s"' % name)
 
-    if cancel_ptr is not None:  # the async path's pooled cancel
+    if cancel_ptr is not None:  # the async path's pooled cancel, on a pool thread
         cid = core.begin_call(cancel_ptr)
         try:
-            st, hold = call(cancel_ptr)
-            text = (_text(F.cerb_cancel_error(cancel_ptr)) or last_error()) if st else ""
+            st, hold, text = call(cancel_ptr)
         finally:
             core.end_call(cid)
-    elif ms == 0 and cancel is None:
-        # One try is bounded by the operation timeouts: it needs no cancel
-        # for a close to end it. A close waits for it all the same (the
-        # lock handle counts it), and a grant that lands as the client
-        # closes is given back (Hold refuses to be adopted).
-        st, hold = call(None)
-        text = last_error() if st else ""
     else:
-        st, hold, text = _blocking_call(core, cancel, call)
+        # One try (ms 0) is bounded by the operation timeouts: it needs no
+        # cancel for a close to end it. A close waits for it all the same
+        # (the lock handle counts it), and a grant that lands as the client
+        # closes is given back (Hold refuses to be adopted).
+        st, hold, text = _blocking_call(core, cancel, call, need_cancel=ms != 0,
+                                        waits=ms != 0)
     if hold is None:
         raise error_for(st, text, 'acquire "%s"' % name)
     return hold
@@ -814,17 +1224,18 @@ class Lock:
         self._wait = wait
         self._tls = threading.local()
         ptr = _new_lock(self._core, name, _lock_opts(lease_ms, renew, fair))
-        self._h = _Handle(ptr, lambda h: F.cerb_lock_free(h.ptr), 'a lock "%s"' % name)
+        h = _Handle(ptr, lambda h: F.cerb_lock_free(h.ptr), 'a lock "%s"' % name)
         try:
-            self._core.adopt(self._h)
+            self._core.adopt(h)
         except Error:
-            F.cerb_lock_free(ptr)
+            h.dispose()
             raise
+        self._h = h
 
     def __del__(self) -> None:
         h = getattr(self, "_h", None)
         if h is not None and not h.gone:
-            self._core.dispose_child(h)
+            _reap(self._core.dispose_child, h)
 
     @property
     def name(self) -> str:
@@ -869,14 +1280,14 @@ class Lock:
             self._h.leave()
 
     async def acquire_async(self, wait: Optional[float] = DEFAULT) -> Hold:
-        """:meth:`acquire` for asyncio: the blocking call runs in the event
-        loop's default executor, and cancelling the awaiting task fires a
-        cancel that ends it. A grant that landed anyway is released (off the
-        loop) before CancelledError reaches you, so no hold is left behind
-        on the server."""
+        """:meth:`acquire` for asyncio: the blocking call runs on a thread of
+        the client's (see :meth:`Client.alock`), and cancelling the awaiting
+        task fires a cancel that ends it. A grant that landed anyway is
+        released (off the loop) before CancelledError reaches you, so no
+        hold is left behind on the server."""
         ms = wait_ms(self._wait if wait is DEFAULT else wait)
         return await _acquire_async(self._core,
-                                    functools.partial(self._acquire_with, ms))
+                                    functools.partial(self._acquire_with, ms), ms == 0)
 
     def close(self) -> None:
         """Free the lock handle (its holds stay valid)."""
@@ -901,7 +1312,7 @@ class Lock:
 def _acquire_once(client: "Client", name: str, opts: "_lib.LockOpts", ms: int,
                   cancel_ptr: int) -> Hold:
     """A lock handle for one acquisition, made and freed on the calling
-    (executor) thread: holds outlive their lock handle."""
+    (pool) thread: holds outlive their lock handle."""
     core = client._core
     core.handle.enter()  # the C client outlives the handle made here
     try:
@@ -922,6 +1333,7 @@ class _AsyncLock:
                  lease_ms: Optional[int], renew: Optional[bool], fair: Optional[bool]) -> None:
         if not isinstance(name, str):
             raise TypeError("a lock name is a str, not %s" % type(name).__name__)
+        _cstr(name, "a lock name")
         self._client = client
         self._name = name
         self._ms = wait_ms(wait)
@@ -933,7 +1345,8 @@ class _AsyncLock:
             raise RuntimeError("this alock() is already entered; call client.alock() again")
         self._hold = await _acquire_async(
             self._client._core,
-            functools.partial(_acquire_once, self._client, self._name, self._opts, self._ms))
+            functools.partial(_acquire_once, self._client, self._name, self._opts, self._ms),
+            self._ms == 0)
         return self._hold
 
     async def __aexit__(self, et: Any, ev: Any, tb: Any) -> None:
@@ -1017,21 +1430,39 @@ class Client:
         if isinstance(async_threads, bool) or not isinstance(async_threads, int) \
                 or async_threads < 1:
             raise ValueError("async_threads must be a positive int, not %r" % (async_threads,))
-        out = c_void_p()
         if text is not None:
-            st = L.cerb_client_open_string(byref(out), text.encode("utf-8"))
+            if not isinstance(text, str):
+                raise TypeError("text must be str, not %s" % type(text).__name__)
+            arg = _cstr(text, "the configuration text")
         else:
-            st = L.cerb_client_open(byref(out), None if path is None else os.fsencode(path))
-        check(st, "open")
-        self._core = _Core(out.value)
-        self._core.async_threads = async_threads
-        self._fin = weakref.finalize(self, self._core.close)
+            arg = None if path is None else _cstr(os.fsencode(path), "the configuration path")
+        _reaper.ensure()
+        out = c_void_p()
+        try:
+            if text is not None:
+                st = L.cerb_client_open_string(byref(out), arg)
+            else:
+                st = L.cerb_client_open(byref(out), arg)
+            check(st, "open")
+            core = _Core(out.value)
+            core.async_threads = async_threads
+            self._core = core
+        finally:
+            if out.value and getattr(self, "_core", None) is None:
+                L.cerb_client_close(out.value)  # an exception came before the core took it
+
+    def __del__(self) -> None:
+        core = getattr(self, "_core", None)
+        if core is not None and not core.closing:
+            _reap(_Core.close, core)
 
     # -- lifetime
     def close(self) -> None:
         """Close the client: blocking calls in flight end with Interrupted,
-        every hold still held is released, every handle freed. Idempotent."""
-        self._fin()
+        every hold still held is released, every handle freed (bounded:
+        once an engine fails to answer a release, its other holds are left
+        to expire with their lease). Idempotent."""
+        self._core.close()
 
     @property
     def closed(self) -> bool:
@@ -1071,9 +1502,12 @@ class Client:
     def alock(self, name: str, wait: Optional[float] = None, lease_ms: Optional[int] = None,
               *, renew: Optional[bool] = None, fair: Optional[bool] = None) -> _AsyncLock:
         """``async with client.alock(name, wait=...) as hold:`` acquires off
-        the event loop (in its default executor) and releases at the end.
-        Cancelling the task while it waits ends the acquisition; a grant
-        that landed anyway is released first."""
+        the event loop and releases at the end. The call waits on a thread
+        of the client's: up to ``async_threads`` acquisitions that may wait
+        at once (more queue for a thread); tries (``wait=0``) and releases
+        run on threads of their own, so they never queue behind waits.
+        Cancelling the task ends the acquisition (one still queued never
+        runs); a grant that landed anyway is released first."""
         return _AsyncLock(self, name, wait, lease_ms, renew, fair)
 
     # -- the guard
@@ -1130,11 +1564,12 @@ class Client:
             engines = []
             for n in self._engine_names(ptr):
                 info = _lib.EngineInfo()
-                st = L.cerb_engine_info(ptr, n.encode(), byref(info))
+                st = L.cerb_engine_info(ptr, _cstr(n, "an engine name"), byref(info))
                 check(st, "engine_info %s" % n)
                 engines.append(EngineStatus(
                     name=_text(info.name), active=bool(info.active),
-                    breaker=Breaker(info.breaker), last_probe_us=info.last_probe_us,
+                    breaker=_enum(Breaker, info.breaker),  # type: ignore[arg-type]
+                    last_probe_us=info.last_probe_us,
                     acquires=info.acquires, failures=info.failures, lost=info.lost,
                     acquire_calls=info.acquire_calls, wakeups=info.wakeups,
                     handoffs=info.handoffs, breaker_transitions=info.breaker_transitions,
@@ -1147,11 +1582,11 @@ class Client:
             self._leave()
 
     def _metrics(self, ptr: int) -> str:
+        from ctypes import string_at
         out = c_void_p()
-        st = L.cerb_metrics_text(ptr, byref(out))
-        check(st, "metrics_text")
         try:
-            from ctypes import string_at
+            st = L.cerb_metrics_text(ptr, byref(out))
+            check(st, "metrics_text")
             return string_at(out.value).decode("utf-8", "replace")
         finally:
             F.cerb_free(out.value)
@@ -1175,19 +1610,21 @@ class Client:
         Raises: the first failing engine's error, with the entries of the
         engines that answered in its ``holders`` attribute.
         """
+        cname = _cstr(name, "a lock name")
+        cengine = None if engine is None else _cstr(engine, "an engine name")
         ptr = self._enter()
         try:
             arr = POINTER(_lib.HolderInfo)()
             n = c_size_t(0)
-            st = L.cerb_lock_inspect(ptr, name.encode("utf-8"),
-                                     None if engine is None else engine.encode(),
-                                     byref(arr), byref(n))
-            text = last_error() if st else ""
-            out = [Holder(engine=_text(arr[i].engine), owner=_text(arr[i].owner),
-                          waiting=bool(arr[i].waiting), fence=arr[i].fence,
-                          ttl_ms=arr[i].ttl_ms, detail=_text(arr[i].detail))
-                   for i in range(n.value)]
-            F.cerb_holders_free(arr, n.value)
+            try:
+                st = L.cerb_lock_inspect(ptr, cname, cengine, byref(arr), byref(n))
+                text = last_error() if st else ""
+                out = [Holder(engine=_text(arr[i].engine), owner=_text(arr[i].owner),
+                              waiting=bool(arr[i].waiting), fence=arr[i].fence,
+                              ttl_ms=arr[i].ttl_ms, detail=_text(arr[i].detail))
+                       for i in range(n.value)]
+            finally:
+                F.cerb_holders_free(arr, n.value)
         finally:
             self._leave()
         if st != 0:
@@ -1205,12 +1642,13 @@ class Client:
         Raises: InvalidArgument when no configured engine has that name or
         it will not open (the text lists the configured ones).
         """
+        cengine = None if engine is None else _cstr(engine, "an engine name")
         ptr = self._enter()
         try:
-            if engine is None:
+            if cengine is None:
                 r = L.cerb_engine_switch(ptr)
             else:
-                r = L.cerb_engine_switch_to(ptr, engine.encode("utf-8"))
+                r = L.cerb_engine_switch_to(ptr, cengine)
             text = last_error() if r is None else ""
         finally:
             self._leave()

@@ -11,7 +11,7 @@ on the calling thread right after the call.
 from __future__ import annotations
 
 import enum
-from typing import Dict, Optional, Type
+from typing import Any, Dict, Optional, Tuple, Type
 
 from . import _lib
 
@@ -43,19 +43,26 @@ class Error(Exception):
         name: the code's name without prefix, such as ``"BUSY"``.
         text: the library's detail (``cerb_last_error()`` and friends);
             ``""`` when it gave none.
+        what: the operation that failed (``'acquire "job"'``), or ``""``.
+
+    Exceptions pickle (to another process, a ``multiprocessing`` pool) with
+    their attributes.
     """
 
     status: int
     name: str
     text: str
+    what: str
 
     def __init__(self, status: int, text: str = "", what: str = "") -> None:
+        status = int(status)
         try:
             self.status = Status(status)
         except ValueError:
             self.status = status
         self.name = _lib.fast.cerb_status_name(status).decode()
         self.text = text
+        self.what = what
         short = _lib.fast.cerb_strerror(status).decode()
         msg = "%s (%s)" % (short, self.name)
         if what:
@@ -63,6 +70,18 @@ class Error(Exception):
         if text:
             msg += ": " + text
         super().__init__(msg)
+
+    def _ctor_args(self) -> Tuple[Any, ...]:
+        return (int(self.status), self.text, self.what)
+
+    def __reduce__(self) -> Tuple[Any, ...]:
+        # The constructor's own arguments, not Exception's (the message):
+        # the default would call cls(message) and fail in the other process.
+        # The state carries what was added later (holders, reports).
+        return (type(self), self._ctor_args(), dict(self.__dict__))
+
+    def __setstate__(self, state: Dict[str, Any]) -> None:
+        self.__dict__.update(state)
 
 
 class Busy(Error):
@@ -122,7 +141,10 @@ class Duplicate(Error):
     def __init__(self, status: int, text: str = "", what: str = "",
                  result: bytes = b"") -> None:
         super().__init__(status, text, what)
-        self.result = result
+        self.result = bytes(result)
+
+    def _ctor_args(self) -> Tuple[Any, ...]:
+        return (int(self.status), self.text, self.what, self.result)
 
 
 _BY_STATUS: Dict[int, Type[Error]] = {

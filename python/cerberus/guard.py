@@ -23,8 +23,8 @@ from ctypes import byref, c_size_t, c_void_p, string_at
 from typing import Any, Callable, Optional, Tuple, TypeVar, Union
 
 from . import _callbacks, _lib
-from .client import (Cancel, Client, State, _blocking_call, _forked, _foreign_error, _Handle,
-                     wait_ms)
+from .client import (Cancel, Client, State, _blocking_call, _cstr, _enum, _forked,
+                     _foreign_error, _Handle, _reap, _text, wait_ms)
 from .errors import (Busy, Duplicate, Error, Interrupted, InvalidArgument, Status, check,
                      error_for, last_error)
 
@@ -50,7 +50,13 @@ def _ms(seconds: Optional[float], what: str, forever_ok: bool = False) -> int:
     return max(1, int(math.ceil(seconds * 1000)))
 
 
-def _as_bytes(v: Union[str, bytes, bytearray, memoryview, None], what: str) -> bytes:
+Result = Union[str, bytes, bytearray, memoryview, None]
+
+
+def _as_bytes(v: Result, what: str) -> bytes:
+    """A result or key as bytes: bytes-like as it is, str in UTF-8, None
+    as empty. Anything else is a TypeError; a str that UTF-8 cannot encode
+    (a lone surrogate) a UnicodeEncodeError."""
     if v is None:
         return b""
     if isinstance(v, str):
@@ -60,30 +66,65 @@ def _as_bytes(v: Union[str, bytes, bytearray, memoryview, None], what: str) -> b
     raise TypeError("%s must be str, bytes or None, not %s" % (what, type(v).__name__))
 
 
+def _free_attempt(h: _Handle) -> int:
+    """cerb_guard_free(): an attempt never finished counts as failed (its
+    record is deleted); a delete that failed is logged."""
+    st = L.cerb_guard_free(h.ptr)
+    if st != 0:
+        _callbacks.log.warning("cerberus: %s was freed unfinished and its record could not be "
+                               "deleted: %s (%s); its claim expires by itself",
+                               h.what, error_for(st).name, last_error())
+    return st
+
+
 class Attempt:
     """A running attempt at a guarded operation (``cerb_guard``): what
     ``with client.guard(...) as attempt:`` gives the block.
 
-    Set :attr:`result` (bytes or str) inside the block: it is stored with the
-    success, and a later duplicate receives it.
+    Set :attr:`result` (str, bytes, bytearray or memoryview) inside the
+    block: it is stored with the success, and a later duplicate receives it.
     """
 
-    def __init__(self, client: Client, ptr: int, scope: str) -> None:
+    def __init__(self, client: Client, h: _Handle, scope: str) -> None:
+        """@h owns the C attempt; its maker frees it when this raises (the
+        client is closing: the attempt counts as failed)."""
         self._client = client
         self._core = client._core
         self.scope = scope
-        self.result: Union[str, bytes, None] = None
-        self._h = _Handle(ptr, lambda h: L.cerb_guard_free(h.ptr), 'a guard attempt "%s"' % scope)
-        try:
-            self._core.adopt(self._h)
-        except Error:  # the client is closing: the attempt counts as failed
-            self._h.dispose()
-            raise
+        self._result: Result = None
+        self._data = b""
+        self._core.adopt(h)
+        self._h = h
 
     def __del__(self) -> None:
         h = getattr(self, "_h", None)
         if h is not None and not h.gone:
-            self._core.dispose_child(h)
+            _reap(self._core.dispose_child, h)
+
+    @property
+    def result(self) -> Result:
+        """What the success stores, as it was set (``None``: empty). Set it
+        to str (stored in UTF-8), bytes, bytearray or memoryview; anything
+        else raises TypeError at once, in the block, before the success is
+        recorded."""
+        return self._result
+
+    @result.setter
+    def result(self, value: Result) -> None:
+        try:
+            data = _as_bytes(value, "attempt.result")
+        except UnicodeEncodeError as e:
+            raise TypeError("attempt.result: a str that UTF-8 cannot encode (%s)" % e) from None
+        self._result, self._data = value, data
+
+    def _discard(self) -> None:
+        """Finish as failed (a retry may run at once) and free; a failure
+        to record it is logged, not raised (the claim then expires)."""
+        try:
+            self._finish(False)
+        except Error as e:
+            _callbacks.log.warning("cerberus: guard %s: the failure was not recorded (%s); "
+                                   "its claim expires by itself", self.scope, e)
 
     def _enter(self) -> int:
         if _forked(self._h.pid):
@@ -109,7 +150,7 @@ class Attempt:
         except InvalidArgument:
             return State.FREE
         try:
-            return State(F.cerb_guard_state(ptr))
+            return _enum(State, F.cerb_guard_state(ptr))  # type: ignore[return-value]
         finally:
             self._h.leave()
 
@@ -146,8 +187,8 @@ class Attempt:
         """Finish and free. A success the engine did not confirm is finished
         again, four more times over about 2.5 s (as ``cerberus once``);
         Lost and InvalidArgument are final. A failure's delete is retried by
-        the library in the background."""
-        data = _as_bytes(self.result, "the guard's result") if succeeded else b""
+        the library in the background. The handle is freed whatever happens
+        (an attempt freed unfinished counts as failed)."""
         try:
             ptr = self._enter()
         except InvalidArgument:
@@ -157,17 +198,20 @@ class Attempt:
                                       "guard %s" % self.scope) from None
             return
         try:
-            st = L.cerb_guard_finish(ptr, 1 if succeeded else 0, data, len(data))
-            text = last_error() if st else ""
-            for pause in (0.25, 0.5, 0.75, 1.0):
-                if not succeeded or st in (0, Status.LOST, Status.EINVAL):
-                    break
-                time.sleep(pause)
-                st = L.cerb_guard_finish(ptr, 1, data, len(data))
+            try:
+                data = self._data if succeeded else b""
+                st = L.cerb_guard_finish(ptr, 1 if succeeded else 0, data, len(data))
                 text = last_error() if st else ""
+                for pause in (0.25, 0.5, 0.75, 1.0):
+                    if not succeeded or st in (0, Status.LOST, Status.EINVAL):
+                        break
+                    time.sleep(pause)
+                    st = L.cerb_guard_finish(ptr, 1, data, len(data))
+                    text = last_error() if st else ""
+            finally:
+                self._h.leave()
         finally:
-            self._h.leave()
-        self._core.dispose_child(self._h)
+            self._core.dispose_child(self._h)
         if st != 0:
             raise error_for(st, text, "guard finish %s" % ("success" if succeeded else "failure"))
 
@@ -214,6 +258,7 @@ class GuardContext:
             raise TypeError("key must be str or bytes, not None")
         self._client = client
         self._scope = scope
+        self._cscope = _cstr(scope, "the guard's scope")
         self._key = _as_bytes(key, "key")
         wait_ms(wait)
         self._wait = wait
@@ -229,34 +274,48 @@ class GuardContext:
     def _begin_once(self) -> Attempt:
         """One cerb_guard_begin_ex(): an Attempt, or an exception."""
         client = self._client
-        scope = self._scope.encode("utf-8")
-        result = b""
+        scope = self._cscope
 
-        def call(cptr: int) -> Tuple[int, Optional[Attempt]]:
-            nonlocal result
+        def call(cptr: Optional[int]) -> Tuple[int, Union[Attempt, bytes, None], str]:
             out = c_void_p()
-            st = L.cerb_guard_begin_ex(kptr, scope, self._key, len(self._key),
-                                       byref(self._opts), cptr, byref(out))
-            if st == 0:  # adopted while the call counts as in flight
-                return st, Attempt(client, out.value, self._scope)
-            if out.value:  # a duplicate's answer: the stored result
-                n = c_size_t(0)
-                p = F.cerb_guard_result(out.value, byref(n))
-                if p:
-                    result = string_at(p, n.value)
-                L.cerb_guard_free(out.value)
-            return st, None
+            h = attempt = None
+            try:
+                st = L.cerb_guard_begin_ex(kptr, scope, self._key, len(self._key),
+                                           byref(self._opts), cptr, byref(out))
+                text = ""
+                if st not in (0, Status.DUPLICATE):  # this thread's text first
+                    text = last_error() or (_text(F.cerb_cancel_error(cptr)) if cptr else "")
+                if st == 0:  # adopted while the call counts as in flight
+                    h = _Handle(out.value, _free_attempt, 'a guard attempt "%s"' % self._scope)
+                    attempt = Attempt(client, h, self._scope)
+                    return st, attempt, ""
+                result = b""
+                if out.value:  # a duplicate's answer: the stored result
+                    n = c_size_t(0)
+                    p = F.cerb_guard_result(out.value, byref(n))
+                    if p:
+                        result = string_at(p, n.value)
+                return st, result, text
+            finally:
+                # A duplicate's answer; or an exception (a signal's, a closing
+                # client's) before an Attempt took the handle: an attempt
+                # freed unfinished counts as failed, so a retry may run.
+                if attempt is None and out.value:
+                    if h is not None:
+                        client._core.dispose_child(h)  # adopted or not
+                    else:
+                        L.cerb_guard_free(out.value)
 
         kptr = client._enter()
         try:
-            st, attempt, text = _blocking_call(client._core, self._cancel, call)
+            st, value, text = _blocking_call(client._core, self._cancel, call)
         finally:
             client._leave()
-        if attempt is not None:
-            return attempt
+        if isinstance(value, Attempt):
+            return value
         if st == Status.DUPLICATE:  # no failure: the error texts are stale
             raise Duplicate(st, 'the operation "%s" already succeeded' % self._scope,
-                            "guard %s" % self._scope, result=result)
+                            "guard %s" % self._scope, result=value or b"")
         raise error_for(st, text, "guard %s" % self._scope)
 
     def _nap(self, seconds: float) -> None:
@@ -324,9 +383,13 @@ def once(client: Client, scope: str,
             bytes.
         wait, running, keep, on_unavailable: as for :meth:`Client.guard`.
 
-    The function must return str, bytes or None (stored as empty); the
-    first run returns exactly what it returned. An exception is not
-    recorded: it propagates and the next call runs the function again.
+    The function must return str, bytes (bytearray, memoryview) or None
+    (stored as empty); the first run returns exactly what it returned. An
+    exception is not recorded: it propagates and the next call runs the
+    function again. A result of another type (or a str UTF-8 cannot
+    encode) cannot be stored, but the function did run: the run is
+    recorded as done with an empty result — a retry must not repeat its
+    side effect — and TypeError says so.
     """
 
     def decorate(fn: Callable[..., T]) -> Callable[..., Any]:
@@ -341,14 +404,29 @@ def once(client: Client, scope: str,
                 k = args[0]
             else:
                 k = key
+            guard = GuardContext(client, scope, k, wait=wait, running=running, keep=keep,
+                                 on_unavailable=on_unavailable)
             try:
-                with GuardContext(client, scope, k, wait=wait, running=running, keep=keep,
-                                  on_unavailable=on_unavailable) as attempt:
-                    r = fn(*args, **kwargs)
-                    attempt.result = _as_bytes(r, "the result of %s" % fn.__name__)
-                return r
-            except Duplicate as d:
+                attempt = guard.begin()
+            except Duplicate as d:  # only the begin's: the function's own propagate
                 return d.result.decode("utf-8") if text else d.result
+            try:
+                r = fn(*args, **kwargs)
+            except BaseException:
+                attempt._discard()  # failed: a retry runs
+                raise
+            bad: Optional[BaseException] = None
+            try:
+                attempt.result = r  # type: ignore[assignment]
+            except TypeError as e:
+                bad = e  # stored as empty: the side effect happened
+            attempt._finish(True)
+            if bad is not None:
+                raise TypeError("%s returned %s, which once() cannot store (str, bytes or "
+                                "None): the run is recorded as done with an empty result, so "
+                                "it will not run again for this key"
+                                % (fn.__name__, type(r).__name__)) from bad
+            return r
 
         return wrapper
 

@@ -14,17 +14,28 @@ fresh Redis prefix gets its data-loss marker through cerberus.init_stores
 does, so its first grant does not wait a lease.
 
 Waiting is on conditions with deadlines (wait_until), never a fixed sleep.
+
+A tool a test needs (redis-py, kazoo, etcdctl, pip, venv) that is missing
+skips the test with the reason, unless $CERB_PY_REQUIRE=1 (ctest sets it):
+then it fails, so a CI run cannot pass with whole parts of the suite
+silently skipped.
 """
 
 from __future__ import annotations
 
+import _thread
+import importlib
 import itertools
 import os
 import secrets
+import shutil
+import signal
 import subprocess
 import sys
+import threading
 import time
-from typing import Callable, Dict, Optional
+from types import ModuleType
+from typing import Callable, Dict, NoReturn, Optional
 
 import pytest
 
@@ -65,6 +76,34 @@ def wait_until(pred: Callable[[], object], timeout: float = 10.0, what: str = "c
         time.sleep(every)
 
 
+REQUIRE = os.environ.get("CERB_PY_REQUIRE") == "1"
+
+
+def missing(reason: str) -> NoReturn:
+    """Something a test needs is missing: skip it, or fail it when
+    $CERB_PY_REQUIRE=1. Usable at module level too."""
+    if REQUIRE:
+        pytest.fail("%s; CERB_PY_REQUIRE=1: a required test may not be skipped" % reason,
+                    pytrace=False)
+    pytest.skip(reason, allow_module_level=True)
+
+
+def require_module(name: str, package: str) -> ModuleType:
+    """import @name, or missing() naming the Debian @package."""
+    try:
+        return importlib.import_module(name)
+    except ImportError as e:
+        missing("%s cannot be imported (Debian %s): %s" % (name, package, e))
+
+
+def require_tool(exe: str, package: str) -> str:
+    """The path of the program @exe, or missing() naming the Debian @package."""
+    path = shutil.which(exe)
+    if not path:
+        missing("%s is not installed (Debian %s)" % (exe, package))
+    return path
+
+
 def port(var: str) -> int:
     v = os.environ.get(var)
     if not v:
@@ -94,7 +133,7 @@ class Redis:
     @property
     def raw(self):  # a redis-py client for looking at the server
         if self._raw is None:
-            redis = pytest.importorskip("redis")
+            redis = require_module("redis", "python3-redis")
             self._raw = redis.Redis(host="127.0.0.1", port=self.port)
         return self._raw
 
@@ -141,6 +180,18 @@ def zk_ns() -> ZK:
 @pytest.fixture
 def etcd_ns() -> Etcd:
     return Etcd(port("CERB_ETCD_PORT"))
+
+
+@pytest.fixture
+def sigint():
+    """Python's own SIGINT handler (KeyboardInterrupt), as an interactive
+    program has it: a process started as a background job (ctest's, through
+    run_in_session.sh) has SIGINT ignored, and Python then installs none."""
+    if threading.current_thread() is not threading.main_thread():
+        pytest.skip("signals reach the main thread only")
+    old = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, old)
 
 
 @pytest.fixture
@@ -192,3 +243,25 @@ def server_pid(engine: str, port_: int) -> Optional[int]:
             return int(f.read().split()[0])
     except (OSError, ValueError, IndexError):
         return None
+
+
+class InterruptAfter:
+    """The library with @fn wrapped: the C call runs, then a SIGINT is
+    "delivered" (_thread.interrupt_main) before Python gets the result:
+    what a Ctrl-C during the call does."""
+
+    def __init__(self, real, fn):
+        self._real = real
+        self._fn = fn
+
+    def __getattr__(self, attr):
+        real = getattr(self._real, attr)
+        if attr != self._fn:
+            return real
+
+        def wrapped(*args):
+            st = real(*args)
+            _thread.interrupt_main()
+            return st
+
+        return wrapped

@@ -3,8 +3,10 @@ holds and their lifetimes, cancels, closing, fork, threads and the GIL."""
 
 from __future__ import annotations
 
+import asyncio
 import gc
 import os
+import pickle
 import threading
 import time
 
@@ -221,19 +223,263 @@ def test_gil_released_while_waiting(local_client):
 
 
 def test_lost_callback_exceptions_are_contained(local_client, caplog):
+    """A callback that raises is logged and goes no further: the hold, the
+    client and the next callback are unharmed."""
     hold = local_client.lock(uniq("cb")).acquire(wait=0)
     hold.on_lost(lambda h: None)
     hold.on_lost(None)
     hold.release()
     with pytest.raises(cerberus.InvalidArgument):
         hold.on_lost(lambda h: None)  # released: nothing to watch
+    # A lease of 100 ms never renewed: the hold is lost, its callback raises.
+    seen = []
+    lost = local_client.lock(uniq("cb-lost"), lease_ms=100, renew=False).acquire(wait=0)
+    lost.on_lost(lambda h: (seen.append(h.state), 1 / 0))
+    wait_until(lambda: any("exception in a callback" in r.getMessage() for r in caplog.records),
+               what="the raising callback logged")
+    assert seen == [cerberus.State.LOST]
+    rec = next(r for r in caplog.records if "exception in a callback" in r.getMessage())
+    assert rec.exc_info and rec.exc_info[0] is ZeroDivisionError
+    with pytest.raises(cerberus.Lost):
+        lost.release()
+    local_client.lock(uniq("after"), wait=1).acquire().release()  # still serving
 
 
 def test_garbage_collected_hold_is_released(local_client):
     name = uniq("gc")
-    local_client.lock(name).acquire(wait=0)  # dropped at once
+    local_client.lock(name).acquire(wait=0)  # dropped at once: released on the reaper
     gc.collect()
+    local_client.lock(name).acquire(wait=10).release()
+
+
+def test_failed_releases_are_logged(local_client, caplog):
+    """A release that fails where nobody can be told (Hold.close, a hold
+    collected while held) is logged as a warning on "cerberus"."""
+    import logging
+    caplog.set_level(logging.WARNING, logger="cerberus")
+    a = local_client.lock(uniq("log-a"), lease_ms=100, renew=False).acquire(wait=0)
+    b = local_client.lock(uniq("log-b"), lease_ms=100, renew=False).acquire(wait=0)
+    wait_until(lambda: a.state is cerberus.State.LOST and b.state is cerberus.State.LOST,
+               what="both holds lost")
+    a.close()  # the release says LOST: logged, not raised
+    assert any("release of %r failed" % a.name in r.getMessage() and "LOST" in r.getMessage()
+               for r in caplog.records), [r.getMessage() for r in caplog.records]
+    name = b.name
+    b = None  # collected while held: the reaper's release fails (LOST)
+    gc.collect()
+    assert cerberus.client._reaper.sync()
+    assert any(('a hold "%s" was freed while still held' % name) in r.getMessage()
+               for r in caplog.records), [r.getMessage() for r in caplog.records]
+
+
+def test_finalizers_never_take_the_client_mutex(local_client):
+    """__del__ may run on any thread, inside any code: while the client's
+    mutex is held (by close, say), dropping a hold, a lock, a cancel or an
+    attempt must return at once, and the hold is released afterwards."""
+    name = uniq("fin")
+    hold = local_client.lock(name).acquire(wait=0)
+    lock = local_client.lock(uniq("fin-lock"))
+    cancel = cerberus.Cancel()
+    attempt = local_client.guard(uniq("fin-guard"), "k").__enter__()
+    objs = [hold, lock, cancel, attempt]
+    del hold, lock, cancel, attempt
+    dropped = threading.Event()
+
+    def drop():
+        objs.clear()  # the last references: __del__ runs here
+        gc.collect()
+        dropped.set()
+
+    core = local_client._core
+    with core.mu:  # as close holds it
+        t = threading.Thread(target=drop)
+        t.start()
+        finished = dropped.wait(5)
+    t.join(10)
+    assert finished, "a finalizer waited for the client's mutex"
+    assert cerberus.client._reaper.sync()
+    local_client.lock(name).acquire(wait=0).release()  # released by the reaper
+
+
+def test_close_fires_cancels_holding_the_mutex(monkeypatch):
+    """close() fires the cancels of the calls in flight while it holds the
+    client's mutex: a call leaves the table under it before its cancel is
+    given back or freed, so no fire can reach a freed cancel."""
+    c = cerberus.Client()
+    name = uniq("closefire")
+    holder = c.lock(name).acquire(wait=0)
+    core = c._core
+    real = cerberus.client.F
+    fires = []
+
+    class Fast:
+        def __getattr__(self, attr):
+            return getattr(real, attr)
+
+        @staticmethod
+        def cerb_cancel_fire(ptr):
+            fires.append((core.mu.locked(), ptr in core.inflight.values()))
+            real.cerb_cancel_fire(ptr)
+
+    mine = [cerberus.Cancel() for _ in range(3)]
+    out = []
+
+    def waiter(cancel):
+        try:
+            c.lock(name).acquire(wait=None, cancel=cancel)
+        except cerberus.Error as e:
+            out.append(e)
+
+    ts = [threading.Thread(target=waiter, args=(k,)) for k in mine + [None]]
+    for t in ts:
+        t.start()
+    wait_until(lambda: len(core.inflight) == 4, what="four waiting calls")
+    monkeypatch.setattr(cerberus.client, "F", Fast())
+    c.close()
+    monkeypatch.undo()
+    for t in ts:
+        t.join(10)
+    assert len(fires) == 4 and all(locked and alive for locked, alive in fires), fires
+    assert len(out) == 4 and all(isinstance(e, cerberus.Interrupted) for e in out), out
+    assert not holder.held
+    for k in mine:
+        k.close()
+
+
+def test_close_while_calls_end_on_their_own():
+    """Calls ending by themselves (their own cancel fired, their wait run
+    out) while the client closes: nothing freed is touched (ASan would
+    report it), every call returns, every hold is done."""
+    for round_ in range(5):
+        c = cerberus.Client()
+        name = uniq("closerace")
+        holder = c.lock(name).acquire(wait=0)
+        cancels = [cerberus.Cancel() for _ in range(6)]
+        results = []
+        started = threading.Barrier(7)
+
+        def waiter(i):
+            started.wait()
+            try:
+                if i % 2:
+                    c.lock(name).acquire(wait=0.001 * (i + round_), cancel=cancels[i])
+                else:
+                    c.lock(name).acquire(wait=None, cancel=cancels[i])
+            except cerberus.Error as e:
+                results.append(type(e))
+            finally:
+                cancels[i].close()  # a user's close right after the call
+
+        ts = [threading.Thread(target=waiter, args=(i,)) for i in range(6)]
+        for t in ts:
+            t.start()
+        started.wait()
+        for k in cancels[::3]:
+            k.fire()
+        c.close()
+        for t in ts:
+            t.join(10)
+        assert not any(t.is_alive() for t in ts)
+        assert len(results) == 6
+        assert not holder.held
+
+
+def test_a_child_being_freed_is_still_listed(local_client, monkeypatch):
+    """A hold leaves the client's table only once freed: a close that
+    starts during the free finds it there and waits for it (no call may run
+    during cerb_client_close)."""
+    core = local_client._core
+    seen = []
+    real = cerberus.client._free_hold
+
+    def free(h):
+        seen.append(id(h) in core.children)
+        return real(h)
+
+    monkeypatch.setattr(cerberus.client, "_free_hold", free)
+    name = uniq("listed")
+    local_client.lock(name).acquire(wait=0)  # collected: the reaper frees it
+    assert cerberus.client._reaper.sync()
+    assert seen == [True]
+    assert not core.children  # and then it is gone from the table
     local_client.lock(name).acquire(wait=0).release()
+
+
+def test_close_while_holds_are_released_and_collected():
+    """Releases on other threads and holds freed by the reaper, racing a
+    close: no free may run during cerb_client_close (ASan would see it),
+    and every hold ends up done."""
+    for round_ in range(20):
+        c = cerberus.Client()
+        holds = [c.lock(uniq("r%d" % i)).acquire(wait=0) for i in range(16)]
+        mine, dropped = holds[::2], holds[1::2]
+        del holds
+        go = threading.Barrier(3)
+
+        def releaser():
+            go.wait()
+            for h in mine:
+                h.close()
+
+        def dropper():
+            go.wait()
+            dropped.clear()  # their finalizers hand them to the reaper
+
+        ts = [threading.Thread(target=releaser), threading.Thread(target=dropper)]
+        for t in ts:
+            t.start()
+        go.wait()
+        if round_ % 2:
+            assert cerberus.client._reaper.sync()
+        c.close()
+        for t in ts:
+            t.join(10)
+        assert cerberus.client._reaper.sync()
+        assert not any(h.held for h in mine)
+
+
+def test_with_lock_releases_when_the_block_raises(local_client):
+    name = uniq("raise")
+    lock = local_client.lock(name, wait=1)
+    with pytest.raises(RuntimeError):
+        with lock as hold:
+            assert hold.state is cerberus.State.VALID
+            raise RuntimeError("the critical section failed")
+    assert hold.state is cerberus.State.FREE and not hold.held
+    with pytest.raises(KeyError):
+        with hold:  # a hold as its own context manager, too
+            raise KeyError("x")
+    local_client.lock(name).acquire(wait=0).release()
+
+
+def test_nul_characters_are_refused(local_client, tmp_path):
+    """C reads a string up to its first NUL: "a\0b" must not lock "a"."""
+    for bad in ("a\0b", "\0"):
+        with pytest.raises(cerberus.InvalidArgument) as e:
+            local_client.lock(bad)
+        assert "NUL" in e.value.text
+        with pytest.raises(cerberus.InvalidArgument):
+            local_client.alock(bad)
+        with pytest.raises(cerberus.InvalidArgument):
+            local_client.guard(bad, "key")
+        with pytest.raises(cerberus.InvalidArgument):
+            local_client.inspect(bad)
+        with pytest.raises(cerberus.InvalidArgument):
+            local_client.switch(bad)
+    with pytest.raises(cerberus.InvalidArgument):
+        cerberus.Client(text='engines = ("local");\0 this part would be ignored')
+    with pytest.raises(cerberus.InvalidArgument):
+        cerberus.Client(str(tmp_path / "a.cfg") + "\0.txt")
+    with pytest.raises(cerberus.InvalidArgument):
+        cerberus.init_stores(text='engines = ("local");\0')
+    with pytest.raises(cerberus.InvalidArgument):
+        local_client.lock("\udc80")  # not encodable: no silent replacement either
+    # A guard key is bytes with a length: a NUL there is data.
+    with local_client.guard(uniq("nulkey"), b"a\0b") as a:
+        a.result = b"x"
+    with pytest.raises(cerberus.Duplicate):
+        with local_client.guard(a.scope, b"a\0b"):
+            pass
 
 
 def test_fork_child_gets_a_clear_error(local_client):
@@ -299,11 +545,16 @@ def test_log_handler_routes_lines():
     lines = []
     cerberus.set_log_handler(lambda lv, line: lines.append((lv, line)), cerberus.LogLevel.DEBUG)
     try:
-        with cerberus.Client():
-            pass
+        with cerberus.Client() as c:
+            name = uniq("logged")
+            hold = c.lock(name, lease_ms=100, renew=False).acquire(wait=0)  # lost: WARN
+            wait_until(lambda: any(name in line for _, line in lines), what="the lost line")
+            assert hold.state is cerberus.State.LOST
     finally:
         cerberus.set_log_handler(None)
-    assert all(isinstance(lv, cerberus.LogLevel) for lv, _ in lines)
+    assert lines and all(isinstance(lv, cerberus.LogLevel) for lv, _ in lines)
+    assert any(lv == cerberus.LogLevel.WARN and ("lock \"%s\" lost" % name) in line
+               for lv, line in lines), lines
 
 
 def test_status_codes_and_exception_classes():
@@ -319,6 +570,28 @@ def test_status_codes_and_exception_classes():
     assert isinstance(cerberus.errors.error_for(2), TimeoutError)
     unknown = cerberus.errors.error_for(99, "x")
     assert type(unknown) is cerberus.Error and unknown.name == "UNKNOWN"
+    # Codes a later library may add degrade to plain ints, never ValueError.
+    from cerberus.client import _enum
+    assert _enum(cerberus.State, 2) is cerberus.State.SUSPECT
+    assert _enum(cerberus.State, 9) == 9 and _enum(cerberus.Breaker, 17) == 17
+
+
+def test_exceptions_pickle():
+    """Across processes (multiprocessing, concurrent.futures) an exception
+    keeps its class, status, text and extra attributes."""
+    errs = [cerberus.errors.error_for(s, "detail %d" % s, "acquire \"x\"") for s in range(1, 13)]
+    errs.append(cerberus.errors.error_for(99, "from a later library"))
+    errs.append(cerberus.Duplicate(cerberus.Status.DUPLICATE, "done", "guard s",
+                                   result=b"\x00stored"))
+    errs[5].holders = ["partial"]
+    for e in errs:
+        e2 = pickle.loads(pickle.dumps(e))
+        assert type(e2) is type(e)
+        assert (e2.status, e2.name, e2.text, e2.what, str(e2)) == \
+            (e.status, e.name, e.text, e.what, str(e))
+        assert e2.__dict__ == e.__dict__
+    assert pickle.loads(pickle.dumps(errs[-1])).result == b"\x00stored"
+    assert pickle.loads(pickle.dumps(errs[5])).holders == ["partial"]
 
 
 def test_timeout_is_prompt(local_client):
@@ -352,3 +625,131 @@ def test_asyncio_many_waiters_do_not_starve_the_release():
     assert sorted(done) == list(range(8))
     with pytest.raises(ValueError):
         cerberus.Client(async_threads=0)
+
+
+# ------------------------------------------------------------------ asyncio
+
+def test_asyncio_cancel_of_a_queued_acquisition_is_immediate():
+    """Every thread for asyncio waits is taken by a wait without limit: an
+    acquisition queued behind it and then cancelled ends at once (it never
+    runs), it does not wait for a thread."""
+    name = uniq("q")
+
+    async def main(client, holder):
+        waiting = asyncio.create_task(client.alock(name, wait=None).__aenter__())
+        await until(lambda: len(client._core.inflight) == 1, "the wait on the only thread")
+        queued = asyncio.create_task(client.alock(uniq("other"), wait=None).__aenter__())
+        await asyncio.sleep(0)  # queued now
+        queued.cancel()
+        done, _ = await asyncio.wait({queued}, timeout=5)
+        ok = queued in done
+        holder.release()  # lets everything end whatever happened
+        hold = await waiting
+        await hold.release_async()
+        if not ok:
+            await asyncio.wait({queued}, timeout=30)
+        return ok, queued
+
+    with cerberus.Client(async_threads=1) as c:
+        holder = c.lock(name).acquire(wait=0)
+        ok, queued = asyncio.run(main(c, holder))
+    assert ok, "a cancelled acquisition still queued waited for a thread"
+    assert queued.cancelled()
+
+
+def test_asyncio_try_and_release_never_queue_behind_waits():
+    """With every wait thread taken by a wait for a name this task holds, a
+    nested try (wait=0) and the releases still run: they have threads of
+    their own."""
+    outer, inner = uniq("outer"), uniq("inner")
+
+    async def main(client):
+        async with client.alock(outer, wait=0):
+            other = asyncio.create_task(client.alock(outer, wait=None).__aenter__())
+            await until(lambda: len(client._core.inflight) == 1, "the other task's wait")
+            nested = asyncio.create_task(client.alock(inner, wait=0).__aenter__())
+            done, _ = await asyncio.wait({nested}, timeout=5)
+            if nested in done:
+                await (await nested).release_async()
+        hold = await asyncio.wait_for(other, 30)  # the outer release let it in
+        await hold.release_async()
+        if nested not in done:
+            await asyncio.wait({nested}, timeout=30)
+        return nested in done
+
+    with cerberus.Client(async_threads=1) as c:
+        assert asyncio.run(main(c)), "a try queued behind a wait for a lock its task holds"
+
+
+def test_asyncio_cancelled_while_the_client_closes():
+    """A grant lands, the task is cancelled and the client closes before the
+    task runs again: the close released the hold, and the task ends with
+    CancelledError, not with the closed client's InvalidArgument."""
+    name = uniq("aclose")
+
+    def granted(core):
+        return any(h.what == 'a hold "%s"' % name for h in list(core.children.values()))
+
+    async def main(client, holder):
+        core = client._core
+        task = asyncio.create_task(client.alock(name, wait=None).__aenter__())
+        await until(lambda: core.inflight, "the wait")
+        holder.release()
+        # Without yielding to the loop: the task cannot see its result yet.
+        end = time.monotonic() + 10
+        while not granted(core) or core.inflight:
+            assert time.monotonic() < end, "no grant"
+            time.sleep(0.002)
+        task.cancel()
+        client.close()
+        try:
+            await task
+        except asyncio.CancelledError:
+            return "cancelled"
+        except BaseException as e:  # noqa: B902
+            return repr(e)
+        return "granted"
+
+    c = cerberus.Client()
+    holder = c.lock(name).acquire(wait=0)
+    got = asyncio.run(main(c, holder))
+    assert got == "cancelled", got
+
+
+def test_pool_submit_races_stop():
+    """A job the pool accepted always runs, however stop() interleaves."""
+    from cerberus.client import _Job, _Pool
+    for _ in range(200):
+        pool = _Pool(2, "test-pool")
+        ran = []
+        jobs = []
+        go = threading.Barrier(2)
+
+        def submitter():
+            go.wait()
+            for i in range(5):
+                job = _Job(ran.append, (i,))
+                job.done = threading.Lock()
+                job.done.acquire()
+                try:
+                    pool.submit(job)
+                except cerberus.InvalidArgument:
+                    return
+                jobs.append(job)
+
+        t = threading.Thread(target=submitter)
+        t.start()
+        go.wait()
+        pool.stop()
+        t.join(10)
+        for job in jobs:
+            assert job.done.acquire(timeout=10), "an accepted job never ran"
+        assert len(ran) == len(jobs)
+
+
+async def until(pred, what, timeout=10.0):
+    end = time.monotonic() + timeout
+    while not pred():
+        if time.monotonic() > end:
+            pytest.fail("timed out waiting for " + what)
+        await asyncio.sleep(0.005)

@@ -3,7 +3,6 @@ concurrency.Mutex) on the same name, both ways."""
 
 from __future__ import annotations
 
-import shutil
 import signal
 import subprocess
 import threading
@@ -11,10 +10,9 @@ import threading
 import pytest
 
 import cerberus
-from conftest import read_line, uniq, wait_until
+from conftest import read_line, require_tool, uniq, wait_until
 
-pytestmark = pytest.mark.skipif(shutil.which("etcdctl") is None,
-                                reason="etcdctl (Debian etcd-client) is not installed")
+require_tool("etcdctl", "etcd-client")
 
 
 @pytest.fixture

@@ -13,7 +13,7 @@ import time
 import pytest
 
 import cerberus
-from conftest import child_env, read_line, uniq, wait_until
+from conftest import InterruptAfter, child_env, read_line, uniq, wait_until
 
 
 @pytest.fixture(params=["local", "redis", "zk", "etcd"])
@@ -257,3 +257,94 @@ def test_close_interrupts_a_guard_waiting_for_a_running_attempt():
     t.join(10)
     # The first attempt was freed by the close: its success is not recorded.
     assert isinstance(first_result[0], cerberus.InvalidArgument)
+
+
+def test_once_lets_the_functions_own_duplicate_propagate(local_client):
+    """A Duplicate raised inside the function (a guard it uses itself) is
+    the function's failure: it propagates, and it is not taken for the
+    answer of once's own guard."""
+    c = local_client
+    inner = uniq("inner")
+    with c.guard(inner, "k") as a:
+        a.result = "the inner result"
+    calls = []
+
+    @c.once(uniq("outer"), key="k")
+    def outer() -> str:
+        calls.append(1)
+        with c.guard(inner, "k"):  # already done: Duplicate
+            pass
+        return "outer"
+
+    for _ in range(2):  # a failure is not recorded: it runs again
+        with pytest.raises(cerberus.Duplicate) as e:
+            outer()
+        assert e.value.result == b"the inner result"
+    assert calls == [1, 1]
+
+
+def test_once_records_a_run_whose_result_cannot_be_stored(local_client):
+    """The function ran (its side effect happened) but returned what once()
+    cannot store: TypeError says so, and the run is recorded as done, so
+    the next call does not repeat the side effect."""
+    calls = []
+
+    @local_client.once(uniq("badresult"), key="k")
+    def charge() -> int:
+        calls.append(1)
+        return 42
+
+    with pytest.raises(TypeError) as e:
+        charge()
+    assert "recorded as done" in str(e.value) and "int" in str(e.value)
+    assert charge() == b""  # stored as empty; not run again
+    assert calls == [1]
+
+    @local_client.once(uniq("surrogate"), key="k", text=True)
+    def odd() -> str:
+        calls.append(2)
+        return "\udc80"  # a str UTF-8 cannot encode
+
+    with pytest.raises(TypeError):
+        odd()
+    assert odd() == "" and calls == [1, 2]
+
+
+def test_attempt_result_is_checked_where_it_is_set(local_client):
+    """A result of the wrong type fails at the assignment, in the block: the
+    attempt then ends as failed (a retry runs at once), rather than being
+    left open, unfinished and renewed."""
+    scope = uniq("types")
+    with pytest.raises(TypeError):
+        with local_client.guard(scope, "k") as a:
+            a.result = 42
+    with local_client.guard(scope, "k", wait=0) as a:  # not Busy
+        a.result = bytearray(b"ba")
+        assert a.result == bytearray(b"ba")
+        a.result = memoryview(b"mv")
+    with pytest.raises(cerberus.Duplicate) as e:
+        with local_client.guard(scope, "k"):
+            pass
+    assert e.value.result == b"mv"
+    with local_client.guard(uniq("types-str"), "k") as a:
+        a.result = "text"
+    assert a.result == "text"
+
+
+def test_interrupt_right_after_a_guard_begin(cfg, monkeypatch, sigint):
+    """KeyboardInterrupt lands between the begin and the Attempt that owns
+    it: the claim is given up before the exception propagates, so a retry
+    runs at once."""
+    scope = uniq("kbi")
+    ran = []
+    with cerberus.Client(text=cfg) as c:
+        monkeypatch.setattr(cerberus.guard, "L", InterruptAfter(cerberus.guard.L,
+                                                                 "cerb_guard_begin_ex"))
+        with pytest.raises(KeyboardInterrupt):
+            with c.guard(scope, "k"):
+                ran.append("interrupted")
+        monkeypatch.undo()
+        with c.guard(scope, "k", wait=0) as a:  # not Busy: the claim was given up
+            ran.append("retry")
+            a.result = "once"
+        assert ran == ["retry"]

@@ -57,3 +57,20 @@ def test_needed_reads_the_dynamic_section():
     needed = _lib._needed(cerberus.library_path)
     assert any(n.startswith("libc.so") for n in needed), needed
     assert _lib._needed("/nonexistent") == []
+
+
+def test_a_missing_tool_fails_when_required(monkeypatch):
+    """ctest sets CERB_PY_REQUIRE=1: a missing tool is then a failure that
+    names its package, never a silent skip."""
+    import conftest
+    monkeypatch.setattr(conftest, "REQUIRE", True)
+    with pytest.raises(pytest.fail.Exception) as e:
+        conftest.require_tool("no-such-tool-cerberus", "some-package")
+    assert "some-package" in str(e.value) and "CERB_PY_REQUIRE" in str(e.value)
+    with pytest.raises(pytest.fail.Exception):
+        conftest.require_module("no_such_module_cerberus", "python3-nothing")
+    monkeypatch.setattr(conftest, "REQUIRE", False)
+    with pytest.raises(pytest.skip.Exception):
+        conftest.require_tool("no-such-tool-cerberus", "some-package")
+    if os.environ.get("CERB_TEST_NAME"):  # under ctest (run_in_session.sh)
+        assert os.environ.get("CERB_PY_REQUIRE") == "1"

@@ -1,19 +1,23 @@
 """Against the shared test redis: exclusion with redis-py's Lock both ways,
 a hold released from another thread, asyncio cancellation leaving no key
-behind, the GIL released during a wait across clients, inspection."""
+behind, the GIL released during a wait across clients, inspection, Ctrl-C
+during a wait and just after a grant, a forked child that exits normally."""
 
 from __future__ import annotations
 
 import asyncio
+import signal
+import subprocess
+import sys
 import threading
 import time
 
 import pytest
 
 import cerberus
-from conftest import uniq, wait_until
+from conftest import InterruptAfter, child_env, require_module, uniq, wait_until
 
-redis = pytest.importorskip("redis")
+redis = require_module("redis", "python3-redis")
 
 
 @pytest.fixture
@@ -218,3 +222,150 @@ def test_two_engines_status_and_switch(redis_ns, zk_ns):
         assert c.switch("auto") in ("redis", "zk")
         metrics = c.metrics_text()
         assert 'cerberus_engine_active{engine="zk"}' in metrics
+
+
+def test_ctrl_c_ends_an_unlimited_wait(redis_ns, client, sigint):
+    """SIGINT while the main thread waits on the server without limit: the
+    wait ends at once with KeyboardInterrupt (a C wait alone would not
+    return for it), nothing of it stays on the server, and the holder (of
+    another client) is untouched."""
+    name = uniq("sigint")
+    key = redis_ns.key(name)
+    other = cerberus.Client(text=redis_ns.config())
+    holder = other.lock(name).acquire(wait=5)
+    main = threading.main_thread().ident
+    ended = threading.Event()
+    log = []
+
+    def interrupter():
+        end = time.monotonic() + 10
+        while not any(h.waiting for h in other.inspect(name)):
+            if time.monotonic() > end:
+                log.append("no waiter")
+                break
+            time.sleep(0.005)
+        signal.pthread_kill(main, signal.SIGINT)
+        log.append("sent")
+        if not ended.wait(5):  # Ctrl-C did not end the wait: let the grant land
+            log.append("released the holder")
+            holder.release()
+
+    t = threading.Thread(target=interrupter)
+    t.start()
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            try:
+                client.lock(name).acquire(wait=None)
+            finally:
+                ended.set()
+    finally:
+        t.join(30)
+    try:
+        assert log == ["sent"], log  # the wait ended while the holder still held
+        assert [h.waiting for h in other.inspect(name)] == [False]  # no waiter left
+        assert holder.held and holder.state is cerberus.State.VALID
+        holder.release()
+        assert redis_ns.raw.get(key) is None  # no hold of the interrupted call
+        assert 'cerberus_holds 0' in client.metrics_text()
+    finally:
+        other.close()
+
+
+def test_interrupt_right_after_the_grant_leaves_no_orphan(redis_ns, client, monkeypatch,
+                                                          sigint):
+    """KeyboardInterrupt lands between the grant and the Hold that owns it:
+    the hold is released before the exception propagates."""
+    for wait in (5, 0):
+        name = uniq("kbi")
+        monkeypatch.setattr(cerberus.client, "L", InterruptAfter(cerberus.client.L,
+                                                                   "cerb_lock_acquire"))
+        with pytest.raises(KeyboardInterrupt):
+            client.lock(name).acquire(wait=wait)
+        monkeypatch.undo()
+        assert redis_ns.raw.get(redis_ns.key(name)) is None, "an orphan hold on the server"
+        assert client.inspect(name) == []
+        client.lock(name).acquire(wait=0).release()
+    assert 'cerberus_holds 0' in client.metrics_text()
+
+
+FORK_CHILD = r"""
+import os, sys, threading, time
+import cerberus
+
+cfg, name = sys.argv[1:3]
+client = cerberus.Client(text=cfg)
+second = cerberus.Client(text=cfg)  # its waiter queues on the server
+lock = client.lock(name)
+hold = lock.acquire(wait=5)
+cancel = cerberus.Cancel()
+waited = {}
+
+
+def waiter():
+    try:
+        waited["hold"] = second.lock(name).acquire(wait=None, cancel=cancel)
+    except cerberus.Error as e:
+        waited["err"] = e
+
+
+t = threading.Thread(target=waiter, daemon=True)
+t.start()
+end = time.monotonic() + 10
+while not any(h.waiting for h in client.inspect(name)):  # the cancel is in use
+    assert time.monotonic() < end, "no waiter"
+    time.sleep(0.005)
+pid = os.fork()
+if pid == 0:
+    out = []
+    for call in (lambda: lock.acquire(wait=0), hold.release, lambda: hold.state,
+                 lambda: cancel.error, client.status):
+        try:
+            call()
+            out.append("no error")
+        except cerberus.InvalidArgument as e:
+            out.append("fork" in e.text)
+    cancel.close()  # in use by a thread of the parent: not waited for here
+    with cerberus.Client() as own:  # a client of its own works
+        with own.lock("child", wait=1):
+            pass
+    print("child", out, flush=True)
+    sys.exit(0)  # a normal exit: exit hooks and finalizers run
+deadline = time.monotonic() + 20
+while True:
+    got, status = os.waitpid(pid, os.WNOHANG)
+    if got:
+        break
+    if time.monotonic() > deadline:
+        os.kill(pid, 9)
+        os.waitpid(pid, 0)
+        print("child hung", flush=True)
+        sys.exit(3)
+    time.sleep(0.01)
+print("exit", os.waitstatus_to_exitcode(status), flush=True)
+print("state", hold.state.name, flush=True)
+mask = (1 << 48) - 1
+print("server", [(h.waiting, h.fence == hold.fencing_token & mask) for h in client.inspect(name)],
+      flush=True)
+cancel.fire()
+t.join(10)
+print("waiter", type(waited.get("err")).__name__, flush=True)
+hold.release()
+client.close()
+second.close()
+"""
+
+
+def test_fork_child_exits_normally_and_leaves_the_parent_alone(redis_ns):
+    """A child forked while a thread waits with a cancel refuses the
+    parent's objects with a text naming the fork, closes that cancel without
+    waiting for the parent's thread, exits normally (exit hooks, finalizers)
+    with the parent's client, lock, hold and cancel alive; the parent's hold
+    is still VALID and on the server."""
+    name = uniq("fork")
+    r = subprocess.run([sys.executable, "-c", FORK_CHILD, redis_ns.config(), name],
+                       env=child_env(), capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stdout + r.stderr
+    lines = r.stdout.splitlines()
+    assert lines == ["child [True, True, True, True, True]", "exit 0", "state VALID",
+                     "server [(False, True), (True, False)]", "waiter Interrupted"], r.stdout + r.stderr
+    assert redis_ns.raw.get(redis_ns.key(name)) is None

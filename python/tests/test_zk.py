@@ -11,10 +11,10 @@ import time
 import pytest
 
 import cerberus
-from conftest import uniq, wait_until
+from conftest import require_module, uniq, wait_until
 
-kazoo_client = pytest.importorskip("kazoo.client")
-kazoo_lock = pytest.importorskip("kazoo.recipe.lock")
+kazoo_client = require_module("kazoo.client", "python3-kazoo")
+kazoo_lock = require_module("kazoo.recipe.lock", "python3-kazoo")
 
 
 class CuratorLock(kazoo_lock.Lock):
