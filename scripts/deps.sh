@@ -22,7 +22,8 @@
 # checks (scripts/doc-check.py, scripts/doc-keys.py, tests/docs/) and
 # scripts/bench-report.sh run /usr/bin/python3 itself, so it is named too.
 # The Python package (python/, tests/python/) is tested with python3-pytest
-# and installed offline by pip with Debian's setuptools as its build backend.
+# and installed offline by pip (in a venv: python3-venv) with Debian's setuptools
+# as its build backend.
 CERB_DEB_PACKAGES=(
     build-essential cmake pkg-config
     libhiredis-dev libconfig-dev libjansson-dev libcurl4-openssl-dev
@@ -35,7 +36,7 @@ CERB_DEB_PACKAGES=(
     openssl curl
     clang libclang-rt-dev
     groff-base man-db mandoc
-    python3 python3-pytest python3-pip python3-setuptools python3-wheel
+    python3 python3-pytest python3-pip python3-setuptools python3-wheel python3-venv
 )
 
 # cerb_missing_packages PKG...: print the packages (one per line) that dpkg
