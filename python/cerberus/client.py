@@ -30,6 +30,10 @@ an exception raised there fires the call's cancel, waits for the call to
 end, gives back what it made (the hold is released) and propagates. A
 try (wait=0), a guard's begin and a client's open are bounded by the
 configured timeouts: they run on the calling thread.
+A close made from inside a call of the same thread (a signal handler's)
+or while that thread's close is under way never waits: it fires the
+cancels and returns, and the interrupted frame finishes the close when
+its last call of the package ends (_busy_leave).
 
 Fork. A client belongs to the process that opened it. In a child made by
 ``fork()`` a call on a lock or a client goes to the library, which refuses
@@ -166,6 +170,33 @@ def _on_main_thread() -> bool:
 
 # ----------------------------------------------------------------- handles
 
+# How many calls of the package this thread is inside (handles entered,
+# blocking calls registered), and the closes it had to leave unfinished
+# because of them: a close made from inside a call of the same thread (a
+# signal handler's, run on the main thread between two bytecodes of that
+# call) must not wait for that call, which cannot go on until the handler
+# returns. It fires the cancels and returns; the outermost frame finishes
+# it when its last call ends (see _busy_leave).
+_tls = threading.local()
+
+
+def _busy_here() -> int:
+    return getattr(_tls, "depth", 0)
+
+
+def _busy_enter() -> None:
+    _tls.depth = getattr(_tls, "depth", 0) + 1
+
+
+def _busy_leave() -> None:
+    depth = _tls.depth = _tls.depth - 1
+    if depth == 0 and getattr(_tls, "deferred", None):
+        cores, _tls.deferred = _tls.deferred, []
+        for core in cores:
+            core.close()
+
+
+
 # Every cancel's handle, for the fork hook (its mutex may be held by a
 # thread that stayed in the parent). The other live handles are found
 # through their client (_cores: the client's handle and its table of
@@ -196,17 +227,25 @@ class _Handle:
         """Count one call in; raises when the handle is freed."""
         if self._gone:
             raise _closed(self.what)
-        with self._mu:
-            if self._gone:
-                raise _closed(self.what)
-            self._users += 1
+        _busy_enter()  # before the count: a use counted is a use seen busy
+        try:
+            with self._mu:
+                if self._gone:
+                    raise _closed(self.what)
+                self._users += 1
+        except BaseException:
+            _busy_leave()
+            raise
         return self.ptr
 
     def leave(self) -> None:
-        with self._mu:
-            self._users -= 1
-            if self._users == 0 and self._cond is not None:
-                self._cond.notify_all()
+        try:
+            with self._mu:
+                self._users -= 1
+                if self._users == 0 and self._cond is not None:
+                    self._cond.notify_all()
+        finally:
+            _busy_leave()
 
     @property
     def gone(self) -> bool:
@@ -233,7 +272,14 @@ class _Handle:
                 return None
             self._gone = True
             self._freeing = True
-            self._wait(False)
+            try:
+                self._wait(False)
+            except BaseException:  # interrupted: nothing freed, a later free does it
+                self._gone = False
+                self._freeing = False
+                if self._cond is not None:
+                    self._cond.notify_all()
+                raise
         try:
             _callbacks.unregister(self.cb_key)
             return self._free(self)
@@ -360,15 +406,19 @@ class _Job:
             assert self.done is not None
             self.done.acquire()
 
-    def wait_quietly(self) -> None:
+    def wait_quietly(self) -> Optional[BaseException]:
         """Wait for the end whatever is raised meanwhile: the call uses
-        memory the caller is about to give back."""
+        memory the caller is about to give back. Returns the last exception
+        raised meanwhile (a SystemExit, say), for the caller to raise once
+        it gave back what it must."""
+        late: Optional[BaseException] = None
         while self.state != _DONE:
             try:
                 assert self.done is not None
                 self.done.acquire()
-            except BaseException:  # noqa: B902 - a second Ctrl-C: still wait
-                continue
+            except BaseException as e:  # noqa: B902 - a second Ctrl-C: still wait
+                late = e
+        return late
 
 
 class _Pool:
@@ -528,11 +578,12 @@ def _off_main(fn: Callable[[], T], discard: Callable[[T], None],
         if not job.ok and e is job.value:
             job.value = None
             raise  # the call's own exception
-        if job.state == _NEW or pool.drop(job):
+        # _DROPPED: submit could not start a thread and took the job back.
+        if job.state in (_NEW, _DROPPED) or pool.drop(job):
             raise  # it never ran
         if cancel_ptr is not None:
             F.cerb_cancel_fire(cancel_ptr)
-        job.wait_quietly()
+        late = job.wait_quietly()
         produced, job.value = job.value, None
         if job.ok:
             try:
@@ -540,6 +591,8 @@ def _off_main(fn: Callable[[], T], discard: Callable[[T], None],
             except BaseException:  # noqa: B902 - the first exception is the one to tell
                 _callbacks.log.exception("cerberus: giving back the result of an "
                                          "interrupted call")
+        if late is not None and not isinstance(late, KeyboardInterrupt):
+            raise late from e  # a SystemExit (say) raised while we waited
         raise
 
 
@@ -558,8 +611,13 @@ class _Core:
     def __init__(self, ptr: int) -> None:
         self.handle = _Handle(ptr, lambda h: L.cerb_client_close(h.ptr), "the client")
         self.pid = _PID[0]
-        self.mu = threading.Lock()
-        self.close_mu = threading.Lock()  # one close at a time, start to end
+        # Reentrant: a signal handler's close may run on a thread inside it.
+        self.mu = threading.RLock()
+        # One close at a time, start to end; reentrant, so that a signal
+        # handler's close on the thread already closing gets in (and returns).
+        self.close_mu = threading.RLock()
+        self.close_depth = 0
+        self.closed = False  # cerb_client_close() ran
         self.closing = False
         self.children: Dict[int, _Handle] = {}
         self.inflight: Dict[int, int] = {}  # call id -> cancel pointer
@@ -598,12 +656,14 @@ class _Core:
     def dispose_child(self, h: _Handle) -> Any:
         """Free a child; it leaves the table only once freed, so a close
         that starts meanwhile still finds it and waits for that free (no
-        call may run during cerb_client_close)."""
+        call may run during cerb_client_close). A free cut short (the wait
+        interrupted) leaves it listed: it is still the client's."""
         try:
             return h.dispose()
         finally:
-            with self.mu:
-                self.children.pop(id(h), None)
+            if h.gone:
+                with self.mu:
+                    self.children.pop(id(h), None)
 
     # -- cancels
     def take_cancel(self) -> int:
@@ -631,70 +691,115 @@ class _Core:
     def begin_call(self, cancel_ptr: int) -> int:
         """Register a blocking call using @cancel_ptr; returns its id."""
         call = next(self.calls)
-        with self.mu:
-            if self.closing:
-                raise _closed("the client")
-            self.inflight[call] = cancel_ptr
+        _busy_enter()
+        try:
+            with self.mu:
+                if self.closing:
+                    raise _closed("the client")
+                self.inflight[call] = cancel_ptr
+        except BaseException:
+            _busy_leave()
+            raise
         return call
 
     def end_call(self, call: int) -> None:
-        with self.mu:
-            del self.inflight[call]
-            if not self.inflight and self.drained is not None:
-                self.drained.set()
+        try:
+            with self.mu:
+                del self.inflight[call]
+                if not self.inflight and self.drained is not None:
+                    self.drained.set()
+        finally:
+            _busy_leave()
 
     # -- closing
-    def close(self) -> None:
-        """Close: idempotent, and a close cut short (KeyboardInterrupt while
-        it waited) is finished by the next one (the exit hook's at least).
-        A second close waits for the first: none may reach
-        cerb_client_close() while another still waits for a call."""
-        with self.close_mu:
-            self._close()
-
-    def _close(self) -> None:
-        forked = _forked(self.pid)
+    def _fire(self) -> None:
+        """Mark closing and fire the cancel of every blocking call in flight."""
         with self.mu:
             self.closing = True
-            if forked:
-                children = list(self.children.values())
-            else:
+            if not _forked(self.pid):
                 # Fired under the mutex: a call leaves `inflight` (end_call)
                 # under it before giving back or freeing its cancel, so every
                 # pointer here is alive. The fire never waits on the network.
                 for c in self.inflight.values():
                     F.cerb_cancel_fire(c)
+
+    def close(self) -> None:
+        """Close: idempotent, and a close cut short (KeyboardInterrupt while
+        it waited) is finished by the next one (the exit hook's at least).
+        A second close from another thread waits for the first: none may
+        reach cerb_client_close() while another still waits for a call.
+        A close that cannot wait — made from inside a call of this thread
+        (a signal handler interrupting it), or while this thread's own close
+        is under way — fires the cancels and returns: the outer frame
+        finishes the close."""
+        self._fire()
+        if _busy_here():
+            # This thread is inside a call (of this client, perhaps): waiting
+            # for it here would never end. The frame finishes the close when
+            # its last call ends (_busy_leave).
+            deferred = getattr(_tls, "deferred", None)
+            if deferred is None:
+                deferred = _tls.deferred = []
+            if self not in deferred:
+                deferred.append(self)
+            return
+        with self.close_mu:
+            if self.close_depth:
+                return  # this thread's close, interrupted by a signal handler: it goes on
+            self.close_depth += 1
+            try:
+                self._close()
+            finally:
+                self.close_depth -= 1
+
+    def _close(self) -> None:
+        if self.closed:
+            return
+        forked = _forked(self.pid)
+        with self.mu:
+            self.closing = True
+            if forked:
+                children = list(self.children.values())
+            else:  # their cancels were fired (close() -> _fire())
                 drained = None
                 if self.inflight:
                     drained = self.drained = self.drained or threading.Event()
+                    drained.clear()
         if forked:  # the parent's: nothing to free, nothing to wait for
             for h in children:
                 h.drop()
             self.handle.drop()
+            self.closed = True
             return
         if drained is not None:
             drained.wait()
         with self.mu:
             children = list(self.children.values())
-            self.children.clear()
-            pool, self.pool = self.pool, []
         # Each child refuses new calls and waits for its running ones; none
         # is freed here: cerb_client_close() releases every hold still held
         # (bounded: once an engine fails to answer a release, the rest of its
         # holds are left to their lease), ends the guard attempts left open
-        # (as failed) and frees every handle.
+        # (as failed) and frees every handle. A child leaves the table only
+        # once dropped: a close cut short here leaves the rest listed, and
+        # the next close drops them before it may reach cerb_client_close().
         for h in children:
             h.drop()
+            with self.mu:
+                self.children.pop(id(h), None)
+        with self.mu:
+            pool, self.pool = self.pool, []
         for c in pool:
             F.cerb_cancel_free(c)
         _callbacks.unregister(self.switch_key)
         for w in list(self._pools.values()):
             w.stop()
         self.handle.dispose()
+        self.closed = True
 
     def after_fork(self) -> None:
-        self.mu = threading.Lock()
-        self.close_mu = threading.Lock()
+        self.mu = threading.RLock()
+        self.close_mu = threading.RLock()
+        self.close_depth = 0
         self.handle.after_fork()
         for h in self.children.values():
             h.after_fork()
@@ -1015,7 +1120,18 @@ class Hold:
         the event loop does not wait on the network. A cancellation of the
         awaiting task does not stop the release: it completes, then
         CancelledError is raised."""
-        await _settle(_submit(self._core.workers("short"), self.release))
+        await _settle(_submit(self._short_pool(), self.release))
+
+    def _short_pool(self) -> _Pool:
+        """The client's threads for short calls; NotOwner (as release()
+        says) when the client is closing: its close releases the hold."""
+        try:
+            return self._core.workers("short")
+        except InvalidArgument:
+            if not self._core.closing or _forked(self._h.pid):
+                raise
+            raise NotOwner(Status.NOT_OWNER, 'the hold of "%s" is not held: its client '
+                           'closed' % self._name, "release") from None
 
     def close(self) -> None:
         """Release the hold if it is still held and free it. A failed
@@ -1042,8 +1158,11 @@ class Hold:
     async def __aexit__(self, et: Any, ev: Any, tb: Any) -> None:
         if self._h.gone:
             return
-        await _settle(_submit(self._core.workers("short"), _exit_release, self,
-                              et is not None))
+        try:
+            pool = self._short_pool()
+        except NotOwner:
+            return  # the client is closing: its close releases the hold
+        await _settle(_submit(pool, _exit_release, self, et is not None))
 
     def __repr__(self) -> str:
         return "<cerberus.Hold %r token=%d %s>" % (self._name, self._token,
@@ -1144,7 +1263,9 @@ def _lock_opts(lease_ms: Optional[int], renew: Optional[bool],
 
 
 def _new_lock(core: _Core, name: str, opts: "_lib.LockOpts") -> int:
-    """cerb_lock_new(); the handle's pointer, or the library's error."""
+    """cerb_lock_new(); the handle's pointer, or the library's error. The
+    caller keeps the client's handle entered while it uses the pointer
+    (a close waits for it)."""
     cname = _cstr(name, "a lock name")
     cptr = core.handle.enter()
     try:
@@ -1155,6 +1276,33 @@ def _new_lock(core: _Core, name: str, opts: "_lib.LockOpts") -> int:
         core.handle.leave()
     check(st, 'lock "%s"' % name, text)
     return out.value
+
+
+def _new_lock_handle(core: _Core, name: str, opts: "_lib.LockOpts") -> _Handle:
+    """cerb_lock_new() in a _Handle adopted by @core, adopted while the
+    client's handle is still entered: a close that starts meanwhile waits
+    for it, then finds it in the table (or the adoption is refused and the
+    lock freed here, before the client's handle is left)."""
+    cname = _cstr(name, "a lock name")
+    out = c_void_p()
+    adopted = False
+    cptr = core.handle.enter()
+    try:
+        st = F.cerb_lock_new(cptr, cname, byref(opts), byref(out))
+        text = last_error() if st else ""
+        if st == 0:
+            h = _Handle(out.value, lambda h: F.cerb_lock_free(h.ptr), 'a lock "%s"' % name)
+            core.adopt(h)
+            adopted = True
+            return h
+    finally:
+        try:
+            if out.value and not adopted:
+                F.cerb_lock_free(out.value)
+        finally:
+            core.handle.leave()
+    check(st, 'lock "%s"' % name, text)
+    raise AssertionError("unreachable")  # check() raised
 
 
 def _acquire(client: "Client", lptr: int, name: str, ms: int,
@@ -1175,7 +1323,13 @@ def _acquire(client: "Client", lptr: int, name: str, ms: int,
                 return st, None, (last_error() or
                                   (_text(F.cerb_cancel_error(cptr)) if cptr else ""))
             h = _Handle(out.value, _free_hold, 'a hold "%s"' % name)
-            hold = Hold(client, h, name)
+            try:
+                hold = Hold(client, h, name)
+            except InvalidArgument:
+                if not core.closing:
+                    raise
+                # A grant that landed as the client closed: given back below.
+                return Status.INTERRUPTED, None, "the client is closing"
             return st, hold, ""
         finally:
             if hold is None and out.value:  # an exception came before a Hold took it
@@ -1223,14 +1377,7 @@ class Lock:
         self._name = name
         self._wait = wait
         self._tls = threading.local()
-        ptr = _new_lock(self._core, name, _lock_opts(lease_ms, renew, fair))
-        h = _Handle(ptr, lambda h: F.cerb_lock_free(h.ptr), 'a lock "%s"' % name)
-        try:
-            self._core.adopt(h)
-        except Error:
-            h.dispose()
-            raise
-        self._h = h
+        self._h = _new_lock_handle(self._core, name, _lock_opts(lease_ms, renew, fair))
 
     def __del__(self) -> None:
         h = getattr(self, "_h", None)
@@ -1438,6 +1585,7 @@ class Client:
             arg = None if path is None else _cstr(os.fsencode(path), "the configuration path")
         _reaper.ensure()
         out = c_void_p()
+        core: Optional[_Core] = None
         try:
             if text is not None:
                 st = L.cerb_client_open_string(byref(out), arg)
@@ -1449,7 +1597,17 @@ class Client:
             self._core = core
         finally:
             if out.value and getattr(self, "_core", None) is None:
-                L.cerb_client_close(out.value)  # an exception came before the core took it
+                # An exception came before this client took it: a core made
+                # (listed in _cores, perhaps by a _Core() that then raised)
+                # closes through itself, so the exit hook finds it closed;
+                # else the pointer is closed raw.
+                if core is None:
+                    core = next((k for k in list(_cores)
+                                 if k.handle.ptr == out.value and not k.closed), None)
+                if core is not None:
+                    core.close()
+                else:
+                    L.cerb_client_close(out.value)
 
     def __del__(self) -> None:
         core = getattr(self, "_core", None)

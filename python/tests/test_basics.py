@@ -318,7 +318,7 @@ def test_close_fires_cancels_holding_the_mutex(monkeypatch):
 
         @staticmethod
         def cerb_cancel_fire(ptr):
-            fires.append((core.mu.locked(), ptr in core.inflight.values()))
+            fires.append((core.mu._is_owned(), ptr in core.inflight.values()))
             real.cerb_cancel_fire(ptr)
 
     mine = [cerberus.Cancel() for _ in range(3)]
@@ -639,7 +639,7 @@ def test_asyncio_cancel_of_a_queued_acquisition_is_immediate():
         waiting = asyncio.create_task(client.alock(name, wait=None).__aenter__())
         await until(lambda: len(client._core.inflight) == 1, "the wait on the only thread")
         queued = asyncio.create_task(client.alock(uniq("other"), wait=None).__aenter__())
-        await asyncio.sleep(0)  # queued now
+        await until(lambda: client._core._pools["wait"].q.qsize() == 1, "the queued job")
         queued.cancel()
         done, _ = await asyncio.wait({queued}, timeout=5)
         ok = queued in done
