@@ -20,9 +20,11 @@ import itertools
 import logging
 import os
 import threading
-from typing import Any, Callable, Dict, Optional
+import weakref
+from typing import Any, Callable, Dict, Optional, Tuple
 
 from . import _lib
+from .errors import last_error
 
 log = logging.getLogger("cerberus")
 
@@ -54,6 +56,38 @@ def unregister(key: Optional[int]) -> None:
     if key:
         with _mu:
             _table.pop(key, None)
+
+
+def set_lost(owner: Any, handle: Any, c_set: Callable[..., int], ptr: Any, trampoline: Any,
+             none: Any, callback: Optional[Callable[[Any], Any]]) -> Tuple[int, str]:
+    """Point the lost callback of a hold or guard attempt (@owner, whose
+    bookkeeping @handle keeps the current key in ``cb_key``) at
+    ``callback(owner)``, or remove it (None), through @c_set
+    (``cerb_hold_on_lost`` or ``cerb_guard_on_lost``) on @ptr with the
+    type's @trampoline (@none for the removal). The callback holds the owner
+    weakly, so it keeps nothing alive. Returns the status and, when it
+    failed, the library's text, read on this thread."""
+    old = handle.cb_key
+    if callback is None:
+        st = c_set(ptr, none, None)
+        key = None
+    else:
+        ref = weakref.ref(owner)
+
+        def fire() -> None:
+            obj = ref()
+            if obj is not None:
+                callback(obj)
+
+        key = register(fire)
+        st = c_set(ptr, trampoline, key)
+    text = last_error() if st else ""
+    if st == 0:
+        handle.cb_key = key
+        unregister(old)
+    else:
+        unregister(key)
+    return st, text
 
 
 def _lookup(ud: Optional[int]) -> Optional[Callable[..., None]]:

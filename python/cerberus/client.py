@@ -1059,26 +1059,9 @@ class Hold:
         """
         ptr = self._enter()
         try:
-            old = self._h.cb_key
-            if callback is None:
-                st = L.cerb_hold_on_lost(ptr, _callbacks.HOLD_LOST_NONE, None)
-                key = None
-            else:
-                ref = weakref.ref(self)
-
-                def fire() -> None:
-                    hold = ref()
-                    if hold is not None:
-                        callback(hold)
-
-                key = _callbacks.register(fire)
-                st = L.cerb_hold_on_lost(ptr, _callbacks.HOLD_LOST, key)
-            text = last_error() if st else ""
-            if st == 0:
-                self._h.cb_key = key
-                _callbacks.unregister(old)
-            else:
-                _callbacks.unregister(key)
+            st, text = _callbacks.set_lost(self, self._h, L.cerb_hold_on_lost, ptr,
+                                           _callbacks.HOLD_LOST, _callbacks.HOLD_LOST_NONE,
+                                           callback)
         finally:
             self._h.leave()
         check(st, "on_lost", text)

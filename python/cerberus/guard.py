@@ -18,7 +18,6 @@ from __future__ import annotations
 import functools
 import math
 import time
-import weakref
 from ctypes import byref, c_size_t, c_void_p, string_at
 from typing import Any, Callable, Optional, Tuple, TypeVar, Union
 
@@ -159,26 +158,9 @@ class Attempt:
         on the client's callback thread (as :meth:`Hold.on_lost`)."""
         ptr = self._enter()
         try:
-            old = self._h.cb_key
-            if callback is None:
-                st = L.cerb_guard_on_lost(ptr, _callbacks.GUARD_LOST_NONE, None)
-                key = None
-            else:
-                ref = weakref.ref(self)
-
-                def fire() -> None:
-                    a = ref()
-                    if a is not None:
-                        callback(a)
-
-                key = _callbacks.register(fire)
-                st = L.cerb_guard_on_lost(ptr, _callbacks.GUARD_LOST, key)
-            text = last_error() if st else ""
-            if st == 0:
-                self._h.cb_key = key
-                _callbacks.unregister(old)
-            else:
-                _callbacks.unregister(key)
+            st, text = _callbacks.set_lost(self, self._h, L.cerb_guard_on_lost, ptr,
+                                           _callbacks.GUARD_LOST, _callbacks.GUARD_LOST_NONE,
+                                           callback)
         finally:
             self._h.leave()
         check(st, "on_lost", text)
