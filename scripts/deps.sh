@@ -23,7 +23,15 @@
 # scripts/bench-report.sh run /usr/bin/python3 itself, so it is named too.
 # The Python package (python/, tests/python/) is tested with python3-pytest
 # and installed offline by pip (in a venv: python3-venv) with Debian's setuptools
-# as its build backend.
+# as its build backend. The SQL engines build against libpq-dev (PostgreSQL)
+# and libmariadb-dev (MariaDB/MySQL), and their tests run real servers
+# (scripts/servers.d/pg.sh, mysql.sh): postgresql (initdb, postgres,
+# pg_basebackup for the standby, pg_isready and psql) and mariadb-server and
+# mariadb-client (mariadbd, mariadb-install-db, the mariadb client); as root
+# both servers run as their package's system user (postgres, mysql), through
+# util-linux's setpriv, which every Debian system has. Installing them may
+# create and start Debian's own servers on 5432 and 3306; the tests never use
+# those (their ports are 25432 and 23306).
 CERB_DEB_PACKAGES=(
     build-essential cmake pkg-config
     libhiredis-dev libconfig-dev libjansson-dev libcurl4-openssl-dev
@@ -37,6 +45,7 @@ CERB_DEB_PACKAGES=(
     clang libclang-rt-dev
     groff-base man-db mandoc
     python3 python3-pytest python3-pip python3-setuptools python3-wheel python3-venv
+    postgresql libpq-dev mariadb-server mariadb-client libmariadb-dev
 )
 
 # cerb_missing_packages PKG...: print the packages (one per line) that dpkg
