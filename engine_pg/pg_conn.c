@@ -1,0 +1,391 @@
+/*
+ * pg_conn.c — connections to PostgreSQL: opening one within a deadline,
+ * running one statement within a deadline, and the pool of slots that
+ * holds pin (pg_internal.h says why holds are pinned).
+ *
+ * Every connection is non-blocking and driven by poll(2) with the caller's
+ * deadline: a paused server (SIGSTOP, a stalled disk) accepts bytes and
+ * never answers, and libpq's own blocking calls would wait forever. A
+ * statement that gets no answer in time may still run, so its session is
+ * ended at once (PQfinish): whatever it was doing — a grant, a release —
+ * is then undone or finished by the server alone, and no later statement
+ * can be mistaken for its answer. PQcancel is not used: in libpq 15 it
+ * waits for the server without a bound.
+ */
+#include "internal_posix.h"
+
+#include <errno.h>
+#include <poll.h>
+#include <stdlib.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "alloc.h"
+#include "clock.h"
+#include "error.h"
+#include "log.h"
+#include "pg_internal.h"
+
+/* Wait for the socket (readable, or writable while out_pending) until the
+ * deadline. 1 ready, 0 deadline, -1 error. */
+static int wait_sock(PGconn *pg, bool want_write, int64_t deadline_ns)
+{
+    int fd = PQsocket(pg);
+    if (fd < 0)
+        return -1;
+    for (;;) {
+        int64_t left = cerb__ms_left(deadline_ns);
+        if (left <= 0)
+            return 0;
+        struct pollfd p = {.fd = fd, .events = (short)(POLLIN | (want_write ? POLLOUT : 0))};
+        int r = poll(&p, 1, left > 1000 ? 1000 : (int)left);
+        if (r > 0)
+            return 1;
+        if (r < 0 && errno != EINTR)
+            return -1;
+    }
+}
+
+/* First line of the error text, without its newline. */
+static const char *first_line(const char *s, char *buf, size_t len)
+{
+    size_t n = strcspn(s ? s : "", "\n");
+    if (n >= len)
+        n = len - 1;
+    memcpy(buf, s ? s : "", n);
+    buf[n] = '\0';
+    return buf;
+}
+
+/*
+ * Collect the results of what was sent, until libpq has none left. The
+ * first error result wins (the rest of a multi-statement string was not
+ * run); otherwise the last result is returned.
+ */
+static cerb_status collect(PGconn *pg, int64_t deadline_ns, PGresult **res, bool *broken,
+                           char sqlstate[6])
+{
+    char line[256];
+    PGresult *keep = NULL;
+    for (;;) {
+        int fl = PQflush(pg);
+        if (fl < 0)
+            goto wire;
+        if (fl == 0 && !PQisBusy(pg)) {
+            PGresult *r = PQgetResult(pg);
+            if (!r)
+                break;
+            if (keep && PQresultStatus(keep) == PGRES_FATAL_ERROR) {
+                PQclear(r); /* the first error says why */
+            } else {
+                if (keep)
+                    PQclear(keep);
+                keep = r;
+            }
+            continue;
+        }
+        int w = wait_sock(pg, fl == 1, deadline_ns);
+        if (w == 0) {
+            if (keep)
+                PQclear(keep);
+            *broken = true;
+            return cerb__error_set(CERB_EIO, "pg: no answer from the server in time");
+        }
+        if (w < 0 || PQconsumeInput(pg) == 0)
+            goto wire;
+    }
+    if (!keep)
+        goto wire;
+    ExecStatusType t = PQresultStatus(keep);
+    if (t == PGRES_TUPLES_OK || t == PGRES_COMMAND_OK) {
+        *res = keep;
+        return CERB_OK;
+    }
+    const char *ss = PQresultErrorField(keep, PG_DIAG_SQLSTATE);
+    snprintf(sqlstate, 6, "%s", ss ? ss : "");
+    first_line(PQresultErrorField(keep, PG_DIAG_MESSAGE_PRIMARY), line, sizeof line);
+    PQclear(keep);
+    if (PQstatus(pg) == CONNECTION_BAD || strncmp(sqlstate, "08", 2) == 0 ||
+        strncmp(sqlstate, "57P", 3) == 0) {
+        *broken = true;
+        return cerb__error_set(CERB_EIO, "pg: session ended: %s (SQLSTATE %s)", line, sqlstate);
+    }
+    return cerb__error_set(CERB_EPROTO, "pg: %s (SQLSTATE %s)", line, sqlstate);
+wire:
+    if (keep)
+        PQclear(keep);
+    *broken = true;
+    return cerb__error_set(CERB_EIO, "pg: connection failed: %s",
+                           first_line(PQerrorMessage(pg), line, sizeof line));
+}
+
+cerb_status cerb__pg_exec(PGconn *pg, int stmt, const char *sql, int n, const char *const *vals,
+                          const int *lens, const int *fmts, int64_t deadline_ns, PGresult **res,
+                          bool *broken, char sqlstate[6])
+{
+    char line[256];
+    *res = NULL;
+    *broken = false;
+    sqlstate[0] = '\0';
+    int ok = stmt >= 0 ? PQsendQueryPrepared(pg, cerb__pg_stmt_names[stmt], n, vals, lens, fmts, 0)
+         : n > 0       ? PQsendQueryParams(pg, sql, n, NULL, vals, lens, fmts, 0)
+                       : PQsendQuery(pg, sql);
+    if (!ok) {
+        *broken = true;
+        return cerb__error_set(CERB_EIO, "pg: cannot send: %s",
+                               first_line(PQerrorMessage(pg), line, sizeof line));
+    }
+    return collect(pg, deadline_ns, res, broken, sqlstate);
+}
+
+/* Server notices (CREATE TABLE IF NOT EXISTS "skipping") are not ours to
+ * print: libpq's default writes them to stderr. */
+static void quiet(void *arg, const char *msg)
+{
+    (void)arg;
+    (void)msg;
+}
+
+cerb_status cerb__pg_connect_raw(const struct cerb_pg_config *pc, const char *password,
+                                 int64_t deadline_ns, PGconn **out)
+{
+    char line[256];
+    const char *keys[5], *vals[5];
+    int k = 0;
+    /* conninfo first (expanded), then what we add on top of it. */
+    keys[k] = "dbname", vals[k++] = pc->conninfo;
+    if (password)
+        keys[k] = "password", vals[k++] = password;
+    keys[k] = "fallback_application_name", vals[k++] = "cerberus";
+    keys[k] = NULL, vals[k] = NULL;
+    *out = NULL;
+    PGconn *pg = PQconnectStartParams(keys, vals, 1);
+    if (!pg)
+        return cerb__error_set(CERB_ENOMEM, "pg: out of memory");
+    if (PQstatus(pg) == CONNECTION_BAD) {
+        cerb_status st = cerb__error_set(CERB_ECONFIG, "pg: %s",
+                                         first_line(PQerrorMessage(pg), line, sizeof line));
+        PQfinish(pg);
+        return st;
+    }
+    PostgresPollingStatusType ps = PGRES_POLLING_WRITING;
+    while (ps != PGRES_POLLING_OK) {
+        if (ps == PGRES_POLLING_FAILED) {
+            cerb_status st = cerb__error_set(CERB_EIO, "pg: cannot connect: %s",
+                                             first_line(PQerrorMessage(pg), line, sizeof line));
+            PQfinish(pg);
+            return st;
+        }
+        int w = wait_sock(pg, ps == PGRES_POLLING_WRITING, deadline_ns);
+        if (w <= 0) {
+            PQfinish(pg);
+            return cerb__error_set(CERB_EIO, "pg: cannot connect: %s",
+                                   w == 0 ? "no answer in time" : "socket error");
+        }
+        ps = PQconnectPoll(pg);
+    }
+    PQsetNoticeProcessor(pg, quiet, NULL);
+    if (PQsetnonblocking(pg, 1) != 0) {
+        PQfinish(pg);
+        return cerb__error_set(CERB_EIO, "pg: cannot make the connection non-blocking");
+    }
+    *out = pg;
+    return CERB_OK;
+}
+
+/* ---- the pool ---- */
+
+/* Open slot i's session: settings, then every statement prepared, in one
+ * round trip; the backend pid; refuse a standby. */
+static cerb_status open_slot(cerb_engine *e, int i, int64_t deadline_ns)
+{
+    PGconn *pg = NULL;
+    PGresult *res = NULL;
+    bool broken;
+    char ss[6];
+    cerb_status st = cerb__pg_connect_raw(e->pc, e->password, deadline_ns, &pg);
+    if (st != CERB_OK)
+        return st;
+    /* One string: settings, the PREPAREs (named statements share the
+     * protocol's namespace, so PQsendQueryPrepared finds them), and the
+     * facts we need, last so its result is the one kept. lock_timeout
+     * bounds row-lock waits on the server too (a release in flight). */
+    size_t len = 256;
+    for (int s = 0; s < PG_NSTMT; s++)
+        len += strlen(e->sql[s]) + 64;
+    char *sql = cerb__malloc(len);
+    if (!sql) {
+        PQfinish(pg);
+        return cerb__error_set(CERB_ENOMEM, "pg: out of memory");
+    }
+    size_t o = (size_t)snprintf(sql, len,
+                                "SET lock_timeout = %lld; SET statement_timeout = 0; "
+                                "SET idle_in_transaction_session_timeout = 0; ",
+                                (long long)e->pc->op_timeout_ms);
+    for (int s = 0; s < PG_NSTMT; s++)
+        o += (size_t)snprintf(sql + o, len - o, "PREPARE %s AS %s; ", cerb__pg_stmt_names[s],
+                              e->sql[s]);
+    snprintf(sql + o, len - o, "SELECT pg_backend_pid(), pg_is_in_recovery()");
+    st = cerb__pg_exec(pg, -1, sql, 0, NULL, NULL, NULL, deadline_ns, &res, &broken, ss);
+    cerb__free(sql);
+    if (st != CERB_OK) {
+        if (strcmp(ss, "42P01") == 0 || strcmp(ss, "3F000") == 0)
+            st = cerb__error_set(CERB_ECONFIG,
+                                 "pg: the table %s.cerberus_lock is missing: run `cerberus init` "
+                                 "with this configuration, or the SQL it prints with --print-sql",
+                                 e->schema_q);
+        PQfinish(pg);
+        return st;
+    }
+    int pid = PQntuples(res) == 1 ? atoi(PQgetvalue(res, 0, 0)) : 0;
+    bool standby = PQntuples(res) == 1 && PQgetvalue(res, 0, 1)[0] == 't';
+    PQclear(res);
+    if (standby) {
+        PQfinish(pg);
+        return cerb__error_set(CERB_UNAVAILABLE,
+                               "pg: the server is a standby (pg_is_in_recovery()): locks need "
+                               "the primary");
+    }
+    cerb__mutex_lock(&e->mu);
+    e->slots[i].pg = pg;
+    e->slots[i].pid = pid;
+    cerb__mutex_unlock(&e->mu);
+    atomic_fetch_add_explicit(&e->stats.connects, 1, memory_order_relaxed);
+    return CERB_OK;
+}
+
+/* Under e->mu: connect empty slot i for the caller (mu is dropped while
+ * connecting); on success the slot is BUSY for the caller. */
+static cerb_status connect_locked(cerb_engine *e, int i, int64_t deadline_ns)
+{
+    e->slots[i].state = SLOT_CONNECTING;
+    cerb__mutex_unlock(&e->mu);
+    cerb_status st = open_slot(e, i, deadline_ns);
+    cerb__mutex_lock(&e->mu);
+    e->slots[i].state = st == CERB_OK ? SLOT_BUSY : SLOT_EMPTY;
+    if (st != CERB_OK)
+        cerb__cond_broadcast(&e->cv);
+    return st;
+}
+
+cerb_status cerb__pg_take_any(cerb_engine *e, int64_t deadline_ns, int *slot)
+{
+    cerb__mutex_lock(&e->mu);
+    for (;;) {
+        int idle = -1, empty = -1;
+        for (int i = 0; i < e->nslots; i++) {
+            if (e->slots[i].state == SLOT_IDLE && idle < 0)
+                idle = i;
+            else if (e->slots[i].state == SLOT_EMPTY && empty < 0)
+                empty = i;
+        }
+        if (idle >= 0) {
+            e->slots[idle].state = SLOT_BUSY;
+            cerb__mutex_unlock(&e->mu);
+            *slot = idle;
+            return CERB_OK;
+        }
+        if (empty >= 0) {
+            cerb_status st = connect_locked(e, empty, deadline_ns);
+            cerb__mutex_unlock(&e->mu);
+            *slot = empty;
+            return st;
+        }
+        if (cerb__cond_wait_until(&e->cv, &e->mu, deadline_ns) != 0 &&
+            cerb__ms_left(deadline_ns) <= 0) {
+            cerb__mutex_unlock(&e->mu);
+            return cerb__error_set(CERB_EIO, "pg: all %d connections (pg.pool) stayed busy",
+                                   e->nslots);
+        }
+    }
+}
+
+int cerb__pg_take_waiter(cerb_engine *e, int64_t deadline_ns, cerb_status *st)
+{
+    int pick = -1;
+    *st = CERB_OK;
+    cerb__mutex_lock(&e->mu);
+    if (e->waiters < e->max_waiters) {
+        int empty = -1;
+        for (int i = 0; i < e->nslots && pick < 0; i++) {
+            if (e->slots[i].state == SLOT_IDLE && e->slots[i].holds == 0)
+                pick = i;
+            else if (e->slots[i].state == SLOT_EMPTY && empty < 0)
+                empty = i;
+        }
+        if (pick >= 0) {
+            e->slots[pick].state = SLOT_BUSY;
+        } else if (empty >= 0) {
+            *st = connect_locked(e, empty, deadline_ns);
+            pick = *st == CERB_OK ? empty : -1;
+        }
+        if (pick >= 0) {
+            e->slots[pick].waiter = true;
+            e->waiters++;
+        }
+    }
+    cerb__mutex_unlock(&e->mu);
+    return pick;
+}
+
+cerb_status cerb__pg_take_slot(cerb_engine *e, int slot, uint64_t gen, int64_t deadline_ns)
+{
+    if (slot < 0 || slot >= e->nslots)
+        return cerb__error_set(CERB_NOT_OWNER, "pg: this hold has no session");
+    cerb__mutex_lock(&e->mu);
+    for (;;) {
+        struct pg_slot *s = &e->slots[slot];
+        if (s->gen != gen || s->state == SLOT_EMPTY || s->state == SLOT_CONNECTING) {
+            cerb__mutex_unlock(&e->mu);
+            return cerb__error_set(CERB_NOT_OWNER,
+                                   "pg: the session that held the lock has ended");
+        }
+        if (s->state == SLOT_IDLE) {
+            s->state = SLOT_BUSY;
+            cerb__mutex_unlock(&e->mu);
+            return CERB_OK;
+        }
+        if (cerb__cond_wait_until(&e->cv, &e->mu, deadline_ns) != 0 &&
+            cerb__ms_left(deadline_ns) <= 0) {
+            cerb__mutex_unlock(&e->mu);
+            return cerb__error_set(CERB_EIO, "pg: the lock's connection stayed busy");
+        }
+    }
+}
+
+void cerb__pg_give(cerb_engine *e, int slot, bool broken, int hold_delta)
+{
+    cerb__mutex_lock(&e->mu);
+    struct pg_slot *s = &e->slots[slot];
+    if (s->waiter) {
+        s->waiter = false;
+        e->waiters--;
+    }
+    if (broken) {
+        if (s->holds > 0)
+            CERB_LOG_W("pg: a connection pinning %d lock(s) failed; they are lost", s->holds);
+        PQfinish(s->pg);
+        s->pg = NULL;
+        s->pid = 0;
+        s->gen++;
+        s->holds = 0;
+        s->state = SLOT_EMPTY;
+        atomic_fetch_add_explicit(&e->stats.broken, 1, memory_order_relaxed);
+    } else {
+        s->holds += hold_delta;
+        if (s->holds < 0)
+            s->holds = 0;
+        s->state = SLOT_IDLE;
+    }
+    cerb__cond_broadcast(&e->cv);
+    cerb__mutex_unlock(&e->mu);
+}
+
+void cerb__pg_pool_close(cerb_engine *e)
+{
+    for (int i = 0; e->slots && i < e->nslots; i++)
+        if (e->slots[i].pg)
+            PQfinish(e->slots[i].pg);
+    cerb__free(e->slots);
+    e->slots = NULL;
+}

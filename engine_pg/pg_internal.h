@@ -1,0 +1,162 @@
+/*
+ * pg_internal.h — the PostgreSQL engine instance and what its files share.
+ *
+ * Layout (DESIGN.md §4): a session advisory lock excludes and queues, and a
+ * row per name in <schema>.cerberus_lock, never deleted, carries the fence,
+ * the owner token, the holder's backend pid and a lease on the server's
+ * clock. The advisory lock makes waiting cheap (the server wakes the next
+ * waiter inside its own call) and frees a name the moment its holder's
+ * session ends; the row makes the grant fenced and lets a waiter that got
+ * the advisory lock of a holder whose session died (a partition) wait out
+ * the lease that holder may still believe in.
+ *
+ * Connections. A session lock belongs to the connection that took it, so
+ * every hold is pinned to one slot of a small pool (pg.pool connections);
+ * its renewal and release run there. A slot is used by one thread at a
+ * time, for one statement (short), except a waiter's: a blocking wait runs
+ * only on a slot that pins no hold, so no renewal ever queues behind a wait.
+ * A slot whose statement failed on the wire or timed out is closed at once
+ * (its session, and every session lock of it, ends) and its generation
+ * bumped: the holds pinned to the old generation learn at their next
+ * renewal that they are gone (CERB_NOT_OWNER), which their lease rows make
+ * safe — nobody can claim a row before its lease runs out on the server.
+ *
+ * Files: pg_conn.c (connect, one statement with a deadline, the pool),
+ * pg_key.c (name → advisory key), pg_sql.c (the statements), pg_lock.c
+ * (acquire, renew, release, check, held), pg_store.c (`cerberus init`: the
+ * tables), pg_engine.c (the table, open, close, probe).
+ */
+#ifndef CERB_PG_INTERNAL_H
+#define CERB_PG_INTERNAL_H
+
+#include <libpq-fe.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "config.h"
+#include "engine.h"
+#include "sync.h"
+
+/* A blocked waiter looks at its interrupt flag and deadline this often. */
+#define PG_SLICE_MS 200
+
+/* The advisory key of a name: one bigint, or two ints (a separate key
+ * space on the server, DistributedLock's "XXXXXXXX,XXXXXXXX" and tooz). */
+struct pg_key {
+    int64_t k;     /* the bigint; for a pair, k1 << 32 | (uint32)k2 */
+    bool pair;
+    int32_t k1, k2;
+};
+
+/* Statements, prepared on every connection (pg_sql.c). */
+enum pg_stmt {
+    PG_TRY,       /* try the session lock, claim the row */
+    PG_WAIT,      /* wait for the session lock (one slice), claim the row */
+    PG_CLAIM,     /* claim the row only (lease mode, after a hand-off wait) */
+    PG_UNLOCK,    /* give a session lock back without a row */
+    PG_RELEASE,   /* free the row and the session lock */
+    PG_RENEW,     /* extend one lease of this session */
+    PG_RENEW_N,   /* extend many leases of this session */
+    PG_CHECK,     /* the row of a token */
+    PG_DROP,      /* free a row whose session is gone */
+    PG_HELD,      /* is a name held or waited for */
+    PG_PROBE,     /* the lock path answers, on a primary */
+    PG_NSTMT
+};
+
+enum pg_slot_state { SLOT_EMPTY = 0, SLOT_CONNECTING, SLOT_IDLE, SLOT_BUSY };
+
+struct pg_slot {
+    PGconn *pg;
+    int pid;                 /* pg_backend_pid() of the session */
+    uint64_t gen;            /* bumped every time the session ends */
+    int holds;               /* holds pinned here */
+    enum pg_slot_state state;
+    bool waiter;             /* busy in a blocking wait */
+};
+
+struct cerb_engine {
+    const struct cerb_config *cfg;
+    const struct cerb_pg_config *pc;
+    cerb_engine_env env;
+    char *password;          /* from pg.password_file, or NULL */
+    char schema_q[140];      /* the schema as a quoted identifier */
+    char *sql[PG_NSTMT];     /* statement texts, schema spliced in */
+    cerb_mutex mu;           /* the pool */
+    cerb_cond cv;            /* a slot became idle or empty */
+    struct pg_slot *slots;
+    int nslots;
+    int waiters;             /* slots busy in a blocking wait */
+    int max_waiters;
+    char probe_name[64];
+    struct {
+        atomic_uint_fast64_t acquire_calls;
+        atomic_uint_fast64_t wakeups;
+        atomic_uint_fast64_t connects;
+        atomic_uint_fast64_t broken;
+    } stats;
+};
+
+/* Per hold (lk->priv): the slot (and its generation) holding the session
+ * lock, the key, and the fence granted. */
+struct pg_lock_priv {
+    int slot;                /* -1: none */
+    uint64_t gen;
+    struct pg_key key;
+    uint64_t fence;
+};
+
+/* ---- pg_key.c ---- */
+/* The advisory key of `name` in key mode `mode` (pg.key). CERB_EINVAL when
+ * the mode cannot map the name ("int" and a name that is no integer). */
+cerb_status cerb__pg_key(const char *mode, const char *name, struct pg_key *out);
+
+/* ---- pg_sql.c ---- */
+cerb_status cerb__pg_sql_build(cerb_engine *e);
+void cerb__pg_sql_free(cerb_engine *e);
+/* The CREATE statements for the schema (quoted), cerb__malloc'd. */
+char *cerb__pg_sql_create(const char *schema_q);
+/* Quote `schema` (already checked against the identifier pattern). */
+void cerb__pg_quote_ident(const char *id, char *out, size_t len);
+extern const char *const cerb__pg_stmt_names[PG_NSTMT];
+
+/* ---- pg_conn.c ---- */
+/* Open one session with the configured settings (no statements prepared). */
+cerb_status cerb__pg_connect_raw(const struct cerb_pg_config *pc, const char *password,
+                                 int64_t deadline_ns, PGconn **out);
+/* One statement (prepared `stmt`, or the text `sql` when stmt < 0) on a
+ * connection, bounded by deadline_ns. Parameters are text except those
+ * whose format is 1 (binary). On success *res holds the result (the caller
+ * PQclear()s it). Errors: CERB_EIO with *broken = true when the session
+ * can no longer be trusted (no answer in time, wire failure, server gone),
+ * outcome UNKNOWN when the request may have run; an SQL error (the session
+ * stays usable) gives its status with the SQLSTATE in *sqlstate. */
+cerb_status cerb__pg_exec(PGconn *pg, int stmt, const char *sql, int n, const char *const *vals,
+                          const int *lens, const int *fmts, int64_t deadline_ns, PGresult **res,
+                          bool *broken, char sqlstate[6]);
+/* Pool (all under e->mu inside). */
+cerb_status cerb__pg_take_any(cerb_engine *e, int64_t deadline_ns, int *slot);
+/* A slot for a blocking wait: pins no hold. -1 when none may be had now. */
+int cerb__pg_take_waiter(cerb_engine *e, int64_t deadline_ns, cerb_status *st);
+/* The slot of a hold, when its session is still the one it was. */
+cerb_status cerb__pg_take_slot(cerb_engine *e, int slot, uint64_t gen, int64_t deadline_ns);
+/* Give a slot back; with broken, end its session first. hold_delta
+ * changes its pin count (+1 a grant, -1 a release). */
+void cerb__pg_give(cerb_engine *e, int slot, bool broken, int hold_delta);
+void cerb__pg_pool_close(cerb_engine *e);
+
+/* ---- pg_lock.c ---- */
+cerb_status cerb__pg_op_acquire(cerb_engine *e, cerb_engine_lock *lk, int64_t deadline_ns,
+                                const atomic_int *interrupted, cerb_grant *grant);
+cerb_status cerb__pg_op_renew(cerb_engine *e, cerb_engine_lock *lk, cerb_grant *grant);
+void cerb__pg_op_renew_batch(cerb_engine *e, cerb_renew_item *items, size_t n);
+cerb_status cerb__pg_op_release(cerb_engine *e, cerb_engine_lock *lk);
+cerb_status cerb__pg_op_check(cerb_engine *e, cerb_engine_lock *lk, cerb_grant *grant);
+cerb_status cerb__pg_op_held(cerb_engine *e, const char *name);
+cerb_status cerb__pg_op_probe(cerb_engine *e, int64_t timeout_ms);
+
+/* ---- pg_store.c ---- */
+extern const struct cerb_store_ops cerb__pg_store_ops;
+
+#endif

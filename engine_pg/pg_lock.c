@@ -1,0 +1,632 @@
+/*
+ * pg_lock.c — acquire, renew, release, check and held for the pg engine.
+ *
+ * Acquire tries first on any pooled connection (PG_TRY: the session lock
+ * and the row in one round trip). When the name is taken and the caller
+ * may wait, it moves to a connection that pins no hold and waits there in
+ * slices of at most PG_SLICE_MS (PG_WAIT: lock_timeout set for the one
+ * statement), so the server's own queue wakes it inside the call that
+ * waits, and the interrupt flag and the deadline are looked at between
+ * slices. When the pool has no connection to spare for a wait, it tries
+ * again after a short jittered nap: the core lets only one thread per
+ * client and name get here, so that is one try per slice per name.
+ *
+ * A grant of the session lock whose row still shows another owner's lease
+ * (that owner's session ended, but it may be working on: a partition, a
+ * crash the server only just noticed) keeps the session lock and claims
+ * the row once the lease has run out on the server (PG_CLAIM), asking the
+ * server how long is left each time: no two clocks are ever compared.
+ */
+#include "internal_posix.h"
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "alloc.h"
+#include "clock.h"
+#include "error.h"
+#include "log.h"
+#include "pg_internal.h"
+
+/* The parameters of a grant statement, as text (but the name, binary). */
+struct grant_params {
+    char key[24], lease[24], floor[24], k1[16], k2[16], slice[24];
+    const char *vals[8];
+    int lens[8], fmts[8];
+};
+
+static void grant_params_init(struct grant_params *gp, const cerb_engine_lock *lk,
+                              const struct pg_key *key)
+{
+    memset(gp, 0, sizeof *gp);
+    snprintf(gp->key, sizeof gp->key, "%" PRId64, key->k);
+    snprintf(gp->lease, sizeof gp->lease, "%" PRId64, lk->lease_ms);
+    snprintf(gp->floor, sizeof gp->floor, "%" PRIu64, lk->fence_floor);
+    snprintf(gp->k1, sizeof gp->k1, "%" PRId32, key->k1);
+    snprintf(gp->k2, sizeof gp->k2, "%" PRId32, key->k2);
+    gp->vals[0] = lk->name;
+    gp->lens[0] = (int)strlen(lk->name);
+    gp->fmts[0] = 1;
+    gp->vals[1] = gp->key;
+    gp->vals[2] = lk->token;
+    gp->vals[3] = gp->lease;
+    gp->vals[4] = gp->floor;
+    gp->vals[5] = key->pair ? gp->k1 : NULL;
+    gp->vals[6] = key->pair ? gp->k2 : NULL;
+    gp->vals[7] = gp->slice;
+}
+
+static bool col_null(const PGresult *r, int c) { return PQntuples(r) < 1 || PQgetisnull(r, 0, c); }
+static int64_t col_i64(const PGresult *r, int c) { return strtoll(PQgetvalue(r, 0, c), NULL, 10); }
+static bool col_true(const PGresult *r, int c) { return !col_null(r, c) && PQgetvalue(r, 0, c)[0] == 't'; }
+
+/* What a grant statement said. */
+struct grant_answer {
+    bool got;          /* the session lock is ours */
+    bool granted;      /* and the row too: fence */
+    uint64_t fence;
+    int64_t left_ms;   /* the row's lease left, when another's (else <= 0) */
+};
+
+static void parse_grant(const PGresult *r, struct grant_answer *a)
+{
+    memset(a, 0, sizeof *a);
+    a->got = col_true(r, 0);
+    a->granted = !col_null(r, 1);
+    a->fence = a->granted ? (uint64_t)col_i64(r, 1) : 0;
+    a->left_ms = col_null(r, 2) ? 0 : col_i64(r, 2);
+}
+
+static PGconn *slot_conn(cerb_engine *e, int slot, uint64_t *gen)
+{
+    cerb__mutex_lock(&e->mu);
+    PGconn *pg = e->slots[slot].pg;
+    if (gen)
+        *gen = e->slots[slot].gen;
+    cerb__mutex_unlock(&e->mu);
+    return pg;
+}
+
+static int slot_pid(cerb_engine *e, int slot, uint64_t gen)
+{
+    cerb__mutex_lock(&e->mu);
+    int pid = e->slots[slot].gen == gen ? e->slots[slot].pid : -1;
+    cerb__mutex_unlock(&e->mu);
+    return pid;
+}
+
+static bool sql_lock_timeout(const char *ss) { return strcmp(ss, "55P03") == 0; }
+
+/* A statement on a slot the caller has taken; a broken session is given
+ * back (ended) here and *slot set to -1. */
+static cerb_status run(cerb_engine *e, int *slot, enum pg_stmt stmt, int n, const char *const *v,
+                       const int *l, const int *f, int64_t deadline, PGresult **res, char ss[6],
+                       bool *broken)
+{
+    PGconn *pg = slot_conn(e, *slot, NULL);
+    cerb_status st = cerb__pg_exec(pg, (int)stmt, NULL, n, v, l, f, deadline, res, broken, ss);
+    if (*broken) {
+        cerb__pg_give(e, *slot, true, 0);
+        *slot = -1;
+    }
+    return st;
+}
+
+/* Give a waiter's slot back without any session lock (it pins no hold, so
+ * all of them can go): the session is ended instead when that fails. */
+static void drop_waiter(cerb_engine *e, int slot)
+{
+    PGresult *res = NULL;
+    bool broken = false;
+    char ss[6];
+    PGconn *pg = slot_conn(e, slot, NULL);
+    cerb_status st = cerb__pg_exec(pg, -1, "SELECT pg_advisory_unlock_all()", 0, NULL, NULL, NULL,
+                                   cerb__deadline_in(e->pc->op_timeout_ms), &res, &broken, ss);
+    PQclear(res);
+    cerb__pg_give(e, slot, st != CERB_OK, 0);
+}
+
+static cerb_status granted(cerb_engine *e, cerb_engine_lock *lk, int slot, uint64_t gen,
+                           const struct grant_answer *a, cerb_grant *grant)
+{
+    struct pg_lock_priv *p = lk->priv;
+    p->slot = slot;
+    p->gen = gen;
+    p->fence = a->fence;
+    cerb__pg_give(e, slot, false, +1);
+    grant->fence = a->fence;
+    grant->ttl_ms = lk->lease_ms;
+    grant->outcome = CERB_OUTCOME_YES;
+    return CERB_OK;
+}
+
+/* PG_TRY on any slot. CERB_OK granted; CERB_BUSY not (also when the
+ * session lock was free but the row's lease is not: *left_ms says how
+ * long); else an error with grant->outcome. */
+static cerb_status try_once(cerb_engine *e, cerb_engine_lock *lk, struct grant_params *gp,
+                            cerb_grant *grant, int64_t *left_ms)
+{
+    int slot;
+    uint64_t gen;
+    PGresult *res = NULL;
+    bool broken = false;
+    char ss[6];
+    struct grant_answer a;
+    int64_t opd = cerb__deadline_in(e->pc->op_timeout_ms);
+
+    *left_ms = 0;
+    cerb_status st = cerb__pg_take_any(e, opd, &slot);
+    if (st != CERB_OK) {
+        grant->outcome = CERB_OUTCOME_NO;
+        return st;
+    }
+    slot_conn(e, slot, &gen);
+    grant->sent_ns = cerb_monotime();
+    atomic_fetch_add_explicit(&e->stats.acquire_calls, 1, memory_order_relaxed);
+    st = run(e, &slot, PG_TRY, 7, gp->vals, gp->lens, gp->fmts, opd, &res, ss, &broken);
+    if (st != CERB_OK) {
+        /* An SQL error aborted the statement, the row included; a session
+         * lock it took stays (they ignore rollback), so give it back. */
+        if (slot >= 0) {
+            PGresult *r2 = NULL;
+            bool b2 = false;
+            char s2[6];
+            const char *uv[3] = {gp->vals[1], gp->vals[5], gp->vals[6]};
+            cerb__pg_exec(slot_conn(e, slot, NULL), PG_UNLOCK, NULL, 3, uv, NULL, NULL, opd, &r2,
+                          &b2, s2);
+            PQclear(r2);
+            cerb__pg_give(e, slot, b2, 0);
+        }
+        grant->outcome = broken ? CERB_OUTCOME_UNKNOWN : CERB_OUTCOME_NO;
+        return st;
+    }
+    parse_grant(res, &a);
+    PQclear(res);
+    if (a.granted)
+        return granted(e, lk, slot, gen, &a, grant);
+    if (a.got) {
+        /* Ours, but the row is another's lease: give the session lock
+         * back here (this connection may pin holds, and must not sleep);
+         * a waiter takes it again on a connection of its own. */
+        const char *uv[3] = {gp->vals[1], gp->vals[5], gp->vals[6]};
+        st = run(e, &slot, PG_UNLOCK, 3, uv, NULL, NULL, opd, &res, ss, &broken);
+        PQclear(res);
+        *left_ms = a.left_ms > 0 ? a.left_ms : 1;
+    }
+    if (slot >= 0)
+        cerb__pg_give(e, slot, false, 0);
+    grant->outcome = CERB_OUTCOME_NO;
+    return CERB_BUSY;
+}
+
+/* Sleep up to ms, waking early for the interrupt flag or the deadline. */
+static bool nap(int64_t ms, int64_t deadline_ns, const atomic_int *intr)
+{
+    while (ms > 0) {
+        if (intr && atomic_load(intr))
+            return false;
+        int64_t left = cerb__ms_left(deadline_ns);
+        if (left <= 0)
+            return false;
+        int64_t step = ms < 50 ? ms : 50;
+        if (step > left)
+            step = left;
+        cerb__nap_ms(step);
+        ms -= step;
+    }
+    return true;
+}
+
+static cerb_status stop_status(const cerb_engine_lock *lk, const atomic_int *intr,
+                               cerb_grant *grant)
+{
+    grant->outcome = CERB_OUTCOME_NO;
+    if (intr && atomic_load(intr))
+        return cerb__error_set(CERB_INTERRUPTED, "pg: waiting for \"%s\" was interrupted",
+                               lk->name);
+    return cerb__error_set(CERB_TIMEOUT, "pg: \"%s\" stayed held until the deadline", lk->name);
+}
+
+/* Wait on slot w (pins no hold) until granted, the deadline or the flag. */
+static cerb_status wait_on(cerb_engine *e, cerb_engine_lock *lk, struct grant_params *gp, int w,
+                           int64_t deadline_ns, const atomic_int *intr, cerb_grant *grant)
+{
+    uint64_t gen;
+    bool have_session = false; /* the session lock is ours; the row is not yet */
+    slot_conn(e, w, &gen);
+    for (;;) {
+        if ((intr && atomic_load(intr)) || cerb__ms_left(deadline_ns) <= 0) {
+            drop_waiter(e, w);
+            return stop_status(lk, intr, grant);
+        }
+        int64_t slice = cerb__ms_left(deadline_ns);
+        if (slice > PG_SLICE_MS)
+            slice = PG_SLICE_MS;
+        snprintf(gp->slice, sizeof gp->slice, "%lld", (long long)(slice > 0 ? slice : 1));
+        int64_t opd = cerb__deadline_in(slice + e->pc->op_timeout_ms);
+        PGresult *res = NULL;
+        bool broken = false;
+        char ss[6];
+        grant->sent_ns = cerb_monotime();
+        atomic_fetch_add_explicit(&e->stats.acquire_calls, 1, memory_order_relaxed);
+        cerb_status st = have_session
+                             ? run(e, &w, PG_CLAIM, 5, gp->vals, gp->lens, gp->fmts, opd, &res, ss,
+                                   &broken)
+                             : run(e, &w, PG_WAIT, 8, gp->vals, gp->lens, gp->fmts, opd, &res, ss,
+                                   &broken);
+        if (st != CERB_OK) {
+            if (broken) {
+                grant->outcome = CERB_OUTCOME_UNKNOWN;
+                return st;
+            }
+            if (!have_session && sql_lock_timeout(ss))
+                continue; /* a slice ended; the next one drops a late grant */
+            drop_waiter(e, w);
+            grant->outcome = CERB_OUTCOME_NO;
+            return st;
+        }
+        struct grant_answer a;
+        parse_grant(res, &a);
+        PQclear(res);
+        if (a.granted) {
+            if (!have_session)
+                atomic_fetch_add_explicit(&e->stats.wakeups, 1, memory_order_relaxed);
+            return granted(e, lk, w, gen, &a, grant);
+        }
+        /* The session lock is ours, the row another's lease. */
+        have_session = true;
+        if (!nap(a.left_ms > 0 ? a.left_ms : 1, deadline_ns, intr)) {
+            drop_waiter(e, w);
+            return stop_status(lk, intr, grant);
+        }
+    }
+}
+
+cerb_status cerb__pg_op_acquire(cerb_engine *e, cerb_engine_lock *lk, int64_t deadline_ns,
+                                const atomic_int *interrupted, cerb_grant *grant)
+{
+    struct pg_lock_priv *p = lk->priv;
+    struct grant_params gp;
+    int64_t left_ms;
+
+    p->slot = -1;
+    grant->outcome = CERB_OUTCOME_NO;
+    cerb_status st = cerb__pg_key(e->pc->key, lk->name, &p->key);
+    if (st != CERB_OK)
+        return st;
+    grant_params_init(&gp, lk, &p->key);
+    for (int attempt = 0;; attempt++) {
+        st = try_once(e, lk, &gp, grant, &left_ms);
+        if (st != CERB_BUSY || deadline_ns == 0)
+            return st == CERB_BUSY
+                       ? cerb__error_set(CERB_BUSY, "pg: \"%s\" is held", lk->name)
+                       : st;
+        if ((interrupted && atomic_load(interrupted)) || cerb__ms_left(deadline_ns) <= 0)
+            return stop_status(lk, interrupted, grant);
+        int w = cerb__pg_take_waiter(e, cerb__deadline_in(e->pc->connect_timeout_ms), &st);
+        if (w >= 0)
+            return wait_on(e, lk, &gp, w, deadline_ns, interrupted, grant);
+        if (st != CERB_OK) {
+            grant->outcome = CERB_OUTCOME_NO;
+            return st;
+        }
+        /* No connection to wait on: poll, jittered, at most a slice. */
+        int64_t ms = cerb__backoff_ms(attempt, 10, PG_SLICE_MS);
+        if (!nap(ms > 0 ? ms : 1, deadline_ns, interrupted))
+            return stop_status(lk, interrupted, grant);
+    }
+}
+
+cerb_status cerb__pg_op_renew(cerb_engine *e, cerb_engine_lock *lk, cerb_grant *grant)
+{
+    cerb_renew_item it = {.lk = lk};
+    cerb__pg_op_renew_batch(e, &it, 1);
+    *grant = it.grant;
+    if (it.st != CERB_OK)
+        return cerb__error_set(it.st, "%s", cerb_last_error());
+    return CERB_OK;
+}
+
+/* Give back the session lock of a hold that lost its row (the slot is
+ * taken by the caller). */
+static void unlock_lost(cerb_engine *e, int *slot, const struct pg_key *key)
+{
+    char k[24], k1[16], k2[16];
+    snprintf(k, sizeof k, "%" PRId64, key->k);
+    snprintf(k1, sizeof k1, "%" PRId32, key->k1);
+    snprintf(k2, sizeof k2, "%" PRId32, key->k2);
+    const char *v[3] = {k, key->pair ? k1 : NULL, key->pair ? k2 : NULL};
+    PGresult *res = NULL;
+    bool broken = false;
+    char ss[6];
+    run(e, slot, PG_UNLOCK, 3, v, NULL, NULL, cerb__deadline_in(e->pc->op_timeout_ms), &res, ss,
+        &broken);
+    PQclear(res);
+}
+
+/* Renew the items whose holds are pinned to slot s (generation gen) in
+ * one statement; each item's st and grant are set. */
+static void renew_slot(cerb_engine *e, cerb_renew_item *items, size_t n, int s, uint64_t gen,
+                       bool *done)
+{
+    size_t cnt = 0, cap = 64;
+    for (size_t i = 0; i < n; i++) {
+        struct pg_lock_priv *p = items[i].lk->priv;
+        if (!done[i] && p->slot == s && p->gen == gen) {
+            cnt++;
+            cap += strlen(items[i].lk->name) * 2 + 64;
+        }
+    }
+    int64_t opd = cerb__deadline_in(e->pc->op_timeout_ms);
+    cerb_status st = cerb__pg_take_slot(e, s, gen, opd);
+    char *names = st == CERB_OK ? cerb__malloc(cap) : NULL;
+    char *toks = names ? cerb__malloc(cnt * 34 + 4) : NULL;
+    char *ms = toks ? cerb__malloc(cnt * 24 + 4) : NULL;
+    if (st == CERB_OK && !ms) {
+        cerb__pg_give(e, s, false, 0);
+        st = cerb__error_set(CERB_ENOMEM, "pg: out of memory");
+    }
+    PGresult *res = NULL;
+    bool broken = false;
+    int64_t sent = cerb_monotime();
+    if (st == CERB_OK) {
+        size_t on = 0, ot = 0, om = 0;
+        names[on++] = '{', toks[ot++] = '{', ms[om++] = '{';
+        for (size_t i = 0; i < n; i++) {
+            struct pg_lock_priv *p = items[i].lk->priv;
+            if (done[i] || p->slot != s || p->gen != gen)
+                continue;
+            if (names[on - 1] != '{')
+                names[on++] = ',', toks[ot++] = ',', ms[om++] = ',';
+            for (const unsigned char *c = (const unsigned char *)items[i].lk->name; *c; c++)
+                on += (size_t)sprintf(names + on, "%02x", *c);
+            ot += (size_t)sprintf(toks + ot, "%s", items[i].lk->token);
+            om += (size_t)sprintf(ms + om, "%" PRId64, items[i].lk->lease_ms);
+        }
+        names[on++] = '}', toks[ot++] = '}', ms[om++] = '}';
+        names[on] = toks[ot] = ms[om] = '\0';
+        const char *v[4] = {names, toks, ms, e->pc->mode == CERB_SQL_LEASE ? "t" : "f"};
+        char ss[6];
+        int slot = s;
+        st = run(e, &slot, PG_RENEW_N, 4, v, NULL, NULL, opd, &res, ss, &broken);
+        if (!broken) {
+            /* Holds the server no longer lists: give their session locks
+             * back while the slot is ours. */
+            for (size_t i = 0; st == CERB_OK && i < n; i++) {
+                struct pg_lock_priv *p = items[i].lk->priv;
+                if (done[i] || p->slot != s || p->gen != gen)
+                    continue;
+                bool found = false;
+                for (int r = 0; r < PQntuples(res) && !found; r++)
+                    found = strcmp(PQgetvalue(res, r, 0), items[i].lk->token) == 0;
+                if (!found) {
+                    unlock_lost(e, &slot, &p->key);
+                    if (slot < 0)
+                        break;
+                }
+            }
+            if (slot >= 0)
+                cerb__pg_give(e, slot, false, 0);
+        }
+    }
+    cerb__free(names);
+    cerb__free(toks);
+    cerb__free(ms);
+    for (size_t i = 0; i < n; i++) {
+        struct pg_lock_priv *p = items[i].lk->priv;
+        if (done[i] || p->slot != s || p->gen != gen)
+            continue;
+        done[i] = true;
+        items[i].grant.sent_ns = sent;
+        if (st != CERB_OK) {
+            items[i].st = st;
+            if (st == CERB_NOT_OWNER)
+                p->slot = -1;
+            continue;
+        }
+        items[i].st = CERB_NOT_OWNER;
+        for (int r = 0; r < PQntuples(res); r++) {
+            if (strcmp(PQgetvalue(res, r, 0), items[i].lk->token) == 0) {
+                items[i].st = CERB_OK;
+                items[i].grant.fence = strtoull(PQgetvalue(res, r, 1), NULL, 10);
+                items[i].grant.ttl_ms = items[i].lk->lease_ms;
+            }
+        }
+        if (items[i].st == CERB_NOT_OWNER) {
+            cerb__error_set(CERB_NOT_OWNER, "pg: \"%s\" is no longer held by this token",
+                            items[i].lk->name);
+            cerb__mutex_lock(&e->mu);
+            if (e->slots[s].gen == gen && e->slots[s].holds > 0)
+                e->slots[s].holds--;
+            cerb__mutex_unlock(&e->mu);
+            p->slot = -1;
+        }
+    }
+    PQclear(res);
+    if (st != CERB_OK && st != CERB_NOT_OWNER)
+        CERB_LOG_D("pg: renewal failed: %s", cerb_last_error());
+}
+
+void cerb__pg_op_renew_batch(cerb_engine *e, cerb_renew_item *items, size_t n)
+{
+    bool stack_done[64];
+    bool *done = n <= 64 ? stack_done : cerb__calloc(n, sizeof *done);
+    if (!done) {
+        for (size_t i = 0; i < n; i++)
+            items[i].st = CERB_ENOMEM;
+        return;
+    }
+    memset(done, 0, n * sizeof *done);
+    for (size_t i = 0; i < n; i++) {
+        struct pg_lock_priv *p = items[i].lk->priv;
+        memset(&items[i].grant, 0, sizeof items[i].grant);
+        if (p->slot < 0) {
+            done[i] = true;
+            items[i].st = cerb__error_set(CERB_NOT_OWNER, "pg: \"%s\" has no session",
+                                          items[i].lk->name);
+        }
+    }
+    for (size_t i = 0; i < n; i++) {
+        if (done[i])
+            continue;
+        struct pg_lock_priv *p = items[i].lk->priv;
+        renew_slot(e, items, n, p->slot, p->gen, done);
+    }
+    if (done != stack_done)
+        cerb__free(done);
+}
+
+/* Free the row of a hold whose session is gone (so a waiter holding the
+ * session lock need not wait out the lease), on any connection. */
+static void drop_row(cerb_engine *e, cerb_engine_lock *lk, int owner_pid)
+{
+    int slot;
+    PGresult *res = NULL;
+    bool broken = false;
+    char ss[6], pid[16];
+    int64_t opd = cerb__deadline_in(e->pc->op_timeout_ms);
+    if (cerb__pg_take_any(e, opd, &slot) != CERB_OK)
+        return;
+    snprintf(pid, sizeof pid, "%d", owner_pid);
+    const char *v[3] = {lk->name, lk->token, owner_pid > 0 ? pid : NULL};
+    int l[3] = {(int)strlen(lk->name), 0, 0}, f[3] = {1, 0, 0};
+    run(e, &slot, PG_DROP, 3, v, l, f, opd, &res, ss, &broken);
+    PQclear(res);
+    if (slot >= 0)
+        cerb__pg_give(e, slot, false, 0);
+}
+
+cerb_status cerb__pg_op_release(cerb_engine *e, cerb_engine_lock *lk)
+{
+    struct pg_lock_priv *p = lk->priv;
+    PGresult *res = NULL;
+    bool broken = false;
+    char ss[6];
+    if (p->slot < 0)
+        return cerb__error_set(CERB_NOT_OWNER, "pg: \"%s\" is not held", lk->name);
+    int slot = p->slot;
+    int64_t opd = cerb__deadline_in(e->pc->op_timeout_ms);
+    int old_pid = slot_pid(e, slot, p->gen);
+    cerb_status st = cerb__pg_take_slot(e, slot, p->gen, opd);
+    if (st == CERB_NOT_OWNER) {
+        p->slot = -1;
+        drop_row(e, lk, old_pid);
+        return st;
+    }
+    if (st != CERB_OK)
+        return st;
+    char k[24], k1[16], k2[16];
+    snprintf(k, sizeof k, "%" PRId64, p->key.k);
+    snprintf(k1, sizeof k1, "%" PRId32, p->key.k1);
+    snprintf(k2, sizeof k2, "%" PRId32, p->key.k2);
+    bool adv = e->pc->mode != CERB_SQL_LEASE;
+    const char *v[5] = {lk->name, lk->token, adv ? k : NULL, adv && p->key.pair ? k1 : NULL,
+                        adv && p->key.pair ? k2 : NULL};
+    int l[5] = {(int)strlen(lk->name), 0, 0, 0, 0}, f[5] = {1, 0, 0, 0, 0};
+    st = run(e, &slot, PG_RELEASE, 5, v, l, f, opd, &res, ss, &broken);
+    p->slot = -1;
+    if (broken)
+        return st; /* the session ended: the server gave the lock back */
+    bool freed = st == CERB_OK && PQntuples(res) == 1 && col_i64(res, 0) > 0;
+    PQclear(res);
+    cerb__pg_give(e, slot, false, -1);
+    if (st != CERB_OK)
+        return st;
+    return freed ? CERB_OK
+                 : cerb__error_set(CERB_NOT_OWNER, "pg: \"%s\" was no longer ours", lk->name);
+}
+
+cerb_status cerb__pg_op_check(cerb_engine *e, cerb_engine_lock *lk, cerb_grant *grant)
+{
+    struct pg_lock_priv *p = lk->priv;
+    int slot;
+    PGresult *res = NULL;
+    bool broken = false;
+    char ss[6];
+    int64_t opd = cerb__deadline_in(e->pc->op_timeout_ms);
+    cerb_status st = cerb__pg_take_any(e, opd, &slot);
+    if (st != CERB_OK)
+        return st;
+    const char *v[2] = {lk->name, lk->token};
+    int l[2] = {(int)strlen(lk->name), 0}, f[2] = {1, 0};
+    grant->sent_ns = cerb_monotime();
+    st = run(e, &slot, PG_CHECK, 2, v, l, f, opd, &res, ss, &broken);
+    if (slot >= 0)
+        cerb__pg_give(e, slot, false, 0);
+    if (st != CERB_OK)
+        return st;
+    if (PQntuples(res) != 1) {
+        PQclear(res);
+        return cerb__error_set(CERB_NOT_OWNER, "pg: \"%s\" is not held by this token", lk->name);
+    }
+    uint64_t fence = (uint64_t)col_i64(res, 0);
+    int owner_pid = col_null(res, 1) ? 0 : (int)col_i64(res, 1);
+    bool valid = col_true(res, 2);
+    PQclear(res);
+    bool ours = e->pc->mode == CERB_SQL_LEASE ||
+                (p->slot >= 0 && owner_pid > 0 && slot_pid(e, p->slot, p->gen) == owner_pid);
+    if (valid && ours) {
+        grant->fence = fence;
+        grant->ttl_ms = 0; /* the lease is not extended here */
+        return CERB_OK;
+    }
+    if (valid)
+        drop_row(e, lk, owner_pid); /* written by a session of ours that ended */
+    return cerb__error_set(CERB_NOT_OWNER, "pg: \"%s\" is not held by this token", lk->name);
+}
+
+cerb_status cerb__pg_op_held(cerb_engine *e, const char *name)
+{
+    struct pg_key key;
+    cerb_status st = cerb__pg_key(e->pc->key, name, &key);
+    if (st != CERB_OK)
+        return st;
+    char c[16], o[16];
+    uint32_t hi = key.pair ? (uint32_t)key.k1 : (uint32_t)((uint64_t)key.k >> 32);
+    uint32_t lo = key.pair ? (uint32_t)key.k2 : (uint32_t)((uint64_t)key.k & 0xffffffffu);
+    snprintf(c, sizeof c, "%" PRIu32, hi);
+    snprintf(o, sizeof o, "%" PRIu32, lo);
+    bool adv = e->pc->mode != CERB_SQL_LEASE;
+    const char *v[4] = {name, adv ? c : NULL, adv ? o : NULL, key.pair ? "2" : "1"};
+    int l[4] = {(int)strlen(name), 0, 0, 0}, f[4] = {1, 0, 0, 0};
+    int slot;
+    PGresult *res = NULL;
+    bool broken = false;
+    char ss[6];
+    int64_t opd = cerb__deadline_in(e->pc->op_timeout_ms);
+    st = cerb__pg_take_any(e, opd, &slot);
+    if (st != CERB_OK)
+        return st;
+    st = run(e, &slot, PG_HELD, 4, v, l, f, opd, &res, ss, &broken);
+    if (slot >= 0)
+        cerb__pg_give(e, slot, false, 0);
+    if (st != CERB_OK)
+        return st;
+    bool held = col_true(res, 0);
+    PQclear(res);
+    return held ? cerb__error_set(CERB_BUSY, "pg: \"%s\" is held", name) : CERB_OK;
+}
+
+cerb_status cerb__pg_op_probe(cerb_engine *e, int64_t timeout_ms)
+{
+    int slot;
+    PGresult *res = NULL;
+    bool broken = false;
+    char ss[6];
+    int64_t dl = cerb__deadline_in(timeout_ms);
+    cerb_status st = cerb__pg_take_any(e, dl, &slot);
+    if (st != CERB_OK)
+        return st;
+    const char *v[1] = {e->probe_name};
+    int l[1] = {(int)strlen(e->probe_name)}, f[1] = {1};
+    st = run(e, &slot, PG_PROBE, 1, v, l, f, dl, &res, ss, &broken);
+    if (slot >= 0)
+        cerb__pg_give(e, slot, false, 0);
+    if (st != CERB_OK)
+        return st;
+    bool standby = col_true(res, 0);
+    PQclear(res);
+    return standby ? cerb__error_set(CERB_UNAVAILABLE, "pg: the server is now a standby") : CERB_OK;
+}

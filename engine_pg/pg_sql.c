@@ -1,0 +1,177 @@
+/*
+ * pg_sql.c — the statements of the pg engine, with the schema spliced in.
+ *
+ * The schema is the only text that is not a bound parameter: an identifier
+ * cannot be one. It was held to [A-Za-z_][A-Za-z0-9_]* by the configuration
+ * and is quoted here besides. Every value — names (bytea, sent binary, so
+ * any byte is just a byte), tokens, durations, keys — is a parameter of a
+ * statement prepared once per connection.
+ *
+ * How a grant works, in one round trip (PG_TRY, PG_WAIT):
+ *   a    takes the session lock (try, or wait one slice with lock_timeout
+ *        set for this statement only). A wait first drops whatever session
+ *        lock its connection has: a waiter's connection pins no hold, and a
+ *        slice that timed out can still have been granted the lock at the
+ *        last moment (the server says so itself, LockErrorCleanup), which
+ *        would otherwise stack under the next slice's grant.
+ *   ins  when a got it, raises the row's fence and writes the owner, the
+ *        backend pid and a lease from clock_timestamp() — the time now, not
+ *        the transaction's start — unless the row still shows another
+ *        owner's lease (a holder whose session ended while it may still be
+ *        working: the hand-off wait). ON CONFLICT DO UPDATE judges the
+ *        latest committed row, waiting for a release in flight to commit.
+ *   and returns whether a got it, the fence, and how long the row's lease
+ *   has left (so the client never compares its clock with the server's).
+ * A release frees the row before it gives the session lock back (the
+ * count(*) in FROM forces that order), so a waiter woken by the unlock
+ * finds the row locked by the release and sees it freed once it commits.
+ */
+#include "internal_posix.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#include "alloc.h"
+#include "error.h"
+#include "pg_internal.h"
+
+const char *const cerb__pg_stmt_names[PG_NSTMT] = {
+    "cerb_try", "cerb_wait", "cerb_claim", "cerb_unlock", "cerb_release", "cerb_renew",
+    "cerb_renew_n", "cerb_check", "cerb_drop", "cerb_held", "cerb_probe"};
+
+#define LOCK_FN(fn)                                                                       \
+    "CASE WHEN $6::int IS NULL THEN " fn "($2::bigint) ELSE " fn "($6::int, $7::int) END"
+
+#define CLAIM_INSERT(from)                                                                \
+    "INSERT INTO @S.cerberus_lock AS l (name, akey, fence, owner, owner_pid, lease_until, " \
+    "acquired_at) SELECT $1::bytea, $2::bigint, GREATEST(1, $5::bigint + 1), $3::text, "   \
+    "pg_backend_pid(), clock_timestamp() + $4::bigint * interval '1 millisecond', "        \
+    "clock_timestamp() " from " ON CONFLICT (name) DO UPDATE SET fence = "                 \
+    "GREATEST(l.fence + 1, $5::bigint + 1), akey = EXCLUDED.akey, owner = EXCLUDED.owner, " \
+    "owner_pid = EXCLUDED.owner_pid, lease_until = EXCLUDED.lease_until, "                 \
+    "acquired_at = EXCLUDED.acquired_at WHERE l.owner IS NULL OR "                         \
+    "l.lease_until <= clock_timestamp() RETURNING fence"
+
+#define LEFT_MS                                                                           \
+    "(SELECT ceil(extract(epoch FROM (lease_until - clock_timestamp())) * 1000)::bigint " \
+    "FROM @S.cerberus_lock WHERE name = $1::bytea AND owner IS NOT NULL)"
+
+static const char *const templates[PG_NSTMT] = {
+    [PG_TRY] = "WITH a AS (SELECT " LOCK_FN("pg_try_advisory_lock") " AS got), "
+               "ins AS (" CLAIM_INSERT("FROM a WHERE a.got") ") "
+               "SELECT a.got, (SELECT fence FROM ins), " LEFT_MS " FROM a",
+    [PG_WAIT] = "WITH s AS (SELECT pg_advisory_unlock_all()::text AS u, "
+                "set_config('lock_timeout', $8::text, true) AS t), "
+                "a AS (SELECT (" LOCK_FN("pg_advisory_lock") ")::text AS w, true AS got FROM s), "
+                "ins AS (" CLAIM_INSERT("FROM a") ") "
+                "SELECT a.got, (SELECT fence FROM ins), " LEFT_MS " FROM a",
+    [PG_CLAIM] = "WITH ins AS (" CLAIM_INSERT("") ") "
+                 "SELECT true, (SELECT fence FROM ins), " LEFT_MS,
+    [PG_UNLOCK] = "SELECT CASE WHEN $2::int IS NOT NULL THEN pg_advisory_unlock($2::int, $3::int) "
+                  "ELSE pg_advisory_unlock($1::bigint) END",
+    [PG_RELEASE] = "WITH u AS (UPDATE @S.cerberus_lock SET owner = NULL, owner_pid = NULL, "
+                   "lease_until = clock_timestamp() WHERE name = $1::bytea AND owner = $2::text "
+                   "RETURNING fence) SELECT c.n, CASE "
+                   "WHEN $4::int IS NOT NULL THEN pg_advisory_unlock($4::int, $5::int) "
+                   "WHEN $3::bigint IS NOT NULL THEN pg_advisory_unlock($3::bigint) END "
+                   "FROM (SELECT count(*) AS n FROM u) c",
+    [PG_RENEW] = "UPDATE @S.cerberus_lock SET lease_until = clock_timestamp() + "
+                 "$3::bigint * interval '1 millisecond' WHERE name = $1::bytea AND "
+                 "owner = $2::text AND (owner_pid = pg_backend_pid() OR $4::boolean) "
+                 "RETURNING fence",
+    [PG_RENEW_N] = "UPDATE @S.cerberus_lock l SET lease_until = clock_timestamp() + "
+                   "r.ms * interval '1 millisecond' FROM unnest($1::text[], $2::text[], "
+                   "$3::bigint[]) AS r(hname, owner, ms) WHERE l.name = decode(r.hname, 'hex') "
+                   "AND l.owner = r.owner AND (l.owner_pid = pg_backend_pid() OR $4::boolean) "
+                   "RETURNING l.owner, l.fence",
+    [PG_CHECK] = "SELECT fence, owner_pid, lease_until > clock_timestamp() "
+                 "FROM @S.cerberus_lock WHERE name = $1::bytea AND owner = $2::text",
+    [PG_DROP] = "UPDATE @S.cerberus_lock SET owner = NULL, owner_pid = NULL, "
+                "lease_until = clock_timestamp() WHERE name = $1::bytea AND owner = $2::text "
+                "AND owner_pid IS NOT DISTINCT FROM $3::int",
+    [PG_HELD] = "SELECT EXISTS (SELECT 1 FROM @S.cerberus_lock WHERE name = $1::bytea AND "
+                "owner IS NOT NULL AND lease_until > clock_timestamp()) OR EXISTS (SELECT 1 "
+                "FROM pg_locks WHERE locktype = 'advisory' AND database = (SELECT oid FROM "
+                "pg_database WHERE datname = current_database()) AND classid = $2::oid AND "
+                "objid = $3::oid AND objsubid = $4::int2)",
+    [PG_PROBE] = "SELECT pg_is_in_recovery(), (SELECT count(*) FROM @S.cerberus_lock "
+                 "WHERE name = $1::bytea)",
+};
+
+void cerb__pg_quote_ident(const char *id, char *out, size_t len)
+{
+    /* The pattern admits no '"', but double any anyway: a quoted
+     * identifier is only ended by a lone '"'. */
+    size_t o = 0;
+    if (len < 3)
+        return;
+    out[o++] = '"';
+    for (const char *p = id; *p && o + 3 < len; p++) {
+        if (*p == '"')
+            out[o++] = '"';
+        out[o++] = *p;
+    }
+    out[o++] = '"';
+    out[o] = '\0';
+}
+
+/* `tpl` with every "@S" replaced by schema_q, cerb__malloc'd. */
+static char *splice(const char *tpl, const char *schema_q)
+{
+    size_t n = 0, ql = strlen(schema_q);
+    for (const char *p = tpl; *p; p++)
+        n += (p[0] == '@' && p[1] == 'S') ? (p++, ql) : 1;
+    char *out = cerb__malloc(n + 1), *o = out;
+    if (!out)
+        return NULL;
+    for (const char *p = tpl; *p; p++) {
+        if (p[0] == '@' && p[1] == 'S') {
+            memcpy(o, schema_q, ql);
+            o += ql;
+            p++;
+        } else {
+            *o++ = *p;
+        }
+    }
+    *o = '\0';
+    return out;
+}
+
+cerb_status cerb__pg_sql_build(cerb_engine *e)
+{
+    for (int i = 0; i < PG_NSTMT; i++) {
+        e->sql[i] = splice(templates[i], e->schema_q);
+        if (!e->sql[i])
+            return cerb__error_set(CERB_ENOMEM, "pg: out of memory");
+    }
+    return CERB_OK;
+}
+
+void cerb__pg_sql_free(cerb_engine *e)
+{
+    for (int i = 0; i < PG_NSTMT; i++) {
+        cerb__free(e->sql[i]);
+        e->sql[i] = NULL;
+    }
+}
+
+static const char create_tpl[] =
+    "CREATE TABLE IF NOT EXISTS @S.cerberus_lock (\n"
+    "  name        bytea PRIMARY KEY,   -- the lock name, byte for byte\n"
+    "  akey        bigint NOT NULL,     -- its advisory key (pg.key)\n"
+    "  fence       bigint NOT NULL DEFAULT 0, -- last fence granted; only raised\n"
+    "  owner       text,                -- owner token of the holder; NULL when free\n"
+    "  owner_pid   integer,             -- the holder's pg_backend_pid()\n"
+    "  lease_until timestamptz,         -- end of the lease, on the server's clock\n"
+    "  acquired_at timestamptz\n"
+    ");\n"
+    "CREATE TABLE IF NOT EXISTS @S.cerberus_guard (\n"
+    "  id     text PRIMARY KEY,         -- SHA-256 of app, scope and key (hex)\n"
+    "  scope  bytea NOT NULL,\n"
+    "  token  text NOT NULL,            -- the attempt that wrote it\n"
+    "  state  smallint NOT NULL,        -- 1 running, 2 done\n"
+    "  until  timestamptz,              -- expiry on the server's clock; NULL: never\n"
+    "  result bytea\n"
+    ");\n";
+
+char *cerb__pg_sql_create(const char *schema_q) { return splice(create_tpl, schema_q); }

@@ -1,0 +1,102 @@
+/*
+ * pg_store.c — `cerberus init` for the pg engine: create the tables
+ * (cerberus_lock, cerberus_guard) in the configured schema when missing.
+ * CREATE TABLE IF NOT EXISTS makes it idempotent; what was there before
+ * decides the answer (PREPARED when something was created, ALREADY when
+ * both existed). A standby is refused: tables are created on the primary.
+ * Bounded by the connect timeout and one operation timeout.
+ */
+#include "internal_posix.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#include "alloc.h"
+#include "clock.h"
+#include "error.h"
+#include "pg_internal.h"
+#include "store_init.h"
+
+static cerb_status read_password(const struct cerb_pg_config *pc, char **out)
+{
+    char buf[1024];
+    *out = NULL;
+    if (!pc->password_file || !pc->password_file[0])
+        return CERB_OK;
+    FILE *f = fopen(pc->password_file, "re");
+    if (!f)
+        return cerb__error_set(CERB_ECONFIG, "cannot read the password file %s",
+                               pc->password_file);
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = '\0';
+    buf[strcspn(buf, "\r\n")] = '\0';
+    *out = cerb__strdup(buf);
+    memset(buf, 0, sizeof buf);
+    return *out ? CERB_OK : cerb__error_set(CERB_ENOMEM, "out of memory");
+}
+
+static cerb_status pg_init(const struct cerb_config *cfg, unsigned flags,
+                           cerb_store_result *result, char *line, size_t len)
+{
+    const struct cerb_pg_config *pc = &cfg->pg;
+    char schema_q[140], *password = NULL, ss[6];
+    PGconn *pg = NULL;
+    PGresult *res = NULL;
+    bool broken = false;
+    (void)flags;
+    *result = CERB_STORE_FAILED;
+    cerb__pg_quote_ident(pc->schema, schema_q, sizeof schema_q);
+    cerb_status st = read_password(pc, &password);
+    if (st == CERB_OK)
+        st = cerb__pg_connect_raw(pc, password, cerb__deadline_in(pc->connect_timeout_ms), &pg);
+    if (password) {
+        memset(password, 0, strlen(password));
+        cerb__free(password);
+    }
+    if (st != CERB_OK) {
+        snprintf(line, len, "%s", cerb_last_error());
+        return st;
+    }
+    int64_t opd = cerb__deadline_in(pc->op_timeout_ms);
+    const char *v[1] = {pc->schema};
+    st = cerb__pg_exec(pg, -1,
+                       "SELECT pg_is_in_recovery(), "
+                       "to_regclass(quote_ident($1) || '.cerberus_lock') IS NOT NULL, "
+                       "to_regclass(quote_ident($1) || '.cerberus_guard') IS NOT NULL",
+                       1, v, NULL, NULL, opd, &res, &broken, ss);
+    if (st == CERB_OK) {
+        bool standby = PQgetvalue(res, 0, 0)[0] == 't';
+        bool had = PQgetvalue(res, 0, 1)[0] == 't' && PQgetvalue(res, 0, 2)[0] == 't';
+        PQclear(res);
+        res = NULL;
+        if (standby) {
+            st = cerb__error_set(CERB_UNAVAILABLE, "the server is a standby");
+        } else if (had) {
+            *result = CERB_STORE_ALREADY;
+            snprintf(line, len, "tables %s.cerberus_lock and %s.cerberus_guard already exist",
+                     schema_q, schema_q);
+        } else {
+            char *sql = cerb__pg_sql_create(schema_q);
+            st = sql ? cerb__pg_exec(pg, -1, sql, 0, NULL, NULL, NULL, opd, &res, &broken, ss)
+                     : cerb__error_set(CERB_ENOMEM, "out of memory");
+            cerb__free(sql);
+            PQclear(res);
+            if (st == CERB_OK) {
+                *result = CERB_STORE_PREPARED;
+                snprintf(line, len, "created %s.cerberus_lock and %s.cerberus_guard", schema_q,
+                         schema_q);
+            }
+        }
+    }
+    PQfinish(pg);
+    if (st != CERB_OK)
+        snprintf(line, len, "%s", cerb_last_error());
+    return st;
+}
+
+const struct cerb_store_ops cerb__pg_store_ops = {
+    .version = CERB_STORE_OPS_V1,
+    .name = "pg",
+    .init = pg_init,
+};

@@ -1,0 +1,80 @@
+/* pg_util.c — see pg_util.h. */
+#include "pg_util.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+int pg_test_port(void)
+{
+    const char *s = getenv("CERB_PG_PORT");
+    int p = s ? atoi(s) : 0;
+    return p > 0 ? p : 25432;
+}
+
+char *pg_test_config(const char *pg_extra, const char *extra)
+{
+    static const char fmt[] = "engines = (\"pg\");\npg = { conninfo = \"host=127.0.0.1 port=%d "
+                              "dbname=cerb user=cerb\"; %s };\n%s\n";
+    const char *pe = pg_extra ? pg_extra : "", *ex = extra ? extra : "";
+    int len = snprintf(NULL, 0, fmt, pg_test_port(), pe, ex);
+    char *s = malloc((size_t)len + 1);
+    if (s)
+        snprintf(s, (size_t)len + 1, fmt, pg_test_port(), pe, ex);
+    return s;
+}
+
+PGconn *pg_test_connect(const char *user)
+{
+    char ci[256];
+    snprintf(ci, sizeof ci, "host=127.0.0.1 port=%d dbname=cerb user=%s connect_timeout=5",
+             pg_test_port(), user ? user : "cerb");
+    PGconn *pg = PQconnectdb(ci);
+    if (PQstatus(pg) != CONNECTION_OK) {
+        fprintf(stderr, "pg_test_connect: %s", PQerrorMessage(pg));
+        PQfinish(pg);
+        return NULL;
+    }
+    return pg;
+}
+
+PGresult *pg_test_exec(PGconn *pg, const char *sql, int n, const char *const *vals)
+{
+    PGresult *r = PQexecParams(pg, sql, n, NULL, vals, NULL, NULL, 0);
+    ExecStatusType t = PQresultStatus(r);
+    if (t != PGRES_TUPLES_OK && t != PGRES_COMMAND_OK) {
+        fprintf(stderr, "pg_test_exec: %s: %s", sql, PQresultErrorMessage(r));
+        PQclear(r);
+        return NULL;
+    }
+    return r;
+}
+
+int pg_test_records(const char *name)
+{
+    PGconn *pg = pg_test_connect(NULL);
+    if (!pg)
+        return -1;
+    const char *v[1] = {name};
+    PGresult *r = pg_test_exec(
+        pg,
+        "SELECT (SELECT count(*) FROM pg_locks k WHERE k.locktype = 'advisory' AND "
+        "k.database = (SELECT oid FROM pg_database WHERE datname = current_database()) AND "
+        "k.objsubid = 1 AND k.classid = ((l.akey >> 32) & 4294967295)::oid AND "
+        "k.objid = (l.akey & 4294967295)::oid), "
+        "(l.owner IS NOT NULL AND l.lease_until > clock_timestamp()) "
+        "FROM cerberus_lock l WHERE l.name = convert_to($1, 'UTF8')",
+        1, v);
+    int n = -1;
+    if (r) {
+        n = 0;
+        if (PQntuples(r) == 1) {
+            n = atoi(PQgetvalue(r, 0, 0));
+            if (n == 0 && PQgetvalue(r, 0, 1)[0] == 't')
+                n = 1;
+        }
+        PQclear(r);
+    }
+    PQfinish(pg);
+    return n;
+}
