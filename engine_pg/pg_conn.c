@@ -229,10 +229,15 @@ static cerb_status open_slot(cerb_engine *e, int i, int64_t deadline_ns)
     st = cerb__pg_exec(pg, -1, sql, 0, NULL, NULL, NULL, deadline_ns, &res, &broken, ss);
     cerb__free(sql);
     if (st != CERB_OK) {
-        if (strcmp(ss, "42P01") == 0 || strcmp(ss, "3F000") == 0)
+        if (strcmp(ss, "42P01") == 0)
             st = cerb__error_set(CERB_ECONFIG,
                                  "pg: the table %s.cerberus_lock is missing: run `cerberus init` "
-                                 "with this configuration, or the SQL it prints with --print-sql",
+                                 "with this configuration (docs/engines.md shows its SQL)",
+                                 e->schema_q);
+        else if (strcmp(ss, "3F000") == 0)
+            st = cerb__error_set(CERB_ECONFIG,
+                                 "pg: the schema %s (pg.schema) does not exist: create it, then "
+                                 "run `cerberus init` with this configuration",
                                  e->schema_q);
         PQfinish(pg);
         return st;

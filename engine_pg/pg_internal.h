@@ -40,6 +40,8 @@
 
 /* A blocked waiter looks at its interrupt flag and deadline this often. */
 #define PG_SLICE_MS 200
+/* ... and at most this often whether the holder is hung (PG_EVICT). */
+#define PG_EVICT_EVERY_MS 1000
 
 /* The advisory key of a name: one bigint, or two ints (a separate key
  * space on the server, DistributedLock's "XXXXXXXX,XXXXXXXX" and tooz). */
@@ -62,6 +64,7 @@ enum pg_stmt {
     PG_DROP,      /* free a row whose session is gone */
     PG_HELD,      /* is a name held or waited for */
     PG_PROBE,     /* the lock path answers, on a primary */
+    PG_EVICT,     /* end a hung holder's session */
     PG_NSTMT
 };
 
@@ -95,7 +98,9 @@ struct cerb_engine {
         atomic_uint_fast64_t wakeups;
         atomic_uint_fast64_t connects;
         atomic_uint_fast64_t broken;
+        atomic_uint_fast64_t evictions;
     } stats;
+    atomic_bool evict_refused;  /* said once: no privilege to evict */
 };
 
 /* Per hold (lk->priv): the slot (and its generation) holding the session

@@ -97,6 +97,21 @@ static int slot_pid(cerb_engine *e, int slot, uint64_t gen)
     return pid;
 }
 
+/* A key as pg_locks shows it: classid, objid, objsubid. */
+struct key_oids {
+    char c[16], o[16];
+    const char *sub;
+};
+
+static void key_oids(const struct pg_key *key, struct key_oids *out)
+{
+    uint32_t hi = key->pair ? (uint32_t)key->k1 : (uint32_t)((uint64_t)key->k >> 32);
+    uint32_t lo = key->pair ? (uint32_t)key->k2 : (uint32_t)((uint64_t)key->k & 0xffffffffu);
+    snprintf(out->c, sizeof out->c, "%" PRIu32, hi);
+    snprintf(out->o, sizeof out->o, "%" PRIu32, lo);
+    out->sub = key->pair ? "2" : "1";
+}
+
 static bool sql_lock_timeout(const char *ss) { return strcmp(ss, "55P03") == 0; }
 
 /* A statement on a slot the caller has taken; a broken session is given
@@ -229,12 +244,52 @@ static cerb_status stop_status(const cerb_engine_lock *lk, const atomic_int *int
     return cerb__error_set(CERB_TIMEOUT, "pg: \"%s\" stayed held until the deadline", lk->name);
 }
 
+/*
+ * End the session of a hung holder of lk's name (PG_EVICT), on the waiter's
+ * slot *w. The holder's lease ran out on the server while its session kept
+ * the session lock: it is paused, or stuck, with its connection up, and
+ * would keep every waiter out for as long as that lasts. Its own deadline
+ * passed before its lease did, so it already counts the lock as lost; its
+ * next renewal fails for good once its session is gone. Without the
+ * privilege (another role, no pg_signal_backend) it says so once and the
+ * waiter keeps waiting.
+ */
+static void evict_hung(cerb_engine *e, cerb_engine_lock *lk, int *w, const struct pg_key *key)
+{
+    struct key_oids ko;
+    key_oids(key, &ko);
+    const char *v[4] = {lk->name, ko.c, ko.o, ko.sub};
+    int l[4] = {(int)strlen(lk->name), 0, 0, 0}, f[4] = {1, 0, 0, 0};
+    PGresult *res = NULL;
+    bool broken = false;
+    char ss[6];
+    cerb_status st = run(e, w, PG_EVICT, 4, v, l, f, cerb__deadline_in(e->pc->op_timeout_ms), &res,
+                         ss, &broken);
+    if (st != CERB_OK) {
+        if (!broken && !atomic_exchange(&e->evict_refused, true))
+            CERB_LOG_W("pg: \"%s\" is held by a session whose lease ran out, which this client "
+                       "cannot end (%s); it waits until that session ends",
+                       lk->name, cerb_last_error());
+        return;
+    }
+    for (int r = 0; r < PQntuples(res); r++) {
+        if (PQgetvalue(res, r, 1)[0] == 't') {
+            atomic_fetch_add_explicit(&e->stats.evictions, 1, memory_order_relaxed);
+            CERB_LOG_W("pg: ended the session (pid %s) of a hung holder of \"%s\": its lease had "
+                       "run out while it kept the lock",
+                       PQgetvalue(res, r, 0), lk->name);
+        }
+    }
+    PQclear(res);
+}
+
 /* Wait on slot w (pins no hold) until granted, the deadline or the flag. */
 static cerb_status wait_on(cerb_engine *e, cerb_engine_lock *lk, struct grant_params *gp, int w,
                            int64_t deadline_ns, const atomic_int *intr, cerb_grant *grant)
 {
     uint64_t gen;
     bool have_session = false; /* the session lock is ours; the row is not yet */
+    int64_t next_evict = cerb_monotime() + PG_EVICT_EVERY_MS * CERB_NS_PER_MS;
     slot_conn(e, w, &gen);
     for (;;) {
         if ((intr && atomic_load(intr)) || cerb__ms_left(deadline_ns) <= 0) {
@@ -261,8 +316,19 @@ static cerb_status wait_on(cerb_engine *e, cerb_engine_lock *lk, struct grant_pa
                 grant->outcome = CERB_OUTCOME_UNKNOWN;
                 return st;
             }
-            if (!have_session && sql_lock_timeout(ss))
-                continue; /* a slice ended; the next one drops a late grant */
+            if (!have_session && sql_lock_timeout(ss)) {
+                /* A slice ended (the next one drops a late grant). Now
+                 * and then, see whether the holder is hung. */
+                if (cerb_monotime() >= next_evict) {
+                    next_evict = cerb_monotime() + PG_EVICT_EVERY_MS * CERB_NS_PER_MS;
+                    evict_hung(e, lk, &w, &((struct pg_lock_priv *)lk->priv)->key);
+                    if (w < 0) {
+                        grant->outcome = CERB_OUTCOME_NO;
+                        return cerb__error_set(CERB_EIO, "pg: the waiting session failed");
+                    }
+                }
+                continue;
+            }
             drop_waiter(e, w);
             grant->outcome = CERB_OUTCOME_NO;
             return st;
@@ -583,13 +649,10 @@ cerb_status cerb__pg_op_held(cerb_engine *e, const char *name)
     cerb_status st = cerb__pg_key(e->pc->key, name, &key);
     if (st != CERB_OK)
         return st;
-    char c[16], o[16];
-    uint32_t hi = key.pair ? (uint32_t)key.k1 : (uint32_t)((uint64_t)key.k >> 32);
-    uint32_t lo = key.pair ? (uint32_t)key.k2 : (uint32_t)((uint64_t)key.k & 0xffffffffu);
-    snprintf(c, sizeof c, "%" PRIu32, hi);
-    snprintf(o, sizeof o, "%" PRIu32, lo);
+    struct key_oids ko;
+    key_oids(&key, &ko);
     bool adv = e->pc->mode != CERB_SQL_LEASE;
-    const char *v[4] = {name, adv ? c : NULL, adv ? o : NULL, key.pair ? "2" : "1"};
+    const char *v[4] = {name, adv ? ko.c : NULL, adv ? ko.o : NULL, ko.sub};
     int l[4] = {(int)strlen(name), 0, 0, 0}, f[4] = {1, 0, 0, 0};
     int slot;
     PGresult *res = NULL;

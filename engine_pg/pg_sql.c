@@ -37,7 +37,7 @@
 
 const char *const cerb__pg_stmt_names[PG_NSTMT] = {
     "cerb_try", "cerb_wait", "cerb_claim", "cerb_unlock", "cerb_release", "cerb_renew",
-    "cerb_renew_n", "cerb_check", "cerb_drop", "cerb_held", "cerb_probe"};
+    "cerb_renew_n", "cerb_check", "cerb_drop", "cerb_held", "cerb_probe", "cerb_evict"};
 
 #define LOCK_FN(fn)                                                                       \
     "CASE WHEN $6::int IS NULL THEN " fn "($2::bigint) ELSE " fn "($6::int, $7::int) END"
@@ -96,6 +96,19 @@ static const char *const templates[PG_NSTMT] = {
                 "objid = $3::oid AND objsubid = $4::int2)",
     [PG_PROBE] = "SELECT pg_is_in_recovery(), (SELECT count(*) FROM @S.cerberus_lock "
                  "WHERE name = $1::bytea)",
+    /* A hung holder: its lease ran out on the server's clock, yet its
+     * session still holds the name's session lock, and no row of that
+     * session has a live lease (so a session that renews other locks is
+     * never ended). pg_terminate_backend runs only for a row that passed. */
+    [PG_EVICT] = "SELECT l.owner_pid, pg_terminate_backend(l.owner_pid) FROM @S.cerberus_lock l "
+                 "WHERE l.name = $1::bytea AND l.owner IS NOT NULL AND l.owner_pid IS NOT NULL "
+                 "AND l.owner_pid <> pg_backend_pid() AND l.lease_until <= clock_timestamp() "
+                 "AND EXISTS (SELECT 1 FROM pg_locks k WHERE k.pid = l.owner_pid AND "
+                 "k.locktype = 'advisory' AND k.granted AND k.database = (SELECT oid FROM "
+                 "pg_database WHERE datname = current_database()) AND k.classid = $2::oid AND "
+                 "k.objid = $3::oid AND k.objsubid = $4::int2) AND NOT EXISTS (SELECT 1 FROM "
+                 "@S.cerberus_lock o WHERE o.owner_pid = l.owner_pid AND o.owner IS NOT NULL AND "
+                 "o.lease_until > clock_timestamp())",
 };
 
 void cerb__pg_quote_ident(const char *id, char *out, size_t len)
