@@ -209,7 +209,12 @@ static cerb_status open_slot(cerb_engine *e, int i, int64_t deadline_ns)
     /* One string: settings, the PREPAREs (named statements share the
      * protocol's namespace, so PQsendQueryPrepared finds them), and the
      * facts we need, last so its result is the one kept. lock_timeout
-     * bounds row-lock waits on the server too (a release in flight). */
+     * bounds row-lock waits on the server, at half the client's deadline,
+     * so a wait on a row ends with a clean error (the session lives on)
+     * rather than a missed deadline (the session ends). synchronous_commit
+     * on: a grant is acknowledged only once its commit is in the WAL the
+     * server flushes, whatever the server's default (a fence must never
+     * go back after a crash). */
     size_t len = 256;
     for (int s = 0; s < PG_NSTMT; s++)
         len += strlen(e->sql[s]) + 64;
@@ -220,8 +225,9 @@ static cerb_status open_slot(cerb_engine *e, int i, int64_t deadline_ns)
     }
     size_t o = (size_t)snprintf(sql, len,
                                 "SET lock_timeout = %lld; SET statement_timeout = 0; "
-                                "SET idle_in_transaction_session_timeout = 0; ",
-                                (long long)e->pc->op_timeout_ms);
+                                "SET idle_in_transaction_session_timeout = 0; "
+                                "SET synchronous_commit = on; ",
+                                (long long)(e->pc->op_timeout_ms > 1 ? e->pc->op_timeout_ms / 2 : 1));
     for (int s = 0; s < PG_NSTMT; s++)
         o += (size_t)snprintf(sql + o, len - o, "PREPARE %s AS %s; ", cerb__pg_stmt_names[s],
                               e->sql[s]);
@@ -273,17 +279,23 @@ static cerb_status connect_locked(cerb_engine *e, int i, int64_t deadline_ns)
     return st;
 }
 
-cerb_status cerb__pg_take_any(cerb_engine *e, int64_t deadline_ns, int *slot)
+cerb_status cerb__pg_take_any(cerb_engine *e, int64_t deadline_ns, bool spare, int *slot)
 {
     cerb__mutex_lock(&e->mu);
     for (;;) {
-        int idle = -1, empty = -1;
+        int idle = -1, free_idle = -1, empty = -1;
         for (int i = 0; i < e->nslots; i++) {
+            if (e->slots[i].state == SLOT_IDLE && e->slots[i].holds == 0 && free_idle < 0)
+                free_idle = i;
             if (e->slots[i].state == SLOT_IDLE && idle < 0)
                 idle = i;
             else if (e->slots[i].state == SLOT_EMPTY && empty < 0)
                 empty = i;
         }
+        if (spare && free_idle >= 0)
+            idle = free_idle;
+        else if (spare && empty >= 0)
+            idle = -1; /* connect a spare one rather than risk a pinning one */
         if (idle >= 0) {
             e->slots[idle].state = SLOT_BUSY;
             cerb__mutex_unlock(&e->mu);
@@ -318,16 +330,19 @@ int cerb__pg_take_waiter(cerb_engine *e, int64_t deadline_ns, cerb_status *st)
             else if (e->slots[i].state == SLOT_EMPTY && empty < 0)
                 empty = i;
         }
+        /* Counted before connecting (the mutex is dropped meanwhile), so
+         * that concurrent waiters never exceed max_waiters. */
+        e->waiters++;
         if (pick >= 0) {
             e->slots[pick].state = SLOT_BUSY;
         } else if (empty >= 0) {
             *st = connect_locked(e, empty, deadline_ns);
             pick = *st == CERB_OK ? empty : -1;
         }
-        if (pick >= 0) {
+        if (pick >= 0)
             e->slots[pick].waiter = true;
-            e->waiters++;
-        }
+        else
+            e->waiters--;
     }
     cerb__mutex_unlock(&e->mu);
     return pick;
@@ -366,7 +381,12 @@ void cerb__pg_give(cerb_engine *e, int slot, bool broken, int hold_delta)
         s->waiter = false;
         e->waiters--;
     }
+    if (s->doomed && !broken) {
+        broken = true;
+        CERB_LOG_W("pg: ending a session that may keep a lock nobody holds");
+    }
     if (broken) {
+        s->doomed = false;
         if (s->holds > 0)
             CERB_LOG_W("pg: a connection pinning %d lock(s) failed; they are lost", s->holds);
         PQfinish(s->pg);
@@ -383,6 +403,22 @@ void cerb__pg_give(cerb_engine *e, int slot, bool broken, int hold_delta)
         s->state = SLOT_IDLE;
     }
     cerb__cond_broadcast(&e->cv);
+    cerb__mutex_unlock(&e->mu);
+}
+
+void cerb__pg_doom(cerb_engine *e, int slot, uint64_t gen)
+{
+    cerb__mutex_lock(&e->mu);
+    struct pg_slot *s = &e->slots[slot];
+    if (s->gen == gen && s->state != SLOT_EMPTY && s->state != SLOT_CONNECTING) {
+        if (s->state == SLOT_IDLE) {
+            s->state = SLOT_BUSY;
+            cerb__mutex_unlock(&e->mu);
+            cerb__pg_give(e, slot, true, 0);
+            return;
+        }
+        s->doomed = true;
+    }
     cerb__mutex_unlock(&e->mu);
 }
 

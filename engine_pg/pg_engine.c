@@ -123,7 +123,7 @@ static cerb_status pg_open(const cerb_engine_env *env, cerb_engine **out)
     int slot = -1;
     if (st == CERB_OK)
         st = cerb__pg_take_any(e, cerb__deadline_in(pc->connect_timeout_ms + pc->op_timeout_ms),
-                               &slot);
+                               true, &slot);
     if (st == CERB_OK)
         st = check_pooler(e, slot);
     if (st != CERB_OK) {

@@ -77,6 +77,8 @@ struct pg_slot {
     int holds;               /* holds pinned here */
     enum pg_slot_state state;
     bool waiter;             /* busy in a blocking wait */
+    bool doomed;             /* a session lock may be left behind here: end
+                                the session when the slot is next given back */
 };
 
 struct cerb_engine {
@@ -140,8 +142,13 @@ cerb_status cerb__pg_connect_raw(const struct cerb_pg_config *pc, const char *pa
 cerb_status cerb__pg_exec(PGconn *pg, int stmt, const char *sql, int n, const char *const *vals,
                           const int *lens, const int *fmts, int64_t deadline_ns, PGresult **res,
                           bool *broken, char sqlstate[6]);
-/* Pool (all under e->mu inside). */
-cerb_status cerb__pg_take_any(cerb_engine *e, int64_t deadline_ns, int *slot);
+/* Pool (all under e->mu inside). A slot for one statement; with spare,
+ * rather one that pins no hold (probes, checks: a statement that times out
+ * ends its session, and should not take holds with it). */
+cerb_status cerb__pg_take_any(cerb_engine *e, int64_t deadline_ns, bool spare, int *slot);
+/* Mark a slot whose session may keep a session lock nobody owns: it is
+ * ended when next given back (or at once when idle). */
+void cerb__pg_doom(cerb_engine *e, int slot, uint64_t gen);
 /* A slot for a blocking wait: pins no hold. -1 when none may be had now. */
 int cerb__pg_take_waiter(cerb_engine *e, int64_t deadline_ns, cerb_status *st);
 /* The slot of a hold, when its session is still the one it was. */

@@ -172,11 +172,12 @@ static cerb_status try_once(cerb_engine *e, cerb_engine_lock *lk, struct grant_p
     int64_t opd = cerb__deadline_in(e->pc->op_timeout_ms);
 
     *left_ms = 0;
-    cerb_status st = cerb__pg_take_any(e, opd, &slot);
+    cerb_status st = cerb__pg_take_any(e, opd, false, &slot);
     if (st != CERB_OK) {
         grant->outcome = CERB_OUTCOME_NO;
         return st;
     }
+    opd = cerb__deadline_in(e->pc->op_timeout_ms); /* the statement's own */
     slot_conn(e, slot, &gen);
     grant->sent_ns = cerb_monotime();
     atomic_fetch_add_explicit(&e->stats.acquire_calls, 1, memory_order_relaxed);
@@ -189,10 +190,13 @@ static cerb_status try_once(cerb_engine *e, cerb_engine_lock *lk, struct grant_p
             bool b2 = false;
             char s2[6];
             const char *uv[3] = {gp->vals[1], gp->vals[5], gp->vals[6]};
-            cerb__pg_exec(slot_conn(e, slot, NULL), PG_UNLOCK, NULL, 3, uv, NULL, NULL, opd, &r2,
-                          &b2, s2);
+            cerb_status st2 = cerb__pg_exec(slot_conn(e, slot, NULL), PG_UNLOCK, NULL, 3, uv, NULL,
+                                            NULL, cerb__deadline_in(e->pc->op_timeout_ms), &r2,
+                                            &b2, s2);
             PQclear(r2);
-            cerb__pg_give(e, slot, b2, 0);
+            /* When even that fails, end the session: a session lock must
+             * never stay behind on a connection that goes on. */
+            cerb__pg_give(e, slot, b2 || st2 != CERB_OK, 0);
         }
         grant->outcome = broken ? CERB_OUTCOME_UNKNOWN : CERB_OUTCOME_NO;
         return st;
@@ -208,6 +212,10 @@ static cerb_status try_once(cerb_engine *e, cerb_engine_lock *lk, struct grant_p
         const char *uv[3] = {gp->vals[1], gp->vals[5], gp->vals[6]};
         st = run(e, &slot, PG_UNLOCK, 3, uv, NULL, NULL, opd, &res, ss, &broken);
         PQclear(res);
+        if (st != CERB_OK && slot >= 0) {
+            cerb__pg_give(e, slot, true, 0);
+            slot = -1;
+        }
         *left_ms = a.left_ms > 0 ? a.left_ms : 1;
     }
     if (slot >= 0)
@@ -407,9 +415,13 @@ static void unlock_lost(cerb_engine *e, int *slot, const struct pg_key *key)
     PGresult *res = NULL;
     bool broken = false;
     char ss[6];
-    run(e, slot, PG_UNLOCK, 3, v, NULL, NULL, cerb__deadline_in(e->pc->op_timeout_ms), &res, ss,
-        &broken);
+    cerb_status st = run(e, slot, PG_UNLOCK, 3, v, NULL, NULL,
+                         cerb__deadline_in(e->pc->op_timeout_ms), &res, ss, &broken);
     PQclear(res);
+    if (st != CERB_OK && *slot >= 0) {
+        cerb__pg_give(e, *slot, true, 0); /* never leave it behind */
+        *slot = -1;
+    }
 }
 
 /* Renew the items whose holds are pinned to slot s (generation gen) in
@@ -545,16 +557,18 @@ void cerb__pg_op_renew_batch(cerb_engine *e, cerb_renew_item *items, size_t n)
 }
 
 /* Free the row of a hold whose session is gone (so a waiter holding the
- * session lock need not wait out the lease), on any connection. */
+ * session lock need not wait out the lease), on any connection; with
+ * owner_pid <= 0 by the token alone (it is unique, and whoever holds the
+ * session lock now is waiting for this very row). */
 static void drop_row(cerb_engine *e, cerb_engine_lock *lk, int owner_pid)
 {
     int slot;
     PGresult *res = NULL;
     bool broken = false;
     char ss[6], pid[16];
-    int64_t opd = cerb__deadline_in(e->pc->op_timeout_ms);
-    if (cerb__pg_take_any(e, opd, &slot) != CERB_OK)
+    if (cerb__pg_take_any(e, cerb__deadline_in(e->pc->op_timeout_ms), true, &slot) != CERB_OK)
         return;
+    int64_t opd = cerb__deadline_in(e->pc->op_timeout_ms);
     snprintf(pid, sizeof pid, "%d", owner_pid);
     const char *v[3] = {lk->name, lk->token, owner_pid > 0 ? pid : NULL};
     int l[3] = {(int)strlen(lk->name), 0, 0}, f[3] = {1, 0, 0};
@@ -574,15 +588,24 @@ cerb_status cerb__pg_op_release(cerb_engine *e, cerb_engine_lock *lk)
         return cerb__error_set(CERB_NOT_OWNER, "pg: \"%s\" is not held", lk->name);
     int slot = p->slot;
     int64_t opd = cerb__deadline_in(e->pc->op_timeout_ms);
-    int old_pid = slot_pid(e, slot, p->gen);
     cerb_status st = cerb__pg_take_slot(e, slot, p->gen, opd);
     if (st == CERB_NOT_OWNER) {
         p->slot = -1;
-        drop_row(e, lk, old_pid);
+        drop_row(e, lk, 0);
         return st;
     }
-    if (st != CERB_OK)
-        return st;
+    if (st != CERB_OK) {
+        /* The connection stayed busy: its session must not keep our lock
+         * once it is given back, and the row must not make the next
+         * holder wait out our lease. */
+        char why[CERB_ERROR_MAX];
+        cerb__error_copy(why, sizeof why);
+        cerb__pg_doom(e, slot, p->gen);
+        p->slot = -1;
+        drop_row(e, lk, 0);
+        return cerb__error_set(st, "%s", why);
+    }
+    opd = cerb__deadline_in(e->pc->op_timeout_ms);
     char k[24], k1[16], k2[16];
     snprintf(k, sizeof k, "%" PRId64, p->key.k);
     snprintf(k1, sizeof k1, "%" PRId32, p->key.k1);
@@ -593,13 +616,29 @@ cerb_status cerb__pg_op_release(cerb_engine *e, cerb_engine_lock *lk)
     int l[5] = {(int)strlen(lk->name), 0, 0, 0, 0}, f[5] = {1, 0, 0, 0, 0};
     st = run(e, &slot, PG_RELEASE, 5, v, l, f, opd, &res, ss, &broken);
     p->slot = -1;
-    if (broken)
-        return st; /* the session ended: the server gave the lock back */
+    if (broken) {
+        /* The session ended: the server gave the session lock back; the
+         * row (if the release did not land) need not hold the next holder
+         * for a lease. */
+        char why[CERB_ERROR_MAX];
+        cerb__error_copy(why, sizeof why);
+        drop_row(e, lk, 0);
+        return cerb__error_set(st, "%s", why);
+    }
     bool freed = st == CERB_OK && PQntuples(res) == 1 && col_i64(res, 0) > 0;
     PQclear(res);
+    if (st != CERB_OK) {
+        /* An SQL error (a cancel, a row lock timing out) undid the row's
+         * update and skipped the unlock; session locks ignore rollback. */
+        char why[CERB_ERROR_MAX];
+        cerb__error_copy(why, sizeof why);
+        unlock_lost(e, &slot, &p->key);
+        if (slot >= 0)
+            cerb__pg_give(e, slot, false, -1);
+        drop_row(e, lk, 0);
+        return cerb__error_set(st, "%s", why);
+    }
     cerb__pg_give(e, slot, false, -1);
-    if (st != CERB_OK)
-        return st;
     return freed ? CERB_OK
                  : cerb__error_set(CERB_NOT_OWNER, "pg: \"%s\" was no longer ours", lk->name);
 }
@@ -611,10 +650,10 @@ cerb_status cerb__pg_op_check(cerb_engine *e, cerb_engine_lock *lk, cerb_grant *
     PGresult *res = NULL;
     bool broken = false;
     char ss[6];
-    int64_t opd = cerb__deadline_in(e->pc->op_timeout_ms);
-    cerb_status st = cerb__pg_take_any(e, opd, &slot);
+    cerb_status st = cerb__pg_take_any(e, cerb__deadline_in(e->pc->op_timeout_ms), true, &slot);
     if (st != CERB_OK)
         return st;
+    int64_t opd = cerb__deadline_in(e->pc->op_timeout_ms);
     const char *v[2] = {lk->name, lk->token};
     int l[2] = {(int)strlen(lk->name), 0}, f[2] = {1, 0};
     grant->sent_ns = cerb_monotime();
@@ -658,10 +697,10 @@ cerb_status cerb__pg_op_held(cerb_engine *e, const char *name)
     PGresult *res = NULL;
     bool broken = false;
     char ss[6];
-    int64_t opd = cerb__deadline_in(e->pc->op_timeout_ms);
-    st = cerb__pg_take_any(e, opd, &slot);
+    st = cerb__pg_take_any(e, cerb__deadline_in(e->pc->op_timeout_ms), true, &slot);
     if (st != CERB_OK)
         return st;
+    int64_t opd = cerb__deadline_in(e->pc->op_timeout_ms);
     st = run(e, &slot, PG_HELD, 4, v, l, f, opd, &res, ss, &broken);
     if (slot >= 0)
         cerb__pg_give(e, slot, false, 0);
@@ -679,7 +718,7 @@ cerb_status cerb__pg_op_probe(cerb_engine *e, int64_t timeout_ms)
     bool broken = false;
     char ss[6];
     int64_t dl = cerb__deadline_in(timeout_ms);
-    cerb_status st = cerb__pg_take_any(e, dl, &slot);
+    cerb_status st = cerb__pg_take_any(e, dl, true, &slot);
     if (st != CERB_OK)
         return st;
     const char *v[1] = {e->probe_name};

@@ -18,7 +18,8 @@
  *        backend pid and a lease from clock_timestamp() — the time now, not
  *        the transaction's start — unless the row still shows another
  *        owner's lease (a holder whose session ended while it may still be
- *        working: the hand-off wait). ON CONFLICT DO UPDATE judges the
+ *        working: the hand-off wait). A row of this very token is ours
+ *        already (a grant whose answer was lost, then retried). ON CONFLICT DO UPDATE judges the
  *        latest committed row, waiting for a release in flight to commit.
  *   and returns whether a got it, the fence, and how long the row's lease
  *   has left (so the client never compares its clock with the server's).
@@ -49,7 +50,7 @@ const char *const cerb__pg_stmt_names[PG_NSTMT] = {
     "clock_timestamp() " from " ON CONFLICT (name) DO UPDATE SET fence = "                 \
     "GREATEST(l.fence + 1, $5::bigint + 1), akey = EXCLUDED.akey, owner = EXCLUDED.owner, " \
     "owner_pid = EXCLUDED.owner_pid, lease_until = EXCLUDED.lease_until, "                 \
-    "acquired_at = EXCLUDED.acquired_at WHERE l.owner IS NULL OR "                         \
+    "acquired_at = EXCLUDED.acquired_at WHERE l.owner IS NULL OR l.owner = $3::text OR "   \
     "l.lease_until <= clock_timestamp() RETURNING fence"
 
 #define LEFT_MS                                                                           \
@@ -88,7 +89,7 @@ static const char *const templates[PG_NSTMT] = {
                  "FROM @S.cerberus_lock WHERE name = $1::bytea AND owner = $2::text",
     [PG_DROP] = "UPDATE @S.cerberus_lock SET owner = NULL, owner_pid = NULL, "
                 "lease_until = clock_timestamp() WHERE name = $1::bytea AND owner = $2::text "
-                "AND owner_pid IS NOT DISTINCT FROM $3::int",
+                "AND ($3::int IS NULL OR owner_pid = $3::int)",
     [PG_HELD] = "SELECT EXISTS (SELECT 1 FROM @S.cerberus_lock WHERE name = $1::bytea AND "
                 "owner IS NOT NULL AND lease_until > clock_timestamp()) OR EXISTS (SELECT 1 "
                 "FROM pg_locks WHERE locktype = 'advisory' AND database = (SELECT oid FROM "

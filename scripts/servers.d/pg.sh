@@ -30,12 +30,15 @@
 #
 # Settings (command line, so a restart on old data gets them too): small and
 # fast for tests — max_connections=200, shared_buffers=32MB, fsync=off,
-# synchronous_commit=off, full_page_writes=off, wal_level=replica,
+# full_page_writes=off, wal_level=replica,
 # max_wal_senders=10, wal_keep_size=64MB, hot_standby=on, cluster_name
 # cerb<port> (it names the processes: "postgres: cerb25432: checkpointer").
 # fsync=off loses nothing when only postgres dies (kill -9): the WAL it wrote
 # is in the OS page cache, and a restart replays it, so fences stay durable
 # across a kill -9 or a clean restart; only an OS crash could lose data.
+# synchronous_commit stays on: with it off, an acknowledged commit can still
+# sit in postgres's WAL buffers, and a kill -9 would lose a grant (the engine
+# sets it on in its sessions anyway).
 # The server logs to stderr, which our shell appends to the .log file.
 #
 # State, per node, keyed by its port:
@@ -101,7 +104,9 @@
 # PostgreSQL binaries, default the newest /usr/lib/postgresql/*/bin, else
 # the directory of `postgres` on PATH), CERB_PG_USER (the server user when
 # root, default postgres), CERB_PG_EXTRA_ARGS (extra postgres flags,
-# word-split, e.g. "-c log_statement=all"; applied whenever a node starts).
+# word-split, e.g. "-c log_statement=all"; applied whenever a node starts),
+# CERB_PG_UNPREPARED=1 (a new primary is not given the lock tables by
+# `cerberus init`, which otherwise runs through servers.sh's cerberus_init).
 
 pg_default_port() { printf '%s' "${CERB_PG_PORT:-25432}"; }
 
@@ -276,7 +281,7 @@ pg_launch() {
         -c "port=$port" -c listen_addresses=127.0.0.1 \
         -c "unix_socket_directories=$data" -c "cluster_name=cerb$port" \
         -c max_connections=200 -c shared_buffers=32MB \
-        -c fsync=off -c synchronous_commit=off -c full_page_writes=off \
+        -c fsync=off -c full_page_writes=off \
         -c wal_level=replica -c max_wal_senders=10 -c wal_keep_size=64MB \
         -c hot_standby=on -c logging_collector=off -c log_destination=stderr \
         -c lc_messages=C -c "log_line_prefix=%m [%p] " \
@@ -424,6 +429,11 @@ pg_start_one() {
     pid=$(read_pid "$pidf")
     if ((fresh && idx == 0)); then
         pg_accounts "$port"
+        # The lock tables, made by the code a user runs (`cerberus init`),
+        # unless a test wants a server without them.
+        if [[ ${CERB_PG_UNPREPARED:-0} != 1 ]]; then
+            cerberus_init "pg :$port" "engines = (\"pg\"); pg = { conninfo = \"host=127.0.0.1 port=$port dbname=cerb user=cerb\"; };"
+        fi
     elif ((fresh)); then
         pg_wait_standby "$port"
     fi

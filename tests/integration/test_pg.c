@@ -239,6 +239,105 @@ static void test_killed_session_is_lost_and_the_lease_waited_out(void **state)
     cerb_client_close(b);
 }
 
+/* The name as hex, for decode($1, 'hex'). */
+static void hexname(const char *name, char *hex, size_t len)
+{
+    hex[0] = '\0';
+    for (const unsigned char *p = (const unsigned char *)name; *p; p++)
+        snprintf(hex + strlen(hex), len - strlen(hex), "%02x", *p);
+}
+
+/* An unlock after the holder's session was killed frees the row: the next
+ * holder need not wait out the dead session's lease. */
+static void test_unlock_after_kill_frees_the_row(void **state)
+{
+    (void)state;
+    cerb_client *a = open_client(NULL, "lock = { lease_ms = 20000; };");
+    cerb_client *b = open_client(NULL, "lock = { lease_ms = 20000; };");
+    char *name = test_name("pg-killed-unlock");
+    cerb_lock *la = mk(a, name), *lb = mk(b, name);
+    assert_int_equal(cerb_lock_lock(la), CERB_OK);
+    PGconn *pg = raw();
+    char hex[512];
+    hexname(name, hex, sizeof hex);
+    const char *v[1] = {hex};
+    assert_true(scalar_true(pg,
+                            "SELECT pg_terminate_backend(owner_pid) FROM cerberus_lock "
+                            "WHERE name = decode($1, 'hex')",
+                            1, v));
+    cerb_lock_unlock(la); /* LOST or NOT_OWNER: the session is gone */
+    assert_int_equal(cerb_lock_trylock_for(lb, 2000), CERB_OK);
+    assert_int_equal(cerb_lock_unlock(lb), CERB_OK);
+    PQfinish(pg);
+    cerb_lock_free(la);
+    cerb_lock_free(lb);
+    free(name);
+    cerb_client_close(a);
+    cerb_client_close(b);
+}
+
+/* Cancels the release statement of backend `pid` once it waits for a row
+ * lock (pg_cancel_backend: the statement fails, the session lives on). */
+struct canceller {
+    char pid[16];
+    bool done;
+};
+
+static void *cancel_main(void *arg)
+{
+    struct canceller *c = arg;
+    PGconn *pg = pg_test_connect(NULL);
+    const char *v[1] = {c->pid};
+    for (int i = 0; pg && i < 500 && !c->done; i++) {
+        c->done = scalar_true(pg,
+                              "SELECT pg_cancel_backend(pid) FROM pg_stat_activity WHERE "
+                              "pid = $1::int AND wait_event_type = 'Lock'",
+                              1, v);
+        if (!c->done)
+            cerb_test_let_time_pass(10);
+    }
+    PQfinish(pg);
+    return NULL;
+}
+
+/* A release the server refuses with an SQL error (cancelled while it waits
+ * for a row lock) still gives the session lock back: session locks ignore
+ * the rollback of the statement that failed. */
+static void test_failed_release_leaves_no_session_lock(void **state)
+{
+    (void)state;
+    cerb_client *a = open_client("op_timeout_ms = 5000;", NULL);
+    char *name = test_name("pg-release-error");
+    cerb_lock *la = mk(a, name);
+    assert_int_equal(cerb_lock_lock(la), CERB_OK);
+    PGconn *pg = raw();
+    char hex[512];
+    hexname(name, hex, sizeof hex);
+    const char *v[1] = {hex};
+    struct canceller c = {.done = false};
+    char *pid = scalar(pg, "SELECT owner_pid FROM cerberus_lock WHERE name = decode($1, 'hex')", 1,
+                       v);
+    snprintf(c.pid, sizeof c.pid, "%s", pid);
+    free(pid);
+    PQclear(pg_test_exec(pg, "BEGIN", 0, NULL));
+    free(scalar(pg, "SELECT akey FROM cerberus_lock WHERE name = decode($1, 'hex') FOR UPDATE", 1,
+                v));
+    pthread_t t;
+    assert_int_equal(pthread_create(&t, NULL, cancel_main, &c), 0);
+    cerb_lock_unlock(la); /* whatever it says, nothing may stay behind */
+    pthread_join(t, NULL);
+    assert_true(c.done);
+    PQclear(pg_test_exec(pg, "COMMIT", 0, NULL));
+    assert_true(scalar_true(pg,
+                            "SELECT pg_try_advisory_lock(akey) FROM cerberus_lock "
+                            "WHERE name = decode($1, 'hex')",
+                            1, v));
+    PQfinish(pg);
+    cerb_lock_free(la);
+    free(name);
+    cerb_client_close(a);
+}
+
 /* ---- a hung holder ---- */
 
 /* Role: take argv[0] with a 1 s lease, say so on fd argv[1], then wait
@@ -328,6 +427,8 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_hostile_names_are_just_names),
         cmocka_unit_test(test_fences_only_grow),
         cmocka_unit_test(test_killed_session_is_lost_and_the_lease_waited_out),
+        cmocka_unit_test(test_unlock_after_kill_frees_the_row),
+        cmocka_unit_test(test_failed_release_leaves_no_session_lock),
         cmocka_unit_test(test_hung_holder_is_evicted),
         cmocka_unit_test(test_missing_table_says_what_to_do),
     };
