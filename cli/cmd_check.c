@@ -66,6 +66,18 @@ static bool has_userinfo(const char *u)
     return at != NULL;
 }
 
+/* A URI whose user part carries a password ("scheme://user:pw@host"). */
+static bool uri_password(const char *u)
+{
+    const char *a = strstr(u, "://");
+    if (!a)
+        return false;
+    a += 3;
+    size_t al = strcspn(a, "/?#");
+    const char *at = memchr(a, '@', al);
+    return at && memchr(a, ':', (size_t)(at - a)) != NULL;
+}
+
 /* The first key of @cfg that holds a password, or NULL. */
 static const char *password_key(const struct cerb_config *cfg)
 {
@@ -77,6 +89,8 @@ static const char *password_key(const struct cerb_config *cfg)
         return "zk.password";
     if (set(cfg->etcd.password))
         return "etcd.password";
+    if (set(cfg->pg.conninfo) && (strstr(cfg->pg.conninfo, "password") || uri_password(cfg->pg.conninfo)))
+        return "pg.conninfo (a password in the connection string)";
     for (size_t i = 0; i < cfg->etcd.n_endpoints; i++)
         if (cfg->etcd.endpoints[i] && has_userinfo(cfg->etcd.endpoints[i]))
             return "etcd.endpoints (credentials in the URL)";

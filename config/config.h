@@ -95,6 +95,34 @@ struct cerb_etcd_config {
     char *key_file;                       /* "" = no client key */
 };
 
+/* The SQL engines (DESIGN.md §4): a session lock and a lease row. */
+enum { CERB_SQL_HYBRID = 0, CERB_SQL_LEASE = 1, CERB_SQL_ADVISORY = 2 };
+
+struct cerb_pg_config {
+    char *conninfo;              /* "host=127.0.0.1 port=5432": libpq keywords */
+    char *password_file;         /* "" = none (libpq's own: PGPASSFILE, ~/.pgpass) */
+    char *schema;                /* "public": where cerberus_lock/_guard live */
+    int mode;                    /* CERB_SQL_HYBRID (default), _LEASE, _ADVISORY */
+    char *key;                   /* "dl" | "int" | "tooz" | "pals:<app>" */
+    int pool;                    /* 8, 2 .. 1024: connections, waiters included */
+    int64_t connect_timeout_ms;  /* 2000, 1 .. 600000 */
+    int64_t op_timeout_ms;       /* 1000, 1 .. 600000 */
+};
+
+struct cerb_mysql_config {
+    char *host;                  /* "127.0.0.1" */
+    int port;                    /* 3306, 1 .. 65535 */
+    char *socket;                /* "" = TCP to host:port */
+    char *user;                  /* "cerberus" */
+    char *password_file;         /* "" = no password */
+    char *database;              /* "cerberus": where cerberus_lock/_guard live */
+    int mode;                    /* CERB_SQL_HYBRID (default), _LEASE, _ADVISORY */
+    char *key;                   /* "dl" | "raw" */
+    int pool;                    /* 8, 2 .. 1024: connections, waiters included */
+    int64_t connect_timeout_ms;  /* 2000, 1 .. 600000 */
+    int64_t op_timeout_ms;       /* 1000, 1 .. 600000 */
+};
+
 struct cerb_local_config {
     char *dir;   /* "" = in-process only; else flock files under dir */
 };
@@ -120,6 +148,8 @@ struct cerb_config {
     struct cerb_redis_config redis;
     struct cerb_zk_config zk;
     struct cerb_etcd_config etcd;
+    struct cerb_pg_config pg;
+    struct cerb_mysql_config mysql;
     struct cerb_local_config local;
     struct cerb_guard_config guard;
 };

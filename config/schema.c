@@ -9,7 +9,7 @@
  * the parser, the validator and the reload comparison never name a field.
  * Defaults and ranges are those documented in config.h. Keys under lock,
  * retry and failover, plus `active` and `epoch`, are RELOADABLE; the engine
- * list and every connection setting (redis, zk, etcd, local) are IMMUTABLE
+ * list and every connection setting (redis, zk, etcd, pg, mysql, local) are IMMUTABLE
  * because engines are opened once per client.
  */
 #include "internal_posix.h"
@@ -55,6 +55,9 @@ static const struct cerb__cfg_enum failback_enum[] = {
 static const struct cerb__cfg_enum redis_mode_enum[] = {
     {"single", CERB_REDIS_SINGLE}, {"sentinel", CERB_REDIS_SENTINEL},
     {"cluster", CERB_REDIS_CLUSTER}, {NULL, 0}};
+static const struct cerb__cfg_enum sql_mode_enum[] = {
+    {"hybrid", CERB_SQL_HYBRID}, {"lease", CERB_SQL_LEASE},
+    {"advisory", CERB_SQL_ADVISORY}, {NULL, 0}};
 static const struct cerb__cfg_enum guard_policy_enum[] = {
     {"refuse", CERB_GUARD_REFUSE}, {"allow", CERB_GUARD_ALLOW}, {NULL, 0}};
 
@@ -150,6 +153,27 @@ const struct cerb__cfg_key cerb__cfg_keys[] = {
     KEY_STR("etcd.ca_file", etcd.ca_file, I, "", NULL),
     KEY_STR("etcd.cert_file", etcd.cert_file, I, "", NULL),
     KEY_STR("etcd.key_file", etcd.key_file, I, "", NULL),
+
+    KEY_STR("pg.conninfo", pg.conninfo, I, "host=127.0.0.1 port=5432", NULL),
+    KEY_STR("pg.password_file", pg.password_file, I, "", NULL),
+    KEY_STR("pg.schema", pg.schema, I, "public", cerb__cfg_check_sql_ident),
+    KEY_ENUM("pg.mode", pg.mode, I, CERB_SQL_HYBRID, sql_mode_enum),
+    KEY_STR("pg.key", pg.key, I, "dl", cerb__cfg_check_pg_key),
+    KEY_INT("pg.pool", pg.pool, I, 8, 2, 1024),
+    KEY_I64("pg.connect_timeout_ms", pg.connect_timeout_ms, I, 2000, 1, 600000),
+    KEY_I64("pg.op_timeout_ms", pg.op_timeout_ms, I, 1000, 1, 600000),
+
+    KEY_STR("mysql.host", mysql.host, I, "127.0.0.1", cerb__cfg_check_nonempty),
+    KEY_INT("mysql.port", mysql.port, I, 3306, 1, 65535),
+    KEY_STR("mysql.socket", mysql.socket, I, "", NULL),
+    KEY_STR("mysql.user", mysql.user, I, "cerberus", cerb__cfg_check_nonempty),
+    KEY_STR("mysql.password_file", mysql.password_file, I, "", NULL),
+    KEY_STR("mysql.database", mysql.database, I, "cerberus", cerb__cfg_check_sql_ident),
+    KEY_ENUM("mysql.mode", mysql.mode, I, CERB_SQL_HYBRID, sql_mode_enum),
+    KEY_STR("mysql.key", mysql.key, I, "dl", cerb__cfg_check_mysql_key),
+    KEY_INT("mysql.pool", mysql.pool, I, 8, 2, 1024),
+    KEY_I64("mysql.connect_timeout_ms", mysql.connect_timeout_ms, I, 2000, 1, 600000),
+    KEY_I64("mysql.op_timeout_ms", mysql.op_timeout_ms, I, 1000, 1, 600000),
 
     KEY_STR("local.dir", local.dir, I, "", NULL),
 

@@ -20,7 +20,7 @@
 #include "config.h"
 
 /* Upper bound on the number of rows; schema.c asserts the table fits. */
-#define CERB__CFG_MAX_KEYS 64
+#define CERB__CFG_MAX_KEYS 96
 
 typedef enum cerb__cfg_type {
     CERB__CFG_INT,     /* int field; libconfig int or int64 accepted */
@@ -125,6 +125,14 @@ bool cerb__cfg_check_hostport(const struct cerb__cfg_key *k, const char *s,
                               char *why, size_t len);
 bool cerb__cfg_check_nonempty(const struct cerb__cfg_key *k, const char *s,
                               char *why, size_t len);
+/* A SQL identifier we quote ourselves: [A-Za-z_][A-Za-z0-9_]{0,62}. */
+bool cerb__cfg_check_sql_ident(const struct cerb__cfg_key *k, const char *s,
+                               char *why, size_t len);
+/* pg.key: "dl", "int", "tooz" or "pals:<app>"; mysql.key: "dl" or "raw". */
+bool cerb__cfg_check_pg_key(const struct cerb__cfg_key *k, const char *s,
+                            char *why, size_t len);
+bool cerb__cfg_check_mysql_key(const struct cerb__cfg_key *k, const char *s,
+                               char *why, size_t len);
 
 /*
  * Whole-config validation: every row's range and check, then the rules

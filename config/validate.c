@@ -103,6 +103,48 @@ bool cerb__cfg_check_nonempty(const struct cerb__cfg_key *k, const char *s,
     return false;
 }
 
+bool cerb__cfg_check_sql_ident(const struct cerb__cfg_key *k, const char *s,
+                               char *why, size_t len)
+{
+    /* The engines splice this one name into their SQL (quoted), since an
+     * identifier cannot be a bound parameter: so it is held to a pattern
+     * that no quoting trick can escape, and to the servers' 63/64-byte
+     * identifier limits. */
+    size_t n = strlen(s);
+    bool ok = n >= 1 && n <= 63 && !(s[0] >= '0' && s[0] <= '9');
+    for (size_t i = 0; ok && i < n; i++) {
+        char c = s[i];
+        ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+             c == '_';
+    }
+    if (ok)
+        return true;
+    snprintf(why, len,
+             "%s: \"%s\" must be 1 to 63 letters, digits or '_', not starting with a digit",
+             k->path, s);
+    return false;
+}
+
+bool cerb__cfg_check_pg_key(const struct cerb__cfg_key *k, const char *s,
+                            char *why, size_t len)
+{
+    if (strcmp(s, "dl") == 0 || strcmp(s, "int") == 0 || strcmp(s, "tooz") == 0 ||
+        (strncmp(s, "pals:", 5) == 0 && s[5] != '\0'))
+        return true;
+    snprintf(why, len, "%s: \"%s\" must be \"dl\", \"int\", \"tooz\" or \"pals:<app>\"",
+             k->path, s);
+    return false;
+}
+
+bool cerb__cfg_check_mysql_key(const struct cerb__cfg_key *k, const char *s,
+                               char *why, size_t len)
+{
+    if (strcmp(s, "dl") == 0 || strcmp(s, "raw") == 0)
+        return true;
+    snprintf(why, len, "%s: \"%s\" must be \"dl\" or \"raw\"", k->path, s);
+    return false;
+}
+
 /* ---- whole-struct validation ---- */
 
 struct vctx {

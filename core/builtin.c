@@ -21,6 +21,10 @@ extern const struct cerb_engine_ops cerb__zk_engine_ops;
 #ifdef CERB_WITH_ETCD
 extern const struct cerb_engine_ops cerb__etcd_engine_ops;
 #endif
+#ifdef CERB_WITH_PG
+extern const struct cerb_engine_ops cerb__pg_engine_ops;
+extern const struct cerb_store_ops cerb__pg_store_ops;
+#endif
 
 static pthread_once_t once = PTHREAD_ONCE_INIT;
 
@@ -36,6 +40,9 @@ static void register_all(void)
 #ifdef CERB_WITH_ETCD
     cerb__engine_register(&cerb__etcd_engine_ops);
 #endif
+#ifdef CERB_WITH_PG
+    cerb__engine_register(&cerb__pg_engine_ops);
+#endif
 }
 
 void cerb__engines_builtin(void) { pthread_once(&once, register_all); }
@@ -45,6 +52,9 @@ void cerb__engines_builtin(void) { pthread_once(&once, register_all); }
 static const struct cerb_store_ops *const store_tables[] = {
 #ifdef CERB_WITH_REDIS
     &cerb__redis_store_ops,
+#endif
+#ifdef CERB_WITH_PG
+    &cerb__pg_store_ops,
 #endif
     NULL};
 

@@ -53,6 +53,9 @@
 #ifdef CERB_CONF_ETCD
 #include "etcd_util.h"
 #endif
+#ifdef CERB_CONF_PG
+#include "pg_util.h"
+#endif
 
 #ifndef CERB_CONFORMANCE_ENGINE
 #error "compile with -DCERB_CONFORMANCE_ENGINE=\"<engine>\" (tests/conformance.cmake does)"
@@ -157,6 +160,16 @@ static int etcd_records(const char *name)
 }
 #endif
 
+#ifdef CERB_CONF_PG
+static int pg_records(const char *name)
+{
+    int n = pg_test_records(name);
+    if (n < 0)
+        fail_msg("pg: cannot count the records of %s", name);
+    return n;
+}
+#endif
+
 /* The counts of rounds are those each engine's own suite used before the
  * cases moved here. */
 static const struct engine engines[] = {
@@ -169,6 +182,9 @@ static const struct engine engines[] = {
 #endif
 #ifdef CERB_CONF_ETCD
     {"etcd", etcd_test_config, "session_ttl_s = 2;", etcd_records, NULL, false, 25, 20},
+#endif
+#ifdef CERB_CONF_PG
+    {"pg", pg_test_config, NULL, pg_records, NULL, false, 50, 25},
 #endif
 };
 
