@@ -1,9 +1,9 @@
 /*
  * pg_lock.c — acquire, renew, release, check and held for the pg engine.
  *
- * Acquire tries first on any pooled connection (PG_TRY: the session lock
- * and the row in one round trip). When the name is taken and the caller
- * may wait, it moves to a connection that pins no hold and waits there in
+ * A try (no waiting) runs on any pooled connection (PG_TRY: the session
+ * lock and the row in one round trip). A call that may wait goes straight
+ * to a connection that pins no hold, when one is spare, and waits there in
  * slices of at most PG_SLICE_MS (PG_WAIT: lock_timeout set for the one
  * statement), so the server's own queue wakes it inside the call that
  * waits, and the interrupt flag and the deadline are looked at between
@@ -371,6 +371,14 @@ cerb_status cerb__pg_op_acquire(cerb_engine *e, cerb_engine_lock *lk, int64_t de
     if (st != CERB_OK)
         return st;
     grant_params_init(&gp, lk, &p->key);
+    /* A call that may wait starts as a waiter when a connection is spare:
+     * PG_WAIT on a free name grants at once, so one statement serves both
+     * (a waiter woken by a release then needs no second try). */
+    if (deadline_ns != 0) {
+        int w = cerb__pg_take_waiter(e, cerb__deadline_in(e->pc->connect_timeout_ms), &st);
+        if (w >= 0)
+            return wait_on(e, lk, &gp, w, deadline_ns, interrupted, grant);
+    }
     for (int attempt = 0;; attempt++) {
         st = try_once(e, lk, &gp, grant, &left_ms);
         if (st != CERB_BUSY || deadline_ns == 0)
