@@ -3,7 +3,10 @@
 
 #include <stdio.h>
 #include <stdlib.h>
+#include <dirent.h>
 #include <string.h>
+
+#include "test_util.h"
 
 int pg_test_port(void)
 {
@@ -77,4 +80,54 @@ int pg_test_records(const char *name)
     }
     PQfinish(pg);
     return n;
+}
+
+/* The processes whose parent is pid, into out (at most max). */
+static int children(pid_t pid, pid_t *out, int max)
+{
+    int n = 0;
+    DIR *d = opendir("/proc");
+    if (!d)
+        return 0;
+    struct dirent *de;
+    while ((de = readdir(d)) && n < max) {
+        char path[300], buf[512];
+        long child = atol(de->d_name);
+        if (child <= 0)
+            continue;
+        snprintf(path, sizeof path, "/proc/%ld/stat", child);
+        FILE *f = fopen(path, "r");
+        if (!f)
+            continue;
+        size_t k = fread(buf, 1, sizeof buf - 1, f);
+        fclose(f);
+        buf[k] = '\0';
+        const char *rp = strrchr(buf, ')');
+        long ppid = 0;
+        char st;
+        if (rp && sscanf(rp + 1, " %c %ld", &st, &ppid) == 2 && ppid == (long)pid)
+            out[n++] = (pid_t)child;
+    }
+    closedir(d);
+    return n;
+}
+
+int pg_test_pause_server(pid_t pid)
+{
+    pid_t kids[48];
+    int n = children(pid, kids, 48);
+    if (cerb_test_pause_pid(pid) != 0)
+        return -1;
+    for (int i = 0; i < n; i++)
+        cerb_test_pause_pid(kids[i]); /* one that just exited is no matter */
+    return 0;
+}
+
+int pg_test_resume_server(pid_t pid)
+{
+    pid_t kids[48];
+    int n = children(pid, kids, 48);
+    for (int i = 0; i < n; i++)
+        cerb_test_resume_pid(kids[i]);
+    return cerb_test_resume_pid(pid);
 }

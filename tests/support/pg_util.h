@@ -8,6 +8,7 @@
 #define CERB_TEST_PG_UTIL_H
 
 #include <libpq-fe.h>
+#include <sys/types.h>
 
 /* $CERB_PG_PORT, else 25432. */
 int pg_test_port(void);
@@ -22,5 +23,12 @@ PGresult *pg_test_exec(PGconn *pg, const char *sql, int n, const char *const *va
  * (holder and waiters) or, when there are none, 1 for a row that still
  * shows a live lease. -1 on error. */
 int pg_test_records(const char *name);
+
+/* SIGSTOP (SIGCONT) the server whose postmaster is `pid` as a whole: the
+ * postmaster and every process it started (each session is a backend
+ * process of its own, so stopping the postmaster alone stops nothing a
+ * connected client talks to). 0, or -1. */
+int pg_test_pause_server(pid_t pid);
+int pg_test_resume_server(pid_t pid);
 
 #endif

@@ -550,7 +550,7 @@ pid_t cerb_test_server_pid(const char *engine, int port)
 
 /* PIDs we paused and have not resumed yet (0 = free slot), resumed at exit
  * should a failed assertion skip the resume. */
-#define MAX_PAUSED 8
+#define MAX_PAUSED 64
 static pid_t paused[MAX_PAUSED];
 static pthread_mutex_t paused_mu = PTHREAD_MUTEX_INITIALIZER;
 static pthread_once_t resume_once = PTHREAD_ONCE_INIT;

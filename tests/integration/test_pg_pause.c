@@ -1,0 +1,153 @@
+/*
+ * test_pg_pause.c — the pg engine when its server stops answering or dies,
+ * on the exclusive test PostgreSQL (fixture pg_excl, $CERB_PG_PORT), which
+ * this suite SIGSTOPs, SIGCONTs, kills and restarts on its own data:
+ *  - paused: calls fail within their deadlines, a holder is told LOST by
+ *    its own deadline, and after the resume the next holder gets the name
+ *    with a higher fence;
+ *  - killed (kill -9 of the postmaster) and restarted on its data: holders
+ *    are told LOST in time, the next grant waits out the lease the row kept
+ *    across the restart, and fences keep growing (they are durable).
+ */
+#include <pthread.h>
+#include <setjmp.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "cerberus.h"
+#include "pg_util.h"
+#include "test_util.h"
+
+static cerb_client *open_client(const char *extra)
+{
+    char *cfg = pg_test_config("op_timeout_ms = 300; connect_timeout_ms = 300;", extra);
+    cerb_client *c = NULL;
+    cerb_status st = cerb_client_open_string(&c, cfg);
+    free(cfg);
+    if (st != CERB_OK)
+        fail_msg("open: %s: %s", cerb_status_name(st), cerb_last_error());
+    return c;
+}
+
+static cerb_lock *mk(cerb_client *c, const char *name)
+{
+    cerb_lock *l = NULL;
+    if (cerb_lock_new(c, name, NULL, &l) != CERB_OK)
+        fail_msg("lock_new: %s", cerb_last_error());
+    return l;
+}
+
+static atomic_int lost_calls;
+static void on_lost(cerb_lock *l, void *ud)
+{
+    (void)l;
+    (void)ud;
+    atomic_fetch_add(&lost_calls, 1);
+}
+static bool lost_told(void *ud)
+{
+    (void)ud;
+    return atomic_load(&lost_calls) > 0;
+}
+
+static pid_t server_pid(void)
+{
+    pid_t p = cerb_test_server_pid("pg", pg_test_port());
+    assert_true(p > 0);
+    return p;
+}
+
+static void test_paused_server(void **state)
+{
+    (void)state;
+    cerb_client *a = open_client("lock = { lease_ms = 1500; };");
+    cerb_client *b = open_client("lock = { lease_ms = 1500; };");
+    char *name = test_name("pg-pause");
+    cerb_lock *la = mk(a, name), *lb = mk(b, name);
+    atomic_store(&lost_calls, 0);
+    assert_int_equal(cerb_lock_on_lost(la, on_lost, NULL), CERB_OK);
+    assert_int_equal(cerb_lock_lock(la), CERB_OK);
+    uint64_t fa = cerb_lock_fencing_token(la);
+
+    pid_t srv = server_pid();
+    assert_int_equal(pg_test_pause_server(srv), 0);
+    int64_t t0 = cerb_test_now_ms();
+    /* A try fails within its deadlines, not never. */
+    cerb_status st = cerb_lock_trylock(lb);
+    assert_int_not_equal(st, CERB_OK);
+    assert_true(cerb_test_now_ms() - t0 < 5000);
+    /* The holder is told by its own deadline (1.5 s lease). */
+    assert_true(wait_until(lost_told, NULL, 4000));
+    assert_true(cerb_test_now_ms() - t0 < 4000);
+    assert_int_equal(cerb_lock_state(la), CERB_LOCK_LOST);
+    cerb_lock_unlock(la);
+
+    assert_int_equal(pg_test_resume_server(srv), 0);
+    assert_int_equal(cerb_lock_trylock_for(lb, 10000), CERB_OK);
+    assert_true(cerb_lock_fencing_token(lb) > fa);
+    assert_int_equal(cerb_lock_unlock(lb), CERB_OK);
+    cerb_lock_free(la);
+    cerb_lock_free(lb);
+    free(name);
+    cerb_client_close(a);
+    cerb_client_close(b);
+}
+
+static void test_restarted_server(void **state)
+{
+    (void)state;
+    cerb_client *a = open_client("lock = { lease_ms = 2000; };");
+    char *name = test_name("pg-restart");
+    cerb_lock *la = mk(a, name);
+    atomic_store(&lost_calls, 0);
+    assert_int_equal(cerb_lock_on_lost(la, on_lost, NULL), CERB_OK);
+    assert_int_equal(cerb_lock_lock(la), CERB_OK);
+    uint64_t f1 = cerb_lock_fencing_token(la);
+
+    pid_t srv = server_pid();
+    assert_int_equal(kill(srv, SIGKILL), 0);
+    int64_t t0 = cerb_test_now_ms();
+    assert_int_equal(cerb_test_servers_run("start", "pg", pg_test_port(), 60000), 0);
+    /* The holder is told by its deadline, whatever the restart took. */
+    assert_true(wait_until(lost_told, NULL, 6000));
+    assert_int_equal(cerb_lock_state(la), CERB_LOCK_LOST);
+    cerb_lock_unlock(la);
+
+    /* A new holder on the restarted server: the row kept its lease and its
+     * fence, so it waits for the one and goes above the other. */
+    cerb_client *b = open_client("lock = { lease_ms = 2000; };");
+    cerb_lock *lb = mk(b, name);
+    assert_int_equal(cerb_lock_trylock_for(lb, 10000), CERB_OK);
+    assert_true(cerb_test_now_ms() - t0 >= 1500);
+    uint64_t f2 = cerb_lock_fencing_token(lb);
+    assert_true(f2 > f1);
+    assert_int_equal(cerb_lock_unlock(lb), CERB_OK);
+    /* The first client carries on with new sessions. */
+    assert_int_equal(cerb_lock_trylock_for(la, 5000), CERB_OK);
+    assert_true(cerb_lock_fencing_token(la) > f2);
+    assert_int_equal(cerb_lock_unlock(la), CERB_OK);
+    cerb_lock_free(la);
+    cerb_lock_free(lb);
+    free(name);
+    cerb_client_close(a);
+    cerb_client_close(b);
+}
+
+int main(void)
+{
+    cerb_test_debug_aids();
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_paused_server),
+        cmocka_unit_test(test_restarted_server),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
