@@ -63,10 +63,11 @@ static const char *first_line(const char *s, char *buf, size_t len)
  * run); otherwise the last result is returned.
  */
 static cerb_status collect(PGconn *pg, int64_t deadline_ns, PGresult **res, bool *broken,
-                           char sqlstate[6])
+                           char sqlstate[6], const struct pg_tick *tick)
 {
     char line[256];
     PGresult *keep = NULL;
+    int64_t next_tick = tick ? cerb_monotime() + tick->every_ms * CERB_NS_PER_MS : 0;
     for (;;) {
         int fl = PQflush(pg);
         if (fl < 0)
@@ -84,7 +85,19 @@ static cerb_status collect(PGconn *pg, int64_t deadline_ns, PGresult **res, bool
             }
             continue;
         }
-        int w = wait_sock(pg, fl == 1, deadline_ns);
+        int64_t until = deadline_ns;
+        if (tick && next_tick < until)
+            until = next_tick;
+        int w = wait_sock(pg, fl == 1, until);
+        if (w == 0 && tick && cerb_monotime() >= next_tick && cerb__ms_left(deadline_ns) > 0) {
+            next_tick = cerb_monotime() + tick->every_ms * CERB_NS_PER_MS;
+            if (tick->fn(tick->ud))
+                continue;
+            if (keep)
+                PQclear(keep);
+            *broken = true; /* the caller gave up on this statement */
+            return cerb__error_set(CERB_INTERRUPTED, "pg: the statement was given up");
+        }
         if (w == 0) {
             if (keep)
                 PQclear(keep);
@@ -123,6 +136,15 @@ cerb_status cerb__pg_exec(PGconn *pg, int stmt, const char *sql, int n, const ch
                           const int *lens, const int *fmts, int64_t deadline_ns, PGresult **res,
                           bool *broken, char sqlstate[6])
 {
+    return cerb__pg_exec_tick(pg, stmt, sql, n, vals, lens, fmts, deadline_ns, res, broken,
+                              sqlstate, NULL);
+}
+
+cerb_status cerb__pg_exec_tick(PGconn *pg, int stmt, const char *sql, int n,
+                               const char *const *vals, const int *lens, const int *fmts,
+                               int64_t deadline_ns, PGresult **res, bool *broken, char sqlstate[6],
+                               const struct pg_tick *tick)
+{
     char line[256];
     *res = NULL;
     *broken = false;
@@ -135,7 +157,7 @@ cerb_status cerb__pg_exec(PGconn *pg, int stmt, const char *sql, int n, const ch
         return cerb__error_set(CERB_EIO, "pg: cannot send: %s",
                                first_line(PQerrorMessage(pg), line, sizeof line));
     }
-    return collect(pg, deadline_ns, res, broken, sqlstate);
+    return collect(pg, deadline_ns, res, broken, sqlstate, tick);
 }
 
 /* Server notices (CREATE TABLE IF NOT EXISTS "skipping") are not ours to

@@ -38,8 +38,10 @@
 #include "engine.h"
 #include "sync.h"
 
-/* A blocked waiter looks at its interrupt flag and deadline this often. */
+/* A blocked waiter looks at its interrupt flag this often, and waits in
+ * one statement for at most PG_WAIT_MAX_MS (then queues again). */
 #define PG_SLICE_MS 200
+#define PG_WAIT_MAX_MS 60000
 /* ... and at most this often whether the holder is hung (PG_EVICT). */
 #define PG_EVICT_EVERY_MS 1000
 
@@ -65,6 +67,7 @@ enum pg_stmt {
     PG_HELD,      /* is a name held or waited for */
     PG_PROBE,     /* the lock path answers, on a primary */
     PG_EVICT,     /* end a hung holder's session */
+    PG_CANCEL,    /* cancel a waiter's statement (another session of ours) */
     PG_NSTMT
 };
 
@@ -142,6 +145,18 @@ cerb_status cerb__pg_connect_raw(const struct cerb_pg_config *pc, const char *pa
 cerb_status cerb__pg_exec(PGconn *pg, int stmt, const char *sql, int n, const char *const *vals,
                           const int *lens, const int *fmts, int64_t deadline_ns, PGresult **res,
                           bool *broken, char sqlstate[6]);
+/* Called every every_ms while a statement waits for its answer (a long
+ * wait): false gives the statement up (its session is then ended and the
+ * call returns CERB_INTERRUPTED with *broken set). */
+struct pg_tick {
+    int64_t every_ms;
+    bool (*fn)(void *ud);
+    void *ud;
+};
+cerb_status cerb__pg_exec_tick(PGconn *pg, int stmt, const char *sql, int n,
+                               const char *const *vals, const int *lens, const int *fmts,
+                               int64_t deadline_ns, PGresult **res, bool *broken, char sqlstate[6],
+                               const struct pg_tick *tick);
 /* Pool (all under e->mu inside). A slot for one statement; with spare,
  * rather one that pins no hold (probes, checks: a statement that times out
  * ends its session, and should not take holds with it). */

@@ -30,6 +30,8 @@
 #include "log.h"
 #include "pg_internal.h"
 
+static void drop_row(cerb_engine *e, cerb_engine_lock *lk, int owner_pid);
+
 /* The parameters of a grant statement, as text (but the name, binary). */
 struct grant_params {
     char key[24], lease[24], floor[24], k1[16], k2[16], slice[24];
@@ -252,29 +254,45 @@ static cerb_status stop_status(const cerb_engine_lock *lk, const atomic_int *int
     return cerb__error_set(CERB_TIMEOUT, "pg: \"%s\" stayed held until the deadline", lk->name);
 }
 
+/* One statement on a spare session (one that pins no hold if it can),
+ * bounded by the operation timeout from when the session is had. */
+static cerb_status side_stmt(cerb_engine *e, enum pg_stmt stmt, int n, const char *const *v,
+                             const int *l, const int *f, PGresult **res)
+{
+    int slot;
+    bool broken = false;
+    char ss[6];
+    *res = NULL;
+    cerb_status st = cerb__pg_take_any(e, cerb__deadline_in(e->pc->op_timeout_ms), true, &slot);
+    if (st != CERB_OK)
+        return st;
+    st = run(e, &slot, stmt, n, v, l, f, cerb__deadline_in(e->pc->op_timeout_ms), res, ss,
+             &broken);
+    if (slot >= 0)
+        cerb__pg_give(e, slot, false, 0);
+    return st;
+}
+
 /*
- * End the session of a hung holder of lk's name (PG_EVICT), on the waiter's
- * slot *w. The holder's lease ran out on the server while its session kept
- * the session lock: it is paused, or stuck, with its connection up, and
- * would keep every waiter out for as long as that lasts. Its own deadline
- * passed before its lease did, so it already counts the lock as lost; its
- * next renewal fails for good once its session is gone. Without the
- * privilege (another role, no pg_signal_backend) it says so once and the
- * waiter keeps waiting.
+ * End the session of a hung holder of lk's name (PG_EVICT), on a spare
+ * session while the waiter's own statement waits. The holder's lease ran
+ * out on the server while its session kept the session lock: it is paused,
+ * or stuck, with its connection up, and would keep every waiter out for as
+ * long as that lasts. Its own deadline passed before its lease did, so it
+ * already counts the lock as lost; its next renewal fails for good once its
+ * session is gone. Without the privilege (another role, no
+ * pg_signal_backend) it says so once and the waiter keeps waiting.
  */
-static void evict_hung(cerb_engine *e, cerb_engine_lock *lk, int *w, const struct pg_key *key)
+static void evict_hung(cerb_engine *e, cerb_engine_lock *lk, const struct pg_key *key)
 {
     struct key_oids ko;
     key_oids(key, &ko);
     const char *v[4] = {lk->name, ko.c, ko.o, ko.sub};
     int l[4] = {(int)strlen(lk->name), 0, 0, 0}, f[4] = {1, 0, 0, 0};
     PGresult *res = NULL;
-    bool broken = false;
-    char ss[6];
-    cerb_status st = run(e, w, PG_EVICT, 4, v, l, f, cerb__deadline_in(e->pc->op_timeout_ms), &res,
-                         ss, &broken);
+    cerb_status st = side_stmt(e, PG_EVICT, 4, v, l, f, &res);
     if (st != CERB_OK) {
-        if (!broken && !atomic_exchange(&e->evict_refused, true))
+        if (st == CERB_EPROTO && !atomic_exchange(&e->evict_refused, true))
             CERB_LOG_W("pg: \"%s\" is held by a session whose lease ran out, which this client "
                        "cannot end (%s); it waits until that session ends",
                        lk->name, cerb_last_error());
@@ -291,59 +309,124 @@ static void evict_hung(cerb_engine *e, cerb_engine_lock *lk, int *w, const struc
     PQclear(res);
 }
 
-/* Wait on slot w (pins no hold) until granted, the deadline or the flag. */
+/* What a waiter's tick looks at while its statement waits on the server. */
+struct waiting {
+    cerb_engine *e;
+    cerb_engine_lock *lk;
+    const atomic_int *intr;
+    int pid;             /* the waiting session's backend */
+    bool cancel_sent;
+    int64_t cancel_by;   /* after a cancel, give the statement up then */
+    int64_t next_evict;
+};
+
+/*
+ * Every PG_SLICE_MS of a wait. An interrupt cancels the waiting statement
+ * from a spare session (pg_cancel_backend: the statement fails, the session
+ * stays; the server keeps the waiter's place in its queue until then, so
+ * waiters are served in the order they came); when the cancel cannot be
+ * sent, or is not answered in time, the statement is given up and its
+ * session ended. Once a second, it looks for a hung holder to evict.
+ */
+static bool wait_tick(void *ud)
+{
+    struct waiting *w = ud;
+    int64_t now = cerb_monotime();
+    if (!w->cancel_sent && w->intr && atomic_load(w->intr)) {
+        char pid[16];
+        snprintf(pid, sizeof pid, "%d", w->pid);
+        const char *v[1] = {pid};
+        PGresult *res = NULL;
+        w->cancel_sent = true;
+        w->cancel_by = now + w->e->pc->op_timeout_ms * CERB_NS_PER_MS;
+        bool sent = side_stmt(w->e, PG_CANCEL, 1, v, NULL, NULL, &res) == CERB_OK &&
+                    col_true(res, 0);
+        PQclear(res);
+        return sent;
+    }
+    if (w->cancel_sent)
+        return now < w->cancel_by;
+    if (now >= w->next_evict) {
+        w->next_evict = now + PG_EVICT_EVERY_MS * CERB_NS_PER_MS;
+        evict_hung(w->e, w->lk, &((struct pg_lock_priv *)w->lk->priv)->key);
+    }
+    return true;
+}
+
+/*
+ * Wait on slot w (pins no hold) until granted, the deadline or the flag.
+ * The wait is one statement for the whole deadline (at most PG_WAIT_MAX_MS
+ * at a time), so the waiter keeps its place in the server's queue; the
+ * server's lock_timeout ends it at the deadline.
+ */
 static cerb_status wait_on(cerb_engine *e, cerb_engine_lock *lk, struct grant_params *gp, int w,
                            int64_t deadline_ns, const atomic_int *intr, cerb_grant *grant)
 {
     uint64_t gen;
     bool have_session = false; /* the session lock is ours; the row is not yet */
-    int64_t next_evict = cerb_monotime() + PG_EVICT_EVERY_MS * CERB_NS_PER_MS;
     slot_conn(e, w, &gen);
     for (;;) {
         if ((intr && atomic_load(intr)) || cerb__ms_left(deadline_ns) <= 0) {
             drop_waiter(e, w);
             return stop_status(lk, intr, grant);
         }
-        int64_t slice = cerb__ms_left(deadline_ns);
-        if (slice > PG_SLICE_MS)
-            slice = PG_SLICE_MS;
-        snprintf(gp->slice, sizeof gp->slice, "%lld", (long long)(slice > 0 ? slice : 1));
-        int64_t opd = cerb__deadline_in(slice + e->pc->op_timeout_ms);
         PGresult *res = NULL;
         bool broken = false;
         char ss[6];
+        cerb_status st;
+        struct waiting wt = {.e = e, .lk = lk, .intr = intr,
+                             .pid = slot_pid(e, w, gen),
+                             .next_evict = cerb_monotime() + PG_EVICT_EVERY_MS * CERB_NS_PER_MS};
         grant->sent_ns = cerb_monotime();
         atomic_fetch_add_explicit(&e->stats.acquire_calls, 1, memory_order_relaxed);
-        cerb_status st = have_session
-                             ? run(e, &w, PG_CLAIM, 5, gp->vals, gp->lens, gp->fmts, opd, &res, ss,
-                                   &broken)
-                             : run(e, &w, PG_WAIT, 8, gp->vals, gp->lens, gp->fmts, opd, &res, ss,
-                                   &broken);
-        if (st != CERB_OK) {
+        if (have_session) {
+            st = run(e, &w, PG_CLAIM, 5, gp->vals, gp->lens, gp->fmts,
+                     cerb__deadline_in(e->pc->op_timeout_ms), &res, ss, &broken);
+        } else {
+            int64_t lt = cerb__ms_left(deadline_ns);
+            if (lt > PG_WAIT_MAX_MS)
+                lt = PG_WAIT_MAX_MS;
+            snprintf(gp->slice, sizeof gp->slice, "%lld", (long long)(lt > 0 ? lt : 1));
+            struct pg_tick tick = {.every_ms = PG_SLICE_MS, .fn = wait_tick, .ud = &wt};
+            st = cerb__pg_exec_tick(slot_conn(e, w, NULL), PG_WAIT, NULL, 8, gp->vals, gp->lens,
+                                    gp->fmts, cerb__deadline_in(lt + e->pc->op_timeout_ms), &res,
+                                    &broken, ss, &tick);
             if (broken) {
-                grant->outcome = CERB_OUTCOME_UNKNOWN;
-                return st;
+                cerb__pg_give(e, w, true, 0);
+                w = -1;
             }
-            if (!have_session && sql_lock_timeout(ss)) {
-                /* A slice ended (the next one drops a late grant). Now
-                 * and then, see whether the holder is hung. */
-                if (cerb_monotime() >= next_evict) {
-                    next_evict = cerb_monotime() + PG_EVICT_EVERY_MS * CERB_NS_PER_MS;
-                    evict_hung(e, lk, &w, &((struct pg_lock_priv *)lk->priv)->key);
-                    if (w < 0) {
-                        grant->outcome = CERB_OUTCOME_NO;
-                        return cerb__error_set(CERB_EIO, "pg: the waiting session failed");
-                    }
-                }
-                continue;
+        }
+        if (broken) {
+            if (wt.cancel_sent) {
+                /* Given up after an interrupt: whatever the statement did
+                 * ended with its session, but for a row it may have
+                 * claimed. */
+                drop_row(e, lk, 0);
+                return stop_status(lk, intr, grant);
             }
+            grant->outcome = CERB_OUTCOME_UNKNOWN;
+            return st;
+        }
+        if (st != CERB_OK) {
+            if (!have_session && sql_lock_timeout(ss))
+                continue; /* the deadline, or PG_WAIT_MAX_MS: look again */
             drop_waiter(e, w);
+            if (wt.cancel_sent)
+                return stop_status(lk, intr, grant);
             grant->outcome = CERB_OUTCOME_NO;
             return st;
         }
         struct grant_answer a;
         parse_grant(res, &a);
         PQclear(res);
+        if (wt.cancel_sent) {
+            /* Granted as the cancel went out: the cancel may still land on
+             * this session's next statement, so the session ends here (and
+             * its session lock with it); the row is freed. */
+            cerb__pg_give(e, w, true, 0);
+            drop_row(e, lk, 0);
+            return stop_status(lk, intr, grant);
+        }
         if (a.granted) {
             if (!have_session)
                 atomic_fetch_add_explicit(&e->stats.wakeups, 1, memory_order_relaxed);

@@ -38,7 +38,7 @@
 
 const char *const cerb__pg_stmt_names[PG_NSTMT] = {
     "cerb_try", "cerb_wait", "cerb_claim", "cerb_unlock", "cerb_release", "cerb_renew",
-    "cerb_renew_n", "cerb_check", "cerb_drop", "cerb_held", "cerb_probe", "cerb_evict"};
+    "cerb_renew_n", "cerb_check", "cerb_drop", "cerb_held", "cerb_probe", "cerb_evict", "cerb_cancel"};
 
 #define LOCK_FN(fn)                                                                       \
     "CASE WHEN $6::int IS NULL THEN " fn "($2::bigint) ELSE " fn "($6::int, $7::int) END"
@@ -110,6 +110,7 @@ static const char *const templates[PG_NSTMT] = {
                  "k.objid = $3::oid AND k.objsubid = $4::int2) AND NOT EXISTS (SELECT 1 FROM "
                  "@S.cerberus_lock o WHERE o.owner_pid = l.owner_pid AND o.owner IS NOT NULL AND "
                  "o.lease_until > clock_timestamp())",
+    [PG_CANCEL] = "SELECT pg_cancel_backend($1::int)",
 };
 
 void cerb__pg_quote_ident(const char *id, char *out, size_t len)
