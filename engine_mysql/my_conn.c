@@ -422,8 +422,8 @@ static cerb_status open_slot(cerb_engine *e, int i, int64_t deadline_ns)
             if (en == ER_NO_SUCH_TABLE)
                 s = cerb__error_set(CERB_ECONFIG,
                                     "mysql: the table %s.cerberus_lock is missing: run `cerberus "
-                                    "init` with this configuration, or the SQL it prints with "
-                                    "--print-sql",
+                                    "init` with this configuration (it creates cerberus_lock and "
+                                    "cerberus_guard)",
                                     e->db_q);
             else
                 s = fail(en, mysql_stmt_error(st[k]), late, &broken);
