@@ -430,10 +430,17 @@ static cerb_status open_slot(cerb_engine *e, int i, int64_t deadline_ns)
         }
     }
     uint64_t id = 0;
+    char ident[sizeof e->slots[0].ident] = "";
     if (s == CERB_OK) {
-        s = cerb__my_query(my, "SELECT CONNECTION_ID()", deadline_ns, &res, &broken, &en);
+        /* The session's id, and which server it reached (kept for failover
+         * detection, which comes later; a change is only logged now). */
+        s = cerb__my_query(my, "SELECT CONNECTION_ID(), @@server_id, @@hostname", deadline_ns,
+                           &res, &broken, &en);
         if (s == CERB_OK) {
-            id = res.nrows == 1 ? strtoull(res.rows[0].v[0], NULL, 10) : 0;
+            if (res.nrows == 1) {
+                id = strtoull(res.rows[0].v[0], NULL, 10);
+                snprintf(ident, sizeof ident, "%s@%s", res.rows[0].v[1], res.rows[0].v[2]);
+            }
             cerb__my_res_free(&res);
         }
     }
@@ -446,6 +453,12 @@ static cerb_status open_slot(cerb_engine *e, int i, int64_t deadline_ns)
     } else {
         sl->conn_id = id;
         sl->nl = 0;
+        snprintf(sl->ident, sizeof sl->ident, "%s", ident);
+        if (e->server_ident[0] && strcmp(e->server_ident, ident) != 0)
+            CERB_LOG_D("mysql: a new session reached server %s, not %s as before", ident,
+                       e->server_ident);
+        if (!e->server_ident[0])
+            snprintf(e->server_ident, sizeof e->server_ident, "%s", ident);
     }
     cerb__mutex_unlock(&e->mu);
     if (s == CERB_OK)

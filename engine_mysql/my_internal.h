@@ -79,6 +79,7 @@ struct my_slot {
     char (*lnames)[MY_LNAME_MAX * 4 + 1]; /* their GET_LOCK names */
     int nl, capl;
     bool pins_all;           /* a name could not be listed: avoid for tries */
+    char ident[176];         /* @@server_id@@@hostname of the server reached */
     enum my_slot_state state;
     bool waiter;             /* busy in a blocking wait */
 };
@@ -97,7 +98,8 @@ struct cerb_engine {
     int waiters;             /* slots busy in a blocking wait */
     int max_waiters;
     char probe_name[64];
-    char server_id[176];     /* @@server_uuid or @@server_id@@hostname */
+    char server_id[176];     /* @@server_uuid or @@server_id@@hostname (open) */
+    char server_ident[176];  /* @@server_id@@hostname of the first session */
     struct {
         atomic_uint_fast64_t acquire_calls;
         atomic_uint_fast64_t wakeups;

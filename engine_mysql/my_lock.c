@@ -523,7 +523,9 @@ void cerb__my_op_renew_batch(cerb_engine *e, cerb_renew_item *items, size_t n)
 
 /* Free the row of a hold whose session is gone (so a waiter holding the
  * GET_LOCK need not wait out the lease), on any connection: only while it
- * still names that token and that session. */
+ * still names that token and (owner_conn > 0) that session. Nobody holds
+ * through such a row: the token is this hold's alone, and the hold is
+ * being released, or its acquire never returned a grant. */
 static void drop_row(cerb_engine *e, cerb_engine_lock *lk, uint64_t owner_conn)
 {
     int slot;
@@ -532,9 +534,9 @@ static void drop_row(cerb_engine *e, cerb_engine_lock *lk, uint64_t owner_conn)
     int64_t opd = cerb__deadline_in(e->mc->op_timeout_ms);
     if (cerb__my_take_any(e, NULL, opd, &slot) != CERB_OK)
         return;
-    struct my_val v[3] = {v_bin(lk->name), v_str(lk->token),
-                          owner_conn ? v_u64(owner_conn) : v_null()};
-    run(e, &slot, MY_DROP, v, 3, opd, &res, &broken);
+    struct my_val v[4] = {v_bin(lk->name), v_str(lk->token), v_u64(owner_conn),
+                          v_u64(owner_conn)};
+    run(e, &slot, MY_DROP, v, 4, opd, &res, &broken);
     cerb__my_res_free(&res);
     if (slot >= 0)
         cerb__my_give(e, slot, false, NULL, NULL);
@@ -545,8 +547,12 @@ cerb_status cerb__my_op_release(cerb_engine *e, cerb_engine_lock *lk)
     struct my_lock_priv *p = lk->priv;
     struct my_res res;
     bool broken = false;
-    if (p->slot < 0)
+    if (p->slot < 0) {
+        /* Its session is gone (or its acquire's answer was lost with it):
+         * a row still naming this token is freed, not left to its lease. */
+        drop_row(e, lk, 0);
         return cerb__error_set(CERB_NOT_OWNER, "mysql: \"%s\" is not held", lk->name);
+    }
     int slot = p->slot;
     int64_t opd = cerb__deadline_in(e->mc->op_timeout_ms);
     uint64_t old_conn = slot_conn(e, slot, p->gen);

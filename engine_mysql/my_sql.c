@@ -74,7 +74,8 @@ static const char *const templates[MY_NSTMT] = {
     [MY_CHECK] = "SELECT fence, owner_conn, lease_until > UTC_TIMESTAMP(6) "
                  "FROM @D.cerberus_lock WHERE name = ? AND owner = ?",
     [MY_DROP] = "UPDATE @D.cerberus_lock SET owner = NULL, owner_conn = NULL, "
-                "lease_until = UTC_TIMESTAMP(6) WHERE name = ? AND owner = ? AND owner_conn <=> ?",
+                "lease_until = UTC_TIMESTAMP(6) WHERE name = ? AND owner = ? AND "
+                "(? = 0 OR owner_conn = ?)",
     [MY_HELD] = "SELECT EXISTS (SELECT 1 FROM @D.cerberus_lock WHERE name = ? AND owner IS NOT "
                 "NULL AND lease_until > UTC_TIMESTAMP(6)) OR IS_USED_LOCK(?) IS NOT NULL",
     [MY_PROBE] = "SELECT @@global.read_only, (SELECT COUNT(*) FROM @D.cerberus_lock "

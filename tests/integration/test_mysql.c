@@ -20,8 +20,9 @@
  *                 return 0, and after the unlock nothing is left stacked.
  *   round_trips   an uncontended release and grant are 2 statements executed
  *                 by the engine's session (performance_schema, per thread),
- *                 fences honour a floor; check_owner, held, probe, and a
- *                 batch renewal with one hold gone.
+ *                 fences honour a floor; check_owner, held, probe, a
+ *                 batch renewal with one hold gone, and the release of a
+ *                 hold whose session was killed frees its row.
  *   injection     names with SQL, quotes, backslashes and bytes >= 0x80 lock
  *                 and unlock, exclude, and leave the table intact.
  *   fences        strictly increasing across two clients.
@@ -394,6 +395,35 @@ static void test_round_trips(void **state)
     assert_int_equal(cerb__engine_release(g.ops, g.e, &h2.lk), CERB_OK);
     assert_int_equal(cerb__engine_held(g.ops, g.e, name), CERB_OK);
     assert_int_equal(cerb__engine_probe(g.ops, g.e, 1000), CERB_OK);
+
+    /* A hold whose session was killed: renewals fail (the first on the
+     * wire, the next knowing the session is gone), and its release frees
+     * the row it can no longer use, so the next grant need not wait for
+     * its 10 s lease. */
+    hold_init(&h, name, 40);
+    assert_int_equal(cerb__engine_acquire(g.ops, g.e, &h.lk, 0, NULL, &gr), CERB_OK);
+    uint64_t fk = gr.fence;
+    char kill[64];
+    snprintf(kill, sizeof kill, "KILL CONNECTION %lld",
+             (long long)q1s(my, "SELECT owner_conn FROM cerberus_lock WHERE name = ?", name));
+    assert_int_equal(mysql_query(my, kill), 0);
+    cerb_status rst = cerb__engine_renew(g.ops, g.e, &h.lk, &cg);
+    assert_int_not_equal(rst, CERB_OK);
+    if (rst != CERB_NOT_OWNER)
+        assert_int_equal(cerb__engine_renew(g.ops, g.e, &h.lk, &cg), CERB_NOT_OWNER);
+    assert_int_equal(q1s(my, "SELECT COUNT(*) FROM cerberus_lock WHERE name = ? AND owner IS "
+                             "NOT NULL AND lease_until > UTC_TIMESTAMP(6)",
+                         name),
+                     1);
+    assert_int_equal(cerb__engine_release(g.ops, g.e, &h.lk), CERB_NOT_OWNER);
+    assert_int_equal(q1s(my, "SELECT COUNT(*) FROM cerberus_lock WHERE name = ? AND owner IS "
+                             "NULL",
+                         name),
+                     1);
+    hold_init(&h2, name, 41);
+    assert_int_equal(cerb__engine_acquire(g.ops, g.e, &h2.lk, 0, NULL, &gr), CERB_OK);
+    assert_true(gr.fence > fk);
+    assert_int_equal(cerb__engine_release(g.ops, g.e, &h2.lk), CERB_OK);
     free(n2);
     free(n3);
     free(name);
