@@ -488,23 +488,33 @@ static bool pins(const struct my_slot *s, const char *lname)
     return false;
 }
 
-cerb_status cerb__my_take_any(cerb_engine *e, const char *avoid, int64_t deadline_ns, int *slot)
+cerb_status cerb__my_take_any(cerb_engine *e, const char *avoid, bool prefer_free,
+                              int64_t deadline_ns, int *slot)
 {
     char why[CERB_ERROR_MAX];
     cerb__mutex_lock(&e->mu);
     for (;;) {
-        int idle = -1, empty = -1;
+        int idle = -1, free_idle = -1, empty = -1;
         for (int i = 0; i < e->nslots; i++) {
             struct my_slot *s = &e->slots[i];
-            if (s->state == SLOT_IDLE && idle < 0 && !pins(s, avoid))
-                idle = i;
-            else if (s->state == SLOT_EMPTY && empty < 0)
+            if (s->state == SLOT_IDLE && !pins(s, avoid)) {
+                if (idle < 0)
+                    idle = i;
+                if (s->holds == 0 && free_idle < 0)
+                    free_idle = i;
+            } else if (s->state == SLOT_EMPTY && empty < 0) {
                 empty = i;
+            }
         }
-        if (idle >= 0) {
-            e->slots[idle].state = SLOT_BUSY;
+        /* prefer_free: a statement that misses its deadline ends its
+         * session and every hold pinned there, so reads that may go
+         * slow (checks, probes) go where no hold is, connecting one if
+         * need be. */
+        int pick = prefer_free ? (free_idle >= 0 ? free_idle : empty >= 0 ? -1 : idle) : idle;
+        if (pick >= 0) {
+            e->slots[pick].state = SLOT_BUSY;
             cerb__mutex_unlock(&e->mu);
-            *slot = idle;
+            *slot = pick;
             return CERB_OK;
         }
         if (empty >= 0) {
@@ -530,6 +540,9 @@ int cerb__my_take_waiter(cerb_engine *e, int64_t deadline_ns, cerb_status *st)
     cerb__mutex_lock(&e->mu);
     if (e->waiters < e->max_waiters) {
         int empty = -1;
+        /* Counted before a connect (which drops the mutex), so that
+         * max_waiters holds while it runs. */
+        e->waiters++;
         for (int i = 0; i < e->nslots && pick < 0; i++) {
             if (e->slots[i].state == SLOT_IDLE && e->slots[i].holds == 0)
                 pick = i;
@@ -542,10 +555,10 @@ int cerb__my_take_waiter(cerb_engine *e, int64_t deadline_ns, cerb_status *st)
             *st = connect_locked(e, empty, deadline_ns);
             pick = *st == CERB_OK ? empty : -1;
         }
-        if (pick >= 0) {
+        if (pick >= 0)
             e->slots[pick].waiter = true;
-            e->waiters++;
-        }
+        else
+            e->waiters--;
     }
     cerb__mutex_unlock(&e->mu);
     return pick;

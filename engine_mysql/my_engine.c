@@ -171,7 +171,7 @@ static cerb_status my_open(const cerb_engine_env *env, cerb_engine **out)
         st = cerb__my_sql_build(e);
     int slot = -1;
     if (st == CERB_OK)
-        st = cerb__my_take_any(e, NULL,
+        st = cerb__my_take_any(e, NULL, false,
                                cerb__deadline_in(mc->connect_timeout_ms + mc->op_timeout_ms),
                                &slot);
     if (st == CERB_OK)

@@ -176,8 +176,10 @@ void cerb__my_res_free(struct my_res *res);
 cerb_status cerb__my_exec_once(MYSQL *my, const char *sql, const struct my_val *vals, int n,
                                int64_t deadline_ns, struct my_res *res, bool *broken);
 /* Pool (under e->mu inside). take_any avoids slots that pin a hold of
- * GET_LOCK name `avoid` (NULL: any). */
-cerb_status cerb__my_take_any(cerb_engine *e, const char *avoid, int64_t deadline_ns, int *slot);
+ * GET_LOCK name `avoid` (NULL: any); prefer_free picks a slot that pins no
+ * hold, connecting one rather than using a slot that pins some. */
+cerb_status cerb__my_take_any(cerb_engine *e, const char *avoid, bool prefer_free,
+                              int64_t deadline_ns, int *slot);
 int cerb__my_take_waiter(cerb_engine *e, int64_t deadline_ns, cerb_status *st);
 cerb_status cerb__my_take_slot(cerb_engine *e, int slot, uint64_t gen, int64_t deadline_ns);
 /* Give a slot back; with broken, end its session first. pin: the

@@ -66,12 +66,15 @@ static uint64_t slot_conn(cerb_engine *e, int slot, uint64_t gen)
     return id;
 }
 
-/* One statement on a slot the caller has taken; a broken session is given
- * back (ended) here and *slot set to -1. */
+/* One statement on a slot the caller has taken, by `deadline` (0: one
+ * operation timeout from now); a broken session is given back (ended) here
+ * and *slot set to -1. */
 static cerb_status run(cerb_engine *e, int *slot, enum my_stmt s, const struct my_val *v, int n,
                        int64_t deadline, struct my_res *res, bool *broken)
 {
     unsigned en = 0;
+    if (deadline == 0) /* one operation timeout, from now: the slot is ours */
+        deadline = cerb__deadline_in(e->mc->op_timeout_ms);
     atomic_fetch_add_explicit(&e->stats.round_trips, 1, memory_order_relaxed);
     cerb_status st = cerb__my_exec(cerb__my_stmt(e, *slot, s), v, n, deadline, res, broken, &en);
     if (*broken) {
@@ -88,7 +91,7 @@ static void unlock_name(cerb_engine *e, int *slot, const char *lname)
     struct my_res res;
     bool broken = false;
     struct my_val v[1] = {v_str(lname)};
-    cerb_status st = run(e, slot, MY_UNLOCK, v, 1, cerb__deadline_in(e->mc->op_timeout_ms), &res,
+    cerb_status st = run(e, slot, MY_UNLOCK, v, 1, 0, &res,
                          &broken);
     cerb__my_res_free(&res);
     if (st != CERB_OK && *slot >= 0) {
@@ -103,7 +106,7 @@ static void drop_waiter(cerb_engine *e, int slot)
 {
     struct my_res res;
     bool broken = false;
-    cerb_status st = run(e, &slot, MY_UNLOCK_ALL, NULL, 0, cerb__deadline_in(e->mc->op_timeout_ms),
+    cerb_status st = run(e, &slot, MY_UNLOCK_ALL, NULL, 0, 0,
                          &res, &broken);
     cerb__my_res_free(&res);
     if (slot >= 0)
@@ -124,16 +127,17 @@ static cerb_status granted(cerb_engine *e, cerb_engine_lock *lk, int slot, uint6
     return CERB_OK;
 }
 
-/* The values of MY_TRY (6) and MY_CLAIM (the first 5). */
+/* The values of MY_TRY (7) and MY_CLAIM (the first 6). */
 static void grant_vals(const cerb_engine_lock *lk, const struct my_lock_priv *p,
-                       struct my_val v[6])
+                       struct my_val v[7])
 {
     v[0] = v_u64(lk->fence_floor);
     v[1] = v_str(lk->token);
     v[2] = v_i64(lk->lease_ms * 1000);
     v[3] = v_str(p->lname);
     v[4] = v_bin(lk->name);
-    v[5] = v_str(p->lname);
+    v[5] = v_str(lk->token);
+    v[6] = v_str(p->lname);
 }
 
 /* What MY_DIAG said. */
@@ -144,12 +148,12 @@ struct diag {
 };
 
 static cerb_status diagnose(cerb_engine *e, int *slot, const cerb_engine_lock *lk,
-                            const struct my_lock_priv *p, int64_t opd, struct diag *d)
+                            const struct my_lock_priv *p, struct diag *d)
 {
     struct my_res res;
     bool broken = false;
     struct my_val v[3] = {v_bin(lk->name), v_str(p->lname), v_bin(lk->name)};
-    cerb_status st = run(e, slot, MY_DIAG, v, 3, opd, &res, &broken);
+    cerb_status st = run(e, slot, MY_DIAG, v, 3, 0, &res, &broken);
     if (st != CERB_OK)
         return st;
     d->exists = col_i64(&res, 0, 0) > 0;
@@ -161,12 +165,12 @@ static cerb_status diagnose(cerb_engine *e, int *slot, const cerb_engine_lock *l
 }
 
 static cerb_status insert_row(cerb_engine *e, int *slot, const cerb_engine_lock *lk,
-                              const struct my_lock_priv *p, int64_t opd)
+                              const struct my_lock_priv *p)
 {
     struct my_res res;
     bool broken = false;
     struct my_val v[2] = {v_bin(lk->name), v_str(p->lname)};
-    cerb_status st = run(e, slot, MY_INSERT, v, 2, opd, &res, &broken);
+    cerb_status st = run(e, slot, MY_INSERT, v, 2, 0, &res, &broken);
     cerb__my_res_free(&res);
     return st;
 }
@@ -178,13 +182,13 @@ static cerb_status try_once(cerb_engine *e, cerb_engine_lock *lk, cerb_grant *gr
                             int64_t *left_ms)
 {
     struct my_lock_priv *p = lk->priv;
-    struct my_val v[6];
+    struct my_val v[7];
     int slot;
-    int64_t opd = cerb__deadline_in(e->mc->op_timeout_ms);
 
     *left_ms = 0;
     grant->outcome = CERB_OUTCOME_NO;
-    cerb_status st = cerb__my_take_any(e, p->lname, opd, &slot);
+    cerb_status st = cerb__my_take_any(e, p->lname, false,
+                                       cerb__deadline_in(e->mc->connect_timeout_ms), &slot);
     if (st != CERB_OK)
         return st;
     uint64_t gen = slot_gen(e, slot);
@@ -195,7 +199,7 @@ static cerb_status try_once(cerb_engine *e, cerb_engine_lock *lk, cerb_grant *gr
         struct diag d;
         grant->sent_ns = cerb_monotime();
         atomic_fetch_add_explicit(&e->stats.acquire_calls, 1, memory_order_relaxed);
-        st = run(e, &slot, MY_TRY, v, 6, opd, &res, &broken);
+        st = run(e, &slot, MY_TRY, v, 7, 0, &res, &broken);
         if (st != CERB_OK) {
             /* An SQL error undid the row; a GET_LOCK it may have taken
              * stays (they ignore rollback): give it back. */
@@ -210,7 +214,7 @@ static cerb_status try_once(cerb_engine *e, cerb_engine_lock *lk, cerb_grant *gr
         if (res.affected == 1)
             return granted(e, lk, slot, gen, res.insert_id, grant);
         /* Nothing matched: nothing of the row changed. */
-        st = diagnose(e, &slot, lk, p, opd, &d);
+        st = diagnose(e, &slot, lk, p, &d);
         if (st != CERB_OK) {
             if (slot >= 0) /* whether the GET_LOCK is ours is unknown: end it */
                 cerb__my_give(e, slot, true, NULL, NULL);
@@ -222,7 +226,7 @@ static cerb_status try_once(cerb_engine *e, cerb_engine_lock *lk, cerb_grant *gr
                 return cerb__error_set(CERB_EIO, "mysql: cannot give back GET_LOCK");
         }
         if (!d.exists && pass == 0) {
-            st = insert_row(e, &slot, lk, p, opd);
+            st = insert_row(e, &slot, lk, p);
             if (st != CERB_OK) {
                 if (slot >= 0)
                     cerb__my_give(e, slot, false, NULL, NULL);
@@ -269,14 +273,14 @@ static cerb_status wait_on(cerb_engine *e, cerb_engine_lock *lk, int w, int64_t 
                            const atomic_int *intr, cerb_grant *grant)
 {
     struct my_lock_priv *p = lk->priv;
-    struct my_val v[6];
+    struct my_val v[7];
     struct my_res res;
     bool broken = false, have = false; /* have: the GET_LOCK is ours, the row not yet */
     uint64_t gen = slot_gen(e, w);
     grant_vals(lk, p, v);
     /* Leftovers of this session (it pins no hold): stacked GET_LOCKs would
      * outlive a release. */
-    cerb_status st = run(e, &w, MY_UNLOCK_ALL, NULL, 0, cerb__deadline_in(e->mc->op_timeout_ms),
+    cerb_status st = run(e, &w, MY_UNLOCK_ALL, NULL, 0, 0,
                          &res, &broken);
     cerb__my_res_free(&res);
     if (st != CERB_OK) {
@@ -322,9 +326,8 @@ static cerb_status wait_on(cerb_engine *e, cerb_engine_lock *lk, int w, int64_t 
             have = true;
             atomic_fetch_add_explicit(&e->stats.wakeups, 1, memory_order_relaxed);
         }
-        int64_t opd = cerb__deadline_in(e->mc->op_timeout_ms);
         grant->sent_ns = cerb_monotime();
-        st = run(e, &w, MY_CLAIM, v, 5, opd, &res, &broken);
+        st = run(e, &w, MY_CLAIM, v, 6, 0, &res, &broken);
         if (st != CERB_OK) {
             if (broken) {
                 grant->outcome = CERB_OUTCOME_UNKNOWN;
@@ -337,9 +340,9 @@ static cerb_status wait_on(cerb_engine *e, cerb_engine_lock *lk, int w, int64_t 
         if (res.affected == 1)
             return granted(e, lk, w, gen, res.insert_id, grant);
         struct diag d;
-        st = diagnose(e, &w, lk, p, opd, &d);
+        st = diagnose(e, &w, lk, p, &d);
         if (st == CERB_OK && !d.exists)
-            st = insert_row(e, &w, lk, p, opd);
+            st = insert_row(e, &w, lk, p);
         if (st != CERB_OK) {
             if (w >= 0)
                 drop_waiter(e, w);
@@ -437,9 +440,9 @@ static void renew_chunk(cerb_engine *e, cerb_renew_item *items, const size_t *id
             v[1 + 2 * k] = k < cnt ? v_bin(items[idx[k]].lk->name) : v_null();
             v[2 + 2 * k] = k < cnt ? v_str(items[idx[k]].lk->token) : v_null();
         }
-        st = run(e, &slot, MY_RENEW_N, v, 1 + 2 * MY_RENEW_CHUNK, opd, &res, &broken);
+        st = run(e, &slot, MY_RENEW_N, v, 1 + 2 * MY_RENEW_CHUNK, 0, &res, &broken);
         if (st == CERB_OK && res.affected != (uint64_t)cnt) {
-            st = run(e, &slot, MY_RENEW_CHK, v + 1, 2 * MY_RENEW_CHUNK, opd, &chk, &broken);
+            st = run(e, &slot, MY_RENEW_CHK, v + 1, 2 * MY_RENEW_CHUNK, 0, &chk, &broken);
             checked = st == CERB_OK;
         }
     }
@@ -531,12 +534,12 @@ static void drop_row(cerb_engine *e, cerb_engine_lock *lk, uint64_t owner_conn)
     int slot;
     struct my_res res;
     bool broken = false;
-    int64_t opd = cerb__deadline_in(e->mc->op_timeout_ms);
-    if (cerb__my_take_any(e, NULL, opd, &slot) != CERB_OK)
+    if (cerb__my_take_any(e, NULL, true, cerb__deadline_in(e->mc->connect_timeout_ms), &slot) !=
+        CERB_OK)
         return;
     struct my_val v[4] = {v_bin(lk->name), v_str(lk->token), v_u64(owner_conn),
                           v_u64(owner_conn)};
-    run(e, &slot, MY_DROP, v, 4, opd, &res, &broken);
+    run(e, &slot, MY_DROP, v, 4, 0, &res, &broken);
     cerb__my_res_free(&res);
     if (slot >= 0)
         cerb__my_give(e, slot, false, NULL, NULL);
@@ -565,7 +568,7 @@ cerb_status cerb__my_op_release(cerb_engine *e, cerb_engine_lock *lk)
     if (st != CERB_OK)
         return st;
     struct my_val v[3] = {v_bin(lk->name), v_str(lk->token), v_str(p->lname)};
-    st = run(e, &slot, MY_RELEASE, v, 3, opd, &res, &broken);
+    st = run(e, &slot, MY_RELEASE, v, 3, 0, &res, &broken);
     p->slot = -1;
     if (broken)
         return st; /* the session ended: the server gave the GET_LOCK back */
@@ -591,13 +594,13 @@ cerb_status cerb__my_op_check(cerb_engine *e, cerb_engine_lock *lk, cerb_grant *
     int slot;
     struct my_res res;
     bool broken = false;
-    int64_t opd = cerb__deadline_in(e->mc->op_timeout_ms);
-    cerb_status st = cerb__my_take_any(e, NULL, opd, &slot);
+    cerb_status st =
+        cerb__my_take_any(e, NULL, true, cerb__deadline_in(e->mc->connect_timeout_ms), &slot);
     if (st != CERB_OK)
         return st;
     struct my_val v[2] = {v_bin(lk->name), v_str(lk->token)};
     grant->sent_ns = cerb_monotime();
-    st = run(e, &slot, MY_CHECK, v, 2, opd, &res, &broken);
+    st = run(e, &slot, MY_CHECK, v, 2, 0, &res, &broken);
     if (slot >= 0)
         cerb__my_give(e, slot, false, NULL, NULL);
     if (st != CERB_OK)
@@ -630,12 +633,11 @@ cerb_status cerb__my_op_held(cerb_engine *e, const char *name)
     int slot;
     struct my_res res;
     bool broken = false;
-    int64_t opd = cerb__deadline_in(e->mc->op_timeout_ms);
-    st = cerb__my_take_any(e, NULL, opd, &slot);
+    st = cerb__my_take_any(e, NULL, true, cerb__deadline_in(e->mc->connect_timeout_ms), &slot);
     if (st != CERB_OK)
         return st;
     struct my_val v[2] = {v_bin(name), v_str(lname)};
-    st = run(e, &slot, MY_HELD, v, 2, opd, &res, &broken);
+    st = run(e, &slot, MY_HELD, v, 2, 0, &res, &broken);
     if (slot >= 0)
         cerb__my_give(e, slot, false, NULL, NULL);
     if (st != CERB_OK)
@@ -651,7 +653,7 @@ cerb_status cerb__my_op_probe(cerb_engine *e, int64_t timeout_ms)
     struct my_res res;
     bool broken = false;
     int64_t dl = cerb__deadline_in(timeout_ms);
-    cerb_status st = cerb__my_take_any(e, NULL, dl, &slot);
+    cerb_status st = cerb__my_take_any(e, NULL, true, dl, &slot);
     if (st != CERB_OK)
         return st;
     struct my_val v[1] = {v_bin(e->probe_name)};

@@ -10,8 +10,10 @@
  * connection.
  *
  * The grant (MY_TRY) is one round trip, one UPDATE by primary key:
- *   WHERE name = ? AND (owner IS NULL OR lease_until <= UTC_TIMESTAMP(6))
- *         AND GET_LOCK(?, 0) = 1
+ *   WHERE name = ? AND (owner IS NULL OR owner = ? OR
+ *         lease_until <= UTC_TIMESTAMP(6)) AND GET_LOCK(?, 0) = 1
+ * (owner = ?: this hold's own token, a claim whose answer was lost with its
+ * session; a retry need not wait out its own lease.)
  * InnoDB locks the row (X) when it reads it, then the server evaluates the
  * rest of the condition on it, left to right, stopping at the first false
  * term. Checked on MariaDB 10.11 (tests/integration/test_mysql.c,
@@ -48,7 +50,7 @@
     "UPDATE @D.cerberus_lock SET fence = LAST_INSERT_ID(GREATEST(fence + 1, ? + 1)), "    \
     "owner = ?, owner_conn = CONNECTION_ID(), lease_until = UTC_TIMESTAMP(6) + INTERVAL ? " \
     "MICROSECOND, acquired_at = UTC_TIMESTAMP(6), lname = ? WHERE name = ? AND "           \
-    "(owner IS NULL OR lease_until <= UTC_TIMESTAMP(6))"
+    "(owner IS NULL OR owner = ? OR lease_until <= UTC_TIMESTAMP(6))"
 
 #define PAIRS4 "(?, ?), (?, ?), (?, ?), (?, ?)"
 #define PAIRS16 "(" PAIRS4 ", " PAIRS4 ", " PAIRS4 ", " PAIRS4 ")"

@@ -21,8 +21,10 @@
  *   round_trips   an uncontended release and grant are 2 statements executed
  *                 by the engine's session (performance_schema, per thread),
  *                 fences honour a floor; check_owner, held, probe, a
- *                 batch renewal with one hold gone, and the release of a
- *                 hold whose session was killed frees its row.
+ *                 batch renewal with one hold gone, the release of a hold
+ *                 whose session was killed frees its row, and the same
+ *                 token asking again after its session died is granted
+ *                 without waiting out its own lease.
  *   injection     names with SQL, quotes, backslashes and bytes >= 0x80 lock
  *                 and unlock, exclude, and leave the table intact.
  *   fences        strictly increasing across two clients.
@@ -423,7 +425,23 @@ static void test_round_trips(void **state)
     hold_init(&h2, name, 41);
     assert_int_equal(cerb__engine_acquire(g.ops, g.e, &h2.lk, 0, NULL, &gr), CERB_OK);
     assert_true(gr.fence > fk);
-    assert_int_equal(cerb__engine_release(g.ops, g.e, &h2.lk), CERB_OK);
+    fk = gr.fence;
+    /* Its session killed too, the row keeps token 41's lease; the same
+     * token asking again (a retry after an answer lost with its session)
+     * is granted at once instead of waiting out its own lease. */
+    snprintf(kill, sizeof kill, "KILL CONNECTION %lld",
+             (long long)q1s(my, "SELECT owner_conn FROM cerberus_lock WHERE name = ?", name));
+    assert_int_equal(mysql_query(my, kill), 0);
+    assert_int_not_equal(cerb__engine_renew(g.ops, g.e, &h2.lk, &cg), CERB_OK);
+    hold_init(&h, name, 41);
+    int64_t t0 = cerb_test_now_ms();
+    assert_int_equal(cerb__engine_acquire(g.ops, g.e, &h.lk, 0, NULL, &gr), CERB_OK);
+    assert_true(cerb_test_now_ms() - t0 < 1000);
+    assert_true(gr.fence > fk);
+    /* Another token is still kept out meanwhile. */
+    hold_init(&h2, name, 42);
+    assert_int_equal(cerb__engine_acquire(g.ops, g.e, &h2.lk, 0, NULL, &gr), CERB_BUSY);
+    assert_int_equal(cerb__engine_release(g.ops, g.e, &h.lk), CERB_OK);
     free(n2);
     free(n3);
     free(name);
