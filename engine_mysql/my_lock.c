@@ -117,6 +117,25 @@ static cerb_status granted(cerb_engine *e, cerb_engine_lock *lk, int slot, uint6
                            uint64_t fence, cerb_grant *grant)
 {
     struct my_lock_priv *p = lk->priv;
+    if (fence == 0) {
+        /* The OK packet carries LAST_INSERT_ID(expr) (checked by the tests);
+         * should a server not send it, read the fence: a grant is never
+         * reported without one. */
+        struct my_res res;
+        bool broken = false;
+        struct my_val v[2] = {v_bin(lk->name), v_str(lk->token)};
+        cerb_status st = run(e, &slot, MY_CHECK, v, 2, 0, &res, &broken);
+        if (st == CERB_OK && res.nrows == 1)
+            fence = (uint64_t)col_i64(&res, 0, 0);
+        cerb__my_res_free(&res);
+        if (fence == 0) {
+            if (slot >= 0) /* ends the session: its GET_LOCK with it */
+                cerb__my_give(e, slot, true, NULL, NULL);
+            grant->outcome = CERB_OUTCOME_UNKNOWN;
+            return cerb__error_set(CERB_EPROTO, "mysql: a grant of \"%s\" came without its fence",
+                                   lk->name);
+        }
+    }
     p->slot = slot;
     p->gen = gen;
     p->fence = fence;
