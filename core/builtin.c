@@ -25,6 +25,10 @@ extern const struct cerb_engine_ops cerb__etcd_engine_ops;
 extern const struct cerb_engine_ops cerb__pg_engine_ops;
 extern const struct cerb_store_ops cerb__pg_store_ops;
 #endif
+#ifdef CERB_WITH_MYSQL
+extern const struct cerb_engine_ops cerb__my_engine_ops;
+extern const struct cerb_store_ops cerb__my_store_ops;
+#endif
 
 static pthread_once_t once = PTHREAD_ONCE_INIT;
 
@@ -43,6 +47,9 @@ static void register_all(void)
 #ifdef CERB_WITH_PG
     cerb__engine_register(&cerb__pg_engine_ops);
 #endif
+#ifdef CERB_WITH_MYSQL
+    cerb__engine_register(&cerb__my_engine_ops);
+#endif
 }
 
 void cerb__engines_builtin(void) { pthread_once(&once, register_all); }
@@ -55,6 +62,9 @@ static const struct cerb_store_ops *const store_tables[] = {
 #endif
 #ifdef CERB_WITH_PG
     &cerb__pg_store_ops,
+#endif
+#ifdef CERB_WITH_MYSQL
+    &cerb__my_store_ops,
 #endif
     NULL};
 

@@ -80,7 +80,9 @@
 # /usr/sbin/mariadbd, else mariadbd or mysqld from PATH), MARIADB_CLIENT
 # (mariadb), MARIADB_INSTALL_DB (mariadb-install-db), CERB_MYSQL_USER (the
 # server user when root, default mysql), CERB_MYSQL_EXTRA_ARGS (extra
-# mariadbd flags, word-split; applied whenever the server starts).
+# mariadbd flags, word-split; applied whenever the server starts),
+# CERB_MYSQL_UNPREPARED=1 (a new server is not given the lock tables by
+# `cerberus init`, which otherwise runs through servers.sh's cerberus_init).
 
 MARIADBD=${MARIADBD:-$(if [[ -x /usr/sbin/mariadbd ]]; then echo /usr/sbin/mariadbd;
     else command -v mariadbd || command -v mysqld || echo mariadbd; fi)}
@@ -294,6 +296,11 @@ mysql_start_one() {
     pid=$(read_pid "$pidf")
     if ((fresh)); then
         mysql_accounts "$port" "$data"
+        # The lock tables, made by the code a user runs (`cerberus init`),
+        # unless a test wants a server without them.
+        if [[ ${CERB_MYSQL_UNPREPARED:-0} != 1 ]]; then
+            cerberus_init "mysql :$port" "engines = (\"mysql\"); mysql = { host = \"127.0.0.1\"; port = $port; user = \"cerb\"; database = \"cerb\"; };"
+        fi
         say "mysql :$port started (pid $pid, data $data)"
     else
         say "mysql :$port restarted (pid $pid, data $data)"

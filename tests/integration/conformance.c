@@ -56,6 +56,9 @@
 #ifdef CERB_CONF_PG
 #include "pg_util.h"
 #endif
+#ifdef CERB_CONF_MYSQL
+#include "mysql_util.h"
+#endif
 
 #ifndef CERB_CONFORMANCE_ENGINE
 #error "compile with -DCERB_CONFORMANCE_ENGINE=\"<engine>\" (tests/conformance.cmake does)"
@@ -170,6 +173,16 @@ static int pg_records(const char *name)
 }
 #endif
 
+#ifdef CERB_CONF_MYSQL
+static int mysql_records(const char *name)
+{
+    int n = mysql_test_records(name);
+    if (n < 0)
+        fail_msg("mysql: cannot count the records of %s", name);
+    return n;
+}
+#endif
+
 /* The counts of rounds are those each engine's own suite used before the
  * cases moved here. */
 static const struct engine engines[] = {
@@ -185,6 +198,9 @@ static const struct engine engines[] = {
 #endif
 #ifdef CERB_CONF_PG
     {"pg", pg_test_config, NULL, pg_records, NULL, false, 50, 25},
+#endif
+#ifdef CERB_CONF_MYSQL
+    {"mysql", mysql_test_config, NULL, mysql_records, NULL, false, 50, 25},
 #endif
 };
 

@@ -1,0 +1,688 @@
+/*
+ * my_lock.c — acquire, renew, release, check, held and probe for the mysql
+ * engine (my_sql.c has the statements and why their order is safe).
+ *
+ * Acquire tries first on any pooled connection that pins no hold of the
+ * same GET_LOCK name (MY_TRY: the row and GET_LOCK(lname, 0) in one round
+ * trip). A claim that matched nothing is explained by MY_DIAG: the row is
+ * missing (it is created with INSERT IGNORE and the try repeated once), or
+ * another owner's lease runs, or the GET_LOCK is someone else's; a GET_LOCK
+ * this statement took without the row is given back at once. When the
+ * caller may wait, it moves to a connection that pins no hold, drops what
+ * that session holds (RELEASE_ALL_LOCKS), and waits there with
+ * GET_LOCK(lname, slice), slices of at most MY_SLICE_MS, looking at the
+ * interrupt flag and the deadline between them. A GET_LOCK granted while the
+ * row still shows another owner's lease (that owner's session ended, but it
+ * may still be working) is kept, and the row claimed once the lease has run
+ * out on the server (MY_CLAIM), asking the server how long is left each
+ * time: no two clocks are ever compared.
+ */
+#include "internal_posix.h"
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "alloc.h"
+#include "clock.h"
+#include "error.h"
+#include "log.h"
+#include "my_internal.h"
+
+static struct my_val v_str(const char *s) { return (struct my_val){.t = MV_STR, .s = s, .len = (unsigned long)strlen(s)}; }
+static struct my_val v_bin(const char *s) { return (struct my_val){.t = MV_BIN, .s = s, .len = (unsigned long)strlen(s)}; }
+static struct my_val v_i64(int64_t i) { return (struct my_val){.t = MV_I64, .i = i}; }
+static struct my_val v_u64(uint64_t u) { return (struct my_val){.t = MV_U64, .u = u}; }
+static struct my_val v_dbl(double d) { return (struct my_val){.t = MV_DBL, .d = d}; }
+static struct my_val v_null(void) { return (struct my_val){.t = MV_NULL}; }
+
+static int64_t col_i64(const struct my_res *r, int row, int c)
+{
+    return row < r->nrows && !r->rows[row].null[c] ? strtoll(r->rows[row].v[c], NULL, 10) : 0;
+}
+static bool col_null(const struct my_res *r, int row, int c)
+{
+    return row >= r->nrows || r->rows[row].null[c];
+}
+
+static uint64_t slot_gen(cerb_engine *e, int slot)
+{
+    cerb__mutex_lock(&e->mu);
+    uint64_t g = e->slots[slot].gen;
+    cerb__mutex_unlock(&e->mu);
+    return g;
+}
+
+/* The connection id of a slot's session, when it is still generation gen
+ * (0 otherwise). */
+static uint64_t slot_conn(cerb_engine *e, int slot, uint64_t gen)
+{
+    if (slot < 0 || slot >= e->nslots)
+        return 0;
+    cerb__mutex_lock(&e->mu);
+    uint64_t id = e->slots[slot].gen == gen && e->slots[slot].my ? e->slots[slot].conn_id : 0;
+    cerb__mutex_unlock(&e->mu);
+    return id;
+}
+
+/* One statement on a slot the caller has taken, by `deadline` (0: one
+ * operation timeout from now); a broken session is given back (ended) here
+ * and *slot set to -1. */
+static cerb_status run(cerb_engine *e, int *slot, enum my_stmt s, const struct my_val *v, int n,
+                       int64_t deadline, struct my_res *res, bool *broken)
+{
+    unsigned en = 0;
+    if (deadline == 0) /* one operation timeout, from now: the slot is ours */
+        deadline = cerb__deadline_in(e->mc->op_timeout_ms);
+    atomic_fetch_add_explicit(&e->stats.round_trips, 1, memory_order_relaxed);
+    cerb_status st = cerb__my_exec(cerb__my_stmt(e, *slot, s), v, n, deadline, res, broken, &en);
+    if (*broken) {
+        cerb__my_give(e, *slot, true, NULL, NULL);
+        *slot = -1;
+    }
+    return st;
+}
+
+/* RELEASE_LOCK(lname) on a slot the caller has taken; a failure ends the
+ * session (the only other way to be sure the GET_LOCK is gone). */
+static void unlock_name(cerb_engine *e, int *slot, const char *lname)
+{
+    struct my_res res;
+    bool broken = false;
+    struct my_val v[1] = {v_str(lname)};
+    cerb_status st = run(e, slot, MY_UNLOCK, v, 1, 0, &res,
+                         &broken);
+    cerb__my_res_free(&res);
+    if (st != CERB_OK && *slot >= 0) {
+        cerb__my_give(e, *slot, true, NULL, NULL);
+        *slot = -1;
+    }
+}
+
+/* Give a waiter's slot back without any GET_LOCK (it pins no hold, so all
+ * of them can go); the session is ended instead when that fails. */
+static void drop_waiter(cerb_engine *e, int slot)
+{
+    struct my_res res;
+    bool broken = false;
+    cerb_status st = run(e, &slot, MY_UNLOCK_ALL, NULL, 0, 0,
+                         &res, &broken);
+    cerb__my_res_free(&res);
+    if (slot >= 0)
+        cerb__my_give(e, slot, st != CERB_OK, NULL, NULL);
+}
+
+static cerb_status granted(cerb_engine *e, cerb_engine_lock *lk, int slot, uint64_t gen,
+                           uint64_t fence, cerb_grant *grant)
+{
+    struct my_lock_priv *p = lk->priv;
+    if (fence == 0) {
+        /* The OK packet carries LAST_INSERT_ID(expr) (checked by the tests);
+         * should a server not send it, read the fence: a grant is never
+         * reported without one. */
+        struct my_res res;
+        bool broken = false;
+        struct my_val v[2] = {v_bin(lk->name), v_str(lk->token)};
+        cerb_status st = run(e, &slot, MY_CHECK, v, 2, 0, &res, &broken);
+        if (st == CERB_OK && res.nrows == 1)
+            fence = (uint64_t)col_i64(&res, 0, 0);
+        cerb__my_res_free(&res);
+        if (fence == 0) {
+            if (slot >= 0) /* ends the session: its GET_LOCK with it */
+                cerb__my_give(e, slot, true, NULL, NULL);
+            grant->outcome = CERB_OUTCOME_UNKNOWN;
+            return cerb__error_set(CERB_EPROTO, "mysql: a grant of \"%s\" came without its fence",
+                                   lk->name);
+        }
+    }
+    p->slot = slot;
+    p->gen = gen;
+    p->fence = fence;
+    cerb__my_give(e, slot, false, p->lname, NULL);
+    grant->fence = fence;
+    grant->ttl_ms = lk->lease_ms;
+    grant->outcome = CERB_OUTCOME_YES;
+    return CERB_OK;
+}
+
+/* The values of MY_TRY (7) and MY_CLAIM (the first 6). */
+static void grant_vals(const cerb_engine_lock *lk, const struct my_lock_priv *p,
+                       struct my_val v[7])
+{
+    v[0] = v_u64(lk->fence_floor);
+    v[1] = v_str(lk->token);
+    v[2] = v_i64(lk->lease_ms * 1000);
+    v[3] = v_str(p->lname);
+    v[4] = v_bin(lk->name);
+    v[5] = v_str(lk->token);
+    v[6] = v_str(p->lname);
+}
+
+/* What MY_DIAG said. */
+struct diag {
+    bool exists;      /* the row is there */
+    bool mine;        /* this session holds the GET_LOCK */
+    int64_t left_ms;  /* another owner's lease left (0: none) */
+};
+
+static cerb_status diagnose(cerb_engine *e, int *slot, const cerb_engine_lock *lk,
+                            const struct my_lock_priv *p, struct diag *d)
+{
+    struct my_res res;
+    bool broken = false;
+    struct my_val v[3] = {v_bin(lk->name), v_str(p->lname), v_bin(lk->name)};
+    cerb_status st = run(e, slot, MY_DIAG, v, 3, 0, &res, &broken);
+    if (st != CERB_OK)
+        return st;
+    d->exists = col_i64(&res, 0, 0) > 0;
+    d->mine = col_i64(&res, 0, 1) == 1;
+    int64_t us = col_null(&res, 0, 2) ? 0 : col_i64(&res, 0, 2);
+    d->left_ms = us > 0 ? (us + 999) / 1000 : 0;
+    cerb__my_res_free(&res);
+    return CERB_OK;
+}
+
+static cerb_status insert_row(cerb_engine *e, int *slot, const cerb_engine_lock *lk,
+                              const struct my_lock_priv *p)
+{
+    struct my_res res;
+    bool broken = false;
+    struct my_val v[2] = {v_bin(lk->name), v_str(p->lname)};
+    cerb_status st = run(e, slot, MY_INSERT, v, 2, 0, &res, &broken);
+    cerb__my_res_free(&res);
+    return st;
+}
+
+/* MY_TRY on any slot that pins no hold of lname. CERB_OK granted; CERB_BUSY
+ * not (*left_ms: another owner's lease left); else an error with
+ * grant->outcome. */
+static cerb_status try_once(cerb_engine *e, cerb_engine_lock *lk, cerb_grant *grant,
+                            int64_t *left_ms)
+{
+    struct my_lock_priv *p = lk->priv;
+    struct my_val v[7];
+    int slot;
+
+    *left_ms = 0;
+    grant->outcome = CERB_OUTCOME_NO;
+    cerb_status st = cerb__my_take_any(e, p->lname, false,
+                                       cerb__deadline_in(e->mc->connect_timeout_ms), &slot);
+    if (st != CERB_OK)
+        return st;
+    uint64_t gen = slot_gen(e, slot);
+    grant_vals(lk, p, v);
+    for (int pass = 0;; pass++) {
+        struct my_res res;
+        bool broken = false;
+        struct diag d;
+        grant->sent_ns = cerb_monotime();
+        atomic_fetch_add_explicit(&e->stats.acquire_calls, 1, memory_order_relaxed);
+        st = run(e, &slot, MY_TRY, v, 7, 0, &res, &broken);
+        if (st != CERB_OK) {
+            /* An SQL error undid the row; a GET_LOCK it may have taken
+             * stays (they ignore rollback): give it back. */
+            if (slot >= 0) {
+                unlock_name(e, &slot, p->lname);
+                if (slot >= 0)
+                    cerb__my_give(e, slot, false, NULL, NULL);
+            }
+            grant->outcome = broken ? CERB_OUTCOME_UNKNOWN : CERB_OUTCOME_NO;
+            return st;
+        }
+        if (res.affected == 1)
+            return granted(e, lk, slot, gen, res.insert_id, grant);
+        /* Nothing matched: nothing of the row changed. */
+        st = diagnose(e, &slot, lk, p, &d);
+        if (st != CERB_OK) {
+            if (slot >= 0) /* whether the GET_LOCK is ours is unknown: end it */
+                cerb__my_give(e, slot, true, NULL, NULL);
+            return st;
+        }
+        if (d.mine) {
+            unlock_name(e, &slot, p->lname);
+            if (slot < 0)
+                return cerb__error_set(CERB_EIO, "mysql: cannot give back GET_LOCK");
+        }
+        if (!d.exists && pass == 0) {
+            st = insert_row(e, &slot, lk, p);
+            if (st != CERB_OK) {
+                if (slot >= 0)
+                    cerb__my_give(e, slot, false, NULL, NULL);
+                return st;
+            }
+            continue;
+        }
+        cerb__my_give(e, slot, false, NULL, NULL);
+        *left_ms = d.left_ms;
+        return CERB_BUSY;
+    }
+}
+
+/* Sleep up to ms, waking early for the interrupt flag or the deadline. */
+static bool nap(int64_t ms, int64_t deadline_ns, const atomic_int *intr)
+{
+    while (ms > 0) {
+        if (intr && atomic_load(intr))
+            return false;
+        int64_t left = cerb__ms_left(deadline_ns);
+        if (left <= 0)
+            return false;
+        int64_t step = ms < 50 ? ms : 50;
+        if (step > left)
+            step = left;
+        cerb__nap_ms(step);
+        ms -= step;
+    }
+    return true;
+}
+
+static cerb_status stop_status(const cerb_engine_lock *lk, const atomic_int *intr,
+                               cerb_grant *grant)
+{
+    grant->outcome = CERB_OUTCOME_NO;
+    if (intr && atomic_load(intr))
+        return cerb__error_set(CERB_INTERRUPTED, "mysql: waiting for \"%s\" was interrupted",
+                               lk->name);
+    return cerb__error_set(CERB_TIMEOUT, "mysql: \"%s\" stayed held until the deadline", lk->name);
+}
+
+/* Wait on slot w (pins no hold) until granted, the deadline or the flag. */
+static cerb_status wait_on(cerb_engine *e, cerb_engine_lock *lk, int w, int64_t deadline_ns,
+                           const atomic_int *intr, cerb_grant *grant)
+{
+    struct my_lock_priv *p = lk->priv;
+    struct my_val v[7];
+    struct my_res res;
+    bool broken = false, have = false; /* have: the GET_LOCK is ours, the row not yet */
+    uint64_t gen = slot_gen(e, w);
+    grant_vals(lk, p, v);
+    /* Leftovers of this session (it pins no hold): stacked GET_LOCKs would
+     * outlive a release. */
+    cerb_status st = run(e, &w, MY_UNLOCK_ALL, NULL, 0, 0,
+                         &res, &broken);
+    cerb__my_res_free(&res);
+    if (st != CERB_OK) {
+        if (w >= 0)
+            cerb__my_give(e, w, true, NULL, NULL);
+        grant->outcome = CERB_OUTCOME_NO;
+        return st;
+    }
+    for (;;) {
+        if ((intr && atomic_load(intr)) || cerb__ms_left(deadline_ns) <= 0) {
+            drop_waiter(e, w);
+            return stop_status(lk, intr, grant);
+        }
+        if (!have) {
+            int64_t slice = cerb__ms_left(deadline_ns);
+            if (slice > MY_SLICE_MS)
+                slice = MY_SLICE_MS;
+            if (slice < 1)
+                slice = 1;
+            struct my_val gv[2] = {v_str(p->lname), v_dbl((double)slice / 1000.0)};
+            int64_t opd = cerb__deadline_in(slice + e->mc->op_timeout_ms);
+            atomic_fetch_add_explicit(&e->stats.acquire_calls, 1, memory_order_relaxed);
+            st = run(e, &w, MY_GETLOCK, gv, 2, opd, &res, &broken);
+            if (st != CERB_OK) {
+                /* No claim was sent: nothing was granted. A GET_LOCK the
+                 * server may have given died with the ended session. */
+                if (w >= 0)
+                    drop_waiter(e, w);
+                grant->outcome = CERB_OUTCOME_NO;
+                return st;
+            }
+            bool null = col_null(&res, 0, 0);
+            int64_t got = col_i64(&res, 0, 0);
+            cerb__my_res_free(&res);
+            if (null) {
+                drop_waiter(e, w);
+                grant->outcome = CERB_OUTCOME_NO;
+                return cerb__error_set(CERB_EIO, "mysql: GET_LOCK for \"%s\" failed (NULL)",
+                                       lk->name);
+            }
+            if (got != 1)
+                continue; /* a slice ended */
+            have = true;
+            atomic_fetch_add_explicit(&e->stats.wakeups, 1, memory_order_relaxed);
+        }
+        grant->sent_ns = cerb_monotime();
+        st = run(e, &w, MY_CLAIM, v, 6, 0, &res, &broken);
+        if (st != CERB_OK) {
+            if (broken) {
+                grant->outcome = CERB_OUTCOME_UNKNOWN;
+                return st;
+            }
+            drop_waiter(e, w);
+            grant->outcome = CERB_OUTCOME_NO;
+            return st;
+        }
+        if (res.affected == 1)
+            return granted(e, lk, w, gen, res.insert_id, grant);
+        struct diag d;
+        st = diagnose(e, &w, lk, p, &d);
+        if (st == CERB_OK && !d.exists)
+            st = insert_row(e, &w, lk, p);
+        if (st != CERB_OK) {
+            if (w >= 0)
+                drop_waiter(e, w);
+            grant->outcome = CERB_OUTCOME_NO;
+            return st;
+        }
+        if (!d.exists)
+            continue;
+        /* Ours, but the row shows another owner's lease: wait it out. */
+        if (!nap(d.left_ms > 0 ? d.left_ms : 1, deadline_ns, intr)) {
+            drop_waiter(e, w);
+            return stop_status(lk, intr, grant);
+        }
+    }
+}
+
+cerb_status cerb__my_op_acquire(cerb_engine *e, cerb_engine_lock *lk, int64_t deadline_ns,
+                                const atomic_int *interrupted, cerb_grant *grant)
+{
+    struct my_lock_priv *p = lk->priv;
+    int64_t left_ms;
+
+    p->slot = -1;
+    grant->outcome = CERB_OUTCOME_NO;
+    cerb_status st = cerb__my_lname(e->mc->key, lk->name, p->lname, sizeof p->lname);
+    if (st != CERB_OK)
+        return st;
+    for (int attempt = 0;; attempt++) {
+        st = try_once(e, lk, grant, &left_ms);
+        if (st != CERB_BUSY || deadline_ns == 0)
+            return st == CERB_BUSY ? cerb__error_set(CERB_BUSY, "mysql: \"%s\" is held", lk->name)
+                                   : st;
+        if ((interrupted && atomic_load(interrupted)) || cerb__ms_left(deadline_ns) <= 0)
+            return stop_status(lk, interrupted, grant);
+        int w = cerb__my_take_waiter(e, cerb__deadline_in(e->mc->connect_timeout_ms), &st);
+        if (w >= 0)
+            return wait_on(e, lk, w, deadline_ns, interrupted, grant);
+        if (st != CERB_OK) {
+            grant->outcome = CERB_OUTCOME_NO;
+            return st;
+        }
+        /* No connection to wait on: poll, jittered, at most a slice. */
+        int64_t ms = cerb__backoff_ms(attempt, 10, MY_SLICE_MS);
+        if (!nap(ms > 0 ? ms : 1, deadline_ns, interrupted))
+            return stop_status(lk, interrupted, grant);
+    }
+}
+
+cerb_status cerb__my_op_renew(cerb_engine *e, cerb_engine_lock *lk, cerb_grant *grant)
+{
+    cerb_renew_item it = {.lk = lk};
+    cerb__my_op_renew_batch(e, &it, 1);
+    *grant = it.grant;
+    if (it.st != CERB_OK)
+        return cerb__error_set(it.st, "%s", cerb_last_error());
+    return CERB_OK;
+}
+
+/* A hold lost its row: unlist it from its slot. */
+static void unpin(cerb_engine *e, struct my_lock_priv *p)
+{
+    cerb__mutex_lock(&e->mu);
+    struct my_slot *s = &e->slots[p->slot];
+    if (s->gen == p->gen) {
+        for (int k = 0; k < s->nl; k++) {
+            if (strcmp(s->lnames[k], p->lname) == 0) {
+                memmove(s->lnames[k], s->lnames[s->nl - 1], sizeof s->lnames[k]);
+                s->nl--;
+                break;
+            }
+        }
+        if (s->holds > 0)
+            s->holds--;
+    }
+    cerb__mutex_unlock(&e->mu);
+    p->slot = -1;
+}
+
+/* Renew up to MY_RENEW_CHUNK items (indexes idx) pinned to slot s, gen,
+ * all with the same lease, in one statement (two when some are gone). */
+static void renew_chunk(cerb_engine *e, cerb_renew_item *items, const size_t *idx, int cnt, int s,
+                        uint64_t gen)
+{
+    struct my_val v[1 + 2 * MY_RENEW_CHUNK];
+    struct my_res res = {0}, chk = {0};
+    bool broken = false, checked = false;
+    int64_t opd = cerb__deadline_in(e->mc->op_timeout_ms);
+    int64_t sent = cerb_monotime();
+    int slot = s;
+    cerb_status st = cerb__my_take_slot(e, s, gen, opd);
+    bool taken = st == CERB_OK;
+    if (st == CERB_OK) {
+        v[0] = v_i64(items[idx[0]].lk->lease_ms * 1000);
+        for (int k = 0; k < MY_RENEW_CHUNK; k++) {
+            v[1 + 2 * k] = k < cnt ? v_bin(items[idx[k]].lk->name) : v_null();
+            v[2 + 2 * k] = k < cnt ? v_str(items[idx[k]].lk->token) : v_null();
+        }
+        st = run(e, &slot, MY_RENEW_N, v, 1 + 2 * MY_RENEW_CHUNK, 0, &res, &broken);
+        if (st == CERB_OK && res.affected != (uint64_t)cnt) {
+            st = run(e, &slot, MY_RENEW_CHK, v + 1, 2 * MY_RENEW_CHUNK, 0, &chk, &broken);
+            checked = st == CERB_OK;
+        }
+    }
+    for (int k = 0; k < cnt; k++) {
+        cerb_renew_item *it = &items[idx[k]];
+        struct my_lock_priv *p = it->lk->priv;
+        it->grant.sent_ns = sent;
+        if (st != CERB_OK) {
+            it->st = st;
+            if (st == CERB_NOT_OWNER)
+                p->slot = -1; /* the session is gone: so is the hold */
+            continue;
+        }
+        bool ok = !checked;
+        for (int r = 0; checked && r < chk.nrows && !ok; r++)
+            ok = strcmp(chk.rows[r].v[0], it->lk->token) == 0;
+        if (ok) {
+            it->st = CERB_OK;
+            it->grant.fence = p->fence;
+            it->grant.ttl_ms = it->lk->lease_ms;
+            continue;
+        }
+        it->st = cerb__error_set(CERB_NOT_OWNER, "mysql: \"%s\" is no longer held by this token",
+                                 it->lk->name);
+        /* Its GET_LOCK goes back while the slot is ours. */
+        if (slot >= 0)
+            unlock_name(e, &slot, p->lname);
+        if (slot >= 0)
+            unpin(e, p);
+        else
+            p->slot = -1;
+    }
+    if (st != CERB_OK && st != CERB_NOT_OWNER)
+        CERB_LOG_D("mysql: renewal failed: %s", cerb_last_error());
+    if (taken && slot >= 0)
+        cerb__my_give(e, slot, false, NULL, NULL);
+    cerb__my_res_free(&res);
+    cerb__my_res_free(&chk);
+}
+
+void cerb__my_op_renew_batch(cerb_engine *e, cerb_renew_item *items, size_t n)
+{
+    bool stack_done[64];
+    bool *done = n <= 64 ? stack_done : cerb__calloc(n, sizeof *done);
+    if (!done) {
+        for (size_t i = 0; i < n; i++)
+            items[i].st = CERB_ENOMEM;
+        return;
+    }
+    memset(done, 0, n * sizeof *done);
+    for (size_t i = 0; i < n; i++) {
+        struct my_lock_priv *p = items[i].lk->priv;
+        memset(&items[i].grant, 0, sizeof items[i].grant);
+        if (p->slot < 0) {
+            done[i] = true;
+            items[i].st = cerb__error_set(CERB_NOT_OWNER, "mysql: \"%s\" has no session",
+                                          items[i].lk->name);
+        }
+    }
+    for (size_t i = 0; i < n; i++) {
+        if (done[i])
+            continue;
+        struct my_lock_priv *p = items[i].lk->priv;
+        int s = p->slot;
+        uint64_t gen = p->gen;
+        int64_t lease = items[i].lk->lease_ms;
+        size_t idx[MY_RENEW_CHUNK];
+        int cnt = 0;
+        for (size_t j = i; j < n && cnt < MY_RENEW_CHUNK; j++) {
+            struct my_lock_priv *q = items[j].lk->priv;
+            if (!done[j] && q->slot == s && q->gen == gen && items[j].lk->lease_ms == lease) {
+                idx[cnt++] = j;
+                done[j] = true;
+            }
+        }
+        renew_chunk(e, items, idx, cnt, s, gen);
+    }
+    if (done != stack_done)
+        cerb__free(done);
+}
+
+/* Free the row of a hold whose session is gone (so a waiter holding the
+ * GET_LOCK need not wait out the lease), on any connection: only while it
+ * still names that token and (owner_conn > 0) that session. Nobody holds
+ * through such a row: the token is this hold's alone, and the hold is
+ * being released, or its acquire never returned a grant. */
+static void drop_row(cerb_engine *e, cerb_engine_lock *lk, uint64_t owner_conn)
+{
+    int slot;
+    struct my_res res;
+    bool broken = false;
+    if (cerb__my_take_any(e, NULL, true, cerb__deadline_in(e->mc->connect_timeout_ms), &slot) !=
+        CERB_OK)
+        return;
+    struct my_val v[4] = {v_bin(lk->name), v_str(lk->token), v_u64(owner_conn),
+                          v_u64(owner_conn)};
+    run(e, &slot, MY_DROP, v, 4, 0, &res, &broken);
+    cerb__my_res_free(&res);
+    if (slot >= 0)
+        cerb__my_give(e, slot, false, NULL, NULL);
+}
+
+cerb_status cerb__my_op_release(cerb_engine *e, cerb_engine_lock *lk)
+{
+    struct my_lock_priv *p = lk->priv;
+    struct my_res res;
+    bool broken = false;
+    if (p->slot < 0) {
+        /* Its session is gone (or its acquire's answer was lost with it):
+         * a row still naming this token is freed, not left to its lease. */
+        drop_row(e, lk, 0);
+        return cerb__error_set(CERB_NOT_OWNER, "mysql: \"%s\" is not held", lk->name);
+    }
+    int slot = p->slot;
+    int64_t opd = cerb__deadline_in(e->mc->op_timeout_ms);
+    uint64_t old_conn = slot_conn(e, slot, p->gen);
+    cerb_status st = cerb__my_take_slot(e, slot, p->gen, opd);
+    if (st == CERB_NOT_OWNER) {
+        p->slot = -1;
+        drop_row(e, lk, old_conn);
+        return st;
+    }
+    if (st != CERB_OK)
+        return st;
+    struct my_val v[3] = {v_bin(lk->name), v_str(lk->token), v_str(p->lname)};
+    st = run(e, &slot, MY_RELEASE, v, 3, 0, &res, &broken);
+    p->slot = -1;
+    if (broken)
+        return st; /* the session ended: the server gave the GET_LOCK back */
+    bool freed = st == CERB_OK && res.affected == 1;
+    cerb__my_res_free(&res);
+    if (!freed) {
+        /* Not ours (or an error): RELEASE_LOCK was not reached; give the
+         * GET_LOCK back (a second RELEASE_LOCK is harmless: the session
+         * holds it once at most). */
+        unlock_name(e, &slot, p->lname);
+    }
+    if (slot >= 0)
+        cerb__my_give(e, slot, false, NULL, p->lname);
+    if (st != CERB_OK)
+        return st;
+    return freed ? CERB_OK
+                 : cerb__error_set(CERB_NOT_OWNER, "mysql: \"%s\" was no longer ours", lk->name);
+}
+
+cerb_status cerb__my_op_check(cerb_engine *e, cerb_engine_lock *lk, cerb_grant *grant)
+{
+    struct my_lock_priv *p = lk->priv;
+    int slot;
+    struct my_res res;
+    bool broken = false;
+    cerb_status st =
+        cerb__my_take_any(e, NULL, true, cerb__deadline_in(e->mc->connect_timeout_ms), &slot);
+    if (st != CERB_OK)
+        return st;
+    struct my_val v[2] = {v_bin(lk->name), v_str(lk->token)};
+    grant->sent_ns = cerb_monotime();
+    st = run(e, &slot, MY_CHECK, v, 2, 0, &res, &broken);
+    if (slot >= 0)
+        cerb__my_give(e, slot, false, NULL, NULL);
+    if (st != CERB_OK)
+        return st;
+    if (res.nrows != 1) {
+        cerb__my_res_free(&res);
+        return cerb__error_set(CERB_NOT_OWNER, "mysql: \"%s\" is not held by this token", lk->name);
+    }
+    uint64_t fence = (uint64_t)col_i64(&res, 0, 0);
+    uint64_t owner_conn = col_null(&res, 0, 1) ? 0 : (uint64_t)col_i64(&res, 0, 1);
+    bool valid = col_i64(&res, 0, 2) == 1;
+    cerb__my_res_free(&res);
+    uint64_t mine = p->slot >= 0 ? slot_conn(e, p->slot, p->gen) : 0;
+    if (valid && owner_conn != 0 && mine == owner_conn) {
+        grant->fence = fence;
+        grant->ttl_ms = 0; /* the lease is not extended here */
+        return CERB_OK;
+    }
+    if (valid)
+        drop_row(e, lk, owner_conn); /* written by a session of ours that ended */
+    return cerb__error_set(CERB_NOT_OWNER, "mysql: \"%s\" is not held by this token", lk->name);
+}
+
+cerb_status cerb__my_op_held(cerb_engine *e, const char *name)
+{
+    char lname[MY_LNAME_MAX * 4 + 1];
+    cerb_status st = cerb__my_lname(e->mc->key, name, lname, sizeof lname);
+    if (st != CERB_OK)
+        return st;
+    int slot;
+    struct my_res res;
+    bool broken = false;
+    st = cerb__my_take_any(e, NULL, true, cerb__deadline_in(e->mc->connect_timeout_ms), &slot);
+    if (st != CERB_OK)
+        return st;
+    struct my_val v[2] = {v_bin(name), v_str(lname)};
+    st = run(e, &slot, MY_HELD, v, 2, 0, &res, &broken);
+    if (slot >= 0)
+        cerb__my_give(e, slot, false, NULL, NULL);
+    if (st != CERB_OK)
+        return st;
+    bool held = col_i64(&res, 0, 0) == 1;
+    cerb__my_res_free(&res);
+    return held ? cerb__error_set(CERB_BUSY, "mysql: \"%s\" is held", name) : CERB_OK;
+}
+
+cerb_status cerb__my_op_probe(cerb_engine *e, int64_t timeout_ms)
+{
+    int slot;
+    struct my_res res;
+    bool broken = false;
+    int64_t dl = cerb__deadline_in(timeout_ms);
+    cerb_status st = cerb__my_take_any(e, NULL, true, dl, &slot);
+    if (st != CERB_OK)
+        return st;
+    struct my_val v[1] = {v_bin(e->probe_name)};
+    st = run(e, &slot, MY_PROBE, v, 1, dl, &res, &broken);
+    if (slot >= 0)
+        cerb__my_give(e, slot, false, NULL, NULL);
+    if (st != CERB_OK)
+        return st;
+    bool ro = col_i64(&res, 0, 0) == 1;
+    cerb__my_res_free(&res);
+    return ro ? cerb__error_set(CERB_UNAVAILABLE, "mysql: the server is read-only (a replica?)")
+              : CERB_OK;
+}

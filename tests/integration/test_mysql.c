@@ -1,0 +1,706 @@
+/*
+ * test_mysql.c — the mysql engine on the test MariaDB (shared fixture):
+ *
+ *   mapping       mysql.key = "dl" on known vectors, derived from
+ *                 DistributedLock's C# (MySqlDistributedLock.ComputeHash and
+ *                 ToSafeName) by an independent Python transcription:
+ *                 SHA-512, first 20 bytes read as a little-endian integer,
+ *                 5-bit groups from bit 0 into "a-z2-7", prefixed by the first
+ *                 32 characters of the lowercased name —
+ *                   n = int.from_bytes(sha512(name).digest()[:20], 'little')
+ *                   ''.join(A[(n >> 5*i) & 31] for i in range(32))
+ *                 and "raw" (64 characters at most, UTF-8 only).
+ *   eval_order    what the engine's statements rely on, asked of the server
+ *                 directly: GET_LOCK last in the grant's WHERE is evaluated
+ *                 once on a free row and not at all on a leased or missing
+ *                 one; RELEASE_LOCK in the release's WHERE is not reached
+ *                 for another owner's row.
+ *   interop       a raw session's GET_LOCK on the mapped name makes trylock
+ *                 BUSY, a Cerberus hold makes the raw GET_LOCK(name, 0)
+ *                 return 0, and after the unlock nothing is left stacked.
+ *   round_trips   an uncontended release and grant are 2 statements executed
+ *                 by the engine's session (performance_schema, per thread),
+ *                 fences honour a floor; check_owner, held, probe, a
+ *                 batch renewal with one hold gone, the release of a hold
+ *                 whose session was killed frees its row, and the same
+ *                 token asking again after its session died is granted
+ *                 without waiting out its own lease.
+ *   injection     names with SQL, quotes, backslashes and bytes >= 0x80 lock
+ *                 and unlock, exclude, and leave the table intact.
+ *   fences        strictly increasing across two clients.
+ *   killed_holder KILL CONNECTION of the holder's session: its next renewal
+ *                 fails and its lost callback fires, while a waiter gets the
+ *                 lock only once the row's lease has run out on the server.
+ *   open_errors   a missing database (names `cerberus init`), lease mode,
+ *                 a long raw name, a password file (and a wrong password
+ *                 never printed).
+ */
+#define _POSIX_C_SOURCE 200809L
+#include <pthread.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "cerberus.h"
+#include "clock.h"
+#include "config.h"
+#include "engine.h"
+#include "mysql_util.h"
+#include "test_util.h"
+
+/* engine_mysql/my_key.c (its header needs the engine's own includes). */
+cerb_status cerb__my_lname(const char *mode, const char *name, char *out, size_t len);
+
+static char *lname_of(const char *mode, const char *name)
+{
+    static char buf[300];
+    if (cerb__my_lname(mode, name, buf, sizeof buf) != CERB_OK)
+        return NULL;
+    return buf;
+}
+
+static void test_mapping(void **state)
+{
+    (void)state;
+    static const char *const v[][2] = {
+        {"orders", "orders"},
+        {"Orders", "orders7col6v7a2vpxbxbpw2bcg5rzsgfwgenc"},
+        {"MyLock", "mylock6isuyjwnkexb4ujf4m7j37hstmoxe3vx"},
+        {"xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx",
+         "xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx"},
+        {"xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx",
+         "xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxgkd2zq6c6ey6mhs45clqg7vij6ycgo43"},
+        {"AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA",
+         "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaazjtmtbxsbtseumikadwrqtd4unq6kauj"},
+        {"job:Nightly-Report/2024", "job:nightly-report/20243mpkz3ry5cg4zh6a26jatfiypttkos5w"},
+        {"cerberus.test.Name_With_Upper",
+         "cerberus.test.name_with_uppernr7veb5znrsdc6uyfyd5sncgyewh46ru"},
+        /* Not ASCII: always hashed here, the prefix stopping at the first
+         * byte >= 0x80 (DistributedLock would keep "café" as is). */
+        {"caf\xc3\xa9", "cafmihz27z4ti4cjyfppack23hxv73piwnp"},
+    };
+    for (size_t i = 0; i < sizeof v / sizeof v[0]; i++) {
+        const char *got = lname_of("dl", v[i][0]);
+        assert_non_null(got);
+        assert_string_equal(got, v[i][1]);
+        assert_true(strlen(got) <= 64);
+    }
+    assert_string_equal(lname_of("raw", "Orders"), "Orders");
+    assert_non_null(lname_of("raw", v[3][0]));          /* 64 characters */
+    assert_null(lname_of("raw", v[4][0]));              /* 65 */
+    assert_null(lname_of("raw", "bin\xff\xfe"));        /* not UTF-8 */
+    /* 64 two-byte characters are 64 characters. */
+    char wide[200] = "";
+    for (int i = 0; i < 64; i++)
+        strcat(wide, "\xc3\xa9");
+    assert_non_null(lname_of("raw", wide));
+}
+
+/* ---- raw SQL ---- */
+
+static MYSQL *raw(void)
+{
+    MYSQL *my = mysql_test_connect(NULL, NULL);
+    assert_non_null(my);
+    return my;
+}
+
+static int64_t q1(MYSQL *my, const char *sql)
+{
+    int64_t v = -2;
+    assert_int_equal(mysql_test_exec(my, sql, &v), 0);
+    return v;
+}
+
+static int64_t q1s(MYSQL *my, const char *sql, const char *val)
+{
+    int64_t v = -2;
+    assert_int_equal(mysql_test_exec1(my, sql, val, &v), 0);
+    return v;
+}
+
+static void test_eval_order(void **state)
+{
+    (void)state;
+    MYSQL *my = raw();
+    char *name = test_name("evalorder");
+    char sql[1024];
+    /* A free row: GET_LOCK runs once (one RELEASE_LOCK frees it). */
+    q1s(my, "INSERT IGNORE INTO cerberus_lock (name, lname) VALUES (?, ?)", name);
+    snprintf(sql, sizeof sql,
+             "UPDATE cerberus_lock SET fence = LAST_INSERT_ID(GREATEST(fence + 1, 1)), "
+             "owner = 'x', owner_conn = CONNECTION_ID(), lease_until = UTC_TIMESTAMP(6) + "
+             "INTERVAL 60000000 MICROSECOND WHERE name = ? AND (owner IS NULL OR lease_until <= "
+             "UTC_TIMESTAMP(6)) AND GET_LOCK(?, 0) = 1");
+    assert_int_equal(q1s(my, sql, name), 1);
+    assert_int_equal(q1s(my, "SELECT RELEASE_LOCK(?)", name), 1);
+    assert_int_equal(q1s(my, "SELECT IS_USED_LOCK(?) IS NULL", name), 1);
+    /* A leased row: GET_LOCK not evaluated. */
+    assert_int_equal(q1s(my, sql, name), 0);
+    assert_int_equal(q1s(my, "SELECT IS_USED_LOCK(?) IS NULL", name), 1);
+    /* A missing row: not evaluated either. */
+    char *missing = test_name("evalorder-missing");
+    assert_int_equal(q1s(my, sql, missing), 0);
+    assert_int_equal(q1s(my, "SELECT IS_USED_LOCK(?) IS NULL", missing), 1);
+    /* The release's RELEASE_LOCK is not reached for another owner's row. */
+    assert_int_equal(q1s(my, "SELECT GET_LOCK(?, 0)", name), 1);
+    assert_int_equal(q1s(my,
+                         "UPDATE cerberus_lock SET owner = NULL WHERE name = ? AND owner = "
+                         "'not-x' AND IFNULL(RELEASE_LOCK(?), 0) >= 0",
+                         name),
+                     0);
+    assert_int_equal(q1s(my, "SELECT IS_USED_LOCK(?) = CONNECTION_ID()", name), 1);
+    assert_int_equal(q1s(my,
+                         "UPDATE cerberus_lock SET owner = NULL WHERE name = ? AND owner = "
+                         "'x' AND IFNULL(RELEASE_LOCK(?), 0) >= 0",
+                         name),
+                     1);
+    assert_int_equal(q1s(my, "SELECT IS_USED_LOCK(?) IS NULL", name), 1);
+    free(missing);
+    free(name);
+    mysql_close(my);
+}
+
+/* A waiting acquire on a thread of its own (holds are per thread: it
+ * unlocks what it got before it ends). */
+struct waiter {
+    struct cerb_lock *l;
+    cerb_status st, unlock_st;
+    int64_t granted_ms;
+    uint64_t fence;
+};
+
+static void *wait_thread(void *ud)
+{
+    struct waiter *w = ud;
+    w->st = cerb_lock_trylock_for(w->l, 20000);
+    w->granted_ms = cerb_test_now_ms();
+    if (w->st == CERB_OK) {
+        w->fence = cerb_lock_fencing_token(w->l);
+        w->unlock_st = cerb_lock_unlock(w->l);
+    }
+    return NULL;
+}
+
+static struct cerb_client *open_client(const char *my_extra, const char *extra)
+{
+    char *text = mysql_test_config(my_extra, extra);
+    struct cerb_client *c = cerb_test_open(text);
+    free(text);
+    assert_non_null(c);
+    return c;
+}
+
+static void test_interop(void **state)
+{
+    (void)state;
+    struct cerb_client *c = open_client(NULL, NULL);
+    MYSQL *my = raw();
+    char *name = test_name("Interop"); /* uppercase: hashed */
+    const char *ln = lname_of("dl", name);
+    assert_non_null(ln);
+    char lname[300];
+    snprintf(lname, sizeof lname, "%s", ln);
+    struct cerb_lock *l = cerb_test_handle(c, name);
+    assert_non_null(l);
+
+    /* Someone else's GET_LOCK (DistributedLock's, say) keeps us out. */
+    assert_int_equal(q1s(my, "SELECT GET_LOCK(?, 0)", lname), 1);
+    assert_int_equal(cerb_lock_trylock(l), CERB_BUSY);
+    assert_int_equal(cerb_lock_trylock_for(l, 300), CERB_TIMEOUT);
+    assert_int_equal(q1s(my, "SELECT RELEASE_LOCK(?)", lname), 1);
+
+    /* Ours keeps them out. */
+    assert_int_equal(cerb_lock_trylock(l), CERB_OK);
+    assert_int_equal(q1s(my, "SELECT GET_LOCK(?, 0)", lname), 0);
+    assert_int_equal(mysql_test_records(name), 1);
+    assert_int_equal(cerb_lock_unlock(l), CERB_OK);
+    /* Nothing left stacked: free at once, for anyone. */
+    assert_int_equal(q1s(my, "SELECT IS_USED_LOCK(?) IS NULL", lname), 1);
+    assert_int_equal(q1s(my, "SELECT GET_LOCK(?, 0)", lname), 1);
+    assert_int_equal(q1s(my, "SELECT RELEASE_LOCK(?)", lname), 1);
+    assert_int_equal(mysql_test_records(name), 0);
+
+    /* A raw holder's release wakes a waiting Cerberus acquire at once. */
+    assert_int_equal(q1s(my, "SELECT GET_LOCK(?, 0)", lname), 1);
+    struct waiter w = {.l = l, .st = CERB_EIO};
+    pthread_t th;
+    assert_int_equal(pthread_create(&th, NULL, wait_thread, &w), 0);
+    cerb_test_let_time_pass(500);
+    int64_t released = cerb_test_now_ms();
+    assert_int_equal(q1s(my, "SELECT RELEASE_LOCK(?)", lname), 1);
+    pthread_join(th, NULL);
+    assert_int_equal(w.st, CERB_OK);
+    print_message("woken %lld ms after the release\n", (long long)(w.granted_ms - released));
+    assert_true(w.granted_ms - released < 1000);
+    assert_int_equal(w.unlock_st, CERB_OK);
+    free(name);
+    cerb_lock_free(l);
+    mysql_close(my);
+    cerb_client_close(c);
+}
+
+/* ---- the engine table itself ---- */
+
+struct eng {
+    struct cerb_config *cfg;
+    cerb_engine *e;
+    const struct cerb_engine_ops *ops;
+};
+
+static void on_event(void *ud, cerb_engine_event ev, const char *name, const char *token)
+{
+    (void)ud, (void)ev, (void)name, (void)token;
+}
+
+static void eng_open(struct eng *g, const char *my_extra)
+{
+    memset(g, 0, sizeof *g);
+    cerb__engines_builtin();
+    g->ops = cerb__engine_find("mysql");
+    assert_non_null(g->ops);
+    char *text = mysql_test_config(my_extra, NULL);
+    if (cerb__config_from_string(text, &g->cfg) != CERB_OK)
+        fail_msg("config: %s", cerb_last_error());
+    free(text);
+    cerb_engine_env env = {.cfg = g->cfg, .event = on_event, .ud = g};
+    if (cerb__engine_open(g->ops, &env, &g->e) != CERB_OK)
+        fail_msg("open: %s", cerb_last_error());
+}
+
+static void eng_close(struct eng *g)
+{
+    cerb__engine_close(g->ops, g->e);
+    cerb__config_free(g->cfg);
+}
+
+struct hold {
+    cerb_engine_lock lk;
+    char priv[1024];
+};
+
+static void hold_init(struct hold *h, const char *name, int tok)
+{
+    memset(h, 0, sizeof *h);
+    h->lk.name = name;
+    snprintf(h->lk.token, sizeof h->lk.token, "%032x", tok);
+    h->lk.lease_ms = 10000;
+    h->lk.priv = h->priv;
+    h->lk.epoch = -1;
+}
+
+/* Statements the session with connection id `conn` has executed
+ * (COM_STMT_EXECUTE), from performance_schema: other clients of the shared
+ * server do not count. */
+static int64_t executes(MYSQL *my, int64_t conn)
+{
+    char sql[512];
+    snprintf(sql, sizeof sql,
+             "SELECT IFNULL(SUM(e.COUNT_STAR), 0) FROM "
+             "performance_schema.events_statements_summary_by_thread_by_event_name e JOIN "
+             "performance_schema.threads t USING (THREAD_ID) WHERE t.PROCESSLIST_ID = %lld AND "
+             "e.EVENT_NAME = 'statement/com/Execute'",
+             (long long)conn);
+    int64_t v = q1(my, sql);
+    assert_true(v >= 0);
+    return v;
+}
+
+static void test_round_trips(void **state)
+{
+    (void)state;
+    struct eng g;
+    eng_open(&g, NULL);
+    assert_true(g.ops->lock_priv_size <= sizeof(((struct hold *)0)->priv));
+    MYSQL *my = raw();
+    char *name = test_name("roundtrips");
+    struct hold h;
+    cerb_grant gr;
+    hold_init(&h, name, 7);
+    /* First grant of a name: its row is made. */
+    memset(&gr, 0, sizeof gr);
+    assert_int_equal(cerb__engine_acquire(g.ops, g.e, &h.lk, 0, NULL, &gr), CERB_OK);
+    assert_int_equal(gr.fence, 1);
+    assert_int_equal(cerb__engine_release(g.ops, g.e, &h.lk), CERB_OK);
+    /* Then: one statement to release, one to grant, on the one session
+     * the engine has (it opened one; nothing else runs here), every
+     * round. */
+    int64_t best = INT64_MAX;
+    uint64_t last = gr.fence;
+    for (int round = 0; round < 3; round++) {
+        hold_init(&h, name, 8 + round);
+        memset(&gr, 0, sizeof gr);
+        assert_int_equal(cerb__engine_acquire(g.ops, g.e, &h.lk, 0, NULL, &gr), CERB_OK);
+        int64_t c = q1s(my, "SELECT owner_conn FROM cerberus_lock WHERE name = ?", name);
+        int64_t a = executes(my, c);
+        assert_int_equal(cerb__engine_release(g.ops, g.e, &h.lk), CERB_OK);
+        hold_init(&h, name, 18 + round);
+        assert_int_equal(cerb__engine_acquire(g.ops, g.e, &h.lk, 0, NULL, &gr), CERB_OK);
+        assert_true(gr.fence > last);
+        last = gr.fence;
+        /* The same session granted again (one session in the pool). */
+        assert_int_equal(q1s(my, "SELECT owner_conn FROM cerberus_lock WHERE name = ?", name), c);
+        int64_t d = executes(my, c) - a;
+        assert_int_equal(cerb__engine_release(g.ops, g.e, &h.lk), CERB_OK);
+        assert_int_equal(d, 2);
+        if (d < best)
+            best = d;
+    }
+    print_message("uncontended release + grant: %lld statements\n", (long long)best);
+    assert_int_equal(best, 2);
+    /* No GET_LOCK left behind by the engine's sessions. */
+    assert_int_equal(q1s(my, "SELECT IS_USED_LOCK(?) IS NULL", name), 1);
+
+    /* A floor: the grant ranks above it, and so does the next one. */
+    hold_init(&h, name, 20);
+    h.lk.fence_floor = 5000;
+    assert_int_equal(cerb__engine_acquire(g.ops, g.e, &h.lk, 0, NULL, &gr), CERB_OK);
+    assert_int_equal(gr.fence, 5001);
+    /* check_owner sees it; a second holder is refused; renew keeps it. */
+    cerb_grant cg;
+    memset(&cg, 0, sizeof cg);
+    assert_int_equal(cerb__engine_check_owner(g.ops, g.e, &h.lk, &cg), CERB_OK);
+    assert_int_equal(cg.fence, 5001);
+    struct hold h2;
+    hold_init(&h2, name, 21);
+    assert_int_equal(cerb__engine_acquire(g.ops, g.e, &h2.lk, 0, NULL, &gr), CERB_BUSY);
+    assert_int_equal(cerb__engine_held(g.ops, g.e, name), CERB_BUSY);
+    assert_int_equal(cerb__engine_renew(g.ops, g.e, &h.lk, &cg), CERB_OK);
+    assert_int_equal(cg.fence, 5001);
+    /* A batch of three names on one engine, one of them gone. */
+    char *n2 = test_name("roundtrips-b"), *n3 = test_name("roundtrips-c");
+    struct hold hb, hc;
+    hold_init(&hb, n2, 30);
+    hold_init(&hc, n3, 31);
+    assert_int_equal(cerb__engine_acquire(g.ops, g.e, &hb.lk, 0, NULL, &gr), CERB_OK);
+    assert_int_equal(cerb__engine_acquire(g.ops, g.e, &hc.lk, 0, NULL, &gr), CERB_OK);
+    q1s(my, "UPDATE cerberus_lock SET owner = 'someone else' WHERE name = ?", n3);
+    cerb_renew_item items[3] = {{.lk = &h.lk}, {.lk = &hb.lk}, {.lk = &hc.lk}};
+    cerb__engine_renew_batch(g.ops, g.e, items, 3);
+    assert_int_equal(items[0].st, CERB_OK);
+    assert_int_equal(items[1].st, CERB_OK);
+    assert_int_equal(items[2].st, CERB_NOT_OWNER);
+    /* The lost one gave its GET_LOCK back. */
+    assert_int_equal(q1s(my, "SELECT IS_USED_LOCK(?) IS NULL", lname_of("dl", n3)), 1);
+    assert_int_equal(cerb__engine_release(g.ops, g.e, &hb.lk), CERB_OK);
+    assert_int_equal(cerb__engine_release(g.ops, g.e, &h.lk), CERB_OK);
+    hold_init(&h2, name, 22);
+    assert_int_equal(cerb__engine_acquire(g.ops, g.e, &h2.lk, 0, NULL, &gr), CERB_OK);
+    assert_int_equal(gr.fence, 5002);
+    assert_int_equal(cerb__engine_release(g.ops, g.e, &h2.lk), CERB_OK);
+    assert_int_equal(cerb__engine_held(g.ops, g.e, name), CERB_OK);
+    assert_int_equal(cerb__engine_probe(g.ops, g.e, 1000), CERB_OK);
+
+    /* A hold whose session was killed: renewals fail (the first on the
+     * wire, the next knowing the session is gone), and its release frees
+     * the row it can no longer use, so the next grant need not wait for
+     * its 10 s lease. */
+    hold_init(&h, name, 40);
+    assert_int_equal(cerb__engine_acquire(g.ops, g.e, &h.lk, 0, NULL, &gr), CERB_OK);
+    uint64_t fk = gr.fence;
+    char kill[64];
+    snprintf(kill, sizeof kill, "KILL CONNECTION %lld",
+             (long long)q1s(my, "SELECT owner_conn FROM cerberus_lock WHERE name = ?", name));
+    assert_int_equal(mysql_query(my, kill), 0);
+    cerb_status rst = cerb__engine_renew(g.ops, g.e, &h.lk, &cg);
+    assert_int_not_equal(rst, CERB_OK);
+    if (rst != CERB_NOT_OWNER)
+        assert_int_equal(cerb__engine_renew(g.ops, g.e, &h.lk, &cg), CERB_NOT_OWNER);
+    assert_int_equal(q1s(my, "SELECT COUNT(*) FROM cerberus_lock WHERE name = ? AND owner IS "
+                             "NOT NULL AND lease_until > UTC_TIMESTAMP(6)",
+                         name),
+                     1);
+    assert_int_equal(cerb__engine_release(g.ops, g.e, &h.lk), CERB_NOT_OWNER);
+    assert_int_equal(q1s(my, "SELECT COUNT(*) FROM cerberus_lock WHERE name = ? AND owner IS "
+                             "NULL",
+                         name),
+                     1);
+    hold_init(&h2, name, 41);
+    assert_int_equal(cerb__engine_acquire(g.ops, g.e, &h2.lk, 0, NULL, &gr), CERB_OK);
+    assert_true(gr.fence > fk);
+    fk = gr.fence;
+    /* Its session killed too, the row keeps token 41's lease; the same
+     * token asking again (a retry after an answer lost with its session)
+     * is granted at once instead of waiting out its own lease. */
+    snprintf(kill, sizeof kill, "KILL CONNECTION %lld",
+             (long long)q1s(my, "SELECT owner_conn FROM cerberus_lock WHERE name = ?", name));
+    assert_int_equal(mysql_query(my, kill), 0);
+    assert_int_not_equal(cerb__engine_renew(g.ops, g.e, &h2.lk, &cg), CERB_OK);
+    hold_init(&h, name, 41);
+    int64_t t0 = cerb_test_now_ms();
+    assert_int_equal(cerb__engine_acquire(g.ops, g.e, &h.lk, 0, NULL, &gr), CERB_OK);
+    assert_true(cerb_test_now_ms() - t0 < 1000);
+    assert_true(gr.fence > fk);
+    /* Another token is still kept out meanwhile. */
+    hold_init(&h2, name, 42);
+    assert_int_equal(cerb__engine_acquire(g.ops, g.e, &h2.lk, 0, NULL, &gr), CERB_BUSY);
+    assert_int_equal(cerb__engine_release(g.ops, g.e, &h.lk), CERB_OK);
+    free(n2);
+    free(n3);
+    free(name);
+    mysql_close(my);
+    eng_close(&g);
+}
+
+static void test_injection(void **state)
+{
+    (void)state;
+    struct cerb_client *a = open_client(NULL, NULL), *b = open_client(NULL, NULL);
+    MYSQL *my = raw();
+    char *uniq = test_name("inj");
+    const char *shapes[] = {
+        "x'); DROP TABLE cerberus_lock; -- ",
+        "q\"d'o`b; SELECT 1",
+        "back\\slash\\' OR '1'='1",
+        "caf\xc3\xa9 \xe2\x98\x83",
+        "bin \xff\xfe\xa0\xc0",
+        "%s%n%x_%%",
+    };
+    int64_t rows_before = q1(my, "SELECT COUNT(*) FROM cerberus_lock");
+    for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
+        char name[256];
+        snprintf(name, sizeof name, "%s %s", shapes[i], uniq);
+        struct cerb_lock *la = NULL, *lb = NULL;
+        assert_int_equal(cerb_lock_new(a, name, NULL, &la), CERB_OK);
+        assert_int_equal(cerb_lock_new(b, name, NULL, &lb), CERB_OK);
+        assert_int_equal(cerb_lock_trylock(la), CERB_OK);
+        assert_true(cerb_lock_fencing_token(la) > 0);
+        assert_int_equal(cerb_lock_trylock(lb), CERB_BUSY);
+        /* The row is there under the exact bytes. */
+        assert_int_equal(q1s(my, "SELECT COUNT(*) FROM cerberus_lock WHERE name = ? AND "
+                                 "owner IS NOT NULL",
+                             name),
+                         1);
+        assert_int_equal(cerb_lock_unlock(la), CERB_OK);
+        assert_int_equal(cerb_lock_trylock(lb), CERB_OK);
+        assert_int_equal(cerb_lock_unlock(lb), CERB_OK);
+        cerb_lock_free(la);
+        cerb_lock_free(lb);
+    }
+    /* The table is intact, with one row per name added. */
+    assert_true(q1(my, "SELECT COUNT(*) FROM cerberus_lock") >= rows_before + 6);
+    assert_int_equal(q1(my, "SELECT COUNT(*) FROM information_schema.TABLES WHERE "
+                            "TABLE_SCHEMA = 'cerb' AND TABLE_NAME IN ('cerberus_lock', "
+                            "'cerberus_guard')"),
+                     2);
+    free(uniq);
+    mysql_close(my);
+    cerb_client_close(a);
+    cerb_client_close(b);
+}
+
+static void test_fences(void **state)
+{
+    (void)state;
+    struct cerb_client *a = open_client(NULL, NULL), *b = open_client(NULL, NULL);
+    char *name = test_name("fences");
+    struct cerb_lock *la = cerb_test_handle(a, name), *lb = cerb_test_handle(b, name);
+    assert_non_null(la);
+    assert_non_null(lb);
+    uint64_t last = 0;
+    for (int i = 0; i < 20; i++) {
+        struct cerb_lock *l = i % 2 ? lb : la;
+        assert_int_equal(cerb_lock_trylock_for(l, 5000), CERB_OK);
+        uint64_t f = cerb_lock_fencing_token(l);
+        assert_true(f > last);
+        last = f;
+        assert_int_equal(cerb_lock_unlock(l), CERB_OK);
+    }
+    cerb_lock_free(la);
+    cerb_lock_free(lb);
+    free(name);
+    cerb_client_close(a);
+    cerb_client_close(b);
+}
+
+/* ---- a killed holder session ---- */
+
+static atomic_int lost_fired;
+static _Atomic int64_t lost_at_ms;
+
+static void on_lost(struct cerb_lock *l, void *ud)
+{
+    (void)l, (void)ud;
+    atomic_store(&lost_at_ms, cerb_test_now_ms());
+    atomic_store(&lost_fired, 1);
+}
+
+static bool lost_pred(void *ud)
+{
+    (void)ud;
+    return atomic_load(&lost_fired) != 0;
+}
+
+static void test_killed_holder(void **state)
+{
+    (void)state;
+    const char *lease = "lock = { lease_ms = 3000; };";
+    struct cerb_client *a = open_client(NULL, lease), *b = open_client(NULL, lease);
+    MYSQL *my = raw();
+    char *name = test_name("killed");
+    struct cerb_lock *la = cerb_test_handle(a, name), *lb = cerb_test_handle(b, name);
+    assert_non_null(la);
+    assert_non_null(lb);
+    atomic_store(&lost_fired, 0);
+    assert_int_equal(cerb_lock_on_lost(la, on_lost, NULL), CERB_OK);
+    assert_int_equal(cerb_lock_trylock(la), CERB_OK);
+    uint64_t fa = cerb_lock_fencing_token(la);
+
+    struct waiter w = {.l = lb, .st = CERB_EIO};
+    pthread_t th;
+    assert_int_equal(pthread_create(&th, NULL, wait_thread, &w), 0);
+    cerb_test_let_time_pass(300);
+
+    /* Kill the holder's session, as the same user (no SUPER needed). */
+    int64_t conn = q1s(my, "SELECT owner_conn FROM cerberus_lock WHERE name = ?", name);
+    assert_true(conn > 0);
+    char kill[64];
+    snprintf(kill, sizeof kill, "KILL CONNECTION %lld", (long long)conn);
+    assert_int_equal(mysql_query(my, kill), 0);
+    int64_t killed_ms = cerb_test_now_ms();
+    /* The lease the holder had when its session died (it cannot renew on
+     * a dead session), as text to compare on the server later. */
+    assert_int_equal(mysql_test_exec1(my,
+                                      "CREATE TEMPORARY TABLE old_lease AS SELECT lease_until, "
+                                      "owner FROM cerberus_lock WHERE name = ?",
+                                      name, NULL),
+                     0);
+    int64_t left_us = q1(my, "SELECT TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), lease_until) "
+                             "FROM old_lease");
+    print_message("holder killed with %lld ms of lease left\n", (long long)(left_us / 1000));
+    assert_true(left_us > 0);
+
+    /* The holder is told, by its next renewal or its own deadline. */
+    assert_true(wait_until(lost_pred, NULL, 6000));
+    assert_int_equal(cerb_lock_state(la), CERB_LOCK_LOST);
+    pthread_join(th, NULL);
+    assert_int_equal(w.st, CERB_OK);
+    /* The waiter was granted after the loss was told, and only once the
+     * old lease had run out on the server's clock (hand-off wait). */
+    assert_true(atomic_load(&lost_at_ms) <= w.granted_ms);
+    assert_true(w.granted_ms - killed_ms >= left_us / 1000 - 50);
+    assert_int_equal(q1s(my,
+                         "SELECT l.acquired_at >= o.lease_until FROM cerberus_lock l, old_lease o "
+                         "WHERE l.name = ?",
+                         name),
+                     1);
+    assert_true(w.fence > fa);
+    assert_int_equal(w.unlock_st, CERB_OK);
+    assert_int_equal(cerb_lock_unlock(la), CERB_LOST);
+    cerb_lock_free(la);
+    cerb_lock_free(lb);
+    free(name);
+    mysql_close(my);
+    cerb_client_close(a);
+    cerb_client_close(b);
+}
+
+/* Like mysql_test_config, with a user and database of the caller's. */
+static char *config_for(const char *user, const char *db, const char *my_extra)
+{
+    char *t = malloc(1024);
+    assert_non_null(t);
+    snprintf(t, 1024,
+             "engines = (\"mysql\");\nmysql = { host = \"127.0.0.1\"; port = %d; user = \"%s\"; "
+             "database = \"%s\"; %s };\n",
+             mysql_test_port(), user, db, my_extra ? my_extra : "");
+    return t;
+}
+
+static void test_open_errors(void **state)
+{
+    (void)state;
+    cerb_client *c = NULL;
+    char *text = config_for("cerb", "cerb_no_such_db", NULL);
+    cerb_status st = cerb_client_open_string(&c, text);
+    free(text);
+    if (st == CERB_OK) {
+        /* Engines may open lazily: the first lock says it. */
+        struct cerb_lock *l = cerb_test_handle(c, "x");
+        assert_non_null(l);
+        st = cerb_lock_trylock(l);
+        cerb_lock_free(l);
+        cerb_client_close(c);
+        c = NULL;
+    }
+    print_message("missing database: %s\n", cerb_last_error());
+    assert_int_not_equal(st, CERB_OK);
+    assert_non_null(strstr(cerb_last_error(), "cerberus init"));
+    assert_non_null(strstr(cerb_last_error(), "cerb_no_such_db"));
+
+    text = mysql_test_config("mode = \"lease\";", NULL);
+    st = cerb_client_open_string(&c, text);
+    free(text);
+    if (st == CERB_OK) {
+        struct cerb_lock *l = cerb_test_handle(c, "x");
+        st = l ? cerb_lock_trylock(l) : CERB_EIO;
+        if (l)
+            cerb_lock_free(l);
+        cerb_client_close(c);
+        c = NULL;
+    }
+    assert_int_not_equal(st, CERB_OK);
+    assert_non_null(strstr(cerb_last_error(), "not available yet"));
+
+    /* raw: a name longer than GET_LOCK's 64 characters is refused. */
+    struct cerb_client *r = open_client("key = \"raw\";", NULL);
+    char longname[80];
+    memset(longname, 'n', 65);
+    longname[65] = '\0';
+    struct cerb_lock *l = cerb_test_handle(r, longname);
+    assert_non_null(l);
+    assert_int_equal(cerb_lock_trylock(l), CERB_EINVAL);
+    cerb_lock_free(l);
+    cerb_client_close(r);
+
+    /* A password from mysql.password_file (first line). */
+    char *pw = cerb_test_write_config("cerb-secret\nsecond line\n");
+    char extra[512];
+    snprintf(extra, sizeof extra, "password_file = \"%s\";", pw);
+    text = config_for("cerb_pw", "cerb", extra);
+    struct cerb_client *p = cerb_test_open(text);
+    free(text);
+    assert_non_null(p);
+    char *name = test_name("pw");
+    l = cerb_test_handle(p, name);
+    assert_int_equal(cerb_lock_trylock(l), CERB_OK);
+    assert_int_equal(cerb_lock_unlock(l), CERB_OK);
+    cerb_lock_free(l);
+    cerb_client_close(p);
+    free(name);
+    cerb_test_remove_file(pw);
+    /* A wrong one is refused without being printed. */
+    pw = cerb_test_write_config("not-the-Secret-42\n");
+    snprintf(extra, sizeof extra, "password_file = \"%s\";", pw);
+    text = config_for("cerb_pw", "cerb", extra);
+    st = cerb_client_open_string(&c, text);
+    free(text);
+    if (st == CERB_OK) {
+        l = cerb_test_handle(c, "x");
+        st = l ? cerb_lock_trylock(l) : CERB_EIO;
+        if (l)
+            cerb_lock_free(l);
+        cerb_client_close(c);
+    }
+    assert_int_not_equal(st, CERB_OK);
+    assert_null(strstr(cerb_last_error(), "not-the-Secret-42"));
+    cerb_test_remove_file(pw);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_mapping),      cmocka_unit_test(test_eval_order),
+        cmocka_unit_test(test_interop),      cmocka_unit_test(test_round_trips),
+        cmocka_unit_test(test_injection),    cmocka_unit_test(test_fences),
+        cmocka_unit_test(test_killed_holder), cmocka_unit_test(test_open_errors),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
