@@ -150,7 +150,7 @@ static void pg_stats(cerb_engine *e, struct cerb_engine_stats *out)
 }
 
 const struct cerb_engine_ops cerb__pg_engine_ops = {
-    .version = CERB_ENGINE_OPS_V1,
+    .version = CERB_ENGINE_OPS_V3,
     .name = "pg",
     .caps = CERB_CAP_FENCING | CERB_CAP_WAIT | CERB_CAP_CROSS_PROCESS | CERB_CAP_BATCH_RENEW |
             CERB_CAP_FENCE_FLOOR,
@@ -165,4 +165,6 @@ const struct cerb_engine_ops cerb__pg_engine_ops = {
     .renew_batch = cerb__pg_op_renew_batch,
     .stats = pg_stats,
     .held = cerb__pg_op_held,
+    /* version 3: inspection (pg_lock.c) */
+    .inspect = cerb__pg_op_inspect,
 };

@@ -68,6 +68,7 @@ enum pg_stmt {
     PG_PROBE,     /* the lock path answers, on a primary */
     PG_EVICT,     /* end a hung holder's session */
     PG_CANCEL,    /* cancel a waiter's statement (another session of ours) */
+    PG_INSPECT,   /* the holder and the waiters of a name */
     PG_NSTMT
 };
 
@@ -182,6 +183,7 @@ cerb_status cerb__pg_op_release(cerb_engine *e, cerb_engine_lock *lk);
 cerb_status cerb__pg_op_check(cerb_engine *e, cerb_engine_lock *lk, cerb_grant *grant);
 cerb_status cerb__pg_op_held(cerb_engine *e, const char *name);
 cerb_status cerb__pg_op_probe(cerb_engine *e, int64_t timeout_ms);
+cerb_status cerb__pg_op_inspect(cerb_engine *e, const char *name, struct cerb_holders *out);
 
 /* ---- pg_store.c ---- */
 extern const struct cerb_store_ops cerb__pg_store_ops;

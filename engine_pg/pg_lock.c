@@ -823,3 +823,25 @@ cerb_status cerb__pg_op_probe(cerb_engine *e, int64_t timeout_ms)
     PQclear(res);
     return standby ? cerb__error_set(CERB_UNAVAILABLE, "pg: the server is now a standby") : CERB_OK;
 }
+
+cerb_status cerb__pg_op_inspect(cerb_engine *e, const char *name, struct cerb_holders *out)
+{
+    struct pg_key key;
+    cerb_status st = cerb__pg_key(e->pc->key, name, &key);
+    if (st != CERB_OK)
+        return st;
+    struct key_oids ko;
+    key_oids(&key, &ko);
+    const char *v[4] = {name, ko.c, ko.o, ko.sub};
+    int l[4] = {(int)strlen(name), 0, 0, 0}, f[4] = {1, 0, 0, 0};
+    PGresult *res = NULL;
+    st = side_stmt(e, PG_INSPECT, 4, v, l, f, &res);
+    for (int r = 0; st == CERB_OK && r < PQntuples(res); r++) {
+        const char *who = PQgetvalue(res, r, 1);
+        st = cerb__holders_add(out, who, strlen(who), atoi(PQgetvalue(res, r, 0)),
+                               strtoull(PQgetvalue(res, r, 2), NULL, 10),
+                               strtoll(PQgetvalue(res, r, 3), NULL, 10), PQgetvalue(res, r, 4));
+    }
+    PQclear(res);
+    return st;
+}

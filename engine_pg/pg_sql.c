@@ -38,7 +38,8 @@
 
 const char *const cerb__pg_stmt_names[PG_NSTMT] = {
     "cerb_try", "cerb_wait", "cerb_claim", "cerb_unlock", "cerb_release", "cerb_renew",
-    "cerb_renew_n", "cerb_check", "cerb_drop", "cerb_held", "cerb_probe", "cerb_evict", "cerb_cancel"};
+    "cerb_renew_n", "cerb_check", "cerb_drop", "cerb_held", "cerb_probe", "cerb_evict", "cerb_cancel",
+    "cerb_inspect"};
 
 #define LOCK_FN(fn)                                                                       \
     "CASE WHEN $6::int IS NULL THEN " fn "($2::bigint) ELSE " fn "($6::int, $7::int) END"
@@ -111,6 +112,27 @@ static const char *const templates[PG_NSTMT] = {
                  "@S.cerberus_lock o WHERE o.owner_pid = l.owner_pid AND o.owner IS NOT NULL AND "
                  "o.lease_until > clock_timestamp())",
     [PG_CANCEL] = "SELECT pg_cancel_backend($1::int)",
+    /* Who holds a name and who waits, each as the backend (session) that
+     * does: the row's holder while its lease lives (with its token and
+     * fence); a session holding the key without that row — another
+     * library's session lock, or a waiter that has the lock and waits out
+     * a dead holder's lease — as holder or waiter accordingly; then the
+     * sessions queued for the key, in the order they began to wait. */
+    [PG_INSPECT] =
+        "WITH r AS (SELECT owner, owner_pid, fence, ceil(extract(epoch FROM (lease_until - "
+        "clock_timestamp())) * 1000)::bigint AS ttl FROM @S.cerberus_lock WHERE name = $1::bytea "
+        "AND owner IS NOT NULL AND lease_until > clock_timestamp()), "
+        "k AS (SELECT pid, granted, waitstart FROM pg_locks WHERE locktype = 'advisory' AND "
+        "database = (SELECT oid FROM pg_database WHERE datname = current_database()) AND "
+        "classid = $2::oid AND objid = $3::oid AND objsubid = $4::int2) "
+        "SELECT waiting, who, fence, ttl, detail FROM ("
+        "SELECT 0 AS waiting, 0 AS ord, NULL::timestamptz AS ws, 'backend ' || r.owner_pid AS who, "
+        "r.fence AS fence, r.ttl AS ttl, 'owner ' || r.owner AS detail FROM r "
+        "UNION ALL SELECT CASE WHEN k.granted AND NOT EXISTS (SELECT 1 FROM r) THEN 0 ELSE 1 END, "
+        "CASE WHEN k.granted THEN 1 ELSE 2 END, k.waitstart, 'backend ' || k.pid, 0, -1, "
+        "CASE WHEN k.granted THEN 'session lock, no row' ELSE 'waiting' END FROM k "
+        "WHERE NOT (k.granted AND k.pid IS NOT DISTINCT FROM (SELECT owner_pid FROM r))"
+        ") x ORDER BY ord, ws NULLS FIRST",
 };
 
 void cerb__pg_quote_ident(const char *id, char *out, size_t len)

@@ -37,6 +37,9 @@
 #ifdef CERB_CONF_ETCD
 #include "etcd_util.h"
 #endif
+#ifdef CERB_CONF_PG
+#include "pg_util.h"
+#endif
 
 #ifndef CERB_CONFORMANCE_ENGINE
 #error "compile with -DCERB_CONFORMANCE_ENGINE=\"<engine>\" (tests/conformance.cmake does)"
@@ -66,6 +69,10 @@ static char *config(void)
 #ifdef CERB_CONF_ETCD
     if (strcmp(ENGINE, "etcd") == 0)
         return etcd_test_config(NULL, NULL);
+#endif
+#ifdef CERB_CONF_PG
+    if (strcmp(ENGINE, "pg") == 0)
+        return pg_test_config(NULL, NULL);
 #endif
     fail_msg("engine \"%s\" is not built into this suite", ENGINE);
     return NULL;
