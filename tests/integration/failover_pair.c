@@ -1,7 +1,8 @@
 /*
  * failover_pair.c — failover from a real primary server to a secondary
  * engine, one source built once per pair (tests/CMakeLists.txt defines
- * CERB_FO_PAIR_REDIS_ZK, CERB_FO_PAIR_ETCD_REDIS or CERB_FO_PAIR_REDIS_LOCAL).
+ * CERB_FO_PAIR_REDIS_ZK, CERB_FO_PAIR_ETCD_REDIS, CERB_FO_PAIR_PG_REDIS or
+ * CERB_FO_PAIR_REDIS_LOCAL).
  * The first engine is the primary and runs on this suite's exclusive
  * server, which the tests kill -9, SIGSTOP and restart; the second is the
  * shared server of its engine, where every lock name is unique to this run
@@ -65,8 +66,10 @@
 #include "zk_util.h"
 #elif defined(CERB_FO_PAIR_ETCD_REDIS)
 #include "etcd_util.h"
+#elif defined(CERB_FO_PAIR_PG_REDIS)
+#include "pg_util.h"
 #elif !defined(CERB_FO_PAIR_REDIS_LOCAL)
-#error "define CERB_FO_PAIR_REDIS_ZK, _ETCD_REDIS or _REDIS_LOCAL (tests/CMakeLists.txt)"
+#error "define CERB_FO_PAIR_REDIS_ZK, _ETCD_REDIS, _PG_REDIS or _REDIS_LOCAL (tests/CMakeLists.txt)"
 #endif
 
 /* Small numbers keep the suite short. */
@@ -155,6 +158,25 @@ static const struct fo_engine fo_etcd = {"etcd",       etcd_section, ETCD_TTL_S 
                                          etcd_start};
 _Static_assert(ETCD_TTL_S * 1000 >= LEASE_MS, "the hold time above assumes it");
 #define PRIMARY fo_etcd
+#define SECONDARY fo_redis
+#elif defined(CERB_FO_PAIR_PG_REDIS)
+/* pg keeps no closure record, so it needs no namespace of its own: every
+ * name here is unique to the run anyway. */
+static char *pg_section(bool dead, const char *ns)
+{
+    (void)ns;
+    return fmt("pg = { conninfo = \"host=127.0.0.1 port=%d dbname=cerb user=cerb\";\n"
+               "  op_timeout_ms = %d; connect_timeout_ms = %d; };\n",
+               dead ? 1 : pg_test_port(), OP_TIMEOUT_MS, OP_TIMEOUT_MS);
+}
+static pid_t pg_pid(void) { return cerb_test_server_pid("pg", pg_test_port()); }
+static int pg_pause(void) { return pg_test_pause_server(pg_pid()); }
+static int pg_resume(void) { return pg_test_resume_server(pg_pid()); }
+static int pg_start(void) { return cerb_test_servers_run("start", "pg", pg_test_port(), 60000); }
+/* A hold lives as long as its lease row (the engine states no bound). */
+static const struct fo_engine fo_pg = {"pg", pg_section, LEASE_MS, pg_pid,
+                                       pg_pause, pg_resume, pg_start};
+#define PRIMARY fo_pg
 #define SECONDARY fo_redis
 #else
 /* In-process: no server, no section, nothing to disrupt. */

@@ -114,10 +114,12 @@ static int children(pid_t pid, pid_t *out, int max)
 
 int pg_test_pause_server(pid_t pid)
 {
-    pid_t kids[48];
-    int n = children(pid, kids, 48);
+    /* The postmaster first: once it is stopped it forks no new backend,
+     * so the list of its children read after that is complete. */
     if (cerb_test_pause_pid(pid) != 0)
         return -1;
+    pid_t kids[48];
+    int n = children(pid, kids, 48);
     for (int i = 0; i < n; i++)
         cerb_test_pause_pid(kids[i]); /* one that just exited is no matter */
     return 0;
