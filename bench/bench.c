@@ -6,7 +6,7 @@
  *   cerberus-bench [-c FILE] [--engine E|all] [--scenario S[,S...]|all]
  *                  [--threads N[,N...]] [--duration S] [--waiters N]
  *                  [--locks M] [--lease MS] [--port P] [--redis-port P]
- *                  [--zk-port P] [--etcd-port P] [--cli PATH] [--peers]
+ *                  [--zk-port P] [--etcd-port P] [--pg-port P] [--cli PATH] [--peers]
  *                  [--json FILE] [--plot FILE.png]
  *
  * Scenarios: uncontended, contended, handoff, herd, many, guard (the
@@ -28,8 +28,9 @@
  * Without -c the bench writes its own configuration: Redis on 127.0.0.1,
  * port --port (26379, the test server's), with the default pool (it opens
  * as many connections as threads call at once); `--engine local` gives
- * the in-process engine instead, `--engine zk` or `etcd` that server
- * (22181, 22379). The switch scenario needs every engine of the file it
+ * the in-process engine instead, `--engine zk`, `etcd` or `pg` that server
+ * (22181, 22379, 25432; pg as the test server's role and database cerb,
+ * with the default pg.pool). The switch scenario needs every engine of the file it
  * switches, so with it the built-in configuration lists redis, zk and etcd
  * on 127.0.0.1, each on its own port option (--redis-port, --zk-port,
  * --etcd-port; --port still names the port of the --engine measured), and
@@ -82,6 +83,22 @@ enum {
 /* Default ports of the built-in configuration: the test servers'. */
 #define DEFAULT_ZK_PORT 22181
 #define DEFAULT_ETCD_PORT 22379
+#define DEFAULT_PG_PORT 25432
+
+/* The engines a built-in configuration can name, each with its port
+ * option and default port (DESIGN.md §9). A new engine (mysql: 23306) is a
+ * row here, a case in builtin_one and its ceiling file. */
+static const struct {
+    const char *name;
+    const char *opt;
+    int port;
+} builtin_ports[] = {
+    {"redis", "--redis-port", DEFAULT_PORT},
+    {"zk", "--zk-port", DEFAULT_ZK_PORT},
+    {"etcd", "--etcd-port", DEFAULT_ETCD_PORT},
+    {"pg", "--pg-port", DEFAULT_PG_PORT},
+};
+#define N_BUILTIN_PORTS (sizeof builtin_ports / sizeof builtin_ports[0])
 
 static const struct {
     const char *name;
@@ -110,7 +127,7 @@ struct cli {
     double duration_s;
     int port;
     int port_set; /* --port given: overrides the engine's default port */
-    int redis_port, zk_port, etcd_port; /* --<e>-port; 0 = not given */
+    int eport[N_BUILTIN_PORTS]; /* --<e>-port (builtin_ports); 0 = not given */
     const char *cli;           /* --cli: the `cerberus` command (switch) */
     char *switch_text;         /* switch without -c: the built-in file, owned */
     const char *json_path;
@@ -128,9 +145,9 @@ static void usage(FILE *f)
         "[--waiters N] [--locks M]\n"
         "                      [--lease MS] [--port P] [--redis-port P] "
         "[--zk-port P]\n"
-        "                      [--etcd-port P] [--cli PATH] [--peers] "
-        "[--json FILE]\n"
-        "                      [--plot FILE.png]\n"
+        "                      [--etcd-port P] [--pg-port P] [--cli PATH] "
+        "[--peers]\n"
+        "                      [--json FILE] [--plot FILE.png]\n"
         "\n"
         "  -c, --config FILE   engines and servers from a Cerberus config file;\n"
         "                      without it: redis on 127.0.0.1:PORT\n"
@@ -149,10 +166,11 @@ static void usage(FILE *f)
         "  --duration S        seconds measured per side of each scenario; herd: rounds\n"
         "                      for that long; many: the hold period (default 5)\n"
         "  --port P            without -c: the port of the engine measured (default\n"
-        "                      redis %d, zk %d, etcd %d)\n"
-        "  --redis-port P, --zk-port P, --etcd-port P\n"
+        "                      redis %d, zk %d, etcd %d, pg %d)\n"
+        "  --redis-port P, --zk-port P, --etcd-port P, --pg-port P\n"
         "                      without -c: that engine's port (the switch scenario's\n"
-        "                      built-in file lists all three)\n"
+        "                      built-in file lists redis, zk and etcd); pg connects\n"
+        "                      as user cerb to database cerb, as the test server has\n"
         "  --peers             also run the peers on the same servers, a row each\n"
         "                      under Cerberus's uncontended and handoff rows:\n"
         "                      redis-py (redis), Curator and kazoo (zk),\n"
@@ -201,7 +219,8 @@ static void usage(FILE *f)
         "                      else cerberus on PATH)\n",
         DEFAULT_CONTENDED_THREADS, DEFAULT_HANDOFF_WAITERS,
         DEFAULT_HERD_WAITERS, DEFAULT_LOCKS, DEFAULT_MANY_LEASE_MS,
-        DEFAULT_PORT, DEFAULT_ZK_PORT, DEFAULT_ETCD_PORT, BENCH_SWITCH_TARGET);
+        DEFAULT_PORT, DEFAULT_ZK_PORT, DEFAULT_ETCD_PORT, DEFAULT_PG_PORT,
+        BENCH_SWITCH_TARGET);
 }
 
 /* Parse an integer in [lo, hi]; -1 on error (message printed). */
@@ -288,8 +307,8 @@ static int parse_cli(int argc, char **argv, struct cli *c)
 {
     enum { O_ENGINE = 256, O_SCENARIO, O_THREADS, O_DURATION, O_WAITERS,
            O_PORT, O_JSON, O_FAIL, O_RESTORE, O_GRACE0, O_FLAP, O_FLAP_PERIOD, O_MAX_WAIT,
-           O_LOCKS, O_LEASE, O_PLOT, O_PEERS, O_REDIS_PORT, O_ZK_PORT,
-           O_ETCD_PORT, O_CLI };
+           O_LOCKS, O_LEASE, O_PLOT, O_PEERS, O_CLI,
+           O_ENGINE_PORT /* + index in builtin_ports */ };
     static const struct option opts[] = {
         {"config", required_argument, NULL, 'c'},
         {"engine", required_argument, NULL, O_ENGINE},
@@ -298,9 +317,10 @@ static int parse_cli(int argc, char **argv, struct cli *c)
         {"duration", required_argument, NULL, O_DURATION},
         {"waiters", required_argument, NULL, O_WAITERS},
         {"port", required_argument, NULL, O_PORT},
-        {"redis-port", required_argument, NULL, O_REDIS_PORT},
-        {"zk-port", required_argument, NULL, O_ZK_PORT},
-        {"etcd-port", required_argument, NULL, O_ETCD_PORT},
+        {"redis-port", required_argument, NULL, O_ENGINE_PORT + 0},
+        {"zk-port", required_argument, NULL, O_ENGINE_PORT + 1},
+        {"etcd-port", required_argument, NULL, O_ENGINE_PORT + 2},
+        {"pg-port", required_argument, NULL, O_ENGINE_PORT + 3},
         {"cli", required_argument, NULL, O_CLI},
         {"json", required_argument, NULL, O_JSON},
         {"plot", required_argument, NULL, O_PLOT},
@@ -384,20 +404,6 @@ static int parse_cli(int argc, char **argv, struct cli *c)
                 return -1;
             port_given = 1;
             break;
-        case O_REDIS_PORT:
-        case O_ZK_PORT:
-        case O_ETCD_PORT: {
-            int *slot = ch == O_REDIS_PORT ? &c->redis_port
-                      : ch == O_ZK_PORT    ? &c->zk_port
-                                           : &c->etcd_port;
-            const char *opt = ch == O_REDIS_PORT ? "--redis-port"
-                            : ch == O_ZK_PORT    ? "--zk-port"
-                                                 : "--etcd-port";
-            if (parse_int(opt, optarg, 1, 65535, slot))
-                return -1;
-            port_given = 1;
-            break;
-        }
         case O_CLI:
             c->cli = optarg;
             break;
@@ -432,6 +438,13 @@ static int parse_cli(int argc, char **argv, struct cli *c)
             usage(stdout);
             return 1;
         default:
+            if (ch >= O_ENGINE_PORT && ch < O_ENGINE_PORT + (int)N_BUILTIN_PORTS) {
+                int k = ch - O_ENGINE_PORT;
+                if (parse_int(builtin_ports[k].opt, optarg, 1, 65535, &c->eport[k]))
+                    return -1;
+                port_given = 1;
+                break;
+            }
             usage(stderr);
             return -1;
         }
@@ -452,15 +465,13 @@ static int parse_cli(int argc, char **argv, struct cli *c)
     }
     /* --port names the measured engine's port: with a --<engine>-port for
      * the same engine, one of the two is a mistake. */
-    if (c->port_set &&
-        ((c->redis_port && (!strcmp(c->engine, "redis") || !strcmp(c->engine, "all"))) ||
-         (c->zk_port && !strcmp(c->engine, "zk")) ||
-         (c->etcd_port && !strcmp(c->engine, "etcd")))) {
-        bench_errorf("--port and --%s-port both give the port of %s",
-                     strcmp(c->engine, "all") ? c->engine : "redis",
-                     strcmp(c->engine, "all") ? c->engine : "redis");
-        return -1;
-    }
+    const char *measured = strcmp(c->engine, "all") ? c->engine : "redis";
+    for (size_t k = 0; c->port_set && k < N_BUILTIN_PORTS; k++)
+        if (c->eport[k] && strcmp(builtin_ports[k].name, measured) == 0) {
+            bench_errorf("--port and %s both give the port of %s", builtin_ports[k].opt,
+                         measured);
+            return -1;
+        }
     return 0;
 }
 
@@ -503,14 +514,16 @@ static int max_threads(const struct cli *c)
  * test server's. */
 static int builtin_port(const struct cli *c, const char *engine)
 {
-    int redis = strcmp(engine, "redis") == 0, zk = strcmp(engine, "zk") == 0;
-    int own = redis ? c->redis_port : zk ? c->zk_port : c->etcd_port;
-    int measured = strcmp(c->engine, engine) == 0 || (redis && strcmp(c->engine, "all") == 0);
-    if (own)
-        return own;
-    if (c->port_set && measured)
-        return c->port;
-    return redis ? DEFAULT_PORT : zk ? DEFAULT_ZK_PORT : DEFAULT_ETCD_PORT;
+    int measured = strcmp(c->engine, engine) == 0 ||
+                   (strcmp(engine, "redis") == 0 && strcmp(c->engine, "all") == 0);
+    for (size_t k = 0; k < N_BUILTIN_PORTS; k++) {
+        if (strcmp(builtin_ports[k].name, engine) != 0)
+            continue;
+        if (c->eport[k])
+            return c->eport[k];
+        return c->port_set && measured ? c->port : builtin_ports[k].port;
+    }
+    return c->port; /* not reached: every caller names an engine of the table */
 }
 
 /*
@@ -545,6 +558,13 @@ static int builtin_one(const struct cli *c, const char *want, struct bench_engin
         snprintf(text, sizeof text,
                  "engines = (\"etcd\");\netcd = { endpoints = (\"http://127.0.0.1:%d\"); };\n",
                  builtin_port(c, "etcd"));
+    } else if (strcmp(want, "pg") == 0 && !(c->scenarios & SC_SWITCH)) {
+        /* The test server's role and database (scripts/servers.d/pg.sh);
+         * the tables are `cerberus init`'s, in the default schema. */
+        snprintf(text, sizeof text,
+                 "engines = (\"pg\");\n"
+                 "pg = { conninfo = \"host=127.0.0.1 port=%d dbname=cerb user=cerb\"; };\n",
+                 builtin_port(c, "pg"));
     } else if (strcmp(want, "local") == 0 && !(c->scenarios & SC_SWITCH)) {
         snprintf(text, sizeof text, "engines = (\"local\");\n");
     } else {
@@ -552,7 +572,7 @@ static int builtin_one(const struct cli *c, const char *want, struct bench_engin
                      "one the bench knows %s", want,
                      c->scenarios & SC_SWITCH ? "redis, zk and etcd (the switch scenario's "
                                                 "built-in file)"
-                                              : "redis, zk, etcd and local");
+                                              : "redis, zk, etcd, pg and local");
         return -1;
     }
     e->config_text = dup_or_die(text);
@@ -680,6 +700,14 @@ static int engines_from_file(const struct cli *c, struct bench_engine *out)
                         "connections (the raw ceiling has one each)\n",
                         cfg->redis.pool_max, c->config_path, max_threads(c));
         }
+        /* pg: a waiting call needs a connection that pins no hold, and at
+         * most pool - 1 wait at once. */
+        if (strcmp(name, "pg") == 0 && cfg->pg.pool <= max_threads(c))
+            fprintf(stderr,
+                    "cerberus-bench: note: pg.pool = %d in %s is not above %d threads of "
+                    "one client; some calls will wait for a connection (the raw ceiling "
+                    "has one each)\n",
+                    cfg->pg.pool, c->config_path, max_threads(c));
     }
     if (n == 0) {
         char names[CERB_MAX_ENGINES * (CERB_ENGINE_NAME_MAX + 2)] = "";
@@ -873,6 +901,14 @@ int main(int argc, char **argv)
         if (strcmp(engines[i].name, "redis") == 0)
             printf("# redis at %s:%d (raw ceiling on the same server)\n",
                    engines[i].redis.host, engines[i].redis.port);
+#ifdef CERB_WITH_PG
+    for (int i = 0; cli.scenarios & ~SC_SWITCH && i < n_engines; i++)
+        if (strcmp(engines[i].name, "pg") == 0) {
+            char where[512];
+            bench_pg_describe(&engines[i], where, sizeof where);
+            printf("# pg at %s (raw ceiling on the same server and table)\n", where);
+        }
+#endif
     if (cli.peers)
         bench_peers_describe(peers, stdout, engines, n_engines);
     if (cli.scenarios & SC_SWITCH)

@@ -15,8 +15,9 @@
  * Cluster a session follows MOVED to the node that owns its name's slot. The round trip for
  * the hand-off scenario is PING on such a context.
  *
- * Engines without a ceiling here (local: there is no server) are reported as
- * "n/a".
+ * The other engines' ceilings are in files of their own (ceiling_zk.c,
+ * ceiling_etcd.c, ceiling_pg.c), listed in the table below. Engines without
+ * a ceiling (local: there is no server) are reported as "n/a".
  */
 #include <hiredis/hiredis.h>
 
@@ -271,6 +272,10 @@ static const struct bench_ceiling *const ceilings[] = {
 #ifdef CERB_WITH_ETCD
     &bench_ceiling_etcd,
 #endif
+#ifdef CERB_WITH_PG
+    &bench_ceiling_pg,
+#endif
+    /* mysql: &bench_ceiling_mysql (ceiling_mysql.c), with CERB_WITH_MYSQL. */
 };
 
 const struct bench_ceiling *bench_ceiling_find(const char *engine)

@@ -12,6 +12,12 @@
  *   handoff      latency = release → next holder; ceiling one round trip;
  *                ratio hand-off p50 ÷ RTT (lower is better, target <= 3);
  *   herd         as handoff, with W waiters queued behind one holder;
+ *                where the server queues waiters (pg) both also give the
+ *                raw hand-off among W bare sessions (ceiling_handoff.c):
+ *                its p50 in microseconds and in RTTs, its p99, and the
+ *                hand-off p50 over it (JSON: raw_handoff,
+ *                raw_handoff_p50_us, raw_handoff_p99_us,
+ *                ratio_to_raw_handoff, only on those rows);
  *   many         acquisitions/s and acquire latency of the M locks; no
  *                ceiling; the detail line has CPU % and bytes per lock;
  *   guard        begin + finish(1) per second on distinct keys; ceiling the
@@ -240,6 +246,12 @@ void bench_report_row(FILE *f, const struct bench_result *r)
                        "per-round ratio, median %.2f\n",
                     "", r->ceiling_p50_us, r->ceiling_p99_us,
                     r->ceiling_max_us, r->ratio_paired_median);
+        if (r->raw_ho_what && r->ceiling_p50_us > 0)
+            fprintf(f, "%-12s raw hand-off (%s): p50 %.1f us (%.2f RTT), p99 %.1f us; "
+                       "hand-off p50 / raw p50 %.2f\n",
+                    "", r->raw_ho_what, r->raw_ho_p50_us,
+                    r->raw_ho_p50_us / r->ceiling_p50_us, r->raw_ho_p99_us,
+                    r->raw_ho_p50_us > 0 ? r->p50_us / r->raw_ho_p50_us : 0.0);
         if (strcmp(r->scenario, "herd") == 0 && r->has_counters)
             fprintf(f, "%-12s target (DESIGN 10): 1 wake-up and <= 1.1 "
                        "acquire calls per acquisition\n", "");
@@ -519,6 +531,14 @@ static json_t *result_json(const struct bench_result *r)
             put(o, "wakeups", json_null(), &ok);
             put(o, "handoffs", json_null(), &ok);
         }
+    }
+    /* handoff and herd on an engine with a raw hand-off (pg). */
+    if (r->raw_ho_what) {
+        put(o, "raw_handoff", json_string(r->raw_ho_what), &ok);
+        put(o, "raw_handoff_p50_us", json_real(r->raw_ho_p50_us), &ok);
+        put(o, "raw_handoff_p99_us", json_real(r->raw_ho_p99_us), &ok);
+        put(o, "ratio_to_raw_handoff",
+            r->raw_ho_p50_us > 0 ? json_real(r->p50_us / r->raw_ho_p50_us) : json_null(), &ok);
     }
     if (!ok) {
         json_decref(o);

@@ -25,6 +25,10 @@
  * ratio near or above 1 means the library's waiting costs nothing. As in
  * `uncontended`, the two sides alternate in short rounds after a warm-up.
  *
+ * For pg (ceiling_pg.c) the try is pg_try_advisory_lock with the lease row
+ * claimed in the same statement, retried at once while another session
+ * holds the lock, and the release frees the row and unlocks in one.
+ *
  * The contended ceiling has its own small table (struct
  * bench_contended_ceiling) rather than new members of struct bench_ceiling,
  * whose initialisers live in other files; its Redis side is ceiling.c's
@@ -50,11 +54,20 @@ static const struct bench_contended_ceiling redis_contended = {
     .close = bench_redis_close,
 };
 
+static const struct bench_contended_ceiling *const contended_ceilings[] = {
+    &redis_contended,
+#ifdef CERB_WITH_PG
+    &bench_contended_ceiling_pg, /* ceiling_pg.c */
+#endif
+    /* mysql: &bench_contended_ceiling_mysql (ceiling_mysql.c). */
+};
+
 const struct bench_contended_ceiling *
 bench_contended_ceiling_find(const char *engine)
 {
-    if (strcmp(engine, redis_contended.engine) == 0)
-        return &redis_contended;
+    for (size_t i = 0; i < sizeof contended_ceilings / sizeof contended_ceilings[0]; i++)
+        if (strcmp(engine, contended_ceilings[i]->engine) == 0)
+            return contended_ceilings[i];
     return NULL;
 }
 

@@ -41,6 +41,11 @@
  * ops/s is acquisitions ÷ total drain time; p50/p99/max are of the hand-off
  * latency. The ceiling is one server round trip (as in `handoff`), and the
  * ratio hand-off p50 ÷ RTT p50; "n/a" for an engine without a raw ceiling.
+ * Where the server queues waiters itself (pg), W bare sessions also pass a
+ * name of their own around in the server's queue (ceiling_handoff.c: wait
+ * + claim, free + unlock, in a loop rather than rounds) before the
+ * clients open, for half of --duration, and the row gives that raw
+ * hand-off's p50 and p99.
  */
 #include <pthread.h>
 #include <stdio.h>
@@ -193,11 +198,42 @@ static int herd_wait_queued(struct herd *h, cerb_client **clients,
     return 0;
 }
 
+/* The raw hand-off among W bare sessions, closed again before the
+ * library's clients open (the server's connections are not endless). */
+static int herd_raw(const struct bench_engine *e, const struct bench_handoff_ceiling *hc,
+                    const struct bench_opts *o, struct bench_result *out)
+{
+    struct bench_hist *raw = malloc(sizeof *raw);
+    struct bench_raw_ho *ho = NULL;
+    char label[96];
+    int rc = -1;
+
+    if (!raw) {
+        bench_errorf("out of memory");
+        return -1;
+    }
+    bench_hist_init(raw);
+    bench_progress(o->progress, "herd %s: opening %d raw sessions", e->name, o->herd_waiters);
+    if (!(ho = bench_raw_ho_open(e, hc, o->herd_waiters, "herd")))
+        goto done;
+    snprintf(label, sizeof label, "herd %s x%d raw", e->name, o->herd_waiters);
+    if (bench_raw_ho_run(ho, label, bench_warmup_ns(o->duration_s), NULL, o->progress) != 0 ||
+        bench_raw_ho_run(ho, label, (int64_t)(o->duration_s * 1e9 / 2), raw, o->progress) != 0)
+        goto done;
+    bench_raw_ho_fill(out, hc, raw);
+    rc = 0;
+done:
+    bench_raw_ho_close(ho);
+    free(raw);
+    return rc;
+}
+
 int bench_herd(const struct bench_engine *e, const struct bench_opts *o,
                struct bench_result *out)
 {
     const int n = o->herd_waiters;
     const struct bench_ceiling *ceil = bench_ceiling_find(e->name);
+    const struct bench_handoff_ceiling *hc = bench_handoff_ceiling_find(e->name);
     struct herd h;
     struct herd_waiter *ws = calloc((size_t)n, sizeof *ws);
     cerb_client **clients = calloc((size_t)n, sizeof *clients);
@@ -246,6 +282,8 @@ int bench_herd(const struct bench_engine *e, const struct bench_opts *o,
                                 NULL, o->progress) != 0)
             goto done;
     }
+    if (hc && herd_raw(e, hc, o, out) != 0)
+        goto done;
 
     if (!(holder_client = bench_client_open(e)))
         goto done;

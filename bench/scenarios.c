@@ -31,7 +31,9 @@
  * protocol counters, which are deltas of cerb_engine_info() summed over the
  * clients. The ceiling is one server round trip (PING p50 on a bare
  * connection), measured in phases half as long as, and alternating with,
- * the hand-off rounds.
+ * the hand-off rounds. Where the server queues waiters itself (pg), a raw
+ * hand-off among W bare sessions (ceiling_handoff.c) runs in phases of the
+ * same length in the same rounds, and the row gives its p50 and p99 too.
  *
  * The helpers the other scenario files share (bench_run_and_merge, the
  * latency fillers, bench_sync for scenarios with threads of their own, the
@@ -761,6 +763,9 @@ int bench_handoff(const struct bench_engine *e, const struct bench_opts *o,
 {
     const int n = o->waiters;
     const struct bench_ceiling *ceil = bench_ceiling_find(e->name);
+    const struct bench_handoff_ceiling *hc = bench_handoff_ceiling_find(e->name);
+    struct bench_raw_ho *raw_ho = NULL;
+    struct bench_hist *raw_lat = malloc(sizeof *raw_lat); /* raw hand-offs */
     cerb_client **clients = calloc((size_t)n, sizeof *clients);
     struct ho_ctx *ctxs = calloc((size_t)n, sizeof *ctxs);
     void **ctxp = calloc((size_t)n, sizeof *ctxp);
@@ -787,12 +792,13 @@ int bench_handoff(const struct bench_engine *e, const struct bench_opts *o,
     out->threads = n;
     out->ratio = out->ratio_paired_median = -1;
     if (!clients || !ctxs || !ctxp || !hists || !lat || !rtt || !one ||
-        !one_ho) {
+        !one_ho || !raw_lat) {
         bench_errorf("out of memory");
         goto done;
     }
     bench_hist_init(lat);
     bench_hist_init(rtt);
+    bench_hist_init(raw_lat);
     lopts.fair = 1;
     out->fair = 1;
     snprintf(name, sizeof name, "bench-h-%ld", (long)getpid());
@@ -804,6 +810,8 @@ int bench_handoff(const struct bench_engine *e, const struct bench_opts *o,
             goto done;
         }
     }
+    if (hc && !(raw_ho = bench_raw_ho_open(e, hc, n, "h")))
+        goto done;
     for (int i = 0; i < n; i++) {
         if (!(clients[i] = bench_client_open(e)))
             goto done;
@@ -821,6 +829,9 @@ int bench_handoff(const struct bench_engine *e, const struct bench_opts *o,
     if (ceil && bench_run_and_merge(label, 1, bench_warmup_ns(o->duration_s), bench_rtt_body,
                               rtt_ctxp, NULL, hists, NULL, NULL,
                               o->progress) != 0)
+        goto done;
+    if (raw_ho && bench_raw_ho_run(raw_ho, label, bench_warmup_ns(o->duration_s), NULL,
+                                   o->progress) != 0)
         goto done;
     if (bench_run_and_merge(label, n, bench_warmup_ns(o->duration_s), ho_body, ctxp, &sh,
                       hists, NULL, NULL, o->progress) != 0)
@@ -840,6 +851,12 @@ int bench_handoff(const struct bench_engine *e, const struct bench_opts *o,
                 goto done;
             bench_hist_merge(rtt, one);
             bench_note_round_p50(out, one);
+        }
+        if (raw_ho) {
+            snprintf(label, sizeof label, "handoff %s x%d raw %d/%d", e->name, n, round,
+                     rounds);
+            if (bench_raw_ho_run(raw_ho, label, side_ns / 2, raw_lat, o->progress) != 0)
+                goto done;
         }
         snprintf(label, sizeof label, "handoff %s x%d cerberus %d/%d",
                  e->name, n, round, rounds);
@@ -880,11 +897,14 @@ int bench_handoff(const struct bench_engine *e, const struct bench_opts *o,
         if (out->ceiling_p50_us > 0 && lat->n)
             out->ratio = out->p50_us / out->ceiling_p50_us;
     }
+    bench_raw_ho_fill(out, hc, raw_lat);
     rc = 0;
 
 done:
     if (rc_ctx.sess)
         ceil->close(rc_ctx.sess);
+    bench_raw_ho_close(raw_ho);
+    free(raw_lat);
     for (int i = 0; ctxs && clients && i < n; i++) {
         cerb_lock_free(ctxs[i].lock);
         cerb_client_close(clients[i]);

@@ -106,6 +106,12 @@ struct bench_result {
     /* failover / flapping: the finding in words (empty otherwise). */
     char note[160];
 
+    /* handoff, herd: the raw hand-off with as many bare sessions
+     * (ceiling_handoff.c), for engines whose server queues waiters: what
+     * it does (NULL = not measured), its hand-off p50 and p99. */
+    const char *raw_ho_what;
+    double raw_ho_p50_us, raw_ho_p99_us;
+
     /* handoff, contended, herd: engine counters (deltas summed over the
      * clients). */
     int has_counters;
@@ -434,6 +440,52 @@ struct bench_contended_ceiling {
 /* The contended ceiling for @engine, or NULL ("n/a"). */
 const struct bench_contended_ceiling *
 bench_contended_ceiling_find(const char *engine);
+/* pg's (ceiling_pg.c): try + claim, retried at once; free + unlock. */
+extern const struct bench_contended_ceiling bench_contended_ceiling_pg;
+
+/* ---- raw hand-off (ceiling_handoff.c) ---- */
+
+/*
+ * For an engine whose server queues waiters itself (pg_advisory_lock,
+ * GET_LOCK): the least a bare client does to pass a lock on, measured
+ * beside the handoff and herd rows. A session is one connection, used by
+ * one thread only.
+ */
+struct bench_handoff_ceiling {
+    const char *engine;
+    const char *what;   /* the commands, in words, for the report */
+    void *(*open)(const struct bench_engine *e, char *err, size_t errlen);
+    /* Block in the server's queue until @name is ours, row claimed with
+     * @token. Returns 0, or -1 with @err. */
+    int (*wait)(void *sess, const char *name, const char *token, char *err,
+                size_t errlen);
+    /* Free the row and give the lock back. Returns 0, or -1 with @err. */
+    int (*release)(void *sess, const char *name, const char *token, char *err,
+                   size_t errlen);
+    void (*close)(void *sess);
+};
+/* Each in its engine's ceiling file (ceiling_<e>.c). A mysql one
+ * (GET_LOCK + claim; free + RELEASE_LOCK) goes in the table of
+ * ceiling_handoff.c next to pg's. */
+extern const struct bench_handoff_ceiling bench_handoff_ceiling_pg;
+/* The raw hand-off of @engine, or NULL when it has none. */
+const struct bench_handoff_ceiling *bench_handoff_ceiling_find(const char *engine);
+
+/* @n bare sessions of @hc contending for one name of their own
+ * ("bench-<tag>-raw-<pid>"). Returns NULL after printing why. */
+struct bench_raw_ho;
+struct bench_raw_ho *bench_raw_ho_open(const struct bench_engine *e,
+                                       const struct bench_handoff_ceiling *hc, int n,
+                                       const char *tag);
+/* One timed phase of hand-offs among them; latencies merged into @acc.
+ * Returns 0, or -1 after printing the failure. */
+int bench_raw_ho_run(struct bench_raw_ho *ho, const char *label, int64_t duration_ns,
+                     struct bench_hist *acc, int progress);
+void bench_raw_ho_close(struct bench_raw_ho *ho);
+/* raw_ho_* of @r from the raw hand-offs @h (nothing when @hc is NULL or @h
+ * is empty). */
+void bench_raw_ho_fill(struct bench_result *r, const struct bench_handoff_ceiling *hc,
+                       const struct bench_hist *h);
 
 /* ---- peers (peers.c) ---- */
 
@@ -491,9 +543,13 @@ struct bench_ceiling {
     void (*close)(void *sess);
 };
 
-/* Ceilings of the other engines, each in its own file (ceiling_<e>.c). */
+/* Ceilings of the other engines, each in its own file (ceiling_<e>.c,
+ * built with its engine). A mysql one (GET_LOCK + INSERT ... ON DUPLICATE
+ * KEY UPDATE fence = LAST_INSERT_ID(...); UPDATE + RELEASE_LOCK) would be
+ * bench_ceiling_mysql in ceiling_mysql.c, listed in ceiling.c's table. */
 extern const struct bench_ceiling bench_ceiling_zk;
 extern const struct bench_ceiling bench_ceiling_etcd;
+extern const struct bench_ceiling bench_ceiling_pg;
 
 /* The ceiling for @engine, or NULL when none is implemented ("n/a"). */
 const struct bench_ceiling *bench_ceiling_find(const char *engine);
@@ -531,6 +587,24 @@ void bench_redis_close(void *sess);
 /* The hiredis connection (a redisContext *) of such a session, for the
  * guard's ceiling (ceiling_guard.c), which adds its own script. */
 struct redisContext *bench_redis_context(void *sess);
+
+/* The bare PostgreSQL session behind the pg ceilings (ceiling_pg.c): one
+ * blocking libpq connection from e->cfg->pg (conninfo, password_file),
+ * synchronous_commit = on, the statements prepared on
+ * <pg.schema>.cerberus_lock. try: pg_try_advisory_lock + the row claimed
+ * in one statement, 1 = ours, 0 = the lock is another session's, -1 =
+ * error; wait: the same with pg_advisory_lock, 0 or -1; release: the row
+ * freed and the lock given back in one statement, 0 or -1. Built with
+ * CERB_WITH_PG only. */
+void *bench_pg_open(const struct bench_engine *e, char *err, size_t errlen);
+int bench_pg_try(void *sess, const char *name, const char *token, char *err, size_t errlen);
+int bench_pg_wait(void *sess, const char *name, const char *token, char *err, size_t errlen);
+int bench_pg_release(void *sess, const char *name, const char *token, char *err,
+                     size_t errlen);
+void bench_pg_close(void *sess);
+/* "host=H port=P dbname=D user=U, table S.cerberus_lock" of e->cfg->pg
+ * (never the password), for the report's header. */
+void bench_pg_describe(const struct bench_engine *e, char *buf, size_t len);
 
 /* The bare ZooKeeper session behind the zk ceiling (ceiling_zk.c), shared
  * with the guard's (ceiling_guard_zk.c): one zhandle, connected, with the
