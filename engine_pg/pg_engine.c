@@ -150,7 +150,7 @@ static void pg_stats(cerb_engine *e, struct cerb_engine_stats *out)
 }
 
 const struct cerb_engine_ops cerb__pg_engine_ops = {
-    .version = CERB_ENGINE_OPS_V1,
+    .version = CERB_ENGINE_OPS_V2,
     .name = "pg",
     .caps = CERB_CAP_FENCING | CERB_CAP_WAIT | CERB_CAP_CROSS_PROCESS | CERB_CAP_BATCH_RENEW |
             CERB_CAP_FENCE_FLOOR,
@@ -165,4 +165,8 @@ const struct cerb_engine_ops cerb__pg_engine_ops = {
     .renew_batch = cerb__pg_op_renew_batch,
     .stats = pg_stats,
     .held = cerb__pg_op_held,
+    .guard_begin = cerb__pg_guard_begin,
+    .guard_renew = cerb__pg_guard_renew,
+    .guard_finish = cerb__pg_guard_finish,
+    .guard_check = cerb__pg_guard_check,
 };
