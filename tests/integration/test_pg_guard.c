@@ -16,6 +16,10 @@
  *    by threads (exactly one wins), begins racing a finish (never OK);
  *  - hostile scope and key strings are data;
  *  - expired records are swept, live and permanent ones are not;
+ *  - SQL errors (a row locked by another session past lock_timeout) change
+ *    nothing and say outcome NO; the API's begin then answers
+ *    CERB_UNAVAILABLE; a schema without the guard table says to run
+ *    `cerberus init`;
  *  - `cerberus once` on pg.
  * The suite works in a schema of its own (cerb_g<pid>, made here with the
  * engine's `cerberus init` and dropped at the end), so counting records is
@@ -646,6 +650,127 @@ static void test_pg_guard_sweep(void **state)
     eng_close(&x);
 }
 
+/* ---- SQL errors: nothing changes, and the outcome is NO ---- */
+
+/*
+ * A row locked by another session (an operator's open transaction) makes
+ * the guard's statements end with lock_timeout (half of op_timeout_ms): a
+ * clean SQL error, outcome NO, the session kept, nothing written; once the
+ * lock is gone every step works. Through the API, begin answers
+ * CERB_UNAVAILABLE (on_unavailable = refuse) within its bound.
+ */
+static void test_pg_guard_row_locked(void **state)
+{
+    (void)state;
+    struct eng x;
+    eng_open(&x);
+    cerb_guard_rec r, o;
+    rec_init(&r, "locked", 800, 20000);
+    o = r;
+    snprintf(o.token, sizeof o.token, "%032x", 801);
+    assert_int_equal(ebegin(&x, &r, NULL, NULL), CERB_OK);
+    PGconn *pg = raw();
+    const char *v[1] = {r.id};
+    PQclear(pg_test_exec(pg, "BEGIN", 0, NULL));
+    free(scalar(pg, "SELECT id FROM cerberus_guard WHERE id = $1 FOR UPDATE", 1, v));
+    cerb_grant g;
+    void *res = NULL;
+    size_t len = 0;
+    int64_t t0 = cerb_test_now_ms();
+    cerb_status st = cerb__engine_guard_begin(x.ops, x.e, &o, &g, &res, &len);
+    assert_true(st != CERB_OK && st != CERB_BUSY && st != CERB_DUPLICATE);
+    assert_int_equal(g.outcome, CERB_OUTCOME_NO);
+    assert_non_null(strstr(cerb_last_error(), "lock"));
+    cerb_outcome oc = CERB_OUTCOME_YES;
+    st = cerb__engine_guard_finish(x.ops, x.e, &r, 1, "x", 1, 4000, &oc);
+    assert_true(st != CERB_OK && st != CERB_NOT_OWNER);
+    assert_int_equal(oc, CERB_OUTCOME_NO);
+    st = cerb__engine_guard_renew(x.ops, x.e, &r, &g);
+    assert_true(st != CERB_OK && st != CERB_NOT_OWNER);
+    assert_true(cerb_test_now_ms() - t0 < 6000); /* op_timeout_ms (1 s) bounds each */
+    PQclear(pg_test_exec(pg, "COMMIT", 0, NULL));
+    /* Nothing changed: still r's running claim. */
+    assert_int_equal(echeck(&x, &r), CERB_GUARD_FOUND_RUNNING);
+    assert_int_equal(ebegin(&x, &o, NULL, NULL), CERB_BUSY);
+    assert_int_equal(efinish(&x, &r, 1, "y", 1, 4000), CERB_OK);
+    res = NULL;
+    assert_int_equal(ebegin(&x, &o, &res, &len), CERB_DUPLICATE);
+    assert_int_equal(len, 1);
+    assert_memory_equal(res, "y", 1);
+    cerb__free(res);
+
+    /* Through the API: the engine could not answer, the policy refuses,
+     * within the bound; then the row is free and the attempt finishes. */
+    cerb_client *a = gc_open(NULL);
+    char pe[160];
+    snprintf(pe, sizeof pe, "schema = \"%s\"; op_timeout_ms = 400;", schema);
+    char *cfg = pg_test_config(pe, "guard = { keep_ms = 4000; };");
+    cerb_client *b = cerb_test_open(cfg);
+    free(cfg);
+    assert_non_null(b);
+    char *key = gc_key("locked");
+    char hex[65];
+    gc_record_hex("", "locked-api", key, strlen(key), hex);
+    const char *hv[1] = {hex};
+    cerb_guard *ga = NULL, *gb = NULL;
+    assert_int_equal(cerb_guard_begin(a, "locked-api", key, strlen(key), NULL, &ga), CERB_OK);
+    PQclear(pg_test_exec(pg, "BEGIN", 0, NULL));
+    free(scalar(pg, "SELECT id FROM cerberus_guard WHERE id = $1 FOR UPDATE", 1, hv));
+    t0 = cerb_test_now_ms();
+    assert_int_equal(cerb_guard_begin(b, "locked-api", key, strlen(key), NULL, &gb),
+                     CERB_UNAVAILABLE);
+    assert_null(gb);
+    assert_true(cerb_test_now_ms() - t0 < 3000);
+    PQclear(pg_test_exec(pg, "COMMIT", 0, NULL));
+    assert_int_equal(cerb_guard_finish(ga, 1, "api", 3), CERB_OK);
+    cerb_guard_free(ga);
+    cerb_client_close(b); /* its breaker saw the failures: a new client */
+    b = gc_open(NULL);
+    gc_expect_duplicate(b, "locked-api", key, "api", 3);
+    free(key);
+    cerb_client_close(a);
+    cerb_client_close(b);
+    PQfinish(pg);
+    eng_close(&x);
+}
+
+/* A schema with the lock table but no guard table: guard calls say to run
+ * `cerberus init` (CERB_ECONFIG), locks work. */
+static void test_pg_guard_missing_table(void **state)
+{
+    (void)state;
+    char other[96], sql[512];
+    snprintf(other, sizeof other, "%s_nog", schema);
+    PGconn *pg = raw();
+    snprintf(sql, sizeof sql,
+             "DROP SCHEMA IF EXISTS %s CASCADE; CREATE SCHEMA %s; CREATE TABLE "
+             "%s.cerberus_lock (LIKE %s.cerberus_lock INCLUDING ALL)",
+             other, other, other, schema);
+    PGresult *r = PQexec(pg, sql);
+    assert_int_equal(PQresultStatus(r), PGRES_COMMAND_OK);
+    PQclear(r);
+    char pe[160];
+    snprintf(pe, sizeof pe, "schema = \"%s\";", other);
+    char *cfg = pg_test_config(pe, NULL);
+    cerb_client *c = cerb_test_open(cfg);
+    free(cfg);
+    assert_non_null(c);
+    cerb_guard *g = NULL;
+    assert_int_equal(cerb_guard_begin(c, "s", "k", 1, NULL, &g), CERB_ECONFIG);
+    assert_null(g);
+    assert_non_null(strstr(cerb_last_error(), "cerberus_guard"));
+    assert_non_null(strstr(cerb_last_error(), "cerberus init"));
+    cerb_lock *l = NULL;
+    assert_int_equal(cerb_lock_new(c, "nog", NULL, &l), CERB_OK);
+    assert_int_equal(cerb_lock_trylock(l), CERB_OK);
+    assert_int_equal(cerb_lock_unlock(l), CERB_OK);
+    cerb_lock_free(l);
+    cerb_client_close(c);
+    snprintf(sql, sizeof sql, "DROP SCHEMA %s CASCADE", other);
+    PQclear(PQexec(pg, sql));
+    PQfinish(pg);
+}
+
 /* ---- `cerberus once` on pg ---- */
 
 static void test_pg_guard_cli_once(void **state)
@@ -765,6 +890,8 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_pg_guard_begin_races_finish),
         cmocka_unit_test(test_pg_guard_hostile_strings),
         cmocka_unit_test(test_pg_guard_sweep),
+        cmocka_unit_test(test_pg_guard_row_locked),
+        cmocka_unit_test(test_pg_guard_missing_table),
         cmocka_unit_test(test_pg_guard_cli_once),
         GUARD_CASES,
     };
