@@ -165,6 +165,11 @@ const struct cerb_engine_ops cerb__pg_engine_ops = {
     .renew_batch = cerb__pg_op_renew_batch,
     .stats = pg_stats,
     .held = cerb__pg_op_held,
+    /* version 2: the idempotency guard (pg_guard.c) */
+    .guard_begin = cerb__pg_guard_begin,
+    .guard_renew = cerb__pg_guard_renew,
+    .guard_finish = cerb__pg_guard_finish,
+    .guard_check = cerb__pg_guard_check,
     /* version 3: inspection (pg_lock.c) */
     .inspect = cerb__pg_op_inspect,
 };

@@ -188,4 +188,14 @@ cerb_status cerb__pg_op_inspect(cerb_engine *e, const char *name, struct cerb_ho
 /* ---- pg_store.c ---- */
 extern const struct cerb_store_ops cerb__pg_store_ops;
 
+/* ---- pg_guard.c: the idempotency guard's records (DESIGN.md §11) ---- */
+cerb_status cerb__pg_guard_begin(cerb_engine *e, const cerb_guard_rec *rec, cerb_grant *grant,
+                                 void **result, size_t *result_len);
+cerb_status cerb__pg_guard_renew(cerb_engine *e, const cerb_guard_rec *rec, cerb_grant *grant);
+cerb_status cerb__pg_guard_finish(cerb_engine *e, const cerb_guard_rec *rec, int succeeded,
+                                  const void *result, size_t len, int64_t keep_ms,
+                                  cerb_outcome *outcome);
+cerb_status cerb__pg_guard_check(cerb_engine *e, const cerb_guard_rec *rec,
+                                 cerb_guard_found *found);
+
 #endif

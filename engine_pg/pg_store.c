@@ -1,9 +1,9 @@
 /*
  * pg_store.c — `cerberus init` for the pg engine: create the tables
- * (cerberus_lock, cerberus_guard) in the configured schema when missing.
- * CREATE TABLE IF NOT EXISTS makes it idempotent; what was there before
- * decides the answer (PREPARED when something was created, ALREADY when
- * both existed). A standby is refused: tables are created on the primary.
+ * (cerberus_lock, cerberus_guard) and the index of the guard's sweep
+ * (cerberus_guard_until) in the configured schema when missing. IF NOT
+ * EXISTS makes it idempotent; what was there before decides the answer
+ * (PREPARED when something was created, ALREADY when all three existed). A standby is refused: tables are created on the primary.
  * Bounded by the connect timeout and one operation timeout.
  */
 #include "internal_posix.h"
@@ -63,11 +63,13 @@ static cerb_status pg_init(const struct cerb_config *cfg, unsigned flags,
     st = cerb__pg_exec(pg, -1,
                        "SELECT pg_is_in_recovery(), "
                        "to_regclass(quote_ident($1) || '.cerberus_lock') IS NOT NULL, "
-                       "to_regclass(quote_ident($1) || '.cerberus_guard') IS NOT NULL",
+                       "to_regclass(quote_ident($1) || '.cerberus_guard') IS NOT NULL, "
+                       "to_regclass(quote_ident($1) || '.cerberus_guard_until') IS NOT NULL",
                        1, v, NULL, NULL, opd, &res, &broken, ss);
     if (st == CERB_OK) {
         bool standby = PQgetvalue(res, 0, 0)[0] == 't';
-        bool had = PQgetvalue(res, 0, 1)[0] == 't' && PQgetvalue(res, 0, 2)[0] == 't';
+        bool tables = PQgetvalue(res, 0, 1)[0] == 't' && PQgetvalue(res, 0, 2)[0] == 't';
+        bool had = tables && PQgetvalue(res, 0, 3)[0] == 't';
         PQclear(res);
         res = NULL;
         if (standby) {
@@ -82,10 +84,24 @@ static cerb_status pg_init(const struct cerb_config *cfg, unsigned flags,
                      : cerb__error_set(CERB_ENOMEM, "out of memory");
             cerb__free(sql);
             PQclear(res);
+            res = NULL;
+            /* The guard's sweep deletes expired records oldest first
+             * (pg_guard.c): an index range scan with this, a scan of the
+             * whole table without. */
+            char idx[512];
+            snprintf(idx, sizeof idx,
+                     "CREATE INDEX IF NOT EXISTS cerberus_guard_until ON %s.cerberus_guard (until)",
+                     schema_q);
+            if (st == CERB_OK)
+                st = cerb__pg_exec(pg, -1, idx, 0, NULL, NULL, NULL, opd, &res, &broken, ss);
+            PQclear(res);
             if (st == CERB_OK) {
                 *result = CERB_STORE_PREPARED;
-                snprintf(line, len, "created %s.cerberus_lock and %s.cerberus_guard", schema_q,
-                         schema_q);
+                if (tables)
+                    snprintf(line, len, "created the index %s.cerberus_guard_until", schema_q);
+                else
+                    snprintf(line, len, "created %s.cerberus_lock and %s.cerberus_guard", schema_q,
+                             schema_q);
             }
         }
     }
