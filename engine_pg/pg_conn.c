@@ -236,7 +236,9 @@ static cerb_status open_slot(cerb_engine *e, int i, int64_t deadline_ns)
      * rather than a missed deadline (the session ends). synchronous_commit
      * on: a grant is acknowledged only once its commit is in the WAL the
      * server flushes, whatever the server's default (a fence must never
-     * go back after a crash). */
+     * go back after a crash). The statements are written for READ
+     * COMMITTED (ON CONFLICT judging the latest committed row), whatever
+     * the server's default isolation. */
     size_t len = 256;
     for (int s = 0; s < PG_NSTMT; s++)
         len += strlen(e->sql[s]) + 64;
@@ -248,7 +250,8 @@ static cerb_status open_slot(cerb_engine *e, int i, int64_t deadline_ns)
     size_t o = (size_t)snprintf(sql, len,
                                 "SET lock_timeout = %lld; SET statement_timeout = 0; "
                                 "SET idle_in_transaction_session_timeout = 0; "
-                                "SET synchronous_commit = on; ",
+                                "SET synchronous_commit = on; "
+                                "SET default_transaction_isolation = 'read committed'; ",
                                 (long long)(e->pc->op_timeout_ms > 1 ? e->pc->op_timeout_ms / 2 : 1));
     for (int s = 0; s < PG_NSTMT; s++)
         o += (size_t)snprintf(sql + o, len - o, "PREPARE %s AS %s; ", cerb__pg_stmt_names[s],
