@@ -528,7 +528,7 @@ void cerb__my_op_renew_batch(cerb_engine *e, cerb_renew_item *items, size_t n)
         int s = p->slot;
         uint64_t gen = p->gen;
         int64_t lease = items[i].lk->lease_ms;
-        size_t idx[MY_RENEW_CHUNK];
+        size_t idx[MY_RENEW_CHUNK] = {0};
         int cnt = 0;
         for (size_t j = i; j < n && cnt < MY_RENEW_CHUNK; j++) {
             struct my_lock_priv *q = items[j].lk->priv;

@@ -56,7 +56,8 @@ struct pg_key {
 /* Statements, prepared on every connection (pg_sql.c). */
 enum pg_stmt {
     PG_TRY,       /* try the session lock, claim the row */
-    PG_WAIT,      /* wait for the session lock (one slice), claim the row */
+    PG_WAIT,      /* wait for the session lock, claim the row */
+    PG_REWAIT,    /* the same after a wait that timed out */
     PG_CLAIM,     /* claim the row only (lease mode, after a hand-off wait) */
     PG_UNLOCK,    /* give a session lock back without a row */
     PG_RELEASE,   /* free the row and the session lock */

@@ -364,6 +364,7 @@ static cerb_status wait_on(cerb_engine *e, cerb_engine_lock *lk, struct grant_pa
 {
     uint64_t gen;
     bool have_session = false; /* the session lock is ours; the row is not yet */
+    bool rewait = false;
     slot_conn(e, w, &gen);
     for (;;) {
         if ((intr && atomic_load(intr)) || cerb__ms_left(deadline_ns) <= 0) {
@@ -388,7 +389,8 @@ static cerb_status wait_on(cerb_engine *e, cerb_engine_lock *lk, struct grant_pa
                 lt = PG_WAIT_MAX_MS;
             snprintf(gp->slice, sizeof gp->slice, "%lld", (long long)(lt > 0 ? lt : 1));
             struct pg_tick tick = {.every_ms = PG_SLICE_MS, .fn = wait_tick, .ud = &wt};
-            st = cerb__pg_exec_tick(slot_conn(e, w, NULL), PG_WAIT, NULL, 8, gp->vals, gp->lens,
+            st = cerb__pg_exec_tick(slot_conn(e, w, NULL), rewait ? PG_REWAIT : PG_WAIT, NULL, 8,
+                                    gp->vals, gp->lens,
                                     gp->fmts, cerb__deadline_in(lt + e->pc->op_timeout_ms), &res,
                                     &broken, ss, &tick);
             if (broken) {
@@ -408,8 +410,10 @@ static cerb_status wait_on(cerb_engine *e, cerb_engine_lock *lk, struct grant_pa
             return st;
         }
         if (st != CERB_OK) {
-            if (!have_session && sql_lock_timeout(ss))
-                continue; /* the deadline, or PG_WAIT_MAX_MS: look again */
+            if (!have_session && sql_lock_timeout(ss)) {
+                rewait = true; /* a late grant may have stayed */
+                continue;      /* the deadline, or PG_WAIT_MAX_MS: look again */
+            }
             drop_waiter(e, w);
             if (wt.cancel_sent)
                 return stop_status(lk, intr, grant);

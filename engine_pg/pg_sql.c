@@ -8,12 +8,15 @@
  * statement prepared once per connection.
  *
  * How a grant works, in one round trip (PG_TRY, PG_WAIT):
- *   a    takes the session lock (try, or wait one slice with lock_timeout
- *        set for this statement only). A wait first drops whatever session
- *        lock its connection has: a waiter's connection pins no hold, and a
- *        slice that timed out can still have been granted the lock at the
- *        last moment (the server says so itself, LockErrorCleanup), which
- *        would otherwise stack under the next slice's grant.
+ *   a    takes the session lock (try; or a wait, a try first and then
+ *        with lock_timeout set for this statement only). A wait that
+ *        follows one that timed out (PG_REWAIT) first drops whatever
+ *        session lock its connection has: a waiter's connection pins no
+ *        hold, and a wait that timed out can still have been granted the
+ *        lock at the last moment (the server says so itself,
+ *        LockErrorCleanup), which would otherwise stack under the next
+ *        grant. Every other way out of a wait gives the connection back
+ *        without session locks, so the first wait need not.
  *   ins  when a got it, raises the row's fence and writes the owner, the
  *        backend pid and a lease from clock_timestamp() — the time now, not
  *        the transaction's start — unless the row still shows another
@@ -37,7 +40,7 @@
 #include "pg_internal.h"
 
 const char *const cerb__pg_stmt_names[PG_NSTMT] = {
-    "cerb_try", "cerb_wait", "cerb_claim", "cerb_unlock", "cerb_release", "cerb_renew",
+    "cerb_try", "cerb_wait", "cerb_rewait", "cerb_claim", "cerb_unlock", "cerb_release", "cerb_renew",
     "cerb_renew_n", "cerb_check", "cerb_drop", "cerb_held", "cerb_probe", "cerb_evict", "cerb_cancel",
     "cerb_inspect"};
 
@@ -54,19 +57,32 @@ const char *const cerb__pg_stmt_names[PG_NSTMT] = {
     "acquired_at = EXCLUDED.acquired_at WHERE l.owner IS NULL OR l.owner = $3::text OR "   \
     "l.lease_until <= clock_timestamp() RETURNING fence"
 
+/* How long the row's lease has left, asked only when the claim failed
+ * (CASE evaluates its branch only when chosen). */
 #define LEFT_MS                                                                           \
-    "(SELECT ceil(extract(epoch FROM (lease_until - clock_timestamp())) * 1000)::bigint " \
-    "FROM @S.cerberus_lock WHERE name = $1::bytea AND owner IS NOT NULL)"
+    "CASE WHEN (SELECT fence FROM ins) IS NULL THEN (SELECT ceil(extract(epoch FROM "    \
+    "(lease_until - clock_timestamp())) * 1000)::bigint FROM @S.cerberus_lock "           \
+    "WHERE name = $1::bytea AND owner IS NOT NULL) END"
+
+/* Wait for the session lock: a try first (no settings touched when the
+ * name is free), then the wait bounded by lock_timeout for this statement.
+ * CASE decides the order; AND would not. */
+#define WAIT_LOCK                                                                         \
+    "CASE WHEN " LOCK_FN("pg_try_advisory_lock") " THEN true "                            \
+    "WHEN set_config('lock_timeout', $8::text, true) IS NULL THEN false "                 \
+    "ELSE (" LOCK_FN("pg_advisory_lock") ")::text IS NOT NULL END"
 
 static const char *const templates[PG_NSTMT] = {
     [PG_TRY] = "WITH a AS (SELECT " LOCK_FN("pg_try_advisory_lock") " AS got), "
                "ins AS (" CLAIM_INSERT("FROM a WHERE a.got") ") "
                "SELECT a.got, (SELECT fence FROM ins), " LEFT_MS " FROM a",
-    [PG_WAIT] = "WITH s AS (SELECT pg_advisory_unlock_all()::text AS u, "
-                "set_config('lock_timeout', $8::text, true) AS t), "
-                "a AS (SELECT (" LOCK_FN("pg_advisory_lock") ")::text AS w, true AS got FROM s), "
-                "ins AS (" CLAIM_INSERT("FROM a") ") "
+    [PG_WAIT] = "WITH a AS (SELECT " WAIT_LOCK " AS got), "
+                "ins AS (" CLAIM_INSERT("FROM a WHERE a.got") ") "
                 "SELECT a.got, (SELECT fence FROM ins), " LEFT_MS " FROM a",
+    [PG_REWAIT] = "WITH s AS (SELECT pg_advisory_unlock_all()::text AS u), "
+                  "a AS (SELECT " WAIT_LOCK " AS got FROM s), "
+                  "ins AS (" CLAIM_INSERT("FROM a WHERE a.got") ") "
+                  "SELECT a.got, (SELECT fence FROM ins), " LEFT_MS " FROM a",
     [PG_CLAIM] = "WITH ins AS (" CLAIM_INSERT("") ") "
                  "SELECT true, (SELECT fence FROM ins), " LEFT_MS,
     [PG_UNLOCK] = "SELECT CASE WHEN $2::int IS NOT NULL THEN pg_advisory_unlock($2::int, $3::int) "
