@@ -217,6 +217,57 @@ cerb_status cerb__pg_connect_raw(const struct cerb_pg_config *pc, const char *pa
 
 /* ---- the pool ---- */
 
+/*
+ * Lease mode: nothing can be set for the session (a transaction pooler
+ * hands each transaction to any backend), so the server's own settings
+ * must already be what the statements need: a primary, synchronous_commit
+ * not off (an acknowledged grant must survive a crash, or a fence could go
+ * back), READ COMMITTED, and the table.
+ */
+static cerb_status check_lease_session(cerb_engine *e, PGconn *pg, int64_t deadline_ns)
+{
+    PGresult *res = NULL;
+    bool broken = false;
+    char ss[6];
+    const char *v[1] = {e->pc->schema};
+    cerb_status st = cerb__pg_exec(
+        pg, -1,
+        "SELECT pg_is_in_recovery(), current_setting('synchronous_commit'), "
+        "current_setting('default_transaction_isolation'), "
+        "to_regclass(quote_ident($1) || '.cerberus_lock') IS NOT NULL",
+        1, v, NULL, NULL, deadline_ns, &res, &broken, ss);
+    if (st != CERB_OK)
+        return st;
+    bool standby = PQgetvalue(res, 0, 0)[0] == 't';
+    char sync[32], iso[32];
+    snprintf(sync, sizeof sync, "%s", PQgetvalue(res, 0, 1));
+    snprintf(iso, sizeof iso, "%s", PQgetvalue(res, 0, 2));
+    bool table = PQgetvalue(res, 0, 3)[0] == 't';
+    PQclear(res);
+    if (standby)
+        return cerb__error_set(CERB_UNAVAILABLE,
+                               "pg: the server is a standby (pg_is_in_recovery()): locks need "
+                               "the primary");
+    if (strcmp(sync, "off") == 0)
+        return cerb__error_set(CERB_ECONFIG,
+                               "pg: synchronous_commit is off for this database, and pg.mode = "
+                               "\"lease\" cannot set it per session: a grant acknowledged "
+                               "but lost in a crash would let a fence go back; set it on for "
+                               "the role or database (ALTER ROLE ... SET synchronous_commit = on)");
+    if (strcmp(iso, "read committed") != 0)
+        return cerb__error_set(CERB_ECONFIG,
+                               "pg: default_transaction_isolation is \"%s\"; pg.mode = \"lease\" "
+                               "needs read committed (ALTER ROLE ... SET "
+                               "default_transaction_isolation = 'read committed')",
+                               iso);
+    if (!table)
+        return cerb__error_set(CERB_ECONFIG,
+                               "pg: the table %s.cerberus_lock is missing: run `cerberus init` "
+                               "with this configuration (docs/engines.md shows its SQL)",
+                               e->schema_q);
+    return CERB_OK;
+}
+
 /* Open slot i's session: settings, then every statement prepared, in one
  * round trip; the backend pid; refuse a standby. */
 static cerb_status open_slot(cerb_engine *e, int i, int64_t deadline_ns)
@@ -228,6 +279,19 @@ static cerb_status open_slot(cerb_engine *e, int i, int64_t deadline_ns)
     cerb_status st = cerb__pg_connect_raw(e->pc, e->password, deadline_ns, &pg);
     if (st != CERB_OK)
         return st;
+    if (e->pc->mode == CERB_SQL_LEASE) {
+        st = check_lease_session(e, pg, deadline_ns);
+        if (st != CERB_OK) {
+            PQfinish(pg);
+            return st;
+        }
+        cerb__mutex_lock(&e->mu);
+        e->slots[i].pg = pg;
+        e->slots[i].pid = 0; /* behind a pooler, no backend is ours */
+        cerb__mutex_unlock(&e->mu);
+        atomic_fetch_add_explicit(&e->stats.connects, 1, memory_order_relaxed);
+        return CERB_OK;
+    }
     /* One string: settings, the PREPAREs (named statements share the
      * protocol's namespace, so PQsendQueryPrepared finds them), and the
      * facts we need, last so its result is the one kept. lock_timeout

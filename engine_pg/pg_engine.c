@@ -98,10 +98,10 @@ static cerb_status pg_open(const cerb_engine_env *env, cerb_engine **out)
     if (!env || !env->cfg)
         return cerb__error_set(CERB_EINVAL, "pg: no configuration");
     const struct cerb_pg_config *pc = &env->cfg->pg;
-    if (pc->mode != CERB_SQL_HYBRID)
+    if (pc->mode == CERB_SQL_ADVISORY)
         return cerb__error_set(CERB_ECONFIG,
-                               "pg: pg.mode = \"%s\" is not available yet; use \"hybrid\"",
-                               pc->mode == CERB_SQL_LEASE ? "lease" : "advisory");
+                               "pg: pg.mode = \"advisory\" is not available yet; use "
+                               "\"hybrid\" (or \"lease\" behind a transaction pooler)");
     cerb_engine *e = cerb__calloc(1, sizeof *e);
     if (!e)
         return cerb__error_set(CERB_ENOMEM, "pg: out of memory");
@@ -124,8 +124,10 @@ static cerb_status pg_open(const cerb_engine_env *env, cerb_engine **out)
     if (st == CERB_OK)
         st = cerb__pg_take_any(e, cerb__deadline_in(pc->connect_timeout_ms + pc->op_timeout_ms),
                                true, &slot);
-    if (st == CERB_OK)
+    if (st == CERB_OK && pc->mode == CERB_SQL_HYBRID)
         st = check_pooler(e, slot);
+    else if (st == CERB_OK)
+        cerb__pg_give(e, slot, false, 0);
     if (st != CERB_OK) {
         char why[CERB_ERROR_MAX];
         cerb__error_copy(why, sizeof why);

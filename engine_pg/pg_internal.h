@@ -21,6 +21,13 @@
  * renewal that they are gone (CERB_NOT_OWNER), which their lease rows make
  * safe — nobody can claim a row before its lease runs out on the server.
  *
+ * Lease mode (pg.mode = "lease", for a transaction-pooling proxy, where a
+ * session is no longer ours from one transaction to the next): the row
+ * alone, claimed and renewed by its owner token on any connection, no
+ * session lock, no pinning, no prepared statement and no session setting
+ * (each statement is sent with its text and its parameters); a waiter
+ * polls, bounded by what the server says is left of the holder's lease.
+ *
  * Files: pg_conn.c (connect, one statement with a deadline, the pool),
  * pg_key.c (name → advisory key), pg_sql.c (the statements), pg_lock.c
  * (acquire, renew, release, check, held), pg_store.c (`cerberus init`: the
@@ -117,6 +124,7 @@ struct pg_lock_priv {
     uint64_t gen;
     struct pg_key key;
     uint64_t fence;
+    bool row_only;           /* lease mode: held by the row alone, no slot */
 };
 
 /* ---- pg_key.c ---- */

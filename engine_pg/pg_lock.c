@@ -123,7 +123,11 @@ static cerb_status run(cerb_engine *e, int *slot, enum pg_stmt stmt, int n, cons
                        bool *broken)
 {
     PGconn *pg = slot_conn(e, *slot, NULL);
-    cerb_status st = cerb__pg_exec(pg, (int)stmt, NULL, n, v, l, f, deadline, res, broken, ss);
+    /* Behind a transaction pooler a prepared statement lives on whichever
+     * backend it was prepared on: lease mode sends the text each time. */
+    bool text = e->pc->mode == CERB_SQL_LEASE;
+    cerb_status st = cerb__pg_exec(pg, text ? -1 : (int)stmt, text ? e->sql[stmt] : NULL, n, v, l,
+                                   f, deadline, res, broken, ss);
     if (*broken) {
         cerb__pg_give(e, *slot, true, 0);
         *slot = -1;
@@ -445,6 +449,57 @@ static cerb_status wait_on(cerb_engine *e, cerb_engine_lock *lk, struct grant_pa
     }
 }
 
+/*
+ * Lease mode: claim the row (PG_CLAIM) on any connection; while another
+ * owner's lease runs, poll, each nap the shorter of a jittered backoff and
+ * what the server says is left of that lease.
+ */
+static cerb_status lease_acquire(cerb_engine *e, cerb_engine_lock *lk, struct grant_params *gp,
+                                 int64_t deadline_ns, const atomic_int *intr, cerb_grant *grant)
+{
+    struct pg_lock_priv *p = lk->priv;
+    for (int attempt = 0;; attempt++) {
+        int slot;
+        PGresult *res = NULL;
+        bool broken = false;
+        char ss[6];
+        cerb_status st = cerb__pg_take_any(e, cerb__deadline_in(e->pc->op_timeout_ms), true, &slot);
+        if (st != CERB_OK) {
+            grant->outcome = CERB_OUTCOME_NO;
+            return st;
+        }
+        grant->sent_ns = cerb_monotime();
+        atomic_fetch_add_explicit(&e->stats.acquire_calls, 1, memory_order_relaxed);
+        st = run(e, &slot, PG_CLAIM, 5, gp->vals, gp->lens, gp->fmts,
+                 cerb__deadline_in(e->pc->op_timeout_ms), &res, ss, &broken);
+        if (slot >= 0)
+            cerb__pg_give(e, slot, false, 0);
+        if (st != CERB_OK) {
+            grant->outcome = broken ? CERB_OUTCOME_UNKNOWN : CERB_OUTCOME_NO;
+            return st;
+        }
+        struct grant_answer a;
+        parse_grant(res, &a);
+        PQclear(res);
+        if (a.granted) {
+            p->row_only = true;
+            p->fence = a.fence;
+            grant->fence = a.fence;
+            grant->ttl_ms = lk->lease_ms;
+            grant->outcome = CERB_OUTCOME_YES;
+            return CERB_OK;
+        }
+        grant->outcome = CERB_OUTCOME_NO;
+        if (deadline_ns == 0)
+            return cerb__error_set(CERB_BUSY, "pg: \"%s\" is held", lk->name);
+        int64_t ms = cerb__backoff_ms(attempt, 10, PG_SLICE_MS);
+        if (a.left_ms > 0 && a.left_ms < ms)
+            ms = a.left_ms;
+        if (!nap(ms > 0 ? ms : 1, deadline_ns, intr))
+            return stop_status(lk, intr, grant);
+    }
+}
+
 cerb_status cerb__pg_op_acquire(cerb_engine *e, cerb_engine_lock *lk, int64_t deadline_ns,
                                 const atomic_int *interrupted, cerb_grant *grant)
 {
@@ -458,6 +513,9 @@ cerb_status cerb__pg_op_acquire(cerb_engine *e, cerb_engine_lock *lk, int64_t de
     if (st != CERB_OK)
         return st;
     grant_params_init(&gp, lk, &p->key);
+    p->row_only = false;
+    if (e->pc->mode == CERB_SQL_LEASE)
+        return lease_acquire(e, lk, &gp, deadline_ns, interrupted, grant);
     /* A call that may wait starts as a waiter when a connection is spare:
      * PG_WAIT on a free name grants at once, so one statement serves both
      * (a waiter woken by a release then needs no second try). */
@@ -521,24 +579,36 @@ static void unlock_lost(cerb_engine *e, int *slot, const struct pg_key *key)
 
 /* Renew the items whose holds are pinned to slot s (generation gen) in
  * one statement; each item's st and grant are set. */
+/* Item i is in the group being renewed: pinned to slot s of generation
+ * gen, or (s < 0) held by its row alone. */
+static bool in_group(const cerb_renew_item *it, const bool *done, size_t i, int s, uint64_t gen)
+{
+    const struct pg_lock_priv *p = it[i].lk->priv;
+    if (done[i])
+        return false;
+    return s < 0 ? p->row_only : (!p->row_only && p->slot == s && p->gen == gen);
+}
+
 static void renew_slot(cerb_engine *e, cerb_renew_item *items, size_t n, int s, uint64_t gen,
                        bool *done)
 {
     size_t cnt = 0, cap = 64;
     for (size_t i = 0; i < n; i++) {
-        struct pg_lock_priv *p = items[i].lk->priv;
-        if (!done[i] && p->slot == s && p->gen == gen) {
+        if (in_group(items, done, i, s, gen)) {
             cnt++;
             cap += strlen(items[i].lk->name) * 2 + 64;
         }
     }
     int64_t opd = cerb__deadline_in(e->pc->op_timeout_ms);
-    cerb_status st = cerb__pg_take_slot(e, s, gen, opd);
+    int slot = s;
+    cerb_status st = s >= 0 ? cerb__pg_take_slot(e, s, gen, opd)
+                            : cerb__pg_take_any(e, opd, true, &slot);
+    opd = cerb__deadline_in(e->pc->op_timeout_ms);
     char *names = st == CERB_OK ? cerb__malloc(cap) : NULL;
     char *toks = names ? cerb__malloc(cnt * 34 + 4) : NULL;
     char *ms = toks ? cerb__malloc(cnt * 24 + 4) : NULL;
     if (st == CERB_OK && !ms) {
-        cerb__pg_give(e, s, false, 0);
+        cerb__pg_give(e, slot, false, 0);
         st = cerb__error_set(CERB_ENOMEM, "pg: out of memory");
     }
     PGresult *res = NULL;
@@ -548,8 +618,7 @@ static void renew_slot(cerb_engine *e, cerb_renew_item *items, size_t n, int s, 
         size_t on = 0, ot = 0, om = 0;
         names[on++] = '{', toks[ot++] = '{', ms[om++] = '{';
         for (size_t i = 0; i < n; i++) {
-            struct pg_lock_priv *p = items[i].lk->priv;
-            if (done[i] || p->slot != s || p->gen != gen)
+            if (!in_group(items, done, i, s, gen))
                 continue;
             if (names[on - 1] != '{')
                 names[on++] = ',', toks[ot++] = ',', ms[om++] = ',';
@@ -562,14 +631,13 @@ static void renew_slot(cerb_engine *e, cerb_renew_item *items, size_t n, int s, 
         names[on] = toks[ot] = ms[om] = '\0';
         const char *v[4] = {names, toks, ms, e->pc->mode == CERB_SQL_LEASE ? "t" : "f"};
         char ss[6];
-        int slot = s;
         st = run(e, &slot, PG_RENEW_N, 4, v, NULL, NULL, opd, &res, ss, &broken);
         if (!broken) {
             /* Holds the server no longer lists: give their session locks
              * back while the slot is ours. */
-            for (size_t i = 0; st == CERB_OK && i < n; i++) {
+            for (size_t i = 0; st == CERB_OK && s >= 0 && i < n; i++) {
                 struct pg_lock_priv *p = items[i].lk->priv;
-                if (done[i] || p->slot != s || p->gen != gen)
+                if (!in_group(items, done, i, s, gen))
                     continue;
                 bool found = false;
                 for (int r = 0; r < PQntuples(res) && !found; r++)
@@ -589,13 +657,13 @@ static void renew_slot(cerb_engine *e, cerb_renew_item *items, size_t n, int s, 
     cerb__free(ms);
     for (size_t i = 0; i < n; i++) {
         struct pg_lock_priv *p = items[i].lk->priv;
-        if (done[i] || p->slot != s || p->gen != gen)
+        if (!in_group(items, done, i, s, gen))
             continue;
         done[i] = true;
         items[i].grant.sent_ns = sent;
         if (st != CERB_OK) {
             items[i].st = st;
-            if (st == CERB_NOT_OWNER)
+            if (st == CERB_NOT_OWNER && s >= 0)
                 p->slot = -1;
             continue;
         }
@@ -607,7 +675,11 @@ static void renew_slot(cerb_engine *e, cerb_renew_item *items, size_t n, int s, 
                 items[i].grant.ttl_ms = items[i].lk->lease_ms;
             }
         }
-        if (items[i].st == CERB_NOT_OWNER) {
+        if (items[i].st == CERB_NOT_OWNER && p->row_only) {
+            cerb__error_set(CERB_NOT_OWNER, "pg: \"%s\" is no longer held by this token",
+                            items[i].lk->name);
+            p->row_only = false;
+        } else if (items[i].st == CERB_NOT_OWNER) {
             cerb__error_set(CERB_NOT_OWNER, "pg: \"%s\" is no longer held by this token",
                             items[i].lk->name);
             cerb__mutex_lock(&e->mu);
@@ -632,15 +704,19 @@ void cerb__pg_op_renew_batch(cerb_engine *e, cerb_renew_item *items, size_t n)
         return;
     }
     memset(done, 0, n * sizeof *done);
+    bool any_row_only = false;
     for (size_t i = 0; i < n; i++) {
         struct pg_lock_priv *p = items[i].lk->priv;
         memset(&items[i].grant, 0, sizeof items[i].grant);
-        if (p->slot < 0) {
+        any_row_only = any_row_only || p->row_only;
+        if (p->slot < 0 && !p->row_only) {
             done[i] = true;
             items[i].st = cerb__error_set(CERB_NOT_OWNER, "pg: \"%s\" has no session",
                                           items[i].lk->name);
         }
     }
+    if (any_row_only)
+        renew_slot(e, items, n, -1, 0, done);
     for (size_t i = 0; i < n; i++) {
         if (done[i])
             continue;
@@ -673,12 +749,31 @@ static void drop_row(cerb_engine *e, cerb_engine_lock *lk, int owner_pid)
         cerb__pg_give(e, slot, false, 0);
 }
 
+/* Lease mode: free the row of this token, on any connection. */
+static cerb_status release_row(cerb_engine *e, cerb_engine_lock *lk)
+{
+    struct pg_lock_priv *p = lk->priv;
+    const char *v[5] = {lk->name, lk->token, NULL, NULL, NULL};
+    int l[5] = {(int)strlen(lk->name), 0, 0, 0, 0}, f[5] = {1, 0, 0, 0, 0};
+    PGresult *res = NULL;
+    cerb_status st = side_stmt(e, PG_RELEASE, 5, v, l, f, &res);
+    if (st != CERB_OK)
+        return st; /* the row's lease ends by itself; a retry is harmless */
+    bool freed = PQntuples(res) == 1 && col_i64(res, 0) > 0;
+    PQclear(res);
+    p->row_only = false;
+    return freed ? CERB_OK
+                 : cerb__error_set(CERB_NOT_OWNER, "pg: \"%s\" was no longer ours", lk->name);
+}
+
 cerb_status cerb__pg_op_release(cerb_engine *e, cerb_engine_lock *lk)
 {
     struct pg_lock_priv *p = lk->priv;
     PGresult *res = NULL;
     bool broken = false;
     char ss[6];
+    if (p->row_only)
+        return release_row(e, lk);
     if (p->slot < 0)
         return cerb__error_set(CERB_NOT_OWNER, "pg: \"%s\" is not held", lk->name);
     int slot = p->slot;

@@ -49,6 +49,8 @@ if(CERB_WITH_ETCD)
 endif()
 if(CERB_WITH_PG)
   cerb_conformance_suite(pg FIXTURES pg ENV CERB_PG_PORT=${CERB_TEST_PG_PORT})
+  # pg.mode = "lease" (the row alone), as behind a transaction pooler.
+  cerb_conformance_suite(pg_lease FIXTURES pg ENV CERB_PG_PORT=${CERB_TEST_PG_PORT})
 endif()
 if(CERB_WITH_MYSQL)
   cerb_conformance_suite(mysql FIXTURES mysql ENV CERB_MYSQL_PORT=${CERB_TEST_MYSQL_PORT})
