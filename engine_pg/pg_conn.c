@@ -268,6 +268,52 @@ static cerb_status check_lease_session(cerb_engine *e, PGconn *pg, int64_t deadl
     return CERB_OK;
 }
 
+/* How long grants wait after a failover: the longest lease a hold of
+ * this client can have, plus the core's drift (1 % + 2 ms). */
+static int64_t quarantine_ms(cerb_engine *e)
+{
+    int64_t q = e->cfg->lock.lease_ms;
+    int64_t seen = atomic_load_explicit(&e->max_lease_ms, memory_order_relaxed);
+    if (seen > q)
+        q = seen;
+    return q + q / 100 + 2;
+}
+
+/* The failover check of a new session (cerb__pg_sql_meta), before its
+ * first grant. */
+static cerb_status check_meta(cerb_engine *e, PGconn *pg, int64_t deadline_ns)
+{
+    PGresult *res = NULL;
+    bool broken = false;
+    char ss[6], q[24];
+    int64_t qms = quarantine_ms(e);
+    snprintf(q, sizeof q, "%lld", (long long)qms);
+    const char *v[1] = {q};
+    cerb_status st =
+        cerb__pg_exec(pg, -1, e->meta_sql, 1, v, NULL, NULL, deadline_ns, &res, &broken, ss);
+    if (st != CERB_OK) {
+        if (strcmp(ss, "42P01") == 0)
+            return cerb__error_set(CERB_ECONFIG,
+                                   "pg: the table %s.cerberus_meta is missing: run `cerberus "
+                                   "init` with this configuration (docs/engines.md shows its SQL)",
+                                   e->schema_q);
+        return st;
+    }
+    if (PQntuples(res) == 1 && atoi(PQgetvalue(res, 0, 0)) > 0)
+        CERB_LOG_W("pg: the server (system %s, timeline %s) is not the one schema %s last saw: a "
+                   "failover or a restore may have lost the last grants, so nothing is granted "
+                   "for %lld ms and every fence starts above %s",
+                   PQgetvalue(res, 0, 2), PQgetvalue(res, 0, 3), e->schema_q, (long long)qms,
+                   PQgetvalue(res, 0, 4));
+    else if (PQntuples(res) == 1 && atoi(PQgetvalue(res, 0, 1)) > 0)
+        CERB_LOG_W("pg: schema %s had no record of its server (cerberus_meta): a new one, or a "
+                   "restore that lost grants, cannot be told apart, so nothing is granted for "
+                   "%lld ms; `cerberus init` makes the record on a new server",
+                   e->schema_q, (long long)qms);
+    PQclear(res);
+    return CERB_OK;
+}
+
 /* Open slot i's session: settings, then every statement prepared, in one
  * round trip; the backend pid; refuse a standby. */
 static cerb_status open_slot(cerb_engine *e, int i, int64_t deadline_ns)
@@ -281,6 +327,8 @@ static cerb_status open_slot(cerb_engine *e, int i, int64_t deadline_ns)
         return st;
     if (e->pc->mode == CERB_SQL_LEASE) {
         st = check_lease_session(e, pg, deadline_ns);
+        if (st == CERB_OK)
+            st = check_meta(e, pg, deadline_ns);
         if (st != CERB_OK) {
             PQfinish(pg);
             return st;
@@ -345,6 +393,11 @@ static cerb_status open_slot(cerb_engine *e, int i, int64_t deadline_ns)
         return cerb__error_set(CERB_UNAVAILABLE,
                                "pg: the server is a standby (pg_is_in_recovery()): locks need "
                                "the primary");
+    }
+    st = check_meta(e, pg, deadline_ns);
+    if (st != CERB_OK) {
+        PQfinish(pg);
+        return st;
     }
     cerb__mutex_lock(&e->mu);
     e->slots[i].pg = pg;

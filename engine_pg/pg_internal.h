@@ -115,6 +115,8 @@ struct cerb_engine {
         atomic_uint_fast64_t evictions;
     } stats;
     atomic_bool evict_refused;  /* said once: no privilege to evict */
+    char *meta_sql;             /* cerb__pg_sql_meta */
+    atomic_int_fast64_t max_lease_ms; /* the longest lease granted here */
 };
 
 /* Per hold (lk->priv): the slot (and its generation) holding the session
@@ -137,6 +139,9 @@ cerb_status cerb__pg_sql_build(cerb_engine *e);
 void cerb__pg_sql_free(cerb_engine *e);
 /* The CREATE statements for the schema (quoted), cerb__malloc'd. */
 char *cerb__pg_sql_create(const char *schema_q);
+/* The failover check of a new session (pg_sql.c says how), cerb__malloc'd. */
+char *cerb__pg_sql_meta(const char *schema_q);
+char *cerb__pg_sql_meta_init(const char *schema_q);
 /* Quote `schema` (already checked against the identifier pattern). */
 void cerb__pg_quote_ident(const char *id, char *out, size_t len);
 extern const char *const cerb__pg_stmt_names[PG_NSTMT];

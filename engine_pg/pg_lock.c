@@ -149,9 +149,20 @@ static void drop_waiter(cerb_engine *e, int slot)
     cerb__pg_give(e, slot, st != CERB_OK, 0);
 }
 
+/* Remember the longest lease granted (the failover quarantine covers it). */
+static void note_lease(cerb_engine *e, int64_t lease_ms)
+{
+    int_fast64_t cur = atomic_load_explicit(&e->max_lease_ms, memory_order_relaxed);
+    while (lease_ms > cur &&
+           !atomic_compare_exchange_weak_explicit(&e->max_lease_ms, &cur, lease_ms,
+                                                  memory_order_relaxed, memory_order_relaxed)) {
+    }
+}
+
 static cerb_status granted(cerb_engine *e, cerb_engine_lock *lk, int slot, uint64_t gen,
                            const struct grant_answer *a, cerb_grant *grant)
 {
+    note_lease(e, lk->lease_ms);
     struct pg_lock_priv *p = lk->priv;
     p->slot = slot;
     p->gen = gen;
@@ -482,6 +493,7 @@ static cerb_status lease_acquire(cerb_engine *e, cerb_engine_lock *lk, struct gr
         parse_grant(res, &a);
         PQclear(res);
         if (a.granted) {
+            note_lease(e, lk->lease_ms);
             p->row_only = true;
             p->fence = a.fence;
             grant->fence = a.fence;

@@ -47,22 +47,32 @@ const char *const cerb__pg_stmt_names[PG_NSTMT] = {
 #define LOCK_FN(fn)                                                                       \
     "CASE WHEN $6::int IS NULL THEN " fn "($2::bigint) ELSE " fn "($6::int, $7::int) END"
 
-#define CLAIM_INSERT(from)                                                                \
-    "INSERT INTO @S.cerberus_lock AS l (name, akey, fence, owner, owner_pid, lease_until, " \
-    "acquired_at) SELECT $1::bytea, $2::bigint, GREATEST(1, $5::bigint + 1), $3::text, "   \
-    "pg_backend_pid(), clock_timestamp() + $4::bigint * interval '1 millisecond', "        \
-    "clock_timestamp() " from " ON CONFLICT (name) DO UPDATE SET fence = "                 \
-    "GREATEST(l.fence + 1, $5::bigint + 1), akey = EXCLUDED.akey, owner = EXCLUDED.owner, " \
-    "owner_pid = EXCLUDED.owner_pid, lease_until = EXCLUDED.lease_until, "                 \
-    "acquired_at = EXCLUDED.acquired_at WHERE l.owner IS NULL OR l.owner = $3::text OR "   \
-    "l.lease_until <= clock_timestamp() RETURNING fence"
+/* The failover record (cerberus_meta, pg_meta below): every fence is
+ * above its base, and nothing is granted while its quarantine runs. */
+#define META_BASE "coalesce((SELECT base FROM @S.cerberus_meta WHERE k = 'pg'), 0)"
+#define META_OPEN                                                                         \
+    "NOT EXISTS (SELECT 1 FROM @S.cerberus_meta WHERE k = 'pg' AND "                       \
+    "quarantine_until > clock_timestamp())"
 
-/* How long the row's lease has left, asked only when the claim failed
- * (CASE evaluates its branch only when chosen). */
+/* The claim of the row; `where` selects the rows to insert from (after
+ * the session lock said got) and must end with META_OPEN. */
+#define CLAIM_INSERT(where)                                                               \
+    "INSERT INTO @S.cerberus_lock AS l (name, akey, fence, owner, owner_pid, lease_until, " \
+    "acquired_at) SELECT $1::bytea, $2::bigint, GREATEST(1, $5::bigint + 1, " META_BASE    \
+    " + 1), $3::text, pg_backend_pid(), clock_timestamp() + $4::bigint * "                 \
+    "interval '1 millisecond', clock_timestamp() " where " ON CONFLICT (name) DO UPDATE "   \
+    "SET fence = GREATEST(l.fence + 1, $5::bigint + 1, " META_BASE " + 1), "               \
+    "akey = EXCLUDED.akey, owner = EXCLUDED.owner, "                                       \
+    "owner_pid = EXCLUDED.owner_pid, lease_until = EXCLUDED.lease_until, "                 \
+    "acquired_at = EXCLUDED.acquired_at WHERE (l.owner IS NULL OR l.owner = $3::text OR "  \
+    "l.lease_until <= clock_timestamp()) AND " META_OPEN " RETURNING fence"
+
 #define LEFT_MS                                                                           \
-    "CASE WHEN (SELECT fence FROM ins) IS NULL THEN (SELECT ceil(extract(epoch FROM "    \
-    "(lease_until - clock_timestamp())) * 1000)::bigint FROM @S.cerberus_lock "           \
-    "WHERE name = $1::bytea AND owner IS NOT NULL) END"
+    "CASE WHEN (SELECT fence FROM ins) IS NULL THEN GREATEST((SELECT ceil(extract(epoch "  \
+    "FROM (lease_until - clock_timestamp())) * 1000)::bigint FROM @S.cerberus_lock "      \
+    "WHERE name = $1::bytea AND owner IS NOT NULL), (SELECT ceil(extract(epoch FROM "      \
+    "(quarantine_until - clock_timestamp())) * 1000)::bigint FROM @S.cerberus_meta "      \
+    "WHERE k = 'pg')) END"
 
 /* Wait for the session lock: a try first (no settings touched when the
  * name is free), then the wait bounded by lock_timeout for this statement.
@@ -74,16 +84,16 @@ const char *const cerb__pg_stmt_names[PG_NSTMT] = {
 
 static const char *const templates[PG_NSTMT] = {
     [PG_TRY] = "WITH a AS (SELECT " LOCK_FN("pg_try_advisory_lock") " AS got), "
-               "ins AS (" CLAIM_INSERT("FROM a WHERE a.got") ") "
+               "ins AS (" CLAIM_INSERT("FROM a WHERE a.got AND " META_OPEN) ") "
                "SELECT a.got, (SELECT fence FROM ins), " LEFT_MS " FROM a",
     [PG_WAIT] = "WITH a AS (SELECT " WAIT_LOCK " AS got), "
-                "ins AS (" CLAIM_INSERT("FROM a WHERE a.got") ") "
+                "ins AS (" CLAIM_INSERT("FROM a WHERE a.got AND " META_OPEN) ") "
                 "SELECT a.got, (SELECT fence FROM ins), " LEFT_MS " FROM a",
     [PG_REWAIT] = "WITH s AS (SELECT pg_advisory_unlock_all()::text AS u), "
                   "a AS (SELECT " WAIT_LOCK " AS got FROM s), "
-                  "ins AS (" CLAIM_INSERT("FROM a WHERE a.got") ") "
+                  "ins AS (" CLAIM_INSERT("FROM a WHERE a.got AND " META_OPEN) ") "
                   "SELECT a.got, (SELECT fence FROM ins), " LEFT_MS " FROM a",
-    [PG_CLAIM] = "WITH ins AS (" CLAIM_INSERT("") ") "
+    [PG_CLAIM] = "WITH ins AS (" CLAIM_INSERT("WHERE " META_OPEN) ") "
                  "SELECT true, (SELECT fence FROM ins), " LEFT_MS,
     [PG_UNLOCK] = "SELECT CASE WHEN $2::int IS NOT NULL THEN pg_advisory_unlock($2::int, $3::int) "
                   "ELSE pg_advisory_unlock($1::bigint) END",
@@ -197,11 +207,14 @@ cerb_status cerb__pg_sql_build(cerb_engine *e)
         if (!e->sql[i])
             return cerb__error_set(CERB_ENOMEM, "pg: out of memory");
     }
-    return CERB_OK;
+    e->meta_sql = cerb__pg_sql_meta(e->schema_q);
+    return e->meta_sql ? CERB_OK : cerb__error_set(CERB_ENOMEM, "pg: out of memory");
 }
 
 void cerb__pg_sql_free(cerb_engine *e)
 {
+    cerb__free(e->meta_sql);
+    e->meta_sql = NULL;
     for (int i = 0; i < PG_NSTMT; i++) {
         cerb__free(e->sql[i]);
         e->sql[i] = NULL;
@@ -225,6 +238,59 @@ static const char create_tpl[] =
     "  state  smallint NOT NULL,        -- 1 running, 2 done\n"
     "  until  timestamptz,              -- expiry on the server's clock; NULL: never\n"
     "  result bytea\n"
+    ");\n"
+    "CREATE TABLE IF NOT EXISTS @S.cerberus_meta (\n"
+    "  k                text PRIMARY KEY, -- 'pg': the server this schema was last seen on\n"
+    "  sysid            text,             -- its system identifier (pg_control_system())\n"
+    "  tli              bigint,           -- its WAL timeline\n"
+    "  base             bigint NOT NULL DEFAULT 0, -- every fence is above it\n"
+    "  quarantine_until timestamptz       -- after a failover, no grant before this\n"
     ");\n";
 
 char *cerb__pg_sql_create(const char *schema_q) { return splice(create_tpl, schema_q); }
+
+/*
+ * The failover check, once per new session, before its first grant: the
+ * server's identity (system identifier, WAL timeline) against the one the
+ * schema's record saw last. A promoted standby starts a new timeline, and
+ * asynchronous replication may have lost the last grants, renewals and
+ * releases: so when they differ, the record takes the new identity, its
+ * base jumps 2^32 above every fence the table still shows (lost ones
+ * included, as long as fewer than 2^32 grants of one name were lost), and
+ * a quarantine of $1 ms (the longest lease) starts, during which nothing
+ * is granted, so every holder of the lost grants has seen its deadline
+ * pass. The UPDATE judges the latest row (READ COMMITTED), so of clients
+ * noticing at once one moves it and the others find it moved. A session
+ * grants only after this statement saw the record match, so its grants'
+ * statements see the new base and the quarantine. Answers whether this
+ * statement moved it, and the identity seen. A record that is missing is
+ * made the same way, quarantine included: a server cannot tell a first
+ * start from a restore that lost its data (so `cerberus init` makes the
+ * record, with the server's identity and no quarantine).
+ */
+static const char meta_tpl[] =
+    "WITH cur AS (SELECT (SELECT system_identifier::text FROM pg_control_system()) AS sysid, "
+    "('x' || substr(pg_walfile_name(pg_current_wal_lsn()), 1, 8))::bit(32)::bigint AS tli), "
+    "ins AS (INSERT INTO @S.cerberus_meta (k, sysid, tli, base, quarantine_until) SELECT 'pg', "
+    "sysid, tli, (SELECT coalesce(max(fence), 0) FROM @S.cerberus_lock) + 4294967296, "
+    "clock_timestamp() + $1::bigint * interval '1 millisecond' FROM cur "
+    "ON CONFLICT (k) DO NOTHING RETURNING base), "
+    "bump AS (UPDATE @S.cerberus_meta m SET sysid = cur.sysid, tli = cur.tli, "
+    "base = GREATEST(m.base, (SELECT coalesce(max(fence), 0) FROM @S.cerberus_lock)) + "
+    "4294967296, quarantine_until = GREATEST(coalesce(m.quarantine_until, clock_timestamp()), "
+    "clock_timestamp() + $1::bigint * interval '1 millisecond') FROM cur WHERE m.k = 'pg' AND "
+    "(m.sysid IS DISTINCT FROM cur.sysid OR m.tli IS DISTINCT FROM cur.tli) RETURNING m.base) "
+    "SELECT (SELECT count(*) FROM bump), (SELECT count(*) FROM ins), cur.sysid, cur.tli, "
+    "coalesce((SELECT base FROM bump), (SELECT base FROM ins)) FROM cur";
+
+char *cerb__pg_sql_meta(const char *schema_q) { return splice(meta_tpl, schema_q); }
+
+/* `cerberus init`: the record of a schema just prepared, with the server's
+ * identity and no quarantine (nothing was granted in it before). */
+static const char meta_init_tpl[] =
+    "INSERT INTO @S.cerberus_meta (k, sysid, tli) SELECT 'pg', "
+    "(SELECT system_identifier::text FROM pg_control_system()), "
+    "('x' || substr(pg_walfile_name(pg_current_wal_lsn()), 1, 8))::bit(32)::bigint "
+    "ON CONFLICT (k) DO NOTHING";
+
+char *cerb__pg_sql_meta_init(const char *schema_q) { return splice(meta_init_tpl, schema_q); }

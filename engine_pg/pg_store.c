@@ -64,7 +64,8 @@ static cerb_status pg_init(const struct cerb_config *cfg, unsigned flags,
                        "SELECT pg_is_in_recovery(), "
                        "to_regclass(quote_ident($1) || '.cerberus_lock') IS NOT NULL, "
                        "to_regclass(quote_ident($1) || '.cerberus_guard') IS NOT NULL, "
-                       "to_regclass(quote_ident($1) || '.cerberus_guard_until') IS NOT NULL",
+                       "to_regclass(quote_ident($1) || '.cerberus_guard_until') IS NOT NULL "
+                       "AND to_regclass(quote_ident($1) || '.cerberus_meta') IS NOT NULL",
                        1, v, NULL, NULL, opd, &res, &broken, ss);
     if (st == CERB_OK) {
         bool standby = PQgetvalue(res, 0, 0)[0] == 't';
@@ -95,10 +96,21 @@ static cerb_status pg_init(const struct cerb_config *cfg, unsigned flags,
             if (st == CERB_OK)
                 st = cerb__pg_exec(pg, -1, idx, 0, NULL, NULL, NULL, opd, &res, &broken, ss);
             PQclear(res);
+            res = NULL;
+            /* The failover record, made here so that a new server's first
+             * client need not wait (a missing record means a quarantine). */
+            char *meta = st == CERB_OK ? cerb__pg_sql_meta_init(schema_q) : NULL;
+            if (meta)
+                st = cerb__pg_exec(pg, -1, meta, 0, NULL, NULL, NULL, opd, &res, &broken, ss);
+            else if (st == CERB_OK)
+                st = cerb__error_set(CERB_ENOMEM, "out of memory");
+            cerb__free(meta);
+            PQclear(res);
             if (st == CERB_OK) {
                 *result = CERB_STORE_PREPARED;
                 if (tables)
-                    snprintf(line, len, "created the index %s.cerberus_guard_until", schema_q);
+                    snprintf(line, len, "created what was missing in %s (cerberus_meta, "
+                             "cerberus_guard_until)", schema_q);
                 else
                     snprintf(line, len, "created %s.cerberus_lock and %s.cerberus_guard", schema_q,
                              schema_q);

@@ -734,18 +734,20 @@ static void test_pg_guard_row_locked(void **state)
     eng_close(&x);
 }
 
-/* A schema with the lock table but no guard table: guard calls say to run
+/* A schema with the lock tables but no guard table: guard calls say to run
  * `cerberus init` (CERB_ECONFIG), locks work. */
 static void test_pg_guard_missing_table(void **state)
 {
     (void)state;
-    char other[96], sql[512];
+    char other[96], sql[1024];
     snprintf(other, sizeof other, "%s_nog", schema);
     PGconn *pg = raw();
     snprintf(sql, sizeof sql,
              "DROP SCHEMA IF EXISTS %s CASCADE; CREATE SCHEMA %s; CREATE TABLE "
-             "%s.cerberus_lock (LIKE %s.cerberus_lock INCLUDING ALL)",
-             other, other, other, schema);
+             "%s.cerberus_lock (LIKE %s.cerberus_lock INCLUDING ALL); CREATE TABLE "
+             "%s.cerberus_meta (LIKE %s.cerberus_meta INCLUDING ALL); INSERT INTO "
+             "%s.cerberus_meta SELECT * FROM %s.cerberus_meta",
+             other, other, other, schema, other, schema, other, schema);
     PGresult *r = PQexec(pg, sql);
     assert_int_equal(PQresultStatus(r), PGRES_COMMAND_OK);
     PQclear(r);
