@@ -13,10 +13,17 @@
 # (cerb_chaos_worker) against it, and meanwhile run the nemesis: a seeded
 # schedule of faults (a shuffle of the scenario's list, taken in turn, so each
 # happens once before any repeats), each bounded in time —
-#   pause E      SIGSTOP the server past the lease, then SIGCONT
+#   pause E      SIGSTOP the server past the lease, then SIGCONT; pg: the
+#                postmaster first, then (once it is stopped, so no new
+#                backend appears) every process whose parent it is
+#                (backends, background workers), all continued after
 #   kill E       kill -9 and restart; redis without its data (the fence
 #                counter is gone), zk and etcd on their data
-#   kill-keep E  redis: SAVE, kill -9, restart on the snapshot
+#   kill-keep E  redis: SAVE, kill -9, restart on the snapshot; zk, etcd:
+#                kill -9, restart on the data; pg: kill -9 of the
+#                postmaster, restarted on its data by servers.sh (which
+#                waits for its orphaned backends to exit); mysql: kill -9
+#                of mariadbd, restarted on its data (InnoDB recovery)
 #   delay        the proxy holds each reply longer than probe_timeout_ms,
 #                shorter than the op timeout (a gray failure)
 #   blackhole    the proxy accepts and answers nothing
@@ -70,8 +77,16 @@
 # and refusals are counted and printed, never failed on. --grace 0 shows
 # the oracle catching the overlaps the gate prevents.
 #
-# Guard scenarios (zk-guard, redis-guard, etcd-guard) run the workers with
-# --guard: idempotency-guard attempts on four keys instead of locks, twice
+# SQL scenarios (pg, mysql, pg-redis, pg-guard): PostgreSQL and MariaDB
+# through the proxy like the other single servers. Neither engine has a key
+# prefix or namespace (the rows of cerberus_lock are never deleted), so the
+# workers' names there carry a tag of this run (its temporary directory's
+# suffix) besides scenario and seed: no run meets another's rows. They write
+# no closure records, so switching to or from them needs no namespace.
+#
+# Guard scenarios (zk-guard, redis-guard, etcd-guard, pg-guard; the mysql
+# engine has no guard yet) run the workers with --guard:
+# idempotency-guard attempts on four keys instead of locks, twice
 # the threads (zk: so the guard's extra sessions open), judged by the same
 # oracle (overlaps of attempts at one key; a rerun within keep_ms of a
 # success; no tokens).
@@ -82,6 +97,7 @@
 #
 # Environment: CERB_CHAOS_REDIS_PORT (31400), CERB_CHAOS_ZK_PORT (31200),
 # CERB_CHAOS_ETCD_PORT (31300), CERB_CHAOS_PROXY_PORT (31410),
+# CERB_CHAOS_PG_PORT (31700), CERB_CHAOS_MYSQL_PORT (31800),
 # CERB_CHAOS_ZK3_PORT (30000: client ports 30000-30002, quorum and election
 # ports 707 and 1707 above), CERB_CHAOS_ETCD3_PORT (30100: client ports
 # 30100, 30102, 30104, each with its peer port next to it) — below the
@@ -94,7 +110,9 @@
 # CERB_CHAOS_KEEP_DIR (a failed scenario's worker logs, config and oracle,
 # default $TMPDIR/cerb-chaos-failed-<seed>), CERB_CHAOS_KEEP_ALL=1 (keep
 # them for every scenario),
-# CERB_BUILD_DIR (default ./build).
+# CERB_BUILD_DIR (default ./build), CERB_CHAOS_BROKEN (a worker --broken
+# mode, e.g. skip-lock: every worker runs deliberately broken, to show a
+# scenario's verdict failing on its real servers; see test_broken.sh).
 set -euo pipefail
 
 PROG=${0##*/}
@@ -109,10 +127,13 @@ ZK3_PORT=${CERB_CHAOS_ZK3_PORT:-30000}
 ETCD3_PORT=${CERB_CHAOS_ETCD3_PORT:-30100}
 SENTINEL_PORT=${CERB_CHAOS_SENTINEL_PORT:-31500}
 CLUSTER_PORT=${CERB_CHAOS_CLUSTER_PORT:-31600}
+PG_PORT=${CERB_CHAOS_PG_PORT:-31700}
+MYSQL_PORT=${CERB_CHAOS_MYSQL_PORT:-31800}
 export CERB_SENTINEL_MASTER=${CERB_SENTINEL_MASTER:-cerbmaster}
 NODES=1              # servers per engine in the current scenario
 RKIND=redis          # the redis deployment: redis (one server), sentinel, cluster
 GUARD=0              # workers make guard attempts instead of locking
+BROKEN=${CERB_CHAOS_BROKEN:-} # a worker --broken mode (the verdict must fail)
 export CERB_STATE_DIR=${CERB_CHAOS_STATE_DIR:-${TMPDIR:-/tmp}/cerb-chaos-${UID:-$(id -u)}}
 # Upstream leaks of the workers' libraries (tests/chaos/lsan.supp).
 export LSAN_OPTIONS=${LSAN_OPTIONS:-suppressions=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)/tests/chaos/lsan.supp}
@@ -121,13 +142,13 @@ BUILD=${CERB_BUILD_DIR:-$ROOT/build}
 LEASE_MS=2000        # lock.lease_ms; zk sessions and etcd TTLs are of the same order
 SETTLE_MS=3000       # time clients take to see a `cerberus switch` (file watch)
 
-ALL_SCENARIOS="redis zk etcd redis-zk etcd-redis zk-etcd redis-zk-grace0 manual-switch zk3 etcd3 sentinel cluster zk-guard redis-guard etcd-guard"
+ALL_SCENARIOS="redis zk etcd redis-zk etcd-redis zk-etcd redis-zk-grace0 manual-switch zk3 etcd3 sentinel cluster zk-guard redis-guard etcd-guard pg mysql pg-redis pg-guard"
 # Run only when named: etcd3-oldleader pauses the leader of a 3-node etcd,
 # which etcd before 3.4.28 / 3.5.11 answers by revoking live sessions'
 # leases when it resumes (etcd#15247): overlaps there are the server's,
 # counted and reported, not failed.
 EXTRA_SCENARIOS="etcd3-oldleader"
-CI_SCENARIOS="redis zk etcd redis-zk etcd-redis redis-zk-grace0 manual-switch zk3 etcd3 sentinel cluster zk-guard"
+CI_SCENARIOS="redis zk etcd redis-zk etcd-redis redis-zk-grace0 manual-switch zk3 etcd3 sentinel cluster zk-guard pg mysql pg-redis"
 
 say() { printf '%s: %s\n' "$PROG" "$*"; }
 die() { printf '%s: error: %s\n' "$PROG" "$*" >&2; exit 1; }
@@ -205,7 +226,11 @@ mkdir -p -- "$CERB_STATE_DIR"
 STARTED=""     # "engine:port" servers this run started
 PROXY_PID=""
 WORKER_PIDS=()
+PAUSED=()      # processes a pause stopped, continued by its end, the heal or cleanup
 T0=0
+# Part of the workers' names on engines without a namespace (pg, mysql):
+# this run's own, lower case (mysql.key "dl" keeps such names as they are).
+RUN_TAG=$(tr 'A-Z' 'a-z' <<<"${RUN##*.}")
 
 now_ms() { local t; t=$(date +%s%N); echo $((t / 1000000)); }
 elapsed() { local d=$(($(now_ms) - T0)); printf '+%d.%ds' $((d / 1000)) $((d % 1000 / 100)); }
@@ -233,6 +258,8 @@ port_of() {
             ;;
         zk) if ((NODES > 1)); then echo "$ZK3_PORT"; else echo "$ZK_PORT"; fi ;;
         etcd) if ((NODES > 1)); then echo "$ETCD3_PORT"; else echo "$ETCD_PORT"; fi ;;
+        pg) echo "$PG_PORT" ;;
+        mysql) echo "$MYSQL_PORT" ;;
     esac
 }
 
@@ -292,6 +319,9 @@ cleanup() {
     local p e
     for p in "${WORKER_PIDS[@]}"; do kill -KILL "$p" 2>/dev/null || true; done
     [[ -n $PROXY_PID ]] && kill -TERM "$PROXY_PID" 2>/dev/null || true
+    # A pause cut short (^C, ctest's timeout): a stopped backend would keep
+    # its postmaster's shutdown waiting, and outlive it.
+    resume_paused
     for e in $STARTED; do
         # engine:port:nodes
         local name=${e%%:*} rest=${e#*:} f
@@ -339,6 +369,14 @@ kill9() {
     while kill -0 "$1" 2>/dev/null && [[ $(awk '{print $3}' "/proc/$1/stat" 2>/dev/null) != Z ]]; do
         sleep 0.05
     done
+}
+
+# listening PORT: a socket listens on 127.0.0.1:PORT (/proc/net/tcp, state
+# 0A).
+listening() {
+    local hex
+    printf -v hex '%04X' "$1"
+    awk -v a="0100007F:$hex" '$2 == a && $4 == "0A" { f = 1 } END { exit !f }' /proc/net/tcp
 }
 
 # relaunch E PORT ARGV...: start ARGV detached as E's server (its node on
@@ -419,7 +457,78 @@ restart() {
             kill9 "$pid"
             relaunch "$e" "$port" "${argv[@]}"
             ;;
+        pg | mysql)
+            # servers.sh restarts a server whose process is gone on its
+            # recorded data dir (pg: once the dead postmaster's orphaned
+            # backends have exited, which they do on noticing its death)
+            # and returns once it answers. It refuses a port that still
+            # accepts connections, and a killed mariadbd is a zombie before
+            # its last threads have let go of the listening socket (seen:
+            # "port ... already has a server that is not ours").
+            kill9 "$pid"
+            local deadline=$(($(now_ms) + 10000))
+            while listening "$port" && (($(now_ms) < deadline)); do sleep 0.05; done
+            servers start "$e" --port "$port" >/dev/null
+            ;;
     esac
+}
+
+# stat_of PID: the state and parent PID of PID (fields 3 and 4 of
+# /proc/PID/stat, read after the command name, which may hold spaces and
+# parentheses).
+stat_of() {
+    local line
+    local -a f
+    { read -r line <"/proc/$1/stat"; } 2>/dev/null || return 1
+    read -r -a f <<<"${line##*) }"
+    echo "${f[0]} ${f[1]}"
+}
+
+# children_of PID: the PIDs of the processes whose parent is PID.
+children_of() {
+    local f line
+    local -a w
+    for f in /proc/[0-9]*/stat; do
+        # (A process may exit between the glob and the read.)
+        { read -r line <"$f"; } 2>/dev/null || continue
+        read -r -a w <<<"${line##*) }"
+        [[ ${w[1]} == "$1" ]] || continue
+        f=${f#/proc/}
+        echo "${f%/stat}"
+    done
+}
+
+# pause_server E: SIGSTOP E's server, recorded in PAUSED. A PostgreSQL
+# server is many processes: a client talks to its own backend, which runs
+# on while only the postmaster is stopped. So the postmaster is stopped
+# first and, once it is (kill returns before the signal lands), every
+# process whose parent it is: the backends and background workers. Only the
+# postmaster forks them, so none can appear after the listing. MariaDB is
+# one process (threads): the process alone.
+pause_server() {
+    local e=$1 pid c st deadline
+    pid=$(pid_of "$e") || { say "no $e pid"; return 1; }
+    kill -STOP "$pid"
+    PAUSED=("$pid")
+    [[ $e == pg ]] || return 0
+    deadline=$(($(now_ms) + 2000))
+    until st=$(stat_of "$pid") && [[ ${st%% *} == [Tt] ]]; do
+        (($(now_ms) < deadline)) || { say "pg postmaster $pid not stopped after 2 s (state ${st%% *})"; break; }
+        sleep 0.01
+    done
+    for c in $(children_of "$pid"); do
+        kill -STOP "$c" 2>/dev/null && PAUSED+=("$c")
+    done
+}
+
+# resume_paused: SIGCONT what pause_server stopped, children before their
+# postmaster.
+resume_paused() {
+    local i
+    for ((i = ${#PAUSED[@]} - 1; i >= 0; i--)); do
+        kill -CONT "${PAUSED[i]}" 2>/dev/null || true
+    done
+    PAUSED=()
 }
 
 proxy_mode() {
@@ -715,11 +824,14 @@ nemesis() {
         case $a in
             pause)
                 ms=$((LEASE_MS + 1000 + RANDOM % 1500))
-                pid=$(pid_of "$first")
-                echo "  [$scen $(elapsed)] pause $first ${ms} ms (SIGSTOP pid $pid)"
-                kill -STOP "$pid"
+                pause_server "$first" || return 1
+                if ((${#PAUSED[@]} > 1)); then
+                    echo "  [$scen $(elapsed)] pause $first ${ms} ms (SIGSTOP postmaster ${PAUSED[0]}, then its $((${#PAUSED[@]} - 1)) children)"
+                else
+                    echo "  [$scen $(elapsed)] pause $first ${ms} ms (SIGSTOP pid ${PAUSED[0]})"
+                fi
                 sleep "$((ms / 1000)).$(printf '%03d' $((ms % 1000)))"
-                kill -CONT "$pid"
+                resume_paused
                 ;;
             kill)
                 echo "  [$scen $(elapsed)] kill -9 $first, restart without data"
@@ -727,7 +839,9 @@ nemesis() {
                 ;;
             kill-keep)
                 echo "  [$scen $(elapsed)] kill -9 $first, restart on its data"
+                t=$(now_ms)
                 restart "$first" 1 || return 1
+                echo "  [$scen $(elapsed)]   $first answers again after $(($(now_ms) - t)) ms"
                 ;;
             delay)
                 ms=$((250 + RANDOM % 200))
@@ -832,6 +946,11 @@ scenario_def() {
         # attempt begin beside a running one — a documented limit, not news.
         redis-guard) ENGINES="redis"; GUARD=1; ACTS="pause delay blackhole drop" ;;
         etcd-guard) ENGINES="etcd"; GUARD=1; ACTS="pause kill-keep delay blackhole drop" ;;
+        pg) ENGINES="pg"; ACTS="pause kill-keep delay blackhole drop" ;;
+        mysql) ENGINES="mysql"; ACTS="pause kill-keep delay blackhole drop" ;;
+        pg-redis) ENGINES="pg redis"; ACTS="pause kill-keep blackhole switch" ;;
+        # No mysql-guard: the mysql engine has no guard yet.
+        pg-guard) ENGINES="pg"; GUARD=1; ACTS="pause kill-keep delay blackhole drop" ;;
     esac
     if [[ -n $GRACE_OVERRIDE ]]; then GRACE=$GRACE_OVERRIDE; fi
 }
@@ -885,6 +1004,9 @@ write_config() {
                 redis:*) echo "redis = { host = \"127.0.0.1\"; port = $port; prefix = \"cerb-chaos-$ns:\"; connect_timeout_ms = 500; op_timeout_ms = 500; };" ;;
                 zk:*) echo "zk = { hosts = \"127.0.0.1:$port\"; root = \"/cerb-chaos/$ns\"; session_timeout_ms = $LEASE_MS; connect_timeout_ms = 1000; };" ;;
                 etcd:*) echo "etcd = { endpoints = (\"http://127.0.0.1:$port\"); prefix = \"cerb-chaos/$ns/\"; session_ttl_s = 2; op_timeout_ms = 1000; connect_timeout_ms = 500; };" ;;
+                # No namespace: the names carry the run's tag (run_scenario).
+                pg:*) echo "pg = { conninfo = \"host=127.0.0.1 port=$port dbname=cerb user=cerb\"; op_timeout_ms = 1000; connect_timeout_ms = 500; };" ;;
+                mysql:*) echo "mysql = { host = \"127.0.0.1\"; port = $port; user = \"cerb\"; database = \"cerb\"; op_timeout_ms = 1000; connect_timeout_ms = 500; };" ;;
             esac
         done
         # An attempt's claim as long as a lease, so the pauses outlast it.
@@ -901,6 +1023,7 @@ bound_ms() {
             redis) b=$((b + (500 + 500) * 2)) ;;
             zk) b=$((b + (1000 + LEASE_MS) * 2)) ;;
             etcd) b=$((b + (500 + 2 * 1000) * 2)) ;; # a release re-sends once (cerberus.h)
+            pg | mysql) b=$((b + (500 + 1000) * 2)) ;;
         esac
     done
     echo "$b"
@@ -925,11 +1048,17 @@ run_scenario() {
         wargs=(--guard)
         [[ $first == zk ]] && proxied zk && wargs+=(--count-conns "$PROXY_PORT")
     fi
+    if [[ -n $BROKEN ]]; then wargs+=(--broken "$BROKEN"); fi
     NAME_PREFIX="chaos-$scen-$seed-"
+    # pg and mysql have no namespace: names of this run's own.
+    if [[ " $ENGINES " == *" pg "* || " $ENGINES " == *" mysql "* ]]; then
+        NAME_PREFIX="chaos-$scen-$seed-$RUN_TAG-"
+    fi
     local deploy="" how=""
     if [[ $RKIND != redis ]]; then deploy=" ($RKIND)"; fi
     if ((GUARD)); then how=", guard attempts"; fi
     if ((LAGGARDS)); then how="$how, + $LAGGARDS laggard procs on the unswitched file"; fi
+    if [[ -n $BROKEN ]]; then how="$how, workers broken on purpose: $BROKEN"; fi
     say "scenario $scen: engines ($ENGINES)$deploy grace $GRACE, ${SECONDS_EACH} s, seed $seed, $PROCS procs × $threads threads$how"
     say "  replay: scripts/chaos.sh --scenario $scen --seed $seed --seconds $SECONDS_EACH"
     for e in $ENGINES; do start_server "$e"; done
@@ -983,6 +1112,7 @@ run_scenario() {
     nemesis "$scen" "$end" "$first" $ACTS || rc=1
     # Heal: everything answers again before the workers' last seconds.
     proxy_mode pass
+    resume_paused
     for e in $ENGINES; do
         local p np
         for np in $(node_ports "$e"); do
@@ -1036,6 +1166,10 @@ run_scenario() {
         cp -- "$RUN/$scen"-worker-*.log "$RUN/cerberus.cfg" "$KEEP/" 2>/dev/null || true
         if ((LAGGARDS)); then cp -- "$RUN/$scen"-laggard-*.log "$RUN/laggard.cfg" "$KEEP/" 2>/dev/null || true; fi
         cp -- "$RUN/oracle" "$KEEP/$scen.oracle" 2>/dev/null || true
+        for e in pg mysql; do
+            [[ " $ENGINES " == *" $e "* ]] || continue
+            cp -- "$CERB_STATE_DIR/$e-$(port_of "$e").log" "$KEEP/$scen-$e.log" 2>/dev/null || true
+        done
         if [[ $RKIND != redis ]]; then
             local np
             for np in $(node_ports redis); do
