@@ -139,19 +139,23 @@ cerb_status cerb_lock_new(cerb_client *c, const char *name, const cerb_lock_opts
                                (long long)o.lease_ms);
     if (o.renew < -1 || o.renew > 1 || o.fair < -1 || o.fair > 1)
         return cerb__error_set(CERB_EINVAL, "renew and fair take -1 (default), 0 or 1");
-    if (o.lease_ms > 0 && cerb__config_engine_index(c->boot_cfg, "redis") >= 0) {
-        /* After a data loss, the redis engine quarantines the name for the
-         * longest lease it knows; another process that finds the loss knows
-         * only lock.lease_ms. */
+    const char *quarantined = cerb__config_engine_index(c->boot_cfg, "redis") >= 0 ? "redis"
+                              : cerb__config_engine_index(c->boot_cfg, "pg") >= 0  ? "pg"
+                                                                                    : NULL;
+    if (o.lease_ms > 0 && quarantined) {
+        /* After a data loss (redis) or a failover (pg), the engine
+         * quarantines grants for the longest lease it knows; another
+         * process that finds the loss knows only lock.lease_ms. */
         struct cerb_failover_config fo;
         int64_t cfg_lease;
         cerb__client_failover_cfg(c, &fo, &cfg_lease);
         if (o.lease_ms > cfg_lease)
             return cerb__error_set(CERB_EINVAL,
-                                   "lease_ms %lld is above lock.lease_ms %lld: the redis engine's "
-                                   "quarantine after a data loss (in any process) covers only "
+                                   "lease_ms %lld is above lock.lease_ms %lld: the %s engine's "
+                                   "quarantine after a %s (in any process) covers only "
                                    "lock.lease_ms; raise lock.lease_ms",
-                                   (long long)o.lease_ms, (long long)cfg_lease);
+                                   (long long)o.lease_ms, (long long)cfg_lease, quarantined,
+                                   strcmp(quarantined, "pg") == 0 ? "failover" : "data loss");
     }
     if (o.lease_ms > 0 && c->n_engines > 1) {
         /* The safe grace (switch_grace_ms = -1) is what every process can

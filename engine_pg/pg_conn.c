@@ -279,9 +279,13 @@ static int64_t quarantine_ms(cerb_engine *e)
     return q + q / 100 + 2;
 }
 
-/* The failover check of a new session (cerb__pg_sql_meta), before its
- * first grant. */
 static cerb_status check_meta(cerb_engine *e, PGconn *pg, int64_t deadline_ns)
+{
+    bool broken = false;
+    return cerb__pg_check_meta(e, pg, deadline_ns, &broken);
+}
+
+cerb_status cerb__pg_check_meta(cerb_engine *e, PGconn *pg, int64_t deadline_ns, bool *broken_out)
 {
     PGresult *res = NULL;
     bool broken = false;
@@ -291,6 +295,7 @@ static cerb_status check_meta(cerb_engine *e, PGconn *pg, int64_t deadline_ns)
     const char *v[1] = {q};
     cerb_status st =
         cerb__pg_exec(pg, -1, e->meta_sql, 1, v, NULL, NULL, deadline_ns, &res, &broken, ss);
+    *broken_out = broken;
     if (st != CERB_OK) {
         if (strcmp(ss, "42P01") == 0)
             return cerb__error_set(CERB_ECONFIG,
@@ -350,7 +355,11 @@ static cerb_status open_slot(cerb_engine *e, int i, int64_t deadline_ns)
      * server flushes, whatever the server's default (a fence must never
      * go back after a crash). The statements are written for READ
      * COMMITTED (ON CONFLICT judging the latest committed row), whatever
-     * the server's default isolation. */
+     * the server's default isolation. client_connection_check_interval
+     * (PostgreSQL 14 and later): a wait whose client gave it up (its
+     * session ended, the cancel could not be sent) leaves the server's
+     * queue within a second, instead of being granted later and claiming
+     * the row for nobody. */
     size_t len = 256;
     for (int s = 0; s < PG_NSTMT; s++)
         len += strlen(e->sql[s]) + 64;
@@ -363,7 +372,10 @@ static cerb_status open_slot(cerb_engine *e, int i, int64_t deadline_ns)
                                 "SET lock_timeout = %lld; SET statement_timeout = 0; "
                                 "SET idle_in_transaction_session_timeout = 0; "
                                 "SET synchronous_commit = on; "
-                                "SET default_transaction_isolation = 'read committed'; ",
+                                "SET default_transaction_isolation = 'read committed'; "
+                                "SELECT set_config('client_connection_check_interval', '1000', "
+                                "false) WHERE current_setting('server_version_num')::int >= "
+                                "140000; ",
                                 (long long)(e->pc->op_timeout_ms > 1 ? e->pc->op_timeout_ms / 2 : 1));
     for (int s = 0; s < PG_NSTMT; s++)
         o += (size_t)snprintf(sql + o, len - o, "PREPARE %s AS %s; ", cerb__pg_stmt_names[s],
@@ -374,8 +386,9 @@ static cerb_status open_slot(cerb_engine *e, int i, int64_t deadline_ns)
     if (st != CERB_OK) {
         if (strcmp(ss, "42P01") == 0)
             st = cerb__error_set(CERB_ECONFIG,
-                                 "pg: the table %s.cerberus_lock is missing: run `cerberus init` "
-                                 "with this configuration (docs/engines.md shows its SQL)",
+                                 "pg: a table of schema %s is missing (cerberus_lock, "
+                                 "cerberus_meta): run `cerberus init` with this configuration "
+                                 "(docs/engines.md shows its SQL)",
                                  e->schema_q);
         else if (strcmp(ss, "3F000") == 0)
             st = cerb__error_set(CERB_ECONFIG,
@@ -546,6 +559,14 @@ void cerb__pg_give(cerb_engine *e, int slot, bool broken, int hold_delta)
     }
     cerb__cond_broadcast(&e->cv);
     cerb__mutex_unlock(&e->mu);
+}
+
+int cerb__pg_slot_holds(cerb_engine *e, int slot)
+{
+    cerb__mutex_lock(&e->mu);
+    int n = e->slots[slot].holds;
+    cerb__mutex_unlock(&e->mu);
+    return n;
 }
 
 void cerb__pg_doom(cerb_engine *e, int slot, uint64_t gen)

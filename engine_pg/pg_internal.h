@@ -179,6 +179,11 @@ cerb_status cerb__pg_take_any(cerb_engine *e, int64_t deadline_ns, bool spare, i
 /* Mark a slot whose session may keep a session lock nobody owns: it is
  * ended when next given back (or at once when idle). */
 void cerb__pg_doom(cerb_engine *e, int slot, uint64_t gen);
+/* How many holds slot pins now. */
+int cerb__pg_slot_holds(cerb_engine *e, int slot);
+/* The failover check (cerb__pg_sql_meta) on a session; *broken when the
+ * session failed on the wire. */
+cerb_status cerb__pg_check_meta(cerb_engine *e, PGconn *pg, int64_t deadline_ns, bool *broken);
 /* A slot for a blocking wait: pins no hold. -1 when none may be had now. */
 int cerb__pg_take_waiter(cerb_engine *e, int64_t deadline_ns, cerb_status *st);
 /* The slot of a hold, when its session is still the one it was. */

@@ -31,6 +31,7 @@
 #include "pg_internal.h"
 
 static void drop_row(cerb_engine *e, cerb_engine_lock *lk, int owner_pid);
+static PGconn *slot_conn(cerb_engine *e, int slot, uint64_t *gen);
 
 /* The parameters of a grant statement, as text (but the name, binary). */
 struct grant_params {
@@ -70,6 +71,7 @@ struct grant_answer {
     bool granted;      /* and the row too: fence */
     uint64_t fence;
     int64_t left_ms;   /* the row's lease left, when another's (else <= 0) */
+    bool same;         /* cerberus_meta is of this server (else: check it) */
 };
 
 static void parse_grant(const PGresult *r, struct grant_answer *a)
@@ -79,6 +81,28 @@ static void parse_grant(const PGresult *r, struct grant_answer *a)
     a->granted = !col_null(r, 1);
     a->fence = a->granted ? (uint64_t)col_i64(r, 1) : 0;
     a->left_ms = col_null(r, 2) ? 0 : col_i64(r, 2);
+    a->same = PQnfields(r) < 4 || col_true(r, 3);
+}
+
+/* A grant refused because the failover record is not of the server the
+ * session now talks to (a session that outlived a failover): run the
+ * check on it now (cerb__pg_check_meta: record the new server, raise the
+ * base, start the quarantine), then retry soon. */
+static void recheck_identity(cerb_engine *e, int *slot, struct grant_answer *a)
+{
+    if (a->granted || a->same || *slot < 0)
+        return;
+    bool broken = false;
+    cerb_status st = cerb__pg_check_meta(e, slot_conn(e, *slot, NULL),
+                                         cerb__deadline_in(e->pc->op_timeout_ms), &broken);
+    if (broken) {
+        cerb__pg_give(e, *slot, true, 0);
+        *slot = -1;
+    }
+    if (st != CERB_OK)
+        CERB_LOG_D("pg: the failover check failed: %s", cerb_last_error());
+    if (a->left_ms <= 0)
+        a->left_ms = 1;
 }
 
 static PGconn *slot_conn(cerb_engine *e, int slot, uint64_t *gen)
@@ -222,7 +246,8 @@ static cerb_status try_once(cerb_engine *e, cerb_engine_lock *lk, struct grant_p
     PQclear(res);
     if (a.granted)
         return granted(e, lk, slot, gen, &a, grant);
-    if (a.got) {
+    recheck_identity(e, &slot, &a);
+    if (a.got && slot >= 0) {
         /* Ours, but the row is another's lease: give the session lock
          * back here (this connection may pin holds, and must not sleep);
          * a waiter takes it again on a connection of its own. */
@@ -270,22 +295,35 @@ static cerb_status stop_status(const cerb_engine_lock *lk, const atomic_int *int
 }
 
 /* One statement on a spare session (one that pins no hold if it can),
- * bounded by the operation timeout from when the session is had. */
-static cerb_status side_stmt(cerb_engine *e, enum pg_stmt stmt, int n, const char *const *v,
-                             const int *l, const int *f, PGresult **res)
+ * bounded by the operation timeout from when the session is had. strict
+ * (a waiter's tick, which must not be held up nor put holds at risk): a
+ * session that pins no hold, had within a slice, or none (CERB_BUSY). */
+static cerb_status side_stmt_on(cerb_engine *e, enum pg_stmt stmt, int n, const char *const *v,
+                                const int *l, const int *f, PGresult **res, bool strict)
 {
     int slot;
     bool broken = false;
     char ss[6];
     *res = NULL;
-    cerb_status st = cerb__pg_take_any(e, cerb__deadline_in(e->pc->op_timeout_ms), true, &slot);
+    cerb_status st = cerb__pg_take_any(
+        e, cerb__deadline_in(strict ? PG_SLICE_MS : e->pc->op_timeout_ms), true, &slot);
     if (st != CERB_OK)
         return st;
+    if (strict && cerb__pg_slot_holds(e, slot) > 0) {
+        cerb__pg_give(e, slot, false, 0);
+        return cerb__error_set(CERB_BUSY, "pg: no spare connection now");
+    }
     st = run(e, &slot, stmt, n, v, l, f, cerb__deadline_in(e->pc->op_timeout_ms), res, ss,
              &broken);
     if (slot >= 0)
         cerb__pg_give(e, slot, false, 0);
     return st;
+}
+
+static cerb_status side_stmt(cerb_engine *e, enum pg_stmt stmt, int n, const char *const *v,
+                             const int *l, const int *f, PGresult **res)
+{
+    return side_stmt_on(e, stmt, n, v, l, f, res, false);
 }
 
 /*
@@ -305,7 +343,7 @@ static void evict_hung(cerb_engine *e, cerb_engine_lock *lk, const struct pg_key
     const char *v[4] = {lk->name, ko.c, ko.o, ko.sub};
     int l[4] = {(int)strlen(lk->name), 0, 0, 0}, f[4] = {1, 0, 0, 0};
     PGresult *res = NULL;
-    cerb_status st = side_stmt(e, PG_EVICT, 4, v, l, f, &res);
+    cerb_status st = side_stmt_on(e, PG_EVICT, 4, v, l, f, &res, true);
     if (st != CERB_OK) {
         if (st == CERB_EPROTO && !atomic_exchange(&e->evict_refused, true))
             CERB_LOG_W("pg: \"%s\" is held by a session whose lease ran out, which this client "
@@ -353,10 +391,11 @@ static bool wait_tick(void *ud)
         const char *v[1] = {pid};
         PGresult *res = NULL;
         w->cancel_sent = true;
-        w->cancel_by = now + w->e->pc->op_timeout_ms * CERB_NS_PER_MS;
-        bool sent = side_stmt(w->e, PG_CANCEL, 1, v, NULL, NULL, &res) == CERB_OK &&
+        bool sent = side_stmt_on(w->e, PG_CANCEL, 1, v, NULL, NULL, &res, true) == CERB_OK &&
                     col_true(res, 0);
         PQclear(res);
+        /* The answer's time counts from when the cancel was sent. */
+        w->cancel_by = cerb_monotime() + w->e->pc->op_timeout_ms * CERB_NS_PER_MS;
         return sent;
     }
     if (w->cancel_sent)
@@ -451,7 +490,13 @@ static cerb_status wait_on(cerb_engine *e, cerb_engine_lock *lk, struct grant_pa
                 atomic_fetch_add_explicit(&e->stats.wakeups, 1, memory_order_relaxed);
             return granted(e, lk, w, gen, &a, grant);
         }
-        /* The session lock is ours, the row another's lease. */
+        /* The session lock is ours, the row another's lease (or the
+         * failover quarantine, or a record to check first). */
+        recheck_identity(e, &w, &a);
+        if (w < 0) {
+            grant->outcome = CERB_OUTCOME_NO;
+            return cerb__error_set(CERB_EIO, "pg: the waiting session failed");
+        }
         have_session = true;
         if (!nap(a.left_ms > 0 ? a.left_ms : 1, deadline_ns, intr)) {
             drop_waiter(e, w);
@@ -483,15 +528,18 @@ static cerb_status lease_acquire(cerb_engine *e, cerb_engine_lock *lk, struct gr
         atomic_fetch_add_explicit(&e->stats.acquire_calls, 1, memory_order_relaxed);
         st = run(e, &slot, PG_CLAIM, 5, gp->vals, gp->lens, gp->fmts,
                  cerb__deadline_in(e->pc->op_timeout_ms), &res, ss, &broken);
-        if (slot >= 0)
-            cerb__pg_give(e, slot, false, 0);
         if (st != CERB_OK) {
+            if (slot >= 0)
+                cerb__pg_give(e, slot, false, 0);
             grant->outcome = broken ? CERB_OUTCOME_UNKNOWN : CERB_OUTCOME_NO;
             return st;
         }
         struct grant_answer a;
         parse_grant(res, &a);
         PQclear(res);
+        recheck_identity(e, &slot, &a);
+        if (slot >= 0)
+            cerb__pg_give(e, slot, false, 0);
         if (a.granted) {
             note_lease(e, lk->lease_ms);
             p->row_only = true;
@@ -720,6 +768,8 @@ void cerb__pg_op_renew_batch(cerb_engine *e, cerb_renew_item *items, size_t n)
     for (size_t i = 0; i < n; i++) {
         struct pg_lock_priv *p = items[i].lk->priv;
         memset(&items[i].grant, 0, sizeof items[i].grant);
+        if (e->pc->mode == CERB_SQL_LEASE)
+            p->row_only = true; /* also a grant settled by check_owner */
         any_row_only = any_row_only || p->row_only;
         if (p->slot < 0 && !p->row_only) {
             done[i] = true;
@@ -784,7 +834,7 @@ cerb_status cerb__pg_op_release(cerb_engine *e, cerb_engine_lock *lk)
     PGresult *res = NULL;
     bool broken = false;
     char ss[6];
-    if (p->row_only)
+    if (p->row_only || e->pc->mode == CERB_SQL_LEASE)
         return release_row(e, lk);
     if (p->slot < 0)
         return cerb__error_set(CERB_NOT_OWNER, "pg: \"%s\" is not held", lk->name);
@@ -875,6 +925,10 @@ cerb_status cerb__pg_op_check(cerb_engine *e, cerb_engine_lock *lk, cerb_grant *
     bool ours = e->pc->mode == CERB_SQL_LEASE ||
                 (p->slot >= 0 && owner_pid > 0 && slot_pid(e, p->slot, p->gen) == owner_pid);
     if (valid && ours) {
+        if (e->pc->mode == CERB_SQL_LEASE) {
+            p->row_only = true;
+            p->fence = fence;
+        }
         grant->fence = fence;
         grant->ttl_ms = 0; /* the lease is not extended here */
         return CERB_OK;

@@ -50,9 +50,17 @@ const char *const cerb__pg_stmt_names[PG_NSTMT] = {
 /* The failover record (cerberus_meta, pg_meta below): every fence is
  * above its base, and nothing is granted while its quarantine runs. */
 #define META_BASE "coalesce((SELECT base FROM @S.cerberus_meta WHERE k = 'pg'), 0)"
+/* The server's WAL timeline now (the insert position's, so cheap). */
+#define CUR_TLI "('x' || substr(pg_walfile_name(pg_current_wal_insert_lsn()), 1, 8))::bit(32)::bigint"
+/* Grants are open: no quarantine, and the record is of this very server:
+ * a session that outlived a failover (behind a pooler, or a moved
+ * address) must not grant on a promoted standby before its check ran. */
 #define META_OPEN                                                                         \
-    "NOT EXISTS (SELECT 1 FROM @S.cerberus_meta WHERE k = 'pg' AND "                       \
-    "quarantine_until > clock_timestamp())"
+    "EXISTS (SELECT 1 FROM @S.cerberus_meta WHERE k = 'pg' AND tli = " CUR_TLI " AND "     \
+    "(quarantine_until IS NULL OR quarantine_until <= clock_timestamp()))"
+/* Whether the record is of this server (else the session runs its check). */
+#define META_SAME                                                                         \
+    "EXISTS (SELECT 1 FROM @S.cerberus_meta WHERE k = 'pg' AND tli = " CUR_TLI ")"
 
 /* The claim of the row; `where` selects the rows to insert from (after
  * the session lock said got) and must end with META_OPEN. */
@@ -85,16 +93,16 @@ const char *const cerb__pg_stmt_names[PG_NSTMT] = {
 static const char *const templates[PG_NSTMT] = {
     [PG_TRY] = "WITH a AS (SELECT " LOCK_FN("pg_try_advisory_lock") " AS got), "
                "ins AS (" CLAIM_INSERT("FROM a WHERE a.got AND " META_OPEN) ") "
-               "SELECT a.got, (SELECT fence FROM ins), " LEFT_MS " FROM a",
+               "SELECT a.got, (SELECT fence FROM ins), " LEFT_MS ", " META_SAME " FROM a",
     [PG_WAIT] = "WITH a AS (SELECT " WAIT_LOCK " AS got), "
                 "ins AS (" CLAIM_INSERT("FROM a WHERE a.got AND " META_OPEN) ") "
-                "SELECT a.got, (SELECT fence FROM ins), " LEFT_MS " FROM a",
+                "SELECT a.got, (SELECT fence FROM ins), " LEFT_MS ", " META_SAME " FROM a",
     [PG_REWAIT] = "WITH s AS (SELECT pg_advisory_unlock_all()::text AS u), "
                   "a AS (SELECT " WAIT_LOCK " AS got FROM s), "
                   "ins AS (" CLAIM_INSERT("FROM a WHERE a.got AND " META_OPEN) ") "
-                  "SELECT a.got, (SELECT fence FROM ins), " LEFT_MS " FROM a",
+                  "SELECT a.got, (SELECT fence FROM ins), " LEFT_MS ", " META_SAME " FROM a",
     [PG_CLAIM] = "WITH ins AS (" CLAIM_INSERT("WHERE " META_OPEN) ") "
-                 "SELECT true, (SELECT fence FROM ins), " LEFT_MS,
+                 "SELECT true, (SELECT fence FROM ins), " LEFT_MS ", " META_SAME,
     [PG_UNLOCK] = "SELECT CASE WHEN $2::int IS NOT NULL THEN pg_advisory_unlock($2::int, $3::int) "
                   "ELSE pg_advisory_unlock($1::bigint) END",
     [PG_RELEASE] = "WITH u AS (UPDATE @S.cerberus_lock SET owner = NULL, owner_pid = NULL, "
@@ -225,7 +233,8 @@ static const char create_tpl[] =
     "CREATE TABLE IF NOT EXISTS @S.cerberus_lock (\n"
     "  name        bytea PRIMARY KEY,   -- the lock name, byte for byte\n"
     "  akey        bigint NOT NULL,     -- its advisory key (pg.key)\n"
-    "  fence       bigint NOT NULL DEFAULT 0, -- last fence granted; only raised\n"
+    "  fence       bigint NOT NULL DEFAULT 0  -- last fence granted; only raised\n"
+    "              CHECK (fence < 281474976710656), -- 2^48: the core's counter bits\n"
     "  owner       text,                -- owner token of the holder; NULL when free\n"
     "  owner_pid   integer,             -- the holder's pg_backend_pid()\n"
     "  lease_until timestamptz,         -- end of the lease, on the server's clock\n"
@@ -273,8 +282,8 @@ static const char meta_tpl[] =
     "('x' || substr(pg_walfile_name(pg_current_wal_lsn()), 1, 8))::bit(32)::bigint AS tli), "
     "ins AS (INSERT INTO @S.cerberus_meta (k, sysid, tli, base, quarantine_until) SELECT 'pg', "
     "sysid, tli, (SELECT coalesce(max(fence), 0) FROM @S.cerberus_lock) + 4294967296, "
-    "clock_timestamp() + $1::bigint * interval '1 millisecond' FROM cur "
-    "ON CONFLICT (k) DO NOTHING RETURNING base), "
+    "clock_timestamp() + $1::bigint * interval '1 millisecond' FROM cur WHERE NOT EXISTS "
+    "(SELECT 1 FROM @S.cerberus_meta WHERE k = 'pg') ON CONFLICT (k) DO NOTHING RETURNING base), "
     "bump AS (UPDATE @S.cerberus_meta m SET sysid = cur.sysid, tli = cur.tli, "
     "base = GREATEST(m.base, (SELECT coalesce(max(fence), 0) FROM @S.cerberus_lock)) + "
     "4294967296, quarantine_until = GREATEST(coalesce(m.quarantine_until, clock_timestamp()), "
