@@ -197,6 +197,40 @@ cerb_status cerb__my_query(MYSQL *my, const char *sql, int64_t deadline_ns, stru
 cerb_status cerb__my_exec(MYSQL_STMT *st, const struct my_val *vals, int n, int64_t deadline_ns,
                           struct my_res *res, bool *broken, unsigned *errnum)
 {
+    return cerb__my_exec_tick(st, vals, n, deadline_ns, res, broken, errnum, NULL);
+}
+
+/* mysql_stmt_execute to its answer or the deadline, calling the tick every
+ * tick->every_ms while it waits; *gave_up when the tick said stop. */
+static int execute_ticking(MYSQL *my, MYSQL_STMT *st, int64_t deadline_ns,
+                           const struct my_tick *tick, bool *late, bool *gave_up)
+{
+    int ret = 0;
+    int64_t next = tick ? cerb_monotime() + tick->every_ms * CERB_NS_PER_MS : 0;
+    int s = mysql_stmt_execute_start(&ret, st);
+    while (s) {
+        int64_t until = tick && next < deadline_ns ? next : deadline_ns;
+        int ev = wait_io(my, s, until);
+        if (ev == 0 && tick && cerb__ms_left(deadline_ns) > 0) {
+            next = cerb_monotime() + tick->every_ms * CERB_NS_PER_MS;
+            if (tick->fn(tick->ud))
+                continue;
+            *gave_up = true;
+            break;
+        }
+        if (ev <= 0) {
+            *late = true;
+            break;
+        }
+        s = mysql_stmt_execute_cont(&ret, st, ev);
+    }
+    return ret;
+}
+
+cerb_status cerb__my_exec_tick(MYSQL_STMT *st, const struct my_val *vals, int n,
+                               int64_t deadline_ns, struct my_res *res, bool *broken,
+                               unsigned *errnum, const struct my_tick *tick)
+{
     MYSQL_BIND pb[40];
     MYSQL *my = st->mysql;
     int ret = 0;
@@ -241,8 +275,12 @@ cerb_status cerb__my_exec(MYSQL_STMT *st, const struct my_val *vals, int n, int6
     }
     if (n > 0 && mysql_stmt_bind_param(st, pb) != 0)
         return cerb__error_set(CERB_EPROTO, "mysql: cannot bind: %s", mysql_stmt_error(st));
-    NB_RUN(my, deadline_ns, &late, mysql_stmt_execute_start(&ret, st),
-           mysql_stmt_execute_cont(&ret, st, ev));
+    bool gave_up = false;
+    ret = execute_ticking(my, st, deadline_ns, tick, &late, &gave_up);
+    if (gave_up) {
+        *broken = true; /* the statement may still run: the caller ends the session */
+        return cerb__error_set(CERB_INTERRUPTED, "mysql: the statement was given up");
+    }
     if (late || ret != 0) {
         *errnum = late ? 0 : mysql_stmt_errno(st);
         return fail(*errnum, mysql_stmt_error(st), late, broken);

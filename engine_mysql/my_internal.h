@@ -14,7 +14,9 @@
  * it, so every hold is pinned to one slot of a pool (mysql.pool
  * connections); its renewal and release run there. A slot is used by one
  * thread at a time, for one statement, except a waiter's: a blocking wait
- * runs only on a slot that pins no hold. A slot whose statement failed on
+ * (one GET_LOCK for the whole deadline, watched by a tick that cancels it
+ * with KILL QUERY and evicts hung holders with KILL CONNECTION, both from a
+ * spare session) runs only on a slot that pins no hold. A slot whose statement failed on
  * the wire or missed its deadline is closed at once (its session, and every
  * GET_LOCK of it, ends) and its generation bumped: the holds pinned to the
  * old generation learn at their next renewal that they are gone.
@@ -42,8 +44,12 @@
 #include "engine.h"
 #include "sync.h"
 
-/* A blocked waiter looks at its interrupt flag and deadline this often. */
+/* A blocked waiter looks at its interrupt flag this often, and waits in
+ * one GET_LOCK for at most MY_WAIT_MAX_MS (then queues again). */
 #define MY_SLICE_MS 200
+#define MY_WAIT_MAX_MS 60000
+/* ... and at most this often whether the holder is hung (MY_EVICT). */
+#define MY_EVICT_EVERY_MS 1000
 /* GET_LOCK names: at most 64 characters (MySQL >= 5.7, MariaDB). */
 #define MY_LNAME_MAX 64
 /* Renewals of one connection go in statements of this many holds. */
@@ -55,7 +61,7 @@ enum my_stmt {
     MY_CLAIM,      /* claim the row only (the GET_LOCK is already ours) */
     MY_DIAG,       /* after a claim that matched nothing: why */
     MY_INSERT,     /* create the row of a name (INSERT IGNORE) */
-    MY_GETLOCK,    /* GET_LOCK(lname, slice): one wait slice */
+    MY_GETLOCK,    /* GET_LOCK(lname, t): the wait, one statement */
     MY_UNLOCK,     /* RELEASE_LOCK(lname) */
     MY_UNLOCK_ALL, /* RELEASE_ALL_LOCKS(): a waiter's slot */
     MY_RELEASE,    /* free the row, then RELEASE_LOCK, one statement */
@@ -65,6 +71,7 @@ enum my_stmt {
     MY_DROP,       /* free a row whose session is gone */
     MY_HELD,       /* is a name held */
     MY_PROBE,      /* the lock path answers, on a writable server */
+    MY_EVICT,      /* the session of a hung holder, if there is one */
     MY_NSTMT
 };
 
@@ -106,7 +113,9 @@ struct cerb_engine {
         atomic_uint_fast64_t connects;
         atomic_uint_fast64_t broken;
         atomic_uint_fast64_t round_trips;
+        atomic_uint_fast64_t evictions;
     } stats;
+    atomic_bool evict_refused;  /* said once: no privilege to evict */
 };
 
 /* Per hold (lk->priv). */
@@ -171,6 +180,17 @@ cerb_status cerb__my_query(MYSQL *my, const char *sql, int64_t deadline_ns, stru
  * unknown. An SQL error leaves the session usable; *errnum says which. */
 cerb_status cerb__my_exec(MYSQL_STMT *st, const struct my_val *vals, int n, int64_t deadline_ns,
                           struct my_res *res, bool *broken, unsigned *errnum);
+/* Called every every_ms while a statement waits for its answer (a long
+ * wait): false gives the statement up (CERB_INTERRUPTED with *broken set:
+ * the caller ends the session, the statement may still run). */
+struct my_tick {
+    int64_t every_ms;
+    bool (*fn)(void *ud);
+    void *ud;
+};
+cerb_status cerb__my_exec_tick(MYSQL_STMT *st, const struct my_val *vals, int n,
+                               int64_t deadline_ns, struct my_res *res, bool *broken,
+                               unsigned *errnum, const struct my_tick *tick);
 void cerb__my_res_free(struct my_res *res);
 /* Prepare sql, run it once with vals, close it (`cerberus init`). */
 cerb_status cerb__my_exec_once(MYSQL *my, const char *sql, const struct my_val *vals, int n,

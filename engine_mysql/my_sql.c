@@ -82,6 +82,17 @@ static const char *const templates[MY_NSTMT] = {
                 "NULL AND lease_until > UTC_TIMESTAMP(6)) OR IS_USED_LOCK(?) IS NOT NULL",
     [MY_PROBE] = "SELECT @@global.read_only, (SELECT COUNT(*) FROM @D.cerberus_lock "
                  "WHERE name = ?)",
+    /* A hung holder (values: name, lname): its lease ran out on the
+     * server's clock, yet its session still holds the name's GET_LOCK, and
+     * no row of that session has a live lease (so a session that renews
+     * other locks is never ended). The caller ends the session it names
+     * (KILL CONNECTION: there is no function for it). */
+    [MY_EVICT] = "SELECT l.owner_conn FROM @D.cerberus_lock l WHERE l.name = ? AND "
+                 "l.owner IS NOT NULL AND l.owner_conn IS NOT NULL AND "
+                 "l.owner_conn <> CONNECTION_ID() AND l.lease_until <= UTC_TIMESTAMP(6) AND "
+                 "IS_USED_LOCK(?) = l.owner_conn AND NOT EXISTS (SELECT 1 FROM "
+                 "@D.cerberus_lock o WHERE o.owner_conn = l.owner_conn AND o.owner IS NOT NULL "
+                 "AND o.lease_until > UTC_TIMESTAMP(6))",
 };
 
 void cerb__my_quote_ident(const char *id, char *out, size_t len)

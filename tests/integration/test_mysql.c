@@ -31,6 +31,11 @@
  *   killed_holder KILL CONNECTION of the holder's session: its next renewal
  *                 fails and its lost callback fires, while a waiter gets the
  *                 lock only once the row's lease has run out on the server.
+ *   hung_holder   a holder process paused (SIGSTOP) with its session up and
+ *                 a 1 s lease: a waiter ends the hung session (KILL
+ *                 CONNECTION, the holder's lease having run out on the
+ *                 server) and gets the lock after about a second; the
+ *                 resumed holder's lost callback fires.
  *   open_errors   a missing database (names `cerberus init`), lease mode,
  *                 a long raw name, a password file (and a wrong password
  *                 never printed).
@@ -45,6 +50,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <cmocka.h>
 
@@ -602,6 +609,78 @@ static void test_killed_holder(void **state)
     cerb_client_close(b);
 }
 
+/* ---- a hung holder ---- */
+
+/* Role: take argv[0] with a 1 s lease, say so on fd argv[1], then wait
+ * (the parent pauses us); once resumed, exit 0 when the lost callback
+ * fired within 5 s, else 3. */
+static int role_hung_holder(int argc, char **argv)
+{
+    if (argc < 2)
+        return 2;
+    int fd = atoi(argv[1]);
+    cerb_client *c = NULL;
+    char *cfg = mysql_test_config(NULL, "lock = { lease_ms = 1000; };");
+    if (cerb_client_open_string(&c, cfg) != CERB_OK)
+        return 4;
+    free(cfg);
+    atomic_store(&lost_fired, 0);
+    cerb_lock *l = NULL;
+    if (cerb_lock_new(c, argv[0], NULL, &l) != CERB_OK ||
+        cerb_lock_on_lost(l, on_lost, NULL) != CERB_OK || cerb_lock_lock(l) != CERB_OK)
+        return 5;
+    if (write(fd, "h", 1) != 1)
+        return 6;
+    char b;
+    if (read(fd, &b, 1) != 1) /* the parent writes once it resumed us */
+        return 7;
+    int rc = wait_until(lost_pred, NULL, 5000) ? 0 : 3;
+    cerb_lock_unlock(l);
+    cerb_lock_free(l);
+    cerb_client_close(c);
+    return rc;
+}
+
+static void test_hung_holder_is_evicted(void **state)
+{
+    (void)state;
+    char *name = test_name("my-hung");
+    int sv[2];
+    assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
+    char fdarg[16];
+    snprintf(fdarg, sizeof fdarg, "%d", sv[1]);
+    char *args[] = {name, fdarg, NULL};
+    int keep[] = {sv[1], -1};
+    pid_t child = cerb_test_spawn_self("hung_holder", args, keep);
+    assert_true(child > 0);
+    close(sv[1]);
+    char b;
+    assert_int_equal(cerb_test_read_within(sv[0], &b, 1, 15000), 1);
+    assert_int_equal(cerb_test_pause_pid(child), 0);
+    int64_t t0 = cerb_test_now_ms();
+
+    struct cerb_client *c = open_client(NULL, NULL);
+    struct cerb_lock *l = cerb_test_handle(c, name);
+    assert_non_null(l);
+    /* The child's lease (1 s) runs out; its session lives on, paused, and
+     * keeps the GET_LOCK: only its eviction lets the waiter in. */
+    cerb_status st = cerb_lock_trylock_for(l, 10000);
+    int64_t took = cerb_test_now_ms() - t0;
+    print_message("waiter: %s after %lld ms\n", cerb_status_name(st), (long long)took);
+    assert_int_equal(st, CERB_OK);
+    assert_true(took >= 900);
+    assert_true(took < 5000);
+    assert_int_equal(cerb_lock_unlock(l), CERB_OK);
+
+    assert_int_equal(cerb_test_resume_pid(child), 0);
+    assert_int_equal(write(sv[0], "g", 1), 1);
+    assert_int_equal(cerb_test_wait(child, 20000), 0);
+    close(sv[0]);
+    cerb_lock_free(l);
+    cerb_client_close(c);
+    free(name);
+}
+
 /* Like mysql_test_config, with a user and database of the caller's. */
 static char *config_for(const char *user, const char *db, const char *my_extra)
 {
@@ -694,13 +773,17 @@ static void test_open_errors(void **state)
     cerb_test_remove_file(pw);
 }
 
-int main(void)
+static const struct cerb_test_role roles[] = {{"hung_holder", role_hung_holder}, {NULL, NULL}};
+
+int main(int argc, char **argv)
 {
+    cerb_test_roles(argc, argv, roles);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_mapping),      cmocka_unit_test(test_eval_order),
         cmocka_unit_test(test_interop),      cmocka_unit_test(test_round_trips),
         cmocka_unit_test(test_injection),    cmocka_unit_test(test_fences),
-        cmocka_unit_test(test_killed_holder), cmocka_unit_test(test_open_errors),
+        cmocka_unit_test(test_killed_holder), cmocka_unit_test(test_hung_holder_is_evicted),
+        cmocka_unit_test(test_open_errors),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
