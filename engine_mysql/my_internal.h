@@ -107,6 +107,7 @@ struct cerb_engine {
     char probe_name[64];
     char server_id[176];     /* @@server_uuid or @@server_id@@hostname (open) */
     char server_ident[176];  /* @@server_id@@hostname of the first session */
+    bool mariadb;            /* the server is MariaDB (@@version, at open) */
     struct {
         atomic_uint_fast64_t acquire_calls;
         atomic_uint_fast64_t wakeups;
@@ -139,7 +140,7 @@ struct my_val {
 
 /* What a statement answered: affected rows and insert id, or rows of up
  * to MY_COLS columns as text (NULL when null[c]). */
-#define MY_COLS 4
+#define MY_COLS 5
 #define MY_COLW 80
 struct my_row {
     char v[MY_COLS][MY_COLW];
@@ -218,6 +219,7 @@ cerb_status cerb__my_op_release(cerb_engine *e, cerb_engine_lock *lk);
 cerb_status cerb__my_op_check(cerb_engine *e, cerb_engine_lock *lk, cerb_grant *grant);
 cerb_status cerb__my_op_held(cerb_engine *e, const char *name);
 cerb_status cerb__my_op_probe(cerb_engine *e, int64_t timeout_ms);
+cerb_status cerb__my_op_inspect(cerb_engine *e, const char *name, struct cerb_holders *out);
 
 /* ---- my_store.c ---- */
 extern const struct cerb_store_ops cerb__my_store_ops;

@@ -859,3 +859,141 @@ cerb_status cerb__my_op_probe(cerb_engine *e, int64_t timeout_ms)
     return ro ? cerb__error_set(CERB_UNAVAILABLE, "mysql: the server is read-only (a replica?)")
               : CERB_OK;
 }
+
+/*
+ * Who holds a name and who waits, each as the session (connection id) that
+ * does, so that a waiter's owner string stays the same once it holds: the
+ * row's holder while its lease lives (with its token and fence); a session
+ * holding the GET_LOCK without that row — another library's GET_LOCK, or a
+ * waiter that has it and waits out a dead holder's lease — as holder or
+ * first waiter accordingly; then the sessions whose GET_LOCK is pending,
+ * longest waiting first. The server grants a released GET_LOCK to its
+ * pending sessions in the order they asked (MDL queues waiters at the
+ * back), and a waiter asks in one statement for its whole wait, so the time
+ * its statement has run (information_schema.PROCESSLIST.TIME_MS on MariaDB,
+ * performance_schema.threads.PROCESSLIST_TIME, whole seconds, on MySQL)
+ * orders them. performance_schema.metadata_locks lists the sessions; when
+ * it cannot be read (no SELECT on performance_schema, or it is off), the
+ * answer is the row's holder and IS_USED_LOCK's session only. GET_LOCK
+ * names compare byte for byte on MariaDB, case-insensitively on MySQL.
+ */
+#define INSP_ROW                                                                          \
+    "SELECT 0 AS kind, 0 AS waited, r.owner_conn AS conn, r.fence AS fence, "             \
+    "CEIL(TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), r.lease_until) / 1000) AS ttl, "   \
+    "r.owner AS owner FROM @D.cerberus_lock r WHERE r.name = ? AND r.owner IS NOT NULL "  \
+    "AND r.lease_until > UTC_TIMESTAMP(6)"
+#define INSP_MDL(waited, join, cmp)                                                       \
+    "SELECT x.kind, x.conn, x.fence, x.ttl, x.owner FROM (" INSP_ROW " UNION ALL "        \
+    "SELECT CASE WHEN m.LOCK_STATUS = 'GRANTED' THEN 1 ELSE 2 END, " waited ", "          \
+    "t.PROCESSLIST_ID, 0, -1, NULL FROM performance_schema.metadata_locks m JOIN "        \
+    "performance_schema.threads t ON t.THREAD_ID = m.OWNER_THREAD_ID " join " "           \
+    "WHERE m.OBJECT_TYPE = 'USER LEVEL LOCK' AND " cmp " AND m.LOCK_STATUS IN "           \
+    "('GRANTED', 'PENDING')) x ORDER BY x.kind, x.waited DESC, x.conn"
+
+static const char insp_mariadb[] =
+    INSP_MDL("IFNULL(p.TIME_MS, 0)",
+             "LEFT JOIN information_schema.PROCESSLIST p ON p.ID = t.PROCESSLIST_ID",
+             "CAST(m.OBJECT_NAME AS BINARY) = CAST(? AS BINARY)");
+static const char insp_mysql[] =
+    INSP_MDL("IFNULL(t.PROCESSLIST_TIME, 0) * 1000", "", "m.OBJECT_NAME = ?");
+static const char insp_plain[] =
+    "SELECT x.kind, x.conn, x.fence, x.ttl, x.owner FROM (" INSP_ROW " UNION ALL "
+    "SELECT 1, 0, IS_USED_LOCK(?), 0, -1, NULL FROM DUAL WHERE IS_USED_LOCK(?) IS NOT NULL) x "
+    "ORDER BY x.kind";
+
+static char *insp_sql(const cerb_engine *e, const char *tpl)
+{
+    size_t n = 0, ql = strlen(e->db_q);
+    for (const char *p = tpl; *p; p++)
+        n += (p[0] == '@' && p[1] == 'D') ? (p++, ql) : 1;
+    char *out = cerb__malloc(n + 1), *o = out;
+    if (!out)
+        return NULL;
+    for (const char *p = tpl; *p; p++) {
+        if (p[0] == '@' && p[1] == 'D') {
+            memcpy(o, e->db_q, ql);
+            o += ql;
+            p++;
+        } else {
+            *o++ = *p;
+        }
+    }
+    *o = '\0';
+    return out;
+}
+
+static cerb_status inspect_run(cerb_engine *e, int *slot, const char *tpl, const char *name,
+                               const char *lname, struct my_res *res, unsigned *en)
+{
+    bool broken = false;
+    char *sql = insp_sql(e, tpl);
+    if (!sql)
+        return cerb__error_set(CERB_ENOMEM, "mysql: out of memory");
+    struct my_val v[3] = {v_bin(name), v_str(lname), v_str(lname)};
+    atomic_fetch_add_explicit(&e->stats.round_trips, 1, memory_order_relaxed);
+    cerb_status st = cerb__my_exec_once(slot_my(e, *slot), sql, v, tpl == insp_plain ? 3 : 2,
+                                        cerb__deadline_in(e->mc->op_timeout_ms), res, &broken);
+    cerb__free(sql);
+    *en = 0;
+    if (broken) {
+        cerb__my_give(e, *slot, true, NULL, NULL);
+        *slot = -1;
+    } else if (st != CERB_OK) {
+        *en = 1; /* an SQL error: the session is fine */
+    }
+    return st;
+}
+
+cerb_status cerb__my_op_inspect(cerb_engine *e, const char *name, struct cerb_holders *out)
+{
+    char lname[MY_LNAME_MAX * 4 + 1];
+    cerb_status st = cerb__my_lname(e->mc->key, name, lname, sizeof lname);
+    if (st != CERB_OK)
+        return st;
+    int slot;
+    struct my_res res;
+    unsigned sql_err = 0;
+    st = take_spare(e, &slot);
+    if (st != CERB_OK)
+        return st;
+    st = inspect_run(e, &slot, e->mariadb ? insp_mariadb : insp_mysql, name, lname, &res,
+                     &sql_err);
+    if (st != CERB_OK && sql_err && slot >= 0) {
+        CERB_LOG_D("mysql: performance_schema cannot be read (%s): inspecting the row and "
+                   "IS_USED_LOCK only",
+                   cerb_last_error());
+        st = inspect_run(e, &slot, insp_plain, name, lname, &res, &sql_err);
+    }
+    if (slot >= 0)
+        cerb__my_give(e, slot, false, NULL, NULL);
+    if (st != CERB_OK)
+        return st;
+    uint64_t row_conn = 0;
+    bool have_row = false;
+    char who[48], detail[96];
+    for (int r = 0; st == CERB_OK && r < res.nrows; r++) {
+        int kind = (int)col_i64(&res, r, 0);
+        uint64_t conn = (uint64_t)col_i64(&res, r, 1);
+        snprintf(who, sizeof who, "connection %" PRIu64, conn);
+        if (kind == 0) {
+            row_conn = conn;
+            have_row = true;
+            snprintf(detail, sizeof detail, "owner %s", res.rows[r].v[4]);
+            st = cerb__holders_add(out, who, strlen(who), 0, (uint64_t)col_i64(&res, r, 2),
+                                   col_i64(&res, r, 3), detail);
+        } else if (kind == 1) {
+            if (have_row && conn == row_conn)
+                continue; /* the row's holder, listed */
+            if (have_row)
+                snprintf(detail, sizeof detail,
+                         "GET_LOCK, waiting out the lease of connection %" PRIu64, row_conn);
+            else
+                snprintf(detail, sizeof detail, "GET_LOCK, no row");
+            st = cerb__holders_add(out, who, strlen(who), have_row, 0, -1, detail);
+        } else {
+            st = cerb__holders_add(out, who, strlen(who), 1, 0, -1, "waiting");
+        }
+    }
+    cerb__my_res_free(&res);
+    return st;
+}
