@@ -225,5 +225,11 @@ const struct cerb_engine_ops cerb__my_engine_ops = {
     .stats = my_stats,
     .held = cerb__my_op_held,
     .check_name = my_check_name,
+    /* version 2: the idempotency guard (my_guard.c) */
+    .guard_begin = cerb__my_guard_begin,
+    .guard_renew = cerb__my_guard_renew,
+    .guard_finish = cerb__my_guard_finish,
+    .guard_check = cerb__my_guard_check,
+    /* version 3 */
     .inspect = cerb__my_op_inspect,
 };

@@ -75,11 +75,19 @@ enum my_stmt {
     MY_NSTMT
 };
 
+/* The guard's statements (my_guard.c), prepared on a slot the first time
+ * it runs one: a database without cerberus_guard still takes locks. */
+enum my_gstmt {
+    MYG_BEGIN, MYG_SEEN, MYG_RENEW, MYG_DONE, MYG_DELETE, MYG_DROP, MYG_CHECK,
+    MYG_SWEEP_LIST, MYG_SWEEP, MYG_N
+};
+
 enum my_slot_state { SLOT_EMPTY = 0, SLOT_CONNECTING, SLOT_IDLE, SLOT_BUSY };
 
 struct my_slot {
     MYSQL *my;
     MYSQL_STMT *st[MY_NSTMT];
+    MYSQL_STMT *gst[MYG_N];  /* guard statements, prepared when first used */
     uint64_t conn_id;        /* CONNECTION_ID() of the session */
     uint64_t gen;            /* bumped every time the session ends */
     int holds;               /* holds pinned here */
@@ -163,6 +171,8 @@ cerb_status cerb__my_sql_build(cerb_engine *e);
 void cerb__my_sql_free(cerb_engine *e);
 char *cerb__my_sql_create(const char *db_q);
 void cerb__my_quote_ident(const char *id, char *out, size_t len);
+/* tpl with every "@D" replaced by db_q, cerb__malloc'd (NULL: no memory). */
+char *cerb__my_splice(const char *tpl, const char *db_q);
 
 /* ---- my_conn.c ---- */
 /* Open one session (non-blocking, found rows, utf8mb4, autocommit,
@@ -192,6 +202,15 @@ struct my_tick {
 cerb_status cerb__my_exec_tick(MYSQL_STMT *st, const struct my_val *vals, int n,
                                int64_t deadline_ns, struct my_res *res, bool *broken,
                                unsigned *errnum, const struct my_tick *tick);
+/* The same (no tick) with column blob_col of the first row read whole into
+ * *blob (cerb__malloc'd, a NUL after its *blob_len bytes; NULL when NULL or
+ * no row); res gets the other columns. */
+cerb_status cerb__my_exec_blob(MYSQL_STMT *st, const struct my_val *vals, int n,
+                               int64_t deadline_ns, struct my_res *res, bool *broken,
+                               unsigned *errnum, int blob_col, void **blob, size_t *blob_len);
+/* Prepare sql on a session within the deadline (errors as cerb__my_exec). */
+cerb_status cerb__my_prepare(MYSQL *my, const char *sql, int64_t deadline_ns, MYSQL_STMT **out,
+                             bool *broken, unsigned *errnum);
 void cerb__my_res_free(struct my_res *res);
 /* Prepare sql, run it once with vals, close it (`cerberus init`). */
 cerb_status cerb__my_exec_once(MYSQL *my, const char *sql, const struct my_val *vals, int n,
@@ -220,6 +239,20 @@ cerb_status cerb__my_op_check(cerb_engine *e, cerb_engine_lock *lk, cerb_grant *
 cerb_status cerb__my_op_held(cerb_engine *e, const char *name);
 cerb_status cerb__my_op_probe(cerb_engine *e, int64_t timeout_ms);
 cerb_status cerb__my_op_inspect(cerb_engine *e, const char *name, struct cerb_holders *out);
+
+/* ---- my_guard.c: the idempotency guard's records (DESIGN.md §11) ---- */
+cerb_status cerb__my_guard_begin(cerb_engine *e, const cerb_guard_rec *rec, cerb_grant *grant,
+                                 void **result, size_t *result_len);
+cerb_status cerb__my_guard_renew(cerb_engine *e, const cerb_guard_rec *rec, cerb_grant *grant);
+cerb_status cerb__my_guard_finish(cerb_engine *e, const cerb_guard_rec *rec, int succeeded,
+                                  const void *result, size_t len, int64_t keep_ms,
+                                  cerb_outcome *outcome);
+cerb_status cerb__my_guard_check(cerb_engine *e, const cerb_guard_rec *rec,
+                                 cerb_guard_found *found);
+/* The slot's guard statement g (template tpl), prepared now if need be
+ * (the slot is taken by the caller). Errors as cerb__my_exec. */
+cerb_status cerb__my_gstmt(cerb_engine *e, int slot, enum my_gstmt g, const char *tpl,
+                          MYSQL_STMT **out, bool *broken, unsigned *errnum);
 
 /* ---- my_store.c ---- */
 extern const struct cerb_store_ops cerb__my_store_ops;

@@ -901,32 +901,11 @@ static const char insp_plain[] =
     "SELECT 1, 0, IS_USED_LOCK(?), 0, -1, NULL FROM DUAL WHERE IS_USED_LOCK(?) IS NOT NULL) x "
     "ORDER BY x.kind";
 
-static char *insp_sql(const cerb_engine *e, const char *tpl)
-{
-    size_t n = 0, ql = strlen(e->db_q);
-    for (const char *p = tpl; *p; p++)
-        n += (p[0] == '@' && p[1] == 'D') ? (p++, ql) : 1;
-    char *out = cerb__malloc(n + 1), *o = out;
-    if (!out)
-        return NULL;
-    for (const char *p = tpl; *p; p++) {
-        if (p[0] == '@' && p[1] == 'D') {
-            memcpy(o, e->db_q, ql);
-            o += ql;
-            p++;
-        } else {
-            *o++ = *p;
-        }
-    }
-    *o = '\0';
-    return out;
-}
-
 static cerb_status inspect_run(cerb_engine *e, int *slot, const char *tpl, const char *name,
                                const char *lname, struct my_res *res, unsigned *en)
 {
     bool broken = false;
-    char *sql = insp_sql(e, tpl);
+    char *sql = cerb__my_splice(tpl, e->db_q);
     if (!sql)
         return cerb__error_set(CERB_ENOMEM, "mysql: out of memory");
     struct my_val v[3] = {v_bin(name), v_str(lname), v_str(lname)};

@@ -111,7 +111,7 @@ void cerb__my_quote_ident(const char *id, char *out, size_t len)
     out[o] = '\0';
 }
 
-static char *splice(const char *tpl, const char *db_q)
+char *cerb__my_splice(const char *tpl, const char *db_q)
 {
     size_t n = 0, ql = strlen(db_q);
     for (const char *p = tpl; *p; p++)
@@ -135,7 +135,7 @@ static char *splice(const char *tpl, const char *db_q)
 cerb_status cerb__my_sql_build(cerb_engine *e)
 {
     for (int i = 0; i < MY_NSTMT; i++) {
-        e->sql[i] = splice(templates[i], e->db_q);
+        e->sql[i] = cerb__my_splice(templates[i], e->db_q);
         if (!e->sql[i])
             return cerb__error_set(CERB_ENOMEM, "mysql: out of memory");
     }
@@ -168,7 +168,8 @@ static const char create_tpl[] =
     "  token  CHAR(32) NOT NULL,         -- the attempt that wrote it\n"
     "  state  TINYINT NOT NULL,          -- 1 running, 2 done\n"
     "  until  DATETIME(6) NULL,          -- expiry, UTC, the server's clock; NULL: never\n"
-    "  result LONGBLOB NULL\n"
+    "  result LONGBLOB NULL,\n"
+    "  KEY cerberus_guard_until (until)  -- the sweep of expired records\n"
     ") ENGINE=InnoDB;\n";
 
-char *cerb__my_sql_create(const char *db_q) { return splice(create_tpl, db_q); }
+char *cerb__my_sql_create(const char *db_q) { return cerb__my_splice(create_tpl, db_q); }
