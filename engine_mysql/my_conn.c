@@ -197,6 +197,114 @@ cerb_status cerb__my_query(MYSQL *my, const char *sql, int64_t deadline_ns, stru
 cerb_status cerb__my_exec(MYSQL_STMT *st, const struct my_val *vals, int n, int64_t deadline_ns,
                           struct my_res *res, bool *broken, unsigned *errnum)
 {
+    return cerb__my_exec_tick(st, vals, n, deadline_ns, res, broken, errnum, NULL);
+}
+
+/* mysql_stmt_execute to its answer or the deadline, calling the tick every
+ * tick->every_ms while it waits; *gave_up when the tick said stop. */
+static int execute_ticking(MYSQL *my, MYSQL_STMT *st, int64_t deadline_ns,
+                           const struct my_tick *tick, bool *late, bool *gave_up)
+{
+    int ret = 0;
+    int64_t next = tick ? cerb_monotime() + tick->every_ms * CERB_NS_PER_MS : 0;
+    int s = mysql_stmt_execute_start(&ret, st);
+    while (s) {
+        int64_t until = tick && next < deadline_ns ? next : deadline_ns;
+        int ev = wait_io(my, s, until);
+        if (ev == 0 && tick && cerb__ms_left(deadline_ns) > 0) {
+            next = cerb_monotime() + tick->every_ms * CERB_NS_PER_MS;
+            if (tick->fn(tick->ud))
+                continue;
+            *gave_up = true;
+            break;
+        }
+        if (ev <= 0) {
+            *late = true;
+            break;
+        }
+        s = mysql_stmt_execute_cont(&ret, st, ev);
+    }
+    return ret;
+}
+
+static cerb_status exec_core(MYSQL_STMT *st, const struct my_val *vals, int n,
+                             int64_t deadline_ns, struct my_res *res, bool *broken,
+                             unsigned *errnum, const struct my_tick *tick, int blob_col,
+                             void **blob, size_t *blob_len);
+
+cerb_status cerb__my_exec_tick(MYSQL_STMT *st, const struct my_val *vals, int n,
+                               int64_t deadline_ns, struct my_res *res, bool *broken,
+                               unsigned *errnum, const struct my_tick *tick)
+{
+    return exec_core(st, vals, n, deadline_ns, res, broken, errnum, tick, -1, NULL, NULL);
+}
+
+cerb_status cerb__my_exec_blob(MYSQL_STMT *st, const struct my_val *vals, int n,
+                               int64_t deadline_ns, struct my_res *res, bool *broken,
+                               unsigned *errnum, int blob_col, void **blob, size_t *blob_len)
+{
+    *blob = NULL;
+    *blob_len = 0;
+    return exec_core(st, vals, n, deadline_ns, res, broken, errnum, NULL, blob_col, blob,
+                     blob_len);
+}
+
+cerb_status cerb__my_prepare(MYSQL *my, const char *sql, int64_t deadline_ns, MYSQL_STMT **out,
+                             bool *broken, unsigned *errnum)
+{
+    int ret = 0;
+    bool late = false;
+    *out = NULL;
+    *broken = false;
+    *errnum = 0;
+    MYSQL_STMT *st = mysql_stmt_init(my);
+    if (!st)
+        return cerb__error_set(CERB_ENOMEM, "mysql: out of memory");
+    NB_RUN(my, deadline_ns, &late, mysql_stmt_prepare_start(&ret, st, sql, strlen(sql)),
+           mysql_stmt_prepare_cont(&ret, st, ev));
+    if (late || ret != 0) {
+        *errnum = late ? 0 : mysql_stmt_errno(st);
+        cerb_status rs = fail(*errnum, mysql_stmt_error(st), late, broken);
+        mysql_stmt_close(st);
+        return rs;
+    }
+    *out = st;
+    return CERB_OK;
+}
+
+/* Column c of the row just fetched, whole (len bytes), cerb__malloc'd with
+ * a NUL after it. The result is buffered: this reads memory. */
+static cerb_status fetch_blob(MYSQL_STMT *st, unsigned c, unsigned long len, void **blob,
+                              size_t *blob_len)
+{
+    unsigned char *b = cerb__malloc((size_t)len + 1);
+    if (!b)
+        return cerb__error_set(CERB_ENOMEM, "mysql: out of memory");
+    if (len > 0) {
+        unsigned long got = 0;
+        MYSQL_BIND fb;
+        memset(&fb, 0, sizeof fb);
+        fb.buffer_type = MYSQL_TYPE_BLOB;
+        fb.buffer = b;
+        fb.buffer_length = len;
+        fb.length = &got;
+        if (mysql_stmt_fetch_column(st, &fb, c, 0) != 0 || got != len) {
+            cerb__free(b);
+            return cerb__error_set(CERB_EPROTO, "mysql: cannot read a result column: %s",
+                                   mysql_stmt_error(st));
+        }
+    }
+    b[len] = '\0';
+    *blob = b;
+    *blob_len = (size_t)len;
+    return CERB_OK;
+}
+
+static cerb_status exec_core(MYSQL_STMT *st, const struct my_val *vals, int n,
+                             int64_t deadline_ns, struct my_res *res, bool *broken,
+                             unsigned *errnum, const struct my_tick *tick, int blob_col,
+                             void **blob, size_t *blob_len)
+{
     MYSQL_BIND pb[40];
     MYSQL *my = st->mysql;
     int ret = 0;
@@ -241,8 +349,12 @@ cerb_status cerb__my_exec(MYSQL_STMT *st, const struct my_val *vals, int n, int6
     }
     if (n > 0 && mysql_stmt_bind_param(st, pb) != 0)
         return cerb__error_set(CERB_EPROTO, "mysql: cannot bind: %s", mysql_stmt_error(st));
-    NB_RUN(my, deadline_ns, &late, mysql_stmt_execute_start(&ret, st),
-           mysql_stmt_execute_cont(&ret, st, ev));
+    bool gave_up = false;
+    ret = execute_ticking(my, st, deadline_ns, tick, &late, &gave_up);
+    if (gave_up) {
+        *broken = true; /* the statement may still run: the caller ends the session */
+        return cerb__error_set(CERB_INTERRUPTED, "mysql: the statement was given up");
+    }
     if (late || ret != 0) {
         *errnum = late ? 0 : mysql_stmt_errno(st);
         return fail(*errnum, mysql_stmt_error(st), late, broken);
@@ -266,6 +378,12 @@ cerb_status cerb__my_exec(MYSQL_STMT *st, const struct my_val *vals, int n, int6
         rb[c].buffer_length = MY_COLW - 1;
         rb[c].length = &lens[c];
         rb[c].is_null = &nulls[c];
+        if ((int)c == blob_col) {
+            /* Fetched whole below, with mysql_stmt_fetch_column. */
+            rb[c].buffer_type = MYSQL_TYPE_BLOB;
+            rb[c].buffer = NULL;
+            rb[c].buffer_length = 0;
+        }
     }
     if (mysql_stmt_bind_result(st, rb) != 0)
         return cerb__error_set(CERB_EPROTO, "mysql: cannot bind the result: %s",
@@ -287,6 +405,11 @@ cerb_status cerb__my_exec(MYSQL_STMT *st, const struct my_val *vals, int n, int6
         memset(o, 0, sizeof *o);
         for (unsigned c = 0; c < nf; c++) {
             o->null[c] = nulls[c] != 0;
+            if ((int)c == blob_col) {
+                if (res->nrows == 1 && !nulls[c])
+                    rs = fetch_blob(st, c, lens[c], blob, blob_len);
+                continue;
+            }
             size_t l = nulls[c] ? 0 : lens[c];
             if (l >= MY_COLW)
                 l = MY_COLW - 1;
@@ -295,8 +418,14 @@ cerb_status cerb__my_exec(MYSQL_STMT *st, const struct my_val *vals, int n, int6
         }
     }
     mysql_stmt_free_result(st);
-    if (rs != CERB_OK)
+    if (rs != CERB_OK) {
         cerb__my_res_free(res);
+        if (blob && *blob) {
+            cerb__free(*blob);
+            *blob = NULL;
+            *blob_len = 0;
+        }
+    }
     return rs;
 }
 
@@ -389,6 +518,11 @@ static void close_slot_locked(struct my_slot *s)
         if (s->st[i])
             mysql_stmt_close(s->st[i]);
         s->st[i] = NULL;
+    }
+    for (int i = 0; i < MYG_N; i++) {
+        if (s->gst[i])
+            mysql_stmt_close(s->gst[i]);
+        s->gst[i] = NULL;
     }
     s->conn_id = 0;
     s->nl = 0;
@@ -595,6 +729,33 @@ MYSQL_STMT *cerb__my_stmt(cerb_engine *e, int slot, enum my_stmt s)
     MYSQL_STMT *st = e->slots[slot].st[s];
     cerb__mutex_unlock(&e->mu);
     return st;
+}
+
+cerb_status cerb__my_gstmt(cerb_engine *e, int slot, enum my_gstmt g, const char *tpl,
+                          MYSQL_STMT **out, bool *broken, unsigned *errnum)
+{
+    cerb__mutex_lock(&e->mu);
+    MYSQL_STMT *st = e->slots[slot].gst[g];
+    MYSQL *my = e->slots[slot].my;
+    cerb__mutex_unlock(&e->mu);
+    *out = NULL;
+    *broken = false;
+    *errnum = 0;
+    if (!st) {
+        char *sql = cerb__my_splice(tpl, e->db_q);
+        if (!sql)
+            return cerb__error_set(CERB_ENOMEM, "mysql: out of memory");
+        cerb_status rs = cerb__my_prepare(my, sql, cerb__deadline_in(e->mc->op_timeout_ms), &st,
+                                          broken, errnum);
+        cerb__free(sql);
+        if (rs != CERB_OK)
+            return rs;
+        cerb__mutex_lock(&e->mu);
+        e->slots[slot].gst[g] = st;
+        cerb__mutex_unlock(&e->mu);
+    }
+    *out = st;
+    return CERB_OK;
 }
 
 void cerb__my_give(cerb_engine *e, int slot, bool broken, const char *pin, const char *unpin)

@@ -137,6 +137,7 @@ static cerb_status check_server(cerb_engine *e, int slot)
         snprintf(e->server_id, sizeof e->server_id, "%s", uuid);
     else
         snprintf(e->server_id, sizeof e->server_id, "%s@%s", sid, host);
+    e->mariadb = strstr(version, "MariaDB") != NULL;
     CERB_LOG_D("mysql: server %s, version %s", e->server_id, version);
     return CERB_OK;
 }
@@ -208,7 +209,7 @@ static cerb_status my_check_name(const char *name)
 }
 
 const struct cerb_engine_ops cerb__my_engine_ops = {
-    .version = CERB_ENGINE_OPS_V1,
+    .version = CERB_ENGINE_OPS_V3,
     .name = "mysql",
     .caps = CERB_CAP_FENCING | CERB_CAP_WAIT | CERB_CAP_CROSS_PROCESS | CERB_CAP_BATCH_RENEW |
             CERB_CAP_FENCE_FLOOR,
@@ -224,4 +225,11 @@ const struct cerb_engine_ops cerb__my_engine_ops = {
     .stats = my_stats,
     .held = cerb__my_op_held,
     .check_name = my_check_name,
+    /* version 2: the idempotency guard (my_guard.c) */
+    .guard_begin = cerb__my_guard_begin,
+    .guard_renew = cerb__my_guard_renew,
+    .guard_finish = cerb__my_guard_finish,
+    .guard_check = cerb__my_guard_check,
+    /* version 3 */
+    .inspect = cerb__my_op_inspect,
 };

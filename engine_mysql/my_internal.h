@@ -14,7 +14,9 @@
  * it, so every hold is pinned to one slot of a pool (mysql.pool
  * connections); its renewal and release run there. A slot is used by one
  * thread at a time, for one statement, except a waiter's: a blocking wait
- * runs only on a slot that pins no hold. A slot whose statement failed on
+ * (one GET_LOCK for the whole deadline, watched by a tick that cancels it
+ * with KILL QUERY and evicts hung holders with KILL CONNECTION, both from a
+ * spare session) runs only on a slot that pins no hold. A slot whose statement failed on
  * the wire or missed its deadline is closed at once (its session, and every
  * GET_LOCK of it, ends) and its generation bumped: the holds pinned to the
  * old generation learn at their next renewal that they are gone.
@@ -42,8 +44,12 @@
 #include "engine.h"
 #include "sync.h"
 
-/* A blocked waiter looks at its interrupt flag and deadline this often. */
+/* A blocked waiter looks at its interrupt flag this often, and waits in
+ * one GET_LOCK for at most MY_WAIT_MAX_MS (then queues again). */
 #define MY_SLICE_MS 200
+#define MY_WAIT_MAX_MS 60000
+/* ... and at most this often whether the holder is hung (MY_EVICT). */
+#define MY_EVICT_EVERY_MS 1000
 /* GET_LOCK names: at most 64 characters (MySQL >= 5.7, MariaDB). */
 #define MY_LNAME_MAX 64
 /* Renewals of one connection go in statements of this many holds. */
@@ -55,7 +61,7 @@ enum my_stmt {
     MY_CLAIM,      /* claim the row only (the GET_LOCK is already ours) */
     MY_DIAG,       /* after a claim that matched nothing: why */
     MY_INSERT,     /* create the row of a name (INSERT IGNORE) */
-    MY_GETLOCK,    /* GET_LOCK(lname, slice): one wait slice */
+    MY_GETLOCK,    /* GET_LOCK(lname, t): the wait, one statement */
     MY_UNLOCK,     /* RELEASE_LOCK(lname) */
     MY_UNLOCK_ALL, /* RELEASE_ALL_LOCKS(): a waiter's slot */
     MY_RELEASE,    /* free the row, then RELEASE_LOCK, one statement */
@@ -65,7 +71,15 @@ enum my_stmt {
     MY_DROP,       /* free a row whose session is gone */
     MY_HELD,       /* is a name held */
     MY_PROBE,      /* the lock path answers, on a writable server */
+    MY_EVICT,      /* the session of a hung holder, if there is one */
     MY_NSTMT
+};
+
+/* The guard's statements (my_guard.c), prepared on a slot the first time
+ * it runs one: a database without cerberus_guard still takes locks. */
+enum my_gstmt {
+    MYG_BEGIN, MYG_SEEN, MYG_RENEW, MYG_DONE, MYG_DELETE, MYG_DROP, MYG_CHECK,
+    MYG_SWEEP_LIST, MYG_SWEEP, MYG_N
 };
 
 enum my_slot_state { SLOT_EMPTY = 0, SLOT_CONNECTING, SLOT_IDLE, SLOT_BUSY };
@@ -73,6 +87,7 @@ enum my_slot_state { SLOT_EMPTY = 0, SLOT_CONNECTING, SLOT_IDLE, SLOT_BUSY };
 struct my_slot {
     MYSQL *my;
     MYSQL_STMT *st[MY_NSTMT];
+    MYSQL_STMT *gst[MYG_N];  /* guard statements, prepared when first used */
     uint64_t conn_id;        /* CONNECTION_ID() of the session */
     uint64_t gen;            /* bumped every time the session ends */
     int holds;               /* holds pinned here */
@@ -100,13 +115,16 @@ struct cerb_engine {
     char probe_name[64];
     char server_id[176];     /* @@server_uuid or @@server_id@@hostname (open) */
     char server_ident[176];  /* @@server_id@@hostname of the first session */
+    bool mariadb;            /* the server is MariaDB (@@version, at open) */
     struct {
         atomic_uint_fast64_t acquire_calls;
         atomic_uint_fast64_t wakeups;
         atomic_uint_fast64_t connects;
         atomic_uint_fast64_t broken;
         atomic_uint_fast64_t round_trips;
+        atomic_uint_fast64_t evictions;
     } stats;
+    atomic_bool evict_refused;  /* said once: no privilege to evict */
 };
 
 /* Per hold (lk->priv). */
@@ -130,7 +148,7 @@ struct my_val {
 
 /* What a statement answered: affected rows and insert id, or rows of up
  * to MY_COLS columns as text (NULL when null[c]). */
-#define MY_COLS 4
+#define MY_COLS 5
 #define MY_COLW 80
 struct my_row {
     char v[MY_COLS][MY_COLW];
@@ -153,6 +171,8 @@ cerb_status cerb__my_sql_build(cerb_engine *e);
 void cerb__my_sql_free(cerb_engine *e);
 char *cerb__my_sql_create(const char *db_q);
 void cerb__my_quote_ident(const char *id, char *out, size_t len);
+/* tpl with every "@D" replaced by db_q, cerb__malloc'd (NULL: no memory). */
+char *cerb__my_splice(const char *tpl, const char *db_q);
 
 /* ---- my_conn.c ---- */
 /* Open one session (non-blocking, found rows, utf8mb4, autocommit,
@@ -171,6 +191,26 @@ cerb_status cerb__my_query(MYSQL *my, const char *sql, int64_t deadline_ns, stru
  * unknown. An SQL error leaves the session usable; *errnum says which. */
 cerb_status cerb__my_exec(MYSQL_STMT *st, const struct my_val *vals, int n, int64_t deadline_ns,
                           struct my_res *res, bool *broken, unsigned *errnum);
+/* Called every every_ms while a statement waits for its answer (a long
+ * wait): false gives the statement up (CERB_INTERRUPTED with *broken set:
+ * the caller ends the session, the statement may still run). */
+struct my_tick {
+    int64_t every_ms;
+    bool (*fn)(void *ud);
+    void *ud;
+};
+cerb_status cerb__my_exec_tick(MYSQL_STMT *st, const struct my_val *vals, int n,
+                               int64_t deadline_ns, struct my_res *res, bool *broken,
+                               unsigned *errnum, const struct my_tick *tick);
+/* The same (no tick) with column blob_col of the first row read whole into
+ * *blob (cerb__malloc'd, a NUL after its *blob_len bytes; NULL when NULL or
+ * no row); res gets the other columns. */
+cerb_status cerb__my_exec_blob(MYSQL_STMT *st, const struct my_val *vals, int n,
+                               int64_t deadline_ns, struct my_res *res, bool *broken,
+                               unsigned *errnum, int blob_col, void **blob, size_t *blob_len);
+/* Prepare sql on a session within the deadline (errors as cerb__my_exec). */
+cerb_status cerb__my_prepare(MYSQL *my, const char *sql, int64_t deadline_ns, MYSQL_STMT **out,
+                             bool *broken, unsigned *errnum);
 void cerb__my_res_free(struct my_res *res);
 /* Prepare sql, run it once with vals, close it (`cerberus init`). */
 cerb_status cerb__my_exec_once(MYSQL *my, const char *sql, const struct my_val *vals, int n,
@@ -198,6 +238,21 @@ cerb_status cerb__my_op_release(cerb_engine *e, cerb_engine_lock *lk);
 cerb_status cerb__my_op_check(cerb_engine *e, cerb_engine_lock *lk, cerb_grant *grant);
 cerb_status cerb__my_op_held(cerb_engine *e, const char *name);
 cerb_status cerb__my_op_probe(cerb_engine *e, int64_t timeout_ms);
+cerb_status cerb__my_op_inspect(cerb_engine *e, const char *name, struct cerb_holders *out);
+
+/* ---- my_guard.c: the idempotency guard's records (DESIGN.md §11) ---- */
+cerb_status cerb__my_guard_begin(cerb_engine *e, const cerb_guard_rec *rec, cerb_grant *grant,
+                                 void **result, size_t *result_len);
+cerb_status cerb__my_guard_renew(cerb_engine *e, const cerb_guard_rec *rec, cerb_grant *grant);
+cerb_status cerb__my_guard_finish(cerb_engine *e, const cerb_guard_rec *rec, int succeeded,
+                                  const void *result, size_t len, int64_t keep_ms,
+                                  cerb_outcome *outcome);
+cerb_status cerb__my_guard_check(cerb_engine *e, const cerb_guard_rec *rec,
+                                 cerb_guard_found *found);
+/* The slot's guard statement g (template tpl), prepared now if need be
+ * (the slot is taken by the caller). Errors as cerb__my_exec. */
+cerb_status cerb__my_gstmt(cerb_engine *e, int slot, enum my_gstmt g, const char *tpl,
+                          MYSQL_STMT **out, bool *broken, unsigned *errnum);
 
 /* ---- my_store.c ---- */
 extern const struct cerb_store_ops cerb__my_store_ops;

@@ -14,9 +14,10 @@
  *         hashed here, and its prefix stops at its first such byte: such
  *         names are not promised to match DistributedLock's.
  *   raw   the name itself, at most 64 characters of valid UTF-8 (tooz).
- *         GET_LOCK names are case-insensitive on the server, so names that
- *         differ only in case share one GET_LOCK (they wait for each other;
- *         they never exclude less).
+ *         GET_LOCK names are case-insensitive on MySQL, so names that
+ *         differ only in case share one GET_LOCK there (they wait for each
+ *         other; they never exclude less); MariaDB (10.11, checked)
+ *         compares them byte for byte.
  */
 #include "internal_posix.h"
 

@@ -9,9 +9,12 @@
  * another owner's lease runs, or the GET_LOCK is someone else's; a GET_LOCK
  * this statement took without the row is given back at once. When the
  * caller may wait, it moves to a connection that pins no hold, drops what
- * that session holds (RELEASE_ALL_LOCKS), and waits there with
- * GET_LOCK(lname, slice), slices of at most MY_SLICE_MS, looking at the
- * interrupt flag and the deadline between them. A GET_LOCK granted while the
+ * that session holds (RELEASE_ALL_LOCKS), and waits there in one
+ * GET_LOCK(lname, deadline) (at most MY_WAIT_MAX_MS at a time), keeping its
+ * place in the server's queue; every MY_SLICE_MS a tick looks at the
+ * interrupt flag (KILL QUERY from a spare session ends the wait) and, once
+ * a second, ends the session of a hung holder (KILL CONNECTION, see
+ * evict_hung). A GET_LOCK granted while the
  * row still shows another owner's lease (that owner's session ended, but it
  * may still be working) is kept, and the row claimed once the lease has run
  * out on the server (MY_CLAIM), asking the server how long is left each
@@ -29,6 +32,7 @@
 #include "error.h"
 #include "log.h"
 #include "my_internal.h"
+#include <mysqld_error.h>
 
 static struct my_val v_str(const char *s) { return (struct my_val){.t = MV_STR, .s = s, .len = (unsigned long)strlen(s)}; }
 static struct my_val v_bin(const char *s) { return (struct my_val){.t = MV_BIN, .s = s, .len = (unsigned long)strlen(s)}; }
@@ -287,7 +291,151 @@ static cerb_status stop_status(const cerb_engine_lock *lk, const atomic_int *int
     return cerb__error_set(CERB_TIMEOUT, "mysql: \"%s\" stayed held until the deadline", lk->name);
 }
 
-/* Wait on slot w (pins no hold) until granted, the deadline or the flag. */
+/* The session of a slot the caller has taken. */
+static MYSQL *slot_my(cerb_engine *e, int slot)
+{
+    cerb__mutex_lock(&e->mu);
+    MYSQL *my = e->slots[slot].my;
+    cerb__mutex_unlock(&e->mu);
+    return my;
+}
+
+/* A text statement (KILL: it takes no value) on a slot the caller has
+ * taken; a broken session is given back (ended) and *slot set to -1. */
+static cerb_status run_text(cerb_engine *e, int *slot, const char *sql, unsigned *en)
+{
+    struct my_res res;
+    bool broken = false;
+    atomic_fetch_add_explicit(&e->stats.round_trips, 1, memory_order_relaxed);
+    cerb_status st = cerb__my_query(slot_my(e, *slot), sql, cerb__deadline_in(e->mc->op_timeout_ms),
+                                    &res, &broken, en);
+    cerb__my_res_free(&res);
+    if (broken) {
+        cerb__my_give(e, *slot, true, NULL, NULL);
+        *slot = -1;
+    }
+    return st;
+}
+
+/* A spare slot for a statement beside a wait: one that pins no hold when
+ * there is one (a statement that misses its deadline ends its session). */
+static cerb_status take_spare(cerb_engine *e, int *slot)
+{
+    return cerb__my_take_any(e, NULL, true, cerb__deadline_in(e->mc->op_timeout_ms), slot);
+}
+
+/*
+ * End the session of a hung holder of lk's name, from a spare session
+ * while the waiter's own GET_LOCK waits. MY_EVICT finds it: the row's lease
+ * ran out on the server's clock while that session kept the GET_LOCK
+ * (IS_USED_LOCK), and none of that session's rows has a live lease. It is
+ * paused, or stuck, with its connection up, and would keep every waiter out
+ * for as long as that lasts. Its own deadline passed before its lease did,
+ * so it already counts the lock as lost; its next renewal fails for good
+ * once its session is gone (renewals run only on the session that holds).
+ *
+ * The check and the KILL are two statements: the holder may renew in
+ * between, and is ended all the same. That never makes two holders: its
+ * row then shows a live lease again, and whoever gets the GET_LOCK next
+ * claims the row only once that lease has run out on the server (the
+ * hand-off wait: MY_CLAIM matches no row with another owner's live lease),
+ * by which time the holder's own deadline has passed. Without the
+ * privilege (another user, no CONNECTION ADMIN or SUPER) it says so once
+ * and the waiter keeps waiting.
+ */
+static void evict_hung(cerb_engine *e, cerb_engine_lock *lk)
+{
+    struct my_lock_priv *p = lk->priv;
+    struct my_res res;
+    bool broken = false;
+    int slot;
+    if (take_spare(e, &slot) != CERB_OK)
+        return;
+    struct my_val v[2] = {v_bin(lk->name), v_str(p->lname)};
+    cerb_status st = run(e, &slot, MY_EVICT, v, 2, 0, &res, &broken);
+    uint64_t victim = st == CERB_OK && !col_null(&res, 0, 0) ? (uint64_t)col_i64(&res, 0, 0) : 0;
+    cerb__my_res_free(&res);
+    if (victim && slot >= 0) {
+        char sql[64];
+        unsigned en = 0;
+        snprintf(sql, sizeof sql, "KILL CONNECTION %" PRIu64, victim);
+        st = run_text(e, &slot, sql, &en);
+        if (st == CERB_OK) {
+            atomic_fetch_add_explicit(&e->stats.evictions, 1, memory_order_relaxed);
+            CERB_LOG_W("mysql: ended the session (connection %" PRIu64 ") of a hung holder of "
+                       "\"%s\": its lease had run out while it kept the lock",
+                       victim, lk->name);
+        } else if ((en == ER_KILL_DENIED_ERROR || en == ER_SPECIFIC_ACCESS_DENIED_ERROR) &&
+                   !atomic_exchange(&e->evict_refused, true)) {
+            CERB_LOG_W("mysql: \"%s\" is held by a session whose lease ran out, which this "
+                       "client cannot end (%s; it needs the same user, or CONNECTION ADMIN or "
+                       "SUPER); it waits until that session ends",
+                       lk->name, cerb_last_error());
+        }
+    }
+    if (slot >= 0)
+        cerb__my_give(e, slot, false, NULL, NULL);
+}
+
+/* KILL QUERY for the waiting session conn, from a spare one. */
+static bool cancel_wait(cerb_engine *e, uint64_t conn)
+{
+    int slot;
+    char sql[64];
+    unsigned en = 0;
+    if (conn == 0 || take_spare(e, &slot) != CERB_OK)
+        return false;
+    snprintf(sql, sizeof sql, "KILL QUERY %" PRIu64, conn);
+    cerb_status st = run_text(e, &slot, sql, &en);
+    if (slot >= 0)
+        cerb__my_give(e, slot, false, NULL, NULL);
+    return st == CERB_OK;
+}
+
+/* What a waiter's tick looks at while its GET_LOCK waits on the server. */
+struct waiting {
+    cerb_engine *e;
+    cerb_engine_lock *lk;
+    const atomic_int *intr;
+    uint64_t conn;       /* the waiting session's CONNECTION_ID() */
+    bool cancel_sent;
+    int64_t cancel_by;   /* after a cancel, give the statement up then */
+    int64_t next_evict;
+};
+
+/*
+ * Every MY_SLICE_MS of a wait. An interrupt cancels the waiting GET_LOCK
+ * from a spare session (KILL QUERY: GET_LOCK returns NULL, the session
+ * stays; the server keeps the waiter's place in its queue until then, so
+ * waiters are served in the order they came); when the cancel cannot be
+ * sent, or is not answered in time, the statement is given up. Once a
+ * second, it looks for a hung holder to evict.
+ */
+static bool wait_tick(void *ud)
+{
+    struct waiting *w = ud;
+    int64_t now = cerb_monotime();
+    if (!w->cancel_sent && w->intr && atomic_load(w->intr)) {
+        w->cancel_sent = true;
+        w->cancel_by = now + w->e->mc->op_timeout_ms * CERB_NS_PER_MS;
+        return cancel_wait(w->e, w->conn);
+    }
+    if (w->cancel_sent)
+        return now < w->cancel_by;
+    if (now >= w->next_evict) {
+        w->next_evict = now + MY_EVICT_EVERY_MS * CERB_NS_PER_MS;
+        evict_hung(w->e, w->lk);
+    }
+    return true;
+}
+
+/*
+ * Wait on slot w (pins no hold) until granted, the deadline or the flag.
+ * The wait is one GET_LOCK for the whole deadline (at most MY_WAIT_MAX_MS
+ * at a time), so the waiter keeps its place in the server's queue (the
+ * server grants a released GET_LOCK to its waiters in the order they
+ * came); the tick above watches the flag and evicts hung holders.
+ */
 static cerb_status wait_on(cerb_engine *e, cerb_engine_lock *lk, int w, int64_t deadline_ns,
                            const atomic_int *intr, cerb_grant *grant)
 {
@@ -296,6 +444,7 @@ static cerb_status wait_on(cerb_engine *e, cerb_engine_lock *lk, int w, int64_t 
     struct my_res res;
     bool broken = false, have = false; /* have: the GET_LOCK is ours, the row not yet */
     uint64_t gen = slot_gen(e, w);
+    uint64_t conn = slot_conn(e, w, gen);
     grant_vals(lk, p, v);
     /* Leftovers of this session (it pins no hold): stacked GET_LOCKs would
      * outlive a release. */
@@ -314,20 +463,41 @@ static cerb_status wait_on(cerb_engine *e, cerb_engine_lock *lk, int w, int64_t 
             return stop_status(lk, intr, grant);
         }
         if (!have) {
-            int64_t slice = cerb__ms_left(deadline_ns);
-            if (slice > MY_SLICE_MS)
-                slice = MY_SLICE_MS;
-            if (slice < 1)
-                slice = 1;
-            struct my_val gv[2] = {v_str(p->lname), v_dbl((double)slice / 1000.0)};
-            int64_t opd = cerb__deadline_in(slice + e->mc->op_timeout_ms);
+            int64_t lt = cerb__ms_left(deadline_ns);
+            if (lt > MY_WAIT_MAX_MS)
+                lt = MY_WAIT_MAX_MS;
+            if (lt < 1)
+                lt = 1;
+            struct my_val gv[2] = {v_str(p->lname), v_dbl((double)lt / 1000.0)};
+            struct waiting wt = {.e = e, .lk = lk, .intr = intr, .conn = conn,
+                                 .next_evict = cerb_monotime() +
+                                               MY_EVICT_EVERY_MS * CERB_NS_PER_MS};
+            struct my_tick tick = {.every_ms = MY_SLICE_MS, .fn = wait_tick, .ud = &wt};
+            unsigned en = 0;
             atomic_fetch_add_explicit(&e->stats.acquire_calls, 1, memory_order_relaxed);
-            st = run(e, &w, MY_GETLOCK, gv, 2, opd, &res, &broken);
-            if (st != CERB_OK) {
+            atomic_fetch_add_explicit(&e->stats.round_trips, 1, memory_order_relaxed);
+            st = cerb__my_exec_tick(cerb__my_stmt(e, w, MY_GETLOCK), gv, 2,
+                                    cerb__deadline_in(lt + e->mc->op_timeout_ms), &res, &broken,
+                                    &en, &tick);
+            if (wt.cancel_sent) {
+                /* Interrupted. Whatever the GET_LOCK answered (NULL for the
+                 * kill, or 1 for a grant that raced it), the session ends:
+                 * a raced grant goes with it, and a KILL QUERY that arrives
+                 * late cannot hit a later statement of this session. No
+                 * claim was sent: no row is ours. */
+                cerb__my_res_free(&res);
+                cerb__my_give(e, w, true, NULL, NULL);
+                return stop_status(lk, intr, grant);
+            }
+            if (broken) {
                 /* No claim was sent: nothing was granted. A GET_LOCK the
-                 * server may have given died with the ended session. */
-                if (w >= 0)
-                    drop_waiter(e, w);
+                 * server may have given ends with the session. */
+                cerb__my_give(e, w, true, NULL, NULL);
+                grant->outcome = CERB_OUTCOME_NO;
+                return st;
+            }
+            if (st != CERB_OK) {
+                drop_waiter(e, w);
                 grant->outcome = CERB_OUTCOME_NO;
                 return st;
             }
@@ -335,13 +505,14 @@ static cerb_status wait_on(cerb_engine *e, cerb_engine_lock *lk, int w, int64_t 
             int64_t got = col_i64(&res, 0, 0);
             cerb__my_res_free(&res);
             if (null) {
+                /* An error, or a KILL QUERY not of ours. */
                 drop_waiter(e, w);
                 grant->outcome = CERB_OUTCOME_NO;
                 return cerb__error_set(CERB_EIO, "mysql: GET_LOCK for \"%s\" failed (NULL)",
                                        lk->name);
             }
             if (got != 1)
-                continue; /* a slice ended */
+                continue; /* timed out: the deadline, or MY_WAIT_MAX_MS */
             have = true;
             atomic_fetch_add_explicit(&e->stats.wakeups, 1, memory_order_relaxed);
         }
@@ -370,7 +541,9 @@ static cerb_status wait_on(cerb_engine *e, cerb_engine_lock *lk, int w, int64_t 
         }
         if (!d.exists)
             continue;
-        /* Ours, but the row shows another owner's lease: wait it out. */
+        /* The GET_LOCK is ours, but the row shows another owner's live
+         * lease (its session ended, or was evicted, while it may still
+         * believe it holds): wait it out, asking the server each time. */
         if (!nap(d.left_ms > 0 ? d.left_ms : 1, deadline_ns, intr)) {
             drop_waiter(e, w);
             return stop_status(lk, intr, grant);
@@ -685,4 +858,121 @@ cerb_status cerb__my_op_probe(cerb_engine *e, int64_t timeout_ms)
     cerb__my_res_free(&res);
     return ro ? cerb__error_set(CERB_UNAVAILABLE, "mysql: the server is read-only (a replica?)")
               : CERB_OK;
+}
+
+/*
+ * Who holds a name and who waits, each as the session (connection id) that
+ * does, so that a waiter's owner string stays the same once it holds: the
+ * row's holder while its lease lives (with its token and fence); a session
+ * holding the GET_LOCK without that row — another library's GET_LOCK, or a
+ * waiter that has it and waits out a dead holder's lease — as holder or
+ * first waiter accordingly; then the sessions whose GET_LOCK is pending,
+ * longest waiting first. The server grants a released GET_LOCK to its
+ * pending sessions in the order they asked (MDL queues waiters at the
+ * back), and a waiter asks in one statement for its whole wait, so the time
+ * its statement has run (information_schema.PROCESSLIST.TIME_MS on MariaDB,
+ * performance_schema.threads.PROCESSLIST_TIME, whole seconds, on MySQL)
+ * orders them. performance_schema.metadata_locks lists the sessions; when
+ * it cannot be read (no SELECT on performance_schema, or it is off), the
+ * answer is the row's holder and IS_USED_LOCK's session only. GET_LOCK
+ * names compare byte for byte on MariaDB, case-insensitively on MySQL.
+ */
+#define INSP_ROW                                                                          \
+    "SELECT 0 AS kind, 0 AS waited, r.owner_conn AS conn, r.fence AS fence, "             \
+    "CEIL(TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), r.lease_until) / 1000) AS ttl, "   \
+    "r.owner AS owner FROM @D.cerberus_lock r WHERE r.name = ? AND r.owner IS NOT NULL "  \
+    "AND r.lease_until > UTC_TIMESTAMP(6)"
+#define INSP_MDL(waited, join, cmp)                                                       \
+    "SELECT x.kind, x.conn, x.fence, x.ttl, x.owner FROM (" INSP_ROW " UNION ALL "        \
+    "SELECT CASE WHEN m.LOCK_STATUS = 'GRANTED' THEN 1 ELSE 2 END, " waited ", "          \
+    "t.PROCESSLIST_ID, 0, -1, NULL FROM performance_schema.metadata_locks m JOIN "        \
+    "performance_schema.threads t ON t.THREAD_ID = m.OWNER_THREAD_ID " join " "           \
+    "WHERE m.OBJECT_TYPE = 'USER LEVEL LOCK' AND " cmp " AND m.LOCK_STATUS IN "           \
+    "('GRANTED', 'PENDING')) x ORDER BY x.kind, x.waited DESC, x.conn"
+
+static const char insp_mariadb[] =
+    INSP_MDL("IFNULL(p.TIME_MS, 0)",
+             "LEFT JOIN information_schema.PROCESSLIST p ON p.ID = t.PROCESSLIST_ID",
+             "CAST(m.OBJECT_NAME AS BINARY) = CAST(? AS BINARY)");
+static const char insp_mysql[] =
+    INSP_MDL("IFNULL(t.PROCESSLIST_TIME, 0) * 1000", "", "m.OBJECT_NAME = ?");
+static const char insp_plain[] =
+    "SELECT x.kind, x.conn, x.fence, x.ttl, x.owner FROM (" INSP_ROW " UNION ALL "
+    "SELECT 1, 0, IS_USED_LOCK(?), 0, -1, NULL FROM DUAL WHERE IS_USED_LOCK(?) IS NOT NULL) x "
+    "ORDER BY x.kind";
+
+static cerb_status inspect_run(cerb_engine *e, int *slot, const char *tpl, const char *name,
+                               const char *lname, struct my_res *res, unsigned *en)
+{
+    bool broken = false;
+    char *sql = cerb__my_splice(tpl, e->db_q);
+    if (!sql)
+        return cerb__error_set(CERB_ENOMEM, "mysql: out of memory");
+    struct my_val v[3] = {v_bin(name), v_str(lname), v_str(lname)};
+    atomic_fetch_add_explicit(&e->stats.round_trips, 1, memory_order_relaxed);
+    cerb_status st = cerb__my_exec_once(slot_my(e, *slot), sql, v, tpl == insp_plain ? 3 : 2,
+                                        cerb__deadline_in(e->mc->op_timeout_ms), res, &broken);
+    cerb__free(sql);
+    *en = 0;
+    if (broken) {
+        cerb__my_give(e, *slot, true, NULL, NULL);
+        *slot = -1;
+    } else if (st != CERB_OK) {
+        *en = 1; /* an SQL error: the session is fine */
+    }
+    return st;
+}
+
+cerb_status cerb__my_op_inspect(cerb_engine *e, const char *name, struct cerb_holders *out)
+{
+    char lname[MY_LNAME_MAX * 4 + 1];
+    cerb_status st = cerb__my_lname(e->mc->key, name, lname, sizeof lname);
+    if (st != CERB_OK)
+        return st;
+    int slot;
+    struct my_res res;
+    unsigned sql_err = 0;
+    st = take_spare(e, &slot);
+    if (st != CERB_OK)
+        return st;
+    st = inspect_run(e, &slot, e->mariadb ? insp_mariadb : insp_mysql, name, lname, &res,
+                     &sql_err);
+    if (st != CERB_OK && sql_err && slot >= 0) {
+        CERB_LOG_D("mysql: performance_schema cannot be read (%s): inspecting the row and "
+                   "IS_USED_LOCK only",
+                   cerb_last_error());
+        st = inspect_run(e, &slot, insp_plain, name, lname, &res, &sql_err);
+    }
+    if (slot >= 0)
+        cerb__my_give(e, slot, false, NULL, NULL);
+    if (st != CERB_OK)
+        return st;
+    uint64_t row_conn = 0;
+    bool have_row = false;
+    char who[48], detail[96];
+    for (int r = 0; st == CERB_OK && r < res.nrows; r++) {
+        int kind = (int)col_i64(&res, r, 0);
+        uint64_t conn = (uint64_t)col_i64(&res, r, 1);
+        snprintf(who, sizeof who, "connection %" PRIu64, conn);
+        if (kind == 0) {
+            row_conn = conn;
+            have_row = true;
+            snprintf(detail, sizeof detail, "owner %s", res.rows[r].v[4]);
+            st = cerb__holders_add(out, who, strlen(who), 0, (uint64_t)col_i64(&res, r, 2),
+                                   col_i64(&res, r, 3), detail);
+        } else if (kind == 1) {
+            if (have_row && conn == row_conn)
+                continue; /* the row's holder, listed */
+            if (have_row)
+                snprintf(detail, sizeof detail,
+                         "GET_LOCK, waiting out the lease of connection %" PRIu64, row_conn);
+            else
+                snprintf(detail, sizeof detail, "GET_LOCK, no row");
+            st = cerb__holders_add(out, who, strlen(who), have_row, 0, -1, detail);
+        } else {
+            st = cerb__holders_add(out, who, strlen(who), 1, 0, -1, "waiting");
+        }
+    }
+    cerb__my_res_free(&res);
+    return st;
 }

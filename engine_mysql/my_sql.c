@@ -82,6 +82,17 @@ static const char *const templates[MY_NSTMT] = {
                 "NULL AND lease_until > UTC_TIMESTAMP(6)) OR IS_USED_LOCK(?) IS NOT NULL",
     [MY_PROBE] = "SELECT @@global.read_only, (SELECT COUNT(*) FROM @D.cerberus_lock "
                  "WHERE name = ?)",
+    /* A hung holder (values: name, lname): its lease ran out on the
+     * server's clock, yet its session still holds the name's GET_LOCK, and
+     * no row of that session has a live lease (so a session that renews
+     * other locks is never ended). The caller ends the session it names
+     * (KILL CONNECTION: there is no function for it). */
+    [MY_EVICT] = "SELECT l.owner_conn FROM @D.cerberus_lock l WHERE l.name = ? AND "
+                 "l.owner IS NOT NULL AND l.owner_conn IS NOT NULL AND "
+                 "l.owner_conn <> CONNECTION_ID() AND l.lease_until <= UTC_TIMESTAMP(6) AND "
+                 "IS_USED_LOCK(?) = l.owner_conn AND NOT EXISTS (SELECT 1 FROM "
+                 "@D.cerberus_lock o WHERE o.owner_conn = l.owner_conn AND o.owner IS NOT NULL "
+                 "AND o.lease_until > UTC_TIMESTAMP(6))",
 };
 
 void cerb__my_quote_ident(const char *id, char *out, size_t len)
@@ -100,7 +111,7 @@ void cerb__my_quote_ident(const char *id, char *out, size_t len)
     out[o] = '\0';
 }
 
-static char *splice(const char *tpl, const char *db_q)
+char *cerb__my_splice(const char *tpl, const char *db_q)
 {
     size_t n = 0, ql = strlen(db_q);
     for (const char *p = tpl; *p; p++)
@@ -124,7 +135,7 @@ static char *splice(const char *tpl, const char *db_q)
 cerb_status cerb__my_sql_build(cerb_engine *e)
 {
     for (int i = 0; i < MY_NSTMT; i++) {
-        e->sql[i] = splice(templates[i], e->db_q);
+        e->sql[i] = cerb__my_splice(templates[i], e->db_q);
         if (!e->sql[i])
             return cerb__error_set(CERB_ENOMEM, "mysql: out of memory");
     }
@@ -157,7 +168,8 @@ static const char create_tpl[] =
     "  token  CHAR(32) NOT NULL,         -- the attempt that wrote it\n"
     "  state  TINYINT NOT NULL,          -- 1 running, 2 done\n"
     "  until  DATETIME(6) NULL,          -- expiry, UTC, the server's clock; NULL: never\n"
-    "  result LONGBLOB NULL\n"
+    "  result LONGBLOB NULL,\n"
+    "  KEY cerberus_guard_until (until)  -- the sweep of expired records\n"
     ") ENGINE=InnoDB;\n";
 
-char *cerb__my_sql_create(const char *db_q) { return splice(create_tpl, db_q); }
+char *cerb__my_sql_create(const char *db_q) { return cerb__my_splice(create_tpl, db_q); }

@@ -1,8 +1,9 @@
 /*
  * inspect_conformance.c — cerb_lock_inspect (DESIGN.md §13) on every engine,
  * written once and built once per engine (inspect_local, inspect_redis,
- * inspect_zk, inspect_etcd; tests/conformance.cmake), the engine fixed at
- * compile time by CERB_CONFORMANCE_ENGINE.
+ * inspect_zk, inspect_etcd, inspect_pg, inspect_mysql;
+ * tests/conformance.cmake), the engine fixed at compile time by
+ * CERB_CONFORMANCE_ENGINE.
  *
  * The cases: a name nobody holds inspects as empty; a holder and two
  * waiters — each in a client of its own, blocked in a thread of this test,
@@ -40,6 +41,9 @@
 #ifdef CERB_CONF_PG
 #include "pg_util.h"
 #endif
+#ifdef CERB_CONF_MYSQL
+#include "mysql_util.h"
+#endif
 
 #ifndef CERB_CONFORMANCE_ENGINE
 #error "compile with -DCERB_CONFORMANCE_ENGINE=\"<engine>\" (tests/conformance.cmake does)"
@@ -73,6 +77,10 @@ static char *config(void)
 #ifdef CERB_CONF_PG
     if (strcmp(ENGINE, "pg") == 0)
         return pg_test_config(NULL, NULL);
+#endif
+#ifdef CERB_CONF_MYSQL
+    if (strcmp(ENGINE, "mysql") == 0)
+        return mysql_test_config(NULL, NULL);
 #endif
     fail_msg("engine \"%s\" is not built into this suite", ENGINE);
     return NULL;

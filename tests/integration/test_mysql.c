@@ -28,9 +28,18 @@
  *   injection     names with SQL, quotes, backslashes and bytes >= 0x80 lock
  *                 and unlock, exclude, and leave the table intact.
  *   fences        strictly increasing across two clients.
+ *   inspect       waiters are listed in the order they came (not by
+ *                 connection id), the first is the next holder under the
+ *                 same owner string, and a raw GET_LOCK without a row is
+ *                 listed as the holder.
  *   killed_holder KILL CONNECTION of the holder's session: its next renewal
  *                 fails and its lost callback fires, while a waiter gets the
  *                 lock only once the row's lease has run out on the server.
+ *   hung_holder   a holder process paused (SIGSTOP) with its session up and
+ *                 a 1 s lease: a waiter ends the hung session (KILL
+ *                 CONNECTION, the holder's lease having run out on the
+ *                 server) and gets the lock after about a second; the
+ *                 resumed holder's lost callback fires.
  *   open_errors   a missing database (names `cerberus init`), lease mode,
  *                 a long raw name, a password file (and a wrong password
  *                 never printed).
@@ -45,6 +54,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <cmocka.h>
 
@@ -520,6 +531,127 @@ static void test_fences(void **state)
     cerb_client_close(b);
 }
 
+/* ---- inspection: arrival order, not connection order ---- */
+
+struct insp_waiter {
+    struct cerb_lock *l;
+    pthread_t t;
+    cerb_status st;
+    atomic_int held, release;
+};
+
+static bool int_set(void *ud) { return atomic_load((atomic_int *)ud) != 0; }
+
+static void *insp_main(void *ud)
+{
+    struct insp_waiter *w = ud;
+    w->st = cerb_lock_trylock_for(w->l, 20000);
+    if (w->st == CERB_OK) {
+        atomic_store(&w->held, 1);
+        wait_until(int_set, &w->release, 20000);
+        cerb_lock_unlock(w->l);
+    }
+    return NULL;
+}
+
+/* The entries of `name`; n set. */
+static cerb_holder_info *insp(struct cerb_client *c, const char *name, size_t *n)
+{
+    cerb_holder_info *v = NULL;
+    if (cerb_lock_inspect(c, name, "mysql", &v, n) != CERB_OK)
+        fail_msg("inspect: %s", cerb_last_error());
+    return v;
+}
+
+struct insp_count {
+    struct cerb_client *c;
+    const char *name;
+    size_t want;
+};
+
+static bool insp_shows(void *ud)
+{
+    struct insp_count *q = ud;
+    size_t n = 0;
+    cerb_holder_info *v = NULL;
+    if (cerb_lock_inspect(q->c, q->name, "mysql", &v, &n) != CERB_OK)
+        return false;
+    cerb_holders_free(v, n);
+    return n == q->want;
+}
+
+static void test_inspect_arrival_order(void **state)
+{
+    (void)state;
+    /* b connects before a (a lower connection id) but waits after it. */
+    struct cerb_client *h = open_client(NULL, NULL), *b = open_client(NULL, NULL),
+                       *a = open_client(NULL, NULL);
+    char *name = test_name("insp-order");
+    struct cerb_lock *lh = cerb_test_handle(h, name);
+    assert_int_equal(cerb_lock_trylock(lh), CERB_OK);
+    struct insp_waiter wa = {.l = cerb_test_handle(a, name)}, wb = {.l = cerb_test_handle(b, name)};
+    struct insp_count q = {h, name, 2};
+    assert_int_equal(pthread_create(&wa.t, NULL, insp_main, &wa), 0);
+    assert_true(wait_until(insp_shows, &q, 10000));
+    cerb_test_let_time_pass(300);
+    assert_int_equal(pthread_create(&wb.t, NULL, insp_main, &wb), 0);
+    q.want = 3;
+    assert_true(wait_until(insp_shows, &q, 10000));
+    size_t n = 0;
+    cerb_holder_info *v = insp(h, name, &n);
+    assert_int_equal(n, 3);
+    unsigned long long ca = 0, cb = 0;
+    assert_int_equal(sscanf(v[1].owner, "connection %llu", &ca), 1);
+    assert_int_equal(sscanf(v[2].owner, "connection %llu", &cb), 1);
+    print_message("waiters: %s then %s\n", v[1].owner, v[2].owner);
+    assert_true(ca > cb); /* listed by arrival, not by connection id */
+    assert_string_equal(v[1].detail, "waiting");
+    /* The first listed is the next holder, under the same name. */
+    assert_int_equal(cerb_lock_unlock(lh), CERB_OK);
+    assert_true(wait_until(int_set, &wa.held, 10000));
+    assert_false(atomic_load(&wb.held));
+    size_t n2 = 0;
+    cerb_holder_info *v2 = insp(h, name, &n2);
+    assert_int_equal(n2, 2);
+    assert_string_equal(v2[0].owner, v[1].owner);
+    assert_int_equal(v2[0].waiting, 0);
+    assert_true(strncmp(v2[0].detail, "owner ", 6) == 0);
+    assert_string_equal(v2[1].owner, v[2].owner);
+    cerb_holders_free(v2, n2);
+    cerb_holders_free(v, n);
+    atomic_store(&wa.release, 1);
+    pthread_join(wa.t, NULL);
+    assert_true(wait_until(int_set, &wb.held, 10000));
+    atomic_store(&wb.release, 1);
+    pthread_join(wb.t, NULL);
+    assert_int_equal(wa.st, CERB_OK);
+    assert_int_equal(wb.st, CERB_OK);
+
+    /* A raw session's GET_LOCK without a row: listed as the holder. */
+    MYSQL *my = raw();
+    int64_t raw_conn = q1(my, "SELECT CONNECTION_ID()");
+    assert_int_equal(q1s(my, "SELECT GET_LOCK(?, 0)", name), 1);
+    v = insp(h, name, &n);
+    assert_int_equal(n, 1);
+    char want[64];
+    snprintf(want, sizeof want, "connection %lld", (long long)raw_conn);
+    assert_string_equal(v[0].owner, want);
+    assert_int_equal(v[0].waiting, 0);
+    assert_string_equal(v[0].detail, "GET_LOCK, no row");
+    cerb_holders_free(v, n);
+    mysql_close(my);
+    v = insp(h, name, &n);
+    assert_int_equal(n, 0);
+
+    cerb_lock_free(wa.l);
+    cerb_lock_free(wb.l);
+    cerb_lock_free(lh);
+    free(name);
+    cerb_client_close(a);
+    cerb_client_close(b);
+    cerb_client_close(h);
+}
+
 /* ---- a killed holder session ---- */
 
 static atomic_int lost_fired;
@@ -600,6 +732,78 @@ static void test_killed_holder(void **state)
     mysql_close(my);
     cerb_client_close(a);
     cerb_client_close(b);
+}
+
+/* ---- a hung holder ---- */
+
+/* Role: take argv[0] with a 1 s lease, say so on fd argv[1], then wait
+ * (the parent pauses us); once resumed, exit 0 when the lost callback
+ * fired within 5 s, else 3. */
+static int role_hung_holder(int argc, char **argv)
+{
+    if (argc < 2)
+        return 2;
+    int fd = atoi(argv[1]);
+    cerb_client *c = NULL;
+    char *cfg = mysql_test_config(NULL, "lock = { lease_ms = 1000; };");
+    if (cerb_client_open_string(&c, cfg) != CERB_OK)
+        return 4;
+    free(cfg);
+    atomic_store(&lost_fired, 0);
+    cerb_lock *l = NULL;
+    if (cerb_lock_new(c, argv[0], NULL, &l) != CERB_OK ||
+        cerb_lock_on_lost(l, on_lost, NULL) != CERB_OK || cerb_lock_lock(l) != CERB_OK)
+        return 5;
+    if (write(fd, "h", 1) != 1)
+        return 6;
+    char b;
+    if (read(fd, &b, 1) != 1) /* the parent writes once it resumed us */
+        return 7;
+    int rc = wait_until(lost_pred, NULL, 5000) ? 0 : 3;
+    cerb_lock_unlock(l);
+    cerb_lock_free(l);
+    cerb_client_close(c);
+    return rc;
+}
+
+static void test_hung_holder_is_evicted(void **state)
+{
+    (void)state;
+    char *name = test_name("my-hung");
+    int sv[2];
+    assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
+    char fdarg[16];
+    snprintf(fdarg, sizeof fdarg, "%d", sv[1]);
+    char *args[] = {name, fdarg, NULL};
+    int keep[] = {sv[1], -1};
+    pid_t child = cerb_test_spawn_self("hung_holder", args, keep);
+    assert_true(child > 0);
+    close(sv[1]);
+    char b;
+    assert_int_equal(cerb_test_read_within(sv[0], &b, 1, 15000), 1);
+    assert_int_equal(cerb_test_pause_pid(child), 0);
+    int64_t t0 = cerb_test_now_ms();
+
+    struct cerb_client *c = open_client(NULL, NULL);
+    struct cerb_lock *l = cerb_test_handle(c, name);
+    assert_non_null(l);
+    /* The child's lease (1 s) runs out; its session lives on, paused, and
+     * keeps the GET_LOCK: only its eviction lets the waiter in. */
+    cerb_status st = cerb_lock_trylock_for(l, 10000);
+    int64_t took = cerb_test_now_ms() - t0;
+    print_message("waiter: %s after %lld ms\n", cerb_status_name(st), (long long)took);
+    assert_int_equal(st, CERB_OK);
+    assert_true(took >= 900);
+    assert_true(took < 5000);
+    assert_int_equal(cerb_lock_unlock(l), CERB_OK);
+
+    assert_int_equal(cerb_test_resume_pid(child), 0);
+    assert_int_equal(write(sv[0], "g", 1), 1);
+    assert_int_equal(cerb_test_wait(child, 20000), 0);
+    close(sv[0]);
+    cerb_lock_free(l);
+    cerb_client_close(c);
+    free(name);
 }
 
 /* Like mysql_test_config, with a user and database of the caller's. */
@@ -694,13 +898,18 @@ static void test_open_errors(void **state)
     cerb_test_remove_file(pw);
 }
 
-int main(void)
+static const struct cerb_test_role roles[] = {{"hung_holder", role_hung_holder}, {NULL, NULL}};
+
+int main(int argc, char **argv)
 {
+    cerb_test_roles(argc, argv, roles);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_mapping),      cmocka_unit_test(test_eval_order),
         cmocka_unit_test(test_interop),      cmocka_unit_test(test_round_trips),
         cmocka_unit_test(test_injection),    cmocka_unit_test(test_fences),
-        cmocka_unit_test(test_killed_holder), cmocka_unit_test(test_open_errors),
+        cmocka_unit_test(test_inspect_arrival_order),
+        cmocka_unit_test(test_killed_holder), cmocka_unit_test(test_hung_holder_is_evicted),
+        cmocka_unit_test(test_open_errors),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
