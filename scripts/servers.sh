@@ -54,7 +54,7 @@ usage() {
     cat <<EOF
 usage: $PROG start|stop|status ENGINE [--nodes N] [--port P]
 
-ENGINE     redis, or one defined in scripts/servers.d/ (zk, etcd)
+ENGINE     redis, or one defined in scripts/servers.d/ (zk, etcd, pg, mysql, sentinel, cluster)
 --nodes N  number of nodes; node i listens on base port + i (default 1)
 --port P   base port (redis default: \$CERB_REDIS_PORT or 26379)
 
