@@ -91,6 +91,9 @@ static const char *password_key(const struct cerb_config *cfg)
         return "etcd.password";
     if (set(cfg->pg.conninfo) && (strstr(cfg->pg.conninfo, "password") || uri_password(cfg->pg.conninfo)))
         return "pg.conninfo (a password in the connection string)";
+    if (set(cfg->pg.notify_conninfo) &&
+        (strstr(cfg->pg.notify_conninfo, "password") || uri_password(cfg->pg.notify_conninfo)))
+        return "pg.notify_conninfo (a password in the connection string)";
     for (size_t i = 0; i < cfg->etcd.n_endpoints; i++)
         if (cfg->etcd.endpoints[i] && has_userinfo(cfg->etcd.endpoints[i]))
             return "etcd.endpoints (credentials in the URL)";

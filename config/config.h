@@ -100,6 +100,8 @@ enum { CERB_SQL_HYBRID = 0, CERB_SQL_LEASE = 1, CERB_SQL_ADVISORY = 2 };
 
 struct cerb_pg_config {
     char *conninfo;              /* "host=127.0.0.1 port=5432": libpq keywords */
+    char *notify_conninfo;       /* "" = none; lease mode: a direct session that
+                                    LISTENs for releases (waiters wake at once) */
     char *password_file;         /* "" = none (libpq's own: PGPASSFILE, ~/.pgpass) */
     char *schema;                /* "public": where cerberus_lock/_guard live */
     int mode;                    /* CERB_SQL_HYBRID (default), _LEASE, _ADVISORY */

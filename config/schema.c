@@ -155,6 +155,7 @@ const struct cerb__cfg_key cerb__cfg_keys[] = {
     KEY_STR("etcd.key_file", etcd.key_file, I, "", NULL),
 
     KEY_STR("pg.conninfo", pg.conninfo, I, "host=127.0.0.1 port=5432", NULL),
+    KEY_STR("pg.notify_conninfo", pg.notify_conninfo, I, "", NULL),
     KEY_STR("pg.password_file", pg.password_file, I, "", NULL),
     KEY_STR("pg.schema", pg.schema, I, "public", cerb__cfg_check_sql_ident),
     KEY_ENUM("pg.mode", pg.mode, I, CERB_SQL_HYBRID, sql_mode_enum),

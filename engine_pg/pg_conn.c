@@ -171,11 +171,17 @@ static void quiet(void *arg, const char *msg)
 cerb_status cerb__pg_connect_raw(const struct cerb_pg_config *pc, const char *password,
                                  int64_t deadline_ns, PGconn **out)
 {
+    return cerb__pg_connect_to(pc->conninfo, password, deadline_ns, out);
+}
+
+cerb_status cerb__pg_connect_to(const char *conninfo, const char *password, int64_t deadline_ns,
+                                PGconn **out)
+{
     char line[256];
     const char *keys[5], *vals[5];
     int k = 0;
     /* conninfo first (expanded), then what we add on top of it. */
-    keys[k] = "dbname", vals[k++] = pc->conninfo;
+    keys[k] = "dbname", vals[k++] = conninfo;
     if (password)
         keys[k] = "password", vals[k++] = password;
     keys[k] = "fallback_application_name", vals[k++] = "cerberus";

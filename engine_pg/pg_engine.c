@@ -29,6 +29,7 @@ static void pg_close(cerb_engine *e)
 {
     if (!e)
         return;
+    cerb__pg_listener_stop(e);
     cerb__pg_pool_close(e);
     cerb__pg_sql_free(e);
     if (e->password) {
@@ -128,6 +129,8 @@ static cerb_status pg_open(const cerb_engine_env *env, cerb_engine **out)
         st = check_pooler(e, slot);
     else if (st == CERB_OK)
         cerb__pg_give(e, slot, false, 0);
+    if (st == CERB_OK)
+        st = cerb__pg_listener_start(e);
     if (st != CERB_OK) {
         char why[CERB_ERROR_MAX];
         cerb__error_copy(why, sizeof why);

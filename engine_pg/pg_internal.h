@@ -77,6 +77,7 @@ enum pg_stmt {
     PG_EVICT,     /* end a hung holder's session */
     PG_CANCEL,    /* cancel a waiter's statement (another session of ours) */
     PG_INSPECT,   /* the holder and the waiters of a name */
+    PG_RELEASE_N, /* lease mode: free the row and NOTIFY its waiters */
     PG_NSTMT
 };
 
@@ -116,6 +117,7 @@ struct cerb_engine {
     } stats;
     atomic_bool evict_refused;  /* said once: no privilege to evict */
     char *meta_sql;             /* cerb__pg_sql_meta */
+    struct pg_listener *lis;    /* lease mode with pg.notify_conninfo */
     atomic_int_fast64_t max_lease_ms; /* the longest lease granted here */
 };
 
@@ -150,6 +152,9 @@ extern const char *const cerb__pg_stmt_names[PG_NSTMT];
 /* Open one session with the configured settings (no statements prepared). */
 cerb_status cerb__pg_connect_raw(const struct cerb_pg_config *pc, const char *password,
                                  int64_t deadline_ns, PGconn **out);
+/* The same to another connection string (pg.notify_conninfo). */
+cerb_status cerb__pg_connect_to(const char *conninfo, const char *password, int64_t deadline_ns,
+                                PGconn **out);
 /* One statement (prepared `stmt`, or the text `sql` when stmt < 0) on a
  * connection, bounded by deadline_ns. Parameters are text except those
  * whose format is 1 (binary). On success *res holds the result (the caller
@@ -203,6 +208,26 @@ cerb_status cerb__pg_op_check(cerb_engine *e, cerb_engine_lock *lk, cerb_grant *
 cerb_status cerb__pg_op_held(cerb_engine *e, const char *name);
 cerb_status cerb__pg_op_probe(cerb_engine *e, int64_t timeout_ms);
 cerb_status cerb__pg_op_inspect(cerb_engine *e, const char *name, struct cerb_holders *out);
+
+/* ---- pg_notify.c: lease mode's waiters woken by NOTIFY ---- */
+/* The NOTIFY channel of releases in lease mode; payload: the name, hex. */
+#define PG_NOTIFY_CHANNEL "cerberus_release"
+struct pg_waiter {
+    struct pg_waiter *next;
+    const char *hex;   /* the name waited for, hex */
+    bool woken;
+};
+/* Start the listener when lease mode has pg.notify_conninfo (else none). */
+cerb_status cerb__pg_listener_start(cerb_engine *e);
+void cerb__pg_listener_stop(cerb_engine *e);
+/* Is a listener connected now (so a waiter may nap long)? */
+bool cerb__pg_listener_live(cerb_engine *e);
+/* Register w before looking at the row (LISTEN, then look, then wait),
+ * wait until a release of its name (true), the listener's loss (true) or
+ * ms (false); remove. Without a listener the wait is a nap. */
+void cerb__pg_waiter_add(cerb_engine *e, struct pg_waiter *w);
+bool cerb__pg_waiter_wait(cerb_engine *e, struct pg_waiter *w, int64_t ms);
+void cerb__pg_waiter_remove(cerb_engine *e, struct pg_waiter *w);
 
 /* ---- pg_store.c ---- */
 extern const struct cerb_store_ops cerb__pg_store_ops;

@@ -510,8 +510,33 @@ static cerb_status wait_on(cerb_engine *e, cerb_engine_lock *lk, struct grant_pa
  * owner's lease runs, poll, each nap the shorter of a jittered backoff and
  * what the server says is left of that lease.
  */
+static cerb_status lease_acquire_as(cerb_engine *e, cerb_engine_lock *lk,
+                                    struct grant_params *gp, int64_t deadline_ns,
+                                    const atomic_int *intr, cerb_grant *grant,
+                                    struct pg_waiter *pw);
+
 static cerb_status lease_acquire(cerb_engine *e, cerb_engine_lock *lk, struct grant_params *gp,
                                  int64_t deadline_ns, const atomic_int *intr, cerb_grant *grant)
+{
+    char hex[2 * 256 + 1];
+    size_t o = 0;
+    for (const unsigned char *c = (const unsigned char *)lk->name; *c && o + 2 < sizeof hex; c++)
+        o += (size_t)snprintf(hex + o, sizeof hex - o, "%02x", *c);
+    hex[o] = '\0';
+    /* Registered before the first look at the row (LISTEN(7)'s order). */
+    struct pg_waiter pw = {.hex = hex};
+    if (deadline_ns != 0)
+        cerb__pg_waiter_add(e, &pw);
+    cerb_status st = lease_acquire_as(e, lk, gp, deadline_ns, intr, grant, &pw);
+    if (deadline_ns != 0)
+        cerb__pg_waiter_remove(e, &pw);
+    return st;
+}
+
+static cerb_status lease_acquire_as(cerb_engine *e, cerb_engine_lock *lk,
+                                    struct grant_params *gp, int64_t deadline_ns,
+                                    const atomic_int *intr, cerb_grant *grant,
+                                    struct pg_waiter *pw)
 {
     struct pg_lock_priv *p = lk->priv;
     for (int attempt = 0;; attempt++) {
@@ -552,10 +577,30 @@ static cerb_status lease_acquire(cerb_engine *e, cerb_engine_lock *lk, struct gr
         grant->outcome = CERB_OUTCOME_NO;
         if (deadline_ns == 0)
             return cerb__error_set(CERB_BUSY, "pg: \"%s\" is held", lk->name);
-        int64_t ms = cerb__backoff_ms(attempt, 10, PG_SLICE_MS);
-        if (a.left_ms > 0 && a.left_ms < ms)
-            ms = a.left_ms;
-        if (!nap(ms > 0 ? ms : 1, deadline_ns, intr))
+        /* With a listener, a release wakes us: nap until the lease the
+         * server says is left runs out (5 s at most, should a notification
+         * be missed); else poll, jittered. */
+        int64_t ms;
+        if (cerb__pg_listener_live(e)) {
+            ms = a.left_ms > 0 && a.left_ms < 5000 ? a.left_ms : 5000;
+        } else {
+            ms = cerb__backoff_ms(attempt, 10, PG_SLICE_MS);
+            if (a.left_ms > 0 && a.left_ms < ms)
+                ms = a.left_ms;
+        }
+        int64_t until = cerb__deadline_in(ms > 0 ? ms : 1);
+        while (cerb__ms_left(until) > 0) {
+            if ((intr && atomic_load(intr)) || cerb__ms_left(deadline_ns) <= 0)
+                return stop_status(lk, intr, grant);
+            int64_t step = cerb__ms_left(until);
+            if (step > PG_SLICE_MS)
+                step = PG_SLICE_MS;
+            if (step > cerb__ms_left(deadline_ns))
+                step = cerb__ms_left(deadline_ns);
+            if (cerb__pg_waiter_wait(e, pw, step > 0 ? step : 1))
+                break;
+        }
+        if ((intr && atomic_load(intr)) || cerb__ms_left(deadline_ns) <= 0)
             return stop_status(lk, intr, grant);
     }
 }
@@ -815,10 +860,10 @@ static void drop_row(cerb_engine *e, cerb_engine_lock *lk, int owner_pid)
 static cerb_status release_row(cerb_engine *e, cerb_engine_lock *lk)
 {
     struct pg_lock_priv *p = lk->priv;
-    const char *v[5] = {lk->name, lk->token, NULL, NULL, NULL};
-    int l[5] = {(int)strlen(lk->name), 0, 0, 0, 0}, f[5] = {1, 0, 0, 0, 0};
+    const char *v[2] = {lk->name, lk->token};
+    int l[2] = {(int)strlen(lk->name), 0}, f[2] = {1, 0};
     PGresult *res = NULL;
-    cerb_status st = side_stmt(e, PG_RELEASE, 5, v, l, f, &res);
+    cerb_status st = side_stmt(e, PG_RELEASE_N, 2, v, l, f, &res);
     if (st != CERB_OK)
         return st; /* the row's lease ends by itself; a retry is harmless */
     bool freed = PQntuples(res) == 1 && col_i64(res, 0) > 0;

@@ -42,7 +42,7 @@
 const char *const cerb__pg_stmt_names[PG_NSTMT] = {
     "cerb_try", "cerb_wait", "cerb_rewait", "cerb_claim", "cerb_unlock", "cerb_release", "cerb_renew",
     "cerb_renew_n", "cerb_check", "cerb_drop", "cerb_held", "cerb_probe", "cerb_evict", "cerb_cancel",
-    "cerb_inspect"};
+    "cerb_inspect", "cerb_release_n"};
 
 #define LOCK_FN(fn)                                                                       \
     "CASE WHEN $6::int IS NULL THEN " fn "($2::bigint) ELSE " fn "($6::int, $7::int) END"
@@ -111,6 +111,13 @@ static const char *const templates[PG_NSTMT] = {
                    "WHEN $4::int IS NOT NULL THEN pg_advisory_unlock($4::int, $5::int) "
                    "WHEN $3::bigint IS NOT NULL THEN pg_advisory_unlock($3::bigint) END "
                    "FROM (SELECT count(*) AS n FROM u) c",
+    /* Lease mode: free the row, and when it was ours tell the listeners
+     * (delivered at commit, in commit order). */
+    [PG_RELEASE_N] = "WITH u AS (UPDATE @S.cerberus_lock SET owner = NULL, owner_pid = NULL, "
+                     "lease_until = clock_timestamp() WHERE name = $1::bytea AND "
+                     "owner = $2::text RETURNING fence) SELECT c.n, CASE WHEN c.n > 0 THEN "
+                     "pg_notify('" PG_NOTIFY_CHANNEL "', encode($1::bytea, 'hex')) END "
+                     "FROM (SELECT count(*) AS n FROM u) c",
     [PG_RENEW] = "UPDATE @S.cerberus_lock SET lease_until = clock_timestamp() + "
                  "$3::bigint * interval '1 millisecond' WHERE name = $1::bytea AND "
                  "owner = $2::text AND (owner_pid = pg_backend_pid() OR $4::boolean) "

@@ -7,10 +7,13 @@
  *    session lock taken through it would stay on a backend the client no
  *    longer talks to (authentik#23876, DistributedLock#168);
  *  - lease mode (the row alone) works there: locks exclude, also against
- *    a hybrid client connected directly, fences grow, unlock frees.
+ *    a hybrid client connected directly, fences grow, unlock frees;
+ *  - with pg.notify_conninfo, a waiter in lease mode is woken by the
+ *    release's NOTIFY instead of polling.
  */
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <pthread.h>
 #include <setjmp.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -144,12 +147,87 @@ static void test_lease_mode_behind_a_pooler(void **state)
     cerb_client_close(c);
 }
 
+struct waiter {
+    cerb_lock *l;
+    cerb_status st;
+};
+
+static void *waiter_main(void *arg)
+{
+    struct waiter *w = arg;
+    w->st = cerb_lock_trylock_for(w->l, 8000);
+    if (w->st == CERB_OK)
+        cerb_lock_unlock(w->l);
+    return NULL;
+}
+
+static uint64_t acquire_calls(cerb_client *c)
+{
+    struct cerb_engine_info info;
+    assert_int_equal(cerb_engine_info(c, "pg", &info), CERB_OK);
+    return info.acquire_calls;
+}
+
+struct calls_arg {
+    cerb_client *c;
+    uint64_t above;
+};
+
+static bool calls_above(void *ud)
+{
+    struct calls_arg *a = ud;
+    return acquire_calls(a->c) > a->above;
+}
+
+/* Lease mode with pg.notify_conninfo: a waiter behind the pooler naps
+ * until the holder's lease would end, and the release's NOTIFY, heard on a
+ * direct session, wakes it: a handful of claims, not one per poll. */
+static void test_lease_waiter_woken_by_notify(void **state)
+{
+    (void)state;
+    char cfg[1024];
+    snprintf(cfg, sizeof cfg,
+             "engines = (\"pg\");\nlock = { lease_ms = 10000; };\npg = { conninfo = "
+             "\"host=127.0.0.1 port=%d dbname=cerb user=cerb\"; mode = \"lease\"; "
+             "notify_conninfo = \"host=127.0.0.1 port=%d dbname=cerb user=cerb\"; };\n",
+             proxy_port, pg_test_port());
+    cerb_client *a = open_cfg(true, "lease"), *b = NULL;
+    assert_int_equal(cerb_client_open_string(&b, cfg), CERB_OK);
+    char *name = test_name("pg-notify");
+    cerb_lock *la = NULL, *lb = NULL;
+    assert_int_equal(cerb_lock_new(a, name, NULL, &la), CERB_OK);
+    assert_int_equal(cerb_lock_new(b, name, NULL, &lb), CERB_OK);
+    assert_int_equal(cerb_lock_lock(la), CERB_OK);
+
+    uint64_t before = acquire_calls(b);
+    struct waiter w = {.l = lb};
+    pthread_t t;
+    assert_int_equal(pthread_create(&t, NULL, waiter_main, &w), 0);
+    struct calls_arg ca = {b, before};
+    assert_true(wait_until(calls_above, &ca, 5000)); /* it tried once and waits */
+    cerb_test_let_time_pass(1000);
+    assert_int_equal(cerb_lock_unlock(la), CERB_OK);
+    pthread_join(t, NULL);
+    assert_int_equal(w.st, CERB_OK);
+    uint64_t calls = acquire_calls(b) - before;
+    print_message("waiter behind the pooler: %llu claims for one acquisition\n",
+                  (unsigned long long)calls);
+    assert_true(calls <= 3); /* polling took ten in that second (without notify_conninfo) */
+
+    cerb_lock_free(la);
+    cerb_lock_free(lb);
+    free(name);
+    cerb_client_close(a);
+    cerb_client_close(b);
+}
+
 int main(void)
 {
     cerb_test_debug_aids();
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_hybrid_refused_behind_a_pooler),
         cmocka_unit_test(test_lease_mode_behind_a_pooler),
+        cmocka_unit_test(test_lease_waiter_woken_by_notify),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
