@@ -6,7 +6,8 @@
  *   cerberus-bench [-c FILE] [--engine E|all] [--scenario S[,S...]|all]
  *                  [--threads N[,N...]] [--duration S] [--waiters N]
  *                  [--locks M] [--lease MS] [--port P] [--redis-port P]
- *                  [--zk-port P] [--etcd-port P] [--pg-port P] [--cli PATH] [--peers]
+ *                  [--zk-port P] [--etcd-port P] [--pg-port P] [--mysql-port P]
+ *                  [--cli PATH] [--peers]
  *                  [--json FILE] [--plot FILE.png]
  *
  * Scenarios: uncontended, contended, handoff, herd, many, guard (the
@@ -28,9 +29,9 @@
  * Without -c the bench writes its own configuration: Redis on 127.0.0.1,
  * port --port (26379, the test server's), with the default pool (it opens
  * as many connections as threads call at once); `--engine local` gives
- * the in-process engine instead, `--engine zk`, `etcd` or `pg` that server
- * (22181, 22379, 25432; pg as the test server's role and database cerb,
- * with the default pg.pool). The switch scenario needs every engine of the file it
+ * the in-process engine instead, `--engine zk`, `etcd`, `pg` or `mysql`
+ * that server (22181, 22379, 25432, 23306; pg and mysql as the test
+ * servers' user and database cerb, with the default pool). The switch scenario needs every engine of the file it
  * switches, so with it the built-in configuration lists redis, zk and etcd
  * on 127.0.0.1, each on its own port option (--redis-port, --zk-port,
  * --etcd-port; --port still names the port of the --engine measured), and
@@ -84,10 +85,11 @@ enum {
 #define DEFAULT_ZK_PORT 22181
 #define DEFAULT_ETCD_PORT 22379
 #define DEFAULT_PG_PORT 25432
+#define DEFAULT_MYSQL_PORT 23306
 
 /* The engines a built-in configuration can name, each with its port
- * option and default port (DESIGN.md §9). A new engine (mysql: 23306) is a
- * row here, a case in builtin_one and its ceiling file. */
+ * option and default port (DESIGN.md §9). A new engine is a row here, a
+ * case in builtin_one and its ceiling file. */
 static const struct {
     const char *name;
     const char *opt;
@@ -97,6 +99,7 @@ static const struct {
     {"zk", "--zk-port", DEFAULT_ZK_PORT},
     {"etcd", "--etcd-port", DEFAULT_ETCD_PORT},
     {"pg", "--pg-port", DEFAULT_PG_PORT},
+    {"mysql", "--mysql-port", DEFAULT_MYSQL_PORT},
 };
 #define N_BUILTIN_PORTS (sizeof builtin_ports / sizeof builtin_ports[0])
 
@@ -145,8 +148,8 @@ static void usage(FILE *f)
         "[--waiters N] [--locks M]\n"
         "                      [--lease MS] [--port P] [--redis-port P] "
         "[--zk-port P]\n"
-        "                      [--etcd-port P] [--pg-port P] [--cli PATH] "
-        "[--peers]\n"
+        "                      [--etcd-port P] [--pg-port P] [--mysql-port P]\n"
+        "                      [--cli PATH] [--peers]\n"
         "                      [--json FILE] [--plot FILE.png]\n"
         "\n"
         "  -c, --config FILE   engines and servers from a Cerberus config file;\n"
@@ -166,11 +169,12 @@ static void usage(FILE *f)
         "  --duration S        seconds measured per side of each scenario; herd: rounds\n"
         "                      for that long; many: the hold period (default 5)\n"
         "  --port P            without -c: the port of the engine measured (default\n"
-        "                      redis %d, zk %d, etcd %d, pg %d)\n"
-        "  --redis-port P, --zk-port P, --etcd-port P, --pg-port P\n"
+        "                      redis %d, zk %d, etcd %d, pg %d, mysql %d)\n"
+        "  --redis-port P, --zk-port P, --etcd-port P, --pg-port P, --mysql-port P\n"
         "                      without -c: that engine's port (the switch scenario's\n"
-        "                      built-in file lists redis, zk and etcd); pg connects\n"
-        "                      as user cerb to database cerb, as the test server has\n"
+        "                      built-in file lists redis, zk and etcd); pg and mysql\n"
+        "                      connect as user cerb to database cerb, as the test\n"
+        "                      servers have them\n"
         "  --peers             also run the peers on the same servers, a row each\n"
         "                      under Cerberus's uncontended and handoff rows:\n"
         "                      redis-py (redis), Curator and kazoo (zk),\n"
@@ -220,7 +224,7 @@ static void usage(FILE *f)
         DEFAULT_CONTENDED_THREADS, DEFAULT_HANDOFF_WAITERS,
         DEFAULT_HERD_WAITERS, DEFAULT_LOCKS, DEFAULT_MANY_LEASE_MS,
         DEFAULT_PORT, DEFAULT_ZK_PORT, DEFAULT_ETCD_PORT, DEFAULT_PG_PORT,
-        BENCH_SWITCH_TARGET);
+        DEFAULT_MYSQL_PORT, BENCH_SWITCH_TARGET);
 }
 
 /* Parse an integer in [lo, hi]; -1 on error (message printed). */
@@ -321,6 +325,7 @@ static int parse_cli(int argc, char **argv, struct cli *c)
         {"zk-port", required_argument, NULL, O_ENGINE_PORT + 1},
         {"etcd-port", required_argument, NULL, O_ENGINE_PORT + 2},
         {"pg-port", required_argument, NULL, O_ENGINE_PORT + 3},
+        {"mysql-port", required_argument, NULL, O_ENGINE_PORT + 4},
         {"cli", required_argument, NULL, O_CLI},
         {"json", required_argument, NULL, O_JSON},
         {"plot", required_argument, NULL, O_PLOT},
@@ -565,6 +570,14 @@ static int builtin_one(const struct cli *c, const char *want, struct bench_engin
                  "engines = (\"pg\");\n"
                  "pg = { conninfo = \"host=127.0.0.1 port=%d dbname=cerb user=cerb\"; };\n",
                  builtin_port(c, "pg"));
+    } else if (strcmp(want, "mysql") == 0 && !(c->scenarios & SC_SWITCH)) {
+        /* The test server's user and database (scripts/servers.d/mysql.sh);
+         * the tables are `cerberus init`'s. */
+        snprintf(text, sizeof text,
+                 "engines = (\"mysql\");\n"
+                 "mysql = { host = \"127.0.0.1\"; port = %d; user = \"cerb\"; "
+                 "database = \"cerb\"; };\n",
+                 builtin_port(c, "mysql"));
     } else if (strcmp(want, "local") == 0 && !(c->scenarios & SC_SWITCH)) {
         snprintf(text, sizeof text, "engines = (\"local\");\n");
     } else {
@@ -572,7 +585,7 @@ static int builtin_one(const struct cli *c, const char *want, struct bench_engin
                      "one the bench knows %s", want,
                      c->scenarios & SC_SWITCH ? "redis, zk and etcd (the switch scenario's "
                                                 "built-in file)"
-                                              : "redis, zk, etcd, pg and local");
+                                              : "redis, zk, etcd, pg, mysql and local");
         return -1;
     }
     e->config_text = dup_or_die(text);
@@ -708,6 +721,13 @@ static int engines_from_file(const struct cli *c, struct bench_engine *out)
                     "one client; some calls will wait for a connection (the raw ceiling "
                     "has one each)\n",
                     cfg->pg.pool, c->config_path, max_threads(c));
+        /* mysql likewise (mysql.pool counts the waiting connections). */
+        if (strcmp(name, "mysql") == 0 && cfg->mysql.pool <= max_threads(c))
+            fprintf(stderr,
+                    "cerberus-bench: note: mysql.pool = %d in %s is not above %d threads of "
+                    "one client; some calls will wait for a connection (the raw ceiling "
+                    "has one each)\n",
+                    cfg->mysql.pool, c->config_path, max_threads(c));
     }
     if (n == 0) {
         char names[CERB_MAX_ENGINES * (CERB_ENGINE_NAME_MAX + 2)] = "";
@@ -907,6 +927,14 @@ int main(int argc, char **argv)
             char where[512];
             bench_pg_describe(&engines[i], where, sizeof where);
             printf("# pg at %s (raw ceiling on the same server and table)\n", where);
+        }
+#endif
+#ifdef CERB_WITH_MYSQL
+    for (int i = 0; cli.scenarios & ~SC_SWITCH && i < n_engines; i++)
+        if (strcmp(engines[i].name, "mysql") == 0) {
+            char where[512];
+            bench_mysql_describe(&engines[i], where, sizeof where);
+            printf("# mysql at %s (raw ceiling on the same server and table)\n", where);
         }
 #endif
     if (cli.peers)

@@ -275,7 +275,9 @@ static const struct bench_ceiling *const ceilings[] = {
 #ifdef CERB_WITH_PG
     &bench_ceiling_pg,
 #endif
-    /* mysql: &bench_ceiling_mysql (ceiling_mysql.c), with CERB_WITH_MYSQL. */
+#ifdef CERB_WITH_MYSQL
+    &bench_ceiling_mysql,
+#endif
 };
 
 const struct bench_ceiling *bench_ceiling_find(const char *engine)

@@ -23,9 +23,9 @@
  * so the scenario counts the commands the server ran during the library's
  * phases (every command but INFO itself).
  *
- * zk and etcd: their raw steps are in ceiling_guard_zk.c and
- * ceiling_guard_etcd.c (filled at the HOOK below). local has no server,
- * so no ceiling.
+ * zk, etcd, pg and mysql: their raw steps are in ceiling_guard_zk.c,
+ * ceiling_guard_etcd.c, ceiling_guard_pg.c and ceiling_guard_mysql.c
+ * (listed at the HOOK below). local has no server, so no ceiling.
  */
 #include <hiredis/hiredis.h>
 
@@ -291,7 +291,12 @@ static const struct bench_guard_ceiling redis_guard_ceiling = {
  * record's lease, then the token-comparing txn), with fixed ids and tokens
  * and nothing of the library. server_commands may be NULL where the server
  * cannot count its requests. etcd: done (ceiling_guard_etcd.c, its
- * requests counted from /metrics).
+ * requests counted from /metrics). pg and mysql (their SQL guards,
+ * engine_pg/pg_guard.c and engine_mysql/my_guard.c): done the same way
+ * (ceiling_guard_pg.c: the begin and finish statements prepared, writes
+ * counted by transaction ids; ceiling_guard_mysql.c: the begin, the
+ * finish and a duplicate's follow-up SELECT prepared, statements counted
+ * by Questions).
  */
 static const struct {
     const char *engine;
@@ -308,6 +313,16 @@ static const struct {
     {"etcd", &bench_guard_ceiling_etcd, NULL}, /* ceiling_guard_etcd.c */
 #else
     {"etcd", NULL, "this build has no etcd engine"},
+#endif
+#ifdef CERB_WITH_PG
+    {"pg", &bench_guard_ceiling_pg, NULL}, /* ceiling_guard_pg.c */
+#else
+    {"pg", NULL, "this build has no pg engine"},
+#endif
+#ifdef CERB_WITH_MYSQL
+    {"mysql", &bench_guard_ceiling_mysql, NULL}, /* ceiling_guard_mysql.c */
+#else
+    {"mysql", NULL, "this build has no mysql engine"},
 #endif
     {"local", NULL, "in-process: there is no server"},
 };

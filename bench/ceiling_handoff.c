@@ -1,6 +1,6 @@
 /*
  * ceiling_handoff.c — the raw hand-off: for an engine whose server queues
- * waiters itself (pg's pg_advisory_lock; mysql's GET_LOCK when it comes),
+ * waiters itself (pg's pg_advisory_lock, mysql's GET_LOCK),
  * the least a hand-written client can do to pass a lock from a holder to
  * the next waiter, measured like the `handoff` and `herd` rows measure the
  * library, so those rows can say how far the library is from it besides
@@ -28,8 +28,9 @@ static const struct bench_handoff_ceiling *const handoff_ceilings[] = {
 #ifdef CERB_WITH_PG
     &bench_handoff_ceiling_pg,
 #endif
-    /* mysql: &bench_handoff_ceiling_mysql (GET_LOCK + claim, free +
-     * RELEASE_LOCK) in ceiling_mysql.c, built with CERB_WITH_MYSQL. */
+#ifdef CERB_WITH_MYSQL
+    &bench_handoff_ceiling_mysql, /* GET_LOCK, then the claim; free + RELEASE_LOCK */
+#endif
     NULL,
 };
 

@@ -294,6 +294,8 @@ static int pg_round_trip(void *p, char *err, size_t errlen)
     return ok ? 0 : -1;
 }
 
+PGconn *bench_pg_conn(void *p) { return ((struct pg_sess *)p)->c; }
+
 const struct bench_ceiling bench_ceiling_pg = {
     "pg", bench_pg_open, pg_cycle, pg_round_trip, bench_pg_close,
 };

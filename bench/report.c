@@ -12,7 +12,7 @@
  *   handoff      latency = release → next holder; ceiling one round trip;
  *                ratio hand-off p50 ÷ RTT (lower is better, target <= 3);
  *   herd         as handoff, with W waiters queued behind one holder;
- *                where the server queues waiters (pg) both also give the
+ *                where the server queues waiters (pg, mysql) both also give the
  *                raw hand-off among W bare sessions (ceiling_handoff.c):
  *                its p50 in microseconds and in RTTs, its p99, and the
  *                hand-off p50 over it (JSON: raw_handoff,
@@ -151,6 +151,10 @@ static const char *counted_by(const char *engine)
         return "INFO commandstats, a script's own commands included";
     if (strcmp(engine, "etcd") == 0)
         return "gRPC requests started, from /metrics";
+    if (strcmp(engine, "pg") == 0)
+        return "transaction ids handed out: statements that wrote or locked a row";
+    if (strcmp(engine, "mysql") == 0)
+        return "SHOW GLOBAL STATUS Questions: statements sent";
     return "counted by the server";
 }
 
@@ -532,7 +536,7 @@ static json_t *result_json(const struct bench_result *r)
             put(o, "handoffs", json_null(), &ok);
         }
     }
-    /* handoff and herd on an engine with a raw hand-off (pg). */
+    /* handoff and herd on an engine with a raw hand-off (pg, mysql). */
     if (r->raw_ho_what) {
         put(o, "raw_handoff", json_string(r->raw_ho_what), &ok);
         put(o, "raw_handoff_p50_us", json_real(r->raw_ho_p50_us), &ok);

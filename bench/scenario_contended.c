@@ -27,7 +27,10 @@
  *
  * For pg (ceiling_pg.c) the try is pg_try_advisory_lock with the lease row
  * claimed in the same statement, retried at once while another session
- * holds the lock, and the release frees the row and unlocks in one.
+ * holds the lock, and the release frees the row and unlocks in one. For
+ * mysql (ceiling_mysql.c) likewise: the grant UPDATE whose condition ends
+ * in GET_LOCK(name, 0), and the UPDATE that frees the row and calls
+ * RELEASE_LOCK.
  *
  * The contended ceiling has its own small table (struct
  * bench_contended_ceiling) rather than new members of struct bench_ceiling,
@@ -59,7 +62,9 @@ static const struct bench_contended_ceiling *const contended_ceilings[] = {
 #ifdef CERB_WITH_PG
     &bench_contended_ceiling_pg, /* ceiling_pg.c */
 #endif
-    /* mysql: &bench_contended_ceiling_mysql (ceiling_mysql.c). */
+#ifdef CERB_WITH_MYSQL
+    &bench_contended_ceiling_mysql, /* ceiling_mysql.c */
+#endif
 };
 
 const struct bench_contended_ceiling *

@@ -40,7 +40,12 @@
  * begin, then every 5 s or every 1 024 records made), to the raw rounds as
  * well as the library's, since the client stays open. The JSON also gives
  * the least count of any round (background requests only add), which is
- * what an operation itself sends.
+ * what an operation itself sends. On pg (ceiling_guard_pg.c) the count is
+ * of transaction ids handed out, the statements that wrote or locked a
+ * row: 2 per begin + finish, 1 per duplicate; on mysql
+ * (ceiling_guard_mysql.c) of statements (Questions): 2 per begin + finish,
+ * and 2 per duplicate (the begin, then the SELECT of the stored result),
+ * with the library's guard sweep adding to its side.
  * The row also shows the duplicate's p50 over the raw command's p50.
  *
  * An engine without a guard ceiling (local: no server; or one built

@@ -41,7 +41,7 @@
  * ops/s is acquisitions ÷ total drain time; p50/p99/max are of the hand-off
  * latency. The ceiling is one server round trip (as in `handoff`), and the
  * ratio hand-off p50 ÷ RTT p50; "n/a" for an engine without a raw ceiling.
- * Where the server queues waiters itself (pg), W bare sessions also pass a
+ * Where the server queues waiters itself (pg, mysql), W bare sessions also pass a
  * name of their own around in the server's queue (ceiling_handoff.c: wait
  * + claim, free + unlock, in a loop rather than rounds) before the
  * clients open, for half of --duration, and the row gives that raw

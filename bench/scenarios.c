@@ -31,7 +31,7 @@
  * protocol counters, which are deltas of cerb_engine_info() summed over the
  * clients. The ceiling is one server round trip (PING p50 on a bare
  * connection), measured in phases half as long as, and alternating with,
- * the hand-off rounds. Where the server queues waiters itself (pg), a raw
+ * the hand-off rounds. Where the server queues waiters itself (pg, mysql), a raw
  * hand-off among W bare sessions (ceiling_handoff.c) runs in phases of the
  * same length in the same rounds, and the row gives its p50 and p99 too.
  *

@@ -440,8 +440,11 @@ struct bench_contended_ceiling {
 /* The contended ceiling for @engine, or NULL ("n/a"). */
 const struct bench_contended_ceiling *
 bench_contended_ceiling_find(const char *engine);
-/* pg's (ceiling_pg.c): try + claim, retried at once; free + unlock. */
+/* pg's (ceiling_pg.c): try + claim, retried at once; free + unlock.
+ * mysql's (ceiling_mysql.c): the grant UPDATE with GET_LOCK(?, 0), retried
+ * at once; free + RELEASE_LOCK. */
 extern const struct bench_contended_ceiling bench_contended_ceiling_pg;
+extern const struct bench_contended_ceiling bench_contended_ceiling_mysql;
 
 /* ---- raw hand-off (ceiling_handoff.c) ---- */
 
@@ -464,10 +467,11 @@ struct bench_handoff_ceiling {
                    size_t errlen);
     void (*close)(void *sess);
 };
-/* Each in its engine's ceiling file (ceiling_<e>.c). A mysql one
- * (GET_LOCK + claim; free + RELEASE_LOCK) goes in the table of
- * ceiling_handoff.c next to pg's. */
+/* Each in its engine's ceiling file (ceiling_<e>.c), listed in the table
+ * of ceiling_handoff.c: pg's (pg_advisory_lock + claim in one statement;
+ * free + unlock), mysql's (GET_LOCK, then the claim; free + RELEASE_LOCK). */
 extern const struct bench_handoff_ceiling bench_handoff_ceiling_pg;
+extern const struct bench_handoff_ceiling bench_handoff_ceiling_mysql;
 /* The raw hand-off of @engine, or NULL when it has none. */
 const struct bench_handoff_ceiling *bench_handoff_ceiling_find(const char *engine);
 
@@ -544,12 +548,11 @@ struct bench_ceiling {
 };
 
 /* Ceilings of the other engines, each in its own file (ceiling_<e>.c,
- * built with its engine). A mysql one (GET_LOCK + INSERT ... ON DUPLICATE
- * KEY UPDATE fence = LAST_INSERT_ID(...); UPDATE + RELEASE_LOCK) would be
- * bench_ceiling_mysql in ceiling_mysql.c, listed in ceiling.c's table. */
+ * built with its engine), listed in ceiling.c's table. */
 extern const struct bench_ceiling bench_ceiling_zk;
 extern const struct bench_ceiling bench_ceiling_etcd;
 extern const struct bench_ceiling bench_ceiling_pg;
+extern const struct bench_ceiling bench_ceiling_mysql;
 
 /* The ceiling for @engine, or NULL when none is implemented ("n/a"). */
 const struct bench_ceiling *bench_ceiling_find(const char *engine);
@@ -605,6 +608,42 @@ void bench_pg_close(void *sess);
 /* "host=H port=P dbname=D user=U, table S.cerberus_lock" of e->cfg->pg
  * (never the password), for the report's header. */
 void bench_pg_describe(const struct bench_engine *e, char *buf, size_t len);
+/* The libpq connection of such a session, for the guard's ceiling
+ * (ceiling_guard_pg.c), which prepares its own statements on it. */
+struct pg_conn;
+struct pg_conn *bench_pg_conn(void *sess);
+
+/* The bare MySQL/MariaDB session behind the mysql ceilings
+ * (ceiling_mysql.c): one blocking libmariadb connection from
+ * e->cfg->mysql (host and port or socket, user, password_file, database),
+ * set up as the engine's sessions are (CLIENT_FOUND_ROWS, REPEATABLE READ,
+ * autocommit), the statements prepared on <mysql.database>.cerberus_lock.
+ * try: the grant UPDATE with GET_LOCK(name, 0), 1 = ours, 0 = busy, -1 =
+ * error; wait: GET_LOCK(name, 30) then the claim, 0 or -1; release: the
+ * row freed and RELEASE_LOCK in one UPDATE, 0 or -1. Built with
+ * CERB_WITH_MYSQL only. */
+void *bench_mysql_open(const struct bench_engine *e, char *err, size_t errlen);
+int bench_mysql_try(void *sess, const char *name, const char *token, char *err, size_t errlen);
+int bench_mysql_wait(void *sess, const char *name, const char *token, char *err,
+                     size_t errlen);
+int bench_mysql_release(void *sess, const char *name, const char *token, char *err,
+                        size_t errlen);
+void bench_mysql_close(void *sess);
+/* "H:P user U, table D.cerberus_lock" of e->cfg->mysql (never the
+ * password), for the report's header. */
+void bench_mysql_describe(const struct bench_engine *e, char *buf, size_t len);
+/* For the guard's ceiling (ceiling_guard_mysql.c): a connection set up as
+ * above (the backtick-quoted database into @db_q), NULL with @err; a
+ * statement @tpl ("@D" for the database) prepared on it, NULL with @err;
+ * an input bind of @len bytes at @v (len 0 for fixed-size types). */
+struct st_mysql;
+struct st_mysql_stmt;
+struct st_mysql_bind;
+struct st_mysql *bench_mysql_connect(const struct bench_engine *e, char *db_q, size_t qlen,
+                                     char *err, size_t errlen);
+struct st_mysql_stmt *bench_mysql_prepare(struct st_mysql *my, const char *db_q,
+                                          const char *tpl, char *err, size_t errlen);
+void bench_mysql_bind(struct st_mysql_bind *b, int type, const void *v, unsigned long len);
 
 /* The bare ZooKeeper session behind the zk ceiling (ceiling_zk.c), shared
  * with the guard's (ceiling_guard_zk.c): one zhandle, connected, with the
@@ -648,6 +687,8 @@ struct bench_guard_ceiling {
  * (ceiling_guard_<e>.c, built with its engine). */
 extern const struct bench_guard_ceiling bench_guard_ceiling_zk;
 extern const struct bench_guard_ceiling bench_guard_ceiling_etcd;
+extern const struct bench_guard_ceiling bench_guard_ceiling_pg;
+extern const struct bench_guard_ceiling bench_guard_ceiling_mysql;
 
 /* The guard ceiling for @engine, or NULL with *why saying why there is
  * none (static text). */
