@@ -47,20 +47,22 @@ const char *const cerb__pg_stmt_names[PG_NSTMT] = {
 #define LOCK_FN(fn)                                                                       \
     "CASE WHEN $6::int IS NULL THEN " fn "($2::bigint) ELSE " fn "($6::int, $7::int) END"
 
-/* The failover record (cerberus_meta, pg_meta below): every fence is
- * above its base, and nothing is granted while its quarantine runs. */
-#define META_BASE "coalesce((SELECT base FROM @S.cerberus_meta WHERE k = 'pg'), 0)"
-/* The server's WAL timeline now (the insert position's, so cheap). */
+/* The failover record (cerberus_meta, pg_meta below), read once per
+ * statement (CTE m, materialized since it is used more than once): every
+ * fence is above its base; grants are open when the record is of this
+ * very server — a session that outlived a failover (behind a pooler, or
+ * a moved address) must not grant on a promoted standby before its check
+ * ran — and no quarantine runs; `same` tells the session to run its check.
+ * The timeline is the WAL insert position's (no control file read). */
 #define CUR_TLI "('x' || substr(pg_walfile_name(pg_current_wal_insert_lsn()), 1, 8))::bit(32)::bigint"
-/* Grants are open: no quarantine, and the record is of this very server:
- * a session that outlived a failover (behind a pooler, or a moved
- * address) must not grant on a promoted standby before its check ran. */
-#define META_OPEN                                                                         \
-    "EXISTS (SELECT 1 FROM @S.cerberus_meta WHERE k = 'pg' AND tli = " CUR_TLI " AND "     \
-    "(quarantine_until IS NULL OR quarantine_until <= clock_timestamp()))"
-/* Whether the record is of this server (else the session runs its check). */
-#define META_SAME                                                                         \
-    "EXISTS (SELECT 1 FROM @S.cerberus_meta WHERE k = 'pg' AND tli = " CUR_TLI ")"
+#define META_CTE                                                                          \
+    "m AS (SELECT coalesce(max(base), 0) AS base, coalesce(bool_or(tli = t.cur), false) "   \
+    "AS same, coalesce(bool_or(tli = t.cur AND (quarantine_until IS NULL OR "              \
+    "quarantine_until <= clock_timestamp())), false) AS open, max(quarantine_until) AS q "  \
+    "FROM @S.cerberus_meta, (SELECT " CUR_TLI " AS cur) t WHERE k = 'pg')"
+#define META_BASE "(SELECT base FROM m)"
+#define META_OPEN "(SELECT open FROM m)"
+#define META_SAME "(SELECT same FROM m)"
 
 /* The claim of the row; `where` selects the rows to insert from (after
  * the session lock said got) and must end with META_OPEN. */
@@ -79,8 +81,7 @@ const char *const cerb__pg_stmt_names[PG_NSTMT] = {
     "CASE WHEN (SELECT fence FROM ins) IS NULL THEN GREATEST((SELECT ceil(extract(epoch "  \
     "FROM (lease_until - clock_timestamp())) * 1000)::bigint FROM @S.cerberus_lock "      \
     "WHERE name = $1::bytea AND owner IS NOT NULL), (SELECT ceil(extract(epoch FROM "      \
-    "(quarantine_until - clock_timestamp())) * 1000)::bigint FROM @S.cerberus_meta "      \
-    "WHERE k = 'pg')) END"
+    "(q - clock_timestamp())) * 1000)::bigint FROM m)) END"
 
 /* Wait for the session lock: a try first (no settings touched when the
  * name is free), then the wait bounded by lock_timeout for this statement.
@@ -91,17 +92,17 @@ const char *const cerb__pg_stmt_names[PG_NSTMT] = {
     "ELSE (" LOCK_FN("pg_advisory_lock") ")::text IS NOT NULL END"
 
 static const char *const templates[PG_NSTMT] = {
-    [PG_TRY] = "WITH a AS (SELECT " LOCK_FN("pg_try_advisory_lock") " AS got), "
+    [PG_TRY] = "WITH " META_CTE ", a AS (SELECT " LOCK_FN("pg_try_advisory_lock") " AS got), "
                "ins AS (" CLAIM_INSERT("FROM a WHERE a.got AND " META_OPEN) ") "
                "SELECT a.got, (SELECT fence FROM ins), " LEFT_MS ", " META_SAME " FROM a",
-    [PG_WAIT] = "WITH a AS (SELECT " WAIT_LOCK " AS got), "
+    [PG_WAIT] = "WITH " META_CTE ", a AS (SELECT " WAIT_LOCK " AS got), "
                 "ins AS (" CLAIM_INSERT("FROM a WHERE a.got AND " META_OPEN) ") "
                 "SELECT a.got, (SELECT fence FROM ins), " LEFT_MS ", " META_SAME " FROM a",
     [PG_REWAIT] = "WITH s AS (SELECT pg_advisory_unlock_all()::text AS u), "
-                  "a AS (SELECT " WAIT_LOCK " AS got FROM s), "
+                  META_CTE ", a AS (SELECT " WAIT_LOCK " AS got FROM s), "
                   "ins AS (" CLAIM_INSERT("FROM a WHERE a.got AND " META_OPEN) ") "
                   "SELECT a.got, (SELECT fence FROM ins), " LEFT_MS ", " META_SAME " FROM a",
-    [PG_CLAIM] = "WITH ins AS (" CLAIM_INSERT("WHERE " META_OPEN) ") "
+    [PG_CLAIM] = "WITH " META_CTE ", ins AS (" CLAIM_INSERT("WHERE " META_OPEN) ") "
                  "SELECT true, (SELECT fence FROM ins), " LEFT_MS ", " META_SAME,
     [PG_UNLOCK] = "SELECT CASE WHEN $2::int IS NOT NULL THEN pg_advisory_unlock($2::int, $3::int) "
                   "ELSE pg_advisory_unlock($1::bigint) END",
