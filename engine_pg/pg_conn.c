@@ -140,6 +140,22 @@ cerb_status cerb__pg_exec(PGconn *pg, int stmt, const char *sql, int n, const ch
                               sqlstate, NULL);
 }
 
+cerb_status cerb__pg_exec_prepared(PGconn *pg, const char *name, int n, const char *const *vals,
+                                   const int *lens, const int *fmts, int64_t deadline_ns,
+                                   PGresult **res, bool *broken, char sqlstate[6])
+{
+    char line[256];
+    *res = NULL;
+    *broken = false;
+    sqlstate[0] = '\0';
+    if (!PQsendQueryPrepared(pg, name, n, vals, lens, fmts, 0)) {
+        *broken = true;
+        return cerb__error_set(CERB_EIO, "pg: cannot send: %s",
+                               first_line(PQerrorMessage(pg), line, sizeof line));
+    }
+    return collect(pg, deadline_ns, res, broken, sqlstate, NULL);
+}
+
 cerb_status cerb__pg_exec_tick(PGconn *pg, int stmt, const char *sql, int n,
                                const char *const *vals, const int *lens, const int *fmts,
                                int64_t deadline_ns, PGresult **res, bool *broken, char sqlstate[6],
@@ -421,6 +437,7 @@ static cerb_status open_slot(cerb_engine *e, int i, int64_t deadline_ns)
     cerb__mutex_lock(&e->mu);
     e->slots[i].pg = pg;
     e->slots[i].pid = pid;
+    e->slots[i].gprepared = 0;
     cerb__mutex_unlock(&e->mu);
     atomic_fetch_add_explicit(&e->stats.connects, 1, memory_order_relaxed);
     return CERB_OK;
@@ -566,6 +583,8 @@ void cerb__pg_give(cerb_engine *e, int slot, bool broken, int hold_delta)
     cerb__cond_broadcast(&e->cv);
     cerb__mutex_unlock(&e->mu);
 }
+
+unsigned *cerb__pg_slot_gprepared(cerb_engine *e, int slot) { return &e->slots[slot].gprepared; }
 
 int cerb__pg_slot_holds(cerb_engine *e, int slot)
 {

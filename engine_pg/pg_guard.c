@@ -189,9 +189,36 @@ static cerb_status run(cerb_engine *e, int *slot, enum gstmt s, int n, const cha
     if (!sql)
         return cerb__error_set(CERB_ENOMEM, "pg: out of memory");
     int64_t opd = cerb__deadline_in(e->pc->op_timeout_ms);
+    cerb_status st = CERB_OK;
+    PGconn *pg = conn_of(e, *slot);
+    /* Prepared once per session (parse and plan cost more than the
+     * statement), the first time the session runs it: a schema without
+     * the guard's table still takes locks. Behind a transaction pooler
+     * (lease mode) the text goes each time. */
+    bool prep = e->pc->mode != CERB_SQL_LEASE;
+    char name[16];
+    snprintf(name, sizeof name, "cerb_g%d", (int)s);
+    unsigned *done = cerb__pg_slot_gprepared(e, *slot);
+    if (prep && !(*done & (1u << s))) {
+        size_t len = strlen(sql) + 32;
+        char *ps = cerb__malloc(len);
+        if (!ps) {
+            cerb__free(sql);
+            return cerb__error_set(CERB_ENOMEM, "pg: out of memory");
+        }
+        snprintf(ps, len, "PREPARE %s AS %s", name, sql);
+        st = cerb__pg_exec(pg, -1, ps, 0, NULL, NULL, NULL, opd, res, &broken, ss);
+        cerb__free(ps);
+        PQclear(*res);
+        *res = NULL;
+        if (st == CERB_OK)
+            *done |= 1u << s;
+    }
     if (sent_ns)
         *sent_ns = cerb_monotime();
-    cerb_status st = cerb__pg_exec(conn_of(e, *slot), -1, sql, n, v, l, f, opd, res, &broken, ss);
+    if (st == CERB_OK && !broken)
+        st = prep ? cerb__pg_exec_prepared(pg, name, n, v, l, f, opd, res, &broken, ss)
+                  : cerb__pg_exec(pg, -1, sql, n, v, l, f, opd, res, &broken, ss);
     cerb__free(sql);
     if (broken) {
         *oc = CERB_OUTCOME_UNKNOWN;

@@ -92,6 +92,8 @@ struct pg_slot {
     bool waiter;             /* busy in a blocking wait */
     bool doomed;             /* a session lock may be left behind here: end
                                 the session when the slot is next given back */
+    unsigned gprepared;      /* guard statements prepared on this session
+                                (bit per statement; pg_guard.c), its owner's */
 };
 
 struct cerb_engine {
@@ -177,6 +179,12 @@ cerb_status cerb__pg_exec_tick(PGconn *pg, int stmt, const char *sql, int n,
                                const char *const *vals, const int *lens, const int *fmts,
                                int64_t deadline_ns, PGresult **res, bool *broken, char sqlstate[6],
                                const struct pg_tick *tick);
+/* One statement prepared on the session under `name` (PREPARE). */
+cerb_status cerb__pg_exec_prepared(PGconn *pg, const char *name, int n, const char *const *vals,
+                                   const int *lens, const int *fmts, int64_t deadline_ns,
+                                   PGresult **res, bool *broken, char sqlstate[6]);
+/* The guard-statement bits of a slot the caller has taken. */
+unsigned *cerb__pg_slot_gprepared(cerb_engine *e, int slot);
 /* Pool (all under e->mu inside). A slot for one statement; with spare,
  * rather one that pins no hold (probes, checks: a statement that times out
  * ends its session, and should not take holds with it). */
