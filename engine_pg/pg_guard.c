@@ -312,47 +312,55 @@ static void sweep(cerb_engine *e, int *slot)
 cerb_status cerb__pg_guard_begin(cerb_engine *e, const cerb_guard_rec *rec, cerb_grant *grant,
                                  void **result, size_t *result_len)
 {
-    int slot;
-    PGresult *res = NULL;
-    char ms[24];
-    grant->outcome = CERB_OUTCOME_NO;
-    cerb_status st = take(e, &slot);
-    if (st != CERB_OK)
-        return st;
-    snprintf(ms, sizeof ms, "%" PRId64, rec->running_ms);
-    const char *v[4] = {rec->id, rec->scope, rec->token, ms};
-    int l[4] = {0, (int)strlen(rec->scope), 0, 0}, f[4] = {0, 1, 0, 0};
-    st = run(e, &slot, G_BEGIN, 4, v, l, f, &grant->sent_ns, &res, &grant->outcome);
-    if (st == CERB_OK &&
-        atomic_fetch_add_explicit(&guard_begins, 1, memory_order_relaxed) % GUARD_SWEEP_EVERY == 0 &&
-        slot >= 0)
-        sweep(e, &slot);
-    give(e, slot);
-    if (st != CERB_OK)
-        return st;
-    if (PQntuples(res) != 1 || PQnfields(res) != 5) {
+    /* Up to three looks: an answer whose snapshot shows a claimable row
+     * (expired, gone, or this attempt's own) means the row changed under
+     * the statement (a done-record expiring between the ON CONFLICT's
+     * judgement and the read): neither BUSY nor DUPLICATE is known then,
+     * so the begin is sent again. */
+    for (int attempt = 0;; attempt++) {
+        int slot;
+        PGresult *res = NULL;
+        char ms[24];
+        grant->outcome = CERB_OUTCOME_NO;
+        cerb_status st = take(e, &slot);
+        if (st != CERB_OK)
+            return st;
+        snprintf(ms, sizeof ms, "%" PRId64, rec->running_ms);
+        const char *v[4] = {rec->id, rec->scope, rec->token, ms};
+        int l[4] = {0, (int)strlen(rec->scope), 0, 0}, f[4] = {0, 1, 0, 0};
+        st = run(e, &slot, G_BEGIN, 4, v, l, f, &grant->sent_ns, &res, &grant->outcome);
+        if (st == CERB_OK &&
+            atomic_fetch_add_explicit(&guard_begins, 1, memory_order_relaxed) %
+                    GUARD_SWEEP_EVERY ==
+                0 &&
+            slot >= 0)
+            sweep(e, &slot);
+        give(e, slot);
+        if (st != CERB_OK)
+            return st;
+        if (PQntuples(res) != 1 || PQnfields(res) != 5) {
+            PQclear(res);
+            return cerb__error_set(CERB_EPROTO, "pg: guard begin: unexpected answer");
+        }
+        if (as_i64(res, 0) > 0) {
+            PQclear(res);
+            grant->ttl_ms = rec->running_ms; /* claimed: by this statement */
+            return CERB_OK;
+        }
+        int64_t state = is_null(res, 1) ? 0 : as_i64(res, 1);
+        bool ours = is_true(res, 2), live = is_true(res, 3);
+        if (state == 2 && live) {
+            const char *h = is_null(res, 4) ? "" : PQgetvalue(res, 0, 4);
+            size_t hl = is_null(res, 4) ? 0 : (size_t)PQgetlength(res, 0, 4);
+            st = unhex(h, hl, result, result_len);
+            PQclear(res);
+            return st == CERB_OK ? CERB_DUPLICATE : st;
+        }
         PQclear(res);
-        return cerb__error_set(CERB_EPROTO, "pg: guard begin: unexpected answer");
+        if ((state == 1 && live && !ours) || attempt >= 2)
+            return cerb__error_set(CERB_BUSY,
+                                   "pg: guard record %s is claimed by another attempt", rec->id);
     }
-    if (as_i64(res, 0) > 0) {
-        PQclear(res);
-        grant->ttl_ms = rec->running_ms; /* claimed: by this statement */
-        return CERB_OK;
-    }
-    int64_t state = as_i64(res, 1);
-    bool live = is_true(res, 3);
-    if (state == 2 && live) {
-        const char *h = is_null(res, 4) ? "" : PQgetvalue(res, 0, 4);
-        size_t hl = is_null(res, 4) ? 0 : (size_t)PQgetlength(res, 0, 4);
-        st = unhex(h, hl, result, result_len);
-        PQclear(res);
-        return st == CERB_OK ? CERB_DUPLICATE : st;
-    }
-    PQclear(res);
-    /* Another attempt's live claim; or (the snapshot older than the row
-     * ON CONFLICT judged) a row that changed under this statement. */
-    return cerb__error_set(CERB_BUSY, "pg: guard record %s is claimed by another attempt",
-                           rec->id);
 }
 
 cerb_status cerb__pg_guard_renew(cerb_engine *e, const cerb_guard_rec *rec, cerb_grant *grant)
