@@ -236,8 +236,12 @@ static void sweep(cerb_engine *e, int *slot)
     cerb__my_res_free(&res);
 }
 
-cerb_status cerb__my_guard_begin(cerb_engine *e, const cerb_guard_rec *rec, cerb_grant *grant,
-                                 void **result, size_t *result_len)
+/* One begin; *retry when its answer is neither a claim, a duplicate nor
+ * another attempt's live claim (the row changed between the INSERT and
+ * the read that explains it: a done-record that just expired, a claim
+ * deleted), so BUSY would be a guess. */
+static cerb_status begin_once(cerb_engine *e, const cerb_guard_rec *rec, cerb_grant *grant,
+                              void **result, size_t *result_len, bool *retry)
 {
     int slot;
     struct my_res res;
@@ -287,7 +291,9 @@ cerb_status cerb__my_guard_begin(cerb_engine *e, const cerb_guard_rec *rec, cerb
     if (st != CERB_OK)
         return st; /* outcome NO: the INSERT changed nothing */
     bool done = res.nrows == 1 && col_i64(&res, 0) == 2 && col_i64(&res, 1) == 1;
+    bool running = res.nrows == 1 && col_i64(&res, 0) == 1 && col_i64(&res, 1) == 1;
     cerb__my_res_free(&res);
+    *retry = !done && !running;
     if (done) {
         if (!blob) {
             blob = cerb__malloc(1);
@@ -303,6 +309,17 @@ cerb_status cerb__my_guard_begin(cerb_engine *e, const cerb_guard_rec *rec, cerb
     cerb__free(blob);
     return cerb__error_set(CERB_BUSY, "mysql: guard record %s is claimed by another attempt",
                            rec->id);
+}
+
+cerb_status cerb__my_guard_begin(cerb_engine *e, const cerb_guard_rec *rec, cerb_grant *grant,
+                                 void **result, size_t *result_len)
+{
+    for (int attempt = 0;; attempt++) {
+        bool retry = false;
+        cerb_status st = begin_once(e, rec, grant, result, result_len, &retry);
+        if (st != CERB_BUSY || !retry || attempt >= 2)
+            return st;
+    }
 }
 
 cerb_status cerb__my_guard_renew(cerb_engine *e, const cerb_guard_rec *rec, cerb_grant *grant)
