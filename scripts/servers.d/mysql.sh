@@ -57,7 +57,10 @@
 # itself holds the listening socket of 127.0.0.1:P (/proc/net/tcp and
 # /proc/PID/fd) — so a foreign server squatting on the port is an error, not
 # a silent success (a port that accepts TCP before we start is refused at
-# once). Startup fails early, with the log's tail, when the process dies.
+# once, except after a server of ours died: a killed mariadbd's main process
+# is gone, a zombie, 10-15 ms before its threads close the listening socket,
+# so start first waits, within the deadline, for the port to stop
+# listening). Startup fails early, with the log's tail, when the process dies.
 # `stop` signals exactly the recorded PID (kill_pid: SIGCONT, SIGTERM — a
 # normal shutdown for mariadbd — SIGKILL after the deadline), never a
 # process found by name, and removes the data directory and state.
@@ -277,6 +280,14 @@ mysql_start_one() {
         return 0
     fi
     rm -f -- "$pidf"
+    # A server of ours that was killed: its main process is gone (a
+    # zombie, which pid_alive counts as dead) 10-15 ms before its threads
+    # close the listening socket; wait for that, within the deadline,
+    # rather than take its port for a foreign server's.
+    if [[ -n $pid ]] && mysql_port_busy "$port"; then
+        deadline=$(($(now_ms) + WAIT_S * 1000))
+        while mysql_port_busy "$port" && (($(now_ms) < deadline)); do sleep 0.02; done
+    fi
     if mysql_port_busy "$port"; then
         die "port $port already has a server that is not ours (state dir $STATE_DIR)"
     fi
