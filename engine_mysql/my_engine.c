@@ -136,10 +136,10 @@ static cerb_status my_open(const cerb_engine_env *env, cerb_engine **out)
     if (!env || !env->cfg)
         return cerb__error_set(CERB_EINVAL, "mysql: no configuration");
     const struct cerb_mysql_config *mc = &env->cfg->mysql;
-    if (mc->mode != CERB_SQL_HYBRID)
+    if (mc->mode == CERB_SQL_ADVISORY)
         return cerb__error_set(CERB_ECONFIG,
-                               "mysql: mysql.mode = \"%s\" is not available yet; use \"hybrid\"",
-                               mc->mode == CERB_SQL_LEASE ? "lease" : "advisory");
+                               "mysql: mysql.mode = \"advisory\" is not available; use "
+                               "\"hybrid\" or \"lease\"");
     cerb_engine *e = cerb__calloc(1, sizeof *e);
     if (!e)
         return cerb__error_set(CERB_ENOMEM, "mysql: out of memory");
