@@ -555,29 +555,26 @@ static cerb_status open_slot(cerb_engine *e, int i, int64_t deadline_ns)
             en = late ? 0 : mysql_stmt_errno(st[k]);
             if (en == ER_NO_SUCH_TABLE)
                 s = cerb__error_set(CERB_ECONFIG,
-                                    "mysql: the table %s.cerberus_lock is missing: run `cerberus "
-                                    "init` with this configuration (it creates cerberus_lock and "
-                                    "cerberus_guard)",
-                                    e->db_q);
+                                    "mysql: %s.cerberus_lock, %s.cerberus_meta or "
+                                    "%s.cerberus_boot is missing (%s): run `cerberus init` with "
+                                    "this configuration (it creates what is missing)",
+                                    e->db_q, e->db_q, e->db_q, mysql_stmt_error(st[k]));
             else
                 s = fail(en, mysql_stmt_error(st[k]), late, &broken);
         }
     }
     uint64_t id = 0;
-    char ident[sizeof e->slots[0].ident] = "";
     if (s == CERB_OK) {
-        /* The session's id, and which server it reached (kept for failover
-         * detection, which comes later; a change is only logged now). */
-        s = cerb__my_query(my, "SELECT CONNECTION_ID(), @@server_id, @@hostname", deadline_ns,
-                           &res, &broken, &en);
+        s = cerb__my_query(my, "SELECT CONNECTION_ID()", deadline_ns, &res, &broken, &en);
         if (s == CERB_OK) {
-            if (res.nrows == 1) {
+            if (res.nrows == 1)
                 id = strtoull(res.rows[0].v[0], NULL, 10);
-                snprintf(ident, sizeof ident, "%s@%s", res.rows[0].v[1], res.rows[0].v[2]);
-            }
             cerb__my_res_free(&res);
         }
     }
+    /* The failover check, before the session's first grant. */
+    if (s == CERB_OK)
+        s = cerb__my_check_meta(e, st, &broken, &en);
     cerb__mutex_lock(&e->mu);
     struct my_slot *sl = &e->slots[i];
     sl->my = my;
@@ -587,17 +584,73 @@ static cerb_status open_slot(cerb_engine *e, int i, int64_t deadline_ns)
     } else {
         sl->conn_id = id;
         sl->nl = 0;
-        snprintf(sl->ident, sizeof sl->ident, "%s", ident);
-        if (e->server_ident[0] && strcmp(e->server_ident, ident) != 0)
-            CERB_LOG_D("mysql: a new session reached server %s, not %s as before", ident,
-                       e->server_ident);
-        if (!e->server_ident[0])
-            snprintf(e->server_ident, sizeof e->server_ident, "%s", ident);
     }
     cerb__mutex_unlock(&e->mu);
     if (s == CERB_OK)
         atomic_fetch_add_explicit(&e->stats.connects, 1, memory_order_relaxed);
     return s;
+}
+
+int64_t cerb__my_quarantine_ms(cerb_engine *e)
+{
+    int64_t q = e->cfg->lock.lease_ms;
+    int64_t seen = atomic_load_explicit(&e->max_lease_ms, memory_order_relaxed);
+    if (seen > q)
+        q = seen;
+    return q + q / 100 + 2;
+}
+
+/*
+ * The failover check (my_sql.c, META_BUMP, says why it is right): the boot
+ * epoch made if missing, the record made (with no identity) if missing,
+ * then moved to this server when it is of another; three statements, each
+ * atomic on its own, and no grant passes between them (a grant needs the
+ * record to carry this server's identity, which only the last one writes).
+ */
+cerb_status cerb__my_check_meta(cerb_engine *e, MYSQL_STMT *const *st, bool *broken,
+                                unsigned *errnum)
+{
+    struct my_res res;
+    int64_t qms = cerb__my_quarantine_ms(e);
+    struct my_val q = {.t = MV_I64, .i = qms * 1000};
+    bool made = false;
+    cerb_status rs = CERB_OK;
+    static const enum my_stmt steps[3] = {MY_META_BOOT, MY_META_ROW, MY_META_BUMP};
+    for (int k = 0; k < 3 && rs == CERB_OK; k++) {
+        rs = cerb__my_exec(st[steps[k]], k == 2 ? &q : NULL, k == 2 ? 1 : 0,
+                           cerb__deadline_in(e->mc->op_timeout_ms), &res, broken, errnum);
+        if (rs != CERB_OK)
+            break;
+        if (k == 1)
+            made = res.affected == 1;
+        if (k == 2 && res.affected == 1) {
+            struct my_res seen;
+            bool b2 = false;
+            unsigned en2 = 0;
+            char ident[MY_COLW] = "?", base[MY_COLW] = "?";
+            if (cerb__my_exec(st[MY_META_SEEN], NULL, 0, cerb__deadline_in(e->mc->op_timeout_ms),
+                              &seen, &b2, &en2) == CERB_OK) {
+                if (seen.nrows == 1) {
+                    snprintf(ident, sizeof ident, "%s", seen.rows[0].v[0]);
+                    snprintf(base, sizeof base, "%s", seen.rows[0].v[1]);
+                }
+                cerb__my_res_free(&seen);
+            }
+            if (made)
+                CERB_LOG_W("mysql: database %s had no record of its server (cerberus_meta): a "
+                           "new one, or a restore that lost grants, cannot be told apart, so "
+                           "nothing is granted for %lld ms and every fence starts above %s; "
+                           "`cerberus init` makes the record on a new server",
+                           e->db_q, (long long)qms, base);
+            else
+                CERB_LOG_W("mysql: the server (%s) is not the one database %s last saw: a "
+                           "failover, a restart or a restore may have lost the last grants, so "
+                           "nothing is granted for %lld ms and every fence starts above %s",
+                           ident, e->db_q, (long long)qms, base);
+        }
+        cerb__my_res_free(&res);
+    }
+    return rs;
 }
 
 static cerb_status connect_locked(cerb_engine *e, int i, int64_t deadline_ns)

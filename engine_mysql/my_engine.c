@@ -6,13 +6,12 @@
  * open() reads the password file, connects the first pooled session (which
  * prepares every statement, so a missing table fails here naming `cerberus
  * init`), then looks at the server: a read-only server (a replica) is
- * refused, and so is one where GET_LOCK does not exclude: Galera
- * (@@wsrep_on) and multi-primary Group Replication keep GET_LOCK on the node
- * that took it (notes/stores.md §2.10), so two clients on two nodes would
- * both be granted. mysql.mode = "lease" (row only) is the mode for those,
- * and it is not built yet. The server's identity (@@server_uuid on MySQL,
- * @@server_id and @@hostname on MariaDB, which has no server_uuid) is kept
- * for failover detection, which comes later.
+ * refused, and so, in hybrid mode, is one where GET_LOCK does not
+ * exclude: Galera (@@wsrep_on) and multi-primary Group Replication keep
+ * GET_LOCK on the node that took it (notes/stores.md §2.10), so two clients
+ * on two nodes would both be granted. mysql.mode = "lease" (the row alone,
+ * my_lock.c) is the mode for those. What the server is decides the
+ * identity the failover check records (my_sql.c, cerb__my_ident_expr).
  */
 #include "internal_posix.h"
 
@@ -64,26 +63,24 @@ static cerb_status read_secret(const char *path, char **out)
     return *out ? CERB_OK : cerb__error_set(CERB_ENOMEM, "mysql: out of memory");
 }
 
-/* What the server is: refuse one where GET_LOCK does not exclude, or that
- * is read-only; keep its identity. */
-static cerb_status check_server(cerb_engine *e, int slot)
+/* What the server is: refuse one where GET_LOCK does not exclude (unless
+ * in lease mode), or that is read-only; its kind decides its identity. */
+cerb_status cerb__my_server_kind(const struct cerb_mysql_config *mc, MYSQL *my, bool lease,
+                                 enum my_kind *kind, bool *mariadb)
 {
     struct my_res res;
     bool broken = false;
     unsigned en = 0;
-    MYSQL *my = e->slots[slot].my;
-    int64_t opd = cerb__deadline_in(e->mc->op_timeout_ms);
+    int64_t opd = cerb__deadline_in(mc->op_timeout_ms);
     cerb_status st = cerb__my_query(
         my,
         "SHOW GLOBAL VARIABLES WHERE Variable_name IN ('wsrep_on', "
         "'group_replication_single_primary_mode', 'group_replication_group_name', "
-        "'server_uuid', 'server_id', 'hostname', 'version', 'read_only')",
+        "'version', 'read_only')",
         opd, &res, &broken, &en);
-    if (st != CERB_OK) {
-        cerb__my_give(e, slot, broken, NULL, NULL);
+    if (st != CERB_OK)
         return st;
-    }
-    char uuid[80] = "", sid[80] = "", host[80] = "", version[80] = "", gr_group[80] = "";
+    char version[80] = "", gr_group[80] = "";
     bool wsrep = false, gr_multi = false, ro = false;
     for (int r = 0; r < res.nrows; r++) {
         const char *k = res.rows[r].v[0], *v = res.rows[r].v[1];
@@ -94,12 +91,6 @@ static cerb_status check_server(cerb_engine *e, int slot)
             gr_multi = !on;
         else if (strcasecmp(k, "group_replication_group_name") == 0)
             snprintf(gr_group, sizeof gr_group, "%s", v);
-        else if (strcasecmp(k, "server_uuid") == 0)
-            snprintf(uuid, sizeof uuid, "%s", v);
-        else if (strcasecmp(k, "server_id") == 0)
-            snprintf(sid, sizeof sid, "%s", v);
-        else if (strcasecmp(k, "hostname") == 0)
-            snprintf(host, sizeof host, "%s", v);
         else if (strcasecmp(k, "version") == 0)
             snprintf(version, sizeof version, "%s", v);
         else if (strcasecmp(k, "read_only") == 0)
@@ -112,33 +103,30 @@ static cerb_status check_server(cerb_engine *e, int slot)
                             "SELECT COUNT(*) FROM performance_schema.replication_group_members "
                             "WHERE MEMBER_STATE = 'ONLINE'",
                             opd, &res, &broken, &en);
-        if (st != CERB_OK && broken) {
-            cerb__my_give(e, slot, true, NULL, NULL);
+        if (st != CERB_OK && broken)
             return st;
-        }
         gr_multi = st == CERB_OK && res.nrows == 1 && atoi(res.rows[0].v[0]) > 0;
         cerb__my_res_free(&res);
     } else {
         gr_multi = false;
     }
-    cerb__my_give(e, slot, false, NULL, NULL);
-    if (wsrep || gr_multi)
+    *mariadb = strstr(version, "MariaDB") != NULL;
+    if ((wsrep || gr_multi) && !lease)
         return cerb__error_set(
             CERB_ECONFIG,
             "mysql: the server is %s, where GET_LOCK is held on one node only and does not "
             "exclude clients of the other nodes; mysql.mode = \"hybrid\" cannot be safe there. "
-            "Use mysql.mode = \"lease\" (row only), which is not available yet",
+            "Use mysql.mode = \"lease\" (the row alone)",
             wsrep ? "a Galera node (@@wsrep_on = ON)" : "in multi-primary Group Replication");
     if (ro)
         return cerb__error_set(CERB_UNAVAILABLE,
                                "mysql: the server is read-only (@@read_only): locks need the "
                                "primary");
-    if (uuid[0])
-        snprintf(e->server_id, sizeof e->server_id, "%s", uuid);
-    else
-        snprintf(e->server_id, sizeof e->server_id, "%s@%s", sid, host);
-    e->mariadb = strstr(version, "MariaDB") != NULL;
-    CERB_LOG_D("mysql: server %s, version %s", e->server_id, version);
+    *kind = wsrep ? (*mariadb ? MY_KIND_GALERA_MARIADB : MY_KIND_GALERA_MYSQL)
+            : gr_multi ? MY_KIND_GROUP
+            : *mariadb ? MY_KIND_MARIADB
+                       : MY_KIND_MYSQL;
+    CERB_LOG_D("mysql: server version %s", version);
     return CERB_OK;
 }
 
@@ -148,42 +136,55 @@ static cerb_status my_open(const cerb_engine_env *env, cerb_engine **out)
     if (!env || !env->cfg)
         return cerb__error_set(CERB_EINVAL, "mysql: no configuration");
     const struct cerb_mysql_config *mc = &env->cfg->mysql;
-    if (mc->mode != CERB_SQL_HYBRID)
+    if (mc->mode == CERB_SQL_ADVISORY)
         return cerb__error_set(CERB_ECONFIG,
-                               "mysql: mysql.mode = \"%s\" is not available yet; use \"hybrid\"",
-                               mc->mode == CERB_SQL_LEASE ? "lease" : "advisory");
+                               "mysql: mysql.mode = \"advisory\" is not available; use "
+                               "\"hybrid\" or \"lease\"");
     cerb_engine *e = cerb__calloc(1, sizeof *e);
     if (!e)
         return cerb__error_set(CERB_ENOMEM, "mysql: out of memory");
     e->cfg = env->cfg;
     e->mc = mc;
     e->env = *env;
+    e->lease = mc->mode == CERB_SQL_LEASE;
     cerb__mutex_init(&e->mu);
     cerb__cond_init(&e->cv);
     snprintf(e->probe_name, sizeof e->probe_name, "__cerberus_probe__");
     cerb__my_quote_ident(mc->database, e->db_q, sizeof e->db_q);
     e->nslots = mc->pool;
-    e->max_waiters = mc->pool - 1;
+    e->max_waiters = e->lease ? 0 : mc->pool - 1;
     e->slots = cerb__calloc((size_t)e->nslots, sizeof *e->slots);
     cerb_status st = e->slots ? CERB_OK : cerb__error_set(CERB_ENOMEM, "mysql: out of memory");
     if (st == CERB_OK && mc->password_file && mc->password_file[0])
         st = read_secret(mc->password_file, &e->password);
+    /* What the server is decides the statements (its identity), so it is
+     * asked on a session of its own first. */
+    MYSQL *my = NULL;
+    if (st == CERB_OK)
+        st = cerb__my_connect_raw(mc, e->password, true,
+                                  cerb__deadline_in(mc->connect_timeout_ms), &my);
+    if (st == CERB_OK)
+        st = cerb__my_server_kind(mc, my, e->lease, &e->kind, &e->mariadb);
+    cerb__my_hangup(my);
     if (st == CERB_OK)
         st = cerb__my_sql_build(e);
     int slot = -1;
+    /* The first pooled session prepares every statement (a missing table
+     * fails here, naming `cerberus init`) and runs the failover check. */
     if (st == CERB_OK)
         st = cerb__my_take_any(e, NULL, false,
                                cerb__deadline_in(mc->connect_timeout_ms + mc->op_timeout_ms),
                                &slot);
     if (st == CERB_OK)
-        st = check_server(e, slot);
+        cerb__my_give(e, slot, false, NULL, NULL);
     if (st != CERB_OK) {
         char why[CERB_ERROR_MAX];
         cerb__error_copy(why, sizeof why);
         my_close(e);
         return cerb__error_set(st, "%s", why);
     }
-    CERB_LOG_D("mysql: engine open (database %s, pool %d, key %s)", e->db_q, e->nslots, mc->key);
+    CERB_LOG_D("mysql: engine open (database %s, pool %d, key %s, mode %s)", e->db_q, e->nslots,
+               mc->key, e->lease ? "lease" : "hybrid");
     *out = e;
     return CERB_OK;
 }

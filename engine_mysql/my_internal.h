@@ -72,6 +72,12 @@ enum my_stmt {
     MY_HELD,       /* is a name held */
     MY_PROBE,      /* the lock path answers, on a writable server */
     MY_EVICT,      /* the session of a hung holder, if there is one */
+    MY_RENEW_NL,   /* lease mode: MY_RENEW_N by token alone */
+    MY_RENEW_CHKL, /* lease mode: MY_RENEW_CHK by token alone */
+    MY_META_BOOT,  /* the failover check: the boot epoch, made if missing */
+    MY_META_ROW,   /* ... the record, made (with no identity) if missing */
+    MY_META_BUMP,  /* ... moved to this server when it is of another */
+    MY_META_SEEN,  /* ... this server's identity and the record's base */
     MY_NSTMT
 };
 
@@ -80,6 +86,15 @@ enum my_stmt {
 enum my_gstmt {
     MYG_BEGIN, MYG_SEEN, MYG_RENEW, MYG_DONE, MYG_DELETE, MYG_DROP, MYG_CHECK,
     MYG_SWEEP_LIST, MYG_SWEEP, MYG_N
+};
+
+/* What the server is, which decides its identity (cerb__my_ident_expr). */
+enum my_kind {
+    MY_KIND_MARIADB = 0,
+    MY_KIND_MYSQL,
+    MY_KIND_GALERA_MARIADB, /* lease mode only */
+    MY_KIND_GALERA_MYSQL,   /* lease mode only (Percona XtraDB Cluster) */
+    MY_KIND_GROUP           /* multi-primary Group Replication, lease mode only */
 };
 
 enum my_slot_state { SLOT_EMPTY = 0, SLOT_CONNECTING, SLOT_IDLE, SLOT_BUSY };
@@ -94,7 +109,6 @@ struct my_slot {
     char (*lnames)[MY_LNAME_MAX * 4 + 1]; /* their GET_LOCK names */
     int nl, capl;
     bool pins_all;           /* a name could not be listed: avoid for tries */
-    char ident[176];         /* @@server_id@@@hostname of the server reached */
     enum my_slot_state state;
     bool waiter;             /* busy in a blocking wait */
 };
@@ -113,9 +127,10 @@ struct cerb_engine {
     int waiters;             /* slots busy in a blocking wait */
     int max_waiters;
     char probe_name[64];
-    char server_id[176];     /* @@server_uuid or @@server_id@@hostname (open) */
-    char server_ident[176];  /* @@server_id@@hostname of the first session */
     bool mariadb;            /* the server is MariaDB (@@version, at open) */
+    enum my_kind kind;       /* decides the failover identity (open) */
+    bool lease;              /* mysql.mode = "lease": the row alone */
+    atomic_int_fast64_t max_lease_ms; /* longest lease granted (the quarantine) */
     struct {
         atomic_uint_fast64_t acquire_calls;
         atomic_uint_fast64_t wakeups;
@@ -130,6 +145,7 @@ struct cerb_engine {
 /* Per hold (lk->priv). */
 struct my_lock_priv {
     int slot;                /* -1: none */
+    bool row_only;           /* held by its row alone (lease mode) */
     uint64_t gen;
     uint64_t fence;
     char lname[MY_LNAME_MAX * 4 + 1];
@@ -170,6 +186,13 @@ cerb_status cerb__my_lname(const char *mode, const char *name, char *out, size_t
 cerb_status cerb__my_sql_build(cerb_engine *e);
 void cerb__my_sql_free(cerb_engine *e);
 char *cerb__my_sql_create(const char *db_q);
+/* `cerberus init`'s statements making the boot epoch and the failover
+ * record (";\n" separated), cerb__malloc'd. */
+char *cerb__my_sql_meta_init(const char *db_q, enum my_kind kind);
+/* The server's identity as an SQL expression ("@D" in it). */
+const char *cerb__my_ident_expr(enum my_kind kind);
+/* tpl with "@I" replaced by the identity of kind, then "@D" by db_q. */
+char *cerb__my_splice_ident(const char *tpl, const char *db_q, enum my_kind kind);
 void cerb__my_quote_ident(const char *id, char *out, size_t len);
 /* tpl with every "@D" replaced by db_q, cerb__malloc'd (NULL: no memory). */
 char *cerb__my_splice(const char *tpl, const char *db_q);
@@ -228,6 +251,22 @@ void cerb__my_give(cerb_engine *e, int slot, bool broken, const char *pin, const
 void cerb__my_pool_close(cerb_engine *e);
 /* The slot's prepared statement (the slot is taken by the caller). */
 MYSQL_STMT *cerb__my_stmt(cerb_engine *e, int slot, enum my_stmt s);
+
+/* The failover check on slot's session (taken by the caller, or being
+ * opened): record this server, raise the base and start a quarantine when
+ * the record is of another server or missing. Errors as cerb__my_exec. */
+cerb_status cerb__my_check_meta(cerb_engine *e, MYSQL_STMT *const *st, bool *broken,
+                                unsigned *errnum);
+/* How long grants wait after a failover: the longest lease a hold of
+ * this client can have, plus the core's drift (1 % + 2 ms). */
+int64_t cerb__my_quarantine_ms(cerb_engine *e);
+
+/* ---- my_engine.c ---- */
+/* What the server reached by my is (SHOW GLOBAL VARIABLES): refuse one
+ * where GET_LOCK does not exclude unless lease, or one that is read-only;
+ * set *kind and *mariadb. */
+cerb_status cerb__my_server_kind(const struct cerb_mysql_config *mc, MYSQL *my, bool lease,
+                                 enum my_kind *kind, bool *mariadb);
 
 /* ---- my_lock.c ---- */
 cerb_status cerb__my_op_acquire(cerb_engine *e, cerb_engine_lock *lk, int64_t deadline_ns,

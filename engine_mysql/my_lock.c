@@ -70,6 +70,17 @@ static uint64_t slot_conn(cerb_engine *e, int slot, uint64_t gen)
     return id;
 }
 
+/* The server's error number of this thread's last statement (run). */
+static _Thread_local unsigned last_errnum;
+
+/* An error that means "not done, try again": InnoDB's deadlock victim,
+ * which is also how Galera and Group Replication report a certification
+ * failure at commit (a grant that lost to another node's write). */
+static bool retryable(cerb_status st)
+{
+    return st != CERB_OK && last_errnum == ER_LOCK_DEADLOCK;
+}
+
 /* One statement on a slot the caller has taken, by `deadline` (0: one
  * operation timeout from now); a broken session is given back (ended) here
  * and *slot set to -1. */
@@ -77,10 +88,12 @@ static cerb_status run(cerb_engine *e, int *slot, enum my_stmt s, const struct m
                        int64_t deadline, struct my_res *res, bool *broken)
 {
     unsigned en = 0;
+    last_errnum = 0;
     if (deadline == 0) /* one operation timeout, from now: the slot is ours */
         deadline = cerb__deadline_in(e->mc->op_timeout_ms);
     atomic_fetch_add_explicit(&e->stats.round_trips, 1, memory_order_relaxed);
     cerb_status st = cerb__my_exec(cerb__my_stmt(e, *slot, s), v, n, deadline, res, broken, &en);
+    last_errnum = en;
     if (*broken) {
         cerb__my_give(e, *slot, true, NULL, NULL);
         *slot = -1;
@@ -117,10 +130,41 @@ static void drop_waiter(cerb_engine *e, int slot)
         cerb__my_give(e, slot, st != CERB_OK, NULL, NULL);
 }
 
+/* Remember the longest lease granted (the failover quarantine covers it). */
+static void note_lease(cerb_engine *e, int64_t lease_ms)
+{
+    int_fast64_t cur = atomic_load_explicit(&e->max_lease_ms, memory_order_relaxed);
+    while (lease_ms > cur &&
+           !atomic_compare_exchange_weak_explicit(&e->max_lease_ms, &cur, lease_ms,
+                                                  memory_order_relaxed, memory_order_relaxed)) {
+    }
+}
+
+/* A claim refused because the failover record is not of the server this
+ * session now talks to (a session that outlived a failover, moved by a
+ * proxy or an address): run the check on it now (cerb__my_check_meta:
+ * record this server, raise the base, start the quarantine). */
+static void recheck_identity(cerb_engine *e, int *slot)
+{
+    bool broken = false;
+    unsigned en = 0;
+    cerb__mutex_lock(&e->mu);
+    MYSQL_STMT *const *st = e->slots[*slot].st;
+    cerb__mutex_unlock(&e->mu);
+    cerb_status rs = cerb__my_check_meta(e, st, &broken, &en);
+    if (broken) {
+        cerb__my_give(e, *slot, true, NULL, NULL);
+        *slot = -1;
+    }
+    if (rs != CERB_OK)
+        CERB_LOG_D("mysql: the failover check failed: %s", cerb_last_error());
+}
+
 static cerb_status granted(cerb_engine *e, cerb_engine_lock *lk, int slot, uint64_t gen,
                            uint64_t fence, cerb_grant *grant)
 {
     struct my_lock_priv *p = lk->priv;
+    note_lease(e, lk->lease_ms);
     if (fence == 0) {
         /* The OK packet carries LAST_INSERT_ID(expr) (checked by the tests);
          * should a server not send it, read the fence: a grant is never
@@ -140,10 +184,17 @@ static cerb_status granted(cerb_engine *e, cerb_engine_lock *lk, int slot, uint6
                                    lk->name);
         }
     }
-    p->slot = slot;
-    p->gen = gen;
     p->fence = fence;
-    cerb__my_give(e, slot, false, p->lname, NULL);
+    if (e->lease) {
+        /* The row alone: no session is pinned. */
+        p->slot = -1;
+        p->row_only = true;
+        cerb__my_give(e, slot, false, NULL, NULL);
+    } else {
+        p->slot = slot;
+        p->gen = gen;
+        cerb__my_give(e, slot, false, p->lname, NULL);
+    }
     grant->fence = fence;
     grant->ttl_ms = lk->lease_ms;
     grant->outcome = CERB_OUTCOME_YES;
@@ -168,7 +219,15 @@ struct diag {
     bool exists;      /* the row is there */
     bool mine;        /* this session holds the GET_LOCK */
     int64_t left_ms;  /* another owner's lease left (0: none) */
+    bool same;        /* the failover record is of this server (else: check) */
+    int64_t q_left_ms;/* the failover quarantine left (0: none) */
 };
+
+/* How long a claim refused with d can wait before trying again. */
+static int64_t diag_wait_ms(const struct diag *d)
+{
+    return d->left_ms > d->q_left_ms ? d->left_ms : d->q_left_ms;
+}
 
 static cerb_status diagnose(cerb_engine *e, int *slot, const cerb_engine_lock *lk,
                             const struct my_lock_priv *p, struct diag *d)
@@ -183,6 +242,9 @@ static cerb_status diagnose(cerb_engine *e, int *slot, const cerb_engine_lock *l
     d->mine = col_i64(&res, 0, 1) == 1;
     int64_t us = col_null(&res, 0, 2) ? 0 : col_i64(&res, 0, 2);
     d->left_ms = us > 0 ? (us + 999) / 1000 : 0;
+    d->same = col_i64(&res, 0, 3) == 1;
+    us = col_null(&res, 0, 4) ? 0 : col_i64(&res, 0, 4);
+    d->q_left_ms = us > 0 ? (us + 999) / 1000 : 0;
     cerb__my_res_free(&res);
     return CERB_OK;
 }
@@ -226,12 +288,17 @@ static cerb_status try_once(cerb_engine *e, cerb_engine_lock *lk, cerb_grant *gr
         if (st != CERB_OK) {
             /* An SQL error undid the row; a GET_LOCK it may have taken
              * stays (they ignore rollback): give it back. */
+            bool again = retryable(st);
             if (slot >= 0) {
                 unlock_name(e, &slot, p->lname);
                 if (slot >= 0)
                     cerb__my_give(e, slot, false, NULL, NULL);
             }
             grant->outcome = broken ? CERB_OUTCOME_UNKNOWN : CERB_OUTCOME_NO;
+            if (again && !broken) {
+                *left_ms = 1; /* a deadlock victim: not granted, try again */
+                return CERB_BUSY;
+            }
             return st;
         }
         if (res.affected == 1)
@@ -257,8 +324,15 @@ static cerb_status try_once(cerb_engine *e, cerb_engine_lock *lk, cerb_grant *gr
             }
             continue;
         }
+        if (!d.same && pass < 2) {
+            /* The record is of another server: check, then try again. */
+            recheck_identity(e, &slot);
+            if (slot < 0)
+                return cerb__error_set(CERB_EIO, "mysql: the failover check failed");
+            continue;
+        }
         cerb__my_give(e, slot, false, NULL, NULL);
-        *left_ms = d.left_ms;
+        *left_ms = diag_wait_ms(&d);
         return CERB_BUSY;
     }
 }
@@ -518,6 +592,15 @@ static cerb_status wait_on(cerb_engine *e, cerb_engine_lock *lk, int w, int64_t 
         }
         grant->sent_ns = cerb_monotime();
         st = run(e, &w, MY_CLAIM, v, 6, 0, &res, &broken);
+        if (st != CERB_OK && !broken && retryable(st)) {
+            /* A deadlock victim (beside a failover check): not granted;
+             * the GET_LOCK is still ours, try again soon. */
+            if (!nap(1, deadline_ns, intr)) {
+                drop_waiter(e, w);
+                return stop_status(lk, intr, grant);
+            }
+            continue;
+        }
         if (st != CERB_OK) {
             if (broken) {
                 grant->outcome = CERB_OUTCOME_UNKNOWN;
@@ -541,13 +624,102 @@ static cerb_status wait_on(cerb_engine *e, cerb_engine_lock *lk, int w, int64_t 
         }
         if (!d.exists)
             continue;
+        if (!d.same) {
+            /* The record is of another server: check, then claim again. */
+            recheck_identity(e, &w);
+            if (w < 0) {
+                grant->outcome = CERB_OUTCOME_NO;
+                return cerb__error_set(CERB_EIO, "mysql: the failover check failed");
+            }
+            if (!nap(10, deadline_ns, intr)) {
+                drop_waiter(e, w);
+                return stop_status(lk, intr, grant);
+            }
+            continue;
+        }
         /* The GET_LOCK is ours, but the row shows another owner's live
          * lease (its session ended, or was evicted, while it may still
-         * believe it holds): wait it out, asking the server each time. */
-        if (!nap(d.left_ms > 0 ? d.left_ms : 1, deadline_ns, intr)) {
+         * believe it holds), or the failover quarantine runs: wait it out,
+         * asking the server each time. */
+        int64_t wait_ms = diag_wait_ms(&d);
+        if (!nap(wait_ms > 0 ? wait_ms : 1, deadline_ns, intr)) {
             drop_waiter(e, w);
             return stop_status(lk, intr, grant);
         }
+    }
+}
+
+/*
+ * Lease mode (mysql.mode = "lease"): the row alone, no GET_LOCK, nothing
+ * pinned. A claim (MY_CLAIM) runs on any connection; while another
+ * owner's lease (or the failover quarantine) runs, the caller polls, each
+ * nap the shorter of a jittered backoff (up to MY_SLICE_MS) and what the
+ * server says is left. On Galera and Group Replication a claim that lost
+ * to another node's write fails certification at commit (ER_LOCK_DEADLOCK):
+ * nothing was granted, and it is tried again.
+ */
+static cerb_status lease_acquire(cerb_engine *e, cerb_engine_lock *lk, int64_t deadline_ns,
+                                 const atomic_int *intr, cerb_grant *grant)
+{
+    struct my_lock_priv *p = lk->priv;
+    struct my_val v[7];
+    grant_vals(lk, p, v);
+    for (int attempt = 0;; attempt++) {
+        int slot;
+        struct my_res res;
+        bool broken = false;
+        struct diag d = {.exists = true, .same = true};
+        grant->outcome = CERB_OUTCOME_NO;
+        cerb_status st = cerb__my_take_any(e, NULL, true,
+                                           cerb__deadline_in(e->mc->connect_timeout_ms), &slot);
+        if (st != CERB_OK)
+            return st;
+        uint64_t gen = slot_gen(e, slot);
+        bool granted_now = false, again = false;
+        for (int pass = 0; pass < 3; pass++) {
+            grant->sent_ns = cerb_monotime();
+            atomic_fetch_add_explicit(&e->stats.acquire_calls, 1, memory_order_relaxed);
+            st = run(e, &slot, MY_CLAIM, v, 6, 0, &res, &broken);
+            if (st != CERB_OK) {
+                again = !broken && retryable(st);
+                if (!again) {
+                    if (slot >= 0)
+                        cerb__my_give(e, slot, false, NULL, NULL);
+                    grant->outcome = broken ? CERB_OUTCOME_UNKNOWN : CERB_OUTCOME_NO;
+                    return st;
+                }
+                break;
+            }
+            if (res.affected == 1) {
+                granted_now = true;
+                break;
+            }
+            st = diagnose(e, &slot, lk, p, &d);
+            if (st == CERB_OK && !d.exists)
+                st = insert_row(e, &slot, lk, p);
+            else if (st == CERB_OK && !d.same)
+                recheck_identity(e, &slot);
+            if (st != CERB_OK || slot < 0) {
+                if (slot >= 0)
+                    cerb__my_give(e, slot, false, NULL, NULL);
+                return st != CERB_OK ? st
+                                     : cerb__error_set(CERB_EIO, "mysql: the failover check "
+                                                                 "failed");
+            }
+            if (d.exists && d.same)
+                break;
+        }
+        if (granted_now)
+            return granted(e, lk, slot, gen, res.insert_id, grant);
+        cerb__my_give(e, slot, false, NULL, NULL);
+        if (deadline_ns == 0)
+            return cerb__error_set(CERB_BUSY, "mysql: \"%s\" is held", lk->name);
+        int64_t ms = cerb__backoff_ms(attempt, 10, MY_SLICE_MS);
+        int64_t left = again ? 1 : diag_wait_ms(&d);
+        if (left > 0 && left < ms)
+            ms = left;
+        if (!nap(ms > 0 ? ms : 1, deadline_ns, intr))
+            return stop_status(lk, intr, grant);
     }
 }
 
@@ -558,10 +730,13 @@ cerb_status cerb__my_op_acquire(cerb_engine *e, cerb_engine_lock *lk, int64_t de
     int64_t left_ms;
 
     p->slot = -1;
+    p->row_only = false;
     grant->outcome = CERB_OUTCOME_NO;
     cerb_status st = cerb__my_lname(e->mc->key, lk->name, p->lname, sizeof p->lname);
     if (st != CERB_OK)
         return st;
+    if (e->lease)
+        return lease_acquire(e, lk, deadline_ns, interrupted, grant);
     for (int attempt = 0;; attempt++) {
         st = try_once(e, lk, grant, &left_ms);
         if (st != CERB_BUSY || deadline_ns == 0)
@@ -614,27 +789,33 @@ static void unpin(cerb_engine *e, struct my_lock_priv *p)
 }
 
 /* Renew up to MY_RENEW_CHUNK items (indexes idx) pinned to slot s, gen,
- * all with the same lease, in one statement (two when some are gone). */
+ * all with the same lease, in one statement (two when some are gone); with
+ * s < 0, items held by their rows alone (lease mode), on any connection. */
 static void renew_chunk(cerb_engine *e, cerb_renew_item *items, const size_t *idx, int cnt, int s,
                         uint64_t gen)
 {
     struct my_val v[1 + 2 * MY_RENEW_CHUNK];
     struct my_res res = {0}, chk = {0};
     bool broken = false, checked = false;
+    bool row = s < 0;
     int64_t opd = cerb__deadline_in(e->mc->op_timeout_ms);
     int64_t sent = cerb_monotime();
     int slot = s;
-    cerb_status st = cerb__my_take_slot(e, s, gen, opd);
+    cerb_status st = row ? cerb__my_take_any(e, NULL, true, opd, &slot)
+                         : cerb__my_take_slot(e, s, gen, opd);
     bool taken = st == CERB_OK;
     if (st == CERB_OK) {
+        sent = cerb_monotime();
         v[0] = v_i64(items[idx[0]].lk->lease_ms * 1000);
         for (int k = 0; k < MY_RENEW_CHUNK; k++) {
             v[1 + 2 * k] = k < cnt ? v_bin(items[idx[k]].lk->name) : v_null();
             v[2 + 2 * k] = k < cnt ? v_str(items[idx[k]].lk->token) : v_null();
         }
-        st = run(e, &slot, MY_RENEW_N, v, 1 + 2 * MY_RENEW_CHUNK, 0, &res, &broken);
+        st = run(e, &slot, row ? MY_RENEW_NL : MY_RENEW_N, v, 1 + 2 * MY_RENEW_CHUNK, 0, &res,
+                 &broken);
         if (st == CERB_OK && res.affected != (uint64_t)cnt) {
-            st = run(e, &slot, MY_RENEW_CHK, v + 1, 2 * MY_RENEW_CHUNK, 0, &chk, &broken);
+            st = run(e, &slot, row ? MY_RENEW_CHKL : MY_RENEW_CHK, v + 1, 2 * MY_RENEW_CHUNK, 0,
+                     &chk, &broken);
             checked = st == CERB_OK;
         }
     }
@@ -644,7 +825,7 @@ static void renew_chunk(cerb_engine *e, cerb_renew_item *items, const size_t *id
         it->grant.sent_ns = sent;
         if (st != CERB_OK) {
             it->st = st;
-            if (st == CERB_NOT_OWNER)
+            if (st == CERB_NOT_OWNER && !row)
                 p->slot = -1; /* the session is gone: so is the hold */
             continue;
         }
@@ -659,6 +840,10 @@ static void renew_chunk(cerb_engine *e, cerb_renew_item *items, const size_t *id
         }
         it->st = cerb__error_set(CERB_NOT_OWNER, "mysql: \"%s\" is no longer held by this token",
                                  it->lk->name);
+        if (row) {
+            p->row_only = false;
+            continue;
+        }
         /* Its GET_LOCK goes back while the slot is ours. */
         if (slot >= 0)
             unlock_name(e, &slot, p->lname);
@@ -688,7 +873,9 @@ void cerb__my_op_renew_batch(cerb_engine *e, cerb_renew_item *items, size_t n)
     for (size_t i = 0; i < n; i++) {
         struct my_lock_priv *p = items[i].lk->priv;
         memset(&items[i].grant, 0, sizeof items[i].grant);
-        if (p->slot < 0) {
+        if (e->lease)
+            p->row_only = true; /* also a grant settled by check_owner */
+        if (p->slot < 0 && !p->row_only) {
             done[i] = true;
             items[i].st = cerb__error_set(CERB_NOT_OWNER, "mysql: \"%s\" has no session",
                                           items[i].lk->name);
@@ -698,14 +885,16 @@ void cerb__my_op_renew_batch(cerb_engine *e, cerb_renew_item *items, size_t n)
         if (done[i])
             continue;
         struct my_lock_priv *p = items[i].lk->priv;
-        int s = p->slot;
-        uint64_t gen = p->gen;
+        bool row = p->row_only;
+        int s = row ? -1 : p->slot;
+        uint64_t gen = row ? 0 : p->gen;
         int64_t lease = items[i].lk->lease_ms;
         size_t idx[MY_RENEW_CHUNK] = {0};
         int cnt = 0;
         for (size_t j = i; j < n && cnt < MY_RENEW_CHUNK; j++) {
             struct my_lock_priv *q = items[j].lk->priv;
-            if (!done[j] && q->slot == s && q->gen == gen && items[j].lk->lease_ms == lease) {
+            bool same = row ? q->row_only : (!q->row_only && q->slot == s && q->gen == gen);
+            if (!done[j] && same && items[j].lk->lease_ms == lease) {
                 idx[cnt++] = j;
                 done[j] = true;
             }
@@ -737,11 +926,37 @@ static void drop_row(cerb_engine *e, cerb_engine_lock *lk, uint64_t owner_conn)
         cerb__my_give(e, slot, false, NULL, NULL);
 }
 
+/* Lease mode: free the row of this token, on any connection. */
+static cerb_status release_row(cerb_engine *e, cerb_engine_lock *lk)
+{
+    struct my_lock_priv *p = lk->priv;
+    int slot;
+    struct my_res res;
+    bool broken = false;
+    cerb_status st =
+        cerb__my_take_any(e, NULL, true, cerb__deadline_in(e->mc->connect_timeout_ms), &slot);
+    if (st != CERB_OK)
+        return st; /* the row's lease ends by itself; a retry is harmless */
+    struct my_val v[4] = {v_bin(lk->name), v_str(lk->token), v_u64(0), v_u64(0)};
+    st = run(e, &slot, MY_DROP, v, 4, 0, &res, &broken);
+    if (slot >= 0)
+        cerb__my_give(e, slot, false, NULL, NULL);
+    if (st != CERB_OK)
+        return st;
+    bool freed = res.affected == 1;
+    cerb__my_res_free(&res);
+    p->row_only = false;
+    return freed ? CERB_OK
+                 : cerb__error_set(CERB_NOT_OWNER, "mysql: \"%s\" was no longer ours", lk->name);
+}
+
 cerb_status cerb__my_op_release(cerb_engine *e, cerb_engine_lock *lk)
 {
     struct my_lock_priv *p = lk->priv;
     struct my_res res;
     bool broken = false;
+    if (p->row_only || e->lease)
+        return release_row(e, lk);
     if (p->slot < 0) {
         /* Its session is gone (or its acquire's answer was lost with it):
          * a row still naming this token is freed, not left to its lease. */
@@ -806,6 +1021,14 @@ cerb_status cerb__my_op_check(cerb_engine *e, cerb_engine_lock *lk, cerb_grant *
     bool valid = col_i64(&res, 0, 2) == 1;
     cerb__my_res_free(&res);
     uint64_t mine = p->slot >= 0 ? slot_conn(e, p->slot, p->gen) : 0;
+    if (valid && e->lease) {
+        /* The row alone: the token is the hold. */
+        p->row_only = true;
+        p->fence = fence;
+        grant->fence = fence;
+        grant->ttl_ms = 0;
+        return CERB_OK;
+    }
     if (valid && owner_conn != 0 && mine == owner_conn) {
         grant->fence = fence;
         grant->ttl_ms = 0; /* the lease is not extended here */

@@ -5,7 +5,7 @@
  * answer (PREPARED when something was created, ALREADY when both existed).
  * The database itself is not created (that needs rights a lock user should
  * not have). Bounded by the connect timeout and one operation timeout per
- * statement (three statements).
+ * statement.
  */
 #include "internal_posix.h"
 
@@ -69,13 +69,20 @@ static cerb_status my_init(const struct cerb_config *cfg, unsigned flags,
                             "SELECT (SELECT COUNT(*) FROM information_schema.SCHEMATA WHERE "
                             "SCHEMA_NAME = ?), (SELECT COUNT(*) FROM information_schema.TABLES "
                             "WHERE TABLE_SCHEMA = ? AND TABLE_NAME IN ('cerberus_lock', "
-                            "'cerberus_guard'))",
+                            "'cerberus_guard', 'cerberus_meta', 'cerberus_boot'))",
                             v, 2, cerb__deadline_in(mc->op_timeout_ms), &res, &broken);
     if (st == CERB_OK) {
         bool db = res.nrows == 1 && atoi(res.rows[0].v[0]) > 0;
-        bool had = res.nrows == 1 && atoi(res.rows[0].v[1]) == 2;
+        bool had = res.nrows == 1 && atoi(res.rows[0].v[1]) == 4;
+        bool some = res.nrows == 1 && atoi(res.rows[0].v[1]) > 0;
         cerb__my_res_free(&res);
-        if (!db) {
+        enum my_kind kind = MY_KIND_MARIADB;
+        bool mariadb = false;
+        if (db && !had)
+            st = cerb__my_server_kind(mc, my, mc->mode == CERB_SQL_LEASE, &kind, &mariadb);
+        if (st != CERB_OK) {
+            /* said by cerb__my_server_kind */
+        } else if (!db) {
             st = cerb__error_set(CERB_ECONFIG,
                                  "database %s does not exist (or %s cannot see it): create it "
                                  "first (CREATE DATABASE %s) and give %s its rights",
@@ -86,7 +93,8 @@ static cerb_status my_init(const struct cerb_config *cfg, unsigned flags,
                      db_q, db_q);
         } else {
             char *sql = cerb__my_sql_create(db_q);
-            if (!sql)
+            char *meta = sql ? cerb__my_sql_meta_init(db_q, kind) : NULL;
+            if (!meta)
                 st = cerb__error_set(CERB_ENOMEM, "out of memory");
             /* One statement at a time (no multi-statements on the wire). */
             for (char *p = sql; st == CERB_OK && p && *p;) {
@@ -98,11 +106,25 @@ static cerb_status my_init(const struct cerb_config *cfg, unsigned flags,
                 cerb__my_res_free(&res);
                 p = end ? end + 2 : NULL;
             }
+            for (char *p = meta; st == CERB_OK && p && *p;) {
+                char *end = strstr(p, ";\n");
+                if (end)
+                    *end = '\0';
+                st = cerb__my_query(my, p, cerb__deadline_in(mc->op_timeout_ms), &res, &broken,
+                                    &en);
+                cerb__my_res_free(&res);
+                p = end ? end + 2 : NULL;
+            }
             cerb__free(sql);
+            cerb__free(meta);
             if (st == CERB_OK) {
                 *result = CERB_STORE_PREPARED;
-                snprintf(line, len, "created %s.cerberus_lock and %s.cerberus_guard", db_q,
-                         db_q);
+                if (some)
+                    snprintf(line, len, "created what was missing in %s (of cerberus_lock, "
+                             "cerberus_guard, cerberus_meta, cerberus_boot)", db_q);
+                else
+                    snprintf(line, len, "created %s.cerberus_lock and %s.cerberus_guard", db_q,
+                             db_q);
             }
         }
     }

@@ -54,6 +54,9 @@ if(CERB_WITH_PG)
 endif()
 if(CERB_WITH_MYSQL)
   cerb_conformance_suite(mysql FIXTURES mysql ENV CERB_MYSQL_PORT=${CERB_TEST_MYSQL_PORT})
+  # mysql.mode = "lease" (the row alone), as on Galera or multi-primary
+  # Group Replication.
+  cerb_conformance_suite(mysql_lease FIXTURES mysql ENV CERB_MYSQL_PORT=${CERB_TEST_MYSQL_PORT})
 endif()
 
 # cerb_lock_inspect on each engine (integration/inspect_conformance.c), built

@@ -6,10 +6,20 @@
 # remove_data_dir, now_ms, engine_ports) and the options ($OPT_PORT,
 # $OPT_NODES, $CMD, $STATE_DIR, $WAIT_S).
 #
-#   scripts/servers.sh start|stop|status mysql [--port P]
+#   scripts/servers.sh start|stop|status mysql [--nodes 1|2] [--port P]
 #
-# Ports. One server (--nodes 1 only; more is refused) on P, 127.0.0.1 only
-# (DESIGN.md §9: 23306). Its unix socket (mysqld.sock) and PID file
+# Ports. One server on P, 127.0.0.1 only (DESIGN.md §9: 23306). With
+# --nodes 2, node 0 on P is a primary and node 1 on P + 1 an asynchronous
+# GTID replica of it (more nodes are refused): both run with a binary log
+# (log-bin, binlog-format=ROW, server-id 1 and 2), the replica read-only
+# (@@read_only) with log-slave-updates, made with mariadb-install-db and
+# then CHANGE MASTER TO ... MASTER_USE_GTID = slave_pos from the start of
+# the primary's binary log, so it gets the accounts, the database and the
+# lock tables by replication; `start` returns once its replication threads
+# run and cerb.cerberus_meta has reached it. Tests promote the replica
+# themselves (STOP SLAVE; RESET SLAVE ALL; SET GLOBAL read_only = 0). A
+# node keeps its role across restarts (recorded in mysql-<port>.role), so a
+# promoted replica restarted on its data comes back read-only. Its unix socket (mysqld.sock) and PID file
 # (mariadbd.pid) are in its data directory, never /var/run. Every program
 # runs with --no-defaults, so nothing of /etc/mysql or ~/.my.cnf is read.
 #
@@ -24,6 +34,8 @@
 #   cerb_pw@127.0.0.1, cerb_pw@localhost  IDENTIFIED BY 'cerb-secret'; ALL
 #                                         on cerb.*, SELECT on
 #                                         performance_schema.*
+#   cerb_repl@127.0.0.1                   no password; REPLICATION SLAVE (the
+#                                         replica of --nodes 2 logs in as it)
 # With --skip-name-resolve, TCP from 127.0.0.1 matches the @127.0.0.1
 # accounts and the unix socket the @localhost ones.
 #
@@ -43,6 +55,7 @@
 #                                 ${TMPDIR:-/tmp}/cerberus-mysql-<port>.XXXXXX
 #   $STATE_DIR/mysql-<port>.log   mariadb-install-db's output and the server
 #                                 log (kept after stop)
+#   $STATE_DIR/mysql-<port>.role  "single", "primary" or "replica"
 #
 # Algorithm. `start` is idempotent: a live mariadbd of ours that answers is
 # left alone (continued first if a test SIGSTOPped it). A server whose
@@ -57,7 +70,10 @@
 # itself holds the listening socket of 127.0.0.1:P (/proc/net/tcp and
 # /proc/PID/fd) — so a foreign server squatting on the port is an error, not
 # a silent success (a port that accepts TCP before we start is refused at
-# once). Startup fails early, with the log's tail, when the process dies.
+# once, except after a server of ours died: a killed mariadbd's main process
+# is gone, a zombie, 10-15 ms before its threads close the listening socket,
+# so start first waits, within the deadline, for the port to stop
+# listening). Startup fails early, with the log's tail, when the process dies.
 # `stop` signals exactly the recorded PID (kill_pid: SIGCONT, SIGTERM — a
 # normal shutdown for mariadbd — SIGKILL after the deadline), never a
 # process found by name, and removes the data directory and state.
@@ -189,19 +205,31 @@ mysql_new_dir() {
     printf '%s' "$data"
 }
 
+# mysql_role_args ROLE: the mariadbd flags of a node's role, in ROLE_ARGS.
+mysql_role_args() {
+    case $1 in
+    primary) ROLE_ARGS=(--log-bin=mysql-bin --binlog-format=ROW --server-id=1) ;;
+    replica) ROLE_ARGS=(--log-bin=mysql-bin --binlog-format=ROW --server-id=2
+        --log-slave-updates --read-only=ON) ;;
+    *) ROLE_ARGS=(--skip-log-bin) ;;
+    esac
+}
+
 # mysql_launch PORT DATA: start mariadbd on DATA, detached; record its PID.
 mysql_launch() {
-    local port=$1 data=$2 pid
-    local -a extra=() as=()
+    local port=$1 data=$2 pid role=single
+    local -a extra=() as=() ROLE_ARGS=()
     read -r -a extra <<<"${CERB_MYSQL_EXTRA_ARGS:-}"
     if (($(id -u) == 0)); then as=("--user=$MYSQL_USER"); fi
+    if [[ -f $STATE_DIR/mysql-$port.role ]]; then read -r role <"$STATE_DIR/mysql-$port.role" || true; fi
+    mysql_role_args "$role"
     # setsid and redirected stdio detach it (ctest waits for a fixture's
     # output pipe to close); 9>&- keeps the state lock out of it. The
     # subshell and setsid exec: $! is mariadbd itself.
     (cd / && exec setsid "$MARIADBD" --no-defaults --datadir="$data" \
         ${as[@]+"${as[@]}"} --bind-address=127.0.0.1 --port="$port" \
         --socket="$data/mysqld.sock" --pid-file="$data/mariadbd.pid" \
-        --skip-name-resolve --skip-log-bin --max-connections=300 \
+        --skip-name-resolve "${ROLE_ARGS[@]}" --max-connections=300 \
         --innodb-buffer-pool-size=64M --innodb-log-file-size=16M \
         --innodb-flush-log-at-trx-commit=2 \
         --performance-schema=ON \
@@ -251,13 +279,34 @@ CREATE USER IF NOT EXISTS 'cerb_pw'@'127.0.0.1' IDENTIFIED BY 'cerb-secret',
 GRANT ALL ON cerb.* TO 'cerb_pw'@'127.0.0.1', 'cerb_pw'@'localhost';
 GRANT SELECT ON performance_schema.* TO 'cerb'@'127.0.0.1', 'cerb'@'localhost',
     'cerb_pw'@'127.0.0.1', 'cerb_pw'@'localhost';
+CREATE USER IF NOT EXISTS 'cerb_repl'@'127.0.0.1';
+GRANT REPLICATION SLAVE ON *.* TO 'cerb_repl'@'127.0.0.1';
 FLUSH PRIVILEGES;
 SQL
     ) || die "mysql :$port: creating the accounts failed: $out"
 }
 
+# mysql_replicate PORT DATA PRIMARY: make the new server of PORT a replica
+# of PRIMARY (from the start of its binary log) and wait until it runs and
+# has the lock tables.
+mysql_replicate() {
+    local port=$1 data=$2 primary=$3 out deadline
+    out=$(mysql_admin_raw "$data" 60 2>&1 <<SQL
+CHANGE MASTER TO MASTER_HOST = '127.0.0.1', MASTER_PORT = $primary,
+    MASTER_USER = 'cerb_repl', MASTER_USE_GTID = slave_pos, MASTER_CONNECT_RETRY = 1;
+START SLAVE;
+SQL
+    ) || die "mysql :$port: cannot make it a replica of :$primary: $out"
+    deadline=$(($(now_ms) + WAIT_S * 1000))
+    until [[ $(mysql_admin "$data" 2 -e "SELECT COUNT(*) FROM cerb.cerberus_meta") == 1 ]]; do
+        (($(now_ms) < deadline)) ||
+            die "mysql :$port: the replica did not catch up with :$primary within ${WAIT_S}s: $(mysql_admin "$data" 2 -e 'SHOW SLAVE STATUS\G' | grep -E 'Running|Error' | tr '\n' ' ')"
+        sleep 0.1
+    done
+}
+
 mysql_start_one() {
-    local port=$1
+    local port=$1 role=$2 primary=$3
     local pidf="$STATE_DIR/mysql-$port.pid" dirf="$STATE_DIR/mysql-$port.dir"
     local pid data fresh=1 deadline
 
@@ -277,6 +326,14 @@ mysql_start_one() {
         return 0
     fi
     rm -f -- "$pidf"
+    # A server of ours that was killed: its main process is gone (a
+    # zombie, which pid_alive counts as dead) 10-15 ms before its threads
+    # close the listening socket; wait for that, within the deadline,
+    # rather than take its port for a foreign server's.
+    if [[ -n $pid ]] && mysql_port_busy "$port"; then
+        deadline=$(($(now_ms) + WAIT_S * 1000))
+        while mysql_port_busy "$port" && (($(now_ms) < deadline)); do sleep 0.02; done
+    fi
     if mysql_port_busy "$port"; then
         die "port $port already has a server that is not ours (state dir $STATE_DIR)"
     fi
@@ -290,11 +347,15 @@ mysql_start_one() {
         fi
         remove_data_dir "$dirf"
         data=$(mysql_new_dir "$port") || exit 1
+        printf '%s\n' "$role" >"$STATE_DIR/mysql-$port.role"
     fi
     mysql_launch "$port" "$data"
     mysql_wait_ready "$port" "$fresh"
     pid=$(read_pid "$pidf")
-    if ((fresh)); then
+    if ((fresh)) && [[ $role == replica ]]; then
+        mysql_replicate "$port" "$data" "$primary"
+        say "mysql :$port started, a replica of :$primary (pid $pid, data $data)"
+    elif ((fresh)); then
         mysql_accounts "$port" "$data"
         # The lock tables, made by the code a user runs (`cerberus init`),
         # unless a test wants a server without them.
@@ -313,16 +374,23 @@ mysql_start() {
         die "$MARIADB_INSTALL_DB not found (Debian package mariadb-server)"
     command -v "$MARIADB_CLIENT" >/dev/null ||
         die "$MARIADB_CLIENT not found (Debian package mariadb-client)"
-    if [[ -n $OPT_NODES && $OPT_NODES != 1 ]]; then
-        die "mysql: only --nodes 1 is supported (no replication set up here)"
+    if [[ -n $OPT_NODES && $OPT_NODES != 1 && $OPT_NODES != 2 ]]; then
+        die "mysql: only --nodes 1 or 2 (a primary and its replica) is supported"
     fi
     if (($(id -u) == 0)); then
         id -u "$MYSQL_USER" >/dev/null 2>&1 ||
             die "user $MYSQL_USER not found: mariadbd runs as it when we are root (set CERB_MYSQL_USER)"
         command -v setpriv >/dev/null || die "setpriv not found (Debian package util-linux)"
     fi
-    local p
-    for p in $(mysql_ports); do mysql_start_one "$p"; done
+    local -a ports
+    mapfile -t ports < <(mysql_ports)
+    if ((${#ports[@]} == 2)); then
+        mysql_start_one "${ports[0]}" primary ""
+        mysql_start_one "${ports[1]}" replica "${ports[0]}"
+    else
+        local p
+        for p in "${ports[@]}"; do mysql_start_one "$p" single ""; done
+    fi
 }
 
 mysql_stop_one() {
@@ -342,7 +410,7 @@ mysql_stop_one() {
     else
         say "mysql :$port is not running"
     fi
-    rm -f -- "$pidf"
+    rm -f -- "$pidf" "$STATE_DIR/mysql-$port.role"
     remove_data_dir "$dirf"
 }
 

@@ -184,6 +184,14 @@ static int pg_records(const char *name)
 #endif
 
 #ifdef CERB_CONF_MYSQL
+/* mysql.mode = "lease": the row alone, as on Galera. */
+static char *mysql_lease_config(const char *my_extra, const char *extra)
+{
+    char buf[512];
+    snprintf(buf, sizeof buf, "mode = \"lease\"; %s", my_extra ? my_extra : "");
+    return mysql_test_config(buf, extra);
+}
+
 static int mysql_records(const char *name)
 {
     int n = mysql_test_records(name);
@@ -213,6 +221,8 @@ static const struct engine engines[] = {
 #endif
 #ifdef CERB_CONF_MYSQL
     {"mysql", mysql_test_config, NULL, mysql_records, NULL, false, 50, 25, NULL},
+    /* A waiter in lease mode polls and keeps nothing on the server. */
+    {"mysql", mysql_lease_config, NULL, NULL, NULL, false, 25, 15, "mysql_lease"},
 #endif
 };
 

@@ -74,10 +74,52 @@ static void test_missing_tables(void **state)
     mysql_close(my);
 }
 
+/* Tables made before the failover record existed: open names `cerberus
+ * init`, which adds what is missing (cerberus_meta with this server's
+ * record, cerberus_boot), so the first client then need not wait. */
+static void test_missing_meta(void **state)
+{
+    (void)state;
+    MYSQL *my = mysql_test_connect(NULL, NULL);
+    assert_non_null(my);
+    q(my, "DROP TABLE cerberus_meta, cerberus_boot");
+    char *text = mysql_test_config(NULL, "lock = { lease_ms = 5000; };");
+    cerb_client *c = NULL;
+    cerb_status st = cerb_client_open_string(&c, text);
+    print_message("no cerberus_meta: %s\n", cerb_last_error());
+    assert_int_not_equal(st, CERB_OK);
+    assert_non_null(strstr(cerb_last_error(), "cerberus init"));
+    assert_non_null(strstr(cerb_last_error(), "cerberus_meta"));
+
+    char *path = cerb_test_write_config("%s", text);
+    cerb_store_report *rep = NULL;
+    size_t n = 0;
+    assert_int_equal(cerb_store_init(path, 0, &rep, &n), CERB_OK);
+    assert_int_equal(n, 1);
+    print_message("init: %s\n", rep[0].text);
+    assert_int_equal(rep[0].result, CERB_STORE_PREPARED);
+    assert_non_null(strstr(rep[0].text, "what was missing"));
+    cerb_store_reports_free(rep, n);
+
+    c = cerb_test_open(text);
+    assert_non_null(c);
+    char *name = test_name("after-meta");
+    cerb_lock *l = cerb_test_handle(c, name);
+    assert_int_equal(cerb_lock_trylock(l), CERB_OK); /* no quarantine */
+    assert_int_equal(cerb_lock_unlock(l), CERB_OK);
+    cerb_lock_free(l);
+    cerb_client_close(c);
+    free(name);
+    free(text);
+    cerb_test_remove_file(path);
+    mysql_close(my);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_missing_tables),
+        cmocka_unit_test(test_missing_meta),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -178,7 +178,7 @@ check "mysql: the mdl instrument is on" equals YES \
 check "mysql: cerb_pw with its password" equals "cerb_pw@127.0.0.1" my cerb_pw "select current_user()" cerb-secret
 check_not "mysql: cerb_pw with a wrong password" my cerb_pw "select 1" wrong
 check_not "mysql: cerb_pw without a password" my cerb_pw "select 1"
-check_not "mysql: --nodes 2 is refused" S start mysql --port "$MY_PORT" --nodes 2
+check_not "mysql: --nodes 3 is refused" S start mysql --port "$MY_PORT" --nodes 3
 check "mysql: start again is idempotent" S start mysql --port "$MY_PORT"
 check "mysql: same PID after it" equals "$M" pid_of "mysql-$MY_PORT"
 check "mysql: a fence row" my cerb "create table fences(v int) engine=innodb; insert into fences values (42)"
