@@ -601,10 +601,11 @@ int64_t cerb__my_quarantine_ms(cerb_engine *e)
 }
 
 /*
- * The failover check (my_sql.c, META_BUMP, says why it is right): the boot
- * epoch made if missing, the record made (with no identity) if missing,
- * then moved to this server when it is of another; three statements, each
- * atomic on its own, and no grant passes between them (a grant needs the
+ * The failover check (my_sql.c, META_BUMP, says why it is right): when a
+ * read finds the epoch and the record of this server, nothing more;
+ * else the boot epoch made if missing, the record made (with no identity)
+ * if missing, then moved to this server when it is of another; three
+ * statements, each atomic on its own, and no grant passes between them (a grant needs the
  * record to carry this server's identity, which only the last one writes).
  */
 cerb_status cerb__my_check_meta(cerb_engine *e, MYSQL_STMT *const *st, bool *broken,
@@ -614,7 +615,18 @@ cerb_status cerb__my_check_meta(cerb_engine *e, MYSQL_STMT *const *st, bool *bro
     int64_t qms = cerb__my_quarantine_ms(e);
     struct my_val q = {.t = MV_I64, .i = qms * 1000};
     bool made = false;
-    cerb_status rs = CERB_OK;
+    /* The usual case, read only (no statement for the binary log): the
+     * epoch is there and the record is of this server. A snapshot read
+     * is enough to skip the rest: every grant checks the record again,
+     * with a locking read, and runs this check when it changed. */
+    cerb_status rs = cerb__my_exec(st[MY_META_FAST], NULL, 0,
+                                   cerb__deadline_in(e->mc->op_timeout_ms), &res, broken, errnum);
+    if (rs != CERB_OK)
+        return rs;
+    bool fine = res.nrows == 1 && strcmp(res.rows[0].v[0], "1") == 0;
+    cerb__my_res_free(&res);
+    if (fine)
+        return CERB_OK;
     static const enum my_stmt steps[3] = {MY_META_BOOT, MY_META_ROW, MY_META_BUMP};
     for (int k = 0; k < 3 && rs == CERB_OK; k++) {
         rs = cerb__my_exec(st[steps[k]], k == 2 ? &q : NULL, k == 2 ? 1 : 0,

@@ -74,7 +74,8 @@ enum my_stmt {
     MY_EVICT,      /* the session of a hung holder, if there is one */
     MY_RENEW_NL,   /* lease mode: MY_RENEW_N by token alone */
     MY_RENEW_CHKL, /* lease mode: MY_RENEW_CHK by token alone */
-    MY_META_BOOT,  /* the failover check: the boot epoch, made if missing */
+    MY_META_FAST,  /* the failover check: epoch and record both as they should be */
+    MY_META_BOOT,  /* ... the boot epoch, made if missing */
     MY_META_ROW,   /* ... the record, made (with no identity) if missing */
     MY_META_BUMP,  /* ... moved to this server when it is of another */
     MY_META_SEEN,  /* ... this server's identity and the record's base */

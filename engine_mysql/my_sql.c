@@ -128,6 +128,8 @@ static const char *const templates[MY_NSTMT] = {
                     "MICROSECOND WHERE (name, owner) IN " PAIRS16,
     [MY_RENEW_CHKL] = "SELECT owner, fence FROM @D.cerberus_lock WHERE (name, owner) IN " PAIRS16,
     /* The failover check (cerb__my_check_meta, meta_tpl). */
+    [MY_META_FAST] = "SELECT EXISTS (SELECT 1 FROM @D.cerberus_boot WHERE k = 'b') AND EXISTS "
+                     "(SELECT 1 FROM @D.cerberus_meta WHERE k = 'mysql' AND server = @I)",
     [MY_META_BOOT] = "INSERT IGNORE INTO @D.cerberus_boot (k, epoch) VALUES ('b', UUID())",
     [MY_META_ROW] = "INSERT IGNORE INTO @D.cerberus_meta (k) VALUES ('mysql')",
     [MY_META_BUMP] = META_BUMP,

@@ -21,6 +21,8 @@
  *                   time (a killed mariadbd's main process is gone 10–15
  *                   ms before its threads close the listening socket, and
  *                   start took the port for a foreign server's).
+ *   quiet_open      a session whose record is of its server writes
+ *                   nothing (no statement for the binary log).
  *   locking_read    the grant reads the record with a locking read (the
  *                   latest committed row, not its snapshot): a quarantine
  *                   committed while the grant waits for the record's lock
@@ -234,6 +236,38 @@ static void test_restart(void **state)
     settle();
 }
 
+static int64_t com_insert(MYSQL *my)
+{
+    int64_t v = -1;
+    if (mysql_query(my, "SHOW GLOBAL STATUS LIKE 'Com_insert'") != 0)
+        fail_msg("%s", mysql_error(my));
+    MYSQL_RES *r = mysql_store_result(my);
+    MYSQL_ROW row = r ? mysql_fetch_row(r) : NULL;
+    if (row && row[1])
+        v = strtoll(row[1], NULL, 10);
+    if (r)
+        mysql_free_result(r);
+    return v;
+}
+
+static void test_quiet_open(void **state)
+{
+    (void)state;
+    settle();
+    MYSQL *my = mysql_test_connect(NULL, NULL);
+    assert_non_null(my);
+    char *text = config();
+    int64_t before = com_insert(my);
+    cerb_client *c = cerb_test_open(text);
+    assert_non_null(c);
+    cerb_client_close(c);
+    int64_t after = com_insert(my);
+    print_message("quiet open: %lld inserts\n", (long long)(after - before));
+    assert_int_equal(after - before, 0);
+    free(text);
+    mysql_close(my);
+}
+
 static void test_kill_restart(void **state)
 {
     (void)state;
@@ -305,6 +339,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_missing_record),
         cmocka_unit_test(test_other_server),
+        cmocka_unit_test(test_quiet_open),
         cmocka_unit_test(test_locking_read),
         cmocka_unit_test(test_restart),
         cmocka_unit_test(test_kill_restart),
