@@ -139,11 +139,12 @@ cerb_status cerb_lock_new(cerb_client *c, const char *name, const cerb_lock_opts
                                (long long)o.lease_ms);
     if (o.renew < -1 || o.renew > 1 || o.fair < -1 || o.fair > 1)
         return cerb__error_set(CERB_EINVAL, "renew and fair take -1 (default), 0 or 1");
-    const char *quarantined = cerb__config_engine_index(c->boot_cfg, "redis") >= 0 ? "redis"
-                              : cerb__config_engine_index(c->boot_cfg, "pg") >= 0  ? "pg"
-                                                                                    : NULL;
+    const char *quarantined = cerb__config_engine_index(c->boot_cfg, "redis") >= 0   ? "redis"
+                              : cerb__config_engine_index(c->boot_cfg, "pg") >= 0    ? "pg"
+                              : cerb__config_engine_index(c->boot_cfg, "mysql") >= 0 ? "mysql"
+                                                                                      : NULL;
     if (o.lease_ms > 0 && quarantined) {
-        /* After a data loss (redis) or a failover (pg), the engine
+        /* After a data loss (redis) or a failover (pg, mysql), the engine
          * quarantines grants for the longest lease it knows; another
          * process that finds the loss knows only lock.lease_ms. */
         struct cerb_failover_config fo;
@@ -155,7 +156,7 @@ cerb_status cerb_lock_new(cerb_client *c, const char *name, const cerb_lock_opts
                                    "quarantine after a %s (in any process) covers only "
                                    "lock.lease_ms; raise lock.lease_ms",
                                    (long long)o.lease_ms, (long long)cfg_lease, quarantined,
-                                   strcmp(quarantined, "pg") == 0 ? "failover" : "data loss");
+                                   strcmp(quarantined, "redis") == 0 ? "data loss" : "failover");
     }
     if (o.lease_ms > 0 && c->n_engines > 1) {
         /* The safe grace (switch_grace_ms = -1) is what every process can
