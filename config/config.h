@@ -196,4 +196,13 @@ cerb_status cerb__config_reloadable(const struct cerb_config *cur,
 /* Index of engine `name` in cfg->engines, or -1. */
 int cerb__config_engine_index(const struct cerb_config *cfg, const char *name);
 
+/*
+ * A password kept in a file (pg.password_file, mysql.password_file): its
+ * first line, cerb__malloc'd into *out; NULL and CERB_OK for an empty or
+ * NULL path. CERB_ECONFIG naming `what` and the file when it cannot be
+ * read. Free it with cerb__config_free_secret, which wipes it first.
+ */
+cerb_status cerb__config_read_secret(const char *what, const char *path, char **out);
+void cerb__config_free_secret(char *s);
+
 #endif /* CERB_CONFIG_H */

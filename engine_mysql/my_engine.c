@@ -33,34 +33,10 @@ static void my_close(cerb_engine *e)
         return;
     cerb__my_pool_close(e);
     cerb__my_sql_free(e);
-    if (e->password) {
-        memset(e->password, 0, strlen(e->password));
-        cerb__free(e->password);
-    }
+    cerb__config_free_secret(e->password);
     cerb__cond_destroy(&e->cv);
     cerb__mutex_destroy(&e->mu);
     cerb__free(e);
-}
-
-/* The first line of `path`, without its line end, cerb__malloc'd. */
-static cerb_status read_secret(const char *path, char **out)
-{
-    char buf[1024];
-    *out = NULL;
-    FILE *f = fopen(path, "re");
-    if (!f)
-        return cerb__error_set(CERB_ECONFIG, "mysql: cannot read the password file %s: %s", path,
-                               strerror(errno));
-    size_t n = fread(buf, 1, sizeof buf - 1, f);
-    bool err = ferror(f) != 0;
-    fclose(f);
-    if (err)
-        return cerb__error_set(CERB_ECONFIG, "mysql: cannot read the password file %s", path);
-    buf[n] = '\0';
-    buf[strcspn(buf, "\r\n")] = '\0';
-    *out = cerb__strdup(buf);
-    memset(buf, 0, sizeof buf);
-    return *out ? CERB_OK : cerb__error_set(CERB_ENOMEM, "mysql: out of memory");
 }
 
 /* What the server is: refuse one where GET_LOCK does not exclude (unless
@@ -156,7 +132,7 @@ static cerb_status my_open(const cerb_engine_env *env, cerb_engine **out)
     e->slots = cerb__calloc((size_t)e->nslots, sizeof *e->slots);
     cerb_status st = e->slots ? CERB_OK : cerb__error_set(CERB_ENOMEM, "mysql: out of memory");
     if (st == CERB_OK && mc->password_file && mc->password_file[0])
-        st = read_secret(mc->password_file, &e->password);
+        st = cerb__config_read_secret("mysql", mc->password_file, &e->password);
     /* What the server is decides the statements (its identity), so it is
      * asked on a session of its own first. */
     MYSQL *my = NULL;

@@ -19,25 +19,6 @@
 #include "my_internal.h"
 #include "store_init.h"
 
-static cerb_status read_password(const struct cerb_mysql_config *mc, char **out)
-{
-    char buf[1024];
-    *out = NULL;
-    if (!mc->password_file || !mc->password_file[0])
-        return CERB_OK;
-    FILE *f = fopen(mc->password_file, "re");
-    if (!f)
-        return cerb__error_set(CERB_ECONFIG, "cannot read the password file %s",
-                               mc->password_file);
-    size_t n = fread(buf, 1, sizeof buf - 1, f);
-    fclose(f);
-    buf[n] = '\0';
-    buf[strcspn(buf, "\r\n")] = '\0';
-    *out = cerb__strdup(buf);
-    memset(buf, 0, sizeof buf);
-    return *out ? CERB_OK : cerb__error_set(CERB_ENOMEM, "out of memory");
-}
-
 static cerb_status my_init(const struct cerb_config *cfg, unsigned flags,
                            cerb_store_result *result, char *line, size_t len)
 {
@@ -50,14 +31,11 @@ static cerb_status my_init(const struct cerb_config *cfg, unsigned flags,
     (void)flags;
     *result = CERB_STORE_FAILED;
     cerb__my_quote_ident(mc->database, db_q, sizeof db_q);
-    cerb_status st = read_password(mc, &password);
+    cerb_status st = cerb__config_read_secret("mysql", mc->password_file, &password);
     if (st == CERB_OK)
         st = cerb__my_connect_raw(mc, password, false, cerb__deadline_in(mc->connect_timeout_ms),
                                   &my);
-    if (password) {
-        memset(password, 0, strlen(password));
-        cerb__free(password);
-    }
+    cerb__config_free_secret(password);
     if (st != CERB_OK) {
         snprintf(line, len, "%s", cerb_last_error());
         return st;

@@ -32,34 +32,10 @@ static void pg_close(cerb_engine *e)
     cerb__pg_listener_stop(e);
     cerb__pg_pool_close(e);
     cerb__pg_sql_free(e);
-    if (e->password) {
-        memset(e->password, 0, strlen(e->password));
-        cerb__free(e->password);
-    }
+    cerb__config_free_secret(e->password);
     cerb__cond_destroy(&e->cv);
     cerb__mutex_destroy(&e->mu);
     cerb__free(e);
-}
-
-/* The first line of `path`, without its line end, cerb__malloc'd. */
-static cerb_status read_secret(const char *what, const char *path, char **out)
-{
-    char buf[1024];
-    *out = NULL;
-    FILE *f = fopen(path, "re");
-    if (!f)
-        return cerb__error_set(CERB_ECONFIG, "%s: cannot read the password file %s: %s", what,
-                               path, strerror(errno));
-    size_t n = fread(buf, 1, sizeof buf - 1, f);
-    bool err = ferror(f) != 0;
-    fclose(f);
-    if (err)
-        return cerb__error_set(CERB_ECONFIG, "%s: cannot read the password file %s", what, path);
-    buf[n] = '\0';
-    buf[strcspn(buf, "\r\n")] = '\0';
-    *out = cerb__strdup(buf);
-    memset(buf, 0, sizeof buf);
-    return *out ? CERB_OK : cerb__error_set(CERB_ENOMEM, "%s: out of memory", what);
 }
 
 /* Two transactions on one session must see one backend. */
@@ -118,7 +94,7 @@ static cerb_status pg_open(const cerb_engine_env *env, cerb_engine **out)
     e->slots = cerb__calloc((size_t)e->nslots, sizeof *e->slots);
     cerb_status st = e->slots ? CERB_OK : cerb__error_set(CERB_ENOMEM, "pg: out of memory");
     if (st == CERB_OK && pc->password_file && pc->password_file[0])
-        st = read_secret("pg", pc->password_file, &e->password);
+        st = cerb__config_read_secret("pg", pc->password_file, &e->password);
     if (st == CERB_OK)
         st = cerb__pg_sql_build(e);
     int slot = -1;

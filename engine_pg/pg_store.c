@@ -17,25 +17,6 @@
 #include "pg_internal.h"
 #include "store_init.h"
 
-static cerb_status read_password(const struct cerb_pg_config *pc, char **out)
-{
-    char buf[1024];
-    *out = NULL;
-    if (!pc->password_file || !pc->password_file[0])
-        return CERB_OK;
-    FILE *f = fopen(pc->password_file, "re");
-    if (!f)
-        return cerb__error_set(CERB_ECONFIG, "cannot read the password file %s",
-                               pc->password_file);
-    size_t n = fread(buf, 1, sizeof buf - 1, f);
-    fclose(f);
-    buf[n] = '\0';
-    buf[strcspn(buf, "\r\n")] = '\0';
-    *out = cerb__strdup(buf);
-    memset(buf, 0, sizeof buf);
-    return *out ? CERB_OK : cerb__error_set(CERB_ENOMEM, "out of memory");
-}
-
 static cerb_status pg_init(const struct cerb_config *cfg, unsigned flags,
                            cerb_store_result *result, char *line, size_t len)
 {
@@ -47,13 +28,10 @@ static cerb_status pg_init(const struct cerb_config *cfg, unsigned flags,
     (void)flags;
     *result = CERB_STORE_FAILED;
     cerb__pg_quote_ident(pc->schema, schema_q, sizeof schema_q);
-    cerb_status st = read_password(pc, &password);
+    cerb_status st = cerb__config_read_secret("pg", pc->password_file, &password);
     if (st == CERB_OK)
         st = cerb__pg_connect_raw(pc, password, cerb__deadline_in(pc->connect_timeout_ms), &pg);
-    if (password) {
-        memset(password, 0, strlen(password));
-        cerb__free(password);
-    }
+    cerb__config_free_secret(password);
     if (st != CERB_OK) {
         snprintf(line, len, "%s", cerb_last_error());
         return st;
