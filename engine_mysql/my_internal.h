@@ -50,6 +50,9 @@
 #define MY_WAIT_MAX_MS 60000
 /* ... and at most this often whether the holder is hung (MY_EVICT). */
 #define MY_EVICT_EVERY_MS 1000
+/* Names a wait recently found held: a blocking acquire of one of them
+ * queues at once instead of trying first (my_lock.c, queue_first). */
+#define MY_RECENT 16
 /* GET_LOCK names: at most 64 characters (MySQL >= 5.7, MariaDB). */
 #define MY_LNAME_MAX 64
 /* Renewals of one connection go in statements of this many holds. */
@@ -61,7 +64,7 @@ enum my_stmt {
     MY_CLAIM,      /* claim the row only (the GET_LOCK is already ours) */
     MY_DIAG,       /* after a claim that matched nothing: why */
     MY_INSERT,     /* create the row of a name (INSERT IGNORE) */
-    MY_GETLOCK,    /* GET_LOCK(lname, t): the wait, one statement */
+    MY_WAIT,       /* RELEASE_ALL_LOCKS, then GET_LOCK(lname, t): the wait */
     MY_UNLOCK,     /* RELEASE_LOCK(lname) */
     MY_UNLOCK_ALL, /* RELEASE_ALL_LOCKS(): a waiter's slot */
     MY_RELEASE,    /* free the row, then RELEASE_LOCK, one statement */
@@ -141,6 +144,9 @@ struct cerb_engine {
         atomic_uint_fast64_t evictions;
     } stats;
     atomic_bool evict_refused;  /* said once: no privilege to evict */
+    /* Under mu; "" is an empty entry, recent_next the next to replace. */
+    char recent[MY_RECENT][MY_LNAME_MAX * 4 + 1];
+    int recent_next;
 };
 
 /* Per hold (lk->priv). */

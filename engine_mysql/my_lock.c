@@ -504,11 +504,49 @@ static bool wait_tick(void *ud)
 }
 
 /*
+ * Whether a blocking acquire of lname queues at once (MY_WAIT, which
+ * grants a free name too, then MY_CLAIM: two round trips) rather than
+ * trying first (MY_TRY: one round trip for a free name, and a second
+ * acquire call, the wait, for a held one). A name goes on the list when a
+ * wait found it held, and off when a wait found it free, so contended
+ * names cost one acquire call each and free ones one round trip. It only
+ * picks a path: both are the whole protocol.
+ */
+static bool queue_first(cerb_engine *e, const char *lname)
+{
+    bool yes = false;
+    cerb__mutex_lock(&e->mu);
+    for (int i = 0; i < MY_RECENT && !yes; i++)
+        yes = strcmp(e->recent[i], lname) == 0;
+    cerb__mutex_unlock(&e->mu);
+    return yes;
+}
+
+static void note_held(cerb_engine *e, const char *lname, bool held)
+{
+    cerb__mutex_lock(&e->mu);
+    int at = -1;
+    for (int i = 0; i < MY_RECENT && at < 0; i++)
+        if (strcmp(e->recent[i], lname) == 0)
+            at = i;
+    if (held && at < 0) {
+        at = e->recent_next;
+        e->recent_next = (at + 1) % MY_RECENT;
+        snprintf(e->recent[at], sizeof e->recent[at], "%s", lname);
+    } else if (!held && at >= 0) {
+        e->recent[at][0] = '\0';
+    }
+    cerb__mutex_unlock(&e->mu);
+}
+
+/*
  * Wait on slot w (pins no hold) until granted, the deadline or the flag.
  * The wait is one GET_LOCK for the whole deadline (at most MY_WAIT_MAX_MS
  * at a time), so the waiter keeps its place in the server's queue (the
  * server grants a released GET_LOCK to its waiters in the order they
- * came); the tick above watches the flag and evicts hung holders.
+ * came); the tick above watches the flag and evicts hung holders. The
+ * same statement first gives back leftovers of this session (it pins no
+ * hold): stacked GET_LOCKs would outlive a release.
  */
 static cerb_status wait_on(cerb_engine *e, cerb_engine_lock *lk, int w, int64_t deadline_ns,
                            const atomic_int *intr, cerb_grant *grant)
@@ -519,18 +557,8 @@ static cerb_status wait_on(cerb_engine *e, cerb_engine_lock *lk, int w, int64_t 
     bool broken = false, have = false; /* have: the GET_LOCK is ours, the row not yet */
     uint64_t gen = slot_gen(e, w);
     uint64_t conn = slot_conn(e, w, gen);
+    cerb_status st;
     grant_vals(lk, p, v);
-    /* Leftovers of this session (it pins no hold): stacked GET_LOCKs would
-     * outlive a release. */
-    cerb_status st = run(e, &w, MY_UNLOCK_ALL, NULL, 0, 0,
-                         &res, &broken);
-    cerb__my_res_free(&res);
-    if (st != CERB_OK) {
-        if (w >= 0)
-            cerb__my_give(e, w, true, NULL, NULL);
-        grant->outcome = CERB_OUTCOME_NO;
-        return st;
-    }
     for (;;) {
         if ((intr && atomic_load(intr)) || cerb__ms_left(deadline_ns) <= 0) {
             drop_waiter(e, w);
@@ -542,7 +570,8 @@ static cerb_status wait_on(cerb_engine *e, cerb_engine_lock *lk, int w, int64_t 
                 lt = MY_WAIT_MAX_MS;
             if (lt < 1)
                 lt = 1;
-            struct my_val gv[2] = {v_str(p->lname), v_dbl((double)lt / 1000.0)};
+            struct my_val gv[5] = {v_str(p->lname), v_str(p->lname), v_dbl((double)lt / 1000.0),
+                                   v_str(p->lname), v_dbl((double)lt / 1000.0)};
             struct waiting wt = {.e = e, .lk = lk, .intr = intr, .conn = conn,
                                  .next_evict = cerb_monotime() +
                                                MY_EVICT_EVERY_MS * CERB_NS_PER_MS};
@@ -550,7 +579,7 @@ static cerb_status wait_on(cerb_engine *e, cerb_engine_lock *lk, int w, int64_t 
             unsigned en = 0;
             atomic_fetch_add_explicit(&e->stats.acquire_calls, 1, memory_order_relaxed);
             atomic_fetch_add_explicit(&e->stats.round_trips, 1, memory_order_relaxed);
-            st = cerb__my_exec_tick(cerb__my_stmt(e, w, MY_GETLOCK), gv, 2,
+            st = cerb__my_exec_tick(cerb__my_stmt(e, w, MY_WAIT), gv, 5,
                                     cerb__deadline_in(lt + e->mc->op_timeout_ms), &res, &broken,
                                     &en, &tick);
             if (wt.cancel_sent) {
@@ -585,10 +614,12 @@ static cerb_status wait_on(cerb_engine *e, cerb_engine_lock *lk, int w, int64_t 
                 return cerb__error_set(CERB_EIO, "mysql: GET_LOCK for \"%s\" failed (NULL)",
                                        lk->name);
             }
-            if (got != 1)
+            note_held(e, p->lname, got >= 2);
+            if (got != 1 && got != 3)
                 continue; /* timed out: the deadline, or MY_WAIT_MAX_MS */
             have = true;
-            atomic_fetch_add_explicit(&e->stats.wakeups, 1, memory_order_relaxed);
+            if (got == 3)
+                atomic_fetch_add_explicit(&e->stats.wakeups, 1, memory_order_relaxed);
         }
         grant->sent_ns = cerb_monotime();
         st = run(e, &w, MY_CLAIM, v, 6, 0, &res, &broken);
@@ -737,6 +768,11 @@ cerb_status cerb__my_op_acquire(cerb_engine *e, cerb_engine_lock *lk, int64_t de
         return st;
     if (e->lease)
         return lease_acquire(e, lk, deadline_ns, interrupted, grant);
+    if (deadline_ns != 0 && queue_first(e, p->lname)) {
+        int w = cerb__my_take_waiter(e, cerb__deadline_in(e->mc->connect_timeout_ms), &st);
+        if (w >= 0)
+            return wait_on(e, lk, w, deadline_ns, interrupted, grant);
+    }
     for (int attempt = 0;; attempt++) {
         st = try_once(e, lk, grant, &left_ms);
         if (st != CERB_BUSY || deadline_ns == 0)

@@ -115,7 +115,12 @@ static const char *const templates[MY_NSTMT] = {
                 "(SELECT GREATEST(0, TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), "
                 "quarantine_until)) FROM @D.cerberus_meta WHERE k = 'mysql')",
     [MY_INSERT] = "INSERT IGNORE INTO @D.cerberus_lock (name, lname) VALUES (?, ?)",
-    [MY_GETLOCK] = "SELECT GET_LOCK(?, ?)",
+    /* IF() evaluates its condition first and then one branch: leftover
+     * GET_LOCKs of the session go before the wait, and the answer says
+     * whether the name was held when the wait began (2 added: 3 granted
+     * after a wait, 2 timed out; NULL an error or a KILL QUERY). */
+    [MY_WAIT] = "SELECT IF(RELEASE_ALL_LOCKS() >= 0, IF(IS_FREE_LOCK(?) = 1, GET_LOCK(?, ?), "
+                "GET_LOCK(?, ?) + 2), NULL)",
     [MY_UNLOCK] = "SELECT RELEASE_LOCK(?)",
     [MY_UNLOCK_ALL] = "SELECT RELEASE_ALL_LOCKS()",
     [MY_RELEASE] = "UPDATE @D.cerberus_lock SET owner = NULL, owner_conn = NULL, "

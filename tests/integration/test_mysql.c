@@ -32,6 +32,11 @@
  *                 connection id), the first is the next holder under the
  *                 same owner string, and a raw GET_LOCK without a row is
  *                 listed as the holder.
+ *   queue_first   the first contended acquisition of a name costs two
+ *                 acquire calls (the try, then the wait), later ones one
+ *                 (they queue at once) with one wake-up each; a wait that
+ *                 finds the name free is no wake-up, and the next grant of
+ *                 the free name is one statement again.
  *   killed_holder KILL CONNECTION of the holder's session: its next renewal
  *                 fails and its lost callback fires, while a waiter gets the
  *                 lock only once the row's lease has run out on the server.
@@ -652,6 +657,80 @@ static void test_inspect_arrival_order(void **state)
     cerb_client_close(h);
 }
 
+/* ---- a contended name queues at once ---- */
+
+static uint64_t calls_of(struct cerb_client *c, uint64_t *wakeups)
+{
+    struct cerb_engine_info info;
+    assert_int_equal(cerb_engine_info(c, "mysql", &info), CERB_OK);
+    if (wakeups)
+        *wakeups = info.wakeups;
+    return info.acquire_calls;
+}
+
+/* One contended acquisition by w's client while h holds: how many acquire
+ * calls it took to be queued, and the wake-ups it counted. */
+static uint64_t contended_once(struct cerb_client *hc, struct cerb_lock *lh, struct cerb_client *wc,
+                               struct insp_waiter *w, const char *name, uint64_t *woke)
+{
+    uint64_t w0 = 0, w1 = 0, c0 = calls_of(wc, &w0);
+    assert_int_equal(cerb_lock_trylock(lh), CERB_OK);
+    atomic_store(&w->held, 0);
+    atomic_store(&w->release, 0);
+    assert_int_equal(pthread_create(&w->t, NULL, insp_main, w), 0);
+    struct insp_count q = {hc, name, 2}; /* the holder and one waiter */
+    assert_true(wait_until(insp_shows, &q, 10000));
+    uint64_t calls = calls_of(wc, NULL) - c0;
+    assert_int_equal(cerb_lock_unlock(lh), CERB_OK);
+    assert_true(wait_until(int_set, &w->held, 10000));
+    atomic_store(&w->release, 1);
+    pthread_join(w->t, NULL);
+    assert_int_equal(w->st, CERB_OK);
+    calls_of(wc, &w1);
+    *woke = w1 - w0;
+    return calls;
+}
+
+static void test_queue_first(void **state)
+{
+    (void)state;
+    struct cerb_client *h = open_client(NULL, NULL), *b = open_client(NULL, NULL);
+    char *name = test_name("queue-first");
+    struct cerb_lock *lh = cerb_test_handle(h, name);
+    struct insp_waiter w = {.l = cerb_test_handle(b, name)};
+    uint64_t woke = 0;
+    /* The first wait on a name tries first (MY_TRY, then the wait) ... */
+    assert_int_equal(contended_once(h, lh, b, &w, name, &woke), 2);
+    assert_int_equal(woke, 1);
+    /* ... the next ones queue at once: one acquire call, one wake-up. */
+    for (int i = 0; i < 2; i++) {
+        assert_int_equal(contended_once(h, lh, b, &w, name, &woke), 1);
+        assert_int_equal(woke, 1);
+    }
+    /* A wait that finds the name free is no wake-up, and takes it off the
+     * list: the next acquisition of a free name is one statement again. */
+    MYSQL *my = raw();
+    uint64_t w0 = 0, w1 = 0, c0 = calls_of(b, &w0);
+    assert_int_equal(cerb_lock_trylock_for(w.l, 10000), CERB_OK);
+    int64_t conn = q1s(my, "SELECT owner_conn FROM cerberus_lock WHERE name = ?", name);
+    assert_int_equal(calls_of(b, &w1) - c0, 1);
+    assert_int_equal(w1, w0);
+    assert_int_equal(cerb_lock_unlock(w.l), CERB_OK);
+    int64_t x0 = executes(my, conn);
+    assert_int_equal(cerb_lock_trylock_for(w.l, 10000), CERB_OK);
+    assert_int_equal(q1s(my, "SELECT owner_conn FROM cerberus_lock WHERE name = ?", name), conn);
+    assert_int_equal(executes(my, conn) - x0, 1);
+    assert_int_equal(cerb_lock_unlock(w.l), CERB_OK);
+    /* Nothing stacked on the server. */
+    assert_int_equal(q1s(my, "SELECT IS_USED_LOCK(?) IS NULL", lname_of("dl", name)), 1);
+    mysql_close(my);
+    cerb_lock_free(w.l);
+    cerb_lock_free(lh);
+    free(name);
+    cerb_client_close(b);
+    cerb_client_close(h);
+}
+
 /* ---- a killed holder session ---- */
 
 static atomic_int lost_fired;
@@ -906,6 +985,7 @@ int main(int argc, char **argv)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_mapping),      cmocka_unit_test(test_eval_order),
         cmocka_unit_test(test_interop),      cmocka_unit_test(test_round_trips),
+        cmocka_unit_test(test_queue_first),
         cmocka_unit_test(test_injection),    cmocka_unit_test(test_fences),
         cmocka_unit_test(test_inspect_arrival_order),
         cmocka_unit_test(test_killed_holder), cmocka_unit_test(test_hung_holder_is_evicted),
