@@ -772,6 +772,8 @@ cerb_status cerb__my_op_acquire(cerb_engine *e, cerb_engine_lock *lk, int64_t de
         int w = cerb__my_take_waiter(e, cerb__deadline_in(e->mc->connect_timeout_ms), &st);
         if (w >= 0)
             return wait_on(e, lk, w, deadline_ns, interrupted, grant);
+        if (st != CERB_OK) /* a connect failed: never a second connect timeout */
+            return st;
     }
     for (int attempt = 0;; attempt++) {
         st = try_once(e, lk, grant, &left_ms);

@@ -5,6 +5,8 @@
  *  - paused: calls fail within their deadlines, a holder is told LOST by
  *    its own deadline, and after the resume the next holder gets the name
  *    with a higher fence;
+ *  - paused, a call that may wait with no session to wait on fails after
+ *    one connect timeout, not two attempts;
  *  - killed (kill -9 of the postmaster) and restarted on its data: holders
  *    are told LOST in time, the next grant waits out the lease the row kept
  *    across the restart, and fences keep growing (they are durable).
@@ -102,6 +104,42 @@ static void test_paused_server(void **state)
     cerb_client_close(b);
 }
 
+/* A call that may wait, on a paused server with no session to wait on:
+ * the waiter's connect fails once, and the call says so, instead of trying
+ * again on the holder's session (another op timeout, and an ambiguous
+ * grant to settle). */
+static void test_paused_connect_fails_once(void **state)
+{
+    (void)state;
+    char *cfg = pg_test_config("op_timeout_ms = 1000; connect_timeout_ms = 300;",
+                               "retry = { max = 0; };");
+    cerb_client *a = NULL;
+    assert_int_equal(cerb_client_open_string(&a, cfg), CERB_OK);
+    free(cfg);
+    char *n1 = test_name("pg-pause-held"), *n2 = test_name("pg-pause-wait");
+    cerb_lock *l1 = mk(a, n1), *l2 = mk(a, n2);
+    /* l1 pins the one session the client has made. */
+    assert_int_equal(cerb_lock_lock(l1), CERB_OK);
+    pid_t srv = server_pid();
+    assert_int_equal(pg_test_pause_server(srv), 0);
+    int64_t t0 = cerb_test_now_ms();
+    cerb_status st = cerb_lock_trylock_for(l2, 100);
+    int64_t took = cerb_test_now_ms() - t0;
+    assert_int_equal(pg_test_resume_server(srv), 0);
+    print_message("trylock_for(100) on a paused server: %s after %lld ms\n",
+                  cerb_status_name(st), (long long)took);
+    assert_int_not_equal(st, CERB_OK);
+    /* One connect timeout (300 ms) and slack; a second attempt on the
+     * holder's session took one more op timeout (1 s) besides. */
+    assert_true(took < 900);
+    cerb_lock_unlock(l1);
+    cerb_lock_free(l1);
+    cerb_lock_free(l2);
+    free(n1);
+    free(n2);
+    cerb_client_close(a);
+}
+
 static void test_restarted_server(void **state)
 {
     (void)state;
@@ -147,6 +185,7 @@ int main(void)
     cerb_test_debug_aids();
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_paused_server),
+        cmocka_unit_test(test_paused_connect_fails_once),
         cmocka_unit_test(test_restarted_server),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
