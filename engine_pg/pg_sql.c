@@ -47,41 +47,48 @@ const char *const cerb__pg_stmt_names[PG_NSTMT] = {
 #define LOCK_FN(fn)                                                                       \
     "CASE WHEN $6::int IS NULL THEN " fn "($2::bigint) ELSE " fn "($6::int, $7::int) END"
 
-/* The failover record (cerberus_meta, pg_meta below), read once per
- * statement (CTE m, materialized since it is used more than once): every
- * fence is above its base; grants are open when the record is of this
- * very server — a session that outlived a failover (behind a pooler, or
- * a moved address) must not grant on a promoted standby before its check
- * ran — and no quarantine runs; `same` tells the session to run its check.
- * The timeline is the WAL insert position's (no control file read). */
+/* The failover record (cerberus_meta, pg_meta below). A grant joins its
+ * row (the primary key k = 'pg') only when it is of this very server — a
+ * session that outlived a failover (behind a pooler, or a moved address)
+ * must not grant on a promoted standby before its check ran — and no
+ * quarantine runs; the new fence is above its base. Nothing else is read
+ * on the way to a grant: what a refusal needs (the lease and quarantine
+ * left, whether the record is of this server: `same` tells the session to
+ * run its check) is asked by subqueries under CASE, which the server runs
+ * only when no fence came back. The timeline is the WAL insert position's
+ * (no control file read). */
 #define CUR_TLI "('x' || substr(pg_walfile_name(pg_current_wal_insert_lsn()), 1, 8))::bit(32)::bigint"
-#define META_CTE                                                                          \
-    "m AS (SELECT coalesce(max(base), 0) AS base, coalesce(bool_or(tli = t.cur), false) "   \
-    "AS same, coalesce(bool_or(tli = t.cur AND (quarantine_until IS NULL OR "              \
-    "quarantine_until <= clock_timestamp())), false) AS open, max(quarantine_until) AS q "  \
-    "FROM @S.cerberus_meta, (SELECT " CUR_TLI " AS cur) t WHERE k = 'pg')"
-#define META_BASE "(SELECT base FROM m)"
-#define META_OPEN "(SELECT open FROM m)"
-#define META_SAME "(SELECT same FROM m)"
+#define META_JOIN                                                                         \
+    "@S.cerberus_meta mb WHERE mb.k = 'pg' AND mb.tli = " CUR_TLI " AND "                  \
+    "(mb.quarantine_until IS NULL OR mb.quarantine_until <= clock_timestamp())"
 
-/* The claim of the row; `where` selects the rows to insert from (after
- * the session lock said got) and must end with META_OPEN. */
-#define CLAIM_INSERT(where)                                                               \
+/* The claim of the row; `from` names what to insert from: after the
+ * session lock said got (`a, ` and `a.got AND`), or nothing (PG_CLAIM).
+ * The update's new fence is GREATEST(l.fence + 1, floor + 1, base + 1):
+ * EXCLUDED.fence holds the last two. */
+#define CLAIM_INSERT(from, cond)                                                          \
     "INSERT INTO @S.cerberus_lock AS l (name, akey, fence, owner, owner_pid, lease_until, " \
-    "acquired_at) SELECT $1::bytea, $2::bigint, GREATEST(1, $5::bigint + 1, " META_BASE    \
-    " + 1), $3::text, pg_backend_pid(), clock_timestamp() + $4::bigint * "                 \
-    "interval '1 millisecond', clock_timestamp() " where " ON CONFLICT (name) DO UPDATE "   \
-    "SET fence = GREATEST(l.fence + 1, $5::bigint + 1, " META_BASE " + 1), "               \
+    "acquired_at) SELECT $1::bytea, $2::bigint, GREATEST(1, $5::bigint + 1, mb.base + 1), " \
+    "$3::text, pg_backend_pid(), clock_timestamp() + $4::bigint * "                        \
+    "interval '1 millisecond', clock_timestamp() FROM " from META_JOIN cond                \
+    " ON CONFLICT (name) DO UPDATE "                                                       \
+    "SET fence = GREATEST(l.fence + 1, EXCLUDED.fence), "                                  \
     "akey = EXCLUDED.akey, owner = EXCLUDED.owner, "                                       \
     "owner_pid = EXCLUDED.owner_pid, lease_until = EXCLUDED.lease_until, "                 \
-    "acquired_at = EXCLUDED.acquired_at WHERE (l.owner IS NULL OR l.owner = $3::text OR "  \
-    "l.lease_until <= clock_timestamp()) AND " META_OPEN " RETURNING fence"
+    "acquired_at = EXCLUDED.acquired_at WHERE l.owner IS NULL OR l.owner = $3::text OR "   \
+    "l.lease_until <= clock_timestamp() RETURNING fence"
 
-#define LEFT_MS                                                                           \
-    "CASE WHEN (SELECT fence FROM ins) IS NULL THEN GREATEST((SELECT ceil(extract(epoch "  \
-    "FROM (lease_until - clock_timestamp())) * 1000)::bigint FROM @S.cerberus_lock "      \
-    "WHERE name = $1::bytea AND owner IS NOT NULL), (SELECT ceil(extract(epoch FROM "      \
-    "(q - clock_timestamp())) * 1000)::bigint FROM m)) END"
+/* The answer: got, the fence, and when no fence came back, how long to
+ * wait (the row's lease and the quarantine left) and whether the record
+ * is of this server. */
+#define ANSWER(got)                                                                       \
+    "SELECT " got ", (SELECT fence FROM ins), CASE WHEN (SELECT fence FROM ins) IS NULL "  \
+    "THEN GREATEST((SELECT ceil(extract(epoch FROM (lease_until - clock_timestamp())) * "  \
+    "1000)::bigint FROM @S.cerberus_lock WHERE name = $1::bytea AND owner IS NOT NULL), "  \
+    "(SELECT ceil(extract(epoch FROM (quarantine_until - clock_timestamp())) * "           \
+    "1000)::bigint FROM @S.cerberus_meta WHERE k = 'pg')) END, "                           \
+    "CASE WHEN (SELECT fence FROM ins) IS NULL THEN coalesce((SELECT tli = " CUR_TLI       \
+    " FROM @S.cerberus_meta WHERE k = 'pg'), false) ELSE true END"
 
 /* Wait for the session lock: a try first (no settings touched when the
  * name is free), then the wait bounded by lock_timeout for this statement.
@@ -92,18 +99,14 @@ const char *const cerb__pg_stmt_names[PG_NSTMT] = {
     "ELSE (" LOCK_FN("pg_advisory_lock") ")::text IS NOT NULL END"
 
 static const char *const templates[PG_NSTMT] = {
-    [PG_TRY] = "WITH " META_CTE ", a AS (SELECT " LOCK_FN("pg_try_advisory_lock") " AS got), "
-               "ins AS (" CLAIM_INSERT("FROM a WHERE a.got AND " META_OPEN) ") "
-               "SELECT a.got, (SELECT fence FROM ins), " LEFT_MS ", " META_SAME " FROM a",
-    [PG_WAIT] = "WITH " META_CTE ", a AS (SELECT " WAIT_LOCK " AS got), "
-                "ins AS (" CLAIM_INSERT("FROM a WHERE a.got AND " META_OPEN) ") "
-                "SELECT a.got, (SELECT fence FROM ins), " LEFT_MS ", " META_SAME " FROM a",
+    [PG_TRY] = "WITH a AS (SELECT " LOCK_FN("pg_try_advisory_lock") " AS got), "
+               "ins AS (" CLAIM_INSERT("a, ", " AND a.got") ") " ANSWER("a.got") " FROM a",
+    [PG_WAIT] = "WITH a AS (SELECT " WAIT_LOCK " AS got), "
+                "ins AS (" CLAIM_INSERT("a, ", " AND a.got") ") " ANSWER("a.got") " FROM a",
     [PG_REWAIT] = "WITH s AS (SELECT pg_advisory_unlock_all()::text AS u), "
-                  META_CTE ", a AS (SELECT " WAIT_LOCK " AS got FROM s), "
-                  "ins AS (" CLAIM_INSERT("FROM a WHERE a.got AND " META_OPEN) ") "
-                  "SELECT a.got, (SELECT fence FROM ins), " LEFT_MS ", " META_SAME " FROM a",
-    [PG_CLAIM] = "WITH " META_CTE ", ins AS (" CLAIM_INSERT("WHERE " META_OPEN) ") "
-                 "SELECT true, (SELECT fence FROM ins), " LEFT_MS ", " META_SAME,
+                  "a AS (SELECT " WAIT_LOCK " AS got FROM s), "
+                  "ins AS (" CLAIM_INSERT("a, ", " AND a.got") ") " ANSWER("a.got") " FROM a",
+    [PG_CLAIM] = "WITH ins AS (" CLAIM_INSERT("", "") ") " ANSWER("true"),
     [PG_UNLOCK] = "SELECT CASE WHEN $2::int IS NOT NULL THEN pg_advisory_unlock($2::int, $3::int) "
                   "ELSE pg_advisory_unlock($1::bigint) END",
     [PG_RELEASE] = "WITH u AS (UPDATE @S.cerberus_lock SET owner = NULL, owner_pid = NULL, "

@@ -7,6 +7,8 @@
  *    with a higher fence;
  *  - paused, a call that may wait with no session to wait on fails after
  *    one connect timeout, not two attempts;
+ *  - a session that passed its failover check grants nothing once the
+ *    record names another server: its fences jump 2^32 above the old;
  *  - killed (kill -9 of the postmaster) and restarted on its data: holders
  *    are told LOST in time, the next grant waits out the lease the row kept
  *    across the restart, and fences keep growing (they are durable).
@@ -140,6 +142,52 @@ static void test_paused_connect_fails_once(void **state)
     cerb_client_close(a);
 }
 
+/* The first column of the first row of sql, as a number (-1 when none). */
+static long long num(PGconn *pg, const char *sql)
+{
+    PGresult *r = pg_test_exec(pg, sql, 0, NULL);
+    assert_non_null(r);
+    long long v = PQntuples(r) > 0 && !PQgetisnull(r, 0, 0) ? atoll(PQgetvalue(r, 0, 0)) : -1;
+    PQclear(r);
+    return v;
+}
+
+/* A session that passed its failover check, when the record then names
+ * another server (as after a failover its session outlived, behind a
+ * pooler or a moved address): no grant is made on the old record. The
+ * grant statement itself refuses, the session runs its check again, which
+ * moves the record to this server, raises the base 2^32 above every fence
+ * and starts the quarantine; the next grant comes after it, above the
+ * base. */
+static void test_grant_checks_the_record(void **state)
+{
+    (void)state;
+    cerb_client *a = open_client("lock = { lease_ms = 1000; };");
+    char *name = test_name("pg-record");
+    cerb_lock *l = mk(a, name);
+    assert_int_equal(cerb_lock_lock(l), CERB_OK);
+    uint64_t f0 = cerb_lock_fencing_token(l) & ((UINT64_C(1) << 48) - 1);
+    assert_int_equal(cerb_lock_unlock(l), CERB_OK);
+    PGconn *pg = pg_test_connect(NULL);
+    assert_non_null(pg);
+    long long base0 = num(pg, "SELECT base FROM cerberus_meta WHERE k = 'pg'");
+    PQclear(pg_test_exec(pg, "UPDATE cerberus_meta SET tli = tli + 1000 WHERE k = 'pg'", 0, NULL));
+    assert_int_equal(cerb_lock_trylock_for(l, 10000), CERB_OK);
+    uint64_t f1 = cerb_lock_fencing_token(l) & ((UINT64_C(1) << 48) - 1);
+    print_message("fence %llu, then %llu after the record named another server\n",
+                  (unsigned long long)f0, (unsigned long long)f1);
+    assert_true(f1 > (uint64_t)base0 + (UINT64_C(1) << 32));
+    assert_true(f1 > f0 + (UINT64_C(1) << 32));
+    /* The record names this server again. */
+    assert_int_equal(num(pg, "SELECT count(*) FROM cerberus_meta WHERE k = 'pg' AND tli < 1000"),
+                     1);
+    assert_int_equal(cerb_lock_unlock(l), CERB_OK);
+    PQfinish(pg);
+    cerb_lock_free(l);
+    free(name);
+    cerb_client_close(a);
+}
+
 static void test_restarted_server(void **state)
 {
     (void)state;
@@ -186,6 +234,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_paused_server),
         cmocka_unit_test(test_paused_connect_fails_once),
+        cmocka_unit_test(test_grant_checks_the_record),
         cmocka_unit_test(test_restarted_server),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
