@@ -305,7 +305,7 @@ static cerb_status exec_core(MYSQL_STMT *st, const struct my_val *vals, int n,
                              unsigned *errnum, const struct my_tick *tick, int blob_col,
                              void **blob, size_t *blob_len)
 {
-    MYSQL_BIND pb[40];
+    MYSQL_BIND pb[MY_MAX_VALUES];
     MYSQL *my = st->mysql;
     int ret = 0;
     bool late = false;
@@ -318,7 +318,7 @@ static cerb_status exec_core(MYSQL_STMT *st, const struct my_val *vals, int n,
     }
     if (n > (int)(sizeof pb / sizeof pb[0]))
         return cerb__error_set(CERB_EINVAL, "mysql: too many values");
-    memset(pb, 0, sizeof pb);
+    memset(pb, 0, (size_t)n * sizeof pb[0]);
     for (int i = 0; i < n; i++) {
         const struct my_val *v = &vals[i];
         switch (v->t) {
@@ -696,7 +696,7 @@ cerb_status cerb__my_take_any(cerb_engine *e, const char *avoid, bool prefer_fre
         int idle = -1, free_idle = -1, empty = -1;
         for (int i = 0; i < e->nslots; i++) {
             struct my_slot *s = &e->slots[i];
-            if (s->state == SLOT_IDLE && !pins(s, avoid)) {
+            if (s->state == SLOT_IDLE && s->wanted == 0 && !pins(s, avoid)) {
                 if (idle < 0)
                     idle = i;
                 if (s->holds == 0 && free_idle < 0)
@@ -743,7 +743,8 @@ int cerb__my_take_waiter(cerb_engine *e, int64_t deadline_ns, cerb_status *st)
          * max_waiters holds while it runs. */
         e->waiters++;
         for (int i = 0; i < e->nslots && pick < 0; i++) {
-            if (e->slots[i].state == SLOT_IDLE && e->slots[i].holds == 0)
+            if (e->slots[i].state == SLOT_IDLE && e->slots[i].wanted == 0 &&
+                e->slots[i].holds == 0)
                 pick = i;
             else if (e->slots[i].state == SLOT_EMPTY && empty < 0)
                 empty = i;
@@ -768,24 +769,30 @@ cerb_status cerb__my_take_slot(cerb_engine *e, int slot, uint64_t gen, int64_t d
     if (slot < 0 || slot >= e->nslots)
         return cerb__error_set(CERB_NOT_OWNER, "mysql: this hold has no session");
     cerb__mutex_lock(&e->mu);
+    struct my_slot *s = &e->slots[slot];
+    cerb_status st = CERB_OK;
+    /* Wanted: calls that may take any slot leave this one to us once it
+     * is idle (the holds pinned here need it; they could go elsewhere). */
+    s->wanted++;
     for (;;) {
-        struct my_slot *s = &e->slots[slot];
         if (s->gen != gen || s->state == SLOT_EMPTY || s->state == SLOT_CONNECTING) {
-            cerb__mutex_unlock(&e->mu);
-            return cerb__error_set(CERB_NOT_OWNER,
-                                   "mysql: the session that held the lock has ended");
+            st = cerb__error_set(CERB_NOT_OWNER, "mysql: the session that held the lock has ended");
+            break;
         }
         if (s->state == SLOT_IDLE) {
             s->state = SLOT_BUSY;
-            cerb__mutex_unlock(&e->mu);
-            return CERB_OK;
+            break;
         }
         if (cerb__cond_wait_until(&e->cv, &e->mu, deadline_ns) != 0 &&
             cerb__ms_left(deadline_ns) <= 0) {
-            cerb__mutex_unlock(&e->mu);
-            return cerb__error_set(CERB_EIO, "mysql: the lock's connection stayed busy");
+            st = cerb__error_set(CERB_EIO, "mysql: the lock's connection stayed busy");
+            break;
         }
     }
+    if (--s->wanted == 0 && s->state == SLOT_IDLE)
+        cerb__cond_broadcast(&e->cv); /* others may take it again */
+    cerb__mutex_unlock(&e->mu);
+    return st;
 }
 
 MYSQL_STMT *cerb__my_stmt(cerb_engine *e, int slot, enum my_stmt s)

@@ -56,7 +56,9 @@
 /* GET_LOCK names: at most 64 characters (MySQL >= 5.7, MariaDB). */
 #define MY_LNAME_MAX 64
 /* Renewals of one connection go in statements of this many holds. */
-#define MY_RENEW_CHUNK 16
+#define MY_RENEW_CHUNK 64
+/* The most values a statement binds (a renewal: the lease, then pairs). */
+#define MY_MAX_VALUES (1 + 2 * MY_RENEW_CHUNK)
 
 /* Statements, prepared on every connection (my_sql.c). */
 enum my_stmt {
@@ -115,6 +117,7 @@ struct my_slot {
     bool pins_all;           /* a name could not be listed: avoid for tries */
     enum my_slot_state state;
     bool waiter;             /* busy in a blocking wait */
+    int wanted;              /* calls waiting for this very slot */
 };
 
 struct cerb_engine {

@@ -101,8 +101,9 @@
     "UTC_TIMESTAMP(6)), UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND), server = @I "           \
     "WHERE k = 'mysql' AND NOT (server <=> @I)"
 
-#define PAIRS4 "(?, ?), (?, ?), (?, ?), (?, ?)"
-#define PAIRS16 "(" PAIRS4 ", " PAIRS4 ", " PAIRS4 ", " PAIRS4 ")"
+/* "@P" in a template: MY_RENEW_CHUNK pairs of values, (?, ?), in
+ * parentheses (cerb__my_splice). */
+#define PAIRS "@P"
 
 static const char *const templates[MY_NSTMT] = {
     [MY_TRY] = GRANT_SET " AND GET_LOCK(?, 0) = 1",
@@ -127,11 +128,11 @@ static const char *const templates[MY_NSTMT] = {
                    "lease_until = UTC_TIMESTAMP(6) WHERE name = ? AND owner = ? AND "
                    "IFNULL(RELEASE_LOCK(?), 0) >= 0",
     [MY_RENEW_N] = "UPDATE @D.cerberus_lock SET lease_until = UTC_TIMESTAMP(6) + INTERVAL ? "
-                   "MICROSECOND WHERE owner_conn = CONNECTION_ID() AND (name, owner) IN " PAIRS16,
+                   "MICROSECOND WHERE owner_conn = CONNECTION_ID() AND (name, owner) IN " PAIRS,
     /* Lease mode: by token alone, on any connection. */
     [MY_RENEW_NL] = "UPDATE @D.cerberus_lock SET lease_until = UTC_TIMESTAMP(6) + INTERVAL ? "
-                    "MICROSECOND WHERE (name, owner) IN " PAIRS16,
-    [MY_RENEW_CHKL] = "SELECT owner, fence FROM @D.cerberus_lock WHERE (name, owner) IN " PAIRS16,
+                    "MICROSECOND WHERE (name, owner) IN " PAIRS,
+    [MY_RENEW_CHKL] = "SELECT owner, fence FROM @D.cerberus_lock WHERE (name, owner) IN " PAIRS,
     /* The failover check (cerb__my_check_meta, meta_tpl). */
     [MY_META_FAST] = "SELECT EXISTS (SELECT 1 FROM @D.cerberus_boot WHERE k = 'b') AND EXISTS "
                      "(SELECT 1 FROM @D.cerberus_meta WHERE k = 'mysql' AND server = @I)",
@@ -140,7 +141,7 @@ static const char *const templates[MY_NSTMT] = {
     [MY_META_BUMP] = META_BUMP,
     [MY_META_SEEN] = "SELECT @I, (SELECT base FROM @D.cerberus_meta WHERE k = 'mysql')",
     [MY_RENEW_CHK] = "SELECT owner, fence FROM @D.cerberus_lock WHERE owner_conn = "
-                     "CONNECTION_ID() AND (name, owner) IN " PAIRS16,
+                     "CONNECTION_ID() AND (name, owner) IN " PAIRS,
     [MY_CHECK] = "SELECT fence, owner_conn, lease_until > UTC_TIMESTAMP(6) "
                  "FROM @D.cerberus_lock WHERE name = ? AND owner = ?",
     [MY_DROP] = "UPDATE @D.cerberus_lock SET owner = NULL, owner_conn = NULL, "
@@ -179,18 +180,45 @@ void cerb__my_quote_ident(const char *id, char *out, size_t len)
     out[o] = '\0';
 }
 
+/* The text of "@P": "((?, ?), (?, ?), ...)". */
+#define PAIR_TEXT "(?, ?)"
+#define PAIRS_LEN (2 + MY_RENEW_CHUNK * (sizeof PAIR_TEXT - 1) + (MY_RENEW_CHUNK - 1) * 2)
+
+static void pairs_text(char *out)
+{
+    char *o = out;
+    *o++ = '(';
+    for (int i = 0; i < MY_RENEW_CHUNK; i++) {
+        if (i) {
+            memcpy(o, ", ", 2);
+            o += 2;
+        }
+        memcpy(o, PAIR_TEXT, sizeof PAIR_TEXT - 1);
+        o += sizeof PAIR_TEXT - 1;
+    }
+    *o++ = ')';
+    *o = '\0';
+}
+
 char *cerb__my_splice(const char *tpl, const char *db_q)
 {
-    size_t n = 0, ql = strlen(db_q);
-    for (const char *p = tpl; *p; p++)
-        n += (p[0] == '@' && p[1] == 'D') ? (p++, ql) : 1;
+    char pairs[PAIRS_LEN + 1];
+    const char *with[2] = {db_q, pairs};
+    size_t wl[2] = {strlen(db_q), PAIRS_LEN};
+    size_t n = 0;
+    pairs_text(pairs);
+    for (const char *p = tpl; *p; p++) {
+        int k = p[0] != '@' ? -1 : p[1] == 'D' ? 0 : p[1] == 'P' ? 1 : -1;
+        n += k >= 0 ? (p++, wl[k]) : 1;
+    }
     char *out = cerb__malloc(n + 1), *o = out;
     if (!out)
         return NULL;
     for (const char *p = tpl; *p; p++) {
-        if (p[0] == '@' && p[1] == 'D') {
-            memcpy(o, db_q, ql);
-            o += ql;
+        int k = p[0] != '@' ? -1 : p[1] == 'D' ? 0 : p[1] == 'P' ? 1 : -1;
+        if (k >= 0) {
+            memcpy(o, with[k], wl[k]);
+            o += wl[k];
             p++;
         } else {
             *o++ = *p;

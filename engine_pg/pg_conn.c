@@ -463,9 +463,10 @@ cerb_status cerb__pg_take_any(cerb_engine *e, int64_t deadline_ns, bool spare, i
     for (;;) {
         int idle = -1, free_idle = -1, empty = -1;
         for (int i = 0; i < e->nslots; i++) {
-            if (e->slots[i].state == SLOT_IDLE && e->slots[i].holds == 0 && free_idle < 0)
+            bool open = e->slots[i].state == SLOT_IDLE && e->slots[i].wanted == 0;
+            if (open && e->slots[i].holds == 0 && free_idle < 0)
                 free_idle = i;
-            if (e->slots[i].state == SLOT_IDLE && idle < 0)
+            if (open && idle < 0)
                 idle = i;
             else if (e->slots[i].state == SLOT_EMPTY && empty < 0)
                 empty = i;
@@ -503,7 +504,8 @@ int cerb__pg_take_waiter(cerb_engine *e, int64_t deadline_ns, cerb_status *st)
     if (e->waiters < e->max_waiters) {
         int empty = -1;
         for (int i = 0; i < e->nslots && pick < 0; i++) {
-            if (e->slots[i].state == SLOT_IDLE && e->slots[i].holds == 0)
+            if (e->slots[i].state == SLOT_IDLE && e->slots[i].wanted == 0 &&
+                e->slots[i].holds == 0)
                 pick = i;
             else if (e->slots[i].state == SLOT_EMPTY && empty < 0)
                 empty = i;
@@ -531,24 +533,30 @@ cerb_status cerb__pg_take_slot(cerb_engine *e, int slot, uint64_t gen, int64_t d
     if (slot < 0 || slot >= e->nslots)
         return cerb__error_set(CERB_NOT_OWNER, "pg: this hold has no session");
     cerb__mutex_lock(&e->mu);
+    struct pg_slot *s = &e->slots[slot];
+    cerb_status st = CERB_OK;
+    /* Wanted: calls that may take any slot leave this one to us once it
+     * is idle (the holds pinned here need it; they could go elsewhere). */
+    s->wanted++;
     for (;;) {
-        struct pg_slot *s = &e->slots[slot];
         if (s->gen != gen || s->state == SLOT_EMPTY || s->state == SLOT_CONNECTING) {
-            cerb__mutex_unlock(&e->mu);
-            return cerb__error_set(CERB_NOT_OWNER,
-                                   "pg: the session that held the lock has ended");
+            st = cerb__error_set(CERB_NOT_OWNER, "pg: the session that held the lock has ended");
+            break;
         }
         if (s->state == SLOT_IDLE) {
             s->state = SLOT_BUSY;
-            cerb__mutex_unlock(&e->mu);
-            return CERB_OK;
+            break;
         }
         if (cerb__cond_wait_until(&e->cv, &e->mu, deadline_ns) != 0 &&
             cerb__ms_left(deadline_ns) <= 0) {
-            cerb__mutex_unlock(&e->mu);
-            return cerb__error_set(CERB_EIO, "pg: the lock's connection stayed busy");
+            st = cerb__error_set(CERB_EIO, "pg: the lock's connection stayed busy");
+            break;
         }
     }
+    if (--s->wanted == 0 && s->state == SLOT_IDLE)
+        cerb__cond_broadcast(&e->cv); /* others may take it again */
+    cerb__mutex_unlock(&e->mu);
+    return st;
 }
 
 void cerb__pg_give(cerb_engine *e, int slot, bool broken, int hold_delta)

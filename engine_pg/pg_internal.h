@@ -90,6 +90,7 @@ struct pg_slot {
     int holds;               /* holds pinned here */
     enum pg_slot_state state;
     bool waiter;             /* busy in a blocking wait */
+    int wanted;              /* calls waiting for this very slot */
     bool doomed;             /* a session lock may be left behind here: end
                                 the session when the slot is next given back */
     unsigned gprepared;      /* guard statements prepared on this session
