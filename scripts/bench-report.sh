@@ -11,11 +11,13 @@
 #      only reports them);
 #   2. builds the Release tree if needed (cerberus-bench and the `cerberus`
 #      command, which the switch scenario runs);
-#   3. starts a private redis-server, ZooKeeper and etcd on loopback
-#      (scripts/servers.sh), on ports and a state directory of their own,
-#      and prepares them with `cerberus init`, as a new deployment would;
-#   4. runs ONE cerberus-bench on the three engines, with -c a file that
-#      lists the three servers and leaves every other key at its default
+#   3. starts a private redis-server, ZooKeeper, etcd, PostgreSQL and
+#      MariaDB on loopback (scripts/servers.sh), on ports and a state
+#      directory of their own, and prepares them with `cerberus init`, as a
+#      new deployment would (pg and mysql get servers.sh's user and
+#      database, cerb, and their lock tables from `cerberus init`);
+#   4. runs ONE cerberus-bench on the five engines, with -c a file that
+#      lists the five servers and leaves every other key at its default
 #      ($CERB_BUILD_DIR/bench-report/stores.cfg): uncontended (1 and 8
 #      threads), handoff (8 waiters), herd (100 waiters), many (10 000
 #      locks), guard (1 and 8 threads) and switch (1 and 8 threads), with the
@@ -26,7 +28,7 @@
 #      (scripts/bench_report.py meta), then renders DIR/performance.md from
 #      the JSON (scripts/bench_report.py render).
 # The servers are stopped by their PIDs when the script exits, however it
-# exits (success, error, Ctrl-C). The run takes about 7 minutes with the
+# exits (success, error, Ctrl-C). The run takes about 12 minutes with the
 # default --duration 3 on two cores; each step prints a "==> " line.
 #
 # Options:
@@ -47,6 +49,8 @@
 #   CERB_BR_REDIS_PORT     redis port (default 26679)
 #   CERB_BR_ZK_PORT        ZooKeeper client port (default 22681)
 #   CERB_BR_ETCD_PORT      etcd client port (default 22779; peer port + 1)
+#   CERB_BR_PG_PORT        PostgreSQL port (default 25791)
+#   CERB_BR_MYSQL_PORT     MariaDB port (default 23791)
 #   CERB_BR_STATE_DIR      servers.sh state (default /tmp/cerberus-bench-report-$UID)
 #   CERB_NO_INSTALL=1      never install packages
 
@@ -62,18 +66,20 @@ usage() {
 usage: $PROG [--duration S] [--out DIR] [--json-only]
        $PROG --from-json FILE [--out DIR]
 
-Runs cerberus-bench once on private redis, ZooKeeper and etcd servers and
-writes DIR/performance.md and DIR/performance.png (default DIR: docs/).
+Runs cerberus-bench once on private redis, ZooKeeper, etcd, PostgreSQL and
+MariaDB servers and writes DIR/performance.md and DIR/performance.png
+(default DIR: docs/).
 
   --duration S      seconds measured per side of each scenario (default 3;
-                    the whole run takes about 7 minutes on two cores)
+                    the whole run takes about 12 minutes on two cores)
   --out DIR         output directory (default: $ROOT/docs)
   --json-only       run, keep the JSON and the plot, do not write the page
   --from-json FILE  only render the page from FILE (cerberus-bench --json)
                     and FILE.meta.json; nothing is built or run
 
 Environment: CERB_BUILD_DIR, CERB_BR_REDIS_PORT (26679), CERB_BR_ZK_PORT
-(22681), CERB_BR_ETCD_PORT (22779), CERB_BR_STATE_DIR, CERB_NO_INSTALL=1.
+(22681), CERB_BR_ETCD_PORT (22779), CERB_BR_PG_PORT (25791),
+CERB_BR_MYSQL_PORT (23791), CERB_BR_STATE_DIR, CERB_NO_INSTALL=1.
 EOF
 }
 
@@ -134,12 +140,14 @@ WORK=$BUILD_DIR/bench-report
 REDIS_PORT=${CERB_BR_REDIS_PORT:-26679}
 ZK_PORT=${CERB_BR_ZK_PORT:-22681}
 ETCD_PORT=${CERB_BR_ETCD_PORT:-22779}
+PG_PORT=${CERB_BR_PG_PORT:-25791}
+MYSQL_PORT=${CERB_BR_MYSQL_PORT:-23791}
 JOBS=$(nproc 2>/dev/null || echo 2)
 # A state dir of its own: this script never stops a test fixture's server.
 export CERB_STATE_DIR=${CERB_BR_STATE_DIR:-/tmp/cerberus-bench-report-${UID:-$(id -u)}}
 SERVERS=$ROOT/scripts/servers.sh
 
-cerb_check_ports "$PROG" REDIS_PORT ZK_PORT ETCD_PORT
+cerb_check_ports "$PROG" REDIS_PORT ZK_PORT ETCD_PORT PG_PORT MYSQL_PORT
 
 step "dependencies"
 cerb_ensure_packages "${CERB_DEB_PACKAGES[@]}"
@@ -179,14 +187,15 @@ trap cleanup EXIT
 trap 'exit 130' INT
 trap 'exit 143' TERM
 
-step "servers on loopback: redis :$REDIS_PORT, ZooKeeper :$ZK_PORT, etcd :$ETCD_PORT (state in $CERB_STATE_DIR)"
-# Prepared below with `cerberus init`, all three the same way.
-cerb_stores_start "$REDIS_PORT" "$ZK_PORT" "$ETCD_PORT" "$WORK/stores.cfg" scripts/bench-report.sh
+step "servers on loopback: redis :$REDIS_PORT, ZooKeeper :$ZK_PORT, etcd :$ETCD_PORT, PostgreSQL :$PG_PORT, MariaDB :$MYSQL_PORT (state in $CERB_STATE_DIR)"
+# Prepared below with `cerberus init`, all five the same way.
+cerb_stores_start "$REDIS_PORT" "$ZK_PORT" "$ETCD_PORT" "$WORK/stores.cfg" \
+    scripts/bench-report.sh "$PG_PORT" "$MYSQL_PORT"
 step "cerberus init: prepare the new stores"
 run "$CERBERUS_BIN" -c "$WORK/stores.cfg" init
 
 # The one measurement, on the file above: every key at its default, as a
-# user who lists the three servers and sets nothing else gets. Each
+# user who lists the five servers and sets nothing else gets. Each
 # scenario's client is pinned to the engine measured (bench/scenarios.c);
 # the switch scenario switches a copy of the file. (Without -c the bench's
 # built-in switch file has a 1 s lease, too short for its clients to trust
@@ -201,7 +210,7 @@ CMDLINE="$(rel "$BENCH") ${ARGS[*]}"
 rm -f -- "$JSON" "$JSON.meta.json"
 read -r LOAD_BEFORE _ </proc/loadavg
 STARTED_UTC=$(date -u +%Y-%m-%dT%H:%M:%SZ)
-step "cerberus-bench: $SCENARIOS on redis, zk and etcd with the peers, ${DURATION}s per side (several minutes)"
+step "cerberus-bench: $SCENARIOS on redis, zk, etcd, pg and mysql with the peers, ${DURATION}s per side (several minutes)"
 B0=$SECONDS
 # From the root, so the relative paths in the command are the ones used.
 # In the background and waited for: bash runs a trap only once the
@@ -221,6 +230,7 @@ run "$PY" "$REPORT_PY" meta --out "$JSON.meta.json" --root "$ROOT" \
     --command "$CMDLINE" --script-command "scripts/$PROG --duration $DURATION" \
     --started "$STARTED_UTC" --seconds "$BENCH_S" --loadavg "$LOAD_BEFORE" \
     --redis-port "$REDIS_PORT" --zk-port "$ZK_PORT" --etcd-port "$ETCD_PORT" \
+    --pg-port "$PG_PORT" --mysql-port "$MYSQL_PORT" \
     --build-dir "$BUILD_DIR" --config "$WORK/stores.cfg"
 
 if ((JSON_ONLY)); then

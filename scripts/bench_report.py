@@ -4,6 +4,7 @@
 usage: bench_report.py meta --out FILE --command CMD [--script-command CMD]
                             [--started UTC] [--seconds S] [--loadavg L]
                             [--redis-port P] [--zk-port P] [--etcd-port P]
+                            [--pg-port P] [--mysql-port P]
                             [--root DIR] [--build-dir DIR] [--config FILE]
        bench_report.py render --json FILE [--meta FILE] --out PAGE.md
                               [--plot NAME.png]
@@ -11,7 +12,9 @@ usage: bench_report.py meta --out FILE --command CMD [--script-command CMD]
 meta    describes the run into a JSON object: the machine (CPU model,
         cores, memory, kernel, Debian release), the servers' versions
         asked from the servers themselves (redis INFO server, ZooKeeper's
-        srvr four-letter word, etcd's /version), the peers' Debian package
+        srvr four-letter word, etcd's /version, PostgreSQL's
+        server_version through psql, MariaDB's VERSION() through the
+        mariadb client), the peers' Debian package
         versions, the git commit, the date and the exact commands.
 render  writes docs/performance.md from cerberus-bench's --json array
         (bench/report.c) and that metadata: the run, a summary, one table
@@ -20,6 +23,7 @@ render  writes docs/performance.md from cerberus-bench's --json array
         that says what each scenario measures.
 """
 import argparse
+import glob
 import json
 import os
 import platform
@@ -35,7 +39,8 @@ PEER_PACKAGES = (
     ("python-etcd3", "python3-etcd3"),
     ("etcdctl", "etcd-client"),
 )
-ENGINE_TITLES = {"redis": "Redis", "zk": "ZooKeeper", "etcd": "etcd", "local": "local"}
+ENGINE_TITLES = {"redis": "Redis", "zk": "ZooKeeper", "etcd": "etcd", "pg": "PostgreSQL",
+                 "mysql": "MariaDB", "local": "local"}
 PEER_TITLES = {"redis-py": "redis-py `Lock`", "curator": "Curator", "kazoo": "kazoo",
                "python-etcd3": "python-etcd3", "etcdctl": "`etcdctl lock`"}
 
@@ -135,6 +140,44 @@ def etcd_version(port):
         return None
 
 
+def sql_answer(argv):
+    """The one-line answer of a command-line SQL client, or None."""
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("PG", "MYSQL", "MARIADB"))}
+    try:
+        out = subprocess.run(argv, capture_output=True, text=True, timeout=10,
+                             stdin=subprocess.DEVNULL, env=env)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    answer = out.stdout.strip()
+    return answer if out.returncode == 0 and answer and "\n" not in answer else None
+
+
+def psql():
+    """The newest Debian PostgreSQL's psql (/usr/bin/psql is pg_wrapper),
+    else the one on PATH."""
+    for d in sorted(glob.glob("/usr/lib/postgresql/*/bin/psql"),
+                    key=lambda p: [int(x) if x.isdigit() else 0 for x in p.split("/")],
+                    reverse=True):
+        if os.access(d, os.X_OK):
+            return d
+    return "psql"
+
+
+def pg_version(port):
+    """SHOW server_version, asked over TCP as servers.sh's user cerb."""
+    return sql_answer([psql(), "-X", "-w", "-q", "-At", "-h", "127.0.0.1", "-p", str(port),
+                       "-U", "cerb", "-d", "cerb", "-c", "SHOW server_version"])
+
+
+def mysql_version(port):
+    """SELECT VERSION() ("10.11.19-MariaDB-0+deb12u1"), asked over TCP as
+    servers.sh's user cerb."""
+    return sql_answer(["mariadb", "--no-defaults", "--connect-timeout=3", "--protocol=TCP",
+                       "-h", "127.0.0.1", "-P", str(port), "-u", "cerb", "-N", "-B",
+                       "-e", "SELECT VERSION()"])
+
+
 def deb_version(pkg):
     try:
         out = subprocess.run(["dpkg-query", "-W", "-f=${Status}\t${Version}", pkg],
@@ -167,7 +210,8 @@ def cmd_meta(a):
     # report's own scripts, which measure nothing).
     dirty = git(root, "status", "--porcelain", "--untracked-files=no", "--", ".",
                 ":(exclude)docs", ":(exclude)tests", ":(exclude)*.md",
-                ":(exclude)scripts/bench-report.sh", ":(exclude)scripts/bench_report.py")
+                ":(exclude)scripts/bench-report.sh", ":(exclude)scripts/bench_report.py",
+                ":(exclude)scripts/stores.sh")
     meta = {
         "date_utc": a.started,
         "bench_seconds": a.seconds,
@@ -194,6 +238,9 @@ def cmd_meta(a):
             "zk": {"port": a.zk_port, "version": zk_version(a.zk_port) if a.zk_port else None},
             "etcd": {"port": a.etcd_port,
                      "version": etcd_version(a.etcd_port) if a.etcd_port else None},
+            "pg": {"port": a.pg_port, "version": pg_version(a.pg_port) if a.pg_port else None},
+            "mysql": {"port": a.mysql_port,
+                      "version": mysql_version(a.mysql_port) if a.mysql_port else None},
         },
         "peers": [{"peer": p, "package": pkg, "version": deb_version(pkg)}
                   for p, pkg in PEER_PACKAGES],
@@ -213,7 +260,8 @@ def cmd_meta(a):
 MARKER = ("<!-- generated by scripts/bench-report.sh from one cerberus-bench run: "
           "do not edit by hand, rerun the script -->")
 UNCONTENDED_MIN = 0.9
-HANDOFF_RTT_MAX = 3.0      # Redis: the hand-off p50 in round trips
+HANDOFF_RTT_MAX = 3.0      # Redis: the hand-off p50 in round trips (pg and mysql rows
+                           # are set against their raw hand-off instead: known gaps)
 HERD_WAKEUPS = 1.0
 HERD_CALLS_MAX = 1.1
 MANY_CPU_MAX = 5.0         # % of one core
@@ -249,13 +297,31 @@ itself over bare client connections (one per thread), with no library logic:
   then a `deleterange` of it, over one kept-alive HTTP/1.1 connection with a lease
   granted once. The round trip is `maintenance/status`, answered without
   consensus.
+- **PostgreSQL** (engine `pg`): one statement that takes `pg_try_advisory_lock` on
+  the name's 64-bit key and, when it got it, upserts the name's row in the engine's
+  own table (`INSERT ... ON CONFLICT DO UPDATE`: the fence raised, the owner and a
+  10 s lease on the server's clock, unless another owner's lease still runs), then
+  one statement that frees the row if the token still owns it and calls
+  `pg_advisory_unlock`: two round trips, prepared once per session, with
+  `synchronous_commit = on` as the engine's sessions have it. The round trip is
+  `SELECT 1`.
+- **MariaDB** (engine `mysql`): one `UPDATE` of the name's row in the engine's own
+  table that raises the fence through `LAST_INSERT_ID(fence + 1)` (it comes back in
+  the OK packet) and sets the owner and a 10 s lease, where no other owner's lease
+  runs and, evaluated last, `GET_LOCK(name, 0) = 1`; then the engine's release, an
+  `UPDATE` that frees the row if the token owns it and calls `RELEASE_LOCK` in its
+  `WHERE` once the row is locked: two round trips, prepared once per session, on
+  sessions set up as the engine's are (REPEATABLE READ, `CLIENT_FOUND_ROWS`). The
+  round trip is `SELECT 1`.
 
 That is what any client of the server must send for a lock that knows it holds.
-It leaves out what the library adds: a fresh random token, the fencing token, the
-data-loss marker check on Redis, the fair queue, renewal, the breakers. A ratio of
-1.00 means those cost nothing measurable; below 1 is their cost. The ceiling is
-measured on the same server in the same run as the figure it divides, so a slow
-machine slows both.
+It leaves out what the library adds: a fresh random token, the fencing token (the
+SQL ceilings raise their row's fence, which is part of the layout, but not its
+floor after a failover), the data-loss marker check on Redis, the mapping of a
+name to PostgreSQL's lock key or MariaDB's lock name, the fair queue, the
+connection pool, renewal, the breakers. A ratio of 1.00 means those cost nothing measurable;
+below 1 is their cost. The ceiling is measured on the same server in the same run
+as the figure it divides, so a slow machine slows both.
 
 ### The scenarios
 
@@ -269,7 +335,14 @@ machine slows both.
   returning. Ceiling: one server round trip (RTT, measured in rounds alternating
   with the hand-off rounds). Ratio: hand-off p50 ÷ RTT p50 (lower is better; a
   hand-off needs at least the release to reach the server and the grant to come
-  back; target ≤ 3 on Redis).
+  back; target ≤ 3 on Redis). PostgreSQL and MariaDB queue the waiters in the
+  server, so there the row also has a raw hand-off: 8 bare sessions pass a name
+  among them with the engine's statements and nothing else, in rounds alternating
+  with the library's. The waiter blocks in the server's queue (`pg_advisory_lock`,
+  or `GET_LOCK` with a timeout) and claims the row, in the same statement on
+  PostgreSQL and in a second one on MariaDB; the holder frees the row and gives
+  the lock back in one statement. The table gives its p50 and p99 and the
+  hand-off p50 ÷ the raw hand-off's p50 (lower is better).
 - **herd**: 100 waiters, a client each, queue on one name behind a holder; each
   takes the lock and releases it at once, and a round ends when all 100 have had
   it. A library with a thundering herd wakes every waiter at each release, and
@@ -277,7 +350,8 @@ machine slows both.
   round. A queue with direct hand-off costs one wake-up and one acquire call (the
   one that queued the waiter) per acquisition: the target is 1 wake-up and at most
   1.1 acquire calls. The counters are `cerb_engine_info()`'s, summed over the
-  waiters' clients. Latency and ratio as in handoff.
+  waiters' clients. Latency and ratio as in handoff; on PostgreSQL and MariaDB the
+  raw hand-off runs among 100 bare sessions, before the library's clients open.
 - **many**: one client acquires 10 000 locks (8 threads), with renewal on and a
   3 s lease so that the watchdog renews each one every second, then holds them for
   the measured duration. CPU: the process's user + system time over wall time, as
@@ -292,16 +366,21 @@ machine slows both.
   The ceiling sends the same server commands without the library (no SHA-256 of
   the key, no fresh token, no renewer): on Redis the guard's own begin and finish
   scripts, on ZooKeeper the create multi with a `getData` sent with it and the
-  finish multi, on etcd one transaction each. The server itself counts the
-  commands per operation, the library's beside the ceiling's: Redis `INFO
-  commandstats`, a script's own commands included (6 per begin + finish, 2 per
-  duplicate); ZooKeeper `mntr`'s packets received, a multi counting one (3 and 2);
-  etcd's gRPC requests from `/metrics` (2 and 1). Equal counts show the library
-  sends nothing its layout does not need; the client's prober and ZooKeeper's guard
-  sweeper add a few in the background. A duplicate is one round trip on every
-  engine.
+  finish multi, on etcd one transaction each, on PostgreSQL and MariaDB the
+  engine's own begin and finish statements, prepared once per session (on MariaDB
+  a duplicate's begin is followed by the `SELECT` of the stored result, as the
+  engine's is). The server itself counts the commands per operation, the
+  library's beside the ceiling's: Redis `INFO commandstats`, a script's own
+  commands included (6 per begin + finish, 2 per duplicate); ZooKeeper `mntr`'s
+  packets received, a multi counting one (3 and 2); etcd's gRPC requests from
+  `/metrics` (2 and 1); on PostgreSQL the transaction ids handed out, that is the
+  statements that wrote or locked a row (2 and 1); MariaDB's `Questions`, the
+  statements sent (2 and 2). Equal counts show the library sends nothing its
+  layout does not need; the client's prober and the guard sweepers add a few in
+  the background. A duplicate is one round trip on every engine but MariaDB, where
+  it is two.
 - **switch**: what an operator's switch costs once it is done. A client on a copy
-  of the file (the three engines, `active = "auto"`) follows `cerberus switch E`,
+  of the file (every engine in it, `active = "auto"`) follows `cerberus switch E`,
   run by the bench; after twice the longest a hold may live (the lease, the
   ZooKeeper session timeout, the etcd session TTL: 20 s with the defaults), each
   thread loops trylock + unlock over 16 names of its own on E. Ceiling: the same
@@ -321,7 +400,8 @@ Cerberus's cycles per second over the peer's (higher is better); "Cerberus 0.50�
 0.40×" in handoff is Cerberus's p50 and p99 over the peer's (lower is better). The
 targets, uncontended: at least 3× redis-py (at 1 thread), 1.6× Curator, 2.8× kazoo
 and 1× python-etcd3 and `etcdctl lock`; in handoff, a p50 at most 0.7× and a p99 at
-most 0.4× Curator's.
+most 0.4× Curator's. The bench runs no established client on PostgreSQL or
+MariaDB.
 
 Not in this run: **contended** (N clients spinning on one name against the raw
 spin-and-retry cycle: `--scenario contended`) and **failover** (it kills a server:
@@ -352,6 +432,24 @@ from `scripts/servers.sh start sentinel` or `cluster`. Every option is in
   completion thread, on the cores the server also needs. A run right after another
   also pays for sweeping the earlier run's records, which the ceiling never
   deletes.
+- **The hand-off on PostgreSQL and MariaDB.** The target of 3 round trips is below
+  the raw ceiling itself there. The bare SQL hand-off (the holder's free, then the
+  waiter's blocking lock returning and its claim of the row) is two writes that
+  commit one after the other, each costing the server more than the `SELECT 1` the
+  round trip is measured with, so it takes several round trips by itself. Those
+  rows are held to the raw hand-off instead; their round trips are there to compare
+  with the other engines.
+- **PostgreSQL and MariaDB at 8 threads.** The file leaves `pg.pool` and
+  `mysql.pool` at their default, 8 sessions, which is not above the 8 threads of
+  one client, so some calls wait for a session (the bench says so on stderr); the
+  raw ceiling has a session per thread.
+- **After a switch, with PostgreSQL and MariaDB in the file.** The `pg` and `mysql`
+  engines keep no closure records (`cerberus switch` writes them only on engines
+  that have them), so a client that a switch pinned keeps the full gate on them:
+  before and after each grant, on whichever engine, it asks PostgreSQL and MariaDB
+  whether the name is free, and it takes the name there too (a claim, released
+  with the hold). So the switch rows of every engine pay round trips to the SQL
+  servers that the engine alone never does.
 - **Round trips.** On a virtual machine the round trip is often bimodal, fast and
   slow regimes lasting seconds; a ratio to a round trip taken in a fast regime
   reads high. The alternating short rounds are there for that.
@@ -359,19 +457,21 @@ from `scripts/servers.sh start sentinel` or `cluster`. Every option is in
 ## Rerunning it
 
 ```sh
-scripts/bench-report.sh                  # about 7 minutes on two cores: the page and the plot
+scripts/bench-report.sh                  # about 12 minutes on two cores: the page and the plot
 scripts/bench-report.sh --duration 5     # steadier figures, longer run
 scripts/bench-report.sh --from-json build/bench-report/bench.json   # re-render only
 ```
 
 The script installs the missing Debian packages (`CERB_NO_INSTALL=1` only lists
 them), builds the Release tree in `build/` (`CERB_BUILD_DIR`), starts its own
-redis-server, ZooKeeper and etcd on ports 26679, 22681 and 22779 (`CERB_BR_REDIS_PORT`,
-`CERB_BR_ZK_PORT`, `CERB_BR_ETCD_PORT`), prepares them with `cerberus init`, runs the
-command above once, and stops the servers by their PIDs however it exits. It writes
-this page and `performance.png` (`--out DIR` elsewhere) and keeps the JSON, its
-metadata and the bench's table in `build/bench-report/`. Commit the page and the
-plot together: their history is this file's git log.
+redis-server, ZooKeeper, etcd, PostgreSQL and MariaDB on ports 26679, 22681, 22779,
+25791 and 23791 (`CERB_BR_REDIS_PORT`, `CERB_BR_ZK_PORT`, `CERB_BR_ETCD_PORT`,
+`CERB_BR_PG_PORT`, `CERB_BR_MYSQL_PORT`), prepares them with `cerberus init` (the
+SQL servers with the user and database `cerb` that `scripts/servers.sh` makes),
+runs the command above once, and stops the servers by their PIDs however it
+exits. It writes this page and `performance.png` (`--out DIR` elsewhere) and keeps
+the JSON, its metadata and the bench's table in `build/bench-report/`. Commit the
+page and the plot together: their history is this file's git log.
 """
 
 
@@ -482,15 +582,28 @@ def engine_table(rows, engine):
         add("contended, %s on one name: acquisitions per second" % threads_word(
             r["threads"], "client", "clients"), fmt_int(r.get("ops_per_s")),
             fmt_int(r.get("ceiling_ops_per_s")), fmt_ratio(r.get("ratio")))
+    def raw_handoff(scen, r):
+        """The row against the raw hand-off (pg, mysql), when the JSON has one."""
+        if r.get("raw_handoff") is None:
+            return
+        add("%s, %d waiters: the same against the raw hand-off, p50 / p99 µs"
+            % (scen, r["threads"]),
+            "%s / %s" % (fmt_us(r.get("p50_us")), fmt_us(r.get("p99_us"))),
+            "raw %s / %s" % (fmt_us(r.get("raw_handoff_p50_us")),
+                             fmt_us(r.get("raw_handoff_p99_us"))),
+            fmt_ratio(r.get("ratio_to_raw_handoff")))
+
     for r in own(rows, engine, "handoff"):
         add("handoff, %d waiters: release to next grant, p50 / p99 µs" % r["threads"],
             "%s / %s" % (fmt_us(r.get("p50_us")), fmt_us(r.get("p99_us"))),
             "RTT %s" % fmt_us(r.get("ceiling_rtt_us")), fmt_ratio(r.get("ratio")),
             peer_cell(rows, r))
+        raw_handoff("handoff", r)
     for r in own(rows, engine, "herd"):
         add("herd, %d waiters: release to next grant, p50 / p99 µs" % r["threads"],
             "%s / %s" % (fmt_us(r.get("p50_us")), fmt_us(r.get("p99_us"))),
             "RTT %s" % fmt_us(r.get("ceiling_rtt_us")), fmt_ratio(r.get("ratio")))
+        raw_handoff("herd", r)
         add("herd, %d waiters: wake-ups / acquire calls per acquisition" % r["threads"],
             "%s / %s" % (fmt_ratio(r.get("wakeups_per_acq")), fmt_ratio(r.get("calls_per_acq"))),
             "target 1 / ≤ %.1f" % HERD_CALLS_MAX, "—")
@@ -538,7 +651,8 @@ def first(rows, engine, scenario, threads=None):
 
 
 def summary_table(rows, engines):
-    out = ["| Engine | uncontended, 1 / 8 threads | handoff p50 ÷ RTT | herd wake-ups / calls "
+    out = ["| Engine | uncontended, 1 / 8 threads | handoff p50 ÷ RTT (÷ raw hand-off) | "
+           "herd wake-ups / calls "
            "per acquisition | guard, 1 / 8 threads | duplicate, 1 / 8 threads | "
            "after a switch, 1 / 8 threads |",
            "|---|--:|--:|--:|--:|--:|--:|"]
@@ -552,10 +666,12 @@ def summary_table(rows, engines):
         herd = ("%s / %s" % (fmt_ratio(h.get("wakeups_per_acq")), fmt_ratio(h.get("calls_per_acq")))
                 if h else "—")
         ho = first(rows, e, "handoff")
+        handoff = fmt_ratio(ho.get("ratio")) if ho else "—"
+        if ho and num(ho.get("ratio_to_raw_handoff")):
+            handoff += " (%s)" % fmt_ratio(ho["ratio_to_raw_handoff"], "×")
         out.append("| %s | %s | %s | %s | %s | %s | %s |" % (
-            ENGINE_TITLES.get(e, e), pair("uncontended"),
-            fmt_ratio(ho.get("ratio")) if ho else "—", herd, pair("guard"), pair("guard-dup"),
-            pair("switch")))
+            ENGINE_TITLES.get(e, e), pair("uncontended"), handoff, herd, pair("guard"),
+            pair("guard-dup"), pair("switch")))
     return out
 
 
@@ -581,6 +697,9 @@ def missed_targets(rows, engines):
                 out.append("%s, herd: %.2f wake-ups and %.2f acquire calls per acquisition "
                            "(target 1 and ≤ %.1f)." % (t, w, c, HERD_CALLS_MAX))
         for r in own(rows, e, "many"):
+            if num(r.get("not_valid")) and r["not_valid"] > 0:
+                out.append("%s, many: %s of the %s locks held were no longer valid at the end."
+                           % (t, fmt_int(r["not_valid"]), fmt_int(r.get("locks"))))
             cpu, b = r.get("cpu_percent"), r.get("bytes_per_lock")
             if (num(cpu) and cpu >= MANY_CPU_MAX) or (num(b) and b >= MANY_BYTES_MAX):
                 out.append("%s, many: %s %% of one core and %s B per lock (target < %d %% "
@@ -621,14 +740,20 @@ def machine_lines(meta):
         ("%g" % mem) if num(mem) else "?", m.get("kernel", "unknown kernel"),
         m.get("os", "unknown system"))]
     srv = meta.get("servers") or {}
-    names = {"redis": "redis-server", "zk": "ZooKeeper", "etcd": "etcd"}
+    names = {"redis": "redis-server", "zk": "ZooKeeper", "etcd": "etcd",
+             "pg": "PostgreSQL", "mysql": "MariaDB"}
+    # How servers.sh starts them, where it matters for the figures.
+    settings = {"redis": "nothing persisted by redis", "zk": "no fsync by ZooKeeper",
+                "pg": "PostgreSQL with fsync off and synchronous_commit on",
+                "mysql": "MariaDB's InnoDB log flushed to disk once a second"}
+    keys = [k for k in names if k in srv]
     parts = ["%s %s" % (names[k], (srv.get(k) or {}).get("version") or "(version unknown)")
-             for k in ("redis", "zk", "etcd") if k in srv]
+             for k in keys]
     if parts:
         out.append("- **Servers:** %s; one node each on loopback, on the same machine as the "
                    "clients, started by the script as the tests start them "
-                   "([`scripts/servers.sh`](../scripts/servers.sh): nothing persisted by "
-                   "redis, no fsync by ZooKeeper)." % ", ".join(parts))
+                   "([`scripts/servers.sh`](../scripts/servers.sh): %s)."
+                   % (", ".join(parts), ", ".join(settings[k] for k in keys if k in settings)))
     peers = meta.get("peers") or []
     if peers:
         out.append("- **Peers:** %s." % ", ".join(
@@ -660,15 +785,21 @@ def config_text(meta):
     return meta.get("config_text")
 
 
+def count_word(n):
+    return {1: "one", 2: "two", 3: "three", 4: "four", 5: "five", 6: "six"}.get(n, str(n))
+
+
 def render_page(rows, meta, plot):
     engines = [e for e in engines_in(rows)]
+    servers = count_word(len(engines))
     L = []
     L.append("# Performance")
     L.append("")
     L.append("For anyone choosing an engine or judging what the library costs: the figures of "
-             "one `cerberus-bench` run on the three servers, each set against the raw ceiling "
+             "one `cerberus-bench` run on the %s servers, each set against the raw ceiling "
              "(the bare server commands a lock needs, sent without the library, on the same "
-             "server in the same run) and against the established clients of each server. "
+             "server in the same run) and against the established clients of the server where "
+             "the bench has them. " % servers +
              "This page is generated by [`scripts/bench-report.sh`](../scripts/bench-report.sh) "
              "and holds the current figures only; earlier ones are in the git log of this file. "
              "Absolute numbers vary from machine to machine, so compare the ratios.")
@@ -686,8 +817,8 @@ def render_page(rows, meta, plot):
     cfg = config_text(meta)
     if cfg:
         L.append("")
-        L.append("`%s` names the three servers and sets nothing else, so every other key "
-                 "has its default:" % (meta.get("config_path") or "-c FILE"))
+        L.append("`%s` names the %s servers and sets nothing else, so every other key "
+                 "has its default:" % (meta.get("config_path") or "-c FILE", servers))
         L.append("")
         L.append("```text")
         L.extend(cfg.rstrip("\n").splitlines())
@@ -696,7 +827,8 @@ def render_page(rows, meta, plot):
     L.append("## Summary")
     L.append("")
     L.append("Ratios to the raw ceiling (≥ 0.9 is the target; 1.00 means the library costs "
-             "nothing over the bare commands), the hand-off in server round trips, and the herd "
+             "nothing over the bare commands), the hand-off in server round trips (and, where the "
+             "server queues the waiters itself, over the raw hand-off), and the herd "
              "in wake-ups and acquire calls per acquisition (1 and 1 is a queue with direct "
              "hand-off). The tables below have the figures behind them.")
     L.append("")
@@ -771,6 +903,8 @@ def main(argv):
     m.add_argument("--redis-port", type=int)
     m.add_argument("--zk-port", type=int)
     m.add_argument("--etcd-port", type=int)
+    m.add_argument("--pg-port", type=int)
+    m.add_argument("--mysql-port", type=int)
     m.add_argument("--root")
     m.add_argument("--build-dir")
     m.add_argument("--config", help="the -c FILE of the command, shown on the page")

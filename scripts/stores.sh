@@ -1,7 +1,8 @@
 # stores.sh — sourced by scripts/quickstart.sh and scripts/bench-report.sh:
-# the three private servers (redis, ZooKeeper, etcd) such a script starts
-# on loopback through scripts/servers.sh, on ports and in a state directory
-# ($CERB_STATE_DIR) of its own, and the file that names them.
+# the private servers (redis, ZooKeeper, etcd, and for bench-report also
+# PostgreSQL and MariaDB) such a script starts on loopback through
+# scripts/servers.sh, on ports and in a state directory ($CERB_STATE_DIR)
+# of its own, and the file that names them.
 #
 # The caller defines run (echo a command, then run it) and sets ROOT (the
 # checkout) and SERVERS (scripts/servers.sh). What was started is kept in STARTED, for
@@ -38,30 +39,48 @@ cerb_release_tree() {
     fi
 }
 
-# cerb_stores_start REDIS_PORT ZK_PORT ETCD_PORT FILE WHO: start the three
-# servers (the redis without a data-loss marker, as a new server is: the
-# caller prepares them with `cerberus init`) and write FILE, a
-# configuration listing the three with every other key at its default; WHO
-# names the script in the file's first line.
+# cerb_stores_start REDIS_PORT ZK_PORT ETCD_PORT FILE WHO [PG_PORT MYSQL_PORT]:
+# start the three servers, and with PG_PORT and MYSQL_PORT a PostgreSQL and
+# a MariaDB too, and write FILE, a configuration listing them with every
+# other key at its default; WHO names the script in the file's first line.
+# Every server starts as a new one is, unprepared (the redis without a
+# data-loss marker, pg and mysql with servers.sh's accounts, user and
+# database cerb, but without the lock tables): the caller prepares them
+# with `cerberus init`.
 cerb_stores_start() {
-    local e p
-    for e in "redis $1" "zk $2" "etcd $3"; do
+    local e p count=three list='"redis", "zk", "etcd"'
+    local -a stores=("redis $1" "zk $2" "etcd $3")
+    if (($# >= 7)); then
+        stores+=("pg $6" "mysql $7")
+        count=five
+        list+=', "pg", "mysql"'
+    fi
+    for e in "${stores[@]}"; do
         p=${e#* }
         e=${e%% *}
         STARTED+=("$e --port $p")
-        if [[ $e == redis ]]; then
-            CERB_REDIS_UNMARKED=1 run bash "$SERVERS" start "$e" --port "$p"
-        else
-            run bash "$SERVERS" start "$e" --port "$p"
-        fi
+        case $e in
+            redis) CERB_REDIS_UNMARKED=1 run bash "$SERVERS" start "$e" --port "$p" ;;
+            pg) CERB_PG_UNPREPARED=1 run bash "$SERVERS" start "$e" --port "$p" ;;
+            mysql) CERB_MYSQL_UNPREPARED=1 run bash "$SERVERS" start "$e" --port "$p" ;;
+            *) run bash "$SERVERS" start "$e" --port "$p" ;;
+        esac
     done
-    cat >"$4" <<CFG
-# written by $5: its three private servers
-engines = ("redis", "zk", "etcd");
+    {
+        cat <<CFG
+# written by $5: its $count private servers
+engines = ($list);
 redis = { host = "127.0.0.1"; port = $1; };
 zk = { hosts = "127.0.0.1:$2"; };
 etcd = { endpoints = ("http://127.0.0.1:$3"); };
 CFG
+        if (($# >= 7)); then
+            cat <<CFG
+pg = { conninfo = "host=127.0.0.1 port=$6 dbname=cerb user=cerb"; };
+mysql = { host = "127.0.0.1"; port = $7; user = "cerb"; database = "cerb"; };
+CFG
+        fi
+    } >"$4"
 }
 
 # cerb_stores_stop: stop, by PID, every server cerb_stores_start started.
