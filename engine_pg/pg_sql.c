@@ -62,8 +62,9 @@ const char *const cerb__pg_stmt_names[PG_NSTMT] = {
     "@S.cerberus_meta mb WHERE mb.k = 'pg' AND mb.tli = " CUR_TLI " AND "                  \
     "(mb.quarantine_until IS NULL OR mb.quarantine_until <= clock_timestamp())"
 
-/* The claim of the row; `from` names what to insert from: after the
- * session lock said got (`a, ` and `a.got AND`), or nothing (PG_CLAIM).
+/* The claim of the row, from the record's row joined with `from` and
+ * held to `cond`: after the session lock said got (`a, ` and
+ * ` AND a.got`), or with nothing more (PG_CLAIM).
  * The update's new fence is GREATEST(l.fence + 1, floor + 1, base + 1):
  * EXCLUDED.fence holds the last two. */
 #define CLAIM_INSERT(from, cond)                                                          \
