@@ -37,10 +37,10 @@
  *                 (they queue at once) with one wake-up each; a wait that
  *                 finds the name free is no wake-up, and the next grant of
  *                 the free name is one statement again.
- *   renewals_keep_up  8 threads take 6000 new names back to back with a
- *                 3 s lease on the default pool: every hold is still
- *                 valid a lease later (renewals keep up with the grants
- *                 beside them).
+ *   renewals_keep_up  8 threads take 10 000 new names back to back (1 000
+ *                 under ThreadSanitizer) with a 3 s lease on the default
+ *                 pool: every hold is still valid a lease later (renewals
+ *                 keep up with the grants beside them).
  *   killed_holder KILL CONNECTION of the holder's session: its next renewal
  *                 fails and its lost callback fires, while a waiter gets the
  *                 lock only once the row's lease has run out on the server.
@@ -737,7 +737,21 @@ static void test_queue_first(void **state)
 
 /* ---- renewals keep up while every connection is busy ---- */
 
+/* Under ThreadSanitizer the client runs several times slower, so the
+ * load is what its renewer can keep up with there: this case is about
+ * the throughput of renewals, which a TSan build does not measure. */
+#if defined(__SANITIZE_THREAD__)
+#define CERB_TEST_TSAN 1
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+#define CERB_TEST_TSAN 1
+#endif
+#endif
+#ifdef CERB_TEST_TSAN
+enum { MANY_THREADS = 8, MANY_EACH = 125 };
+#else
 enum { MANY_THREADS = 8, MANY_EACH = 1250 };
+#endif
 
 struct taker {
     struct cerb_client *c;
@@ -814,7 +828,7 @@ static void test_renewals_keep_up(void **state)
     }
     print_message("%d holds taken in %lld ms by %d threads; %d valid 3 s later, %d lost\n", got,
                   (long long)took, MANY_THREADS, valid, atomic_load(&busy_lost));
-    assert_int_equal(got, MANY_THREADS * MANY_EACH);
+    assert_int_equal(got, (int)MANY_THREADS * MANY_EACH);
     assert_int_equal(valid, got);
     assert_int_equal(atomic_load(&busy_lost), 0);
     free(base);
