@@ -35,7 +35,7 @@
 CERB_DEB_PACKAGES=(
     build-essential cmake pkg-config
     libhiredis-dev libconfig-dev libjansson-dev libcurl4-openssl-dev
-    libcmocka-dev uuid-dev libssl-dev libzookeeper-mt-dev
+    libcmocka-dev uuid-dev libssl-dev libzookeeper-mt-dev libmicrohttpd-dev
     redis-server redis-tools python3-redis python3-prometheus-client
     zookeeper default-jre-headless default-jdk-headless libcurator-recipes-java libslf4j-java
     python3-kazoo

@@ -1,0 +1,162 @@
+/*
+ * serve.c — the HTTP server of `cerberus serve`: its socket, its
+ * libmicrohttpd daemon, and the collection of each request's body before
+ * serve_routes.c answers it.
+ *
+ * The unix socket is made here (socket, bind, chmod 0660, listen) and
+ * handed to MHD with MHD_OPTION_LISTEN_SOCKET, so that its mode is set
+ * before anyone can connect. MHD runs a thread per connection
+ * (MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_THREAD_PER_CONNECTION): a
+ * blocking acquisition then holds only its own connection's thread.
+ *
+ * MHD calls the access handler several times per request: first with no
+ * body (we allocate the request's buffer in *con_cls), then with each
+ * piece of the body (appended; a body beyond CERB_SERVE_MAX_BODY marks the
+ * request too big and the rest is dropped), then once more with nothing
+ * left, when the request is answered. The buffer is freed by the
+ * completion callback, whichever way the request ended.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include "serve.h"
+#include "serve_internal.h"
+
+struct request {
+    size_t len;
+    bool too_big;
+    char body[CERB_SERVE_MAX_BODY + 1];
+};
+
+static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const char *url,
+                                  const char *method, const char *version,
+                                  const char *upload_data, size_t *upload_data_size,
+                                  void **con_cls)
+{
+    struct cerb__serve *s = cls;
+    struct request *rq = *con_cls;
+
+    (void)version;
+    if (!rq) {
+        rq = calloc(1, sizeof *rq);
+        if (!rq)
+            return MHD_NO;
+        *con_cls = rq;
+        return MHD_YES;
+    }
+    if (*upload_data_size > 0) {
+        size_t n = *upload_data_size;
+        if (rq->too_big || n > CERB_SERVE_MAX_BODY - rq->len) {
+            rq->too_big = true;
+        } else {
+            memcpy(rq->body + rq->len, upload_data, n);
+            rq->len += n;
+        }
+        *upload_data_size = 0;
+        return MHD_YES;
+    }
+    rq->body[rq->len] = '\0';
+    if (rq->too_big)
+        return cerb__serve_reply_error(conn, CERB_EINVAL, "body: more than 4096 bytes");
+    return cerb__serve_route(s, conn, method, url, rq->body, rq->len);
+}
+
+static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
+                         enum MHD_RequestTerminationCode toe)
+{
+    (void)cls;
+    (void)conn;
+    (void)toe;
+    free(*con_cls);
+    *con_cls = NULL;
+}
+
+/* The listening socket at @path, mode 0660; -1 with @err written. */
+static int listen_unix(const char *path, char *err, size_t errlen)
+{
+    struct sockaddr_un sa;
+    int fd;
+
+    memset(&sa, 0, sizeof sa);
+    sa.sun_family = AF_UNIX;
+    if (strlen(path) >= sizeof sa.sun_path) {
+        snprintf(err, errlen, "unix:%s: path too long for a socket", path);
+        errno = ENAMETOOLONG;
+        return -1;
+    }
+    strcpy(sa.sun_path, path);
+    fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0) {
+        snprintf(err, errlen, "socket: %s", strerror(errno));
+        return -1;
+    }
+    /* A socket file left by a server that died; TODO: refuse when a live
+     * server still answers on it. */
+    unlink(path);
+    if (bind(fd, (struct sockaddr *)&sa, sizeof sa) != 0 || chmod(path, 0660) != 0 ||
+        listen(fd, 64) != 0) {
+        snprintf(err, errlen, "unix:%s: %s", path, strerror(errno));
+        close(fd);
+        return -1;
+    }
+    return fd;
+}
+
+cerb_status cerb__serve_start(cerb_client *client, const char *unix_path,
+                              struct cerb__serve **out, char *err, size_t errlen)
+{
+    struct cerb__serve *s;
+
+    *out = NULL;
+    s = calloc(1, sizeof *s);
+    if (!s || !(s->path = strdup(unix_path))) {
+        free(s);
+        snprintf(err, errlen, "out of memory");
+        return CERB_ENOMEM;
+    }
+    s->client = client;
+    cerb__serve_holds_init(&s->holds);
+    s->fd = listen_unix(unix_path, err, errlen);
+    if (s->fd < 0) {
+        cerb_status st = errno == ENAMETOOLONG ? CERB_EINVAL : CERB_EIO;
+        cerb__serve_holds_destroy(&s->holds);
+        free(s->path);
+        free(s);
+        return st;
+    }
+    s->daemon = MHD_start_daemon(MHD_USE_INTERNAL_POLLING_THREAD |
+                                     MHD_USE_THREAD_PER_CONNECTION,
+                                 0, NULL, NULL, on_request, s,
+                                 MHD_OPTION_LISTEN_SOCKET, (MHD_socket)s->fd,
+                                 MHD_OPTION_NOTIFY_COMPLETED, on_completed, NULL,
+                                 MHD_OPTION_END);
+    if (!s->daemon) {
+        snprintf(err, errlen, "unix:%s: the HTTP server would not start", unix_path);
+        close(s->fd);
+        unlink(s->path);
+        cerb__serve_holds_destroy(&s->holds);
+        free(s->path);
+        free(s);
+        return CERB_EIO;
+    }
+    *out = s;
+    return CERB_OK;
+}
+
+void cerb__serve_stop(struct cerb__serve *s)
+{
+    if (!s)
+        return;
+    /* Waits for the connection threads; it closes the listening socket. */
+    MHD_stop_daemon(s->daemon);
+    cerb__serve_holds_destroy(&s->holds);
+    unlink(s->path);
+    free(s->path);
+    free(s);
+}

@@ -1,0 +1,38 @@
+/*
+ * serve.h — the internal API of `cerberus serve` (DESIGN.md §15): start the
+ * HTTP lock service on a client, stop it. Used by cli/cmd_serve.c and by
+ * tests/integration/test_serve.c; nothing here is library API.
+ *
+ * Like cli/, serve/ is a user of the public header only: a handler parses
+ * the request, calls cerb_*, formats the answer.
+ */
+#ifndef CERB_SERVE_H
+#define CERB_SERVE_H
+
+#include <stddef.h>
+
+#include "cerberus.h"
+
+struct cerb__serve;
+
+/*
+ * cerb__serve_start — listen on the unix socket @unix_path (made here, mode
+ * 0660; a stale socket file at that path is removed first) and answer the
+ * /v1 routes with @client, from threads of the HTTP server.
+ * Returns: CERB_OK with *out set; CERB_EINVAL for a path too long for a
+ * unix socket; CERB_EIO when the socket or the server cannot be made;
+ * CERB_ENOMEM. On failure the reason is written to @err (@errlen bytes).
+ * Ownership: the client stays the caller's, and must outlive the server;
+ * stop it with cerb__serve_stop().
+ */
+cerb_status cerb__serve_start(cerb_client *client, const char *unix_path,
+                              struct cerb__serve **out, char *err, size_t errlen);
+
+/*
+ * cerb__serve_stop — stop answering (requests being answered finish
+ * first), release and free every hold the server keeps, remove the socket
+ * file and free @s. NULL does nothing. The client is left open.
+ */
+void cerb__serve_stop(struct cerb__serve *s);
+
+#endif /* CERB_SERVE_H */

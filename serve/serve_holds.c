@@ -1,0 +1,127 @@
+/*
+ * serve_holds.c — the table of holds `cerberus serve` keeps for its callers.
+ *
+ * A caller gets an id, 32 hex characters from 16 bytes of OpenSSL's
+ * RAND_bytes, so that ids cannot be guessed by another local user of the
+ * socket and never repeat in practice. The table is a singly linked list
+ * under one mutex: lookups are rare next to the network round trips they
+ * stand beside, and a hold is always taken out of the table before it is
+ * released, so the library is never called with the mutex held and two
+ * DELETEs of one id release it once (the second finds nothing: 404).
+ *
+ * Each entry records when it was acquired or last kept alive.
+ * TODO: release holds whose caller sent no keepalive within their lease
+ * (and that nobody listens to through /events), per DESIGN.md §15.
+ */
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <openssl/rand.h>
+
+#include "serve_internal.h"
+
+static int64_t now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+static void lock(pthread_mutex_t *mu)
+{
+    if (pthread_mutex_lock(mu) != 0)
+        abort();
+}
+
+static void unlock(pthread_mutex_t *mu)
+{
+    if (pthread_mutex_unlock(mu) != 0)
+        abort();
+}
+
+void cerb__serve_holds_init(struct cerb__serve_holds *t)
+{
+    if (pthread_mutex_init(&t->mu, NULL) != 0)
+        abort();
+    t->head = NULL;
+}
+
+cerb_status cerb__serve_holds_add(struct cerb__serve_holds *t, cerb_hold *hold,
+                                  char id[CERB_SERVE_HOLD_ID_LEN + 1])
+{
+    static const char hex[] = "0123456789abcdef";
+    unsigned char raw[CERB_SERVE_HOLD_ID_LEN / 2];
+    struct cerb__serve_hold *h;
+
+    if (RAND_bytes(raw, (int)sizeof raw) != 1)
+        return CERB_EIO;
+    h = calloc(1, sizeof *h);
+    if (!h)
+        return CERB_ENOMEM;
+    for (size_t i = 0; i < sizeof raw; i++) {
+        h->id[2 * i] = hex[raw[i] >> 4];
+        h->id[2 * i + 1] = hex[raw[i] & 15];
+    }
+    h->id[CERB_SERVE_HOLD_ID_LEN] = '\0';
+    h->hold = hold;
+    h->last_seen_ns = now_ns();
+    memcpy(id, h->id, sizeof h->id);
+    lock(&t->mu);
+    h->next = t->head;
+    t->head = h;
+    unlock(&t->mu);
+    return CERB_OK;
+}
+
+cerb_hold *cerb__serve_holds_take(struct cerb__serve_holds *t, const char *id)
+{
+    cerb_hold *hold = NULL;
+
+    lock(&t->mu);
+    for (struct cerb__serve_hold **p = &t->head; *p; p = &(*p)->next) {
+        if (strcmp((*p)->id, id) == 0) {
+            struct cerb__serve_hold *h = *p;
+            *p = h->next;
+            hold = h->hold;
+            free(h);
+            break;
+        }
+    }
+    unlock(&t->mu);
+    return hold;
+}
+
+bool cerb__serve_holds_touch(struct cerb__serve_holds *t, const char *id)
+{
+    bool found = false;
+
+    lock(&t->mu);
+    for (struct cerb__serve_hold *h = t->head; h; h = h->next) {
+        if (strcmp(h->id, id) == 0) {
+            h->last_seen_ns = now_ns();
+            found = true;
+            break;
+        }
+    }
+    unlock(&t->mu);
+    return found;
+}
+
+void cerb__serve_holds_destroy(struct cerb__serve_holds *t)
+{
+    struct cerb__serve_hold *h;
+
+    lock(&t->mu);
+    h = t->head;
+    t->head = NULL;
+    unlock(&t->mu);
+    while (h) {
+        struct cerb__serve_hold *next = h->next;
+        cerb_hold_free(h->hold); /* releases it first */
+        free(h);
+        h = next;
+    }
+    if (pthread_mutex_destroy(&t->mu) != 0)
+        abort();
+}

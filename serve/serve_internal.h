@@ -1,0 +1,90 @@
+/*
+ * serve_internal.h — what the files of serve/ share: the server's state,
+ * the hold table (serve_holds.c), the JSON replies (serve_reply.c) and the
+ * routes (serve_routes.c). Internal functions are prefixed cerb__serve_.
+ */
+#ifndef CERB_SERVE_INTERNAL_H
+#define CERB_SERVE_INTERNAL_H
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <jansson.h>
+#include <microhttpd.h>
+
+#include "cerberus.h"
+
+/* Request bodies larger than this are refused with 400. */
+#define CERB_SERVE_MAX_BODY 4096
+
+/* A hold id: 16 random bytes as 32 lowercase hex characters. */
+#define CERB_SERVE_HOLD_ID_LEN 32
+
+/* ---- the hold table (serve_holds.c) ---- */
+
+/*
+ * The holds the server keeps for its callers, by id. A hold belongs to the
+ * server, not to the HTTP thread that acquired it: any request may release
+ * it. The table is a linked list under one mutex; it is short-lived work
+ * (a lookup), and no call into the library is made with the mutex held.
+ */
+struct cerb__serve_hold {
+    char id[CERB_SERVE_HOLD_ID_LEN + 1];
+    cerb_hold *hold;
+    int64_t last_seen_ns; /* acquisition or last keepalive (CLOCK_MONOTONIC, ns) */
+    struct cerb__serve_hold *next;
+};
+
+struct cerb__serve_holds {
+    pthread_mutex_t mu;
+    struct cerb__serve_hold *head;
+};
+
+void cerb__serve_holds_init(struct cerb__serve_holds *t);
+/* Adds @hold under a new random id, written to @id (33 bytes). Returns
+ * CERB_OK; CERB_ENOMEM or CERB_EIO (no randomness); the hold is then still
+ * the caller's. */
+cerb_status cerb__serve_holds_add(struct cerb__serve_holds *t, cerb_hold *hold,
+                                  char id[CERB_SERVE_HOLD_ID_LEN + 1]);
+/* Removes the hold with @id from the table and returns it (now the
+ * caller's), or NULL when there is none. */
+cerb_hold *cerb__serve_holds_take(struct cerb__serve_holds *t, const char *id);
+/* Records a keepalive for @id; false when there is no such hold. */
+bool cerb__serve_holds_touch(struct cerb__serve_holds *t, const char *id);
+/* Releases and frees every hold left, then the table's mutex. */
+void cerb__serve_holds_destroy(struct cerb__serve_holds *t);
+
+/* ---- the server ---- */
+
+struct cerb__serve {
+    cerb_client *client;
+    struct MHD_Daemon *daemon;
+    int fd;               /* the listening unix socket (MHD closes it) */
+    char *path;           /* its file, removed at stop */
+    struct cerb__serve_holds holds;
+};
+
+/* ---- replies (serve_reply.c) ---- */
+
+/* Queues @body (a JSON object, stolen) with HTTP @code. */
+enum MHD_Result cerb__serve_reply_json(struct MHD_Connection *conn, unsigned code,
+                                       json_t *body);
+/* {"status": NAME, "error": TEXT} with the HTTP code that stands for @st. */
+enum MHD_Result cerb__serve_reply_error(struct MHD_Connection *conn, cerb_status st,
+                                        const char *text);
+/* The HTTP code for a library status. */
+unsigned cerb__serve_http_code(cerb_status st);
+
+/* ---- routes (serve_routes.c) ---- */
+
+/*
+ * Answers one complete request: @body is its body (NUL-terminated, @len
+ * bytes). Returns what MHD_queue_response returned.
+ */
+enum MHD_Result cerb__serve_route(struct cerb__serve *s, struct MHD_Connection *conn,
+                                  const char *method, const char *url,
+                                  const char *body, size_t len);
+
+#endif /* CERB_SERVE_INTERNAL_H */
