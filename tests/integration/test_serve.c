@@ -1,0 +1,221 @@
+/*
+ * test_serve.c — `cerberus serve` (serve/, DESIGN.md §15) in-process on a
+ * temporary unix socket, with the built-in "local" engine, spoken to with
+ * libcurl (CURLOPT_UNIX_SOCKET_PATH): /healthz; an acquisition gives a hold
+ * id and a fencing token; a second acquisition of the held name with
+ * wait_ms 0 is 409 BUSY; DELETE releases (200) once, then 404; a malformed
+ * or oversized body is 400 with nothing held.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+#include <curl/curl.h>
+#include <jansson.h>
+
+#include "cerberus.h"
+#include "serve.h"
+#include "test_util.h"
+
+struct fixture {
+    char dir[64];
+    char sock[128];
+    cerb_client *client;
+    struct cerb__serve *serve;
+};
+
+struct reply {
+    long code;
+    json_t *body;
+};
+
+static size_t collect(char *p, size_t size, size_t n, void *ud)
+{
+    char **buf = ud;
+    size_t old = *buf ? strlen(*buf) : 0, add = size * n;
+    char *b = realloc(*buf, old + add + 1);
+    if (!b)
+        return 0;
+    memcpy(b + old, p, add);
+    b[old + add] = '\0';
+    *buf = b;
+    return add;
+}
+
+/* One request; the reply's code and parsed JSON body (decref it). */
+static struct reply request(struct fixture *f, const char *method, const char *path,
+                            const char *body)
+{
+    struct reply r = {0, NULL};
+    char url[512], *text = NULL;
+    CURL *c = curl_easy_init();
+
+    assert_non_null(c);
+    snprintf(url, sizeof url, "http://localhost%s", path);
+    curl_easy_setopt(c, CURLOPT_UNIX_SOCKET_PATH, f->sock);
+    curl_easy_setopt(c, CURLOPT_URL, url);
+    curl_easy_setopt(c, CURLOPT_CUSTOMREQUEST, method);
+    curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
+    curl_easy_setopt(c, CURLOPT_TIMEOUT_MS, 10000L);
+    curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, collect);
+    curl_easy_setopt(c, CURLOPT_WRITEDATA, &text);
+    if (body)
+        curl_easy_setopt(c, CURLOPT_POSTFIELDS, body);
+    assert_int_equal(curl_easy_perform(c), CURLE_OK);
+    curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &r.code);
+    curl_easy_cleanup(c);
+    assert_non_null(text);
+    r.body = json_loads(text, 0, NULL);
+    if (!r.body)
+        fprintf(stderr, "not JSON: %s\n", text);
+    free(text);
+    assert_non_null(r.body);
+    return r;
+}
+
+static const char *str(const struct reply *r, const char *key)
+{
+    const char *v = json_string_value(json_object_get(r->body, key));
+    return v ? v : "";
+}
+
+static int setup(void **state)
+{
+    struct fixture *f = calloc(1, sizeof *f);
+    char err[256];
+
+    assert_non_null(f);
+    snprintf(f->dir, sizeof f->dir, "/tmp/cerb-serve-XXXXXX");
+    assert_non_null(mkdtemp(f->dir));
+    snprintf(f->sock, sizeof f->sock, "%s/serve.sock", f->dir);
+    assert_int_equal(cerb_client_open_string(&f->client, "engines = (\"local\");\n"),
+                     CERB_OK);
+    if (cerb__serve_start(f->client, f->sock, &f->serve, err, sizeof err) != CERB_OK)
+        fail_msg("cerb__serve_start: %s", err);
+    *state = f;
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    struct fixture *f = *state;
+    cerb__serve_stop(f->serve);
+    cerb_client_close(f->client);
+    rmdir(f->dir);
+    free(f);
+    return 0;
+}
+
+static void test_healthz(void **state)
+{
+    struct fixture *f = *state;
+    struct stat st;
+    struct reply r = request(f, "GET", "/healthz", NULL);
+
+    assert_int_equal(r.code, 200);
+    assert_true(json_is_true(json_object_get(r.body, "ok")));
+    json_decref(r.body);
+    assert_int_equal(stat(f->sock, &st), 0);
+    assert_int_equal(st.st_mode & 0777, 0660);
+}
+
+static void test_acquire_busy_release(void **state)
+{
+    struct fixture *f = *state;
+    char *name = test_name("serve");
+    char path[512], hold[64], del[128];
+    struct reply r;
+
+    snprintf(path, sizeof path, "/v1/locks/%s/acquire", name);
+    r = request(f, "POST", path, "{\"wait_ms\": 0, \"lease_ms\": 5000}");
+    assert_int_equal(r.code, 200);
+    assert_int_equal(strlen(str(&r, "hold")), 32);
+    snprintf(hold, sizeof hold, "%s", str(&r, "hold"));
+    assert_true(strtoull(str(&r, "fencing_token"), NULL, 10) > 0);
+    assert_string_equal(str(&r, "engine"), "local");
+    json_decref(r.body);
+
+    r = request(f, "POST", path, "{\"wait_ms\": 0}");
+    assert_int_equal(r.code, 409);
+    assert_string_equal(str(&r, "status"), "BUSY");
+    json_decref(r.body);
+
+    snprintf(del, sizeof del, "/v1/holds/%s/keepalive", hold);
+    r = request(f, "POST", del, "");
+    assert_int_equal(r.code, 200);
+    json_decref(r.body);
+
+    snprintf(del, sizeof del, "/v1/holds/%s", hold);
+    r = request(f, "DELETE", del, NULL);
+    assert_int_equal(r.code, 200);
+    assert_true(json_is_true(json_object_get(r.body, "released")));
+    json_decref(r.body);
+
+    r = request(f, "DELETE", del, NULL);
+    assert_int_equal(r.code, 404);
+    json_decref(r.body);
+
+    /* Released: free again, without a body (both members are optional). */
+    r = request(f, "POST", path, NULL);
+    assert_int_equal(r.code, 200);
+    json_decref(r.body);
+    free(name);
+    /* That hold is left to cerb__serve_stop, which releases it. */
+}
+
+static void test_bad_bodies(void **state)
+{
+    struct fixture *f = *state;
+    char *name = test_name("serve-bad");
+    char path[512], *big;
+    struct reply r;
+
+    snprintf(path, sizeof path, "/v1/locks/%s/acquire", name);
+    r = request(f, "POST", path, "{\"wait_ms\": ");
+    assert_int_equal(r.code, 400);
+    assert_string_equal(str(&r, "status"), "EINVAL");
+    json_decref(r.body);
+
+    r = request(f, "POST", path, "{\"wait_ms\": \"soon\"}");
+    assert_int_equal(r.code, 400);
+    json_decref(r.body);
+
+    big = malloc(8192);
+    assert_non_null(big);
+    memset(big, ' ', 8191);
+    big[0] = '{';
+    big[8190] = '}';
+    big[8191] = '\0';
+    r = request(f, "POST", path, big);
+    assert_int_equal(r.code, 400);
+    json_decref(r.body);
+    free(big);
+
+    /* Nothing was held: the name is free. */
+    r = request(f, "POST", path, "{\"wait_ms\": 0}");
+    assert_int_equal(r.code, 200);
+    json_decref(r.body);
+    free(name);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(test_healthz, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_acquire_busy_release, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_bad_bodies, setup, teardown),
+    };
+    int rc;
+
+    curl_global_init(CURL_GLOBAL_DEFAULT);
+    rc = cmocka_run_group_tests(tests, NULL, NULL);
+    curl_global_cleanup();
+    return rc;
+}
