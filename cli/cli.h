@@ -65,6 +65,7 @@ int cerb__cli_check(const struct cerb__cli *cli, int argc, char **argv);
 int cerb__cli_holders(const struct cerb__cli *cli, int argc, char **argv);
 int cerb__cli_once(const struct cerb__cli *cli, int argc, char **argv);
 int cerb__cli_init(const struct cerb__cli *cli, int argc, char **argv);
+int cerb__cli_serve(const struct cerb__cli *cli, int argc, char **argv);
 
 /*
  * The same commands' argument parsers alone: each returns -1 when the
@@ -80,6 +81,7 @@ int cerb__cli_check_parse(int argc, char **argv);
 int cerb__cli_holders_parse(int argc, char **argv);
 int cerb__cli_once_parse(int argc, char **argv);
 int cerb__cli_init_parse(int argc, char **argv);
+int cerb__cli_serve_parse(int argc, char **argv);
 
 /* The global options of the command line (main.c). */
 struct cerb__cli_args {
@@ -113,6 +115,7 @@ extern const char cerb__cli_check_usage[];
 extern const char cerb__cli_holders_usage[];
 extern const char cerb__cli_once_usage[];
 extern const char cerb__cli_init_usage[];
+extern const char cerb__cli_serve_usage[];
 
 /*
  * CMD run the way `run` runs it (cmd_run.c), for `once`: prepare before the

@@ -55,6 +55,8 @@ static const char main_usage[] =
     "  once [-n | -w MS] [--on-lost kill|ignore] [--keep DURATION] SCOPE KEY -- CMD [ARG...]\n"
     "                    run CMD unless KEY already succeeded in SCOPE\n"
     "  init [--force]    prepare the configured stores for their first use\n"
+    "  serve [--listen unix:PATH]\n"
+    "                    serve locks over HTTP on a unix socket\n"
     "  help [COMMAND]    this text, or a command's\n"
     "\n"
     "Options:\n"
@@ -84,6 +86,7 @@ static const struct command commands[] = {
     {"holders", cerb__cli_holders, cerb__cli_holders_parse, cerb__cli_holders_usage},
     {"once", cerb__cli_once, cerb__cli_once_parse, cerb__cli_once_usage},
     {"init", cerb__cli_init, cerb__cli_init_parse, cerb__cli_init_usage},
+    {"serve", cerb__cli_serve, cerb__cli_serve_parse, cerb__cli_serve_usage},
 };
 
 /* ---- shared helpers ---- */
