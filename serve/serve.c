@@ -81,6 +81,7 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
 static int listen_unix(const char *path, char *err, size_t errlen)
 {
     struct sockaddr_un sa;
+    struct stat st;
     int fd;
 
     memset(&sa, 0, sizeof sa);
@@ -96,8 +97,25 @@ static int listen_unix(const char *path, char *err, size_t errlen)
         snprintf(err, errlen, "socket: %s", strerror(errno));
         return -1;
     }
-    /* A socket file left by a server that died; TODO: refuse when a live
-     * server still answers on it. */
+    /* A server that still answers there keeps its socket; a file that
+     * nobody answers on was left by one that died, and is replaced. */
+    if (connect(fd, (struct sockaddr *)&sa, sizeof sa) == 0) {
+        snprintf(err, errlen, "unix:%s: another server is listening there", path);
+        close(fd);
+        errno = EADDRINUSE;
+        return -1;
+    }
+    close(fd);
+    if (lstat(path, &st) == 0 && !S_ISSOCK(st.st_mode)) {
+        snprintf(err, errlen, "unix:%s: exists and is not a socket", path);
+        errno = EEXIST;
+        return -1;
+    }
+    fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0) {
+        snprintf(err, errlen, "socket: %s", strerror(errno));
+        return -1;
+    }
     unlink(path);
     if (bind(fd, (struct sockaddr *)&sa, sizeof sa) != 0 || chmod(path, 0660) != 0 ||
         listen(fd, 64) != 0) {

@@ -17,7 +17,8 @@ struct cerb__serve;
 
 /*
  * cerb__serve_start — listen on the unix socket @unix_path (made here, mode
- * 0660; a stale socket file at that path is removed first) and answer the
+ * 0660; a socket file nobody answers on is replaced, one a live server
+ * answers on is left alone: CERB_EIO) and answer the
  * /v1 routes with @client, from threads of the HTTP server.
  * Returns: CERB_OK with *out set; CERB_EINVAL for a path too long for a
  * unix socket; CERB_EIO when the socket or the server cannot be made;

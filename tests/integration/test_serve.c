@@ -4,8 +4,11 @@
  * libcurl (CURLOPT_UNIX_SOCKET_PATH): /healthz; an acquisition gives a hold
  * id and a fencing token; a second acquisition of the held name with
  * wait_ms 0 is 409 BUSY; DELETE releases (200) once, then 404; a malformed
- * or oversized body is 400 with nothing held.
+ * or oversized body is 400 with nothing held; a wait ends 408 TIMEOUT, or
+ * 200 when the name is released meanwhile; a live server's socket (or a
+ * file that is no socket) is never taken over.
  */
+#include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -14,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <cmocka.h>
@@ -205,12 +209,93 @@ static void test_bad_bodies(void **state)
     free(name);
 }
 
+/* A second server on the path of a live one is refused, and the first one
+ * goes on answering; a file that is not a socket is never replaced. */
+static void test_socket_in_use(void **state)
+{
+    struct fixture *f = *state;
+    struct cerb__serve *other = NULL;
+    char err[256], file[160];
+    struct reply r;
+    FILE *fp;
+
+    assert_int_not_equal(cerb__serve_start(f->client, f->sock, &other, err, sizeof err),
+                         CERB_OK);
+    assert_null(other);
+    assert_non_null(strstr(err, "another server"));
+    r = request(f, "GET", "/healthz", NULL);
+    assert_int_equal(r.code, 200);
+    json_decref(r.body);
+
+    snprintf(file, sizeof file, "%s/plain", f->dir);
+    fp = fopen(file, "w");
+    assert_non_null(fp);
+    fclose(fp);
+    assert_int_not_equal(cerb__serve_start(f->client, file, &other, err, sizeof err),
+                         CERB_OK);
+    assert_non_null(strstr(err, "not a socket"));
+    assert_int_equal(unlink(file), 0);
+}
+
+/* wait_ms makes the server wait: 408 TIMEOUT when the holder keeps the
+ * name, 200 when it is released during the wait. */
+struct waiter {
+    struct fixture *f;
+    const char *path;
+    struct reply r;
+};
+
+static void *wait_acquire(void *ud)
+{
+    struct waiter *w = ud;
+    w->r = request(w->f, "POST", w->path, "{\"wait_ms\": 10000}");
+    return NULL;
+}
+
+static void test_blocking_wait(void **state)
+{
+    struct fixture *f = *state;
+    char *name = test_name("serve-wait");
+    char path[512], del[128];
+    struct waiter w = {f, path, {0, NULL}};
+    struct reply r;
+    pthread_t t;
+    struct timespec nap = {0, 200 * 1000000L};
+    int64_t t0;
+
+    snprintf(path, sizeof path, "/v1/locks/%s/acquire", name);
+    r = request(f, "POST", path, NULL);
+    assert_int_equal(r.code, 200);
+    snprintf(del, sizeof del, "/v1/holds/%s", str(&r, "hold"));
+    json_decref(r.body);
+
+    t0 = cerb_test_now_ms();
+    r = request(f, "POST", path, "{\"wait_ms\": 300}");
+    assert_int_equal(r.code, 408);
+    assert_string_equal(str(&r, "status"), "TIMEOUT");
+    assert_true(cerb_test_now_ms() - t0 >= 290);
+    json_decref(r.body);
+
+    assert_int_equal(pthread_create(&t, NULL, wait_acquire, &w), 0);
+    nanosleep(&nap, NULL); /* let it wait (if not, it simply gets the name later) */
+    r = request(f, "DELETE", del, NULL);
+    assert_int_equal(r.code, 200);
+    json_decref(r.body);
+    assert_int_equal(pthread_join(t, NULL), 0);
+    assert_int_equal(w.r.code, 200);
+    assert_int_equal(strlen(str(&w.r, "hold")), 32);
+    json_decref(w.r.body);
+    free(name);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_healthz, setup, teardown),
         cmocka_unit_test_setup_teardown(test_acquire_busy_release, setup, teardown),
         cmocka_unit_test_setup_teardown(test_bad_bodies, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_socket_in_use, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_blocking_wait, setup, teardown),
     };
     int rc;
 
