@@ -28,6 +28,9 @@
 #include "serve.h"
 #include "serve_internal.h"
 
+/* How long a stop lets the requests being answered finish. */
+#define DRAIN_MS 5000
+
 struct request {
     size_t len;
     bool too_big;
@@ -48,6 +51,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         if (!rq)
             return MHD_NO;
         *con_cls = rq;
+        cerb__serve_waits_enter(&s->waits);
         return MHD_YES;
     }
     if (*upload_data_size > 0) {
@@ -70,11 +74,15 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
 static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
                          enum MHD_RequestTerminationCode toe)
 {
-    (void)cls;
+    struct cerb__serve *s = cls;
+
     (void)conn;
     (void)toe;
-    free(*con_cls);
-    *con_cls = NULL;
+    if (*con_cls) {
+        free(*con_cls);
+        *con_cls = NULL;
+        cerb__serve_waits_leave(&s->waits);
+    }
 }
 
 /* The listening socket at @path, mode 0660; -1 with @err written. */
@@ -140,10 +148,12 @@ cerb_status cerb__serve_start(cerb_client *client, const char *unix_path,
     }
     s->client = client;
     cerb__serve_holds_init(&s->holds);
+    cerb__serve_waits_init(&s->waits);
     s->fd = listen_unix(unix_path, err, errlen);
     if (s->fd < 0) {
         cerb_status st = errno == ENAMETOOLONG ? CERB_EINVAL : CERB_EIO;
         cerb__serve_holds_destroy(&s->holds);
+        cerb__serve_waits_destroy(&s->waits);
         free(s->path);
         free(s);
         return st;
@@ -152,13 +162,14 @@ cerb_status cerb__serve_start(cerb_client *client, const char *unix_path,
                                      MHD_USE_THREAD_PER_CONNECTION,
                                  0, NULL, NULL, on_request, s,
                                  MHD_OPTION_LISTEN_SOCKET, (MHD_socket)s->fd,
-                                 MHD_OPTION_NOTIFY_COMPLETED, on_completed, NULL,
+                                 MHD_OPTION_NOTIFY_COMPLETED, on_completed, s,
                                  MHD_OPTION_END);
     if (!s->daemon) {
         snprintf(err, errlen, "unix:%s: the HTTP server would not start", unix_path);
         close(s->fd);
         unlink(s->path);
         cerb__serve_holds_destroy(&s->holds);
+        cerb__serve_waits_destroy(&s->waits);
         free(s->path);
         free(s);
         return CERB_EIO;
@@ -171,8 +182,14 @@ void cerb__serve_stop(struct cerb__serve *s)
 {
     if (!s)
         return;
-    /* Waits for the connection threads; it closes the listening socket. */
+    /* Acquisitions waiting now end with 503 INTERRUPTED and new ones are
+     * refused; the answers being made are sent (for a bounded time); then
+     * MHD closes the connections and the listening socket and joins its
+     * threads, and the holds left are released. */
+    cerb__serve_waits_stop(&s->waits);
+    cerb__serve_waits_drain(&s->waits, DRAIN_MS);
     MHD_stop_daemon(s->daemon);
+    cerb__serve_waits_destroy(&s->waits);
     cerb__serve_holds_destroy(&s->holds);
     unlink(s->path);
     free(s->path);

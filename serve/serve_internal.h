@@ -56,6 +56,35 @@ bool cerb__serve_holds_touch(struct cerb__serve_holds *t, const char *id);
 /* Releases and frees every hold left, then the table's mutex. */
 void cerb__serve_holds_destroy(struct cerb__serve_holds *t);
 
+/* ---- requests and acquisitions in progress (serve_waits.c) ---- */
+
+struct cerb__serve_waits {
+    pthread_mutex_t mu;
+    pthread_cond_t idle; /* CLOCK_MONOTONIC; signalled when requests is 0 */
+    size_t requests;     /* being answered now */
+    cerb_cancel **v; /* the cancels of the acquisitions waiting now */
+    size_t n, cap;
+    bool stopped;    /* after cerb__serve_waits_stop: no new ones */
+};
+
+void cerb__serve_waits_init(struct cerb__serve_waits *w);
+/* Registers the cancel of an acquisition about to start. Returns CERB_OK;
+ * CERB_UNAVAILABLE once the server is stopping; CERB_ENOMEM. */
+cerb_status cerb__serve_waits_add(struct cerb__serve_waits *w, cerb_cancel *c);
+/* Unregisters it once the acquisition returned (before freeing it). */
+void cerb__serve_waits_remove(struct cerb__serve_waits *w, cerb_cancel *c);
+/* Refuses new acquisitions and fires every registered cancel. */
+void cerb__serve_waits_stop(struct cerb__serve_waits *w);
+/* A request starts (first call of the access handler) / is done (MHD's
+ * completion callback: its answer was sent or its connection dropped). */
+void cerb__serve_waits_enter(struct cerb__serve_waits *w);
+void cerb__serve_waits_leave(struct cerb__serve_waits *w);
+/* Waits until no request is being answered, at most @timeout_ms; true
+ * when none is left. */
+bool cerb__serve_waits_drain(struct cerb__serve_waits *w, int64_t timeout_ms);
+/* Frees the set (nothing may be registered). */
+void cerb__serve_waits_destroy(struct cerb__serve_waits *w);
+
 /* ---- the server ---- */
 
 struct cerb__serve {
@@ -64,6 +93,7 @@ struct cerb__serve {
     int fd;               /* the listening unix socket (MHD closes it) */
     char *path;           /* its file, removed at stop */
     struct cerb__serve_holds holds;
+    struct cerb__serve_waits waits;
 };
 
 /* ---- replies (serve_reply.c) ---- */

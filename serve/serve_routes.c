@@ -11,7 +11,8 @@
  * beyond the hold table. An acquisition makes a lock handle for the name,
  * acquires a hold object through it (cerb_lock_acquire) and frees the
  * handle at once; the hold then belongs to the server, and any request can
- * release it. The fencing token is a decimal string, since tokens above
+ * release it. The acquisition runs with a cancel the server fires when it
+ * stops (503 INTERRUPTED), so a stop never waits out a caller's wait_ms. The fencing token is a decimal string, since tokens above
  * 2^53 are not safe integers in JavaScript.
  */
 #include <inttypes.h>
@@ -72,6 +73,7 @@ static enum MHD_Result acquire(struct cerb__serve *s, struct MHD_Connection *con
     int64_t wait_ms = 0;
     cerb_lock *lk = NULL;
     cerb_hold *hold = NULL;
+    cerb_cancel *cancel = NULL;
     cerb_status st;
     char id[CERB_SERVE_HOLD_ID_LEN + 1], why[512], token[24];
     const char *engine;
@@ -95,9 +97,23 @@ static enum MHD_Result acquire(struct cerb__serve *s, struct MHD_Connection *con
     st = cerb_lock_new(s->client, name, &opts, &lk);
     if (st != CERB_OK)
         return cerb__serve_reply_error(conn, st, cerb_last_error());
-    st = cerb_lock_acquire(lk, wait_ms, NULL, &hold);
-    if (st != CERB_OK)
+    /* A cancel of its own, fired when the server stops (serve_waits.c). */
+    st = cerb_cancel_new(&cancel);
+    if (st == CERB_OK) {
+        st = cerb__serve_waits_add(&s->waits, cancel);
+        if (st == CERB_OK) {
+            st = cerb_lock_acquire(lk, wait_ms, cancel, &hold);
+            cerb__serve_waits_remove(&s->waits, cancel);
+            snprintf(why, sizeof why, "%s", cerb_cancel_error(cancel));
+        } else {
+            snprintf(why, sizeof why, "%s", st == CERB_UNAVAILABLE
+                                                ? "the server is stopping"
+                                                : "out of memory");
+        }
+        cerb_cancel_free(cancel);
+    } else {
         snprintf(why, sizeof why, "%s", cerb_last_error());
+    }
     cerb_lock_free(lk); /* allowed once the acquisition returned */
     if (st != CERB_OK)
         return cerb__serve_reply_error(conn, st, why);

@@ -53,33 +53,51 @@ static size_t collect(char *p, size_t size, size_t n, void *ud)
     return add;
 }
 
-/* One request; the reply's code and parsed JSON body (decref it). */
-static struct reply request(struct fixture *f, const char *method, const char *path,
-                            const char *body)
+/* One request, without cmocka asserts (it also runs on other threads):
+ * CURLE_OK with the reply's code and parsed JSON body (decref it; NULL when
+ * the body is not JSON), or the transfer's error. */
+static CURLcode try_request(struct fixture *f, const char *method, const char *path,
+                            const char *body, struct reply *r)
 {
-    struct reply r = {0, NULL};
     char url[512], *text = NULL;
     CURL *c = curl_easy_init();
+    CURLcode rc;
 
-    assert_non_null(c);
+    r->code = 0;
+    r->body = NULL;
+    if (!c)
+        return CURLE_OUT_OF_MEMORY;
     snprintf(url, sizeof url, "http://localhost%s", path);
     curl_easy_setopt(c, CURLOPT_UNIX_SOCKET_PATH, f->sock);
     curl_easy_setopt(c, CURLOPT_URL, url);
     curl_easy_setopt(c, CURLOPT_CUSTOMREQUEST, method);
     curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
-    curl_easy_setopt(c, CURLOPT_TIMEOUT_MS, 10000L);
+    curl_easy_setopt(c, CURLOPT_TIMEOUT_MS, 20000L);
     curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, collect);
     curl_easy_setopt(c, CURLOPT_WRITEDATA, &text);
     if (body)
         curl_easy_setopt(c, CURLOPT_POSTFIELDS, body);
-    assert_int_equal(curl_easy_perform(c), CURLE_OK);
-    curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &r.code);
+    rc = curl_easy_perform(c);
+    curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &r->code);
     curl_easy_cleanup(c);
-    assert_non_null(text);
-    r.body = json_loads(text, 0, NULL);
-    if (!r.body)
-        fprintf(stderr, "not JSON: %s\n", text);
+    if (rc == CURLE_OK && text) {
+        r->body = json_loads(text, 0, NULL);
+        if (!r->body)
+            fprintf(stderr, "not JSON: %s\n", text);
+    }
     free(text);
+    return rc;
+}
+
+/* One request; the reply's code and parsed JSON body (decref it). */
+static struct reply request(struct fixture *f, const char *method, const char *path,
+                            const char *body)
+{
+    struct reply r;
+    CURLcode rc = try_request(f, method, path, body, &r);
+
+    if (rc != CURLE_OK)
+        fail_msg("%s %s: %s", method, path, curl_easy_strerror(rc));
     assert_non_null(r.body);
     return r;
 }
@@ -243,12 +261,13 @@ struct waiter {
     struct fixture *f;
     const char *path;
     struct reply r;
+    CURLcode rc;
 };
 
 static void *wait_acquire(void *ud)
 {
     struct waiter *w = ud;
-    w->r = request(w->f, "POST", w->path, "{\"wait_ms\": 10000}");
+    w->rc = try_request(w->f, "POST", w->path, "{\"wait_ms\": 10000}", &w->r);
     return NULL;
 }
 
@@ -257,7 +276,7 @@ static void test_blocking_wait(void **state)
     struct fixture *f = *state;
     char *name = test_name("serve-wait");
     char path[512], del[128];
-    struct waiter w = {f, path, {0, NULL}};
+    struct waiter w = {f, path, {0, NULL}, CURLE_OK};
     struct reply r;
     pthread_t t;
     struct timespec nap = {0, 200 * 1000000L};
@@ -282,8 +301,43 @@ static void test_blocking_wait(void **state)
     assert_int_equal(r.code, 200);
     json_decref(r.body);
     assert_int_equal(pthread_join(t, NULL), 0);
+    assert_int_equal(w.rc, CURLE_OK);
     assert_int_equal(w.r.code, 200);
     assert_int_equal(strlen(str(&w.r, "hold")), 32);
+    json_decref(w.r.body);
+    free(name);
+}
+
+/* A stop does not wait out a caller's wait_ms: the waiting acquisition
+ * ends with 503 INTERRUPTED at once, and the stop releases the hold. */
+static void test_stop_ends_waits(void **state)
+{
+    struct fixture *f = *state;
+    char *name = test_name("serve-stop");
+    char path[512];
+    struct waiter w = {f, path, {0, NULL}, CURLE_OK};
+    struct reply r;
+    pthread_t t;
+    struct timespec nap = {0, 200 * 1000000L};
+    int64_t t0;
+
+    snprintf(path, sizeof path, "/v1/locks/%s/acquire", name);
+    r = request(f, "POST", path, NULL);
+    assert_int_equal(r.code, 200);
+    json_decref(r.body);
+    assert_int_equal(pthread_create(&t, NULL, wait_acquire, &w), 0);
+    nanosleep(&nap, NULL); /* let it wait (if not, it is refused: 503 too) */
+    t0 = cerb_test_now_ms();
+    cerb__serve_stop(f->serve);
+    f->serve = NULL;
+    assert_true(cerb_test_now_ms() - t0 < 3000);
+    assert_int_equal(pthread_join(t, NULL), 0);
+    if (w.rc != CURLE_OK)
+        fail_msg("the waiting request: %s", curl_easy_strerror(w.rc));
+    assert_int_equal(w.r.code, 503);
+    assert_non_null(w.r.body);
+    if (strcmp(str(&w.r, "status"), "INTERRUPTED") != 0) /* not waiting yet */
+        assert_string_equal(str(&w.r, "status"), "UNAVAILABLE");
     json_decref(w.r.body);
     free(name);
 }
@@ -296,6 +350,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_bad_bodies, setup, teardown),
         cmocka_unit_test_setup_teardown(test_socket_in_use, setup, teardown),
         cmocka_unit_test_setup_teardown(test_blocking_wait, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_stop_ends_waits, setup, teardown),
     };
     int rc;
 
