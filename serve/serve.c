@@ -138,6 +138,7 @@ cerb_status cerb__serve_start(cerb_client *client, const char *unix_path,
                               struct cerb__serve **out, char *err, size_t errlen)
 {
     struct cerb__serve *s;
+    cerb_status st;
 
     *out = NULL;
     s = calloc(1, sizeof *s);
@@ -147,16 +148,18 @@ cerb_status cerb__serve_start(cerb_client *client, const char *unix_path,
         return CERB_ENOMEM;
     }
     s->client = client;
+    s->fd = -1;
     cerb__serve_holds_init(&s->holds);
     cerb__serve_waits_init(&s->waits);
+    st = cerb__serve_expiry_start(&s->expiry, &s->holds);
+    if (st != CERB_OK) {
+        snprintf(err, errlen, "cannot start the expiry thread");
+        goto fail;
+    }
     s->fd = listen_unix(unix_path, err, errlen);
     if (s->fd < 0) {
-        cerb_status st = errno == ENAMETOOLONG ? CERB_EINVAL : CERB_EIO;
-        cerb__serve_holds_destroy(&s->holds);
-        cerb__serve_waits_destroy(&s->waits);
-        free(s->path);
-        free(s);
-        return st;
+        st = errno == ENAMETOOLONG ? CERB_EINVAL : CERB_EIO;
+        goto fail;
     }
     s->daemon = MHD_start_daemon(MHD_USE_INTERNAL_POLLING_THREAD |
                                      MHD_USE_THREAD_PER_CONNECTION,
@@ -166,16 +169,21 @@ cerb_status cerb__serve_start(cerb_client *client, const char *unix_path,
                                  MHD_OPTION_END);
     if (!s->daemon) {
         snprintf(err, errlen, "unix:%s: the HTTP server would not start", unix_path);
+        st = CERB_EIO;
         close(s->fd);
         unlink(s->path);
-        cerb__serve_holds_destroy(&s->holds);
-        cerb__serve_waits_destroy(&s->waits);
-        free(s->path);
-        free(s);
-        return CERB_EIO;
+        goto fail;
     }
     *out = s;
     return CERB_OK;
+
+fail:
+    cerb__serve_expiry_stop(&s->expiry);
+    cerb__serve_holds_destroy(&s->holds);
+    cerb__serve_waits_destroy(&s->waits);
+    free(s->path);
+    free(s);
+    return st;
 }
 
 void cerb__serve_stop(struct cerb__serve *s)
@@ -185,10 +193,11 @@ void cerb__serve_stop(struct cerb__serve *s)
     /* Acquisitions waiting now end with 503 INTERRUPTED and new ones are
      * refused; the answers being made are sent (for a bounded time); then
      * MHD closes the connections and the listening socket and joins its
-     * threads, and the holds left are released. */
+     * threads, the expiry thread stops, and the holds left are released. */
     cerb__serve_waits_stop(&s->waits);
     cerb__serve_waits_drain(&s->waits, DRAIN_MS);
     MHD_stop_daemon(s->daemon);
+    cerb__serve_expiry_stop(&s->expiry);
     cerb__serve_waits_destroy(&s->waits);
     cerb__serve_holds_destroy(&s->holds);
     unlink(s->path);

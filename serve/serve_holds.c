@@ -9,9 +9,10 @@
  * released, so the library is never called with the mutex held and two
  * DELETEs of one id release it once (the second finds nothing: 404).
  *
- * Each entry records when it was acquired or last kept alive.
- * TODO: release holds whose caller sent no keepalive within their lease
- * (and that nobody listens to through /events), per DESIGN.md §15.
+ * Each entry records when it was acquired or last kept alive, and its
+ * window (its lease): serve_expiry.c takes out and releases the holds whose
+ * caller was silent for longer, so a caller that dies never keeps a name.
+ * TODO: a caller listening to /v1/holds/{hold}/events counts as alive.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -48,7 +49,7 @@ void cerb__serve_holds_init(struct cerb__serve_holds *t)
 }
 
 cerb_status cerb__serve_holds_add(struct cerb__serve_holds *t, cerb_hold *hold,
-                                  char id[CERB_SERVE_HOLD_ID_LEN + 1])
+                                  int64_t window_ms, char id[CERB_SERVE_HOLD_ID_LEN + 1])
 {
     static const char hex[] = "0123456789abcdef";
     unsigned char raw[CERB_SERVE_HOLD_ID_LEN / 2];
@@ -66,6 +67,7 @@ cerb_status cerb__serve_holds_add(struct cerb__serve_holds *t, cerb_hold *hold,
     h->id[CERB_SERVE_HOLD_ID_LEN] = '\0';
     h->hold = hold;
     h->last_seen_ns = now_ns();
+    h->window_ns = window_ms * 1000000;
     memcpy(id, h->id, sizeof h->id);
     lock(&t->mu);
     h->next = t->head;
@@ -106,6 +108,27 @@ bool cerb__serve_holds_touch(struct cerb__serve_holds *t, const char *id)
     }
     unlock(&t->mu);
     return found;
+}
+
+size_t cerb__serve_holds_take_expired(struct cerb__serve_holds *t, cerb_hold **out,
+                                      size_t max)
+{
+    int64_t now = now_ns();
+    size_t n = 0;
+
+    lock(&t->mu);
+    for (struct cerb__serve_hold **p = &t->head; *p && n < max;) {
+        struct cerb__serve_hold *h = *p;
+        if (now - h->last_seen_ns > h->window_ns) {
+            *p = h->next;
+            out[n++] = h->hold;
+            free(h);
+        } else {
+            p = &h->next;
+        }
+    }
+    unlock(&t->mu);
+    return n;
 }
 
 void cerb__serve_holds_destroy(struct cerb__serve_holds *t)

@@ -34,6 +34,7 @@ struct cerb__serve_hold {
     char id[CERB_SERVE_HOLD_ID_LEN + 1];
     cerb_hold *hold;
     int64_t last_seen_ns; /* acquisition or last keepalive (CLOCK_MONOTONIC, ns) */
+    int64_t window_ns;    /* released when nothing is heard for this long */
     struct cerb__serve_hold *next;
 };
 
@@ -43,11 +44,16 @@ struct cerb__serve_holds {
 };
 
 void cerb__serve_holds_init(struct cerb__serve_holds *t);
-/* Adds @hold under a new random id, written to @id (33 bytes). Returns
- * CERB_OK; CERB_ENOMEM or CERB_EIO (no randomness); the hold is then still
- * the caller's. */
+/* Adds @hold under a new random id, written to @id (33 bytes); it is
+ * released when no keepalive comes for @window_ms. Returns CERB_OK;
+ * CERB_ENOMEM or CERB_EIO (no randomness); the hold is then still the
+ * caller's. */
 cerb_status cerb__serve_holds_add(struct cerb__serve_holds *t, cerb_hold *hold,
-                                  char id[CERB_SERVE_HOLD_ID_LEN + 1]);
+                                  int64_t window_ms, char id[CERB_SERVE_HOLD_ID_LEN + 1]);
+/* Removes up to @max holds whose window passed and returns them in @out
+ * (now the caller's, to release); the count. */
+size_t cerb__serve_holds_take_expired(struct cerb__serve_holds *t, cerb_hold **out,
+                                      size_t max);
 /* Removes the hold with @id from the table and returns it (now the
  * caller's), or NULL when there is none. */
 cerb_hold *cerb__serve_holds_take(struct cerb__serve_holds *t, const char *id);
@@ -85,6 +91,28 @@ bool cerb__serve_waits_drain(struct cerb__serve_waits *w, int64_t timeout_ms);
 /* Frees the set (nothing may be registered). */
 void cerb__serve_waits_destroy(struct cerb__serve_waits *w);
 
+/* ---- the release of silent callers' holds (serve_expiry.c) ---- */
+
+/* The keepalive window of a hold acquired without lease_ms: the library's
+ * default lock.lease_ms. TODO: a serve key in the configuration. */
+#define CERB_SERVE_DEFAULT_WINDOW_MS 10000
+
+struct cerb__serve_expiry {
+    pthread_mutex_t mu;
+    pthread_cond_t wake; /* CLOCK_MONOTONIC */
+    bool stop;
+    bool started;
+    pthread_t thread;
+};
+
+struct cerb__serve_holds;
+/* Starts the thread that releases expired holds of @holds; CERB_OK or
+ * CERB_ENOMEM (no thread). */
+cerb_status cerb__serve_expiry_start(struct cerb__serve_expiry *e,
+                                     struct cerb__serve_holds *holds);
+/* Stops and joins it (nothing when it did not start). */
+void cerb__serve_expiry_stop(struct cerb__serve_expiry *e);
+
 /* ---- the server ---- */
 
 struct cerb__serve {
@@ -94,6 +122,7 @@ struct cerb__serve {
     char *path;           /* its file, removed at stop */
     struct cerb__serve_holds holds;
     struct cerb__serve_waits waits;
+    struct cerb__serve_expiry expiry;
 };
 
 /* ---- replies (serve_reply.c) ---- */

@@ -7,6 +7,9 @@
  *   DELETE /v1/holds/{hold}             {"released": true}
  *   POST   /v1/holds/{hold}/keepalive   {"ok": true}
  *
+ * A hold whose caller neither releases it nor keeps it alive within its
+ * lease_ms (10 s when not given) is released by serve_expiry.c.
+ *
  * Each handler parses, calls the library, formats: no state of its own
  * beyond the hold table. An acquisition makes a lock handle for the name,
  * acquires a hold object through it (cerb_lock_acquire) and frees the
@@ -117,7 +120,8 @@ static enum MHD_Result acquire(struct cerb__serve *s, struct MHD_Connection *con
     cerb_lock_free(lk); /* allowed once the acquisition returned */
     if (st != CERB_OK)
         return cerb__serve_reply_error(conn, st, why);
-    st = cerb__serve_holds_add(&s->holds, hold, id);
+    st = cerb__serve_holds_add(&s->holds, hold,
+                               opts.lease_ms ? opts.lease_ms : CERB_SERVE_DEFAULT_WINDOW_MS, id);
     if (st != CERB_OK) {
         cerb_hold_free(hold);
         return cerb__serve_reply_error(conn, st, "cannot record the hold");

@@ -6,7 +6,9 @@
  * wait_ms 0 is 409 BUSY; DELETE releases (200) once, then 404; a malformed
  * or oversized body is 400 with nothing held; a wait ends 408 TIMEOUT, or
  * 200 when the name is released meanwhile; a live server's socket (or a
- * file that is no socket) is never taken over.
+ * file that is no socket) is never taken over; a stop ends a waiting
+ * acquisition with 503 and answers it; a hold nobody keeps alive is
+ * released after its lease_ms.
  */
 #include <pthread.h>
 #include <setjmp.h>
@@ -342,6 +344,52 @@ static void test_stop_ends_waits(void **state)
     free(name);
 }
 
+/* A hold whose caller neither keeps it alive nor releases it is released
+ * once its lease_ms passed; keepalives keep it. */
+static void test_silent_caller_loses_hold(void **state)
+{
+    struct fixture *f = *state;
+    char *name = test_name("serve-expiry");
+    char path[512], keep[128], del[128];
+    struct reply r;
+    struct timespec tick = {0, 100 * 1000000L};
+    int64_t t0;
+
+    snprintf(path, sizeof path, "/v1/locks/%s/acquire", name);
+    r = request(f, "POST", path, "{\"lease_ms\": 400}");
+    assert_int_equal(r.code, 200);
+    snprintf(keep, sizeof keep, "/v1/holds/%s/keepalive", str(&r, "hold"));
+    snprintf(del, sizeof del, "/v1/holds/%s", str(&r, "hold"));
+    json_decref(r.body);
+
+    /* Kept alive every 100 ms for three leases: still held. */
+    t0 = cerb_test_now_ms();
+    while (cerb_test_now_ms() - t0 < 1200) {
+        r = request(f, "POST", keep, "");
+        assert_int_equal(r.code, 200);
+        json_decref(r.body);
+        nanosleep(&tick, NULL);
+    }
+    r = request(f, "POST", path, "{\"wait_ms\": 0}");
+    assert_int_equal(r.code, 409);
+    json_decref(r.body);
+
+    /* Silent: released within a lease and a tick or so; the name is then
+     * granted to a waiter, and the old hold id is unknown. */
+    t0 = cerb_test_now_ms();
+    r = request(f, "POST", path, "{\"wait_ms\": 5000}");
+    assert_int_equal(r.code, 200);
+    assert_true(cerb_test_now_ms() - t0 < 2000);
+    json_decref(r.body);
+    r = request(f, "POST", keep, "");
+    assert_int_equal(r.code, 404);
+    json_decref(r.body);
+    r = request(f, "DELETE", del, NULL);
+    assert_int_equal(r.code, 404);
+    json_decref(r.body);
+    free(name);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -351,6 +399,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_socket_in_use, setup, teardown),
         cmocka_unit_test_setup_teardown(test_blocking_wait, setup, teardown),
         cmocka_unit_test_setup_teardown(test_stop_ends_waits, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_silent_caller_loses_hold, setup, teardown),
     };
     int rc;
 
