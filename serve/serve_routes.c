@@ -165,7 +165,7 @@ enum MHD_Result cerb__serve_route(struct cerb__serve *s, struct MHD_Connection *
                                   const char *method, const char *url,
                                   const char *body, size_t len)
 {
-    char part[256 + 1];
+    char part[1024]; /* longer than any name, so the library judges the name */
     bool get = strcmp(method, MHD_HTTP_METHOD_GET) == 0;
     bool post = strcmp(method, MHD_HTTP_METHOD_POST) == 0;
     bool del = strcmp(method, MHD_HTTP_METHOD_DELETE) == 0;
