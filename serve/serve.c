@@ -10,10 +10,11 @@
  * blocking acquisition then holds only its own connection's thread.
  *
  * MHD calls the access handler several times per request: first with no
- * body (we allocate the request's buffer in *con_cls), then with each
- * piece of the body (appended; a body beyond CERB_SERVE_MAX_BODY marks the
- * request too big and the rest is dropped), then once more with nothing
- * left, when the request is answered. The buffer is freed by the
+ * body (we allocate the request's buffer in *con_cls, or refuse at once a
+ * body whose Content-Length is over CERB_SERVE_MAX_BODY), then with each
+ * piece of the body (appended; a chunked body that grows beyond the limit
+ * marks the request too big and the rest is dropped), then once more with
+ * nothing left, when the request is answered. The buffer is freed by the
  * completion callback, whichever way the request ended.
  */
 #include <errno.h>
@@ -47,6 +48,12 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
 
     (void)version;
     if (!rq) {
+        /* A body announced too big is refused before it is read: MHD then
+         * discards it and closes the connection. */
+        const char *cl = MHD_lookup_connection_value(conn, MHD_HEADER_KIND,
+                                                     MHD_HTTP_HEADER_CONTENT_LENGTH);
+        if (cl && strtoull(cl, NULL, 10) > CERB_SERVE_MAX_BODY)
+            return cerb__serve_reply_error(conn, CERB_EINVAL, "body: more than 4096 bytes");
         rq = calloc(1, sizeof *rq);
         if (!rq)
             return MHD_NO;

@@ -104,6 +104,51 @@ static struct reply request(struct fixture *f, const char *method, const char *p
     return r;
 }
 
+/* A POST of @n bytes of JSON-ish text sent chunked, with no Content-Length. */
+struct source {
+    size_t left;
+};
+
+static size_t produce(char *buf, size_t size, size_t n, void *ud)
+{
+    struct source *src = ud;
+    size_t k = size * n < src->left ? size * n : src->left;
+    memset(buf, ' ', k);
+    src->left -= k;
+    return k;
+}
+
+static struct reply chunked_post(struct fixture *f, const char *path, size_t n)
+{
+    struct reply r = {0, NULL};
+    struct source src = {n};
+    struct curl_slist *h = curl_slist_append(NULL, "Transfer-Encoding: chunked");
+    char url[600], *text = NULL;
+    CURL *c = curl_easy_init();
+
+    assert_non_null(c);
+    snprintf(url, sizeof url, "http://localhost%s", path);
+    curl_easy_setopt(c, CURLOPT_UNIX_SOCKET_PATH, f->sock);
+    curl_easy_setopt(c, CURLOPT_URL, url);
+    curl_easy_setopt(c, CURLOPT_POST, 1L);
+    curl_easy_setopt(c, CURLOPT_HTTPHEADER, h);
+    curl_easy_setopt(c, CURLOPT_READFUNCTION, produce);
+    curl_easy_setopt(c, CURLOPT_READDATA, &src);
+    curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
+    curl_easy_setopt(c, CURLOPT_TIMEOUT_MS, 10000L);
+    curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, collect);
+    curl_easy_setopt(c, CURLOPT_WRITEDATA, &text);
+    assert_int_equal(curl_easy_perform(c), CURLE_OK);
+    curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &r.code);
+    curl_easy_cleanup(c);
+    curl_slist_free_all(h);
+    assert_non_null(text);
+    r.body = json_loads(text, 0, NULL);
+    free(text);
+    assert_non_null(r.body);
+    return r;
+}
+
 static const char *str(const struct reply *r, const char *key)
 {
     const char *v = json_string_value(json_object_get(r->body, key));
@@ -221,6 +266,12 @@ static void test_bad_bodies(void **state)
     assert_int_equal(r.code, 400);
     json_decref(r.body);
     free(big);
+
+    /* The same without a Content-Length (chunked): read, and refused. */
+    r = chunked_post(f, path, 8192);
+    assert_int_equal(r.code, 400);
+    assert_string_equal(str(&r, "status"), "EINVAL");
+    json_decref(r.body);
 
     /* Nothing was held: the name is free. */
     r = request(f, "POST", path, "{\"wait_ms\": 0}");
