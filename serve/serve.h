@@ -10,13 +10,15 @@
 #define CERB_SERVE_H
 
 #include <stddef.h>
+#include <sys/socket.h>
 
 #include "cerberus.h"
 
 struct cerb__serve;
 
 /*
- * cerb__serve_start — listen on the unix socket @unix_path (made here, mode
+ * cerb__serve_start — listen on the unix socket @unix_path (none when
+ * NULL: then add sockets with cerb__serve_listen_*) (made here, mode
  * 0660; a socket file nobody answers on is replaced, one a live server
  * answers on is left alone: CERB_EIO) and answer the
  * /v1 routes with @client, from threads of the HTTP server.
@@ -28,6 +30,37 @@ struct cerb__serve;
  */
 cerb_status cerb__serve_start(cerb_client *client, const char *unix_path,
                               struct cerb__serve **out, char *err, size_t errlen);
+
+/*
+ * cerb__serve_listen_unix — listen on one more unix socket @path, as
+ * cerb__serve_start does (mode 0660, no token). Same returns.
+ */
+cerb_status cerb__serve_listen_unix(struct cerb__serve *s, const char *path, char *err,
+                                    size_t errlen);
+
+/*
+ * cerb__serve_listen_tcp — listen on TCP at @addr, "A.B.C.D:PORT" or
+ * "[::1]:PORT", a loopback address only (127.0.0.0/8, ::1); port 0 lets
+ * the kernel choose, and the port listened on is written to *@port (when
+ * not NULL). Every request on it must carry `Authorization: Bearer
+ * @token` (else 401 UNAUTHORIZED).
+ * Returns: CERB_OK; CERB_EINVAL for an address that is not loopback or not
+ * of that shape, or no (or an empty) @token; CERB_EIO when the socket or
+ * its server cannot be made; the reason in @err.
+ * Ownership: @token is copied (and wiped at stop); it is never logged.
+ */
+cerb_status cerb__serve_listen_tcp(struct cerb__serve *s, const char *addr,
+                                   const char *token, unsigned *port, char *err,
+                                   size_t errlen);
+
+/*
+ * cerb__serve_tcp_parse — the socket address of @addr as
+ * cerb__serve_listen_tcp takes it, without listening: CERB_OK, or
+ * CERB_EINVAL with the reason in @err (not of the shape, not loopback).
+ * For a command line to refuse an address before it starts anything.
+ */
+cerb_status cerb__serve_tcp_parse(const char *addr, struct sockaddr_storage *sa,
+                                  socklen_t *salen, char *err, size_t errlen);
 
 /*
  * cerb__serve_stop — stop answering (requests being answered finish

@@ -115,11 +115,27 @@ void cerb__serve_expiry_stop(struct cerb__serve_expiry *e);
 
 /* ---- the server ---- */
 
+/* How many sockets one server listens on at most. */
+#define CERB_SERVE_MAX_LISTENERS 8
+
+struct cerb__serve;
+
+/*
+ * One listening socket and the MHD daemon answering on it; every daemon
+ * shares the routes, and this (its cls) says whether a request came over
+ * TCP, where it must carry the bearer token.
+ */
+struct cerb__serve_listener {
+    struct cerb__serve *s;
+    struct MHD_Daemon *daemon;
+    char *path;  /* a unix socket's file, removed at stop; NULL for TCP */
+    char *token; /* TCP: the bearer token every request must carry (wiped at stop) */
+};
+
 struct cerb__serve {
     cerb_client *client;
-    struct MHD_Daemon *daemon;
-    int fd;               /* the listening unix socket (MHD closes it) */
-    char *path;           /* its file, removed at stop */
+    struct cerb__serve_listener listeners[CERB_SERVE_MAX_LISTENERS];
+    size_t n_listeners;
     struct cerb__serve_holds holds;
     struct cerb__serve_waits waits;
     struct cerb__serve_expiry expiry;
@@ -133,6 +149,10 @@ enum MHD_Result cerb__serve_reply_json(struct MHD_Connection *conn, unsigned cod
 /* {"status": NAME, "error": TEXT} with the HTTP code that stands for @st. */
 enum MHD_Result cerb__serve_reply_error(struct MHD_Connection *conn, cerb_status st,
                                         const char *text);
+/* 401 {"status": "UNAUTHORIZED", "error": @text} with WWW-Authenticate:
+ * Bearer (a TCP request without the right token). */
+enum MHD_Result cerb__serve_reply_unauthorized(struct MHD_Connection *conn,
+                                               const char *text);
 /* The HTTP code for a library status. */
 unsigned cerb__serve_http_code(cerb_status st);
 

@@ -38,8 +38,10 @@ unsigned cerb__serve_http_code(cerb_status st)
     return MHD_HTTP_INTERNAL_SERVER_ERROR;
 }
 
-enum MHD_Result cerb__serve_reply_json(struct MHD_Connection *conn, unsigned code,
-                                       json_t *body)
+/* Queues @body (stolen) with HTTP @code and, when @auth, the
+ * WWW-Authenticate: Bearer challenge of a 401. */
+static enum MHD_Result reply(struct MHD_Connection *conn, unsigned code, json_t *body,
+                             bool auth)
 {
     struct MHD_Response *r;
     enum MHD_Result ret;
@@ -57,9 +59,25 @@ enum MHD_Result cerb__serve_reply_json(struct MHD_Connection *conn, unsigned cod
         return MHD_NO;
     }
     MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, "application/json");
+    if (auth)
+        MHD_add_response_header(r, MHD_HTTP_HEADER_WWW_AUTHENTICATE,
+                                "Bearer realm=\"cerberus\"");
     ret = MHD_queue_response(conn, code, r);
     MHD_destroy_response(r);
     return ret;
+}
+
+enum MHD_Result cerb__serve_reply_json(struct MHD_Connection *conn, unsigned code,
+                                       json_t *body)
+{
+    return reply(conn, code, body, false);
+}
+
+enum MHD_Result cerb__serve_reply_unauthorized(struct MHD_Connection *conn,
+                                               const char *text)
+{
+    return reply(conn, MHD_HTTP_UNAUTHORIZED,
+                 json_pack("{s:s, s:s}", "status", "UNAUTHORIZED", "error", text), true);
 }
 
 enum MHD_Result cerb__serve_reply_error(struct MHD_Connection *conn, cerb_status st,
