@@ -8,7 +8,11 @@
  * 200 when the name is released meanwhile; a live server's socket (or a
  * file that is no socket) is never taken over; a stop ends a waiting
  * acquisition with 503 and answers it; a hold nobody keeps alive is
- * released after its lease_ms.
+ * released after its lease_ms. Over TCP (127.0.0.1, a port the kernel
+ * chose): a request without `Authorization: Bearer TOKEN`, or with another
+ * token, is 401 UNAUTHORIZED with a Bearer challenge (healthz too), one
+ * with it is answered; an address that is not loopback, or TCP without a
+ * token, is refused.
  */
 #include <pthread.h>
 #include <setjmp.h>
@@ -441,6 +445,173 @@ static void test_silent_caller_loses_hold(void **state)
     free(name);
 }
 
+/* A request over TCP to 127.0.0.1:@port with the header `Authorization:
+ * @auth` (none when NULL); the reply's headers in *@headers (free them). */
+static struct reply tcp_request(unsigned port, const char *method, const char *path,
+                                const char *body, const char *auth, char **headers)
+{
+    char url[256], hdr[256], *text = NULL;
+    struct curl_slist *h = NULL;
+    struct reply r = {0, NULL};
+    CURL *c = curl_easy_init();
+
+    assert_non_null(c);
+    snprintf(url, sizeof url, "http://127.0.0.1:%u%s", port, path);
+    curl_easy_setopt(c, CURLOPT_URL, url);
+    curl_easy_setopt(c, CURLOPT_CUSTOMREQUEST, method);
+    curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
+    curl_easy_setopt(c, CURLOPT_NOPROXY, "*");
+    curl_easy_setopt(c, CURLOPT_TIMEOUT_MS, 20000L);
+    curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, collect);
+    curl_easy_setopt(c, CURLOPT_WRITEDATA, &text);
+    curl_easy_setopt(c, CURLOPT_HEADERFUNCTION, collect);
+    curl_easy_setopt(c, CURLOPT_HEADERDATA, headers);
+    if (auth) {
+        snprintf(hdr, sizeof hdr, "Authorization: %s", auth);
+        h = curl_slist_append(h, hdr);
+        curl_easy_setopt(c, CURLOPT_HTTPHEADER, h);
+    }
+    if (body)
+        curl_easy_setopt(c, CURLOPT_POSTFIELDS, body);
+    assert_int_equal(curl_easy_perform(c), CURLE_OK);
+    curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &r.code);
+    curl_easy_cleanup(c);
+    curl_slist_free_all(h);
+    assert_non_null(text);
+    r.body = json_loads(text, 0, NULL);
+    free(text);
+    assert_non_null(r.body);
+    return r;
+}
+
+/* A TCP request refused: 401 UNAUTHORIZED with the Bearer challenge. */
+static void assert_unauthorized(unsigned port, const char *method, const char *path,
+                                const char *body, const char *auth)
+{
+    char *headers = NULL;
+    struct reply r = tcp_request(port, method, path, body, auth, &headers);
+
+    assert_int_equal(r.code, 401);
+    assert_string_equal(str(&r, "status"), "UNAUTHORIZED");
+    assert_non_null(headers);
+    assert_non_null(strstr(headers, "WWW-Authenticate: Bearer"));
+    json_decref(r.body);
+    free(headers);
+}
+
+#define TOKEN "s3cret-Token_for-tests"
+
+/* Over TCP, only a request with the token is answered; the unix socket
+ * needs none. */
+static void test_tcp_token(void **state)
+{
+    struct fixture *f = *state;
+    char err[256], path[256], *headers = NULL, *name = test_name("serve-tcp");
+    unsigned port = 0;
+    struct reply r;
+
+    if (cerb__serve_listen_tcp(f->serve, "127.0.0.1:0", TOKEN, &port, err, sizeof err) !=
+        CERB_OK)
+        fail_msg("cerb__serve_listen_tcp: %s", err);
+    assert_true(port > 0);
+    snprintf(path, sizeof path, "/v1/locks/%s/acquire", name);
+
+    assert_unauthorized(port, "POST", path, "{}", NULL);
+    assert_unauthorized(port, "GET", "/healthz", NULL, NULL);
+    assert_unauthorized(port, "POST", path, "{}", "Bearer wrong");
+    assert_unauthorized(port, "POST", path, "{}", "Bearer " TOKEN "x");
+    assert_unauthorized(port, "POST", path, "{}", "Bearer s3cret-Token_for-testX");
+    assert_unauthorized(port, "POST", path, "{}", "Bearer s3cret");
+    assert_unauthorized(port, "POST", path, "{}", "Basic " TOKEN);
+    assert_unauthorized(port, "POST", path, "{}", TOKEN);
+    /* Nothing was acquired by the refused ones. */
+    r = request(f, "POST", path, "{\"wait_ms\": 0}");
+    assert_int_equal(r.code, 200);
+    {
+        char del[128];
+        snprintf(del, sizeof del, "/v1/holds/%s", str(&r, "hold"));
+        json_decref(r.body);
+        r = request(f, "DELETE", del, NULL);
+        assert_int_equal(r.code, 200);
+        json_decref(r.body);
+    }
+
+    r = tcp_request(port, "GET", "/healthz", NULL, "Bearer " TOKEN, &headers);
+    assert_int_equal(r.code, 200);
+    json_decref(r.body);
+    r = tcp_request(port, "POST", path, "{\"wait_ms\": 0}", "Bearer " TOKEN, &headers);
+    assert_int_equal(r.code, 200);
+    assert_int_equal(strlen(str(&r, "hold")), 32);
+    {
+        char del[128];
+        snprintf(del, sizeof del, "/v1/holds/%s", str(&r, "hold"));
+        json_decref(r.body);
+        /* Held: busy for a caller on the unix socket too. */
+        r = request(f, "POST", path, "{\"wait_ms\": 0}");
+        assert_int_equal(r.code, 409);
+        json_decref(r.body);
+        assert_unauthorized(port, "DELETE", del, NULL, NULL);
+        r = tcp_request(port, "DELETE", del, NULL, "bearer " TOKEN, &headers);
+        assert_int_equal(r.code, 200);
+        json_decref(r.body);
+    }
+    /* The token is in no answer. */
+    assert_null(strstr(headers, TOKEN));
+    free(headers);
+    free(name);
+}
+
+/* TCP only on loopback, and only with a token. */
+static void test_tcp_refused(void **state)
+{
+    struct fixture *f = *state;
+    static const char *const not_loopback[] = {"0.0.0.0:0",   "10.1.2.3:0", "[::]:0",
+                                               "[::ffff:127.0.0.1]:0", "192.168.0.1:80"};
+    static const char *const malformed[] = {"127.0.0.1",   "localhost:0", "127.0.0.1:x",
+                                            "127.0.0.1:65536", ":80", "::1:80",
+                                            "[::1]80"};
+    char err[256];
+    unsigned port = 0;
+    cerb_status st;
+
+    for (size_t i = 0; i < sizeof not_loopback / sizeof *not_loopback; i++) {
+        err[0] = '\0';
+        assert_int_equal(cerb__serve_listen_tcp(f->serve, not_loopback[i], TOKEN, &port, err,
+                                                sizeof err),
+                         CERB_EINVAL);
+        assert_non_null(strstr(err, "loopback"));
+    }
+    for (size_t i = 0; i < sizeof malformed / sizeof *malformed; i++)
+        assert_int_equal(cerb__serve_listen_tcp(f->serve, malformed[i], TOKEN, &port, err,
+                                                sizeof err),
+                         CERB_EINVAL);
+    assert_int_equal(cerb__serve_listen_tcp(f->serve, "127.0.0.1:0", NULL, &port, err,
+                                            sizeof err),
+                     CERB_EINVAL);
+    assert_non_null(strstr(err, "--token-file"));
+    assert_int_equal(cerb__serve_listen_tcp(f->serve, "127.0.0.1:0", "", &port, err,
+                                            sizeof err),
+                     CERB_EINVAL);
+    /* ::1 is loopback (EIO only where the host has no IPv6). */
+    st = cerb__serve_listen_tcp(f->serve, "[::1]:0", TOKEN, &port, err, sizeof err);
+    assert_true(st == CERB_OK || st == CERB_EIO);
+    if (st == CERB_OK) {
+        struct reply r;
+        char url[64], *text = NULL;
+        CURL *c = curl_easy_init();
+        snprintf(url, sizeof url, "http://[::1]:%u/healthz", port);
+        curl_easy_setopt(c, CURLOPT_URL, url);
+        curl_easy_setopt(c, CURLOPT_NOPROXY, "*");
+        curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, collect);
+        curl_easy_setopt(c, CURLOPT_WRITEDATA, &text);
+        assert_int_equal(curl_easy_perform(c), CURLE_OK);
+        curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &r.code);
+        curl_easy_cleanup(c);
+        free(text);
+        assert_int_equal(r.code, 401);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -451,6 +622,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_blocking_wait, setup, teardown),
         cmocka_unit_test_setup_teardown(test_stop_ends_waits, setup, teardown),
         cmocka_unit_test_setup_teardown(test_silent_caller_loses_hold, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_tcp_token, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_tcp_refused, setup, teardown),
     };
     int rc;
 
