@@ -1,6 +1,14 @@
 /*
- * cmd_serve.c — `cerberus [-c FILE] serve [--listen unix:PATH]`: the HTTP
- * lock service (DESIGN.md §15) until SIGINT or SIGTERM.
+ * cmd_serve.c — `cerberus [-c FILE] serve [--listen unix:PATH|ADDR:PORT]...
+ * [--token-file FILE]`: the HTTP lock service (DESIGN.md §15) until SIGINT
+ * or SIGTERM.
+ *
+ * Every --listen is a socket of its own: unix sockets need no token (their
+ * mode 0660 is the control); TCP is served on loopback addresses only and
+ * only with --token-file, whose first line is the bearer token every TCP
+ * request must carry (never logged). The arguments are checked before
+ * anything starts, so a non-loopback address or TCP without a token file
+ * is a usage error (64).
  *
  * The signals are blocked before the client opens and the server starts,
  * so every thread either makes inherits the mask and only the main thread,
@@ -14,18 +22,27 @@
 #include <string.h>
 
 #include "cli.h"
+#include "config.h"
 #include "serve.h"
 
 #define DEFAULT_SOCKET "/run/cerberus/cerberus.sock"
 
 const char cerb__cli_serve_usage[] =
-    "Usage: cerberus [-c FILE] serve [--listen unix:PATH]\n"
+    "Usage: cerberus [-c FILE] serve [--listen unix:PATH|ADDR:PORT]...\n"
+    "                                [--token-file FILE]\n"
     "\n"
-    "Serve locks over HTTP/1.1 with JSON on a unix socket (mode 0660), one\n"
-    "library client for every request, until SIGINT or SIGTERM; then\n"
-    "release every hold and exit.\n"
+    "Serve locks over HTTP/1.1 with JSON, one library client for every\n"
+    "request, until SIGINT or SIGTERM; then release every hold and exit.\n"
     "\n"
-    "  --listen unix:PATH  the socket (default unix:" DEFAULT_SOCKET ")\n"
+    "  --listen unix:PATH   a unix socket, mode 0660, no token (default\n"
+    "                       unix:" DEFAULT_SOCKET " when no --listen)\n"
+    "  --listen ADDR:PORT   TCP on a loopback address only: 127.0.0.0/8 as\n"
+    "                       127.0.0.1:PORT, or [::1]:PORT; needs --token-file\n"
+    "  --token-file FILE    its first line is the bearer token\n"
+    "--listen may be given several times, unix and TCP together. Every TCP\n"
+    "request, /healthz included, must carry the header\n"
+    "`Authorization: Bearer TOKEN`; without it or with another token it is\n"
+    "answered 401 {\"status\": \"UNAUTHORIZED\"} with WWW-Authenticate: Bearer.\n"
     "\n"
     "Routes:\n"
     "  GET    /healthz                     {\"ok\": true}\n"
@@ -37,17 +54,32 @@ const char cerb__cli_serve_usage[] =
     "not given) is released. On SIGINT or SIGTERM, waiting acquisitions end\n"
     "with 503, answers being made are sent (at most 5 s), holds released.\n"
     "Errors are {\"status\": NAME, \"error\": TEXT} with HTTP 409 busy, 408\n"
-    "timeout, 503 unavailable, 400 bad input, 404 unknown hold.\n"
+    "timeout, 503 unavailable, 400 bad input, 404 unknown hold, 401 no or\n"
+    "wrong token (TCP).\n"
     "\n"
     "Exit status: 0 stopped by a signal, 64 usage, 69 no engine reachable,\n"
-    "71 the socket could not be made, 78 configuration error.\n";
+    "71 a socket could not be made, 78 configuration error (an unreadable\n"
+    "or empty token file too).\n";
 
 #define UNIX_PREFIX "unix:"
 
-/* `serve [--listen unix:PATH]`: -1 to go on with *path, or the exit code. */
-static int parse_args(int argc, char **argv, const char **path)
+struct serve_args {
+    const char *listen[CERB_SERVE_MAX_LISTEN]; /* unix:PATH or ADDR:PORT */
+    size_t n;
+    bool tcp; /* one of them is TCP */
+    const char *token_file;
+};
+
+static bool is_unix(const char *spec)
 {
-    *path = DEFAULT_SOCKET;
+    return strncmp(spec, UNIX_PREFIX, strlen(UNIX_PREFIX)) == 0;
+}
+
+/* `serve [--listen SPEC]... [--token-file FILE]`: -1 to go on with *a, or
+ * the exit code. Reads no file: the fuzzer runs it. */
+static int parse_args(int argc, char **argv, struct serve_args *a)
+{
+    memset(a, 0, sizeof *a);
     for (int i = 1; i < argc; i++) {
         const char *val = NULL;
         int m;
@@ -55,58 +87,126 @@ static int parse_args(int argc, char **argv, const char **path)
             fputs(cerb__cli_serve_usage, stdout);
             return CLI_EXIT_OK;
         }
+        m = cerb__cli_opt_val(argc, argv, &i, "--token-file", NULL, &val);
+        if (m < 0 || (m > 0 && !val[0]))
+            return cerb__cli_usage_error("serve", "--token-file needs FILE");
+        if (m > 0) {
+            a->token_file = val;
+            continue;
+        }
         m = cerb__cli_opt_val(argc, argv, &i, "--listen", NULL, &val);
         if (m < 0)
-            return cerb__cli_usage_error("serve", "--listen needs unix:PATH");
+            return cerb__cli_usage_error("serve", "--listen needs unix:PATH or ADDR:PORT");
         if (m == 0)
             return cerb__cli_usage_error("serve", "unknown argument '%s'", argv[i]);
-        if (strncmp(val, UNIX_PREFIX, strlen(UNIX_PREFIX)) != 0 ||
-            !val[strlen(UNIX_PREFIX)])
-            return cerb__cli_usage_error("serve", "--listen takes unix:PATH (TCP is "
-                                                  "not served yet)");
-        *path = val + strlen(UNIX_PREFIX);
+        if (a->n == CERB_SERVE_MAX_LISTEN)
+            return cerb__cli_usage_error("serve", "more than %d --listen",
+                                         CERB_SERVE_MAX_LISTEN);
+        if (is_unix(val)) {
+            if (!val[strlen(UNIX_PREFIX)])
+                return cerb__cli_usage_error("serve", "--listen unix: needs a PATH");
+        } else {
+            struct sockaddr_storage sa;
+            socklen_t salen;
+            char err[256];
+            if (cerb__serve_tcp_parse(val, &sa, &salen, err, sizeof err) != CERB_OK)
+                return cerb__cli_usage_error("serve", "--listen %s", err);
+            a->tcp = true;
+        }
+        a->listen[a->n++] = val;
     }
+    if (a->tcp && !a->token_file)
+        return cerb__cli_usage_error("serve", "TCP (--listen ADDR:PORT) needs "
+                                              "--token-file FILE");
+    if (a->n == 0)
+        a->listen[a->n++] = UNIX_PREFIX DEFAULT_SOCKET;
     return -1;
 }
 
 int cerb__cli_serve_parse(int argc, char **argv)
 {
-    const char *path;
-    return parse_args(argc, argv, &path);
+    struct serve_args a;
+    return parse_args(argc, argv, &a);
+}
+
+/* Starts the server on every socket of @a; the exit code. */
+static int start(cerb_client *c, const struct serve_args *a, const char *token,
+                 struct cerb__serve **s)
+{
+    char err[512];
+
+    if (cerb__serve_start(c, NULL, s, err, sizeof err) != CERB_OK) {
+        cerb__cli_error("serve: %s", err);
+        return CLI_EXIT_OSERR;
+    }
+    for (size_t i = 0; i < a->n; i++) {
+        const char *spec = a->listen[i];
+        unsigned port = 0;
+        cerb_status st;
+        if (is_unix(spec))
+            st = cerb__serve_listen_unix(*s, spec + strlen(UNIX_PREFIX), err, sizeof err);
+        else
+            st = cerb__serve_listen_tcp(*s, spec, token, &port, err, sizeof err);
+        if (st != CERB_OK) {
+            cerb__cli_error("serve: %s", err);
+            return st == CERB_EINVAL ? CLI_EXIT_USAGE : CLI_EXIT_OSERR;
+        }
+        if (is_unix(spec))
+            fprintf(stderr, "cerberus: serve: listening on %s\n", spec);
+        else
+            fprintf(stderr, "cerberus: serve: listening on %s (port %u, bearer token)\n",
+                    spec, port);
+    }
+    return CLI_EXIT_OK;
 }
 
 int cerb__cli_serve(const struct cerb__cli *cli, int argc, char **argv)
 {
-    const char *path;
+    struct serve_args a;
     cerb_client *c = NULL;
     struct cerb__serve *s = NULL;
+    char *token = NULL;
     sigset_t sigs, orig;
-    char err[512];
     int rc, sig = 0;
 
-    rc = parse_args(argc, argv, &path);
+    rc = parse_args(argc, argv, &a);
     if (rc >= 0)
         return rc;
+    if (a.tcp) {
+        if (cerb__config_read_secret("serve --token-file", a.token_file, &token) !=
+            CERB_OK) {
+            cerb__cli_error("%s", cerb_last_error());
+            return CLI_EXIT_CONFIG;
+        }
+        if (!token || !token[0]) {
+            cerb__cli_error("serve --token-file %s: the first line (the token) is empty",
+                            a.token_file);
+            cerb__config_free_secret(token);
+            return CLI_EXIT_CONFIG;
+        }
+    }
     sigemptyset(&sigs);
     sigaddset(&sigs, SIGINT);
     sigaddset(&sigs, SIGTERM);
     if (pthread_sigmask(SIG_BLOCK, &sigs, &orig) != 0) {
         cerb__cli_error("serve: cannot block signals");
+        cerb__config_free_secret(token);
         return CLI_EXIT_OSERR;
     }
     rc = cerb__cli_open_client(cli, &c);
     if (rc != CLI_EXIT_OK)
         goto out;
-    if (cerb__serve_start(c, path, &s, err, sizeof err) != CERB_OK) {
-        cerb__cli_error("serve: %s", err);
-        rc = CLI_EXIT_OSERR;
+    rc = start(c, &a, token, &s);
+    /* Each TCP socket keeps a copy of the token; this one is wiped now. */
+    cerb__config_free_secret(token);
+    token = NULL;
+    if (rc != CLI_EXIT_OK)
         goto out;
-    }
-    fprintf(stderr, "cerberus: serve: listening on unix:%s\n", path);
     while (sigwait(&sigs, &sig) != 0)
         ;
     fprintf(stderr, "cerberus: serve: %s, stopping\n", sig == SIGINT ? "SIGINT" : "SIGTERM");
 out:
+    cerb__config_free_secret(token);
     cerb__serve_stop(s);
     cerb_client_close(c);
     pthread_sigmask(SIG_SETMASK, &orig, NULL);

@@ -16,6 +16,9 @@
 
 struct cerb__serve;
 
+/* How many sockets one server listens on at most. */
+#define CERB_SERVE_MAX_LISTEN 8
+
 /*
  * cerb__serve_start — listen on the unix socket @unix_path (none when
  * NULL: then add sockets with cerb__serve_listen_*) (made here, mode

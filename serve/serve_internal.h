@@ -15,6 +15,7 @@
 #include <microhttpd.h>
 
 #include "cerberus.h"
+#include "serve.h"
 
 /* Request bodies larger than this are refused with 400. */
 #define CERB_SERVE_MAX_BODY 4096
@@ -115,8 +116,7 @@ void cerb__serve_expiry_stop(struct cerb__serve_expiry *e);
 
 /* ---- the server ---- */
 
-/* How many sockets one server listens on at most. */
-#define CERB_SERVE_MAX_LISTENERS 8
+#define CERB_SERVE_MAX_LISTENERS CERB_SERVE_MAX_LISTEN
 
 struct cerb__serve;
 
