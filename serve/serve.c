@@ -202,9 +202,10 @@ cerb_status cerb__serve_tcp_parse(const char *addr, struct sockaddr_storage *sa,
         goto bad;
     memcpy(host, h, hl);
     host[hl] = '\0';
-    errno = 0;
+    if (strspn(port, "0123456789") != strlen(port) || strlen(port) > 5)
+        goto bad;
     p = strtoul(port, &end, 10);
-    if (*end || errno || p > 65535 || port[0] == '-' || port[0] == '+')
+    if (p > 65535)
         goto bad;
     if (addr[0] != '[') {
         struct sockaddr_in *in = (struct sockaddr_in *)sa;
