@@ -20,11 +20,14 @@ struct cerb__serve;
 #define CERB_SERVE_MAX_LISTEN 8
 
 /*
- * cerb__serve_start — listen on the unix socket @unix_path (none when
- * NULL: then add sockets with cerb__serve_listen_*) (made here, mode
- * 0660; a socket file nobody answers on is replaced, one a live server
- * answers on is left alone: CERB_EIO) and answer the
- * /v1 routes with @client, from threads of the HTTP server.
+ * cerb__serve_start — answer the /v1 routes with @client, from threads of
+ * the HTTP server, on the unix socket @unix_path (made here, mode 0660; a
+ * socket file nobody answers on is replaced, one a live server answers on
+ * is left alone: CERB_EIO). With @unix_path NULL it listens nowhere yet:
+ * add sockets with cerb__serve_listen_unix/_tcp (at most
+ * CERB_SERVE_MAX_LISTEN in all).
+ * Thread-safety: start, the listen calls and stop are made by one thread,
+ * one after the other; requests are answered meanwhile.
  * Returns: CERB_OK with *out set; CERB_EINVAL for a path too long for a
  * unix socket; CERB_EIO when the socket or the server cannot be made;
  * CERB_ENOMEM. On failure the reason is written to @err (@errlen bytes).
