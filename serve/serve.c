@@ -383,6 +383,11 @@ fail:
     return st;
 }
 
+void cerb__serve_set_heartbeat_ms(struct cerb__serve *s, int64_t ms)
+{
+    s->holds.heartbeat_ms = ms;
+}
+
 void cerb__serve_stop(struct cerb__serve *s)
 {
     if (!s)
@@ -392,6 +397,7 @@ void cerb__serve_stop(struct cerb__serve *s)
      * MHD closes the connections and the listening socket and joins its
      * threads, the expiry thread stops, and the holds left are released. */
     cerb__serve_waits_stop(&s->waits);
+    cerb__serve_holds_stop_streams(&s->holds); /* event streams end */
     cerb__serve_waits_drain(&s->waits, DRAIN_MS);
     for (size_t i = 0; i < s->n_listeners; i++)
         MHD_stop_daemon(s->listeners[i].daemon);

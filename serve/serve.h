@@ -10,6 +10,7 @@
 #define CERB_SERVE_H
 
 #include <stddef.h>
+#include <stdint.h>
 #include <sys/socket.h>
 
 #include "cerberus.h"
@@ -67,6 +68,13 @@ cerb_status cerb__serve_listen_tcp(struct cerb__serve *s, const char *addr,
  */
 cerb_status cerb__serve_tcp_parse(const char *addr, struct sockaddr_storage *sa,
                                   socklen_t *salen, char *err, size_t errlen);
+
+/*
+ * cerb__serve_set_heartbeat_ms — the period of `event: heartbeat` on the
+ * event streams opened from now on (CERB_SERVE_HEARTBEAT_MS, 5 s, unless
+ * set); for tests, right after cerb__serve_start.
+ */
+void cerb__serve_set_heartbeat_ms(struct cerb__serve *s, int64_t ms);
 
 /*
  * cerb__serve_stop — stop answering (requests being answered finish

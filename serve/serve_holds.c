@@ -12,8 +12,20 @@
  * Each entry records when it was acquired or last kept alive, and its
  * window (its lease): serve_expiry.c takes out and releases the holds whose
  * caller was silent for longer, so a caller that dies never keeps a name.
- * TODO: a caller listening to /v1/holds/{hold}/events counts as alive.
+ * A caller listening to /v1/holds/{hold}/events counts as alive: an entry
+ * with a stream open (listeners > 0) is never expired, and its window
+ * starts again when the last stream closes.
+ *
+ * Event streams wait on the table's condition variable (monotonic, with
+ * the deadline of their next heartbeat). It is signalled when a hold is
+ * taken out, when the library reports a hold lost and when the server
+ * stops. The lost callback runs on the library's callback thread and must
+ * not block: it only takes the table's mutex (held for lookups only), sets
+ * the entry's flag and broadcasts. Its user data is the table, which
+ * outlives every hold, never the entry, which a DELETE may free first.
  */
+#include <assert.h>
+#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -43,9 +55,109 @@ static void unlock(pthread_mutex_t *mu)
 
 void cerb__serve_holds_init(struct cerb__serve_holds *t)
 {
-    if (pthread_mutex_init(&t->mu, NULL) != 0)
+    pthread_condattr_t ca;
+
+    if (pthread_mutex_init(&t->mu, NULL) != 0 || pthread_condattr_init(&ca) != 0 ||
+        pthread_condattr_setclock(&ca, CLOCK_MONOTONIC) != 0 ||
+        pthread_cond_init(&t->changed, &ca) != 0)
         abort();
+    pthread_condattr_destroy(&ca);
+    t->stopping = false;
+    t->heartbeat_ms = CERB_SERVE_HEARTBEAT_MS;
     t->head = NULL;
+}
+
+/* The library's lost callback (its callback thread): records, signals. */
+static void on_lost(cerb_hold *hold, void *ud)
+{
+    struct cerb__serve_holds *t = ud;
+
+    lock(&t->mu);
+    for (struct cerb__serve_hold *h = t->head; h; h = h->next) {
+        if (h->hold == hold) {
+            h->lost = true;
+            pthread_cond_broadcast(&t->changed);
+            break;
+        }
+    }
+    unlock(&t->mu);
+}
+
+static struct cerb__serve_hold *find(struct cerb__serve_holds *t, const char *id)
+{
+    for (struct cerb__serve_hold *h = t->head; h; h = h->next)
+        if (strcmp(h->id, id) == 0)
+            return h;
+    return NULL;
+}
+
+bool cerb__serve_holds_listen(struct cerb__serve_holds *t, const char *id)
+{
+    struct cerb__serve_hold *h;
+
+    lock(&t->mu);
+    h = find(t, id);
+    if (h)
+        h->listeners++;
+    unlock(&t->mu);
+    return h != NULL;
+}
+
+void cerb__serve_holds_unlisten(struct cerb__serve_holds *t, const char *id)
+{
+    struct cerb__serve_hold *h;
+
+    lock(&t->mu);
+    h = find(t, id);
+    if (h) {
+        assert(h->listeners > 0);
+        h->listeners--;
+        h->last_seen_ns = now_ns();
+    }
+    unlock(&t->mu);
+}
+
+enum cerb__serve_event cerb__serve_holds_wait(struct cerb__serve_holds *t, const char *id,
+                                              int64_t deadline_ns)
+{
+    struct timespec dl = {(time_t)(deadline_ns / 1000000000),
+                          (long)(deadline_ns % 1000000000)};
+    enum cerb__serve_event ev;
+
+    lock(&t->mu);
+    for (;;) {
+        struct cerb__serve_hold *h = find(t, id);
+        int rc;
+        if (t->stopping) {
+            ev = CERB_SERVE_EV_STOP;
+            break;
+        }
+        if (!h) {
+            ev = CERB_SERVE_EV_GONE;
+            break;
+        }
+        if (h->lost) {
+            ev = CERB_SERVE_EV_LOST;
+            break;
+        }
+        rc = pthread_cond_timedwait(&t->changed, &t->mu, &dl);
+        if (rc == ETIMEDOUT) {
+            ev = CERB_SERVE_EV_TIMEOUT;
+            break;
+        }
+        if (rc != 0)
+            abort();
+    }
+    unlock(&t->mu);
+    return ev;
+}
+
+void cerb__serve_holds_stop_streams(struct cerb__serve_holds *t)
+{
+    lock(&t->mu);
+    t->stopping = true;
+    pthread_cond_broadcast(&t->changed);
+    unlock(&t->mu);
 }
 
 cerb_status cerb__serve_holds_add(struct cerb__serve_holds *t, cerb_hold *hold,
@@ -73,6 +185,9 @@ cerb_status cerb__serve_holds_add(struct cerb__serve_holds *t, cerb_hold *hold,
     h->next = t->head;
     t->head = h;
     unlock(&t->mu);
+    /* Nobody knows the id yet, so the entry is still there: a hold
+     * already lost is reported at once (queued) and found. */
+    cerb_hold_on_lost(hold, on_lost, t);
     return CERB_OK;
 }
 
@@ -87,6 +202,7 @@ cerb_hold *cerb__serve_holds_take(struct cerb__serve_holds *t, const char *id)
             *p = h->next;
             hold = h->hold;
             free(h);
+            pthread_cond_broadcast(&t->changed); /* its streams end */
             break;
         }
     }
@@ -119,10 +235,11 @@ size_t cerb__serve_holds_take_expired(struct cerb__serve_holds *t, cerb_hold **o
     lock(&t->mu);
     for (struct cerb__serve_hold **p = &t->head; *p && n < max;) {
         struct cerb__serve_hold *h = *p;
-        if (now - h->last_seen_ns > h->window_ns) {
+        if (h->listeners == 0 && now - h->last_seen_ns > h->window_ns) {
             *p = h->next;
             out[n++] = h->hold;
             free(h);
+            pthread_cond_broadcast(&t->changed);
         } else {
             p = &h->next;
         }
@@ -145,6 +262,6 @@ void cerb__serve_holds_destroy(struct cerb__serve_holds *t)
         free(h);
         h = next;
     }
-    if (pthread_mutex_destroy(&t->mu) != 0)
+    if (pthread_cond_destroy(&t->changed) != 0 || pthread_mutex_destroy(&t->mu) != 0)
         abort();
 }

@@ -36,13 +36,21 @@ struct cerb__serve_hold {
     cerb_hold *hold;
     int64_t last_seen_ns; /* acquisition or last keepalive (CLOCK_MONOTONIC, ns) */
     int64_t window_ns;    /* released when nothing is heard for this long */
+    unsigned listeners;   /* event streams open on it: it is kept alive */
+    bool lost;            /* the library said it was lost (on_lost) */
     struct cerb__serve_hold *next;
 };
 
 struct cerb__serve_holds {
     pthread_mutex_t mu;
+    pthread_cond_t changed; /* CLOCK_MONOTONIC; a hold lost or taken out, or the stop */
+    bool stopping;          /* event streams end */
+    int64_t heartbeat_ms;   /* the event streams' heartbeat period */
     struct cerb__serve_hold *head;
 };
+
+/* How often an event stream says `event: heartbeat`. */
+#define CERB_SERVE_HEARTBEAT_MS 5000
 
 void cerb__serve_holds_init(struct cerb__serve_holds *t);
 /* Adds @hold under a new random id, written to @id (33 bytes); it is
@@ -60,6 +68,23 @@ size_t cerb__serve_holds_take_expired(struct cerb__serve_holds *t, cerb_hold **o
 cerb_hold *cerb__serve_holds_take(struct cerb__serve_holds *t, const char *id);
 /* Records a keepalive for @id; false when there is no such hold. */
 bool cerb__serve_holds_touch(struct cerb__serve_holds *t, const char *id);
+/* An event stream opens on hold @id (which then is not expired while it
+ * listens); false when there is no such hold. */
+bool cerb__serve_holds_listen(struct cerb__serve_holds *t, const char *id);
+/* It closes: the hold's window starts again from now. */
+void cerb__serve_holds_unlisten(struct cerb__serve_holds *t, const char *id);
+enum cerb__serve_event {
+    CERB_SERVE_EV_TIMEOUT, /* the deadline came: time for a heartbeat */
+    CERB_SERVE_EV_LOST,    /* the hold was lost */
+    CERB_SERVE_EV_GONE,    /* it is no longer in the table (released) */
+    CERB_SERVE_EV_STOP     /* the server stops */
+};
+/* Waits until something happens to hold @id, at most until @deadline_ns
+ * (CLOCK_MONOTONIC). */
+enum cerb__serve_event cerb__serve_holds_wait(struct cerb__serve_holds *t, const char *id,
+                                              int64_t deadline_ns);
+/* Ends every event stream (they stop waiting and close). */
+void cerb__serve_holds_stop_streams(struct cerb__serve_holds *t);
 /* Releases and frees every hold left, then the table's mutex. */
 void cerb__serve_holds_destroy(struct cerb__serve_holds *t);
 
@@ -113,6 +138,15 @@ cerb_status cerb__serve_expiry_start(struct cerb__serve_expiry *e,
                                      struct cerb__serve_holds *holds);
 /* Stops and joins it (nothing when it did not start). */
 void cerb__serve_expiry_stop(struct cerb__serve_expiry *e);
+
+/* ---- event streams (serve_events.c) ---- */
+
+/* Answers GET /v1/holds/{@id}/events: a text/event-stream response that
+ * says `event: heartbeat` every heartbeat_ms and `event: lost` when the
+ * hold is lost, until the caller goes away, the hold is released or lost,
+ * or the server stops; 404 for an unknown hold. */
+enum MHD_Result cerb__serve_events(struct cerb__serve_holds *t,
+                                   struct MHD_Connection *conn, const char *id);
 
 /* ---- the server ---- */
 

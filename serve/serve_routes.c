@@ -6,6 +6,7 @@
  *                                       {"hold", "fencing_token", "engine"}
  *   DELETE /v1/holds/{hold}             {"released": true}
  *   POST   /v1/holds/{hold}/keepalive   {"ok": true}
+ *   GET    /v1/holds/{hold}/events      text/event-stream (serve_events.c)
  *
  * A hold whose caller neither releases it nor keeps it alive within its
  * lease_ms (10 s when not given) is released by serve_expiry.c.
@@ -28,6 +29,7 @@
 #define HOLDS_PREFIX "/v1/holds/"
 #define ACQUIRE_SUFFIX "/acquire"
 #define KEEPALIVE_SUFFIX "/keepalive"
+#define EVENTS_SUFFIX "/events"
 
 /* The longest wait a request may ask for: an hour. */
 #define MAX_WAIT_MS 3600000
@@ -179,6 +181,8 @@ enum MHD_Result cerb__serve_route(struct cerb__serve *s, struct MHD_Connection *
             return unknown_hold(conn, part);
         return cerb__serve_reply_json(conn, MHD_HTTP_OK, json_pack("{s:b}", "ok", 1));
     }
+    if (get && url_part(url, HOLDS_PREFIX, EVENTS_SUFFIX, part, sizeof part))
+        return cerb__serve_events(&s->holds, conn, part);
     if (del && url_part(url, HOLDS_PREFIX, "", part, sizeof part) && !strchr(part, '/'))
         return release(s, conn, part);
     return cerb__serve_reply_json(conn, MHD_HTTP_NOT_FOUND,

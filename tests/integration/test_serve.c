@@ -8,7 +8,11 @@
  * 200 when the name is released meanwhile; a live server's socket (or a
  * file that is no socket) is never taken over; a stop ends a waiting
  * acquisition with 503 and answers it; a hold nobody keeps alive is
- * released after its lease_ms. Over TCP (127.0.0.1, a port the kernel
+ * released after its lease_ms. GET /v1/holds/{hold}/events streams
+ * heartbeats (text/event-stream; 404 for an unknown hold); a hold listened
+ * to past its window is kept; a DELETE ends the stream; with a client that
+ * does not renew leases (lock.renew = false) a hold is lost at its lease's
+ * end and the stream says `event: lost`, then DELETE is 410 LOST. Over TCP (127.0.0.1, a port the kernel
  * chose): a request without `Authorization: Bearer TOKEN`, or with another
  * token, is 401 UNAUTHORIZED with a Bearer challenge (healthz too), one
  * with it is answered; an address that is not loopback, or TCP without a
@@ -445,6 +449,259 @@ static void test_silent_caller_loses_hold(void **state)
     free(name);
 }
 
+/* ---- event streams ---- */
+
+/* What one GET of an event stream received: stops at the @count-th
+ * @until (when not NULL) or at @timeout_ms. */
+struct sse {
+    char text[16384];
+    size_t len;
+    const char *until;
+    int count;
+};
+
+static int occurrences(const char *text, const char *what)
+{
+    int n = 0;
+    for (const char *p = strstr(text, what); p; p = strstr(p + 1, what))
+        n++;
+    return n;
+}
+
+static size_t sse_collect(char *p, size_t size, size_t n, void *ud)
+{
+    struct sse *e = ud;
+    size_t k = size * n;
+
+    if (k > sizeof e->text - 1 - e->len)
+        k = sizeof e->text - 1 - e->len;
+    memcpy(e->text + e->len, p, k);
+    e->len += k;
+    e->text[e->len] = '\0';
+    if (e->until && occurrences(e->text, e->until) >= e->count)
+        return 0; /* enough: the transfer stops (CURLE_WRITE_ERROR) */
+    return size * n;
+}
+
+struct listen_args {
+    struct fixture *f;
+    char path[160];
+    long timeout_ms;
+    struct sse e;
+    long code;
+    char type[64];
+    CURLcode rc;
+    int64_t ms; /* how long it listened */
+};
+
+/* Listens to a->path; no cmocka asserts (it also runs on other threads). */
+static void *listen_events(void *ud)
+{
+    struct listen_args *a = ud;
+    char url[256], *type = NULL;
+    CURL *c = curl_easy_init();
+    int64_t t0 = cerb_test_now_ms();
+
+    a->code = 0;
+    a->type[0] = '\0';
+    a->rc = CURLE_OUT_OF_MEMORY;
+    if (!c)
+        return NULL;
+    snprintf(url, sizeof url, "http://localhost%s", a->path);
+    curl_easy_setopt(c, CURLOPT_UNIX_SOCKET_PATH, a->f->sock);
+    curl_easy_setopt(c, CURLOPT_URL, url);
+    curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
+    curl_easy_setopt(c, CURLOPT_TIMEOUT_MS, a->timeout_ms);
+    curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, sse_collect);
+    curl_easy_setopt(c, CURLOPT_WRITEDATA, &a->e);
+    a->rc = curl_easy_perform(c);
+    a->ms = cerb_test_now_ms() - t0;
+    curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &a->code);
+    if (curl_easy_getinfo(c, CURLINFO_CONTENT_TYPE, &type) == CURLE_OK && type)
+        snprintf(a->type, sizeof a->type, "%s", type);
+    curl_easy_cleanup(c);
+    return NULL;
+}
+
+/* Acquires @name with @body; the hold id in @id (33 bytes). */
+static void acquire_hold(struct fixture *f, const char *name, const char *body, char *id)
+{
+    char path[512];
+    struct reply r;
+
+    snprintf(path, sizeof path, "/v1/locks/%s/acquire", name);
+    r = request(f, "POST", path, body);
+    assert_int_equal(r.code, 200);
+    assert_int_equal(strlen(str(&r, "hold")), 32);
+    strcpy(id, str(&r, "hold"));
+    json_decref(r.body);
+}
+
+static void test_events_heartbeat(void **state)
+{
+    struct fixture *f = *state;
+    char *name = test_name("serve-events");
+    char id[33];
+    struct listen_args a = {0};
+    struct reply r;
+
+    cerb__serve_set_heartbeat_ms(f->serve, 200);
+    acquire_hold(f, name, "{}", id);
+    a.f = f;
+    snprintf(a.path, sizeof a.path, "/v1/holds/%s/events", id);
+    a.timeout_ms = 5000;
+    a.e.until = "event: heartbeat\n";
+    a.e.count = 3; /* one at once, two more 200 ms apart */
+    listen_events(&a);
+    assert_int_equal(a.rc, CURLE_WRITE_ERROR); /* we stopped it */
+    assert_int_equal(a.code, 200);
+    assert_string_equal(a.type, "text/event-stream");
+    assert_true(a.ms >= 300 && a.ms < 4000);
+    assert_non_null(strstr(a.e.text, "data: {\"hold\":\""));
+    assert_non_null(strstr(a.e.text, id));
+
+    /* An unknown hold: 404, no stream. */
+    r = request(f, "GET", "/v1/holds/0123456789abcdef0123456789abcdef/events", NULL);
+    assert_int_equal(r.code, 404);
+    assert_string_equal(str(&r, "status"), "NOT_OWNER");
+    json_decref(r.body);
+    r = request(f, "GET", "/v1/holds/nope/events", NULL);
+    assert_int_equal(r.code, 404);
+    json_decref(r.body);
+    free(name);
+}
+
+static void test_listened_hold_kept(void **state)
+{
+    struct fixture *f = *state;
+    char *name = test_name("serve-listened");
+    char id[33], path[512], keep[128];
+    struct listen_args a = {0};
+    struct reply r;
+    int64_t t0;
+
+    cerb__serve_set_heartbeat_ms(f->serve, 100);
+    acquire_hold(f, name, "{\"lease_ms\": 300}", id);
+    /* Listened to for four windows with no keepalive: still held. */
+    a.f = f;
+    snprintf(a.path, sizeof a.path, "/v1/holds/%s/events", id);
+    a.timeout_ms = 1200;
+    listen_events(&a);
+    assert_int_equal(a.rc, CURLE_OPERATION_TIMEDOUT); /* it listened to the end */
+    assert_int_equal(a.code, 200);
+    assert_true(occurrences(a.e.text, "event: heartbeat\n") >= 5);
+    snprintf(path, sizeof path, "/v1/locks/%s/acquire", name);
+    r = request(f, "POST", path, "{\"wait_ms\": 0}");
+    assert_int_equal(r.code, 409);
+    json_decref(r.body);
+    snprintf(keep, sizeof keep, "/v1/holds/%s/keepalive", id);
+    r = request(f, "POST", keep, "");
+    assert_int_equal(r.code, 200);
+    json_decref(r.body);
+
+    /* Nobody listens now: released within its window, as any silent hold. */
+    t0 = cerb_test_now_ms();
+    r = request(f, "POST", path, "{\"wait_ms\": 5000}");
+    assert_int_equal(r.code, 200);
+    assert_true(cerb_test_now_ms() - t0 < 2000);
+    json_decref(r.body);
+    free(name);
+}
+
+static void *delete_later(void *ud)
+{
+    struct listen_args *a = ud;
+    char del[128];
+    struct reply r;
+    struct timespec nap = {0, 300 * 1000000L};
+
+    nanosleep(&nap, NULL);
+    snprintf(del, sizeof del, "/v1/holds/%.32s", a->path + strlen("/v1/holds/"));
+    try_request(a->f, "DELETE", del, NULL, &r);
+    a->code = r.code;
+    json_decref(r.body);
+    return NULL;
+}
+
+static void test_events_end_on_release(void **state)
+{
+    struct fixture *f = *state;
+    char *name = test_name("serve-events-end");
+    char id[33];
+    struct listen_args a = {0}, d = {0};
+    pthread_t t;
+
+    acquire_hold(f, name, "{}", id); /* heartbeats every 5 s: only the first */
+    a.f = d.f = f;
+    snprintf(a.path, sizeof a.path, "/v1/holds/%s/events", id);
+    snprintf(d.path, sizeof d.path, "%s", a.path);
+    a.timeout_ms = 10000;
+    assert_int_equal(pthread_create(&t, NULL, delete_later, &d), 0);
+    listen_events(&a);
+    assert_int_equal(pthread_join(t, NULL), 0);
+    assert_int_equal(d.code, 200);
+    assert_int_equal(a.rc, CURLE_OK); /* the server ended the stream */
+    assert_int_equal(a.code, 200);
+    assert_true(a.ms < 5000);
+    assert_int_equal(occurrences(a.e.text, "event: heartbeat\n"), 1);
+    assert_null(strstr(a.e.text, "event: lost"));
+    free(name);
+}
+
+/* A server whose client does not renew leases: a hold is lost at its
+ * lease's end (the local engine's watchdog), as an engine paused past the
+ * lease would lose it. */
+static int setup_no_renew(void **state)
+{
+    struct fixture *f = calloc(1, sizeof *f);
+    char err[256];
+
+    assert_non_null(f);
+    snprintf(f->dir, sizeof f->dir, "/tmp/cerb-serve-XXXXXX");
+    assert_non_null(mkdtemp(f->dir));
+    snprintf(f->sock, sizeof f->sock, "%s/serve.sock", f->dir);
+    assert_int_equal(cerb_client_open_string(&f->client,
+                                             "engines = (\"local\");\n"
+                                             "lock = { renew = false; };\n"),
+                     CERB_OK);
+    if (cerb__serve_start(f->client, f->sock, &f->serve, err, sizeof err) != CERB_OK)
+        fail_msg("cerb__serve_start: %s", err);
+    *state = f;
+    return 0;
+}
+
+static void test_events_lost(void **state)
+{
+    struct fixture *f = *state;
+    char *name = test_name("serve-lost");
+    char id[33], del[128];
+    struct listen_args a = {0};
+    struct reply r;
+
+    acquire_hold(f, name, "{\"lease_ms\": 600}", id);
+    a.f = f;
+    snprintf(a.path, sizeof a.path, "/v1/holds/%s/events", id);
+    a.timeout_ms = 5000;
+    listen_events(&a);
+    assert_int_equal(a.rc, CURLE_OK); /* the server ended it after `lost` */
+    assert_int_equal(a.code, 200);
+    assert_non_null(strstr(a.e.text, "event: lost\ndata: {\"hold\":\""));
+    assert_true(a.ms < 3000);
+    /* Listening again: `lost` at once. */
+    memset(&a.e, 0, sizeof a.e);
+    listen_events(&a);
+    assert_int_equal(a.rc, CURLE_OK);
+    assert_non_null(strstr(a.e.text, "event: lost\n"));
+    assert_true(a.ms < 1000);
+    /* Its release says so. */
+    snprintf(del, sizeof del, "/v1/holds/%s", id);
+    r = request(f, "DELETE", del, NULL);
+    assert_int_equal(r.code, 410);
+    assert_string_equal(str(&r, "status"), "LOST");
+    json_decref(r.body);
+    free(name);
+}
+
 /* A request over TCP to 127.0.0.1:@port with the header `Authorization:
  * @auth` (none when NULL); the reply's headers in *@headers (free them). */
 static struct reply tcp_request(unsigned port, const char *method, const char *path,
@@ -624,6 +881,10 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_blocking_wait, setup, teardown),
         cmocka_unit_test_setup_teardown(test_stop_ends_waits, setup, teardown),
         cmocka_unit_test_setup_teardown(test_silent_caller_loses_hold, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_events_heartbeat, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_listened_hold_kept, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_events_end_on_release, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_events_lost, setup_no_renew, teardown),
         cmocka_unit_test_setup_teardown(test_tcp_token, setup, teardown),
         cmocka_unit_test_setup_teardown(test_tcp_refused, setup, teardown),
     };

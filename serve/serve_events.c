@@ -1,0 +1,114 @@
+/*
+ * serve_events.c — GET /v1/holds/{hold}/events: a server-sent-events
+ * stream (text/event-stream) for as long as the caller listens.
+ *
+ * The answer is made with MHD_create_response_from_callback and no length,
+ * so MHD sends it chunked and calls the reader below whenever it can send
+ * more. MHD runs a thread per connection, so the reader may wait: it waits
+ * on the hold table's condition (serve_holds.c), never past the deadline
+ * of the next heartbeat, and returns one event at a time:
+ *
+ *   event: heartbeat   at once, then every heartbeat_ms (5 s);
+ *   event: lost        when the library reports the hold lost; the
+ *                      stream then ends (the hold stays in the table:
+ *                      DELETE answers 410 LOST);
+ *
+ * and ends the stream when the hold is released (DELETE, or the server's
+ * stop) or the server stops. Each event's data is {"hold": ID}. While a
+ * stream is open the hold counts as kept alive (the expiry thread skips
+ * it); when it closes, the caller has the hold's window from then on to
+ * listen again or keep it alive. A caller that goes away is noticed when
+ * the next event cannot be sent, within a heartbeat.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "serve_internal.h"
+
+struct stream {
+    struct cerb__serve_holds *t;
+    char id[CERB_SERVE_HOLD_ID_LEN + 1];
+    int64_t next_heartbeat_ns; /* CLOCK_MONOTONIC */
+    bool ended;                /* the last event was sent */
+};
+
+static int64_t now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+static ssize_t event(struct stream *st, const char *what, char *buf, size_t max)
+{
+    int n = snprintf(buf, max, "event: %s\ndata: {\"hold\":\"%s\"}\n\n", what, st->id);
+    return n < 0 || (size_t)n >= max ? MHD_CONTENT_READER_END_WITH_ERROR : n;
+}
+
+static ssize_t reader(void *cls, uint64_t pos, char *buf, size_t max)
+{
+    struct stream *st = cls;
+
+    (void)pos;
+    if (st->ended)
+        return MHD_CONTENT_READER_END_OF_STREAM;
+    for (;;) {
+        if (now_ns() >= st->next_heartbeat_ns) {
+            st->next_heartbeat_ns = now_ns() + st->t->heartbeat_ms * 1000000;
+            return event(st, "heartbeat", buf, max);
+        }
+        switch (cerb__serve_holds_wait(st->t, st->id, st->next_heartbeat_ns)) {
+        case CERB_SERVE_EV_TIMEOUT:
+            continue;
+        case CERB_SERVE_EV_LOST:
+            st->ended = true;
+            return event(st, "lost", buf, max);
+        case CERB_SERVE_EV_GONE:
+        case CERB_SERVE_EV_STOP:
+            return MHD_CONTENT_READER_END_OF_STREAM;
+        }
+        return MHD_CONTENT_READER_END_WITH_ERROR;
+    }
+}
+
+static void stream_free(void *cls)
+{
+    struct stream *st = cls;
+
+    cerb__serve_holds_unlisten(st->t, st->id);
+    free(st);
+}
+
+enum MHD_Result cerb__serve_events(struct cerb__serve_holds *t,
+                                   struct MHD_Connection *conn, const char *id)
+{
+    struct MHD_Response *r;
+    struct stream *st;
+    enum MHD_Result ret;
+    char why[128];
+
+    if (strlen(id) != CERB_SERVE_HOLD_ID_LEN || !cerb__serve_holds_listen(t, id)) {
+        snprintf(why, sizeof why, "no hold \"%.40s\"", id);
+        return cerb__serve_reply_error(conn, CERB_NOT_OWNER, why);
+    }
+    st = calloc(1, sizeof *st);
+    if (!st) {
+        cerb__serve_holds_unlisten(t, id);
+        return MHD_NO;
+    }
+    st->t = t;
+    memcpy(st->id, id, CERB_SERVE_HOLD_ID_LEN + 1);
+    st->next_heartbeat_ns = now_ns(); /* the first heartbeat at once */
+    r = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 1024, reader, st, stream_free);
+    if (!r) {
+        stream_free(st);
+        return MHD_NO;
+    }
+    MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, "text/event-stream");
+    MHD_add_response_header(r, MHD_HTTP_HEADER_CACHE_CONTROL, "no-cache");
+    ret = MHD_queue_response(conn, MHD_HTTP_OK, r);
+    MHD_destroy_response(r); /* MHD keeps it (and st) until the stream ends */
+    return ret;
+}
