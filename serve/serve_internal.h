@@ -148,6 +148,14 @@ void cerb__serve_expiry_stop(struct cerb__serve_expiry *e);
 enum MHD_Result cerb__serve_events(struct cerb__serve_holds *t,
                                    struct MHD_Connection *conn, const char *id);
 
+/* ---- inspection (serve_inspect.c) ---- */
+
+/* GET /v1/status: the engines, their breakers, the current engine. */
+enum MHD_Result cerb__serve_status(struct cerb__serve *s, struct MHD_Connection *conn);
+/* GET /v1/locks/{@name}: its holders and waiters (cerb_lock_inspect). */
+enum MHD_Result cerb__serve_inspect(struct cerb__serve *s, struct MHD_Connection *conn,
+                                    const char *name);
+
 /* ---- the server ---- */
 
 #define CERB_SERVE_MAX_LISTENERS CERB_SERVE_MAX_LISTEN

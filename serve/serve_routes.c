@@ -7,6 +7,8 @@
  *   DELETE /v1/holds/{hold}             {"released": true}
  *   POST   /v1/holds/{hold}/keepalive   {"ok": true}
  *   GET    /v1/holds/{hold}/events      text/event-stream (serve_events.c)
+ *   GET    /v1/status                   engines, breakers (serve_inspect.c)
+ *   GET    /v1/locks/{name}             holders and waiters (serve_inspect.c)
  *
  * A hold whose caller neither releases it nor keeps it alive within its
  * lease_ms (10 s when not given) is released by serve_expiry.c.
@@ -174,6 +176,10 @@ enum MHD_Result cerb__serve_route(struct cerb__serve *s, struct MHD_Connection *
 
     if (get && strcmp(url, "/healthz") == 0)
         return cerb__serve_reply_json(conn, MHD_HTTP_OK, json_pack("{s:b}", "ok", 1));
+    if (get && strcmp(url, "/v1/status") == 0)
+        return cerb__serve_status(s, conn);
+    if (get && url_part(url, LOCKS_PREFIX, "", part, sizeof part) && !strchr(part, '/'))
+        return cerb__serve_inspect(s, conn, part);
     if (post && url_part(url, LOCKS_PREFIX, ACQUIRE_SUFFIX, part, sizeof part))
         return acquire(s, conn, part, body, len);
     if (post && url_part(url, HOLDS_PREFIX, KEEPALIVE_SUFFIX, part, sizeof part)) {

@@ -702,6 +702,53 @@ static void test_events_lost(void **state)
     free(name);
 }
 
+static void test_status_and_inspect(void **state)
+{
+    struct fixture *f = *state;
+    char *name = test_name("serve-inspect");
+    char id[33], path[512];
+    struct reply r;
+    json_t *engines, *e;
+
+    r = request(f, "GET", "/v1/status", NULL);
+    assert_int_equal(r.code, 200);
+    assert_string_equal(str(&r, "current"), "local");
+    engines = json_object_get(r.body, "engines");
+    assert_int_equal(json_array_size(engines), 1);
+    e = json_array_get(engines, 0);
+    assert_string_equal(json_string_value(json_object_get(e, "name")), "local");
+    assert_true(json_is_true(json_object_get(e, "active")));
+    assert_string_equal(json_string_value(json_object_get(e, "breaker")), "closed");
+    assert_true(json_is_integer(json_object_get(e, "acquires")));
+    json_decref(r.body);
+
+    acquire_hold(f, name, "{}", id);
+    snprintf(path, sizeof path, "/v1/locks/%s", name);
+    r = request(f, "GET", path, NULL);
+    assert_int_equal(r.code, 200);
+    assert_string_equal(str(&r, "name"), name);
+    engines = json_object_get(r.body, "holders");
+    assert_int_equal(json_array_size(engines), 1);
+    e = json_array_get(engines, 0);
+    assert_string_equal(json_string_value(json_object_get(e, "engine")), "local");
+    assert_true(json_is_false(json_object_get(e, "waiting")));
+    assert_true(json_is_string(json_object_get(e, "fence"))); /* decimal string */
+    assert_true(json_integer_value(json_object_get(e, "ttl_ms")) > 0);
+    json_decref(r.body);
+
+    /* Released: nobody holds it. */
+    snprintf(path, sizeof path, "/v1/holds/%s", id);
+    r = request(f, "DELETE", path, NULL);
+    assert_int_equal(r.code, 200);
+    json_decref(r.body);
+    snprintf(path, sizeof path, "/v1/locks/%s", name);
+    r = request(f, "GET", path, NULL);
+    assert_int_equal(r.code, 200);
+    assert_int_equal(json_array_size(json_object_get(r.body, "holders")), 0);
+    json_decref(r.body);
+    free(name);
+}
+
 /* A request over TCP to 127.0.0.1:@port with the header `Authorization:
  * @auth` (none when NULL); the reply's headers in *@headers (free them). */
 static struct reply tcp_request(unsigned port, const char *method, const char *path,
@@ -885,6 +932,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_listened_hold_kept, setup, teardown),
         cmocka_unit_test_setup_teardown(test_events_end_on_release, setup, teardown),
         cmocka_unit_test_setup_teardown(test_events_lost, setup_no_renew, teardown),
+        cmocka_unit_test_setup_teardown(test_status_and_inspect, setup, teardown),
         cmocka_unit_test_setup_teardown(test_tcp_token, setup, teardown),
         cmocka_unit_test_setup_teardown(test_tcp_refused, setup, teardown),
     };
