@@ -385,7 +385,7 @@ fail:
 
 void cerb__serve_set_heartbeat_ms(struct cerb__serve *s, int64_t ms)
 {
-    s->holds.heartbeat_ms = ms;
+    cerb__serve_holds_set_heartbeat(&s->holds, ms);
 }
 
 void cerb__serve_stop(struct cerb__serve *s)

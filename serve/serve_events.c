@@ -30,6 +30,7 @@
 struct stream {
     struct cerb__serve_holds *t;
     char id[CERB_SERVE_HOLD_ID_LEN + 1];
+    int64_t heartbeat_ns;      /* the period */
     int64_t next_heartbeat_ns; /* CLOCK_MONOTONIC */
     bool ended;                /* the last event was sent */
 };
@@ -56,7 +57,7 @@ static ssize_t reader(void *cls, uint64_t pos, char *buf, size_t max)
         return MHD_CONTENT_READER_END_OF_STREAM;
     for (;;) {
         if (now_ns() >= st->next_heartbeat_ns) {
-            st->next_heartbeat_ns = now_ns() + st->t->heartbeat_ms * 1000000;
+            st->next_heartbeat_ns = now_ns() + st->heartbeat_ns;
             return event(st, "heartbeat", buf, max);
         }
         switch (cerb__serve_holds_wait(st->t, st->id, st->next_heartbeat_ns)) {
@@ -89,7 +90,10 @@ enum MHD_Result cerb__serve_events(struct cerb__serve_holds *t,
     enum MHD_Result ret;
     char why[128];
 
-    if (strlen(id) != CERB_SERVE_HOLD_ID_LEN || !cerb__serve_holds_listen(t, id)) {
+    int64_t heartbeat_ms;
+
+    if (strlen(id) != CERB_SERVE_HOLD_ID_LEN ||
+        !cerb__serve_holds_listen(t, id, &heartbeat_ms)) {
         snprintf(why, sizeof why, "no hold \"%.40s\"", id);
         return cerb__serve_reply_error(conn, CERB_NOT_OWNER, why);
     }
@@ -99,6 +103,7 @@ enum MHD_Result cerb__serve_events(struct cerb__serve_holds *t,
         return MHD_NO;
     }
     st->t = t;
+    st->heartbeat_ns = heartbeat_ms * 1000000;
     memcpy(st->id, id, CERB_SERVE_HOLD_ID_LEN + 1);
     st->next_heartbeat_ns = now_ns(); /* the first heartbeat at once */
     r = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 1024, reader, st, stream_free);

@@ -91,7 +91,8 @@ static struct cerb__serve_hold *find(struct cerb__serve_holds *t, const char *id
     return NULL;
 }
 
-bool cerb__serve_holds_listen(struct cerb__serve_holds *t, const char *id)
+bool cerb__serve_holds_listen(struct cerb__serve_holds *t, const char *id,
+                              int64_t *heartbeat_ms)
 {
     struct cerb__serve_hold *h;
 
@@ -99,8 +100,16 @@ bool cerb__serve_holds_listen(struct cerb__serve_holds *t, const char *id)
     h = find(t, id);
     if (h)
         h->listeners++;
+    *heartbeat_ms = t->heartbeat_ms;
     unlock(&t->mu);
     return h != NULL;
+}
+
+void cerb__serve_holds_set_heartbeat(struct cerb__serve_holds *t, int64_t ms)
+{
+    lock(&t->mu);
+    t->heartbeat_ms = ms;
+    unlock(&t->mu);
 }
 
 void cerb__serve_holds_unlisten(struct cerb__serve_holds *t, const char *id)

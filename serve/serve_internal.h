@@ -69,8 +69,12 @@ cerb_hold *cerb__serve_holds_take(struct cerb__serve_holds *t, const char *id);
 /* Records a keepalive for @id; false when there is no such hold. */
 bool cerb__serve_holds_touch(struct cerb__serve_holds *t, const char *id);
 /* An event stream opens on hold @id (which then is not expired while it
- * listens); false when there is no such hold. */
-bool cerb__serve_holds_listen(struct cerb__serve_holds *t, const char *id);
+ * listens), with the heartbeat period now in *@heartbeat_ms; false when
+ * there is no such hold. */
+bool cerb__serve_holds_listen(struct cerb__serve_holds *t, const char *id,
+                              int64_t *heartbeat_ms);
+/* The heartbeat period of the streams opened from now on. */
+void cerb__serve_holds_set_heartbeat(struct cerb__serve_holds *t, int64_t ms);
 /* It closes: the hold's window starts again from now. */
 void cerb__serve_holds_unlisten(struct cerb__serve_holds *t, const char *id);
 enum cerb__serve_event {

@@ -21,6 +21,7 @@
 #include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -458,6 +459,7 @@ struct sse {
     size_t len;
     const char *until;
     int count;
+    atomic_int got; /* something came (read by another thread) */
 };
 
 static int occurrences(const char *text, const char *what)
@@ -478,6 +480,7 @@ static size_t sse_collect(char *p, size_t size, size_t n, void *ud)
     memcpy(e->text + e->len, p, k);
     e->len += k;
     e->text[e->len] = '\0';
+    atomic_store(&e->got, 1);
     if (e->until && occurrences(e->text, e->until) >= e->count)
         return 0; /* enough: the transfer stops (CURLE_WRITE_ERROR) */
     return size * n;
@@ -644,6 +647,42 @@ static void test_events_end_on_release(void **state)
     assert_int_equal(a.code, 200);
     assert_true(a.ms < 5000);
     assert_int_equal(occurrences(a.e.text, "event: heartbeat\n"), 1);
+    assert_null(strstr(a.e.text, "event: lost"));
+    free(name);
+}
+
+static void *listen_thread(void *ud)
+{
+    return listen_events(ud);
+}
+
+static void test_stop_ends_streams(void **state)
+{
+    struct fixture *f = *state;
+    char *name = test_name("serve-events-stop");
+    char id[33];
+    struct listen_args a = {0};
+    struct timespec nap = {0, 10 * 1000000L};
+    pthread_t t;
+    int64_t t0;
+
+    acquire_hold(f, name, "{}", id); /* heartbeats every 5 s: only the first */
+    a.f = f;
+    snprintf(a.path, sizeof a.path, "/v1/holds/%s/events", id);
+    a.timeout_ms = 10000;
+    assert_int_equal(pthread_create(&t, NULL, listen_thread, &a), 0);
+    t0 = cerb_test_now_ms();
+    while (!atomic_load(&a.e.got) && cerb_test_now_ms() - t0 < 5000)
+        nanosleep(&nap, NULL);
+    assert_true(atomic_load(&a.e.got));
+    /* The stop ends the stream at once, not at the next heartbeat. */
+    t0 = cerb_test_now_ms();
+    cerb__serve_stop(f->serve);
+    f->serve = NULL;
+    assert_true(cerb_test_now_ms() - t0 < 2000);
+    assert_int_equal(pthread_join(t, NULL), 0);
+    assert_int_equal(a.rc, CURLE_OK);
+    assert_int_equal(a.code, 200);
     assert_null(strstr(a.e.text, "event: lost"));
     free(name);
 }
@@ -931,6 +970,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_events_heartbeat, setup, teardown),
         cmocka_unit_test_setup_teardown(test_listened_hold_kept, setup, teardown),
         cmocka_unit_test_setup_teardown(test_events_end_on_release, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_stop_ends_streams, setup, teardown),
         cmocka_unit_test_setup_teardown(test_events_lost, setup_no_renew, teardown),
         cmocka_unit_test_setup_teardown(test_status_and_inspect, setup, teardown),
         cmocka_unit_test_setup_teardown(test_tcp_token, setup, teardown),
