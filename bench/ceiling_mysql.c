@@ -149,7 +149,7 @@ MYSQL *bench_mysql_connect(const struct bench_engine *e, char *db_q, size_t qlen
                            size_t errlen)
 {
     const struct cerb_mysql_config *mc = &e->cfg->mysql;
-    char pw[1024] = "", init[128];
+    char *pw = NULL, init[128];
     unsigned conn_s = (unsigned)((mc->connect_timeout_ms + 999) / 1000);
     /* Statements end within the operation timeout; a hand-off wait within
      * WAIT_S more. */
@@ -158,18 +158,10 @@ MYSQL *bench_mysql_connect(const struct bench_engine *e, char *db_q, size_t qlen
     int sock = mc->socket && mc->socket[0];
     size_t o = 0;
 
-    if (mc->password_file && mc->password_file[0]) {
-        FILE *f = fopen(mc->password_file, "re");
-        size_t n = f ? fread(pw, 1, sizeof pw - 1, f) : 0;
-        if (!f || ferror(f)) {
-            snprintf(err, errlen, "mysql: cannot read the password file %s", mc->password_file);
-            if (f)
-                fclose(f);
-            return NULL;
-        }
-        fclose(f);
-        pw[n] = '\0';
-        pw[strcspn(pw, "\r\n")] = '\0';
+    /* mysql.password_file's first line, read as the engine reads it. */
+    if (cerb__config_read_secret("mysql", mc->password_file, &pw) != CERB_OK) {
+        snprintf(err, errlen, "%s", cerb_last_error());
+        return NULL;
     }
     /* The database, backtick-quoted (the configuration allows no '`'). */
     db_q[o++] = '`';
@@ -183,6 +175,7 @@ MYSQL *bench_mysql_connect(const struct bench_engine *e, char *db_q, size_t qlen
 
     MYSQL *my = mysql_init(NULL);
     if (!my) {
+        cerb__config_free_secret(pw);
         snprintf(err, errlen, "mysql: out of memory");
         return NULL;
     }
@@ -200,11 +193,11 @@ MYSQL *bench_mysql_connect(const struct bench_engine *e, char *db_q, size_t qlen
                             CLIENT_FOUND_ROWS)) {
         snprintf(err, errlen, "mysql connect to %s:%d as %s: %s", sock ? mc->socket : mc->host,
                  sock ? 0 : mc->port, mc->user, mysql_error(my));
-        memset(pw, 0, sizeof pw);
+        cerb__config_free_secret(pw);
         mysql_close(my);
         return NULL;
     }
-    memset(pw, 0, sizeof pw);
+    cerb__config_free_secret(pw);
     return my;
 }
 

@@ -94,23 +94,6 @@ void bench_pg_close(void *p)
     free(s);
 }
 
-/* pg.password_file's first line (as the engine reads it) into @pw. */
-static int read_password(const char *path, char *pw, size_t len, char *err, size_t errlen)
-{
-    FILE *f = fopen(path, "re");
-    size_t n = f ? fread(pw, 1, len - 1, f) : 0;
-    if (!f || ferror(f)) {
-        snprintf(err, errlen, "pg: cannot read the password file %s", path);
-        if (f)
-            fclose(f);
-        return -1;
-    }
-    fclose(f);
-    pw[n] = '\0';
-    pw[strcspn(pw, "\r\n")] = '\0';
-    return 0;
-}
-
 /* Run @sql (no result wanted) on @c. */
 static int exec_simple(PGconn *c, const char *sql, const char *what, char *err, size_t errlen)
 {
@@ -168,7 +151,7 @@ static int prepare_all(PGconn *c, const char *schema, char *err, size_t errlen)
 void *bench_pg_open(const struct bench_engine *e, char *err, size_t errlen)
 {
     const struct cerb_pg_config *pc = &e->cfg->pg;
-    char pw[1024] = "", timeout[24];
+    char *pw = NULL, timeout[24];
     const char *keys[5], *vals[5];
     int k = 0;
     struct pg_sess *s = calloc(1, sizeof *s);
@@ -177,21 +160,22 @@ void *bench_pg_open(const struct bench_engine *e, char *err, size_t errlen)
         snprintf(err, errlen, "out of memory");
         return NULL;
     }
-    if (pc->password_file && pc->password_file[0] &&
-        read_password(pc->password_file, pw, sizeof pw, err, errlen) != 0) {
+    /* pg.password_file's first line, read as the engine reads it. */
+    if (cerb__config_read_secret("pg", pc->password_file, &pw) != CERB_OK) {
+        snprintf(err, errlen, "%s", cerb_last_error());
         free(s);
         return NULL;
     }
     /* conninfo first (expanded), then what the engine adds on top of it. */
     snprintf(timeout, sizeof timeout, "%lld", (long long)((pc->connect_timeout_ms + 999) / 1000));
     keys[k] = "dbname", vals[k++] = pc->conninfo;
-    if (pw[0])
+    if (pw)
         keys[k] = "password", vals[k++] = pw;
     keys[k] = "connect_timeout", vals[k++] = timeout;
     keys[k] = "fallback_application_name", vals[k++] = "cerberus-bench-ceiling";
     keys[k] = NULL, vals[k] = NULL;
     s->c = PQconnectdbParams(keys, vals, 1);
-    memset(pw, 0, sizeof pw);
+    cerb__config_free_secret(pw);
     if (!s->c || PQstatus(s->c) != CONNECTION_OK) {
         pg_err(s->c, NULL, "connect", err, errlen);
         bench_pg_close(s);

@@ -512,12 +512,19 @@ static bool wait_tick(void *ud)
  * names cost one acquire call each and free ones one round trip. It only
  * picks a path: both are the whole protocol.
  */
+/* lname's entry in the list, or -1; e->mu held. */
+static int recent_at(const cerb_engine *e, const char *lname)
+{
+    for (int i = 0; i < MY_RECENT; i++)
+        if (strcmp(e->recent[i], lname) == 0)
+            return i;
+    return -1;
+}
+
 static bool queue_first(cerb_engine *e, const char *lname)
 {
-    bool yes = false;
     cerb__mutex_lock(&e->mu);
-    for (int i = 0; i < MY_RECENT && !yes; i++)
-        yes = strcmp(e->recent[i], lname) == 0;
+    bool yes = recent_at(e, lname) >= 0;
     cerb__mutex_unlock(&e->mu);
     return yes;
 }
@@ -525,10 +532,7 @@ static bool queue_first(cerb_engine *e, const char *lname)
 static void note_held(cerb_engine *e, const char *lname, bool held)
 {
     cerb__mutex_lock(&e->mu);
-    int at = -1;
-    for (int i = 0; i < MY_RECENT && at < 0; i++)
-        if (strcmp(e->recent[i], lname) == 0)
-            at = i;
+    int at = recent_at(e, lname);
     if (held && at < 0) {
         at = e->recent_next;
         e->recent_next = (at + 1) % MY_RECENT;

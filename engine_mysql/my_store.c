@@ -19,6 +19,25 @@
 #include "my_internal.h"
 #include "store_init.h"
 
+/* Run a script of statements that end in ";\n", one at a time (no
+ * multi-statements on the wire); the script is cut up in place. */
+static cerb_status run_script(MYSQL *my, char *script, const struct cerb_mysql_config *mc)
+{
+    cerb_status st = CERB_OK;
+    for (char *p = script; st == CERB_OK && p && *p;) {
+        struct my_res res;
+        bool broken = false;
+        unsigned en = 0;
+        char *end = strstr(p, ";\n");
+        if (end)
+            *end = '\0';
+        st = cerb__my_query(my, p, cerb__deadline_in(mc->op_timeout_ms), &res, &broken, &en);
+        cerb__my_res_free(&res);
+        p = end ? end + 2 : NULL;
+    }
+    return st;
+}
+
 static cerb_status my_init(const struct cerb_config *cfg, unsigned flags,
                            cerb_store_result *result, char *line, size_t len)
 {
@@ -27,7 +46,6 @@ static cerb_status my_init(const struct cerb_config *cfg, unsigned flags,
     MYSQL *my = NULL;
     struct my_res res;
     bool broken = false;
-    unsigned en = 0;
     (void)flags;
     *result = CERB_STORE_FAILED;
     cerb__my_quote_ident(mc->database, db_q, sizeof db_q);
@@ -74,25 +92,10 @@ static cerb_status my_init(const struct cerb_config *cfg, unsigned flags,
             char *meta = sql ? cerb__my_sql_meta_init(db_q, kind) : NULL;
             if (!meta)
                 st = cerb__error_set(CERB_ENOMEM, "out of memory");
-            /* One statement at a time (no multi-statements on the wire). */
-            for (char *p = sql; st == CERB_OK && p && *p;) {
-                char *end = strstr(p, ";\n");
-                if (end)
-                    *end = '\0';
-                st = cerb__my_query(my, p, cerb__deadline_in(mc->op_timeout_ms), &res, &broken,
-                                    &en);
-                cerb__my_res_free(&res);
-                p = end ? end + 2 : NULL;
-            }
-            for (char *p = meta; st == CERB_OK && p && *p;) {
-                char *end = strstr(p, ";\n");
-                if (end)
-                    *end = '\0';
-                st = cerb__my_query(my, p, cerb__deadline_in(mc->op_timeout_ms), &res, &broken,
-                                    &en);
-                cerb__my_res_free(&res);
-                p = end ? end + 2 : NULL;
-            }
+            if (st == CERB_OK)
+                st = run_script(my, sql, mc);
+            if (st == CERB_OK)
+                st = run_script(my, meta, mc);
             cerb__free(sql);
             cerb__free(meta);
             if (st == CERB_OK) {

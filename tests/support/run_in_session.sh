@@ -75,24 +75,49 @@ describe() { # PID: "pid P ppid Q state S: argv"
 # setsid(1) forks only when its caller leads a process group; a background
 # job of this non-interactive shell does not, so the child calls setsid()
 # itself and its PID is the session's ID.
-setsid "$@" &
-sid=$!
-
+#
+# The traps go in before the fork: a signal that came between the fork and
+# them would end this script by default and leave COMMAND running, its
+# status lost (CI saw it under load). One that comes before the fork is kept
+# and passed on once COMMAND runs; COMMAND itself is signalled too, as it
+# may not have called setsid() yet.
+sid=""
+pending=()
+signalled=0
 forward() {
     local p
-    for p in $(session_pids "$sid"); do kill -"$1" "$p" 2>/dev/null; done
+    signalled=1
+    if [[ -z $sid ]]; then
+        pending+=("$1")
+        return
+    fi
+    kill -"$1" "$sid" 2>/dev/null
+    for p in $(session_pids "$sid"); do
+        [[ $p == "$sid" ]] || kill -"$1" "$p" 2>/dev/null
+    done
 }
 trap 'forward TERM' TERM
 trap 'forward INT' INT
 trap 'forward HUP' HUP
 
-# A trapped signal ends `wait` early (status > 128) with COMMAND still
-# running: wait again.
+setsid "$@" &
+sid=$!
+for s in "${pending[@]}"; do forward "$s"; done
+
+# A trapped signal ends `wait` early with 128 + its number, whether or not
+# COMMAND has ended meanwhile (the shell may have reaped it already, so
+# `kill -0` cannot tell): wait again after every signal; the shell keeps a
+# reaped COMMAND's status for that second wait.
+# (A signal that came just as `wait` returned COMMAND's own status makes a
+# third wait answer 127, "no such child": the status before it stands.)
+rc=""
 while :; do
+    signalled=0
     wait "$sid"
-    rc=$?
-    if ((rc > 128)) && kill -0 "$sid" 2>/dev/null; then continue; fi
-    break
+    r=$?
+    ((r == 127)) && [[ -n $rc ]] && break
+    rc=$r
+    ((rc > 128 && signalled)) || break
 done
 
 deadline=$(($(now_ms) + GRACE_MS))

@@ -140,6 +140,42 @@ else
     not_ok "SIGTERM is passed on to the test, whose status is kept (7)" "status $RC"
 fi
 
+# 5b. The same, signalled the moment the test runs, 80 times: the launcher
+# must neither die of a SIGTERM that beats its traps nor report the
+# interrupted `wait` (143) once the test has ended and been reaped. The old
+# launcher failed this case in 4 runs of 4 (a few of the 80 each time).
+# Two spinning shells load the machine's two cores, which widens both races.
+bad=""
+spin=()
+for i in 1 2; do
+    bash -c 'while :; do :; done' &
+    spin+=("$!")
+    PLANTED+=("$!")
+done
+for i in $(seq 1 80); do
+    rm -f "$WORK/race.pid"
+    bash "$LAUNCHER" "$WORK" race -- bash -c "trap 'exit 7' TERM
+        echo \$\$ >\"$WORK/race.pid\"; while :; do sleep 0.05; done" >/dev/null 2>&1 &
+    lpid=$!
+    PLANTED+=("$lpid")
+    deadline=$(($(now_ms) + 10000))
+    # Spinning, not sleeping: the point is to signal within microseconds.
+    until [[ -s $WORK/race.pid ]] || (($(now_ms) > deadline)); do :; done
+    [[ -s $WORK/race.pid ]] && PLANTED+=("$(cat "$WORK/race.pid")")
+    kill -TERM "$lpid"
+    wait_gone 10 "$lpid"
+    wait "$lpid"
+    RC=$?
+    ((RC == 7)) || bad+="run $i: status $RC; "
+done
+kill -KILL "${spin[@]}"
+wait "${spin[@]}" 2>/dev/null
+if [[ -z $bad ]]; then
+    ok "SIGTERM the moment the test starts: status 7 in 80 runs out of 80"
+else
+    not_ok "SIGTERM the moment the test starts: status 7 in 80 runs out of 80" "$bad"
+fi
+
 # 6. A process that left the session (setsid): not the launcher's to see;
 # check_leftovers.sh finds it by the marker, names the test, kills it.
 launch escaped bash -c "setsid sh -c 'echo \$\$ >\"$WORK/esc.pid\"; exec sleep 1000' </dev/null >/dev/null 2>&1 &
