@@ -362,7 +362,7 @@ cerb_status cerb__serve_start(cerb_client *client, const char *unix_path,
     s->client = client;
     cerb__serve_holds_init(&s->holds);
     cerb__serve_waits_init(&s->waits);
-    st = cerb__serve_expiry_start(&s->expiry, &s->holds);
+    st = cerb__serve_expiry_start(&s->expiry, &s->holds, &s->waits);
     if (st != CERB_OK) {
         snprintf(err, errlen, "cannot start the expiry thread");
         goto fail;
