@@ -25,6 +25,8 @@
 #include "config.h"
 #include "serve.h"
 
+/* Spelled out in the usage too: scripts/doc-check.py reads a usage text
+ * as string literals only, and checks the options it names. */
 #define DEFAULT_SOCKET "/run/cerberus/cerberus.sock"
 
 const char cerb__cli_serve_usage[] =
@@ -36,7 +38,7 @@ const char cerb__cli_serve_usage[] =
     "request, until SIGINT or SIGTERM; then release every hold and exit.\n"
     "\n"
     "  --listen unix:PATH   a unix socket, mode 0660, no token (default\n"
-    "                       unix:" DEFAULT_SOCKET " when no --listen)\n"
+    "                       unix:/run/cerberus/cerberus.sock when no --listen)\n"
     "  --listen ADDR:PORT   TCP on a loopback address only: 127.0.0.0/8 as\n"
     "                       127.0.0.1:PORT, or [::1]:PORT; needs --token-file\n"
     "  --token-file FILE    its first line is the bearer token\n"

@@ -3,9 +3,11 @@
 # (ctest: node_dapr_sdk). Copies package.json and package-lock.json to
 # WORKDIR and installs them there with `npm ci --ignore-scripts` (pinned
 # by the lockfile; skipped when the lockfile has not changed since the last
-# install); starts `cerberus serve` on 127.0.0.1:PORT with a token and the
-# local engine; runs `node --test` on dapr.test.mjs with the daemon's
-# address and token in the environment; stops the daemon by its PID.
+# install); checks that refused --dapr-store/--dapr-app-id values exit 64;
+# starts `cerberus serve` on 127.0.0.1:PORT with a token, the local engine,
+# --dapr-store locks and --dapr-app-id sdk-app; runs `node --test` on
+# dapr.test.mjs with the daemon's address, token and store in the
+# environment; stops the daemon by its PID.
 #
 # Usage: run.sh PATH/TO/cerberus WORKDIR PORT
 #
@@ -51,11 +53,22 @@ if ! cmp -s "$HERE/package-lock.json" "$WORK/node_modules/.cerb-lock" 2>/dev/nul
     cp "$HERE/package-lock.json" "$WORK/node_modules/.cerb-lock"
 fi
 
+# The façade's flags: refused values are usage errors (64).
+printf 'engines = ("local");\n' >"$TMP/c.cfg"
+for bad in "--dapr-store=" "--dapr-app-id=" "--dapr-app-id=a||b" "--dapr-store=a/b"; do
+    timeout 30 "$CERBERUS" -c "$TMP/c.cfg" serve --listen "unix:$TMP/x.sock" "$bad" 2>"$TMP/err"
+    rc=$?
+    if [ "$rc" != 64 ]; then
+        echo "not ok - serve $bad: exit $rc, not 64: $(cat "$TMP/err")"
+        exit 1
+    fi
+done
+echo "ok - refused --dapr-store/--dapr-app-id values exit 64"
+
 TOKEN="dapr-sdk-$RANDOM$RANDOM$RANDOM"
 printf '%s\n' "$TOKEN" >"$TMP/token"
-printf 'engines = ("local");\n' >"$TMP/c.cfg"
 "$CERBERUS" -c "$TMP/c.cfg" serve --listen "127.0.0.1:$PORT" --token-file "$TMP/token" \
-    2>"$TMP/serve.log" &
+    --dapr-store locks --dapr-app-id sdk-app 2>"$TMP/serve.log" &
 PID=$!
 now_ms() { date +%s%3N; }
 DEADLINE=$(($(now_ms) + 30000))
@@ -68,7 +81,7 @@ until grep -q "listening on 127.0.0.1:$PORT" "$TMP/serve.log"; do
     sleep 0.02
 done
 
-(cd "$WORK" && CERB_DAPR_PORT=$PORT CERB_DAPR_TOKEN=$TOKEN CERB_DAPR_STORE=cerberus \
+(cd "$WORK" && CERB_DAPR_PORT=$PORT CERB_DAPR_TOKEN=$TOKEN CERB_DAPR_STORE=locks \
     timeout 120 node --test dapr.test.mjs)
 RC=$?
 if grep -q -- "$TOKEN" "$TMP/serve.log"; then
