@@ -730,12 +730,15 @@ static void test_uninspectable_engine(void **state)
 
 static int setup_redis(void **state)
 {
-    char *cfg = cerb_test_redis_config("prefix = \"\";", NULL);
-    int rc = open_fixture(state, cfg);
-    char err[256];
-    struct fixture *f = *state;
+    char *text = cerb_test_redis_config("prefix = \"\";", NULL), cfg[512], err[256];
+    struct fixture *f;
+    int rc;
 
-    free(cfg);
+    assert_non_null(text);
+    snprintf(cfg, sizeof cfg, "%s", text);
+    free(text); /* before open_fixture, which may fail the case */
+    rc = open_fixture(state, cfg);
+    f = *state;
     assert_int_equal(cerb__serve_set_dapr(f->serve, "cerberus", "interop-app", err, sizeof err),
                      CERB_OK);
     return rc;
