@@ -203,6 +203,7 @@ struct cerb__serve {
     struct cerb__serve_holds holds;
     struct cerb__serve_waits waits;
     struct cerb__serve_expiry expiry;
+    struct cerb__serve_dapr *dapr; /* the Dapr façade's state (serve_dapr.c) */
 };
 
 /* ---- replies (serve_reply.c) ---- */
@@ -229,5 +230,28 @@ unsigned cerb__serve_http_code(cerb_status st);
 enum MHD_Result cerb__serve_route(struct cerb__serve *s, struct MHD_Connection *conn,
                                   const char *method, const char *url,
                                   const char *body, size_t len);
+
+/* ---- the Dapr-compatible façade (serve_dapr.c) ---- */
+
+/* Its store name, key prefix and the owners of the holds it granted. */
+struct cerb__serve_dapr;
+
+/* A façade serving the store "cerberus" with no app id. Returns CERB_OK
+ * with *@out set, or CERB_ENOMEM. Ownership: free it with
+ * cerb__serve_dapr_free() once no request runs (after the daemons
+ * stopped); the holds it granted are in the hold table, released there. */
+cerb_status cerb__serve_dapr_new(struct cerb__serve_dapr **out);
+/* Frees it; NULL does nothing. */
+void cerb__serve_dapr_free(struct cerb__serve_dapr *d);
+/* Whether @url is one of Dapr's (/v1.0/..., /v1.0-alpha1/...): answered by
+ * cerb__serve_dapr_route, and over TCP authorised by `dapr-api-token`
+ * as well as by the bearer token. Thread-safety: any thread (pure). */
+bool cerb__serve_dapr_path(const char *url);
+/* Answers a request on a Dapr route (see serve_dapr.c), with daprd's
+ * bodies and codes. Returns what MHD_queue_response returned.
+ * Thread-safety: any number of requests at once. */
+enum MHD_Result cerb__serve_dapr_route(struct cerb__serve *s, struct MHD_Connection *conn,
+                                       const char *method, const char *url,
+                                       const char *body, size_t len);
 
 #endif /* CERB_SERVE_INTERNAL_H */

@@ -204,6 +204,8 @@ enum MHD_Result cerb__serve_route(struct cerb__serve *s, struct MHD_Connection *
     bool post = strcmp(method, MHD_HTTP_METHOD_POST) == 0;
     bool del = strcmp(method, MHD_HTTP_METHOD_DELETE) == 0;
 
+    if (cerb__serve_dapr_path(url)) /* Dapr's lock API (serve_dapr.c) */
+        return cerb__serve_dapr_route(s, conn, method, url, body, len);
     if (get && strcmp(url, "/healthz") == 0)
         return cerb__serve_reply_json(conn, MHD_HTTP_OK, json_pack("{s:b}", "ok", 1));
     if (get && strcmp(url, "/v1/status") == 0)
