@@ -65,6 +65,7 @@ void cerb__serve_holds_init(struct cerb__serve_holds *t)
     t->stopping = false;
     t->heartbeat_ms = CERB_SERVE_HEARTBEAT_MS;
     t->head = NULL;
+    cerb__serve_attempts_init(&t->attempts);
 }
 
 /* The library's lost callback (its callback thread): records, signals. */
@@ -271,6 +272,7 @@ void cerb__serve_holds_destroy(struct cerb__serve_holds *t)
         free(h);
         h = next;
     }
+    cerb__serve_attempts_destroy(&t->attempts); /* unfinished: failed */
     if (pthread_cond_destroy(&t->changed) != 0 || pthread_mutex_destroy(&t->mu) != 0)
         abort();
 }
