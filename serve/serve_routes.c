@@ -129,7 +129,7 @@ static enum MHD_Result do_switch(struct cerb__serve *s, struct MHD_Connection *c
         /* A configured engine that would not open is unavailable; any
          * other name is not one of the configuration's. */
         return cerb__serve_reply_error(conn,
-                                       strcmp(rq->engine, "auto") != 0 &&
+                                       rq->engine && strcmp(rq->engine, "auto") != 0 &&
                                                cerb_engine_info(s->client, rq->engine,
                                                                 &in) == CERB_OK
                                            ? CERB_UNAVAILABLE
