@@ -168,8 +168,9 @@ void cerb__serve_waits_destroy(struct cerb__serve_waits *w);
 
 /* ---- the release of silent callers' holds (serve_expiry.c) ---- */
 
-/* The keepalive window of a hold acquired without lease_ms: the library's
- * default lock.lease_ms. TODO: a serve key in the configuration. */
+/* The keepalive window of a hold acquired without lease_ms (the library's
+ * default lock.lease_ms), and of a guard attempt begun without running_ms.
+ * TODO: a serve key in the configuration. */
 #define CERB_SERVE_DEFAULT_WINDOW_MS 10000
 
 struct cerb__serve_expiry {
