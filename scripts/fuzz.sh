@@ -46,7 +46,7 @@ ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 CC_FUZZ=${CC:-clang}
 [[ $CC_FUZZ == *gcc* || $CC_FUZZ == cc ]] && CC_FUZZ=clang
 JOBS=${CERB_FUZZ_JOBS:-$(nproc 2>/dev/null || echo 2)}
-ALL=(config names cli_args etcd_json redis_reply)
+ALL=(config names cli_args etcd_json redis_reply serve_request)
 seconds=20
 only=""
 self_test=1
@@ -180,9 +180,9 @@ for h in "${harnesses[@]}"; do
 done
 
 printf '\n==> fuzz summary (%ss per harness, %s)\n' "$seconds" "$sanitizer"
-printf '%-12s %12s %8s %8s  %s\n' harness executions cov corpus result
+printf '%-14s %12s %8s %8s  %s\n' harness executions cov corpus result
 for h in "${harnesses[@]}"; do
-    printf '%-12s %12s %8s %8s  %s\n' "$h" "${execs[$h]:--}" "${cov[$h]:--}" "${corp[$h]:--}" \
+    printf '%-14s %12s %8s %8s  %s\n' "$h" "${execs[$h]:--}" "${cov[$h]:--}" "${corp[$h]:--}" \
         "${status[$h]}"
 done
 exit "$rc"

@@ -11,7 +11,10 @@
  * out under the table's mutex and releases them without it; a release
  * that fails leaves the server lease to expire by itself, as
  * cerb_hold_free() does. The same tick cancels the acquisitions whose
- * callers hung up while they waited (serve_waits.c).
+ * callers hung up while they waited (serve_waits.c). The guard's open
+ * attempts (serve_guard.c) are expired in the same round: one nobody
+ * finished nor kept alive within its window is freed, which counts it as
+ * failed.
  */
 #include <errno.h>
 #include <stdlib.h>
@@ -62,6 +65,9 @@ static void *run(void *ud)
             for (size_t i = 0; i < n; i++)
                 cerb_hold_free(batch[i]); /* releases it first */
         } while (n == BATCH);
+        /* The guard's attempts nobody finished nor kept alive: freed, so
+         * counted as failed (serve_guard.c). */
+        cerb__serve_attempts_expire(&holds->attempts);
     }
 }
 

@@ -89,6 +89,7 @@ void cerb__serve_holds_init(struct cerb__serve_holds *t)
     t->live_next = live_head;
     live_head = t;
     unlock(&live_mu);
+    cerb__serve_attempts_init(&t->attempts);
 }
 
 /* The library's lost callback (its callback thread): records, signals. */
@@ -321,6 +322,7 @@ void cerb__serve_holds_destroy(struct cerb__serve_holds *t)
         free(h);
         h = next;
     }
+    cerb__serve_attempts_destroy(&t->attempts); /* unfinished: failed */
     /* Off the live list: a lost callback still running for a hold freed
      * above has finished with the table once this returns. */
     lock(&live_mu);

@@ -2,19 +2,22 @@
  * serve_inspect.c — the read-only routes of `cerberus serve`:
  *
  *   GET /v1/status        {"current": NAME, "engines": [{"name", "active",
- *                         "breaker", "wanted", "last_probe_us", counters...}]}
- *                         from cerb_engine_current and cerb_engine_info, in
- *                         the shape of `cerberus status --json`;
+ *                         "breaker", "wanted", "last_probe_us", counters...,
+ *                         "epoch", "closed_epoch"}]} from cerb_engine_current
+ *                         and cerb_engine_info (every field), one entry per
+ *                         configured engine in configuration order;
  *   GET /v1/locks/{name}  {"name", "holders": [{"engine", "owner", "waiting",
  *                         "fence", "ttl_ms", "detail"}]} from
  *                         cerb_lock_inspect (every open engine), as
  *                         `cerberus holders` prints it.
  *
  * The public API has no call that lists the configured engines, and
- * serve/ sees the client only; the status therefore asks cerb_engine_info
- * for each built-in engine name (and the current engine), and lists those
- * the client knows. TODO: an engine registered under another name is
- * listed only while it is the current one.
+ * serve/ sees the client only; their names, in configuration order, come
+ * from the metrics text (cerb_metrics_text lists every configured engine,
+ * in that order, under cerberus_engine_active{engine="NAME"}), as the
+ * Python package's Client.status() finds them, and each is then asked
+ * with cerb_engine_info. Should the metrics text fail (no memory), the
+ * current engine alone is listed.
  * Fences are decimal strings, as the acquisition's fencing_token.
  */
 #include <inttypes.h>
@@ -57,6 +60,11 @@ static json_t *engine_json(const struct cerb_engine_info *in)
         {"handoffs", in->handoffs},
         {"breaker_transitions", in->breaker_transitions},
         {"switches", in->switches},
+        {"guard_begins", in->guard_begins},
+        {"guard_duplicates", in->guard_duplicates},
+        {"guard_busy", in->guard_busy},
+        {"guard_degraded", in->guard_degraded},
+        {"gate_questions", in->gate_questions},
     };
 
     if (!e)
@@ -67,32 +75,91 @@ static json_t *engine_json(const struct cerb_engine_info *in)
     for (size_t k = 0; k < sizeof counters / sizeof counters[0]; k++)
         json_object_set_new(e, counters[k].key, json_integer((json_int_t)counters[k].v));
     json_object_set_new(e, "epoch", json_integer((json_int_t)in->epoch));
+    json_object_set_new(e, "closed_epoch", json_integer((json_int_t)in->closed_epoch));
     return e;
+}
+
+/* The label value that starts at @p (after `engine="`), unescaped
+ * (\\, \" and \n, as the format escapes them), as a new JSON string;
+ * NULL when it does not end on its line. */
+static json_t *label_value(const char *p)
+{
+    char buf[256];
+    size_t n = 0;
+
+    for (; *p && *p != '"' && *p != '\n'; p++) {
+        char c = *p;
+        if (c == '\\') {
+            p++;
+            if (*p == 'n')
+                c = '\n';
+            else if (*p == '\\' || *p == '"')
+                c = *p;
+            else
+                return NULL;
+        }
+        if (n + 1 >= sizeof buf)
+            return NULL;
+        buf[n++] = c;
+    }
+    if (*p != '"')
+        return NULL;
+    return json_stringn(buf, n);
+}
+
+/* The configured engines' names in configuration order (a JSON array of
+ * strings), read from the client's metrics; NULL when they cannot be. */
+static json_t *engine_names(cerb_client *client)
+{
+    static const char marker[] = "cerberus_engine_active{engine=\"";
+    char *text = NULL;
+    json_t *names;
+
+    if (cerb_metrics_text(client, &text) != CERB_OK)
+        return NULL;
+    names = json_array();
+    for (const char *line = text; names && line && *line;) {
+        const char *nl = strchr(line, '\n');
+        if (strncmp(line, marker, sizeof marker - 1) == 0) {
+            json_t *name = label_value(line + sizeof marker - 1);
+            size_t i;
+            json_t *v;
+            bool seen = false;
+            json_array_foreach(names, i, v) {
+                if (name && json_equal(v, name))
+                    seen = true;
+            }
+            if (name && !seen)
+                json_array_append(names, name);
+            json_decref(name);
+        }
+        line = nl ? nl + 1 : NULL;
+    }
+    cerb_free(text);
+    return names;
 }
 
 enum MHD_Result cerb__serve_status(struct cerb__serve *s, struct MHD_Connection *conn)
 {
-    static const char *const builtin[] = {"redis", "zk", "etcd", "local"};
     const char *current = cerb_engine_current(s->client);
-    json_t *o = json_object(), *arr = json_array();
-    bool current_listed = false;
+    json_t *o = json_object(), *arr = json_array(), *names = engine_names(s->client), *v;
+    size_t i;
 
-    if (!o || !arr) {
+    if (!names && current)
+        names = json_pack("[s]", current);
+    if (!o || !arr || !names) {
         json_decref(o);
         json_decref(arr);
+        json_decref(names);
         return MHD_NO;
     }
-    for (size_t i = 0; i <= sizeof builtin / sizeof builtin[0]; i++) {
-        const char *name = i < sizeof builtin / sizeof builtin[0] ? builtin[i] : current;
+    json_array_foreach(names, i, v) {
         struct cerb_engine_info in;
-        if (!name || (i == sizeof builtin / sizeof builtin[0] && current_listed))
-            continue;
-        if (cerb_engine_info(s->client, name, &in) != CERB_OK)
-            continue; /* not configured */
-        if (current && strcmp(name, current) == 0)
-            current_listed = true;
+        if (cerb_engine_info(s->client, json_string_value(v), &in) != CERB_OK)
+            continue; /* not an engine after all */
         json_array_append_new(arr, engine_json(&in));
     }
+    json_decref(names);
     json_object_set_new(o, "current", current ? json_string(current) : json_null());
     json_object_set_new(o, "engines", arr);
     return cerb__serve_reply_json(conn, MHD_HTTP_OK, o);

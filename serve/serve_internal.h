@@ -1,7 +1,9 @@
 /*
  * serve_internal.h — what the files of serve/ share: the server's state,
- * the hold table (serve_holds.c), the JSON replies (serve_reply.c) and the
- * routes (serve_routes.c). Internal functions are prefixed cerb__serve_.
+ * the hold table (serve_holds.c), the guard's open attempts
+ * (serve_guard.c), the JSON replies (serve_reply.c), the server's own
+ * metrics (serve_metrics.c) and the routes (serve_routes.c, parsed by
+ * serve_parse.c). Internal functions are prefixed cerb__serve_.
  */
 #ifndef CERB_SERVE_INTERNAL_H
 #define CERB_SERVE_INTERNAL_H
@@ -16,12 +18,51 @@
 
 #include "cerberus.h"
 #include "serve.h"
+#include "serve_parse.h"
 
 /* Request bodies larger than this are refused with 400. */
 #define CERB_SERVE_MAX_BODY 4096
 
 /* A hold id: 16 random bytes as 32 lowercase hex characters. */
-#define CERB_SERVE_HOLD_ID_LEN 32
+#define CERB_SERVE_HOLD_ID_LEN CERB_SERVE_ID_LEN
+
+/* ---- the guard's open attempts (serve_guard.c) ---- */
+
+/*
+ * An attempt begun with POST /v1/guard/{scope}/{key}/begin (CERB_OK) and
+ * not finished yet, by id. Like a hold it belongs to the server: any
+ * request may finish it; a caller that neither finishes it nor keeps it
+ * alive within its window loses it (freed: counted as failed, the record
+ * deleted, so a retry may run). `busy` marks one whose finish is running
+ * (a handle is used by one thread at a time): a second finish is refused
+ * and the expiry leaves it alone.
+ */
+struct cerb__serve_attempt {
+    char id[CERB_SERVE_ID_LEN + 1];
+    cerb_guard *g;
+    char *scope;
+    char *key;
+    size_t key_len;
+    int64_t last_seen_ns; /* begin, a keepalive or a finish that left it open */
+    int64_t window_ns;
+    bool busy;
+    struct cerb__serve_attempt *next;
+};
+
+struct cerb__serve_attempts {
+    pthread_mutex_t mu;
+    struct cerb__serve_attempt *head;
+    size_t n;
+};
+
+void cerb__serve_attempts_init(struct cerb__serve_attempts *t);
+/* Takes out and frees (cerb_guard_free: failed) the attempts whose window
+ * passed with no finish running; the count. */
+size_t cerb__serve_attempts_expire(struct cerb__serve_attempts *t);
+/* How many are open now. */
+size_t cerb__serve_attempts_count(struct cerb__serve_attempts *t);
+/* Frees every attempt left (failed), then the table's mutex. */
+void cerb__serve_attempts_destroy(struct cerb__serve_attempts *t);
 
 /* ---- the hold table (serve_holds.c) ---- */
 
@@ -49,6 +90,10 @@ struct cerb__serve_holds {
     int64_t heartbeat_ms;   /* the event streams' heartbeat period */
     struct cerb__serve_hold *head;
     struct cerb__serve_holds *live_next; /* the tables the lost callback may reach */
+    /* The guard's open attempts ride on the hold table's life, which the
+     * server's start and stop (serve.c) already run: holds_init inits
+     * them, the expiry thread expires them, holds_destroy frees them. */
+    struct cerb__serve_attempts attempts;
 };
 
 /* How often an event stream says `event: heartbeat`. */
@@ -139,8 +184,9 @@ void cerb__serve_waits_destroy(struct cerb__serve_waits *w);
 
 /* ---- the release of silent callers' holds (serve_expiry.c) ---- */
 
-/* The keepalive window of a hold acquired without lease_ms: the library's
- * default lock.lease_ms. TODO: a serve key in the configuration. */
+/* The keepalive window of a hold acquired without lease_ms (the library's
+ * default lock.lease_ms), and of a guard attempt begun without running_ms.
+ * TODO: a serve key in the configuration. */
 #define CERB_SERVE_DEFAULT_WINDOW_MS 10000
 
 struct cerb__serve_expiry {
@@ -177,6 +223,32 @@ enum MHD_Result cerb__serve_status(struct cerb__serve *s, struct MHD_Connection 
 /* GET /v1/locks/{@name}: its holders and waiters (cerb_lock_inspect). */
 enum MHD_Result cerb__serve_inspect(struct cerb__serve *s, struct MHD_Connection *conn,
                                     const char *name);
+
+/* ---- the guard routes (serve_guard.c) ---- */
+
+struct cerb__serve;
+/* POST /v1/guard/{scope}/{key}/begin, .../finish, and
+ * /v1/guard/attempts/{id}/keepalive (rq parsed by serve_parse.c). */
+enum MHD_Result cerb__serve_guard_begin(struct cerb__serve *s, struct MHD_Connection *conn,
+                                        const struct cerb__serve_req *rq);
+enum MHD_Result cerb__serve_guard_finish(struct cerb__serve *s, struct MHD_Connection *conn,
+                                         const struct cerb__serve_req *rq);
+enum MHD_Result cerb__serve_guard_keepalive(struct cerb__serve *s,
+                                            struct MHD_Connection *conn, const char *id);
+
+/* ---- the server's own metrics (serve_metrics.c) ---- */
+
+/* A request was routed to @rt (this thread answers it): the code of its
+ * reply is noted, and counted by cerb__serve_metrics_leave(). */
+void cerb__serve_metrics_enter(enum cerb__serve_rt rt);
+/* Counts the request under its route and reply's code (200 for an
+ * answer not made by serve_reply.c: an event stream). */
+void cerb__serve_metrics_leave(enum MHD_Result ret);
+/* serve_reply.c queued a reply with @code; one made outside a route (a 401,
+ * a body too big) is counted at once under route "unrouted". */
+void cerb__serve_metrics_replied(unsigned code);
+/* GET /metrics: cerb_metrics_text and the server's own families. */
+enum MHD_Result cerb__serve_metrics(struct cerb__serve *s, struct MHD_Connection *conn);
 
 /* ---- the server ---- */
 
@@ -220,6 +292,10 @@ enum MHD_Result cerb__serve_reply_unauthorized(struct MHD_Connection *conn,
                                                const char *text);
 /* The HTTP code for a library status. */
 unsigned cerb__serve_http_code(cerb_status st);
+/* @text (@len bytes, copied) as @content_type with HTTP @code. */
+enum MHD_Result cerb__serve_reply_text(struct MHD_Connection *conn, unsigned code,
+                                       const char *content_type, const char *text,
+                                       size_t len);
 
 /* ---- routes (serve_routes.c) ---- */
 

@@ -1,7 +1,9 @@
 /*
  * serve_reply.c — JSON answers of `cerberus serve`, and the one mapping of
  * library statuses to HTTP codes (DESIGN.md §15): 409 busy, 408 timeout,
- * 503 when no engine could answer, 400 bad input, 404 unknown hold.
+ * 503 when no engine could answer, 400 bad input, 404 unknown hold or
+ * attempt, 410 lost. Every reply made here is noted for the metrics
+ * (serve_metrics.c: cerberus_serve_requests_total).
  */
 #include <stdlib.h>
 #include <string.h>
@@ -64,6 +66,26 @@ static enum MHD_Result reply(struct MHD_Connection *conn, unsigned code, json_t 
                                 "Bearer realm=\"cerberus\"");
     ret = MHD_queue_response(conn, code, r);
     MHD_destroy_response(r);
+    if (ret == MHD_YES)
+        cerb__serve_metrics_replied(code);
+    return ret;
+}
+
+enum MHD_Result cerb__serve_reply_text(struct MHD_Connection *conn, unsigned code,
+                                       const char *content_type, const char *text,
+                                       size_t len)
+{
+    struct MHD_Response *r =
+        MHD_create_response_from_buffer(len, (void *)text, MHD_RESPMEM_MUST_COPY);
+    enum MHD_Result ret;
+
+    if (!r)
+        return MHD_NO;
+    MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, content_type);
+    ret = MHD_queue_response(conn, code, r);
+    MHD_destroy_response(r);
+    if (ret == MHD_YES)
+        cerb__serve_metrics_replied(code);
     return ret;
 }
 

@@ -2,6 +2,7 @@
  * serve_routes.c — the /v1 routes of `cerberus serve` (DESIGN.md §15):
  *
  *   GET    /healthz                     {"ok": true}
+ *   GET    /metrics                     Prometheus text (serve_metrics.c)
  *   POST   /v1/locks/{name}/acquire     {"wait_ms", "lease_ms"} →
  *                                       {"hold", "fencing_token", "engine"}
  *   DELETE /v1/holds/{hold}             {"released": true}
@@ -9,7 +10,13 @@
  *   GET    /v1/holds/{hold}/events      text/event-stream (serve_events.c)
  *   GET    /v1/status                   engines, breakers (serve_inspect.c)
  *   GET    /v1/locks/{name}             holders and waiters (serve_inspect.c)
+ *   POST   /v1/switch                   {"engine"} → {"from", "to"}
+ *   POST   /v1/guard/{scope}/{key}/begin, .../finish,
+ *          /v1/guard/attempts/{id}/keepalive   the guard (serve_guard.c)
+ *   /v1.0-alpha1/..., /v1.0/...     Dapr's lock API (serve_dapr.c)
  *
+ * serve_parse.c matches the route and reads the path's parts and the body
+ * (a bad body is 400 before the library is called, so nothing changes).
  * A hold whose caller neither releases it nor keeps it alive within its
  * lease_ms (10 s when not given) is released by serve_expiry.c.
  *
@@ -27,60 +34,15 @@
 
 #include "serve_internal.h"
 
-#define LOCKS_PREFIX "/v1/locks/"
-#define HOLDS_PREFIX "/v1/holds/"
-#define ACQUIRE_SUFFIX "/acquire"
-#define KEEPALIVE_SUFFIX "/keepalive"
-#define EVENTS_SUFFIX "/events"
-
-/* The longest wait a request may ask for: an hour. */
-#define MAX_WAIT_MS 3600000
-
-/* The part of @url between @prefix and @suffix, copied to @out (@cap
- * bytes), or false when @url is not of that shape or the part is empty. */
-static bool url_part(const char *url, const char *prefix, const char *suffix, char *out,
-                     size_t cap)
-{
-    size_t pl = strlen(prefix), sl = strlen(suffix), ul = strlen(url), n;
-
-    if (ul < pl + sl || strncmp(url, prefix, pl) != 0 ||
-        strcmp(url + ul - sl, suffix) != 0)
-        return false;
-    n = ul - pl - sl;
-    if (n == 0 || n >= cap)
-        return false;
-    memcpy(out, url + pl, n);
-    out[n] = '\0';
-    return true;
-}
-
-/* Reads optional integer member @key of @obj into *v (left alone when
- * absent); false when present but not an integer in [min, max]. */
-static bool get_ms(json_t *obj, const char *key, json_int_t min, json_int_t max, int64_t *v)
-{
-    json_t *m = json_object_get(obj, key);
-
-    if (!m)
-        return true;
-    if (!json_is_integer(m) || json_integer_value(m) < min || json_integer_value(m) > max)
-        return false;
-    *v = (int64_t)json_integer_value(m);
-    return true;
-}
-
-static enum MHD_Result bad_request(struct MHD_Connection *conn, const char *why)
-{
-    return cerb__serve_reply_error(conn, CERB_EINVAL, why);
-}
-
 static enum MHD_Result acquire(struct cerb__serve *s, struct MHD_Connection *conn,
-                               const char *name, const char *body, size_t len)
+                               const struct cerb__serve_req *rq)
 {
     cerb_lock_opts opts = CERB_LOCK_OPTS_INIT;
     const union MHD_ConnectionInfo *ci =
         MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
     int fd = ci ? ci->connect_fd : -1;
-    int64_t wait_ms = 0;
+    int64_t wait_ms = rq->wait_ms;
+    const char *name = rq->part;
     cerb_lock *lk = NULL;
     cerb_hold *hold = NULL;
     cerb_cancel *cancel = NULL;
@@ -88,22 +50,7 @@ static enum MHD_Result acquire(struct cerb__serve *s, struct MHD_Connection *con
     char id[CERB_SERVE_HOLD_ID_LEN + 1], why[512], token[24];
     const char *engine;
 
-    if (len > 0) {
-        json_error_t jerr;
-        json_t *req = json_loadb(body, len, 0, &jerr);
-        bool ok;
-        if (!req || !json_is_object(req)) {
-            snprintf(why, sizeof why, "body: %s", req ? "not a JSON object" : jerr.text);
-            json_decref(req);
-            return bad_request(conn, why);
-        }
-        ok = get_ms(req, "wait_ms", 0, MAX_WAIT_MS, &wait_ms) &&
-             get_ms(req, "lease_ms", 100, 86400000, &opts.lease_ms);
-        json_decref(req);
-        if (!ok)
-            return bad_request(conn, "body: wait_ms must be an integer from 0 to 3600000, "
-                                     "lease_ms one from 100 to 86400000");
-    }
+    opts.lease_ms = rq->lease_ms;
     st = cerb_lock_new(s->client, name, &opts, &lk);
     if (st != CERB_OK)
         return cerb__serve_reply_error(conn, st, cerb_last_error());
@@ -195,32 +142,92 @@ static enum MHD_Result release(struct cerb__serve *s, struct MHD_Connection *con
     return cerb__serve_reply_json(conn, MHD_HTTP_OK, json_pack("{s:b}", "released", 1));
 }
 
+/* POST /v1/switch: {"engine": NAME} switches to it (cerb_engine_switch_to,
+ * "auto" included), no engine to the next one (cerb_engine_switch). */
+static enum MHD_Result do_switch(struct cerb__serve *s, struct MHD_Connection *conn,
+                                 const struct cerb__serve_req *rq)
+{
+    const char *cur = cerb_engine_current(s->client);
+    char from[256], why[512];
+    const char *to;
+
+    snprintf(from, sizeof from, "%s", cur ? cur : "");
+    to = rq->engine ? cerb_engine_switch_to(s->client, rq->engine)
+                    : cerb_engine_switch(s->client);
+    if (!to) {
+        struct cerb_engine_info in;
+        snprintf(why, sizeof why, "%s", cerb_last_error());
+        /* A configured engine that would not open is unavailable; any
+         * other name is not one of the configuration's. */
+        return cerb__serve_reply_error(conn,
+                                       rq->engine && strcmp(rq->engine, "auto") != 0 &&
+                                               cerb_engine_info(s->client, rq->engine,
+                                                                &in) == CERB_OK
+                                           ? CERB_UNAVAILABLE
+                                           : CERB_EINVAL,
+                                       why);
+    }
+    return cerb__serve_reply_json(conn, MHD_HTTP_OK,
+                                  json_pack("{s:s, s:s}", "from", from, "to", to));
+}
+
+static enum MHD_Result dispatch(struct cerb__serve *s, struct MHD_Connection *conn,
+                                const struct cerb__serve_req *rq)
+{
+    switch (rq->rt) {
+    case CERB_SERVE_RT_HEALTHZ:
+        return cerb__serve_reply_json(conn, MHD_HTTP_OK, json_pack("{s:b}", "ok", 1));
+    case CERB_SERVE_RT_METRICS:
+        return cerb__serve_metrics(s, conn);
+    case CERB_SERVE_RT_STATUS:
+        return cerb__serve_status(s, conn);
+    case CERB_SERVE_RT_SWITCH:
+        return do_switch(s, conn, rq);
+    case CERB_SERVE_RT_LOCK_INSPECT:
+        return cerb__serve_inspect(s, conn, rq->part);
+    case CERB_SERVE_RT_LOCK_ACQUIRE:
+        return acquire(s, conn, rq);
+    case CERB_SERVE_RT_HOLD_RELEASE:
+        return release(s, conn, rq->part);
+    case CERB_SERVE_RT_HOLD_KEEPALIVE:
+        return keepalive(s, conn, rq->part);
+    case CERB_SERVE_RT_HOLD_EVENTS:
+        return cerb__serve_events(&s->holds, conn, rq->part);
+    case CERB_SERVE_RT_GUARD_BEGIN:
+        return cerb__serve_guard_begin(s, conn, rq);
+    case CERB_SERVE_RT_GUARD_FINISH:
+        return cerb__serve_guard_finish(s, conn, rq);
+    case CERB_SERVE_RT_GUARD_KEEPALIVE:
+        return cerb__serve_guard_keepalive(s, conn, rq->part);
+    case CERB_SERVE_RT_NONE:
+    case CERB_SERVE_RT_DAPR: /* cerb__serve_route sends those on first */
+    case CERB_SERVE_RT_COUNT:
+        break;
+    }
+    return cerb__serve_reply_json(conn, MHD_HTTP_NOT_FOUND,
+                                  json_pack("{s:s, s:s}", "status", "EINVAL", "error",
+                                            "no such route"));
+}
+
 enum MHD_Result cerb__serve_route(struct cerb__serve *s, struct MHD_Connection *conn,
                                   const char *method, const char *url,
                                   const char *body, size_t len)
 {
-    char part[1024]; /* longer than any name, so the library judges the name */
-    bool get = strcmp(method, MHD_HTTP_METHOD_GET) == 0;
-    bool post = strcmp(method, MHD_HTTP_METHOD_POST) == 0;
-    bool del = strcmp(method, MHD_HTTP_METHOD_DELETE) == 0;
+    struct cerb__serve_req rq;
+    char why[512];
+    cerb_status st;
+    enum MHD_Result ret;
 
-    if (cerb__serve_dapr_path(url)) /* Dapr's lock API (serve_dapr.c) */
-        return cerb__serve_dapr_route(s, conn, method, url, body, len);
-    if (get && strcmp(url, "/healthz") == 0)
-        return cerb__serve_reply_json(conn, MHD_HTTP_OK, json_pack("{s:b}", "ok", 1));
-    if (get && strcmp(url, "/v1/status") == 0)
-        return cerb__serve_status(s, conn);
-    if (get && url_part(url, LOCKS_PREFIX, "", part, sizeof part) && !strchr(part, '/'))
-        return cerb__serve_inspect(s, conn, part);
-    if (post && url_part(url, LOCKS_PREFIX, ACQUIRE_SUFFIX, part, sizeof part))
-        return acquire(s, conn, part, body, len);
-    if (post && url_part(url, HOLDS_PREFIX, KEEPALIVE_SUFFIX, part, sizeof part))
-        return keepalive(s, conn, part);
-    if (get && url_part(url, HOLDS_PREFIX, EVENTS_SUFFIX, part, sizeof part))
-        return cerb__serve_events(&s->holds, conn, part);
-    if (del && url_part(url, HOLDS_PREFIX, "", part, sizeof part) && !strchr(part, '/'))
-        return release(s, conn, part);
-    return cerb__serve_reply_json(conn, MHD_HTTP_NOT_FOUND,
-                                  json_pack("{s:s, s:s}", "status", "EINVAL", "error",
-                                            "no such route"));
+    if (cerb__serve_dapr_path(url)) { /* Dapr's lock API (serve_dapr.c) */
+        cerb__serve_metrics_enter(CERB_SERVE_RT_DAPR);
+        ret = cerb__serve_dapr_route(s, conn, method, url, body, len);
+        cerb__serve_metrics_leave(ret);
+        return ret;
+    }
+    st = cerb__serve_parse(method, url, body, len, &rq, why, sizeof why);
+    cerb__serve_metrics_enter(rq.rt);
+    ret = st == CERB_OK ? dispatch(s, conn, &rq) : cerb__serve_reply_error(conn, st, why);
+    cerb__serve_metrics_leave(ret);
+    cerb__serve_req_free(&rq);
+    return ret;
 }
