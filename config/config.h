@@ -138,6 +138,26 @@ struct cerb_guard_config {
     int64_t max_result;     /* 65536, 0 .. 268435456 bytes */
 };
 
+/* `cerberus serve` (DESIGN.md §15). The library opens no socket: these
+ * keys are read by the serve command, and are in the table so that one
+ * file configures both and its errors read `file:line: message`. */
+#define CERB_SERVE_MAX_LISTEN_KEYS 8
+struct cerb_serve_config {
+    size_t n_listen;                          /* >= 1 */
+    char *listen[CERB_SERVE_MAX_LISTEN_KEYS]; /* ("unix:/run/cerberus/cerberus.sock") */
+    char *token_file;       /* "" = none: no TCP */
+    bool allow_remote;      /* false: TCP on loopback addresses only */
+    char *socket_group;     /* "" = the server's own group */
+    char *socket_mode;      /* "0660": octal, owner read and write */
+    int max_connections;    /* 512, 1 .. 65536: per listening socket */
+    int max_body;           /* 4096, 256 .. 1048576 bytes */
+    int rate_limit;         /* 0 (off), 0 .. 1000000 requests/s per socket */
+    int rate_burst;         /* 0 (= rate_limit), 0 .. 1000000 */
+    int idle_timeout_s;     /* 60, 0 (never) .. 86400 */
+    int64_t drain_ms;       /* 5000, 0 .. 600000 */
+    int64_t keepalive_ms;   /* 10000, 100 .. 86400000 */
+};
+
 struct cerb_config {
     char *path;                 /* file it came from; NULL for text/defaults */
     size_t n_engines;           /* >= 1 */
@@ -154,6 +174,7 @@ struct cerb_config {
     struct cerb_mysql_config mysql;
     struct cerb_local_config local;
     struct cerb_guard_config guard;
+    struct cerb_serve_config serve;
 };
 
 /*

@@ -10,7 +10,9 @@
  * Defaults and ranges are those documented in config.h. Keys under lock,
  * retry and failover, plus `active` and `epoch`, are RELOADABLE; the engine
  * list and every connection setting (redis, zk, etcd, pg, mysql, local) are IMMUTABLE
- * because engines are opened once per client.
+ * because engines are opened once per client. The serve group belongs to
+ * `cerberus serve` alone (the library opens no socket): its sockets are
+ * immutable, its token file, limits and windows reloadable.
  */
 #include "internal_posix.h"
 
@@ -189,6 +191,28 @@ const struct cerb__cfg_key cerb__cfg_keys[] = {
     KEY_ENUM("guard.on_unavailable", guard.on_unavailable, R,
              CERB_GUARD_REFUSE, guard_policy_enum),
     KEY_I64("guard.max_result", guard.max_result, R, 65536, 0, 268435456),
+
+    /* `cerberus serve`: its sockets are made once (restart to change);
+     * the token file is re-read and the limits and windows applied on
+     * SIGHUP. */
+    {.path = "serve.listen", .type = CERB__CFG_STRLIST, .flags = I,
+     .offset = offsetof(struct cerb_config, serve.listen),
+     .count_offset = offsetof(struct cerb_config, serve.n_listen),
+     .min = 1, .max = CERB_SERVE_MAX_LISTEN_KEYS,
+     .def_str = "unix:/run/cerberus/cerberus.sock",
+     .check = cerb__cfg_check_listen},
+    KEY_STR("serve.token_file", serve.token_file, R, "", NULL),
+    KEY_BOOL("serve.allow_remote", serve.allow_remote, I, 0),
+    KEY_STR("serve.socket_group", serve.socket_group, I, "", NULL),
+    KEY_STR("serve.socket_mode", serve.socket_mode, I, "0660",
+            cerb__cfg_check_socket_mode),
+    KEY_INT("serve.max_connections", serve.max_connections, I, 512, 1, 65536),
+    KEY_INT("serve.max_body", serve.max_body, I, 4096, 256, 1048576),
+    KEY_INT("serve.rate_limit", serve.rate_limit, R, 0, 0, 1000000),
+    KEY_INT("serve.rate_burst", serve.rate_burst, R, 0, 0, 1000000),
+    KEY_INT("serve.idle_timeout_s", serve.idle_timeout_s, I, 60, 0, 86400),
+    KEY_I64("serve.drain_ms", serve.drain_ms, R, 5000, 0, 600000),
+    KEY_I64("serve.keepalive_ms", serve.keepalive_ms, R, 10000, 100, 86400000),
 };
 
 const size_t cerb__cfg_nkeys = sizeof cerb__cfg_keys / sizeof cerb__cfg_keys[0];

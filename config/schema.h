@@ -134,6 +134,15 @@ bool cerb__cfg_check_pg_key(const struct cerb__cfg_key *k, const char *s,
 bool cerb__cfg_check_mysql_key(const struct cerb__cfg_key *k, const char *s,
                                char *why, size_t len);
 
+/* serve.listen: "unix:/ABSOLUTE/PATH" or "HOST:PORT" / "[V6]:PORT" (the
+ * serve command judges the address itself: loopback, allow_remote). */
+bool cerb__cfg_check_listen(const struct cerb__cfg_key *k, const char *s,
+                            char *why, size_t len);
+/* serve.socket_mode: an octal mode up to 0777 giving the owner read and
+ * write ("0660"). */
+bool cerb__cfg_check_socket_mode(const struct cerb__cfg_key *k, const char *s,
+                                 char *why, size_t len);
+
 /*
  * Whole-config validation: every row's range and check, then the rules
  * that tie keys together (retry.backoff_max_ms >= retry.backoff_ms,

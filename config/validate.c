@@ -94,6 +94,48 @@ bool cerb__cfg_check_hostport(const struct cerb__cfg_key *k, const char *s,
     return false;
 }
 
+bool cerb__cfg_check_listen(const struct cerb__cfg_key *k, const char *s,
+                            char *why, size_t len)
+{
+    /* The shape only: whether a TCP address may be listened on (loopback,
+     * serve.allow_remote) is the serve command's to say, at start and in
+     * `cerberus serve --check`. Port 0 lets the kernel choose. */
+    const char *colon = strrchr(s, ':');
+    char *end = NULL;
+    long port;
+
+    if (strncmp(s, "unix:", 5) == 0) {
+        if (s[5] == '/' && strlen(s + 5) < 108)
+            return true;
+        snprintf(why, len, "%s: \"%s\": unix: needs an absolute path shorter than 108 bytes",
+                 k->path, s);
+        return false;
+    }
+    port = colon ? strtol(colon + 1, &end, 10) : -1;
+    if (colon && colon != s && end && end != colon + 1 && *end == '\0' && port >= 0 &&
+        port <= 65535)
+        return true;
+    snprintf(why, len, "%s: \"%s\" must be unix:PATH or ADDRESS:PORT", k->path, s);
+    return false;
+}
+
+bool cerb__cfg_check_socket_mode(const struct cerb__cfg_key *k, const char *s,
+                                 char *why, size_t len)
+{
+    /* Octal as chmod(1) writes it; the owner (the server's user) keeps
+     * read and write, so that a mode cannot lock the service out of its
+     * own socket. */
+    char *end = NULL;
+    long m = strtol(s, &end, 8);
+
+    if (s[0] >= '0' && s[0] <= '7' && end && *end == '\0' && strlen(s) <= 4 && m >= 0 &&
+        m <= 0777 && (m & 0600) == 0600)
+        return true;
+    snprintf(why, len, "%s: \"%s\" must be an octal mode up to 0777 with owner "
+             "read and write (like \"0660\")", k->path, s);
+    return false;
+}
+
 bool cerb__cfg_check_nonempty(const struct cerb__cfg_key *k, const char *s,
                               char *why, size_t len)
 {

@@ -9,6 +9,7 @@
 #define CERB_SERVE_INTERNAL_H
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -20,7 +21,8 @@
 #include "serve.h"
 #include "serve_parse.h"
 
-/* Request bodies larger than this are refused with 400. */
+/* Request bodies larger than this are refused with 400, unless
+ * serve.max_body says another size (cerb__serve_configure). */
 #define CERB_SERVE_MAX_BODY 4096
 
 /* A hold id: 16 random bytes as 32 lowercase hex characters. */
@@ -184,10 +186,11 @@ void cerb__serve_waits_destroy(struct cerb__serve_waits *w);
 
 /* ---- the release of silent callers' holds (serve_expiry.c) ---- */
 
-/* The keepalive window of a hold acquired without lease_ms (the library's
- * default lock.lease_ms), and of a guard attempt begun without running_ms.
- * TODO: a serve key in the configuration. */
-#define CERB_SERVE_DEFAULT_WINDOW_MS 10000
+/* The keepalive window of a hold acquired without lease_ms, and of a guard
+ * attempt begun without running_ms: serve.keepalive_ms (10000 unless
+ * configured; a reload changes it for those begun after it). Its uses are
+ * in routes, where the server is `s`. */
+#define CERB_SERVE_DEFAULT_WINDOW_MS cerb__serve_keepalive_ms(s)
 
 struct cerb__serve_expiry {
     pthread_mutex_t mu;
@@ -249,6 +252,45 @@ void cerb__serve_metrics_leave(enum MHD_Result ret);
 void cerb__serve_metrics_replied(unsigned code);
 /* GET /metrics: cerb_metrics_text and the server's own families. */
 enum MHD_Result cerb__serve_metrics(struct cerb__serve *s, struct MHD_Connection *conn);
+/* ---- limits (serve_limits.c) ---- */
+
+/* A token bucket: the rate limit of one listening socket. */
+struct cerb__serve_bucket {
+    pthread_mutex_t mu;
+    double tokens;   /* -1 before the first request: then full */
+    int64_t last_ns; /* CLOCK_MONOTONIC of the last refill */
+};
+
+void cerb__serve_bucket_init(struct cerb__serve_bucket *b);
+void cerb__serve_bucket_destroy(struct cerb__serve_bucket *b);
+/* Takes one token at @now_ns with @rate a second and at most @burst (0 =
+ * @rate) kept; true when there was one (always when @rate is 0), else
+ * false with the whole seconds until there is one in *@retry_after_s. */
+bool cerb__serve_bucket_take(struct cerb__serve_bucket *b, int rate, int burst,
+                             int64_t now_ns, unsigned *retry_after_s);
+/* 429 {"status": "RATE_LIMITED", "error": …} with Retry-After. */
+enum MHD_Result cerb__serve_reply_rate_limited(struct MHD_Connection *conn,
+                                               unsigned retry_after_s);
+
+/* ---- log records (serve_log.c) ---- */
+
+/* The reasons whose records are written at most once a second. */
+enum cerb__serve_log_reason {
+    CERB_SERVE_LOG_RATE,        /* a request answered 429 */
+    CERB_SERVE_LOG_CONNECTIONS, /* a connection refused: serve.max_connections */
+    CERB_SERVE_LOG_HTTP,        /* another complaint of libmicrohttpd */
+    CERB_SERVE_LOG_REASONS
+};
+
+/* The same as a warning, at most once a second for @reason (the next one
+ * says how many were held back). */
+void cerb__serve_log_limited(enum cerb__serve_log_reason reason, const char *event,
+                             const char *const *fields);
+
+/* ---- systemd (serve_systemd.c) ---- */
+
+/* The first descriptor systemd passes (sd_listen_fds(3)). */
+#define SD_LISTEN_FDS_START 3
 
 /* ---- the server ---- */
 
@@ -264,8 +306,13 @@ struct cerb__serve;
 struct cerb__serve_listener {
     struct cerb__serve *s;
     struct MHD_Daemon *daemon;
-    char *path;  /* a unix socket's file, removed at stop; NULL for TCP */
-    char *token; /* TCP: the bearer token every request must carry (wiped at stop) */
+    char *path;  /* a unix socket's file, removed at stop; NULL for TCP and
+                    for a socket systemd passed (it is systemd's) */
+    char *token; /* TCP: the bearer token every request must carry (wiped at
+                    stop; replaced under s->token_mu by cerb__serve_set_token) */
+    char name[160]; /* "unix:PATH" or "ADDR:PORT", for the log */
+    struct cerb__serve_bucket bucket; /* serve.rate_limit */
+    _Atomic unsigned connections;     /* open now (serve.max_connections) */
 };
 
 struct cerb__serve {
@@ -276,7 +323,13 @@ struct cerb__serve {
     struct cerb__serve_waits waits;
     struct cerb__serve_expiry expiry;
     struct cerb__serve_dapr *dapr; /* the Dapr façade's state (serve_dapr.c) */
+    struct cerb__serve_opts opts;  /* sockets made from now on; limits */
+    pthread_mutex_t opts_mu;       /* opts (a reload changes them) */
+    pthread_mutex_t token_mu;      /* the listeners' tokens */
 };
+
+/* serve.keepalive_ms, as configured now (any thread). */
+int64_t cerb__serve_keepalive_ms(struct cerb__serve *s);
 
 /* ---- replies (serve_reply.c) ---- */
 

@@ -43,6 +43,7 @@ printf 'engines = ("local");\n' >"$CFG"
 TOKEN="tok-$RANDOM$RANDOM-secret"
 printf '%s\nnot part of it\n' "$TOKEN" >"$DIR/token"
 : >"$DIR/empty"
+chmod 600 "$DIR/token" "$DIR/empty"
 
 run() { timeout "$T" "$CERBERUS" -c "$CFG" serve "$@" >"$DIR/out" 2>"$DIR/err"; echo $?; }
 
@@ -63,7 +64,7 @@ PID=$!
 PORT=
 now_ms() { date +%s%3N; }
 started() {
-    PORT=$(sed -n 's/.*listening on 127\.0\.0\.1:0 (port \([0-9]*\), bearer token).*/\1/p' "$DIR/log")
+    PORT=$(sed -n 's/.* info listen addr=127\.0\.0\.1:0 port=\([0-9]*\) auth=bearer.*/\1/p' "$DIR/log")
     [ -n "$PORT" ] && [ -S "$SOCK" ] && return 0
     kill -0 "$PID" 2>/dev/null || return 0 # died: stop waiting
     return 1

@@ -156,13 +156,19 @@ static void test_schema_rows(void **state)
         if (k->type == CERB__CFG_BOOL)
             assert_int_equal(k->size, sizeof(bool));
         /* Connection settings and the engine list cannot change live; nor
-         * guard.app, part of every guard record's id. */
+         * guard.app, part of every guard record's id; nor serve's sockets
+         * and their limits (its token file, rate, drain and window can). */
+        bool serve_live = strcmp(k->path, "serve.token_file") == 0 ||
+                          strcmp(k->path, "serve.rate_limit") == 0 ||
+                          strcmp(k->path, "serve.rate_burst") == 0 ||
+                          strcmp(k->path, "serve.drain_ms") == 0 ||
+                          strcmp(k->path, "serve.keepalive_ms") == 0;
         if (strchr(k->path, '.') == NULL
                 ? strcmp(k->path, "engines") == 0
                 : (strncmp(k->path, "lock.", 5) != 0 &&
                    strncmp(k->path, "retry.", 6) != 0 &&
                    strncmp(k->path, "failover.", 9) != 0 &&
-                   strncmp(k->path, "guard.", 6) != 0) ||
+                   strncmp(k->path, "guard.", 6) != 0 && !serve_live) ||
                       strcmp(k->path, "guard.app") == 0)
             assert_int_equal(mut, CERB__CFG_IMMUTABLE);
         else

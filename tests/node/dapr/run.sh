@@ -66,13 +66,13 @@ done
 echo "ok - refused --dapr-store/--dapr-app-id values exit 64"
 
 TOKEN="dapr-sdk-$RANDOM$RANDOM$RANDOM"
-printf '%s\n' "$TOKEN" >"$TMP/token"
+(umask 077 && printf '%s\n' "$TOKEN" >"$TMP/token")
 "$CERBERUS" -c "$TMP/c.cfg" serve --listen "127.0.0.1:$PORT" --token-file "$TMP/token" \
     --dapr-store locks --dapr-app-id sdk-app 2>"$TMP/serve.log" &
 PID=$!
 now_ms() { date +%s%3N; }
 DEADLINE=$(($(now_ms) + 30000))
-until grep -q "listening on 127.0.0.1:$PORT" "$TMP/serve.log"; do
+until grep -q " listen addr=127.0.0.1:$PORT " "$TMP/serve.log"; do
     if ! kill -0 "$PID" 2>/dev/null || [ "$(now_ms)" -ge "$DEADLINE" ]; then
         echo "cerberus serve did not start:"
         cat "$TMP/serve.log"
