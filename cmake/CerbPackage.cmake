@@ -7,7 +7,8 @@
 #   libcerberus-dev  component `dev`: the header, the libcerberus.so link,
 #                    libcerberus.a, cerberus.pc, the CMake package
 #   cerberus         every other component: `Unspecified` (the install()
-#                    rules of cli/, bench/ and examples/, which name none),
+#                    rules of cli/, bench/ and examples/, which name none;
+#                    scripts/package.sh builds no bench),
 #                    `man`, and `service` from here: the unit files, the
 #                    sysusers.d/tmpfiles.d snippets and the default
 #                    /etc/cerberus/cerberus.cfg (a conffile)
@@ -149,7 +150,7 @@ set(CPACK_DEBIAN_CERBERUS_DESCRIPTION "Cerberus: ${cerb_summary} (command and se
 ${cerb_about}
 
 This package has the cerberus command (run, once, status, switch, check,
-holders, init, serve), cerberus-bench, their manual pages, and the lock
+holders, init, serve), its manual pages, and the lock
 service `cerberus serve` as systemd units listening on
 /run/cerberus/cerberus.sock (group cerberus).")
 set(cerb_debian ${PROJECT_SOURCE_DIR}/dist/debian/cerberus)

@@ -6,7 +6,9 @@
 #
 #   scripts/package.sh [BUILD_DIR]
 #
-# Configures a Release build without tests and sanitizers, prefix /usr, in
+# Configures a Release build without tests, sanitizers and cerberus-bench
+# (a developer's tool: it finds its peer scripts in the source tree and
+# `cerberus` in the build tree, paths a package must not carry), prefix /usr, in
 # BUILD_DIR (default <repo>/build-pkg; an existing one is reused, so a
 # second run only rebuilds what changed), builds it and runs cpack (DEB,
 # one package per component group, dependencies from dpkg-shlibdeps). The
@@ -35,7 +37,7 @@ done
 
 # shellcheck disable=SC2086
 cmake -S "$ROOT" -B "$build" -DCMAKE_BUILD_TYPE=Release -DCERB_WERROR=ON \
-    -DCERB_BUILD_TESTS=OFF -DCERB_BUILD_BENCH=ON -DCMAKE_INSTALL_PREFIX=/usr \
+    -DCERB_BUILD_TESTS=OFF -DCERB_BUILD_BENCH=OFF -DCMAKE_INSTALL_PREFIX=/usr \
     ${CERB_CMAKE_ARGS:-} >"$log-configure.log" 2>&1 ||
     { cat "$log-configure.log" >&2; exit 1; }
 cmake --build "$build" -j "$jobs" >"$log-build.log" 2>&1 ||
