@@ -31,7 +31,12 @@
 # both servers run as their package's system user (postgres, mysql), through
 # util-linux's setpriv, which every Debian system has. Installing them may
 # create and start Debian's own servers on 5432 and 3306; the tests never use
-# those (their ports are 25432 and 23306).
+# those (their ports are 25432 and 23306). The Debian packages
+# (scripts/package.sh, tests/package/) need dpkg-dev (dpkg-shlibdeps,
+# dpkg-architecture) and file (CPack reads the ELF files with it); their test
+# runs the maintainer scripts, which use systemd's systemd-sysusers and
+# systemd-tmpfiles and init-system-helpers' deb-systemd-helper, and verifies
+# the units with systemd-analyze (all without systemd running).
 CERB_DEB_PACKAGES=(
     build-essential cmake pkg-config
     libhiredis-dev libconfig-dev libjansson-dev libcurl4-openssl-dev
@@ -46,6 +51,7 @@ CERB_DEB_PACKAGES=(
     groff-base man-db mandoc
     python3 python3-pytest python3-pip python3-setuptools python3-wheel python3-venv
     postgresql libpq-dev mariadb-server mariadb-client libmariadb-dev
+    dpkg-dev file systemd init-system-helpers
 )
 
 # cerb_missing_packages PKG...: print the packages (one per line) that dpkg
