@@ -56,8 +56,8 @@ import weakref
 from typing import Any, Callable, Dict, List, Optional, Set, Tuple, TypeVar, Union
 from urllib.parse import quote, urlsplit
 
-from .client import (DEFAULT, Breaker, ClientStatus, EngineStatus, Holder, State, _enum,
-                     _reap, _reaper, _settle, wait_ms)
+from .client import (DEFAULT, Breaker, ClientStatus, EngineStatus, Holder, State, _reap,
+                     _reaper, _settle, wait_ms)
 from .errors import (Error, Interrupted, InvalidArgument, IOFailure, Lost, NotOwner,
                      ProtocolError, Status, Timeout, Unauthorized, Unavailable, error_for)
 
@@ -1167,4 +1167,4 @@ def _close_all_at_exit() -> None:
             log.exception("cerberus: closing a RemoteClient at exit")
 
 
-from .remote_guard import RemoteAttempt, RemoteGuardContext  # noqa: E402 - uses the above
+from .remote_guard import RemoteAttempt, RemoteGuardContext  # noqa: E402,F401 - uses the above

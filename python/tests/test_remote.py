@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import signal
 import subprocess
 import sys
 import threading
@@ -24,79 +23,9 @@ import time
 import pytest
 
 import cerberus
-from conftest import ROOT, child_env, missing, uniq, wait_until
+from conftest import TOKEN, Daemon, child_env, uniq, wait_until
 
 PORT = int(os.environ.get("CERB_PY_SERVE_PORT") or 28180)
-TOKEN = "py-remote-token-" + uniq("t")
-
-
-def _binary() -> str:
-    exe = os.environ.get("CERBERUS_BIN")
-    if exe:
-        return exe
-    for build in sorted(os.listdir(ROOT)):
-        cand = os.path.join(ROOT, build, "cli", "cerberus")
-        if build.startswith("build") and os.access(cand, os.X_OK):
-            return cand
-    missing("no cerberus binary: set CERBERUS_BIN (ctest does)")
-
-
-class Daemon:
-    """One `cerberus serve` process: unix socket @sock, and TCP on @port
-    when given (with the token file @token_file)."""
-
-    def __init__(self, tmp, config: str = 'engines = ("local");\n',
-                 port: int = 0) -> None:
-        self.dir = tmp
-        self.sock = os.path.join(str(tmp), "serve.sock")
-        self.address = "unix:" + self.sock
-        self.port = port
-        self.token_file = os.path.join(str(tmp), "token")
-        with open(self.token_file, "w") as f:
-            f.write(TOKEN + "\n")
-        cfg = os.path.join(str(tmp), "cerberus.cfg")
-        with open(cfg, "w") as f:
-            f.write(config)
-        args = [_binary(), "-c", cfg, "serve", "--listen", self.address]
-        if port:
-            args += ["--listen", "127.0.0.1:%d" % port, "--token-file", self.token_file]
-        self.log = os.path.join(str(tmp), "serve.log")
-        env = dict(os.environ)
-        with open(self.log, "wb") as logf:
-            self.proc = subprocess.Popen(args, stdout=logf, stderr=subprocess.STDOUT,
-                                         stdin=subprocess.DEVNULL, env=env)
-        wait_until(self._ready, 30, "cerberus serve to answer /healthz (log: %s)" % self.log)
-
-    def _ready(self) -> bool:
-        if self.proc.poll() is not None:
-            pytest.fail("cerberus serve exited %s:\n%s" % (self.proc.returncode, self.output()))
-        try:
-            cerberus.RemoteClient(self.address, timeout=2).close()
-            if self.port:
-                cerberus.RemoteClient(self.tcp, token=TOKEN, timeout=2).close()
-        except cerberus.Unavailable:
-            return False
-        return True
-
-    @property
-    def tcp(self) -> str:
-        return "http://127.0.0.1:%d" % self.port
-
-    def output(self) -> str:
-        with open(self.log, "rb") as f:
-            return f.read().decode("utf-8", "replace")
-
-    def stop(self) -> int:
-        """SIGTERM by PID, then wait for the exit (SIGKILL after 30 s)."""
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(30)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(10)
-                pytest.fail("cerberus serve did not stop within 30 s of SIGTERM")
-        return self.proc.returncode
 
 
 @pytest.fixture(scope="module")
@@ -293,6 +222,17 @@ def test_lost_when_the_daemon_stops(own_daemon):
         c.lock("x").acquire(wait=0)
     assert d.sock in str(e.value)
     c.close()
+
+
+def test_a_kept_hold_outlives_its_lease(daemon):
+    """The hold's event stream keeps it on the daemon past lease_ms: a
+    second caller's wait of five leases runs out."""
+    name = uniq("rko")
+    with cerberus.RemoteClient(daemon.address) as c:
+        with c.lock(name, lease_ms=300).acquire(wait=5) as hold:
+            with pytest.raises(cerberus.Timeout):
+                c.lock(name).acquire(wait=1.5)
+            assert hold.state is cerberus.State.VALID
 
 
 def test_lost_when_keepalives_stop(daemon):
