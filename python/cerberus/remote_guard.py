@@ -32,7 +32,8 @@ from .errors import (Busy, Duplicate, Error, Interrupted, InvalidArgument, IOFai
 from .guard import Result, _as_bytes, _ms
 
 if TYPE_CHECKING:
-    from .remote import RemoteCancel, RemoteClient
+    from .remote import RemoteClient
+    from .remote_http import RemoteCancel
 
 log = logging.getLogger("cerberus")
 
@@ -43,7 +44,7 @@ _DEFAULT_KEEPALIVE_S = 2.0
 
 
 def _path(scope: str, key: bytes, verb: str) -> str:
-    from .remote import _q
+    from .remote_http import _q
     return "/v1/guard/%s/%s/%s" % (_q(scope), _q(key), verb)
 
 
@@ -201,7 +202,7 @@ class RemoteGuardContext:
                  wait: Optional[float] = None, running: Optional[float] = None,
                  keep: Optional[float] = None, on_unavailable: Optional[str] = None,
                  cancel: Optional["RemoteCancel"] = None) -> None:
-        from .remote import RemoteCancel, _check_name
+        from .remote_http import RemoteCancel, _check_name
         if not isinstance(scope, str):
             raise TypeError("scope must be str, not %s" % type(scope).__name__)
         if key is None:
