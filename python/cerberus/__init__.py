@@ -13,6 +13,11 @@ failover), over ctypes: nothing to compile. The library is found through
 
 See docs/python.md for holds released from another thread, asyncio, the
 idempotency guard, ``once`` and the errors.
+
+``cerberus.RemoteClient("unix:/run/cerberus/cerberus.sock")`` is the same
+interface over ``cerberus serve`` (the standard library only): it needs no
+libcerberus in the process, and ``import cerberus`` loads the library only
+when something first uses it (``Client``, ``library_version``).
 """
 
 from __future__ import annotations
@@ -30,24 +35,35 @@ from .client import (DEFAULT, Breaker, Cancel, Client, ClientStatus, EngineStatu
                      Holder, Lock, PathLike, State, _cstr, _enum)
 from .errors import (Busy, ConfigError, Duplicate, Error, Interrupted, InvalidArgument,
                      IOFailure, Lost, NotOwner, OutOfMemory, ProtocolError, Status, Timeout,
-                     Unavailable, error_for, last_error)
+                     Unauthorized, Unavailable, error_for, last_error)
 from .guard import FOREVER, Attempt, GuardContext
+from .remote import RemoteAttempt, RemoteCancel, RemoteClient, RemoteHold, RemoteLock
 
 __all__ = [
     "Client", "Lock", "Hold", "Cancel", "State", "Breaker", "Status", "ClientStatus",
     "EngineStatus", "Holder", "GuardContext", "Attempt", "FOREVER", "DEFAULT",
     "Error", "Busy", "Timeout", "Interrupted", "NotOwner", "Lost", "Unavailable",
     "InvalidArgument", "ConfigError", "OutOfMemory", "ProtocolError", "IOFailure",
-    "Duplicate", "LogLevel", "set_log_handler", "log_to_logging", "StoreReport",
+    "Duplicate", "Unauthorized", "RemoteClient", "RemoteLock", "RemoteHold", "RemoteCancel",
+    "RemoteAttempt", "LogLevel", "set_log_handler", "log_to_logging", "StoreReport",
     "init_stores", "library_version", "library_path", "__version__",
 ]
 
-#: The version of libcerberus loaded at run time (``cerb_version()``).
-library_version: str = _lib.version
-#: The file libcerberus was loaded from.
-library_path: str = _lib.path
 #: This package's version.
 __version__ = "0.1.0"
+
+
+def __getattr__(name: str) -> object:
+    # library_version (cerb_version() of the library loaded at run time) and
+    # library_path (the file it came from) load the library on first read:
+    # the import itself needs none (RemoteClient), and a missing library is
+    # reported (LibraryNotFound, with what was tried) by the first use of
+    # one of these or of Client.
+    if name == "library_version":
+        return _lib.version
+    if name == "library_path":
+        return _lib.path
+    raise AttributeError("module 'cerberus' has no attribute %r" % name)
 
 
 class LogLevel(enum.IntEnum):

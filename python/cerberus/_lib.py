@@ -30,6 +30,7 @@ import ctypes.util
 import os
 import shutil
 import subprocess
+import threading
 from ctypes import (CFUNCTYPE, POINTER, Structure, c_char, c_char_p, c_int,
                     c_int64, c_size_t, c_uint, c_uint64, c_void_p)
 from typing import List, Optional, Tuple
@@ -385,7 +386,66 @@ class _Fast:
         self.cerb_hold_free_released.argtypes = args
 
 
-lib, path = load()
-declare(lib)
-fast = _Fast(path)
-version: str = lib.cerb_version().decode()
+# The library is loaded on first use, not at import: ``import cerberus``
+# works without it, for RemoteClient (a client of ``cerberus serve`` that
+# needs no library). ``lib``, ``fast``, ``path`` and ``version`` are this
+# module's attributes once loaded; before, the module's __getattr__ loads
+# on the first read of one of them. A failure is kept and raised again, with
+# the same text, at every later use (the search is not repeated).
+_load_mu = threading.Lock()
+_load_error: Optional[str] = None
+_LAZY = ("lib", "fast", "path", "version")
+
+
+def _ensure() -> None:
+    """Load and declare the library once; raises LibraryNotFound (the same
+    text every time) when there is none."""
+    global _load_error
+    with _load_mu:
+        g = globals()
+        if "version" in g:
+            return
+        if _load_error is not None:
+            raise LibraryNotFound(_load_error)
+        try:
+            lib_, path_ = load()
+        except LibraryNotFound as e:
+            _load_error = str(e)
+            raise
+        declare(lib_)
+        fast_ = _Fast(path_)
+        g["lib"], g["path"], g["fast"] = lib_, path_, fast_
+        g["version"] = lib_.cerb_version().decode()  # last: "loaded" means all four are set
+
+
+def loaded() -> bool:
+    """Whether the library is loaded (never loads it)."""
+    return "version" in globals()
+
+
+def __getattr__(name: str) -> object:
+    if name in _LAZY:
+        _ensure()
+        return globals()[name]
+    raise AttributeError("module %r has no attribute %r" % (__name__, name))
+
+
+class Deferred:
+    """Stands for ``_lib.lib`` or ``_lib.fast`` in a module's globals (``L``,
+    ``F``) until the first call through it, which loads the library and
+    puts the real object in its place: later calls find the real one
+    directly, at no cost, and a module that never calls the library (a
+    RemoteClient's process) never loads it."""
+
+    __slots__ = ("_g", "_name", "_attr")
+
+    def __init__(self, module_globals: dict, name: str, attr: str) -> None:
+        self._g = module_globals
+        self._name = name
+        self._attr = attr
+
+    def __getattr__(self, fn: str) -> object:
+        _ensure()
+        real = globals()[self._attr]
+        self._g[self._name] = real
+        return getattr(real, fn)

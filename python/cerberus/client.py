@@ -71,8 +71,9 @@ from .errors import (Error, InvalidArgument, NotOwner, Status, check, error_for,
 if TYPE_CHECKING:
     from .guard import GuardContext
 
-L = _lib.lib  # calls that may wait: the GIL is released
-F = _lib.fast  # calls that never wait: the GIL is kept
+# Loaded on first use (_lib.Deferred): importing this module needs no library.
+L: Any = _lib.Deferred(globals(), "L", "lib")  # calls that may wait: the GIL is released
+F: Any = _lib.Deferred(globals(), "F", "fast")  # calls that never wait: the GIL is kept
 T = TypeVar("T")
 E = TypeVar("E", bound=enum.IntEnum)
 

@@ -34,6 +34,36 @@ class Status(enum.IntEnum):
     DUPLICATE = 12
 
 
+# cerb_status_name() and cerb_strerror() of every code this binding knows
+# (CERB_STATUS_MAP in cerberus.h), so that an error can be made without the
+# library: a RemoteClient's process has none. The suite checks that they
+# agree with the library's (test_remote.py).
+_TEXTS: Dict[int, Tuple[str, str]] = {
+    0: ("OK", "success"),
+    1: ("BUSY", "lock is held by another owner"),
+    2: ("TIMEOUT", "wait deadline passed"),
+    3: ("INTERRUPTED", "wait was interrupted"),
+    4: ("NOT_OWNER", "caller does not hold the lock"),
+    5: ("LOST", "lock lease or session ended while held"),
+    6: ("UNAVAILABLE", "no engine could serve the request"),
+    7: ("EINVAL", "invalid argument"),
+    8: ("ECONFIG", "invalid configuration"),
+    9: ("ENOMEM", "out of memory"),
+    10: ("EPROTO", "unexpected server reply"),
+    11: ("EIO", "connection or I/O failure"),
+    12: ("DUPLICATE", "operation already succeeded"),
+}
+
+
+def _status_texts(status: int) -> Tuple[str, str]:
+    """(name, short text) of @status: the loaded library's (a newer one
+    knows more codes), else this binding's table, never loading it."""
+    if _lib.loaded():
+        return (_lib.fast.cerb_status_name(status).decode(),
+                _lib.fast.cerb_strerror(status).decode())
+    return _TEXTS.get(status, ("UNKNOWN", "unknown status"))
+
+
 class Error(Exception):
     """Base class of every error the library reports.
 
@@ -60,10 +90,9 @@ class Error(Exception):
             self.status = Status(status)
         except ValueError:
             self.status = status
-        self.name = _lib.fast.cerb_status_name(status).decode()
+        self.name, short = _status_texts(status)
         self.text = text
         self.what = what
-        short = _lib.fast.cerb_strerror(status).decode()
         msg = "%s (%s)" % (short, self.name)
         if what:
             msg = "%s: %s" % (what, msg)
@@ -145,6 +174,24 @@ class Duplicate(Error):
 
     def _ctor_args(self) -> Tuple[Any, ...]:
         return (int(self.status), self.text, self.what, self.result)
+
+
+class Unauthorized(Error, PermissionError):
+    """``cerberus serve`` refused the request: a TCP request without the
+    bearer token, or with another one (HTTP 401). Only
+    :class:`~cerberus.RemoteClient` raises it; its :attr:`status` is
+    ``EINVAL`` (the library has no code for it) and its :attr:`name`
+    ``"UNAUTHORIZED"``. The token is never in the message."""
+
+    def __init__(self, status: int = Status.EINVAL, text: str = "", what: str = "") -> None:
+        super().__init__(status, text, what)
+        self.name = "UNAUTHORIZED"
+        msg = "unauthorized (UNAUTHORIZED)"
+        if what:
+            msg = "%s: %s" % (what, msg)
+        if text:
+            msg += ": " + text
+        self.args = (msg,)
 
 
 _BY_STATUS: Dict[int, Type[Error]] = {

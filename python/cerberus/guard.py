@@ -27,8 +27,9 @@ from .client import (Cancel, Client, State, _blocking_call, _cstr, _enum, _forke
 from .errors import (Busy, Duplicate, Error, Interrupted, InvalidArgument, Status, check,
                      error_for, last_error)
 
-L = _lib.lib  # calls that may wait: the GIL is released
-F = _lib.fast  # calls that never wait: the GIL is kept
+# Loaded on first use (_lib.Deferred): importing this module needs no library.
+L: Any = _lib.Deferred(globals(), "L", "lib")  # calls that may wait: the GIL is released
+F: Any = _lib.Deferred(globals(), "F", "fast")  # calls that never wait: the GIL is kept
 T = TypeVar("T")
 
 #: ``keep=FOREVER``: a success keeps duplicates out for good.
@@ -347,7 +348,7 @@ class GuardContext:
                                    "its claim expires by itself", attempt.scope, e)
 
 
-def once(client: Client, scope: str,
+def once(client: Any, scope: str,
          key: Union[str, bytes, Callable[..., Union[str, bytes]], None] = None, *,
          text: bool = False, wait: Optional[float] = None, running: Optional[float] = None,
          keep: Optional[float] = None, on_unavailable: Optional[str] = None
@@ -386,7 +387,8 @@ def once(client: Client, scope: str,
                 k = args[0]
             else:
                 k = key
-            guard = GuardContext(client, scope, k, wait=wait, running=running, keep=keep,
+            # client.guard(): a Client's GuardContext, or a RemoteClient's.
+            guard = client.guard(scope, k, wait=wait, running=running, keep=keep,
                                  on_unavailable=on_unavailable)
             try:
                 attempt = guard.begin()

@@ -265,3 +265,77 @@ class InterruptAfter:
             return st
 
         return wrapped
+
+
+# ------------------------------------------------------------ cerberus serve
+
+TOKEN = "py-remote-token-" + uniq("t")
+
+
+def _binary() -> str:
+    exe = os.environ.get("CERBERUS_BIN")
+    if exe:
+        return exe
+    for build in sorted(os.listdir(ROOT)):
+        cand = os.path.join(ROOT, build, "cli", "cerberus")
+        if build.startswith("build") and os.access(cand, os.X_OK):
+            return cand
+    missing("no cerberus binary: set CERBERUS_BIN (ctest does)")
+
+
+class Daemon:
+    """One `cerberus serve` process: unix socket @sock, and TCP on @port
+    when given (with the token file @token_file)."""
+
+    def __init__(self, tmp, config: str = 'engines = ("local");\n',
+                 port: int = 0) -> None:
+        self.dir = tmp
+        self.sock = os.path.join(str(tmp), "serve.sock")
+        self.address = "unix:" + self.sock
+        self.port = port
+        self.token_file = os.path.join(str(tmp), "token")
+        with open(self.token_file, "w") as f:
+            f.write(TOKEN + "\n")
+        cfg = os.path.join(str(tmp), "cerberus.cfg")
+        with open(cfg, "w") as f:
+            f.write(config)
+        args = [_binary(), "-c", cfg, "serve", "--listen", self.address]
+        if port:
+            args += ["--listen", "127.0.0.1:%d" % port, "--token-file", self.token_file]
+        self.log = os.path.join(str(tmp), "serve.log")
+        env = dict(os.environ)
+        with open(self.log, "wb") as logf:
+            self.proc = subprocess.Popen(args, stdout=logf, stderr=subprocess.STDOUT,
+                                         stdin=subprocess.DEVNULL, env=env)
+        wait_until(self._ready, 30, "cerberus serve to answer /healthz (log: %s)" % self.log)
+
+    def _ready(self) -> bool:
+        if self.proc.poll() is not None:
+            pytest.fail("cerberus serve exited %s:\n%s" % (self.proc.returncode, self.output()))
+        try:
+            cerberus.RemoteClient(self.address, timeout=2).close()
+            if self.port:
+                cerberus.RemoteClient(self.tcp, token=TOKEN, timeout=2).close()
+        except cerberus.Unavailable:
+            return False
+        return True
+
+    @property
+    def tcp(self) -> str:
+        return "http://127.0.0.1:%d" % self.port
+
+    def output(self) -> str:
+        with open(self.log, "rb") as f:
+            return f.read().decode("utf-8", "replace")
+
+    def stop(self) -> int:
+        """SIGTERM by PID, then wait for the exit (SIGKILL after 30 s)."""
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(10)
+                pytest.fail("cerberus serve did not stop within 30 s of SIGTERM")
+        return self.proc.returncode

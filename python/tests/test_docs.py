@@ -15,7 +15,11 @@ Redis by default:
   rewritten to it; ZK_HOSTS in the environment;
 * etcd: the shared test etcd, a prefix of this run's own; ETCD_ENDPOINTS in
   the environment;
-* local: the in-process engine.
+* local: the in-process engine;
+* serve (a first line `# cerberus serve`): a `cerberus serve` of the
+  block's own (the built binary, the `local` engine) on a unix socket,
+  whose address is CERBERUS_ADDRESS in the block's environment; stopped
+  by its PID when the block ends.
 
 The servers are shared (with other suites, and with another run of this
 one), so no two runs may use the same names: every lock name, guard scope
@@ -35,7 +39,7 @@ from typing import Dict, List, Tuple
 import pytest
 
 import cerberus
-from conftest import ROOT, child_env, require_module, uniq
+from conftest import ROOT, Daemon, child_env, require_module, uniq
 
 DOC = os.path.join(ROOT, "docs", "python.md")
 DOCS_DB = 9
@@ -99,6 +103,8 @@ def test_names_are_made_unique_per_run():
 
 
 def _engines(code: str) -> List[str]:
+    if re.match(r"#\s*cerberus serve\s*\n", code):
+        return ["serve"]
     m = re.match(r"#\s*cerberus\.cfg:\s*([a-z, ]+)", code)
     return [e.strip() for e in m.group(1).split(",")] if m else ["redis"]
 
@@ -126,6 +132,8 @@ def _config(engines: List[str]) -> Tuple[str, dict]:
             parts.append('etcd = { endpoints = ("http://127.0.0.1:%d"); prefix = "%s"; };'
                          % (p, ETCD_PREFIX))
             env["ETCD_ENDPOINTS"] = "http://127.0.0.1:%d" % p
+        elif e == "serve":
+            parts[0] = 'engines = ("local");'
         elif e != "local":
             pytest.fail("unknown engine %r in a block's cerberus.cfg line" % e)
     return "\n".join(parts) + "\n", env
@@ -150,12 +158,20 @@ def test_example_runs(line, code, tmp_path):
         _prepared.add(DOCS_DB)
     env = child_env()
     env.update(extra)
+    daemon = None
+    if engines == ["serve"]:
+        (tmp_path / "serve").mkdir()
+        daemon = Daemon(tmp_path / "serve", cfg)
+        env["CERBERUS_ADDRESS"] = daemon.address
     try:
         r = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env,
                            capture_output=True, text=True, timeout=60)
     except subprocess.TimeoutExpired as e:
         pytest.fail("docs/python.md:%d: the example ran over 60 s; output so far:\n%s\n%s"
                     % (line, e.stdout, e.stderr))
+    finally:
+        if daemon is not None:
+            daemon.stop()
     if r.returncode != 0:
         pytest.fail("docs/python.md:%d: the example exited %d\n--- stdout\n%s--- stderr\n%s"
                     % (line, r.returncode, r.stdout, r.stderr))
