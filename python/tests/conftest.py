@@ -294,7 +294,9 @@ class Daemon:
         self.address = "unix:" + self.sock
         self.port = port
         self.token_file = os.path.join(str(tmp), "token")
-        with open(self.token_file, "w") as f:
+        # Owner-only: the daemon refuses a token file others may read.
+        with open(os.open(self.token_file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600),
+                  "w") as f:
             f.write(TOKEN + "\n")
         cfg = os.path.join(str(tmp), "cerberus.cfg")
         with open(cfg, "w") as f:
