@@ -126,10 +126,15 @@ class RemoteAttempt:
             log.exception("cerberus: the on_lost callback of guard %s raised", self.scope)
 
     def _keepalive(self) -> None:
-        """Keep the claim alive on the daemon, once. The one place that
-        names the route (the daemon's route is still being settled)."""
-        self._client._call("POST", _path(self.scope, self._key, "keepalive"),
-                           {"attempt": self._id}, "guard %s keepalive" % self.scope)
+        """Keep the attempt alive on the daemon, once
+        (``POST /v1/guard/attempts/{id}/keepalive``); an attempt the daemon
+        says is lost is lost here too."""
+        from .remote_http import _q
+        reply = self._client._call("POST", "/v1/guard/attempts/%s/keepalive" % _q(self._id),
+                                   None, "guard %s keepalive" % self.scope)
+        if isinstance(reply, dict) and reply.get("state") == "lost":
+            raise Lost(Status.LOST, "the attempt's claim was lost",
+                       "guard %s keepalive" % self.scope)
 
     def _keep(self) -> None:
         while not self._stop.wait(self._period):
@@ -138,12 +143,10 @@ class RemoteAttempt:
             except (Lost, NotOwner) as e:
                 self._lose(e.text)
                 return
-            except InvalidArgument as e:
-                # A daemon without the route: its claims need no keepalive.
-                log.debug("cerberus: guard %s: no keepalive (%s)", self.scope, e)
-                return
-            except Error as e:  # unreachable for now: the claim lasts `running`
-                log.debug("cerberus: guard %s: keepalive failed: %s", self.scope, e)
+            except Error as e:
+                # Tried again next period; the daemon frees the attempt only
+                # once a whole window passed without one.
+                log.warning("cerberus: guard %s: keepalive failed: %s", self.scope, e)
 
     def _lose(self, text: str) -> None:
         with self._mu:

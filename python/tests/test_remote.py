@@ -439,6 +439,25 @@ def test_guard_and_once(remote):
     assert e.value.result == b"\xff\x00"
 
 
+def test_guard_attempt_outlives_its_window(remote):
+    """An attempt that runs for several of its windows (running=0.5 s) is
+    kept by its keepalives: its finish stores the result. Without them the
+    daemon frees it as failed after one window, and a second caller runs
+    the operation too."""
+    scope = uniq("rg-long")
+    with remote.guard(scope, "k", running=0.5, keep=60) as attempt:
+        time.sleep(2.0)  # the operation's own run time, not a synchronisation
+        assert attempt.state is cerberus.State.VALID
+        with pytest.raises(cerberus.Busy):
+            with remote.guard(scope, "k", wait=0):
+                pytest.fail("a second caller ran while the first still ran")
+        attempt.result = "long"
+    with pytest.raises(cerberus.Duplicate) as e:
+        with remote.guard(scope, "k"):
+            pytest.fail("the block ran twice")
+    assert e.value.result == b"long"
+
+
 def test_switch_and_metrics(remote):
     """serve-native: POST /v1/switch and GET /metrics."""
     assert remote.switch("local") == "local"
