@@ -25,20 +25,27 @@
 #include "config.h"
 #include "serve.h"
 
+/* Spelled out in the usage too: scripts/doc-check.py reads a usage text
+ * as string literals only, and checks the options it names. */
 #define DEFAULT_SOCKET "/run/cerberus/cerberus.sock"
 
 const char cerb__cli_serve_usage[] =
     "Usage: cerberus [-c FILE] serve [--listen unix:PATH|ADDR:PORT]...\n"
     "                                [--token-file FILE]\n"
+    "                                [--dapr-store NAME] [--dapr-app-id ID]\n"
     "\n"
     "Serve locks over HTTP/1.1 with JSON, one library client for every\n"
     "request, until SIGINT or SIGTERM; then release every hold and exit.\n"
     "\n"
     "  --listen unix:PATH   a unix socket, mode 0660, no token (default\n"
-    "                       unix:" DEFAULT_SOCKET " when no --listen)\n"
+    "                       unix:/run/cerberus/cerberus.sock when no --listen)\n"
     "  --listen ADDR:PORT   TCP on a loopback address only: 127.0.0.0/8 as\n"
     "                       127.0.0.1:PORT, or [::1]:PORT; needs --token-file\n"
     "  --token-file FILE    its first line is the bearer token\n"
+    "  --dapr-store NAME    the Dapr lock store the Dapr routes answer for\n"
+    "                       (default cerberus)\n"
+    "  --dapr-app-id ID     Dapr resource R is the lock lock||ID||R, the key a\n"
+    "                       Dapr sidecar's Redis lock store uses (default: R)\n"
     "--listen may be given several times, unix and TCP together. Every TCP\n"
     "request, /healthz included, must carry the header\n"
     "`Authorization: Bearer TOKEN`; without it or with another token it is\n"
@@ -55,6 +62,10 @@ const char cerb__cli_serve_usage[] =
     "  DELETE /v1/holds/HOLD               {\"released\": true}\n"
     "  GET    /v1/locks/NAME               {\"name\", \"holders\": [...]}\n"
     "  GET    /v1/status                   {\"current\", \"engines\": [...]}\n"
+    "  POST   /v1.0-alpha1/lock/STORE      Dapr: {\"resourceId\", \"lockOwner\",\n"
+    "         \"expiryInSeconds\"} -> {\"success\"}; POST /v1.0-alpha1/unlock/STORE\n"
+    "         -> {\"status\": 0..3}; GET /v1.0/metadata, /v1.0/healthz. Over TCP\n"
+    "         the header dapr-api-token: TOKEN is accepted there too\n"
     "A hold nobody listens to (events) and nobody keeps alive or releases\n"
     "within its lease_ms (10000 when not given) is released. On SIGINT or\n"
     "SIGTERM, waiting acquisitions and event streams end, answers being made\n"
@@ -74,6 +85,7 @@ struct serve_args {
     size_t n;
     bool tcp; /* one of them is TCP */
     const char *token_file;
+    const char *dapr_store, *dapr_app_id; /* the Dapr façade; NULL: defaults */
 };
 
 static bool is_unix(const char *spec)
@@ -98,6 +110,21 @@ static int parse_args(int argc, char **argv, struct serve_args *a)
             return cerb__cli_usage_error("serve", "--token-file needs FILE");
         if (m > 0) {
             a->token_file = val;
+            continue;
+        }
+        /* The Dapr façade's store name and app id (serve_dapr.c). */
+        m = cerb__cli_opt_val(argc, argv, &i, "--dapr-store", NULL, &val);
+        if (m < 0 || (m > 0 && !val[0]))
+            return cerb__cli_usage_error("serve", "--dapr-store needs NAME");
+        if (m > 0) {
+            a->dapr_store = val;
+            continue;
+        }
+        m = cerb__cli_opt_val(argc, argv, &i, "--dapr-app-id", NULL, &val);
+        if (m < 0 || (m > 0 && !val[0]))
+            return cerb__cli_usage_error("serve", "--dapr-app-id needs ID");
+        if (m > 0) {
+            a->dapr_app_id = val;
             continue;
         }
         m = cerb__cli_opt_val(argc, argv, &i, "--listen", NULL, &val);
@@ -144,6 +171,12 @@ static int start(cerb_client *c, const struct serve_args *a, const char *token,
     if (cerb__serve_start(c, NULL, s, err, sizeof err) != CERB_OK) {
         cerb__cli_error("serve: %s", err);
         return CLI_EXIT_OSERR;
+    }
+    if ((a->dapr_store || a->dapr_app_id) &&
+        cerb__serve_set_dapr(*s, a->dapr_store ? a->dapr_store : "cerberus", a->dapr_app_id,
+                             err, sizeof err) != CERB_OK) {
+        cerb__cli_error("serve: %s", err);
+        return CLI_EXIT_USAGE;
     }
     for (size_t i = 0; i < a->n; i++) {
         const char *spec = a->listen[i];

@@ -51,15 +51,21 @@ struct request {
     char body[CERB_SERVE_MAX_BODY + 1];
 };
 
-/* Whether the request carries `Authorization: Bearer @token`. The
- * comparison takes the same time whichever byte differs. */
-static bool authorized(struct MHD_Connection *conn, const char *token)
+/* Whether the request carries `Authorization: Bearer @token` or, on
+ * Dapr's routes (@dapr), Dapr's `dapr-api-token: @token`. The comparison
+ * takes the same time whichever byte differs. */
+static bool authorized(struct MHD_Connection *conn, const char *token, bool dapr)
 {
     static const char scheme[] = "Bearer ";
     const char *h = MHD_lookup_connection_value(conn, MHD_HEADER_KIND,
                                                 MHD_HTTP_HEADER_AUTHORIZATION);
+    const char *dh = dapr ? MHD_lookup_connection_value(conn, MHD_HEADER_KIND,
+                                                        "dapr-api-token")
+                          : NULL;
     size_t n = strlen(token);
 
+    if (dh && strlen(dh) == n && CRYPTO_memcmp(dh, token, n) == 0)
+        return true;
     if (!h || strncasecmp(h, scheme, sizeof scheme - 1) != 0)
         return false;
     h += sizeof scheme - 1;
@@ -77,7 +83,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
 
     (void)version;
     if (!rq) {
-        if (l->token && !authorized(conn, l->token))
+        if (l->token && !authorized(conn, l->token, cerb__serve_dapr_path(url)))
             return cerb__serve_reply_unauthorized(
                 conn, "this TCP socket needs the header Authorization: Bearer TOKEN, "
                       "with the token of the server's --token-file");
@@ -362,7 +368,12 @@ cerb_status cerb__serve_start(cerb_client *client, const char *unix_path,
     s->client = client;
     cerb__serve_holds_init(&s->holds);
     cerb__serve_waits_init(&s->waits);
-    st = cerb__serve_expiry_start(&s->expiry, &s->holds);
+    st = cerb__serve_dapr_new(&s->dapr);
+    if (st != CERB_OK) {
+        snprintf(err, errlen, "out of memory");
+        goto fail_dapr;
+    }
+    st = cerb__serve_expiry_start(&s->expiry, &s->holds, &s->waits);
     if (st != CERB_OK) {
         snprintf(err, errlen, "cannot start the expiry thread");
         goto fail;
@@ -377,6 +388,8 @@ cerb_status cerb__serve_start(cerb_client *client, const char *unix_path,
 
 fail:
     cerb__serve_expiry_stop(&s->expiry);
+    cerb__serve_dapr_free(s->dapr);
+fail_dapr:
     cerb__serve_holds_destroy(&s->holds);
     cerb__serve_waits_destroy(&s->waits);
     free(s);
@@ -404,6 +417,7 @@ void cerb__serve_stop(struct cerb__serve *s)
     cerb__serve_expiry_stop(&s->expiry);
     cerb__serve_waits_destroy(&s->waits);
     cerb__serve_holds_destroy(&s->holds);
+    cerb__serve_dapr_free(s->dapr);
     for (size_t i = 0; i < s->n_listeners; i++) {
         struct cerb__serve_listener *l = &s->listeners[i];
         if (l->path)

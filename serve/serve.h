@@ -77,6 +77,21 @@ cerb_status cerb__serve_tcp_parse(const char *addr, struct sockaddr_storage *sa,
 void cerb__serve_set_heartbeat_ms(struct cerb__serve *s, int64_t ms);
 
 /*
+ * cerb__serve_set_dapr — the Dapr façade's store name (the {store} of
+ * /v1.0-alpha1/lock/{store}; "cerberus" unless set) and app id: with
+ * @app_id, resource R is the lock `lock||@app_id||R` (daprd's default key
+ * layout, so a Dapr sidecar's Redis lock and this server exclude each
+ * other), without (NULL) it is the lock R.
+ * Returns: CERB_OK; CERB_EINVAL for an empty store or one with '/', "||"
+ * or a control character, or such an app id (the reason in @err);
+ * CERB_ENOMEM.
+ * Thread-safety: as cerb__serve_listen_unix (right after the start).
+ * Ownership: both are copied.
+ */
+cerb_status cerb__serve_set_dapr(struct cerb__serve *s, const char *store,
+                                 const char *app_id, char *err, size_t errlen);
+
+/*
  * cerb__serve_stop — stop answering (requests being answered finish
  * first), release and free every hold the server keeps, remove the socket
  * file and free @s. NULL does nothing. The client is left open.

@@ -17,8 +17,12 @@
  * stop) or the server stops. Each event's data is {"hold": ID}. While a
  * stream is open the hold counts as kept alive (the expiry thread skips
  * it); when it closes, the caller has the hold's window from then on to
- * listen again or keep it alive. A caller that goes away is noticed when
- * the next event cannot be sent, within a heartbeat.
+ * listen again or keep it alive. A caller that goes away must not keep the
+ * hold for a heartbeat more (5 s, longer than many a lease): the reader
+ * waits in slices of WATCH_MS and looks between them whether the caller
+ * hung up (serve_waits.c's cerb__serve_hung_up on the connection's socket,
+ * which reads nothing); it then ends the stream, and the hold has its
+ * window from then on.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -27,12 +31,16 @@
 
 #include "serve_internal.h"
 
+/* How often a waiting stream looks whether its caller hung up. */
+#define WATCH_MS 100
+
 struct stream {
     struct cerb__serve_holds *t;
     char id[CERB_SERVE_HOLD_ID_LEN + 1];
     int64_t heartbeat_ns;      /* the period */
     int64_t next_heartbeat_ns; /* CLOCK_MONOTONIC */
     bool ended;                /* the last event was sent */
+    int fd;                    /* the connection's socket (-1: unknown) */
 };
 
 static int64_t now_ns(void)
@@ -60,8 +68,13 @@ static ssize_t reader(void *cls, uint64_t pos, char *buf, size_t max)
             st->next_heartbeat_ns = now_ns() + st->heartbeat_ns;
             return event(st, "heartbeat", buf, max);
         }
-        switch (cerb__serve_holds_wait(st->t, st->id, st->next_heartbeat_ns)) {
+        int64_t slice = now_ns() + (int64_t)WATCH_MS * 1000000;
+        switch (cerb__serve_holds_wait(st->t, st->id, slice < st->next_heartbeat_ns
+                                                          ? slice
+                                                          : st->next_heartbeat_ns)) {
         case CERB_SERVE_EV_TIMEOUT:
+            if (cerb__serve_hung_up(st->fd))
+                return MHD_CONTENT_READER_END_WITH_ERROR;
             continue;
         case CERB_SERVE_EV_LOST:
             st->ended = true;
@@ -85,6 +98,8 @@ static void stream_free(void *cls)
 enum MHD_Result cerb__serve_events(struct cerb__serve_holds *t,
                                    struct MHD_Connection *conn, const char *id)
 {
+    const union MHD_ConnectionInfo *ci =
+        MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
     struct MHD_Response *r;
     struct stream *st;
     enum MHD_Result ret;
@@ -103,6 +118,7 @@ enum MHD_Result cerb__serve_events(struct cerb__serve_holds *t,
         return MHD_NO;
     }
     st->t = t;
+    st->fd = ci ? ci->connect_fd : -1;
     st->heartbeat_ns = heartbeat_ms * 1000000;
     memcpy(st->id, id, CERB_SERVE_HOLD_ID_LEN + 1);
     st->next_heartbeat_ns = now_ns(); /* the first heartbeat at once */

@@ -10,7 +10,8 @@
  * monotonic timed wait that the stop cuts short), takes the expired holds
  * out under the table's mutex and releases them without it; a release
  * that fails leaves the server lease to expire by itself, as
- * cerb_hold_free() does.
+ * cerb_hold_free() does. The same tick cancels the acquisitions whose
+ * callers hung up while they waited (serve_waits.c).
  */
 #include <errno.h>
 #include <stdlib.h>
@@ -24,12 +25,14 @@
 struct args {
     struct cerb__serve_expiry *e;
     struct cerb__serve_holds *holds;
+    struct cerb__serve_waits *waits;
 };
 
 static void *run(void *ud)
 {
     struct cerb__serve_expiry *e = ((struct args *)ud)->e;
     struct cerb__serve_holds *holds = ((struct args *)ud)->holds;
+    struct cerb__serve_waits *waits = ((struct args *)ud)->waits;
     cerb_hold *batch[BATCH];
 
     free(ud);
@@ -53,6 +56,7 @@ static void *run(void *ud)
             abort();
         if (stop)
             return NULL;
+        cerb__serve_waits_watch(waits);
         do {
             n = cerb__serve_holds_take_expired(holds, batch, BATCH);
             for (size_t i = 0; i < n; i++)
@@ -62,7 +66,8 @@ static void *run(void *ud)
 }
 
 cerb_status cerb__serve_expiry_start(struct cerb__serve_expiry *e,
-                                     struct cerb__serve_holds *holds)
+                                     struct cerb__serve_holds *holds,
+                                     struct cerb__serve_waits *waits)
 {
     pthread_condattr_t ca;
     struct args *a = malloc(sizeof *a);
@@ -78,6 +83,7 @@ cerb_status cerb__serve_expiry_start(struct cerb__serve_expiry *e,
         return CERB_ENOMEM;
     a->e = e;
     a->holds = holds;
+    a->waits = waits;
     if (pthread_create(&e->thread, NULL, run, a) != 0) {
         free(a);
         return CERB_ENOMEM;

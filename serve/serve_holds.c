@@ -21,8 +21,23 @@
  * taken out, when the library reports a hold lost and when the server
  * stops. The lost callback runs on the library's callback thread and must
  * not block: it only takes the table's mutex (held for lookups only), sets
- * the entry's flag and broadcasts. Its user data is the table, which
- * outlives every hold, never the entry, which a DELETE may free first.
+ * the entry's flag and broadcasts. Its user data is the table, never the
+ * entry, which a DELETE may free first. Nor can the table be trusted
+ * blindly: cerb_hold_free() does not wait for a lost callback already
+ * running, so one may still run after the server freed the table at its
+ * stop. Every table is therefore on a list of live tables under a mutex
+ * that lives as long as the program, and the callback touches its table
+ * only while it finds it there; the destroy takes the table off that list
+ * (waiting for a callback inside) before it frees anything.
+ *
+ * A keepalive for a hold the library reported lost (or whose state is
+ * LOST) answers LOST and takes the hold out: renewing the caller's window
+ * would let it believe it still holds a name another caller may now hold.
+ *
+ * An entry is published before the lost callback is set on its hold
+ * (the callback finds holds in the table); while it is being added it is
+ * marked so that the expiry thread leaves it alone, since freeing the hold
+ * under cerb__serve_holds_add would be a use after free.
  */
 #include <assert.h>
 #include <errno.h>
@@ -33,6 +48,11 @@
 #include <openssl/rand.h>
 
 #include "serve_internal.h"
+
+/* The tables the lost callback may touch (see above). Lock order: this
+ * mutex, then a table's. */
+static pthread_mutex_t live_mu = PTHREAD_MUTEX_INITIALIZER;
+static struct cerb__serve_holds *live_head;
 
 static int64_t now_ns(void)
 {
@@ -65,22 +85,32 @@ void cerb__serve_holds_init(struct cerb__serve_holds *t)
     t->stopping = false;
     t->heartbeat_ms = CERB_SERVE_HEARTBEAT_MS;
     t->head = NULL;
+    lock(&live_mu);
+    t->live_next = live_head;
+    live_head = t;
+    unlock(&live_mu);
 }
 
 /* The library's lost callback (its callback thread): records, signals. */
 static void on_lost(cerb_hold *hold, void *ud)
 {
-    struct cerb__serve_holds *t = ud;
+    struct cerb__serve_holds *t = ud, *l;
 
-    lock(&t->mu);
-    for (struct cerb__serve_hold *h = t->head; h; h = h->next) {
-        if (h->hold == hold) {
-            h->lost = true;
-            pthread_cond_broadcast(&t->changed);
-            break;
+    lock(&live_mu);
+    for (l = live_head; l && l != t; l = l->live_next)
+        ;
+    if (l) {
+        lock(&t->mu);
+        for (struct cerb__serve_hold *h = t->head; h; h = h->next) {
+            if (h->hold == hold) {
+                h->lost = true;
+                pthread_cond_broadcast(&t->changed);
+                break;
+            }
         }
+        unlock(&t->mu);
     }
-    unlock(&t->mu);
+    unlock(&live_mu);
 }
 
 static struct cerb__serve_hold *find(struct cerb__serve_holds *t, const char *id)
@@ -187,16 +217,21 @@ cerb_status cerb__serve_holds_add(struct cerb__serve_holds *t, cerb_hold *hold,
     }
     h->id[CERB_SERVE_HOLD_ID_LEN] = '\0';
     h->hold = hold;
-    h->last_seen_ns = now_ns();
     h->window_ns = window_ms * 1000000;
+    h->adding = true;
     memcpy(id, h->id, sizeof h->id);
     lock(&t->mu);
     h->next = t->head;
     t->head = h;
     unlock(&t->mu);
-    /* Nobody knows the id yet, so the entry is still there: a hold
-     * already lost is reported at once (queued) and found. */
+    /* Nobody knows the id yet and the expiry thread skips it, so the entry
+     * is still there: a hold already lost is reported at once (queued) and
+     * found. */
     cerb_hold_on_lost(hold, on_lost, t);
+    lock(&t->mu);
+    h->adding = false;
+    h->last_seen_ns = now_ns();
+    unlock(&t->mu);
     return CERB_OK;
 }
 
@@ -219,20 +254,35 @@ cerb_hold *cerb__serve_holds_take(struct cerb__serve_holds *t, const char *id)
     return hold;
 }
 
-bool cerb__serve_holds_touch(struct cerb__serve_holds *t, const char *id)
+cerb_status cerb__serve_holds_touch(struct cerb__serve_holds *t, const char *id,
+                                    cerb_hold **lost)
 {
-    bool found = false;
+    cerb_status st = CERB_NOT_OWNER;
 
+    *lost = NULL;
     lock(&t->mu);
-    for (struct cerb__serve_hold *h = t->head; h; h = h->next) {
-        if (strcmp(h->id, id) == 0) {
+    for (struct cerb__serve_hold **p = &t->head; *p; p = &(*p)->next) {
+        struct cerb__serve_hold *h = *p;
+        if (strcmp(h->id, id) != 0)
+            continue;
+        /* The flag may not be set yet when the state already says LOST
+         * (the callback is queued): ask the hold too. It is the table's
+         * while the mutex is held, so it cannot be freed meanwhile, and
+         * cerb_hold_state takes no lock that the callback holds. */
+        if (h->lost || cerb_hold_state(h->hold) == CERB_LOCK_LOST) {
+            *p = h->next;
+            *lost = h->hold;
+            free(h);
+            pthread_cond_broadcast(&t->changed); /* its streams end */
+            st = CERB_LOST;
+        } else {
             h->last_seen_ns = now_ns();
-            found = true;
-            break;
+            st = CERB_OK;
         }
+        break;
     }
     unlock(&t->mu);
-    return found;
+    return st;
 }
 
 size_t cerb__serve_holds_take_expired(struct cerb__serve_holds *t, cerb_hold **out,
@@ -244,7 +294,7 @@ size_t cerb__serve_holds_take_expired(struct cerb__serve_holds *t, cerb_hold **o
     lock(&t->mu);
     for (struct cerb__serve_hold **p = &t->head; *p && n < max;) {
         struct cerb__serve_hold *h = *p;
-        if (h->listeners == 0 && now - h->last_seen_ns > h->window_ns) {
+        if (h->listeners == 0 && !h->adding && now - h->last_seen_ns > h->window_ns) {
             *p = h->next;
             out[n++] = h->hold;
             free(h);
@@ -271,6 +321,16 @@ void cerb__serve_holds_destroy(struct cerb__serve_holds *t)
         free(h);
         h = next;
     }
+    /* Off the live list: a lost callback still running for a hold freed
+     * above has finished with the table once this returns. */
+    lock(&live_mu);
+    for (struct cerb__serve_holds **p = &live_head; *p; p = &(*p)->live_next) {
+        if (*p == t) {
+            *p = t->live_next;
+            break;
+        }
+    }
+    unlock(&live_mu);
     if (pthread_cond_destroy(&t->changed) != 0 || pthread_mutex_destroy(&t->mu) != 0)
         abort();
 }

@@ -38,6 +38,7 @@ struct cerb__serve_hold {
     int64_t window_ns;    /* released when nothing is heard for this long */
     unsigned listeners;   /* event streams open on it: it is kept alive */
     bool lost;            /* the library said it was lost (on_lost) */
+    bool adding;          /* cerb__serve_holds_add is not done with it: not expired */
     struct cerb__serve_hold *next;
 };
 
@@ -47,6 +48,7 @@ struct cerb__serve_holds {
     bool stopping;          /* event streams end */
     int64_t heartbeat_ms;   /* the event streams' heartbeat period */
     struct cerb__serve_hold *head;
+    struct cerb__serve_holds *live_next; /* the tables the lost callback may reach */
 };
 
 /* How often an event stream says `event: heartbeat`. */
@@ -66,8 +68,12 @@ size_t cerb__serve_holds_take_expired(struct cerb__serve_holds *t, cerb_hold **o
 /* Removes the hold with @id from the table and returns it (now the
  * caller's), or NULL when there is none. */
 cerb_hold *cerb__serve_holds_take(struct cerb__serve_holds *t, const char *id);
-/* Records a keepalive for @id; false when there is no such hold. */
-bool cerb__serve_holds_touch(struct cerb__serve_holds *t, const char *id);
+/* Records a keepalive for @id. Returns CERB_OK; CERB_NOT_OWNER when there
+ * is no such hold; CERB_LOST when the hold was lost: it is then taken out
+ * of the table and returned in *@lost (now the caller's, to free), since
+ * keeping it alive would tell the caller it still holds the name. */
+cerb_status cerb__serve_holds_touch(struct cerb__serve_holds *t, const char *id,
+                                    cerb_hold **lost);
 /* An event stream opens on hold @id (which then is not expired while it
  * listens), with the heartbeat period now in *@heartbeat_ms; false when
  * there is no such hold. */
@@ -99,14 +105,24 @@ struct cerb__serve_waits {
     pthread_cond_t idle; /* CLOCK_MONOTONIC; signalled when requests is 0 */
     size_t requests;     /* being answered now */
     cerb_cancel **v; /* the cancels of the acquisitions waiting now */
+    int *fds;        /* and their callers' sockets (-1: unknown) */
     size_t n, cap;
     bool stopped;    /* after cerb__serve_waits_stop: no new ones */
 };
 
 void cerb__serve_waits_init(struct cerb__serve_waits *w);
-/* Registers the cancel of an acquisition about to start. Returns CERB_OK;
- * CERB_UNAVAILABLE once the server is stopping; CERB_ENOMEM. */
-cerb_status cerb__serve_waits_add(struct cerb__serve_waits *w, cerb_cancel *c);
+/* Registers the cancel of an acquisition about to start, with the socket
+ * @fd of its caller's connection (-1: none known), watched by
+ * cerb__serve_waits_watch. Returns CERB_OK; CERB_UNAVAILABLE once the
+ * server is stopping; CERB_ENOMEM. */
+cerb_status cerb__serve_waits_add(struct cerb__serve_waits *w, cerb_cancel *c, int fd);
+/* Fires the cancel of every registered acquisition whose caller hung up
+ * (its connection closed): nobody would take the hold it waits for.
+ * Called by the expiry thread every tick. */
+void cerb__serve_waits_watch(struct cerb__serve_waits *w);
+/* Whether the peer of connection socket @fd has hung up (closed, or the
+ * connection broke); false for -1. Never blocks. */
+bool cerb__serve_hung_up(int fd);
 /* Unregisters it once the acquisition returned (before freeing it). */
 void cerb__serve_waits_remove(struct cerb__serve_waits *w, cerb_cancel *c);
 /* Refuses new acquisitions and fires every registered cancel. */
@@ -136,10 +152,12 @@ struct cerb__serve_expiry {
 };
 
 struct cerb__serve_holds;
-/* Starts the thread that releases expired holds of @holds; CERB_OK or
- * CERB_ENOMEM (no thread). */
+/* Starts the thread that releases expired holds of @holds and cancels the
+ * acquisitions of @waits whose callers hung up; CERB_OK or CERB_ENOMEM (no
+ * thread). */
 cerb_status cerb__serve_expiry_start(struct cerb__serve_expiry *e,
-                                     struct cerb__serve_holds *holds);
+                                     struct cerb__serve_holds *holds,
+                                     struct cerb__serve_waits *waits);
 /* Stops and joins it (nothing when it did not start). */
 void cerb__serve_expiry_stop(struct cerb__serve_expiry *e);
 
@@ -185,6 +203,7 @@ struct cerb__serve {
     struct cerb__serve_holds holds;
     struct cerb__serve_waits waits;
     struct cerb__serve_expiry expiry;
+    struct cerb__serve_dapr *dapr; /* the Dapr façade's state (serve_dapr.c) */
 };
 
 /* ---- replies (serve_reply.c) ---- */
@@ -211,5 +230,28 @@ unsigned cerb__serve_http_code(cerb_status st);
 enum MHD_Result cerb__serve_route(struct cerb__serve *s, struct MHD_Connection *conn,
                                   const char *method, const char *url,
                                   const char *body, size_t len);
+
+/* ---- the Dapr-compatible façade (serve_dapr.c) ---- */
+
+/* Its store name, key prefix and the owners of the holds it granted. */
+struct cerb__serve_dapr;
+
+/* A façade serving the store "cerberus" with no app id. Returns CERB_OK
+ * with *@out set, or CERB_ENOMEM. Ownership: free it with
+ * cerb__serve_dapr_free() once no request runs (after the daemons
+ * stopped); the holds it granted are in the hold table, released there. */
+cerb_status cerb__serve_dapr_new(struct cerb__serve_dapr **out);
+/* Frees it; NULL does nothing. */
+void cerb__serve_dapr_free(struct cerb__serve_dapr *d);
+/* Whether @url is one of Dapr's (/v1.0/..., /v1.0-alpha1/...): answered by
+ * cerb__serve_dapr_route, and over TCP authorised by `dapr-api-token`
+ * as well as by the bearer token. Thread-safety: any thread (pure). */
+bool cerb__serve_dapr_path(const char *url);
+/* Answers a request on a Dapr route (see serve_dapr.c), with daprd's
+ * bodies and codes. Returns what MHD_queue_response returned.
+ * Thread-safety: any number of requests at once. */
+enum MHD_Result cerb__serve_dapr_route(struct cerb__serve *s, struct MHD_Connection *conn,
+                                       const char *method, const char *url,
+                                       const char *body, size_t len);
 
 #endif /* CERB_SERVE_INTERNAL_H */

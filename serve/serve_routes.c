@@ -77,6 +77,9 @@ static enum MHD_Result acquire(struct cerb__serve *s, struct MHD_Connection *con
                                const char *name, const char *body, size_t len)
 {
     cerb_lock_opts opts = CERB_LOCK_OPTS_INIT;
+    const union MHD_ConnectionInfo *ci =
+        MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+    int fd = ci ? ci->connect_fd : -1;
     int64_t wait_ms = 0;
     cerb_lock *lk = NULL;
     cerb_hold *hold = NULL;
@@ -107,7 +110,7 @@ static enum MHD_Result acquire(struct cerb__serve *s, struct MHD_Connection *con
     /* A cancel of its own, fired when the server stops (serve_waits.c). */
     st = cerb_cancel_new(&cancel);
     if (st == CERB_OK) {
-        st = cerb__serve_waits_add(&s->waits, cancel);
+        st = cerb__serve_waits_add(&s->waits, cancel, fd);
         if (st == CERB_OK) {
             st = cerb_lock_acquire(lk, wait_ms, cancel, &hold);
             cerb__serve_waits_remove(&s->waits, cancel);
@@ -124,13 +127,21 @@ static enum MHD_Result acquire(struct cerb__serve *s, struct MHD_Connection *con
     cerb_lock_free(lk); /* allowed once the acquisition returned */
     if (st != CERB_OK)
         return cerb__serve_reply_error(conn, st, why);
+    /* A caller that went away while it waited gets no hold: one kept
+     * would keep the name from everyone for its window. */
+    if (cerb__serve_hung_up(fd)) {
+        cerb_hold_free(hold); /* releases it first */
+        return MHD_NO;
+    }
+    /* Read before the hold is published: from then on the expiry thread
+     * may release and free it. */
+    snprintf(token, sizeof token, "%" PRIu64, cerb_hold_fencing_token(hold));
     st = cerb__serve_holds_add(&s->holds, hold,
                                opts.lease_ms ? opts.lease_ms : CERB_SERVE_DEFAULT_WINDOW_MS, id);
     if (st != CERB_OK) {
         cerb_hold_free(hold);
         return cerb__serve_reply_error(conn, st, "cannot record the hold");
     }
-    snprintf(token, sizeof token, "%" PRIu64, cerb_hold_fencing_token(hold));
     /* TODO: the engine the hold was granted on, once the library says;
      * the current engine is that one unless a switch came in between. */
     engine = cerb_engine_current(s->client);
@@ -145,6 +156,25 @@ static enum MHD_Result unknown_hold(struct MHD_Connection *conn, const char *id)
     char why[128];
     snprintf(why, sizeof why, "no hold \"%.40s\"", id);
     return cerb__serve_reply_error(conn, CERB_NOT_OWNER, why);
+}
+
+/* A keepalive for a lost hold answers 410 LOST and drops it: a 200 would
+ * tell the caller it still holds a name that may be another's now. */
+static enum MHD_Result keepalive(struct cerb__serve *s, struct MHD_Connection *conn,
+                                 const char *id)
+{
+    cerb_hold *lost = NULL;
+    cerb_status st = cerb__serve_holds_touch(&s->holds, id, &lost);
+
+    if (st == CERB_NOT_OWNER)
+        return unknown_hold(conn, id);
+    if (st == CERB_LOST) {
+        cerb_hold_free(lost); /* nothing to release on the server */
+        return cerb__serve_reply_error(conn, CERB_LOST,
+                                       "the hold was lost (its lease could not be renewed "
+                                       "in time); the name may be another's now");
+    }
+    return cerb__serve_reply_json(conn, MHD_HTTP_OK, json_pack("{s:b}", "ok", 1));
 }
 
 static enum MHD_Result release(struct cerb__serve *s, struct MHD_Connection *conn,
@@ -174,6 +204,8 @@ enum MHD_Result cerb__serve_route(struct cerb__serve *s, struct MHD_Connection *
     bool post = strcmp(method, MHD_HTTP_METHOD_POST) == 0;
     bool del = strcmp(method, MHD_HTTP_METHOD_DELETE) == 0;
 
+    if (cerb__serve_dapr_path(url)) /* Dapr's lock API (serve_dapr.c) */
+        return cerb__serve_dapr_route(s, conn, method, url, body, len);
     if (get && strcmp(url, "/healthz") == 0)
         return cerb__serve_reply_json(conn, MHD_HTTP_OK, json_pack("{s:b}", "ok", 1));
     if (get && strcmp(url, "/v1/status") == 0)
@@ -182,11 +214,8 @@ enum MHD_Result cerb__serve_route(struct cerb__serve *s, struct MHD_Connection *
         return cerb__serve_inspect(s, conn, part);
     if (post && url_part(url, LOCKS_PREFIX, ACQUIRE_SUFFIX, part, sizeof part))
         return acquire(s, conn, part, body, len);
-    if (post && url_part(url, HOLDS_PREFIX, KEEPALIVE_SUFFIX, part, sizeof part)) {
-        if (!cerb__serve_holds_touch(&s->holds, part))
-            return unknown_hold(conn, part);
-        return cerb__serve_reply_json(conn, MHD_HTTP_OK, json_pack("{s:b}", "ok", 1));
-    }
+    if (post && url_part(url, HOLDS_PREFIX, KEEPALIVE_SUFFIX, part, sizeof part))
+        return keepalive(s, conn, part);
     if (get && url_part(url, HOLDS_PREFIX, EVENTS_SUFFIX, part, sizeof part))
         return cerb__serve_events(&s->holds, conn, part);
     if (del && url_part(url, HOLDS_PREFIX, "", part, sizeof part) && !strchr(part, '/'))

@@ -12,12 +12,21 @@
  * one mutex; firing takes only the library's short mutexes, never the
  * network, so it is done with this mutex held.
  *
+ * A caller that hangs up while its acquisition waits would otherwise get
+ * the name once it comes free, for nobody, until the hold's window passed:
+ * each registered cancel goes with its caller's socket, and the expiry
+ * thread (serve_expiry.c) polls them every tick and fires the cancel of a
+ * hung-up one. Polling a socket (POLLRDHUP) reads nothing from it, so it
+ * does not disturb MHD, whose connection thread is blocked in the call.
+ *
  * A request counts from its first call into the access handler to MHD's
  * completion callback, which comes once its answer was sent (or its
  * connection dropped). The stop waits, on a monotonic deadline, until none
  * is left before it stops MHD, which would otherwise close the connections
  * of answers not yet sent.
  */
+#define _GNU_SOURCE /* POLLRDHUP */
+#include <poll.h>
 #include <stdlib.h>
 #include <time.h>
 
@@ -46,11 +55,19 @@ void cerb__serve_waits_init(struct cerb__serve_waits *w)
     pthread_condattr_destroy(&ca);
     w->requests = 0;
     w->v = NULL;
+    w->fds = NULL;
     w->n = w->cap = 0;
     w->stopped = false;
 }
 
-cerb_status cerb__serve_waits_add(struct cerb__serve_waits *w, cerb_cancel *c)
+bool cerb__serve_hung_up(int fd)
+{
+    struct pollfd p = {fd, POLLRDHUP, 0};
+
+    return fd >= 0 && poll(&p, 1, 0) == 1 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR));
+}
+
+cerb_status cerb__serve_waits_add(struct cerb__serve_waits *w, cerb_cancel *c, int fd)
 {
     cerb_status st = CERB_OK;
 
@@ -60,15 +77,20 @@ cerb_status cerb__serve_waits_add(struct cerb__serve_waits *w, cerb_cancel *c)
     } else if (w->n == w->cap) {
         size_t cap = w->cap ? 2 * w->cap : 16;
         cerb_cancel **v = realloc(w->v, cap * sizeof *v);
-        if (!v)
-            st = CERB_ENOMEM;
-        else {
+        int *fds = v ? realloc(w->fds, cap * sizeof *fds) : NULL;
+        if (v)
             w->v = v;
+        if (fds)
+            w->fds = fds;
+        if (!v || !fds)
+            st = CERB_ENOMEM;
+        else
             w->cap = cap;
-        }
     }
-    if (st == CERB_OK)
+    if (st == CERB_OK) {
+        w->fds[w->n] = fd;
         w->v[w->n++] = c;
+    }
     unlock(&w->mu);
     return st;
 }
@@ -78,7 +100,9 @@ void cerb__serve_waits_remove(struct cerb__serve_waits *w, cerb_cancel *c)
     lock(&w->mu);
     for (size_t i = 0; i < w->n; i++) {
         if (w->v[i] == c) {
-            w->v[i] = w->v[--w->n];
+            w->n--;
+            w->v[i] = w->v[w->n];
+            w->fds[i] = w->fds[w->n];
             break;
         }
     }
@@ -91,6 +115,15 @@ void cerb__serve_waits_stop(struct cerb__serve_waits *w)
     w->stopped = true;
     for (size_t i = 0; i < w->n; i++)
         cerb_cancel_fire(w->v[i]);
+    unlock(&w->mu);
+}
+
+void cerb__serve_waits_watch(struct cerb__serve_waits *w)
+{
+    lock(&w->mu);
+    for (size_t i = 0; i < w->n; i++)
+        if (!cerb_cancel_fired(w->v[i]) && cerb__serve_hung_up(w->fds[i]))
+            cerb_cancel_fire(w->v[i]);
     unlock(&w->mu);
 }
 
@@ -132,6 +165,7 @@ bool cerb__serve_waits_drain(struct cerb__serve_waits *w, int64_t timeout_ms)
 void cerb__serve_waits_destroy(struct cerb__serve_waits *w)
 {
     free(w->v);
+    free(w->fds);
     if (pthread_cond_destroy(&w->idle) != 0 || pthread_mutex_destroy(&w->mu) != 0)
         abort();
 }

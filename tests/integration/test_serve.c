@@ -741,6 +741,111 @@ static void test_events_lost(void **state)
     free(name);
 }
 
+/* A keepalive of a hold the library lost answers 410 LOST, not 200: a
+ * caller that only keeps its hold alive (no event stream) must learn that
+ * the name may be another's. The hold is dropped: the name is free here. */
+static void test_keepalive_of_lost_hold(void **state)
+{
+    struct fixture *f = *state;
+    char *name = test_name("serve-keep-lost");
+    char id[33], keep[128], path[512];
+    struct reply r;
+    struct timespec tick = {0, 50 * 1000000L};
+    int64_t t0 = cerb_test_now_ms();
+    long code = 200;
+
+    acquire_hold(f, name, "{\"lease_ms\": 300}", id);
+    snprintf(keep, sizeof keep, "/v1/holds/%s/keepalive", id);
+    /* Not renewed (renew = false): lost after its 300 ms lease. */
+    while (code == 200 && cerb_test_now_ms() - t0 < 5000) {
+        r = request(f, "POST", keep, "");
+        code = r.code;
+        if (code == 410)
+            assert_string_equal(str(&r, "status"), "LOST");
+        json_decref(r.body);
+        if (code == 200)
+            nanosleep(&tick, NULL); /* the keepalive period of a caller */
+    }
+    assert_int_equal(code, 410);
+    assert_true(cerb_test_now_ms() - t0 >= 250);
+    r = request(f, "POST", keep, "");
+    assert_int_equal(r.code, 404);
+    json_decref(r.body);
+    snprintf(path, sizeof path, "/v1/locks/%s/acquire", name);
+    r = request(f, "POST", path, "{\"wait_ms\": 0}");
+    assert_int_equal(r.code, 200);
+    json_decref(r.body);
+    free(name);
+}
+
+/* An acquisition whose caller hung up while it waited takes no hold: the
+ * name goes to the next live caller, not to nobody for 60 s. */
+static void test_waiter_that_hung_up(void **state)
+{
+    struct fixture *f = *state;
+    char *name = test_name("serve-hung-up");
+    char id[33], path[512], del[128], url[600];
+    struct reply r;
+    CURL *c;
+    CURLcode rc;
+    int64_t t0;
+
+    acquire_hold(f, name, NULL, id);
+    snprintf(path, sizeof path, "/v1/locks/%s/acquire", name);
+    /* A waiter that gives up after 300 ms: its connection closes. */
+    c = curl_easy_init();
+    assert_non_null(c);
+    snprintf(url, sizeof url, "http://localhost%s", path);
+    curl_easy_setopt(c, CURLOPT_UNIX_SOCKET_PATH, f->sock);
+    curl_easy_setopt(c, CURLOPT_URL, url);
+    curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
+    curl_easy_setopt(c, CURLOPT_TIMEOUT_MS, 300L);
+    curl_easy_setopt(c, CURLOPT_POSTFIELDS, "{\"wait_ms\": 5000, \"lease_ms\": 60000}");
+    rc = curl_easy_perform(c);
+    curl_easy_cleanup(c);
+    assert_int_equal(rc, CURLE_OPERATION_TIMEDOUT);
+    /* The holder lets go: a live caller gets the name. */
+    snprintf(del, sizeof del, "/v1/holds/%s", id);
+    r = request(f, "DELETE", del, NULL);
+    assert_int_equal(r.code, 200);
+    json_decref(r.body);
+    t0 = cerb_test_now_ms();
+    r = request(f, "POST", path, "{\"wait_ms\": 3000}");
+    assert_int_equal(r.code, 200);
+    assert_true(cerb_test_now_ms() - t0 < 2000);
+    json_decref(r.body);
+    free(name);
+}
+
+/* A caller that stops listening (its process died) leaves the hold its
+ * window from then on, not a heartbeat more: the name is free within the
+ * lease, however long the heartbeat period. */
+static void test_listener_that_hung_up(void **state)
+{
+    struct fixture *f = *state;
+    char *name = test_name("serve-listener-gone");
+    char id[33], path[512];
+    struct listen_args a = {0};
+    struct reply r;
+    int64_t t0;
+
+    cerb__serve_set_heartbeat_ms(f->serve, 4000);
+    acquire_hold(f, name, "{\"lease_ms\": 300}", id);
+    a.f = f;
+    snprintf(a.path, sizeof a.path, "/v1/holds/%s/events", id);
+    a.e.until = "event: heartbeat\n";
+    a.e.count = 1;
+    listen_events(&a); /* hangs up after the first heartbeat */
+    assert_int_equal(a.rc, CURLE_WRITE_ERROR);
+    t0 = cerb_test_now_ms();
+    snprintf(path, sizeof path, "/v1/locks/%s/acquire", name);
+    r = request(f, "POST", path, "{\"wait_ms\": 10000}");
+    assert_int_equal(r.code, 200);
+    assert_true(cerb_test_now_ms() - t0 < 1500);
+    json_decref(r.body);
+    free(name);
+}
+
 static void test_status_and_inspect(void **state)
 {
     struct fixture *f = *state;
@@ -972,6 +1077,9 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_events_end_on_release, setup, teardown),
         cmocka_unit_test_setup_teardown(test_stop_ends_streams, setup, teardown),
         cmocka_unit_test_setup_teardown(test_events_lost, setup_no_renew, teardown),
+        cmocka_unit_test_setup_teardown(test_keepalive_of_lost_hold, setup_no_renew, teardown),
+        cmocka_unit_test_setup_teardown(test_waiter_that_hung_up, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_listener_that_hung_up, setup, teardown),
         cmocka_unit_test_setup_teardown(test_status_and_inspect, setup, teardown),
         cmocka_unit_test_setup_teardown(test_tcp_token, setup, teardown),
         cmocka_unit_test_setup_teardown(test_tcp_refused, setup, teardown),
