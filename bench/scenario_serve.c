@@ -26,7 +26,10 @@
  *                  (Dapr's pattern): each tries (POST
  *                  /v1.0-alpha1/lock/{store}, expiryInSeconds 30) and, told
  *                  false, sleeps POLL_MS and tries again; granted, the same
- *                  stamp and unlock. The ceiling is the polling side's p50,
+ *                  stamp and unlock, then a POLL_MS sleep before its next
+ *                  try (its next tick). Only a grant to another worker
+ *                  than the last releaser counts as a hand-off, on both
+ *                  sides. The ceiling is the polling side's p50,
  *                  and the ratio polling p50 / blocking p50 (the target is
  *                  10 or more). POLL_MS is 10 ms: a tight poll, ten times
  *                  faster than an app would usually dare, and still the
@@ -147,6 +150,7 @@ struct serve_ctx {
 
 struct serve_shared {
     _Atomic int64_t released_ns; /* hand-off: the last holder's release stamp; 0 = none */
+    atomic_int released_by;      /* and which worker it was */
 };
 
 static void fail_http(struct bench_worker *w, const char *what, const struct http *h)
@@ -218,13 +222,14 @@ static void *serve_body(void *p)
 }
 
 /* Hand-off, a grant at @now: the time since the last release stamp is
- * recorded (none before the first release of the phase). */
+ * recorded when another worker made it (none before the first release of
+ * the phase; a worker that takes the name back is no hand-off). */
 static void record_handoff(struct bench_worker *w, struct serve_ctx *c, int64_t now,
                            uint64_t *n)
 {
     int64_t rel = atomic_load(&c->sh->released_ns);
 
-    if (rel > 0 && now > rel) {
+    if (rel > 0 && now > rel && atomic_load(&c->sh->released_by) != w->idx) {
         bench_hist_record(w->hist, now - rel);
         atomic_store_explicit(&w->ops, ++*n, memory_order_relaxed);
     }
@@ -250,6 +255,7 @@ static void *blocking_body(void *p)
             break;
         }
         record_handoff(w, c, bench_now_ns(), &n);
+        atomic_store(&c->sh->released_by, w->idx);
         atomic_store(&c->sh->released_ns, bench_now_ns());
         snprintf(path, sizeof path, "/v1/holds/%s", hold);
         if (http_call(&c->http, "DELETE", path, NULL) != 0 || c->http.code != 200) {
@@ -288,6 +294,7 @@ static void *polling_body(void *p)
             continue;
         }
         record_handoff(w, c, bench_now_ns(), &n);
+        atomic_store(&c->sh->released_by, w->idx);
         atomic_store(&c->sh->released_ns, bench_now_ns());
         snprintf(path, sizeof path, "/v1.0-alpha1/unlock/%s", DAPR_STORE);
         snprintf(body, sizeof body, "{\"resourceId\": \"%s\", \"lockOwner\": \"%s\"}",
@@ -296,6 +303,12 @@ static void *polling_body(void *p)
             !strstr(c->http.body, "\"status\"")) {
             fail_http(w, "Dapr unlock", &c->http);
             break;
+        }
+        {
+            /* A poller tries again at its next tick, not at once: at once
+             * it would take the name back before any other poller woke. */
+            struct timespec ts = {0, POLL_MS * 1000000L};
+            nanosleep(&ts, NULL);
         }
         snprintf(path, sizeof path, "/v1.0-alpha1/lock/%s", DAPR_STORE);
     }
