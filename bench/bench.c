@@ -15,7 +15,10 @@
  * scenario_<name>.c), and failover (failover.c), which needs commands to
  * kill and restore a server and so is not part of `all`; nor is switch
  * (scenario_switch.c: the steady state after `cerberus switch`), which
- * needs a server for every engine of its file. For each engine the chosen
+ * needs a server for every engine of its file; nor is serve
+ * (scenario_serve.c: `cerberus serve`, in this process, against the
+ * library in-process, and its blocking hand-off against Dapr's
+ * try-lock-and-poll). For each engine the chosen
  * scenarios run in that order; each row goes to the table as soon as it is
  * measured.
  *
@@ -77,6 +80,7 @@ enum {
     SC_FAILOVER = 1 << 5,
     SC_GUARD = 1 << 6,
     SC_SWITCH = 1 << 7,
+    SC_SERVE = 1 << 8,
     SC_ALL = SC_UNCONTENDED | SC_CONTENDED | SC_HANDOFF | SC_HERD | SC_MANY |
              SC_GUARD,
 };
@@ -111,7 +115,7 @@ static const struct {
     {"handoff", SC_HANDOFF},         {"herd", SC_HERD},
     {"many", SC_MANY},               {"failover", SC_FAILOVER},
     {"guard", SC_GUARD},             {"switch", SC_SWITCH},
-    {"all", SC_ALL},
+    {"serve", SC_SERVE},             {"all", SC_ALL},
 };
 
 /* The engines of the switch scenario's built-in configuration, in order. */
@@ -156,13 +160,15 @@ static void usage(FILE *f)
         "                      without it: redis on 127.0.0.1:PORT\n"
         "  --engine E|all      engine to measure (default all: every configured one)\n"
         "  --scenario S        uncontended, contended, handoff, herd, many, guard,\n"
-        "                      switch, failover, or all (default: every one but\n"
-        "                      switch and failover); a comma list runs several\n"
-        "  --threads N[,N...]  uncontended, guard and switch: worker threads, one run\n"
-        "                      per value (default 1);\n"
+        "                      switch, serve, failover, or all (default: every one\n"
+        "                      but switch, serve and failover); a comma list runs\n"
+        "                      several\n"
+        "  --threads N[,N...]  uncontended, guard, switch and serve: worker threads,\n"
+        "                      one run per value\n"
+        "                      (default 1);\n"
         "                      contended: clients on one name, one run per value\n"
         "                      (default %d)\n"
-        "  --waiters N         handoff and herd: contending clients, one each\n"
+        "  --waiters N         handoff, herd and serve: contending clients, one each\n"
         "                      (default %d for handoff, %d for herd)\n"
         "  --locks M           many: locks held by one client (default %d)\n"
         "  --lease MS          many: their lease, renewed every third (default %d)\n"
@@ -289,7 +295,7 @@ static int parse_scenarios(const char *s, int *out)
         if (i == n) {
             bench_errorf("--scenario: unknown scenario \"%s\" (known: "
                          "uncontended, contended, handoff, herd, many, "
-                         "guard, switch, failover, all)", tok);
+                         "guard, switch, serve, failover, all)", tok);
             return -1;
         }
         *out |= scenario_names[i].bit;
@@ -505,7 +511,8 @@ static char *dup_or_die(const char *s)
 static int max_threads(const struct cli *c)
 {
     int m = 1;
-    for (int i = 0; c->scenarios & (SC_UNCONTENDED | SC_GUARD | SC_SWITCH) && i < c->n_threads;
+    for (int i = 0;
+         c->scenarios & (SC_UNCONTENDED | SC_GUARD | SC_SWITCH | SC_SERVE) && i < c->n_threads;
          i++)
         if (c->threads[i] > m)
             m = c->threads[i];
@@ -773,9 +780,23 @@ static int run_engine(const struct cli *cli, struct bench_opts *opts,
     const int *ct = cli->threads_given ? cli->threads : default_contended;
     int n_ct = cli->threads_given ? cli->n_threads : 1;
 
-    for (int bit = SC_UNCONTENDED; bit <= SC_SWITCH; bit <<= 1) {
+    for (int bit = SC_UNCONTENDED; bit <= SC_SERVE; bit <<= 1) {
         if (!(cli->scenarios & bit) || bit == SC_FAILOVER)
             continue;
+        if (bit == SC_SERVE) {
+            /* A row per thread count, then the hand-off row. */
+            for (int k = 0; k <= cli->n_threads; k++) {
+                struct bench_result *r = bench_rows_slot(rows);
+                if (!r)
+                    return -1;
+                if ((k < cli->n_threads ? bench_serve(e, opts, cli->threads[k], r)
+                                        : bench_serve_handoff(e, opts, r)) != 0)
+                    return -1;
+                rows->n++;
+                bench_report_row(stdout, r);
+            }
+            continue;
+        }
         if (bit == SC_GUARD) {
             /* Two rows per run (guard, guard-dup); no peer has a guard. */
             for (int k = 0; k < cli->n_threads; k++) {

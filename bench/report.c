@@ -206,6 +206,10 @@ void bench_report_row(FILE *f, const struct bench_result *r)
         snprintf(ceiling, sizeof ceiling, "%.0f ops/s", r->ceiling_ops_per_s);
     else if (r->ceiling_kind && strcmp(r->ceiling_kind, "alone") == 0)
         snprintf(ceiling, sizeof ceiling, "alone %.0f ops/s", r->ceiling_ops_per_s);
+    else if (r->ceiling_kind && strcmp(r->ceiling_kind, "in-process") == 0)
+        snprintf(ceiling, sizeof ceiling, "in-proc %.0f ops/s", r->ceiling_ops_per_s);
+    else if (r->ceiling_kind && strcmp(r->ceiling_kind, "poll") == 0)
+        snprintf(ceiling, sizeof ceiling, "poll p50 %.0f us", r->ceiling_p50_us);
     else if (r->ceiling_kind)
         snprintf(ceiling, sizeof ceiling, "RTT %.1f us", r->ceiling_p50_us);
     if (r->ratio >= 0)
@@ -215,7 +219,26 @@ void bench_report_row(FILE *f, const struct bench_result *r)
             r->scenario, r->engine, r->threads, r->ops_per_s, r->p50_us,
             r->p99_us, r->max_us, ceiling, ratio);
 
-    if (is_queue(r)) {
+    if (strcmp(r->scenario, "serve") == 0 && r->ceiling_kind) {
+        fprintf(f, "%-12s in-process cycle p50 %.1f us, p99 %.1f us (p50 per round "
+                   "%.1f..%.1f us); overhead of the daemon per cycle: p50 %+.1f us, "
+                   "p99 %+.1f us (target: p50 <= 100 us)\n",
+                "", r->ceiling_p50_us, r->ceiling_p99_us, r->ceiling_round_p50_min_us,
+                r->ceiling_round_p50_max_us, r->p50_us - r->ceiling_p50_us,
+                r->p99_us - r->ceiling_p99_us);
+        fprintf(f, "%-12s ratio = ops/s over HTTP / ops/s in-process; per-round ratio, "
+                   "median %.2f\n",
+                "", r->ratio_paired_median);
+    } else if (strcmp(r->scenario, "serve-handoff") == 0) {
+        fprintf(f, "%-12s blocking acquire through the daemon: hand-off p50 %.1f us, p99 "
+                   "%.1f us, %llu hand-offs\n",
+                "", r->p50_us, r->p99_us, (unsigned long long)r->acquisitions);
+        if (r->ceiling_kind)
+            fprintf(f, "%-12s Dapr's try-lock-and-poll (every 10 ms, /v1.0-alpha1): "
+                       "hand-off p50 %.1f us, p99 %.1f us; ratio = poll p50 / blocking "
+                       "p50 (target: >= 10)\n",
+                    "", r->ceiling_p50_us, r->ceiling_p99_us);
+    } else if (is_queue(r)) {
         const char *what = strcmp(r->scenario, "contended") == 0
                                ? "acquire wait" : "hand-off";
         fprintf(f, "%-12s %s p90 %.1f us, mean %.1f us; %llu acquisitions",

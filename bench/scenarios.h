@@ -302,6 +302,19 @@ int bench_guard(const struct bench_engine *e, const struct bench_opts *o,
                 int threads, struct bench_result out[2], int *n_out);
 
 /*
+ * `cerberus serve` (scenario_serve.c), with the daemon in this process on
+ * a unix socket: acquire + release over HTTP with @threads callers on
+ * names of their own, against the same cycle in-process ("serve" row,
+ * ceiling kind "in-process"); and o->waiters callers on one name, a
+ * blocking acquire against Dapr's try-lock-and-poll ("serve-handoff" row,
+ * ceiling kind "poll": ratio = polling p50 / blocking p50).
+ */
+int bench_serve(const struct bench_engine *e, const struct bench_opts *o, int threads,
+                struct bench_result *out);
+int bench_serve_handoff(const struct bench_engine *e, const struct bench_opts *o,
+                        struct bench_result *out);
+
+/*
  * The steady state after an operator's switch to engine @e (scenario_switch.c):
  * trylock + unlock with @threads threads on a client that followed
  * `cerberus switch` in a copy of o->sw's configuration, against the same
