@@ -735,9 +735,11 @@ static void test_hold_from_any_thread(void **state)
     assert_int_equal(q.st, CERB_OK);
     cerb_hold *h = q.hold;
     assert_int_equal(cerb_hold_state(h), CERB_LOCK_VALID);
-    /* Counted valid for a while, never beyond its lease. */
+    /* Counted valid for a while (an engine whose lease is its session's,
+     * zk and etcd, counts that instead of the lock's 5 s). */
     int64_t valid = cerb_hold_valid_ms(h);
-    assert_true(valid > 0 && valid <= 5000);
+    if (valid <= 0 || valid > 60000)
+        fail_msg("cerb_hold_valid_ms: %lld", (long long)valid);
     assert_string_equal(cerb_hold_name(h), p.name);
     uint64_t fence = cerb_hold_fencing_token(h);
     assert_true(fence > 0);
