@@ -199,6 +199,13 @@ static int parse_args(int argc, char **argv, struct cerb__serve_flags *f)
         }
         f->listen[f->n++] = val;
     }
+    /* Refused here, so that --check says what the start would. */
+    if (f->dapr_store || f->dapr_app_id) {
+        char err[256];
+        if (cerb__serve_dapr_check(f->dapr_store ? f->dapr_store : "cerberus", f->dapr_app_id,
+                                   err, sizeof err) != CERB_OK)
+            return cerb__cli_usage_error("serve", "%s", err);
+    }
     return -1;
 }
 

@@ -163,6 +163,10 @@ void cerb__serve_set_heartbeat_ms(struct cerb__serve *s, int64_t ms);
  */
 cerb_status cerb__serve_set_dapr(struct cerb__serve *s, const char *store,
                                  const char *app_id, char *err, size_t errlen);
+/* cerb__serve_dapr_check — what cerb__serve_set_dapr refuses, without a
+ * server: CERB_OK, or CERB_EINVAL with the reason in @err. */
+cerb_status cerb__serve_dapr_check(const char *store, const char *app_id, char *err,
+                                   size_t errlen);
 
 /*
  * cerb__serve_notify — tell systemd @state ("READY=1", "STOPPING=1") over

@@ -159,12 +159,9 @@ static bool plain(const char *s)
     return true;
 }
 
-cerb_status cerb__serve_set_dapr(struct cerb__serve *s, const char *store,
-                                 const char *app_id, char *err, size_t errlen)
+cerb_status cerb__serve_dapr_check(const char *store, const char *app_id, char *err,
+                                   size_t errlen)
 {
-    struct cerb__serve_dapr *d = s->dapr;
-    char *st = NULL, *app = NULL;
-
     if (!store || !plain(store) || strchr(store, '/')) {
         snprintf(err, errlen, "--dapr-store: a store name is not empty and has no '/', "
                               "no \"||\" and no control character");
@@ -175,6 +172,17 @@ cerb_status cerb__serve_set_dapr(struct cerb__serve *s, const char *store,
                               "and no control character");
         return CERB_EINVAL;
     }
+    return CERB_OK;
+}
+
+cerb_status cerb__serve_set_dapr(struct cerb__serve *s, const char *store,
+                                 const char *app_id, char *err, size_t errlen)
+{
+    struct cerb__serve_dapr *d = s->dapr;
+    char *st = NULL, *app = NULL;
+
+    if (cerb__serve_dapr_check(store, app_id, err, errlen) != CERB_OK)
+        return CERB_EINVAL;
     if (!(st = strdup(store)) || (app_id && !(app = strdup(app_id)))) {
         free(st);
         snprintf(err, errlen, "out of memory");

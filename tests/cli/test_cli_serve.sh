@@ -54,6 +54,9 @@ check "TCP without --token-file refused (64)" 64 "$(run --listen 127.0.0.1:0)"
 grep -q -- "--token-file" "$DIR/err" && ok "the refusal names --token-file" || notok "no '--token-file' in: $(cat "$DIR/err")"
 check "unreadable token file (78)" 78 "$(run --listen 127.0.0.1:0 --token-file "$DIR/none")"
 check "empty token file (78)" 78 "$(run --listen 127.0.0.1:0 --token-file "$DIR/empty")"
+# --check refuses what the start would refuse.
+check "--check --dapr-store a/b refused (64)" 64 "$(run --check --dapr-store a/b)"
+check "--check --dapr-app-id 'x||y' refused (64)" 64 "$(run --check --dapr-app-id 'x||y')"
 
 SOCK=$DIR/s.sock
 # Not under timeout(1), so that the TERM below reaches the server itself:
