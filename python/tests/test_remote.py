@@ -566,3 +566,37 @@ def test_guard_attempt_kept_within_the_daemons_window(own_daemon):
             with cb.guard(scope, "k"):
                 pytest.fail("the block ran twice")
         assert e.value.result == b"A"
+
+
+def test_guard_attempt_lost_in_time_when_the_daemon_is_stopped(own_daemon):
+    """S2, the other half: keepalives that fail (the daemon is stopped) do
+    not keep the attempt VALID; it reads LOST once its window passed since
+    the last confirmed keepalive (the daemon frees it then), and on_lost
+    fires. It stayed VALID, with its failures only logged."""
+    d = own_daemon('engines = ("local");\nserve = { keepalive_ms = 1000; };\n')
+    window = 1.0
+
+    class Stop(Exception):
+        pass
+
+    with cerberus.RemoteClient(d.address, timeout=30) as c:
+        lost = threading.Event()
+        with pytest.raises(Stop):
+            with c.guard(uniq("rg-S2b"), "k") as attempt:
+                attempt.on_lost(lambda a: lost.set())
+                assert attempt.state is cerberus.State.VALID
+                stopped = time.monotonic()
+                os.kill(d.proc.pid, signal.SIGSTOP)
+                try:
+                    limit = stopped + window + 0.3
+                    while attempt.state is not cerberus.State.LOST \
+                            and time.monotonic() < limit:
+                        time.sleep(0.005)  # polling a condition against its deadline
+                    assert attempt.state is cerberus.State.LOST, \
+                        "still %s %.2f s after the daemon stopped (window %g s)" % (
+                            attempt.state.name, time.monotonic() - stopped, window)
+                    assert lost.wait(max(0.0, limit - time.monotonic()) + 0.05), \
+                        "on_lost did not fire by the deadline"
+                finally:
+                    os.kill(d.proc.pid, signal.SIGCONT)
+                raise Stop()
