@@ -199,9 +199,14 @@ class RemoteClient:
             raise ProtocolError(Status.EPROTO, "the daemon's grant is not {hold, fencing_token}:"
                                 " %r" % (ans,), what) from None
         engine = ans.get("engine") if isinstance(ans.get("engine"), str) else ""
-        window = lease_ms / 1000.0 if lease_ms else _DEFAULT_WINDOW_S
+        w = ans.get("window_ms")  # the daemon's window, if it says
+        if isinstance(w, int) and not isinstance(w, bool) and w > 0:
+            window, known = w / 1000.0, True
+        else:
+            window = lease_ms / 1000.0 if lease_ms else _DEFAULT_WINDOW_S
+            known = bool(lease_ms)
         valid = _valid_s(ans, window)
-        core = _HoldCore(self, name, hid, token, engine or "", window, sent, valid)
+        core = _HoldCore(self, name, hid, token, engine or "", window, sent, valid, known)
         if _now() - sent > valid / 4.0:
             # The grant came long after its request was sent (a blocking
             # wait): its deadline would be short or past already. One
@@ -219,7 +224,7 @@ class RemoteClient:
         if closing:  # granted as the client closed: given back
             core.close()
             raise Interrupted(Status.INTERRUPTED, "the client is closing", what)
-        core.thread.start()
+        core.start()
         return hold
 
     def _forget(self, core: _HoldCore) -> None:

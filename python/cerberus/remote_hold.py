@@ -15,14 +15,17 @@ daemon says "suspect"), LOST from it on, or at once when the daemon
 answers 410 (lost) or 404 (it no longer knows the hold), or when nothing
 listens at its address any more (nobody renews the hold). LOST is final.
 
-The keeper (one thread per hold) sends a keepalive every third of the
-hold's window (the smaller of its lease and the last ``valid_ms``),
-at least every 5 s and at most every 50 ms; a failed one is tried again
-after 100 ms. It waits until min(next keepalive, deadline), so ``on_lost``
-fires on it at the deadline, not later; a keepalive's connect and read are
-bounded by the deadline too. A keepalive also restarts the daemon's own
-window for the hold, so the event stream is not used: a hold needs no
-connection open between keepalives.
+Each hold has two threads. The keeper sends a keepalive every third of
+the hold's window (the smaller of its lease and the last ``valid_ms``), at
+least every 5 s and at most every 50 ms; a failed one is tried again after
+100 ms. It waits until min(next keepalive, deadline), so ``on_lost`` fires
+on it at the deadline, not later; a keepalive's connect and read are
+bounded by the deadline too. The listener (remote_events.py) keeps the
+hold's event stream open: it keeps the hold on the daemon whatever the
+daemon's window (which a hold without ``lease_ms`` is not told), and
+reports ``lost`` and ``released`` early; it never makes a hold valid.
+While no stream is open, a hold whose window is not known is kept alive
+every 50 ms (the daemon's window restarts when the stream closes).
 
 A grant that took long (a blocking acquire: its send time is long past) is
 confirmed by one keepalive before the hold is handed out, so its first
@@ -40,6 +43,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import http.client
 import logging
 import threading
 import time
@@ -48,7 +52,8 @@ from typing import TYPE_CHECKING, Any, Callable, Dict, Optional, TypeVar
 
 from .client import DEFAULT, State, _reap, _settle, wait_ms
 from .errors import Error, InvalidArgument, Lost, NotOwner, Status, Unavailable
-from .remote_http import RemoteCancel, _check_name, _q
+from .remote_events import listen
+from .remote_http import RemoteCancel, _check_name, _q, _shutdown
 
 if TYPE_CHECKING:
     from .remote import RemoteClient
@@ -99,7 +104,8 @@ class _HoldCore:
     collected and released)."""
 
     def __init__(self, client: "RemoteClient", name: str, hid: str, token: int,
-                 engine: str, window: float, sent: float, valid: float) -> None:
+                 engine: str, window: float, sent: float, valid: float,
+                 window_known: bool) -> None:
         self.client = client
         self.name = name
         self.id = hid
@@ -107,7 +113,9 @@ class _HoldCore:
         self.engine = engine
         self.window = window
         self.mu = threading.Lock()
-        self.wake = threading.Event()  # ends the keeper's pauses (a release)
+        self.wake = threading.Event()  # ends the keeper's pause (a release, a stream's end)
+        self.stopping = threading.Event()  # set once, by a release: ends the listener's pauses
+        self.window_known = window_known  # lease_ms given, or window_ms answered
         self.state = State.VALID
         self.deadline = sent + valid  # _now() of the last good send + its valid_ms
         self.valid = valid
@@ -119,13 +127,26 @@ class _HoldCore:
         self.called = False
         self.owner: Optional["weakref.ref[RemoteHold]"] = None
         self.inflight: Optional[RemoteCancel] = None  # the keepalive being sent
-        self.resume = threading.Event()  # a test's pause of the keeper (_pause_keeper)
+        self.stream: Optional[http.client.HTTPConnection] = None  # the listener's
+        self.listening = False  # the listener's stream is open
+        self.resume = threading.Event()  # a test's pause of both threads (_pause_keeper)
         self.resume.set()
+        self.last_ok = True
         self.thread = threading.Thread(target=self._keep, daemon=True,
                                        name="cerberus-remote-hold")
+        self.listener = threading.Thread(target=listen, args=(self,), daemon=True,
+                                         name="cerberus-remote-events")
+
+    def start(self) -> None:
+        self.thread.start()
+        self.listener.start()
 
     # -- the deadline
     def period(self) -> float:
+        """The keepalive period; the shortest while neither an open stream
+        nor a known window keeps the hold on the daemon."""
+        if not self.window_known and not self.listening:
+            return _MIN_PERIOD_S
         return min(max(min(self.window, self.valid) / 3.0, _MIN_PERIOD_S), _MAX_PERIOD_S)
 
     def _expire_locked(self) -> None:
@@ -144,7 +165,7 @@ class _HoldCore:
 
     # -- the keeper
     def _keep(self) -> None:
-        next_at = _now() + self.period()
+        last = _now()  # the grant, then each keepalive sent
         while True:
             self.resume.wait()
             with self.mu:
@@ -157,13 +178,17 @@ class _HoldCore:
                 self._lose(self.lost_text, False)
                 return
             now = _now()
-            if now < next_at:
-                self.wake.wait(min(next_at, deadline) - now)
+            # Worked out again at every wake: a stream's end shortens it.
+            period = self.period() if self.last_ok else min(self.period(), _RETRY_S)
+            if now < last + period:
+                self.wake.wait(min(last + period, deadline) - now)
+                self.wake.clear()  # a release sets done first: the loop's top sees it
                 continue
+            last = _now()
             ok = self.keepalive(False)
             if ok is None:
                 return
-            next_at = _now() + (self.period() if ok else min(self.period(), _RETRY_S))
+            self.last_ok = ok
 
     def keepalive(self, first: bool) -> Optional[bool]:
         """One keepalive: True when it confirmed the hold (a new deadline),
@@ -213,6 +238,7 @@ class _HoldCore:
                 self.valid = valid
                 if isinstance(w, int) and not isinstance(w, bool) and w > 0:
                     self.window = w / 1000.0
+                    self.window_known = True
                 self.state = State.SUSPECT if ans.get("state") == "suspect" else State.VALID
         if lost:
             self._lose(self.lost_text, False)
@@ -275,10 +301,13 @@ class _HoldCore:
             lost = self.state is State.LOST
             forgotten, lost_text = self.forgotten, self.lost_text
             inflight = self.inflight
+            stream = self.stream
         self.wake.set()
+        self.stopping.set()
         self.resume.set()
         if inflight is not None:
             inflight.fire()  # the keepalive in flight ends now, not at its deadline
+        _shutdown(stream)  # so does the listener's stream
         try:
             if forgotten:
                 raise Lost(Status.LOST, lost_text, what)
@@ -304,8 +333,11 @@ class _HoldCore:
         finally:
             with self.mu:
                 self.state = State.FREE
-            if self.thread is not threading.current_thread() and self.thread.is_alive():
-                self.thread.join(self.client._t.timeout)
+                stream = self.stream
+            _shutdown(stream)
+            for th in (self.thread, self.listener):
+                if th is not threading.current_thread() and th.is_alive():
+                    th.join(self.client._t.timeout)
             self.client._forget(self)
 
     def close(self) -> None:
@@ -324,10 +356,13 @@ class _HoldCore:
             self.done = True
             self.state = State.FREE
             inflight = self.inflight
+            stream = self.stream
         self.wake.set()
+        self.stopping.set()
         self.resume.set()
         if inflight is not None:
             inflight.fire()
+        _shutdown(stream)
 
 
 class RemoteHold:
@@ -335,8 +370,9 @@ class RemoteHold:
     :meth:`RemoteLock.acquire` returns, with the interface of
     :class:`~cerberus.Hold`.
 
-    A thread of its own keeps the hold alive on the daemon with keepalives
-    (see the module's text); any thread may release it or read its state. It is a context manager (``with hold:`` releases at
+    Threads of its own keep the hold alive on the daemon with keepalives
+    and its event stream (see the module's text); any thread may release
+    it or read its state. It is a context manager (``with hold:`` releases at
     the end) and an asynchronous one. A hold garbage collected while still
     held is released soon after on a thread of the package; one still held
     when its client closes is released by the close.
@@ -346,8 +382,8 @@ class RemoteHold:
     the daemon answered. VALID before it while the last keepalive
     succeeded, SUSPECT before it after a failed one, LOST from it on (at
     every read, not only when the keeper looks) or once the daemon says the
-    hold is lost or unknown. ``on_lost`` callbacks run on the hold's keeper
-    thread, at the deadline.
+    hold is lost or unknown. ``on_lost`` callbacks run on a thread of the
+    hold's, at the deadline (or when the daemon's news comes first).
     """
 
     __slots__ = ("_core", "__weakref__")
@@ -401,8 +437,8 @@ class RemoteHold:
 
     def on_lost(self, callback: Optional[Callable[["RemoteHold"], Any]]) -> None:
         """Call ``callback(hold)`` once if the hold is lost; set while it is
-        already lost, it is called at once on this thread. It runs on the
-        hold's keeper thread (not the client's callback thread, as for
+        already lost, it is called at once on this thread. It runs on a
+        thread of the hold's (not the client's callback thread, as for
         Hold): keep it short. Exceptions are logged on the ``cerberus``
         logger. ``None`` removes it; not called once released."""
         self._core.on_lost(callback)
@@ -433,15 +469,17 @@ class RemoteHold:
     _discard = close
 
     def _pause_keeper(self) -> None:
-        """Tests: stop keeping the hold (no keepalive is sent until
-        _resume_keeper; one in flight is ended), as a caller that stalls
-        would."""
+        """Tests: stop keeping the hold (no keepalive is sent and the event
+        stream is closed until _resume_keeper; a keepalive in flight is
+        ended), as a caller that stalls would."""
         c = self._core
-        with c.mu:
+        with c.mu:  # the listener sets its stream under it, and then looks
             c.resume.clear()
             inflight = c.inflight
+            stream = c.stream
         if inflight is not None:
             inflight.fire()
+        _shutdown(stream)
 
     def _resume_keeper(self) -> None:
         self._core.resume.set()

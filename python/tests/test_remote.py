@@ -600,3 +600,22 @@ def test_guard_attempt_lost_in_time_when_the_daemon_is_stopped(own_daemon):
                 finally:
                     os.kill(d.proc.pid, signal.SIGCONT)
                 raise Stop()
+
+
+def test_a_hold_without_lease_is_kept_within_the_daemons_window(own_daemon):
+    """A hold acquired without lease_ms lives on the daemon by its
+    serve.keepalive_ms window, which the client is not told: here 1 s,
+    shorter than the keepalive period the client would pick from the
+    library's 10 s lease. The hold's open event stream keeps it (the daemon
+    never expires a hold that is listened to): past two windows the name is
+    still taken and the hold VALID. Without the stream the daemon released
+    it after 1 s and another caller got it while the hold read VALID."""
+    d = own_daemon('engines = ("local");\nserve = { keepalive_ms = 1000; };\n')
+    name = uniq("rnl")
+    with cerberus.RemoteClient(d.address) as c, cerberus.RemoteClient(d.address) as other:
+        hold = c.lock(name).acquire(wait=5)
+        time.sleep(2.0)  # the scenario's time (two windows), not a synchronisation
+        with pytest.raises(cerberus.Busy):
+            other.lock(name).acquire(wait=0).release()
+        assert hold.state is cerberus.State.VALID
+        hold.release()
