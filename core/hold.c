@@ -187,6 +187,22 @@ enum cerb_lock_state cerb_hold_state(const cerb_hold *h)
     return st;
 }
 
+int64_t cerb_hold_valid_ms(const cerb_hold *h)
+{
+    if (!hold_ok(h))
+        return 0;
+    struct cerb_slot *s = h->l.slot;
+    int64_t left = 0;
+    cerb__mutex_lock(&s->mu);
+    if (s->holder_tid == CERB_HOLDER_OBJECT && s->hold && s->hold->owner_handle == &h->l &&
+        cerb__hold_state(h->l.client, s->hold) != CERB_LOCK_LOST) {
+        left = cerb__hold_until(h->l.client, s->hold) - cerb_monotime();
+        left = left > 0 ? left / 1000000 : 0;
+    }
+    cerb__mutex_unlock(&s->mu);
+    return left;
+}
+
 cerb_status cerb_hold_on_lost(cerb_hold *h, void (*cb)(cerb_hold *, void *), void *ud)
 {
     if (!hold_ok(h))

@@ -610,6 +610,19 @@ CERB_API uint64_t cerb_hold_fencing_token(const cerb_hold *hold);
 CERB_API enum cerb_lock_state cerb_hold_state(const cerb_hold *hold);
 
 /**
+ * cerb_hold_valid_ms — how long, from now, this process still counts the
+ * hold valid without another renewal reaching the server: the local
+ * deadline the hold turns CERB_LOCK_LOST at (the send time of its last good
+ * renewal plus the lease, less the clock-drift margin), which is never
+ * later than the moment another owner could take the name. For a process
+ * that holds names on behalf of others (a daemon): tell them this, and
+ * they can count down from when they asked.
+ * Returns: milliseconds, rounded down; 0 for a hold that is lost or
+ * released, and for NULL or a bad handle. Never blocks.
+ */
+CERB_API int64_t cerb_hold_valid_ms(const cerb_hold *hold);
+
+/**
  * cerb_hold_name — the lock name this hold is for, owned by the hold.
  */
 CERB_API const char *cerb_hold_name(const cerb_hold *hold);

@@ -8,13 +8,20 @@
  * on the hold table's condition (serve_holds.c), never past the deadline
  * of the next heartbeat, and returns one event at a time:
  *
- *   event: heartbeat   at once, then every heartbeat_ms (5 s);
+ *   event: heartbeat   at once, then every heartbeat_ms (5 s), with data
+ *                      {"hold", "state": "valid"|"suspect", "valid_ms"}
+ *                      (cerb_hold_valid_ms as the heartbeat was made);
  *   event: lost        when the library reports the hold lost; the
  *                      stream then ends (the hold stays in the table:
  *                      DELETE answers 410 LOST);
+ *   event: released    when the hold is released (DELETE, its window
+ *                      passed, or the server's stop releases it); the
+ *                      stream then ends.
  *
- * and ends the stream when the hold is released (DELETE, or the server's
- * stop) or the server stops. Each event's data is {"hold": ID}. While a
+ * The other events' data is {"hold": ID}. Before each heartbeat the reader
+ * looks whether the hold was lost, released or the server stops, so a
+ * heartbeat never says "valid" for a hold that is not, and a stopping
+ * server's callers hear `released` before the name goes. While a
  * stream is open the hold counts as kept alive (the expiry thread skips
  * it); when it closes, the caller has the hold's window from then on to
  * listen again or keep it alive. A caller that goes away must not keep the
@@ -56,6 +63,29 @@ static ssize_t event(struct stream *st, const char *what, char *buf, size_t max)
     return n < 0 || (size_t)n >= max ? MHD_CONTENT_READER_END_WITH_ERROR : n;
 }
 
+/* A heartbeat with the hold's state read now; `lost` (and the end) when it
+ * reads LOST, `released` when the hold is gone. */
+static ssize_t heartbeat(struct stream *st, char *buf, size_t max)
+{
+    enum cerb_lock_state ls;
+    int64_t valid_ms;
+    int n;
+
+    if (!cerb__serve_holds_info(st->t, st->id, &ls, &valid_ms)) {
+        st->ended = true;
+        return event(st, "released", buf, max);
+    }
+    if (ls == CERB_LOCK_LOST) {
+        st->ended = true;
+        return event(st, "lost", buf, max);
+    }
+    n = snprintf(buf, max,
+                 "event: heartbeat\ndata: {\"hold\":\"%s\",\"state\":\"%s\","
+                 "\"valid_ms\":%lld}\n\n",
+                 st->id, ls == CERB_LOCK_SUSPECT ? "suspect" : "valid", (long long)valid_ms);
+    return n < 0 || (size_t)n >= max ? MHD_CONTENT_READER_END_WITH_ERROR : n;
+}
+
 static ssize_t reader(void *cls, uint64_t pos, char *buf, size_t max)
 {
     struct stream *st = cls;
@@ -64,15 +94,18 @@ static ssize_t reader(void *cls, uint64_t pos, char *buf, size_t max)
     if (st->ended)
         return MHD_CONTENT_READER_END_OF_STREAM;
     for (;;) {
-        if (now_ns() >= st->next_heartbeat_ns) {
-            st->next_heartbeat_ns = now_ns() + st->heartbeat_ns;
-            return event(st, "heartbeat", buf, max);
-        }
-        int64_t slice = now_ns() + (int64_t)WATCH_MS * 1000000;
-        switch (cerb__serve_holds_wait(st->t, st->id, slice < st->next_heartbeat_ns
+        /* Looks first (a deadline already passed returns at once), so
+         * neither a heartbeat nor the wait hides a loss or a release. */
+        int64_t now = now_ns(), slice = now + (int64_t)WATCH_MS * 1000000;
+        switch (cerb__serve_holds_wait(st->t, st->id, now >= st->next_heartbeat_ns ? now
+                                                      : slice < st->next_heartbeat_ns
                                                           ? slice
                                                           : st->next_heartbeat_ns)) {
         case CERB_SERVE_EV_TIMEOUT:
+            if (now_ns() >= st->next_heartbeat_ns) {
+                st->next_heartbeat_ns = now_ns() + st->heartbeat_ns;
+                return heartbeat(st, buf, max);
+            }
             if (cerb__serve_hung_up(st->fd))
                 return MHD_CONTENT_READER_END_WITH_ERROR;
             continue;
@@ -81,7 +114,10 @@ static ssize_t reader(void *cls, uint64_t pos, char *buf, size_t max)
             return event(st, "lost", buf, max);
         case CERB_SERVE_EV_GONE:
         case CERB_SERVE_EV_STOP:
-            return MHD_CONTENT_READER_END_OF_STREAM;
+            /* The stop releases the holds after its streams end: say so
+             * first, so the caller stops relying on the name now. */
+            st->ended = true;
+            return event(st, "released", buf, max);
         }
         return MHD_CONTENT_READER_END_WITH_ERROR;
     }

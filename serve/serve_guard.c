@@ -243,6 +243,9 @@ static cerb_status set_result(json_t *o, const char *p, size_t n)
 enum MHD_Result cerb__serve_guard_begin(struct cerb__serve *s, struct MHD_Connection *conn,
                                         const struct cerb__serve_req *rq)
 {
+    const union MHD_ConnectionInfo *ci =
+        MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+    int fd = ci ? ci->connect_fd : -1, degraded;
     cerb_guard *g = NULL;
     cerb_cancel *cancel = NULL;
     char why[512], id[CERB_SERVE_ID_LEN + 1];
@@ -253,7 +256,9 @@ enum MHD_Result cerb__serve_guard_begin(struct cerb__serve *s, struct MHD_Connec
 
     /* A cancel of its own, fired when the server stops (serve_waits.c). */
     if (st == CERB_OK) {
-        st = cerb__serve_waits_add(&s->waits, cancel, -1); /* one request: no wait to watch */
+        /* Its caller's socket is watched: a begin whose caller hung up is
+         * cancelled (its claim given up), not left to keep the key BUSY. */
+        st = cerb__serve_waits_add(&s->waits, cancel, fd);
         if (st == CERB_OK) {
             st = cerb_guard_begin_ex(s->client, rq->part, rq->key, rq->key_len, &rq->guard,
                                      cancel, &g);
@@ -285,6 +290,14 @@ enum MHD_Result cerb__serve_guard_begin(struct cerb__serve *s, struct MHD_Connec
         cerb_guard_free(g); /* NULL for every other answer */
         return cerb__serve_reply_error(conn, st, why);
     }
+    /* A caller gone meanwhile would keep the key BUSY for the window. */
+    if (cerb__serve_hung_up(fd)) {
+        cerb_guard_free(g); /* as failed: a retry may run at once */
+        return MHD_NO;
+    }
+    /* Read before the attempt is published: from then on the expiry
+     * thread may free it. */
+    degraded = cerb_guard_degraded(g);
     st = attempts_add(&s->holds.attempts, g, rq, window_ms, id);
     if (st != CERB_OK) {
         cerb_guard_free(g); /* failed: a retry may run */
@@ -292,8 +305,7 @@ enum MHD_Result cerb__serve_guard_begin(struct cerb__serve *s, struct MHD_Connec
     }
     return cerb__serve_reply_json(conn, MHD_HTTP_OK,
                                   json_pack("{s:s, s:s, s:b, s:I}", "state", "run",
-                                            "attempt", id, "degraded",
-                                            cerb_guard_degraded(g), "window_ms",
+                                            "attempt", id, "degraded", degraded, "window_ms",
                                             (json_int_t)window_ms));
 }
 
@@ -363,19 +375,32 @@ enum MHD_Result cerb__serve_guard_keepalive(struct cerb__serve *s,
 {
     struct cerb__serve_attempts *t = &s->holds.attempts;
     struct cerb__serve_attempt *a;
-    const char *state;
+    enum cerb_lock_state ls = CERB_LOCK_FREE;
+    int64_t window_ms = 0;
 
     lock(&t->mu);
     a = find(t, id);
     if (a) {
-        a->last_seen_ns = now_ns();
         /* Never blocks, any thread: the handle is freed only once out of
          * the table, which this mutex prevents meanwhile. */
-        state = state_name(cerb_guard_state(a->g));
+        ls = cerb_guard_state(a->g);
+        /* A lost claim is not kept alive: a 200 would tell the caller to
+         * go on with an operation another attempt may be running. */
+        if (ls != CERB_LOCK_LOST)
+            a->last_seen_ns = now_ns();
+        window_ms = a->window_ns / 1000000;
     }
     unlock(&t->mu);
     if (!a)
         return unknown_attempt(conn, id, "");
+    if (ls == CERB_LOCK_LOST)
+        return cerb__serve_reply_json(
+            conn, cerb__serve_http_code(CERB_LOST),
+            json_pack("{s:s, s:s, s:b}", "status", "LOST", "error",
+                      "the attempt's claim was lost: another attempt may run the operation; "
+                      "its finish will answer LOST",
+                      "open", 1));
     return cerb__serve_reply_json(conn, MHD_HTTP_OK,
-                                  json_pack("{s:b, s:s}", "ok", 1, "state", state));
+                                  json_pack("{s:b, s:s, s:I}", "ok", 1, "state", state_name(ls),
+                                            "window_ms", (json_int_t)window_ms));
 }

@@ -255,12 +255,32 @@ cerb_hold *cerb__serve_holds_take(struct cerb__serve_holds *t, const char *id)
     return hold;
 }
 
+bool cerb__serve_holds_info(struct cerb__serve_holds *t, const char *id,
+                            enum cerb_lock_state *state, int64_t *valid_ms)
+{
+    struct cerb__serve_hold *h;
+
+    lock(&t->mu);
+    h = find(t, id);
+    if (h) {
+        /* Never block, take no lock the lost callback holds; the hold is
+         * the table's while the mutex is held. */
+        *state = h->lost ? CERB_LOCK_LOST : cerb_hold_state(h->hold);
+        *valid_ms = *state == CERB_LOCK_LOST ? 0 : cerb_hold_valid_ms(h->hold);
+    }
+    unlock(&t->mu);
+    return h != NULL;
+}
+
 cerb_status cerb__serve_holds_touch(struct cerb__serve_holds *t, const char *id,
-                                    cerb_hold **lost)
+                                    cerb_hold **lost, enum cerb_lock_state *state,
+                                    int64_t *valid_ms)
 {
     cerb_status st = CERB_NOT_OWNER;
 
     *lost = NULL;
+    *state = CERB_LOCK_FREE;
+    *valid_ms = 0;
     lock(&t->mu);
     for (struct cerb__serve_hold **p = &t->head; *p; p = &(*p)->next) {
         struct cerb__serve_hold *h = *p;
@@ -270,7 +290,8 @@ cerb_status cerb__serve_holds_touch(struct cerb__serve_holds *t, const char *id,
          * (the callback is queued): ask the hold too. It is the table's
          * while the mutex is held, so it cannot be freed meanwhile, and
          * cerb_hold_state takes no lock that the callback holds. */
-        if (h->lost || cerb_hold_state(h->hold) == CERB_LOCK_LOST) {
+        enum cerb_lock_state ls = h->lost ? CERB_LOCK_LOST : cerb_hold_state(h->hold);
+        if (ls == CERB_LOCK_LOST) {
             *p = h->next;
             *lost = h->hold;
             free(h);
@@ -278,6 +299,8 @@ cerb_status cerb__serve_holds_touch(struct cerb__serve_holds *t, const char *id,
             st = CERB_LOST;
         } else {
             h->last_seen_ns = now_ns();
+            *state = ls;
+            *valid_ms = cerb_hold_valid_ms(h->hold);
             st = CERB_OK;
         }
         break;

@@ -115,12 +115,19 @@ size_t cerb__serve_holds_take_expired(struct cerb__serve_holds *t, cerb_hold **o
 /* Removes the hold with @id from the table and returns it (now the
  * caller's), or NULL when there is none. */
 cerb_hold *cerb__serve_holds_take(struct cerb__serve_holds *t, const char *id);
-/* Records a keepalive for @id. Returns CERB_OK; CERB_NOT_OWNER when there
- * is no such hold; CERB_LOST when the hold was lost: it is then taken out
- * of the table and returned in *@lost (now the caller's, to free), since
- * keeping it alive would tell the caller it still holds the name. */
+/* Records a keepalive for @id. Returns CERB_OK with the hold's state
+ * (VALID or SUSPECT) in *@state and cerb_hold_valid_ms() in *@valid_ms;
+ * CERB_NOT_OWNER when there is no such hold; CERB_LOST when the hold was
+ * lost: it is then taken out of the table and returned in *@lost (now the
+ * caller's, to free), since keeping it alive would tell the caller it
+ * still holds the name. */
 cerb_status cerb__serve_holds_touch(struct cerb__serve_holds *t, const char *id,
-                                    cerb_hold **lost);
+                                    cerb_hold **lost, enum cerb_lock_state *state,
+                                    int64_t *valid_ms);
+/* The state and cerb_hold_valid_ms() of hold @id, read now (for a
+ * heartbeat); false when there is no such hold. */
+bool cerb__serve_holds_info(struct cerb__serve_holds *t, const char *id,
+                            enum cerb_lock_state *state, int64_t *valid_ms);
 /* An event stream opens on hold @id (which then is not expired while it
  * listens), with the heartbeat period now in *@heartbeat_ms; false when
  * there is no such hold. */

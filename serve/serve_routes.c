@@ -49,6 +49,7 @@ static enum MHD_Result acquire(struct cerb__serve *s, struct MHD_Connection *con
     cerb_status st;
     char id[CERB_SERVE_HOLD_ID_LEN + 1], why[512], token[24];
     const char *engine;
+    int64_t valid_ms;
 
     opts.lease_ms = rq->lease_ms;
     st = cerb_lock_new(s->client, name, &opts, &lk);
@@ -83,6 +84,7 @@ static enum MHD_Result acquire(struct cerb__serve *s, struct MHD_Connection *con
     /* Read before the hold is published: from then on the expiry thread
      * may release and free it. */
     snprintf(token, sizeof token, "%" PRIu64, cerb_hold_fencing_token(hold));
+    valid_ms = cerb_hold_valid_ms(hold);
     st = cerb__serve_holds_add(&s->holds, hold,
                                opts.lease_ms ? opts.lease_ms : CERB_SERVE_DEFAULT_WINDOW_MS, id);
     if (st != CERB_OK) {
@@ -93,9 +95,10 @@ static enum MHD_Result acquire(struct cerb__serve *s, struct MHD_Connection *con
      * the current engine is that one unless a switch came in between. */
     engine = cerb_engine_current(s->client);
     return cerb__serve_reply_json(conn, MHD_HTTP_OK,
-                                  json_pack("{s:s, s:s, s:s}", "hold", id,
+                                  json_pack("{s:s, s:s, s:s, s:I}", "hold", id,
                                             "fencing_token", token, "engine",
-                                            engine ? engine : ""));
+                                            engine ? engine : "", "valid_ms",
+                                            (json_int_t)valid_ms));
 }
 
 static enum MHD_Result unknown_hold(struct MHD_Connection *conn, const char *id)
@@ -111,7 +114,9 @@ static enum MHD_Result keepalive(struct cerb__serve *s, struct MHD_Connection *c
                                  const char *id)
 {
     cerb_hold *lost = NULL;
-    cerb_status st = cerb__serve_holds_touch(&s->holds, id, &lost);
+    enum cerb_lock_state ls;
+    int64_t valid_ms;
+    cerb_status st = cerb__serve_holds_touch(&s->holds, id, &lost, &ls, &valid_ms);
 
     if (st == CERB_NOT_OWNER)
         return unknown_hold(conn, id);
@@ -121,7 +126,12 @@ static enum MHD_Result keepalive(struct cerb__serve *s, struct MHD_Connection *c
                                        "the hold was lost (its lease could not be renewed "
                                        "in time); the name may be another's now");
     }
-    return cerb__serve_reply_json(conn, MHD_HTTP_OK, json_pack("{s:b}", "ok", 1));
+    /* valid_ms: the caller counts down from when it sent this keepalive,
+     * which makes its deadline never later than the library's. */
+    return cerb__serve_reply_json(conn, MHD_HTTP_OK,
+                                  json_pack("{s:b, s:s, s:I}", "ok", 1, "state",
+                                            ls == CERB_LOCK_SUSPECT ? "suspect" : "valid",
+                                            "valid_ms", (json_int_t)valid_ms));
 }
 
 static enum MHD_Result release(struct cerb__serve *s, struct MHD_Connection *conn,

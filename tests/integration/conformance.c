@@ -735,6 +735,9 @@ static void test_hold_from_any_thread(void **state)
     assert_int_equal(q.st, CERB_OK);
     cerb_hold *h = q.hold;
     assert_int_equal(cerb_hold_state(h), CERB_LOCK_VALID);
+    /* Counted valid for a while, never beyond its lease. */
+    int64_t valid = cerb_hold_valid_ms(h);
+    assert_true(valid > 0 && valid <= 5000);
     assert_string_equal(cerb_hold_name(h), p.name);
     uint64_t fence = cerb_hold_fencing_token(h);
     assert_true(fence > 0);
@@ -759,6 +762,7 @@ static void test_hold_from_any_thread(void **state)
     assert_int_equal(cerb_hold_release(h), CERB_NOT_OWNER);
     assert_non_null(strstr(cerb_hold_error(h), "already released"));
     assert_int_equal(cerb_hold_state(h), CERB_LOCK_FREE);
+    assert_int_equal(cerb_hold_valid_ms(h), 0);
     assert_int_equal(cerb_hold_fencing_token(h), fence);
     expect_records(p.name, 0);
     assert_int_equal(cerb_lock_acquire(p.b, 0, NULL, &h2), CERB_OK);
@@ -774,6 +778,7 @@ static void test_hold_from_any_thread(void **state)
     assert_int_equal(cerb_lock_acquire(NULL, 0, NULL, &h2), CERB_EINVAL);
     assert_int_equal(cerb_hold_release(NULL), CERB_EINVAL);
     assert_int_equal(cerb_hold_state(NULL), CERB_LOCK_FREE);
+    assert_int_equal(cerb_hold_valid_ms(NULL), 0);
     pair_close(&p);
 }
 

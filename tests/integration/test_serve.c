@@ -218,6 +218,11 @@ static void test_acquire_busy_release(void **state)
     snprintf(hold, sizeof hold, "%s", str(&r, "hold"));
     assert_true(strtoull(str(&r, "fencing_token"), NULL, 10) > 0);
     assert_string_equal(str(&r, "engine"), "local");
+    /* How long the daemon's library counts it valid: within its lease. */
+    {
+        json_int_t v = json_integer_value(json_object_get(r.body, "valid_ms"));
+        assert_true(v > 0 && v <= 5000);
+    }
     json_decref(r.body);
 
     r = request(f, "POST", path, "{\"wait_ms\": 0}");
@@ -228,6 +233,11 @@ static void test_acquire_busy_release(void **state)
     snprintf(del, sizeof del, "/v1/holds/%s/keepalive", hold);
     r = request(f, "POST", del, "");
     assert_int_equal(r.code, 200);
+    assert_string_equal(str(&r, "state"), "valid");
+    {
+        json_int_t v = json_integer_value(json_object_get(r.body, "valid_ms"));
+        assert_true(v > 0 && v <= 5000);
+    }
     json_decref(r.body);
 
     snprintf(del, sizeof del, "/v1/holds/%s", hold);
@@ -562,6 +572,8 @@ static void test_events_heartbeat(void **state)
     assert_true(a.ms >= 300 && a.ms < 4000);
     assert_non_null(strstr(a.e.text, "data: {\"hold\":\""));
     assert_non_null(strstr(a.e.text, id));
+    /* Each heartbeat says the hold's state and how long it is valid. */
+    assert_non_null(strstr(a.e.text, "\",\"state\":\"valid\",\"valid_ms\":"));
 
     /* An unknown hold: 404, no stream. */
     r = request(f, "GET", "/v1/holds/0123456789abcdef0123456789abcdef/events", NULL);
@@ -648,6 +660,8 @@ static void test_events_end_on_release(void **state)
     assert_true(a.ms < 5000);
     assert_int_equal(occurrences(a.e.text, "event: heartbeat\n"), 1);
     assert_null(strstr(a.e.text, "event: lost"));
+    /* Told before the stop releases the hold. */
+    assert_non_null(strstr(a.e.text, "event: released\n"));
     free(name);
 }
 

@@ -431,15 +431,20 @@ static void test_lost(void **state)
     begin_run(f, scope, "k", "{\"running_ms\": 300}", id);
     guard_fault_set(GFAULT_RENEW, 1, true, GFAULT_BEFORE);
     snprintf(keep, sizeof keep, "/v1/guard/attempts/%s/keepalive", id);
+    /* Kept alive (200, "valid" or "suspect") until the claim is lost;
+     * then 410 LOST, never a 200 that says go on. */
     for (;;) {
         r = request(f, "POST", keep, NULL);
-        assert_int_equal(r.code, 200);
-        if (strcmp(str(&r, "state"), "lost") == 0)
+        if (r.code == 410)
             break;
+        assert_int_equal(r.code, 200);
+        assert_string_not_equal(str(&r, "state"), "lost");
+        assert_true(json_integer_value(json_object_get(r.body, "window_ms")) == 300);
         json_decref(r.body);
         assert_true(cerb_test_now_ms() - t0 < 5000);
         nanosleep(&tick, NULL);
     }
+    assert_string_equal(str(&r, "status"), "LOST");
     json_decref(r.body);
     r = guard(f, scope, "k", "finish",
               NULL); /* no body: 400 first, the attempt still there */
