@@ -36,7 +36,7 @@ import time
 from typing import TYPE_CHECKING, Any, Callable, Dict, Optional, Union
 
 from .client import State, wait_ms
-from .errors import (Busy, Duplicate, Error, Interrupted, InvalidArgument, IOFailure, Lost,
+from .errors import (Busy, Duplicate, Error, Interrupted, IOFailure, Lost,
                      NotOwner, ProtocolError, Status, Unavailable)
 from .guard import Result, _as_bytes, _ms
 from .remote_hold import _now
