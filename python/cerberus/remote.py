@@ -32,11 +32,11 @@ import time
 import weakref
 from typing import Any, Callable, Dict, List, Optional, Set, TypeVar, Union
 
-from .client import Breaker, ClientStatus, EngineStatus, Holder, _reaper, _settle
+from .client import Breaker, ClientStatus, EngineStatus, Holder, State, _reaper, _settle
 from .errors import (Error, Interrupted, InvalidArgument, Lost, NotOwner, ProtocolError,
                      Status, Timeout)
 from .remote_hold import (_DEFAULT_WINDOW_S, RemoteHold, RemoteLock, _HoldCore, _in_thread,
-                          _RemoteAsyncLock)
+                          _now, _RemoteAsyncLock, _valid_s)
 from .remote_http import RemoteCancel, _check_name, _json, _q, _Transport
 
 log = logging.getLogger("cerberus")
@@ -124,9 +124,11 @@ class RemoteClient:
     # -- requests
     def _call(self, method: str, path: str, body: Optional[dict], what: str,
               read_timeout: Optional[float] = None, cancel: Optional[RemoteCancel] = None,
-              closing_ok: bool = False, raw: bool = False) -> Any:
+              closing_ok: bool = False, raw: bool = False,
+              connect_timeout: Optional[float] = None) -> Any:
         """One request, registered in flight (a close ends it): the answer's
-        JSON object, or its text with @raw."""
+        JSON object, or its text with @raw. @read_timeout and
+        @connect_timeout default to the client's timeout."""
         if os.getpid() != self._pid:
             raise InvalidArgument(Status.EINVAL, "this RemoteClient was made in process %d, "
                                   "before fork(): make a new one in the child" % self._pid,
@@ -139,7 +141,7 @@ class RemoteClient:
         try:
             ctype, data = self._t.request(method, path, body, what,
                                           self._t.timeout if read_timeout is None
-                                          else read_timeout, c)
+                                          else read_timeout, c, connect_timeout)
         finally:
             with self._mu:
                 self._inflight.discard(c)
@@ -178,6 +180,7 @@ class RemoteClient:
             body: Dict[str, Any] = {"wait_ms": chunk}
             if lease_ms is not None:
                 body["lease_ms"] = lease_ms
+            sent = _now()  # the grant's deadline counts from here (remote_hold.py)
             try:
                 ans = self._call("POST", path, body, what, chunk / 1000.0 + self._t.timeout,
                                  cancel)
@@ -196,8 +199,23 @@ class RemoteClient:
             raise ProtocolError(Status.EPROTO, "the daemon's grant is not {hold, fencing_token}:"
                                 " %r" % (ans,), what) from None
         engine = ans.get("engine") if isinstance(ans.get("engine"), str) else ""
-        core = _HoldCore(self, name, hid, token, engine or "",
-                         lease_ms / 1000.0 if lease_ms else _DEFAULT_WINDOW_S)
+        w = ans.get("window_ms")  # the daemon's window, if it says
+        if isinstance(w, int) and not isinstance(w, bool) and w > 0:
+            window, known = w / 1000.0, True
+        else:
+            window = lease_ms / 1000.0 if lease_ms else _DEFAULT_WINDOW_S
+            known = bool(lease_ms)
+        valid = _valid_s(ans, window)
+        core = _HoldCore(self, name, hid, token, engine or "", window, sent, valid, known)
+        if _now() - sent > valid / 4.0:
+            # The grant came long after its request was sent (a blocking
+            # wait): its deadline would be short or past already. One
+            # keepalive confirms it before anyone relies on it.
+            if core.keepalive(True) is None or core.current() is State.LOST:
+                text = core.lost_text
+                core.close()
+                raise Lost(Status.LOST, "granted, but lost before the grant could be "
+                           "confirmed: %s" % text, what)
         hold = RemoteHold(core)
         with self._mu:
             closing = self._closing
@@ -206,7 +224,7 @@ class RemoteClient:
         if closing:  # granted as the client closed: given back
             core.close()
             raise Interrupted(Status.INTERRUPTED, "the client is closing", what)
-        core.thread.start()
+        core.start()
         return hold
 
     def _forget(self, core: _HoldCore) -> None:

@@ -11,11 +11,20 @@ result. The daemon answers a begin with ``{"state": "run", "attempt",
 a finish takes ``{"attempt", "succeeded", "result" | "result_base64"}``
 (base64 when the result is not UTF-8 text).
 
-A running attempt's claim must be kept alive on the daemon: a thread of the
-attempt calls :meth:`RemoteAttempt._keepalive` every third of ``running``
-(the route is the daemon's to settle; that method is the one place that
-names it). A claim the daemon says is gone is LOST: ``state`` and
-``on_lost``, as for a hold.
+A running attempt's claim must be kept alive on the daemon, which frees
+an attempt (counts it failed: another caller may run the operation) once
+its window passes without a keepalive. The begin answers that window
+(``window_ms``: ``running`` when given, else the daemon's
+serve.keepalive_ms), and each ``POST /v1/guard/attempts/{id}/keepalive``
+answers it again. A thread of the attempt keeps it alive every third of
+the window, and the attempt has a local deadline as a hold has (see
+remote_hold.py): the send time of the last confirmed keepalive (or of the
+begin) plus the window — the daemon cannot have freed it before. ``state``
+is VALID before the deadline while the last keepalive succeeded, SUSPECT
+after a failed one (tried again every 100 ms, each bounded by the
+deadline), LOST from the deadline on (at every read), or at once when the
+daemon answers 410 (the claim was lost), 404 (it freed the attempt) or the
+state "lost"; ``on_lost`` fires once, on that thread, at the deadline.
 """
 
 from __future__ import annotations
@@ -27,9 +36,10 @@ import time
 from typing import TYPE_CHECKING, Any, Callable, Dict, Optional, Union
 
 from .client import State, wait_ms
-from .errors import (Busy, Duplicate, Error, Interrupted, InvalidArgument, IOFailure, Lost,
+from .errors import (Busy, Duplicate, Error, Interrupted, IOFailure, Lost,
                      NotOwner, ProtocolError, Status, Unavailable)
 from .guard import Result, _as_bytes, _ms
+from .remote_hold import _now
 
 if TYPE_CHECKING:
     from .remote import RemoteClient
@@ -37,10 +47,13 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("cerberus")
 
-# How often a running attempt is kept alive when `running` is not given
-# (the daemon's guard.running_ms is not known here): often enough for any
-# running_ms of a few seconds or more.
-_DEFAULT_KEEPALIVE_S = 2.0
+# The window of an attempt when a (very old) daemon's begin does not say
+# and `running` is not given.
+_DEFAULT_WINDOW_S = 6.0
+# The shortest keepalive period, and the pause before a failed keepalive
+# is tried again.
+_MIN_PERIOD_S = 0.05
+_RETRY_S = 0.1
 
 
 def _path(scope: str, key: bytes, verb: str) -> str:
@@ -63,7 +76,7 @@ class RemoteAttempt:
     thread."""
 
     def __init__(self, client: "RemoteClient", scope: str, key: bytes, attempt: str,
-                 degraded: bool, period: float) -> None:
+                 degraded: bool, window: float, sent: float) -> None:
         self._client = client
         self.scope = scope
         self._key = key
@@ -73,11 +86,14 @@ class RemoteAttempt:
         self._data = b""
         self._mu = threading.Lock()
         self._state = State.VALID
+        self._window = window
+        self._deadline = sent + window  # _now() of the last good send + the window
+        self._lost_text = ""
         self._done = False
         self._callback: Optional[Callable[[Any], Any]] = None
         self._called = False
         self._stop = threading.Event()
-        self._period = period
+        self._inflight: Optional["RemoteCancel"] = None
         self._thread = threading.Thread(target=self._keep, daemon=True,
                                         name="cerberus-remote-attempt")
         self._thread.start()
@@ -103,15 +119,26 @@ class RemoteAttempt:
 
     @property
     def state(self) -> State:
-        """VALID, LOST (the daemon says the claim is gone), FREE once
-        finished."""
-        return self._state
+        """VALID, SUSPECT (the last keepalive failed; the deadline has not
+        passed), LOST (the deadline passed, or the daemon says the claim is
+        lost or freed), FREE once finished. Never blocks."""
+        with self._mu:
+            self._expire_locked()
+            return self._state
+
+    def _expire_locked(self) -> None:
+        if not self._done and self._state in (State.VALID, State.SUSPECT) \
+                and _now() >= self._deadline:
+            self._state = State.LOST
+            self._lost_text = ("no keepalive was confirmed within the attempt's window (%g s): "
+                               "the daemon may have freed it" % self._window)
 
     def on_lost(self, callback: Optional[Callable[["RemoteAttempt"], Any]]) -> None:
         """Call ``callback(attempt)`` once if the claim is lost, on the
         attempt's keepalive thread (at once, here, if it already is)."""
         with self._mu:
             self._callback = callback
+            self._expire_locked()
             now = callback is not None and self._state is State.LOST and not self._called
             if now:
                 self._called = True
@@ -125,36 +152,93 @@ class RemoteAttempt:
         except Exception:  # noqa: BLE001 - logged, as the library's callbacks are
             log.exception("cerberus: the on_lost callback of guard %s raised", self.scope)
 
-    def _keepalive(self) -> None:
+    def _period(self) -> float:
+        return max(self._window / 3.0, _MIN_PERIOD_S)
+
+    def _keepalive(self) -> Optional[bool]:
         """Keep the attempt alive on the daemon, once
-        (``POST /v1/guard/attempts/{id}/keepalive``); an attempt the daemon
-        says is lost is lost here too."""
-        from .remote_http import _q
-        reply = self._client._call("POST", "/v1/guard/attempts/%s/keepalive" % _q(self._id),
-                                   None, "guard %s keepalive" % self.scope)
-        if isinstance(reply, dict) and reply.get("state") == "lost":
-            raise Lost(Status.LOST, "the attempt's claim was lost",
-                       "guard %s keepalive" % self.scope)
+        (``POST /v1/guard/attempts/{id}/keepalive``), bounded by the
+        deadline: True when confirmed (a new deadline), False when it failed
+        (SUSPECT: tried again), None when the attempt is lost or done."""
+        from .remote_http import RemoteCancel, _q
+        what = "guard %s keepalive" % self.scope
+        cancel = RemoteCancel()
+        with self._mu:
+            if self._done:
+                return None
+            self._inflight = cancel
+            deadline = self._deadline
+        sent = _now()
+        budget = max(min(self._client._t.timeout, deadline - sent), 0.001)
+        try:
+            reply = self._client._call("POST", "/v1/guard/attempts/%s/keepalive" % _q(self._id),
+                                       None, what, read_timeout=budget, cancel=cancel,
+                                       connect_timeout=budget)
+        except (Lost, NotOwner) as e:
+            self._lose("the daemon no longer keeps the attempt (%s: %s)" % (e.name, e.text))
+            return None
+        except Error as e:
+            with self._mu:
+                if not self._done and self._state is State.VALID:
+                    self._state = State.SUSPECT
+            log.debug("cerberus: guard %s: keepalive failed (tried again until the deadline): "
+                      "%s", self.scope, e)
+            return False
+        finally:
+            with self._mu:
+                self._inflight = None
+        state = reply.get("state") if isinstance(reply, dict) else None
+        if state in ("lost", "free"):
+            self._lose("the daemon says the attempt's claim is %s" % state)
+            return None
+        w = reply.get("window_ms") if isinstance(reply, dict) else None
+        with self._mu:
+            if self._done:
+                return None
+            self._expire_locked()  # LOST is final, even if this answer is good
+            lost = self._state is State.LOST
+            if not lost:
+                if isinstance(w, int) and not isinstance(w, bool) and w > 0:
+                    self._window = w / 1000.0
+                self._deadline = sent + self._window
+                self._state = State.SUSPECT if state == "suspect" else State.VALID
+        if lost:
+            self._lose(self._lost_text)
+            return None
+        return True
 
     def _keep(self) -> None:
-        while not self._stop.wait(self._period):
-            try:
-                self._keepalive()
-            except (Lost, NotOwner) as e:
-                self._lose(e.text)
+        next_at = _now() + self._period()
+        while True:
+            with self._mu:
+                if self._done:
+                    return
+                self._expire_locked()
+                lost = self._state is State.LOST
+                deadline = self._deadline
+            if lost:
+                self._lose(self._lost_text)
                 return
-            except Error as e:
-                # Tried again next period; the daemon frees the attempt only
-                # once a whole window passed without one.
-                log.warning("cerberus: guard %s: keepalive failed: %s", self.scope, e)
+            now = _now()
+            if now < next_at:
+                self._stop.wait(min(next_at, deadline) - now)
+                continue
+            ok = self._keepalive()
+            if ok is None:
+                return
+            next_at = _now() + (self._period() if ok else min(self._period(), _RETRY_S))
 
     def _lose(self, text: str) -> None:
         with self._mu:
-            if self._done or self._state is State.LOST:
+            if self._done:
                 return
-            self._state = State.LOST
+            first = not self._called
+            if self._state is not State.LOST:
+                self._state = State.LOST
+                self._lost_text = text
             cb, self._called = (None if self._called else self._callback), True
-        log.warning("cerberus: guard %s: the claim is lost: %s", self.scope, text)
+        if first:
+            log.warning("cerberus: guard %s: the claim is lost: %s", self.scope, text)
         if cb is not None:
             self._run_callback(cb)
 
@@ -165,9 +249,13 @@ class RemoteAttempt:
             if self._done:
                 return
             self._done = True
+            inflight = self._inflight
         self._stop.set()
+        if inflight is not None:
+            inflight.fire()
         body: Dict[str, Any] = {"attempt": self._id, "succeeded": bool(succeeded)}
-        body.update(_result_field(self._data if succeeded else b""))
+        if succeeded:  # a failure stores nothing: the daemon refuses a result with it
+            body.update(_result_field(self._data))
         what = "guard finish %s" % ("success" if succeeded else "failure")
         try:
             for pause in (0.25, 0.5, 0.75, 1.0, None):
@@ -228,19 +316,23 @@ class RemoteGuardContext:
             self._body["keep_ms"] = _ms(keep, "keep", True)
         if on_unavailable is not None:
             self._body["on_unavailable"] = on_unavailable
-        self._period = (self._body["running_ms"] / 3000.0 if running is not None
-                        else _DEFAULT_KEEPALIVE_S)
+        self._window = (self._body["running_ms"] / 1000.0 if running is not None
+                        else _DEFAULT_WINDOW_S)
         self._cancel = cancel
         self._attempt: Optional[RemoteAttempt] = None
 
     def _begin_once(self) -> RemoteAttempt:
         what = "guard %s" % self._scope
+        sent = _now()  # the attempt's first deadline counts from here
         ans = self._client._call("POST", _path(self._scope, self._key, "begin"), self._body,
                                  what, cancel=self._cancel)
         state = ans.get("state")
         if state == "run" and isinstance(ans.get("attempt"), str):
+            w = ans.get("window_ms")
+            window = (w / 1000.0 if isinstance(w, int) and not isinstance(w, bool) and w > 0
+                      else self._window)
             return RemoteAttempt(self._client, self._scope, self._key, ans["attempt"],
-                                 bool(ans.get("degraded")), self._period)
+                                 bool(ans.get("degraded")), window, sent)
         if state == "duplicate":
             if isinstance(ans.get("result_base64"), str):
                 result = base64.b64decode(ans["result_base64"])

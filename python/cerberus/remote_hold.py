@@ -1,21 +1,42 @@
 """remote_hold.py — RemoteLock and RemoteHold: a RemoteClient's locks and
 the holds the daemon grants, and the keeper thread that keeps each hold.
 
-The daemon releases a hold whose caller neither listens to its event stream
-nor keeps it alive within its lease. The keeper (one thread per hold) keeps
-``GET /v1/holds/{id}/events`` open while the hold is held: the open stream
-keeps the hold, and says ``event: lost`` when the daemon's library loses
-it. A stream that ends is reopened (SUSPECT meanwhile, pauses growing from
-50 ms to 1 s); the hold is LOST when the daemon says it no longer knows it
-(404, 410), when the daemon is gone (its socket refuses or no longer
-exists: nobody keeps the hold), or when no stream was open for the hold's
-lease (the daemon has released it by then). LOST means: ``state`` LOST,
-``on_lost`` called once on the keeper thread, ``release`` raising Lost.
-A release sets the hold done before its DELETE (so the stream's end is not
-taken for a loss), then closes the stream and joins the keeper.
+Validity is a local deadline, as the library's own (DESIGN.md §5a): every
+answer that confirms the hold (the grant, then each ``POST
+/v1/holds/{id}/keepalive``) carries ``valid_ms``, how long the daemon's
+library still counts the hold valid, measured when the daemon answered,
+and never later than when another owner could take the name. The deadline
+is the time this process *sent* that request plus ``valid_ms`` (the answer
+was made after the send, so the deadline is never late), on a clock that
+counts suspended time (CLOCK_BOOTTIME). ``state`` reads the deadline at
+every look: VALID before it while the last keepalive succeeded (and the
+daemon said "valid"), SUSPECT before it after a failed one (or when the
+daemon says "suspect"), LOST from it on, or at once when the daemon
+answers 410 (lost) or 404 (it no longer knows the hold), or when nothing
+listens at its address any more (nobody renews the hold). LOST is final.
 
-The keeper refers to a _HoldCore, not to the RemoteHold, so a hold dropped
-while held is collected and released by the package's reaper thread.
+Each hold has two threads. The keeper sends a keepalive every third of
+the hold's window (the smaller of its lease and the last ``valid_ms``), at
+least every 5 s and at most every 50 ms; a failed one is tried again after
+100 ms. It waits until min(next keepalive, deadline), so ``on_lost`` fires
+on it at the deadline, not later; a keepalive's connect and read are
+bounded by the deadline too. The listener (remote_events.py) keeps the
+hold's event stream open: it keeps the hold on the daemon whatever the
+daemon's window (which a hold without ``lease_ms`` is not told), and
+reports ``lost`` and ``released`` early; it never makes a hold valid.
+While no stream is open, a hold whose window is not known is kept alive
+every 50 ms (the daemon's window restarts when the stream closes).
+
+A grant that took long (a blocking acquire: its send time is long past) is
+confirmed by one keepalive before the hold is handed out, so its first
+deadline is fresh. A daemon older than ``valid_ms`` gets half the hold's
+window as its ``valid_ms``.
+
+A release sets the hold done before its DELETE (so the keeper stops and a
+late answer is not taken for a loss), ends the keepalive in flight and
+joins the keeper. The keeper refers to a _HoldCore, not to the RemoteHold,
+so a hold dropped while held is collected and released by the package's
+reaper thread.
 """
 
 from __future__ import annotations
@@ -27,25 +48,55 @@ import logging
 import threading
 import time
 import weakref
-from typing import TYPE_CHECKING, Any, Callable, Optional, TypeVar
+from typing import TYPE_CHECKING, Any, Callable, Dict, Optional, TypeVar
 
 from .client import DEFAULT, State, _reap, _settle, wait_ms
 from .errors import Error, InvalidArgument, Lost, NotOwner, Status, Unavailable
-from .remote_http import _check_name, _q, _shutdown
+from .remote_events import listen
+from .remote_http import RemoteCancel, _check_name, _q, _shutdown
 
 if TYPE_CHECKING:
     from .remote import RemoteClient
-    from .remote_http import RemoteCancel
 
 log = logging.getLogger("cerberus")
 T = TypeVar("T")
 
-# The keepalive window of a hold acquired without lease_ms (the daemon's
-# CERB_SERVE_DEFAULT_WINDOW_MS).
+# The keepalive window of a hold acquired without lease_ms when the daemon
+# does not say (its serve.keepalive_ms default).
 _DEFAULT_WINDOW_S = 10.0
-# An event stream says `event: heartbeat` every 5 s: one silent for this
-# long is taken for dead and reopened.
-_STREAM_SILENCE_S = 15.0
+# Bounds of the keepalive period (a third of the window).
+_MIN_PERIOD_S = 0.05
+_MAX_PERIOD_S = 5.0
+# The pause before a failed keepalive is tried again (until the deadline).
+_RETRY_S = 0.1
+
+
+def _now() -> float:
+    """Seconds on a clock that keeps counting while the machine is
+    suspended (CLOCK_BOOTTIME; monotonic where there is none): a suspend
+    must not stretch a deadline that the engines' clocks do not stretch."""
+    return _clock()
+
+
+try:
+    _BOOT = time.CLOCK_BOOTTIME  # type: ignore[attr-defined]
+    time.clock_gettime(_BOOT)
+
+    def _clock() -> float:
+        return time.clock_gettime(_BOOT)
+except (AttributeError, OSError):  # not Linux
+    _clock = time.monotonic
+
+
+def _valid_s(ans: Dict[str, Any], window: float) -> float:
+    """An answer's valid_ms in seconds; half the window from a daemon that
+    does not send it (its library renews every third of the lease, so half
+    is never late while it renews)."""
+    v = ans.get("valid_ms") if isinstance(ans, dict) else None
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        return window / 2.0
+    return max(0.0, v / 1000.0)
+
 
 class _HoldCore:
     """What a RemoteHold's keeper thread shares with it (the thread refers
@@ -53,7 +104,8 @@ class _HoldCore:
     collected and released)."""
 
     def __init__(self, client: "RemoteClient", name: str, hid: str, token: int,
-                 engine: str, window: float) -> None:
+                 engine: str, window: float, sent: float, valid: float,
+                 window_known: bool) -> None:
         self.client = client
         self.name = name
         self.id = hid
@@ -61,8 +113,12 @@ class _HoldCore:
         self.engine = engine
         self.window = window
         self.mu = threading.Lock()
-        self.wake = threading.Event()  # ends the keeper's pauses (a release)
+        self.wake = threading.Event()  # ends the keeper's pause (a release, a stream's end)
+        self.stopping = threading.Event()  # set once, by a release: ends the listener's pauses
+        self.window_known = window_known  # lease_ms given, or window_ms answered
         self.state = State.VALID
+        self.deadline = sent + valid  # _now() of the last good send + its valid_ms
+        self.valid = valid
         self.done = False       # released (or being released): the keeper stops
         self.forgotten = False  # the daemon does not know the hold any more
         self.lost_text = ""
@@ -70,92 +126,143 @@ class _HoldCore:
         self.callback: Optional[Callable[[Any], Any]] = None
         self.called = False
         self.owner: Optional["weakref.ref[RemoteHold]"] = None
-        self.stream: Optional[http.client.HTTPConnection] = None
-        self.resume = threading.Event()  # a test's pause of the keeper (_pause_keeper)
+        self.inflight: Optional[RemoteCancel] = None  # the keepalive being sent
+        self.stream: Optional[http.client.HTTPConnection] = None  # the listener's
+        self.listening = False  # the listener's stream is open
+        self.resume = threading.Event()  # a test's pause of both threads (_pause_keeper)
         self.resume.set()
+        self.last_ok = True
         self.thread = threading.Thread(target=self._keep, daemon=True,
                                        name="cerberus-remote-hold")
+        self.listener = threading.Thread(target=listen, args=(self,), daemon=True,
+                                         name="cerberus-remote-events")
+
+    def start(self) -> None:
+        self.thread.start()
+        self.listener.start()
+
+    # -- the deadline
+    def period(self) -> float:
+        """The keepalive period; the shortest while neither an open stream
+        nor a known window keeps the hold on the daemon."""
+        if not self.window_known and not self.listening:
+            return _MIN_PERIOD_S
+        return min(max(min(self.window, self.valid) / 3.0, _MIN_PERIOD_S), _MAX_PERIOD_S)
+
+    def _expire_locked(self) -> None:
+        """LOST once the deadline passed (self.mu held); the callback is the
+        keeper's to call."""
+        if not self.done and self.state in (State.VALID, State.SUSPECT) \
+                and _now() >= self.deadline:
+            self.state = State.LOST
+            self.lost_text = ("no keepalive of the hold was confirmed in time: its local "
+                              "deadline passed (the name may be another's now)")
+
+    def current(self) -> State:
+        with self.mu:
+            self._expire_locked()
+            return self.state
 
     # -- the keeper
     def _keep(self) -> None:
-        t = self.client._t
-        path = "/v1/holds/%s/events" % _q(self.id)
-        what = 'keep the hold of "%s"' % self.name
-        pause = 0.05
-        last_ok = time.monotonic()
+        last = _now()  # the grant, then each keepalive sent
         while True:
             self.resume.wait()
-            if self.done:
-                return
-            try:
-                conn = t.connect(what, _STREAM_SILENCE_S)
-            except Unavailable as e:
-                if getattr(e, "gone", False):
-                    self._lose("%s; nobody keeps the hold any more" % e.text, True)
-                    return
-            else:
-                try:
-                    with self.mu:
-                        if self.done:
-                            conn.close()
-                            return
-                        if not self.resume.is_set():  # paused meanwhile (a test)
-                            conn.close()
-                            continue
-                        self.stream = conn
-                    conn.request("GET", path, headers=t.headers(False, "text/event-stream"))
-                    resp = conn.getresponse()
-                    if resp.status in (404, 410):
-                        err = t.error(resp.status, resp.read(), what)
-                        self._lose("the daemon no longer keeps the hold (%s: %s): it expired "
-                                   "or was released" % (err.name, err.text), resp.status == 404)
-                        return
-                    if resp.status == 200:
-                        while True:
-                            line = resp.readline()
-                            if not line:
-                                break  # the stream ended: reopen it, or learn why not
-                            line = line.strip()
-                            if line.startswith(b"event:"):
-                                last_ok = time.monotonic()
-                                pause = 0.05
-                                self._valid()
-                            if line == b"event: lost":
-                                self._lose("the daemon reports the hold lost (its lease or "
-                                           "session ended while held)", False)
-                                return
-                    else:
-                        resp.read()
-                except (OSError, http.client.HTTPException):
-                    pass  # the stream broke: reopen it
-                finally:
-                    with self.mu:
-                        self.stream = None
-                    conn.close()
-            if self.done:
-                return
-            if time.monotonic() - last_ok > self.window:
-                self._lose("no event stream could be kept open for the hold's lease (%g s): "
-                           "the daemon has released it" % self.window, True)
-                return
             with self.mu:
-                if not self.done and self.state is State.VALID:
-                    self.state = State.SUSPECT
-            self.wake.wait(pause)
-            pause = min(pause * 2, 1.0)
+                if self.done:
+                    return
+                self._expire_locked()
+                lost = self.state is State.LOST
+                deadline = self.deadline
+            if lost:
+                self._lose(self.lost_text, False)
+                return
+            now = _now()
+            # Worked out again at every wake: a stream's end shortens it.
+            period = self.period() if self.last_ok else min(self.period(), _RETRY_S)
+            if now < last + period:
+                self.wake.wait(min(last + period, deadline) - now)
+                self.wake.clear()  # a release sets done first: the loop's top sees it
+                continue
+            last = _now()
+            ok = self.keepalive(False)
+            if ok is None:
+                return
+            self.last_ok = ok
 
-    def _valid(self) -> None:
+    def keepalive(self, first: bool) -> Optional[bool]:
+        """One keepalive: True when it confirmed the hold (a new deadline),
+        False when it failed (SUSPECT, tried again), None when the hold is
+        lost or done. @first: the confirmation of a grant not yet handed
+        out, which may move a deadline already passed."""
+        what = 'keep the hold of "%s"' % self.name
+        cancel = RemoteCancel()
         with self.mu:
-            if not self.done and self.state is State.SUSPECT:
-                self.state = State.VALID
+            if self.done:
+                return None
+            self.inflight = cancel
+            deadline = self.deadline
+        sent = _now()
+        budget = self.client._t.timeout if first else min(self.client._t.timeout,
+                                                          deadline - sent)
+        try:
+            ans = self.client._call("POST", "/v1/holds/%s/keepalive" % _q(self.id), None, what,
+                                    read_timeout=max(budget, 0.001), cancel=cancel,
+                                    connect_timeout=max(budget, 0.001))
+        except (NotOwner, Lost) as e:
+            self._lose("the daemon no longer keeps the hold (%s: %s): it was lost, expired "
+                       "or released" % (e.name, e.text), True)
+            return None
+        except Unavailable as e:
+            if getattr(e, "gone", False):
+                self._lose("%s; nobody keeps the hold any more" % e.text, True)
+                return None
+            return self._failed(e)
+        except Error as e:
+            return self._failed(e)
+        finally:
+            with self.mu:
+                self.inflight = None
+        valid = _valid_s(ans, self.window)
+        w = ans.get("window_ms")
+        with self.mu:
+            if self.done:
+                return None
+            if not first:
+                self._expire_locked()  # LOST is final, even if this answer is good
+            if self.state is State.LOST:
+                lost = True
+            else:
+                lost = False
+                self.deadline = sent + valid
+                self.valid = valid
+                if isinstance(w, int) and not isinstance(w, bool) and w > 0:
+                    self.window = w / 1000.0
+                    self.window_known = True
+                self.state = State.SUSPECT if ans.get("state") == "suspect" else State.VALID
+        if lost:
+            self._lose(self.lost_text, False)
+            return None
+        return True
+
+    def _failed(self, e: Error) -> bool:
+        with self.mu:
+            if not self.done and self.state is State.VALID:
+                self.state = State.SUSPECT
+        log.debug("cerberus: keepalive of %r failed (tried again until its deadline): %s",
+                  self.name, e)
+        return False
 
     def _lose(self, text: str, forgotten: bool) -> None:
+        """LOST (if not already, as a read may have made it) and the
+        callback, once."""
         with self.mu:
-            if self.done or self.state is State.LOST:
+            if self.done:
                 return
-            self.state = State.LOST
-            self.lost_text = text
-            self.forgotten = forgotten
+            if self.state is not State.LOST:
+                self.state = State.LOST
+                self.lost_text = text
+            self.forgotten = self.forgotten or forgotten
             cb, self.called = (None if self.called else self.callback), True
         if cb is not None:
             self._call(cb)
@@ -175,6 +282,7 @@ class _HoldCore:
             if self.done:
                 raise InvalidArgument(Status.EINVAL, "the hold is released", "on_lost")
             self.callback = callback
+            self._expire_locked()
             now = callback is not None and self.state is State.LOST and not self.called
             if now:
                 self.called = True
@@ -188,10 +296,18 @@ class _HoldCore:
             if self.done:
                 raise NotOwner(Status.NOT_OWNER, 'the hold of "%s" is not held: it was already '
                                'released' % self.name, "release")
+            self._expire_locked()
             self.done = True
+            lost = self.state is State.LOST
             forgotten, lost_text = self.forgotten, self.lost_text
+            inflight = self.inflight
+            stream = self.stream
         self.wake.set()
+        self.stopping.set()
         self.resume.set()
+        if inflight is not None:
+            inflight.fire()  # the keepalive in flight ends now, not at its deadline
+        _shutdown(stream)  # so does the listener's stream
         try:
             if forgotten:
                 raise Lost(Status.LOST, lost_text, what)
@@ -202,6 +318,15 @@ class _HoldCore:
                 raise Lost(Status.LOST, "the daemon no longer knows the hold: it expired (not "
                            "kept alive within its lease) or the daemon restarted",
                            what) from None
+            except Error:
+                if not lost:
+                    raise
+                # Lost already: that is the news, whatever the DELETE met.
+            if lost:
+                # The daemon may still have had it (a deadline is
+                # conservative), but the name may have been another's
+                # meanwhile: the caller must know.
+                raise Lost(Status.LOST, lost_text, what)
         except Error as e:
             self.error = e.text
             raise
@@ -210,8 +335,9 @@ class _HoldCore:
                 self.state = State.FREE
                 stream = self.stream
             _shutdown(stream)
-            if self.thread is not threading.current_thread() and self.thread.is_alive():
-                self.thread.join(self.client._t.timeout)
+            for th in (self.thread, self.listener):
+                if th is not threading.current_thread() and th.is_alive():
+                    th.join(self.client._t.timeout)
             self.client._forget(self)
 
     def close(self) -> None:
@@ -229,9 +355,13 @@ class _HoldCore:
         with self.mu:
             self.done = True
             self.state = State.FREE
+            inflight = self.inflight
             stream = self.stream
         self.wake.set()
+        self.stopping.set()
         self.resume.set()
+        if inflight is not None:
+            inflight.fire()
         _shutdown(stream)
 
 
@@ -240,17 +370,20 @@ class RemoteHold:
     :meth:`RemoteLock.acquire` returns, with the interface of
     :class:`~cerberus.Hold`.
 
-    The daemon keeps the hold while this object keeps its event stream open
-    (a thread of its own, see the module's text); any thread may release it
-    or read its state. It is a context manager (``with hold:`` releases at
+    Threads of its own keep the hold alive on the daemon with keepalives
+    and its event stream (see the module's text); any thread may release
+    it or read its state. It is a context manager (``with hold:`` releases at
     the end) and an asynchronous one. A hold garbage collected while still
     held is released soon after on a thread of the package; one still held
     when its client closes is released by the close.
 
-    Differences from Hold: ``state`` is VALID while the daemon's stream is
-    open, SUSPECT while it is being reopened, LOST once the daemon says so,
-    no longer knows the hold, or cannot be reached for the hold's lease;
-    ``on_lost`` callbacks run on the hold's keeper thread.
+    As Hold, ``state`` follows a conservative local deadline: the send time
+    of the last confirmed keepalive (or of the grant) plus the ``valid_ms``
+    the daemon answered. VALID before it while the last keepalive
+    succeeded, SUSPECT before it after a failed one, LOST from it on (at
+    every read, not only when the keeper looks) or once the daemon says the
+    hold is lost or unknown. ``on_lost`` callbacks run on a thread of the
+    hold's, at the deadline (or when the daemon's news comes first).
     """
 
     __slots__ = ("_core", "__weakref__")
@@ -288,8 +421,9 @@ class RemoteHold:
     @property
     def state(self) -> State:
         """:class:`~cerberus.State`: VALID, SUSPECT or LOST while held, FREE
-        once released. Never blocks."""
-        return self._core.state
+        once released; LOST from the local deadline on (see the class).
+        Never blocks."""
+        return self._core.current()
 
     @property
     def held(self) -> bool:
@@ -303,8 +437,8 @@ class RemoteHold:
 
     def on_lost(self, callback: Optional[Callable[["RemoteHold"], Any]]) -> None:
         """Call ``callback(hold)`` once if the hold is lost; set while it is
-        already lost, it is called at once on this thread. It runs on the
-        hold's keeper thread (not the client's callback thread, as for
+        already lost, it is called at once on this thread. It runs on a
+        thread of the hold's (not the client's callback thread, as for
         Hold): keep it short. Exceptions are logged on the ``cerberus``
         logger. ``None`` removes it; not called once released."""
         self._core.on_lost(callback)
@@ -335,12 +469,16 @@ class RemoteHold:
     _discard = close
 
     def _pause_keeper(self) -> None:
-        """Tests: stop keeping the hold (its event stream is closed and not
-        reopened until _resume_keeper), as a caller that stalls would."""
+        """Tests: stop keeping the hold (no keepalive is sent and the event
+        stream is closed until _resume_keeper; a keepalive in flight is
+        ended), as a caller that stalls would."""
         c = self._core
-        with c.mu:  # the keeper sets its stream under it, and then looks
+        with c.mu:  # the listener sets its stream under it, and then looks
             c.resume.clear()
+            inflight = c.inflight
             stream = c.stream
+        if inflight is not None:
+            inflight.fire()
         _shutdown(stream)
 
     def _resume_keeper(self) -> None:

@@ -193,13 +193,16 @@ class _Transport:
         return h
 
     def request(self, method: str, path: str, body: Optional[dict], what: str,
-                read_timeout: float, cancel: RemoteCancel) -> Tuple[str, bytes]:
+                read_timeout: float, cancel: RemoteCancel,
+                connect_timeout: Optional[float] = None) -> Tuple[str, bytes]:
         """One request: (content type, body) of a 200 answer; raises the
         answer's error, Unavailable (no daemon), IOFailure (no answer) or
-        Interrupted (@cancel fired)."""
+        Interrupted (@cancel fired). @connect_timeout bounds the connect
+        (the client's timeout when None): a keepalive must not outlast its
+        hold's deadline."""
         if cancel.fired:
             raise Interrupted(Status.INTERRUPTED, "the cancel was fired", what)
-        conn = self.connect(what)
+        conn = self.connect(what, connect_timeout)
         try:
             if not cancel._attach(conn):
                 raise Interrupted(Status.INTERRUPTED, "the cancel was fired", what)

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import signal
 import subprocess
 import sys
 import threading
@@ -225,8 +226,8 @@ def test_lost_when_the_daemon_stops(own_daemon):
 
 
 def test_a_kept_hold_outlives_its_lease(daemon):
-    """The hold's event stream keeps it on the daemon past lease_ms: a
-    second caller's wait of five leases runs out."""
+    """The hold's keepalives keep it on the daemon past lease_ms: a second
+    caller's wait of five leases runs out."""
     name = uniq("rko")
     with cerberus.RemoteClient(daemon.address) as c:
         with c.lock(name, lease_ms=300).acquire(wait=5) as hold:
@@ -236,10 +237,9 @@ def test_a_kept_hold_outlives_its_lease(daemon):
 
 
 def test_lost_when_keepalives_stop(daemon):
-    """A caller that stalls (its event stream closed, no keepalive): the
-    daemon releases the hold at the end of its lease_ms, another caller
-    gets the name, and the stalled one learns it lost the hold as soon as
-    it talks to the daemon again."""
+    """A caller that stalls (no keepalive): the daemon releases the hold at
+    the end of its lease_ms, another caller gets the name, the stalled
+    one's hold reads LOST by then, and on_lost fires once it runs again."""
     name = uniq("rk")
     c = cerberus.RemoteClient(daemon.address)
     other = cerberus.RemoteClient(daemon.address)
@@ -249,6 +249,10 @@ def test_lost_when_keepalives_stop(daemon):
     hold._pause_keeper()
     second = other.lock(name).acquire(wait=20)  # granted once the daemon let it go
     assert second.fencing_token > hold.fencing_token
+    # Its local deadline passed before the daemon let the name go: the
+    # stalled holder reads LOST even before it talks to the daemon again
+    # (its keeper, stalled too, has not called on_lost yet).
+    assert hold.state is cerberus.State.LOST
     assert not lost.is_set()
     hold._resume_keeper()
     assert lost.wait(20), "on_lost was not called"
@@ -465,3 +469,153 @@ def test_switch_and_metrics(remote):
         remote.switch("no-such-engine")
     text = remote.metrics_text()
     assert 'cerberus_engine_active{engine="local"}' in text
+
+
+# ------------------------------------------- validity: keepalive + deadline
+
+def test_hold_lost_in_time_when_the_daemon_is_stopped(own_daemon):
+    """S1: the daemon is stopped (SIGSTOP) while it keeps a hold of
+    lease_ms=1000: nothing renews the hold any more, and another owner may
+    take the name once its lease passes. The hold must read LOST by then
+    (+300 ms of slack for this test's polling and a loaded machine), and
+    on_lost must have fired — whatever the event stream (silent, not
+    closed) says. It read VALID for ~15 s before the local deadline."""
+    d = own_daemon()
+    lease = 1.0
+    with cerberus.RemoteClient(d.address, timeout=30) as c:
+        hold = c.lock(uniq("rS1"), lease_ms=int(lease * 1000)).acquire(wait=5)
+        lost = threading.Event()
+        hold.on_lost(lambda h: lost.set())
+        assert hold.state is cerberus.State.VALID
+        stopped = time.monotonic()
+        os.kill(d.proc.pid, signal.SIGSTOP)
+        try:
+            limit = stopped + lease + 0.3
+            while hold.state is not cerberus.State.LOST and time.monotonic() < limit:
+                time.sleep(0.005)  # polling a condition against its deadline
+            seen = time.monotonic() - stopped
+            assert hold.state is cerberus.State.LOST, \
+                "still %s %.2f s after the daemon stopped (lease %g s)" % (
+                    hold.state.name, seen, lease)
+            assert lost.wait(max(0.0, limit - time.monotonic()) + 0.05), \
+                "on_lost did not fire by the deadline"
+        finally:
+            os.kill(d.proc.pid, signal.SIGCONT)
+        with pytest.raises(cerberus.Lost):
+            hold.release()
+
+
+def test_a_kept_hold_stays_valid_for_three_leases(daemon):
+    """The keeper's keepalives move the local deadline on in time: a hold
+    of lease_ms=1000 reads VALID at every look for three leases, and the
+    name stays taken."""
+    name = uniq("rv3")
+    with cerberus.RemoteClient(daemon.address) as c:
+        hold = c.lock(name, lease_ms=1000).acquire(wait=5)
+        end = time.monotonic() + 3.0
+        looks = 0
+        while time.monotonic() < end:
+            assert hold.state is cerberus.State.VALID, "%s after %d looks" % (
+                hold.state.name, looks)
+            looks += 1
+            time.sleep(0.01)  # the next look, not a synchronisation
+        with pytest.raises(cerberus.Busy):
+            c.lock(name).acquire(wait=0)
+        hold.release()
+
+
+def test_guard_attempt_kept_within_the_daemons_window(own_daemon):
+    """S2: a daemon whose attempts' window is 1 s (serve.keepalive_ms) and
+    an attempt begun without `running`: the client keeps it alive every
+    third of the window_ms the daemon answered (it kept it every 2 s, so
+    the daemon freed it after 1 s and B ran the operation too)."""
+    d = own_daemon('engines = ("local");\nserve = { keepalive_ms = 1000; };\n')
+    scope = uniq("rg-S2")
+    entered = threading.Event()
+    finish = threading.Event()
+    errors = []
+
+    def a():
+        try:
+            with cerberus.RemoteClient(d.address) as ca:
+                with ca.guard(scope, "k", keep=60) as attempt:
+                    entered.set()
+                    finish.wait(3.0)  # A's operation runs up to 3 s
+                    assert attempt.state is cerberus.State.VALID, attempt.state
+                    attempt.result = "A"
+        except BaseException as e:  # noqa: B902 - reported by the test
+            errors.append(e)
+            entered.set()
+
+    t = threading.Thread(target=a)
+    t.start()
+    try:
+        assert entered.wait(20), "A never entered the guard"
+        assert not errors, errors
+        time.sleep(1.5)  # the scenario's time (past one window), not a synchronisation
+        with cerberus.RemoteClient(d.address) as cb:
+            with pytest.raises(cerberus.Busy):
+                with cb.guard(scope, "k", wait=0):
+                    pytest.fail("B ran the operation while A still ran it")
+    finally:
+        finish.set()
+        t.join(30)
+    assert not errors, errors
+    with cerberus.RemoteClient(d.address) as cb:
+        with pytest.raises(cerberus.Duplicate) as e:
+            with cb.guard(scope, "k"):
+                pytest.fail("the block ran twice")
+        assert e.value.result == b"A"
+
+
+def test_guard_attempt_lost_in_time_when_the_daemon_is_stopped(own_daemon):
+    """S2, the other half: keepalives that fail (the daemon is stopped) do
+    not keep the attempt VALID; it reads LOST once its window passed since
+    the last confirmed keepalive (the daemon frees it then), and on_lost
+    fires. It stayed VALID, with its failures only logged."""
+    d = own_daemon('engines = ("local");\nserve = { keepalive_ms = 1000; };\n')
+    window = 1.0
+
+    class Stop(Exception):
+        pass
+
+    with cerberus.RemoteClient(d.address, timeout=30) as c:
+        lost = threading.Event()
+        with pytest.raises(Stop):
+            with c.guard(uniq("rg-S2b"), "k") as attempt:
+                attempt.on_lost(lambda a: lost.set())
+                assert attempt.state is cerberus.State.VALID
+                stopped = time.monotonic()
+                os.kill(d.proc.pid, signal.SIGSTOP)
+                try:
+                    limit = stopped + window + 0.3
+                    while attempt.state is not cerberus.State.LOST \
+                            and time.monotonic() < limit:
+                        time.sleep(0.005)  # polling a condition against its deadline
+                    assert attempt.state is cerberus.State.LOST, \
+                        "still %s %.2f s after the daemon stopped (window %g s)" % (
+                            attempt.state.name, time.monotonic() - stopped, window)
+                    assert lost.wait(max(0.0, limit - time.monotonic()) + 0.05), \
+                        "on_lost did not fire by the deadline"
+                finally:
+                    os.kill(d.proc.pid, signal.SIGCONT)
+                raise Stop()
+
+
+def test_a_hold_without_lease_is_kept_within_the_daemons_window(own_daemon):
+    """A hold acquired without lease_ms lives on the daemon by its
+    serve.keepalive_ms window, which the client is not told: here 1 s,
+    shorter than the keepalive period the client would pick from the
+    library's 10 s lease. The hold's open event stream keeps it (the daemon
+    never expires a hold that is listened to): past two windows the name is
+    still taken and the hold VALID. Without the stream the daemon released
+    it after 1 s and another caller got it while the hold read VALID."""
+    d = own_daemon('engines = ("local");\nserve = { keepalive_ms = 1000; };\n')
+    name = uniq("rnl")
+    with cerberus.RemoteClient(d.address) as c, cerberus.RemoteClient(d.address) as other:
+        hold = c.lock(name).acquire(wait=5)
+        time.sleep(2.0)  # the scenario's time (two windows), not a synchronisation
+        with pytest.raises(cerberus.Busy):
+            other.lock(name).acquire(wait=0).release()
+        assert hold.state is cerberus.State.VALID
+        hold.release()
