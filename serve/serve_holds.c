@@ -264,7 +264,9 @@ bool cerb__serve_holds_info(struct cerb__serve_holds *t, const char *id,
     h = find(t, id);
     if (h) {
         /* Never block, take no lock the lost callback holds; the hold is
-         * the table's while the mutex is held. */
+         * the table's while the mutex is held. A stream is open on it (a
+         * heartbeat asks), so the window does not run: the library's
+         * deadline alone bounds it. */
         *state = h->lost ? CERB_LOCK_LOST : cerb_hold_state(h->hold);
         *valid_ms = *state == CERB_LOCK_LOST ? 0 : cerb_hold_valid_ms(h->hold);
     }
@@ -300,7 +302,11 @@ cerb_status cerb__serve_holds_touch(struct cerb__serve_holds *t, const char *id,
         } else {
             h->last_seen_ns = now_ns();
             *state = ls;
+            /* Nor beyond the window this keepalive just started: a caller
+             * that counts it down never outlives the server's keeping. */
             *valid_ms = cerb_hold_valid_ms(h->hold);
+            if (*valid_ms > h->window_ns / 1000000)
+                *valid_ms = h->window_ns / 1000000;
             st = CERB_OK;
         }
         break;

@@ -49,7 +49,7 @@ static enum MHD_Result acquire(struct cerb__serve *s, struct MHD_Connection *con
     cerb_status st;
     char id[CERB_SERVE_HOLD_ID_LEN + 1], why[512], token[24];
     const char *engine;
-    int64_t valid_ms;
+    int64_t valid_ms, window_ms;
 
     opts.lease_ms = rq->lease_ms;
     st = cerb_lock_new(s->client, name, &opts, &lk);
@@ -84,9 +84,12 @@ static enum MHD_Result acquire(struct cerb__serve *s, struct MHD_Connection *con
     /* Read before the hold is published: from then on the expiry thread
      * may release and free it. */
     snprintf(token, sizeof token, "%" PRIu64, cerb_hold_fencing_token(hold));
+    window_ms = opts.lease_ms ? opts.lease_ms : CERB_SERVE_DEFAULT_WINDOW_MS;
+    /* Never beyond the window either: counted down by a silent caller. */
     valid_ms = cerb_hold_valid_ms(hold);
-    st = cerb__serve_holds_add(&s->holds, hold,
-                               opts.lease_ms ? opts.lease_ms : CERB_SERVE_DEFAULT_WINDOW_MS, id);
+    if (valid_ms > window_ms)
+        valid_ms = window_ms;
+    st = cerb__serve_holds_add(&s->holds, hold, window_ms, id);
     if (st != CERB_OK) {
         cerb_hold_free(hold);
         return cerb__serve_reply_error(conn, st, "cannot record the hold");
@@ -95,10 +98,11 @@ static enum MHD_Result acquire(struct cerb__serve *s, struct MHD_Connection *con
      * the current engine is that one unless a switch came in between. */
     engine = cerb_engine_current(s->client);
     return cerb__serve_reply_json(conn, MHD_HTTP_OK,
-                                  json_pack("{s:s, s:s, s:s, s:I}", "hold", id,
+                                  json_pack("{s:s, s:s, s:s, s:I, s:I}", "hold", id,
                                             "fencing_token", token, "engine",
                                             engine ? engine : "", "valid_ms",
-                                            (json_int_t)valid_ms));
+                                            (json_int_t)valid_ms, "window_ms",
+                                            (json_int_t)window_ms));
 }
 
 static enum MHD_Result unknown_hold(struct MHD_Connection *conn, const char *id)

@@ -755,6 +755,35 @@ static void test_events_lost(void **state)
     free(name);
 }
 
+/* valid_ms never runs past the daemon's own window: a caller that counts
+ * it down from a keepalive is never told more than the daemon keeps the
+ * hold for while it is silent (here 1 s, beside the library's 10 s). */
+static void test_valid_ms_within_the_window(void **state)
+{
+    struct fixture *f = *state;
+    struct cerb__serve_opts o = CERB__SERVE_OPTS_INIT;
+    char *name = test_name("serve-window");
+    char path[512], keep[128];
+    struct reply r;
+
+    o.keepalive_ms = 1000;
+    cerb__serve_configure(f->serve, &o);
+    snprintf(path, sizeof path, "/v1/locks/%s/acquire", name);
+    r = request(f, "POST", path, NULL);
+    assert_int_equal(r.code, 200);
+    assert_int_equal(json_integer_value(json_object_get(r.body, "window_ms")), 1000);
+    assert_true(json_integer_value(json_object_get(r.body, "valid_ms")) > 0);
+    assert_true(json_integer_value(json_object_get(r.body, "valid_ms")) <= 1000);
+    snprintf(keep, sizeof keep, "/v1/holds/%s/keepalive", str(&r, "hold"));
+    json_decref(r.body);
+    r = request(f, "POST", keep, "");
+    assert_int_equal(r.code, 200);
+    assert_true(json_integer_value(json_object_get(r.body, "valid_ms")) > 0);
+    assert_true(json_integer_value(json_object_get(r.body, "valid_ms")) <= 1000);
+    json_decref(r.body);
+    free(name);
+}
+
 /* A keepalive of a hold the library lost answers 410 LOST, not 200: a
  * caller that only keeps its hold alive (no event stream) must learn that
  * the name may be another's. The hold is dropped: the name is free here. */
@@ -1091,6 +1120,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_events_end_on_release, setup, teardown),
         cmocka_unit_test_setup_teardown(test_stop_ends_streams, setup, teardown),
         cmocka_unit_test_setup_teardown(test_events_lost, setup_no_renew, teardown),
+        cmocka_unit_test_setup_teardown(test_valid_ms_within_the_window, setup, teardown),
         cmocka_unit_test_setup_teardown(test_keepalive_of_lost_hold, setup_no_renew, teardown),
         cmocka_unit_test_setup_teardown(test_waiter_that_hung_up, setup, teardown),
         cmocka_unit_test_setup_teardown(test_listener_that_hung_up, setup, teardown),
