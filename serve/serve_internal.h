@@ -343,6 +343,21 @@ enum MHD_Result cerb__serve_reply_error(struct MHD_Connection *conn, cerb_status
  * Bearer (a TCP request without the right token). */
 enum MHD_Result cerb__serve_reply_unauthorized(struct MHD_Connection *conn,
                                                const char *text);
+/* {"errorCode": @error_code, "message": @message} with HTTP @code, daprd's
+ * error body (serve_dapr.c). */
+enum MHD_Result cerb__serve_reply_dapr_error(struct MHD_Connection *conn, unsigned code,
+                                             const char *error_code, const char *message);
+/* 405 {"status": "EINVAL", "error": ...} with Allow: @allow, for @method on
+ * a route that answers only @allow. */
+enum MHD_Result cerb__serve_reply_method(struct MHD_Connection *conn, const char *method,
+                                         const char *allow);
+/*
+ * cerb__serve_utf8 — a copy of @text (NULL: "") in which every byte that is
+ * not part of a well-formed UTF-8 sequence is U+FFFD, so that jansson can
+ * carry it. Returns: the copy (free it), NULL when out of memory.
+ * Thread-safety: any thread. The error replies apply it to their text.
+ */
+char *cerb__serve_utf8(const char *text);
 /* The HTTP code for a library status. */
 unsigned cerb__serve_http_code(cerb_status st);
 /* @text (@len bytes, copied) as @content_type with HTTP @code. */

@@ -19,6 +19,12 @@
  * (the guard's attempts keepalive is matched first: a scope named
  * "attempts" still works for begin and finish, whose suffix differs).
  *
+ * A lock name must be UTF-8 (checked here, 400 otherwise): a path's %XX
+ * escapes can make any bytes, but the answers that name a lock are JSON,
+ * which carries only UTF-8. Hold and attempt ids are judged by their table
+ * (an id that is not one is 404), and the error replies make what they
+ * echo UTF-8 (serve_reply.c).
+ *
  * Bodies are parsed with jansson (duplicate members refused, \u0000 kept
  * in strings) into struct cerb__serve_req, with the same bounds as the
  * configuration's keys, so the library sees only values it accepts.
@@ -70,6 +76,50 @@ bool cerb__serve_is_id(const char *s)
 }
 
 /* ---- the path ---- */
+
+/* Unicode 15, table 3-7: the second byte's range depends on the first. */
+size_t cerb__serve_utf8_seq(const unsigned char *p, size_t n)
+{
+    unsigned char lo = 0x80, hi = 0xbf;
+    size_t len;
+
+    if (p[0] < 0x80)
+        return 1;
+    if (p[0] >= 0xc2 && p[0] <= 0xdf)
+        len = 2;
+    else if (p[0] >= 0xe0 && p[0] <= 0xef) {
+        len = 3;
+        if (p[0] == 0xe0)
+            lo = 0xa0; /* overlong below */
+        else if (p[0] == 0xed)
+            hi = 0x9f; /* surrogates above */
+    } else if (p[0] >= 0xf0 && p[0] <= 0xf4) {
+        len = 4;
+        if (p[0] == 0xf0)
+            lo = 0x90;
+        else if (p[0] == 0xf4)
+            hi = 0x8f; /* above U+10FFFF */
+    } else {
+        return 0;
+    }
+    if (n < len || p[1] < lo || p[1] > hi)
+        return 0;
+    for (size_t i = 2; i < len; i++)
+        if (p[i] < 0x80 || p[i] > 0xbf)
+            return 0;
+    return len;
+}
+
+/* Whether @s (@n bytes) is well-formed UTF-8 (a lock name must be: every
+ * answer that names it is JSON, which carries only UTF-8). */
+static bool is_utf8(const char *s, size_t n)
+{
+    for (size_t i = 0, k; i < n; i += k)
+        if ((k = cerb__serve_utf8_seq((const unsigned char *)s + i, n - i)) == 0)
+            return false;
+    return true;
+}
+
 
 static bool starts(const char *s, const char *prefix)
 {
@@ -397,6 +447,10 @@ cerb_status cerb__serve_parse(const char *method, const char *path, const char *
             return CERB_ENOMEM;
         rq->key_len = kn;
     }
+    if ((rq->rt == CERB_SERVE_RT_LOCK_ACQUIRE || rq->rt == CERB_SERVE_RT_LOCK_INSPECT) &&
+        !is_utf8(p, n))
+        return WHY("path: the lock name is not UTF-8 (a name is echoed in JSON answers, "
+                   "which carry only UTF-8)");
     switch (rq->rt) {
     case CERB_SERVE_RT_LOCK_ACQUIRE:
         read_body = body_acquire;

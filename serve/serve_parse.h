@@ -93,6 +93,14 @@ cerb_status cerb__serve_parse(const char *method, const char *path, const char *
 
 void cerb__serve_req_free(struct cerb__serve_req *rq);
 
+/*
+ * cerb__serve_utf8_seq — the length (1 to 4) of the well-formed UTF-8
+ * sequence (RFC 3629: no overlong form, no surrogate, nothing above
+ * U+10FFFF) that starts at @p, @n bytes left (n >= 1).
+ * Returns: 0 when none starts there. Thread-safety: pure.
+ */
+size_t cerb__serve_utf8_seq(const unsigned char *p, size_t n);
+
 /* Whether @s is an id as the server makes them (32 lowercase hex). */
 bool cerb__serve_is_id(const char *s);
 

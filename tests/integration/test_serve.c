@@ -16,7 +16,10 @@
  * chose): a request without `Authorization: Bearer TOKEN`, or with another
  * token, is 401 UNAUTHORIZED with a Bearer challenge (healthz too), one
  * with it is answered; an address that is not loopback, or TCP without a
- * token, is refused.
+ * token, is refused. Bytes that are not UTF-8 in a path part (or a
+ * character an error text's cut would halve), on the native and the Dapr
+ * routes, get a JSON answer (a lock name 400, an id 404), never a dropped
+ * connection.
  */
 #include <pthread.h>
 #include <setjmp.h>
@@ -27,7 +30,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <errno.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/un.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -1062,6 +1068,49 @@ static void test_tcp_refused(void **state)
     }
 }
 
+/* Bytes that are not UTF-8 in a path part, or a character the error text
+ * would cut in half, still get a JSON answer: the echoed text is made
+ * valid UTF-8, never a dropped connection. */
+static void test_bad_utf8_answered(void **state)
+{
+    struct fixture *f = *state;
+    static const struct {
+        const char *method, *path, *body;
+        long code;
+    } cases[] = {
+        {"DELETE", "/v1/holds/%ff", NULL, 404},
+        {"GET", "/v1/locks/%ff", NULL, 400},
+        {"POST", "/v1/locks/%ff%fe/acquire", "{}", 400},
+        {"POST", "/v1/holds/%e2%82/keepalive", "", 404},
+        {"GET", "/v1/holds/%c0%af/events", NULL, 404},
+        /* 39 bytes, then a 3-byte character the 40-byte cut would halve. */
+        {"DELETE", "/v1/holds/aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa%e2%82%ac", NULL, 404},
+        {"POST", "/v1/guard/attempts/%ff/keepalive", "", 404},
+        {"POST", "/v1/guard/s/k%ff/finish",
+         "{\"attempt\": \"0123456789abcdef0123456789abcdef\", \"succeeded\": false}", 404},
+        {"POST", "/v1.0-alpha1/lock/%ff",
+         "{\"resourceId\": \"r\", \"lockOwner\": \"o\", \"expiryInSeconds\": 5}", 404}, /* Dapr: no such store */
+        {"POST", "/v1.0-alpha1/lock/cerberus",
+         "{\"resourceId\": \"r\xff\", \"lockOwner\": \"o\", \"expiryInSeconds\": 5}", 400},
+        {"POST", "/v1.0-alpha1/unlock/cerberus", "{\"resourceId\": \"\xe2\x82\", "
+                                                  "\"lockOwner\": \"o\"}", 400},
+    };
+
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        struct reply r;
+        CURLcode rc = try_request(f, cases[i].method, cases[i].path, cases[i].body, &r);
+        if (rc != CURLE_OK)
+            fail_msg("%s %s: %s", cases[i].method, cases[i].path, curl_easy_strerror(rc));
+        if (!r.body)
+            fail_msg("%s %s: %ld without a JSON body", cases[i].method, cases[i].path,
+                     r.code);
+        if (r.code != cases[i].code)
+            fail_msg("%s %s: %ld, not %ld", cases[i].method, cases[i].path, r.code,
+                     cases[i].code);
+        json_decref(r.body);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1083,9 +1132,11 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_status_and_inspect, setup, teardown),
         cmocka_unit_test_setup_teardown(test_tcp_token, setup, teardown),
         cmocka_unit_test_setup_teardown(test_tcp_refused, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_bad_utf8_answered, setup, teardown),
     };
     int rc;
 
+    cerb_test_debug_aids();
     curl_global_init(CURL_GLOBAL_DEFAULT);
     rc = cmocka_run_group_tests(tests, NULL, NULL);
     curl_global_cleanup();
