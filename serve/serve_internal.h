@@ -13,6 +13,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/types.h>
 
 #include <jansson.h>
 #include <microhttpd.h>
@@ -308,6 +309,8 @@ struct cerb__serve_listener {
     struct MHD_Daemon *daemon;
     char *path;  /* a unix socket's file, removed at stop; NULL for TCP and
                     for a socket systemd passed (it is systemd's) */
+    dev_t path_dev; /* that file's identity after bind: the stop removes it */
+    ino_t path_ino; /* only while lstat still finds this one there */
     char *token; /* TCP: the bearer token every request must carry (wiped at
                     stop; replaced under s->token_mu by cerb__serve_set_token) */
     char name[160]; /* "unix:PATH" or "ADDR:PORT", for the log */

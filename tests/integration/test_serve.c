@@ -19,7 +19,10 @@
  * token, is refused. Bytes that are not UTF-8 in a path part (or a
  * character an error text's cut would halve), on the native and the Dapr
  * routes, get a JSON answer (a lock name 400, an id 404), never a dropped
- * connection.
+ * connection. The unix socket: a plain file at its path is refused and
+ * left as it was; a live listener whose backlog is full (connect: EAGAIN)
+ * is neither waited on nor taken over; a stop removes its socket file only
+ * while it is still its own (a newer server's file at the path stays).
  */
 #include <pthread.h>
 #include <setjmp.h>
@@ -1111,6 +1114,151 @@ static void test_bad_utf8_answered(void **state)
     }
 }
 
+/* A server's socket file replaced by a newer server's (its file removed,
+ * the newer one started at the same path): stopping the older one leaves
+ * the newer one's socket in place, and it goes on answering. */
+static void test_stop_keeps_newer_socket(void **state)
+{
+    struct fixture *f = *state;
+    struct cerb__serve *newer = NULL;
+    struct stat before, after;
+    char err[256];
+    struct reply r;
+
+    assert_int_equal(unlink(f->sock), 0);
+    if (cerb__serve_start(f->client, f->sock, &newer, err, sizeof err) != CERB_OK)
+        fail_msg("the newer server: %s", err);
+    assert_int_equal(lstat(f->sock, &before), 0);
+    cerb__serve_stop(f->serve); /* the older one */
+    f->serve = newer;
+    if (lstat(f->sock, &after) != 0)
+        fail_msg("the older server's stop removed the newer server's socket");
+    assert_true(S_ISSOCK(after.st_mode));
+    assert_true(before.st_ino == after.st_ino && before.st_dev == after.st_dev);
+    r = request(f, "GET", "/healthz", NULL);
+    assert_int_equal(r.code, 200);
+    json_decref(r.body);
+    /* Its own stop removes its own socket. */
+    cerb__serve_stop(f->serve);
+    f->serve = NULL;
+    assert_int_not_equal(lstat(f->sock, &after), 0);
+}
+
+/* A file that is not a socket is refused and left as it was. */
+static void test_plain_file_left_alone(void **state)
+{
+    struct fixture *f = *state;
+    struct cerb__serve *other = NULL;
+    char err[256], file[160], text[16] = "";
+    FILE *fp;
+
+    snprintf(file, sizeof file, "%s/plain", f->dir);
+    fp = fopen(file, "w");
+    assert_non_null(fp);
+    fputs("keep me", fp);
+    fclose(fp);
+    assert_int_not_equal(cerb__serve_start(f->client, file, &other, err, sizeof err),
+                         CERB_OK);
+    assert_null(other);
+    assert_non_null(strstr(err, "not a socket"));
+    fp = fopen(file, "r");
+    assert_non_null(fp);
+    assert_non_null(fgets(text, sizeof text, fp));
+    fclose(fp);
+    assert_string_equal(text, "keep me");
+    assert_int_equal(unlink(file), 0);
+}
+
+/* A start on the path of a live listener whose backlog is full (its
+ * connect() fails with EAGAIN, not ECONNREFUSED) must neither hang nor take
+ * the socket over. The start runs on a thread, waited for with a deadline. */
+struct starter {
+    cerb_client *client;
+    const char *path;
+    struct cerb__serve *serve;
+    cerb_status st;
+    char err[256];
+    bool done;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+};
+
+static void *run_start(void *ud)
+{
+    struct starter *s = ud;
+    cerb_status st = cerb__serve_start(s->client, s->path, &s->serve, s->err, sizeof s->err);
+
+    pthread_mutex_lock(&s->mu);
+    s->st = st;
+    s->done = true;
+    pthread_cond_signal(&s->cv);
+    pthread_mutex_unlock(&s->mu);
+    return NULL;
+}
+
+static void test_busy_listener_not_taken(void **state)
+{
+    struct fixture *f = *state;
+    static struct starter s; /* static: a thread that hung may still use it */
+    struct sockaddr_un sa;
+    struct stat before, after;
+    struct timespec deadline;
+    int lfd, cfd[64], n = 0;
+    pthread_t th;
+    bool done;
+
+    memset(&sa, 0, sizeof sa);
+    sa.sun_family = AF_UNIX;
+    snprintf(sa.sun_path, sizeof sa.sun_path, "%s/busy.sock", f->dir);
+    lfd = socket(AF_UNIX, SOCK_STREAM, 0);
+    assert_true(lfd >= 0);
+    assert_int_equal(bind(lfd, (struct sockaddr *)&sa, sizeof sa), 0);
+    assert_int_equal(listen(lfd, 0), 0);
+    /* Fill its backlog: a non-blocking connect then fails with EAGAIN. */
+    for (; n < 64; n++) {
+        cfd[n] = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK, 0);
+        assert_true(cfd[n] >= 0);
+        if (connect(cfd[n], (struct sockaddr *)&sa, sizeof sa) != 0) {
+            assert_int_equal(errno, EAGAIN);
+            close(cfd[n]);
+            break;
+        }
+    }
+    assert_true(n < 64);
+    assert_int_equal(lstat(sa.sun_path, &before), 0);
+
+    memset(&s, 0, sizeof s);
+    s.client = f->client;
+    s.path = sa.sun_path;
+    pthread_mutex_init(&s.mu, NULL);
+    pthread_cond_init(&s.cv, NULL);
+    assert_int_equal(pthread_create(&th, NULL, run_start, &s), 0);
+    clock_gettime(CLOCK_REALTIME, &deadline);
+    deadline.tv_sec += 5;
+    pthread_mutex_lock(&s.mu);
+    while (!s.done && pthread_cond_timedwait(&s.cv, &s.mu, &deadline) == 0)
+        ;
+    done = s.done;
+    pthread_mutex_unlock(&s.mu);
+    if (!done) {
+        pthread_detach(th);
+        fail_msg("the start hung on a live listener with a full backlog");
+    }
+    pthread_join(th, NULL);
+    if (s.st == CERB_OK) {
+        cerb__serve_stop(s.serve);
+        fail_msg("the start took over a live listener's socket");
+    }
+    assert_null(s.serve);
+    assert_non_null(strstr(s.err, "another server"));
+    assert_int_equal(lstat(sa.sun_path, &after), 0);
+    assert_true(before.st_ino == after.st_ino);
+    for (int i = 0; i < n; i++)
+        close(cfd[i]);
+    close(lfd);
+    unlink(sa.sun_path);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1133,6 +1281,9 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_tcp_token, setup, teardown),
         cmocka_unit_test_setup_teardown(test_tcp_refused, setup, teardown),
         cmocka_unit_test_setup_teardown(test_bad_utf8_answered, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_stop_keeps_newer_socket, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_plain_file_left_alone, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_busy_listener_not_taken, setup, teardown),
     };
     int rc;
 
