@@ -824,7 +824,10 @@ fail:
     cerb__serve_expiry_stop(&s->expiry);
     cerb__serve_dapr_free(s->dapr);
 fail_dapr:
-    cerb__serve_holds_destroy(&s->holds);
+    {
+        size_t released, left; /* none yet */
+        cerb__serve_holds_destroy(&s->holds, 0, &released, &left);
+    }
     cerb__serve_waits_destroy(&s->waits);
     pthread_mutex_destroy(&s->opts_mu);
     pthread_mutex_destroy(&s->token_mu);
@@ -837,30 +840,19 @@ void cerb__serve_set_heartbeat_ms(struct cerb__serve *s, int64_t ms)
     cerb__serve_holds_set_heartbeat(&s->holds, ms);
 }
 
-/* The holds in the table now. */
-static size_t count_holds(struct cerb__serve_holds *t)
-{
-    size_t n = 0;
-
-    lock(&t->mu);
-    for (struct cerb__serve_hold *h = t->head; h; h = h->next)
-        n++;
-    unlock(&t->mu);
-    return n;
-}
-
 void cerb__serve_stop_report(struct cerb__serve *s, size_t *released, bool *drained)
 {
-    char held[24], ms[24];
-    int64_t drain_ms;
+    char held[24], ms[24], kept[24];
+    int64_t drain_ms, t0, budget_ms;
+    size_t left;
     bool done;
-    size_t n;
 
     *released = 0;
     *drained = true;
     if (!s)
         return;
     drain_ms = s->opts.drain_ms; /* one thread: nothing changes it now */
+    t0 = mono_ns();
     /* Acquisitions waiting now end with 503 INTERRUPTED and new ones are
      * refused; the answers being made are sent (for a bounded time); then
      * MHD closes the connections and the listening socket and joins its
@@ -872,8 +864,15 @@ void cerb__serve_stop_report(struct cerb__serve *s, size_t *released, bool *drai
         MHD_stop_daemon(s->listeners[i].daemon);
     cerb__serve_expiry_stop(&s->expiry);
     cerb__serve_waits_destroy(&s->waits);
-    n = count_holds(&s->holds);
-    cerb__serve_holds_destroy(&s->holds);
+    /* The releases get what the drain left of serve.drain_ms, at least
+     * CERB_SERVE_STOP_RELEASE_MIN_MS: one after another, each bounded only
+     * by the engine's timeouts, 100 holds on a silent server took minutes,
+     * past a service manager's stop timeout. Those not released by then
+     * expire with their lease. */
+    budget_ms = drain_ms - (mono_ns() - t0) / 1000000;
+    if (budget_ms < CERB_SERVE_STOP_RELEASE_MIN_MS)
+        budget_ms = CERB_SERVE_STOP_RELEASE_MIN_MS;
+    cerb__serve_holds_destroy(&s->holds, budget_ms, released, &left);
     cerb__serve_dapr_free(s->dapr);
     for (size_t i = 0; i < s->n_listeners; i++) {
         struct cerb__serve_listener *l = &s->listeners[i];
@@ -888,11 +887,12 @@ void cerb__serve_stop_report(struct cerb__serve *s, size_t *released, bool *drai
     pthread_mutex_destroy(&s->opts_mu);
     pthread_mutex_destroy(&s->token_mu);
     free(s);
-    snprintf(held, sizeof held, "%zu", n);
+    snprintf(held, sizeof held, "%zu", *released);
+    snprintf(kept, sizeof kept, "%zu", left);
     snprintf(ms, sizeof ms, "%lld", (long long)drain_ms);
-    CERB_SERVE_LOG(done ? CERB_LOG_INFO : CERB_LOG_WARN, "stop", "holds_released", held,
-                   "drained", done ? "yes" : "no", "drain_ms", ms);
-    *released = n;
+    CERB_SERVE_LOG(done && left == 0 ? CERB_LOG_INFO : CERB_LOG_WARN, "stop",
+                   "holds_released", held, "drained", done ? "yes" : "no", "drain_ms", ms,
+                   "holds_left", kept);
     *drained = done;
 }
 

@@ -143,8 +143,21 @@ enum cerb__serve_event cerb__serve_holds_wait(struct cerb__serve_holds *t, const
                                               int64_t deadline_ns);
 /* Ends every event stream (they stop waiting and close). */
 void cerb__serve_holds_stop_streams(struct cerb__serve_holds *t);
-/* Releases and frees every hold left, then the table's mutex. */
-void cerb__serve_holds_destroy(struct cerb__serve_holds *t);
+/* How many threads release the holds left at a stop. */
+#define CERB_SERVE_STOP_THREADS 8
+/* The least time a stop gives those releases, whatever serve.drain_ms. */
+#define CERB_SERVE_STOP_RELEASE_MIN_MS 1000
+/*
+ * cerb__serve_holds_destroy — release the holds left, in parallel
+ * (CERB_SERVE_STOP_THREADS threads), starting none after @budget_ms (the
+ * ones in flight then finish: one engine timeout at most); then free the
+ * table and its mutex. The holds not released are left to expire with
+ * their server lease: the client keeps them until cerb_client_close.
+ * Returns: in *@released the holds released, in *@left those left.
+ * Thread-safety: once, after the expiry thread and the HTTP daemons stopped.
+ */
+void cerb__serve_holds_destroy(struct cerb__serve_holds *t, int64_t budget_ms,
+                               size_t *released, size_t *left);
 
 /* ---- requests and acquisitions in progress (serve_waits.c) ---- */
 

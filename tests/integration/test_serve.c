@@ -23,6 +23,9 @@
  * left as it was; a live listener whose backlog is full (connect: EAGAIN)
  * is neither waited on nor taken over; a stop removes its socket file only
  * while it is still its own (a newer server's file at the path stays).
+ * With the fault engine releasing slowly (1 s each), a stop with 50 holds
+ * returns within its bound (serve.drain_ms 1000: well under 5 s, where
+ * one release after another took 50 s) and says how many it left.
  */
 #include <pthread.h>
 #include <setjmp.h>
@@ -45,6 +48,7 @@
 #include <jansson.h>
 
 #include "cerberus.h"
+#include "fault_engine.h"
 #include "serve.h"
 #include "test_util.h"
 
@@ -1259,6 +1263,75 @@ static void test_busy_listener_not_taken(void **state)
     unlink(sa.sun_path);
 }
 
+/* A stop with many holds on a server that releases slowly (1 s each, the
+ * fault engine) returns within its bound: the holds are released in
+ * parallel until a deadline, the rest left to expire with their lease. */
+static int setup_fault(void **state)
+{
+    struct fixture *f = calloc(1, sizeof *f);
+    struct cerb__serve_opts o = CERB__SERVE_OPTS_INIT;
+    char err[256];
+
+    assert_non_null(f);
+    fault_engine_register();
+    fault_engine_reset();
+    snprintf(f->dir, sizeof f->dir, "/tmp/cerb-serve-XXXXXX");
+    assert_non_null(mkdtemp(f->dir));
+    snprintf(f->sock, sizeof f->sock, "%s/serve.sock", f->dir);
+    assert_int_equal(cerb_client_open_string(&f->client, "engines = (\"fault\");\n"),
+                     CERB_OK);
+    o.drain_ms = 1000;
+    if (cerb__serve_start(f->client, NULL, &f->serve, err, sizeof err) != CERB_OK)
+        fail_msg("cerb__serve_start: %s", err);
+    cerb__serve_configure(f->serve, &o);
+    if (cerb__serve_listen_unix(f->serve, f->sock, err, sizeof err) != CERB_OK)
+        fail_msg("listen: %s", err);
+    *state = f;
+    return 0;
+}
+
+static int teardown_fault(void **state)
+{
+    fault_engine_reset();
+    return teardown(state);
+}
+
+static void test_stop_bounded(void **state)
+{
+    struct fixture *f = *state;
+    enum { HOLDS = 50 };
+    char *name = test_name("serve-stop");
+    char path[512];
+    size_t released;
+    bool drained;
+    int64_t t0, ms;
+    struct timespec ts;
+
+    for (int i = 0; i < HOLDS; i++) {
+        struct reply r;
+        snprintf(path, sizeof path, "/v1/locks/%s-%d/acquire", name, i);
+        r = request(f, "POST", path, "{\"wait_ms\": 0, \"lease_ms\": 60000}");
+        assert_int_equal(r.code, 200);
+        json_decref(r.body);
+    }
+    fault_engine_delay(FAULT_RELEASE, 1000, false);
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    t0 = (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+    cerb__serve_stop_report(f->serve, &released, &drained);
+    f->serve = NULL;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    ms = (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000 - t0;
+    /* The close releases what is left at once. */
+    fault_engine_delay(FAULT_RELEASE, 0, false);
+    /* drain_ms 1000: nothing to drain, 1 s of releasing, the releases in
+     * flight then (1 s): well under 5 s, where one after another took 50. */
+    if (ms >= 5000)
+        fail_msg("the stop took %lld ms with %d slow releases", (long long)ms, HOLDS);
+    assert_true(released >= 1 && released < HOLDS);
+    assert_true(drained);
+    free(name);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1284,6 +1357,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_stop_keeps_newer_socket, setup, teardown),
         cmocka_unit_test_setup_teardown(test_plain_file_left_alone, setup, teardown),
         cmocka_unit_test_setup_teardown(test_busy_listener_not_taken, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_stop_bounded, setup_fault, teardown_fault),
     };
     int rc;
 
