@@ -2,9 +2,11 @@
  * serve_parse.c — routes, path parts and bodies of `cerberus serve`
  * requests, with no libmicrohttpd (serve_parse.h says what the path is).
  *
- * Routes are matched on the method and the whole path, so a path that is
- * not exactly one of them is no route (404), whatever its method. The path
- * parts are copied out:
+ * Routes are matched on the method and the whole path. A path that no
+ * route takes with its method is tried with the other methods (GET, POST,
+ * DELETE): those that would take it are the Allow of a 405, which tells
+ * the caller its mistake; a path no method takes is no route (404). The
+ * path parts are copied out:
  *
  *   /v1/locks/{name}                 name: no '/' (GET)
  *   /v1/locks/{name}/acquire         name: anything non-empty (the library
@@ -226,6 +228,26 @@ static enum cerb__serve_rt match(const char *method, const char *path, const cha
     }
 }
 
+/* The methods other than @method that take @path, as an Allow header's
+ * value in @allow (@cap bytes; "" when none does). */
+static void allowed(const char *method, const char *path, char *allow, size_t cap)
+{
+    static const char *const methods[] = {"GET", "POST", "DELETE"};
+    const char *p, *k;
+    size_t n, kn, o = 0;
+
+    allow[0] = '\0';
+    for (size_t i = 0; i < sizeof methods / sizeof *methods; i++) {
+        if (strcmp(method, methods[i]) == 0 ||
+            match(methods[i], path, &p, &n, &k, &kn) == CERB_SERVE_RT_NONE)
+            continue;
+        int w = snprintf(allow + o, cap - o, "%s%s", o ? ", " : "", methods[i]);
+        if (w < 0 || (size_t)w >= cap - o)
+            break; /* cannot happen: the buffer holds all three */
+        o += (size_t)w;
+    }
+}
+
 /* ---- base64 ---- */
 
 static int b64_value(unsigned char c)
@@ -438,8 +460,10 @@ cerb_status cerb__serve_parse(const char *method, const char *path, const char *
     if (whylen)
         why[0] = '\0';
     rq->rt = match(method, path, &p, &n, &k, &kn);
-    if (rq->rt == CERB_SERVE_RT_NONE)
+    if (rq->rt == CERB_SERVE_RT_NONE) {
+        allowed(method, path, rq->allow, sizeof rq->allow);
         return CERB_OK;
+    }
     if (p && !(rq->part = copy(p, n)))
         return CERB_ENOMEM;
     if (k) {

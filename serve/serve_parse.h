@@ -74,6 +74,9 @@ struct cerb__serve_req {
     size_t result_len;
     /* switch: the engine to switch to ("auto" included); NULL = the next. */
     char *engine;
+    /* rt NONE: the methods that would take this path ("GET, POST"...), the
+     * Allow of a 405; "" when none would (404). */
+    char allow[24];
 };
 
 /*
@@ -83,7 +86,8 @@ struct cerb__serve_req {
  * a JSON object whose members are known and well-typed (guard and switch
  * bodies refuse unknown members; an acquisition ignores them).
  * Returns: CERB_OK with rq->rt set (CERB_SERVE_RT_NONE when no route
- * matches: not an error); CERB_EINVAL when a route matched but its body or
+ * matches: not an error; rq->allow then says which methods would take the
+ * path, if any); CERB_EINVAL when a route matched but its body or
  * path part is bad, with the reason in @why (@whylen bytes); CERB_ENOMEM.
  * Free *@rq with cerb__serve_req_free() whatever it returned.
  */

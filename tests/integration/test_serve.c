@@ -26,6 +26,9 @@
  * With the fault engine releasing slowly (1 s each), a stop with 50 holds
  * returns within its bound (serve.drain_ms 1000: well under 5 s, where
  * one release after another took 50 s) and says how many it left.
+ * A lock name of 300 to 4000 bytes answers the library's 400 and reason
+ * (the helper's URL buffer once cut such paths into a 404); a method a
+ * route does not answer is 405 with Allow, a path no method takes 404.
  */
 #include <pthread.h>
 #include <setjmp.h>
@@ -83,15 +86,20 @@ static size_t collect(char *p, size_t size, size_t n, void *ud)
 static CURLcode try_request(struct fixture *f, const char *method, const char *path,
                             const char *body, struct reply *r)
 {
-    char url[512], *text = NULL;
-    CURL *c = curl_easy_init();
+    /* As long as the path: a fixed buffer cut long paths (a long name
+     * then reached the server as another path: 404). */
+    size_t ulen = strlen(path) + sizeof "http://localhost";
+    char *url = malloc(ulen), *text = NULL;
+    CURL *c = url ? curl_easy_init() : NULL;
     CURLcode rc;
 
     r->code = 0;
     r->body = NULL;
-    if (!c)
+    if (!c) {
+        free(url);
         return CURLE_OUT_OF_MEMORY;
-    snprintf(url, sizeof url, "http://localhost%s", path);
+    }
+    snprintf(url, ulen, "http://localhost%s", path);
     curl_easy_setopt(c, CURLOPT_UNIX_SOCKET_PATH, f->sock);
     curl_easy_setopt(c, CURLOPT_URL, url);
     curl_easy_setopt(c, CURLOPT_CUSTOMREQUEST, method);
@@ -104,6 +112,7 @@ static CURLcode try_request(struct fixture *f, const char *method, const char *p
     rc = curl_easy_perform(c);
     curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &r->code);
     curl_easy_cleanup(c);
+    free(url);
     if (rc == CURLE_OK && text) {
         r->body = json_loads(text, 0, NULL);
         if (!r->body)
@@ -1332,6 +1341,91 @@ static void test_stop_bounded(void **state)
     free(name);
 }
 
+/* A name longer than the library allows answers the library's 400 and its
+ * reason, however long (not 404 "no such route"). */
+static void test_long_names(void **state)
+{
+    struct fixture *f = *state;
+    static const size_t lens[] = {300, 1023, 1024, 4000};
+    char path[4200], *name;
+    struct reply r;
+
+    for (size_t i = 0; i < sizeof lens / sizeof *lens; i++) {
+        name = malloc(lens[i] + 1);
+        assert_non_null(name);
+        memset(name, 'n', lens[i]);
+        name[lens[i]] = '\0';
+        snprintf(path, sizeof path, "/v1/locks/%s/acquire", name);
+        r = request(f, "POST", path, "{\"wait_ms\": 0}");
+        if (r.code != 400 || !strstr(str(&r, "error"), "longer than"))
+            fail_msg("acquire, a %zu-byte name: %ld %s", lens[i], r.code, str(&r, "error"));
+        json_decref(r.body);
+        snprintf(path, sizeof path, "/v1/locks/%s", name);
+        r = request(f, "GET", path, NULL);
+        if (r.code != 400 || !strstr(str(&r, "error"), "longer than"))
+            fail_msg("inspect, a %zu-byte name: %ld %s", lens[i], r.code, str(&r, "error"));
+        json_decref(r.body);
+        free(name);
+    }
+}
+
+/* A method a route does not answer is 405 with an Allow header; a path
+ * that is no route is still 404. */
+static size_t keep_headers(char *p, size_t size, size_t n, void *ud)
+{
+    return collect(p, size, n, ud);
+}
+
+static void test_wrong_method(void **state)
+{
+    struct fixture *f = *state;
+    static const struct {
+        const char *method, *path, *allow;
+    } cases[] = {
+        {"PUT", "/v1/holds/0123456789abcdef0123456789abcdef", "DELETE"},
+        {"GET", "/v1/holds/0123456789abcdef0123456789abcdef/keepalive", "POST"},
+        {"POST", "/v1/holds/0123456789abcdef0123456789abcdef/events", "GET"},
+        {"DELETE", "/v1/locks/x/acquire", "POST"},
+        {"POST", "/v1/locks/x", "GET"},
+        {"POST", "/healthz", "GET"},
+        {"GET", "/v1/switch", "POST"},
+        {"GET", "/v1/guard/s/k/begin", "POST"},
+    };
+
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        char url[256], *text = NULL, *headers = NULL, want[64];
+        long code = 0;
+        CURL *c = curl_easy_init();
+        assert_non_null(c);
+        snprintf(url, sizeof url, "http://localhost%s", cases[i].path);
+        curl_easy_setopt(c, CURLOPT_UNIX_SOCKET_PATH, f->sock);
+        curl_easy_setopt(c, CURLOPT_URL, url);
+        curl_easy_setopt(c, CURLOPT_CUSTOMREQUEST, cases[i].method);
+        curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
+        curl_easy_setopt(c, CURLOPT_TIMEOUT_MS, 10000L);
+        curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, collect);
+        curl_easy_setopt(c, CURLOPT_WRITEDATA, &text);
+        curl_easy_setopt(c, CURLOPT_HEADERFUNCTION, keep_headers);
+        curl_easy_setopt(c, CURLOPT_HEADERDATA, &headers);
+        assert_int_equal(curl_easy_perform(c), CURLE_OK);
+        curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &code);
+        curl_easy_cleanup(c);
+        snprintf(want, sizeof want, "Allow: %s\r\n", cases[i].allow);
+        if (code != 405 || !headers || !strstr(headers, want))
+            fail_msg("%s %s: %ld, headers %s", cases[i].method, cases[i].path, code,
+                     headers ? headers : "none");
+        assert_non_null(text);
+        assert_non_null(strstr(text, "\"EINVAL\""));
+        free(text);
+        free(headers);
+    }
+    {
+        struct reply r = request(f, "GET", "/v1/nothing", NULL);
+        assert_int_equal(r.code, 404);
+        json_decref(r.body);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1358,6 +1452,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_plain_file_left_alone, setup, teardown),
         cmocka_unit_test_setup_teardown(test_busy_listener_not_taken, setup, teardown),
         cmocka_unit_test_setup_teardown(test_stop_bounded, setup_fault, teardown_fault),
+        cmocka_unit_test_setup_teardown(test_long_names, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_wrong_method, setup, teardown),
     };
     int rc;
 
