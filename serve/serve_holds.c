@@ -38,6 +38,14 @@
  * (the callback finds holds in the table); while it is being added it is
  * marked so that the expiry thread leaves it alone, since freeing the hold
  * under cerb__serve_holds_add would be a use after free.
+ *
+ * At the stop, the holds left are released by CERB_SERVE_STOP_THREADS
+ * threads taking entries off one list, none started past a deadline: each
+ * release is bounded only by the engine's timeouts, so one after another a
+ * silent server made the stop outlast a service manager's timeout. Holds
+ * not released then are not freed here (freeing releases): their lost
+ * callback is removed and the client keeps them, to be ended by their
+ * lease (or by cerb_client_close's own release).
  */
 #include <assert.h>
 #include <errno.h>
