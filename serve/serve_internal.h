@@ -360,11 +360,13 @@ enum MHD_Result cerb__serve_reply_error(struct MHD_Connection *conn, cerb_status
 enum MHD_Result cerb__serve_reply_unauthorized(struct MHD_Connection *conn,
                                                const char *text);
 /* {"errorCode": @error_code, "message": @message} with HTTP @code, daprd's
- * error body (serve_dapr.c). */
+ * error body (serve_dapr.c); @message may echo the caller's bytes (made
+ * UTF-8 here). Returns what MHD_queue_response returned. Any thread. */
 enum MHD_Result cerb__serve_reply_dapr_error(struct MHD_Connection *conn, unsigned code,
                                              const char *error_code, const char *message);
-/* 405 {"status": "EINVAL", "error": ...} with Allow: @allow, for @method on
- * a route that answers only @allow. */
+/* 405 {"status": "EINVAL", "error": ...} with Allow: @allow (copied), for
+ * @method on a path that only @allow take. Returns what MHD_queue_response
+ * returned. Any thread. */
 enum MHD_Result cerb__serve_reply_method(struct MHD_Connection *conn, const char *method,
                                          const char *allow);
 /*

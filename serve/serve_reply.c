@@ -152,7 +152,7 @@ enum MHD_Result cerb__serve_reply_text(struct MHD_Connection *conn, unsigned cod
     enum MHD_Result ret;
 
     if (!r)
-        return MHD_NO;
+        return reply_fallback(conn);
     MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, content_type);
     ret = MHD_queue_response(conn, code, r);
     MHD_destroy_response(r);
