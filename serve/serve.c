@@ -7,7 +7,13 @@
  * handed to its own MHD daemon with MHD_OPTION_LISTEN_SOCKET: a unix
  * socket (socket, bind, chown to serve.socket_group, chmod serve.
  * socket_mode, listen), so that its group and mode are set before anyone
- * can connect, or a TCP one on a loopback address (127.0.0.0/8 or ::1), or
+ * can connect. A file already at the path is replaced only when it is a
+ * socket and a non-blocking connect() to it is refused (ECONNREFUSED:
+ * nobody listens, a dead server's file); any other answer (a server, a full
+ * backlog, no permission) or a file that is no socket is left alone and
+ * the start fails. The file's st_dev/st_ino are kept after bind, and the
+ * stop removes the path only while lstat still finds that file there (a
+ * newer server may have replaced it). Or a TCP one on a loopback address (127.0.0.0/8 or ::1), or
  * on any address with serve.allow_remote, whose port is then known from
  * getsockname (port 0 lets the kernel choose). Each daemon has the limits
  * of serve.max_connections (MHD_OPTION_CONNECTION_LIMIT: at the limit MHD
@@ -276,9 +282,78 @@ static void on_mhd_log(void *cls, const char *fmt, va_list ap)
                                 (const char *const[]){"msg", msg, NULL});
 }
 
-/* The listening socket at @path, with @gid (-1: left) and @mode; -1 with
- * @err written. */
-static int listen_unix(const char *path, long gid, unsigned mode, char *err, size_t errlen)
+/* What is at @path (@sa) before a socket is made there: 0 when nothing
+ * is, or a socket nobody listens on (a dead server's file, removed here);
+ * -1 with @err written when a file that is no socket is there, a server
+ * answers there, or we cannot tell. Only ECONNREFUSED means that nobody
+ * listens: EAGAIN is a live server whose backlog is full, EACCES one we
+ * may not reach, and either must keep its socket. The connect is
+ * non-blocking, so a full backlog cannot hang the start. */
+static int clear_stale(const char *path, const struct sockaddr_un *sa, char *err,
+                       size_t errlen)
+{
+    struct stat st;
+    int fd, rc;
+
+    if (lstat(path, &st) != 0) {
+        if (errno == ENOENT)
+            return 0;
+        snprintf(err, errlen, "unix:%s: %s", path, strerror(errno));
+        return -1;
+    }
+    if (!S_ISSOCK(st.st_mode)) {
+        snprintf(err, errlen, "unix:%s: exists and is not a socket (left alone)", path);
+        errno = EEXIST;
+        return -1;
+    }
+    fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+    if (fd < 0) {
+        snprintf(err, errlen, "socket: %s", strerror(errno));
+        return -1;
+    }
+    rc = connect(fd, (const struct sockaddr *)sa, sizeof *sa);
+    if (rc == 0 || errno == EAGAIN || errno == EINPROGRESS) {
+        snprintf(err, errlen, "unix:%s: another server is listening there%s", path,
+                 rc == 0 ? "" : " (its backlog is full)");
+        close(fd);
+        errno = EADDRINUSE;
+        return -1;
+    }
+    if (errno != ECONNREFUSED) {
+        int e = errno;
+        snprintf(err, errlen,
+                 "unix:%s: cannot tell whether a server listens there (%s); "
+                 "left alone: remove it if it is stale",
+                 path, strerror(e));
+        close(fd);
+        errno = e;
+        return -1;
+    }
+    close(fd);
+    /* Nobody listens: the file of a server that died. */
+    if (unlink(path) != 0 && errno != ENOENT) {
+        snprintf(err, errlen, "unix:%s: cannot remove a stale socket: %s", path,
+                 strerror(errno));
+        return -1;
+    }
+    return 0;
+}
+
+/* Removes @path only if it is still the socket file @dev/@ino (the one this
+ * server made): another server may have replaced it since. */
+static void unlink_own(const char *path, dev_t dev, ino_t ino)
+{
+    struct stat st;
+
+    if (lstat(path, &st) == 0 && S_ISSOCK(st.st_mode) && st.st_dev == dev &&
+        st.st_ino == ino)
+        unlink(path);
+}
+
+/* The listening socket at @path, with @gid (-1: left) and @mode, its
+ * file's identity in *@dev/@ino; -1 with @err written. */
+static int listen_unix(const char *path, long gid, unsigned mode, dev_t *dev, ino_t *ino,
+                       char *err, size_t errlen)
 {
     struct sockaddr_un sa;
     struct stat st;
@@ -292,38 +367,29 @@ static int listen_unix(const char *path, long gid, unsigned mode, char *err, siz
         return -1;
     }
     strcpy(sa.sun_path, path);
-    fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    if (fd < 0) {
-        snprintf(err, errlen, "socket: %s", strerror(errno));
-        return -1;
-    }
     /* A server that still answers there keeps its socket; a file that
      * nobody answers on was left by one that died, and is replaced. */
-    if (connect(fd, (struct sockaddr *)&sa, sizeof sa) == 0) {
-        snprintf(err, errlen, "unix:%s: another server is listening there", path);
-        close(fd);
-        errno = EADDRINUSE;
+    if (clear_stale(path, &sa, err, errlen) != 0)
         return -1;
-    }
-    close(fd);
-    if (lstat(path, &st) == 0 && !S_ISSOCK(st.st_mode)) {
-        snprintf(err, errlen, "unix:%s: exists and is not a socket", path);
-        errno = EEXIST;
-        return -1;
-    }
     fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
     if (fd < 0) {
         snprintf(err, errlen, "socket: %s", strerror(errno));
         return -1;
     }
-    unlink(path);
     /* Nobody can connect before listen(): the group and mode are set
-     * first. */
+     * first. bind() never replaces a file: one made meanwhile is EADDRINUSE. */
     if (bind(fd, (struct sockaddr *)&sa, sizeof sa) != 0) {
         snprintf(err, errlen, "unix:%s: %s", path, strerror(errno));
         close(fd);
         return -1;
     }
+    if (lstat(path, &st) != 0) {
+        snprintf(err, errlen, "unix:%s: gone after bind: %s", path, strerror(errno));
+        close(fd);
+        return -1;
+    }
+    *dev = st.st_dev;
+    *ino = st.st_ino;
     if (gid >= 0 && chown(path, (uid_t)-1, (gid_t)gid) != 0) {
         snprintf(err, errlen, "unix:%s: cannot give it group %ld: %s", path, gid,
                  strerror(errno));
@@ -336,7 +402,7 @@ static int listen_unix(const char *path, long gid, unsigned mode, char *err, siz
     return fd;
 fail:
     close(fd);
-    unlink(path);
+    unlink_own(path, *dev, *ino);
     return -1;
 }
 
@@ -456,8 +522,8 @@ static int listen_tcp(const char *addr, const struct sockaddr_storage *sa, sockl
  * takes @path and @token, named @what); CERB_OK, or CERB_EIO/CERB_ENOMEM
  * with @fd closed and @path removed. */
 static cerb_status add_listener(struct cerb__serve *s, int fd, const char *path,
-                                const char *token, const char *what, char *err,
-                                size_t errlen)
+                                dev_t dev, ino_t ino, const char *token, const char *what,
+                                char *err, size_t errlen)
 {
     struct cerb__serve_listener *l;
     struct cerb__serve_opts o;
@@ -477,6 +543,8 @@ static cerb_status add_listener(struct cerb__serve *s, int fd, const char *path,
         snprintf(err, errlen, "out of memory");
         goto fail_free;
     }
+    l->path_dev = dev;
+    l->path_ino = ino;
     cerb__serve_bucket_init(&l->bucket);
     /* At the limit a connection waits in the backlog (listen(2)'s 64)
      * until one closes; an idle one is closed after the timeout,
@@ -513,7 +581,7 @@ fail_free:
 fail:
     close(fd);
     if (path)
-        unlink(path);
+        unlink_own(path, dev, ino);
     return CERB_EIO;
 }
 
@@ -524,17 +592,19 @@ cerb_status cerb__serve_listen_unix(struct cerb__serve *s, const char *path, cha
     long gid;
     unsigned mode;
     cerb_status st;
+    dev_t dev = 0;
+    ino_t ino = 0;
     int fd;
 
     lock(&s->opts_mu);
     gid = s->opts.socket_gid;
     mode = s->opts.socket_mode;
     unlock(&s->opts_mu);
-    fd = listen_unix(path, gid, mode, err, errlen);
+    fd = listen_unix(path, gid, mode, &dev, &ino, err, errlen);
     if (fd < 0)
         return errno == ENAMETOOLONG ? CERB_EINVAL : CERB_EIO;
     snprintf(what, sizeof what, "unix:%.150s", path);
-    st = add_listener(s, fd, path, NULL, what, err, errlen);
+    st = add_listener(s, fd, path, dev, ino, NULL, what, err, errlen);
     if (st == CERB_OK) {
         char m[8];
         snprintf(m, sizeof m, "%04o", mode);
@@ -567,7 +637,7 @@ cerb_status cerb__serve_listen_tcp(struct cerb__serve *s, const char *addr,
     fd = listen_tcp(addr, &sa, salen, &p, err, errlen);
     if (fd < 0)
         return CERB_EIO;
-    st = add_listener(s, fd, NULL, token, addr, err, errlen);
+    st = add_listener(s, fd, NULL, 0, 0, token, addr, err, errlen);
     if (st == CERB_OK) {
         char ps[8];
         snprintf(ps, sizeof ps, "%u", p);
@@ -620,7 +690,7 @@ cerb_status cerb__serve_listen_fd(struct cerb__serve *s, int fd, const char *tok
         else
             snprintf(what, sizeof what, "unix:(unnamed)");
         /* No path: the file is systemd's (the socket unit removes it). */
-        st = add_listener(s, fd, NULL, NULL, what, err, errlen);
+        st = add_listener(s, fd, NULL, 0, 0, NULL, what, err, errlen);
         if (st == CERB_OK)
             CERB_SERVE_LOG(CERB_LOG_INFO, "listen", "addr", what, "auth", "none", "from",
                            "systemd");
@@ -645,7 +715,7 @@ cerb_status cerb__serve_listen_fd(struct cerb__serve *s, int fd, const char *tok
             return CERB_EINVAL;
         }
         snprintf(ps, sizeof ps, "%u", port_of(&sa));
-        st = add_listener(s, fd, NULL, token, what, err, errlen);
+        st = add_listener(s, fd, NULL, 0, 0, token, what, err, errlen);
         if (st == CERB_OK)
             CERB_SERVE_LOG(CERB_LOG_INFO, "listen", "addr", what, "port", ps, "auth",
                            "bearer", "remote", is_loopback(&sa) ? NULL : "yes", "from",
@@ -754,7 +824,10 @@ fail:
     cerb__serve_expiry_stop(&s->expiry);
     cerb__serve_dapr_free(s->dapr);
 fail_dapr:
-    cerb__serve_holds_destroy(&s->holds);
+    {
+        size_t released, left; /* none yet */
+        cerb__serve_holds_destroy(&s->holds, 0, &released, &left);
+    }
     cerb__serve_waits_destroy(&s->waits);
     pthread_mutex_destroy(&s->opts_mu);
     pthread_mutex_destroy(&s->token_mu);
@@ -767,30 +840,19 @@ void cerb__serve_set_heartbeat_ms(struct cerb__serve *s, int64_t ms)
     cerb__serve_holds_set_heartbeat(&s->holds, ms);
 }
 
-/* The holds in the table now. */
-static size_t count_holds(struct cerb__serve_holds *t)
-{
-    size_t n = 0;
-
-    lock(&t->mu);
-    for (struct cerb__serve_hold *h = t->head; h; h = h->next)
-        n++;
-    unlock(&t->mu);
-    return n;
-}
-
 void cerb__serve_stop_report(struct cerb__serve *s, size_t *released, bool *drained)
 {
-    char held[24], ms[24];
-    int64_t drain_ms;
+    char held[24], ms[24], kept[24];
+    int64_t drain_ms, t0, budget_ms;
+    size_t left;
     bool done;
-    size_t n;
 
     *released = 0;
     *drained = true;
     if (!s)
         return;
     drain_ms = s->opts.drain_ms; /* one thread: nothing changes it now */
+    t0 = mono_ns();
     /* Acquisitions waiting now end with 503 INTERRUPTED and new ones are
      * refused; the answers being made are sent (for a bounded time); then
      * MHD closes the connections and the listening socket and joins its
@@ -802,13 +864,20 @@ void cerb__serve_stop_report(struct cerb__serve *s, size_t *released, bool *drai
         MHD_stop_daemon(s->listeners[i].daemon);
     cerb__serve_expiry_stop(&s->expiry);
     cerb__serve_waits_destroy(&s->waits);
-    n = count_holds(&s->holds);
-    cerb__serve_holds_destroy(&s->holds);
+    /* The releases get what the drain left of serve.drain_ms, at least
+     * CERB_SERVE_STOP_RELEASE_MIN_MS: one after another, each bounded only
+     * by the engine's timeouts, 100 holds on a silent server took minutes,
+     * past a service manager's stop timeout. Those not released by then
+     * expire with their lease. */
+    budget_ms = drain_ms - (mono_ns() - t0) / 1000000;
+    if (budget_ms < CERB_SERVE_STOP_RELEASE_MIN_MS)
+        budget_ms = CERB_SERVE_STOP_RELEASE_MIN_MS;
+    cerb__serve_holds_destroy(&s->holds, budget_ms, released, &left);
     cerb__serve_dapr_free(s->dapr);
     for (size_t i = 0; i < s->n_listeners; i++) {
         struct cerb__serve_listener *l = &s->listeners[i];
-        if (l->path)
-            unlink(l->path);
+        if (l->path) /* only if still ours: a newer server may be there */
+            unlink_own(l->path, l->path_dev, l->path_ino);
         if (l->token)
             OPENSSL_cleanse(l->token, strlen(l->token));
         free(l->path);
@@ -818,11 +887,12 @@ void cerb__serve_stop_report(struct cerb__serve *s, size_t *released, bool *drai
     pthread_mutex_destroy(&s->opts_mu);
     pthread_mutex_destroy(&s->token_mu);
     free(s);
-    snprintf(held, sizeof held, "%zu", n);
+    snprintf(held, sizeof held, "%zu", *released);
+    snprintf(kept, sizeof kept, "%zu", left);
     snprintf(ms, sizeof ms, "%lld", (long long)drain_ms);
-    CERB_SERVE_LOG(done ? CERB_LOG_INFO : CERB_LOG_WARN, "stop", "holds_released", held,
-                   "drained", done ? "yes" : "no", "drain_ms", ms);
-    *released = n;
+    CERB_SERVE_LOG(done && left == 0 ? CERB_LOG_INFO : CERB_LOG_WARN, "stop",
+                   "holds_released", held, "drained", done ? "yes" : "no", "drain_ms", ms,
+                   "holds_left", kept);
     *drained = done;
 }
 

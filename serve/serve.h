@@ -215,14 +215,19 @@ void cerb__serve_log_library(cerb_log_level level, const char *line, void *ud);
 
 /*
  * cerb__serve_stop — stop answering (requests being answered finish
- * first), release and free every hold the server keeps, remove the socket
- * file and free @s. NULL does nothing. The client is left open.
+ * first, within serve.drain_ms), release the holds the server keeps (in
+ * parallel, starting none once what the drain left of serve.drain_ms, at
+ * least 1 s, has passed: the rest are left to expire with their lease, and
+ * the client keeps them until cerb_client_close), remove its socket files
+ * (those still its own) and free @s. NULL does nothing. The client is left
+ * open.
  */
 void cerb__serve_stop(struct cerb__serve *s);
 
 /*
  * cerb__serve_stop_report — the same, and says how it went: in
- * *@released the holds it released, in *@drained whether every answer
+ * *@released the holds it released (the `stop` record also counts those
+ * left to expire, holds_left), in *@drained whether every answer
  * being made was sent within the drain (serve.drain_ms). It writes the
  * `stop` log record itself.
  */

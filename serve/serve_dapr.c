@@ -208,9 +208,8 @@ bool cerb__serve_dapr_path(const char *url)
 static enum MHD_Result dapr_error(struct MHD_Connection *conn, unsigned code,
                                   const char *error_code, const char *message)
 {
-    return cerb__serve_reply_json(conn, code,
-                                  json_pack("{s:s, s:s}", "errorCode", error_code,
-                                            "message", message));
+    /* The message may echo the caller's bytes: serve_reply.c makes it UTF-8. */
+    return cerb__serve_reply_dapr_error(conn, code, error_code, message);
 }
 
 static enum MHD_Result reply_success(struct MHD_Connection *conn, bool success)

@@ -38,6 +38,14 @@
  * (the callback finds holds in the table); while it is being added it is
  * marked so that the expiry thread leaves it alone, since freeing the hold
  * under cerb__serve_holds_add would be a use after free.
+ *
+ * At the stop, the holds left are released by CERB_SERVE_STOP_THREADS
+ * threads taking entries off one list, none started past a deadline: each
+ * release is bounded only by the engine's timeouts, so one after another a
+ * silent server made the stop outlast a service manager's timeout. Holds
+ * not released then are not freed here (freeing releases): their lost
+ * callback is removed and the client keeps them, to be ended by their
+ * lease (or by cerb_client_close's own release).
  */
 #include <assert.h>
 #include <errno.h>
@@ -337,19 +345,77 @@ size_t cerb__serve_holds_take_expired(struct cerb__serve_holds *t, cerb_hold **o
     return n;
 }
 
-void cerb__serve_holds_destroy(struct cerb__serve_holds *t)
-{
-    struct cerb__serve_hold *h;
+/* The stop's release of the holds left: CERB_SERVE_STOP_THREADS threads
+ * take entries off one list until it is empty or the deadline passed.
+ * Each release is bounded by the engine's timeouts, so the stop takes at
+ * most its budget and then one release. */
+struct release_all {
+    pthread_mutex_t mu;
+    struct cerb__serve_hold *next; /* not taken yet */
+    int64_t deadline_ns;
+    size_t released;
+};
 
-    lock(&t->mu);
-    h = t->head;
-    t->head = NULL;
-    unlock(&t->mu);
-    while (h) {
-        struct cerb__serve_hold *next = h->next;
+static void *release_some(void *ud)
+{
+    struct release_all *ra = ud;
+
+    for (;;) {
+        struct cerb__serve_hold *h;
+        lock(&ra->mu);
+        h = ra->next;
+        if (!h || now_ns() >= ra->deadline_ns) {
+            unlock(&ra->mu);
+            return NULL;
+        }
+        ra->next = h->next;
+        unlock(&ra->mu);
         cerb_hold_free(h->hold); /* releases it first */
         free(h);
-        h = next;
+        lock(&ra->mu);
+        ra->released++;
+        unlock(&ra->mu);
+    }
+}
+
+void cerb__serve_holds_destroy(struct cerb__serve_holds *t, int64_t budget_ms,
+                               size_t *released, size_t *left)
+{
+    struct release_all ra = {.released = 0};
+    pthread_t th[CERB_SERVE_STOP_THREADS];
+    size_t n = 0, started = 0;
+
+    lock(&t->mu);
+    ra.next = t->head;
+    t->head = NULL;
+    unlock(&t->mu);
+    for (struct cerb__serve_hold *h = ra.next; h; h = h->next)
+        n++;
+    if (pthread_mutex_init(&ra.mu, NULL) != 0)
+        abort();
+    ra.deadline_ns = now_ns() + (budget_ms > 0 ? budget_ms : 0) * INT64_C(1000000);
+    /* A thread per hold up to the limit; none when there are none. If no
+     * thread can be made, this one releases them (still by the deadline). */
+    while (started < n && started < CERB_SERVE_STOP_THREADS &&
+           pthread_create(&th[started], NULL, release_some, &ra) == 0)
+        started++;
+    if (n > 0 && started == 0)
+        release_some(&ra);
+    for (size_t i = 0; i < started; i++)
+        pthread_join(th[i], NULL);
+    pthread_mutex_destroy(&ra.mu);
+    *released = ra.released;
+    *left = 0;
+    /* Past the deadline: these are not released by the server; their
+     * server lease ends them (the client's close tries one release more
+     * per engine, cerb_client_close). The hold objects are the client's
+     * to free then; no lost callback may reach this table any more. */
+    while (ra.next) {
+        struct cerb__serve_hold *h = ra.next;
+        ra.next = h->next;
+        cerb_hold_on_lost(h->hold, NULL, NULL);
+        free(h);
+        (*left)++;
     }
     cerb__serve_attempts_destroy(&t->attempts); /* unfinished: failed */
     /* Off the live list: a lost callback still running for a hold freed

@@ -192,7 +192,5 @@ enum MHD_Result cerb__serve_inspect(struct cerb__serve *s, struct MHD_Connection
     }
     cerb_holders_free(v, n);
     o = json_pack("{s:s, s:o}", "name", name, "holders", arr);
-    if (!o)
-        return MHD_NO;
     return cerb__serve_reply_json(conn, MHD_HTTP_OK, o);
 }

@@ -13,6 +13,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/types.h>
 
 #include <jansson.h>
 #include <microhttpd.h>
@@ -149,8 +150,21 @@ enum cerb__serve_event cerb__serve_holds_wait(struct cerb__serve_holds *t, const
                                               int64_t deadline_ns);
 /* Ends every event stream (they stop waiting and close). */
 void cerb__serve_holds_stop_streams(struct cerb__serve_holds *t);
-/* Releases and frees every hold left, then the table's mutex. */
-void cerb__serve_holds_destroy(struct cerb__serve_holds *t);
+/* How many threads release the holds left at a stop. */
+#define CERB_SERVE_STOP_THREADS 8
+/* The least time a stop gives those releases, whatever serve.drain_ms. */
+#define CERB_SERVE_STOP_RELEASE_MIN_MS 1000
+/*
+ * cerb__serve_holds_destroy — release the holds left, in parallel
+ * (CERB_SERVE_STOP_THREADS threads), starting none after @budget_ms (the
+ * ones in flight then finish: one engine timeout at most); then free the
+ * table and its mutex. The holds not released are left to expire with
+ * their server lease: the client keeps them until cerb_client_close.
+ * Returns: in *@released the holds released, in *@left those left.
+ * Thread-safety: once, after the expiry thread and the HTTP daemons stopped.
+ */
+void cerb__serve_holds_destroy(struct cerb__serve_holds *t, int64_t budget_ms,
+                               size_t *released, size_t *left);
 
 /* ---- requests and acquisitions in progress (serve_waits.c) ---- */
 
@@ -315,6 +329,8 @@ struct cerb__serve_listener {
     struct MHD_Daemon *daemon;
     char *path;  /* a unix socket's file, removed at stop; NULL for TCP and
                     for a socket systemd passed (it is systemd's) */
+    dev_t path_dev; /* that file's identity after bind: the stop removes it */
+    ino_t path_ino; /* only while lstat still finds this one there */
     char *token; /* TCP: the bearer token every request must carry (wiped at
                     stop; replaced under s->token_mu by cerb__serve_set_token) */
     char name[160]; /* "unix:PATH" or "ADDR:PORT", for the log */
@@ -350,6 +366,23 @@ enum MHD_Result cerb__serve_reply_error(struct MHD_Connection *conn, cerb_status
  * Bearer (a TCP request without the right token). */
 enum MHD_Result cerb__serve_reply_unauthorized(struct MHD_Connection *conn,
                                                const char *text);
+/* {"errorCode": @error_code, "message": @message} with HTTP @code, daprd's
+ * error body (serve_dapr.c); @message may echo the caller's bytes (made
+ * UTF-8 here). Returns what MHD_queue_response returned. Any thread. */
+enum MHD_Result cerb__serve_reply_dapr_error(struct MHD_Connection *conn, unsigned code,
+                                             const char *error_code, const char *message);
+/* 405 {"status": "EINVAL", "error": ...} with Allow: @allow (copied), for
+ * @method on a path that only @allow take. Returns what MHD_queue_response
+ * returned. Any thread. */
+enum MHD_Result cerb__serve_reply_method(struct MHD_Connection *conn, const char *method,
+                                         const char *allow);
+/*
+ * cerb__serve_utf8 — a copy of @text (NULL: "") in which every byte that is
+ * not part of a well-formed UTF-8 sequence is U+FFFD, so that jansson can
+ * carry it. Returns: the copy (free it), NULL when out of memory.
+ * Thread-safety: any thread. The error replies apply it to their text.
+ */
+char *cerb__serve_utf8(const char *text);
 /* The HTTP code for a library status. */
 unsigned cerb__serve_http_code(cerb_status st);
 /* @text (@len bytes, copied) as @content_type with HTTP @code. */

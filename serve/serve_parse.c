@@ -2,9 +2,11 @@
  * serve_parse.c — routes, path parts and bodies of `cerberus serve`
  * requests, with no libmicrohttpd (serve_parse.h says what the path is).
  *
- * Routes are matched on the method and the whole path, so a path that is
- * not exactly one of them is no route (404), whatever its method. The path
- * parts are copied out:
+ * Routes are matched on the method and the whole path. A path that no
+ * route takes with its method is tried with the other methods (GET, POST,
+ * DELETE): those that would take it are the Allow of a 405, which tells
+ * the caller its mistake; a path no method takes is no route (404). The
+ * path parts are copied out:
  *
  *   /v1/locks/{name}                 name: no '/' (GET)
  *   /v1/locks/{name}/acquire         name: anything non-empty (the library
@@ -18,6 +20,12 @@
  *
  * (the guard's attempts keepalive is matched first: a scope named
  * "attempts" still works for begin and finish, whose suffix differs).
+ *
+ * A lock name must be UTF-8 (checked here, 400 otherwise): a path's %XX
+ * escapes can make any bytes, but the answers that name a lock are JSON,
+ * which carries only UTF-8. Hold and attempt ids are judged by their table
+ * (an id that is not one is 404), and the error replies make what they
+ * echo UTF-8 (serve_reply.c).
  *
  * Bodies are parsed with jansson (duplicate members refused, \u0000 kept
  * in strings) into struct cerb__serve_req, with the same bounds as the
@@ -70,6 +78,50 @@ bool cerb__serve_is_id(const char *s)
 }
 
 /* ---- the path ---- */
+
+/* Unicode 15, table 3-7: the second byte's range depends on the first. */
+size_t cerb__serve_utf8_seq(const unsigned char *p, size_t n)
+{
+    unsigned char lo = 0x80, hi = 0xbf;
+    size_t len;
+
+    if (p[0] < 0x80)
+        return 1;
+    if (p[0] >= 0xc2 && p[0] <= 0xdf)
+        len = 2;
+    else if (p[0] >= 0xe0 && p[0] <= 0xef) {
+        len = 3;
+        if (p[0] == 0xe0)
+            lo = 0xa0; /* overlong below */
+        else if (p[0] == 0xed)
+            hi = 0x9f; /* surrogates above */
+    } else if (p[0] >= 0xf0 && p[0] <= 0xf4) {
+        len = 4;
+        if (p[0] == 0xf0)
+            lo = 0x90;
+        else if (p[0] == 0xf4)
+            hi = 0x8f; /* above U+10FFFF */
+    } else {
+        return 0;
+    }
+    if (n < len || p[1] < lo || p[1] > hi)
+        return 0;
+    for (size_t i = 2; i < len; i++)
+        if (p[i] < 0x80 || p[i] > 0xbf)
+            return 0;
+    return len;
+}
+
+/* Whether @s (@n bytes) is well-formed UTF-8 (a lock name must be: every
+ * answer that names it is JSON, which carries only UTF-8). */
+static bool is_utf8(const char *s, size_t n)
+{
+    for (size_t i = 0, k; i < n; i += k)
+        if ((k = cerb__serve_utf8_seq((const unsigned char *)s + i, n - i)) == 0)
+            return false;
+    return true;
+}
+
 
 static bool starts(const char *s, const char *prefix)
 {
@@ -173,6 +225,26 @@ static enum cerb__serve_rt match(const char *method, const char *path, const cha
         *k = slash + 1;
         *kn = before - *n - 1;
         return rt;
+    }
+}
+
+/* The methods other than @method that take @path, as an Allow header's
+ * value in @allow (@cap bytes; "" when none does). */
+static void allowed(const char *method, const char *path, char *allow, size_t cap)
+{
+    static const char *const methods[] = {"GET", "POST", "DELETE"};
+    const char *p, *k;
+    size_t n, kn, o = 0;
+
+    allow[0] = '\0';
+    for (size_t i = 0; i < sizeof methods / sizeof *methods; i++) {
+        if (strcmp(method, methods[i]) == 0 ||
+            match(methods[i], path, &p, &n, &k, &kn) == CERB_SERVE_RT_NONE)
+            continue;
+        int w = snprintf(allow + o, cap - o, "%s%s", o ? ", " : "", methods[i]);
+        if (w < 0 || (size_t)w >= cap - o)
+            break; /* cannot happen: the buffer holds all three */
+        o += (size_t)w;
     }
 }
 
@@ -388,8 +460,10 @@ cerb_status cerb__serve_parse(const char *method, const char *path, const char *
     if (whylen)
         why[0] = '\0';
     rq->rt = match(method, path, &p, &n, &k, &kn);
-    if (rq->rt == CERB_SERVE_RT_NONE)
+    if (rq->rt == CERB_SERVE_RT_NONE) {
+        allowed(method, path, rq->allow, sizeof rq->allow);
         return CERB_OK;
+    }
     if (p && !(rq->part = copy(p, n)))
         return CERB_ENOMEM;
     if (k) {
@@ -397,6 +471,10 @@ cerb_status cerb__serve_parse(const char *method, const char *path, const char *
             return CERB_ENOMEM;
         rq->key_len = kn;
     }
+    if ((rq->rt == CERB_SERVE_RT_LOCK_ACQUIRE || rq->rt == CERB_SERVE_RT_LOCK_INSPECT) &&
+        !is_utf8(p, n))
+        return WHY("path: the lock name is not UTF-8 (a name is echoed in JSON answers, "
+                   "which carry only UTF-8)");
     switch (rq->rt) {
     case CERB_SERVE_RT_LOCK_ACQUIRE:
         read_body = body_acquire;

@@ -74,6 +74,9 @@ struct cerb__serve_req {
     size_t result_len;
     /* switch: the engine to switch to ("auto" included); NULL = the next. */
     char *engine;
+    /* rt NONE: the methods that would take this path ("GET, POST"...), the
+     * Allow of a 405; "" when none would (404). */
+    char allow[24];
 };
 
 /*
@@ -83,7 +86,8 @@ struct cerb__serve_req {
  * a JSON object whose members are known and well-typed (guard and switch
  * bodies refuse unknown members; an acquisition ignores them).
  * Returns: CERB_OK with rq->rt set (CERB_SERVE_RT_NONE when no route
- * matches: not an error); CERB_EINVAL when a route matched but its body or
+ * matches: not an error; rq->allow then says which methods would take the
+ * path, if any); CERB_EINVAL when a route matched but its body or
  * path part is bad, with the reason in @why (@whylen bytes); CERB_ENOMEM.
  * Free *@rq with cerb__serve_req_free() whatever it returned.
  */
@@ -92,6 +96,14 @@ cerb_status cerb__serve_parse(const char *method, const char *path, const char *
                               size_t whylen);
 
 void cerb__serve_req_free(struct cerb__serve_req *rq);
+
+/*
+ * cerb__serve_utf8_seq — the length (1 to 4) of the well-formed UTF-8
+ * sequence (RFC 3629: no overlong form, no surrogate, nothing above
+ * U+10FFFF) that starts at @p, @n bytes left (n >= 1).
+ * Returns: 0 when none starts there. Thread-safety: pure.
+ */
+size_t cerb__serve_utf8_seq(const unsigned char *p, size_t n);
 
 /* Whether @s is an id as the server makes them (32 lowercase hex). */
 bool cerb__serve_is_id(const char *s);

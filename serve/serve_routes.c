@@ -240,7 +240,12 @@ enum MHD_Result cerb__serve_route(struct cerb__serve *s, struct MHD_Connection *
     }
     st = cerb__serve_parse(method, url, body, len, &rq, why, sizeof why);
     cerb__serve_metrics_enter(rq.rt);
-    ret = st == CERB_OK ? dispatch(s, conn, &rq) : cerb__serve_reply_error(conn, st, why);
+    if (st != CERB_OK)
+        ret = cerb__serve_reply_error(conn, st, why);
+    else if (rq.rt == CERB_SERVE_RT_NONE && rq.allow[0]) /* another method would do */
+        ret = cerb__serve_reply_method(conn, method, rq.allow);
+    else
+        ret = dispatch(s, conn, &rq);
     cerb__serve_metrics_leave(ret);
     cerb__serve_req_free(&rq);
     return ret;

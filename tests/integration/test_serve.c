@@ -16,7 +16,19 @@
  * chose): a request without `Authorization: Bearer TOKEN`, or with another
  * token, is 401 UNAUTHORIZED with a Bearer challenge (healthz too), one
  * with it is answered; an address that is not loopback, or TCP without a
- * token, is refused.
+ * token, is refused. Bytes that are not UTF-8 in a path part (or a
+ * character an error text's cut would halve), on the native and the Dapr
+ * routes, get a JSON answer (a lock name 400, an id 404), never a dropped
+ * connection. The unix socket: a plain file at its path is refused and
+ * left as it was; a live listener whose backlog is full (connect: EAGAIN)
+ * is neither waited on nor taken over; a stop removes its socket file only
+ * while it is still its own (a newer server's file at the path stays).
+ * With the fault engine releasing slowly (1 s each), a stop with 50 holds
+ * returns within its bound (serve.drain_ms 1000: well under 5 s, where
+ * one release after another took 50 s) and says how many it left.
+ * A lock name of 300 to 4000 bytes answers the library's 400 and reason
+ * (the helper's URL buffer once cut such paths into a 404); a method a
+ * route does not answer is 405 with Allow, a path no method takes 404.
  */
 #include <pthread.h>
 #include <setjmp.h>
@@ -27,7 +39,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <errno.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/un.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -36,6 +51,7 @@
 #include <jansson.h>
 
 #include "cerberus.h"
+#include "fault_engine.h"
 #include "serve.h"
 #include "test_util.h"
 
@@ -70,15 +86,20 @@ static size_t collect(char *p, size_t size, size_t n, void *ud)
 static CURLcode try_request(struct fixture *f, const char *method, const char *path,
                             const char *body, struct reply *r)
 {
-    char url[512], *text = NULL;
-    CURL *c = curl_easy_init();
+    /* As long as the path: a fixed buffer cut long paths (a long name
+     * then reached the server as another path: 404). */
+    size_t ulen = strlen(path) + sizeof "http://localhost";
+    char *url = malloc(ulen), *text = NULL;
+    CURL *c = url ? curl_easy_init() : NULL;
     CURLcode rc;
 
     r->code = 0;
     r->body = NULL;
-    if (!c)
+    if (!c) {
+        free(url);
         return CURLE_OUT_OF_MEMORY;
-    snprintf(url, sizeof url, "http://localhost%s", path);
+    }
+    snprintf(url, ulen, "http://localhost%s", path);
     curl_easy_setopt(c, CURLOPT_UNIX_SOCKET_PATH, f->sock);
     curl_easy_setopt(c, CURLOPT_URL, url);
     curl_easy_setopt(c, CURLOPT_CUSTOMREQUEST, method);
@@ -91,6 +112,7 @@ static CURLcode try_request(struct fixture *f, const char *method, const char *p
     rc = curl_easy_perform(c);
     curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &r->code);
     curl_easy_cleanup(c);
+    free(url);
     if (rc == CURLE_OK && text) {
         r->body = json_loads(text, 0, NULL);
         if (!r->body)
@@ -1105,6 +1127,343 @@ static void test_tcp_refused(void **state)
     }
 }
 
+/* Bytes that are not UTF-8 in a path part, or a character the error text
+ * would cut in half, still get a JSON answer: the echoed text is made
+ * valid UTF-8, never a dropped connection. */
+static void test_bad_utf8_answered(void **state)
+{
+    struct fixture *f = *state;
+    static const struct {
+        const char *method, *path, *body;
+        long code;
+    } cases[] = {
+        {"DELETE", "/v1/holds/%ff", NULL, 404},
+        {"GET", "/v1/locks/%ff", NULL, 400},
+        {"POST", "/v1/locks/%ff%fe/acquire", "{}", 400},
+        {"POST", "/v1/holds/%e2%82/keepalive", "", 404},
+        {"GET", "/v1/holds/%c0%af/events", NULL, 404},
+        /* 39 bytes, then a 3-byte character the 40-byte cut would halve. */
+        {"DELETE", "/v1/holds/aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa%e2%82%ac", NULL, 404},
+        {"POST", "/v1/guard/attempts/%ff/keepalive", "", 404},
+        {"POST", "/v1/guard/s/k%ff/finish",
+         "{\"attempt\": \"0123456789abcdef0123456789abcdef\", \"succeeded\": false}", 404},
+        {"POST", "/v1.0-alpha1/lock/%ff",
+         "{\"resourceId\": \"r\", \"lockOwner\": \"o\", \"expiryInSeconds\": 5}", 404}, /* Dapr: no such store */
+        {"POST", "/v1.0-alpha1/lock/cerberus",
+         "{\"resourceId\": \"r\xff\", \"lockOwner\": \"o\", \"expiryInSeconds\": 5}", 400},
+        {"POST", "/v1.0-alpha1/unlock/cerberus", "{\"resourceId\": \"\xe2\x82\", "
+                                                  "\"lockOwner\": \"o\"}", 400},
+    };
+
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        struct reply r;
+        CURLcode rc = try_request(f, cases[i].method, cases[i].path, cases[i].body, &r);
+        if (rc != CURLE_OK)
+            fail_msg("%s %s: %s", cases[i].method, cases[i].path, curl_easy_strerror(rc));
+        if (!r.body)
+            fail_msg("%s %s: %ld without a JSON body", cases[i].method, cases[i].path,
+                     r.code);
+        if (r.code != cases[i].code)
+            fail_msg("%s %s: %ld, not %ld", cases[i].method, cases[i].path, r.code,
+                     cases[i].code);
+        json_decref(r.body);
+    }
+}
+
+/* A server's socket file replaced by a newer server's (its file removed,
+ * the newer one started at the same path): stopping the older one leaves
+ * the newer one's socket in place, and it goes on answering. */
+static void test_stop_keeps_newer_socket(void **state)
+{
+    struct fixture *f = *state;
+    struct cerb__serve *newer = NULL;
+    struct stat before, after;
+    char err[256];
+    struct reply r;
+
+    assert_int_equal(unlink(f->sock), 0);
+    if (cerb__serve_start(f->client, f->sock, &newer, err, sizeof err) != CERB_OK)
+        fail_msg("the newer server: %s", err);
+    assert_int_equal(lstat(f->sock, &before), 0);
+    cerb__serve_stop(f->serve); /* the older one */
+    f->serve = newer;
+    if (lstat(f->sock, &after) != 0)
+        fail_msg("the older server's stop removed the newer server's socket");
+    assert_true(S_ISSOCK(after.st_mode));
+    assert_true(before.st_ino == after.st_ino && before.st_dev == after.st_dev);
+    r = request(f, "GET", "/healthz", NULL);
+    assert_int_equal(r.code, 200);
+    json_decref(r.body);
+    /* Its own stop removes its own socket. */
+    cerb__serve_stop(f->serve);
+    f->serve = NULL;
+    assert_int_not_equal(lstat(f->sock, &after), 0);
+}
+
+/* A file that is not a socket is refused and left as it was. */
+static void test_plain_file_left_alone(void **state)
+{
+    struct fixture *f = *state;
+    struct cerb__serve *other = NULL;
+    char err[256], file[160], text[16] = "";
+    FILE *fp;
+
+    snprintf(file, sizeof file, "%s/plain", f->dir);
+    fp = fopen(file, "w");
+    assert_non_null(fp);
+    fputs("keep me", fp);
+    fclose(fp);
+    assert_int_not_equal(cerb__serve_start(f->client, file, &other, err, sizeof err),
+                         CERB_OK);
+    assert_null(other);
+    assert_non_null(strstr(err, "not a socket"));
+    fp = fopen(file, "r");
+    assert_non_null(fp);
+    assert_non_null(fgets(text, sizeof text, fp));
+    fclose(fp);
+    assert_string_equal(text, "keep me");
+    assert_int_equal(unlink(file), 0);
+}
+
+/* A start on the path of a live listener whose backlog is full (its
+ * connect() fails with EAGAIN, not ECONNREFUSED) must neither hang nor take
+ * the socket over. The start runs on a thread, waited for with a deadline. */
+struct starter {
+    cerb_client *client;
+    const char *path;
+    struct cerb__serve *serve;
+    cerb_status st;
+    char err[256];
+    bool done;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+};
+
+static void *run_start(void *ud)
+{
+    struct starter *s = ud;
+    cerb_status st = cerb__serve_start(s->client, s->path, &s->serve, s->err, sizeof s->err);
+
+    pthread_mutex_lock(&s->mu);
+    s->st = st;
+    s->done = true;
+    pthread_cond_signal(&s->cv);
+    pthread_mutex_unlock(&s->mu);
+    return NULL;
+}
+
+static void test_busy_listener_not_taken(void **state)
+{
+    struct fixture *f = *state;
+    static struct starter s; /* static: a thread that hung may still use it */
+    struct sockaddr_un sa;
+    struct stat before, after;
+    struct timespec deadline;
+    int lfd, cfd[64], n = 0;
+    pthread_t th;
+    bool done;
+
+    memset(&sa, 0, sizeof sa);
+    sa.sun_family = AF_UNIX;
+    snprintf(sa.sun_path, sizeof sa.sun_path, "%s/busy.sock", f->dir);
+    lfd = socket(AF_UNIX, SOCK_STREAM, 0);
+    assert_true(lfd >= 0);
+    assert_int_equal(bind(lfd, (struct sockaddr *)&sa, sizeof sa), 0);
+    assert_int_equal(listen(lfd, 0), 0);
+    /* Fill its backlog: a non-blocking connect then fails with EAGAIN. */
+    for (; n < 64; n++) {
+        cfd[n] = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK, 0);
+        assert_true(cfd[n] >= 0);
+        if (connect(cfd[n], (struct sockaddr *)&sa, sizeof sa) != 0) {
+            assert_int_equal(errno, EAGAIN);
+            close(cfd[n]);
+            break;
+        }
+    }
+    assert_true(n < 64);
+    assert_int_equal(lstat(sa.sun_path, &before), 0);
+
+    memset(&s, 0, sizeof s);
+    s.client = f->client;
+    s.path = sa.sun_path;
+    pthread_mutex_init(&s.mu, NULL);
+    pthread_cond_init(&s.cv, NULL);
+    assert_int_equal(pthread_create(&th, NULL, run_start, &s), 0);
+    clock_gettime(CLOCK_REALTIME, &deadline);
+    deadline.tv_sec += 5;
+    pthread_mutex_lock(&s.mu);
+    while (!s.done && pthread_cond_timedwait(&s.cv, &s.mu, &deadline) == 0)
+        ;
+    done = s.done;
+    pthread_mutex_unlock(&s.mu);
+    if (!done) {
+        pthread_detach(th);
+        fail_msg("the start hung on a live listener with a full backlog");
+    }
+    pthread_join(th, NULL);
+    if (s.st == CERB_OK) {
+        cerb__serve_stop(s.serve);
+        fail_msg("the start took over a live listener's socket");
+    }
+    assert_null(s.serve);
+    assert_non_null(strstr(s.err, "another server"));
+    assert_int_equal(lstat(sa.sun_path, &after), 0);
+    assert_true(before.st_ino == after.st_ino);
+    for (int i = 0; i < n; i++)
+        close(cfd[i]);
+    close(lfd);
+    unlink(sa.sun_path);
+}
+
+/* A stop with many holds on a server that releases slowly (1 s each, the
+ * fault engine) returns within its bound: the holds are released in
+ * parallel until a deadline, the rest left to expire with their lease. */
+static int setup_fault(void **state)
+{
+    struct fixture *f = calloc(1, sizeof *f);
+    struct cerb__serve_opts o = CERB__SERVE_OPTS_INIT;
+    char err[256];
+
+    assert_non_null(f);
+    fault_engine_register();
+    fault_engine_reset();
+    snprintf(f->dir, sizeof f->dir, "/tmp/cerb-serve-XXXXXX");
+    assert_non_null(mkdtemp(f->dir));
+    snprintf(f->sock, sizeof f->sock, "%s/serve.sock", f->dir);
+    assert_int_equal(cerb_client_open_string(&f->client, "engines = (\"fault\");\n"),
+                     CERB_OK);
+    o.drain_ms = 1000;
+    if (cerb__serve_start(f->client, NULL, &f->serve, err, sizeof err) != CERB_OK)
+        fail_msg("cerb__serve_start: %s", err);
+    cerb__serve_configure(f->serve, &o);
+    if (cerb__serve_listen_unix(f->serve, f->sock, err, sizeof err) != CERB_OK)
+        fail_msg("listen: %s", err);
+    *state = f;
+    return 0;
+}
+
+static int teardown_fault(void **state)
+{
+    fault_engine_reset();
+    return teardown(state);
+}
+
+static void test_stop_bounded(void **state)
+{
+    struct fixture *f = *state;
+    enum { HOLDS = 50 };
+    char *name = test_name("serve-stop");
+    char path[512];
+    size_t released;
+    bool drained;
+    int64_t t0, ms;
+    struct timespec ts;
+
+    for (int i = 0; i < HOLDS; i++) {
+        struct reply r;
+        snprintf(path, sizeof path, "/v1/locks/%s-%d/acquire", name, i);
+        r = request(f, "POST", path, "{\"wait_ms\": 0, \"lease_ms\": 60000}");
+        assert_int_equal(r.code, 200);
+        json_decref(r.body);
+    }
+    fault_engine_delay(FAULT_RELEASE, 1000, false);
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    t0 = (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+    cerb__serve_stop_report(f->serve, &released, &drained);
+    f->serve = NULL;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    ms = (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000 - t0;
+    /* The close releases what is left at once. */
+    fault_engine_delay(FAULT_RELEASE, 0, false);
+    /* drain_ms 1000: nothing to drain, 1 s of releasing, the releases in
+     * flight then (1 s): well under 5 s, where one after another took 50. */
+    if (ms >= 5000)
+        fail_msg("the stop took %lld ms with %d slow releases", (long long)ms, HOLDS);
+    assert_true(released >= 1 && released < HOLDS);
+    assert_true(drained);
+    free(name);
+}
+
+/* A name longer than the library allows answers the library's 400 and its
+ * reason, however long (not 404 "no such route"). */
+static void test_long_names(void **state)
+{
+    struct fixture *f = *state;
+    static const size_t lens[] = {300, 1023, 1024, 4000};
+    char path[4200], *name;
+    struct reply r;
+
+    for (size_t i = 0; i < sizeof lens / sizeof *lens; i++) {
+        name = malloc(lens[i] + 1);
+        assert_non_null(name);
+        memset(name, 'n', lens[i]);
+        name[lens[i]] = '\0';
+        snprintf(path, sizeof path, "/v1/locks/%s/acquire", name);
+        r = request(f, "POST", path, "{\"wait_ms\": 0}");
+        if (r.code != 400 || !strstr(str(&r, "error"), "longer than"))
+            fail_msg("acquire, a %zu-byte name: %ld %s", lens[i], r.code, str(&r, "error"));
+        json_decref(r.body);
+        snprintf(path, sizeof path, "/v1/locks/%s", name);
+        r = request(f, "GET", path, NULL);
+        if (r.code != 400 || !strstr(str(&r, "error"), "longer than"))
+            fail_msg("inspect, a %zu-byte name: %ld %s", lens[i], r.code, str(&r, "error"));
+        json_decref(r.body);
+        free(name);
+    }
+}
+
+/* A method a route does not answer is 405 with an Allow header; a path
+ * that is no route is still 404. */
+static void test_wrong_method(void **state)
+{
+    struct fixture *f = *state;
+    static const struct {
+        const char *method, *path, *allow;
+    } cases[] = {
+        {"PUT", "/v1/holds/0123456789abcdef0123456789abcdef", "DELETE"},
+        {"GET", "/v1/holds/0123456789abcdef0123456789abcdef/keepalive", "POST"},
+        {"POST", "/v1/holds/0123456789abcdef0123456789abcdef/events", "GET"},
+        {"DELETE", "/v1/locks/x/acquire", "POST"},
+        {"POST", "/v1/locks/x", "GET"},
+        {"POST", "/healthz", "GET"},
+        {"GET", "/v1/switch", "POST"},
+        {"GET", "/v1/guard/s/k/begin", "POST"},
+    };
+
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        char url[256], *text = NULL, *headers = NULL, want[64];
+        long code = 0;
+        CURL *c = curl_easy_init();
+        assert_non_null(c);
+        snprintf(url, sizeof url, "http://localhost%s", cases[i].path);
+        curl_easy_setopt(c, CURLOPT_UNIX_SOCKET_PATH, f->sock);
+        curl_easy_setopt(c, CURLOPT_URL, url);
+        curl_easy_setopt(c, CURLOPT_CUSTOMREQUEST, cases[i].method);
+        curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
+        curl_easy_setopt(c, CURLOPT_TIMEOUT_MS, 10000L);
+        curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, collect);
+        curl_easy_setopt(c, CURLOPT_WRITEDATA, &text);
+        curl_easy_setopt(c, CURLOPT_HEADERFUNCTION, collect);
+        curl_easy_setopt(c, CURLOPT_HEADERDATA, &headers);
+        assert_int_equal(curl_easy_perform(c), CURLE_OK);
+        curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &code);
+        curl_easy_cleanup(c);
+        snprintf(want, sizeof want, "Allow: %s\r\n", cases[i].allow);
+        if (code != 405 || !headers || !strstr(headers, want))
+            fail_msg("%s %s: %ld, headers %s", cases[i].method, cases[i].path, code,
+                     headers ? headers : "none");
+        assert_non_null(text);
+        assert_non_null(strstr(text, "\"EINVAL\""));
+        free(text);
+        free(headers);
+    }
+    {
+        struct reply r = request(f, "GET", "/v1/nothing", NULL);
+        assert_int_equal(r.code, 404);
+        json_decref(r.body);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1127,9 +1486,17 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_status_and_inspect, setup, teardown),
         cmocka_unit_test_setup_teardown(test_tcp_token, setup, teardown),
         cmocka_unit_test_setup_teardown(test_tcp_refused, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_bad_utf8_answered, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_stop_keeps_newer_socket, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_plain_file_left_alone, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_busy_listener_not_taken, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_stop_bounded, setup_fault, teardown_fault),
+        cmocka_unit_test_setup_teardown(test_long_names, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_wrong_method, setup, teardown),
     };
     int rc;
 
+    cerb_test_debug_aids();
     curl_global_init(CURL_GLOBAL_DEFAULT);
     rc = cmocka_run_group_tests(tests, NULL, NULL);
     curl_global_cleanup();
