@@ -160,7 +160,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         char why[64];
         if (!rate_ok(l, conn, &ret))
             return ret;
-        if (l->token && !authorized(conn, l, cerb__serve_dapr_path(url)))
+        if (l->needs_token && !authorized(conn, l, cerb__serve_dapr_path(url)))
             return cerb__serve_reply_unauthorized(
                 conn, "this TCP socket needs the header Authorization: Bearer TOKEN, "
                       "with the token of the server's token file");
@@ -543,6 +543,7 @@ static cerb_status add_listener(struct cerb__serve *s, int fd, const char *path,
         snprintf(err, errlen, "out of memory");
         goto fail_free;
     }
+    l->needs_token = l->token != NULL;
     l->path_dev = dev;
     l->path_ino = ino;
     cerb__serve_bucket_init(&l->bucket);
@@ -755,7 +756,7 @@ cerb_status cerb__serve_set_token(struct cerb__serve *s, const char *token)
     /* Every copy is made before any is swapped: out of memory keeps the
      * old token on every socket, never a mix. */
     for (size_t i = 0; i < s->n_listeners; i++) {
-        if (s->listeners[i].token && !(copies[i] = strdup(token))) {
+        if (s->listeners[i].needs_token && !(copies[i] = strdup(token))) {
             for (size_t j = 0; j < i; j++)
                 if (copies[j]) {
                     OPENSSL_cleanse(copies[j], strlen(copies[j]));

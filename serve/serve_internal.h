@@ -333,6 +333,8 @@ struct cerb__serve_listener {
     ino_t path_ino; /* only while lstat still finds this one there */
     char *token; /* TCP: the bearer token every request must carry (wiped at
                     stop; replaced under s->token_mu by cerb__serve_set_token) */
+    bool needs_token; /* token != NULL, fixed when the socket is made: read
+                         without the mutex by every request */
     char name[160]; /* "unix:PATH" or "ADDR:PORT", for the log */
     struct cerb__serve_bucket bucket; /* serve.rate_limit */
     _Atomic unsigned connections;     /* open now (serve.max_connections) */
