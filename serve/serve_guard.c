@@ -101,7 +101,8 @@ size_t cerb__serve_attempts_expire(struct cerb__serve_attempts *t)
             *p = a->next;
             a->next = gone;
             gone = a;
-            t->n--;
+            if (!a->done)
+                t->n--;
         } else {
             p = &a->next;
         }
@@ -338,6 +339,14 @@ enum MHD_Result cerb__serve_guard_finish(struct cerb__serve *s, struct MHD_Conne
         unlock(&t->mu);
         return unknown_attempt(conn, rq->attempt, " for this scope and key");
     }
+    if (a->done) {
+        /* A finish repeated (its first answer was lost): the same answer. */
+        bool ok = a->done_succeeded;
+        unlock(&t->mu);
+        return cerb__serve_reply_json(conn, MHD_HTTP_OK,
+                                      json_pack("{s:b, s:b, s:b}", "finished", 1, "succeeded",
+                                                ok, "repeated", 1));
+    }
     if (a->busy) {
         unlock(&t->mu);
         return cerb__serve_reply_error(conn, CERB_BUSY, "a finish of this attempt is running");
@@ -356,6 +365,19 @@ enum MHD_Result cerb__serve_guard_finish(struct cerb__serve *s, struct MHD_Conne
         a->busy = false;
         a->last_seen_ns = now_ns();
         unlock(&t->mu);
+    } else if (st == CERB_OK) {
+        /* Done: the handle goes, the id stays for a window as a record of
+         * the answer (keepalives of it are 404 from now on). */
+        cerb_guard *g = a->g;
+        lock(&t->mu);
+        a->g = NULL;
+        a->done = true;
+        a->done_succeeded = rq->succeeded;
+        a->busy = false;
+        a->last_seen_ns = now_ns();
+        t->n--;
+        unlock(&t->mu);
+        cerb_guard_free(g);
     } else {
         attempts_remove(t, a);
         entry_free(a);
@@ -380,6 +402,8 @@ enum MHD_Result cerb__serve_guard_keepalive(struct cerb__serve *s,
 
     lock(&t->mu);
     a = find(t, id);
+    if (a && a->done)
+        a = NULL; /* finished: nothing to keep alive */
     if (a) {
         /* Never blocks, any thread: the handle is freed only once out of
          * the table, which this mutex prevents meanwhile. */

@@ -49,13 +49,17 @@ struct cerb__serve_attempt {
     int64_t last_seen_ns; /* begin, a keepalive or a finish that left it open */
     int64_t window_ns;
     bool busy;
+    /* Finished with CERB_OK: kept (g freed) for its window so that a
+     * finish repeated after a lost answer gets the same answer, not 404. */
+    bool done;
+    bool done_succeeded;
     struct cerb__serve_attempt *next;
 };
 
 struct cerb__serve_attempts {
     pthread_mutex_t mu;
     struct cerb__serve_attempt *head;
-    size_t n;
+    size_t n; /* open ones (not done) */
 };
 
 void cerb__serve_attempts_init(struct cerb__serve_attempts *t);

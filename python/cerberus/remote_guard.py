@@ -263,7 +263,10 @@ class RemoteAttempt:
                     self._client._call("POST", _path(self.scope, self._key, "finish"), body,
                                        what, closing_ok=True)
                     return
-                except (Unavailable, IOFailure):
+                except (Unavailable, IOFailure, Busy):
+                    # A lost answer: the retry gets the daemon's record of
+                    # the first finish (200 "repeated"), or BUSY while that
+                    # one still runs.
                     if not succeeded or pause is None:
                         raise
                     time.sleep(pause)

@@ -212,8 +212,9 @@ static void test_begin_busy_finish_duplicate(void **state)
     assert_null(json_object_get(r.body, "result_base64"));
     json_decref(r.body);
 
-    /* The attempt is finished: unknown now. */
-    finish(f, scope, "order-1", id, ", \"succeeded\": true", 404);
+    /* The attempt is finished: a repeated finish gets the same answer
+     * (test_finish_repeated). */
+    finish(f, scope, "order-1", id, ", \"succeeded\": true", 200);
     free(scope);
 }
 
@@ -417,6 +418,40 @@ static void test_bad_bodies(void **state)
     free(scope);
 }
 
+/* A finish repeated after its answer was lost (the caller's read timed
+ * out, it retries) gets the same answer, not 404 "no such attempt": a
+ * success that landed is never reported as a failure. */
+static void test_finish_repeated(void **state)
+{
+    struct fixture *f = *state;
+    char *scope = test_name("sg-again");
+    char id[33], keep[128];
+    struct reply r;
+
+    begin_run(f, scope, "k", NULL, id);
+    finish(f, scope, "k", id, ", \"succeeded\": true, \"result\": \"once\"", 200);
+    {
+        char body[256];
+        snprintf(body, sizeof body,
+                 "{\"attempt\": \"%s\", \"succeeded\": true, \"result\": \"once\"}", id);
+        r = guard(f, scope, "k", "finish", body);
+        assert_int_equal(r.code, 200);
+        assert_true(json_is_true(json_object_get(r.body, "succeeded")));
+        assert_true(json_is_true(json_object_get(r.body, "repeated")));
+        json_decref(r.body);
+    }
+    /* Finished: nothing to keep alive; the result is stored once. */
+    snprintf(keep, sizeof keep, "/v1/guard/attempts/%s/keepalive", id);
+    r = request(f, "POST", keep, NULL);
+    assert_int_equal(r.code, 404);
+    json_decref(r.body);
+    r = guard(f, scope, "k", "begin", NULL);
+    assert_string_equal(str(&r, "state"), "duplicate");
+    assert_string_equal(str(&r, "result"), "once");
+    json_decref(r.body);
+    free(scope);
+}
+
 /* gfault: the claim's renewals fail, so it is lost at its deadline: the
  * keepalive says so and the finish is 410 LOST (nothing stored). */
 static void test_lost(void **state)
@@ -497,6 +532,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_begin_busy_finish_duplicate, setup, teardown),
         cmocka_unit_test_setup_teardown(test_failure_lets_retry, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_finish_repeated, setup, teardown),
         cmocka_unit_test_setup_teardown(test_binary_result, setup, teardown),
         cmocka_unit_test_setup_teardown(test_dead_caller_attempt_expires, setup, teardown),
         cmocka_unit_test_setup_teardown(test_stop_frees_attempts, setup, teardown),
