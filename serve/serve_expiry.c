@@ -11,12 +11,15 @@
  * out under the table's mutex and releases them without it; a release
  * that fails leaves the server lease to expire by itself, as
  * cerb_hold_free() does. The same tick cancels the acquisitions whose
- * callers hung up while they waited (serve_waits.c). The guard's open
+ * callers hung up while they waited (serve_waits.c). The holds of one tick
+ * are released by up to 8 threads at once: a release may wait for the
+ * engine's timeout, and one after another they would delay the rest. The guard's open
  * attempts (serve_guard.c) are expired in the same round: one nobody
  * finished nor kept alive within its window is freed, which counts it as
  * failed.
  */
 #include <errno.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <time.h>
 
@@ -24,12 +27,48 @@
 
 #define TICK_MS 100
 #define BATCH 64
+#define FREE_THREADS 8
 
 struct args {
     struct cerb__serve_expiry *e;
     struct cerb__serve_holds *holds;
     struct cerb__serve_waits *waits;
 };
+
+/* A batch of holds to free by several threads: each release may wait for
+ * the engine's timeout (an engine down), and one after another a batch
+ * would keep the next expiries and the hang-up watch waiting N times. */
+struct frees {
+    cerb_hold **v;
+    size_t n;
+    atomic_size_t next;
+};
+
+static void *free_some(void *ud)
+{
+    struct frees *f = ud;
+    size_t i;
+
+    while ((i = atomic_fetch_add(&f->next, 1)) < f->n)
+        cerb_hold_free(f->v[i]); /* releases it first */
+    return NULL;
+}
+
+/* Frees @n holds with up to FREE_THREADS threads (this one when no thread
+ * can be made), and returns once all are freed. */
+static void free_batch(cerb_hold **v, size_t n)
+{
+    struct frees f = {v, n, 0};
+    pthread_t th[FREE_THREADS];
+    size_t started = 0;
+
+    while (n > 1 && started < FREE_THREADS && started < n &&
+           pthread_create(&th[started], NULL, free_some, &f) == 0)
+        started++;
+    free_some(&f); /* this thread helps (or does it all) */
+    for (size_t i = 0; i < started; i++)
+        pthread_join(th[i], NULL);
+}
 
 static void *run(void *ud)
 {
@@ -62,8 +101,7 @@ static void *run(void *ud)
         cerb__serve_waits_watch(waits);
         do {
             n = cerb__serve_holds_take_expired(holds, batch, BATCH);
-            for (size_t i = 0; i < n; i++)
-                cerb_hold_free(batch[i]); /* releases it first */
+            free_batch(batch, n);
         } while (n == BATCH);
         /* The guard's attempts nobody finished nor kept alive: freed, so
          * counted as failed (serve_guard.c). */

@@ -1384,6 +1384,41 @@ static void test_stop_bounded(void **state)
     free(name);
 }
 
+/* Silent callers' holds are released several at once: with each release
+ * taking 1 s (an engine that answers slowly), 16 holds whose window passed
+ * together are all released within about 2 s, where one after another
+ * took 16 s and kept the next expiries (and the hang-up watch) waiting. */
+static void test_expiry_in_parallel(void **state)
+{
+    struct fixture *f = *state;
+    enum { HOLDS = 16 };
+    char *name = test_name("serve-expire");
+    char path[512];
+    struct reply r;
+    int64_t t0;
+
+    for (int i = 0; i < HOLDS; i++) {
+        snprintf(path, sizeof path, "/v1/locks/%s-%d/acquire", name, i);
+        r = request(f, "POST", path, "{\"wait_ms\": 0, \"lease_ms\": 300}");
+        assert_int_equal(r.code, 200);
+        json_decref(r.body);
+    }
+    fault_engine_delay(FAULT_RELEASE, 1000, false);
+    t0 = cerb_test_now_ms();
+    /* The last name comes free once every release before it is done. */
+    for (int i = 0; i < HOLDS; i++) {
+        snprintf(path, sizeof path, "/v1/locks/%s-%d/acquire", name, i);
+        r = request(f, "POST", path, "{\"wait_ms\": 15000}");
+        assert_int_equal(r.code, 200);
+        json_decref(r.body);
+    }
+    fault_engine_delay(FAULT_RELEASE, 0, false);
+    if (cerb_test_now_ms() - t0 >= 6000)
+        fail_msg("16 silent holds with 1 s releases took %lld ms to come free",
+                 (long long)(cerb_test_now_ms() - t0));
+    free(name);
+}
+
 /* A name longer than the library allows answers the library's 400 and its
  * reason, however long (not 404 "no such route"). */
 static void test_long_names(void **state)
@@ -1491,6 +1526,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_plain_file_left_alone, setup, teardown),
         cmocka_unit_test_setup_teardown(test_busy_listener_not_taken, setup, teardown),
         cmocka_unit_test_setup_teardown(test_stop_bounded, setup_fault, teardown_fault),
+        cmocka_unit_test_setup_teardown(test_expiry_in_parallel, setup_fault, teardown_fault),
         cmocka_unit_test_setup_teardown(test_long_names, setup, teardown),
         cmocka_unit_test_setup_teardown(test_wrong_method, setup, teardown),
     };
