@@ -18,7 +18,9 @@
  *                  rounds of about half a second after a warm-up of each;
  *                  the ratio is ops/s over in-process ops/s, and the report
  *                  gives the p50 overhead per cycle (serve p50 − in-process
- *                  p50; the target is 100 µs or less).
+ *                  p50; the target is 100 µs or less) beside the round
+ *                  trip of a bare GET /healthz by the same callers, two of
+ *                  which are a cycle's floor on this machine.
  *   serve-handoff  W waiters on one name through the daemon. Blocking: each
  *                  waits in POST acquire {"wait_ms": 10000}; when it is
  *                  granted it records the time since the previous holder
@@ -202,6 +204,25 @@ static int serve_cycle(struct bench_worker *w, struct serve_ctx *c)
         return -1;
     }
     return 0;
+}
+
+static void *healthz_body(void *p)
+{
+    struct bench_worker *w = p;
+    struct serve_ctx *c = w->ctx;
+    uint64_t n = 0;
+    int64_t t0 = bench_now_ns();
+
+    for (;;) {
+        if (http_call(&c->http, "GET", "/healthz", NULL) != 0 || c->http.code != 200) {
+            fail_http(w, "healthz", &c->http);
+            break;
+        }
+        if (bench_worker_lap(w, &t0, &n))
+            break;
+    }
+    w->end_ns = t0;
+    return NULL;
 }
 
 static void *serve_body(void *p)
@@ -457,6 +478,14 @@ int bench_serve(const struct bench_engine *e, const struct bench_opts *o, int th
             paired[n_paired++] = ((double)(lib->n - lib_before) / (double)(lib_ns - lib_before_ns)) /
                                  ((double)one->n / (double)(raw_ns - raw_before));
     }
+    /* The floor of a cycle on this machine: two bare round trips. */
+    snprintf(label, sizeof label, "serve %s x%d healthz", e->name, threads);
+    bench_hist_init(one);
+    if (bench_run_and_merge(label, threads, side_ns, healthz_body, r.ctxp, NULL, r.hists, one,
+                            NULL, o->progress) != 0)
+        goto done;
+    out->http_rtt_p50_us = (double)bench_hist_quantile(one, 0.50) / 1000.0;
+    out->http_rtt_p99_us = (double)bench_hist_quantile(one, 0.99) / 1000.0;
     out->ratio_paired_median = bench_median(paired, n_paired);
     out->elapsed_s = (double)lib_ns / 1e9;
     out->ops = lib->n;

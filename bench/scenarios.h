@@ -154,6 +154,10 @@ struct bench_result {
     double cmds_per_op_least, ceiling_cmds_per_op_least; /* the least round's */
     char ceiling_missing[128];
 
+    /* serve: one HTTP round trip to the daemon (GET /healthz) with the
+     * same callers, in the same run: two of them are a cycle's floor. */
+    double http_rtt_p50_us, http_rtt_p99_us;
+
     /* --peers (peers.c): a row measured by another lock library on the
      * engine's server, right after Cerberus's row of the same scenario and
      * threads. peer[0] is 0 on Cerberus's own rows. */
