@@ -263,7 +263,8 @@ static void on_connection(void *cls, struct MHD_Connection *conn, void **socket_
 /* libmicrohttpd's complaints (MHD_OPTION_EXTERNAL_LOGGER): a connection
  * refused at serve.max_connections is a limit record, anything else an
  * http one; both at most once a second, since a flood would repeat them. */
-static void on_mhd_log(void *cls, const char *fmt, va_list ap)
+__attribute__((format(printf, 2, 0))) static void on_mhd_log(void *cls, const char *fmt,
+                                                              va_list ap)
 {
     char msg[512];
     size_t n;
