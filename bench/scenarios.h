@@ -157,6 +157,9 @@ struct bench_result {
     /* serve: one HTTP round trip to the daemon (GET /healthz) with the
      * same callers, in the same run: two of them are a cycle's floor. */
     double http_rtt_p50_us, http_rtt_p99_us;
+    /* serve-handoff: the hand-off of a 100 ms poll (the ceiling is the
+     * 10 ms one's). */
+    double poll_slow_p50_us, poll_slow_p99_us;
 
     /* --peers (peers.c): a row measured by another lock library on the
      * engine's server, right after Cerberus's row of the same scenario and
