@@ -70,25 +70,6 @@ struct request {
     char body[]; /* max + 1 bytes */
 };
 
-static int64_t mono_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
-}
-
-static void lock(pthread_mutex_t *mu)
-{
-    if (pthread_mutex_lock(mu) != 0)
-        abort();
-}
-
-static void unlock(pthread_mutex_t *mu)
-{
-    if (pthread_mutex_unlock(mu) != 0)
-        abort();
-}
-
 /* Whether @given is the listener's token (the caller holds token_mu). The
  * comparison takes the same time whichever byte differs. */
 static bool token_is(const struct cerb__serve_listener *l, const char *given)
@@ -114,9 +95,9 @@ static bool authorized(struct MHD_Connection *conn, struct cerb__serve_listener 
         h += sizeof scheme - 1;
     else
         h = NULL;
-    lock(&l->s->token_mu);
+    cerb__serve_lock(&l->s->token_mu);
     ok = token_is(l, h) || token_is(l, dh);
-    unlock(&l->s->token_mu);
+    cerb__serve_unlock(&l->s->token_mu);
     return ok;
 }
 
@@ -130,11 +111,11 @@ static bool rate_ok(struct cerb__serve_listener *l, struct MHD_Connection *conn,
     int rate, burst;
     char secs[16];
 
-    lock(&s->opts_mu);
+    cerb__serve_lock(&s->opts_mu);
     rate = s->opts.rate_limit;
     burst = s->opts.rate_burst;
-    unlock(&s->opts_mu);
-    if (cerb__serve_bucket_take(&l->bucket, rate, burst, mono_ns(), &retry))
+    cerb__serve_unlock(&s->opts_mu);
+    if (cerb__serve_bucket_take(&l->bucket, rate, burst, cerb__serve_now_ns(), &retry))
         return true;
     snprintf(secs, sizeof secs, "%u", retry);
     cerb__serve_log_limited(CERB_SERVE_LOG_RATE, "limit",
@@ -164,9 +145,9 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
             return cerb__serve_reply_unauthorized(
                 conn, "this TCP socket needs the header Authorization: Bearer TOKEN, "
                       "with the token of the server's token file");
-        lock(&s->opts_mu);
+        cerb__serve_lock(&s->opts_mu);
         max = (size_t)s->opts.max_body;
-        unlock(&s->opts_mu);
+        cerb__serve_unlock(&s->opts_mu);
         /* A body announced too big is refused before it is read: MHD then
          * discards it and closes the connection. */
         const char *cl = MHD_lookup_connection_value(conn, MHD_HEADER_KIND,
@@ -221,9 +202,9 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
     if (*con_cls) {
         if (((struct request *)*con_cls)->stream) {
             unsigned idle;
-            lock(&s->opts_mu);
+            cerb__serve_lock(&s->opts_mu);
             idle = (unsigned)s->opts.idle_timeout_s;
-            unlock(&s->opts_mu);
+            cerb__serve_unlock(&s->opts_mu);
             MHD_set_connection_option(conn, MHD_CONNECTION_OPTION_TIMEOUT, idle);
         }
         free(*con_cls);
@@ -248,9 +229,9 @@ static void on_connection(void *cls, struct MHD_Connection *conn, void **socket_
         return;
     }
     n = atomic_fetch_add(&l->connections, 1) + 1;
-    lock(&l->s->opts_mu);
+    cerb__serve_lock(&l->s->opts_mu);
     max = (unsigned)l->s->opts.max_connections;
-    unlock(&l->s->opts_mu);
+    cerb__serve_unlock(&l->s->opts_mu);
     if (n < max)
         return;
     snprintf(ns, sizeof ns, "%u", n);
@@ -533,9 +514,9 @@ static cerb_status add_listener(struct cerb__serve *s, int fd, const char *path,
         snprintf(err, errlen, "%s: more than %d sockets", what, CERB_SERVE_MAX_LISTENERS);
         goto fail;
     }
-    lock(&s->opts_mu);
+    cerb__serve_lock(&s->opts_mu);
     o = s->opts;
-    unlock(&s->opts_mu);
+    cerb__serve_unlock(&s->opts_mu);
     l = &s->listeners[s->n_listeners];
     memset(l, 0, sizeof *l);
     l->s = s;
@@ -598,10 +579,10 @@ cerb_status cerb__serve_listen_unix(struct cerb__serve *s, const char *path, cha
     ino_t ino = 0;
     int fd;
 
-    lock(&s->opts_mu);
+    cerb__serve_lock(&s->opts_mu);
     gid = s->opts.socket_gid;
     mode = s->opts.socket_mode;
-    unlock(&s->opts_mu);
+    cerb__serve_unlock(&s->opts_mu);
     fd = listen_unix(path, gid, mode, &dev, &ino, err, errlen);
     if (fd < 0)
         return errno == ENAMETOOLONG ? CERB_EINVAL : CERB_EIO;
@@ -626,9 +607,9 @@ cerb_status cerb__serve_listen_tcp(struct cerb__serve *s, const char *addr,
     cerb_status st;
     int fd;
 
-    lock(&s->opts_mu);
+    cerb__serve_lock(&s->opts_mu);
     remote = s->opts.allow_remote;
-    unlock(&s->opts_mu);
+    cerb__serve_unlock(&s->opts_mu);
     st = cerb__serve_tcp_addr(addr, remote, &sa, &salen, err, errlen);
     if (st != CERB_OK)
         return st;
@@ -676,9 +657,9 @@ cerb_status cerb__serve_listen_fd(struct cerb__serve *s, int fd, const char *tok
         snprintf(err, errlen, "passed descriptor %d: %s", fd, strerror(errno));
         return CERB_EINVAL;
     }
-    lock(&s->opts_mu);
+    cerb__serve_lock(&s->opts_mu);
     remote = s->opts.allow_remote;
-    unlock(&s->opts_mu);
+    cerb__serve_unlock(&s->opts_mu);
     if (sa.ss_family == AF_UNIX) {
         const struct sockaddr_un *un = (const struct sockaddr_un *)&sa;
         /* An abstract or unnamed socket has no file: its name is shown
@@ -733,18 +714,18 @@ cerb_status cerb__serve_listen_fd(struct cerb__serve *s, int fd, const char *tok
 
 void cerb__serve_configure(struct cerb__serve *s, const struct cerb__serve_opts *o)
 {
-    lock(&s->opts_mu);
+    cerb__serve_lock(&s->opts_mu);
     s->opts = *o;
-    unlock(&s->opts_mu);
+    cerb__serve_unlock(&s->opts_mu);
 }
 
 int64_t cerb__serve_keepalive_ms(struct cerb__serve *s)
 {
     int64_t ms;
 
-    lock(&s->opts_mu);
+    cerb__serve_lock(&s->opts_mu);
     ms = s->opts.keepalive_ms;
-    unlock(&s->opts_mu);
+    cerb__serve_unlock(&s->opts_mu);
     return ms;
 }
 
@@ -766,7 +747,7 @@ cerb_status cerb__serve_set_token(struct cerb__serve *s, const char *token)
             return CERB_ENOMEM;
         }
     }
-    lock(&s->token_mu);
+    cerb__serve_lock(&s->token_mu);
     for (size_t i = 0; i < s->n_listeners; i++) {
         struct cerb__serve_listener *l = &s->listeners[i];
         char *old = l->token;
@@ -775,7 +756,7 @@ cerb_status cerb__serve_set_token(struct cerb__serve *s, const char *token)
         l->token = copies[i];
         copies[i] = old;
     }
-    unlock(&s->token_mu);
+    cerb__serve_unlock(&s->token_mu);
     for (size_t i = 0; i < s->n_listeners; i++)
         if (copies[i]) {
             OPENSSL_cleanse(copies[i], strlen(copies[i]));
@@ -854,7 +835,7 @@ void cerb__serve_stop_report(struct cerb__serve *s, size_t *released, bool *drai
     if (!s)
         return;
     drain_ms = s->opts.drain_ms; /* one thread: nothing changes it now */
-    t0 = mono_ns();
+    t0 = cerb__serve_now_ns();
     /* Acquisitions waiting now end with 503 INTERRUPTED and new ones are
      * refused; the answers being made are sent (for a bounded time); then
      * MHD closes the connections and the listening socket and joins its
@@ -871,7 +852,7 @@ void cerb__serve_stop_report(struct cerb__serve *s, size_t *released, bool *drai
      * by the engine's timeouts, 100 holds on a silent server took minutes,
      * past a service manager's stop timeout. Those not released by then
      * expire with their lease. */
-    budget_ms = drain_ms - (mono_ns() - t0) / 1000000;
+    budget_ms = drain_ms - (cerb__serve_now_ns() - t0) / 1000000;
     if (budget_ms < CERB_SERVE_STOP_RELEASE_MIN_MS)
         budget_ms = CERB_SERVE_STOP_RELEASE_MIN_MS;
     cerb__serve_holds_destroy(&s->holds, budget_ms, released, &left);

@@ -93,18 +93,6 @@ struct cerb__serve_dapr {
     size_t n, prune_at;
 };
 
-static void lock_mu(pthread_mutex_t *mu)
-{
-    if (pthread_mutex_lock(mu) != 0)
-        abort();
-}
-
-static void unlock_mu(pthread_mutex_t *mu)
-{
-    if (pthread_mutex_unlock(mu) != 0)
-        abort();
-}
-
 cerb_status cerb__serve_dapr_new(struct cerb__serve_dapr **out)
 {
     struct cerb__serve_dapr *d = calloc(1, sizeof *d);
@@ -188,12 +176,12 @@ cerb_status cerb__serve_set_dapr(struct cerb__serve *s, const char *store,
         snprintf(err, errlen, "out of memory");
         return CERB_ENOMEM;
     }
-    lock_mu(&d->mu);
+    cerb__serve_lock(&d->mu);
     free(d->store);
     free(d->app_id);
     d->store = st;
     d->app_id = app;
-    unlock_mu(&d->mu);
+    cerb__serve_unlock(&d->mu);
     return CERB_OK;
 }
 
@@ -349,13 +337,13 @@ static bool validate(struct cerb__serve_dapr *d, struct MHD_Connection *conn,
                           "lock owner is empty");
         return false;
     }
-    lock_mu(&d->mu);
+    cerb__serve_lock(&d->mu);
     ours = strcmp(store, d->store) == 0;
     if (ours && d->app_id)
         n = snprintf(name, cap, "lock" KEY_SEP "%s" KEY_SEP "%s", d->app_id, rq->resource);
     else
         n = snprintf(name, cap, "%s", rq->resource);
-    unlock_mu(&d->mu);
+    cerb__serve_unlock(&d->mu);
     if (!ours) {
         snprintf(why, sizeof why, "lock %.200s is not found", store);
         *ret = dapr_error(conn, MHD_HTTP_NOT_FOUND, "ERR_LOCK_NOT_FOUND", why);
@@ -473,7 +461,7 @@ static cerb_status record(struct cerb__serve *s, struct cerb__serve_dapr *d,
             entry_free(e);
         return CERB_ENOMEM;
     }
-    lock_mu(&d->mu);
+    cerb__serve_lock(&d->mu);
     st = cerb__serve_holds_add(&s->holds, hold, (int64_t)expiry_s * 1000, e->id);
     if (st == CERB_OK) {
         /* An entry left for the name is stale: the library granted the
@@ -486,7 +474,7 @@ static cerb_status record(struct cerb__serve *s, struct cerb__serve_dapr *d,
         d->head = e;
         d->n++;
     }
-    unlock_mu(&d->mu);
+    cerb__serve_unlock(&d->mu);
     if (st != CERB_OK)
         entry_free(e);
     return st;
@@ -510,7 +498,7 @@ static enum MHD_Result dapr_lock(struct cerb__serve *s, struct MHD_Connection *c
     /* A hold of the name this server still keeps but the library lost is
      * taken out first, so that the name can be granted again at once
      * rather than when its window passes. */
-    lock_mu(&d->mu);
+    cerb__serve_lock(&d->mu);
     {
         struct owner_entry **p = find(d, name);
         if (*p) {
@@ -521,7 +509,7 @@ static enum MHD_Result dapr_lock(struct cerb__serve *s, struct MHD_Connection *c
                 forget(d, p);
         }
     }
-    unlock_mu(&d->mu);
+    cerb__serve_unlock(&d->mu);
     cerb_hold_free(stale); /* lost: nothing to release on the engine */
     st = try_acquire(s, name, &hold, why, sizeof why);
     if (st == CERB_BUSY) {
@@ -609,7 +597,7 @@ static enum MHD_Result dapr_unlock(struct cerb__serve *s, struct MHD_Connection 
         return ret;
     if (!validate(d, conn, store, &rq, false, name, sizeof name, &ret))
         goto out;
-    lock_mu(&d->mu);
+    cerb__serve_lock(&d->mu);
     {
         struct owner_entry **p = find(d, name);
         if (*p) {
@@ -629,7 +617,7 @@ static enum MHD_Result dapr_unlock(struct cerb__serve *s, struct MHD_Connection 
             }
         }
     }
-    unlock_mu(&d->mu);
+    cerb__serve_unlock(&d->mu);
     cerb_hold_free(stale);
     if (others) {
         us = UNLOCK_BELONGS_TO_OTHERS;
@@ -673,12 +661,12 @@ static enum MHD_Result dapr_metadata(struct cerb__serve *s, struct MHD_Connectio
     struct cerb__serve_dapr *d = s->dapr;
     json_t *o;
 
-    lock_mu(&d->mu);
+    cerb__serve_lock(&d->mu);
     o = json_pack("{s:s, s:s, s:[], s:[{s:s, s:s, s:s, s:[]}], s:{}}", "id",
                   d->app_id ? d->app_id : "cerberus", "runtimeVersion", cerb_version(),
                   "enabledFeatures", "components", "name", d->store, "type",
                   "lock.cerberus", "version", "v1", "capabilities", "extended");
-    unlock_mu(&d->mu);
+    cerb__serve_unlock(&d->mu);
     if (!o)
         return MHD_NO;
     return cerb__serve_reply_json(conn, MHD_HTTP_OK, o);

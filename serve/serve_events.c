@@ -50,13 +50,6 @@ struct stream {
     int fd;                    /* the connection's socket (-1: unknown) */
 };
 
-static int64_t now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
-}
-
 static ssize_t event(struct stream *st, const char *what, char *buf, size_t max)
 {
     int n = snprintf(buf, max, "event: %s\ndata: {\"hold\":\"%s\"}\n\n", what, st->id);
@@ -96,14 +89,14 @@ static ssize_t reader(void *cls, uint64_t pos, char *buf, size_t max)
     for (;;) {
         /* Looks first (a deadline already passed returns at once), so
          * neither a heartbeat nor the wait hides a loss or a release. */
-        int64_t now = now_ns(), slice = now + (int64_t)WATCH_MS * 1000000;
+        int64_t now = cerb__serve_now_ns(), slice = now + (int64_t)WATCH_MS * 1000000;
         switch (cerb__serve_holds_wait(st->t, st->id, now >= st->next_heartbeat_ns ? now
                                                       : slice < st->next_heartbeat_ns
                                                           ? slice
                                                           : st->next_heartbeat_ns)) {
         case CERB_SERVE_EV_TIMEOUT:
-            if (now_ns() >= st->next_heartbeat_ns) {
-                st->next_heartbeat_ns = now_ns() + st->heartbeat_ns;
+            if (cerb__serve_now_ns() >= st->next_heartbeat_ns) {
+                st->next_heartbeat_ns = cerb__serve_now_ns() + st->heartbeat_ns;
                 return heartbeat(st, buf, max);
             }
             if (cerb__serve_hung_up(st->fd))
@@ -157,7 +150,7 @@ enum MHD_Result cerb__serve_events(struct cerb__serve_holds *t,
     st->fd = ci ? ci->connect_fd : -1;
     st->heartbeat_ns = heartbeat_ms * 1000000;
     memcpy(st->id, id, CERB_SERVE_HOLD_ID_LEN + 1);
-    st->next_heartbeat_ns = now_ns(); /* the first heartbeat at once */
+    st->next_heartbeat_ns = cerb__serve_now_ns(); /* the first heartbeat at once */
     r = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 1024, reader, st, stream_free);
     if (!r) {
         stream_free(st);

@@ -53,25 +53,6 @@
 
 #include "serve_internal.h"
 
-static int64_t now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
-}
-
-static void lock(pthread_mutex_t *mu)
-{
-    if (pthread_mutex_lock(mu) != 0)
-        abort();
-}
-
-static void unlock(pthread_mutex_t *mu)
-{
-    if (pthread_mutex_unlock(mu) != 0)
-        abort();
-}
-
 static void entry_free(struct cerb__serve_attempt *a)
 {
     cerb_guard_free(a->g); /* unfinished: failed, its record deleted */
@@ -91,10 +72,10 @@ void cerb__serve_attempts_init(struct cerb__serve_attempts *t)
 size_t cerb__serve_attempts_expire(struct cerb__serve_attempts *t)
 {
     struct cerb__serve_attempt *gone = NULL;
-    int64_t now = now_ns();
+    int64_t now = cerb__serve_now_ns();
     size_t n = 0;
 
-    lock(&t->mu);
+    cerb__serve_lock(&t->mu);
     for (struct cerb__serve_attempt **p = &t->head; *p;) {
         struct cerb__serve_attempt *a = *p;
         if (!a->busy && now - a->last_seen_ns > a->window_ns) {
@@ -107,7 +88,7 @@ size_t cerb__serve_attempts_expire(struct cerb__serve_attempts *t)
             p = &a->next;
         }
     }
-    unlock(&t->mu);
+    cerb__serve_unlock(&t->mu);
     while (gone) { /* the library is called without the table's mutex */
         struct cerb__serve_attempt *next = gone->next;
         entry_free(gone);
@@ -121,9 +102,9 @@ size_t cerb__serve_attempts_count(struct cerb__serve_attempts *t)
 {
     size_t n;
 
-    lock(&t->mu);
+    cerb__serve_lock(&t->mu);
     n = t->n;
-    unlock(&t->mu);
+    cerb__serve_unlock(&t->mu);
     return n;
 }
 
@@ -131,11 +112,11 @@ void cerb__serve_attempts_destroy(struct cerb__serve_attempts *t)
 {
     struct cerb__serve_attempt *a;
 
-    lock(&t->mu);
+    cerb__serve_lock(&t->mu);
     a = t->head;
     t->head = NULL;
     t->n = 0;
-    unlock(&t->mu);
+    cerb__serve_unlock(&t->mu);
     while (a) {
         struct cerb__serve_attempt *next = a->next;
         entry_free(a);
@@ -172,14 +153,14 @@ static cerb_status attempts_add(struct cerb__serve_attempts *t, cerb_guard *g,
     }
     a->id[CERB_SERVE_ID_LEN] = '\0';
     a->g = g;
-    a->last_seen_ns = now_ns();
+    a->last_seen_ns = cerb__serve_now_ns();
     a->window_ns = window_ms * 1000000;
     memcpy(id, a->id, sizeof a->id);
-    lock(&t->mu);
+    cerb__serve_lock(&t->mu);
     a->next = t->head;
     t->head = a;
     t->n++;
-    unlock(&t->mu);
+    cerb__serve_unlock(&t->mu);
     return CERB_OK;
 }
 
@@ -194,7 +175,7 @@ static struct cerb__serve_attempt *find(struct cerb__serve_attempts *t, const ch
 /* Takes @a (busy, found earlier) out of the table. */
 static void attempts_remove(struct cerb__serve_attempts *t, struct cerb__serve_attempt *a)
 {
-    lock(&t->mu);
+    cerb__serve_lock(&t->mu);
     for (struct cerb__serve_attempt **p = &t->head; *p; p = &(*p)->next) {
         if (*p == a) {
             *p = a->next;
@@ -202,7 +183,7 @@ static void attempts_remove(struct cerb__serve_attempts *t, struct cerb__serve_a
             break;
         }
     }
-    unlock(&t->mu);
+    cerb__serve_unlock(&t->mu);
 }
 
 static const char *state_name(enum cerb_lock_state st)
@@ -327,32 +308,32 @@ enum MHD_Result cerb__serve_guard_finish(struct cerb__serve *s, struct MHD_Conne
     bool open;
     char why[512];
 
-    lock(&t->mu);
+    cerb__serve_lock(&t->mu);
     a = find(t, rq->attempt);
     if (!a) {
-        unlock(&t->mu);
+        cerb__serve_unlock(&t->mu);
         return unknown_attempt(conn, rq->attempt, " open (finished, or freed after its "
                                                   "window)");
     }
     if (strcmp(a->scope, rq->part) != 0 || a->key_len != rq->key_len ||
         memcmp(a->key, rq->key, rq->key_len) != 0) {
-        unlock(&t->mu);
+        cerb__serve_unlock(&t->mu);
         return unknown_attempt(conn, rq->attempt, " for this scope and key");
     }
     if (a->done) {
         /* A finish repeated (its first answer was lost): the same answer. */
         bool ok = a->done_succeeded;
-        unlock(&t->mu);
+        cerb__serve_unlock(&t->mu);
         return cerb__serve_reply_json(conn, MHD_HTTP_OK,
                                       json_pack("{s:b, s:b, s:b}", "finished", 1, "succeeded",
                                                 ok, "repeated", 1));
     }
     if (a->busy) {
-        unlock(&t->mu);
+        cerb__serve_unlock(&t->mu);
         return cerb__serve_reply_error(conn, CERB_BUSY, "a finish of this attempt is running");
     }
     a->busy = true;
-    unlock(&t->mu);
+    cerb__serve_unlock(&t->mu);
 
     st = cerb_guard_finish(a->g, rq->succeeded, rq->result, rq->result_len);
     snprintf(why, sizeof why, "%s", st == CERB_OK ? "" : cerb_last_error());
@@ -361,22 +342,22 @@ enum MHD_Result cerb__serve_guard_finish(struct cerb__serve *s, struct MHD_Conne
      * confirmed, is retried by the library). */
     open = st != CERB_OK && st != CERB_LOST && (st == CERB_EINVAL || rq->succeeded);
     if (open) {
-        lock(&t->mu);
+        cerb__serve_lock(&t->mu);
         a->busy = false;
-        a->last_seen_ns = now_ns();
-        unlock(&t->mu);
+        a->last_seen_ns = cerb__serve_now_ns();
+        cerb__serve_unlock(&t->mu);
     } else if (st == CERB_OK) {
         /* Done: the handle goes, the id stays for a window as a record of
          * the answer (keepalives of it are 404 from now on). */
         cerb_guard *g = a->g;
-        lock(&t->mu);
+        cerb__serve_lock(&t->mu);
         a->g = NULL;
         a->done = true;
         a->done_succeeded = rq->succeeded;
         a->busy = false;
-        a->last_seen_ns = now_ns();
+        a->last_seen_ns = cerb__serve_now_ns();
         t->n--;
-        unlock(&t->mu);
+        cerb__serve_unlock(&t->mu);
         cerb_guard_free(g);
     } else {
         attempts_remove(t, a);
@@ -400,7 +381,7 @@ enum MHD_Result cerb__serve_guard_keepalive(struct cerb__serve *s,
     enum cerb_lock_state ls = CERB_LOCK_FREE;
     int64_t window_ms = 0;
 
-    lock(&t->mu);
+    cerb__serve_lock(&t->mu);
     a = find(t, id);
     if (a && a->done)
         a = NULL; /* finished: nothing to keep alive */
@@ -411,10 +392,10 @@ enum MHD_Result cerb__serve_guard_keepalive(struct cerb__serve *s,
         /* A lost claim is not kept alive: a 200 would tell the caller to
          * go on with an operation another attempt may be running. */
         if (ls != CERB_LOCK_LOST)
-            a->last_seen_ns = now_ns();
+            a->last_seen_ns = cerb__serve_now_ns();
         window_ms = a->window_ns / 1000000;
     }
-    unlock(&t->mu);
+    cerb__serve_unlock(&t->mu);
     if (!a)
         return unknown_attempt(conn, id, "");
     if (ls == CERB_LOCK_LOST)

@@ -62,25 +62,6 @@
 static pthread_mutex_t live_mu = PTHREAD_MUTEX_INITIALIZER;
 static struct cerb__serve_holds *live_head;
 
-static int64_t now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
-}
-
-static void lock(pthread_mutex_t *mu)
-{
-    if (pthread_mutex_lock(mu) != 0)
-        abort();
-}
-
-static void unlock(pthread_mutex_t *mu)
-{
-    if (pthread_mutex_unlock(mu) != 0)
-        abort();
-}
-
 void cerb__serve_holds_init(struct cerb__serve_holds *t)
 {
     pthread_condattr_t ca;
@@ -93,10 +74,10 @@ void cerb__serve_holds_init(struct cerb__serve_holds *t)
     t->stopping = false;
     t->heartbeat_ms = CERB_SERVE_HEARTBEAT_MS;
     t->head = NULL;
-    lock(&live_mu);
+    cerb__serve_lock(&live_mu);
     t->live_next = live_head;
     live_head = t;
-    unlock(&live_mu);
+    cerb__serve_unlock(&live_mu);
     cerb__serve_attempts_init(&t->attempts);
 }
 
@@ -105,11 +86,11 @@ static void on_lost(cerb_hold *hold, void *ud)
 {
     struct cerb__serve_holds *t = ud, *l;
 
-    lock(&live_mu);
+    cerb__serve_lock(&live_mu);
     for (l = live_head; l && l != t; l = l->live_next)
         ;
     if (l) {
-        lock(&t->mu);
+        cerb__serve_lock(&t->mu);
         for (struct cerb__serve_hold *h = t->head; h; h = h->next) {
             if (h->hold == hold) {
                 h->lost = true;
@@ -117,9 +98,9 @@ static void on_lost(cerb_hold *hold, void *ud)
                 break;
             }
         }
-        unlock(&t->mu);
+        cerb__serve_unlock(&t->mu);
     }
-    unlock(&live_mu);
+    cerb__serve_unlock(&live_mu);
 }
 
 static struct cerb__serve_hold *find(struct cerb__serve_holds *t, const char *id)
@@ -135,34 +116,34 @@ bool cerb__serve_holds_listen(struct cerb__serve_holds *t, const char *id,
 {
     struct cerb__serve_hold *h;
 
-    lock(&t->mu);
+    cerb__serve_lock(&t->mu);
     h = find(t, id);
     if (h)
         h->listeners++;
     *heartbeat_ms = t->heartbeat_ms;
-    unlock(&t->mu);
+    cerb__serve_unlock(&t->mu);
     return h != NULL;
 }
 
 void cerb__serve_holds_set_heartbeat(struct cerb__serve_holds *t, int64_t ms)
 {
-    lock(&t->mu);
+    cerb__serve_lock(&t->mu);
     t->heartbeat_ms = ms;
-    unlock(&t->mu);
+    cerb__serve_unlock(&t->mu);
 }
 
 void cerb__serve_holds_unlisten(struct cerb__serve_holds *t, const char *id)
 {
     struct cerb__serve_hold *h;
 
-    lock(&t->mu);
+    cerb__serve_lock(&t->mu);
     h = find(t, id);
     if (h) {
         assert(h->listeners > 0);
         h->listeners--;
-        h->last_seen_ns = now_ns();
+        h->last_seen_ns = cerb__serve_now_ns();
     }
-    unlock(&t->mu);
+    cerb__serve_unlock(&t->mu);
 }
 
 enum cerb__serve_event cerb__serve_holds_wait(struct cerb__serve_holds *t, const char *id,
@@ -172,7 +153,7 @@ enum cerb__serve_event cerb__serve_holds_wait(struct cerb__serve_holds *t, const
                           (long)(deadline_ns % 1000000000)};
     enum cerb__serve_event ev;
 
-    lock(&t->mu);
+    cerb__serve_lock(&t->mu);
     for (;;) {
         struct cerb__serve_hold *h = find(t, id);
         int rc;
@@ -196,16 +177,16 @@ enum cerb__serve_event cerb__serve_holds_wait(struct cerb__serve_holds *t, const
         if (rc != 0)
             abort();
     }
-    unlock(&t->mu);
+    cerb__serve_unlock(&t->mu);
     return ev;
 }
 
 void cerb__serve_holds_stop_streams(struct cerb__serve_holds *t)
 {
-    lock(&t->mu);
+    cerb__serve_lock(&t->mu);
     t->stopping = true;
     pthread_cond_broadcast(&t->changed);
-    unlock(&t->mu);
+    cerb__serve_unlock(&t->mu);
 }
 
 cerb_status cerb__serve_holds_add(struct cerb__serve_holds *t, cerb_hold *hold,
@@ -229,18 +210,18 @@ cerb_status cerb__serve_holds_add(struct cerb__serve_holds *t, cerb_hold *hold,
     h->window_ns = window_ms * 1000000;
     h->adding = true;
     memcpy(id, h->id, sizeof h->id);
-    lock(&t->mu);
+    cerb__serve_lock(&t->mu);
     h->next = t->head;
     t->head = h;
-    unlock(&t->mu);
+    cerb__serve_unlock(&t->mu);
     /* Nobody knows the id yet and the expiry thread skips it, so the entry
      * is still there: a hold already lost is reported at once (queued) and
      * found. */
     cerb_hold_on_lost(hold, on_lost, t);
-    lock(&t->mu);
+    cerb__serve_lock(&t->mu);
     h->adding = false;
-    h->last_seen_ns = now_ns();
-    unlock(&t->mu);
+    h->last_seen_ns = cerb__serve_now_ns();
+    cerb__serve_unlock(&t->mu);
     return CERB_OK;
 }
 
@@ -248,7 +229,7 @@ cerb_hold *cerb__serve_holds_take(struct cerb__serve_holds *t, const char *id)
 {
     cerb_hold *hold = NULL;
 
-    lock(&t->mu);
+    cerb__serve_lock(&t->mu);
     for (struct cerb__serve_hold **p = &t->head; *p; p = &(*p)->next) {
         if (strcmp((*p)->id, id) == 0) {
             struct cerb__serve_hold *h = *p;
@@ -259,7 +240,7 @@ cerb_hold *cerb__serve_holds_take(struct cerb__serve_holds *t, const char *id)
             break;
         }
     }
-    unlock(&t->mu);
+    cerb__serve_unlock(&t->mu);
     return hold;
 }
 
@@ -268,7 +249,7 @@ bool cerb__serve_holds_info(struct cerb__serve_holds *t, const char *id,
 {
     struct cerb__serve_hold *h;
 
-    lock(&t->mu);
+    cerb__serve_lock(&t->mu);
     h = find(t, id);
     if (h) {
         /* Never block, take no lock the lost callback holds; the hold is
@@ -278,7 +259,7 @@ bool cerb__serve_holds_info(struct cerb__serve_holds *t, const char *id,
         *state = h->lost ? CERB_LOCK_LOST : cerb_hold_state(h->hold);
         *valid_ms = *state == CERB_LOCK_LOST ? 0 : cerb_hold_valid_ms(h->hold);
     }
-    unlock(&t->mu);
+    cerb__serve_unlock(&t->mu);
     return h != NULL;
 }
 
@@ -291,7 +272,7 @@ cerb_status cerb__serve_holds_touch(struct cerb__serve_holds *t, const char *id,
     *lost = NULL;
     *state = CERB_LOCK_FREE;
     *valid_ms = 0;
-    lock(&t->mu);
+    cerb__serve_lock(&t->mu);
     for (struct cerb__serve_hold **p = &t->head; *p; p = &(*p)->next) {
         struct cerb__serve_hold *h = *p;
         if (strcmp(h->id, id) != 0)
@@ -308,7 +289,7 @@ cerb_status cerb__serve_holds_touch(struct cerb__serve_holds *t, const char *id,
             pthread_cond_broadcast(&t->changed); /* its streams end */
             st = CERB_LOST;
         } else {
-            h->last_seen_ns = now_ns();
+            h->last_seen_ns = cerb__serve_now_ns();
             *state = ls;
             /* Nor beyond the window this keepalive just started: a caller
              * that counts it down never outlives the server's keeping. */
@@ -319,17 +300,17 @@ cerb_status cerb__serve_holds_touch(struct cerb__serve_holds *t, const char *id,
         }
         break;
     }
-    unlock(&t->mu);
+    cerb__serve_unlock(&t->mu);
     return st;
 }
 
 size_t cerb__serve_holds_take_expired(struct cerb__serve_holds *t, cerb_hold **out,
                                       size_t max)
 {
-    int64_t now = now_ns();
+    int64_t now = cerb__serve_now_ns();
     size_t n = 0;
 
-    lock(&t->mu);
+    cerb__serve_lock(&t->mu);
     for (struct cerb__serve_hold **p = &t->head; *p && n < max;) {
         struct cerb__serve_hold *h = *p;
         if (h->listeners == 0 && !h->adding && now - h->last_seen_ns > h->window_ns) {
@@ -341,7 +322,7 @@ size_t cerb__serve_holds_take_expired(struct cerb__serve_holds *t, cerb_hold **o
             p = &h->next;
         }
     }
-    unlock(&t->mu);
+    cerb__serve_unlock(&t->mu);
     return n;
 }
 
@@ -362,19 +343,19 @@ static void *release_some(void *ud)
 
     for (;;) {
         struct cerb__serve_hold *h;
-        lock(&ra->mu);
+        cerb__serve_lock(&ra->mu);
         h = ra->next;
-        if (!h || now_ns() >= ra->deadline_ns) {
-            unlock(&ra->mu);
+        if (!h || cerb__serve_now_ns() >= ra->deadline_ns) {
+            cerb__serve_unlock(&ra->mu);
             return NULL;
         }
         ra->next = h->next;
-        unlock(&ra->mu);
+        cerb__serve_unlock(&ra->mu);
         cerb_hold_free(h->hold); /* releases it first */
         free(h);
-        lock(&ra->mu);
+        cerb__serve_lock(&ra->mu);
         ra->released++;
-        unlock(&ra->mu);
+        cerb__serve_unlock(&ra->mu);
     }
 }
 
@@ -385,15 +366,15 @@ void cerb__serve_holds_destroy(struct cerb__serve_holds *t, int64_t budget_ms,
     pthread_t th[CERB_SERVE_STOP_THREADS];
     size_t n = 0, started = 0;
 
-    lock(&t->mu);
+    cerb__serve_lock(&t->mu);
     ra.next = t->head;
     t->head = NULL;
-    unlock(&t->mu);
+    cerb__serve_unlock(&t->mu);
     for (struct cerb__serve_hold *h = ra.next; h; h = h->next)
         n++;
     if (pthread_mutex_init(&ra.mu, NULL) != 0)
         abort();
-    ra.deadline_ns = now_ns() + (budget_ms > 0 ? budget_ms : 0) * INT64_C(1000000);
+    ra.deadline_ns = cerb__serve_now_ns() + (budget_ms > 0 ? budget_ms : 0) * INT64_C(1000000);
     /* A thread per hold up to the limit; none when there are none. If no
      * thread can be made, this one releases them (still by the deadline). */
     while (started < n && started < CERB_SERVE_STOP_THREADS &&
@@ -420,14 +401,14 @@ void cerb__serve_holds_destroy(struct cerb__serve_holds *t, int64_t budget_ms,
     cerb__serve_attempts_destroy(&t->attempts); /* unfinished: failed */
     /* Off the live list: a lost callback still running for a hold freed
      * above has finished with the table once this returns. */
-    lock(&live_mu);
+    cerb__serve_lock(&live_mu);
     for (struct cerb__serve_holds **p = &live_head; *p; p = &(*p)->live_next) {
         if (*p == t) {
             *p = t->live_next;
             break;
         }
     }
-    unlock(&live_mu);
+    cerb__serve_unlock(&live_mu);
     if (pthread_cond_destroy(&t->changed) != 0 || pthread_mutex_destroy(&t->mu) != 0)
         abort();
 }

@@ -13,7 +13,9 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <sys/types.h>
+#include <time.h>
 
 #include <jansson.h>
 #include <microhttpd.h>
@@ -21,6 +23,29 @@
 #include "cerberus.h"
 #include "serve.h"
 #include "serve_parse.h"
+
+/* ---- small helpers every file uses ---- */
+
+/* CLOCK_MONOTONIC in nanoseconds: every deadline and window of the server. */
+static inline int64_t cerb__serve_now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+/* A mutex that cannot fail but for a bug: abort, as the library does. */
+static inline void cerb__serve_lock(pthread_mutex_t *mu)
+{
+    if (pthread_mutex_lock(mu) != 0)
+        abort();
+}
+
+static inline void cerb__serve_unlock(pthread_mutex_t *mu)
+{
+    if (pthread_mutex_unlock(mu) != 0)
+        abort();
+}
 
 /* Request bodies larger than this are refused with 400, unless
  * serve.max_body says another size (cerb__serve_configure). */

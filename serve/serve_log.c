@@ -33,13 +33,6 @@ static const char *const level_names[] = {"debug", "info", "warning", "error"};
 static _Atomic int64_t limited_last_ns[CERB_SERVE_LOG_REASONS];
 static _Atomic unsigned long limited_dropped[CERB_SERVE_LOG_REASONS];
 
-static int64_t mono_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
-}
-
 /* Appends @s to @buf (at *@n of @cap), quoted when it needs to be. */
 static void put_value(char *buf, size_t cap, size_t *n, const char *s)
 {
@@ -110,7 +103,7 @@ void cerb__serve_logv(cerb_log_level level, const char *event, const char *const
 void cerb__serve_log_limited(enum cerb__serve_log_reason reason, const char *event,
                              const char *const *fields)
 {
-    int64_t now = mono_ns(), last = atomic_load(&limited_last_ns[reason]);
+    int64_t now = cerb__serve_now_ns(), last = atomic_load(&limited_last_ns[reason]);
     unsigned long dropped;
     char held[32];
     const char *f[32];

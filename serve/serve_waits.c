@@ -32,18 +32,6 @@
 
 #include "serve_internal.h"
 
-static void lock(pthread_mutex_t *mu)
-{
-    if (pthread_mutex_lock(mu) != 0)
-        abort();
-}
-
-static void unlock(pthread_mutex_t *mu)
-{
-    if (pthread_mutex_unlock(mu) != 0)
-        abort();
-}
-
 void cerb__serve_waits_init(struct cerb__serve_waits *w)
 {
     pthread_condattr_t ca;
@@ -71,7 +59,7 @@ cerb_status cerb__serve_waits_add(struct cerb__serve_waits *w, cerb_cancel *c, i
 {
     cerb_status st = CERB_OK;
 
-    lock(&w->mu);
+    cerb__serve_lock(&w->mu);
     if (w->stopped) {
         st = CERB_UNAVAILABLE;
     } else if (w->n == w->cap) {
@@ -91,13 +79,13 @@ cerb_status cerb__serve_waits_add(struct cerb__serve_waits *w, cerb_cancel *c, i
         w->fds[w->n] = fd;
         w->v[w->n++] = c;
     }
-    unlock(&w->mu);
+    cerb__serve_unlock(&w->mu);
     return st;
 }
 
 void cerb__serve_waits_remove(struct cerb__serve_waits *w, cerb_cancel *c)
 {
-    lock(&w->mu);
+    cerb__serve_lock(&w->mu);
     for (size_t i = 0; i < w->n; i++) {
         if (w->v[i] == c) {
             w->n--;
@@ -106,40 +94,40 @@ void cerb__serve_waits_remove(struct cerb__serve_waits *w, cerb_cancel *c)
             break;
         }
     }
-    unlock(&w->mu);
+    cerb__serve_unlock(&w->mu);
 }
 
 void cerb__serve_waits_stop(struct cerb__serve_waits *w)
 {
-    lock(&w->mu);
+    cerb__serve_lock(&w->mu);
     w->stopped = true;
     for (size_t i = 0; i < w->n; i++)
         cerb_cancel_fire(w->v[i]);
-    unlock(&w->mu);
+    cerb__serve_unlock(&w->mu);
 }
 
 void cerb__serve_waits_watch(struct cerb__serve_waits *w)
 {
-    lock(&w->mu);
+    cerb__serve_lock(&w->mu);
     for (size_t i = 0; i < w->n; i++)
         if (!cerb_cancel_fired(w->v[i]) && cerb__serve_hung_up(w->fds[i]))
             cerb_cancel_fire(w->v[i]);
-    unlock(&w->mu);
+    cerb__serve_unlock(&w->mu);
 }
 
 void cerb__serve_waits_enter(struct cerb__serve_waits *w)
 {
-    lock(&w->mu);
+    cerb__serve_lock(&w->mu);
     w->requests++;
-    unlock(&w->mu);
+    cerb__serve_unlock(&w->mu);
 }
 
 void cerb__serve_waits_leave(struct cerb__serve_waits *w)
 {
-    lock(&w->mu);
+    cerb__serve_lock(&w->mu);
     if (--w->requests == 0)
         pthread_cond_broadcast(&w->idle);
-    unlock(&w->mu);
+    cerb__serve_unlock(&w->mu);
 }
 
 bool cerb__serve_waits_drain(struct cerb__serve_waits *w, int64_t timeout_ms)
@@ -154,11 +142,11 @@ bool cerb__serve_waits_drain(struct cerb__serve_waits *w, int64_t timeout_ms)
         dl.tv_sec++;
         dl.tv_nsec -= 1000000000L;
     }
-    lock(&w->mu);
+    cerb__serve_lock(&w->mu);
     while (w->requests > 0 && pthread_cond_timedwait(&w->idle, &w->mu, &dl) == 0)
         ;
     idle = w->requests == 0;
-    unlock(&w->mu);
+    cerb__serve_unlock(&w->mu);
     return idle;
 }
 
