@@ -53,6 +53,7 @@
 #include "cerberus.h"
 #include "fault_engine.h"
 #include "serve.h"
+#include "serve_http.h"
 #include "test_util.h"
 
 struct fixture {
@@ -62,71 +63,20 @@ struct fixture {
     struct cerb__serve *serve;
 };
 
-struct reply {
-    long code;
-    json_t *body;
-};
-
-static size_t collect(char *p, size_t size, size_t n, void *ud)
-{
-    char **buf = ud;
-    size_t old = *buf ? strlen(*buf) : 0, add = size * n;
-    char *b = realloc(*buf, old + add + 1);
-    if (!b)
-        return 0;
-    memcpy(b + old, p, add);
-    b[old + add] = '\0';
-    *buf = b;
-    return add;
-}
-
 /* One request, without cmocka asserts (it also runs on other threads):
  * CURLE_OK with the reply's code and parsed JSON body (decref it; NULL when
  * the body is not JSON), or the transfer's error. */
 static CURLcode try_request(struct fixture *f, const char *method, const char *path,
-                            const char *body, struct reply *r)
+                            const char *body, struct serve_http_reply *r)
 {
-    /* As long as the path: a fixed buffer cut long paths (a long name
-     * then reached the server as another path: 404). */
-    size_t ulen = strlen(path) + sizeof "http://localhost";
-    char *url = malloc(ulen), *text = NULL;
-    CURL *c = url ? curl_easy_init() : NULL;
-    CURLcode rc;
-
-    r->code = 0;
-    r->body = NULL;
-    if (!c) {
-        free(url);
-        return CURLE_OUT_OF_MEMORY;
-    }
-    snprintf(url, ulen, "http://localhost%s", path);
-    curl_easy_setopt(c, CURLOPT_UNIX_SOCKET_PATH, f->sock);
-    curl_easy_setopt(c, CURLOPT_URL, url);
-    curl_easy_setopt(c, CURLOPT_CUSTOMREQUEST, method);
-    curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
-    curl_easy_setopt(c, CURLOPT_TIMEOUT_MS, 20000L);
-    curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, collect);
-    curl_easy_setopt(c, CURLOPT_WRITEDATA, &text);
-    if (body)
-        curl_easy_setopt(c, CURLOPT_POSTFIELDS, body);
-    rc = curl_easy_perform(c);
-    curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &r->code);
-    curl_easy_cleanup(c);
-    free(url);
-    if (rc == CURLE_OK && text) {
-        r->body = json_loads(text, 0, NULL);
-        if (!r->body)
-            fprintf(stderr, "not JSON: %s\n", text);
-    }
-    free(text);
-    return rc;
+    return serve_http_try(f->sock, 0, NULL, method, path, body, false, r);
 }
 
 /* One request; the reply's code and parsed JSON body (decref it). */
-static struct reply request(struct fixture *f, const char *method, const char *path,
+static struct serve_http_reply request(struct fixture *f, const char *method, const char *path,
                             const char *body)
 {
-    struct reply r;
+    struct serve_http_reply r;
     CURLcode rc = try_request(f, method, path, body, &r);
 
     if (rc != CURLE_OK)
@@ -149,9 +99,9 @@ static size_t produce(char *buf, size_t size, size_t n, void *ud)
     return k;
 }
 
-static struct reply chunked_post(struct fixture *f, const char *path, size_t n)
+static struct serve_http_reply chunked_post(struct fixture *f, const char *path, size_t n)
 {
-    struct reply r = {0, NULL};
+    struct serve_http_reply r = {0};
     struct source src = {n};
     struct curl_slist *h = curl_slist_append(NULL, "Transfer-Encoding: chunked");
     char url[600], *text = NULL;
@@ -167,7 +117,7 @@ static struct reply chunked_post(struct fixture *f, const char *path, size_t n)
     curl_easy_setopt(c, CURLOPT_READDATA, &src);
     curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
     curl_easy_setopt(c, CURLOPT_TIMEOUT_MS, 10000L);
-    curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, collect);
+    curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, serve_http_collect);
     curl_easy_setopt(c, CURLOPT_WRITEDATA, &text);
     assert_int_equal(curl_easy_perform(c), CURLE_OK);
     curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &r.code);
@@ -180,7 +130,7 @@ static struct reply chunked_post(struct fixture *f, const char *path, size_t n)
     return r;
 }
 
-static const char *str(const struct reply *r, const char *key)
+static const char *str(const struct serve_http_reply *r, const char *key)
 {
     const char *v = json_string_value(json_object_get(r->body, key));
     return v ? v : "";
@@ -217,7 +167,7 @@ static void test_healthz(void **state)
 {
     struct fixture *f = *state;
     struct stat st;
-    struct reply r = request(f, "GET", "/healthz", NULL);
+    struct serve_http_reply r = request(f, "GET", "/healthz", NULL);
 
     assert_int_equal(r.code, 200);
     assert_true(json_is_true(json_object_get(r.body, "ok")));
@@ -231,7 +181,7 @@ static void test_acquire_busy_release(void **state)
     struct fixture *f = *state;
     char *name = test_name("serve");
     char path[512], hold[64], del[128];
-    struct reply r;
+    struct serve_http_reply r;
 
     snprintf(path, sizeof path, "/v1/locks/%s/acquire", name);
     r = request(f, "POST", path, "{\"wait_ms\": 0, \"lease_ms\": 5000}");
@@ -285,7 +235,7 @@ static void test_bad_bodies(void **state)
     struct fixture *f = *state;
     char *name = test_name("serve-bad");
     char path[512], *big;
-    struct reply r;
+    struct serve_http_reply r;
 
     snprintf(path, sizeof path, "/v1/locks/%s/acquire", name);
     r = request(f, "POST", path, "{\"wait_ms\": ");
@@ -328,7 +278,7 @@ static void test_socket_in_use(void **state)
     struct fixture *f = *state;
     struct cerb__serve *other = NULL;
     char err[256], file[160];
-    struct reply r;
+    struct serve_http_reply r;
     FILE *fp;
 
     assert_int_not_equal(cerb__serve_start(f->client, f->sock, &other, err, sizeof err),
@@ -354,7 +304,7 @@ static void test_socket_in_use(void **state)
 struct waiter {
     struct fixture *f;
     const char *path;
-    struct reply r;
+    struct serve_http_reply r;
     CURLcode rc;
 };
 
@@ -370,8 +320,8 @@ static void test_blocking_wait(void **state)
     struct fixture *f = *state;
     char *name = test_name("serve-wait");
     char path[512], del[128];
-    struct waiter w = {f, path, {0, NULL}, CURLE_OK};
-    struct reply r;
+    struct waiter w = {f, path, {0}, CURLE_OK};
+    struct serve_http_reply r;
     pthread_t t;
     struct timespec nap = {0, 200 * 1000000L};
     int64_t t0;
@@ -409,8 +359,8 @@ static void test_stop_ends_waits(void **state)
     struct fixture *f = *state;
     char *name = test_name("serve-stop");
     char path[512];
-    struct waiter w = {f, path, {0, NULL}, CURLE_OK};
-    struct reply r;
+    struct waiter w = {f, path, {0}, CURLE_OK};
+    struct serve_http_reply r;
     pthread_t t;
     struct timespec nap = {0, 200 * 1000000L};
     int64_t t0;
@@ -443,7 +393,7 @@ static void test_silent_caller_loses_hold(void **state)
     struct fixture *f = *state;
     char *name = test_name("serve-expiry");
     char path[512], keep[128], del[128];
-    struct reply r;
+    struct serve_http_reply r;
     struct timespec tick = {0, 100 * 1000000L};
     int64_t t0;
 
@@ -562,7 +512,7 @@ static void *listen_events(void *ud)
 static void acquire_hold(struct fixture *f, const char *name, const char *body, char *id)
 {
     char path[512];
-    struct reply r;
+    struct serve_http_reply r;
 
     snprintf(path, sizeof path, "/v1/locks/%s/acquire", name);
     r = request(f, "POST", path, body);
@@ -578,7 +528,7 @@ static void test_events_heartbeat(void **state)
     char *name = test_name("serve-events");
     char id[33];
     struct listen_args a = {0};
-    struct reply r;
+    struct serve_http_reply r;
 
     cerb__serve_set_heartbeat_ms(f->serve, 200);
     acquire_hold(f, name, "{}", id);
@@ -614,7 +564,7 @@ static void test_listened_hold_kept(void **state)
     char *name = test_name("serve-listened");
     char id[33], path[512], keep[128];
     struct listen_args a = {0};
-    struct reply r;
+    struct serve_http_reply r;
     int64_t t0;
 
     cerb__serve_set_heartbeat_ms(f->serve, 100);
@@ -649,7 +599,7 @@ static void *delete_later(void *ud)
 {
     struct listen_args *a = ud;
     char del[128];
-    struct reply r;
+    struct serve_http_reply r;
     struct timespec nap = {0, 300 * 1000000L};
 
     nanosleep(&nap, NULL);
@@ -751,7 +701,7 @@ static void test_events_lost(void **state)
     char *name = test_name("serve-lost");
     char id[33], del[128];
     struct listen_args a = {0};
-    struct reply r;
+    struct serve_http_reply r;
 
     acquire_hold(f, name, "{\"lease_ms\": 600}", id);
     a.f = f;
@@ -786,7 +736,7 @@ static void test_valid_ms_within_the_window(void **state)
     struct cerb__serve_opts o = CERB__SERVE_OPTS_INIT;
     char *name = test_name("serve-window");
     char path[512], keep[128];
-    struct reply r;
+    struct serve_http_reply r;
 
     o.keepalive_ms = 1000;
     cerb__serve_configure(f->serve, &o);
@@ -814,7 +764,7 @@ static void test_keepalive_of_lost_hold(void **state)
     struct fixture *f = *state;
     char *name = test_name("serve-keep-lost");
     char id[33], keep[128], path[512];
-    struct reply r;
+    struct serve_http_reply r;
     struct timespec tick = {0, 50 * 1000000L};
     int64_t t0 = cerb_test_now_ms();
     long code = 200;
@@ -850,7 +800,7 @@ static void test_waiter_that_hung_up(void **state)
     struct fixture *f = *state;
     char *name = test_name("serve-hung-up");
     char id[33], path[512], del[128], url[600];
-    struct reply r;
+    struct serve_http_reply r;
     CURL *c;
     CURLcode rc;
     int64_t t0;
@@ -891,7 +841,7 @@ static void test_listener_that_hung_up(void **state)
     char *name = test_name("serve-listener-gone");
     char id[33], path[512];
     struct listen_args a = {0};
-    struct reply r;
+    struct serve_http_reply r;
     int64_t t0;
 
     cerb__serve_set_heartbeat_ms(f->serve, 4000);
@@ -916,7 +866,7 @@ static void test_status_and_inspect(void **state)
     struct fixture *f = *state;
     char *name = test_name("serve-inspect");
     char id[33], path[512];
-    struct reply r;
+    struct serve_http_reply r;
     json_t *engines, *e;
 
     r = request(f, "GET", "/v1/status", NULL);
@@ -960,12 +910,12 @@ static void test_status_and_inspect(void **state)
 
 /* A request over TCP to 127.0.0.1:@port with the header `Authorization:
  * @auth` (none when NULL); the reply's headers in *@headers (free them). */
-static struct reply tcp_request(unsigned port, const char *method, const char *path,
+static struct serve_http_reply tcp_request(unsigned port, const char *method, const char *path,
                                 const char *body, const char *auth, char **headers)
 {
     char url[256], hdr[256], *text = NULL;
     struct curl_slist *h = NULL;
-    struct reply r = {0, NULL};
+    struct serve_http_reply r = {0};
     CURL *c = curl_easy_init();
 
     assert_non_null(c);
@@ -975,9 +925,9 @@ static struct reply tcp_request(unsigned port, const char *method, const char *p
     curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
     curl_easy_setopt(c, CURLOPT_NOPROXY, "*");
     curl_easy_setopt(c, CURLOPT_TIMEOUT_MS, 20000L);
-    curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, collect);
+    curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, serve_http_collect);
     curl_easy_setopt(c, CURLOPT_WRITEDATA, &text);
-    curl_easy_setopt(c, CURLOPT_HEADERFUNCTION, collect);
+    curl_easy_setopt(c, CURLOPT_HEADERFUNCTION, serve_http_collect);
     curl_easy_setopt(c, CURLOPT_HEADERDATA, headers);
     if (auth) {
         snprintf(hdr, sizeof hdr, "Authorization: %s", auth);
@@ -1002,7 +952,7 @@ static void assert_unauthorized(unsigned port, const char *method, const char *p
                                 const char *body, const char *auth)
 {
     char *headers = NULL;
-    struct reply r = tcp_request(port, method, path, body, auth, &headers);
+    struct serve_http_reply r = tcp_request(port, method, path, body, auth, &headers);
 
     assert_int_equal(r.code, 401);
     assert_string_equal(str(&r, "status"), "UNAUTHORIZED");
@@ -1021,7 +971,7 @@ static void test_tcp_token(void **state)
     struct fixture *f = *state;
     char err[256], path[256], *headers = NULL, *name = test_name("serve-tcp");
     unsigned port = 0;
-    struct reply r;
+    struct serve_http_reply r;
 
     if (cerb__serve_listen_tcp(f->serve, "127.0.0.1:0", TOKEN, &port, err, sizeof err) !=
         CERB_OK)
@@ -1111,13 +1061,13 @@ static void test_tcp_refused(void **state)
     st = cerb__serve_listen_tcp(f->serve, "[::1]:0", TOKEN, &port, err, sizeof err);
     assert_true(st == CERB_OK || st == CERB_EIO);
     if (st == CERB_OK) {
-        struct reply r;
+        struct serve_http_reply r;
         char url[64], *text = NULL;
         CURL *c = curl_easy_init();
         snprintf(url, sizeof url, "http://[::1]:%u/healthz", port);
         curl_easy_setopt(c, CURLOPT_URL, url);
         curl_easy_setopt(c, CURLOPT_NOPROXY, "*");
-        curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, collect);
+        curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, serve_http_collect);
         curl_easy_setopt(c, CURLOPT_WRITEDATA, &text);
         assert_int_equal(curl_easy_perform(c), CURLE_OK);
         curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &r.code);
@@ -1156,7 +1106,7 @@ static void test_bad_utf8_answered(void **state)
     };
 
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
-        struct reply r;
+        struct serve_http_reply r;
         CURLcode rc = try_request(f, cases[i].method, cases[i].path, cases[i].body, &r);
         if (rc != CURLE_OK)
             fail_msg("%s %s: %s", cases[i].method, cases[i].path, curl_easy_strerror(rc));
@@ -1179,7 +1129,7 @@ static void test_stop_keeps_newer_socket(void **state)
     struct cerb__serve *newer = NULL;
     struct stat before, after;
     char err[256];
-    struct reply r;
+    struct serve_http_reply r;
 
     assert_int_equal(unlink(f->sock), 0);
     if (cerb__serve_start(f->client, f->sock, &newer, err, sizeof err) != CERB_OK)
@@ -1360,7 +1310,7 @@ static void test_stop_bounded(void **state)
     struct timespec ts;
 
     for (int i = 0; i < HOLDS; i++) {
-        struct reply r;
+        struct serve_http_reply r;
         snprintf(path, sizeof path, "/v1/locks/%s-%d/acquire", name, i);
         r = request(f, "POST", path, "{\"wait_ms\": 0, \"lease_ms\": 60000}");
         assert_int_equal(r.code, 200);
@@ -1394,7 +1344,7 @@ static void test_expiry_in_parallel(void **state)
     enum { HOLDS = 16 };
     char *name = test_name("serve-expire");
     char path[512];
-    struct reply r;
+    struct serve_http_reply r;
     int64_t t0;
 
     for (int i = 0; i < HOLDS; i++) {
@@ -1426,7 +1376,7 @@ static void test_long_names(void **state)
     struct fixture *f = *state;
     static const size_t lens[] = {300, 1023, 1024, 4000};
     char path[4200], *name;
-    struct reply r;
+    struct serve_http_reply r;
 
     for (size_t i = 0; i < sizeof lens / sizeof *lens; i++) {
         name = malloc(lens[i] + 1);
@@ -1476,9 +1426,9 @@ static void test_wrong_method(void **state)
         curl_easy_setopt(c, CURLOPT_CUSTOMREQUEST, cases[i].method);
         curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
         curl_easy_setopt(c, CURLOPT_TIMEOUT_MS, 10000L);
-        curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, collect);
+        curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, serve_http_collect);
         curl_easy_setopt(c, CURLOPT_WRITEDATA, &text);
-        curl_easy_setopt(c, CURLOPT_HEADERFUNCTION, collect);
+        curl_easy_setopt(c, CURLOPT_HEADERFUNCTION, serve_http_collect);
         curl_easy_setopt(c, CURLOPT_HEADERDATA, &headers);
         assert_int_equal(curl_easy_perform(c), CURLE_OK);
         curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &code);
@@ -1493,7 +1443,7 @@ static void test_wrong_method(void **state)
         free(headers);
     }
     {
-        struct reply r = request(f, "GET", "/v1/nothing", NULL);
+        struct serve_http_reply r = request(f, "GET", "/v1/nothing", NULL);
         assert_int_equal(r.code, 404);
         json_decref(r.body);
     }

@@ -32,6 +32,7 @@
 #include "cerberus.h"
 #include "fault_engine.h"
 #include "serve.h"
+#include "serve_http.h"
 #include "test_util.h"
 
 struct fixture {
@@ -41,66 +42,27 @@ struct fixture {
     struct cerb__serve *serve;
 };
 
-struct reply {
-    long code;
-    json_t *body;
-    char *text;
-    char type[96];
-};
-
-static size_t collect(char *p, size_t size, size_t n, void *ud)
-{
-    char **buf = ud;
-    size_t old = *buf ? strlen(*buf) : 0, add = size * n;
-    char *b = realloc(*buf, old + add + 1);
-    if (!b)
-        return 0;
-    memcpy(b + old, p, add);
-    b[old + add] = '\0';
-    *buf = b;
-    return add;
-}
-
 /* One request: the code, the text, its content type and (when JSON) the
  * parsed body. */
-static struct reply request(struct fixture *f, const char *method, const char *path,
+static struct serve_http_reply request(struct fixture *f, const char *method, const char *path,
                             const char *body)
 {
-    char url[512], *type = NULL;
-    struct reply r = {0, NULL, NULL, ""};
-    CURL *c = curl_easy_init();
-    CURLcode rc;
+    struct serve_http_reply r;
+    CURLcode rc = serve_http_try(f->sock, 0, NULL, method, path, body, true, &r);
 
-    assert_non_null(c);
-    snprintf(url, sizeof url, "http://localhost%s", path);
-    curl_easy_setopt(c, CURLOPT_UNIX_SOCKET_PATH, f->sock);
-    curl_easy_setopt(c, CURLOPT_URL, url);
-    curl_easy_setopt(c, CURLOPT_CUSTOMREQUEST, method);
-    curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
-    curl_easy_setopt(c, CURLOPT_TIMEOUT_MS, 20000L);
-    curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, collect);
-    curl_easy_setopt(c, CURLOPT_WRITEDATA, &r.text);
-    if (body)
-        curl_easy_setopt(c, CURLOPT_POSTFIELDS, body);
-    rc = curl_easy_perform(c);
     if (rc != CURLE_OK)
         fail_msg("%s %s: %s", method, path, curl_easy_strerror(rc));
-    curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &r.code);
-    if (curl_easy_getinfo(c, CURLINFO_CONTENT_TYPE, &type) == CURLE_OK && type)
-        snprintf(r.type, sizeof r.type, "%s", type);
-    curl_easy_cleanup(c);
     assert_non_null(r.text);
-    r.body = json_loads(r.text, 0, NULL);
     return r;
 }
 
-static void done(struct reply *r)
+static void done(struct serve_http_reply *r)
 {
     json_decref(r->body);
     free(r->text);
 }
 
-static const char *str(const struct reply *r, const char *key)
+static const char *str(const struct serve_http_reply *r, const char *key)
 {
     const char *v = json_string_value(json_object_get(r->body, key));
     return v ? v : "";
@@ -141,7 +103,7 @@ static int teardown(void **state)
 
 static void expect_current(struct fixture *f, const char *name)
 {
-    struct reply r = request(f, "GET", "/v1/status", NULL);
+    struct serve_http_reply r = request(f, "GET", "/v1/status", NULL);
     assert_int_equal(r.code, 200);
     assert_string_equal(str(&r, "current"), name);
     done(&r);
@@ -151,7 +113,7 @@ static void expect_current(struct fixture *f, const char *name)
 static void test_status_lists_every_engine(void **state)
 {
     struct fixture *f = *state;
-    struct reply r = request(f, "GET", "/v1/status", NULL);
+    struct serve_http_reply r = request(f, "GET", "/v1/status", NULL);
     static const char *const fields[] = {
         "name", "active", "breaker", "wanted", "last_probe_us", "acquires", "failures",
         "lost", "acquire_calls", "wakeups", "handoffs", "breaker_transitions", "switches",
@@ -190,7 +152,7 @@ static void test_status_lists_every_engine(void **state)
 static void test_switch(void **state)
 {
     struct fixture *f = *state;
-    struct reply r;
+    struct serve_http_reply r;
 
     /* No body: the next engine. */
     r = request(f, "POST", "/v1/switch", NULL);
@@ -355,7 +317,7 @@ static void check_metrics(const char *text, const char *want, double *value)
 
 static double metric(struct fixture *f, const char *sample)
 {
-    struct reply r = request(f, "GET", "/metrics", NULL);
+    struct serve_http_reply r = request(f, "GET", "/metrics", NULL);
     double v;
 
     assert_int_equal(r.code, 200);
@@ -377,7 +339,7 @@ static void test_metrics(void **state)
     char *name = test_name("serve-metrics");
     char path[256], hold[33];
     double before;
-    struct reply r;
+    struct serve_http_reply r;
 
     before = metric(f, healthz);
     for (int i = 0; i < 3; i++) {

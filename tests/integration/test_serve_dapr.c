@@ -47,6 +47,7 @@
 #include "cerberus.h"
 #include "fault_engine.h"
 #include "serve.h"
+#include "serve_http.h"
 #include "test_util.h"
 
 #define TOKEN "dapr-test-token-0123456789"
@@ -59,74 +60,19 @@ struct fixture {
     unsigned port; /* TCP, when the case listens there */
 };
 
-struct reply {
-    long code;
-    json_t *body; /* NULL for an empty or non-JSON body */
-};
-
-static size_t collect(char *p, size_t size, size_t n, void *ud)
-{
-    char **buf = ud;
-    size_t old = *buf ? strlen(*buf) : 0, add = size * n;
-    char *b = realloc(*buf, old + add + 1);
-    if (!b)
-        return 0;
-    memcpy(b + old, p, add);
-    b[old + add] = '\0';
-    *buf = b;
-    return add;
-}
-
 /* One request, on the unix socket (@port 0) or on TCP 127.0.0.1:@port
  * with the header @header (NULL: none); no cmocka asserts (threads). */
 static CURLcode try_request(struct fixture *f, unsigned port, const char *header,
                             const char *method, const char *path, const char *body,
-                            struct reply *r)
+                            struct serve_http_reply *r)
 {
-    char url[512], *text = NULL;
-    struct curl_slist *h = curl_slist_append(NULL, "Content-Type: application/json");
-    CURL *c = curl_easy_init();
-    CURLcode rc;
-
-    r->code = 0;
-    r->body = NULL;
-    if (!c || !h) {
-        curl_easy_cleanup(c);
-        curl_slist_free_all(h);
-        return CURLE_OUT_OF_MEMORY;
-    }
-    if (header)
-        h = curl_slist_append(h, header);
-    if (port) {
-        snprintf(url, sizeof url, "http://127.0.0.1:%u%s", port, path);
-        curl_easy_setopt(c, CURLOPT_NOPROXY, "*");
-    } else {
-        snprintf(url, sizeof url, "http://localhost%s", path);
-        curl_easy_setopt(c, CURLOPT_UNIX_SOCKET_PATH, f->sock);
-    }
-    curl_easy_setopt(c, CURLOPT_URL, url);
-    curl_easy_setopt(c, CURLOPT_CUSTOMREQUEST, method);
-    curl_easy_setopt(c, CURLOPT_HTTPHEADER, h);
-    curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
-    curl_easy_setopt(c, CURLOPT_TIMEOUT_MS, 20000L);
-    curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, collect);
-    curl_easy_setopt(c, CURLOPT_WRITEDATA, &text);
-    if (body)
-        curl_easy_setopt(c, CURLOPT_POSTFIELDS, body);
-    rc = curl_easy_perform(c);
-    curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &r->code);
-    curl_easy_cleanup(c);
-    curl_slist_free_all(h);
-    if (rc == CURLE_OK && text)
-        r->body = json_loads(text, 0, NULL);
-    free(text);
-    return rc;
+    return serve_http_try(f->sock, port, header, method, path, body, false, r);
 }
 
-static struct reply request(struct fixture *f, const char *method, const char *path,
+static struct serve_http_reply request(struct fixture *f, const char *method, const char *path,
                             const char *body)
 {
-    struct reply r;
+    struct serve_http_reply r;
     CURLcode rc = try_request(f, 0, NULL, method, path, body, &r);
 
     if (rc != CURLE_OK)
@@ -140,7 +86,7 @@ static bool dapr_lock(struct fixture *f, const char *store, const char *resource
                       const char *owner, int expiry)
 {
     char path[256], body[512];
-    struct reply r;
+    struct serve_http_reply r;
     json_t *v;
     bool ok;
 
@@ -165,7 +111,7 @@ static int dapr_unlock(struct fixture *f, const char *store, const char *resourc
                        const char *owner)
 {
     char path[256], body[512];
-    struct reply r;
+    struct serve_http_reply r;
     json_t *v;
     int st;
 
@@ -187,7 +133,7 @@ static int dapr_unlock(struct fixture *f, const char *store, const char *resourc
 static void assert_dapr_error(struct fixture *f, const char *path, const char *body,
                               long code, const char *error_code)
 {
-    struct reply r = request(f, "POST", path, body);
+    struct serve_http_reply r = request(f, "POST", path, body);
 
     if (r.code != code)
         fail_msg("%s %s: HTTP %ld, not %ld", path, body, r.code, code);
@@ -363,7 +309,7 @@ static void test_validation(void **state)
     assert_int_equal(dapr_unlock(f, "cerberus", "v", "someone"), 0);
     /* The proto's field names, and an int32 as a string, as protojson takes. */
     {
-        struct reply r = request(f, "POST", L,
+        struct serve_http_reply r = request(f, "POST", L,
                                  "{\"resource_id\": \"v\", \"lock_owner\": \"o\", "
                                  "\"expiry_in_seconds\": \"5\"}");
         assert_int_equal(r.code, 200);
@@ -419,7 +365,7 @@ static void test_held_elsewhere(void **state)
     struct fixture *f = *state;
     char *res = test_name("dapr-native");
     char path[256], del[128];
-    struct reply r;
+    struct serve_http_reply r;
 
     snprintf(path, sizeof path, "/v1/locks/%s/acquire", res);
     r = request(f, "POST", path, "{\"wait_ms\": 0}");
@@ -459,7 +405,7 @@ static void *race(void *ud)
 {
     struct racer *r = ud;
     char body[256];
-    struct reply rep;
+    struct serve_http_reply rep;
 
     snprintf(body, sizeof body,
              "{\"resourceId\": \"%s\", \"lockOwner\": \"%s\", \"expiryInSeconds\": 30}",
@@ -544,7 +490,7 @@ static void test_app_id_and_store(void **state)
     assert_int_equal(dapr_unlock(f, "lockstore", res, "owner-A"), 0);
     assert_int_equal(holders(f, name), 0);
     {
-        struct reply r = request(f, "GET", "/v1.0/metadata", NULL);
+        struct serve_http_reply r = request(f, "GET", "/v1.0/metadata", NULL);
         json_t *comp;
         assert_int_equal(r.code, 200);
         assert_string_equal(json_string_value(json_object_get(r.body, "id")), "myapp");
@@ -558,7 +504,7 @@ static void test_app_id_and_store(void **state)
 static void test_metadata_healthz(void **state)
 {
     struct fixture *f = *state;
-    struct reply r = request(f, "GET", "/v1.0/metadata", NULL);
+    struct serve_http_reply r = request(f, "GET", "/v1.0/metadata", NULL);
     json_t *comp;
 
     assert_int_equal(r.code, 200);
@@ -621,7 +567,7 @@ static void test_tcp_dapr_token(void **state)
     struct fixture *f = *state;
     char err[256], *res = test_name("dapr-tcp");
     char body[256];
-    struct reply r;
+    struct serve_http_reply r;
 
     assert_int_equal(cerb__serve_listen_tcp(f->serve, "127.0.0.1:0", TOKEN, &f->port, err,
                                             sizeof err),
@@ -698,7 +644,7 @@ static void test_uninspectable_engine(void **state)
     struct fixture *f = *state;
     char *res = test_name("dapr-noinspect");
     char path[256], del[128];
-    struct reply r;
+    struct serve_http_reply r;
 
     /* Free: 1, and the probe's grant was released at once. */
     assert_int_equal(dapr_unlock(f, "cerberus", res, "o"), 1);

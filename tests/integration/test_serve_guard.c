@@ -36,6 +36,7 @@
 #include "cerberus.h"
 #include "guard_fault_engine.h"
 #include "serve.h"
+#include "serve_http.h"
 #include "test_util.h"
 
 struct fixture {
@@ -45,59 +46,21 @@ struct fixture {
     struct cerb__serve *serve;
 };
 
-struct reply {
-    long code;
-    json_t *body;
-};
-
-static size_t collect(char *p, size_t size, size_t n, void *ud)
-{
-    char **buf = ud;
-    size_t old = *buf ? strlen(*buf) : 0, add = size * n;
-    char *b = realloc(*buf, old + add + 1);
-    if (!b)
-        return 0;
-    memcpy(b + old, p, add);
-    b[old + add] = '\0';
-    *buf = b;
-    return add;
-}
-
 /* One request (the path sent as it is); the code and parsed JSON body. */
-static struct reply request(struct fixture *f, const char *method, const char *path,
+static struct serve_http_reply request(struct fixture *f, const char *method, const char *path,
                             const char *body)
 {
-    char url[1024], *text = NULL;
-    struct reply r = {0, NULL};
-    CURL *c = curl_easy_init();
-    CURLcode rc;
+    struct serve_http_reply r;
+    CURLcode rc = serve_http_try(f->sock, 0, NULL, method, path, body, false, &r);
 
-    assert_non_null(c);
-    snprintf(url, sizeof url, "http://localhost%s", path);
-    curl_easy_setopt(c, CURLOPT_UNIX_SOCKET_PATH, f->sock);
-    curl_easy_setopt(c, CURLOPT_URL, url);
-    curl_easy_setopt(c, CURLOPT_PATH_AS_IS, 1L);
-    curl_easy_setopt(c, CURLOPT_CUSTOMREQUEST, method);
-    curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
-    curl_easy_setopt(c, CURLOPT_TIMEOUT_MS, 20000L);
-    curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, collect);
-    curl_easy_setopt(c, CURLOPT_WRITEDATA, &text);
-    if (body)
-        curl_easy_setopt(c, CURLOPT_POSTFIELDS, body);
-    rc = curl_easy_perform(c);
     if (rc != CURLE_OK)
         fail_msg("%s %s: %s", method, path, curl_easy_strerror(rc));
-    curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &r.code);
-    curl_easy_cleanup(c);
-    assert_non_null(text);
-    r.body = json_loads(text, JSON_ALLOW_NUL, NULL);
     if (!r.body)
-        fail_msg("%s %s: not JSON: %s", method, path, text);
-    free(text);
+        fail_msg("%s %s: not JSON (HTTP %ld)", method, path, r.code);
     return r;
 }
 
-static const char *str(const struct reply *r, const char *key)
+static const char *str(const struct serve_http_reply *r, const char *key)
 {
     const char *v = json_string_value(json_object_get(r->body, key));
     return v ? v : "";
@@ -143,7 +106,7 @@ static int teardown(void **state)
 }
 
 /* POST /v1/guard/@scope/@key/@what (@key as it goes in the path). */
-static struct reply guard(struct fixture *f, const char *scope, const char *key,
+static struct serve_http_reply guard(struct fixture *f, const char *scope, const char *key,
                           const char *what, const char *body)
 {
     char path[768];
@@ -155,7 +118,7 @@ static struct reply guard(struct fixture *f, const char *scope, const char *key,
 static void begin_run(struct fixture *f, const char *scope, const char *key,
                       const char *body, char *id)
 {
-    struct reply r = guard(f, scope, key, "begin", body);
+    struct serve_http_reply r = guard(f, scope, key, "begin", body);
 
     if (r.code != 200)
         fail_msg("begin %s/%s: %ld %s", scope, key, r.code, str(&r, "error"));
@@ -167,7 +130,7 @@ static void begin_run(struct fixture *f, const char *scope, const char *key,
     json_decref(r.body);
 }
 
-static void expect_code(struct reply r, long code, const char *status)
+static void expect_code(struct serve_http_reply r, long code, const char *status)
 {
     if (r.code != code)
         fail_msg("expected %ld, got %ld: %s", code, r.code,
@@ -190,7 +153,7 @@ static void test_begin_busy_finish_duplicate(void **state)
     struct fixture *f = *state;
     char *scope = test_name("sg-basic");
     char id[33];
-    struct reply r;
+    struct serve_http_reply r;
 
     begin_run(f, scope, "order-1", NULL, id);
     expect_code(guard(f, scope, "order-1", "begin", "{}"), 409, "BUSY");
@@ -240,7 +203,7 @@ static void test_binary_result(void **state)
     struct fixture *f = *state;
     char *scope = test_name("sg-bin");
     char id[33];
-    struct reply r;
+    struct serve_http_reply r;
 
     begin_run(f, scope, "k", NULL, id);
     /* "\xff\x00\x01A" */
@@ -272,7 +235,7 @@ static void test_dead_caller_attempt_expires(void **state)
     char id[33], id2[33], keep[128];
     struct timespec tick = {0, 100 * 1000000L};
     int64_t t0;
-    struct reply r;
+    struct serve_http_reply r;
 
     /* Kept alive every 100 ms for two windows of 800 ms: still running. */
     begin_run(f, scope, "k", "{\"running_ms\": 800}", id);
@@ -331,7 +294,7 @@ static void test_percent_encoded(void **state)
     struct fixture *f = *state;
     char *name = test_name("sg-pct");
     char scope[160], id[33];
-    struct reply r;
+    struct serve_http_reply r;
 
     snprintf(scope, sizeof scope, "%s%%20x", name); /* "NAME x" */
     begin_run(f, scope, "a%2Fb%20c%25", NULL, id);
@@ -369,7 +332,7 @@ static void test_bad_bodies(void **state)
     struct fixture *f = *state;
     char *scope = test_name("sg-bad");
     char id[33], body[256];
-    struct reply r;
+    struct serve_http_reply r;
     static const char *const bad_begin[] = {
         "{\"running_ms\": \"x\"}", "{\"running_ms\": 5}", "{\"keep_ms\": 0}",
         "{\"on_unavailable\": \"maybe\"}", "{\"runing_ms\": 1000}", "[1]", "{",
@@ -426,7 +389,7 @@ static void test_finish_repeated(void **state)
     struct fixture *f = *state;
     char *scope = test_name("sg-again");
     char id[33], keep[128];
-    struct reply r;
+    struct serve_http_reply r;
 
     begin_run(f, scope, "k", NULL, id);
     finish(f, scope, "k", id, ", \"succeeded\": true, \"result\": \"once\"", 200);
@@ -461,7 +424,7 @@ static void test_lost(void **state)
     char id[33], keep[128];
     struct timespec tick = {0, 50 * 1000000L};
     int64_t t0 = cerb_test_now_ms();
-    struct reply r;
+    struct serve_http_reply r;
 
     begin_run(f, scope, "k", "{\"running_ms\": 300}", id);
     guard_fault_set(GFAULT_RENEW, 1, true, GFAULT_BEFORE);
@@ -507,7 +470,7 @@ static void test_unconfirmed_finish_stays_open(void **state)
     struct fixture *f = *state;
     char *scope = test_name("sg-unconfirmed");
     char id[33], body[256];
-    struct reply r;
+    struct serve_http_reply r;
 
     begin_run(f, scope, "k", NULL, id);
     guard_fault_set(GFAULT_FINISH, 1, true, GFAULT_BEFORE);
