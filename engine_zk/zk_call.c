@@ -371,6 +371,26 @@ int cerb__zk_call_get(struct zk_call *c, struct zk_session *s, const char *path)
     return slot_end(c, r, rc);
 }
 
+/*
+ * zoo_amulti on a handle that is already unrecoverable (its session
+ * expired, or authentication failed) frees memory it never owned: it stops
+ * preparing ops at the first that fails, then still frees each later op's
+ * path from a request it never filled in, a stale pointer (in practice an
+ * earlier op's path, the caller's, and more than once). Seen with
+ * libzookeeper_mt 3.8; test_multi_on_expired_session. So such a handle is
+ * answered here, as the library would answer it, without the call. Only
+ * the client's I/O thread turns a handle unrecoverable, so one can still
+ * turn during the call itself: a window of the microseconds the call takes
+ * to prepare its ops, once per session's end.
+ */
+static int amulti(zhandle_t *zh, int n, const zoo_op_t *ops, zoo_op_result_t *res,
+                  void_completion_t done, const void *data)
+{
+    if (zoo_state(zh) < 0) /* the library's own test for unrecoverable */
+        return ZINVALIDSTATE;
+    return zoo_amulti(zh, n, ops, res, done, data);
+}
+
 int cerb__zk_call_lock_multi(struct zk_call *c, struct zk_session *s, const char *check_path,
                              int check_version, const char *closure_path, int closure_version,
                              const char *prefix, const char *data, const struct ACL_vector *acl,
@@ -401,7 +421,7 @@ int cerb__zk_call_lock_multi(struct zk_call *c, struct zk_session *s, const char
                        ZOO_EPHEMERAL_SEQUENTIAL, r->mpath, (int)len);
     r->mpos[ZK_MULTI_TOUCH] = (signed char)n;
     zoo_set_op_init(&ops[n++], touch_path, NULL, -1, -1, &r->mstat);
-    int rc = zoo_amulti(s->zh, n, ops, r->mres, multi_done, r);
+    int rc = amulti(s->zh, n, ops, r->mres, multi_done, r);
     return slot_end(c, r, rc);
 }
 
@@ -435,7 +455,7 @@ int cerb__zk_call_multi(struct zk_call *c, struct zk_session *s, const zoo_op_t 
     r->gm->n = n;
     for (int i = 0; i < n; i++)
         r->gm->res[i].err = CERB_ZK_RC_ABANDONED;
-    int rc = zoo_amulti(s->zh, n, ops, r->gm->res, void_done, r);
+    int rc = amulti(s->zh, n, ops, r->gm->res, void_done, r);
     return slot_end(c, r, rc);
 }
 

@@ -1170,8 +1170,128 @@ done:
     relay_stop(&r);
 }
 
-int main(void)
+/* ---- requests on a session the server has ended ---- */
+
+static void quiet_watcher(zhandle_t *zh, int type, int state, const char *path, void *ctx)
 {
+    (void)zh;
+    (void)type;
+    (void)state;
+    (void)path;
+    (void)ctx;
+}
+
+struct state_is {
+    zhandle_t *zh;
+    int state;
+};
+
+static bool zh_state_is(void *ud)
+{
+    struct state_is *w = ud;
+    return zoo_state(w->zh) == w->state;
+}
+
+/*
+ * The child of test_multi_on_expired_session, role "expired_multi"
+ * (ready_fd, go_fd): opens a session, reports ready, is stopped past the
+ * session's timeout, then waits until the handle knows it has expired and
+ * sends a multi of three ops on it. 0 when the multi was refused with
+ * ZINVALIDSTATE and the caller's paths are still the caller's; ASan ends
+ * the child otherwise.
+ */
+static int expired_multi_role(int argc, char **argv)
+{
+    if (argc != 2)
+        return 99;
+    int ready_fd = atoi(argv[0]), go_fd = atoi(argv[1]);
+    cerb__engines_builtin();
+    ops = cerb__engine_find("zk");
+    struct eng g;
+    eng_open(&g, "session_timeout_ms = 1500;");
+    struct zk_session *s = NULL;
+    if (cerb__zk_session_open(g.e, 0, quiet_watcher, &s) != CERB_OK)
+        return 100;
+    struct state_is w = {s->zh, ZOO_CONNECTED_STATE};
+    if (!wait_until(zh_state_is, &w, 10000))
+        return 101;
+    char b = 'r';
+    if (write(ready_fd, &b, 1) != 1 || read(go_fd, &b, 1) != 1) /* stopped meanwhile */
+        return 102;
+    w.state = ZOO_EXPIRED_SESSION_STATE;
+    if (!wait_until(zh_state_is, &w, 20000))
+        return 103;
+
+    char *paths[3];
+    for (int i = 0; i < 3; i++) {
+        paths[i] = malloc(64);
+        if (!paths[i])
+            return 104;
+        snprintf(paths[i], 64, "/expired-multi-%ld-%d", (long)getpid(), i);
+    }
+    zoo_op_t mops[3];
+    zoo_check_op_init(&mops[0], paths[0], 0);
+    zoo_delete_op_init(&mops[1], paths[1], -1);
+    zoo_create_op_init(&mops[2], paths[2], "x", 1, &ZOO_OPEN_ACL_UNSAFE, ZOO_PERSISTENT, NULL, 0);
+    struct zk_call *c = cerb__zk_call_new(1);
+    if (!c)
+        return 105;
+    int k = cerb__zk_call_multi(c, s, mops, 3);
+    if (!cerb__zk_call_wait(c, cerb__deadline_in(5000)))
+        return 106;
+    int rc = c->res[k].rc;
+    cerb__zk_call_put(c);
+    for (int i = 0; i < 3; i++)
+        free(paths[i]); /* ours still: ASan says so if the multi freed one */
+    cerb__zk_session_close(s);
+    eng_close(&g);
+    return rc == ZINVALIDSTATE ? 0 : 107;
+}
+
+/*
+ * A multi sent on a session that has expired. libzookeeper_mt 3.8's
+ * zoo_amulti stops preparing ops once one fails (the handle is
+ * unrecoverable) but still frees every later op's path from a request it
+ * never filled in: a stale pointer, in practice an earlier op's path,
+ * which is the caller's. The engine must answer ZINVALIDSTATE without
+ * handing the library such a multi.
+ */
+static void test_multi_on_expired_session(void **state)
+{
+    (void)state;
+    int ready[2], go[2];
+    assert_int_equal(pipe(ready), 0);
+    assert_int_equal(pipe(go), 0);
+    char ready_s[16], go_s[16];
+    snprintf(ready_s, sizeof ready_s, "%d", ready[1]);
+    snprintf(go_s, sizeof go_s, "%d", go[0]);
+    char *args[] = {ready_s, go_s, NULL};
+    int keep[] = {ready[1], go[0], -1};
+    pid_t pid = cerb_test_spawn_self("expired_multi", args, keep);
+    assert_true(pid > 0);
+    close(ready[1]);
+    close(go[0]);
+    char b;
+    assert_int_equal(cerb_test_read_within(ready[0], &b, 1, 20000), 1);
+    assert_int_equal(cerb_test_pause_pid(pid), 0);
+    /* Well past the 1.5 s session timeout: the server expires it. */
+    cerb_test_let_time_pass(5000);
+    assert_int_equal(cerb_test_resume_pid(pid), 0);
+    assert_int_equal(write(go[1], "g", 1), 1);
+    assert_int_equal(cerb_test_wait(pid, 60000), 0);
+    close(ready[0]);
+    close(go[1]);
+}
+
+/* The children of this suite, started by cerb_test_spawn_self(). */
+static const struct cerb_test_role roles[] = {
+    {"expired_multi", expired_multi_role},
+    {NULL, NULL},
+};
+
+int main(int argc, char **argv)
+{
+    cerb_test_roles(argc, argv, roles);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_children_order),
         cmocka_unit_test(test_fence_path_and_parse),
@@ -1186,6 +1306,7 @@ int main(void)
         cmocka_unit_test(test_deleted_offset_node_made_again),
         cmocka_unit_test(test_holders_shows_fence_with_offset),
         cmocka_unit_test(test_settled_grant_keeps_floor),
+        cmocka_unit_test(test_multi_on_expired_session),
     };
     return cmocka_run_group_tests(tests, setup, NULL);
 }
