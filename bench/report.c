@@ -230,6 +230,13 @@ void bench_report_row(FILE *f, const struct bench_result *r)
                    "median %.2f; a bare GET /healthz round trip: p50 %.1f us, p99 %.1f "
                    "us (a cycle is two requests)\n",
                 "", r->ratio_paired_median, r->http_rtt_p50_us, r->http_rtt_p99_us);
+        if (r->lean_p50_us > 0)
+            fprintf(f, "%-12s lean client (keep-alive HTTP/1.1 written by hand, no libcurl): "
+                       "%.0f cycles/s, p50 %.1f us, p99 %.1f us; overhead per cycle: p50 "
+                       "%+.1f us; a bare round trip: p50 %.1f us, p99 %.1f us\n",
+                    "", r->lean_ops_per_s, r->lean_p50_us, r->lean_p99_us,
+                    r->lean_p50_us - r->ceiling_p50_us, r->lean_rtt_p50_us,
+                    r->lean_rtt_p99_us);
     } else if (strcmp(r->scenario, "serve-handoff") == 0) {
         fprintf(f, "%-12s blocking acquire through the daemon: hand-off p50 %.1f us, p99 "
                    "%.1f us, %llu hand-offs\n",
@@ -579,6 +586,13 @@ static json_t *result_json(const struct bench_result *r)
     if (strcmp(r->scenario, "serve") == 0 && r->http_rtt_p50_us > 0) {
         put(o, "http_rtt_p50_us", json_real(r->http_rtt_p50_us), &ok);
         put(o, "http_rtt_p99_us", json_real(r->http_rtt_p99_us), &ok);
+    }
+    if (strcmp(r->scenario, "serve") == 0 && r->lean_p50_us > 0) {
+        put(o, "lean_ops_per_s", json_real(r->lean_ops_per_s), &ok);
+        put(o, "lean_p50_us", json_real(r->lean_p50_us), &ok);
+        put(o, "lean_p99_us", json_real(r->lean_p99_us), &ok);
+        put(o, "lean_rtt_p50_us", json_real(r->lean_rtt_p50_us), &ok);
+        put(o, "lean_rtt_p99_us", json_real(r->lean_rtt_p99_us), &ok);
     }
     if (!ok) {
         json_decref(o);

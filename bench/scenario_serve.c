@@ -8,7 +8,8 @@
  * The daemon runs in this process (serve/, the code `cerberus serve` runs)
  * on a unix socket of its own, with a client of its own on the engine, as
  * a daemon on the host would; the callers speak HTTP/1.1 to it with
- * libcurl, one easy handle (one kept-alive connection) per thread. Two rows:
+ * libcurl, one easy handle (one kept-alive connection) per thread, and in
+ * the serve row also through a lean client (below). Two rows:
  *
  *   serve          N threads, each on a name of its own: POST
  *                  /v1/locks/{name}/acquire {"wait_ms": 0}, then DELETE
@@ -40,6 +41,13 @@
  *                  the ratio its p50 / blocking p50 (the target is 10 or
  *                  more), and the report gives the 100 ms side too.
  *
+ * The lean client writes each request with one write() on a kept-alive
+ * unix socket and reads the answer by its Content-Length, as small HTTP
+ * clients do (Python's http.client, Go's net/http): libcurl's own work per
+ * request is a large part of a round trip on this kind of machine, and it
+ * belongs to the caller, not to the daemon. The serve row measures the
+ * cycle and the bare round trip both ways, in the same rounds.
+ *
  * The hand-off sides run one after the other (blocking, then polling), each
  * for the scenario's duration, since the polling side's latency is the
  * poll period, not the machine's speed of the moment.
@@ -51,6 +59,12 @@
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
+
+#include <errno.h>
+#include <stdbool.h>
+#include <strings.h>
+#include <sys/socket.h>
+#include <sys/un.h>
 
 #include <curl/curl.h>
 #include <jansson.h>
@@ -69,6 +83,10 @@ struct http {
     char body[2048];
     size_t len;
     long code;
+    /* the lean client: its connection (-1 until the first call) */
+    bool lean;
+    int fd;
+    char sock[108];
 };
 
 static size_t on_body(char *p, size_t size, size_t n, void *ud)
@@ -85,6 +103,8 @@ static size_t on_body(char *p, size_t size, size_t n, void *ud)
 static int http_init(struct http *h, const char *sock)
 {
     memset(h, 0, sizeof *h);
+    h->fd = -1;
+    snprintf(h->sock, sizeof h->sock, "%s", sock);
     h->curl = curl_easy_init();
     h->headers = curl_slist_append(NULL, "Content-Type: application/json");
     if (!h->curl || !h->headers)
@@ -100,9 +120,98 @@ static int http_init(struct http *h, const char *sock)
 
 static void http_free(struct http *h)
 {
+    if (h->fd >= 0)
+        close(h->fd);
     if (h->curl)
         curl_easy_cleanup(h->curl);
     curl_slist_free_all(h->headers);
+}
+
+/* ---- the lean client ---- */
+
+static int lean_fail(struct http *h, const char *what)
+{
+    snprintf(h->body, sizeof h->body, "lean client: %s", what);
+    if (h->fd >= 0)
+        close(h->fd);
+    h->fd = -1;
+    return -1;
+}
+
+static int lean_connect(struct http *h)
+{
+    struct sockaddr_un a = {.sun_family = AF_UNIX};
+
+    snprintf(a.sun_path, sizeof a.sun_path, "%s", h->sock);
+    h->fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (h->fd < 0)
+        return lean_fail(h, strerror(errno));
+    if (connect(h->fd, (struct sockaddr *)&a, sizeof a) != 0)
+        return lean_fail(h, strerror(errno));
+    return 0;
+}
+
+/* The Content-Length of the head @hd (ended by its blank line), or -1. */
+static long lean_length(const char *hd)
+{
+    for (const char *l = strstr(hd, "\r\n"); l; l = strstr(l + 2, "\r\n")) {
+        if (strncasecmp(l + 2, "Content-Length:", 15) == 0)
+            return strtol(l + 17, NULL, 10);
+        if (l[2] == '\r')
+            break;
+    }
+    return -1;
+}
+
+/* http_call over the lean client's socket: one write of the whole request,
+ * reads until the head's blank line and then the body's Content-Length
+ * bytes. The daemon answers every request with a Content-Length. */
+static int lean_call(struct http *h, const char *method, const char *path, const char *body)
+{
+    char req[1024], in[sizeof h->body + 1024];
+    size_t bl = body ? strlen(body) : 0, got = 0;
+    int n = snprintf(req, sizeof req,
+                     "%s %s HTTP/1.1\r\nHost: cerberus\r\nContent-Type: application/json\r\n"
+                     "Content-Length: %zu\r\n\r\n%s",
+                     method, path, bl, body ? body : "");
+    char *end = NULL;
+    long len;
+
+    h->len = 0;
+    h->body[0] = '\0';
+    h->code = 0;
+    if (n < 0 || (size_t)n >= sizeof req)
+        return lean_fail(h, "request too long");
+    if (h->fd < 0 && lean_connect(h) != 0)
+        return -1;
+    for (ssize_t off = 0, w; off < n; off += w)
+        if ((w = write(h->fd, req + off, (size_t)(n - off))) <= 0)
+            return lean_fail(h, w < 0 ? strerror(errno) : "write: nothing written");
+    while (!end) {
+        ssize_t r = read(h->fd, in + got, sizeof in - 1 - got);
+        if (r <= 0)
+            return lean_fail(h, r < 0 ? strerror(errno) : "the daemon closed the connection");
+        got += (size_t)r;
+        in[got] = '\0';
+        end = strstr(in, "\r\n\r\n");
+        if (!end && got == sizeof in - 1)
+            return lean_fail(h, "head too long");
+    }
+    if (sscanf(in, "HTTP/1.%*d %ld", &h->code) != 1 || (len = lean_length(in)) < 0)
+        return lean_fail(h, "an answer without a status or a Content-Length");
+    end += 4;
+    if ((size_t)len > sizeof in - 1 - (size_t)(end - in))
+        return lean_fail(h, "body too long");
+    while ((size_t)(in + got - end) < (size_t)len) {
+        ssize_t r = read(h->fd, in + got, sizeof in - 1 - got);
+        if (r <= 0)
+            return lean_fail(h, r < 0 ? strerror(errno) : "the daemon closed the connection");
+        got += (size_t)r;
+    }
+    h->len = (size_t)len < sizeof h->body ? (size_t)len : sizeof h->body - 1;
+    memcpy(h->body, end, h->len);
+    h->body[h->len] = '\0';
+    return 0;
 }
 
 /* One request: @method on @path with @body (NULL: none). The HTTP code in
@@ -112,6 +221,8 @@ static int http_call(struct http *h, const char *method, const char *path, const
 {
     CURLcode rc;
 
+    if (h->lean)
+        return lean_call(h, method, path, body);
     snprintf(h->url, sizeof h->url, "http://cerberus%s", path);
     h->len = 0;
     h->body[0] = '\0';
@@ -440,23 +551,31 @@ static void row_init(struct bench_result *out, const char *scenario, const char 
     out->cmds_per_op_least = out->ceiling_cmds_per_op_least = -1;
 }
 
+/* Every caller of @r on the lean client (@on) or on libcurl. */
+static void use_lean(struct serve_run *r, bool on)
+{
+    for (int i = 0; i < r->n; i++)
+        r->ctxs[i].http.lean = on;
+}
+
 int bench_serve(const struct bench_engine *e, const struct bench_opts *o, int threads,
                 struct bench_result *out)
 {
     struct serve_run r;
     struct bench_hist *lib = malloc(sizeof *lib), *raw = malloc(sizeof *raw);
-    struct bench_hist *one = malloc(sizeof *one);
-    int64_t lib_ns = 0, raw_ns = 0, side_ns = (int64_t)(o->duration_s * 1e9);
+    struct bench_hist *one = malloc(sizeof *one), *lean = malloc(sizeof *lean);
+    int64_t lib_ns = 0, raw_ns = 0, lean_ns = 0, side_ns = (int64_t)(o->duration_s * 1e9);
     int rounds = bench_rounds_for(o->duration_s), n_paired = 0, rc = -1;
     double paired[BENCH_MAX_ROUNDS];
     char label[96];
 
     row_init(out, "serve", e->name, threads);
-    if (!lib || !raw || !one) {
+    if (!lib || !raw || !one || !lean) {
         bench_errorf("out of memory");
         free(lib);
         free(raw);
         free(one);
+        free(lean);
         return -1;
     }
     if (run_open(&r, e, o, threads, 0) != 0)
@@ -464,10 +583,15 @@ int bench_serve(const struct bench_engine *e, const struct bench_opts *o, int th
     side_ns /= rounds;
     bench_hist_init(lib);
     bench_hist_init(raw);
+    bench_hist_init(lean);
     snprintf(label, sizeof label, "serve %s x%d warm-up", e->name, threads);
     if (bench_run_and_merge(label, threads, bench_warmup_ns(o->duration_s), inproc_body, r.ctxp,
                             NULL, r.hists, NULL, NULL, o->progress) != 0 ||
         bench_run_and_merge(label, threads, bench_warmup_ns(o->duration_s), serve_body, r.ctxp,
+                            NULL, r.hists, NULL, NULL, o->progress) != 0)
+        goto done;
+    use_lean(&r, true);
+    if (bench_run_and_merge(label, threads, bench_warmup_ns(o->duration_s), serve_body, r.ctxp,
                             NULL, r.hists, NULL, NULL, o->progress) != 0)
         goto done;
     for (int round = 1; round <= rounds; round++) {
@@ -483,21 +607,40 @@ int bench_serve(const struct bench_engine *e, const struct bench_opts *o, int th
         bench_note_round_p50(out, one);
         snprintf(label, sizeof label, "serve %s x%d daemon %d/%d", e->name, threads, round,
                  rounds);
+        use_lean(&r, false);
         if (bench_run_and_merge(label, threads, side_ns, serve_body, r.ctxp, NULL, r.hists, lib,
                                 &lib_ns, o->progress) != 0)
             goto done;
         if (one->n && raw_ns > raw_before && lib_ns > lib_before_ns)
             paired[n_paired++] = ((double)(lib->n - lib_before) / (double)(lib_ns - lib_before_ns)) /
                                  ((double)one->n / (double)(raw_ns - raw_before));
+        snprintf(label, sizeof label, "serve %s x%d daemon, lean client %d/%d", e->name, threads,
+                 round, rounds);
+        use_lean(&r, true);
+        if (bench_run_and_merge(label, threads, side_ns, serve_body, r.ctxp, NULL, r.hists, lean,
+                                &lean_ns, o->progress) != 0)
+            goto done;
     }
     /* The floor of a cycle on this machine: two bare round trips. */
     snprintf(label, sizeof label, "serve %s x%d healthz", e->name, threads);
+    use_lean(&r, false);
     bench_hist_init(one);
     if (bench_run_and_merge(label, threads, side_ns, healthz_body, r.ctxp, NULL, r.hists, one,
                             NULL, o->progress) != 0)
         goto done;
     out->http_rtt_p50_us = (double)bench_hist_quantile(one, 0.50) / 1000.0;
     out->http_rtt_p99_us = (double)bench_hist_quantile(one, 0.99) / 1000.0;
+    snprintf(label, sizeof label, "serve %s x%d healthz, lean client", e->name, threads);
+    use_lean(&r, true);
+    bench_hist_init(one);
+    if (bench_run_and_merge(label, threads, side_ns, healthz_body, r.ctxp, NULL, r.hists, one,
+                            NULL, o->progress) != 0)
+        goto done;
+    out->lean_rtt_p50_us = (double)bench_hist_quantile(one, 0.50) / 1000.0;
+    out->lean_rtt_p99_us = (double)bench_hist_quantile(one, 0.99) / 1000.0;
+    out->lean_p50_us = (double)bench_hist_quantile(lean, 0.50) / 1000.0;
+    out->lean_p99_us = (double)bench_hist_quantile(lean, 0.99) / 1000.0;
+    out->lean_ops_per_s = lean_ns > 0 ? (double)lean->n / ((double)lean_ns / 1e9) : 0;
     out->ratio_paired_median = bench_median(paired, n_paired);
     out->elapsed_s = (double)lib_ns / 1e9;
     out->ops = lib->n;
@@ -516,6 +659,7 @@ done:
     free(lib);
     free(raw);
     free(one);
+    free(lean);
     return rc;
 }
 

@@ -157,6 +157,10 @@ struct bench_result {
     /* serve: one HTTP round trip to the daemon (GET /healthz) with the
      * same callers, in the same run: two of them are a cycle's floor. */
     double http_rtt_p50_us, http_rtt_p99_us;
+    /* serve: the same cycle and round trip through the lean client (a
+     * hand-written keep-alive HTTP/1.1 client instead of libcurl). */
+    double lean_p50_us, lean_p99_us, lean_ops_per_s;
+    double lean_rtt_p50_us, lean_rtt_p99_us;
     /* serve-handoff: the hand-off of a 100 ms poll (the ceiling is the
      * 10 ms one's). */
     double poll_slow_p50_us, poll_slow_p99_us;
@@ -312,7 +316,8 @@ int bench_guard(const struct bench_engine *e, const struct bench_opts *o,
  * `cerberus serve` (scenario_serve.c), with the daemon in this process on
  * a unix socket: acquire + release over HTTP with @threads callers on
  * names of their own, against the same cycle in-process ("serve" row,
- * ceiling kind "in-process"); and o->waiters callers on one name, a
+ * ceiling kind "in-process", with libcurl and again with a lean
+ * hand-written HTTP/1.1 client: lean_*); and o->waiters callers on one name, a
  * blocking acquire against Dapr's try-lock-and-poll ("serve-handoff" row,
  * ceiling kind "poll": ratio = polling p50 / blocking p50).
  */

@@ -123,5 +123,28 @@ check "failover with other scenarios exits 2" test $? = 2
 timeout 30 "$BENCH" --engine local --locks 0 >/dev/null 2>&1
 check "--locks 0 exits 2" test $? = 2
 
+# 6. The serve scenario (the daemon in-process on a socket of its own): its
+# rows, and the round trips measured through libcurl and the lean client.
+if timeout 120 "$BENCH" --engine local --scenario serve --duration 1 --waiters 4 \
+        --json "$WORK/serve.json" >"$WORK/serve.txt" 2>&1; then
+    ok "cerberus-bench --scenario serve on the local engine exits 0"
+else
+    not_ok "cerberus-bench --scenario serve on the local engine exits 0 (status $?)"
+    sed 's/^/# /' "$WORK/serve.txt"
+fi
+check "the serve JSON follows the schema" \
+    "$PY" "$HERE/check_bench_json.py" "$WORK/serve.json" --engine local --peer-rows none
+check "the serve row has both clients' cycle and round trip, the hand-off row follows" \
+    "$PY" - "$WORK/serve.json" <<'PYEOF'
+import json, sys
+rows = json.load(open(sys.argv[1]))
+serve = [r for r in rows if r["scenario"] == "serve"]
+ho = [r for r in rows if r["scenario"] == "serve-handoff"]
+ok = len(serve) == 1 and len(ho) == 1 and serve[0]["ops"] > 0
+for k in ("http_rtt_p50_us", "lean_p50_us", "lean_rtt_p50_us", "lean_ops_per_s"):
+    ok = ok and serve[0].get(k, 0) > 0
+sys.exit(0 if ok else 1)
+PYEOF
+
 echo "1..$N"
 exit $FAILED
