@@ -229,15 +229,13 @@ void cerb_client_close(cerb_client *c)
                     if (st != CERB_OK && st != CERB_NOT_OWNER)
                         silent[k->engine_idx] = true;
                 }
-                cerb__free(k->lk.priv);
-                cerb__free(k);
+                cerb__engine_hold_free(k);
             }
             s->hold = NULL;
             s->count = 0;
             s->holder_tid = 0;
             s->occupied = false;
-            cerb__free(h->lk.priv);
-            cerb__free(h);
+            cerb__engine_hold_free(h);
         }
         c->handles = l->next;
         atomic_store(&l->magic, CERB_DEAD_MAGIC);

@@ -18,6 +18,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "alloc.h"
 #include "clock.h"
 #include "error.h"
 #include "sync.h"
@@ -38,6 +39,11 @@ cerb_status cerb__engine_register(const struct cerb_engine_ops *ops)
     if (ops->version < CERB_ENGINE_OPS_V1 || ops->version > CERB_ENGINE_OPS_VERSION)
         return cerb__error_set(CERB_EINVAL, "engine %s: unsupported table version %d",
                                ops->name, ops->version);
+    if (ops->version >= CERB_ENGINE_OPS_V5 && ops->election &&
+        (ops->election->version != CERB_ELECTION_METHODS_V1 || !ops->election->proclaim ||
+         !ops->election->leader))
+        return cerb__error_set(CERB_EINVAL, "engine %s: election table incomplete or of an "
+                                            "unknown version", ops->name);
     cerb__mutex_lock(&reg_mu);
     for (size_t i = 0; i < n_registered; i++) {
         if (registry[i] == ops)
@@ -115,6 +121,32 @@ static void grant_reset(cerb_grant *g)
     g->outcome = CERB_OUTCOME_NO;
 }
 
+/* The engine's election table, or NULL. */
+static const struct cerb_election_methods *election_of(const struct cerb_engine_ops *ops)
+{
+    return ops->version >= CERB_ENGINE_OPS_V5 ? ops->election : NULL;
+}
+
+bool cerb__engine_has_election(const struct cerb_engine_ops *ops)
+{
+    return election_of(ops) != NULL;
+}
+
+static cerb_status no_election(const struct cerb_engine_ops *ops)
+{
+    return cerb__error_set(CERB_UNAVAILABLE, "engine %s has no leader election", ops->name);
+}
+
+/* The check of lk's grant: the election table's for a term, when it has one. */
+static cerb_status check_of(const struct cerb_engine_ops *ops, cerb_engine *e,
+                            cerb_engine_lock *lk, cerb_grant *grant)
+{
+    const struct cerb_election_methods *em = election_of(ops);
+    if (lk->prim == CERB_PRIM_ELECTION && em && em->check_owner)
+        return em->check_owner(e, lk, grant);
+    return ops->check_owner(e, lk, grant);
+}
+
 cerb_status cerb__engine_acquire(const struct cerb_engine_ops *ops,
                                  cerb_engine *e, cerb_engine_lock *lk,
                                  int64_t deadline_ns,
@@ -122,7 +154,16 @@ cerb_status cerb__engine_acquire(const struct cerb_engine_ops *ops,
                                  cerb_grant *grant)
 {
     grant_reset(grant);
-    cerb_status st = ops->acquire(e, lk, deadline_ns, interrupted, grant);
+    cerb_status st;
+    if (lk->prim == CERB_PRIM_ELECTION) {
+        const struct cerb_election_methods *em = election_of(ops);
+        if (!em)
+            return no_election(ops); /* outcome NO: nothing was sent */
+        st = em->acquire ? em->acquire(e, lk, deadline_ns, interrupted, grant)
+                         : ops->acquire(e, lk, deadline_ns, interrupted, grant);
+    } else {
+        st = ops->acquire(e, lk, deadline_ns, interrupted, grant);
+    }
     if (st == CERB_OK)
         grant->outcome = CERB_OUTCOME_YES;
     else if (grant->outcome == CERB_OUTCOME_YES)
@@ -138,7 +179,7 @@ cerb_status cerb__engine_renew(const struct cerb_engine_ops *ops,
     if (!ops->renew) {
         /* An engine without renewal holds until release (session based):
          * confirm ownership instead, which is what a renewal proves. */
-        cerb_status st = ops->check_owner(e, lk, grant);
+        cerb_status st = check_of(ops, e, lk, grant);
         if (st == CERB_OK && grant->sent_ns == 0)
             grant->sent_ns = cerb_monotime();
         return st;
@@ -170,7 +211,62 @@ cerb_status cerb__engine_check_owner(const struct cerb_engine_ops *ops,
                                      cerb_grant *grant)
 {
     grant_reset(grant);
-    return ops->check_owner(e, lk, grant);
+    if (lk->prim == CERB_PRIM_ELECTION && !election_of(ops))
+        return no_election(ops);
+    return check_of(ops, e, lk, grant);
+}
+
+cerb_status cerb__engine_proclaim(const struct cerb_engine_ops *ops, cerb_engine *e,
+                                  cerb_engine_lock *lk, const void *value, size_t n,
+                                  cerb_outcome *outcome)
+{
+    const struct cerb_election_methods *em = election_of(ops);
+    *outcome = CERB_OUTCOME_NO;
+    if (!em)
+        return no_election(ops);
+    if (!e)
+        return cerb__error_set(CERB_UNAVAILABLE, "engine %s is not open", ops->name);
+    cerb_status st = em->proclaim(e, lk, value, n, outcome);
+    if (st == CERB_OK)
+        *outcome = CERB_OUTCOME_YES;
+    else if (*outcome == CERB_OUTCOME_YES)
+        *outcome = CERB_OUTCOME_UNKNOWN; /* an error cannot be a success */
+    return st;
+}
+
+cerb_status cerb__engine_leader(const struct cerb_engine_ops *ops, cerb_engine *e,
+                                const char *name, int variant, cerb_leader_rec *out)
+{
+    const struct cerb_election_methods *em = election_of(ops);
+    memset(out, 0, sizeof *out);
+    out->ttl_ms = -1;
+    if (!em)
+        return no_election(ops);
+    if (!e)
+        return cerb__error_set(CERB_UNAVAILABLE, "engine %s is not open", ops->name);
+    cerb_status st = cerb__engine_check_name(ops, name);
+    if (st != CERB_OK)
+        return st;
+    st = em->leader(e, name, variant, out);
+    if (st != CERB_OK)
+        cerb__leader_rec_clear(out);
+    return st;
+}
+
+cerb_status cerb__engine_check_value(const struct cerb_engine_ops *ops, int variant,
+                                     const void *value, size_t n)
+{
+    const struct cerb_election_methods *em = election_of(ops);
+    if (!em)
+        return no_election(ops);
+    return em->check_value ? em->check_value(variant, value, n) : CERB_OK;
+}
+
+void cerb__leader_rec_clear(cerb_leader_rec *out)
+{
+    cerb__free(out->value);
+    memset(out, 0, sizeof *out);
+    out->ttl_ms = -1;
 }
 
 void cerb__engine_cancel(const struct cerb_engine_ops *ops, cerb_engine *e,

@@ -38,12 +38,18 @@
 
 struct cerb_config;
 struct cerb_holders;
+struct cerb_election_methods;
+
+/* What a hold is for (cerb_engine_lock.prim): the mutex, or a primitive
+ * whose engine methods are in a table of its own (§16). */
+enum cerb_prim { CERB_PRIM_MUTEX = 0, CERB_PRIM_ELECTION = 1 };
 
 #define CERB_ENGINE_OPS_V1 1
 #define CERB_ENGINE_OPS_V2 2 /* + the idempotency guard's records (§11) */
 #define CERB_ENGINE_OPS_V3 3 /* + inspect: who holds a name (§13) */
 #define CERB_ENGINE_OPS_V4 4 /* + switch closure records (§5) */
-#define CERB_ENGINE_OPS_VERSION CERB_ENGINE_OPS_V4
+#define CERB_ENGINE_OPS_V5 5 /* + primitives: one method table pointer each (§16) */
+#define CERB_ENGINE_OPS_VERSION CERB_ENGINE_OPS_V5
 
 /* Capability bits in cerb_engine_ops.caps. */
 enum {
@@ -93,6 +99,18 @@ typedef struct cerb_engine_lock {
      * engine). See "closure records" below for what acquire does with it.
      */
     int64_t epoch;
+    /*
+     * Version 5: what the hold is for (enum cerb_prim; 0, the mutex, for
+     * every lock). CERB_PRIM_ELECTION: a term of a leader election, laid
+     * out as `variant` says (enum cerb_election_layout) with `value` (the
+     * candidate's proclamation, value_len bytes, owned by the core, alive
+     * as long as the struct) where the layout keeps it; the shims send it
+     * to the election table's acquire and check_owner when it has them.
+     */
+    int prim;
+    int variant;
+    const void *value;
+    size_t value_len;
 } cerb_engine_lock;
 
 /*
@@ -340,6 +358,79 @@ struct cerb_engine_ops {
      * (rec, or the one that stayed). Idempotent: the core re-sends it after
      * an error. */
     cerb_status (*closure_put)(cerb_engine *e, const cerb_closure *rec, cerb_closure *now);
+
+    /* ---- version 5: primitives beyond the mutex (DESIGN.md §16) ----
+     *
+     * One table per primitive, kept apart from the mutex methods above as
+     * SQLite keeps sqlite3_io_methods apart from sqlite3_vfs; NULL: the
+     * engine has no such primitive, and the core answers CERB_UNAVAILABLE
+     * naming it. */
+    const struct cerb_election_methods *election;
+};
+
+/* ---- leader election (core/election.c) ---- */
+
+#define CERB_ELECTION_METHODS_V1 1
+
+/* The layouts of an election's candidates (cerb_engine_lock.variant). */
+enum cerb_election_layout {
+    CERB_ELECT_LAYOUT_DEFAULT = 0,  /* the engine's usual one */
+    CERB_ELECT_LAYOUT_LATCH = 1,    /* ZooKeeper: Curator LeaderLatch */
+    CERB_ELECT_LAYOUT_SELECTOR = 2  /* ZooKeeper: Curator LeaderSelector (the mutex) */
+};
+
+/* cerb_election_methods.flags */
+enum {
+    /* acquire stores lk->value with the grant; otherwise the core
+     * proclaims the value right after every grant, before reporting it. */
+    CERB_ELECT_VALUE_AT_GRANT = 1u << 0
+};
+
+/* Who leads a name on one engine (cerb_election_methods.leader). */
+enum cerb_leader_state { CERB_LEADER_NONE = 0, CERB_LEADER_SOME, CERB_LEADER_UNKNOWN };
+
+typedef struct cerb_leader_rec {
+    enum cerb_leader_state state;
+    char owner[96];       /* the engine's name for the term: token, node, lease key */
+    void *value;          /* cerb__malloc'd by the engine, freed by the core */
+    size_t value_len;
+    int value_known;      /* 0: a holder whose value this engine cannot read
+                             (a peer's lock, a term not yet proclaimed) */
+    uint64_t counter;     /* the term's fence counter on the engine (< 2^48) */
+    int64_t ttl_ms;       /* time left on the server, -1 unknown */
+    char detail[160];     /* for `cerberus leader` (why UNKNOWN, a session) */
+} cerb_leader_rec;
+
+/*
+ * An engine's leader election. A term is a hold like a lock's (acquire,
+ * renew, release, check_owner, held: the mutex methods, which must accept
+ * a cerb_engine_lock with prim CERB_PRIM_ELECTION), with the value and the
+ * layout the methods here add.
+ */
+struct cerb_election_methods {
+    int version;   /* CERB_ELECTION_METHODS_V1 */
+    unsigned flags;
+    /* Optional (NULL: the mutex's): a grant and its check in the election
+     * layout, with the contracts of ops->acquire and ops->check_owner. */
+    cerb_status (*acquire)(cerb_engine *e, cerb_engine_lock *lk, int64_t deadline_ns,
+                           const atomic_int *interrupted, cerb_grant *grant);
+    cerb_status (*check_owner)(cerb_engine *e, cerb_engine_lock *lk, cerb_grant *grant);
+    /* Required: store value (n bytes) as lk's proclamation if and only if
+     * lk still leads, in one atomic step on the server. CERB_OK;
+     * CERB_NOT_OWNER when it leads no more (definitive); an error with
+     * *outcome (YES/NO/UNKNOWN) otherwise. Idempotent: re-sent after an
+     * UNKNOWN. */
+    cerb_status (*proclaim)(cerb_engine *e, cerb_engine_lock *lk, const void *value, size_t n,
+                            cerb_outcome *outcome);
+    /* Required: who leads `name` (checked by check_name) in `variant`'s
+     * layout: one consistent read, no write, bounded by the operation
+     * timeout. CERB_OK with out filled (state NONE when nobody leads;
+     * UNKNOWN when the engine cannot tell, with the reason in detail), or
+     * an error. */
+    cerb_status (*leader)(cerb_engine *e, const char *name, int variant, cerb_leader_rec *out);
+    /* Optional: refuse a value or layout this engine cannot carry
+     * (CERB_EINVAL with the reason). */
+    cerb_status (*check_value)(int variant, const void *value, size_t n);
 };
 
 /* ---- registry and checking shims (engine.c) ---- */
@@ -411,6 +502,21 @@ void cerb__holders_clear(struct cerb_holders *h);
 bool cerb__engine_has_inspect(const struct cerb_engine_ops *ops);
 cerb_status cerb__engine_inspect(const struct cerb_engine_ops *ops, cerb_engine *e,
                                  const char *name, struct cerb_holders *out);
+
+/* Election shims (engine.c): CERB_UNAVAILABLE naming the engine when its
+ * table has no election (older than version 5, or no table) or it is not
+ * open. The acquire, check_owner and other mutex shims route a hold with
+ * prim CERB_PRIM_ELECTION themselves. */
+bool cerb__engine_has_election(const struct cerb_engine_ops *ops);
+cerb_status cerb__engine_proclaim(const struct cerb_engine_ops *ops, cerb_engine *e,
+                                  cerb_engine_lock *lk, const void *value, size_t n,
+                                  cerb_outcome *outcome);
+cerb_status cerb__engine_leader(const struct cerb_engine_ops *ops, cerb_engine *e,
+                                const char *name, int variant, cerb_leader_rec *out);
+cerb_status cerb__engine_check_value(const struct cerb_engine_ops *ops, int variant,
+                                     const void *value, size_t n);
+/* Free out->value and zero the record. */
+void cerb__leader_rec_clear(cerb_leader_rec *out);
 
 /* Closure shims (engine.c): CERB_UNAVAILABLE when the table is older than
  * version 4, lacks the methods, or the engine is not open. */

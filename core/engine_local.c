@@ -10,6 +10,10 @@
  * order. A release signals the entry's own condition variable, so waiters on
  * other names never wake (no herd).
  *
+ * A leader election's term is a hold of the entry like a lock's, with the
+ * candidate's value kept in the entry while the term lasts (in-process
+ * mode only: file mode has no elections yet).
+ *
  * File mode (`local.dir` set) takes an exclusive flock on
  * <dir>/<sha256(name)>.lock for the whole hold; the kernel drops it when the
  * holder dies, which plays the part of a session. The fence counter lives in
@@ -48,6 +52,8 @@ struct local_entry {
     char token[33];      /* "" when free */
     int64_t expires_ns;  /* lease end; CERB_DEADLINE_NEVER for no lease */
     uint64_t fence;
+    void *value;         /* an election term's value (value_len bytes), else NULL */
+    size_t value_len;
     cerb_cond cond;
     struct local_waiter *head, *tail;
     struct local_entry *next;
@@ -116,9 +122,31 @@ static void waiter_remove(struct local_entry *e, struct local_waiter *w)
     cerb__cond_broadcast(&e->cond);
 }
 
+/* Keep (a copy of) value as the entry's; false when out of memory.
+ * table_mu held. */
+static bool value_set(struct local_entry *e, const void *value, size_t len, bool keep)
+{
+    void *v = NULL;
+    if (keep) {
+        v = cerb__malloc(len + 1);
+        if (!v)
+            return false;
+        if (len)
+            memcpy(v, value, len);
+        ((char *)v)[len] = '\0';
+    }
+    cerb__free(e->value);
+    e->value = v;
+    e->value_len = keep ? len : 0;
+    return true;
+}
+
 static void grant_to(struct local_entry *e, cerb_engine_lock *lk, int64_t now,
                      cerb_grant *g)
 {
+    /* Out of memory for a term's value: led with none rather than failed. */
+    if (!value_set(e, lk->value, lk->value_len, lk->prim == CERB_PRIM_ELECTION))
+        value_set(e, NULL, 0, false);
     memcpy(e->token, lk->token, sizeof e->token);
     e->expires_ns = now + lk->lease_ms * CERB_NS_PER_MS;
     if (e->fence < lk->fence_floor)
@@ -217,6 +245,7 @@ static cerb_status mem_release(cerb_engine_lock *lk)
     if (e && strcmp(e->token, lk->token) == 0) {
         st = entry_free_now(e, cerb_monotime()) ? CERB_NOT_OWNER : CERB_OK;
         e->token[0] = '\0';
+        value_set(e, NULL, 0, false);
         cerb__cond_broadcast(&e->cond);
     }
     cerb__mutex_unlock(&table_mu);
@@ -465,6 +494,75 @@ static cerb_status local_inspect(cerb_engine *e, const char *name, struct cerb_h
     return st;
 }
 
+/* ---- leader election (in-process mode) ---- */
+
+static cerb_status elect_acquire(cerb_engine *e, cerb_engine_lock *lk, int64_t deadline_ns,
+                                 const atomic_int *interrupted, cerb_grant *g)
+{
+    if (e->dir)
+        return cerb__error_set(CERB_UNAVAILABLE, "local engine with local.dir (file mode) has "
+                                                 "no leader election yet");
+    return mem_acquire(lk, deadline_ns, interrupted, g);
+}
+
+static cerb_status elect_proclaim(cerb_engine *e, cerb_engine_lock *lk, const void *value,
+                                  size_t n, cerb_outcome *outcome)
+{
+    (void)e;
+    cerb_status st = CERB_NOT_OWNER;
+    cerb__mutex_lock(&table_mu);
+    struct local_entry *en = entry_get(lk->name);
+    if (en && strcmp(en->token, lk->token) == 0 && !entry_free_now(en, cerb_monotime()))
+        st = value_set(en, value, n, true) ? CERB_OK
+                                            : cerb__error_set(CERB_ENOMEM, "local: out of memory");
+    cerb__mutex_unlock(&table_mu);
+    *outcome = st == CERB_OK ? CERB_OUTCOME_YES : CERB_OUTCOME_NO;
+    return st;
+}
+
+static cerb_status elect_leader(cerb_engine *e, const char *name, int variant,
+                                cerb_leader_rec *out)
+{
+    (void)variant;
+    if (e->dir)
+        return cerb__error_set(CERB_UNAVAILABLE, "local engine with local.dir (file mode) has "
+                                                 "no leader election yet");
+    cerb_status st = CERB_OK;
+    cerb__mutex_lock(&table_mu);
+    struct local_entry *en = table[hash_name(name)];
+    while (en && strcmp(en->name, name) != 0)
+        en = en->next;
+    int64_t now = cerb_monotime();
+    if (en && !entry_free_now(en, now)) {
+        out->state = CERB_LEADER_SOME;
+        snprintf(out->owner, sizeof out->owner, "%s", en->token);
+        out->counter = en->fence;
+        out->ttl_ms = en->expires_ns == CERB_DEADLINE_NEVER
+                          ? -1
+                          : (en->expires_ns - now) / CERB_NS_PER_MS;
+        if (en->value) {
+            out->value = cerb__malloc(en->value_len + 1);
+            if (!out->value) {
+                st = cerb__error_set(CERB_ENOMEM, "local: out of memory");
+            } else {
+                memcpy(out->value, en->value, en->value_len + 1);
+                out->value_len = en->value_len;
+                out->value_known = 1;
+            }
+        }
+    }
+    cerb__mutex_unlock(&table_mu);
+    return st;
+}
+
+static const struct cerb_election_methods local_election = {
+    .version = CERB_ELECTION_METHODS_V1,
+    .flags = CERB_ELECT_VALUE_AT_GRANT,
+    .acquire = elect_acquire,
+    .proclaim = elect_proclaim,
+    .leader = elect_leader,
+};
+
 const char *cerb__local_dir(const cerb_engine *e)
 {
     return e->dir;
@@ -476,7 +574,7 @@ static cerb_status local_probe(cerb_engine *e, int64_t timeout_ms)
 }
 
 const struct cerb_engine_ops cerb__local_engine_ops = {
-    .version = CERB_ENGINE_OPS_V3,
+    .version = CERB_ENGINE_OPS_V5,
     .name = "local",
     .caps = CERB_CAP_FENCING | CERB_CAP_FAIR_QUEUE | CERB_CAP_WAIT | CERB_CAP_FENCE_FLOOR,
     .lock_priv_size = sizeof(struct local_priv),
@@ -496,4 +594,6 @@ const struct cerb_engine_ops cerb__local_engine_ops = {
     .guard_check = cerb__local_guard_check,
     /* version 3: inspection */
     .inspect = local_inspect,
+    /* version 5: primitives */
+    .election = &local_election,
 };

@@ -62,6 +62,11 @@ static cerb_status hold_new(cerb_lock *from, cerb_hold **out)
     h->l.fair = from->fair;
     h->l.renew_set = from->renew_set;
     h->l.fair_set = from->fair_set;
+    h->l.prim = from->prim;
+    h->l.variant = from->variant;
+    h->l.value = from->value; /* the caller's while it acquires; copied at the grant */
+    h->l.value_len = from->value_len;
+    h->l.election = from->election;
     h->l.as_hold = h;
     cerb_status st = cerb__lock_enlist(from->client, from->slot->name, &h->l);
     if (st != CERB_OK) {

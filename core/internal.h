@@ -183,6 +183,14 @@ struct cerb_lock {
     cerb_lock *next, *prev;              /* client's handle list */
     struct cerb_hold *as_hold;           /* the hold object this handle is
                                             part of (hold.c), else NULL */
+    /* What its holds are for (engine.h, enum cerb_prim): 0 for a lock. A
+     * leader election's handles (election.c) carry the layout and the
+     * value each term starts with (copied into the engine hold), and the
+     * election whose lost callback a term's loss queues. */
+    int prim, variant;
+    const void *value;
+    size_t value_len;
+    struct cerb_election *election;
 };
 
 /* slot->holder_tid of a hold owned by an object (hold.c): no thread's id
@@ -351,6 +359,14 @@ cerb_status cerb__lock_acquire_as(cerb_lock *l, int64_t deadline_ns, bool interr
 enum cerb_lock_state cerb__hold_state(cerb_client *c, const struct cerb_engine_hold *h);
 /* Release the object hold of handle l; CERB_NOT_OWNER when it has none. */
 cerb_status cerb__lock_release_object(cerb_lock *l);
+/* A lock name every configured engine accepts; CERB_EINVAL with the reason. */
+cerb_status cerb__lock_name_check(cerb_client *c, const char *name);
+/* Free an engine hold with what it owns (its priv and value). */
+void cerb__engine_hold_free(struct cerb_engine_hold *h);
+/* Make h a hold for prim in layout variant, with its own copy of value
+ * (len bytes; ignored for the mutex). CERB_ENOMEM. */
+cerb_status cerb__engine_hold_prim(struct cerb_engine_hold *h, int prim, int variant,
+                                   const void *value, size_t len);
 /* A handle filled with its options: join @name's slot and the client's
  * list, and come alive (magic). */
 cerb_status cerb__lock_enlist(cerb_client *c, const char *name, cerb_lock *l);
@@ -415,6 +431,13 @@ bool cerb__notify_guard_lost(cerb_client *c, cerb_guard *g, void (*cb)(cerb_guar
 /* Queue hold object h's lost callback (watchdog.c, hold.c); as above. */
 bool cerb__notify_hold_lost(cerb_client *c, struct cerb_hold *h, void (*cb)(cerb_hold *, void *),
                             void *ud);
+/* Queue election e's lost callback (election.c); as above. */
+bool cerb__notify_election_lost(cerb_client *c, cerb_election *e,
+                                void (*cb)(cerb_election *, void *), void *ud);
+/* The term held through hold object o of election e is lost (watchdog.c):
+ * queue e's callback once per term, unless o is no longer e's term. The
+ * term's slot->mu held. False only when out of memory. */
+bool cerb__election_lost_locked(cerb_client *c, cerb_election *e, struct cerb_hold *o);
 /* Queue a switch callback (names copied), if one is registered. */
 void cerb__notify_switch(cerb_client *c, const char *from, const char *to, const char *why);
 void cerb__notify_set_switch_cb(cerb_client *c,

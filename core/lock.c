@@ -95,7 +95,7 @@ static void fence_granted(cerb_client *c, struct cerb_engine_hold *h)
 }
 
 
-static cerb_status check_name(cerb_client *c, const char *name)
+cerb_status cerb__lock_name_check(cerb_client *c, const char *name)
 {
     if (!name)
         return cerb__error_set(CERB_EINVAL, "lock name is NULL");
@@ -128,7 +128,7 @@ cerb_status cerb_lock_new(cerb_client *c, const char *name, const cerb_lock_opts
     *out = NULL;
     if (!cerb__client_ok(c))
         return cerb__client_refused(c, "cerb_lock_new");
-    cerb_status st = check_name(c, name);
+    cerb_status st = cerb__lock_name_check(c, name);
     if (st != CERB_OK)
         return st;
     cerb_lock_opts o = CERB_LOCK_OPTS_INIT;
@@ -209,12 +209,40 @@ cerb_status cerb__lock_enlist(cerb_client *c, const char *name, cerb_lock *l)
 
 /* ---- the engine call with retries and ambiguity settling ---- */
 
-static void hold_free(struct cerb_engine_hold *h)
+void cerb__engine_hold_free(struct cerb_engine_hold *h)
 {
     if (!h)
         return;
     cerb__free(h->lk.priv);
+    cerb__free((void *)h->lk.value);
     cerb__free(h);
+}
+
+static void hold_free(struct cerb_engine_hold *h)
+{
+    cerb__engine_hold_free(h);
+}
+
+cerb_status cerb__engine_hold_prim(struct cerb_engine_hold *h, int prim, int variant,
+                                   const void *value, size_t len)
+{
+    h->lk.prim = prim;
+    h->lk.variant = variant;
+    cerb__free((void *)h->lk.value);
+    h->lk.value = NULL;
+    h->lk.value_len = 0;
+    if (prim == CERB_PRIM_MUTEX)
+        return CERB_OK;
+    /* One byte more, so that an empty value is not NULL. */
+    void *v = cerb__malloc(len + 1);
+    if (!v)
+        return cerb__error_set(CERB_ENOMEM, "out of memory");
+    if (len)
+        memcpy(v, value, len);
+    ((char *)v)[len] = '\0';
+    h->lk.value = v;
+    h->lk.value_len = len;
+    return CERB_OK;
 }
 
 static struct cerb_engine_hold *hold_new(cerb_client *c, struct cerb_slot *s, int idx, int64_t epoch)
@@ -298,6 +326,11 @@ static cerb_status rehome(cerb_client *c, struct cerb_engine_hold **hp, struct c
     h->lk.lease_ms = old->lk.lease_ms;
     h->lk.fair = old->lk.fair;
     h->renew = old->renew;
+    if (cerb__engine_hold_prim(h, old->lk.prim, old->lk.variant, old->lk.value,
+                               old->lk.value_len) != CERB_OK) {
+        hold_free(h);
+        return cerb__error_set(CERB_ENOMEM, "out of memory");
+    }
     /* When the old request may have landed, the new hold gets a token of
      * its own: the background release of the old one compares tokens, and
      * with one token it would also release what the new hold takes later —
@@ -382,6 +415,14 @@ static cerb_status claims_take(cerb_client *c, struct cerb_engine_hold *h)
         k->lk.fair = 0;
         k->renew = h->renew;
         k->claim_of = h;
+        /* A term's claim is laid out as a term, with its value: observers
+         * of that engine see the leader there too. */
+        if (cerb__engine_hold_prim(k, h->lk.prim, h->lk.variant, h->lk.value,
+                                   h->lk.value_len) != CERB_OK) {
+            hold_free(k);
+            return cerb__error_set(CERB_ENOMEM, "out of memory for a claim on engine %s",
+                                   c->engines[i].name);
+        }
         /* A claim marks the name taken for whoever reads no record; the
          * engine's record must not refuse it (it is no grant to use). */
         k->lk.epoch = -1;
@@ -972,7 +1013,9 @@ static cerb_status start_hold(cerb_lock *l, struct cerb_waiter *w, struct cerb_c
         h->lk.lease_ms = l->lease_ms > 0 ? l->lease_ms : cc->lease_ms;
         h->lk.fair = l->fair_set ? l->fair : cc->fair;
         h->renew = l->renew_set ? l->renew : cc->renew;
-        st = cerb__token_new(h->lk.token);
+        st = cerb__engine_hold_prim(h, l->prim, l->variant, l->value, l->value_len);
+        if (st == CERB_OK)
+            st = cerb__token_new(h->lk.token);
     }
     w->engine_hold = h;
     *hp = h;

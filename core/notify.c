@@ -41,20 +41,22 @@
 #include "error.h"
 #include "internal.h"
 
-enum { EV_LOST, EV_GUARD_LOST, EV_HOLD_LOST, EV_SWITCH };
+enum { EV_LOST, EV_GUARD_LOST, EV_HOLD_LOST, EV_ELECTION_LOST, EV_SWITCH };
 
 /* A lost callback, typed by the handle it is for. */
 union lost_cb {
     void (*lock)(cerb_lock *, void *);
     void (*guard)(cerb_guard *, void *);
     void (*hold)(cerb_hold *, void *);
+    void (*election)(cerb_election *, void *);
 };
 
 struct notify_ev {
     struct notify_ev *next;
     int kind;
     void *obj;                            /* EV_LOST: a cerb_lock, EV_GUARD_LOST: a cerb_guard,
-                                             EV_HOLD_LOST: a cerb_hold (its handle's address) */
+                                             EV_HOLD_LOST: a cerb_hold (its handle's address),
+                                             EV_ELECTION_LOST: a cerb_election */
     union lost_cb cb;                     /* by kind */
     void *lost_ud;
     char from[CERB_ENGINE_NAME_MAX];      /* EV_SWITCH */
@@ -100,6 +102,8 @@ static void run_one(struct cerb_notify *nt)
         ev->cb.guard(ev->obj, ev->lost_ud);
     else if (ev->kind == EV_HOLD_LOST)
         ev->cb.hold(ev->obj, ev->lost_ud);
+    else if (ev->kind == EV_ELECTION_LOST)
+        ev->cb.election(ev->obj, ev->lost_ud);
     else if (scb)
         scb(ev->from, ev->to, ev->why, sud);
 
@@ -221,6 +225,12 @@ bool cerb__notify_hold_lost(cerb_client *c, struct cerb_hold *h, void (*cb)(cerb
                             void *ud)
 {
     return queue_lost(c, EV_HOLD_LOST, h, (union lost_cb){.hold = cb}, cb != NULL, ud);
+}
+
+bool cerb__notify_election_lost(cerb_client *c, cerb_election *e,
+                                void (*cb)(cerb_election *, void *), void *ud)
+{
+    return queue_lost(c, EV_ELECTION_LOST, e, (union lost_cb){.election = cb}, cb != NULL, ud);
 }
 
 void cerb__notify_switch(cerb_client *c, const char *from, const char *to, const char *why)

@@ -121,7 +121,9 @@ static void declare_lost(struct cerb_watchdog *wd, struct cerb_engine_hold *h, s
          * by whichever comes second. */
         struct cerb_hold *o = l->as_hold;
         cerb__mutex_lock(&h->slot->mu);
-        if (o->cb && !o->told)
+        if (l->election)
+            told = cerb__election_lost_locked(c, l->election, o);
+        else if (o->cb && !o->told)
             told = o->told = cerb__notify_hold_lost(c, o, o->cb, o->cb_ud);
         cerb__mutex_unlock(&h->slot->mu);
     } else {
@@ -267,8 +269,7 @@ static void release_orphans(struct renewer *rn)
                 CERB_LOG_I("released \"%s\" on %s: an acquire had landed after its reply was lost",
                            h->lk.name, ce->name);
             cerb__free((char *)h->lk.name);
-            cerb__free(h->lk.priv);
-            cerb__free(h);
+            cerb__engine_hold_free(h);
         } else {
             h->wd_next = keep;
             keep = h;
@@ -293,8 +294,7 @@ void cerb__watchdog_orphan(cerb_client *c, struct cerb_engine_hold *h)
     /* lk.name points into the slot, which may go away: own a copy. */
     char *name = cerb__strdup(h->lk.name);
     if (!name) {
-        cerb__free(h->lk.priv);
-        cerb__free(h);
+        cerb__engine_hold_free(h);
         return;
     }
     h->lk.name = name;
@@ -592,8 +592,7 @@ static void free_orphans(struct renewer *rn)
         struct cerb_engine_hold *h = rn->orphans;
         rn->orphans = h->wd_next;
         cerb__free((char *)h->lk.name);
-        cerb__free(h->lk.priv);
-        cerb__free(h);
+        cerb__engine_hold_free(h);
     }
 }
 

@@ -654,6 +654,160 @@ CERB_API const char *cerb_hold_error(const cerb_hold *hold);
 CERB_API cerb_status cerb_hold_free(cerb_hold *hold);
 
 
+/* -------------------------------------------------------- leader election */
+
+/*
+ * A leader election (DESIGN.md §16): candidates campaign for a name, one at
+ * a time leads, with a value it proclaims (its identity, an address) that
+ * anyone can read. A term is held like a lock: leased, renewed in the
+ * background, fenced, told LOST (the lost callback) before any other
+ * candidate can be elected, and it follows the engine failover rules of
+ * locks. On the wire each engine uses the layout of the election its own
+ * peers use (docs/election.md): `etcdctl elect`, Curator's LeaderLatch or
+ * LeaderSelector, a redis-py lock.
+ */
+typedef struct cerb_election cerb_election;
+
+/** The layout of an election's candidates on ZooKeeper (other engines have one). */
+enum cerb_election_layout_opt {
+    CERB_ELECTION_LAYOUT_DEFAULT = 0,  /* the configured one: election.zk_layout */
+    CERB_ELECTION_LAYOUT_LATCH = 1,    /* Curator LeaderLatch (_c_<id>-latch-<seq>) */
+    CERB_ELECTION_LAYOUT_SELECTOR = 2  /* Curator LeaderSelector (the mutex's nodes) */
+};
+
+/**
+ * Per-election options; CERB_ELECTION_OPTS_INIT takes the defaults.
+ */
+typedef struct cerb_election_opts {
+    int64_t lease_ms; /* a term's lease, as cerb_lock_opts.lease_ms; 0 = lock.lease_ms */
+    int layout;       /* enum cerb_election_layout_opt */
+} cerb_election_opts;
+
+#define CERB_ELECTION_OPTS_INIT {0, 0}
+
+/** The longest value a candidate may proclaim, in bytes. */
+#define CERB_ELECTION_VALUE_MAX (64 * 1024)
+
+/**
+ * cerb_election_new — make a candidate for the election called @name.
+ * @name: as a lock name (cerb_lock_new()); an election and a lock should not
+ *        share a name (they would exclude each other).
+ * @opts: NULL for the defaults.
+ * Returns: CERB_OK; CERB_EINVAL with the reason for a bad name or option;
+ * CERB_ENOMEM. Does not contact a server.
+ * Ownership: free with cerb_election_free() before closing the client.
+ * Thread-safety: any thread; calls on one election are serialised.
+ */
+CERB_API cerb_status cerb_election_new(cerb_client *client, const char *name,
+                              const cerb_election_opts *opts, cerb_election **out);
+
+/**
+ * cerb_election_campaign — wait until elected, then lead with @value
+ * (@len bytes, at most CERB_ELECTION_VALUE_MAX; NULL with 0 for none).
+ * @wait_ms: 0 tries once; -1 waits without limit; otherwise the longest wait.
+ * @cancel: NULL, or a cancel that no other call is using; firing it ends
+ *        the campaign with CERB_INTERRUPTED.
+ * Candidates are elected in the order they came (one wake-up per
+ * election). Elected, the value is on the server before this returns, and
+ * the term is renewed until cerb_election_resign() or its loss.
+ * Returns: CERB_OK (leading); CERB_BUSY (@wait_ms 0 and somebody leads);
+ * CERB_TIMEOUT; CERB_INTERRUPTED; CERB_UNAVAILABLE (also when the engine in
+ * use has no elections, naming it) or another engine error; CERB_EINVAL for
+ * a bad argument, a value the engine cannot carry, or a candidate that
+ * leads or campaigns already.
+ * Blocking: up to @wait_ms, plus the engines' operation timeouts.
+ */
+CERB_API cerb_status cerb_election_campaign(cerb_election *e, const void *value, size_t len,
+                                   int64_t wait_ms, cerb_cancel *cancel);
+
+/**
+ * cerb_election_proclaim — while leading, replace the value (atomically
+ * with still leading, on the server).
+ * Returns: CERB_OK; CERB_NOT_OWNER when not leading; CERB_LOST when the term
+ * was lost (its lost callback is queued); an engine error when the change
+ * could not be confirmed (the old or the new value may stand); CERB_EINVAL
+ * for a bad value.
+ * Blocking: the engine's operation timeout, with bounded retries.
+ */
+CERB_API cerb_status cerb_election_proclaim(cerb_election *e, const void *value, size_t len);
+
+/**
+ * cerb_election_resign — end the term: the next candidate is elected.
+ * Returns: CERB_OK; CERB_NOT_OWNER when not leading; CERB_LOST when the term
+ * had been lost; an engine error when the release could not be confirmed
+ * (the lease then ends the term). The candidate may campaign again.
+ */
+CERB_API cerb_status cerb_election_resign(cerb_election *e);
+
+/**
+ * cerb_election_state — the term's state as a lock's (CERB_LOCK_VALID,
+ * _SUSPECT, _LOST), or CERB_LOCK_FREE when not leading. Never blocks.
+ */
+CERB_API enum cerb_lock_state cerb_election_state(const cerb_election *e);
+
+/**
+ * cerb_election_fencing_token — the fencing token of the current (or last)
+ * term, strictly greater than every earlier term's on this name, across
+ * engines and switches as a lock's; 0 before the first term.
+ */
+CERB_API uint64_t cerb_election_fencing_token(const cerb_election *e);
+
+/**
+ * cerb_election_valid_ms — as cerb_hold_valid_ms() for the current term;
+ * 0 when not leading.
+ */
+CERB_API int64_t cerb_election_valid_ms(const cerb_election *e);
+
+/**
+ * cerb_election_on_lost — set the callback told once per term when the
+ * term is lost, with the promises of cerb_lock_on_lost(): on the client's
+ * callback thread, before another candidate can be elected (the lease's
+ * drift margin), nothing waits for it, never after cerb_election_free()
+ * has returned. NULL removes it.
+ * Returns: CERB_OK; CERB_EINVAL for a bad election.
+ */
+CERB_API cerb_status cerb_election_on_lost(cerb_election *e,
+                                  void (*cb)(cerb_election *e, void *ud), void *ud);
+
+/**
+ * cerb_election_free — resign if leading (whose status this returns) and
+ * free. NULL does nothing. A lost callback running at that moment keeps
+ * the memory alive until it returns.
+ */
+CERB_API cerb_status cerb_election_free(cerb_election *e);
+
+/**
+ * Who leads an election, from cerb_election_leader().
+ */
+typedef struct cerb_leader_info {
+    int has_leader;          /* 0: nobody leads (the other fields are empty) */
+    char engine[32];         /* the engine asked */
+    void *value;             /* the leader's value (malloc'd), NULL when unknown */
+    size_t value_len;
+    int value_known;         /* 0: a leader whose value cannot be read (another
+                                library's lock, a term not yet proclaimed) */
+    uint64_t term;           /* the engine's counter of that term (the low 48 bits
+                                of its fencing token; 0 when the engine has none) */
+    int64_t ttl_ms;          /* time left on its lease, -1 when unknown */
+    char owner[96];          /* the engine's name for the term (a token, a node, a key) */
+} cerb_leader_info;
+
+/**
+ * cerb_election_leader — who leads @name now, asked of the engine in use
+ * (and of an engine switched away from whose terms may still stand).
+ * Returns: CERB_OK with @out filled (has_leader 0 for nobody);
+ * CERB_UNAVAILABLE when it cannot be known (an engine that does not
+ * answer, has no elections, or a Redis server restarted empty whose
+ * leases have not yet run out), never "nobody" then; CERB_EINVAL.
+ * Ownership: free out->value with cerb_leader_info_clear().
+ * Blocking: the engines' operation timeouts.
+ */
+CERB_API cerb_status cerb_election_leader(cerb_client *client, const char *name,
+                                 int layout, cerb_leader_info *out);
+
+/** cerb_leader_info_clear — free what cerb_election_leader() gave, and zero it. */
+CERB_API void cerb_leader_info_clear(cerb_leader_info *info);
+
 /* ------------------------------------------------------------- inspection */
 
 /**
