@@ -66,6 +66,8 @@ int cerb__cli_holders(const struct cerb__cli *cli, int argc, char **argv);
 int cerb__cli_once(const struct cerb__cli *cli, int argc, char **argv);
 int cerb__cli_init(const struct cerb__cli *cli, int argc, char **argv);
 int cerb__cli_serve(const struct cerb__cli *cli, int argc, char **argv);
+int cerb__cli_elect(const struct cerb__cli *cli, int argc, char **argv);
+int cerb__cli_leader(const struct cerb__cli *cli, int argc, char **argv);
 
 /*
  * The same commands' argument parsers alone: each returns -1 when the
@@ -77,6 +79,8 @@ int cerb__cli_serve(const struct cerb__cli *cli, int argc, char **argv);
 int cerb__cli_run_parse(int argc, char **argv);
 int cerb__cli_status_parse(int argc, char **argv);
 int cerb__cli_switch_parse(int argc, char **argv);
+int cerb__cli_elect_parse(int argc, char **argv);
+int cerb__cli_leader_parse(int argc, char **argv);
 int cerb__cli_check_parse(int argc, char **argv);
 int cerb__cli_holders_parse(int argc, char **argv);
 int cerb__cli_once_parse(int argc, char **argv);
@@ -116,6 +120,8 @@ extern const char cerb__cli_holders_usage[];
 extern const char cerb__cli_once_usage[];
 extern const char cerb__cli_init_usage[];
 extern const char cerb__cli_serve_usage[];
+extern const char cerb__cli_elect_usage[];
+extern const char cerb__cli_leader_usage[];
 
 /*
  * CMD run the way `run` runs it (cmd_run.c), for `once`: prepare before the
@@ -138,6 +144,10 @@ struct cerb__cli_child;
 int cerb__cli_child_prepare(const char *what, struct cerb__cli_child **out);
 int cerb__cli_child_wait_signal(struct cerb__cli_child *ch, int64_t timeout_ms);
 int cerb__cli_child_run(struct cerb__cli_child *ch, char **cmd, int verbose);
+/* As cerb__cli_child_run, with @own ("NAME=value" strings, @nown of them)
+ * added to CMD's environment. */
+int cerb__cli_child_run_env(struct cerb__cli_child *ch, char **cmd, char **own, size_t nown,
+                            int verbose);
 void cerb__cli_child_free(struct cerb__cli_child *ch);
 /* What a loss while CMD runs does (before cerb__cli_child_run): @name in
  * messages; @kill sends CMD SIGTERM (SIGKILL 5 s later), else CMD goes on. */

@@ -420,8 +420,10 @@ static cerb_status acquire(struct run_state *rs, const struct run_opts *o)
 /* ---- the child ---- */
 
 /*
- * Our environment without CERBERUS_LOCK_NAME / CERBERUS_FENCING_TOKEN, then
- * @own (those two, fresh). The strings stay owned by their owners.
+ * Our environment without the variables we set for CMD (CERBERUS_LOCK_NAME,
+ * CERBERUS_FENCING_TOKEN, and `elect`'s CERBERUS_ELECTION_NAME and
+ * CERBERUS_LEADER_VALUE), then @own (fresh ones). The strings stay owned by
+ * their owners.
  */
 static char **child_env(char **own, size_t nown)
 {
@@ -435,7 +437,9 @@ static char **child_env(char **own, size_t nown)
         return NULL;
     for (size_t i = 0; i < n; i++)
         if (strncmp(environ[i], "CERBERUS_LOCK_NAME=", 19) != 0 &&
-            strncmp(environ[i], "CERBERUS_FENCING_TOKEN=", 23) != 0)
+            strncmp(environ[i], "CERBERUS_FENCING_TOKEN=", 23) != 0 &&
+            strncmp(environ[i], "CERBERUS_ELECTION_NAME=", 23) != 0 &&
+            strncmp(environ[i], "CERBERUS_LEADER_VALUE=", 22) != 0)
             env[k++] = environ[i];
     for (size_t i = 0; i < nown; i++)
         env[k++] = own[i];
@@ -875,7 +879,13 @@ int cerb__cli_child_wait_signal(struct cerb__cli_child *ch, int64_t timeout_ms)
 
 int cerb__cli_child_run(struct cerb__cli_child *ch, char **cmd, int verbose)
 {
-    char **env = child_env(NULL, 0);
+    return cerb__cli_child_run_env(ch, cmd, NULL, 0, verbose);
+}
+
+int cerb__cli_child_run_env(struct cerb__cli_child *ch, char **cmd, char **own, size_t nown,
+                            int verbose)
+{
+    char **env = child_env(own, nown);
     bool exec_failed;
     int rc;
 

@@ -57,6 +57,10 @@ static const char main_usage[] =
     "  init [--force]    prepare the configured stores for their first use\n"
     "  serve [--listen unix:PATH|ADDR:PORT]... [--token-file FILE]\n"
     "                    serve locks over HTTP (unix socket, loopback TCP)\n"
+    "  elect [-n | -w MS] [--value V] [--lease MS] NAME -- CMD [ARG...]\n"
+    "                    run CMD while leader of election NAME\n"
+    "  leader [-q] [--layout latch|selector] NAME\n"
+    "                    who leads election NAME\n"
     "  help [COMMAND]    this text, or a command's\n"
     "\n"
     "Options:\n"
@@ -87,6 +91,8 @@ static const struct command commands[] = {
     {"once", cerb__cli_once, cerb__cli_once_parse, cerb__cli_once_usage},
     {"init", cerb__cli_init, cerb__cli_init_parse, cerb__cli_init_usage},
     {"serve", cerb__cli_serve, cerb__cli_serve_parse, cerb__cli_serve_usage},
+    {"elect", cerb__cli_elect, cerb__cli_elect_parse, cerb__cli_elect_usage},
+    {"leader", cerb__cli_leader, cerb__cli_leader_parse, cerb__cli_leader_usage},
 };
 
 /* ---- shared helpers ---- */
