@@ -38,16 +38,21 @@ struct cerb_election {
     atomic_uint magic;
     cerb_client *c;
     cerb_lock *tmpl;          /* the candidate: a private handle, prim ELECTION */
-    cerb_mutex mu;            /* campaign (but its wait), proclaim, resign, free */
-    bool campaigning;         /* mu */
-    cerb_hold *term;          /* mu: the term while leading, else NULL */
-    void *value;              /* mu: the value led with (or to campaign with) */
+    /* mu is held only for moments, never across a wait or the network:
+     * the calls in flight say so in flags, and whoever must not overlap
+     * them waits on `idle` (a proclaim or a resign, bounded by the
+     * engines' timeouts) or is refused (a campaign, unbounded). */
+    cerb_mutex mu;
+    cerb_cond idle;           /* signalled when proclaiming or resigning ends */
+    bool campaigning, proclaiming, resigning, freeing;
+    cerb_hold *term;          /* the term while leading, else NULL */
+    void *value;              /* the value led with (or to campaign with) */
     size_t value_len;
     _Atomic uint64_t fence;   /* the last term's */
     /* under the name's slot->mu (tmpl->slot) */
     void (*cb)(cerb_election *, void *);
     void *cb_ud;
-    const cerb_hold *told;    /* the term whose loss was queued */
+    bool told;                /* the current term's loss was queued */
 };
 
 static bool election_ok(const cerb_election *e)
@@ -112,6 +117,7 @@ cerb_status cerb_election_new(cerb_client *c, const char *name, const cerb_elect
     e->tmpl->variant = o.layout;
     e->tmpl->election = e;
     cerb__mutex_init(&e->mu);
+    cerb__cond_init(&e->idle);
     atomic_store(&e->magic, CERB_ELECTION_MAGIC);
     *out = e;
     return CERB_OK;
@@ -134,7 +140,7 @@ static struct cerb_engine_hold *term_hold(cerb_hold *t)
  * after an answer that did not say. CERB_LOST when h leads no more there,
  * made known to the watchdog (the lost callback). */
 static cerb_status proclaim_on(cerb_client *c, struct cerb_engine_hold *h, const void *value,
-                               size_t len)
+                               size_t len, bool tell)
 {
     struct cerb_client_engine *ce = &c->engines[h->engine_idx];
     cerb_status st = CERB_OK;
@@ -144,7 +150,8 @@ static cerb_status proclaim_on(cerb_client *c, struct cerb_engine_hold *h, const
         if (st == CERB_OK)
             break;
         if (st == CERB_NOT_OWNER) {
-            cerb__watchdog_event(ce, CERB_EV_LOST, h->lk.name, h->lk.token);
+            if (tell) /* a term the caller was told of: its loss goes the usual way */
+                cerb__watchdog_event(ce, CERB_EV_LOST, h->lk.name, h->lk.token);
             return cerb__error_set(CERB_LOST, "election \"%s\": the term was lost on engine %s",
                                    h->lk.name, ce->name);
         }
@@ -167,12 +174,14 @@ cerb_status cerb_election_campaign(cerb_election *e, const void *value, size_t l
         return cerb__cancel_note(cancel, st);
     const char *name = e->tmpl->slot->name;
     cerb__mutex_lock(&e->mu);
-    if (e->term || e->campaigning) {
+    if (e->term || e->campaigning || e->resigning || e->freeing) {
         cerb__mutex_unlock(&e->mu);
         return cerb__cancel_note(
             cancel, cerb__error_set(CERB_EINVAL, "election \"%s\": this candidate %s", name,
-                                    e->term ? "leads already (resign first)"
-                                            : "is campaigning already"));
+                                    e->term       ? "leads already (resign first)"
+                                    : e->resigning ? "is resigning"
+                                    : e->freeing   ? "is being freed"
+                                                   : "is campaigning already"));
     }
     /* Refused by any engine that could elect it, before anything is sent. */
     for (size_t i = 0; i < e->c->n_engines; i++) {
@@ -194,6 +203,11 @@ cerb_status cerb_election_campaign(cerb_election *e, const void *value, size_t l
     e->tmpl->value = v; /* stays while campaigning: proclaim needs a term */
     e->tmpl->value_len = len;
     e->campaigning = true;
+    /* A new term: its loss has not been told (the last term's was, or it
+     * was resigned: either way it is out of the watchdog by now). */
+    cerb__mutex_lock(&e->tmpl->slot->mu);
+    e->told = false;
+    cerb__mutex_unlock(&e->tmpl->slot->mu);
     cerb__mutex_unlock(&e->mu);
 
     cerb_hold *t = NULL;
@@ -206,8 +220,11 @@ cerb_status cerb_election_campaign(cerb_election *e, const void *value, size_t l
         } else if (!(ops->election->flags & CERB_ELECT_VALUE_AT_GRANT)) {
             /* Led only once the value is there: nobody reads a leader with
              * the previous term's value. */
-            st = proclaim_on(e->c, h, v, len);
+            st = proclaim_on(e->c, h, v, len, false);
         }
+        if (st == CERB_OK && cancel && cerb_cancel_fired(cancel))
+            st = cerb__error_set(CERB_INTERRUPTED, "election \"%s\": cancelled as it was "
+                                                   "elected; the term was given back", name);
         if (st != CERB_OK) {
             char why[CERB_ERROR_MAX];
             cerb__error_copy(why, sizeof why);
@@ -228,6 +245,13 @@ cerb_status cerb_election_campaign(cerb_election *e, const void *value, size_t l
     return st;
 }
 
+/* Wait until no proclaim or resign is in flight; e->mu held. */
+static void wait_idle(cerb_election *e)
+{
+    while (e->proclaiming || e->resigning)
+        cerb__cond_wait(&e->idle, &e->mu);
+}
+
 cerb_status cerb_election_proclaim(cerb_election *e, const void *value, size_t len)
 {
     if (!election_ok(e))
@@ -237,29 +261,46 @@ cerb_status cerb_election_proclaim(cerb_election *e, const void *value, size_t l
         return st;
     const char *name = e->tmpl->slot->name;
     cerb__mutex_lock(&e->mu);
-    struct cerb_engine_hold *h = e->term ? term_hold(e->term) : NULL;
+    wait_idle(e);
+    cerb_hold *t = e->term;
+    struct cerb_engine_hold *h = t && !e->freeing ? term_hold(t) : NULL;
     if (!h) {
         cerb__mutex_unlock(&e->mu);
         return cerb__error_set(CERB_NOT_OWNER, "election \"%s\": this candidate does not lead",
                                name);
     }
-    if (cerb_hold_state(e->term) == CERB_LOCK_LOST) {
+    if (cerb_hold_state(t) == CERB_LOCK_LOST) {
         cerb__mutex_unlock(&e->mu);
         return cerb__error_set(CERB_LOST, "election \"%s\": the term was lost", name);
     }
+    e->proclaiming = true; /* the term stays: resign and free wait for us */
+    cerb__mutex_unlock(&e->mu);
+
     const struct cerb_engine_ops *ops = e->c->engines[h->engine_idx].ops;
     st = cerb__engine_check_value(ops, h->lk.variant, value, len);
     void *v = st == CERB_OK ? value_dup(value, len) : NULL;
     if (st == CERB_OK && !v)
         st = cerb__error_set(CERB_ENOMEM, "out of memory");
     if (st == CERB_OK)
-        st = proclaim_on(e->c, h, value, len);
+        st = proclaim_on(e->c, h, value, len, true);
+    if (st == CERB_OK) {
+        /* The engine hold's copy follows, for an engine that sends it
+         * again. (Claims on engines switched from keep the value the term
+         * began with.) */
+        cerb__mutex_lock(&t->l.slot->mu);
+        cerb__engine_hold_prim(h, h->lk.prim, h->lk.variant, value, len);
+        cerb__mutex_unlock(&t->l.slot->mu);
+    }
+
+    cerb__mutex_lock(&e->mu);
     if (st == CERB_OK) {
         cerb__free(e->value);
         e->value = v;
         e->value_len = len;
         v = NULL;
     }
+    e->proclaiming = false;
+    cerb__cond_broadcast(&e->idle);
     cerb__mutex_unlock(&e->mu);
     cerb__free(v);
     return st;
@@ -270,13 +311,20 @@ cerb_status cerb_election_resign(cerb_election *e)
     if (!election_ok(e))
         return bad("cerb_election_resign");
     cerb__mutex_lock(&e->mu);
-    cerb_hold *t = e->term;
+    wait_idle(e);
+    cerb_hold *t = e->freeing ? NULL : e->term;
     e->term = NULL;
+    e->resigning = t != NULL;
     cerb__mutex_unlock(&e->mu);
     if (!t)
         return cerb__error_set(CERB_NOT_OWNER, "election \"%s\": this candidate does not lead",
                                e->tmpl->slot->name);
-    return cerb_hold_free(t);
+    cerb_status st = cerb_hold_free(t);
+    cerb__mutex_lock(&e->mu);
+    e->resigning = false;
+    cerb__cond_broadcast(&e->idle);
+    cerb__mutex_unlock(&e->mu);
+    return st;
 }
 
 enum cerb_lock_state cerb_election_state(const cerb_election *e)
@@ -308,12 +356,10 @@ int64_t cerb_election_valid_ms(const cerb_election *e)
 
 bool cerb__election_lost_locked(cerb_client *c, cerb_election *e, struct cerb_hold *o)
 {
-    if (!e->cb || e->told == o)
+    (void)o; /* only the current term is watched: one at a time */
+    if (!e->cb || e->told)
         return true;
-    bool told = cerb__notify_election_lost(c, e, e->cb, e->cb_ud);
-    if (told)
-        e->told = o;
-    return told;
+    return e->told = cerb__notify_election_lost(c, e, e->cb, e->cb_ud);
 }
 
 cerb_status cerb_election_on_lost(cerb_election *e, void (*cb)(cerb_election *, void *),
@@ -329,7 +375,7 @@ cerb_status cerb_election_on_lost(cerb_election *e, void (*cb)(cerb_election *, 
     e->cb_ud = ud;
     /* A term lost before anyone listened: the watchdog told nobody. */
     cerb_status st = CERB_OK;
-    if (cb && t && e->told != t && s->holder_tid == CERB_HOLDER_OBJECT && s->hold &&
+    if (cb && t && !e->told && s->holder_tid == CERB_HOLDER_OBJECT && s->hold &&
         s->hold->owner_handle == &t->l && atomic_load(&s->hold->state) == CERB_LOCK_LOST &&
         !cerb__election_lost_locked(e->c, e, t))
         st = cerb__error_set(CERB_ENOMEM, "cerb_election_on_lost: out of memory to queue the "
@@ -348,6 +394,14 @@ cerb_status cerb_election_free(cerb_election *e)
     cerb_client *c = e->c;
     struct cerb_slot *s = e->tmpl->slot;
     cerb__mutex_lock(&e->mu);
+    if (e->campaigning || e->freeing) {
+        cerb__mutex_unlock(&e->mu);
+        return cerb__error_set(CERB_BUSY, "election \"%s\": %s on another thread", s->name,
+                               e->freeing ? "being freed" : "a campaign is in progress (fire "
+                                                            "its cancel first)");
+    }
+    e->freeing = true; /* no call starts from here on */
+    wait_idle(e);
     cerb_hold *t = e->term;
     e->term = NULL;
     cerb__mutex_unlock(&e->mu);
@@ -360,6 +414,7 @@ cerb_status cerb_election_free(cerb_election *e)
     atomic_store(&e->magic, CERB_DEAD_MAGIC);
     cerb_lock_free(e->tmpl);
     cerb__free(e->value);
+    cerb__cond_destroy(&e->idle);
     cerb__mutex_destroy(&e->mu);
     if (!cerb__notify_forget(c, e)) /* else its running callback still reads it */
         cerb__free(e);
@@ -423,8 +478,13 @@ cerb_status cerb_election_leader(cerb_client *c, const char *name, int layout,
      * still stand on an engine switched away from, until its grace. */
     for (size_t i = 0; i < c->n_engines; i++) {
         struct cerb_client_engine *ge = &c->engines[i];
-        if ((int)i == at || !atomic_load(&ge->gated) || !cerb__engine_has_election(ge->ops))
+        if ((int)i == at || !atomic_load(&ge->gated))
             continue;
+        if (!cerb__engine_has_election(ge->ops))
+            return cerb__error_set(CERB_UNAVAILABLE, "election \"%s\": nobody leads on engine "
+                                                     "%s, but engine %s, switched from, has no "
+                                                     "leader election to ask", name, ce->name,
+                                                     ge->name);
         st = cerb__engine_leader(ge->ops, ge->e, name, layout, &r);
         if (st != CERB_OK || r.state == CERB_LEADER_UNKNOWN) {
             char why[CERB_ERROR_MAX];

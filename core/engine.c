@@ -157,8 +157,10 @@ cerb_status cerb__engine_acquire(const struct cerb_engine_ops *ops,
     cerb_status st;
     if (lk->prim == CERB_PRIM_ELECTION) {
         const struct cerb_election_methods *em = election_of(ops);
-        if (!em)
+        if (!em) {
+            grant->no_prim = 1;
             return no_election(ops); /* outcome NO: nothing was sent */
+        }
         st = em->acquire ? em->acquire(e, lk, deadline_ns, interrupted, grant)
                          : ops->acquire(e, lk, deadline_ns, interrupted, grant);
     } else {

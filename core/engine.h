@@ -127,6 +127,12 @@ typedef struct cerb_grant {
     /* Version 4: acquire refused by the engine's closure record: that
      * record's epoch (> 0), else 0. */
     int64_t closed_epoch;
+    /* The engine has no such primitive (a term on an engine without
+     * elections: set by the shims; or in the mode it runs in: set by the
+     * engine, with CERB_UNAVAILABLE). A final answer about the engine, not
+     * a failure of it: no breaker counts it, no acquisition moves to
+     * another engine for it. */
+    int no_prim;
 } cerb_grant;
 
 /*

@@ -499,9 +499,11 @@ static cerb_status local_inspect(cerb_engine *e, const char *name, struct cerb_h
 static cerb_status elect_acquire(cerb_engine *e, cerb_engine_lock *lk, int64_t deadline_ns,
                                  const atomic_int *interrupted, cerb_grant *g)
 {
-    if (e->dir)
+    if (e->dir) {
+        g->no_prim = 1;
         return cerb__error_set(CERB_UNAVAILABLE, "local engine with local.dir (file mode) has "
                                                  "no leader election yet");
+    }
     return mem_acquire(lk, deadline_ns, interrupted, g);
 }
 

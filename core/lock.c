@@ -407,6 +407,11 @@ static cerb_status claims_take(cerb_client *c, struct cerb_engine_hold *h)
     for (size_t i = 0; i < c->n_engines; i++) {
         if ((int)i == h->engine_idx || !cerb__gate_claimable(c, (int)i))
             continue;
+        /* An engine without the primitive elects nobody: nothing to claim
+         * there (its held() still gates the name), and its refusal is no
+         * silence. */
+        if (h->lk.prim == CERB_PRIM_ELECTION && !cerb__engine_has_election(c->engines[i].ops))
+            continue;
         struct cerb_engine_hold *k = hold_new(c, h->slot, (int)i, h->epoch);
         if (!k)
             return cerb__error_set(CERB_ENOMEM, "out of memory for a claim on engine %s",
@@ -641,6 +646,8 @@ static enum acq_next acq_try(struct acq *a)
                                           &a->g);
     if (st != CERB_OK && a->g.closed_epoch > 0)
         return acq_closed(a);
+    if (st != CERB_OK && a->g.no_prim)
+        return acq_done(a, st); /* the engine is fine; it has no such primitive */
     if (st == CERB_OK) {
         cerb__health_ok(c, h->engine_idx);
         /* Granted on the engine a switch was moving us away from, in the

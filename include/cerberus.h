@@ -762,8 +762,10 @@ CERB_API int64_t cerb_election_valid_ms(const cerb_election *e);
  * cerb_election_on_lost — set the callback told once per term when the
  * term is lost, with the promises of cerb_lock_on_lost(): on the client's
  * callback thread, before another candidate can be elected (the lease's
- * drift margin), nothing waits for it, never after cerb_election_free()
- * has returned. NULL removes it.
+ * drift margin), nothing waits for it; none starts once
+ * cerb_election_free() has returned (one already running may still run).
+ * Set after a loss nobody was told of, it is queued at once. NULL removes
+ * it.
  * Returns: CERB_OK; CERB_EINVAL for a bad election.
  */
 CERB_API cerb_status cerb_election_on_lost(cerb_election *e,
@@ -772,7 +774,9 @@ CERB_API cerb_status cerb_election_on_lost(cerb_election *e,
 /**
  * cerb_election_free — resign if leading (whose status this returns) and
  * free. NULL does nothing. A lost callback running at that moment keeps
- * the memory alive until it returns.
+ * the memory alive until it returns. CERB_BUSY, freeing nothing, while a
+ * campaign of this candidate runs on another thread (fire its cancel
+ * first); a proclaim or resign in flight is waited for.
  */
 CERB_API cerb_status cerb_election_free(cerb_election *e);
 
@@ -799,6 +803,9 @@ typedef struct cerb_leader_info {
  * CERB_UNAVAILABLE when it cannot be known (an engine that does not
  * answer, has no elections, or a Redis server restarted empty whose
  * leases have not yet run out), never "nobody" then; CERB_EINVAL.
+ * With failover.switch_grace_ms = 0 (which lets two holders overlap
+ * across a switch) a term standing on the engine switched from is not
+ * looked for.
  * Ownership: free out->value with cerb_leader_info_clear().
  * Blocking: the engines' operation timeouts.
  */

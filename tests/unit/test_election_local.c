@@ -262,6 +262,12 @@ static void test_engine_without_elections(void **state)
     assert_int_equal(cerb_election_state(e), CERB_LOCK_FREE);
     cerb_leader_info li;
     assert_int_equal(cerb_election_leader(c, "el-file", 0, &li), CERB_UNAVAILABLE);
+    /* A final answer about the engine, not a failure of it: tried once,
+     * no breaker count. */
+    struct cerb_engine_info ei;
+    assert_int_equal(cerb_engine_info(c, "local", &ei), CERB_OK);
+    assert_int_equal(ei.failures, 0);
+    assert_int_equal(ei.breaker, CERB_BREAKER_CLOSED);
     /* The name is not left taken: a lock of the same name is free. */
     cerb_lock *l = NULL;
     assert_int_equal(cerb_lock_new(c, "el-file", NULL, &l), CERB_OK);
@@ -275,6 +281,80 @@ static void test_engine_without_elections(void **state)
     assert_int_equal(system(rm), 0);
 }
 
+struct camp {
+    cerb_election *e;
+    cerb_cancel *k;
+    atomic_int started, done;
+    cerb_status st;
+};
+
+static void *camp_thread(void *p)
+{
+    struct camp *c = p;
+    atomic_store(&c->started, 1);
+    c->st = cerb_election_campaign(c->e, "w", 1, -1, c->k);
+    atomic_store(&c->done, 1);
+    return NULL;
+}
+
+static bool camp_done(void *ud) { return atomic_load(&((struct camp *)ud)->done) != 0; }
+static bool camp_started(void *ud) { return atomic_load(&((struct camp *)ud)->started) != 0; }
+
+/* A candidate is not freed under a campaign running on another thread:
+ * BUSY until the campaign ends (its cancel), then freed. */
+static void test_free_during_campaign(void **state)
+{
+    (void)state;
+    cerb_client *c1 = open_local(), *c2 = open_local();
+    cerb_election *lead = candidate(c1, "el-free");
+    assert_int_equal(cerb_election_campaign(lead, "l", 1, 0, NULL), CERB_OK);
+    struct camp cp = {candidate(c2, "el-free"), NULL, 0, 0, CERB_OK};
+    assert_int_equal(cerb_cancel_new(&cp.k), CERB_OK);
+    pthread_t t;
+    assert_int_equal(pthread_create(&t, NULL, camp_thread, &cp), 0);
+    assert_true(wait_until(camp_started, &cp, 3000));
+    cerb_test_let_time_pass(50); /* inside its wait */
+    assert_int_equal(cerb_election_free(cp.e), CERB_BUSY);
+    assert_int_equal(cerb_election_state(cp.e), CERB_LOCK_FREE); /* still usable */
+    cerb_cancel_fire(cp.k);
+    assert_true(wait_until(camp_done, &cp, 3000));
+    pthread_join(t, NULL);
+    assert_int_equal(cp.st, CERB_INTERRUPTED);
+    assert_int_equal(cerb_election_free(cp.e), CERB_OK);
+    cerb_cancel_free(cp.k);
+    char *v = leader_value(c1, "el-free");
+    assert_string_equal(v, "l"); /* the leader was never disturbed */
+    free(v);
+    cerb_election_free(lead);
+    cerb_client_close(c1);
+    cerb_client_close(c2);
+}
+
+/* Each term's loss is told, with the callback set once: the second term
+ * is not taken for the first (whose hold memory it may reuse). */
+static void test_each_term_told(void **state)
+{
+    (void)state;
+    cerb_client *c = open_local();
+    cerb_election_opts o = CERB_ELECTION_OPTS_INIT;
+    o.lease_ms = 3000;
+    cerb_election *e = NULL;
+    assert_int_equal(cerb_election_new(c, "el-terms", &o, &e), CERB_OK);
+    atomic_int flag = 0;
+    atomic_store(&lost_calls, 0);
+    assert_int_equal(cerb_election_on_lost(e, on_lost, &flag), CERB_OK);
+    for (int term = 1; term <= 3; term++) {
+        atomic_store(&flag, 0);
+        assert_int_equal(cerb_election_campaign(e, "v", 1, 0, NULL), CERB_OK);
+        cerb__clock_test_suspend(5000);
+        assert_true(wait_until(flag_set, &flag, 2000));
+        assert_int_equal(atomic_load(&lost_calls), term);
+        assert_int_equal(cerb_election_resign(e), CERB_LOST);
+    }
+    cerb_election_free(e);
+    cerb_client_close(c);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -283,6 +363,8 @@ int main(void)
         cmocka_unit_test(test_lost_term_told_once),
         cmocka_unit_test(test_bad_input),
         cmocka_unit_test(test_engine_without_elections),
+        cmocka_unit_test(test_free_during_campaign),
+        cmocka_unit_test(test_each_term_told),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
