@@ -20,8 +20,13 @@
 #   ignore-duplicate  runs an attempt the guard answered CERB_DUPLICATE
 #                     → reruns
 #
-# and an honest run of the same worker, locking or guarded, must pass the
-# ordinary verdict.
+# and, with --elect (candidates in leader elections on two names):
+#
+#   skip-elect        records terms without campaigning
+#                     → unsafe overlaps (two leaders at once)
+#
+# and an honest run of the same worker, locking, guarded or electing, must
+# pass the ordinary verdict.
 #
 #   test_broken.sh BUILD_CHAOS_DIR
 set -euo pipefail
@@ -32,14 +37,15 @@ trap 'rm -rf -- "$TMP"' EXIT
 printf 'engines = ("local");\nlock = { lease_ms = 1000; };\nguard = { running_ms = 1000; };\n' >"$TMP/local.cfg"
 fail=0
 
-# run MODE [--guard]: init an oracle, run one worker (3 threads, 3 s,
-# seed 7) in MODE.
+# run MODE [--guard | --elect]: init an oracle, run one worker (3 threads,
+# 3 s, seed 7) in MODE.
 run() {
     local mode=$1
     "$B/cerb_chaos_oracle" init "$TMP/$mode.oracle"
     local args=(-c "$TMP/local.cfg" -o "$TMP/$mode.oracle" --threads 3 --seconds 3
         --seed 7 --bound-ms 500 --lease-ms 1000)
     [[ ${2:-} == --guard ]] && args+=(--guard --names 2)
+    [[ ${2:-} == --elect ]] && args+=(--elect --names 2)
     [[ $mode == honest* ]] || args+=(--broken "$mode")
     timeout 60 "$B/cerb_chaos_worker" "${args[@]}"
 }
@@ -87,4 +93,14 @@ run ignore-busy --guard
 expect ignore-busy unsafe
 run ignore-duplicate --guard
 expect ignore-duplicate reruns
+
+run honest-elect --elect
+if "$B/cerb_chaos_oracle" report "$TMP/honest-elect.oracle" honest-elect --min-acq 5; then
+    echo "ok: an honest electing worker passes"
+else
+    echo "FAIL: an honest electing worker on the local engine was reported"
+    fail=1
+fi
+run skip-elect --elect
+expect skip-elect unsafe
 exit $fail

@@ -5,8 +5,9 @@
  *
  *   cerb_chaos_worker -c CONFIG -o ORACLE [--client ID] [--threads T]
  *       [--names N] [--prefix P] [--seconds S] [--max-ops M] [--seed X]
- *       [--bound-ms B] [--lease-ms L] [--guard] [--count-conns PORT]
- *       [--broken skip-lock|fake-token|overrun|skip-guard|ignore-busy|ignore-duplicate]
+ *       [--bound-ms B] [--lease-ms L] [--guard | --elect] [--count-conns PORT]
+ *       [--broken skip-lock|fake-token|overrun|skip-guard|ignore-busy|ignore-duplicate|
+ *                 skip-elect]
  *
  * Each thread, seeded from --seed, --client and its index (the seed is
  * printed so a run can be replayed), loops until --seconds or --max-ops:
@@ -39,12 +40,22 @@
  * established connections to PORT (how many ZooKeeper sessions the guard's
  * pool opened) and prints the most seen.
  *
+ * --elect: the threads are candidates in leader elections instead (DESIGN.md
+ * §16), one candidate per thread and name. Each loop picks a name and
+ * campaigns with a random wait (0-400 ms); elected, the term is recorded
+ * like a lock's hold (its fencing token, the engine), held (1 in 20 past
+ * the lease; 1 in 4 proclaims a new value midway), left before the
+ * resign. The lost callback records LOST as it fires, so the oracle's
+ * rules read: at most one leader per name at a time, each deposed leader
+ * told LOST before the next is elected, terms' tokens growing.
+ *
  * --broken modes exist to show the oracle can fail (tests/chaos chaos_broken):
  * skip-lock records holds without locking (a lock that grants twice),
  * fake-token records tokens that repeat and are sometimes 0, overrun makes
  * one timed call per thread last its bound plus two seconds; with --guard,
  * skip-guard runs every attempt without beginning it, ignore-busy runs on
- * CERB_BUSY and ignore-duplicate runs on CERB_DUPLICATE.
+ * CERB_BUSY and ignore-duplicate runs on CERB_DUPLICATE; with --elect,
+ * skip-elect records terms without campaigning.
  */
 #include <dirent.h>
 #include <errno.h>
@@ -74,6 +85,7 @@ enum broken {
     BROKEN_SKIP_GUARD,
     BROKEN_IGNORE_BUSY,
     BROKEN_IGNORE_DUPLICATE,
+    BROKEN_SKIP_ELECT,
 };
 
 static const char *const broken_name[] = {"",
@@ -82,11 +94,12 @@ static const char *const broken_name[] = {"",
                                           "overrun",
                                           "skip-guard",
                                           "ignore-busy",
-                                          "ignore-duplicate"};
+                                          "ignore-duplicate",
+                                          "skip-elect"};
 
 struct opts {
     const char *config, *oracle_path, *prefix;
-    int client, threads, names, guard, count_port;
+    int client, threads, names, guard, elect, count_port;
     int64_t seconds, max_ops, bound_ms, lease_ms;
     uint64_t seed;
     enum broken broken;
@@ -99,10 +112,12 @@ struct tguard {
     _Atomic int holder;
 };
 
-/* One thread's view of one name: its handle and, while held, its oracle id
- * (read by the lost callback on a library thread). */
+/* One thread's view of one name: its handle (or its candidate, --elect)
+ * and, while held, its oracle id (read by the lost callback on a library
+ * thread). */
 struct tlock {
     cerb_lock *l;
+    cerb_election *e;
     oracle *o;
     _Atomic int holder;
     char name[96];
@@ -502,12 +517,133 @@ static void *guard_main(struct thread *t)
     return NULL;
 }
 
+/* ---- --elect ---- */
+
+static void on_term_lost(cerb_election *e, void *ud)
+{
+    struct tlock *tl = ud;
+    (void)e;
+    oracle_told_lost(tl->o, atomic_load(&tl->holder), oracle_now());
+}
+
+struct elect_args {
+    cerb_election *e;
+    int64_t wait_ms;
+    char value[32];
+};
+
+static cerb_status call_campaign(void *a)
+{
+    struct elect_args *ea = a;
+    return cerb_election_campaign(ea->e, ea->value, strlen(ea->value), ea->wait_ms, NULL);
+}
+
+static cerb_status call_proclaim(void *a)
+{
+    struct elect_args *ea = a;
+    return cerb_election_proclaim(ea->e, ea->value, strlen(ea->value));
+}
+
+static cerb_status call_resign(void *a)
+{
+    return cerb_election_resign(((struct elect_args *)a)->e);
+}
+
+/* One campaign on a random name (see the file comment). */
+static void one_term(struct thread *t)
+{
+    const struct opts *op = t->op;
+    struct tlock *tl = &t->tl[rnd(&t->rng) % (uint64_t)op->names];
+    struct elect_args a = {.e = tl->e, .wait_ms = rnd_range(&t->rng, 0, 400)};
+    snprintf(a.value, sizeof a.value, "c%d-t%d", op->client, t->idx);
+    char e0[32], e1[32];
+    engine_now(t->c, e0, sizeof(e0));
+    cerb_status st = CERB_OK;
+    if (op->broken != BROKEN_SKIP_ELECT)
+        st = timed(t, "campaign", a.wait_ms + op->bound_ms, call_campaign, &a);
+    count(t, st);
+    if (st != CERB_OK)
+        return;
+    engine_now(t->c, e1, sizeof(e1));
+    uint64_t token = op->broken == BROKEN_SKIP_ELECT ? atomic_fetch_add(&fake_token, 1)
+                                                       : cerb_election_fencing_token(tl->e);
+    atomic_store(&tl->holder, oracle_enter(t->o, tl->name, op->client, token,
+                                           op->broken == BROKEN_SKIP_ELECT ? "fake"
+                                           : strcmp(e0, e1) == 0           ? e1
+                                                                           : "?",
+                                           oracle_now()));
+    int64_t ms = hold_ms(t, 20);
+    int64_t end = oracle_now() + ms * 1000000;
+    bool proclaim = rnd(&t->rng) % 4 == 0;
+    for (;;) {
+        if (op->broken != BROKEN_SKIP_ELECT && cerb_election_state(tl->e) == CERB_LOCK_LOST) {
+            oracle_told_lost(t->o, atomic_load(&tl->holder), oracle_now());
+            t->lost++;
+            break;
+        }
+        int64_t left = (end - oracle_now()) / 1000000;
+        if (proclaim && op->broken != BROKEN_SKIP_ELECT && left <= ms / 2) {
+            proclaim = false;
+            snprintf(a.value, sizeof a.value, "c%d-t%d-%" PRIu64, op->client, t->idx, t->ops);
+            cerb_status ps = timed(t, "proclaim", op->bound_ms, call_proclaim, &a);
+            if (ps == CERB_LOST) {
+                oracle_told_lost(t->o, atomic_load(&tl->holder), oracle_now());
+                t->lost++;
+                break;
+            }
+            if (ps != CERB_OK)
+                count_error(t, ps);
+        }
+        if (left <= 0)
+            break;
+        sleep_ms(left < 50 ? left : 50);
+    }
+    if (op->broken != BROKEN_SKIP_ELECT && cerb_election_state(tl->e) == CERB_LOCK_LOST)
+        oracle_told_lost(t->o, atomic_load(&tl->holder), oracle_now());
+    oracle_leave(t->o, atomic_exchange(&tl->holder, -1), oracle_now());
+    if (op->broken != BROKEN_SKIP_ELECT)
+        timed(t, "resign", op->bound_ms, call_resign, &a);
+}
+
+static void *elect_main(struct thread *t)
+{
+    const struct opts *op = t->op;
+    int64_t end = oracle_now() + op->seconds * 1000000000;
+    for (int i = 0; i < op->names; i++) {
+        struct tlock *tl = &t->tl[i];
+        snprintf(tl->name, sizeof(tl->name), "%s%d", op->prefix, i);
+        tl->o = t->o;
+        atomic_init(&tl->holder, -1);
+        cerb_election_opts eo = CERB_ELECTION_OPTS_INIT;
+        if (cerb_election_new(t->c, tl->name, &eo, &tl->e) != CERB_OK) {
+            fprintf(stderr, "worker %d: cerb_election_new %s: %s\n", op->client, tl->name,
+                    cerb_last_error());
+            exit(1);
+        }
+        cerb_election_on_lost(tl->e, on_term_lost, tl);
+    }
+    while (oracle_now() < end && (op->max_ops <= 0 || (int64_t)t->ops < op->max_ops)) {
+        t->ops++;
+        if (rnd(&t->rng) % 100 < 85)
+            one_term(t);
+        else
+            sleep_ms(rnd_range(&t->rng, 0, 20));
+    }
+    for (int i = 0; i < op->names; i++) {
+        cerb_election_on_lost(t->tl[i].e, NULL, NULL);
+        cerb_election_free(t->tl[i].e);
+    }
+    return NULL;
+}
+
 static void *thread_main(void *arg)
 {
     struct thread *t = arg;
     const struct opts *op = t->op;
     if (op->guard)
         return guard_main(t);
+    if (op->elect)
+        return elect_main(t);
     int64_t end = oracle_now() + op->seconds * 1000000000;
     for (int i = 0; i < op->names; i++) {
         struct tlock *tl = &t->tl[i];
@@ -609,8 +745,9 @@ static void usage(void)
     fprintf(stderr,
             "usage: cerb_chaos_worker -c CONFIG -o ORACLE [--client ID] [--threads T]\n"
             "  [--names N] [--prefix P] [--seconds S] [--max-ops M] [--seed X]\n"
-            "  [--bound-ms B] [--lease-ms L] [--guard] [--count-conns PORT]\n"
-            "  [--broken skip-lock|fake-token|overrun|skip-guard|ignore-busy|ignore-duplicate]\n");
+            "  [--bound-ms B] [--lease-ms L] [--guard | --elect] [--count-conns PORT]\n"
+            "  [--broken skip-lock|fake-token|overrun|skip-guard|ignore-busy|ignore-duplicate|\n"
+            "            skip-elect]\n");
     exit(2);
 }
 
@@ -621,7 +758,7 @@ static void parse(int argc, char **argv, struct opts *op)
         {"prefix", 1, 0, 'p'}, {"seconds", 1, 0, 's'}, {"max-ops", 1, 0, 'm'},
         {"seed", 1, 0, 'S'},   {"bound-ms", 1, 0, 'b'}, {"lease-ms", 1, 0, 'l'},
         {"broken", 1, 0, 'B'}, {"guard", 0, 0, 'g'},   {"count-conns", 1, 0, 'C'},
-        {0, 0, 0, 0}};
+        {"elect", 0, 0, 'E'},  {0, 0, 0, 0}};
     *op = (struct opts){.prefix = "chaos-", .threads = 4, .names = 3,
                         .seconds = 10, .bound_ms = 5000, .lease_ms = 2000};
     op->seed = (uint64_t)time(NULL);
@@ -640,6 +777,7 @@ static void parse(int argc, char **argv, struct opts *op)
         case 'b': op->bound_ms = atoll(optarg); break;
         case 'l': op->lease_ms = atoll(optarg); break;
         case 'g': op->guard = 1; break;
+        case 'E': op->elect = 1; break;
         case 'C': op->count_port = atoi(optarg); break;
         case 'B':
             op->broken = BROKEN_NONE;
@@ -657,9 +795,14 @@ static void parse(int argc, char **argv, struct opts *op)
         op->seconds < 1 || op->client < 0 || op->client >= ORACLE_MAX_CLIENTS ||
         op->count_port < 0 || op->count_port > 65535)
         usage();
-    /* The guard's broken modes break the guard path, the others the lock's. */
+    /* The guard's broken modes break the guard path, skip-elect the
+     * election's, the others the lock's. */
+    if (op->guard && op->elect)
+        usage();
+    bool guard_mode = op->broken >= BROKEN_SKIP_GUARD && op->broken <= BROKEN_IGNORE_DUPLICATE;
+    bool elect_mode = op->broken == BROKEN_SKIP_ELECT;
     if (op->broken != BROKEN_NONE && op->broken != BROKEN_OVERRUN &&
-        (op->broken >= BROKEN_SKIP_GUARD) != (op->guard != 0))
+        (guard_mode != (op->guard != 0) || elect_mode != (op->elect != 0)))
         usage();
 }
 
@@ -668,7 +811,8 @@ int main(int argc, char **argv)
     struct opts op;
     parse(argc, argv, &op);
     printf("worker %d: seed %" PRIu64 " threads %d %s %d seconds %" PRId64 "%s%s\n",
-           op.client, op.seed, op.threads, op.guard ? "guard keys" : "names", op.names,
+           op.client, op.seed, op.threads,
+           op.guard ? "guard keys" : op.elect ? "elections" : "names", op.names,
            op.seconds, op.broken ? " broken " : "", broken_name[op.broken]);
     fflush(stdout);
 
