@@ -670,7 +670,7 @@ typedef struct cerb_election cerb_election;
 
 /** The layout of an election's candidates on ZooKeeper (other engines have one). */
 enum cerb_election_layout_opt {
-    CERB_ELECTION_LAYOUT_DEFAULT = 0,  /* the configured one: election.zk_layout */
+    CERB_ELECTION_LAYOUT_DEFAULT = 0,  /* the engine's own: the latch on ZooKeeper */
     CERB_ELECTION_LAYOUT_LATCH = 1,    /* Curator LeaderLatch (_c_<id>-latch-<seq>) */
     CERB_ELECTION_LAYOUT_SELECTOR = 2  /* Curator LeaderSelector (the mutex's nodes) */
 };
