@@ -240,6 +240,9 @@ cerb_status cerb_election_campaign(cerb_election *e, const void *value, size_t l
     if (st == CERB_OK) {
         e->term = t;
         atomic_store(&e->fence, cerb_hold_fencing_token(t));
+        struct cerb_engine_hold *h = term_hold(t);
+        if (h)
+            atomic_fetch_add(&e->c->engines[h->engine_idx].terms, 1);
     }
     cerb__mutex_unlock(&e->mu);
     return st;
@@ -284,6 +287,7 @@ cerb_status cerb_election_proclaim(cerb_election *e, const void *value, size_t l
     if (st == CERB_OK)
         st = proclaim_on(e->c, h, value, len, true);
     if (st == CERB_OK) {
+        atomic_fetch_add(&e->c->engines[h->engine_idx].proclaims, 1);
         /* The engine hold's copy follows, for an engine that sends it
          * again. (Claims on engines switched from keep the value the term
          * began with.) */

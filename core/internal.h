@@ -45,6 +45,9 @@ struct cerb_client_engine {
     atomic_uint_fast64_t acquires, failures, lost;
     /* cerb_guard_begin() answers while this engine was active (guard.c) */
     atomic_uint_fast64_t guard_begins, guard_dups, guard_busy, guard_degraded;
+    /* election.c: terms won (campaigns that returned OK) and proclaims
+     * confirmed on this engine */
+    atomic_uint_fast64_t terms, proclaims;
     struct cerb_histo wait_h, hold_h;   /* acquire wait, hold time (metrics.c) */
     atomic_int_fast64_t last_probe_us;
     /* health, under client->fo_mu (pending_ok is batched lock-free) */

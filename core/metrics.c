@@ -239,6 +239,16 @@ cerb_status cerb_metrics_text(cerb_client *c, char **out)
         sample_u(&b, "cerberus_guard_begins_total", c->engines[i].name, "result=\"degraded\"",
                  info[i].guard_degraded);
     }
+    header(&b, "cerberus_election_terms_total", "counter",
+           "Leader-election terms won on the engine (campaigns that returned OK).");
+    for (size_t i = 0; i < n; i++)
+        sample_u(&b, "cerberus_election_terms_total", c->engines[i].name, NULL,
+                 atomic_load(&c->engines[i].terms));
+    header(&b, "cerberus_election_proclaims_total", "counter",
+           "Values proclaimed by leaders on the engine (confirmed).");
+    for (size_t i = 0; i < n; i++)
+        sample_u(&b, "cerberus_election_proclaims_total", c->engines[i].name, NULL,
+                 atomic_load(&c->engines[i].proclaims));
     header(&b, "cerberus_acquire_wait_seconds", "histogram",
            "Time from a lock call to its grant, for granted acquisitions.");
     for (size_t i = 0; i < n; i++)

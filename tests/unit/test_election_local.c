@@ -90,6 +90,13 @@ static void test_one_leader_and_its_value(void **state)
     assert_string_equal(v, "node-b");
     free(v);
 
+    /* The metrics count the terms won and the proclaims on this client. */
+    char *m = NULL;
+    assert_int_equal(cerb_metrics_text(c1, &m), CERB_OK);
+    assert_non_null(strstr(m, "cerberus_election_terms_total{engine=\"local\"} 1\n"));
+    assert_non_null(strstr(m, "cerberus_election_proclaims_total{engine=\"local\"} 1\n"));
+    cerb_free(m);
+
     /* Freed while leading: the term ends with it. */
     assert_int_equal(cerb_election_free(b), CERB_OK);
     assert_null(leader_value(obs, "el-one"));
