@@ -66,6 +66,12 @@
  * otherwise become the owner one day with nobody using it. Release is a
  * plain deleterange by the claim holder (cheaper for the server than a
  * txn), re-sent until definite, else an orphan too.
+ *
+ * The election layout (etcd_election.c, `etcdctl elect`) is this one with
+ * the candidate's value in K instead of the offset: acquire_as and
+ * check_as take the layout, put lk->value, and find the offset a key was
+ * put with from the offset key as of the key's create revision
+ * (cerb__etcd_fence_at) instead of from its value.
  */
 #include "internal_posix.h"
 

@@ -8,6 +8,8 @@
  *  - we lead: a new `etcdctl elect NAME B` waits, `etcdctl get --prefix
  *    NAME/` shows our value, proclaim changes what the observer prints, and
  *    after our resign etcdctl is elected;
+ *  - etcdctl's leader killed with SIGKILL stays leader (its key lives with
+ *    its lease); revoking that lease elects our waiter at once;
  *  - `etcdctl lock NAME` (the same layout: concurrency.Mutex) is blocked
  *    while we lead and gets the lock after our resign.
  * etcdctl's output is read line by line through a pipe; 3.4.23's `elect`
@@ -179,6 +181,51 @@ static void test_etcdctl_leads(void **state)
     free(name);
 }
 
+/* etcdctl's leader killed (kill -9: no resign): its key stays with its
+ * 60 s lease; revoking that lease elects our waiter at once. */
+static void test_etcdctl_killed(void **state)
+{
+    (void)state;
+    char *name = test_name("ctl-killed");
+    struct cerb_test_proc ctl;
+    const char *args[] = {"elect", name, "doomed", NULL};
+    ctl_start(&ctl, args);
+    char kp[512];
+    snprintf(kp, sizeof kp, "%s/", name);
+    ctl_expect(&ctl, kp, true, 10000);
+    ctl_expect(&ctl, "doomed", false, 5000);
+    struct etcd_test_kv kv[4];
+    assert_int_equal(etcd_test_keys(etcd_test_port(), kp, kv, 4), 1);
+
+    cerb_client *c = open_client();
+    struct waiter w = {candidate(c, name), "heir", 0, CERB_OK};
+    pthread_t t;
+    assert_int_equal(pthread_create(&t, NULL, campaign_thread, &w), 0);
+    struct nkeys q2 = {name, 2};
+    assert_wait_until(has_nkeys, &q2, 5000);
+    kill(-ctl.pid, SIGKILL);
+    cerb_test_proc_end(&ctl, 5000);
+    /* Its key outlives it: still the leader. */
+    cerb_leader_info li;
+    assert_int_equal(cerb_election_leader(c, name, 0, &li), CERB_OK);
+    assert_true(li.has_leader);
+    assert_memory_equal(li.value, "doomed", 6);
+    cerb_leader_info_clear(&li);
+    assert_false(atomic_load(&w.done));
+    int64_t t0 = cerb_test_now_ms();
+    assert_int_equal(etcd_test_revoke(etcd_test_port(), kv[0].lease), 0);
+    assert_wait_until(w_done, &w, 5000);
+    pthread_join(t, NULL);
+    assert_int_equal(w.st, CERB_OK);
+    assert_true(cerb_test_now_ms() - t0 < 2000); /* the watch fired */
+    assert_int_equal(cerb_election_leader(c, name, 0, &li), CERB_OK);
+    assert_memory_equal(li.value, "heir", 4);
+    cerb_leader_info_clear(&li);
+    assert_int_equal(cerb_election_free(w.e), CERB_OK);
+    cerb_client_close(c);
+    free(name);
+}
+
 static bool ran_get(const char *name, const char *want_value)
 {
     char cmd[1024];
@@ -284,6 +331,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_etcdctl_leads),
+        cmocka_unit_test(test_etcdctl_killed),
         cmocka_unit_test(test_we_lead),
         cmocka_unit_test(test_lock_blocked_while_we_lead),
     };
