@@ -48,6 +48,41 @@
 
 static const char *ep(cerb_engine *e) { return cerb__etcd_endpoint(&e->http); }
 
+cerb_status cerb__etcd_put_at_rev(cerb_engine *e, const char *key, size_t len, int64_t rev,
+                                  int64_t lease, const void *value, size_t n,
+                                  int64_t deadline_ns, bool *put, cerb_outcome *outcome)
+{
+    *put = false;
+    *outcome = CERB_OUTCOME_NO;
+    json_t *req = cerb__etcd_txn(
+        cerb__etcd_list(cerb__etcd_cmp_create(key, len, NULL, 0, "EQUAL", rev), NULL),
+        cerb__etcd_list(cerb__etcd_op_put(key, len, value, n, lease), NULL), NULL);
+    if (!req)
+        return cerb__error_set(CERB_ENOMEM, "etcd: out of memory for a request");
+    struct etcd_call call;
+    memset(&call, 0, sizeof call);
+    call.what = "proclaim txn";
+    call.path = "/v3/kv/txn";
+    call.body = req;
+    call.deadline_ns = deadline_ns;
+    call.idempotent = true;
+    cerb_status st = cerb__etcd_call(e, &call);
+    json_decref(req);
+    if (st != CERB_OK) {
+        *outcome = call.outcome;
+        return st;
+    }
+    int64_t hrev;
+    const json_t *resp;
+    st = cerb__etcd_parse_txn(call.resp, 0, put, &hrev, &resp);
+    json_decref(call.resp);
+    if (st != CERB_OK)
+        *outcome = CERB_OUTCOME_UNKNOWN;
+    else
+        *outcome = *put ? CERB_OUTCOME_YES : CERB_OUTCOME_NO;
+    return st;
+}
+
 static cerb_status elect_proclaim(cerb_engine *e, cerb_engine_lock *lk, const void *value,
                                   size_t n, cerb_outcome *outcome)
 {
@@ -68,41 +103,14 @@ static cerb_status elect_proclaim(cerb_engine *e, cerb_engine_lock *lk, const vo
     cerb_status st = cerb__etcd_key_init(&k, e->ec->prefix, lk->name, p->lease);
     if (st != CERB_OK)
         return st;
-    json_t *req = cerb__etcd_txn(
-        cerb__etcd_list(cerb__etcd_cmp_create(k.k, k.len, NULL, 0, "EQUAL", p->rev), NULL),
-        cerb__etcd_list(cerb__etcd_op_put(k.k, k.len, value, n, p->lease), NULL), NULL);
-    struct etcd_call call;
-    memset(&call, 0, sizeof call);
-    if (!req) {
-        cerb__etcd_key_free(&k);
-        return cerb__error_set(CERB_ENOMEM, "etcd: out of memory for a request");
-    }
-    call.what = "proclaim txn";
-    call.path = "/v3/kv/txn";
-    call.body = req;
-    call.deadline_ns = cerb__deadline_in(e->ec->op_timeout_ms);
-    call.idempotent = true;
-    st = cerb__etcd_call(e, &call);
-    json_decref(req);
-    if (st == CERB_OK) {
-        bool ok = false;
-        int64_t rev;
-        const json_t *resp;
-        st = cerb__etcd_parse_txn(call.resp, 0, &ok, &rev, &resp);
-        json_decref(call.resp);
-        if (st != CERB_OK) {
-            *outcome = CERB_OUTCOME_UNKNOWN;
-        } else if (ok) {
-            *outcome = CERB_OUTCOME_YES;
-        } else {
-            st = cerb__error_set(CERB_NOT_OWNER,
-                                 "etcd %s: election \"%s\": key %s (revision %lld) is gone: the "
-                                 "term has ended",
-                                 ep(e), lk->name, k.k, (long long)p->rev);
-        }
-    } else {
-        *outcome = call.outcome;
-    }
+    bool put = false;
+    st = cerb__etcd_put_at_rev(e, k.k, k.len, p->rev, p->lease, value, n,
+                               cerb__deadline_in(e->ec->op_timeout_ms), &put, outcome);
+    if (st == CERB_OK && !put)
+        st = cerb__error_set(CERB_NOT_OWNER,
+                             "etcd %s: election \"%s\": key %s (revision %lld) is gone: the "
+                             "term has ended",
+                             ep(e), lk->name, k.k, (long long)p->rev);
     cerb__etcd_key_free(&k);
     return st;
 }

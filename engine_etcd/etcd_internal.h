@@ -245,6 +245,12 @@ cerb_status cerb__etcd_elect_check(cerb_engine *e, cerb_engine_lock *lk, cerb_gr
 
 /* ---- etcd_election.c ---- */
 
+/* Put key = value (n bytes) with `lease` if its create revision is still
+ * rev (one txn, idempotent, re-sent until definite or deadline_ns): *put
+ * says whether it was. An error with *outcome otherwise. */
+cerb_status cerb__etcd_put_at_rev(cerb_engine *e, const char *key, size_t len, int64_t rev,
+                                  int64_t lease, const void *value, size_t n,
+                                  int64_t deadline_ns, bool *put, cerb_outcome *outcome);
 /* ops->election: etcd's concurrency.Election layout (`etcdctl elect`). */
 extern const struct cerb_election_methods cerb__etcd_election;
 /* Delete key if its create revision is rev (rev 0: the one it has now, read

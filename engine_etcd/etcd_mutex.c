@@ -316,7 +316,15 @@ struct put_result {
     int64_t mine;      /* its create revision */
     int64_t off;       /* the fence offset it was put with; -1 = none */
     int64_t owner;     /* the owner's create revision (0 = not known) */
+    bool other_value;  /* election layout: our key holds another value */
 };
+
+/* Election layout: does our key `own` hold a value other than lk's? */
+static bool other_value(const struct etcd_kv *own, const cerb_engine_lock *lk)
+{
+    size_t n = own->value ? own->value_len : 0;
+    return n != lk->value_len || (n > 0 && memcmp(own->value, lk->value, n) != 0);
+}
 
 /*
  * The fence offset our key `own` (read in a txn whose responses are
@@ -343,9 +351,9 @@ static cerb_status own_fence_offset(cerb_engine *e, bool elect, const struct etc
 
 /* Read our key and the owner (one read-only txn; with the fence offset key
  * in the election layout) into *pr. */
-static cerb_status read_own_owner(cerb_engine *e, const struct etcd_key *k, bool elect,
-                                  int64_t deadline_ns, struct put_result *pr,
-                                  struct etcd_call *call)
+static cerb_status read_own_owner(cerb_engine *e, const struct etcd_key *k,
+                                  const cerb_engine_lock *lk, bool elect, int64_t deadline_ns,
+                                  struct put_result *pr, struct etcd_call *call)
 {
     struct etcd_range_res own = {0}, owner = {0};
     bool ok;
@@ -353,7 +361,7 @@ static cerb_status read_own_owner(cerb_engine *e, const struct etcd_key *k, bool
     const json_t *resp;
 
     memset(pr, 0, sizeof *pr);
-    json_t *reads = cerb__etcd_list(op_own(k, !elect), op_owner(k));
+    json_t *reads = cerb__etcd_list(op_own(k, true), op_owner(k));
     if (reads && elect && json_array_append_new(reads, cerb__etcd_fence_op_read(e))) {
         json_decref(reads);
         reads = NULL;
@@ -372,6 +380,7 @@ static cerb_status read_own_owner(cerb_engine *e, const struct etcd_key *k, bool
         pr->off = -1;
         if (own.n_kvs)
             st = own_fence_offset(e, elect, &own.first, resp, 2, deadline_ns, &pr->off);
+        pr->other_value = elect && own.n_kvs && other_value(&own.first, lk);
         pr->owner = owner.n_kvs ? owner.first.create_revision : 0;
     }
     cerb__etcd_kv_clear(&own.first);
@@ -584,7 +593,7 @@ static cerb_status put_txn(cerb_engine *e, const struct etcd_key *k, int64_t lea
     if (!ok && (!try_only || resent || maybe_exists)) {
         /* Our key was there already: a copy of this txn landed before, or
          * a key of an earlier attempt survived. Where is it? */
-        st = read_own_owner(e, k, elect, deadline_ns, pr, call);
+        st = read_own_owner(e, k, lk, elect, deadline_ns, pr, call);
         if (st != CERB_OK)
             call->outcome = CERB_OUTCOME_UNKNOWN;
     }
@@ -874,6 +883,24 @@ static cerb_status acquire_as(cerb_engine *e, cerb_engine_lock *lk, int64_t dead
             cerb__etcd_key_free(&k);
             continue;
         }
+        if (pr.other_value) {
+            /* Election layout: a key of ours put by another attempt with
+             * another value (Go's Campaign proclaims then too). Ours goes
+             * in before we queue or lead: a leader's value is never an
+             * earlier campaign's. */
+            bool put = false;
+            cerb_outcome oc;
+            st = cerb__etcd_put_at_rev(e, k.k, k.len, mine, s.id, lk->value, lk->value_len,
+                                       req_deadline, &put, &oc);
+            if (st != CERB_OK || !put) {
+                drop_key(e, &k, mine);
+                cerb__etcd_unclaim(e, lk);
+                cerb__etcd_key_free(&k);
+                if (st != CERB_OK)
+                    return st;
+                continue; /* the key went meanwhile: queue again */
+            }
+        }
         if (pr.owner != mine)
             t = wait_turn(e, lk, &k, deadline_ns, interrupted, &mine, &st);
         if (t == TURN_STOP) {
@@ -1063,7 +1090,7 @@ static cerb_status check_as(cerb_engine *e, cerb_engine_lock *lk, cerb_grant *gr
             return st;
         }
     }
-    json_t *reads = cerb__etcd_list(op_own(&k, !elect), op_owner(&k));
+    json_t *reads = cerb__etcd_list(op_own(&k, true), op_owner(&k));
     if (reads && elect && json_array_append_new(reads, cerb__etcd_fence_op_read(e))) {
         json_decref(reads);
         reads = NULL;
@@ -1099,6 +1126,21 @@ static cerb_status check_as(cerb_engine *e, cerb_engine_lock *lk, cerb_grant *gr
             p->rev = mine;
             p->off = off;
             keep = true;
+            if (elect && other_value(&own.first, lk)) {
+                /* Election layout: the key holds another attempt's value;
+                 * the term it settles leads with ours (as acquire does). */
+                bool put = false;
+                cerb_outcome oc;
+                st = cerb__etcd_put_at_rev(e, k.k, k.len, mine, p->lease, lk->value,
+                                           lk->value_len, d, &put, &oc);
+                if (st == CERB_OK && !put)
+                    st = cerb__error_set(CERB_NOT_OWNER, "etcd %s: \"%s\": key %s is gone",
+                                         ep(e), lk->name, k.k);
+                if (st != CERB_OK) {
+                    keep = false;
+                    grant->outcome = CERB_OUTCOME_NO;
+                }
+            }
         } else {
             /* Queued (an acquire whose answer was lost), on a session we
              * have given up, or not a key our acquire put (no offset, or

@@ -14,6 +14,8 @@
  *  - a key of ours left by an earlier attempt is adopted with the offset
  *    in force when it was put, and not adopted under a floor it does not
  *    clear (queued again, above the floor);
+ *  - a key of ours holding another attempt's value gets ours (as Go's
+ *    Campaign proclaims then), by acquire and by check_owner;
  *  - proclaim by a hold without the key's claim, or on an ended session,
  *    is NOT_OWNER and changes nothing.
  * Each case uses a prefix of its own: the offset key is per prefix.
@@ -273,6 +275,66 @@ static void test_leftover_key(void **state)
     free(name);
 }
 
+/* The value of the leader of `name`, as a string (malloc'd). */
+static char *leader_value(struct eng *g, const char *name)
+{
+    cerb_leader_rec lr;
+    memset(&lr, 0, sizeof lr);
+    assert_int_equal(cerb__engine_leader(ops, g->e, name, 0, &lr), CERB_OK);
+    assert_int_equal(lr.state, CERB_LEADER_SOME);
+    char *v = strndup(lr.value, lr.value_len);
+    cerb__leader_rec_clear(&lr);
+    return v;
+}
+
+/*
+ * A key of ours with another attempt's value (Go's Campaign proclaims its
+ * own then): adopted by acquire, and by check_owner settling a lost
+ * answer, each with our value in the key before the term is reported.
+ */
+static void test_leftover_other_value(void **state)
+{
+    (void)state;
+    struct eng a;
+    struct hold h;
+    cerb_grant gr;
+    char *pfx = case_prefix(), *name = test_name("lval");
+    char key[600];
+    const int port = etcd_test_port();
+
+    eng_open(&a, pfx);
+    snprintf(key, sizeof key, "%s%s/%llx", pfx, name, (unsigned long long)lease_of(&a));
+    assert_int_equal(etcd_test_put_value(port, key, "stale", lease_of(&a)), 0);
+    int64_t r = only_key_rev(pfx, name);
+    hold_init(&h, name, "fresh");
+    h.priv.lease = lease_of(&a);
+    h.priv.gen = gen_of(&a);
+    assert_int_equal(cerb__engine_acquire(ops, a.e, &h.lk, cerb__deadline_in(3000), NULL, &gr),
+                     CERB_OK);
+    assert_int_equal(only_key_rev(pfx, name), r);
+    char *v = leader_value(&a, name);
+    assert_string_equal(v, "fresh");
+    free(v);
+    assert_int_equal(cerb__engine_release(ops, a.e, &h.lk), CERB_OK);
+
+    /* Settling: the hold never heard its grant, and the key is there with
+     * another value. */
+    assert_int_equal(etcd_test_put_value(port, key, "stale", lease_of(&a)), 0);
+    r = only_key_rev(pfx, name);
+    hold_init(&h, name, "settled");
+    h.priv.lease = lease_of(&a);
+    h.priv.gen = gen_of(&a);
+    assert_int_equal(cerb__engine_check_owner(ops, a.e, &h.lk, &gr), CERB_OK);
+    assert_int_equal(only_key_rev(pfx, name), r);
+    v = leader_value(&a, name);
+    assert_string_equal(v, "settled");
+    free(v);
+    assert_int_equal(cerb__engine_release(ops, a.e, &h.lk), CERB_OK);
+    eng_close(&a);
+    free(pfx);
+    free(name);
+}
+
 static void test_proclaim_needs_the_claim(void **state)
 {
     (void)state;
@@ -323,6 +385,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_check_owner_offset_at_revision),
         cmocka_unit_test(test_leftover_key),
+        cmocka_unit_test(test_leftover_other_value),
         cmocka_unit_test(test_proclaim_needs_the_claim),
     };
     return cmocka_run_group_tests(tests, setup, NULL);
