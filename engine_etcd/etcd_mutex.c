@@ -1126,9 +1126,12 @@ static cerb_status check_as(cerb_engine *e, cerb_engine_lock *lk, cerb_grant *gr
             p->rev = mine;
             p->off = off;
             keep = true;
-            if (elect && other_value(&own.first, lk)) {
-                /* Election layout: the key holds another attempt's value;
-                 * the term it settles leads with ours (as acquire does). */
+            if (elect && temp && other_value(&own.first, lk)) {
+                /* Election layout, settling an acquire that never heard
+                 * its answer (no claim yet): the key holds another
+                 * attempt's value, and the term leads with ours, as
+                 * acquire makes it. A term that has the claim may have
+                 * proclaimed since: its value is left alone. */
                 bool put = false;
                 cerb_outcome oc;
                 st = cerb__etcd_put_at_rev(e, k.k, k.len, mine, p->lease, lk->value,

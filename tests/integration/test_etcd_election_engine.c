@@ -360,6 +360,12 @@ static void test_proclaim_needs_the_claim(void **state)
     assert_int_equal(lr.value_len, 5);
     assert_memory_equal(lr.value, "cur-2", 5);
     cerb__leader_rec_clear(&lr);
+    /* check_owner on the term (it has the claim) leaves the proclaimed
+     * value alone, though lk's is the campaign's. */
+    assert_int_equal(cerb__engine_check_owner(ops, a.e, &h.lk, &gr), CERB_OK);
+    char *v = leader_value(&a, name);
+    assert_string_equal(v, "cur-2");
+    free(v);
     assert_int_equal(cerb__engine_release(ops, a.e, &h.lk), CERB_OK);
     /* Released: its key is gone, proclaim puts nothing back. */
     assert_int_equal(cerb__engine_proclaim(ops, a.e, &h.lk, "late", 4, &oc), CERB_NOT_OWNER);
