@@ -245,7 +245,7 @@ static cerb_status etcd_check_name(const char *name)
 }
 
 const struct cerb_engine_ops cerb__etcd_engine_ops = {
-    .version = CERB_ENGINE_OPS_V4,
+    .version = CERB_ENGINE_OPS_V5,
     .name = "etcd",
     .caps = CERB_CAP_FENCING | CERB_CAP_FAIR_QUEUE | CERB_CAP_WAIT | CERB_CAP_CROSS_PROCESS |
             CERB_CAP_FENCE_FLOOR,
@@ -271,4 +271,6 @@ const struct cerb_engine_ops cerb__etcd_engine_ops = {
     /* version 4: switch closure records (etcd_closure.c) */
     .closure_get = cerb__etcd_op_closure_get,
     .closure_put = cerb__etcd_op_closure_put,
+    /* version 5: leader election in etcdctl elect's layout (etcd_election.c) */
+    .election = &cerb__etcd_election,
 };

@@ -262,3 +262,70 @@ cerb_status cerb__etcd_fence_prepare(cerb_engine *e, uint64_t floor, int64_t dea
     return cerb__error_set(CERB_EIO, "etcd %s: the fence offset key %s kept changing",
                            cerb__etcd_endpoint(&e->http), f->key);
 }
+
+/* The offset `rr` (a range of O) holds; false when O holds no offset. */
+static cerb_status range_offset(cerb_engine *e, const struct etcd_range_res *rr, int64_t *off)
+{
+    *off = 0;
+    if (rr->n_kvs == 0 || cerb__etcd_fence_parse(rr->first.value, rr->first.value_len, off))
+        return CERB_OK;
+    return cerb__error_set(CERB_EPROTO, "etcd %s: the fence offset key %s holds no offset",
+                           cerb__etcd_endpoint(&e->http), e->fence.key);
+}
+
+cerb_status cerb__etcd_fence_at(cerb_engine *e, int64_t rev, const json_t *range,
+                                int64_t deadline_ns, int64_t *off)
+{
+    struct etcd_fence *f = &e->fence;
+    struct etcd_range_res rr = {0};
+    json_t *answer = NULL;
+    cerb_status st;
+
+    *off = 0;
+    if (rev <= 0)
+        return cerb__error_set(CERB_EPROTO, "etcd: no create revision to read the fence offset at");
+    if (!range) {
+        int64_t hrev;
+        st = cerb__etcd_read_key(e, f->key, f->key_len, "fence offset read", deadline_ns, &answer,
+                                 &hrev);
+        if (st != CERB_OK)
+            return st;
+        range = answer;
+    }
+    st = cerb__etcd_parse_range(range, &rr);
+    json_decref(answer);
+    answer = NULL;
+    if (st != CERB_OK)
+        return st;
+    cerb__mutex_lock(&f->mu);
+    int64_t max_seen = f->max_seen;
+    cerb__mutex_unlock(&f->mu);
+    /* Unchanged since before rev: what it holds now is what it held then.
+     * Absent now and never seen by this instance: absent then (O is
+     * permanent; the mutex layout makes the same assumption). */
+    bool now_is_then = rr.n_kvs > 0 ? rr.first.mod_revision < rev : max_seen == 0;
+    if (now_is_then) {
+        st = range_offset(e, &rr, off);
+        cerb__etcd_kv_clear(&rr.first);
+        return st;
+    }
+    cerb__etcd_kv_clear(&rr.first);
+    /* Changed at or after rev: read it as of rev. A compacted revision
+     * fails the read: the offset is unknown, and the caller must not
+     * guess (a settle stays unsettled). */
+    struct etcd_range_req r = {.key = f->key, .key_len = f->key_len, .revision = rev};
+    st = cerb__etcd_post(e, "fence offset read at a revision", "/v3/kv/range",
+                         cerb__etcd_range_json(&r), deadline_ns, NULL, &answer);
+    if (st != CERB_OK) {
+        cerb__error_prefix("etcd %s: the fence offset in force at revision %lld is unknown",
+                           cerb__etcd_endpoint(&e->http), (long long)rev);
+        return st;
+    }
+    memset(&rr, 0, sizeof rr);
+    st = cerb__etcd_parse_range(answer, &rr);
+    json_decref(answer);
+    if (st == CERB_OK)
+        st = range_offset(e, &rr, off);
+    cerb__etcd_kv_clear(&rr.first);
+    return st;
+}

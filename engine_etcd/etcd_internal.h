@@ -236,6 +236,23 @@ cerb_status cerb__etcd_op_renew(cerb_engine *e, cerb_engine_lock *lk, cerb_grant
 cerb_status cerb__etcd_op_release(cerb_engine *e, cerb_engine_lock *lk);
 cerb_status cerb__etcd_op_check(cerb_engine *e, cerb_engine_lock *lk, cerb_grant *grant);
 void cerb__etcd_op_cancel(cerb_engine *e, cerb_engine_lock *lk);
+/* The same acquire and check_owner in the election layout (etcd_election.c):
+ * the key's value is lk->value, and the fence offset comes from the offset
+ * key as of the key's create revision (cerb__etcd_fence_at). */
+cerb_status cerb__etcd_elect_acquire(cerb_engine *e, cerb_engine_lock *lk, int64_t deadline_ns,
+                                     const atomic_int *interrupted, cerb_grant *grant);
+cerb_status cerb__etcd_elect_check(cerb_engine *e, cerb_engine_lock *lk, cerb_grant *grant);
+
+/* ---- etcd_election.c ---- */
+
+/* Put key = value (n bytes) with `lease` if its create revision is still
+ * rev (one txn, idempotent, re-sent until definite or deadline_ns): *put
+ * says whether it was. An error with *outcome otherwise. */
+cerb_status cerb__etcd_put_at_rev(cerb_engine *e, const char *key, size_t len, int64_t rev,
+                                  int64_t lease, const void *value, size_t n,
+                                  int64_t deadline_ns, bool *put, cerb_outcome *outcome);
+/* ops->election: etcd's concurrency.Election layout (`etcdctl elect`). */
+extern const struct cerb_election_methods cerb__etcd_election;
 /* Delete key if its create revision is rev (rev 0: the one it has now, read
  * first; never unconditionally, etcd_mutex.c says why), re-sent until
  * definite or deadline. CERB_OK (gone, or not ours to delete; *deleted,
@@ -265,6 +282,19 @@ json_t *cerb__etcd_fence_op_read(cerb_engine *e);
  * NULL is a protocol error); *changed when it is not as v says. */
 cerb_status cerb__etcd_fence_learn(cerb_engine *e, const json_t *range, int64_t rev,
                                    const struct etcd_fence_view *v, bool *changed);
+/*
+ * The offset in force at revision `rev` (a key put at rev by an acquire
+ * txn, which compared the offset key's mod revision: that key's value then
+ * was the offset used), for keys whose value is not the offset (the
+ * election layout). `range` is a read of the offset key at a revision
+ * >= rev (NULL: read it now): when the key was last changed before rev,
+ * its value then is its value now; else (or when it is absent now but this
+ * instance saw an offset once: someone deleted it) it is read as of rev.
+ * An error (a compacted revision, the server) when that cannot be known:
+ * never a guess, so never a wrong fence. Bounded by deadline_ns.
+ */
+cerb_status cerb__etcd_fence_at(cerb_engine *e, int64_t rev, const json_t *range,
+                                int64_t deadline_ns, int64_t *off);
 /* The decimal text of off into buf (n bytes); its length, 0 if too small. */
 size_t cerb__etcd_fence_format(int64_t off, char *buf, size_t n);
 

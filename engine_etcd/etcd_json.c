@@ -164,6 +164,8 @@ json_t *cerb__etcd_range_json(const struct etcd_range_req *r)
         o = put(o, "sort_target", json_string(r->sort_target));
     if (o && r->max_create_revision > 0)
         o = put(o, "max_create_revision", cerb__etcd_json_i64(r->max_create_revision));
+    if (o && r->revision > 0)
+        o = put(o, "revision", cerb__etcd_json_i64(r->revision));
     if (o && r->keys_only)
         o = put(o, "keys_only", json_true());
     if (o && r->count_only)

@@ -73,6 +73,7 @@ struct etcd_range_req {
     const char *sort_order;  /* NULL, ETCD_SORT_ASCEND or _DESCEND */
     const char *sort_target; /* NULL (KEY) or ETCD_TARGET_CREATE */
     int64_t max_create_revision;
+    int64_t revision;        /* read as of this revision; 0 = now */
     bool keys_only;
     bool count_only;
 };

@@ -66,6 +66,12 @@
  * otherwise become the owner one day with nobody using it. Release is a
  * plain deleterange by the claim holder (cheaper for the server than a
  * txn), re-sent until definite, else an orphan too.
+ *
+ * The election layout (etcd_election.c, `etcdctl elect`) is this one with
+ * the candidate's value in K instead of the offset: acquire_as and
+ * check_as take the layout, put lk->value, and find the offset a key was
+ * put with from the offset key as of the key's create revision
+ * (cerb__etcd_fence_at) instead of from its value.
  */
 #include "internal_posix.h"
 
@@ -310,10 +316,43 @@ struct put_result {
     int64_t mine;      /* its create revision */
     int64_t off;       /* the fence offset it was put with; -1 = none */
     int64_t owner;     /* the owner's create revision (0 = not known) */
+    bool other_value;  /* election layout: our key holds another value */
 };
 
-/* Read our key and the owner (one read-only txn) into *pr. */
-static cerb_status read_own_owner(cerb_engine *e, const struct etcd_key *k, int64_t deadline_ns,
+/* Election layout: does our key `own` hold a value other than lk's? */
+static bool other_value(const struct etcd_kv *own, const cerb_engine_lock *lk)
+{
+    size_t n = own->value ? own->value_len : 0;
+    return n != lk->value_len || (n > 0 && memcmp(own->value, lk->value, n) != 0);
+}
+
+/*
+ * The fence offset our key `own` (read in a txn whose responses are
+ * `resp`) was put with: its value in the mutex layout (-1: none); in the
+ * election layout, where the value is the candidate's, the offset key's
+ * value at the key's create revision (cerb__etcd_fence_at), from the
+ * offset key read as response `o_at` of the same txn. An error when that
+ * cannot be known (the caller must not guess a fence).
+ */
+static cerb_status own_fence_offset(cerb_engine *e, bool elect, const struct etcd_kv *own,
+                                    const json_t *resp, size_t o_at, int64_t deadline_ns,
+                                    int64_t *off)
+{
+    if (!elect) {
+        *off = own_offset(own);
+        return CERB_OK;
+    }
+    const json_t *o = cerb__etcd_txn_range(resp, o_at);
+    if (!o)
+        return cerb__error_set(CERB_EPROTO, "etcd %s: txn response %zu is not a range", ep(e),
+                               o_at);
+    return cerb__etcd_fence_at(e, own->create_revision, o, deadline_ns, off);
+}
+
+/* Read our key and the owner (one read-only txn; with the fence offset key
+ * in the election layout) into *pr. */
+static cerb_status read_own_owner(cerb_engine *e, const struct etcd_key *k,
+                                  const cerb_engine_lock *lk, bool elect, int64_t deadline_ns,
                                   struct put_result *pr, struct etcd_call *call)
 {
     struct etcd_range_res own = {0}, owner = {0};
@@ -322,8 +361,14 @@ static cerb_status read_own_owner(cerb_engine *e, const struct etcd_key *k, int6
     const json_t *resp;
 
     memset(pr, 0, sizeof *pr);
-    json_t *req = cerb__etcd_txn(NULL, cerb__etcd_list(op_own(k, true), op_owner(k)), NULL);
-    cerb_status st = run_txn(e, "lock read", req, 2, deadline_ns, NULL, call, &ok, &rev, &resp);
+    json_t *reads = cerb__etcd_list(op_own(k, true), op_owner(k));
+    if (reads && elect && json_array_append_new(reads, cerb__etcd_fence_op_read(e))) {
+        json_decref(reads);
+        reads = NULL;
+    }
+    json_t *req = reads ? cerb__etcd_txn(NULL, reads, NULL) : NULL;
+    cerb_status st = run_txn(e, "lock read", req, elect ? 3 : 2, deadline_ns, NULL, call, &ok,
+                             &rev, &resp);
     if (st != CERB_OK)
         return st;
     st = range_at(e, resp, 0, &own);
@@ -332,7 +377,10 @@ static cerb_status read_own_owner(cerb_engine *e, const struct etcd_key *k, int6
     if (st == CERB_OK) {
         pr->own_exists = own.n_kvs > 0;
         pr->mine = own.n_kvs ? own.first.create_revision : 0;
-        pr->off = own.n_kvs ? own_offset(&own.first) : -1;
+        pr->off = -1;
+        if (own.n_kvs)
+            st = own_fence_offset(e, elect, &own.first, resp, 2, deadline_ns, &pr->off);
+        pr->other_value = elect && own.n_kvs && other_value(&own.first, lk);
         pr->owner = owner.n_kvs ? owner.first.create_revision : 0;
     }
     cerb__etcd_kv_clear(&own.first);
@@ -417,9 +465,12 @@ static cerb_status refused(cerb_engine *e, const struct etcd_key *k, bool maybe_
  * more latency on a loaded 2-core machine).
  */
 static cerb_status put_txn(cerb_engine *e, const struct etcd_key *k, int64_t lease, bool try_only,
-                           bool maybe_exists, uint64_t floor, int64_t epoch, int64_t deadline_ns,
-                           struct put_result *pr, struct etcd_call *call, int64_t *closed_epoch)
+                           bool maybe_exists, const cerb_engine_lock *lk, bool elect,
+                           int64_t deadline_ns, struct put_result *pr, struct etcd_call *call,
+                           int64_t *closed_epoch)
 {
+    const uint64_t floor = lk->fence_floor;
+    const int64_t epoch = lk->epoch;
     bool ok = false;
     int64_t rev = 0;
     const json_t *resp;
@@ -459,8 +510,16 @@ static cerb_status put_txn(cerb_engine *e, const struct etcd_key *k, int64_t lea
                                    call, closed_epoch);
             }
         }
-        char val[24];
-        size_t vn = cerb__etcd_fence_format(fv.offset, val, sizeof val);
+        /* The key's value: the offset (mutex layout) or the candidate's
+         * value (election layout, etcdctl elect's: the offset is then
+         * found from the offset key itself, cerb__etcd_fence_at). */
+        char off_text[24];
+        const char *val = off_text;
+        size_t vn = cerb__etcd_fence_format(fv.offset, off_text, sizeof off_text);
+        if (elect) {
+            val = lk->value;
+            vn = lk->value_len;
+        }
         json_t *cmp = put_compares(e, k, try_only, &fv, check ? &cv : NULL), *succ, *fail;
         if (try_only)
             succ = cerb__etcd_list(cerb__etcd_op_put(k->k, k->len, val, vn, lease), NULL);
@@ -534,7 +593,7 @@ static cerb_status put_txn(cerb_engine *e, const struct etcd_key *k, int64_t lea
     if (!ok && (!try_only || resent || maybe_exists)) {
         /* Our key was there already: a copy of this txn landed before, or
          * a key of an earlier attempt survived. Where is it? */
-        st = read_own_owner(e, k, deadline_ns, pr, call);
+        st = read_own_owner(e, k, lk, elect, deadline_ns, pr, call);
         if (st != CERB_OK)
             call->outcome = CERB_OUTCOME_UNKNOWN;
     }
@@ -711,8 +770,8 @@ static void await_new_session(cerb_engine *e, uint64_t gen, int64_t deadline_ns)
     } while (cerb_monotime() < until);
 }
 
-cerb_status cerb__etcd_op_acquire(cerb_engine *e, cerb_engine_lock *lk, int64_t deadline_ns,
-                                  const atomic_int *interrupted, cerb_grant *grant)
+static cerb_status acquire_as(cerb_engine *e, cerb_engine_lock *lk, int64_t deadline_ns,
+                              const atomic_int *interrupted, cerb_grant *grant, bool elect)
 {
     struct etcd_lock_priv *p = lk->priv;
     const bool try_only = deadline_ns == 0;
@@ -774,8 +833,8 @@ cerb_status cerb__etcd_op_acquire(cerb_engine *e, cerb_engine_lock *lk, int64_t 
             req_deadline = min64(deadline_ns,
                                  now + max64(op_ns, ETCD_ERR_BUDGET_MS * CERB_NS_PER_MS));
         int64_t closed_epoch = 0;
-        st = put_txn(e, &k, s.id, try_only, maybe_exists, lk->fence_floor, lk->epoch,
-                     req_deadline, &pr, &call, &closed_epoch);
+        st = put_txn(e, &k, s.id, try_only, maybe_exists, lk, elect, req_deadline, &pr, &call,
+                     &closed_epoch);
         if (st != CERB_OK) {
             cerb__etcd_unclaim(e, lk);
             cerb__etcd_key_free(&k);
@@ -824,6 +883,24 @@ cerb_status cerb__etcd_op_acquire(cerb_engine *e, cerb_engine_lock *lk, int64_t 
             cerb__etcd_key_free(&k);
             continue;
         }
+        if (pr.other_value) {
+            /* Election layout: a key of ours put by another attempt with
+             * another value (Go's Campaign proclaims then too). Ours goes
+             * in before we queue or lead: a leader's value is never an
+             * earlier campaign's. */
+            bool put = false;
+            cerb_outcome oc;
+            st = cerb__etcd_put_at_rev(e, k.k, k.len, mine, s.id, lk->value, lk->value_len,
+                                       req_deadline, &put, &oc);
+            if (st != CERB_OK || !put) {
+                drop_key(e, &k, mine);
+                cerb__etcd_unclaim(e, lk);
+                cerb__etcd_key_free(&k);
+                if (st != CERB_OK)
+                    return st;
+                continue; /* the key went meanwhile: queue again */
+            }
+        }
         if (pr.owner != mine)
             t = wait_turn(e, lk, &k, deadline_ns, interrupted, &mine, &st);
         if (t == TURN_STOP) {
@@ -862,6 +939,18 @@ cerb_status cerb__etcd_op_acquire(cerb_engine *e, cerb_engine_lock *lk, int64_t 
         cerb__etcd_key_free(&k);
         return CERB_OK; /* the claim stays until release */
     }
+}
+
+cerb_status cerb__etcd_op_acquire(cerb_engine *e, cerb_engine_lock *lk, int64_t deadline_ns,
+                                  const atomic_int *interrupted, cerb_grant *grant)
+{
+    return acquire_as(e, lk, deadline_ns, interrupted, grant, false);
+}
+
+cerb_status cerb__etcd_elect_acquire(cerb_engine *e, cerb_engine_lock *lk, int64_t deadline_ns,
+                                     const atomic_int *interrupted, cerb_grant *grant)
+{
+    return acquire_as(e, lk, deadline_ns, interrupted, grant, true);
 }
 
 /* ---- renew, release, check ---- */
@@ -966,7 +1055,7 @@ cerb_status cerb__etcd_op_release(cerb_engine *e, cerb_engine_lock *lk)
  * only if we hold the lock. A key of ours that is queued is nobody's: it
  * goes.
  */
-cerb_status cerb__etcd_op_check(cerb_engine *e, cerb_engine_lock *lk, cerb_grant *grant)
+static cerb_status check_as(cerb_engine *e, cerb_engine_lock *lk, cerb_grant *grant, bool elect)
 {
     struct etcd_lock_priv *p = lk->priv;
     struct etcd_session s;
@@ -1001,19 +1090,29 @@ cerb_status cerb__etcd_op_check(cerb_engine *e, cerb_engine_lock *lk, cerb_grant
             return st;
         }
     }
-    json_t *req = cerb__etcd_txn(NULL, cerb__etcd_list(op_own(&k, true), op_owner(&k)), NULL);
-    st = run_txn(e, "check txn", req, 2, d, NULL, &call, &ok, &rev, &resp);
+    json_t *reads = cerb__etcd_list(op_own(&k, true), op_owner(&k));
+    if (reads && elect && json_array_append_new(reads, cerb__etcd_fence_op_read(e))) {
+        json_decref(reads);
+        reads = NULL;
+    }
+    json_t *req = reads ? cerb__etcd_txn(NULL, reads, NULL) : NULL;
+    st = run_txn(e, "check txn", req, elect ? 3 : 2, d, NULL, &call, &ok, &rev, &resp);
+    int64_t off = -1;
     if (st == CERB_OK) {
         st = range_at(e, resp, 0, &own);
         if (st == CERB_OK)
             st = range_at(e, resp, 1, &owner);
+        /* The election layout's offset may take a read at our revision:
+         * when it cannot be known the check is no answer (the hold stays
+         * unsettled), never a grant with a guessed fence. */
+        if (st == CERB_OK && own.n_kvs)
+            st = own_fence_offset(e, elect, &own.first, resp, 2, d, &off);
         json_decref(call.resp);
     }
     bool keep = false;
     if (st == CERB_OK) {
         int64_t mine = own.n_kvs ? own.first.create_revision : 0;
         int64_t first = owner.n_kvs ? owner.first.create_revision : 0;
-        int64_t off = own.n_kvs ? own_offset(&own.first) : -1;
         /* A key our acquire txn put carries its offset, and is above the
          * floor that acquire was asked for. */
         bool fence_ok = off >= 0 && (lk->fence_floor == 0 ||
@@ -1027,6 +1126,24 @@ cerb_status cerb__etcd_op_check(cerb_engine *e, cerb_engine_lock *lk, cerb_grant
             p->rev = mine;
             p->off = off;
             keep = true;
+            if (elect && temp && other_value(&own.first, lk)) {
+                /* Election layout, settling an acquire that never heard
+                 * its answer (no claim yet): the key holds another
+                 * attempt's value, and the term leads with ours, as
+                 * acquire makes it. A term that has the claim may have
+                 * proclaimed since: its value is left alone. */
+                bool put = false;
+                cerb_outcome oc;
+                st = cerb__etcd_put_at_rev(e, k.k, k.len, mine, p->lease, lk->value,
+                                           lk->value_len, d, &put, &oc);
+                if (st == CERB_OK && !put)
+                    st = cerb__error_set(CERB_NOT_OWNER, "etcd %s: \"%s\": key %s is gone",
+                                         ep(e), lk->name, k.k);
+                if (st != CERB_OK) {
+                    keep = false;
+                    grant->outcome = CERB_OUTCOME_NO;
+                }
+            }
         } else {
             /* Queued (an acquire whose answer was lost), on a session we
              * have given up, or not a key our acquire put (no offset, or
@@ -1044,6 +1161,16 @@ cerb_status cerb__etcd_op_check(cerb_engine *e, cerb_engine_lock *lk, cerb_grant
     cerb__etcd_kv_clear(&owner.first);
     cerb__etcd_key_free(&k);
     return st;
+}
+
+cerb_status cerb__etcd_op_check(cerb_engine *e, cerb_engine_lock *lk, cerb_grant *grant)
+{
+    return check_as(e, lk, grant, false);
+}
+
+cerb_status cerb__etcd_elect_check(cerb_engine *e, cerb_engine_lock *lk, cerb_grant *grant)
+{
+    return check_as(e, lk, grant, true);
 }
 
 void cerb__etcd_op_cancel(cerb_engine *e, cerb_engine_lock *lk)
