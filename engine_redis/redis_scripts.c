@@ -321,6 +321,42 @@ static const char lua_held[] =
     "if now < (tonumber(string.sub(mk, q0, qe and qe - 1 or -1)) or 0) then return 2 end\n"
     "return redis.call('EXISTS', KEYS[1])\n";
 
+/* Leader election (redis_election.c). V = {K}^_value holds "<token>
+ * <value>" of the term that last proclaimed; it is trusted only when its
+ * token is K's (a term handed over by a releaser's script, or a redis-py
+ * holder, leaves another token there). */
+
+/* KEYS K V M, ARGV token value marker. -1 when K is not token's (nothing
+ * written), else 1 with V set to "<token> <value>" for a day (the fence
+ * counter's life: bounded per name, gone a day after the name's last
+ * proclamation). */
+static const char lua_proclaim[] =
+    LUA_MARKER_CHECK(3, 3)
+    "if redis.call('GET', KEYS[1]) ~= ARGV[1] then return -1 end\n"
+    "redis.call('SET', KEYS[2], ARGV[1] .. ' ' .. ARGV[2], 'PX', " STR(REDIS_FENCE_TTL_MS) ")\n"
+    "return 1\n";
+
+/* KEYS K V F M, ARGV marker. Read-only. {2} during the quarantine after a
+ * loss of data (a term from before it may stand in its holder's eyes);
+ * {0} when K is missing; else {1, K, PTTL K, F or '', known, value}, known
+ * 1 and value the bytes after "<K's token> " when V starts so, else 0 and
+ * ''. "L" when the marker is not the one sent. */
+static const char lua_leader[] =
+    LUA_MARKER_CHECK(4, 1)
+    "local t = redis.call('TIME')\n"
+    "local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)\n"
+    "local q0 = #ARGV[1] + 2\n"
+    "local qe = string.find(mk, ' ', q0, true)\n"
+    "if now < (tonumber(string.sub(mk, q0, qe and qe - 1 or -1)) or 0) then return {2} end\n"
+    "local k = redis.call('GET', KEYS[1])\n"
+    "if not k then return {0} end\n"
+    "local v = redis.call('GET', KEYS[2]) or ''\n"
+    "local known, val = 0, ''\n"
+    "if #v > #k and string.sub(v, 1, #k + 1) == k .. ' ' then\n"
+    "  known, val = 1, string.sub(v, #k + 2)\n"
+    "end\n"
+    "return {1, k, redis.call('PTTL', KEYS[1]), redis.call('GET', KEYS[3]) or '', known, val}\n";
+
 static const struct {
     const char *name;
     const char *text;
@@ -331,6 +367,8 @@ static const struct {
     [REDIS_SCRIPT_RENEW] = {"renew", lua_renew, sizeof lua_renew - 1},
     [REDIS_SCRIPT_CHECK] = {"check", lua_check, sizeof lua_check - 1},
     [REDIS_SCRIPT_HELD] = {"held", lua_held, sizeof lua_held - 1},
+    [REDIS_SCRIPT_PROCLAIM] = {"proclaim", lua_proclaim, sizeof lua_proclaim - 1},
+    [REDIS_SCRIPT_LEADER] = {"leader", lua_leader, sizeof lua_leader - 1},
 };
 
 /* ---- key names ---- */
@@ -602,6 +640,58 @@ static cerb_status eval(cerb_engine *e, struct redis_conn *c, enum redis_script 
             struct redis_failure f = {.phase = REDIS_PHASE_REPLY, .reply = r};
             st = cerb__redis_fail(e->where, scripts[id].name, &f, oc);
             /* Redis keeps what a failing script wrote before the error. */
+            if (cerb__redis_script_may_have_run(r))
+                *oc = CERB_OUTCOME_UNKNOWN;
+            freeReplyObject(r);
+            return st;
+        }
+        *out = r;
+        return CERB_OK;
+    }
+}
+
+cerb_status cerb__redis_eval_argv(cerb_engine *e, struct redis_conn *c, enum redis_script id,
+                                  int nkeys, const char *const *keys, const size_t *klen,
+                                  int nargs, const char *const *args, const size_t *alen,
+                                  redisReply **out, cerb_outcome *oc)
+{
+    const char *argv[3 + 8];
+    size_t argl[3 + 8];
+    char nk[2] = {(char)('0' + nkeys), '\0'};
+    int n = 0;
+
+    *out = NULL;
+    *oc = CERB_OUTCOME_NO;
+    if (nkeys < 1 || nkeys > 4 || nargs < 0 || nkeys + nargs > 8)
+        return cerb__error_set(CERB_EINVAL, "redis: %s: %d keys and %d arguments",
+                               scripts[id].name, nkeys, nargs);
+    argv[n] = "EVALSHA", argl[n++] = 7;
+    argv[n] = NULL, argl[n++] = 40; /* the SHA, set below (a reload may change it) */
+    argv[n] = nk, argl[n++] = 1;
+    for (int i = 0; i < nkeys; i++)
+        argv[n] = keys[i], argl[n++] = klen[i];
+    for (int i = 0; i < nargs; i++)
+        argv[n] = args[i], argl[n++] = alen[i];
+    for (int attempt = 0;; attempt++) {
+        redisReply *r;
+        size_t got;
+        argv[1] = e->sha[id];
+        cerb_status st = cerb__redis_append(c, n, argv, argl);
+        if (st == CERB_OK)
+            st = cerb__redis_exchange(e, c, scripts[id].name, &r, &got, oc);
+        if (st != CERB_OK)
+            return st;
+        if (attempt == 0 && cerb__redis_is_noscript(r)) {
+            freeReplyObject(r);
+            st = reload(e, c, id);
+            *oc = CERB_OUTCOME_NO;
+            if (st != CERB_OK)
+                return st;
+            continue;
+        }
+        if (r->type == REDIS_REPLY_ERROR) {
+            struct redis_failure f = {.phase = REDIS_PHASE_REPLY, .reply = r};
+            st = cerb__redis_fail(e->where, scripts[id].name, &f, oc);
             if (cerb__redis_script_may_have_run(r))
                 *oc = CERB_OUTCOME_UNKNOWN;
             freeReplyObject(r);
