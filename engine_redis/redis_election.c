@@ -13,8 +13,11 @@
  *
  * The candidate's value goes beside K, in the helper key
  *   V = {K}^_value   "<token> <value bytes>", PX one day (the fence key's)
- * in K's hash slot (built from the fence key's name, so the cluster form
- * "{n}K^_…" of a K with a '}' is kept). Two scripts:
+ * in K's hash slot (REDIS_V of struct redis_keys, so a K with a '}' gets the
+ * cluster form "{n}K^_value" as the other helper keys do). A term's
+ * renewals declare V too and push its expiry to a day past the renewal
+ * (the renew script), so a term longer than a day keeps its value, and V
+ * is gone a day after the name's last term. Two scripts:
  *   proclaim(K V M; token value marker): GET K ~= token -> -1, nothing
  *     written; else SET V. Atomic with "still leading" (the same compare
  *     as renew), idempotent (re-sent after an answer that did not say).
@@ -51,23 +54,6 @@
 #include "redis_marker.h"
 #include "redis_scripts.h"
 
-/* The value key: the fence key's name with "value" for "fence". */
-static char *value_key(const struct redis_keys *ks, size_t *len)
-{
-    static const char tail[] = "fence";
-    size_t fl = ks->len[REDIS_F], tl = sizeof tail - 1;
-    char *v = cerb__malloc(fl + 1);
-    if (!v) {
-        cerb__error_set(CERB_ENOMEM, "redis: out of memory for key names");
-        return NULL;
-    }
-    memcpy(v, ks->k[REDIS_F], fl - tl);
-    memcpy(v + fl - tl, "value", tl);
-    v[fl] = '\0';
-    *len = fl;
-    return v;
-}
-
 static void marker_key(cerb_engine *e, const struct redis_keys *ks, const char **k, size_t *l)
 {
     *k = ks->mk ? ks->mk : e->marker_key;
@@ -87,18 +73,14 @@ cerb_status cerb__redis_op_proclaim(cerb_engine *e, cerb_engine_lock *lk, const 
     struct redis_conn *c = NULL;
     struct redis_marker_view mv;
     redisReply *r = NULL;
-    char *vk = NULL;
-    size_t vl = 0;
 
     *outcome = CERB_OUTCOME_NO;
     cerb_status st = cerb__redis_keys_init(&ks, e, lk->name, lk->token);
     if (st != CERB_OK)
         return st;
-    vk = value_key(&ks, &vl);
-    if (!vk)
-        st = CERB_ENOMEM;
-    if (st == CERB_OK)
-        st = cerb__redis_get(e, cerb__deadline_in(e->rc->op_timeout_ms), &c);
+    const char *vk = ks.k[REDIS_V];
+    size_t vl = ks.len[REDIS_V];
+    st = cerb__redis_get(e, cerb__deadline_in(e->rc->op_timeout_ms), &c);
     if (st == CERB_OK)
         st = cerb__redis_marker_for(e, c, &ks, &mv);
     if (st == CERB_OK) {
@@ -130,7 +112,6 @@ cerb_status cerb__redis_op_proclaim(cerb_engine *e, cerb_engine_lock *lk, const 
         cerb__redis_put(e, c);
     if (r)
         freeReplyObject(r);
-    cerb__free(vk);
     cerb__redis_keys_free(&ks);
     return st;
 }
@@ -173,18 +154,14 @@ cerb_status cerb__redis_op_leader(cerb_engine *e, const char *name, int variant,
     struct redis_marker_view mv;
     redisReply *r = NULL;
     cerb_outcome oc;
-    char *vk = NULL;
-    size_t vl = 0;
 
     /* The token only names the wake list, which is not read here. */
     cerb_status st = cerb__redis_keys_init(&ks, e, name, "");
     if (st != CERB_OK)
         return st;
-    vk = value_key(&ks, &vl);
-    if (!vk)
-        st = CERB_ENOMEM;
-    if (st == CERB_OK)
-        st = cerb__redis_get(e, cerb__deadline_in(e->rc->op_timeout_ms), &c);
+    const char *vk = ks.k[REDIS_V];
+    size_t vl = ks.len[REDIS_V];
+    st = cerb__redis_get(e, cerb__deadline_in(e->rc->op_timeout_ms), &c);
     for (int round = 0; st == CERB_OK; round++) {
         st = cerb__redis_marker_for(e, c, &ks, &mv);
         if (st != CERB_OK)
@@ -228,7 +205,6 @@ cerb_status cerb__redis_op_leader(cerb_engine *e, const char *name, int variant,
     }
     if (r)
         freeReplyObject(r);
-    cerb__free(vk);
     cerb__redis_keys_free(&ks);
     return st;
 }

@@ -287,11 +287,14 @@ static const char lua_release[] =
     "end\n"
     "return 3\n";
 
-/* KEYS K F M, ARGV token lease marker. */
+/* KEYS K F M [V], ARGV token lease marker. V (an election term's value
+ * key, declared by its renewals only) lives a day past the last renewal,
+ * so a term longer than the day keeps its value. */
 static const char lua_renew[] =
     LUA_MARKER_CHECK(3, 3)
     "if redis.call('GET', KEYS[1]) ~= ARGV[1] then return -1 end\n"
     "redis.call('PEXPIRE', KEYS[1], ARGV[2])\n"
+    "if KEYS[4] then redis.call('PEXPIRE', KEYS[4], " STR(REDIS_FENCE_TTL_MS) ") end\n"
     "return tonumber(redis.call('GET', KEYS[2]) or '') or 0\n";
 
 /* KEYS K F M, ARGV token marker. A counter gone while the hold stayed (DEL
@@ -328,8 +331,8 @@ static const char lua_held[] =
 
 /* KEYS K V M, ARGV token value marker. -1 when K is not token's (nothing
  * written), else 1 with V set to "<token> <value>" for a day (the fence
- * counter's life: bounded per name, gone a day after the name's last
- * proclamation). */
+ * counter's life; the term's renewals push it on, see renew): bounded per
+ * name, gone a day after the name's last term. */
 static const char lua_proclaim[] =
     LUA_MARKER_CHECK(3, 3)
     "if redis.call('GET', KEYS[1]) ~= ARGV[1] then return -1 end\n"
@@ -393,7 +396,8 @@ cerb_status cerb__redis_keys_build(struct redis_keys *ks, const char *prefix_or_
     /* "\x1f" is split from the letters that follow, or C reads one hex
      * escape: see REDIS_SEP in redis_scripts.h. */
     static const char *const suffix[REDIS_NKEYS] = {"", "}" REDIS_SEP "fence", "}" REDIS_SEP "q",
-                                                    "}" REDIS_SEP "d", "}" REDIS_SEP "w:"};
+                                                    "}" REDIS_SEP "d", "}" REDIS_SEP "w:",
+                                                    "}" REDIS_SEP "value"};
     static const char mk_tail[] = REDIS_SEP "cerberus";
     const char *prefix = prefix_or_null ? prefix_or_null : "";
     size_t pl = strlen(prefix), nl = strlen(name);
@@ -409,6 +413,7 @@ cerb_status cerb__redis_keys_build(struct redis_keys *ks, const char *prefix_or_
     ks->mk_len = 0;
     ks->wh = NULL;
     ks->wh_len = 0;
+    ks->renew_v = false;
     ks->heap = NULL;
     for (int i = 0; i < REDIS_NKEYS; i++)
         need += kl + (i ? 1 + strlen(suffix[i]) : 0) + 1;
@@ -518,6 +523,8 @@ static cerb_status append_eval(cerb_engine *e, struct redis_conn *c, const char 
     bool more = ks->mk && nkeys == REDIS_SCRIPT_KEYS;
     if (more)
         declared += 2 + (ks->wh ? 1 : 0);
+    if (ks->renew_v)
+        declared++;
 
     _Static_assert(REDIS_SCRIPT_KEYS + 4 < 10, "numkeys is one digit");
     nk[0] = (char)('0' + declared);
@@ -531,6 +538,8 @@ static cerb_status append_eval(cerb_engine *e, struct redis_conn *c, const char 
         argv[n] = ks->mk, argl[n++] = ks->mk_len;
     else
         argv[n] = e->marker_key, argl[n++] = e->marker_key_len;
+    if (ks->renew_v)
+        argv[n] = ks->k[REDIS_V], argl[n++] = ks->len[REDIS_V];
     if (more) {
         argv[n] = ks->k[REDIS_D], argl[n++] = ks->len[REDIS_D];
         argv[n] = ks->k[REDIS_W], argl[n++] = ks->len[REDIS_W];
@@ -976,6 +985,7 @@ cerb_status cerb__redis_op_renew(cerb_engine *e, cerb_engine_lock *lk, cerb_gran
 
     if (st != CERB_OK)
         return st;
+    ks.renew_v = lk->prim == CERB_PRIM_ELECTION;
     fmt_i64(lease, lk->lease_ms);
     st = cerb__redis_get(e, cerb__deadline_in(e->rc->op_timeout_ms), &c);
     if (st == CERB_OK) {
@@ -1181,6 +1191,7 @@ static void renew_pipeline(cerb_engine *e, struct redis_conn *c, cerb_renew_item
         fmt_i64(lease, lk->lease_ms);
         st = keys_for(e, lk, &ks);
         if (st == CERB_OK) {
+            ks.renew_v = lk->prim == CERB_PRIM_ELECTION;
             st = append_eval(e, c, e->sha[REDIS_SCRIPT_RENEW], 2, &ks, 3, args);
             cerb__redis_keys_free(&ks);
         }

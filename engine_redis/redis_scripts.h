@@ -11,6 +11,9 @@
  *   {K}^_d          hash: waiter token -> "deadline_ms lease_ms" (server time)
  *   {K}^_w:<token>  list: a waiter's wake-ups ("f<fence>" = handed the lock,
  *                   "w" = the lock was freed, try again)
+ *   {K}^_value      string: "<token> <value>", the value an election term
+ *                   proclaimed (redis_election.c), PX a day, refreshed by
+ *                   the term's renewals
  * The {K} hash tag keeps them all in K's cluster slot (cluster mode: see
  * struct redis_keys for names with a '}', and every script there declares
  * D, W and the head's wake list too, redis_cluster.h). The helper keys
@@ -45,7 +48,7 @@
 /* The separator of a helper key's suffix ("\x1f", unit separator). */
 #define REDIS_SEP "\x1f"
 
-enum { REDIS_K, REDIS_F, REDIS_Q, REDIS_D, REDIS_W, REDIS_NKEYS };
+enum { REDIS_K, REDIS_F, REDIS_Q, REDIS_D, REDIS_W, REDIS_V, REDIS_NKEYS };
 
 /*
  * The key names of one lock and token, built once per operation.
@@ -67,6 +70,8 @@ struct redis_keys {
     size_t mk_len;
     char *wh;         /* cluster: the head waiter's wake list, or NULL */
     size_t wh_len;
+    bool renew_v;     /* the renew script also declares V (an election
+                         term's renewal keeps its value key alive) */
     char *heap;       /* when the names do not fit in buf */
     char buf[1536];
 };

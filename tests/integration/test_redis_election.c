@@ -439,6 +439,64 @@ static void test_lost_when_key_deleted(void **state)
     free(name);
 }
 
+static long long raw_pttl(const char *key)
+{
+    redisContext *r = raw();
+    redisReply *rep = redisCommand(r, "PTTL %b", key, strlen(key));
+    long long v = rep && rep->type == REDIS_REPLY_INTEGER ? rep->integer : -999;
+    freeReplyObject(rep);
+    redisFree(r);
+    return v;
+}
+
+struct vttl {
+    const char *vk;
+};
+
+static bool v_ttl_long(void *ud)
+{
+    return raw_pttl(((struct vttl *)ud)->vk) > 3600 * 1000LL;
+}
+
+/* A term's renewals keep its value key alive (a day past each renewal),
+ * so a term that lasts longer than the day keeps its value: shortened by
+ * hand, V's expiry is pushed back by the next renewal. A lock's renewal
+ * does not touch V. */
+static void test_renewal_keeps_value_key(void **state)
+{
+    (void)state;
+    cerb_client *c = open_client(NULL);
+    char *name = test_name("el-vttl");
+    char *vk = value_key(name);
+    cerb_election *a = candidate(c, name, 900);
+    assert_int_equal(cerb_election_campaign(a, "va", 2, 0, NULL), CERB_OK);
+    long long t = raw_pttl(vk);
+    assert_true(t > 3600 * 1000LL && t <= 86400 * 1000LL);
+    raw_cmd("PEXPIRE %b %b", vk, "5000");
+    assert_true(raw_pttl(vk) <= 5000);
+    struct vttl w = {vk};
+    assert_wait_until(v_ttl_long, &w, 3000); /* a renewal every ~300 ms */
+    assert_true(v_names_k(name, "va"));
+    assert_int_equal(cerb_election_resign(a), CERB_OK);
+
+    /* A lock of the same name renews K alone. */
+    cerb_lock_opts lo = CERB_LOCK_OPTS_INIT;
+    lo.lease_ms = 900;
+    lo.renew = 1;
+    cerb_lock *l = NULL;
+    assert_int_equal(cerb_lock_new(c, name, &lo, &l), CERB_OK);
+    assert_int_equal(cerb_lock_lock(l), CERB_OK);
+    raw_cmd("PEXPIRE %b %b", vk, "5000");
+    cerb_test_let_time_pass(1000); /* three renewals */
+    assert_true(raw_pttl(vk) <= 5000);
+    assert_int_equal(cerb_lock_unlock(l), CERB_OK);
+    cerb_lock_free(l);
+    cerb_election_free(a);
+    cerb_client_close(c);
+    free(vk);
+    free(name);
+}
+
 /* After a loss of data nobody can say who leads until the quarantine ends:
  * leader() is CERB_UNAVAILABLE, never "nobody". A prefix of its own gives
  * this test a server that has no Cerberus marker yet (as after a restart
@@ -590,6 +648,7 @@ int main(void)
         cmocka_unit_test(test_handoff_pairs_term_and_value),
         cmocka_unit_test(test_stale_value_never_shown),
         cmocka_unit_test(test_lost_when_key_deleted),
+        cmocka_unit_test(test_renewal_keeps_value_key),
         cmocka_unit_test(test_quarantine_is_unknown),
         cmocka_unit_test(test_redispy_holder_blocks_campaign),
         cmocka_unit_test(test_redispy_blocked_while_we_lead),
