@@ -53,8 +53,11 @@
  *   fair              -> hand-off: K = head's token PX min(head lease, cap),
  *                        next fence, push "f<fence>" to the head's wake list, 2.
  *   not fair          -> DEL K, push "w" to the head's wake list (once), 3.
- * renew(K F M; token lease marker) -> -1, or PEXPIRE K and the fence.
+ * renew(K F M [V]; token lease marker) -> -1, or PEXPIRE K (and V, an
+ *                                   election term's value key) and the fence.
  * check(K F M; token marker)       -> {-1, 0}, or {fence, PTTL K}.
+ * proclaim(K V M; token value marker), leader(K V F M; marker): leader
+ *                                   election (redis_election.c).
  *
  * Cluster mode declares D, W and the head's wake list Wh as KEYS too; a
  * script that must hand the lock to (or wake) a head other than the one in
