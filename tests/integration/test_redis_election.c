@@ -250,7 +250,7 @@ struct observer {
     const char *name;
     atomic_int stop;
     struct seen *seen;
-    int reads, errors;
+    atomic_int reads, errors;
     char err[256];
 };
 
@@ -259,30 +259,42 @@ struct observer {
 static void *observer_main(void *p)
 {
     struct observer *o = p;
-    while (!atomic_load(&o->stop) && o->reads < MAX_SEEN) {
+    while (!atomic_load(&o->stop) && atomic_load(&o->reads) < MAX_SEEN) {
         cerb_leader_info li;
         if (cerb_election_leader(o->c, o->name, 0, &li) != CERB_OK) {
-            if (o->errors++ == 0)
+            if (atomic_fetch_add(&o->errors, 1) == 0)
                 snprintf(o->err, sizeof o->err, "%s", cerb_last_error());
             continue;
         }
-        struct seen *x = &o->seen[o->reads++];
+        struct seen *x = &o->seen[atomic_load(&o->reads)];
         snprintf(x->owner, sizeof x->owner, "%s", li.has_leader ? li.owner : "");
         x->known = li.has_leader && li.value_known;
         snprintf(x->value, sizeof x->value, "%s", x->known ? (const char *)li.value : "");
         cerb_leader_info_clear(&li);
+        atomic_fetch_add(&o->reads, 1); /* x is complete */
     }
     return NULL;
 }
 
+struct reads_at {
+    struct observer *o;
+    int n;
+};
+
+static bool reads_reached(void *ud)
+{
+    struct reads_at *r = ud;
+    return atomic_load(&r->o->reads) >= r->n || atomic_load(&r->o->errors) > 0;
+}
+
 /* A read naming A's token carries A's value or none, one naming B's
  * carries B's or none; no read names anyone else. */
-static int mismatches(const struct observer *o, const char *tok_a, const char *tok_b,
+static int mismatches(struct observer *o, const char *tok_a, const char *tok_b,
                       int *of_b)
 {
     int bad = 0;
     *of_b = 0;
-    for (int i = 0; i < o->reads; i++) {
+    for (int i = 0; i < atomic_load(&o->reads); i++) {
         const struct seen *x = &o->seen[i];
         bool is_a = strcmp(x->owner, tok_a) == 0, is_b = strcmp(x->owner, tok_b) == 0;
         *of_b += is_b;
@@ -296,6 +308,22 @@ static int mismatches(const struct observer *o, const char *tok_a, const char *t
     return bad;
 }
 
+/* Someone waits in the name's queue ({K}^_q). */
+static bool queued(void *ud)
+{
+    const char *name = ud;
+    size_t n = strlen(name) + 8;
+    char *q = malloc(n);
+    snprintf(q, n, "{%s}\x1f" "q", name);
+    redisContext *r = raw();
+    redisReply *rep = redisCommand(r, "LLEN %b", q, strlen(q));
+    bool yes = rep && rep->type == REDIS_REPLY_INTEGER && rep->integer > 0;
+    freeReplyObject(rep);
+    redisFree(r);
+    free(q);
+    return yes;
+}
+
 static void test_handoff_pairs_term_and_value(void **state)
 {
     (void)state;
@@ -307,8 +335,8 @@ static void test_handoff_pairs_term_and_value(void **state)
     struct second s = {candidate(c2, name, 5000), name, 0, CERB_OK, false};
     pthread_t t;
     assert_int_equal(pthread_create(&t, NULL, second_main, &s), 0);
-    /* Let B queue on the server, so that A's release hands K to it. */
-    cerb_test_let_time_pass(300);
+    /* B queued on the server, so that A's release hands K to it. */
+    assert_wait_until(queued, name, 5000);
     assert_false(atomic_load(&s.done));
 
     struct observer o = {.c = obs, .name = name, .seen = calloc(MAX_SEEN, sizeof(struct seen))};
@@ -318,7 +346,8 @@ static void test_handoff_pairs_term_and_value(void **state)
     free(k);
     pthread_t ot;
     assert_int_equal(pthread_create(&ot, NULL, observer_main, &o), 0);
-    cerb_test_let_time_pass(50);
+    struct reads_at r = {&o, 3};
+    assert_wait_until(reads_reached, &r, 5000);
     assert_int_equal(cerb_election_resign(a), CERB_OK);
     assert_wait_until(second_done, &s, 5000);
     assert_int_equal(s.st, CERB_OK);
@@ -326,13 +355,15 @@ static void test_handoff_pairs_term_and_value(void **state)
     k = raw_get(name);
     snprintf(tok_b, sizeof tok_b, "%s", k);
     free(k);
-    cerb_test_let_time_pass(50);
+    r.n = atomic_load(&o.reads) + 3; /* a few reads of the new term */
+    assert_wait_until(reads_reached, &r, 5000);
     atomic_store(&o.stop, 1);
     pthread_join(ot, NULL);
     pthread_join(t, NULL);
+    if (atomic_load(&o.errors))
+        fail_msg("%d leader reads failed (%d good), the first: %s", atomic_load(&o.errors),
+                 atomic_load(&o.reads), o.err);
     assert_true(o.reads > 0);
-    if (o.errors)
-        fail_msg("%d leader reads failed, the first: %s", o.errors, o.err);
     int of_b;
     assert_int_equal(mismatches(&o, tok_a, tok_b, &of_b), 0);
     assert_true(of_b > 0); /* the observer saw the new term too */
@@ -616,28 +647,39 @@ static void test_redispy_holder_blocks_campaign(void **state)
     free(name);
 }
 
-static void test_redispy_blocked_while_we_lead(void **state)
+static void redispy_blocked_on(const char *name)
 {
-    (void)state;
-    if (!py_available())
-        fail_msg("python3-redis is required (scripts/test.sh installs it)");
-    char *name = test_name("el-py-waits");
     char port[16];
     snprintf(port, sizeof port, "%d", cerb_test_redis_port());
     cerb_client *c = open_client(NULL);
     cerb_election *e = candidate(c, name, 5000);
     assert_int_equal(cerb_election_campaign(e, "node-1", 6, 0, NULL), CERB_OK);
-    char *argv0[] = {(char *)cerb_test_python(), "-c", (char *)PY_TRY, port, name, "0", NULL};
+    char *argv0[] = {(char *)cerb_test_python(), "-c", (char *)PY_TRY, port, (char *)name, "0",
+                     NULL};
     assert_int_equal(cerb_test_run(argv0, 20000), 0);
     char *k = raw_get(name);
     assert_true(is_token(k)); /* a token, not "node-1" */
     free(k);
     assert_true(v_names_k(name, "node-1"));
     assert_int_equal(cerb_election_resign(e), CERB_OK);
-    char *argv1[] = {(char *)cerb_test_python(), "-c", (char *)PY_TRY, port, name, "1", NULL};
+    char *argv1[] = {(char *)cerb_test_python(), "-c", (char *)PY_TRY, port, (char *)name, "1",
+                     NULL};
     assert_int_equal(cerb_test_run(argv1, 20000), 0);
     cerb_election_free(e);
     cerb_client_close(c);
+}
+
+static void test_redispy_blocked_while_we_lead(void **state)
+{
+    (void)state;
+    if (!py_available())
+        fail_msg("python3-redis is required (scripts/test.sh installs it)");
+    char *name = test_name("el-py-waits");
+    redispy_blocked_on(name);
+    /* tooz's key for a group's leader lock is a valid election name. */
+    char tooz[160];
+    snprintf(tooz, sizeof tooz, "b'_tooz'_b'leader_of_%s'_lock", name);
+    redispy_blocked_on(tooz);
     free(name);
 }
 
