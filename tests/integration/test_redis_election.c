@@ -217,6 +217,27 @@ static void test_campaign_proclaim_resign(void **state)
 
 /* ---- the fair hand-off between two Cerberus candidates ---- */
 
+/* Someone (at least n) waits in the name's server queue ({K}^_q). */
+struct qlen {
+    const char *name;
+    long long n;
+};
+
+static bool queue_has(void *ud)
+{
+    struct qlen *q = ud;
+    size_t n = strlen(q->name) + 8;
+    char *k = malloc(n);
+    snprintf(k, n, "{%s}\x1f" "q", q->name);
+    redisContext *r = raw();
+    redisReply *rep = redisCommand(r, "LLEN %b", k, strlen(k));
+    bool yes = rep && rep->type == REDIS_REPLY_INTEGER && rep->integer >= q->n;
+    freeReplyObject(rep);
+    redisFree(r);
+    free(k);
+    return yes;
+}
+
 struct second {
     cerb_election *e;
     const char *name;
@@ -308,22 +329,6 @@ static int mismatches(struct observer *o, const char *tok_a, const char *tok_b,
     return bad;
 }
 
-/* Someone waits in the name's queue ({K}^_q). */
-static bool queued(void *ud)
-{
-    const char *name = ud;
-    size_t n = strlen(name) + 8;
-    char *q = malloc(n);
-    snprintf(q, n, "{%s}\x1f" "q", name);
-    redisContext *r = raw();
-    redisReply *rep = redisCommand(r, "LLEN %b", q, strlen(q));
-    bool yes = rep && rep->type == REDIS_REPLY_INTEGER && rep->integer > 0;
-    freeReplyObject(rep);
-    redisFree(r);
-    free(q);
-    return yes;
-}
-
 static void test_handoff_pairs_term_and_value(void **state)
 {
     (void)state;
@@ -336,7 +341,8 @@ static void test_handoff_pairs_term_and_value(void **state)
     pthread_t t;
     assert_int_equal(pthread_create(&t, NULL, second_main, &s), 0);
     /* B queued on the server, so that A's release hands K to it. */
-    assert_wait_until(queued, name, 5000);
+    struct qlen q = {name, 1};
+    assert_wait_until(queue_has, &q, 5000);
     assert_false(atomic_load(&s.done));
 
     struct observer o = {.c = obs, .name = name, .seen = calloc(MAX_SEEN, sizeof(struct seen))};
@@ -380,6 +386,72 @@ static void test_handoff_pairs_term_and_value(void **state)
     cerb_client_close(c1);
     cerb_client_close(c2);
     cerb_client_close(obs);
+    free(name);
+}
+
+/* Three candidates of three clients: elected one at a time, in the order
+ * they joined the server's queue, each with its value before its campaign
+ * returns and a fence above the last. */
+struct cand {
+    cerb_election *e;
+    const char *name, *value;
+    atomic_int done;
+    cerb_status st;
+    bool v_was_written;
+};
+
+static void *cand_main(void *p)
+{
+    struct cand *x = p;
+    x->st = cerb_election_campaign(x->e, x->value, strlen(x->value), 10000, NULL);
+    if (x->st == CERB_OK)
+        x->v_was_written = v_names_k(x->name, x->value);
+    atomic_store(&x->done, 1);
+    return NULL;
+}
+
+static bool cand_done(void *ud) { return atomic_load(&((struct cand *)ud)->done) != 0; }
+
+static void test_elected_in_arrival_order(void **state)
+{
+    (void)state;
+    cerb_client *c0 = open_client(NULL), *c1 = open_client(NULL), *c2 = open_client(NULL);
+    char *name = test_name("el-order");
+    cerb_election *lead = candidate(c0, name, 5000);
+    assert_int_equal(cerb_election_campaign(lead, "first", 5, 0, NULL), CERB_OK);
+    struct cand w1 = {candidate(c1, name, 5000), name, "second", 0, CERB_OK, false};
+    struct cand w2 = {candidate(c2, name, 5000), name, "third", 0, CERB_OK, false};
+    pthread_t t1, t2;
+    struct qlen q = {name, 1};
+    assert_int_equal(pthread_create(&t1, NULL, cand_main, &w1), 0);
+    assert_wait_until(queue_has, &q, 5000);
+    q.n = 2;
+    assert_int_equal(pthread_create(&t2, NULL, cand_main, &w2), 0);
+    assert_wait_until(queue_has, &q, 5000);
+
+    assert_int_equal(cerb_election_resign(lead), CERB_OK);
+    assert_wait_until(cand_done, &w1, 5000);
+    assert_int_equal(w1.st, CERB_OK);
+    assert_true(w1.v_was_written);
+    assert_false(atomic_load(&w2.done)); /* one leader at a time */
+    assert_leads_with(c0, name, w1.e, "second");
+    uint64_t f1 = cerb_election_fencing_token(w1.e);
+    assert_true(f1 > cerb_election_fencing_token(lead));
+
+    assert_int_equal(cerb_election_resign(w1.e), CERB_OK);
+    assert_wait_until(cand_done, &w2, 5000);
+    assert_int_equal(w2.st, CERB_OK);
+    assert_true(w2.v_was_written);
+    assert_true(cerb_election_fencing_token(w2.e) > f1);
+    assert_leads_with(c0, name, w2.e, "third");
+    pthread_join(t1, NULL);
+    pthread_join(t2, NULL);
+    cerb_election_free(w2.e);
+    cerb_election_free(w1.e);
+    cerb_election_free(lead);
+    cerb_client_close(c0);
+    cerb_client_close(c1);
+    cerb_client_close(c2);
     free(name);
 }
 
@@ -688,6 +760,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_campaign_proclaim_resign),
         cmocka_unit_test(test_handoff_pairs_term_and_value),
+        cmocka_unit_test(test_elected_in_arrival_order),
         cmocka_unit_test(test_stale_value_never_shown),
         cmocka_unit_test(test_lost_when_key_deleted),
         cmocka_unit_test(test_renewal_keeps_value_key),
