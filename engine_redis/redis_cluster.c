@@ -754,6 +754,51 @@ cerb_status cerb__redis_cl_inspect(cerb_engine *e, const char *name, struct cerb
     return route(e, lock_slot(e, name), op_deadline(e), inspect_op, &a);
 }
 
+/* election (redis_election.c): proclaim and leader on the master of the
+ * name's slot, like check and inspect. */
+struct proclaim_arg {
+    cerb_engine_lock *lk;
+    const void *value;
+    size_t n;
+    cerb_outcome *oc;
+};
+
+static cerb_status proclaim_op(cerb_engine *e, void *arg, cerb_outcome *oc)
+{
+    struct proclaim_arg *a = arg;
+    cerb_status st = cerb__redis_op_proclaim(e, a->lk, a->value, a->n, a->oc);
+    *oc = *a->oc;
+    return st;
+}
+
+cerb_status cerb__redis_cl_proclaim(cerb_engine *e, cerb_engine_lock *lk, const void *value,
+                                    size_t n, cerb_outcome *outcome)
+{
+    struct proclaim_arg a = {lk, value, n, outcome};
+    return route(e, lock_slot(e, lk->name), op_deadline(e), proclaim_op, &a);
+}
+
+struct leader_arg {
+    const char *name;
+    int variant;
+    cerb_leader_rec *out;
+};
+
+static cerb_status leader_op(cerb_engine *e, void *arg, cerb_outcome *oc)
+{
+    struct leader_arg *a = arg;
+    *oc = CERB_OUTCOME_NO;
+    cerb__leader_rec_clear(a->out); /* a redirected try may have filled nothing, or more */
+    return cerb__redis_op_leader(e, a->name, a->variant, a->out);
+}
+
+cerb_status cerb__redis_cl_leader(cerb_engine *e, const char *name, int variant,
+                                  cerb_leader_rec *out)
+{
+    struct leader_arg a = {name, variant, out};
+    return route(e, lock_slot(e, name), op_deadline(e), leader_op, &a);
+}
+
 /* probe: the lock path on the master of the probe name's slot. */
 static cerb_status probe_op(cerb_engine *e, void *arg, cerb_outcome *oc)
 {

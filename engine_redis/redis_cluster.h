@@ -97,6 +97,10 @@ cerb_status cerb__redis_cl_held(cerb_engine *e, const char *name);
 struct cerb_holders;
 cerb_status cerb__redis_cl_inspect(cerb_engine *e, const char *name, struct cerb_holders *out);
 cerb_status cerb__redis_cl_probe(cerb_engine *e, int64_t timeout_ms);
+cerb_status cerb__redis_cl_proclaim(cerb_engine *e, cerb_engine_lock *lk, const void *value,
+                                    size_t n, cerb_outcome *outcome);
+cerb_status cerb__redis_cl_leader(cerb_engine *e, const char *name, int variant,
+                                  cerb_leader_rec *out);
 cerb_status cerb__redis_cl_guard_begin(cerb_engine *e, const cerb_guard_rec *rec, cerb_grant *g,
                                        void **result, size_t *result_len);
 cerb_status cerb__redis_cl_guard_renew(cerb_engine *e, const cerb_guard_rec *rec, cerb_grant *g);

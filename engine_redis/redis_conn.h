@@ -42,6 +42,8 @@ enum redis_script {
     REDIS_SCRIPT_RENEW,
     REDIS_SCRIPT_CHECK,
     REDIS_SCRIPT_HELD,    /* the safe switch's question (held()) */
+    REDIS_SCRIPT_PROCLAIM, /* an election term's value (redis_election.c) */
+    REDIS_SCRIPT_LEADER,   /* who leads an election, read-only */
     REDIS_SCRIPT_COUNT
 };
 

@@ -14,6 +14,7 @@
  *   redis_sentinel.c where the master is (sentinel mode), +switch-master
  *   redis_cluster.c  cluster mode: the slot map, one instance per master,
  *                    routing with MOVED/ASK/TRYAGAIN followed
+ *   redis_election.c leader election: a term's value beside the lock key
  * open() connects one pool connection within the connect timeout, loads
  * the scripts on it and reads (or makes) the data-loss marker
  * (redis_marker.c), so an unreachable or unusable server fails open() with
@@ -316,7 +317,7 @@ static cerb_status redis_check_name(const char *name)
 }
 
 const struct cerb_engine_ops cerb__redis_engine_ops = {
-    .version = CERB_ENGINE_OPS_V4,
+    .version = CERB_ENGINE_OPS_V5,
     .name = "redis",
     .caps = CERB_CAP_FENCING | CERB_CAP_FAIR_QUEUE | CERB_CAP_WAIT | CERB_CAP_BATCH_RENEW |
             CERB_CAP_CROSS_PROCESS | CERB_CAP_FENCE_FLOOR,
@@ -343,4 +344,6 @@ const struct cerb_engine_ops cerb__redis_engine_ops = {
     /* version 4: closure records (redis_closure.c) */
     .closure_get = cerb__redis_op_closure_get,
     .closure_put = cerb__redis_op_closure_put,
+    /* version 5: leader election (redis_election.c) */
+    .election = &cerb__redis_election,
 };

@@ -53,8 +53,11 @@
  *   fair              -> hand-off: K = head's token PX min(head lease, cap),
  *                        next fence, push "f<fence>" to the head's wake list, 2.
  *   not fair          -> DEL K, push "w" to the head's wake list (once), 3.
- * renew(K F M; token lease marker) -> -1, or PEXPIRE K and the fence.
+ * renew(K F M [V]; token lease marker) -> -1, or PEXPIRE K (and V, an
+ *                                   election term's value key) and the fence.
  * check(K F M; token marker)       -> {-1, 0}, or {fence, PTTL K}.
+ * proclaim(K V M; token value marker), leader(K V F M; marker): leader
+ *                                   election (redis_election.c).
  *
  * Cluster mode declares D, W and the head's wake list Wh as KEYS too; a
  * script that must hand the lock to (or wake) a head other than the one in
@@ -287,11 +290,14 @@ static const char lua_release[] =
     "end\n"
     "return 3\n";
 
-/* KEYS K F M, ARGV token lease marker. */
+/* KEYS K F M [V], ARGV token lease marker. V (an election term's value
+ * key, declared by its renewals only) lives a day past the last renewal,
+ * so a term longer than the day keeps its value. */
 static const char lua_renew[] =
     LUA_MARKER_CHECK(3, 3)
     "if redis.call('GET', KEYS[1]) ~= ARGV[1] then return -1 end\n"
     "redis.call('PEXPIRE', KEYS[1], ARGV[2])\n"
+    "if KEYS[4] then redis.call('PEXPIRE', KEYS[4], " STR(REDIS_FENCE_TTL_MS) ") end\n"
     "return tonumber(redis.call('GET', KEYS[2]) or '') or 0\n";
 
 /* KEYS K F M, ARGV token marker. A counter gone while the hold stayed (DEL
@@ -321,6 +327,42 @@ static const char lua_held[] =
     "if now < (tonumber(string.sub(mk, q0, qe and qe - 1 or -1)) or 0) then return 2 end\n"
     "return redis.call('EXISTS', KEYS[1])\n";
 
+/* Leader election (redis_election.c). V = {K}^_value holds "<token>
+ * <value>" of the term that last proclaimed; it is trusted only when its
+ * token is K's (a term handed over by a releaser's script, or a redis-py
+ * holder, leaves another token there). */
+
+/* KEYS K V M, ARGV token value marker. -1 when K is not token's (nothing
+ * written), else 1 with V set to "<token> <value>" for a day (the fence
+ * counter's life; the term's renewals push it on, see renew): bounded per
+ * name, gone a day after the name's last term. */
+static const char lua_proclaim[] =
+    LUA_MARKER_CHECK(3, 3)
+    "if redis.call('GET', KEYS[1]) ~= ARGV[1] then return -1 end\n"
+    "redis.call('SET', KEYS[2], ARGV[1] .. ' ' .. ARGV[2], 'PX', " STR(REDIS_FENCE_TTL_MS) ")\n"
+    "return 1\n";
+
+/* KEYS K V F M, ARGV marker. Read-only. {2} during the quarantine after a
+ * loss of data (a term from before it may stand in its holder's eyes);
+ * {0} when K is missing; else {1, K, PTTL K, F or '', known, value}, known
+ * 1 and value the bytes after "<K's token> " when V starts so, else 0 and
+ * ''. "L" when the marker is not the one sent. */
+static const char lua_leader[] =
+    LUA_MARKER_CHECK(4, 1)
+    "local t = redis.call('TIME')\n"
+    "local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)\n"
+    "local q0 = #ARGV[1] + 2\n"
+    "local qe = string.find(mk, ' ', q0, true)\n"
+    "if now < (tonumber(string.sub(mk, q0, qe and qe - 1 or -1)) or 0) then return {2} end\n"
+    "local k = redis.call('GET', KEYS[1])\n"
+    "if not k then return {0} end\n"
+    "local v = redis.call('GET', KEYS[2]) or ''\n"
+    "local known, val = 0, ''\n"
+    "if #v > #k and string.sub(v, 1, #k + 1) == k .. ' ' then\n"
+    "  known, val = 1, string.sub(v, #k + 2)\n"
+    "end\n"
+    "return {1, k, redis.call('PTTL', KEYS[1]), redis.call('GET', KEYS[3]) or '', known, val}\n";
+
 static const struct {
     const char *name;
     const char *text;
@@ -331,6 +373,8 @@ static const struct {
     [REDIS_SCRIPT_RENEW] = {"renew", lua_renew, sizeof lua_renew - 1},
     [REDIS_SCRIPT_CHECK] = {"check", lua_check, sizeof lua_check - 1},
     [REDIS_SCRIPT_HELD] = {"held", lua_held, sizeof lua_held - 1},
+    [REDIS_SCRIPT_PROCLAIM] = {"proclaim", lua_proclaim, sizeof lua_proclaim - 1},
+    [REDIS_SCRIPT_LEADER] = {"leader", lua_leader, sizeof lua_leader - 1},
 };
 
 /* ---- key names ---- */
@@ -355,7 +399,8 @@ cerb_status cerb__redis_keys_build(struct redis_keys *ks, const char *prefix_or_
     /* "\x1f" is split from the letters that follow, or C reads one hex
      * escape: see REDIS_SEP in redis_scripts.h. */
     static const char *const suffix[REDIS_NKEYS] = {"", "}" REDIS_SEP "fence", "}" REDIS_SEP "q",
-                                                    "}" REDIS_SEP "d", "}" REDIS_SEP "w:"};
+                                                    "}" REDIS_SEP "d", "}" REDIS_SEP "w:",
+                                                    "}" REDIS_SEP "value"};
     static const char mk_tail[] = REDIS_SEP "cerberus";
     const char *prefix = prefix_or_null ? prefix_or_null : "";
     size_t pl = strlen(prefix), nl = strlen(name);
@@ -371,6 +416,7 @@ cerb_status cerb__redis_keys_build(struct redis_keys *ks, const char *prefix_or_
     ks->mk_len = 0;
     ks->wh = NULL;
     ks->wh_len = 0;
+    ks->renew_v = false;
     ks->heap = NULL;
     for (int i = 0; i < REDIS_NKEYS; i++)
         need += kl + (i ? 1 + strlen(suffix[i]) : 0) + 1;
@@ -480,6 +526,8 @@ static cerb_status append_eval(cerb_engine *e, struct redis_conn *c, const char 
     bool more = ks->mk && nkeys == REDIS_SCRIPT_KEYS;
     if (more)
         declared += 2 + (ks->wh ? 1 : 0);
+    if (ks->renew_v)
+        declared++;
 
     _Static_assert(REDIS_SCRIPT_KEYS + 4 < 10, "numkeys is one digit");
     nk[0] = (char)('0' + declared);
@@ -493,6 +541,8 @@ static cerb_status append_eval(cerb_engine *e, struct redis_conn *c, const char 
         argv[n] = ks->mk, argl[n++] = ks->mk_len;
     else
         argv[n] = e->marker_key, argl[n++] = e->marker_key_len;
+    if (ks->renew_v)
+        argv[n] = ks->k[REDIS_V], argl[n++] = ks->len[REDIS_V];
     if (more) {
         argv[n] = ks->k[REDIS_D], argl[n++] = ks->len[REDIS_D];
         argv[n] = ks->k[REDIS_W], argl[n++] = ks->len[REDIS_W];
@@ -602,6 +652,58 @@ static cerb_status eval(cerb_engine *e, struct redis_conn *c, enum redis_script 
             struct redis_failure f = {.phase = REDIS_PHASE_REPLY, .reply = r};
             st = cerb__redis_fail(e->where, scripts[id].name, &f, oc);
             /* Redis keeps what a failing script wrote before the error. */
+            if (cerb__redis_script_may_have_run(r))
+                *oc = CERB_OUTCOME_UNKNOWN;
+            freeReplyObject(r);
+            return st;
+        }
+        *out = r;
+        return CERB_OK;
+    }
+}
+
+cerb_status cerb__redis_eval_argv(cerb_engine *e, struct redis_conn *c, enum redis_script id,
+                                  int nkeys, const char *const *keys, const size_t *klen,
+                                  int nargs, const char *const *args, const size_t *alen,
+                                  redisReply **out, cerb_outcome *oc)
+{
+    const char *argv[3 + 8];
+    size_t argl[3 + 8];
+    char nk[2] = {(char)('0' + nkeys), '\0'};
+    int n = 0;
+
+    *out = NULL;
+    *oc = CERB_OUTCOME_NO;
+    if (nkeys < 1 || nkeys > 4 || nargs < 0 || nkeys + nargs > 8)
+        return cerb__error_set(CERB_EINVAL, "redis: %s: %d keys and %d arguments",
+                               scripts[id].name, nkeys, nargs);
+    argv[n] = "EVALSHA", argl[n++] = 7;
+    argv[n] = NULL, argl[n++] = 40; /* the SHA, set below (a reload may change it) */
+    argv[n] = nk, argl[n++] = 1;
+    for (int i = 0; i < nkeys; i++)
+        argv[n] = keys[i], argl[n++] = klen[i];
+    for (int i = 0; i < nargs; i++)
+        argv[n] = args[i], argl[n++] = alen[i];
+    for (int attempt = 0;; attempt++) {
+        redisReply *r;
+        size_t got;
+        argv[1] = e->sha[id];
+        cerb_status st = cerb__redis_append(c, n, argv, argl);
+        if (st == CERB_OK)
+            st = cerb__redis_exchange(e, c, scripts[id].name, &r, &got, oc);
+        if (st != CERB_OK)
+            return st;
+        if (attempt == 0 && cerb__redis_is_noscript(r)) {
+            freeReplyObject(r);
+            st = reload(e, c, id);
+            *oc = CERB_OUTCOME_NO;
+            if (st != CERB_OK)
+                return st;
+            continue;
+        }
+        if (r->type == REDIS_REPLY_ERROR) {
+            struct redis_failure f = {.phase = REDIS_PHASE_REPLY, .reply = r};
+            st = cerb__redis_fail(e->where, scripts[id].name, &f, oc);
             if (cerb__redis_script_may_have_run(r))
                 *oc = CERB_OUTCOME_UNKNOWN;
             freeReplyObject(r);
@@ -886,6 +988,7 @@ cerb_status cerb__redis_op_renew(cerb_engine *e, cerb_engine_lock *lk, cerb_gran
 
     if (st != CERB_OK)
         return st;
+    ks.renew_v = lk->prim == CERB_PRIM_ELECTION;
     fmt_i64(lease, lk->lease_ms);
     st = cerb__redis_get(e, cerb__deadline_in(e->rc->op_timeout_ms), &c);
     if (st == CERB_OK) {
@@ -1091,6 +1194,7 @@ static void renew_pipeline(cerb_engine *e, struct redis_conn *c, cerb_renew_item
         fmt_i64(lease, lk->lease_ms);
         st = keys_for(e, lk, &ks);
         if (st == CERB_OK) {
+            ks.renew_v = lk->prim == CERB_PRIM_ELECTION;
             st = append_eval(e, c, e->sha[REDIS_SCRIPT_RENEW], 2, &ks, 3, args);
             cerb__redis_keys_free(&ks);
         }

@@ -11,6 +11,9 @@
  *   {K}^_d          hash: waiter token -> "deadline_ms lease_ms" (server time)
  *   {K}^_w:<token>  list: a waiter's wake-ups ("f<fence>" = handed the lock,
  *                   "w" = the lock was freed, try again)
+ *   {K}^_value      string: "<token> <value>", the value an election term
+ *                   proclaimed (redis_election.c), PX a day, refreshed by
+ *                   the term's renewals
  * The {K} hash tag keeps them all in K's cluster slot (cluster mode: see
  * struct redis_keys for names with a '}', and every script there declares
  * D, W and the head's wake list too, redis_cluster.h). The helper keys
@@ -45,7 +48,7 @@
 /* The separator of a helper key's suffix ("\x1f", unit separator). */
 #define REDIS_SEP "\x1f"
 
-enum { REDIS_K, REDIS_F, REDIS_Q, REDIS_D, REDIS_W, REDIS_NKEYS };
+enum { REDIS_K, REDIS_F, REDIS_Q, REDIS_D, REDIS_W, REDIS_V, REDIS_NKEYS };
 
 /*
  * The key names of one lock and token, built once per operation.
@@ -67,6 +70,8 @@ struct redis_keys {
     size_t mk_len;
     char *wh;         /* cluster: the head waiter's wake list, or NULL */
     size_t wh_len;
+    bool renew_v;     /* the renew script also declares V (an election
+                         term's renewal keeps its value key alive) */
     char *heap;       /* when the names do not fit in buf */
     char buf[1536];
 };
@@ -126,6 +131,18 @@ cerb_status cerb__redis_run_release(cerb_engine *e, struct redis_conn *c,
 cerb_status cerb__redis_leave(cerb_engine *e, struct redis_keys *ks,
                               const cerb_engine_lock *lk);
 
+/*
+ * Run script id once on c with the keys and (binary) arguments given, the
+ * marker key among the keys where the script wants it; reloads the script
+ * after NOSCRIPT and runs it again, once. On success *out is a reply that
+ * is not an error (the caller frees it); otherwise *oc says whether the
+ * script may have run. At most 4 keys, and 8 keys and arguments together.
+ */
+cerb_status cerb__redis_eval_argv(cerb_engine *e, struct redis_conn *c, enum redis_script id,
+                                  int nkeys, const char *const *keys, const size_t *klen,
+                                  int nargs, const char *const *args, const size_t *alen,
+                                  redisReply **out, cerb_outcome *oc);
+
 /* ---- engine operations (see engine.h for their contracts) ---- */
 
 cerb_status cerb__redis_op_renew(cerb_engine *e, cerb_engine_lock *lk, cerb_grant *grant);
@@ -145,6 +162,14 @@ cerb_status cerb__redis_op_held(cerb_engine *e, const char *name);
 cerb_status cerb__redis_op_probe(cerb_engine *e, int64_t timeout_ms);
 /* redis_inspect.c: who holds a name and who waits (one MULTI, read-only). */
 cerb_status cerb__redis_op_inspect(cerb_engine *e, const char *name, struct cerb_holders *out);
+
+/* redis_election.c: an election term's value and who leads (engine.h,
+ * struct cerb_election_methods), and the table the ops table points to. */
+cerb_status cerb__redis_op_proclaim(cerb_engine *e, cerb_engine_lock *lk, const void *value,
+                                    size_t n, cerb_outcome *outcome);
+cerb_status cerb__redis_op_leader(cerb_engine *e, const char *name, int variant,
+                                  cerb_leader_rec *out);
+extern const struct cerb_election_methods cerb__redis_election;
 
 /* redis_wait.c */
 cerb_status cerb__redis_op_acquire(cerb_engine *e, cerb_engine_lock *lk, int64_t deadline_ns,
