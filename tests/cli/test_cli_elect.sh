@@ -55,9 +55,11 @@ expect_rc() {
 
 CFG=$WORK/cerberus.cfg
 case $ENGINE in
-redis) printf 'engines = ("redis");\nredis = { host = "127.0.0.1"; port = %s; prefix = "%s:"; };\nlock = { lease_ms = 2000; };\n' \
-    "${CERB_REDIS_PORT:?}" "$NAME" >"$CFG" ;;
-zk) printf 'engines = ("zk");\nzk = { hosts = "127.0.0.1:%s"; root = "/%s"; session_timeout_ms = 2000; };\nlock = { lease_ms = 2000; };\n' \
+# redis: the fixture's own prefix, which servers.sh prepared (a new prefix
+# would start in the data-loss quarantine); the name is this run's own.
+redis) printf 'engines = ("redis");\nredis = { host = "127.0.0.1"; port = %s; };\nlock = { lease_ms = 2000; };\n' \
+    "${CERB_REDIS_PORT:?}" >"$CFG" ;;
+zk) printf 'engines = ("zk");\nzk = { hosts = "127.0.0.1:%s"; root = "/%s/elect"; session_timeout_ms = 2000; };\nlock = { lease_ms = 2000; };\n' \
     "${CERB_ZK_PORT:?}" "$NAME" >"$CFG" ;;
 etcd) printf 'engines = ("etcd");\netcd = { endpoints = ("http://127.0.0.1:%s"); prefix = "%s/"; session_ttl_s = 2; };\nlock = { lease_ms = 2000; };\n' \
     "${CERB_ETCD_PORT:?}" "$NAME" >"$CFG" ;;
