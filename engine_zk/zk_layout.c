@@ -30,16 +30,21 @@
 #include "alloc.h"
 #include "error.h"
 
-const char *cerb__zk_child_key(const char *name)
+const char *cerb__zk_child_key_mark(const char *name, const char *mark)
 {
     const char *key = name, *p = name;
-    size_t mark = strlen(ZK_LOCK_MARK);
+    size_t n = strlen(mark);
 
-    while ((p = strstr(p, ZK_LOCK_MARK)) != NULL) {
-        key = p + mark;
+    while ((p = strstr(p, mark)) != NULL) {
+        key = p + n;
         p++;
     }
     return key;
+}
+
+const char *cerb__zk_child_key(const char *name)
+{
+    return cerb__zk_child_key_mark(name, ZK_LOCK_MARK);
 }
 
 bool cerb__zk_child_has_uuid(const char *name, const char *uuid)
@@ -111,11 +116,16 @@ char *cerb__zk_parent_path(const char *root, const char *name)
     return cerb__zk_join(root, name);
 }
 
+char *cerb__zk_node_prefix_mark(const char *parent, const char *uuid, const char *mark)
+{
+    char tail[sizeof ZK_PROTECT_PREFIX + ZK_UUID_LEN + 1 + 16];
+    snprintf(tail, sizeof tail, "%s%s-%s", ZK_PROTECT_PREFIX, uuid, mark);
+    return concat3(parent, "/", tail);
+}
+
 char *cerb__zk_node_prefix(const char *parent, const char *uuid)
 {
-    char tail[sizeof ZK_PROTECT_PREFIX + ZK_UUID_LEN + 1 + sizeof ZK_LOCK_MARK];
-    snprintf(tail, sizeof tail, "%s%s-%s", ZK_PROTECT_PREFIX, uuid, ZK_LOCK_MARK);
-    return concat3(parent, "/", tail);
+    return cerb__zk_node_prefix_mark(parent, uuid, ZK_LOCK_MARK);
 }
 
 /* Is child a (key ka, name a) ordered before b (key kb, name b)? */
@@ -128,7 +138,14 @@ static bool before(const char *ka, const char *a, const char *kb, const char *b)
 void cerb__zk_children_analyze(const struct String_vector *v, const char *self,
                                const char *uuid, struct zk_children *out)
 {
-    const char *self_key = self ? cerb__zk_child_key(self) : NULL;
+    cerb__zk_children_analyze_mark(v, self, uuid, ZK_LOCK_MARK, out);
+}
+
+void cerb__zk_children_analyze_mark(const struct String_vector *v, const char *self,
+                                    const char *uuid, const char *mark,
+                                    struct zk_children *out)
+{
+    const char *self_key = self ? cerb__zk_child_key_mark(self, mark) : NULL;
     const char *pred = NULL, *pred_key = NULL;
 
     memset(out, 0, sizeof *out);
@@ -148,7 +165,7 @@ void cerb__zk_children_analyze(const struct String_vector *v, const char *self,
             out->found_self = true;
             continue;
         }
-        const char *k = cerb__zk_child_key(c);
+        const char *k = cerb__zk_child_key_mark(c, mark);
         if (!before(k, c, self_key, self))
             continue;
         out->n_lower++;

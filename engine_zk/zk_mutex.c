@@ -102,6 +102,16 @@
 #define ZK_DATA_WAITING "cerb:waiting"
 #define ZK_DATA_HOLDING "cerb:holding"
 
+const char *cerb__zk_variant_mark(int variant)
+{
+    return variant == CERB_ELECT_LAYOUT_SELECTOR ? ZK_LOCK_MARK : ZK_LATCH_MARK;
+}
+
+const char *cerb__zk_lock_mark(const cerb_engine_lock *lk)
+{
+    return lk->prim == CERB_PRIM_ELECTION ? cerb__zk_variant_mark(lk->variant) : ZK_LOCK_MARK;
+}
+
 /* Restarts of an acquisition after its session was lost. */
 #define ZK_MAX_RESTARTS 10
 /* Rounds of create when parents vanish under us or replies get lost. */
@@ -138,6 +148,9 @@ struct acq {
     bool waited;              /* we were queued behind someone */
     int64_t closed_epoch;     /* the epoch of the closure record that
                                  refused us, 0 if none did */
+    const char *mark;         /* the layout's (cerb__zk_lock_mark) */
+    bool term;                /* an election term: data = its value, and
+                                 no ZK_DATA_HOLDING mark (zk_election.c) */
 };
 
 /* How a blocked wait ended. */
@@ -461,11 +474,15 @@ static cerb_status create_round(struct acq *a, uint64_t gen, bool with_parents, 
         ZK_COUNT(e, acquire_calls);
         for (size_t i = 0; i < n_anc; i++)
             cerb__zk_call_create(c, s, anc[i], NULL, &e->acl, ZOO_CONTAINER);
+        /* A term's node carries its value from its creation (Curator's
+         * participant id); a lock's says it waits. */
+        const void *data = a->term ? (a->lk->value ? a->lk->value : "") : ZK_DATA_WAITING;
+        int data_len = a->term ? (int)a->lk->value_len : (int)strlen(ZK_DATA_WAITING);
         kc = cerb__zk_call_lock_multi(c, s, e->fence.path, fs.version,
                                       with_closure ? e->closure.path : NULL,
-                                      with_closure ? cs.version : -1, a->prefix,
-                                      ZK_DATA_WAITING, &e->acl, a->parent);
-        kl = cerb__zk_call_children(c, s, a->parent, kc, NULL, NULL);
+                                      with_closure ? cs.version : -1, a->prefix, data,
+                                      data_len, &e->acl, a->parent);
+        kl = cerb__zk_call_children_mark(c, s, a->parent, kc, NULL, NULL, a->mark);
     }
     cerb__zk_session_end(e);
     if (kc < 0) {
@@ -539,7 +556,7 @@ static cerb_status new_uuid(struct acq *a)
     uuid_generate_random(u);
     uuid_unparse_lower(u, a->p->uuid);
     cerb__free(a->prefix);
-    a->prefix = cerb__zk_node_prefix(a->parent, a->p->uuid);
+    a->prefix = cerb__zk_node_prefix_mark(a->parent, a->p->uuid, a->mark);
     if (!a->prefix)
         return cerb__error_set(CERB_ENOMEM, "zk %s: out of memory", a->e->hosts);
     return CERB_OK;
@@ -653,8 +670,8 @@ static cerb_status relist(struct acq *a, uint64_t gen, bool *restart)
             return cerb__error_set(CERB_ENOMEM, "zk %s: out of memory", e->hosts);
         struct zk_session *s = cerb__zk_session_begin(e);
         int k = s && s->gen == gen
-                    ? cerb__zk_call_children(c, s, a->parent, -1, cerb__zk_basename(p->node),
-                                             NULL)
+                    ? cerb__zk_call_children_mark(c, s, a->parent, -1,
+                                                  cerb__zk_basename(p->node), NULL, a->mark)
                     : -1;
         cerb__zk_session_end(e);
         int rc = k < 0 ? ZINVALIDSTATE
@@ -852,6 +869,8 @@ static int mark_send(struct zk_session *s, const char *node, struct zk_lock_priv
 static void announce(struct acq *a, uint64_t gen)
 {
     size_t after = a->kids.n_children - a->kids.n_lower - (a->kids.found_self ? 1 : 0);
+    if (a->term)
+        return; /* its data is its value: successors list again, as Curator's */
     if (!a->waited && (!a->listed || after == 0))
         return;
     int rc = ZOK;
@@ -1080,7 +1099,8 @@ cerb_status cerb__zk_op_acquire(cerb_engine *e, cerb_engine_lock *lk, int64_t de
                                 const atomic_int *interrupted, cerb_grant *grant_out)
 {
     struct zk_lock_priv *p = lk->priv;
-    struct acq a = {.e = e, .lk = lk, .p = p, .deadline = deadline_ns, .intr = interrupted};
+    struct acq a = {.e = e, .lk = lk, .p = p, .deadline = deadline_ns, .intr = interrupted,
+                    .mark = cerb__zk_lock_mark(lk), .term = lk->prim == CERB_PRIM_ELECTION};
     a.bound = op_bound(e, deadline_ns);
     struct zk_wait *w = cerb__calloc(1, sizeof *w);
     cerb_status st;
@@ -1227,7 +1247,8 @@ cerb_status cerb__zk_op_check(cerb_engine *e, cerb_engine_lock *lk, cerb_grant *
     if (!p->uuid[0])
         return cerb__error_set(CERB_NOT_OWNER, "zk %s: no acquisition of \"%s\" to check",
                                e->hosts, lk->name);
-    struct acq a = {.e = e, .lk = lk, .p = p, .deadline = 0};
+    struct acq a = {.e = e, .lk = lk, .p = p, .deadline = 0, .mark = cerb__zk_lock_mark(lk),
+                    .term = lk->prim == CERB_PRIM_ELECTION};
     a.bound = op_bound(e, 0);
     st = cerb__zk_wait_connected(e, a.bound, NULL, 0, &ss);
     if (st != CERB_OK)
