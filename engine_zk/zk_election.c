@@ -155,13 +155,19 @@ static void fill(cerb_leader_rec *out, const char *child, struct zk_res *r,
     snprintf(out->owner, sizeof out->owner, "%s", child);
     /* A lock's node in the selector layout (the mutex's marks) has no
      * value; a term's data is its value. */
-    bool ours = r->data_len >= (int)strlen(ZK_OUR_PREFIX) &&
+    bool ours = r->buf && r->data_len >= (int)strlen(ZK_OUR_PREFIX) &&
                 memcmp(r->buf, ZK_OUR_PREFIX, strlen(ZK_OUR_PREFIX)) == 0;
-    if (r->data_len >= 0 && r->buf && !ours) {
-        out->value = r->buf; /* handed over */
-        out->value_len = (size_t)r->data_len;
-        out->value_known = 1;
-        r->buf = NULL;
+    if (!ours) {
+        /* No data at all (the client does not tell it from empty data)
+         * is an empty value. */
+        if (r->buf && r->data_len > 0) {
+            out->value = r->buf; /* handed over */
+            out->value_len = (size_t)r->data_len;
+            r->buf = NULL;
+        } else {
+            out->value = cerb__calloc(1, 1);
+        }
+        out->value_known = out->value != NULL;
     }
     uint64_t offset = 0;
     bool offset_ok = off->rc == ZNONODE; /* never raised: 0 */

@@ -171,11 +171,14 @@ static void test_latch_campaign_leader_proclaim(void **state)
     assert_string_equal(v, "node-b");
     free(v);
     assert_int_equal(term, LOW48(cerb_election_fencing_token(b)));
-    /* An empty value is a value. */
+    /* An empty value is a value, known. */
     assert_int_equal(cerb_election_proclaim(b, NULL, 0), CERB_OK);
-    v = leader_value(obs, name, 0, NULL, NULL);
-    assert_string_equal(v, "");
-    free(v);
+    cerb_leader_info li;
+    assert_int_equal(cerb_election_leader(obs, name, 0, &li), CERB_OK);
+    assert_true(li.has_leader);
+    assert_true(li.value_known);
+    assert_int_equal(li.value_len, 0);
+    cerb_leader_info_clear(&li);
 
     assert_int_equal(cerb_election_free(b), CERB_OK);
     assert_int_equal(cerb_election_free(a), CERB_OK);
