@@ -9,7 +9,8 @@
  * (EPHEMERAL_SEQUENTIAL). Children are ordered by the text after the last
  * "lock-" (the whole name when there is none), exactly as Curator's
  * StandardLockInternalsDriver.fixForSorting does, so both sides agree on
- * who is first.
+ * who is first. Leader elections in Curator's LeaderLatch layout use the
+ * mark "latch-" in place of "lock-" (the _mark functions; zk_election.c).
  */
 #ifndef CERB_ZK_LAYOUT_H
 #define CERB_ZK_LAYOUT_H

@@ -61,6 +61,12 @@
  *  5. Giving up (deadline, interrupt, error) deletes our node, retried
  *     through connection loss (zk_cleanup.c) until shortly after the
  *     call's bound, then left to the keeper.
+ * Election terms (lk->prim CERB_PRIM_ELECTION, zk_election.c) go through
+ * the same steps in their layout: the mark after the uuid is "latch-"
+ * (Curator's LeaderLatch) or "lock-" (LeaderSelector), which also orders
+ * the children; the node is created with the candidate's value as its data
+ * instead of ZK_DATA_WAITING; and no ZK_DATA_HOLDING mark is written, so a
+ * successor lists again on the term's end, as behind a Curator node.
  * Every wait of a call ends by its bound: the caller's deadline, or the
  * connect timeout for trylock and check_owner (op_bound).
  * A session lost while waiting (zk_session.c) ends the attempt: its node

@@ -24,8 +24,10 @@
 
 #include <cmocka.h>
 
+#include "alloc.h"
 #include "cerberus.h"
 #include "test_util.h"
+#include "zk_layout.h"
 #include "zk_util.h"
 
 #define LOW48(x) ((x) & ((UINT64_C(1) << 48) - 1))
@@ -105,6 +107,35 @@ static void only_child(zhandle_t *zh, const char *name, char *child, size_t n, c
     deallocate_String_vector(&v);
     *data = child_data(zh, name, child);
     assert_non_null(*data);
+}
+
+/* ---- the latch layout's names and order (pure) ---- */
+
+static void test_latch_names_and_order(void **state)
+{
+    (void)state;
+    char *names[] = {
+        "_c_bbbbbbbb-0000-4000-8000-000000000000-latch-0000000007",
+        "_c_aaaaaaaa-0000-4000-8000-000000000000-lock-0000000002", /* no "latch-": last */
+        "_c_cccccccc-0000-4000-8000-000000000000-latch-0000000003",
+    };
+    struct String_vector v = {3, names};
+    struct zk_children k;
+    cerb__zk_children_analyze_mark(&v, names[0], NULL, ZK_LATCH_MARK, &k);
+    assert_true(k.found_self);
+    assert_int_equal(k.n_lower, 1); /* 3 before 7; the lock node sorts after */
+    assert_string_equal(k.pred, names[2]);
+    cerb__zk_children_clear(&k);
+    /* By "lock-", the lock node (2) is first and the latch nodes last. */
+    cerb__zk_children_analyze_mark(&v, names[1], NULL, ZK_LOCK_MARK, &k);
+    assert_int_equal(k.n_lower, 0);
+    cerb__zk_children_clear(&k);
+    assert_string_equal(cerb__zk_child_key_mark(names[0], ZK_LATCH_MARK), "0000000007");
+    assert_string_equal(cerb__zk_child_key_mark(names[0], ZK_LOCK_MARK), names[0]);
+    char *p = cerb__zk_node_prefix_mark("/r/n", "bbbbbbbb-0000-4000-8000-000000000000",
+                                        ZK_LATCH_MARK);
+    assert_string_equal(p, "/r/n/_c_bbbbbbbb-0000-4000-8000-000000000000-latch-");
+    cerb__free(p);
 }
 
 /* ---- campaign, BUSY, leader, proclaim, resign (the latch layout) ---- */
@@ -477,6 +508,7 @@ int main(int argc, char **argv)
 {
     cerb_test_roles(argc, argv, roles);
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_latch_names_and_order),
         cmocka_unit_test(test_latch_campaign_leader_proclaim),
         cmocka_unit_test(test_latch_elected_in_order),
         cmocka_unit_test(test_selector_elected_in_order),
