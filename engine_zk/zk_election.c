@@ -213,8 +213,7 @@ static cerb_status zk_leader(cerb_engine *e, const char *name, int variant,
             break;
         }
         struct zk_session *s = cerb__zk_session_begin(e);
-        if (s && round == 0)
-            cerb__zk_call_sync(c1, s, parent);
+        int ks = s && round == 0 ? cerb__zk_call_sync(c1, s, parent) : -1;
         int k = s ? cerb__zk_call_list(c1, s, parent) : -1;
         cerb__zk_session_end(e);
         if (k < 0) {
@@ -223,6 +222,13 @@ static cerb_status zk_leader(cerb_engine *e, const char *name, int variant,
             break;
         }
         bool answered = cerb__zk_call_wait(c1, cerb__deadline_in(e->zc->connect_timeout_ms));
+        if (answered && ks >= 0 && c1->res[ks].rc != ZOK) {
+            /* Not caught up: the listing may be stale, and "nobody" from
+             * it could be false. */
+            st = failed(e, "sync", parent, true, &c1->res[ks]);
+            cerb__zk_call_put(c1);
+            break;
+        }
         struct zk_res *list = &c1->res[k];
         if (answered && list->rc == ZNONODE) {
             cerb__zk_call_put(c1);
