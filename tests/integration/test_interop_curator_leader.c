@@ -7,7 +7,8 @@
  *     our try BUSY and cerb_election_leader report its participant id; it
  *     closes, our waiting candidate is elected with a larger fence; we
  *     lead, Curator's latch waits and its getLeader() reports our value,
- *     and what we proclaim; we resign, it leads.
+ *     and what we proclaim; we resign, it leads; Cerberus and Curator
+ *     candidates are elected in the order they came.
  *   - LeaderSelector (our selector layout): a Curator selector and our
  *     candidate exclude each other, each waits for the other's release, and
  *     the selector's getLeader() reports what we proclaim.
@@ -246,6 +247,55 @@ static void test_cerberus_leads_latch(void **state)
     free(name);
 }
 
+/* ---- one line: Cerberus leads, a Curator latch waits, Cerberus waits ---- */
+
+static void test_mixed_latch_queue_in_order(void **state)
+{
+    (void)state;
+    char *name = test_name("cur-line");
+    char *path = cerb_test_zk_lock_path(name);
+    struct cerb_test_proc peer;
+    peer_start(&peer, name);
+    zhandle_t *zh = cerb_test_zk_connect(NULL, NULL);
+    assert_non_null(zh);
+    cerb_client *c1 = open_client(), *c2 = open_client();
+    cerb_election *a = candidate(c1, name, 0), *b = candidate(c2, name, 0);
+
+    assert_int_equal(cerb_election_campaign(a, "cerb-a", 6, 0, NULL), CERB_OK);
+    peer_ask(&peer, "latch cur-2", "STARTED", 10000);
+    struct kids two = {zh, path, 2}, three = {zh, path, 3};
+    assert_wait_until(kids_are, &two, 10000);
+    struct waiter w = {.e = b, .value = "cerb-b"};
+    pthread_t t;
+    pthread_create(&t, NULL, waiter_main, &w);
+    assert_wait_until(kids_are, &three, 10000);
+
+    /* a's resignation goes to Curator, which came second, not to b. */
+    uint64_t fa = cerb_election_fencing_token(a);
+    assert_int_equal(cerb_election_resign(a), CERB_OK);
+    peer_ask(&peer, "await 10000", "LEADER", 15000);
+    assert_false(atomic_load(&w.done));
+    char *v = leader_value(c1, name, 0, NULL);
+    assert_string_equal(v, "cur-2");
+    free(v);
+    /* Curator's goes to b. */
+    peer_ask(&peer, "close", "CLOSED", 10000);
+    assert_wait_until(w_done, &w, 10000);
+    pthread_join(t, NULL);
+    assert_int_equal(w.st, CERB_OK);
+    assert_true(LOW48(cerb_election_fencing_token(b)) > LOW48(fa));
+    peer_ask(&peer, "leader", "LEADER_ID cerb-b", 10000);
+
+    peer_end(&peer);
+    cerb_election_free(b);
+    cerb_election_free(a);
+    cerb_client_close(c2);
+    cerb_client_close(c1);
+    cerb_test_zk_close(zh);
+    free(path);
+    free(name);
+}
+
 /* ---- LeaderSelector: a Curator selector and ours exclude each other ---- */
 
 static void test_selector_exclusion(void **state)
@@ -341,6 +391,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_curator_latch_leads),
         cmocka_unit_test(test_cerberus_leads_latch),
+        cmocka_unit_test(test_mixed_latch_queue_in_order),
         cmocka_unit_test(test_selector_exclusion),
         cmocka_unit_test(test_latch_proclaim_strands_curator_waiter),
     };
