@@ -65,8 +65,11 @@
  * the same steps in their layout: the mark after the uuid is "latch-"
  * (Curator's LeaderLatch) or "lock-" (LeaderSelector), which also orders
  * the children; the node is created with the candidate's value as its data
- * instead of ZK_DATA_WAITING; and no ZK_DATA_HOLDING mark is written, so a
- * successor lists again on the term's end, as behind a Curator node.
+ * instead of ZK_DATA_WAITING; no ZK_DATA_HOLDING mark is written, so a
+ * successor lists again on the term's end, as behind a Curator node; and a
+ * term's waiter reads no mark in its predecessor's data (a peer's
+ * participant id could read like one), so it takes over without listing
+ * only when its predecessor was first.
  * Every wait of a call ends by its bound: the caller's deadline, or the
  * connect timeout for trylock and check_owner (op_bound).
  * A session lost while waiting (zk_session.c) ends the attempt: its node
@@ -366,7 +369,15 @@ static void data_armed(struct zk_res *r)
     struct zk_lock_priv *p = waiter_of(s->e, r);
     if (p && p->w && r->rc == ZOK) {
         p->w->data_armed = true;
-        if (data_is(r, ZK_DATA_HOLDING))
+        /* An election term reads no marks: a predecessor's data may be a
+         * peer's participant id (Curator's LeaderLatch and LeaderSelector
+         * write any id there), and a foreign waiter whose id reads
+         * "cerb:holding" would make us take over when it gives up, while
+         * the leader before it still leads. A term's waiter takes over
+         * without listing only when its predecessor was first. */
+        if (p->lk && p->lk->prim == CERB_PRIM_ELECTION)
+            ;
+        else if (data_is(r, ZK_DATA_HOLDING))
             p->w->pred_holds = true;
         else if (data_is(r, ZK_DATA_WAITING))
             p->w->pred_ours = true;

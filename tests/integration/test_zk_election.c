@@ -376,6 +376,82 @@ static void test_selector_excludes_lock(void **state)
     free(name);
 }
 
+/* ---- a waiter reads no marks in a peer's data ---- */
+
+struct bg {
+    cerb_election *e;
+    cerb_status st;
+    atomic_bool done;
+};
+
+static void *bg_campaign(void *arg)
+{
+    struct bg *b = arg;
+    b->st = cerb_election_campaign(b->e, "node-w", 6, 20000, NULL);
+    atomic_store(&b->done, true);
+    return NULL;
+}
+
+static bool bg_done(void *ud) { return atomic_load(&((struct bg *)ud)->done); }
+
+/* A peer's node: "<path>/_c_<uuid>-lock-<seq>" with `data`; its name. */
+static char *peer_node(zhandle_t *zh, const char *path, const char *uuid, const char *data)
+{
+    char prefix[256], out[256];
+    snprintf(prefix, sizeof prefix, "%s/_c_%s-lock-", path, uuid);
+    int rc = zoo_create(zh, prefix, data, (int)strlen(data), &ZOO_OPEN_ACL_UNSAFE,
+                        ZOO_EPHEMERAL_SEQUENTIAL, out, sizeof out);
+    assert_int_equal(rc, ZOK);
+    return strdup(out);
+}
+
+/*
+ * In the selector layout a Curator LeaderSelector's node carries whatever
+ * id its user chose, "cerb:holding" too. Such a node waiting between the
+ * leader and our candidate, then giving up, must not elect ours: the
+ * leader still leads. Only the leader's going does.
+ */
+static void test_waiter_ignores_peer_marks(void **state)
+{
+    (void)state;
+    char *name = test_name("el-marks");
+    char *path = cerb_test_zk_lock_path(name);
+    zhandle_t *zh = cerb_test_zk_connect(NULL, NULL);
+    assert_non_null(zh);
+    cerb_client *c = open_client(NULL);
+    cerb_election *e = candidate(c, name, CERB_ELECTION_LAYOUT_SELECTOR);
+
+    /* The parents, then the leader and a waiter of a peer. */
+    assert_int_equal(cerb_election_campaign(e, "node-w", 6, 0, NULL), CERB_OK);
+    assert_int_equal(cerb_election_resign(e), CERB_OK);
+    char *leader = peer_node(zh, path, "11111111-0000-4000-8000-000000000000", "peer-leader");
+    char *waiter = peer_node(zh, path, "22222222-0000-4000-8000-000000000000", "cerb:holding");
+    struct bg b = {.e = e};
+    pthread_t t;
+    pthread_create(&t, NULL, bg_campaign, &b);
+    struct kids three = {zh, name, 3};
+    assert_wait_until(kids_are, &three, 10000);
+
+    assert_int_equal(zoo_delete(zh, waiter, -1), ZOK); /* the peer's waiter gives up */
+    cerb_test_let_time_pass(500); /* a wrong take-over would come by now */
+    assert_false(atomic_load(&b.done));
+    char *v = leader_value(c, name, CERB_ELECTION_LAYOUT_SELECTOR, NULL, NULL);
+    assert_string_equal(v, "peer-leader");
+    free(v);
+    assert_int_equal(zoo_delete(zh, leader, -1), ZOK);
+    assert_wait_until(bg_done, &b, 10000);
+    pthread_join(t, NULL);
+    assert_int_equal(b.st, CERB_OK);
+
+    cerb_election_free(e);
+    cerb_client_close(c);
+    cerb_test_zk_close(zh);
+    free(leader);
+    free(waiter);
+    free(path);
+    free(name);
+}
+
 /* ---- values the layout cannot carry ---- */
 
 static void test_mark_values_refused(void **state)
@@ -513,6 +589,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_latch_elected_in_order),
         cmocka_unit_test(test_selector_elected_in_order),
         cmocka_unit_test(test_selector_excludes_lock),
+        cmocka_unit_test(test_waiter_ignores_peer_marks),
         cmocka_unit_test(test_mark_values_refused),
         cmocka_unit_test(test_term_lost_on_expiry),
     };
