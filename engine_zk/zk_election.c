@@ -36,11 +36,17 @@
  * layout a Cerberus mutex waiter behind our node would read such data as a
  * holder's mark and take the lock without listing (zk_mutex.c).
  *
- * Known limit (docs/election.md): Curator 5.4's LeaderLatch watches its
- * predecessor with a getData watch and acts only on NodeDeleted, so a
- * proclaim (a NodeDataChanged) while a Curator LeaderLatch waits directly
- * behind our node uses up its watch: it is not told of our release. In the
- * selector layout Curator's waiters list again on any event.
+ * Curator 5.4's LeaderLatch watches its predecessor with a getData watch
+ * and acts only on NodeDeleted, so a proclaim (a NodeDataChanged) while a
+ * Curator LeaderLatch waits directly behind our node would use up its
+ * watch: it would never be told of the term's end, and the election would
+ * stall behind it. So in the latch layout a proclaim lists the candidates
+ * first and is refused (CERB_BUSY, nothing written) when the one right
+ * behind ours is not a Cerberus term: our terms' node uuids have version 8
+ * (zk_mutex.c), Curator's version 4. A Curator latch that queues between
+ * that listing and the setData (a window of one round trip) is not seen:
+ * docs/election.md. In the selector layout Curator's waiters list again on
+ * any event, and ours never depend on a predecessor's data.
  */
 #include "internal_posix.h"
 
@@ -59,6 +65,74 @@
 #define ZK_OUR_PREFIX "cerb:"
 /* Listings of leader() when the first child goes between two reads. */
 #define ZK_LEADER_ROUNDS 8
+
+/*
+ * The latch layout's guard before a proclaim (see the header): list the
+ * candidates and refuse (CERB_BUSY, nothing written) when the one right
+ * after our node `node` is not a Cerberus term (cerb__zk_child_is_term):
+ * a Curator LeaderLatch there watches our node and would never learn of
+ * its end after a data change. CERB_NOT_OWNER when our node is not
+ * listed. Sent on session `gen` only.
+ */
+static cerb_status latch_guard(cerb_engine *e, cerb_engine_lock *lk, uint64_t gen,
+                               const char *node, int64_t bound)
+{
+    char *parent = cerb__zk_parent_path(e->zc->root, lk->name);
+    struct zk_call *c = parent ? cerb__zk_call_new(1) : NULL;
+    if (!c) {
+        cerb__free(parent);
+        return cerb__error_set(CERB_ENOMEM, "zk %s: out of memory", e->hosts);
+    }
+    struct zk_session *s = cerb__zk_session_begin(e);
+    int k = s && s->gen == gen ? cerb__zk_call_list(c, s, parent) : -1;
+    cerb__zk_session_end(e);
+    bool sent;
+    int rc = cerb__zk_call_wait_rc(e, c, k, bound, &sent);
+    cerb_status st = CERB_OK;
+    const char *self = cerb__zk_basename(node);
+    if (rc == ZNONODE || rc == ZSESSIONEXPIRED || (rc == ZINVALIDSTATE && !sent)) {
+        st = cerb__error_set(CERB_NOT_OWNER, "zk %s: \"%s\" is not led by this term any more "
+                                             "(%s)",
+                             e->hosts, lk->name, zerror(rc));
+    } else if (rc != ZOK) {
+        st = cerb__zk_fail(e->hosts, "getChildren", parent, rc, sent, NULL);
+    } else {
+        const char *self_key = cerb__zk_child_key_mark(self, ZK_LATCH_MARK);
+        const char *next = NULL, *next_key = NULL;
+        bool found = false;
+        for (int i = 0; i < c->res[k].n_names; i++) {
+            const char *nm = c->res[k].names[i];
+            if (strcmp(nm, self) == 0) {
+                found = true;
+                continue;
+            }
+            if (!strstr(nm, ZK_LATCH_MARK))
+                continue;
+            const char *key = cerb__zk_child_key_mark(nm, ZK_LATCH_MARK);
+            int after = strcmp(key, self_key);
+            if (after < 0 || (after == 0 && strcmp(nm, self) < 0))
+                continue;
+            int cmp = next ? strcmp(key, next_key) : -1;
+            if (cmp < 0 || (cmp == 0 && strcmp(nm, next) < 0)) {
+                next = nm;
+                next_key = key;
+            }
+        }
+        if (!found)
+            st = cerb__error_set(CERB_NOT_OWNER, "zk %s: the node of \"%s\" is gone", e->hosts,
+                                 lk->name);
+        else if (next && !cerb__zk_child_is_term(next))
+            st = cerb__error_set(CERB_BUSY, "zk %s: \"%s\": not proclaimed: the candidate "
+                                            "right behind this term, %s, is not a Cerberus one "
+                                            "(a Curator LeaderLatch, which would miss the "
+                                            "term's end after its data changed); set the value "
+                                            "when campaigning, or use the selector layout",
+                                 e->hosts, lk->name, next);
+    }
+    cerb__zk_call_put(c);
+    cerb__free(parent);
+    return st;
+}
 
 static cerb_status zk_proclaim(cerb_engine *e, cerb_engine_lock *lk, const void *value,
                                size_t n, cerb_outcome *outcome)
@@ -88,6 +162,9 @@ static cerb_status zk_proclaim(cerb_engine *e, cerb_engine_lock *lk, const void 
     }
     if (st != CERB_OK)
         goto out; /* nothing sent */
+    if (lk->variant != CERB_ELECT_LAYOUT_SELECTOR &&
+        (st = latch_guard(e, lk, gen, node, bound)) != CERB_OK)
+        goto out; /* nothing written */
     struct zk_call *c = cerb__zk_call_new(1);
     if (!c) {
         st = cerb__error_set(CERB_ENOMEM, "zk %s: out of memory", e->hosts);

@@ -39,6 +39,15 @@ struct String_vector;
 const char *cerb__zk_child_key(const char *name);
 const char *cerb__zk_child_key_mark(const char *name, const char *mark);
 
+/*
+ * The nodes of Cerberus election terms carry a uuid of version 8 (RFC 9562
+ * "custom": the random uuid with its version nibble set to 8), Curator's a
+ * random one (version 4): a proclaim tells them apart (zk_election.c).
+ * Is child `name` "_c_<uuid>-..." with such a uuid?
+ */
+#define ZK_TERM_UUID_VERSION 8
+bool cerb__zk_child_is_term(const char *name);
+
 /* Does child `name` carry uuid `uuid` (prefix "_c_<uuid>-")? */
 bool cerb__zk_child_has_uuid(const char *name, const char *uuid);
 

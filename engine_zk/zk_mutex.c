@@ -69,7 +69,9 @@
  * successor lists again on the term's end, as behind a Curator node; and a
  * term's waiter reads no mark in its predecessor's data (a peer's
  * participant id could read like one), so it takes over without listing
- * only when its predecessor was first.
+ * only when its predecessor was first. A term's node uuid has the version
+ * nibble ZK_TERM_UUID_VERSION (not Curator's random 4), so a proclaim can
+ * tell our candidates from Curator's (zk_election.c).
  * Every wait of a call ends by its bound: the caller's deadline, or the
  * connect timeout for trylock and check_owner (op_bound).
  * A session lost while waiting (zk_session.c) ends the attempt: its node
@@ -571,6 +573,8 @@ static cerb_status new_uuid(struct acq *a)
 {
     uuid_t u;
     uuid_generate_random(u);
+    if (a->term)
+        u[6] = (unsigned char)((u[6] & 0x0f) | (ZK_TERM_UUID_VERSION << 4));
     uuid_unparse_lower(u, a->p->uuid);
     cerb__free(a->prefix);
     a->prefix = cerb__zk_node_prefix_mark(a->parent, a->p->uuid, a->mark);

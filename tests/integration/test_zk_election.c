@@ -132,6 +132,10 @@ static void test_latch_names_and_order(void **state)
     cerb__zk_children_clear(&k);
     assert_string_equal(cerb__zk_child_key_mark(names[0], ZK_LATCH_MARK), "0000000007");
     assert_string_equal(cerb__zk_child_key_mark(names[0], ZK_LOCK_MARK), names[0]);
+    assert_false(cerb__zk_child_is_term(names[0])); /* version 4: Curator's */
+    assert_true(cerb__zk_child_is_term("_c_bbbbbbbb-0000-8000-8000-000000000000-latch-0000000001"));
+    assert_false(cerb__zk_child_is_term("_c_bbbbbbbb-0000-8000-8000-00000000000-latch-01"));
+    assert_false(cerb__zk_child_is_term("latch-0000000001"));
     char *p = cerb__zk_node_prefix_mark("/r/n", "bbbbbbbb-0000-4000-8000-000000000000",
                                         ZK_LATCH_MARK);
     assert_string_equal(p, "/r/n/_c_bbbbbbbb-0000-4000-8000-000000000000-latch-");
@@ -161,6 +165,8 @@ static void test_latch_campaign_leader_proclaim(void **state)
     only_child(zh, name, child, sizeof child, &data);
     assert_true(strncmp(child, "_c_", 3) == 0);
     assert_non_null(strstr(child, "-latch-0"));
+    assert_int_equal(child[3 + 14], '8'); /* a term's uuid: version 8 */
+    assert_true(cerb__zk_child_is_term(child));
     assert_string_equal(data, "node-a");
     free(data);
 
@@ -288,6 +294,11 @@ static void elected_in_order(int layout, const char *mark)
     no_marks(zh, name, mark);
     char *v = leader_value(c3, name, layout, NULL, NULL);
     assert_string_equal(v, "node-a");
+    free(v);
+    /* Cerberus candidates behind: a proclaim is fine in both layouts. */
+    assert_int_equal(cerb_election_proclaim(a, "node-a2", 7), CERB_OK);
+    v = leader_value(c3, name, layout, NULL, NULL);
+    assert_string_equal(v, "node-a2");
     free(v);
 
     uint64_t fa = cerb_election_fencing_token(a);
