@@ -9,7 +9,8 @@
  *     lead, Curator's latch waits and its getLeader() reports our value,
  *     and what we proclaim; we resign, it leads; Cerberus and Curator
  *     candidates are elected in the order they came; a proclaim that would
- *     strand a Curator latch waiting right behind us is refused.
+ *     strand a Curator latch waiting right behind us is refused; a Curator
+ *     leader killed stays leader until its session expires.
  *   - LeaderSelector (our selector layout): a Curator selector and our
  *     candidate exclude each other, each waits for the other's release, and
  *     the selector's getLeader() reports what we proclaim.
@@ -18,6 +19,7 @@
 #define _POSIX_C_SOURCE 200809L
 #include <pthread.h>
 #include <setjmp.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdatomic.h>
 #include <stddef.h>
@@ -29,6 +31,7 @@
 #include <cmocka.h>
 
 #include "cerberus.h"
+#include "clock.h"
 #include "test_util.h"
 #include "zk_util.h"
 
@@ -248,6 +251,52 @@ static void test_cerberus_leads_latch(void **state)
     free(name);
 }
 
+/* ---- a Curator leader killed: elected only once its session expired ---- */
+
+static void test_killed_curator_leader(void **state)
+{
+    (void)state;
+    char *name = test_name("cur-kill");
+    char *path = cerb_test_zk_lock_path(name);
+    struct cerb_test_proc peer;
+    peer_start(&peer, name);
+    zhandle_t *zh = cerb_test_zk_connect(NULL, NULL);
+    assert_non_null(zh);
+    cerb_client *c = open_client();
+    cerb_election *e = candidate(c, name, 0);
+
+    peer_ask(&peer, "latch cur-1", "STARTED", 10000);
+    peer_ask(&peer, "await 10000", "LEADER", 15000);
+    struct waiter w = {.e = e, .value = "cerb-1"};
+    pthread_t t;
+    pthread_create(&t, NULL, waiter_main, &w);
+    struct kids two = {zh, path, 2};
+    assert_wait_until(kids_are, &two, 10000);
+
+    /* No close, no deletion: its node lives as long as its 10 s session,
+     * and so does its term. */
+    int64_t killed = cerb_monotime();
+    assert_int_equal(kill(peer.pid, SIGKILL), 0);
+    cerb_test_proc_end(&peer, 10000);
+    assert_wait_until(w_done, &w, 30000);
+    int64_t waited_ms = (cerb_monotime() - killed) / 1000000;
+    pthread_join(t, NULL);
+    assert_int_equal(w.st, CERB_OK);
+    if (waited_ms < 6000)
+        fail_msg("elected %lld ms after the Curator leader was killed, before its 10 s session "
+                 "could expire",
+                 (long long)waited_ms);
+    char *v = leader_value(c, name, 0, NULL);
+    assert_string_equal(v, "cerb-1");
+    free(v);
+
+    cerb_election_free(e);
+    cerb_client_close(c);
+    cerb_test_zk_close(zh);
+    free(path);
+    free(name);
+}
+
 /* ---- one line: Cerberus leads, a Curator latch waits, Cerberus waits ---- */
 
 static void test_mixed_latch_queue_in_order(void **state)
@@ -394,6 +443,7 @@ int main(void)
         cmocka_unit_test(test_curator_latch_leads),
         cmocka_unit_test(test_cerberus_leads_latch),
         cmocka_unit_test(test_mixed_latch_queue_in_order),
+        cmocka_unit_test(test_killed_curator_leader),
         cmocka_unit_test(test_selector_exclusion),
         cmocka_unit_test(test_latch_proclaim_refused_before_curator),
     };
