@@ -132,7 +132,8 @@ static void children_done(int rc, const struct String_vector *v, const void *dat
         const char *self = r->self;
         if (!self && r->self_from >= 0 && r->call->res[r->self_from].path)
             self = cerb__zk_basename(r->call->res[r->self_from].path);
-        cerb__zk_children_analyze(v, self, r->uuid, &r->kids);
+        cerb__zk_children_analyze_mark(v, self, r->uuid, r->mark ? r->mark : ZK_LOCK_MARK,
+                                       &r->kids);
         if (r->kids.oom)
             rc = CERB_ZK_RC_NOMEM;
     }
@@ -307,7 +308,15 @@ int cerb__zk_call_create(struct zk_call *c, struct zk_session *s, const char *pa
 int cerb__zk_call_children(struct zk_call *c, struct zk_session *s, const char *path,
                            int self_from, const char *self, const char *uuid)
 {
+    return cerb__zk_call_children_mark(c, s, path, self_from, self, uuid, ZK_LOCK_MARK);
+}
+
+int cerb__zk_call_children_mark(struct zk_call *c, struct zk_session *s, const char *path,
+                                int self_from, const char *self, const char *uuid,
+                                const char *mark)
+{
     struct zk_res *r = slot_begin(c, s, ZK_REQ_CHILDREN);
+    r->mark = mark;
     r->self_from = self_from;
     /* Copies: the answer may come after the caller gave up and freed
      * what it passed (a waiter past its deadline drops its node's name). */
@@ -364,6 +373,18 @@ int cerb__zk_call_set(struct zk_call *c, struct zk_session *s, const char *path,
     return slot_end(c, r, rc);
 }
 
+int cerb__zk_call_set_bytes(struct zk_call *c, struct zk_session *s, const char *path,
+                            const void *data, int len, int version,
+                            void (*on_done)(struct zk_res *), void *owner, uint64_t owner_id)
+{
+    struct zk_res *r = slot_begin(c, s, ZK_REQ_SET);
+    r->on_done = on_done;
+    r->owner = owner;
+    r->owner_id = owner_id;
+    int rc = zoo_aset(s->zh, path, len > 0 ? data : "", len > 0 ? len : 0, version, set_done, r);
+    return slot_end(c, r, rc);
+}
+
 int cerb__zk_call_get(struct zk_call *c, struct zk_session *s, const char *path)
 {
     struct zk_res *r = slot_begin(c, s, ZK_REQ_GET);
@@ -393,8 +414,8 @@ static int amulti(zhandle_t *zh, int n, const zoo_op_t *ops, zoo_op_result_t *re
 
 int cerb__zk_call_lock_multi(struct zk_call *c, struct zk_session *s, const char *check_path,
                              int check_version, const char *closure_path, int closure_version,
-                             const char *prefix, const char *data, const struct ACL_vector *acl,
-                             const char *touch_path)
+                             const char *prefix, const void *data, int data_len,
+                             const struct ACL_vector *acl, const char *touch_path)
 {
     struct zk_res *r = slot_begin(c, s, ZK_REQ_LOCK_MULTI);
     /* The server appends a 10-digit sequence. */
@@ -417,7 +438,7 @@ int cerb__zk_call_lock_multi(struct zk_call *c, struct zk_session *s, const char
         zoo_check_op_init(&ops[n++], closure_path, closure_version);
     }
     r->mpos[ZK_MULTI_CREATE] = (signed char)n;
-    zoo_create_op_init(&ops[n++], prefix, data, data ? (int)strlen(data) : -1, acl,
+    zoo_create_op_init(&ops[n++], prefix, data_len >= 0 ? data : NULL, data_len, acl,
                        ZOO_EPHEMERAL_SEQUENTIAL, r->mpath, (int)len);
     r->mpos[ZK_MULTI_TOUCH] = (signed char)n;
     zoo_set_op_init(&ops[n++], touch_path, NULL, -1, -1, &r->mstat);

@@ -117,6 +117,7 @@ struct zk_res {
     int self_from;
     char *self;
     char *uuid;
+    const char *mark;    /* CHILDREN: the layout's mark (a constant) */
     struct zk_children kids;
 };
 
@@ -147,6 +148,11 @@ int cerb__zk_call_create(struct zk_call *c, struct zk_session *s, const char *pa
                          const char *data, const struct ACL_vector *acl, int mode);
 int cerb__zk_call_children(struct zk_call *c, struct zk_session *s, const char *path,
                            int self_from, const char *self, const char *uuid);
+/* The same, the listing ordered by `mark` (ZK_LOCK_MARK or ZK_LATCH_MARK,
+ * a string constant: it is not copied). */
+int cerb__zk_call_children_mark(struct zk_call *c, struct zk_session *s, const char *path,
+                                int self_from, const char *self, const char *uuid,
+                                const char *mark);
 int cerb__zk_call_exists(struct zk_call *c, struct zk_session *s, const char *path);
 int cerb__zk_call_delete(struct zk_call *c, struct zk_session *s, const char *path);
 int cerb__zk_call_wget(struct zk_call *c, struct zk_session *s, const char *path,
@@ -157,12 +163,17 @@ int cerb__zk_call_wget(struct zk_call *c, struct zk_session *s, const char *path
 int cerb__zk_call_set(struct zk_call *c, struct zk_session *s, const char *path,
                       const char *data, int version, void (*on_done)(struct zk_res *),
                       void *owner, uint64_t owner_id);
+/* The same with `len` bytes of `data` (any bytes, 0 for empty data). */
+int cerb__zk_call_set_bytes(struct zk_call *c, struct zk_session *s, const char *path,
+                            const void *data, int len, int version,
+                            void (*on_done)(struct zk_res *), void *owner, uint64_t owner_id);
 /* Read a node's data (the first sizeof data bytes) and stat; no watch. */
 int cerb__zk_call_get(struct zk_call *c, struct zk_session *s, const char *path);
 /*
  * One transaction: check that `check_path` has version `check_version`,
  * and (closure_path non-NULL) that `closure_path` has `closure_version`,
- * create `prefix` (EPHEMERAL_SEQUENTIAL, `data`), and rewrite the data of
+ * create `prefix` (EPHEMERAL_SEQUENTIAL, `data_len` bytes of `data`; -1:
+ * no data), and rewrite the data of
  * `touch_path` (any version, no data) only to learn the transaction's zxid
  * from its stat: the C client's multi has no create2, and that zxid is the
  * new node's czxid (zk_mutex.c: the fence). All or nothing; rc is the
@@ -170,8 +181,8 @@ int cerb__zk_call_get(struct zk_call *c, struct zk_session *s, const char *path)
  */
 int cerb__zk_call_lock_multi(struct zk_call *c, struct zk_session *s, const char *check_path,
                              int check_version, const char *closure_path, int closure_version,
-                             const char *prefix, const char *data, const struct ACL_vector *acl,
-                             const char *touch_path);
+                             const char *prefix, const void *data, int data_len,
+                             const struct ACL_vector *acl, const char *touch_path);
 /* A finished LOCK_MULTI's result for operation `op` (ZK_MULTI_*): the
  * server's code, CERB_ZK_RC_ABANDONED when it did not answer, ZOK for an
  * operation that was not sent. */

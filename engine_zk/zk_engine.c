@@ -23,6 +23,8 @@
  *   zk_closure.c  the switch closure record: read, raised, checked by
  *                 every create of a client with an epoch (DESIGN.md §5)
  *   zk_guard.c    the idempotency guard's records (DESIGN.md §11)
+ *   zk_election.c leader election in Curator's LeaderLatch and
+ *                 LeaderSelector layouts (proclaim, leader)
  *   zk_call.c     batches of asynchronous requests
  *   zk_layout.c   names, paths, the order of children
  *   zk_errors.c   ZooKeeper codes to cerb_status
@@ -148,7 +150,7 @@ static cerb_status zk_check_name(const char *name)
 }
 
 const struct cerb_engine_ops cerb__zk_engine_ops = {
-    .version = CERB_ENGINE_OPS_V4,
+    .version = CERB_ENGINE_OPS_V5,
     .name = "zk",
     .caps = CERB_CAP_FENCING | CERB_CAP_FAIR_QUEUE | CERB_CAP_WAIT | CERB_CAP_CROSS_PROCESS |
             CERB_CAP_FENCE_FLOOR,
@@ -175,4 +177,6 @@ const struct cerb_engine_ops cerb__zk_engine_ops = {
     /* version 4: switch closure records (zk_closure.c) */
     .closure_get = cerb__zk_op_closure_get,
     .closure_put = cerb__zk_op_closure_put,
+    /* version 5: leader election (zk_election.c) */
+    .election = &cerb__zk_election,
 };

@@ -30,16 +30,21 @@
 #include "alloc.h"
 #include "error.h"
 
-const char *cerb__zk_child_key(const char *name)
+const char *cerb__zk_child_key_mark(const char *name, const char *mark)
 {
     const char *key = name, *p = name;
-    size_t mark = strlen(ZK_LOCK_MARK);
+    size_t n = strlen(mark);
 
-    while ((p = strstr(p, ZK_LOCK_MARK)) != NULL) {
-        key = p + mark;
+    while ((p = strstr(p, mark)) != NULL) {
+        key = p + n;
         p++;
     }
     return key;
+}
+
+const char *cerb__zk_child_key(const char *name)
+{
+    return cerb__zk_child_key_mark(name, ZK_LOCK_MARK);
 }
 
 bool cerb__zk_child_has_uuid(const char *name, const char *uuid)
@@ -47,6 +52,17 @@ bool cerb__zk_child_has_uuid(const char *name, const char *uuid)
     size_t pl = strlen(ZK_PROTECT_PREFIX);
     return strncmp(name, ZK_PROTECT_PREFIX, pl) == 0 &&
            strncmp(name + pl, uuid, ZK_UUID_LEN) == 0 && name[pl + ZK_UUID_LEN] == '-';
+}
+
+bool cerb__zk_child_is_term(const char *name)
+{
+    size_t pl = strlen(ZK_PROTECT_PREFIX);
+    if (strncmp(name, ZK_PROTECT_PREFIX, pl) != 0 || strlen(name) <= pl + ZK_UUID_LEN)
+        return false;
+    const char *u = name + pl;
+    /* 8-4-4-4-12: the version is the first digit of the third group. */
+    return u[8] == '-' && u[13] == '-' && u[14] == '0' + ZK_TERM_UUID_VERSION &&
+           u[18] == '-' && u[23] == '-' && u[ZK_UUID_LEN] == '-';
 }
 
 const char *cerb__zk_basename(const char *path)
@@ -111,11 +127,16 @@ char *cerb__zk_parent_path(const char *root, const char *name)
     return cerb__zk_join(root, name);
 }
 
+char *cerb__zk_node_prefix_mark(const char *parent, const char *uuid, const char *mark)
+{
+    char tail[sizeof ZK_PROTECT_PREFIX + ZK_UUID_LEN + 1 + 16];
+    snprintf(tail, sizeof tail, "%s%s-%s", ZK_PROTECT_PREFIX, uuid, mark);
+    return concat3(parent, "/", tail);
+}
+
 char *cerb__zk_node_prefix(const char *parent, const char *uuid)
 {
-    char tail[sizeof ZK_PROTECT_PREFIX + ZK_UUID_LEN + 1 + sizeof ZK_LOCK_MARK];
-    snprintf(tail, sizeof tail, "%s%s-%s", ZK_PROTECT_PREFIX, uuid, ZK_LOCK_MARK);
-    return concat3(parent, "/", tail);
+    return cerb__zk_node_prefix_mark(parent, uuid, ZK_LOCK_MARK);
 }
 
 /* Is child a (key ka, name a) ordered before b (key kb, name b)? */
@@ -128,7 +149,14 @@ static bool before(const char *ka, const char *a, const char *kb, const char *b)
 void cerb__zk_children_analyze(const struct String_vector *v, const char *self,
                                const char *uuid, struct zk_children *out)
 {
-    const char *self_key = self ? cerb__zk_child_key(self) : NULL;
+    cerb__zk_children_analyze_mark(v, self, uuid, ZK_LOCK_MARK, out);
+}
+
+void cerb__zk_children_analyze_mark(const struct String_vector *v, const char *self,
+                                    const char *uuid, const char *mark,
+                                    struct zk_children *out)
+{
+    const char *self_key = self ? cerb__zk_child_key_mark(self, mark) : NULL;
     const char *pred = NULL, *pred_key = NULL;
 
     memset(out, 0, sizeof *out);
@@ -148,7 +176,7 @@ void cerb__zk_children_analyze(const struct String_vector *v, const char *self,
             out->found_self = true;
             continue;
         }
-        const char *k = cerb__zk_child_key(c);
+        const char *k = cerb__zk_child_key_mark(c, mark);
         if (!before(k, c, self_key, self))
             continue;
         out->n_lower++;

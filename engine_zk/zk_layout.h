@@ -9,7 +9,8 @@
  * (EPHEMERAL_SEQUENTIAL). Children are ordered by the text after the last
  * "lock-" (the whole name when there is none), exactly as Curator's
  * StandardLockInternalsDriver.fixForSorting does, so both sides agree on
- * who is first.
+ * who is first. Leader elections in Curator's LeaderLatch layout use the
+ * mark "latch-" in place of "lock-" (the _mark functions; zk_election.c).
  */
 #ifndef CERB_ZK_LAYOUT_H
 #define CERB_ZK_LAYOUT_H
@@ -23,14 +24,29 @@
 #define ZK_UUID_LEN 36
 #define ZK_PROTECT_PREFIX "_c_"
 #define ZK_LOCK_MARK "lock-"
+/* Curator LeaderLatch's mark (<root>/<name>/_c_<uuid>-latch-<seq>): the
+ * zk engine's leader election in its default layout (zk_election.c). */
+#define ZK_LATCH_MARK "latch-"
 /* At most this many children carrying our uuid are remembered by one
  * listing (there is one, or none; more only after repeated ambiguity). */
 #define ZK_MAX_MINE 8
 
 struct String_vector;
 
-/* The ordering key of child `name` (a suffix of it). */
+/* The ordering key of child `name` (a suffix of it): the text after the
+ * last ZK_LOCK_MARK; _mark: after the last `mark` (ZK_LOCK_MARK or
+ * ZK_LATCH_MARK), as Curator's fixForSorting with that lock name. */
 const char *cerb__zk_child_key(const char *name);
+const char *cerb__zk_child_key_mark(const char *name, const char *mark);
+
+/*
+ * The nodes of Cerberus election terms carry a uuid of version 8 (RFC 9562
+ * "custom": the random uuid with its version nibble set to 8), Curator's a
+ * random one (version 4): a proclaim tells them apart (zk_election.c).
+ * Is child `name` "_c_<uuid>-..." with such a uuid?
+ */
+#define ZK_TERM_UUID_VERSION 8
+bool cerb__zk_child_is_term(const char *name);
 
 /* Does child `name` carry uuid `uuid` (prefix "_c_<uuid>-")? */
 bool cerb__zk_child_has_uuid(const char *name, const char *uuid);
@@ -45,6 +61,8 @@ const char *cerb__zk_basename(const char *path);
  */
 char *cerb__zk_parent_path(const char *root, const char *name);
 char *cerb__zk_node_prefix(const char *parent, const char *uuid);
+/* The same with `mark` in place of "lock-" ("<parent>/_c_<uuid>-<mark>"). */
+char *cerb__zk_node_prefix_mark(const char *parent, const char *uuid, const char *mark);
 /* "<dir>/<child>", malloc'd; NULL on out of memory. */
 char *cerb__zk_join(const char *dir, const char *child);
 
@@ -82,6 +100,10 @@ struct zk_children {
 /* Fill `out` from a listing. Allocations go through cerb__malloc. */
 void cerb__zk_children_analyze(const struct String_vector *v, const char *self,
                                const char *uuid, struct zk_children *out);
+/* The same, ordered by the keys after `mark` (cerb__zk_child_key_mark). */
+void cerb__zk_children_analyze_mark(const struct String_vector *v, const char *self,
+                                    const char *uuid, const char *mark,
+                                    struct zk_children *out);
 /* Free what an analysis allocated, and zero it. */
 void cerb__zk_children_clear(struct zk_children *c);
 

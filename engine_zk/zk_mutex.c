@@ -61,6 +61,17 @@
  *  5. Giving up (deadline, interrupt, error) deletes our node, retried
  *     through connection loss (zk_cleanup.c) until shortly after the
  *     call's bound, then left to the keeper.
+ * Election terms (lk->prim CERB_PRIM_ELECTION, zk_election.c) go through
+ * the same steps in their layout: the mark after the uuid is "latch-"
+ * (Curator's LeaderLatch) or "lock-" (LeaderSelector), which also orders
+ * the children; the node is created with the candidate's value as its data
+ * instead of ZK_DATA_WAITING; no ZK_DATA_HOLDING mark is written, so a
+ * successor lists again on the term's end, as behind a Curator node; and a
+ * term's waiter reads no mark in its predecessor's data (a peer's
+ * participant id could read like one), so it takes over without listing
+ * only when its predecessor was first. A term's node uuid has the version
+ * nibble ZK_TERM_UUID_VERSION (not Curator's random 4), so a proclaim can
+ * tell our candidates from Curator's (zk_election.c).
  * Every wait of a call ends by its bound: the caller's deadline, or the
  * connect timeout for trylock and check_owner (op_bound).
  * A session lost while waiting (zk_session.c) ends the attempt: its node
@@ -102,6 +113,16 @@
 #define ZK_DATA_WAITING "cerb:waiting"
 #define ZK_DATA_HOLDING "cerb:holding"
 
+const char *cerb__zk_variant_mark(int variant)
+{
+    return variant == CERB_ELECT_LAYOUT_SELECTOR ? ZK_LOCK_MARK : ZK_LATCH_MARK;
+}
+
+const char *cerb__zk_lock_mark(const cerb_engine_lock *lk)
+{
+    return lk->prim == CERB_PRIM_ELECTION ? cerb__zk_variant_mark(lk->variant) : ZK_LOCK_MARK;
+}
+
 /* Restarts of an acquisition after its session was lost. */
 #define ZK_MAX_RESTARTS 10
 /* Rounds of create when parents vanish under us or replies get lost. */
@@ -138,6 +159,9 @@ struct acq {
     bool waited;              /* we were queued behind someone */
     int64_t closed_epoch;     /* the epoch of the closure record that
                                  refused us, 0 if none did */
+    const char *mark;         /* the layout's (cerb__zk_lock_mark) */
+    bool term;                /* an election term: data = its value, and
+                                 no ZK_DATA_HOLDING mark (zk_election.c) */
 };
 
 /* How a blocked wait ended. */
@@ -347,7 +371,15 @@ static void data_armed(struct zk_res *r)
     struct zk_lock_priv *p = waiter_of(s->e, r);
     if (p && p->w && r->rc == ZOK) {
         p->w->data_armed = true;
-        if (data_is(r, ZK_DATA_HOLDING))
+        /* An election term reads no marks: a predecessor's data may be a
+         * peer's participant id (Curator's LeaderLatch and LeaderSelector
+         * write any id there), and a foreign waiter whose id reads
+         * "cerb:holding" would make us take over when it gives up, while
+         * the leader before it still leads. A term's waiter takes over
+         * without listing only when its predecessor was first. */
+        if (p->lk && p->lk->prim == CERB_PRIM_ELECTION)
+            ;
+        else if (data_is(r, ZK_DATA_HOLDING))
             p->w->pred_holds = true;
         else if (data_is(r, ZK_DATA_WAITING))
             p->w->pred_ours = true;
@@ -461,11 +493,15 @@ static cerb_status create_round(struct acq *a, uint64_t gen, bool with_parents, 
         ZK_COUNT(e, acquire_calls);
         for (size_t i = 0; i < n_anc; i++)
             cerb__zk_call_create(c, s, anc[i], NULL, &e->acl, ZOO_CONTAINER);
+        /* A term's node carries its value from its creation (Curator's
+         * participant id); a lock's says it waits. */
+        const void *data = a->term ? (a->lk->value ? a->lk->value : "") : ZK_DATA_WAITING;
+        int data_len = a->term ? (int)a->lk->value_len : (int)strlen(ZK_DATA_WAITING);
         kc = cerb__zk_call_lock_multi(c, s, e->fence.path, fs.version,
                                       with_closure ? e->closure.path : NULL,
-                                      with_closure ? cs.version : -1, a->prefix,
-                                      ZK_DATA_WAITING, &e->acl, a->parent);
-        kl = cerb__zk_call_children(c, s, a->parent, kc, NULL, NULL);
+                                      with_closure ? cs.version : -1, a->prefix, data,
+                                      data_len, &e->acl, a->parent);
+        kl = cerb__zk_call_children_mark(c, s, a->parent, kc, NULL, NULL, a->mark);
     }
     cerb__zk_session_end(e);
     if (kc < 0) {
@@ -537,9 +573,11 @@ static cerb_status new_uuid(struct acq *a)
 {
     uuid_t u;
     uuid_generate_random(u);
+    if (a->term)
+        u[6] = (unsigned char)((u[6] & 0x0f) | (ZK_TERM_UUID_VERSION << 4));
     uuid_unparse_lower(u, a->p->uuid);
     cerb__free(a->prefix);
-    a->prefix = cerb__zk_node_prefix(a->parent, a->p->uuid);
+    a->prefix = cerb__zk_node_prefix_mark(a->parent, a->p->uuid, a->mark);
     if (!a->prefix)
         return cerb__error_set(CERB_ENOMEM, "zk %s: out of memory", a->e->hosts);
     return CERB_OK;
@@ -653,8 +691,8 @@ static cerb_status relist(struct acq *a, uint64_t gen, bool *restart)
             return cerb__error_set(CERB_ENOMEM, "zk %s: out of memory", e->hosts);
         struct zk_session *s = cerb__zk_session_begin(e);
         int k = s && s->gen == gen
-                    ? cerb__zk_call_children(c, s, a->parent, -1, cerb__zk_basename(p->node),
-                                             NULL)
+                    ? cerb__zk_call_children_mark(c, s, a->parent, -1,
+                                                  cerb__zk_basename(p->node), NULL, a->mark)
                     : -1;
         cerb__zk_session_end(e);
         int rc = k < 0 ? ZINVALIDSTATE
@@ -852,6 +890,8 @@ static int mark_send(struct zk_session *s, const char *node, struct zk_lock_priv
 static void announce(struct acq *a, uint64_t gen)
 {
     size_t after = a->kids.n_children - a->kids.n_lower - (a->kids.found_self ? 1 : 0);
+    if (a->term)
+        return; /* its data is its value: successors list again, as Curator's */
     if (!a->waited && (!a->listed || after == 0))
         return;
     int rc = ZOK;
@@ -1080,7 +1120,8 @@ cerb_status cerb__zk_op_acquire(cerb_engine *e, cerb_engine_lock *lk, int64_t de
                                 const atomic_int *interrupted, cerb_grant *grant_out)
 {
     struct zk_lock_priv *p = lk->priv;
-    struct acq a = {.e = e, .lk = lk, .p = p, .deadline = deadline_ns, .intr = interrupted};
+    struct acq a = {.e = e, .lk = lk, .p = p, .deadline = deadline_ns, .intr = interrupted,
+                    .mark = cerb__zk_lock_mark(lk), .term = lk->prim == CERB_PRIM_ELECTION};
     a.bound = op_bound(e, deadline_ns);
     struct zk_wait *w = cerb__calloc(1, sizeof *w);
     cerb_status st;
@@ -1227,7 +1268,8 @@ cerb_status cerb__zk_op_check(cerb_engine *e, cerb_engine_lock *lk, cerb_grant *
     if (!p->uuid[0])
         return cerb__error_set(CERB_NOT_OWNER, "zk %s: no acquisition of \"%s\" to check",
                                e->hosts, lk->name);
-    struct acq a = {.e = e, .lk = lk, .p = p, .deadline = 0};
+    struct acq a = {.e = e, .lk = lk, .p = p, .deadline = 0, .mark = cerb__zk_lock_mark(lk),
+                    .term = lk->prim == CERB_PRIM_ELECTION};
     a.bound = op_bound(e, 0);
     st = cerb__zk_wait_connected(e, a.bound, NULL, 0, &ss);
     if (st != CERB_OK)

@@ -24,6 +24,16 @@ cerb_status cerb__zk_op_held(cerb_engine *e, const char *name);
 /* zk_inspect.c: who holds a name and who waits (two reads, no watch). */
 cerb_status cerb__zk_op_inspect(cerb_engine *e, const char *name, struct cerb_holders *out);
 
+/* The mark of lk's node names: ZK_LOCK_MARK for a lock, and for an
+ * election term its layout's (cerb__zk_variant_mark: ZK_LATCH_MARK for
+ * CERB_ELECT_LAYOUT_DEFAULT and _LATCH, ZK_LOCK_MARK for _SELECTOR). A
+ * string constant. */
+const char *cerb__zk_lock_mark(const cerb_engine_lock *lk);
+const char *cerb__zk_variant_mark(int variant);
+
+/* ---- leader election (zk_election.c) ---- */
+extern const struct cerb_election_methods cerb__zk_election;
+
 /* Keeper: send again the marks of held nodes that did not land
  * (zk_mutex.c, announce). */
 void cerb__zk_marks_retry(cerb_engine *e);

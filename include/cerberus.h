@@ -726,9 +726,11 @@ CERB_API cerb_status cerb_election_campaign(cerb_election *e, const void *value,
  * cerb_election_proclaim — while leading, replace the value (atomically
  * with still leading, on the server).
  * Returns: CERB_OK; CERB_NOT_OWNER when not leading; CERB_LOST when the term
- * was lost (its lost callback is queued); an engine error when the change
- * could not be confirmed (the old or the new value may stand); CERB_EINVAL
- * for a bad value.
+ * was lost (its lost callback is queued); CERB_BUSY, nothing changed, when
+ * the engine cannot change it now without stranding a peer (ZooKeeper's
+ * latch layout with a Curator candidate right behind: docs/election.md);
+ * an engine error when the change could not be confirmed (the old or the
+ * new value may stand); CERB_EINVAL for a bad value.
  * Blocking: the engine's operation timeout, with bounded retries.
  */
 CERB_API cerb_status cerb_election_proclaim(cerb_election *e, const void *value, size_t len);

@@ -263,7 +263,8 @@ int cerb_test_zk_mode(int port, char *mode, size_t len)
 char *cerb_test_curator_classpath(char **dir_out)
 {
     static const char *jars = "/usr/share/java";
-    char dir[PATH_MAX_LEN], src1[PATH_MAX_LEN], src2[PATH_MAX_LEN], rjar[PATH_MAX_LEN];
+    char dir[PATH_MAX_LEN], src1[PATH_MAX_LEN], src2[PATH_MAX_LEN], src3[PATH_MAX_LEN];
+    char rjar[PATH_MAX_LEN];
     *dir_out = NULL;
     snprintf(rjar, sizeof rjar, "%s/curator-recipes.jar", jars);
     if (access(rjar, R_OK) != 0) {
@@ -276,7 +277,9 @@ char *cerb_test_curator_classpath(char **dir_out)
              cerb_test_source_dir());
     snprintf(src2, sizeof src2, "%s/tests/interop/curator/CuratorBench.java",
              cerb_test_source_dir());
-    char *argv[] = {"javac", "-nowarn", "-d", dir, "-cp", rjar, src1, src2, NULL};
+    snprintf(src3, sizeof src3, "%s/tests/interop/curator/CuratorLeaderPeer.java",
+             cerb_test_source_dir());
+    char *argv[] = {"javac", "-nowarn", "-d", dir, "-cp", rjar, src1, src2, src3, NULL};
     int rc = cerb_test_run(argv, 120000);
     if (rc != 0) {
         fprintf(stderr, "zk_util: javac exited with %d (Debian package default-jdk-headless)\n",
