@@ -203,10 +203,11 @@ cerb_status cerb_election_campaign(cerb_election *e, const void *value, size_t l
     e->tmpl->value = v; /* stays while campaigning: proclaim needs a term */
     e->tmpl->value_len = len;
     e->campaigning = true;
-    /* A new term: its loss has not been told (the last term's was, or it
-     * was resigned: either way it is out of the watchdog by now). */
+    /* Muted until the campaign returns its term: a loss meanwhile (during
+     * the post-grant proclaim) is the campaign's answer, not a callback
+     * for a term the caller never got. */
     cerb__mutex_lock(&e->tmpl->slot->mu);
-    e->told = false;
+    e->told = true;
     cerb__mutex_unlock(&e->tmpl->slot->mu);
     cerb__mutex_unlock(&e->mu);
 
@@ -225,6 +226,11 @@ cerb_status cerb_election_campaign(cerb_election *e, const void *value, size_t l
         if (st == CERB_OK && cancel && cerb_cancel_fired(cancel))
             st = cerb__error_set(CERB_INTERRUPTED, "election \"%s\": cancelled as it was "
                                                    "elected; the term was given back", name);
+        /* Past its deadline already (a slow post-grant proclaim): a term the
+         * caller would lead with after its loss. */
+        if (st == CERB_OK && cerb_hold_state(t) == CERB_LOCK_LOST)
+            st = cerb__error_set(CERB_LOST, "election \"%s\": the term was lost before its "
+                                            "campaign could return it", name);
         if (st != CERB_OK) {
             char why[CERB_ERROR_MAX];
             cerb__error_copy(why, sizeof why);
@@ -238,6 +244,15 @@ cerb_status cerb_election_campaign(cerb_election *e, const void *value, size_t l
     e->tmpl->value = NULL;
     e->tmpl->value_len = 0;
     if (st == CERB_OK) {
+        /* Unmuted: a loss from here on is told, also one the watchdog
+         * found while muted (it then queued nothing). */
+        struct cerb_slot *s = t->l.slot;
+        cerb__mutex_lock(&s->mu);
+        e->told = false;
+        if (s->holder_tid == CERB_HOLDER_OBJECT && s->hold && s->hold->owner_handle == &t->l &&
+            atomic_load(&s->hold->state) == CERB_LOCK_LOST)
+            cerb__election_lost_locked(e->c, e, t);
+        cerb__mutex_unlock(&s->mu);
         e->term = t;
         atomic_store(&e->fence, cerb_hold_fencing_token(t));
         struct cerb_engine_hold *h = term_hold(t);
