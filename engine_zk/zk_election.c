@@ -69,7 +69,7 @@
 /*
  * The latch layout's guard before a proclaim (see the header): list the
  * candidates and refuse (CERB_BUSY, nothing written) when the one right
- * after our node `node` is not a Cerberus term (cerb__zk_child_is_term):
+ * after our node `node` is not a Cerberus term (cerb__zk_child_is_ours):
  * a Curator LeaderLatch there watches our node and would never learn of
  * its end after a data change. CERB_NOT_OWNER when our node is not
  * listed. Sent on session `gen` only.
@@ -121,7 +121,7 @@ static cerb_status latch_guard(cerb_engine *e, cerb_engine_lock *lk, uint64_t ge
         if (!found)
             st = cerb__error_set(CERB_NOT_OWNER, "zk %s: the node of \"%s\" is gone", e->hosts,
                                  lk->name);
-        else if (next && !cerb__zk_child_is_term(next))
+        else if (next && !cerb__zk_child_is_ours(next))
             st = cerb__error_set(CERB_BUSY, "zk %s: \"%s\": not proclaimed: the candidate "
                                             "right behind this term, %s, is not a Cerberus one "
                                             "(a Curator LeaderLatch, which would miss the "

@@ -54,14 +54,14 @@ bool cerb__zk_child_has_uuid(const char *name, const char *uuid)
            strncmp(name + pl, uuid, ZK_UUID_LEN) == 0 && name[pl + ZK_UUID_LEN] == '-';
 }
 
-bool cerb__zk_child_is_term(const char *name)
+bool cerb__zk_child_is_ours(const char *name)
 {
     size_t pl = strlen(ZK_PROTECT_PREFIX);
     if (strncmp(name, ZK_PROTECT_PREFIX, pl) != 0 || strlen(name) <= pl + ZK_UUID_LEN)
         return false;
     const char *u = name + pl;
     /* 8-4-4-4-12: the version is the first digit of the third group. */
-    return u[8] == '-' && u[13] == '-' && u[14] == '0' + ZK_TERM_UUID_VERSION &&
+    return u[8] == '-' && u[13] == '-' && u[14] == '0' + ZK_OUR_UUID_VERSION &&
            u[18] == '-' && u[23] == '-' && u[ZK_UUID_LEN] == '-';
 }
 

@@ -40,13 +40,16 @@ const char *cerb__zk_child_key(const char *name);
 const char *cerb__zk_child_key_mark(const char *name, const char *mark);
 
 /*
- * The nodes of Cerberus election terms carry a uuid of version 8 (RFC 9562
- * "custom": the random uuid with its version nibble set to 8), Curator's a
- * random one (version 4): a proclaim tells them apart (zk_election.c).
- * Is child `name` "_c_<uuid>-..." with such a uuid?
+ * The nodes Cerberus makes (locks and election terms) carry a uuid of
+ * version 8 (RFC 9562 "custom": the random uuid with its version nibble
+ * set to 8), Curator's a random one (version 4). So a waiter reads marks
+ * (ZK_DATA_*) only in the data of a node of ours, never in a peer's, whose
+ * data is its user's (a LeaderSelector's participant id may read
+ * "cerb:holding"); and a proclaim tells our candidates from Curator's
+ * (zk_election.c). Is child `name` "_c_<uuid>-..." with such a uuid?
  */
-#define ZK_TERM_UUID_VERSION 8
-bool cerb__zk_child_is_term(const char *name);
+#define ZK_OUR_UUID_VERSION 8
+bool cerb__zk_child_is_ours(const char *name);
 
 /* Does child `name` carry uuid `uuid` (prefix "_c_<uuid>-")? */
 bool cerb__zk_child_has_uuid(const char *name, const char *uuid);

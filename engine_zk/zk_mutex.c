@@ -69,9 +69,10 @@
  * successor lists again on the term's end, as behind a Curator node; and a
  * term's waiter reads no mark in its predecessor's data (a peer's
  * participant id could read like one), so it takes over without listing
- * only when its predecessor was first. A term's node uuid has the version
- * nibble ZK_TERM_UUID_VERSION (not Curator's random 4), so a proclaim can
- * tell our candidates from Curator's (zk_election.c).
+ * only when its predecessor was first. Our nodes' uuids (locks' and
+ * terms') have the version nibble ZK_OUR_UUID_VERSION (not Curator's random
+ * 4): a lock waiter reads marks only in a node of ours, and a proclaim
+ * tells our candidates from Curator's (zk_election.c).
  * Every wait of a call ends by its bound: the caller's deadline, or the
  * connect timeout for trylock and check_owner (op_bound).
  * A session lost while waiting (zk_session.c) ends the attempt: its node
@@ -379,6 +380,12 @@ static void data_armed(struct zk_res *r)
          * without listing only when its predecessor was first. */
         if (p->lk && p->lk->prim == CERB_PRIM_ELECTION)
             ;
+        /* Nor does anyone read marks in a peer's node: its data is its
+         * user's (a LeaderSelector participant id may read like a mark),
+         * and a peer waiter that gives up behind a holder would hand us
+         * the name while that holder still holds it. */
+        else if (!p->w->watch || !cerb__zk_child_is_ours(cerb__zk_basename(p->w->watch)))
+            ;
         else if (data_is(r, ZK_DATA_HOLDING))
             p->w->pred_holds = true;
         else if (data_is(r, ZK_DATA_WAITING))
@@ -573,8 +580,7 @@ static cerb_status new_uuid(struct acq *a)
 {
     uuid_t u;
     uuid_generate_random(u);
-    if (a->term)
-        u[6] = (unsigned char)((u[6] & 0x0f) | (ZK_TERM_UUID_VERSION << 4));
+    u[6] = (unsigned char)((u[6] & 0x0f) | (ZK_OUR_UUID_VERSION << 4)); /* ours */
     uuid_unparse_lower(u, a->p->uuid);
     cerb__free(a->prefix);
     a->prefix = cerb__zk_node_prefix_mark(a->parent, a->p->uuid, a->mark);

@@ -132,10 +132,10 @@ static void test_latch_names_and_order(void **state)
     cerb__zk_children_clear(&k);
     assert_string_equal(cerb__zk_child_key_mark(names[0], ZK_LATCH_MARK), "0000000007");
     assert_string_equal(cerb__zk_child_key_mark(names[0], ZK_LOCK_MARK), names[0]);
-    assert_false(cerb__zk_child_is_term(names[0])); /* version 4: Curator's */
-    assert_true(cerb__zk_child_is_term("_c_bbbbbbbb-0000-8000-8000-000000000000-latch-0000000001"));
-    assert_false(cerb__zk_child_is_term("_c_bbbbbbbb-0000-8000-8000-00000000000-latch-01"));
-    assert_false(cerb__zk_child_is_term("latch-0000000001"));
+    assert_false(cerb__zk_child_is_ours(names[0])); /* version 4: Curator's */
+    assert_true(cerb__zk_child_is_ours("_c_bbbbbbbb-0000-8000-8000-000000000000-latch-0000000001"));
+    assert_false(cerb__zk_child_is_ours("_c_bbbbbbbb-0000-8000-8000-00000000000-latch-01"));
+    assert_false(cerb__zk_child_is_ours("latch-0000000001"));
     char *p = cerb__zk_node_prefix_mark("/r/n", "bbbbbbbb-0000-4000-8000-000000000000",
                                         ZK_LATCH_MARK);
     assert_string_equal(p, "/r/n/_c_bbbbbbbb-0000-4000-8000-000000000000-latch-");
@@ -166,7 +166,7 @@ static void test_latch_campaign_leader_proclaim(void **state)
     assert_true(strncmp(child, "_c_", 3) == 0);
     assert_non_null(strstr(child, "-latch-0"));
     assert_int_equal(child[3 + 14], '8'); /* a term's uuid: version 8 */
-    assert_true(cerb__zk_child_is_term(child));
+    assert_true(cerb__zk_child_is_ours(child));
     assert_string_equal(data, "node-a");
     free(data);
 
@@ -463,6 +463,69 @@ static void test_waiter_ignores_peer_marks(void **state)
     free(name);
 }
 
+struct bg_lock {
+    cerb_lock *l;
+    cerb_hold *h;
+    cerb_status st;
+    atomic_bool done;
+};
+
+static void *bg_lock_wait(void *arg)
+{
+    struct bg_lock *b = arg;
+    b->st = cerb_lock_acquire(b->l, 20000, NULL, &b->h);
+    atomic_store(&b->done, true);
+    return NULL;
+}
+
+static bool bg_lock_done(void *ud) { return atomic_load(&((struct bg_lock *)ud)->done); }
+
+/*
+ * The same for a plain lock on a name a LeaderSelector also uses (the
+ * mutex's layout): a peer's waiter whose participant id reads
+ * "cerb:holding" is no Cerberus holder announcing itself, and a Cerberus
+ * lock waiter behind it must not take the name when it gives up while the
+ * peer's leader still leads (two holders). Cerberus nodes carry their
+ * uuid's version 8; only their data is read as a mark.
+ */
+static void test_lock_waiter_ignores_peer_marks(void **state)
+{
+    (void)state;
+    char *name = test_name("lk-marks");
+    char *path = cerb_test_zk_lock_path(name);
+    zhandle_t *zh = cerb_test_zk_connect(NULL, NULL);
+    assert_non_null(zh);
+    cerb_client *c = open_client(NULL);
+    cerb_lock *l = NULL;
+    assert_int_equal(cerb_lock_new(c, name, NULL, &l), CERB_OK);
+    assert_int_equal(cerb_lock_trylock(l), CERB_OK); /* the parents */
+    assert_int_equal(cerb_lock_unlock(l), CERB_OK);
+    char *leader = peer_node(zh, path, "33333333-0000-4000-8000-000000000000", "peer-leader");
+    char *waiter = peer_node(zh, path, "44444444-0000-4000-8000-000000000000", "cerb:holding");
+    struct bg_lock b = {.l = l};
+    pthread_t t;
+    pthread_create(&t, NULL, bg_lock_wait, &b);
+    struct kids three = {zh, name, 3};
+    assert_wait_until(kids_are, &three, 10000);
+
+    assert_int_equal(zoo_delete(zh, waiter, -1), ZOK); /* the peer's waiter gives up */
+    cerb_test_let_time_pass(500); /* a wrong take-over would come by now */
+    assert_false(atomic_load(&b.done));
+    assert_int_equal(zoo_delete(zh, leader, -1), ZOK);
+    assert_wait_until(bg_lock_done, &b, 10000);
+    pthread_join(t, NULL);
+    assert_int_equal(b.st, CERB_OK);
+    assert_int_equal(cerb_hold_free(b.h), CERB_OK);
+
+    cerb_lock_free(l);
+    cerb_client_close(c);
+    cerb_test_zk_close(zh);
+    free(leader);
+    free(waiter);
+    free(path);
+    free(name);
+}
+
 /* ---- values the layout cannot carry ---- */
 
 static void test_mark_values_refused(void **state)
@@ -601,6 +664,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_selector_elected_in_order),
         cmocka_unit_test(test_selector_excludes_lock),
         cmocka_unit_test(test_waiter_ignores_peer_marks),
+        cmocka_unit_test(test_lock_waiter_ignores_peer_marks),
         cmocka_unit_test(test_mark_values_refused),
         cmocka_unit_test(test_term_lost_on_expiry),
     };
