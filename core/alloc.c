@@ -62,4 +62,15 @@ char *cerb__strdup(const char *s)
     return d;
 }
 
+void *cerb__memdup0(const void *p, size_t n)
+{
+    char *d = cerb__malloc(n + 1);
+    if (d) {
+        if (n)
+            memcpy(d, p, n);
+        d[n] = '\0';
+    }
+    return d;
+}
+
 void cerb__free(void *p) { free(p); }

@@ -12,6 +12,9 @@ void *cerb__malloc(size_t n);
 void *cerb__calloc(size_t count, size_t n);
 void *cerb__realloc(void *p, size_t n);
 char *cerb__strdup(const char *s);
+/* A copy of n bytes with a NUL after them (never NULL for n = 0); NULL when
+ * out of memory. */
+void *cerb__memdup0(const void *p, size_t n);
 void cerb__free(void *p);
 
 /*

@@ -75,18 +75,6 @@ static cerb_status value_check(const char *what, const void *value, size_t len)
     return CERB_OK;
 }
 
-/* A copy of value (one byte more: never NULL, NUL-terminated). */
-static void *value_dup(const void *value, size_t len)
-{
-    char *v = cerb__malloc(len + 1);
-    if (v) {
-        if (len)
-            memcpy(v, value, len);
-        v[len] = '\0';
-    }
-    return v;
-}
-
 cerb_status cerb_election_new(cerb_client *c, const char *name, const cerb_election_opts *opts,
                               cerb_election **out)
 {
@@ -128,10 +116,8 @@ cerb_status cerb_election_new(cerb_client *c, const char *name, const cerb_elect
 static struct cerb_engine_hold *term_hold(cerb_hold *t)
 {
     struct cerb_slot *s = t->l.slot;
-    struct cerb_engine_hold *h = NULL;
     cerb__mutex_lock(&s->mu);
-    if (s->holder_tid == CERB_HOLDER_OBJECT && s->hold && s->hold->owner_handle == &t->l)
-        h = s->hold;
+    struct cerb_engine_hold *h = CERB__OBJECT_HOLD(s, &t->l);
     cerb__mutex_unlock(&s->mu);
     return h;
 }
@@ -192,7 +178,7 @@ cerb_status cerb_election_campaign(cerb_election *e, const void *value, size_t l
             return cerb__cancel_note(cancel, st);
         }
     }
-    void *v = value_dup(value, len);
+    void *v = cerb__memdup0(value, len);
     if (!v) {
         cerb__mutex_unlock(&e->mu);
         return cerb__cancel_note(cancel, cerb__error_set(CERB_ENOMEM, "out of memory"));
@@ -249,13 +235,12 @@ cerb_status cerb_election_campaign(cerb_election *e, const void *value, size_t l
         struct cerb_slot *s = t->l.slot;
         cerb__mutex_lock(&s->mu);
         e->told = false;
-        if (s->holder_tid == CERB_HOLDER_OBJECT && s->hold && s->hold->owner_handle == &t->l &&
-            atomic_load(&s->hold->state) == CERB_LOCK_LOST)
+        struct cerb_engine_hold *h = CERB__OBJECT_HOLD(s, &t->l);
+        if (h && atomic_load(&h->state) == CERB_LOCK_LOST)
             cerb__election_lost_locked(e->c, e, t);
         cerb__mutex_unlock(&s->mu);
         e->term = t;
         atomic_store(&e->fence, cerb_hold_fencing_token(t));
-        struct cerb_engine_hold *h = term_hold(t);
         if (h)
             atomic_fetch_add(&e->c->engines[h->engine_idx].terms, 1);
     }
@@ -296,7 +281,7 @@ cerb_status cerb_election_proclaim(cerb_election *e, const void *value, size_t l
 
     const struct cerb_engine_ops *ops = e->c->engines[h->engine_idx].ops;
     st = cerb__engine_check_value(ops, h->lk.variant, value, len);
-    void *v = st == CERB_OK ? value_dup(value, len) : NULL;
+    void *v = st == CERB_OK ? cerb__memdup0(value, len) : NULL;
     if (st == CERB_OK && !v)
         st = cerb__error_set(CERB_ENOMEM, "out of memory");
     if (st == CERB_OK)
@@ -394,8 +379,8 @@ cerb_status cerb_election_on_lost(cerb_election *e, void (*cb)(cerb_election *, 
     e->cb_ud = ud;
     /* A term lost before anyone listened: the watchdog told nobody. */
     cerb_status st = CERB_OK;
-    if (cb && t && !e->told && s->holder_tid == CERB_HOLDER_OBJECT && s->hold &&
-        s->hold->owner_handle == &t->l && atomic_load(&s->hold->state) == CERB_LOCK_LOST &&
+    struct cerb_engine_hold *h = t ? CERB__OBJECT_HOLD(s, &t->l) : NULL;
+    if (cb && !e->told && h && atomic_load(&h->state) == CERB_LOCK_LOST &&
         !cerb__election_lost_locked(e->c, e, t))
         st = cerb__error_set(CERB_ENOMEM, "cerb_election_on_lost: out of memory to queue the "
                                           "callback of a term already lost; set it again");

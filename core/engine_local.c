@@ -127,14 +127,8 @@ static void waiter_remove(struct local_entry *e, struct local_waiter *w)
 static bool value_set(struct local_entry *e, const void *value, size_t len, bool keep)
 {
     void *v = NULL;
-    if (keep) {
-        v = cerb__malloc(len + 1);
-        if (!v)
-            return false;
-        if (len)
-            memcpy(v, value, len);
-        ((char *)v)[len] = '\0';
-    }
+    if (keep && !(v = cerb__memdup0(value, len)))
+        return false;
     cerb__free(e->value);
     e->value = v;
     e->value_len = keep ? len : 0;
@@ -543,11 +537,10 @@ static cerb_status elect_leader(cerb_engine *e, const char *name, int variant,
                           ? -1
                           : (en->expires_ns - now) / CERB_NS_PER_MS;
         if (en->value) {
-            out->value = cerb__malloc(en->value_len + 1);
+            out->value = cerb__memdup0(en->value, en->value_len);
             if (!out->value) {
                 st = cerb__error_set(CERB_ENOMEM, "local: out of memory");
             } else {
-                memcpy(out->value, en->value, en->value_len + 1);
                 out->value_len = en->value_len;
                 out->value_known = 1;
             }

@@ -186,8 +186,9 @@ enum cerb_lock_state cerb_hold_state(const cerb_hold *h)
     struct cerb_slot *s = h->l.slot;
     enum cerb_lock_state st = CERB_LOCK_FREE;
     cerb__mutex_lock(&s->mu);
-    if (s->holder_tid == CERB_HOLDER_OBJECT && s->hold && s->hold->owner_handle == &h->l)
-        st = cerb__hold_state(h->l.client, s->hold);
+    struct cerb_engine_hold *eh = CERB__OBJECT_HOLD(s, &h->l);
+    if (eh)
+        st = cerb__hold_state(h->l.client, eh);
     cerb__mutex_unlock(&s->mu);
     return st;
 }
@@ -199,9 +200,9 @@ int64_t cerb_hold_valid_ms(const cerb_hold *h)
     struct cerb_slot *s = h->l.slot;
     int64_t left = 0;
     cerb__mutex_lock(&s->mu);
-    if (s->holder_tid == CERB_HOLDER_OBJECT && s->hold && s->hold->owner_handle == &h->l &&
-        cerb__hold_state(h->l.client, s->hold) != CERB_LOCK_LOST) {
-        left = cerb__hold_until(h->l.client, s->hold) - cerb_monotime();
+    struct cerb_engine_hold *eh = CERB__OBJECT_HOLD(s, &h->l);
+    if (eh && cerb__hold_state(h->l.client, eh) != CERB_LOCK_LOST) {
+        left = cerb__hold_until(h->l.client, eh) - cerb_monotime();
         left = left > 0 ? left / 1000000 : 0;
     }
     cerb__mutex_unlock(&s->mu);
@@ -218,8 +219,8 @@ cerb_status cerb_hold_on_lost(cerb_hold *h, void (*cb)(cerb_hold *, void *), voi
     h->cb_ud = ud;
     /* Lost before anyone listened: the watchdog told nobody, so tell now. */
     cerb_status st = CERB_OK;
-    if (cb && !h->told && s->holder_tid == CERB_HOLDER_OBJECT && s->hold &&
-        s->hold->owner_handle == &h->l && atomic_load(&s->hold->state) == CERB_LOCK_LOST) {
+    struct cerb_engine_hold *eh = CERB__OBJECT_HOLD(s, &h->l);
+    if (cb && !h->told && eh && atomic_load(&eh->state) == CERB_LOCK_LOST) {
         h->told = cerb__notify_hold_lost(h->l.client, h, cb, ud);
         if (!h->told) /* the watchdog told nobody and will not look again */
             st = cerb__error_set(CERB_ENOMEM, "cerb_hold_on_lost: out of memory to queue the "

@@ -200,6 +200,12 @@ struct cerb_lock {
  * (cerb__thread_id counts from 1), so no thread re-enters it. Which object
  * holds it is s->hold->owner_handle, the hold's private handle. */
 #define CERB_HOLDER_OBJECT UINT64_MAX
+/* The engine hold that hold object h's private handle `l` holds, or NULL
+ * (released, lost and given back, never granted). slot->mu held. */
+#define CERB__OBJECT_HOLD(s, l)                                                \
+    ((s)->holder_tid == CERB_HOLDER_OBJECT && (s)->hold && (s)->hold->owner_handle == (l) \
+         ? (s)->hold                                                            \
+         : NULL)
 #define CERB_HOLD_MAGIC 0x484f4c44u   /* "HOLD" */
 
 /*

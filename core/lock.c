@@ -233,13 +233,9 @@ cerb_status cerb__engine_hold_prim(struct cerb_engine_hold *h, int prim, int var
     h->lk.value_len = 0;
     if (prim == CERB_PRIM_MUTEX)
         return CERB_OK;
-    /* One byte more, so that an empty value is not NULL. */
-    void *v = cerb__malloc(len + 1);
+    void *v = cerb__memdup0(value, len); /* an empty value is not NULL */
     if (!v)
         return cerb__error_set(CERB_ENOMEM, "out of memory");
-    if (len)
-        memcpy(v, value, len);
-    ((char *)v)[len] = '\0';
     h->lk.value = v;
     h->lk.value_len = len;
     return CERB_OK;
