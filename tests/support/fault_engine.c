@@ -32,6 +32,7 @@ static atomic_long calls[FAULT_NOPS];
 static atomic_long faults;
 static atomic_long delay_ms[FAULT_NOPS];
 static atomic_bool delay_stall[FAULT_NOPS];
+static atomic_long ttl_div;
 
 /* Open instances and their clients' event sinks, for fault_engine_emit. */
 #define MAX_INSTANCES 16
@@ -99,7 +100,10 @@ void fault_engine_reset(void)
         atomic_store(&delay_ms[i], 0);
     }
     atomic_store(&faults, 0);
+    atomic_store(&ttl_div, 0);
 }
+
+void fault_engine_ttl_div(long div) { atomic_store(&ttl_div, div); }
 
 long fault_engine_calls(enum fault_op op) { return atomic_load(&calls[op]); }
 long fault_engine_faults(void) { return atomic_load(&faults); }
@@ -177,6 +181,9 @@ static cerb_status f_acquire(cerb_engine *e, cerb_engine_lock *lk, int64_t deadl
     cerb_status st = INNER->acquire(e, lk, deadline_ns, intr, g);
     if (k == FAULT_AFTER && st == CERB_OK)
         return injected(g, k);
+    long div = atomic_load(&ttl_div);
+    if (st == CERB_OK && div > 1)
+        g->ttl_ms /= div;
     return st;
 }
 
@@ -216,13 +223,47 @@ static void f_cancel(cerb_engine *e, cerb_engine_lock *lk) { INNER->cancel(e, lk
 
 static cerb_status f_probe(cerb_engine *e, int64_t timeout_ms) { return INNER->probe(e, timeout_ms); }
 
+/* Elections: the local engine's, except that the value is proclaimed after
+ * the grant (as on redis), through a proclaim that can be failed or slowed. */
+static cerb_status f_proclaim(cerb_engine *e, cerb_engine_lock *lk, const void *v, size_t n,
+                              cerb_outcome *oc)
+{
+    int k = should_fail(FAULT_PROCLAIM);
+    if (delayed(FAULT_PROCLAIM)) {
+        *oc = CERB_OUTCOME_UNKNOWN;
+        return stalled(NULL);
+    }
+    if (k == FAULT_BEFORE) {
+        *oc = CERB_OUTCOME_NO;
+        return injected(NULL, k);
+    }
+    cerb_status st = INNER->election->proclaim(e, lk, v, n, oc);
+    if (k == FAULT_AFTER && st == CERB_OK) {
+        *oc = CERB_OUTCOME_UNKNOWN;
+        return injected(NULL, k);
+    }
+    return st;
+}
+
+static cerb_status f_leader(cerb_engine *e, const char *name, int variant, cerb_leader_rec *out)
+{
+    return INNER->election->leader(e, name, variant, out);
+}
+
+static const struct cerb_election_methods fault_election = {
+    .version = CERB_ELECTION_METHODS_V1,
+    .flags = 0,
+    .proclaim = f_proclaim,
+    .leader = f_leader,
+};
+
 /* The methods both tables share: the local engine with faults injected. */
 #define FAULT_OPS_COMMON                                                      \
-    .version = CERB_ENGINE_OPS_V1, .caps = CERB_CAP_FENCING | CERB_CAP_WAIT,  \
+    .version = CERB_ENGINE_OPS_V5, .caps = CERB_CAP_FENCING | CERB_CAP_WAIT,  \
     .lock_priv_size = 64, /* covers the local engine's per-hold state */      \
     .open = f_open, .close = f_close, .acquire = f_acquire, .renew = f_renew, \
     .release = f_release, .check_owner = f_check, .cancel = f_cancel,         \
-    .probe = f_probe
+    .probe = f_probe, .election = &fault_election
 
 static const struct cerb_engine_ops fault_ops = {FAULT_OPS_COMMON, .name = "fault"};
 

@@ -11,7 +11,11 @@
 
 #include <stdbool.h>
 
-enum fault_op { FAULT_ACQUIRE, FAULT_RENEW, FAULT_RELEASE, FAULT_CHECK, FAULT_ANY, FAULT_NOPS };
+enum fault_op {
+    FAULT_ACQUIRE, FAULT_RENEW, FAULT_RELEASE, FAULT_CHECK,
+    FAULT_PROCLAIM, /* an election's proclaim (the table has no value at grant) */
+    FAULT_ANY, FAULT_NOPS
+};
 
 enum fault_kind {
     FAULT_BEFORE, /* fail without effect: connection refused */
@@ -31,6 +35,10 @@ long fault_engine_faults(void);
  * at the op timeout — a timeout with outcome UNKNOWN, without effect.
  * ms = 0 turns it off. */
 void fault_engine_delay(enum fault_op op, long ms, bool stall);
+/* From now until reset, every grant reports 1/div of the lease it got
+ * (div > 1): the client's deadline then comes well before the server's,
+ * as with a server whose clock runs slow. 0 or 1 turns it off. */
+void fault_engine_ttl_div(long div);
 /* Deliver engine event ev (cerb_engine_event) for lock `name` (NULL: every
  * hold) from every open fault engine instance to its client, as an engine
  * does when its session is lost. Returns the number of instances told. */

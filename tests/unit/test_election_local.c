@@ -23,6 +23,7 @@
 
 #include "cerberus.h"
 #include "clock.h"
+#include "fault_engine.h"
 #include "test_util.h"
 
 static cerb_client *open_local(void)
@@ -362,6 +363,39 @@ static void test_each_term_told(void **state)
     cerb_client_close(c);
 }
 
+/* A term whose deadline passes during its post-grant proclaim (an engine
+ * whose value is proclaimed after the grant, as redis; here a client
+ * deadline well before the server's, renewals failing, a slow proclaim
+ * that still lands): the campaign answers CERB_LOST, not a term the caller
+ * would lead with after its loss, and no lost callback is queued for a
+ * term it never got. */
+static void test_term_lost_during_proclaim(void **state)
+{
+    (void)state;
+    fault_engine_register();
+    fault_engine_reset();
+    cerb_client *c = NULL;
+    assert_int_equal(cerb_client_open_string(&c, "engines = (\"fault\");\n"), CERB_OK);
+    cerb_election_opts o = CERB_ELECTION_OPTS_INIT;
+    o.lease_ms = 1000;
+    cerb_election *e = NULL;
+    assert_int_equal(cerb_election_new(c, "el-slow", &o, &e), CERB_OK);
+    atomic_int flag = 0;
+    atomic_store(&lost_calls, 0);
+    assert_int_equal(cerb_election_on_lost(e, on_lost, &flag), CERB_OK);
+    fault_engine_ttl_div(4);                           /* ours ends at ~250 ms */
+    fault_engine_set(FAULT_RENEW, 1, true, FAULT_BEFORE); /* no renewal lands */
+    fault_engine_delay(FAULT_PROCLAIM, 500, false);    /* lands at ~500 ms */
+    assert_int_equal(cerb_election_campaign(e, "v", 1, 0, NULL), CERB_LOST);
+    assert_int_equal(cerb_election_state(e), CERB_LOCK_FREE);
+    assert_true(fault_engine_calls(FAULT_PROCLAIM) >= 1);
+    cerb_test_let_time_pass(300); /* a wrong callback would be queued by now */
+    assert_int_equal(atomic_load(&lost_calls), 0);
+    fault_engine_reset();
+    cerb_election_free(e);
+    cerb_client_close(c);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -372,6 +406,7 @@ int main(void)
         cmocka_unit_test(test_engine_without_elections),
         cmocka_unit_test(test_free_during_campaign),
         cmocka_unit_test(test_each_term_told),
+        cmocka_unit_test(test_term_lost_during_proclaim),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
