@@ -95,14 +95,40 @@ struct cerb_slot *cerb__slot_get(cerb_client *c, const char *name)
     return s;
 }
 
+struct cerb_slot *cerb__slot_private(cerb_client *c, const char *name, int prim)
+{
+    (void)c;
+    struct cerb_slot *s = cerb__calloc(1, sizeof *s);
+    if (!s)
+        return NULL;
+    if (!(s->name = cerb__strdup(name))) {
+        cerb__free(s);
+        return NULL;
+    }
+    cerb__mutex_init(&s->mu);
+    cerb__cond_init(&s->cond);
+    s->unlisted = true;
+    s->prim = prim;
+    s->refs = 1;
+    return s;
+}
+
+void cerb__slot_ref(cerb_client *c, struct cerb_slot *s)
+{
+    cerb__mutex_lock(&c->mu);
+    s->refs++;
+    cerb__mutex_unlock(&c->mu);
+}
+
 void cerb__slot_put(cerb_client *c, struct cerb_slot *s)
 {
     cerb__mutex_lock(&c->mu);
     if (--s->refs == 0) {
         struct cerb_slot **pp = &c->names[name_hash(s->name)];
-        while (*pp != s)
+        while (!s->unlisted && *pp != s)
             pp = &(*pp)->next;
-        *pp = s->next;
+        if (!s->unlisted)
+            *pp = s->next;
         cerb__mutex_destroy(&s->mu);
         cerb__cond_destroy(&s->cond);
         cerb__free(s->name);

@@ -44,6 +44,16 @@ cerb_status cerb__engine_register(const struct cerb_engine_ops *ops)
          !ops->election->leader))
         return cerb__error_set(CERB_EINVAL, "engine %s: election table incomplete or of an "
                                             "unknown version", ops->name);
+    if (ops->version >= CERB_ENGINE_OPS_V5) {
+        const struct cerb_queue_methods *qs[] = {ops->semaphore, ops->rwlock};
+        for (size_t i = 0; i < 2; i++)
+            if (qs[i] && (qs[i]->version != CERB_QUEUE_METHODS_V1 || !qs[i]->acquire ||
+                          !qs[i]->release || !qs[i]->check_owner || !qs[i]->held ||
+                          !qs[i]->inspect))
+                return cerb__error_set(CERB_EINVAL, "engine %s: %s table incomplete or of an "
+                                                    "unknown version",
+                                       ops->name, i ? "read-write lock" : "semaphore");
+    }
     cerb__mutex_lock(&reg_mu);
     for (size_t i = 0; i < n_registered; i++) {
         if (registry[i] == ops)
@@ -127,9 +137,44 @@ static const struct cerb_election_methods *election_of(const struct cerb_engine_
     return ops->version >= CERB_ENGINE_OPS_V5 ? ops->election : NULL;
 }
 
+/* The engine's table for a queued primitive (semaphore, read-write lock),
+ * or NULL (none, or prim is not one). */
+static const struct cerb_queue_methods *queue_of(const struct cerb_engine_ops *ops, int prim)
+{
+    if (ops->version < CERB_ENGINE_OPS_V5)
+        return NULL;
+    return prim == CERB_PRIM_SEMAPHORE ? ops->semaphore
+           : prim == CERB_PRIM_RWLOCK  ? ops->rwlock
+                                       : NULL;
+}
+
+static bool is_queued(int prim)
+{
+    return prim == CERB_PRIM_SEMAPHORE || prim == CERB_PRIM_RWLOCK;
+}
+
 bool cerb__engine_has_election(const struct cerb_engine_ops *ops)
 {
     return election_of(ops) != NULL;
+}
+
+bool cerb__engine_has_prim(const struct cerb_engine_ops *ops, int prim)
+{
+    if (prim == CERB_PRIM_MUTEX)
+        return true;
+    if (prim == CERB_PRIM_ELECTION)
+        return election_of(ops) != NULL;
+    return queue_of(ops, prim) != NULL;
+}
+
+const char *cerb__prim_name(int prim)
+{
+    switch (prim) {
+    case CERB_PRIM_ELECTION: return "leader election";
+    case CERB_PRIM_SEMAPHORE: return "semaphore";
+    case CERB_PRIM_RWLOCK: return "read-write lock";
+    default: return "lock";
+    }
 }
 
 static cerb_status no_election(const struct cerb_engine_ops *ops)
@@ -137,13 +182,23 @@ static cerb_status no_election(const struct cerb_engine_ops *ops)
     return cerb__error_set(CERB_UNAVAILABLE, "engine %s has no leader election", ops->name);
 }
 
-/* The check of lk's grant: the election table's for a term, when it has one. */
+static cerb_status no_prim(const struct cerb_engine_ops *ops, int prim)
+{
+    if (prim == CERB_PRIM_ELECTION)
+        return no_election(ops);
+    return cerb__error_set(CERB_UNAVAILABLE, "engine %s has no %s", ops->name,
+                           cerb__prim_name(prim));
+}
+
+/* The check of lk's grant: the primitive's table's when it has one. */
 static cerb_status check_of(const struct cerb_engine_ops *ops, cerb_engine *e,
                             cerb_engine_lock *lk, cerb_grant *grant)
 {
     const struct cerb_election_methods *em = election_of(ops);
     if (lk->prim == CERB_PRIM_ELECTION && em && em->check_owner)
         return em->check_owner(e, lk, grant);
+    if (is_queued(lk->prim))
+        return queue_of(ops, lk->prim)->check_owner(e, lk, grant);
     return ops->check_owner(e, lk, grant);
 }
 
@@ -155,14 +210,16 @@ cerb_status cerb__engine_acquire(const struct cerb_engine_ops *ops,
 {
     grant_reset(grant);
     cerb_status st;
+    if (!cerb__engine_has_prim(ops, lk->prim)) {
+        grant->no_prim = 1;
+        return no_prim(ops, lk->prim); /* outcome NO: nothing was sent */
+    }
     if (lk->prim == CERB_PRIM_ELECTION) {
         const struct cerb_election_methods *em = election_of(ops);
-        if (!em) {
-            grant->no_prim = 1;
-            return no_election(ops); /* outcome NO: nothing was sent */
-        }
         st = em->acquire ? em->acquire(e, lk, deadline_ns, interrupted, grant)
                          : ops->acquire(e, lk, deadline_ns, interrupted, grant);
+    } else if (is_queued(lk->prim)) {
+        st = queue_of(ops, lk->prim)->acquire(e, lk, deadline_ns, interrupted, grant);
     } else {
         st = ops->acquire(e, lk, deadline_ns, interrupted, grant);
     }
@@ -178,7 +235,11 @@ cerb_status cerb__engine_renew(const struct cerb_engine_ops *ops,
                                cerb_grant *grant)
 {
     grant_reset(grant);
-    if (!ops->renew) {
+    if (!cerb__engine_has_prim(ops, lk->prim))
+        return no_prim(ops, lk->prim);
+    cerb_status (*renew)(cerb_engine *, cerb_engine_lock *, cerb_grant *) =
+        is_queued(lk->prim) ? queue_of(ops, lk->prim)->renew : ops->renew;
+    if (!renew) {
         /* An engine without renewal holds until release (session based):
          * confirm ownership instead, which is what a renewal proves. */
         cerb_status st = check_of(ops, e, lk, grant);
@@ -186,13 +247,18 @@ cerb_status cerb__engine_renew(const struct cerb_engine_ops *ops,
             grant->sent_ns = cerb_monotime();
         return st;
     }
-    return ops->renew(e, lk, grant);
+    return renew(e, lk, grant);
 }
 
 void cerb__engine_renew_batch(const struct cerb_engine_ops *ops,
                               cerb_engine *e, cerb_renew_item *items, size_t n)
 {
-    if (ops->renew_batch && n > 1) {
+    /* The engine's batch renews the mutex's layout (and an election's,
+     * which shares it); a queued primitive's holds go one by one. */
+    bool batch = ops->renew_batch && n > 1;
+    for (size_t i = 0; batch && i < n; i++)
+        batch = !is_queued(items[i].lk->prim);
+    if (batch) {
         for (size_t i = 0; i < n; i++)
             grant_reset(&items[i].grant);
         ops->renew_batch(e, items, n);
@@ -205,6 +271,10 @@ void cerb__engine_renew_batch(const struct cerb_engine_ops *ops,
 cerb_status cerb__engine_release(const struct cerb_engine_ops *ops,
                                  cerb_engine *e, cerb_engine_lock *lk)
 {
+    if (is_queued(lk->prim)) {
+        const struct cerb_queue_methods *q = queue_of(ops, lk->prim);
+        return q ? q->release(e, lk) : no_prim(ops, lk->prim);
+    }
     return ops->release(e, lk);
 }
 
@@ -213,8 +283,8 @@ cerb_status cerb__engine_check_owner(const struct cerb_engine_ops *ops,
                                      cerb_grant *grant)
 {
     grant_reset(grant);
-    if (lk->prim == CERB_PRIM_ELECTION && !election_of(ops))
-        return no_election(ops);
+    if (!cerb__engine_has_prim(ops, lk->prim))
+        return no_prim(ops, lk->prim);
     return check_of(ops, e, lk, grant);
 }
 
@@ -303,8 +373,16 @@ void cerb__engine_stats(const struct cerb_engine_ops *ops, cerb_engine *e,
 }
 
 cerb_status cerb__engine_held(const struct cerb_engine_ops *ops, cerb_engine *e,
-                              const char *name)
+                              const char *name, int prim)
 {
+    if (is_queued(prim)) {
+        const struct cerb_queue_methods *q = queue_of(ops, prim);
+        if (!q)
+            return no_prim(ops, prim);
+        if (!e)
+            return cerb__error_set(CERB_UNAVAILABLE, "engine %s is not open", ops->name);
+        return q->held(e, name);
+    }
     if (!ops->held || !e)
         return cerb__error_set(CERB_UNAVAILABLE, "engine %s cannot tell whether a name is held",
                                ops->name);

@@ -39,10 +39,20 @@
 struct cerb_config;
 struct cerb_holders;
 struct cerb_election_methods;
+struct cerb_queue_methods;
 
 /* What a hold is for (cerb_engine_lock.prim): the mutex, or a primitive
  * whose engine methods are in a table of its own (§16). */
-enum cerb_prim { CERB_PRIM_MUTEX = 0, CERB_PRIM_ELECTION = 1 };
+enum cerb_prim {
+    CERB_PRIM_MUTEX = 0,
+    CERB_PRIM_ELECTION = 1,
+    CERB_PRIM_SEMAPHORE = 2, /* count permits of limit (ops->semaphore) */
+    CERB_PRIM_RWLOCK = 3     /* variant enum cerb_rw_mode (ops->rwlock) */
+};
+#define CERB_PRIM_COUNT 4
+
+/* A read-write lock hold's mode (cerb_engine_lock.variant). */
+enum cerb_rw_mode { CERB_RW_READ = 1, CERB_RW_WRITE = 2 };
 
 #define CERB_ENGINE_OPS_V1 1
 #define CERB_ENGINE_OPS_V2 2 /* + the idempotency guard's records (§11) */
@@ -111,6 +121,11 @@ typedef struct cerb_engine_lock {
     int variant;
     const void *value;
     size_t value_len;
+    /* CERB_PRIM_SEMAPHORE: the semaphore's limit (1..CERB_SEMAPHORE_MAX,
+     * the caller's; the engine stores the first and refuses another) and
+     * the permits this hold takes (1..limit). Else 0. */
+    int64_t limit;
+    unsigned count;
 } cerb_engine_lock;
 
 /*
@@ -129,9 +144,10 @@ typedef struct cerb_grant {
     int64_t closed_epoch;
     /* The engine has no such primitive (a term on an engine without
      * elections: set by the shims; or in the mode it runs in: set by the
-     * engine, with CERB_UNAVAILABLE). A final answer about the engine, not
-     * a failure of it: no breaker counts it, no acquisition moves to
-     * another engine for it. */
+     * engine, with CERB_UNAVAILABLE), or refuses this hold for good (a
+     * semaphore whose stored limit differs from the caller's: CERB_ECONFIG).
+     * A final answer about the engine, not a failure of it: no breaker
+     * counts it, no acquisition moves to another engine for it. */
     int no_prim;
 } cerb_grant;
 
@@ -372,6 +388,8 @@ struct cerb_engine_ops {
      * engine has no such primitive, and the core answers CERB_UNAVAILABLE
      * naming it. */
     const struct cerb_election_methods *election;
+    const struct cerb_queue_methods *semaphore;
+    const struct cerb_queue_methods *rwlock;
 };
 
 /* ---- leader election (core/election.c) ---- */
@@ -439,6 +457,52 @@ struct cerb_election_methods {
     cerb_status (*check_value)(int variant, const void *value, size_t n);
 };
 
+/* ---- queued primitives: semaphores and read-write locks ---- */
+
+#define CERB_QUEUE_METHODS_V1 1
+
+/*
+ * A primitive whose holders line up in one queue per name, in arrival
+ * order, each member granted by a rule on the members ahead of it (DESIGN
+ * §16): a semaphore's member when the permits of all members ahead plus
+ * its own fit the limit; a read-write lock's reader when no writer is
+ * ahead, its writer when it is first. A member ahead that is only waiting
+ * counts too: nobody overtakes (no writer starves, a big request is not
+ * passed by small ones), and a grant, once made, lasts until the member
+ * leaves (those ahead only leave).
+ *
+ * The hold is a cerb_engine_lock with prim CERB_PRIM_SEMAPHORE (limit,
+ * count) or CERB_PRIM_RWLOCK (variant); its token, lease, fence floor,
+ * epoch and priv are as a lock's, and so are the contracts of the methods
+ * below (the mutex's of the same name in cerb_engine_ops): acquire waits
+ * with one wake-up per member when its turn may have come (no herd),
+ * answers CERB_BUSY at deadline 0 when not granted at once, and leaves no
+ * member behind when it fails; renew and check_owner report the fence the
+ * grant got; release is by token, atomically on the server.
+ */
+struct cerb_queue_methods {
+    int version;  /* CERB_QUEUE_METHODS_V1 */
+    unsigned flags;
+    /* Required. A semaphore whose stored limit differs from lk->limit:
+     * CERB_ECONFIG naming both, with grant->no_prim set. */
+    cerb_status (*acquire)(cerb_engine *e, cerb_engine_lock *lk, int64_t deadline_ns,
+                           const atomic_int *interrupted, cerb_grant *grant);
+    /* Optional (NULL: holds last until the session ends, as ops->renew). */
+    cerb_status (*renew)(cerb_engine *e, cerb_engine_lock *lk, cerb_grant *grant);
+    /* Required. */
+    cerb_status (*release)(cerb_engine *e, cerb_engine_lock *lk);
+    /* Required: is lk's member granted (CERB_OK, fence filled) or not
+     * (CERB_NOT_OWNER: absent, or present but still waiting)? */
+    cerb_status (*check_owner)(cerb_engine *e, cerb_engine_lock *lk, cerb_grant *grant);
+    /* Required: CERB_OK when no member of `name` holds, CERB_BUSY when one
+     * does (the safe switch asks it, as ops->held). */
+    cerb_status (*held)(cerb_engine *e, const char *name);
+    /* Required: the members of `name`, holders (waiting 0) then waiters,
+     * in queue order, as ops->inspect; detail says "read", "write" or
+     * "permits K of N". */
+    cerb_status (*inspect)(cerb_engine *e, const char *name, struct cerb_holders *out);
+};
+
 /* ---- registry and checking shims (engine.c) ---- */
 
 /* Register a table; refuses a duplicate name or a version we do not know.
@@ -485,7 +549,14 @@ int64_t cerb__engine_hold_bound_ms(const struct cerb_engine_ops *ops, cerb_engin
 /* CERB_OK free, CERB_BUSY held; CERB_UNAVAILABLE when the engine cannot
  * tell (no `held` method), or its error. */
 cerb_status cerb__engine_held(const struct cerb_engine_ops *ops, cerb_engine *e,
-                              const char *name);
+                              const char *name, int prim);
+/* Does the engine have primitive `prim` (the mutex always)? The shims of
+ * acquire, renew, release, check_owner and inspect route a hold or a name
+ * by its prim; a missing table answers CERB_UNAVAILABLE naming it (with
+ * grant->no_prim set by acquire). */
+bool cerb__engine_has_prim(const struct cerb_engine_ops *ops, int prim);
+/* "leader election", "semaphore", "read-write lock", "lock". */
+const char *cerb__prim_name(int prim);
 
 /*
  * What inspect() builds (core/inspect.c): a growing array of entries whose
@@ -507,7 +578,7 @@ void cerb__holders_clear(struct cerb_holders *h);
  * field set); on an error nothing is appended. */
 bool cerb__engine_has_inspect(const struct cerb_engine_ops *ops);
 cerb_status cerb__engine_inspect(const struct cerb_engine_ops *ops, cerb_engine *e,
-                                 const char *name, struct cerb_holders *out);
+                                 const char *name, int prim, struct cerb_holders *out);
 
 /* Election shims (engine.c): CERB_UNAVAILABLE naming the engine when its
  * table has no election (older than version 5, or no table) or it is not

@@ -14,6 +14,9 @@
  * candidate's value kept in the entry while the term lasts (in-process
  * mode only: file mode has no elections yet).
  *
+ * Semaphores and read-write locks are engine_local_queue.c's (in-process
+ * mode too).
+ *
  * File mode (`local.dir` set) takes an exclusive flock on
  * <dir>/<sha256(name)>.lock for the whole hold; the kernel drops it when the
  * holder dies, which plays the part of a session. The fence counter lives in
@@ -418,7 +421,11 @@ static cerb_status local_check(cerb_engine *e, cerb_engine_lock *lk, cerb_grant 
 
 static void local_cancel(cerb_engine *e, cerb_engine_lock *lk)
 {
-    if (!e->dir)
+    if (e->dir)
+        return;
+    if (lk->prim == CERB_PRIM_SEMAPHORE || lk->prim == CERB_PRIM_RWLOCK)
+        cerb__local_queue_cancel(lk);
+    else
         mem_cancel(lk);
 }
 
@@ -591,4 +598,6 @@ const struct cerb_engine_ops cerb__local_engine_ops = {
     .inspect = local_inspect,
     /* version 5: primitives */
     .election = &local_election,
+    .semaphore = &cerb__local_semaphore,
+    .rwlock = &cerb__local_rwlock,
 };

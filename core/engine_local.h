@@ -21,6 +21,11 @@ cerb_status cerb__local_guard_finish(cerb_engine *e, const cerb_guard_rec *rec, 
                                      cerb_outcome *outcome);
 cerb_status cerb__local_guard_check(cerb_engine *e, const cerb_guard_rec *rec,
                                     cerb_guard_found *found);
+/* Semaphores and read-write locks (engine_local_queue.c), and the wake-up
+ * of their waiters for a cancel. */
+extern const struct cerb_queue_methods cerb__local_semaphore;
+extern const struct cerb_queue_methods cerb__local_rwlock;
+void cerb__local_queue_cancel(const cerb_engine_lock *lk);
 /* Live in-process records (for tests that check nothing is left behind). */
 size_t cerb__local_guard_count(void);
 /* The in-process table's shape, for tests: records stored (expired ones not

@@ -391,7 +391,7 @@ static cerb_status gate_one(cerb_client *c, struct cerb_client_engine *ce, struc
      * probes time out (a gray failure) is still asked. */
     if (ce->e && !(ask_fail > last && now - ask_fail < ASK_BACKOFF_NS)) {
         atomic_fetch_add_explicit(&ce->gate_questions, 1, memory_order_relaxed);
-        cerb_status st = cerb__engine_held(ce->ops, ce->e, name);
+        cerb_status st = cerb__engine_held(ce->ops, ce->e, name, s->prim);
         int64_t t = cerb_monotime();
         if (st == CERB_OK || st == CERB_BUSY) {
             answered(ce, t);

@@ -67,11 +67,19 @@ static cerb_status hold_new(cerb_lock *from, cerb_hold **out)
     h->l.value = from->value; /* the caller's while it acquires; copied at the grant */
     h->l.value_len = from->value_len;
     h->l.election = from->election;
+    h->l.limit = from->limit;
+    h->l.count = from->count;
     h->l.as_hold = h;
-    cerb_status st = cerb__lock_enlist(from->client, from->slot->name, &h->l);
-    if (st != CERB_OK) {
-        cerb__free(h);
-        return st;
+    if (from->slot->unlisted) {
+        /* A primitive's private line: the hold shares it with its handle. */
+        cerb__slot_ref(from->client, from->slot);
+        cerb__lock_enlist_slot(from->client, from->slot, &h->l);
+    } else {
+        cerb_status st = cerb__lock_enlist(from->client, from->slot->name, &h->l);
+        if (st != CERB_OK) {
+            cerb__free(h);
+            return st;
+        }
     }
     cerb__mutex_init(&h->release_mu);
     atomic_store(&h->magic, CERB_HOLD_MAGIC);
@@ -209,6 +217,19 @@ int64_t cerb_hold_valid_ms(const cerb_hold *h)
     return left;
 }
 
+bool cerb__hold_tell_locked(cerb_client *c, struct cerb_hold *o)
+{
+    if (o->told)
+        return true;
+    if (o->permit_cb)
+        o->told = cerb__notify_permit_lost(c, (cerb_permit *)(void *)o, o->permit_cb, o->cb_ud);
+    else if (o->cb)
+        o->told = cerb__notify_hold_lost(c, o, o->cb, o->cb_ud);
+    else
+        return true; /* nobody to tell (yet: a callback set later is told then) */
+    return o->told;
+}
+
 cerb_status cerb_hold_on_lost(cerb_hold *h, void (*cb)(cerb_hold *, void *), void *ud)
 {
     if (!hold_ok(h))
@@ -216,12 +237,13 @@ cerb_status cerb_hold_on_lost(cerb_hold *h, void (*cb)(cerb_hold *, void *), voi
     struct cerb_slot *s = h->l.slot;
     cerb__mutex_lock(&s->mu);
     h->cb = cb;
+    h->permit_cb = NULL;
     h->cb_ud = ud;
     /* Lost before anyone listened: the watchdog told nobody, so tell now. */
     cerb_status st = CERB_OK;
     struct cerb_engine_hold *eh = CERB__OBJECT_HOLD(s, &h->l);
     if (cb && !h->told && eh && atomic_load(&eh->state) == CERB_LOCK_LOST) {
-        h->told = cerb__notify_hold_lost(h->l.client, h, cb, ud);
+        cerb__hold_tell_locked(h->l.client, h);
         if (!h->told) /* the watchdog told nobody and will not look again */
             st = cerb__error_set(CERB_ENOMEM, "cerb_hold_on_lost: out of memory to queue the "
                                               "callback of a hold already lost; set it again");

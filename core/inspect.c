@@ -1,5 +1,5 @@
 /*
- * inspect.c — cerb_lock_inspect / cerb_holders_free (DESIGN.md §13), and the
+ * inspect.c — cerb_inspect, cerb_lock_inspect / cerb_holders_free (DESIGN.md §13), and the
  * checking shim of the engines' inspect method (cerb_engine_ops version 3).
  *
  * "Who holds this name, and who waits for it?" is answered by each engine
@@ -79,9 +79,15 @@ bool cerb__engine_has_inspect(const struct cerb_engine_ops *ops)
 }
 
 cerb_status cerb__engine_inspect(const struct cerb_engine_ops *ops, cerb_engine *e,
-                                 const char *name, struct cerb_holders *out)
+                                 const char *name, int prim, struct cerb_holders *out)
 {
-    if (!cerb__engine_has_inspect(ops))
+    const struct cerb_queue_methods *q = NULL;
+    if (prim == CERB_PRIM_SEMAPHORE || prim == CERB_PRIM_RWLOCK) {
+        if (!cerb__engine_has_prim(ops, prim))
+            return cerb__error_set(CERB_UNAVAILABLE, "engine %s has no %s", ops->name,
+                                   cerb__prim_name(prim));
+        q = prim == CERB_PRIM_SEMAPHORE ? ops->semaphore : ops->rwlock;
+    } else if (!cerb__engine_has_inspect(ops))
         return cerb__error_set(CERB_UNAVAILABLE, "engine %s cannot be inspected",
                                ops ? ops->name : "?");
     if (!e)
@@ -92,7 +98,7 @@ cerb_status cerb__engine_inspect(const struct cerb_engine_ops *ops, cerb_engine 
     /* The engine appends to a list of its own: on a failure, what it had
      * added is dropped and `out` is as it was. */
     struct cerb_holders mine = {0};
-    st = ops->inspect(e, name, &mine);
+    st = q ? q->inspect(e, name, &mine) : ops->inspect(e, name, &mine);
     if (st == CERB_OK && mine.n > 0) {
         size_t need = out->n + mine.n;
         if (need > out->cap) {
@@ -138,7 +144,7 @@ static cerb_status name_ok(const char *name)
 }
 
 /* One configured engine, by index; opened first when asked by name. */
-static cerb_status inspect_one(cerb_client *c, size_t i, const char *name, bool open,
+static cerb_status inspect_one(cerb_client *c, size_t i, const char *name, int prim, bool open,
                                struct cerb_holders *out)
 {
     struct cerb_client_engine *ce = &c->engines[i];
@@ -148,7 +154,7 @@ static cerb_status inspect_one(cerb_client *c, size_t i, const char *name, bool 
     if (st == CERB_OK && open && !ce->e)
         st = cerb__client_open_engine(c, i); /* its error names the engine */
     if (st == CERB_OK) {
-        st = cerb__engine_inspect(ce->ops, ce->e, name, out);
+        st = cerb__engine_inspect(ce->ops, ce->e, name, prim, out);
         if (st != CERB_OK) {
             /* Engines name themselves ("zk 127.0.0.1:2181: ..."); the
              * shim's and the name check's messages do not. */
@@ -162,8 +168,19 @@ static cerb_status inspect_one(cerb_client *c, size_t i, const char *name, bool 
     return st;
 }
 
+_Static_assert((int)CERB_KIND_LOCK == (int)CERB_PRIM_MUTEX &&
+                   (int)CERB_KIND_SEMAPHORE == (int)CERB_PRIM_SEMAPHORE &&
+                   (int)CERB_KIND_RWLOCK == (int)CERB_PRIM_RWLOCK,
+               "a kind is the primitive it inspects");
+
 cerb_status cerb_lock_inspect(cerb_client *c, const char *name, const char *engine,
                               cerb_holder_info **out, size_t *n)
+{
+    return cerb_inspect(c, CERB_KIND_LOCK, name, engine, out, n);
+}
+
+cerb_status cerb_inspect(cerb_client *c, int kind, const char *name, const char *engine,
+                         cerb_holder_info **out, size_t *n)
 {
     if (out)
         *out = NULL;
@@ -173,6 +190,10 @@ cerb_status cerb_lock_inspect(cerb_client *c, const char *name, const char *engi
         return cerb__error_set(CERB_EINVAL, "cerb_lock_inspect: out or n is NULL");
     if (!cerb__client_ok(c))
         return cerb__client_refused(c, "cerb_lock_inspect");
+    if (kind != CERB_KIND_LOCK && kind != CERB_KIND_SEMAPHORE && kind != CERB_KIND_RWLOCK)
+        return cerb__error_set(CERB_EINVAL, "cerb_inspect: kind %d (0 lock, 2 semaphore, "
+                                            "3 read-write lock; an election's leader: "
+                                            "cerb_election_leader)", kind);
     cerb_status st = name_ok(name);
     if (st != CERB_OK)
         return st;
@@ -193,13 +214,13 @@ cerb_status cerb_lock_inspect(cerb_client *c, const char *name, const char *engi
                                    "engine \"%s\" is not configured (configured: %s)", engine,
                                    names);
         }
-        st = inspect_one(c, i, name, true, &h);
+        st = inspect_one(c, i, name, kind, true, &h);
     } else {
         char first[CERB_ERROR_MAX] = "";
         for (size_t i = 0; i < c->n_engines; i++) {
             if (!c->engines[i].e)
                 continue;
-            cerb_status s = inspect_one(c, i, name, false, &h);
+            cerb_status s = inspect_one(c, i, name, kind, false, &h);
             if (s != CERB_OK && st == CERB_OK) {
                 st = s;
                 cerb__error_copy(first, sizeof first);

@@ -164,6 +164,11 @@ struct cerb_slot {
     uint64_t holder_tid;                 /* 0 = none */
     unsigned count;                      /* reentrant holds */
     struct cerb_engine_hold *hold;
+    /* A slot of its own for one primitive's handle (cerb__slot_private):
+     * not in the client's table, so no other handle shares its line; prim
+     * says which primitive's layout the switch gate asks about. */
+    bool unlisted;
+    int prim;
     /* Engine i said the name was free after its closure record was seen
      * (closure.c), under closure_gen free_gen[i]; 0 = not asked. Only the
      * thread that occupies the slot reads or writes it. */
@@ -194,6 +199,11 @@ struct cerb_lock {
     const void *value;
     size_t value_len;
     struct cerb_election *election;
+    /* A semaphore's limit and the permits each hold takes (semaphore.c);
+     * a read-write lock's handle (rwlock.c), whose callback a loss queues. */
+    int64_t limit;
+    unsigned count;
+    struct cerb_rwlock *rwlock;
 };
 
 /* slot->holder_tid of a hold owned by an object (hold.c): no thread's id
@@ -224,6 +234,7 @@ struct cerb_hold {
     uint64_t fence;
     /* under l.slot->mu */
     void (*cb)(struct cerb_hold *, void *);
+    void (*permit_cb)(cerb_permit *, void *); /* a permit's (semaphore.c), instead of cb */
     void *cb_ud;
     bool told;                           /* a lost callback was queued */
     char err[CERB_ERROR_MAX];            /* the last failed call's text */
@@ -327,6 +338,11 @@ void cerb__client_call_cfg(cerb_client *c, struct cerb_call_cfg *out);
  * order: fo_mu, then c->mu). */
 void cerb__client_failover_cfg(cerb_client *c, struct cerb_failover_config *fo, int64_t *lease_ms);
 struct cerb_slot *cerb__slot_get(cerb_client *c, const char *name);
+/* A new slot for @name that no lookup finds (struct cerb_slot.unlisted),
+ * for the handles of one primitive's acquisition; NULL on OOM. */
+struct cerb_slot *cerb__slot_private(cerb_client *c, const char *name, int prim);
+/* One more reference to s (a hold sharing its handle's private slot). */
+void cerb__slot_ref(cerb_client *c, struct cerb_slot *s);
 void cerb__slot_put(cerb_client *c, struct cerb_slot *s);
 
 /*
@@ -368,6 +384,8 @@ cerb_status cerb__lock_acquire_as(cerb_lock *l, int64_t deadline_ns, bool interr
 enum cerb_lock_state cerb__hold_state(cerb_client *c, const struct cerb_engine_hold *h);
 /* Release the object hold of handle l; CERB_NOT_OWNER when it has none. */
 cerb_status cerb__lock_release_object(cerb_lock *l);
+/* Does a thread hold the name through handle l, or wait in it? */
+bool cerb__lock_busy(cerb_lock *l);
 /* A lock name every configured engine accepts; CERB_EINVAL with the reason. */
 cerb_status cerb__lock_name_check(cerb_client *c, const char *name);
 /* Free an engine hold with what it owns (its priv and value). */
@@ -379,6 +397,12 @@ cerb_status cerb__engine_hold_prim(struct cerb_engine_hold *h, int prim, int var
 /* A handle filled with its options: join @name's slot and the client's
  * list, and come alive (magic). */
 cerb_status cerb__lock_enlist(cerb_client *c, const char *name, cerb_lock *l);
+/* As cerb__lock_enlist, on slot s (a reference the handle takes over). */
+void cerb__lock_enlist_slot(cerb_client *c, struct cerb_slot *s, cerb_lock *l);
+/* cerb_lock_new with a private slot for primitive prim (semaphore.c,
+ * rwlock.c): its holds queue on the server only. */
+cerb_status cerb__lock_new_private(cerb_client *c, const char *name, const cerb_lock_opts *opts,
+                                   int prim, cerb_lock **out);
 /* Leave the client's list and the slot, and free l (or leave it to the
  * callback thread while its lost callback runs). Holds nothing. */
 void cerb__lock_retire(cerb_lock *l);
@@ -440,6 +464,18 @@ bool cerb__notify_guard_lost(cerb_client *c, cerb_guard *g, void (*cb)(cerb_guar
 /* Queue hold object h's lost callback (watchdog.c, hold.c); as above. */
 bool cerb__notify_hold_lost(cerb_client *c, struct cerb_hold *h, void (*cb)(cerb_hold *, void *),
                             void *ud);
+/* Queue the lost callback of hold object o (a permit's or a hold's) once;
+ * o->l.slot->mu held. False only when out of memory. */
+bool cerb__hold_tell_locked(cerb_client *c, struct cerb_hold *o);
+/* Queue permit p's lost callback; as cerb__notify_hold_lost. */
+bool cerb__notify_permit_lost(cerb_client *c, cerb_permit *p, void (*cb)(cerb_permit *, void *),
+                              void *ud);
+/* Queue read-write lock rw's lost callback (rwlock.c); as above. */
+bool cerb__notify_rwlock_lost(cerb_client *c, cerb_rwlock *rw, void (*cb)(cerb_rwlock *, void *),
+                              void *ud);
+/* A hold of rw's was lost (watchdog.c): queue rw's callback (its leaf
+ * mutex taken here). False only when out of memory. */
+bool cerb__rwlock_lost(cerb_client *c, cerb_rwlock *rw);
 /* Queue election e's lost callback (election.c); as above. */
 bool cerb__notify_election_lost(cerb_client *c, cerb_election *e,
                                 void (*cb)(cerb_election *, void *), void *ud);

@@ -120,8 +120,25 @@ cerb_status cerb__lock_name_check(cerb_client *c, const char *name)
     return CERB_OK;
 }
 
+static cerb_status lock_new(cerb_client *c, const char *name, const cerb_lock_opts *opts,
+                           int prim, cerb_lock **out);
+
 cerb_status cerb_lock_new(cerb_client *c, const char *name, const cerb_lock_opts *opts,
                           cerb_lock **out)
+{
+    return lock_new(c, name, opts, -1, out);
+}
+
+cerb_status cerb__lock_new_private(cerb_client *c, const char *name, const cerb_lock_opts *opts,
+                                   int prim, cerb_lock **out)
+{
+    return lock_new(c, name, opts, prim, out);
+}
+
+/* prim -1: a lock's handle on the name's shared slot; else a handle of
+ * primitive prim on a private slot. */
+static cerb_status lock_new(cerb_client *c, const char *name, const cerb_lock_opts *opts,
+                           int prim, cerb_lock **out)
 {
     if (!out)
         return cerb__error_set(CERB_EINVAL, "cerb_lock_new: out is NULL");
@@ -182,6 +199,17 @@ cerb_status cerb_lock_new(cerb_client *c, const char *name, const cerb_lock_opts
     l->fair = o.fair;
     l->renew_set = o.renew >= 0;
     l->fair_set = o.fair >= 0;
+    if (prim >= 0) {
+        struct cerb_slot *s = cerb__slot_private(c, name, prim);
+        if (!s) {
+            cerb__free(l);
+            return cerb__error_set(CERB_ENOMEM, "out of memory");
+        }
+        l->prim = prim;
+        cerb__lock_enlist_slot(c, s, l);
+        *out = l;
+        return CERB_OK;
+    }
     st = cerb__lock_enlist(c, name, l);
     if (st != CERB_OK) {
         cerb__free(l);
@@ -193,9 +221,16 @@ cerb_status cerb_lock_new(cerb_client *c, const char *name, const cerb_lock_opts
 
 cerb_status cerb__lock_enlist(cerb_client *c, const char *name, cerb_lock *l)
 {
-    l->slot = cerb__slot_get(c, name);
-    if (!l->slot)
+    struct cerb_slot *s = cerb__slot_get(c, name);
+    if (!s)
         return cerb__error_set(CERB_ENOMEM, "out of memory");
+    cerb__lock_enlist_slot(c, s, l);
+    return CERB_OK;
+}
+
+void cerb__lock_enlist_slot(cerb_client *c, struct cerb_slot *s, cerb_lock *l)
+{
+    l->slot = s;
     l->client = c;
     cerb__mutex_lock(&c->mu);
     l->next = c->handles;
@@ -204,7 +239,6 @@ cerb_status cerb__lock_enlist(cerb_client *c, const char *name, cerb_lock *l)
     c->handles = l;
     cerb__mutex_unlock(&c->mu);
     atomic_store(&l->magic, CERB_LOCK_MAGIC);
-    return CERB_OK;
 }
 
 /* ---- the engine call with retries and ambiguity settling ---- */
@@ -327,6 +361,8 @@ static cerb_status rehome(cerb_client *c, struct cerb_engine_hold **hp, struct c
         hold_free(h);
         return cerb__error_set(CERB_ENOMEM, "out of memory");
     }
+    h->lk.limit = old->lk.limit;
+    h->lk.count = old->lk.count;
     /* When the old request may have landed, the new hold gets a token of
      * its own: the background release of the old one compares tokens, and
      * with one token it would also release what the new hold takes later —
@@ -406,7 +442,7 @@ static cerb_status claims_take(cerb_client *c, struct cerb_engine_hold *h)
         /* An engine without the primitive elects nobody: nothing to claim
          * there (its held() still gates the name), and its refusal is no
          * silence. */
-        if (h->lk.prim == CERB_PRIM_ELECTION && !cerb__engine_has_election(c->engines[i].ops))
+        if (!cerb__engine_has_prim(c->engines[i].ops, h->lk.prim))
             continue;
         struct cerb_engine_hold *k = hold_new(c, h->slot, (int)i, h->epoch);
         if (!k)
@@ -424,6 +460,8 @@ static cerb_status claims_take(cerb_client *c, struct cerb_engine_hold *h)
             return cerb__error_set(CERB_ENOMEM, "out of memory for a claim on engine %s",
                                    c->engines[i].name);
         }
+        k->lk.limit = h->lk.limit; /* a semaphore's claim takes as many permits */
+        k->lk.count = h->lk.count;
         /* A claim marks the name taken for whoever reads no record; the
          * engine's record must not refuse it (it is no grant to use). */
         k->lk.epoch = -1;
@@ -1017,6 +1055,8 @@ static cerb_status start_hold(cerb_lock *l, struct cerb_waiter *w, struct cerb_c
         h->lk.fair = l->fair_set ? l->fair : cc->fair;
         h->renew = l->renew_set ? l->renew : cc->renew;
         st = cerb__engine_hold_prim(h, l->prim, l->variant, l->value, l->value_len);
+        h->lk.limit = l->limit;
+        h->lk.count = l->count;
         if (st == CERB_OK)
             st = cerb__token_new(h->lk.token);
     }
@@ -1349,6 +1389,15 @@ cerb_status cerb_lock_on_lost(cerb_lock *l, void (*cb)(cerb_lock *, void *), voi
     l->lost_ud = ud;
     cerb__mutex_unlock(&l->slot->mu);
     return CERB_OK;
+}
+
+bool cerb__lock_busy(cerb_lock *l)
+{
+    struct cerb_slot *s = l->slot;
+    cerb__mutex_lock(&s->mu);
+    bool busy = l->nwaiting > 0 || (s->hold && s->hold->owner_handle == l);
+    cerb__mutex_unlock(&s->mu);
+    return busy;
 }
 
 cerb_status cerb_lock_free(cerb_lock *l)

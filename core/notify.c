@@ -41,7 +41,7 @@
 #include "error.h"
 #include "internal.h"
 
-enum { EV_LOST, EV_GUARD_LOST, EV_HOLD_LOST, EV_ELECTION_LOST, EV_SWITCH };
+enum { EV_LOST, EV_GUARD_LOST, EV_HOLD_LOST, EV_ELECTION_LOST, EV_PERMIT_LOST, EV_RWLOCK_LOST, EV_SWITCH };
 
 /* A lost callback, typed by the handle it is for. */
 union lost_cb {
@@ -49,6 +49,8 @@ union lost_cb {
     void (*guard)(cerb_guard *, void *);
     void (*hold)(cerb_hold *, void *);
     void (*election)(cerb_election *, void *);
+    void (*permit)(cerb_permit *, void *);
+    void (*rwlock)(cerb_rwlock *, void *);
 };
 
 struct notify_ev {
@@ -56,7 +58,9 @@ struct notify_ev {
     int kind;
     void *obj;                            /* EV_LOST: a cerb_lock, EV_GUARD_LOST: a cerb_guard,
                                              EV_HOLD_LOST: a cerb_hold (its handle's address),
-                                             EV_ELECTION_LOST: a cerb_election */
+                                             EV_ELECTION_LOST: a cerb_election,
+                                             EV_PERMIT_LOST: a cerb_permit (its hold's
+                                             address), EV_RWLOCK_LOST: a cerb_rwlock */
     union lost_cb cb;                     /* by kind */
     void *lost_ud;
     char from[CERB_ENGINE_NAME_MAX];      /* EV_SWITCH */
@@ -104,6 +108,10 @@ static void run_one(struct cerb_notify *nt)
         ev->cb.hold(ev->obj, ev->lost_ud);
     else if (ev->kind == EV_ELECTION_LOST)
         ev->cb.election(ev->obj, ev->lost_ud);
+    else if (ev->kind == EV_PERMIT_LOST)
+        ev->cb.permit(ev->obj, ev->lost_ud);
+    else if (ev->kind == EV_RWLOCK_LOST)
+        ev->cb.rwlock(ev->obj, ev->lost_ud);
     else if (scb)
         scb(ev->from, ev->to, ev->why, sud);
 
@@ -231,6 +239,18 @@ bool cerb__notify_election_lost(cerb_client *c, cerb_election *e,
                                 void (*cb)(cerb_election *, void *), void *ud)
 {
     return queue_lost(c, EV_ELECTION_LOST, e, (union lost_cb){.election = cb}, cb != NULL, ud);
+}
+
+bool cerb__notify_permit_lost(cerb_client *c, cerb_permit *p, void (*cb)(cerb_permit *, void *),
+                              void *ud)
+{
+    return queue_lost(c, EV_PERMIT_LOST, p, (union lost_cb){.permit = cb}, cb != NULL, ud);
+}
+
+bool cerb__notify_rwlock_lost(cerb_client *c, cerb_rwlock *rw, void (*cb)(cerb_rwlock *, void *),
+                              void *ud)
+{
+    return queue_lost(c, EV_RWLOCK_LOST, rw, (union lost_cb){.rwlock = cb}, cb != NULL, ud);
 }
 
 void cerb__notify_switch(cerb_client *c, const char *from, const char *to, const char *why)

@@ -123,9 +123,11 @@ static void declare_lost(struct cerb_watchdog *wd, struct cerb_engine_hold *h, s
         cerb__mutex_lock(&h->slot->mu);
         if (l->election)
             told = cerb__election_lost_locked(c, l->election, o);
-        else if (o->cb && !o->told)
-            told = o->told = cerb__notify_hold_lost(c, o, o->cb, o->cb_ud);
+        else
+            told = cerb__hold_tell_locked(c, o);
         cerb__mutex_unlock(&h->slot->mu);
+    } else if (l && l->rwlock) {
+        told = cerb__rwlock_lost(c, l->rwlock);
     } else {
         if (l && h->slot) {
             cerb__mutex_lock(&h->slot->mu);

@@ -819,6 +819,208 @@ CERB_API cerb_status cerb_election_leader(cerb_client *client, const char *name,
 /** cerb_leader_info_clear — free what cerb_election_leader() gave, and zero it. */
 CERB_API void cerb_leader_info_clear(cerb_leader_info *info);
 
+/* ------------------------------------------------------------- semaphores */
+
+/*
+ * A semaphore (DESIGN.md §16): at most `permits` permits of a name are held
+ * at once, across every process and engine. Callers line up in arrival
+ * order (a request for many permits is not passed by smaller ones behind
+ * it); each permit is a lease renewed in the background, lost on a crash,
+ * fenced, and told when lost, as a hold (cerb_lock_acquire()). The limit is
+ * stored on the server by the first caller: a caller with another limit is
+ * refused (CERB_ECONFIG), never given a second, silent limit. On the wire
+ * each engine uses its peers' layout (docs/semaphore.md): Curator's
+ * InterProcessSemaphoreV2, the npm redis-semaphore sorted set, and ranked
+ * lease keys on etcd.
+ */
+typedef struct cerb_semaphore cerb_semaphore;
+/** One acquisition of one or more permits, owned by the caller. */
+typedef struct cerb_permit cerb_permit;
+
+/** The largest limit a semaphore may have. */
+#define CERB_SEMAPHORE_MAX 65536
+
+/** Per-semaphore options; CERB_SEMAPHORE_OPTS_INIT takes the defaults. */
+typedef struct cerb_semaphore_opts {
+    int64_t lease_ms; /* a permit's lease, as cerb_lock_opts.lease_ms; 0 = lock.lease_ms */
+} cerb_semaphore_opts;
+
+#define CERB_SEMAPHORE_OPTS_INIT {0}
+
+/**
+ * cerb_semaphore_new — a handle on the semaphore @name with @permits
+ * permits (1..CERB_SEMAPHORE_MAX).
+ * @name: as a lock name (cerb_lock_new()); a semaphore should not share a
+ *        name with a lock or another primitive.
+ * @opts: NULL for the defaults.
+ * Returns: CERB_OK; CERB_EINVAL with the reason; CERB_ENOMEM. Does not
+ * contact a server (the limit is checked at the first acquisition).
+ * Ownership: free with cerb_semaphore_free(); its permits may outlive it.
+ * Thread-safety: any thread; a handle is shared by threads freely.
+ */
+CERB_API cerb_status cerb_semaphore_new(cerb_client *client, const char *name, int64_t permits,
+                               const cerb_semaphore_opts *opts, cerb_semaphore **out);
+
+/**
+ * cerb_semaphore_acquire — take @count permits (1..the limit) at once.
+ * @wait_ms: 0 tries once; -1 waits without limit; otherwise the longest wait.
+ * @cancel: NULL, or a cancel no other call is using (cerb_lock_acquire()).
+ * @out: receives the permit for CERB_OK, NULL otherwise.
+ * Returns: CERB_OK; CERB_BUSY (@wait_ms 0 and not enough permits free, or
+ * others already waiting for them); CERB_TIMEOUT; CERB_INTERRUPTED;
+ * CERB_ECONFIG when the engine stores another limit for the name (both are
+ * named in cerb_last_error()); CERB_UNAVAILABLE when the engine in use has
+ * no semaphores (naming it) or none answers; CERB_EINVAL for a bad handle
+ * or @count; another engine error. Errors as cerb_lock_acquire().
+ * Blocking: up to @wait_ms, plus the engines' operation timeouts.
+ * Ownership: release and free the permit with cerb_permit_free().
+ */
+CERB_API cerb_status cerb_semaphore_acquire(cerb_semaphore *sem, unsigned count, int64_t wait_ms,
+                                   cerb_cancel *cancel, cerb_permit **out);
+
+/** cerb_semaphore_limit — the limit the handle was made with (0 for a bad handle). */
+CERB_API int64_t cerb_semaphore_limit(const cerb_semaphore *sem);
+
+/**
+ * cerb_semaphore_free — free the handle. Its permits are not released:
+ * each stays the caller's until cerb_permit_free().
+ * Returns: CERB_OK; CERB_EINVAL for a bad handle. NULL does nothing.
+ */
+CERB_API cerb_status cerb_semaphore_free(cerb_semaphore *sem);
+
+/**
+ * cerb_permit_release — give the permits back (renewal stops first).
+ * Returns: as cerb_hold_release() (CERB_LOST when it had been lost).
+ * The permit stays allocated until cerb_permit_free().
+ */
+CERB_API cerb_status cerb_permit_release(cerb_permit *permit);
+
+/** cerb_permit_fencing_token — the permit's fencing token (as a hold's); 0 for NULL. */
+CERB_API uint64_t cerb_permit_fencing_token(const cerb_permit *permit);
+
+/** cerb_permit_state — as cerb_hold_state(). */
+CERB_API enum cerb_lock_state cerb_permit_state(const cerb_permit *permit);
+
+/** cerb_permit_valid_ms — as cerb_hold_valid_ms(). */
+CERB_API int64_t cerb_permit_valid_ms(const cerb_permit *permit);
+
+/** cerb_permit_count — how many permits this acquisition holds (0 for a bad one). */
+CERB_API unsigned cerb_permit_count(const cerb_permit *permit);
+
+/**
+ * cerb_permit_on_lost — set the callback told once when the permit is
+ * lost, with the promises of cerb_hold_on_lost(). NULL removes it.
+ * Returns: CERB_OK; CERB_EINVAL for a bad permit.
+ */
+CERB_API cerb_status cerb_permit_on_lost(cerb_permit *permit,
+                                void (*cb)(cerb_permit *permit, void *ud), void *ud);
+
+/**
+ * cerb_permit_free — release the permit if still held (whose status this
+ * returns, as cerb_hold_free()) and free it. NULL does nothing.
+ */
+CERB_API cerb_status cerb_permit_free(cerb_permit *permit);
+
+/* ------------------------------------------------------- read-write locks */
+
+/*
+ * A read-write lock (DESIGN.md §16): many readers or one writer, first come
+ * first served — a reader that arrives after a waiting writer waits for it,
+ * so no writer starves. Reentrant per thread like a lock: a thread may take
+ * its read (or write) lock again and unlocks as often. A thread that holds
+ * the write lock may also read (counted in its write hold, no server call);
+ * it must read_unlock those before write_unlock. A thread that holds a read
+ * lock cannot take the write lock (CERB_EINVAL: it would wait for itself).
+ * Each hold is fenced, renewed and watched as a lock's. On ZooKeeper the
+ * nodes are Curator's InterProcessReadWriteLock's; on Redis and etcd the
+ * FIFO layout of docs/rwlock.md.
+ */
+typedef struct cerb_rwlock cerb_rwlock;
+
+/** Per-rwlock options; CERB_RWLOCK_OPTS_INIT takes the defaults. */
+typedef struct cerb_rwlock_opts {
+    int64_t lease_ms; /* as cerb_lock_opts.lease_ms; 0 = lock.lease_ms */
+} cerb_rwlock_opts;
+
+#define CERB_RWLOCK_OPTS_INIT {0}
+
+/**
+ * cerb_rwlock_new — a handle on the read-write lock @name.
+ * @name: as a lock name; it should not be shared with another primitive.
+ * Returns: CERB_OK; CERB_EINVAL with the reason; CERB_ENOMEM. No I/O.
+ * Ownership: free with cerb_rwlock_free() before closing the client.
+ * Thread-safety: any thread; holds belong to the thread that took them.
+ */
+CERB_API cerb_status cerb_rwlock_new(cerb_client *client, const char *name,
+                            const cerb_rwlock_opts *opts, cerb_rwlock **out);
+
+/**
+ * cerb_rwlock_read_lock — take a read lock for the calling thread, waiting
+ * as long as it takes (cerb_lock_lock()).
+ * Returns: CERB_OK; CERB_UNAVAILABLE (no engine answers, or the engine in
+ * use has no read-write locks); another engine error; CERB_EINVAL.
+ */
+CERB_API cerb_status cerb_rwlock_read_lock(cerb_rwlock *rw);
+
+/**
+ * cerb_rwlock_read_trylock_for — as read_lock, waiting at most @wait_ms
+ * (0: one try, CERB_BUSY when a writer holds or waits ahead).
+ * Returns: as read_lock, and CERB_BUSY, CERB_TIMEOUT.
+ */
+CERB_API cerb_status cerb_rwlock_read_trylock_for(cerb_rwlock *rw, int64_t wait_ms);
+
+/**
+ * cerb_rwlock_read_unlock — give back one read lock of the calling thread.
+ * Returns: CERB_OK; CERB_NOT_OWNER when the thread holds none; CERB_LOST
+ * when its hold had been lost; an engine error as cerb_lock_unlock().
+ */
+CERB_API cerb_status cerb_rwlock_read_unlock(cerb_rwlock *rw);
+
+/**
+ * cerb_rwlock_write_lock — take the write lock for the calling thread,
+ * waiting as long as it takes.
+ * Returns: as read_lock; CERB_EINVAL when the thread holds a read lock.
+ */
+CERB_API cerb_status cerb_rwlock_write_lock(cerb_rwlock *rw);
+
+/** cerb_rwlock_write_trylock_for — as write_lock, waiting at most @wait_ms. */
+CERB_API cerb_status cerb_rwlock_write_trylock_for(cerb_rwlock *rw, int64_t wait_ms);
+
+/**
+ * cerb_rwlock_write_unlock — give back one write lock of the calling thread.
+ * Returns: as read_unlock; CERB_EINVAL when the last write lock would be
+ * given back while reads taken inside it are still held.
+ */
+CERB_API cerb_status cerb_rwlock_write_unlock(cerb_rwlock *rw);
+
+/**
+ * cerb_rwlock_state — the state of the calling thread's hold (its write
+ * hold when it has one, else its read hold): as cerb_lock_state();
+ * CERB_LOCK_FREE when it holds neither.
+ */
+CERB_API enum cerb_lock_state cerb_rwlock_state(const cerb_rwlock *rw);
+
+/**
+ * cerb_rwlock_fencing_token — the fencing token of the calling thread's
+ * hold (write first, then read), 0 when it holds neither.
+ */
+CERB_API uint64_t cerb_rwlock_fencing_token(const cerb_rwlock *rw);
+
+/**
+ * cerb_rwlock_on_lost — set the callback told once for each of this
+ * handle's holds (any thread's, read or write) that is lost, with the
+ * promises of cerb_lock_on_lost(). NULL removes it.
+ * Returns: CERB_OK; CERB_EINVAL for a bad handle.
+ */
+CERB_API cerb_status cerb_rwlock_on_lost(cerb_rwlock *rw, void (*cb)(cerb_rwlock *rw, void *ud),
+                                void *ud);
+
+/**
+ * cerb_rwlock_free — free the handle. Returns CERB_BUSY (and frees
+ * nothing) while any thread holds or waits for it. NULL does nothing.
+ */
+CERB_API cerb_status cerb_rwlock_free(cerb_rwlock *rw);
+
 /* ------------------------------------------------------------- inspection */
 
 /**
@@ -872,6 +1074,19 @@ typedef struct cerb_holder_info {
  */
 CERB_API cerb_status cerb_lock_inspect(cerb_client *c, const char *name, const char *engine,
                               cerb_holder_info **out, size_t *n);
+
+/** What cerb_inspect() looks at (the values are fixed). */
+enum cerb_kind { CERB_KIND_LOCK = 0, CERB_KIND_SEMAPHORE = 2, CERB_KIND_RWLOCK = 3 };
+
+/**
+ * cerb_inspect — as cerb_lock_inspect() for a name of @kind: a semaphore's
+ * permit holders (detail "permits K of N") and waiters, or a read-write
+ * lock's readers and writers (detail "read" / "write"), in queue order.
+ * Returns: as cerb_lock_inspect(); CERB_EINVAL for an unknown @kind;
+ * CERB_UNAVAILABLE for an engine that has no such primitive.
+ */
+CERB_API cerb_status cerb_inspect(cerb_client *c, int kind, const char *name, const char *engine,
+                         cerb_holder_info **out, size_t *n);
 
 /**
  * cerb_holders_free — free what cerb_lock_inspect() returned (@v and the

@@ -659,14 +659,14 @@ static void test_held_sees_waiters(void **state)
     assert_wait_until(has_nkeys, &two, 10000);
 
     put_ok(&a, 2, 1, 2, 1);
-    assert_int_equal(cerb__engine_held(ops, a.e, name), CERB_BUSY);
+    assert_int_equal(cerb__engine_held(ops, a.e, name, CERB_PRIM_MUTEX), CERB_BUSY);
     /* Queued before the record: granted after it. */
     assert_int_equal(cerb__engine_release(ops, a.e, &ha.lk), CERB_OK);
     assert_int_equal(pthread_join(t, NULL), 0);
     assert_int_equal(w.st, CERB_OK);
-    assert_int_equal(cerb__engine_held(ops, a.e, name), CERB_BUSY);
+    assert_int_equal(cerb__engine_held(ops, a.e, name, CERB_PRIM_MUTEX), CERB_BUSY);
     assert_int_equal(cerb__engine_release(ops, b.e, &w.h.lk), CERB_OK);
-    assert_int_equal(cerb__engine_held(ops, a.e, name), CERB_OK);
+    assert_int_equal(cerb__engine_held(ops, a.e, name, CERB_PRIM_MUTEX), CERB_OK);
 
     /* Only a queue entry left behind a holder that went (an etcdctl
      * waiter, keys as concurrency.Mutex writes them). */
@@ -678,10 +678,10 @@ static void test_held_sees_waiters(void **state)
     assert_int_equal(etcd_test_put(etcd_test_port(), key, l2), 0);
     assert_int_equal(etcd_test_revoke(etcd_test_port(), l1), 0);
     assert_int_equal(nkeys(pfx, name), 1);
-    assert_int_equal(cerb__engine_held(ops, a.e, name), CERB_BUSY);
-    assert_int_equal(cerb__engine_held(ops, b.e, name), CERB_BUSY);
+    assert_int_equal(cerb__engine_held(ops, a.e, name, CERB_PRIM_MUTEX), CERB_BUSY);
+    assert_int_equal(cerb__engine_held(ops, b.e, name, CERB_PRIM_MUTEX), CERB_BUSY);
     assert_int_equal(etcd_test_revoke(etcd_test_port(), l2), 0);
-    assert_int_equal(cerb__engine_held(ops, a.e, name), CERB_OK);
+    assert_int_equal(cerb__engine_held(ops, a.e, name, CERB_PRIM_MUTEX), CERB_OK);
 
     raw_delete_record(pfx);
     eng_close(&a);

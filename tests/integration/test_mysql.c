@@ -391,7 +391,7 @@ static void test_round_trips(void **state)
     struct hold h2;
     hold_init(&h2, name, 21);
     assert_int_equal(cerb__engine_acquire(g.ops, g.e, &h2.lk, 0, NULL, &gr), CERB_BUSY);
-    assert_int_equal(cerb__engine_held(g.ops, g.e, name), CERB_BUSY);
+    assert_int_equal(cerb__engine_held(g.ops, g.e, name, CERB_PRIM_MUTEX), CERB_BUSY);
     assert_int_equal(cerb__engine_renew(g.ops, g.e, &h.lk, &cg), CERB_OK);
     assert_int_equal(cg.fence, 5001);
     /* A batch of three names on one engine, one of them gone. */
@@ -415,7 +415,7 @@ static void test_round_trips(void **state)
     assert_int_equal(cerb__engine_acquire(g.ops, g.e, &h2.lk, 0, NULL, &gr), CERB_OK);
     assert_int_equal(gr.fence, 5002);
     assert_int_equal(cerb__engine_release(g.ops, g.e, &h2.lk), CERB_OK);
-    assert_int_equal(cerb__engine_held(g.ops, g.e, name), CERB_OK);
+    assert_int_equal(cerb__engine_held(g.ops, g.e, name, CERB_PRIM_MUTEX), CERB_OK);
     assert_int_equal(cerb__engine_probe(g.ops, g.e, 1000), CERB_OK);
 
     /* A hold whose session was killed: renewals fail (the first on the

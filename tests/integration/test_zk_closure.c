@@ -613,7 +613,7 @@ static void test_held_counts_queue_entries(void **state)
     zhandle_t *zh = cerb_test_zk_connect(NULL, NULL);
     assert_non_null(zh);
 
-    assert_int_equal(cerb__engine_held(ops, a.e, name), CERB_OK);
+    assert_int_equal(cerb__engine_held(ops, a.e, name, CERB_PRIM_MUTEX), CERB_OK);
     /* A queue entry alone: what a waiter's create leaves before anyone
      * told it anything. */
     assert_int_equal(zoo_create(zh, p.top, NULL, -1, &ZOO_OPEN_ACL_UNSAFE, 0, NULL, 0), ZOK);
@@ -623,9 +623,9 @@ static void test_held_counts_queue_entries(void **state)
     assert_int_equal(zoo_create(zh, prefix, "cerb:waiting", 12, &ZOO_OPEN_ACL_UNSAFE,
                                 ZOO_EPHEMERAL_SEQUENTIAL, made, sizeof made),
                      ZOK);
-    assert_int_equal(cerb__engine_held(ops, a.e, name), CERB_BUSY);
+    assert_int_equal(cerb__engine_held(ops, a.e, name, CERB_PRIM_MUTEX), CERB_BUSY);
     assert_int_equal(zoo_delete(zh, made, -1), ZOK);
-    assert_int_equal(cerb__engine_held(ops, a.e, name), CERB_OK);
+    assert_int_equal(cerb__engine_held(ops, a.e, name, CERB_PRIM_MUTEX), CERB_OK);
 
     /* A holder and a waiter queued behind it at epoch 1. */
     struct hold holder, w;
@@ -638,15 +638,15 @@ static void test_held_counts_queue_entries(void **state)
     struct kids_at_least k = {&p, name, 2};
     assert_wait_until(has_kids, &k, 10000);
     put(&a, 2, 1);
-    assert_int_equal(cerb__engine_held(ops, a.e, name), CERB_BUSY);
+    assert_int_equal(cerb__engine_held(ops, a.e, name, CERB_PRIM_MUTEX), CERB_BUSY);
 
     assert_int_equal(cerb__engine_release(ops, a.e, &holder.lk), CERB_OK);
     pthread_join(th, NULL);
     if (wt.st != CERB_OK)
         fail_msg("the queued waiter: %s (%s)", cerb_status_name(wt.st), cerb_last_error());
-    assert_int_equal(cerb__engine_held(ops, a.e, name), CERB_BUSY);
+    assert_int_equal(cerb__engine_held(ops, a.e, name, CERB_PRIM_MUTEX), CERB_BUSY);
     assert_int_equal(cerb__engine_release(ops, b.e, &w.lk), CERB_OK);
-    assert_int_equal(cerb__engine_held(ops, a.e, name), CERB_OK);
+    assert_int_equal(cerb__engine_held(ops, a.e, name, CERB_PRIM_MUTEX), CERB_OK);
     /* Its next try is refused. */
     assert_refused(&p, &w, acquire(&b, &w, 0), 2, 1);
 

@@ -1,0 +1,275 @@
+/*
+ * test_semaphore_local.c — semaphores (core/semaphore.c) on the in-process
+ * local engine: at most the limit held at once, many permits per process,
+ * first come first served (a big request is not passed by smaller ones),
+ * fences growing, a stored limit that refuses another, the lost callback,
+ * a cancel, inspection, bad input, and the clear refusal of an engine
+ * without semaphores (the local engine in file mode).
+ */
+#define _POSIX_C_SOURCE 200809L
+#include <pthread.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "cerberus.h"
+#include "clock.h"
+#include "test_util.h"
+
+static cerb_client *open_local(void)
+{
+    cerb_client *c = NULL;
+    assert_int_equal(cerb_client_open_string(&c, "engines = (\"local\");\n"), CERB_OK);
+    return c;
+}
+
+static cerb_semaphore *sem(cerb_client *c, const char *name, int64_t n)
+{
+    cerb_semaphore *s = NULL;
+    assert_int_equal(cerb_semaphore_new(c, name, n, NULL, &s), CERB_OK);
+    return s;
+}
+
+static void test_limit_holds(void **state)
+{
+    (void)state;
+    cerb_client *c1 = open_local(), *c2 = open_local();
+    cerb_semaphore *a = sem(c1, "sem-limit", 3), *b = sem(c2, "sem-limit", 3);
+    cerb_permit *p1 = NULL, *p2 = NULL, *p3 = NULL, *p4 = NULL;
+    assert_int_equal(cerb_semaphore_acquire(a, 1, 0, NULL, &p1), CERB_OK);
+    assert_int_equal(cerb_semaphore_acquire(a, 1, 0, NULL, &p2), CERB_OK); /* same process */
+    assert_int_equal(cerb_semaphore_acquire(b, 2, 0, NULL, &p3), CERB_BUSY);
+    assert_null(p3);
+    assert_int_equal(cerb_semaphore_acquire(b, 1, 0, NULL, &p3), CERB_OK);
+    assert_int_equal(cerb_semaphore_acquire(b, 1, 50, NULL, &p4), CERB_TIMEOUT);
+    assert_int_equal(cerb_permit_count(p3), 1);
+    assert_int_equal(cerb_permit_state(p1), CERB_LOCK_VALID);
+    assert_true(cerb_permit_valid_ms(p1) > 0);
+    uint64_t f1 = cerb_permit_fencing_token(p1), f2 = cerb_permit_fencing_token(p2),
+             f3 = cerb_permit_fencing_token(p3);
+    assert_true(f1 < f2 && f2 < f3);
+
+    /* Inspection: three holders, each one permit of three. */
+    cerb_holder_info *v = NULL;
+    size_t n = 0;
+    assert_int_equal(cerb_inspect(c2, CERB_KIND_SEMAPHORE, "sem-limit", NULL, &v, &n), CERB_OK);
+    assert_int_equal(n, 3);
+    for (size_t i = 0; i < n; i++) {
+        assert_int_equal(v[i].waiting, 0);
+        assert_string_equal(v[i].detail, "permits 1 of 3");
+    }
+    cerb_holders_free(v, n);
+    /* The lock of the same name is another thing. */
+    assert_int_equal(cerb_inspect(c2, CERB_KIND_LOCK, "sem-limit", NULL, &v, &n), CERB_OK);
+    assert_int_equal(n, 0);
+
+    assert_int_equal(cerb_permit_release(p2), CERB_OK);
+    assert_int_equal(cerb_permit_release(p2), CERB_NOT_OWNER);
+    assert_int_equal(cerb_semaphore_acquire(b, 1, 0, NULL, &p4), CERB_OK);
+    assert_true(cerb_permit_fencing_token(p4) > f3);
+    assert_int_equal(cerb_permit_free(p1), CERB_OK);
+    assert_int_equal(cerb_permit_free(p2), CERB_OK);
+    assert_int_equal(cerb_permit_free(p3), CERB_OK);
+    assert_int_equal(cerb_permit_free(p4), CERB_OK);
+    assert_int_equal(cerb_semaphore_free(a), CERB_OK);
+    assert_int_equal(cerb_semaphore_free(b), CERB_OK);
+    cerb_client_close(c1);
+    cerb_client_close(c2);
+}
+
+static void test_stored_limit_refuses_another(void **state)
+{
+    (void)state;
+    cerb_client *c = open_local();
+    cerb_semaphore *a = sem(c, "sem-mismatch", 2), *b = sem(c, "sem-mismatch", 5);
+    cerb_permit *p = NULL, *q = NULL;
+    assert_int_equal(cerb_semaphore_acquire(a, 1, 0, NULL, &p), CERB_OK);
+    assert_int_equal(cerb_semaphore_acquire(b, 1, 1000, NULL, &q), CERB_ECONFIG);
+    assert_non_null(strstr(cerb_last_error(), "limit of 2"));
+    assert_null(q);
+    /* Drained, the name takes the next caller's limit. */
+    assert_int_equal(cerb_permit_free(p), CERB_OK);
+    assert_int_equal(cerb_semaphore_acquire(b, 5, 0, NULL, &q), CERB_OK);
+    assert_int_equal(cerb_permit_free(q), CERB_OK);
+    cerb_semaphore_free(a);
+    cerb_semaphore_free(b);
+    cerb_client_close(c);
+}
+
+struct taker {
+    cerb_semaphore *s;
+    unsigned k;
+    atomic_int done;
+    cerb_permit *p;
+    cerb_status st;
+};
+
+static void *take_main(void *arg)
+{
+    struct taker *t = arg;
+    t->st = cerb_semaphore_acquire(t->s, t->k, 5000, NULL, &t->p);
+    atomic_store(&t->done, 1);
+    return NULL;
+}
+
+struct waiters {
+    cerb_client *c;
+    const char *name;
+    size_t want;
+};
+
+static bool enough_waiters(void *ud)
+{
+    struct waiters *w = ud;
+    cerb_holder_info *v = NULL;
+    size_t n = 0, k = 0;
+    if (cerb_inspect(w->c, CERB_KIND_SEMAPHORE, w->name, NULL, &v, &n) != CERB_OK)
+        return false;
+    for (size_t i = 0; i < n; i++)
+        k += (size_t)v[i].waiting;
+    cerb_holders_free(v, n);
+    return k >= w->want;
+}
+
+/* Until @want members of @name wait (listed as waiters), or fail. */
+static void wait_for_waiters(cerb_client *c, const char *name, size_t want)
+{
+    struct waiters w = {c, name, want};
+    assert_true(wait_until(enough_waiters, &w, 5000));
+}
+
+static void test_first_come_first_served(void **state)
+{
+    (void)state;
+    cerb_client *c = open_local();
+    cerb_semaphore *s = sem(c, "sem-fifo", 2);
+    cerb_permit *p = NULL;
+    assert_int_equal(cerb_semaphore_acquire(s, 1, 0, NULL, &p), CERB_OK);
+    /* A request for both permits waits; a later one for one permit, which
+     * would fit now, waits behind it. */
+    struct taker big = {.s = s, .k = 2}, small = {.s = s, .k = 1};
+    pthread_t tb, ts;
+    pthread_create(&tb, NULL, take_main, &big);
+    wait_for_waiters(c, "sem-fifo", 1);
+    pthread_create(&ts, NULL, take_main, &small);
+    wait_for_waiters(c, "sem-fifo", 2);
+    assert_int_equal(atomic_load(&small.done), 0);
+    assert_int_equal(cerb_permit_free(p), CERB_OK);
+    pthread_join(tb, NULL);
+    assert_int_equal(big.st, CERB_OK);
+    assert_int_equal(atomic_load(&small.done), 0);
+    assert_int_equal(cerb_permit_free(big.p), CERB_OK);
+    pthread_join(ts, NULL);
+    assert_int_equal(small.st, CERB_OK);
+    assert_int_equal(cerb_permit_free(small.p), CERB_OK);
+    cerb_semaphore_free(s);
+    cerb_client_close(c);
+}
+
+static void test_cancel_and_bad_input(void **state)
+{
+    (void)state;
+    cerb_client *c = open_local();
+    cerb_semaphore *s = NULL;
+    assert_int_equal(cerb_semaphore_new(c, "sem-bad", 0, NULL, &s), CERB_EINVAL);
+    assert_int_equal(cerb_semaphore_new(c, "sem-bad", CERB_SEMAPHORE_MAX + 1, NULL, &s),
+                     CERB_EINVAL);
+    assert_int_equal(cerb_semaphore_new(c, "", 1, NULL, &s), CERB_EINVAL);
+    s = sem(c, "sem-bad", 1);
+    cerb_permit *p = NULL, *q = NULL;
+    assert_int_equal(cerb_semaphore_acquire(s, 2, 0, NULL, &p), CERB_EINVAL);
+    assert_int_equal(cerb_semaphore_acquire(s, 0, 0, NULL, &p), CERB_EINVAL);
+    assert_int_equal(cerb_semaphore_acquire(s, 1, 0, NULL, &p), CERB_OK);
+    cerb_cancel *k = NULL;
+    assert_int_equal(cerb_cancel_new(&k), CERB_OK);
+    cerb_cancel_fire(k);
+    assert_int_equal(cerb_semaphore_acquire(s, 1, -1, k, &q), CERB_INTERRUPTED);
+    cerb_cancel_free(k);
+    assert_int_equal(cerb_permit_release(NULL), CERB_EINVAL);
+    assert_int_equal(cerb_permit_release((cerb_permit *)(void *)s), CERB_EINVAL);
+    assert_int_equal(cerb_permit_free(p), CERB_OK);
+    assert_int_equal(cerb_inspect(c, 1, "sem-bad", NULL, &(cerb_holder_info *){NULL},
+                                  &(size_t){0}),
+                     CERB_EINVAL);
+    cerb_semaphore_free(s);
+    cerb_client_close(c);
+}
+
+static void on_permit_lost(cerb_permit *p, void *ud)
+{
+    (void)p;
+    atomic_fetch_add((atomic_int *)ud, 1);
+}
+
+static bool flag_set(void *ud)
+{
+    return atomic_load((atomic_int *)ud) > 0;
+}
+
+/* A permit whose lease ran out while the machine slept is lost and told
+ * once; another caller gets it; its release says CERB_LOST. */
+static void test_lost_permit_told(void **state)
+{
+    (void)state;
+    cerb_client *c = open_local(), *c2 = open_local();
+    cerb_semaphore_opts o = CERB_SEMAPHORE_OPTS_INIT;
+    o.lease_ms = 3000;
+    cerb_semaphore *s = NULL, *s2 = sem(c2, "sem-lost", 1);
+    assert_int_equal(cerb_semaphore_new(c, "sem-lost", 1, &o, &s), CERB_OK);
+    cerb_permit *p = NULL, *q = NULL;
+    assert_int_equal(cerb_semaphore_acquire(s, 1, 0, NULL, &p), CERB_OK);
+    atomic_int n = 0;
+    assert_int_equal(cerb_permit_on_lost(p, on_permit_lost, &n), CERB_OK);
+    cerb__clock_test_suspend(5000);
+    assert_int_equal(cerb_permit_state(p), CERB_LOCK_LOST);
+    assert_true(wait_until(flag_set, &n, 2000));
+    assert_int_equal(cerb_semaphore_acquire(s2, 1, 2000, NULL, &q), CERB_OK);
+    assert_int_equal(cerb_permit_release(p), CERB_LOST);
+    assert_int_equal(atomic_load(&n), 1);
+    assert_int_equal(cerb_permit_free(p), CERB_OK);
+    assert_int_equal(cerb_permit_free(q), CERB_OK);
+    cerb_semaphore_free(s);
+    cerb_semaphore_free(s2);
+    cerb_client_close(c);
+    cerb_client_close(c2);
+}
+
+static void test_file_mode_has_none(void **state)
+{
+    (void)state;
+    char dir[] = "/tmp/cerb-sem-XXXXXX";
+    assert_non_null(mkdtemp(dir));
+    char cfg[256];
+    snprintf(cfg, sizeof cfg, "engines = (\"local\");\nlocal = { dir = \"%s\"; };\n", dir);
+    cerb_client *c = NULL;
+    assert_int_equal(cerb_client_open_string(&c, cfg), CERB_OK);
+    cerb_semaphore *s = sem(c, "sem-file", 2);
+    cerb_permit *p = NULL;
+    assert_int_equal(cerb_semaphore_acquire(s, 1, 1000, NULL, &p), CERB_UNAVAILABLE);
+    assert_non_null(strstr(cerb_last_error(), "semaphores"));
+    cerb_semaphore_free(s);
+    cerb_client_close(c);
+    rmdir(dir);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_limit_holds),
+        cmocka_unit_test(test_stored_limit_refuses_another),
+        cmocka_unit_test(test_first_come_first_served),
+        cmocka_unit_test(test_cancel_and_bad_input),
+        cmocka_unit_test(test_lost_permit_told),
+        cmocka_unit_test(test_file_mode_has_none),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
