@@ -533,10 +533,13 @@ struct q_wait {
     int64_t freed, need;
 };
 
-/* A DELETE in B: a member we counted left. */
+/* A DELETE in B: a member we counted left (or our own key went: its
+ * session ended, or someone deleted it; read again and start over). */
 static bool on_deleted(void *ud, const char *key, size_t len)
 {
     struct q_wait *w = ud;
+    if (len == w->qk->len && memcmp(key, w->qk->k, len) == 0)
+        return true;
     for (size_t i = 0; i < w->v->n; i++) {
         struct q_member *m = &w->v->ahead[i];
         if (!m->gone && m->len == len && memcmp(m->key, key, len) == 0) {

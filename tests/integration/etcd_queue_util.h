@@ -109,7 +109,7 @@ static int qu_keys(const char *prefix, struct qu_kv *out, int max)
 }
 
 /* The value of @key into @buf; 1 found, 0 absent, -1 error. */
-static int qu_get(const char *key, char *buf, size_t n)
+__attribute__((unused)) static int qu_get(const char *key, char *buf, size_t n)
 {
     char k[1024], body[1100];
     qu_b64(key, strlen(key), k);
@@ -135,7 +135,7 @@ struct qu_count {
     int n;
 };
 
-static bool qu_count_is(void *ud)
+__attribute__((unused)) static bool qu_count_is(void *ud)
 {
     struct qu_count *c = ud;
     struct qu_kv kv[1];
@@ -150,7 +150,7 @@ struct qu_members {
     size_t holders, waiters;
 };
 
-static bool qu_members_are(void *ud)
+__attribute__((unused)) static bool qu_members_are(void *ud)
 {
     struct qu_members *m = ud;
     cerb_holder_info *v = NULL;
