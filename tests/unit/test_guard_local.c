@@ -59,7 +59,7 @@ static size_t guard_records(void)
     while ((de = readdir(d)) != NULL) {
         if (strlen(de->d_name) != 64)
             continue;
-        char f[600], hdr[54] = {0};
+        char f[sizeof path + 2 + sizeof de->d_name], hdr[54] = {0};
         snprintf(f, sizeof f, "%s/%s", path, de->d_name);
         FILE *fp = fopen(f, "rb");
         if (!fp)
