@@ -48,6 +48,9 @@ struct cerb_client_engine {
     /* election.c: terms won (campaigns that returned OK) and proclaims
      * confirmed on this engine */
     atomic_uint_fast64_t terms, proclaims;
+    /* semaphore.c: acquisitions granted; rwlock.c: read and write holds
+     * granted (not counting reentries). */
+    atomic_uint_fast64_t sem_grants, read_grants, write_grants;
     struct cerb_histo wait_h, hold_h;   /* acquire wait, hold time (metrics.c) */
     atomic_int_fast64_t last_probe_us;
     /* health, under client->fo_mu (pending_ok is batched lock-free) */
@@ -384,6 +387,9 @@ cerb_status cerb__lock_acquire_as(cerb_lock *l, int64_t deadline_ns, bool interr
 enum cerb_lock_state cerb__hold_state(cerb_client *c, const struct cerb_engine_hold *h);
 /* Release the object hold of handle l; CERB_NOT_OWNER when it has none. */
 cerb_status cerb__lock_release_object(cerb_lock *l);
+/* The engine index of the hold the calling thread (or, for a hold
+ * object's handle, the object) has through l; -1 when none. */
+int cerb__lock_engine_idx(cerb_lock *l);
 /* Does a thread hold the name through handle l, or wait in it? */
 bool cerb__lock_busy(cerb_lock *l);
 /* A lock name every configured engine accepts; CERB_EINVAL with the reason. */

@@ -1391,6 +1391,18 @@ cerb_status cerb_lock_on_lost(cerb_lock *l, void (*cb)(cerb_lock *, void *), voi
     return CERB_OK;
 }
 
+int cerb__lock_engine_idx(cerb_lock *l)
+{
+    struct cerb_slot *s = l->slot;
+    int idx = -1;
+    cerb__mutex_lock(&s->mu);
+    uint64_t who = l->as_hold ? CERB_HOLDER_OBJECT : cerb__thread_id();
+    if (s->hold && s->holder_tid == who && s->hold->owner_handle == l)
+        idx = s->hold->engine_idx;
+    cerb__mutex_unlock(&s->mu);
+    return idx;
+}
+
 bool cerb__lock_busy(cerb_lock *l)
 {
     struct cerb_slot *s = l->slot;

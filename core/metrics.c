@@ -249,6 +249,19 @@ cerb_status cerb_metrics_text(cerb_client *c, char **out)
     for (size_t i = 0; i < n; i++)
         sample_u(&b, "cerberus_election_proclaims_total", c->engines[i].name, NULL,
                  atomic_load(&c->engines[i].proclaims));
+    header(&b, "cerberus_semaphore_acquisitions_total", "counter",
+           "Semaphore acquisitions granted on the engine (each of one or more permits).");
+    for (size_t i = 0; i < n; i++)
+        sample_u(&b, "cerberus_semaphore_acquisitions_total", c->engines[i].name, NULL,
+                 atomic_load(&c->engines[i].sem_grants));
+    header(&b, "cerberus_rwlock_holds_total", "counter",
+           "Read-write lock holds granted on the engine, by mode (reentries not counted).");
+    for (size_t i = 0; i < n; i++) {
+        sample_u(&b, "cerberus_rwlock_holds_total", c->engines[i].name, "mode=\"read\"",
+                 atomic_load(&c->engines[i].read_grants));
+        sample_u(&b, "cerberus_rwlock_holds_total", c->engines[i].name, "mode=\"write\"",
+                 atomic_load(&c->engines[i].write_grants));
+    }
     header(&b, "cerberus_acquire_wait_seconds", "histogram",
            "Time from a lock call to its grant, for granted acquisitions.");
     for (size_t i = 0; i < n; i++)

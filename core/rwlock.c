@@ -153,12 +153,19 @@ static void reader_trim(cerb_rwlock *rw, struct rw_reader *r)
     cerb__free(r);
 }
 
-/* wait_ms: -1 without limit, 0 one try, else the longest wait. */
-static cerb_status take(cerb_lock *h, int64_t wait_ms)
+/* wait_ms: -1 without limit, 0 one try, else the longest wait. A new
+ * hold (not a reentry) is counted for the metrics. */
+static cerb_status take(cerb_rwlock *rw, cerb_lock *h, int64_t wait_ms)
 {
-    return wait_ms < 0    ? cerb_lock_lock(h)
-           : wait_ms == 0 ? cerb_lock_trylock(h)
-                          : cerb_lock_trylock_for(h, wait_ms);
+    cerb_status st = wait_ms < 0    ? cerb_lock_lock(h)
+                     : wait_ms == 0 ? cerb_lock_trylock(h)
+                                    : cerb_lock_trylock_for(h, wait_ms);
+    int idx;
+    if (st == CERB_OK && cerb_lock_hold_count(h) == 1 && (idx = cerb__lock_engine_idx(h)) >= 0)
+        atomic_fetch_add(h == rw->writer ? &rw->c->engines[idx].write_grants
+                                         : &rw->c->engines[idx].read_grants,
+                         1);
+    return st;
 }
 
 static cerb_status read_lock(cerb_rwlock *rw, int64_t wait_ms, const char *what)
@@ -180,7 +187,7 @@ static cerb_status read_lock(cerb_rwlock *rw, int64_t wait_ms, const char *what)
         reader_trim(rw, r);
         return st;
     }
-    st = take(r->h, wait_ms);
+    st = take(rw, r->h, wait_ms);
     if (st != CERB_OK) {
         char why[CERB_ERROR_MAX];
         cerb__error_copy(why, sizeof why);
@@ -238,7 +245,7 @@ static cerb_status write_lock(cerb_rwlock *rw, int64_t wait_ms, const char *what
         return cerb__error_set(CERB_EINVAL, "read-write lock \"%s\": this thread holds a read "
                                             "lock; taking the write lock would wait for itself "
                                             "(read_unlock first)", rw->name);
-    return take(rw->writer, wait_ms);
+    return take(rw, rw->writer, wait_ms);
 }
 
 cerb_status cerb_rwlock_write_lock(cerb_rwlock *rw)

@@ -127,6 +127,9 @@ cerb_status cerb_semaphore_acquire(cerb_semaphore *s, unsigned count, int64_t wa
         cerb__error_set(st, "%s", why);
         return st;
     }
+    int idx = cerb__lock_engine_idx(&h->l);
+    if (idx >= 0)
+        atomic_fetch_add(&s->c->engines[idx].sem_grants, 1);
     *out = (cerb_permit *)(void *)h;
     return CERB_OK;
 }

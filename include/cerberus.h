@@ -291,8 +291,9 @@ CERB_API cerb_status cerb_engine_info(cerb_client *client, const char *name,
  * cerberus_engine_probe_latency_seconds, cerberus_acquisitions_total,
  * cerberus_engine_failures_total, cerberus_lost_holds_total,
  * cerberus_guard_begins_total (label `result`: ok, duplicate, busy,
- * degraded), cerberus_election_terms_total and
- * cerberus_election_proclaims_total, and the histograms
+ * degraded), cerberus_election_terms_total,
+ * cerberus_election_proclaims_total, cerberus_semaphore_acquisitions_total,
+ * cerberus_rwlock_holds_total (label `mode`: read, write), and the histograms
  * cerberus_acquire_wait_seconds (call to
  * grant, granted acquisitions) and cerberus_hold_duration_seconds (grant
  * to release). Per client: cerberus_engine_switches_total, cerberus_holds

@@ -170,6 +170,12 @@ static void test_reentrancy_and_nesting(void **state)
     assert_int_equal(cerb_rwlock_write_unlock(rw), CERB_NOT_OWNER);
     assert_int_equal(cerb_rwlock_write_trylock_for(other, 0), CERB_OK);
     assert_true(cerb_rwlock_fencing_token(other) > f);
+    char *m = NULL;
+    assert_int_equal(cerb_metrics_text(c, &m), CERB_OK);
+    /* One read hold (taken twice), one write hold (twice, a read nested). */
+    assert_non_null(strstr(m, "cerberus_rwlock_holds_total{engine=\"local\",mode=\"read\"} 1\n"));
+    assert_non_null(strstr(m, "cerberus_rwlock_holds_total{engine=\"local\",mode=\"write\"} 1\n"));
+    cerb_free(m);
     assert_int_equal(cerb_rwlock_write_unlock(other), CERB_OK);
     assert_int_equal(cerb_rwlock_free(rw), CERB_OK);
     assert_int_equal(cerb_rwlock_free(other), CERB_OK);

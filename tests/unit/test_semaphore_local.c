@@ -72,6 +72,10 @@ static void test_limit_holds(void **state)
     assert_int_equal(cerb_inspect(c2, CERB_KIND_LOCK, "sem-limit", NULL, &v, &n), CERB_OK);
     assert_int_equal(n, 0);
 
+    char *m = NULL;
+    assert_int_equal(cerb_metrics_text(c1, &m), CERB_OK);
+    assert_non_null(strstr(m, "cerberus_semaphore_acquisitions_total{engine=\"local\"} 2\n"));
+    cerb_free(m);
     assert_int_equal(cerb_permit_release(p2), CERB_OK);
     assert_int_equal(cerb_permit_release(p2), CERB_NOT_OWNER);
     assert_int_equal(cerb_semaphore_acquire(b, 1, 0, NULL, &p4), CERB_OK);
