@@ -1,6 +1,7 @@
 /*
- * cmd_holders.c — `cerberus [-c FILE] holders NAME`: who holds lock NAME on
- * each configured engine, and who waits for it, in queue order.
+ * cmd_holders.c — `cerberus [-c FILE] holders [--semaphore | --rwlock] NAME`:
+ * who holds lock NAME (or semaphore, or read-write lock NAME) on each
+ * configured engine, and who waits for it, in queue order.
  *
  * A thin user of cerb_lock_inspect (DESIGN.md §13): the engines read their
  * own layouts over their own connections, credentials and TLS, and this
@@ -22,15 +23,22 @@
 #include "config.h"
 
 const char cerb__cli_holders_usage[] =
-    "Usage: cerberus [-c FILE] holders NAME\n"
+    "Usage: cerberus [-c FILE] holders [--semaphore | --rwlock] NAME\n"
     "\n"
     "Show who holds lock NAME on every configured engine, in configuration\n"
     "order: the owner, the time its lease has left where the engine has one,\n"
     "the engine's fencing counter (the low 48 bits of the holder's fencing\n"
     "token), and the waiters in queue order. Reads the servers through the\n"
-    "library (cerb_lock_inspect), with the engines' own connections,\n"
+    "library (cerb_inspect), with the engines' own connections,\n"
     "credentials and timeouts; it takes no lock and changes none (the\n"
     "client it opens makes its usual session and health probes).\n"
+    "\n"
+    "  --semaphore  NAME is a semaphore: every permit holder (\"permits K of\n"
+    "               N\"), then the waiters in queue order\n"
+    "  --rwlock     NAME is a read-write lock: every reader and writer\n"
+    "               (\"read\", \"write\"), then the waiters in queue order\n"
+    "\n"
+    "  redis: 2 holding: 3f9c...e1 (permits 1 of 4, 8412 ms left, fence 17), 9a...\n"
     "\n"
     "  redis: held by 3f9c...e1, 8412 ms left, fence 17\n"
     "  redis: waiting: 77ab...02, 01cd...9e\n"
@@ -129,6 +137,45 @@ static void print_holder(const char *engine, const cerb_holder_info *h)
     printf("\n");
 }
 
+/* A semaphore's or read-write lock's member: "OWNER (DETAIL, N ms left,
+ * fence F)". */
+static void print_member(const char *e, const cerb_holder_info *h)
+{
+    print_owner(e, h->owner);
+    printf(" (%s", h->detail);
+    if (!h->waiting && h->ttl_ms >= 0)
+        printf(", %" PRId64 " ms left", h->ttl_ms);
+    if (!h->waiting && h->fence)
+        printf(", fence %" PRIu64, h->fence);
+    printf(")");
+}
+
+/* Prints engine @e's lines for a queued primitive: its holders (many at
+ * once), then its waiters. */
+static void print_queue(const char *e, const cerb_holder_info *v, size_t n)
+{
+    size_t held = 0;
+    while (held < n && !v[held].waiting)
+        held++;
+    if (held == 0) {
+        printf("%s: free\n", e);
+    } else {
+        printf("%s: %zu holding: ", e, held);
+        for (size_t k = 0; k < held; k++) {
+            if (k)
+                printf(", ");
+            print_member(e, &v[k]);
+        }
+        printf("\n");
+    }
+    for (size_t k = held; k < n; k++) {
+        printf(k == held ? "%s: waiting: " : ", ", e);
+        print_member(e, &v[k]);
+    }
+    if (n > held)
+        printf("\n");
+}
+
 /* Prints engine @e's lines from its entries v[0..n). */
 static void print_engine(const char *e, const cerb_holder_info *v, size_t n)
 {
@@ -175,13 +222,21 @@ static int print_failure(const char *e, cerb_status st, const char *why)
     }
 }
 
-/* `holders [--] NAME`: -1 to go on with *name, or the exit code (printed). */
-static int parse_args(int argc, char **argv, const char **name)
+/* `holders [--semaphore | --rwlock] [--] NAME`: -1 to go on with *name and
+ * *kind, or the exit code (printed). */
+static int parse_args(int argc, char **argv, const char **name, int *kind)
 {
+    *kind = CERB_KIND_LOCK;
     for (int i = 1; i < argc; i++) {
         if (cerb__cli_is_help(argv[i])) {
             fputs(cerb__cli_holders_usage, stdout);
             return CLI_EXIT_OK;
+        }
+        if (strcmp(argv[i], "--semaphore") == 0 || strcmp(argv[i], "--rwlock") == 0) {
+            if (*kind != CERB_KIND_LOCK)
+                return cerb__cli_usage_error("holders", "one of --semaphore and --rwlock");
+            *kind = argv[i][2] == 's' ? CERB_KIND_SEMAPHORE : CERB_KIND_RWLOCK;
+            continue;
         }
         if (strcmp(argv[i], "--") == 0 && i + 1 < argc) {
             if (*name || i + 2 != argc)
@@ -206,7 +261,8 @@ static int parse_args(int argc, char **argv, const char **name)
 int cerb__cli_holders_parse(int argc, char **argv)
 {
     const char *name = NULL;
-    return parse_args(argc, argv, &name);
+    int kind;
+    return parse_args(argc, argv, &name, &kind);
 }
 
 int cerb__cli_holders(const struct cerb__cli *cli, int argc, char **argv)
@@ -215,9 +271,9 @@ int cerb__cli_holders(const struct cerb__cli *cli, int argc, char **argv)
     struct cerb_config *cfg = NULL;
     cerb_client *c = NULL;
     cerb_status st;
-    int rc;
+    int rc, kind;
 
-    rc = parse_args(argc, argv, &name);
+    rc = parse_args(argc, argv, &name, &kind);
     if (rc >= 0)
         return rc;
     rc = CLI_EXIT_OK;
@@ -255,8 +311,10 @@ int cerb__cli_holders(const struct cerb__cli *cli, int argc, char **argv)
             printf("local: in-process, not visible from here\n");
             continue;
         }
-        st = cerb_lock_inspect(c, name, e, &v, &n);
-        if (st == CERB_OK)
+        st = cerb_inspect(c, kind, name, e, &v, &n);
+        if (st == CERB_OK && kind != CERB_KIND_LOCK)
+            print_queue(e, v, n);
+        else if (st == CERB_OK)
             print_engine(e, v, n);
         else
             r = print_failure(e, st, cerb_last_error());

@@ -91,6 +91,14 @@
 # oracle (overlaps of attempts at one key; a rerun within keep_ms of a
 # success; no tokens).
 #
+# Primitive scenarios (redis-prims, zk-prims, etcd-prims, redis-zk-prims)
+# run the primitives of DESIGN.md §16 under the engine's usual nemesis:
+# the workers take turns by process — leader elections (--elect),
+# semaphores of two permits (--semaphore 2), read-write locks (--rwlock) —
+# at least two processes each, on names of their own, judged by the same
+# oracle (one leader per name at a time, each told LOST before the next;
+# at most two permits held; never a writer with anybody; tokens).
+#
 # Replay: every scenario prints its seed and the nemesis schedule; the same
 # --scenario and --seed give the same worker choices and the same schedule
 # (faults land at the same offsets; the servers' timing is real time).
@@ -133,6 +141,7 @@ export CERB_SENTINEL_MASTER=${CERB_SENTINEL_MASTER:-cerbmaster}
 NODES=1              # servers per engine in the current scenario
 RKIND=redis          # the redis deployment: redis (one server), sentinel, cluster
 GUARD=0              # workers make guard attempts instead of locking
+PRIMS=0              # workers use the primitives of §16 instead (elect, semaphore, rwlock)
 BROKEN=${CERB_CHAOS_BROKEN:-} # a worker --broken mode (the verdict must fail)
 export CERB_STATE_DIR=${CERB_CHAOS_STATE_DIR:-${TMPDIR:-/tmp}/cerb-chaos-${UID:-$(id -u)}}
 # Upstream leaks of the workers' libraries (tests/chaos/lsan.supp).
@@ -142,13 +151,13 @@ BUILD=${CERB_BUILD_DIR:-$ROOT/build}
 LEASE_MS=2000        # lock.lease_ms; zk sessions and etcd TTLs are of the same order
 SETTLE_MS=3000       # time clients take to see a `cerberus switch` (file watch)
 
-ALL_SCENARIOS="redis zk etcd redis-zk etcd-redis zk-etcd redis-zk-grace0 manual-switch zk3 etcd3 sentinel cluster zk-guard redis-guard etcd-guard pg mysql pg-redis pg-guard"
+ALL_SCENARIOS="redis zk etcd redis-zk etcd-redis zk-etcd redis-zk-grace0 manual-switch zk3 etcd3 sentinel cluster zk-guard redis-guard etcd-guard pg mysql pg-redis pg-guard redis-prims zk-prims etcd-prims redis-zk-prims"
 # Run only when named: etcd3-oldleader pauses the leader of a 3-node etcd,
 # which etcd before 3.4.28 / 3.5.11 answers by revoking live sessions'
 # leases when it resumes (etcd#15247): overlaps there are the server's,
 # counted and reported, not failed.
 EXTRA_SCENARIOS="etcd3-oldleader"
-CI_SCENARIOS="redis zk etcd redis-zk etcd-redis redis-zk-grace0 manual-switch zk3 etcd3 sentinel cluster zk-guard pg mysql pg-redis"
+CI_SCENARIOS="redis zk etcd redis-zk etcd-redis redis-zk-grace0 manual-switch zk3 etcd3 sentinel cluster zk-guard pg mysql pg-redis redis-prims zk-prims etcd-prims"
 
 say() { printf '%s: %s\n' "$PROG" "$*"; }
 die() { printf '%s: error: %s\n' "$PROG" "$*" >&2; exit 1; }
@@ -925,6 +934,7 @@ scenario_def() {
     NODES=1
     RKIND=redis
     GUARD=0
+    PRIMS=0
     case $1 in
         redis) ENGINES="redis"; ACTS="pause kill kill-keep delay blackhole drop" ;;
         zk) ENGINES="zk"; ACTS="pause kill-keep delay blackhole drop" ;;
@@ -951,6 +961,10 @@ scenario_def() {
         pg-redis) ENGINES="pg redis"; ACTS="pause kill-keep blackhole switch" ;;
         # No mysql-guard: the mysql engine has no guard yet.
         pg-guard) ENGINES="pg"; GUARD=1; ACTS="pause kill-keep delay blackhole drop" ;;
+        redis-prims) ENGINES="redis"; PRIMS=1; ACTS="pause kill kill-keep delay blackhole drop" ;;
+        zk-prims) ENGINES="zk"; PRIMS=1; ACTS="pause kill-keep expire delay blackhole drop" ;;
+        etcd-prims) ENGINES="etcd"; PRIMS=1; ACTS="pause kill-keep delay blackhole drop" ;;
+        redis-zk-prims) ENGINES="redis zk"; PRIMS=1; ACTS="pause kill blackhole drop switch" ;;
     esac
     if [[ -n $GRACE_OVERRIDE ]]; then GRACE=$GRACE_OVERRIDE; fi
 }
@@ -1038,8 +1052,11 @@ run_scenario() {
     set -- $ENGINES
     first=$1
     SECOND=${2:-$1}
-    local threads=$THREADS names=3
+    local threads=$THREADS names=3 procs=$PROCS
     local -a wargs=()
+    # Primitives: two processes at least per primitive (elect, semaphore,
+    # rwlock, by process index).
+    if ((PRIMS && procs < 6)); then procs=6; fi
     if ((GUARD)); then
         names=4
         # Twice the threads: on zk, enough overlapping calls that the
@@ -1057,9 +1074,10 @@ run_scenario() {
     local deploy="" how=""
     if [[ $RKIND != redis ]]; then deploy=" ($RKIND)"; fi
     if ((GUARD)); then how=", guard attempts"; fi
+    if ((PRIMS)); then how=", elections, semaphores of 2 and read-write locks by process"; fi
     if ((LAGGARDS)); then how="$how, + $LAGGARDS laggard procs on the unswitched file"; fi
     if [[ -n $BROKEN ]]; then how="$how, workers broken on purpose: $BROKEN"; fi
-    say "scenario $scen: engines ($ENGINES)$deploy grace $GRACE, ${SECONDS_EACH} s, seed $seed, $PROCS procs × $threads threads$how"
+    say "scenario $scen: engines ($ENGINES)$deploy grace $GRACE, ${SECONDS_EACH} s, seed $seed, $procs procs × $threads threads$how"
     say "  replay: scripts/chaos.sh --scenario $scen --seed $seed --seconds $SECONDS_EACH"
     for e in $ENGINES; do start_server "$e"; done
     if [[ $RKIND == sentinel ]]; then
@@ -1092,11 +1110,22 @@ run_scenario() {
     RANDOM=$seed
     T0=$(now_ms)
     WORKER_PIDS=()
-    for ((i = 0; i < PROCS; i++)); do
+    local -a pargs
+    local pprefix
+    for ((i = 0; i < procs; i++)); do
+        pargs=()
+        pprefix=$NAME_PREFIX
+        if ((PRIMS)); then
+            case $((i % 3)) in
+                0) pargs=(--elect); pprefix="${NAME_PREFIX}e-" ;;
+                1) pargs=(--semaphore 2); pprefix="${NAME_PREFIX}s-" ;;
+                2) pargs=(--rwlock); pprefix="${NAME_PREFIX}r-" ;;
+            esac
+        fi
         "$WORKER" -c "$RUN/cerberus.cfg" -o "$RUN/oracle" --client "$i" \
-            --threads "$threads" --names "$names" --prefix "$NAME_PREFIX" \
+            --threads "$threads" --names "$names" --prefix "$pprefix" \
             --seconds "$SECONDS_EACH" --seed "$seed" --bound-ms "$(bound_ms)" \
-            --lease-ms "$LEASE_MS" "${wargs[@]}" >"$RUN/$scen-worker-$i.log" 2>&1 &
+            --lease-ms "$LEASE_MS" "${wargs[@]}" "${pargs[@]}" >"$RUN/$scen-worker-$i.log" 2>&1 &
         WORKER_PIDS+=($!)
     done
     # Laggards: the same workload and oracle, client ids after the others.
@@ -1133,7 +1162,7 @@ run_scenario() {
     done
     WORKER_PIDS=()
     local -a logs=()
-    for ((i = 0; i < PROCS; i++)); do logs+=("$RUN/$scen-worker-$i.log"); done
+    for ((i = 0; i < procs; i++)); do logs+=("$RUN/$scen-worker-$i.log"); done
     for ((i = 0; i < LAGGARDS; i++)); do logs+=("$RUN/$scen-laggard-$i.log"); done
     local wl
     for wl in "${logs[@]}"; do

@@ -85,3 +85,24 @@ endif()
 if(CERB_WITH_MYSQL)
   cerb_inspect_suite(mysql FIXTURES mysql ENV CERB_MYSQL_PORT=${CERB_TEST_MYSQL_PORT})
 endif()
+
+# Semaphores and read-write locks on each engine (integration/
+# queue_conformance.c), built the same way: queue_conformance_<engine>.
+function(cerb_queue_suite engine)
+  cerb_add_suite(NAME queue_conformance_${engine}
+    SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/integration/queue_conformance.c
+    LABELS integration conformance TIMEOUT 240 ${ARGN})
+  target_compile_definitions(queue_conformance_${engine} PRIVATE
+    CERB_CONFORMANCE_ENGINE="${engine}" ${CERB_CONFORMANCE_DEFS})
+endfunction()
+
+cerb_queue_suite(local)
+if(TARGET PkgConfig::HIREDIS)
+  cerb_queue_suite(redis FIXTURES redis)
+endif()
+if(CERB_WITH_ZK)
+  cerb_queue_suite(zk FIXTURES zk ENV CERB_ZK_PORT=${CERB_TEST_ZK_PORT})
+endif()
+if(CERB_WITH_ETCD)
+  cerb_queue_suite(etcd FIXTURES etcd ENV CERB_ETCD_PORT=${CERB_TEST_ETCD_PORT})
+endif()

@@ -62,6 +62,8 @@ struct holder {
     int64_t t_enter;
     int64_t t_lost; /* 0 = not told */
     bool fenced;    /* a lock's hold (token judged), not a guard claim */
+    int share;      /* 0 exclusive, else enum oracle_share */
+    unsigned weight;
 };
 
 struct name_slot {
@@ -70,6 +72,7 @@ struct name_slot {
     uint64_t max_engine[ORACLE_MAX_ENGINES];
     uint64_t max_client[ORACLE_MAX_CLIENTS];
     uint64_t max_all;
+    uint64_t max_excl_engine[ORACLE_MAX_ENGINES]; /* writers' (shared names) */
     uint64_t floor[ORACLE_MAX_MARKS]; /* max_all when mark i was made */
     struct holder h[ORACLE_MAX_HOLDERS];
     /* The latest success of this guard key: done certainly from done_from
@@ -275,8 +278,22 @@ static uint64_t settled_floor(struct oracle_shm *s, struct name_slot *n, int64_t
  * this much inside the window, never at its edge. */
 #define DONE_SLACK_NS 5000000
 
+/* Does a hold entering as (share, weight) of a name of capacity cap
+ * conflict with holder h, given the weight of the others inside? Locks and
+ * claims (share 0) conflict with everybody. */
+static bool conflicts(int share, unsigned weight, unsigned cap, const struct holder *h,
+                      unsigned inside_weight)
+{
+    if (share == 0 || h->share == 0)
+        return true;
+    if (share == ORACLE_PERMITS)
+        return h->share != ORACLE_PERMITS || inside_weight + weight > cap;
+    return share == ORACLE_WRITE || h->share == ORACLE_WRITE;
+}
+
 static int enter(oracle *o, const char *name, int client, bool fenced, uint64_t token,
-                 const char *engine, int64_t t_begin_ns, int64_t t_ns)
+                 const char *engine, int64_t t_begin_ns, int64_t t_ns, int share,
+                 unsigned weight, unsigned cap)
 {
     struct oracle_shm *s = o->s;
     int ni = name_index(s, name);
@@ -292,6 +309,15 @@ static int enter(oracle *o, const char *name, int client, bool fenced, uint64_t 
     atomic_fetch_add(&s->acquisitions, 1);
     atomic_fetch_add(&s->acq_engine[ei], 1);
 
+    /* The permits inside held by holders not told LOST by t_ns: a new
+     * permit conflicts only when they and it exceed the limit. */
+    unsigned inside = 0;
+    for (int j = 0; share == ORACLE_PERMITS && j < ORACLE_MAX_HOLDERS; j++) {
+        const struct holder *h = &n->h[j];
+        if (h->used && h->share == ORACLE_PERMITS && !(h->t_lost != 0 && h->t_lost <= t_ns))
+            inside += h->weight;
+    }
+
     for (int j = 0; j < ORACLE_MAX_HOLDERS; j++) {
         struct holder *h = &n->h[j];
         if (!h->used)
@@ -304,6 +330,8 @@ static int enter(oracle *o, const char *name, int client, bool fenced, uint64_t 
                  (int)h->pid, name, (unsigned long long)h->token);
             continue;
         }
+        if (!conflicts(share, weight, cap, h, inside))
+            continue;
         if (h->t_lost != 0 && h->t_lost <= t_ns) {
             atomic_fetch_add(&s->overlaps_explained, 1);
         } else if (fenced) {
@@ -344,10 +372,14 @@ static int enter(oracle *o, const char *name, int client, bool fenced, uint64_t 
         const char *why = NULL;
         uint64_t prev = 0;
         uint64_t fl = settled_floor(s, n, t_ns);
-        if (ei != 0 && token <= n->max_engine[ei]) {
+        bool ordered = share == 0 || share == ORACLE_WRITE;
+        if (ei != 0 && ordered && token <= n->max_engine[ei]) {
             why = "engine";
             prev = n->max_engine[ei];
-        } else if (token <= n->max_client[client]) {
+        } else if (ei != 0 && !ordered && token <= n->max_excl_engine[ei]) {
+            why = "engine, after a writer";
+            prev = n->max_excl_engine[ei];
+        } else if (ordered && token <= n->max_client[client]) {
             why = "client";
             prev = n->max_client[client];
         } else if (token <= fl) {
@@ -362,6 +394,8 @@ static int enter(oracle *o, const char *name, int client, bool fenced, uint64_t 
         }
         if (ei != 0 && token > n->max_engine[ei])
             n->max_engine[ei] = token;
+        if (ei != 0 && share == ORACLE_WRITE && token > n->max_excl_engine[ei])
+            n->max_excl_engine[ei] = token;
         if (token > n->max_client[client])
             n->max_client[client] = token;
         if (token > n->max_all)
@@ -381,6 +415,8 @@ static int enter(oracle *o, const char *name, int client, bool fenced, uint64_t 
         h->t_enter = t_ns;
         h->t_lost = 0;
         h->fenced = fenced;
+        h->share = share;
+        h->weight = weight;
         id = (int)(h->gen << HOLDER_IDX_BITS) | (ni * ORACLE_MAX_HOLDERS + j);
         break;
     }
@@ -393,13 +429,21 @@ static int enter(oracle *o, const char *name, int client, bool fenced, uint64_t 
 int oracle_enter(oracle *o, const char *name, int client, uint64_t token,
                  const char *engine, int64_t t_ns)
 {
-    return enter(o, name, client, true, token, engine, t_ns, t_ns);
+    return enter(o, name, client, true, token, engine, t_ns, t_ns, 0, 1, 1);
+}
+
+int oracle_enter_shared(oracle *o, const char *name, int client, uint64_t token,
+                        const char *engine, int64_t t_ns, enum oracle_share share,
+                        unsigned weight, unsigned cap)
+{
+    return enter(o, name, client, true, token, engine, t_ns, t_ns, (int)share,
+                 share == ORACLE_PERMITS ? weight : 1, cap);
 }
 
 int oracle_enter_claim(oracle *o, const char *name, int client, const char *engine,
                        int64_t t_begin_ns, int64_t t_ns)
 {
-    return enter(o, name, client, false, 0, engine, t_begin_ns, t_ns);
+    return enter(o, name, client, false, 0, engine, t_begin_ns, t_ns, 0, 1, 1);
 }
 
 void oracle_done(oracle *o, const char *name, int64_t t0_ns, int64_t t1_ns, int64_t keep_ms)

@@ -88,6 +88,26 @@ int oracle_enter(oracle *o, const char *name, int client, uint64_t token,
 int oracle_enter_claim(oracle *o, const char *name, int client, const char *engine,
                        int64_t t_begin_ns, int64_t t_ns);
 
+/* What a shared hold is (oracle_enter_shared). */
+enum oracle_share { ORACLE_PERMITS = 1, ORACLE_READ = 2, ORACLE_WRITE = 3 };
+
+/*
+ * oracle_enter_shared — as oracle_enter, for a hold that may share its name
+ * (DESIGN.md §16): @share ORACLE_PERMITS with @weight permits of a
+ * semaphore of @cap; ORACLE_READ or ORACLE_WRITE of a read-write lock
+ * (@weight and @cap ignored). Unsafe when, counting only the holders inside
+ * that were not told LOST by @t_ns: the permits inside plus @weight exceed
+ * @cap; a writer enters with anybody inside; a reader enters with a writer
+ * inside. Tokens: never 0, above every settled switch floor, and above
+ * every exclusive grant's (a writer's) recorded before on the engine; a
+ * writer's, like a lock's, above every grant's recorded before on the
+ * engine (it is granted only once those ahead have left). Concurrent
+ * shared grants record in any order, so among them no order is judged.
+ */
+int oracle_enter_shared(oracle *o, const char *name, int client, uint64_t token,
+                        const char *engine, int64_t t_ns, enum oracle_share share,
+                        unsigned weight, unsigned cap);
+
 /*
  * oracle_done — cerb_guard_finish(succeeded = 1) of the key @name,
  * called at @t0_ns with keep @keep_ms, returned CERB_OK at @t1_ns: the

@@ -25,8 +25,13 @@
 #   skip-elect        records terms without campaigning
 #                     → unsafe overlaps (two leaders at once)
 #
-# and an honest run of the same worker, locking, guarded or electing, must
-# pass the ordinary verdict.
+# and, with --semaphore 2 and with --rwlock (permits and read/write holds):
+#
+#   skip-share        records holds without taking them
+#                     → unsafe overlaps (three permits of two; a writer with others)
+#
+# and an honest run of the same worker, locking, guarded, electing or
+# sharing, must pass the ordinary verdict.
 #
 #   test_broken.sh BUILD_CHAOS_DIR
 set -euo pipefail
@@ -46,6 +51,8 @@ run() {
         --seed 7 --bound-ms 500 --lease-ms 1000)
     [[ ${2:-} == --guard ]] && args+=(--guard --names 2)
     [[ ${2:-} == --elect ]] && args+=(--elect --names 2)
+    [[ ${2:-} == --semaphore ]] && args+=(--semaphore 2 --names 2)
+    [[ ${2:-} == --rwlock ]] && args+=(--rwlock --names 2)
     [[ $mode == honest* ]] || args+=(--broken "$mode")
     timeout 60 "$B/cerb_chaos_worker" "${args[@]}"
 }
@@ -103,4 +110,19 @@ else
 fi
 run skip-elect --elect
 expect skip-elect unsafe
+
+for m in semaphore rwlock; do
+    run "honest-$m" "--$m"
+    if "$B/cerb_chaos_oracle" report "$TMP/honest-$m.oracle" "honest-$m" --min-acq 5; then
+        echo "ok: an honest $m worker passes"
+    else
+        echo "FAIL: an honest $m worker on the local engine was reported"
+        fail=1
+    fi
+    "$B/cerb_chaos_oracle" init "$TMP/skip-share-$m.oracle"
+    timeout 60 "$B/cerb_chaos_worker" -c "$TMP/local.cfg" -o "$TMP/skip-share-$m.oracle" \
+        --threads 3 --seconds 3 --seed 7 --bound-ms 500 --lease-ms 1000 --names 2 \
+        "--$m" $([[ $m == semaphore ]] && echo 2) --broken skip-share
+    expect "skip-share-$m" unsafe
+done
 exit $fail

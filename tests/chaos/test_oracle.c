@@ -268,6 +268,45 @@ static void dead_holder_is_no_overlap(void **state)
     assert_non_null(strstr(oracle_note_get(o, 0), "died inside d"));
 }
 
+/* Permits share up to the limit; one more, or a writer with anybody, is
+ * unsafe unless those inside were told LOST first; readers share; a
+ * writer's token must exceed every grant before it, a reader's every
+ * writer's. */
+static void shared_holds(void **state)
+{
+    oracle *o = *state;
+    int a = oracle_enter_shared(o, "s", 0, TOK(1, 1), "redis", 1 * MS, ORACLE_PERMITS, 1, 3);
+    int b = oracle_enter_shared(o, "s", 1, TOK(1, 3), "redis", 2 * MS, ORACLE_PERMITS, 2, 3);
+    assert_int_equal(rep(o).overlaps_unsafe, 0);
+    int c = oracle_enter_shared(o, "s", 2, TOK(1, 2), "redis", 3 * MS, ORACLE_PERMITS, 1, 3);
+    oracle_report r = rep(o);
+    assert_int_equal(r.overlaps_unsafe, 2); /* the fourth permit of three, against both */
+    assert_int_equal(r.token_regressions, 0); /* permits are not ordered */
+    oracle_leave(o, c, 4 * MS);
+    oracle_told_lost(o, b, 5 * MS);
+    int d = oracle_enter_shared(o, "s", 2, TOK(1, 4), "redis", 6 * MS, ORACLE_PERMITS, 2, 3);
+    r = rep(o);
+    assert_int_equal(r.overlaps_unsafe, 2); /* b was told: its permits are not counted */
+    oracle_leave(o, a, 7 * MS);
+    oracle_leave(o, b, 7 * MS);
+    oracle_leave(o, d, 7 * MS);
+
+    int r1 = oracle_enter_shared(o, "rw", 0, TOK(1, 1), "zk", 10 * MS, ORACLE_READ, 1, 0);
+    int r2 = oracle_enter_shared(o, "rw", 1, TOK(1, 2), "zk", 11 * MS, ORACLE_READ, 1, 0);
+    assert_int_equal(rep(o).overlaps_unsafe, 2);
+    int w = oracle_enter_shared(o, "rw", 2, TOK(1, 3), "zk", 12 * MS, ORACLE_WRITE, 1, 0);
+    assert_int_equal(rep(o).overlaps_unsafe, 4); /* a writer with two readers */
+    oracle_leave(o, r1, 13 * MS);
+    oracle_leave(o, r2, 13 * MS);
+    oracle_leave(o, w, 13 * MS);
+    int w2 = oracle_enter_shared(o, "rw", 2, TOK(1, 3), "zk", 14 * MS, ORACLE_WRITE, 1, 0);
+    assert_int_equal(rep(o).token_regressions, 1); /* not above the writer before */
+    oracle_leave(o, w2, 15 * MS);
+    int r3 = oracle_enter_shared(o, "rw", 0, TOK(1, 2), "zk", 16 * MS, ORACLE_READ, 1, 0);
+    assert_int_equal(rep(o).token_regressions, 2); /* a reader below the last writer */
+    oracle_leave(o, r3, 17 * MS);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -281,6 +320,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(guard_reruns, setup, teardown),
         cmocka_unit_test_setup_teardown(two_processes_share_the_file, setup, teardown),
         cmocka_unit_test_setup_teardown(dead_holder_is_no_overlap, setup, teardown),
+        cmocka_unit_test_setup_teardown(shared_holds, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -5,9 +5,10 @@
  *
  *   cerb_chaos_worker -c CONFIG -o ORACLE [--client ID] [--threads T]
  *       [--names N] [--prefix P] [--seconds S] [--max-ops M] [--seed X]
- *       [--bound-ms B] [--lease-ms L] [--guard | --elect] [--count-conns PORT]
+ *       [--bound-ms B] [--lease-ms L] [--guard | --elect | --semaphore N | --rwlock]
+ *       [--count-conns PORT]
  *       [--broken skip-lock|fake-token|overrun|skip-guard|ignore-busy|ignore-duplicate|
- *                 skip-elect]
+ *                 skip-elect|skip-share]
  *
  * Each thread, seeded from --seed, --client and its index (the seed is
  * printed so a run can be replayed), loops until --seconds or --max-ops:
@@ -49,13 +50,22 @@
  * rules read: at most one leader per name at a time, each deposed leader
  * told LOST before the next is elected, terms' tokens growing.
  *
+ * --semaphore N: the threads take permits of semaphores of limit N instead
+ * (one handle per thread and name): 1 permit, or 2 one time in four, with
+ * a random wait (0-400 ms); --rwlock: the threads take read locks, or write
+ * locks one time in five, the same way. Each grant is recorded as a shared
+ * hold (oracle_enter_shared: at most N permits inside, never a writer with
+ * anybody), held as a lock's (1 in 20 past the lease), left before the
+ * release; the lost callbacks record LOST as they fire.
+ *
  * --broken modes exist to show the oracle can fail (tests/chaos chaos_broken):
  * skip-lock records holds without locking (a lock that grants twice),
  * fake-token records tokens that repeat and are sometimes 0, overrun makes
  * one timed call per thread last its bound plus two seconds; with --guard,
  * skip-guard runs every attempt without beginning it, ignore-busy runs on
  * CERB_BUSY and ignore-duplicate runs on CERB_DUPLICATE; with --elect,
- * skip-elect records terms without campaigning.
+ * skip-elect records terms without campaigning; with --semaphore or
+ * --rwlock, skip-share records holds without taking them.
  */
 #include <dirent.h>
 #include <errno.h>
@@ -86,6 +96,7 @@ enum broken {
     BROKEN_IGNORE_BUSY,
     BROKEN_IGNORE_DUPLICATE,
     BROKEN_SKIP_ELECT,
+    BROKEN_SKIP_SHARE,
 };
 
 static const char *const broken_name[] = {"",
@@ -95,11 +106,13 @@ static const char *const broken_name[] = {"",
                                           "skip-guard",
                                           "ignore-busy",
                                           "ignore-duplicate",
-                                          "skip-elect"};
+                                          "skip-elect",
+                                          "skip-share"};
 
 struct opts {
     const char *config, *oracle_path, *prefix;
-    int client, threads, names, guard, elect, count_port;
+    int client, threads, names, guard, elect, rwlock, count_port;
+    int64_t semaphore; /* --semaphore N: the limit; 0 = not that mode */
     int64_t seconds, max_ops, bound_ms, lease_ms;
     uint64_t seed;
     enum broken broken;
@@ -118,6 +131,8 @@ struct tguard {
 struct tlock {
     cerb_lock *l;
     cerb_election *e;
+    cerb_semaphore *s;
+    cerb_rwlock *rw;
     oracle *o;
     _Atomic int holder;
     char name[96];
@@ -636,6 +651,137 @@ static void *elect_main(struct thread *t)
     return NULL;
 }
 
+/* ---- --semaphore / --rwlock ---- */
+
+/* A lost permit or read-write hold: its thread holds one hold at a time,
+ * whose oracle id is in tl->holder. */
+static void on_permit_lost(cerb_permit *p, void *ud)
+{
+    struct tlock *tl = ud;
+    (void)p;
+    oracle_told_lost(tl->o, atomic_load(&tl->holder), oracle_now());
+}
+
+static void on_rw_lost(cerb_rwlock *rw, void *ud)
+{
+    struct tlock *tl = ud;
+    (void)rw;
+    oracle_told_lost(tl->o, atomic_load(&tl->holder), oracle_now());
+}
+
+struct share_args {
+    struct tlock *tl;
+    unsigned k;
+    bool write;
+    int64_t wait_ms;
+    cerb_permit *p;
+};
+
+static cerb_status call_share(void *a)
+{
+    struct share_args *sa = a;
+    if (sa->tl->s)
+        return cerb_semaphore_acquire(sa->tl->s, sa->k, sa->wait_ms, NULL, &sa->p);
+    return sa->write ? cerb_rwlock_write_trylock_for(sa->tl->rw, sa->wait_ms)
+                     : cerb_rwlock_read_trylock_for(sa->tl->rw, sa->wait_ms);
+}
+
+static cerb_status call_unshare(void *a)
+{
+    struct share_args *sa = a;
+    if (sa->tl->s)
+        return cerb_permit_free(sa->p);
+    return sa->write ? cerb_rwlock_write_unlock(sa->tl->rw) : cerb_rwlock_read_unlock(sa->tl->rw);
+}
+
+static enum cerb_lock_state share_state(struct share_args *sa)
+{
+    return sa->tl->s ? cerb_permit_state(sa->p) : cerb_rwlock_state(sa->tl->rw);
+}
+
+/* One permit (or read / write hold) of a random name. */
+static void one_share(struct thread *t)
+{
+    const struct opts *op = t->op;
+    bool skip = op->broken == BROKEN_SKIP_SHARE;
+    struct tlock *tl = &t->tl[rnd(&t->rng) % (uint64_t)op->names];
+    struct share_args a = {.tl = tl, .wait_ms = rnd_range(&t->rng, 0, 400)};
+    a.k = op->semaphore > 1 && rnd(&t->rng) % 4 == 0 ? 2 : 1;
+    a.write = op->rwlock && rnd(&t->rng) % 5 == 0;
+    char e0[32], e1[32];
+    engine_now(t->c, e0, sizeof(e0));
+    cerb_status st = skip ? CERB_OK : timed(t, "acquire", a.wait_ms + op->bound_ms, call_share, &a);
+    count(t, st);
+    if (st != CERB_OK)
+        return;
+    engine_now(t->c, e1, sizeof(e1));
+    uint64_t token = skip        ? atomic_fetch_add(&fake_token, 1)
+                     : tl->s     ? cerb_permit_fencing_token(a.p)
+                                 : cerb_rwlock_fencing_token(tl->rw);
+    enum oracle_share sh = tl->s ? ORACLE_PERMITS : a.write ? ORACLE_WRITE : ORACLE_READ;
+    atomic_store(&tl->holder,
+                 oracle_enter_shared(t->o, tl->name, op->client, token,
+                                     skip ? "fake" : strcmp(e0, e1) == 0 ? e1 : "?",
+                                     oracle_now(), sh, a.k, (unsigned)op->semaphore));
+    if (a.p)
+        cerb_permit_on_lost(a.p, on_permit_lost, tl);
+    int64_t end = oracle_now() + hold_ms(t, 20) * 1000000;
+    for (;;) {
+        if (!skip && share_state(&a) == CERB_LOCK_LOST) {
+            oracle_told_lost(t->o, atomic_load(&tl->holder), oracle_now());
+            t->lost++;
+            break;
+        }
+        int64_t left = (end - oracle_now()) / 1000000;
+        if (left <= 0)
+            break;
+        sleep_ms(left < 50 ? left : 50);
+    }
+    if (!skip && share_state(&a) == CERB_LOCK_LOST)
+        oracle_told_lost(t->o, atomic_load(&tl->holder), oracle_now());
+    oracle_leave(t->o, atomic_exchange(&tl->holder, -1), oracle_now());
+    if (!skip) {
+        cerb_status us = timed(t, "release", op->bound_ms, call_unshare, &a);
+        if (us != CERB_OK && us != CERB_LOST)
+            count_error(t, us);
+    }
+}
+
+static void *share_main(struct thread *t)
+{
+    const struct opts *op = t->op;
+    int64_t end = oracle_now() + op->seconds * 1000000000;
+    for (int i = 0; i < op->names; i++) {
+        struct tlock *tl = &t->tl[i];
+        snprintf(tl->name, sizeof(tl->name), "%s%d", op->prefix, i);
+        tl->o = t->o;
+        atomic_init(&tl->holder, -1);
+        cerb_status st = op->semaphore
+                             ? cerb_semaphore_new(t->c, tl->name, op->semaphore, NULL, &tl->s)
+                             : cerb_rwlock_new(t->c, tl->name, NULL, &tl->rw);
+        if (st != CERB_OK) {
+            fprintf(stderr, "worker %d: new %s: %s\n", op->client, tl->name, cerb_last_error());
+            exit(1);
+        }
+        if (tl->rw)
+            cerb_rwlock_on_lost(tl->rw, on_rw_lost, tl);
+    }
+    while (oracle_now() < end && (op->max_ops <= 0 || (int64_t)t->ops < op->max_ops)) {
+        t->ops++;
+        if (rnd(&t->rng) % 100 < 85)
+            one_share(t);
+        else
+            sleep_ms(rnd_range(&t->rng, 0, 20));
+    }
+    for (int i = 0; i < op->names; i++) {
+        cerb_semaphore_free(t->tl[i].s);
+        if (t->tl[i].rw)
+            cerb_rwlock_on_lost(t->tl[i].rw, NULL, NULL);
+        cerb_rwlock_free(t->tl[i].rw);
+    }
+    return NULL;
+}
+
 static void *thread_main(void *arg)
 {
     struct thread *t = arg;
@@ -644,6 +790,8 @@ static void *thread_main(void *arg)
         return guard_main(t);
     if (op->elect)
         return elect_main(t);
+    if (op->semaphore || op->rwlock)
+        return share_main(t);
     int64_t end = oracle_now() + op->seconds * 1000000000;
     for (int i = 0; i < op->names; i++) {
         struct tlock *tl = &t->tl[i];
@@ -745,9 +893,10 @@ static void usage(void)
     fprintf(stderr,
             "usage: cerb_chaos_worker -c CONFIG -o ORACLE [--client ID] [--threads T]\n"
             "  [--names N] [--prefix P] [--seconds S] [--max-ops M] [--seed X]\n"
-            "  [--bound-ms B] [--lease-ms L] [--guard | --elect] [--count-conns PORT]\n"
+            "  [--bound-ms B] [--lease-ms L] [--guard | --elect | --semaphore N | --rwlock]\n"
+            "  [--count-conns PORT]\n"
             "  [--broken skip-lock|fake-token|overrun|skip-guard|ignore-busy|ignore-duplicate|\n"
-            "            skip-elect]\n");
+            "            skip-elect|skip-share]\n");
     exit(2);
 }
 
@@ -758,7 +907,8 @@ static void parse(int argc, char **argv, struct opts *op)
         {"prefix", 1, 0, 'p'}, {"seconds", 1, 0, 's'}, {"max-ops", 1, 0, 'm'},
         {"seed", 1, 0, 'S'},   {"bound-ms", 1, 0, 'b'}, {"lease-ms", 1, 0, 'l'},
         {"broken", 1, 0, 'B'}, {"guard", 0, 0, 'g'},   {"count-conns", 1, 0, 'C'},
-        {"elect", 0, 0, 'E'},  {0, 0, 0, 0}};
+        {"elect", 0, 0, 'E'},  {"semaphore", 1, 0, 'N'}, {"rwlock", 0, 0, 'R'},
+        {0, 0, 0, 0}};
     *op = (struct opts){.prefix = "chaos-", .threads = 4, .names = 3,
                         .seconds = 10, .bound_ms = 5000, .lease_ms = 2000};
     op->seed = (uint64_t)time(NULL);
@@ -778,6 +928,8 @@ static void parse(int argc, char **argv, struct opts *op)
         case 'l': op->lease_ms = atoll(optarg); break;
         case 'g': op->guard = 1; break;
         case 'E': op->elect = 1; break;
+        case 'N': op->semaphore = atoll(optarg); if (op->semaphore < 1) usage(); break;
+        case 'R': op->rwlock = 1; break;
         case 'C': op->count_port = atoi(optarg); break;
         case 'B':
             op->broken = BROKEN_NONE;
@@ -797,12 +949,15 @@ static void parse(int argc, char **argv, struct opts *op)
         usage();
     /* The guard's broken modes break the guard path, skip-elect the
      * election's, the others the lock's. */
-    if (op->guard && op->elect)
+    if (op->guard + op->elect + (op->semaphore > 0) + op->rwlock > 1)
         usage();
     bool guard_mode = op->broken >= BROKEN_SKIP_GUARD && op->broken <= BROKEN_IGNORE_DUPLICATE;
     bool elect_mode = op->broken == BROKEN_SKIP_ELECT;
+    bool share_mode = op->broken == BROKEN_SKIP_SHARE;
+    bool sharing = op->semaphore > 0 || op->rwlock;
     if (op->broken != BROKEN_NONE && op->broken != BROKEN_OVERRUN &&
-        (guard_mode != (op->guard != 0) || elect_mode != (op->elect != 0)))
+        (guard_mode != (op->guard != 0) || elect_mode != (op->elect != 0) ||
+         share_mode != sharing))
         usage();
 }
 
@@ -812,7 +967,12 @@ int main(int argc, char **argv)
     parse(argc, argv, &op);
     printf("worker %d: seed %" PRIu64 " threads %d %s %d seconds %" PRId64 "%s%s\n",
            op.client, op.seed, op.threads,
-           op.guard ? "guard keys" : op.elect ? "elections" : "names", op.names,
+           op.guard       ? "guard keys"
+           : op.elect     ? "elections"
+           : op.semaphore ? "semaphores"
+           : op.rwlock    ? "read-write locks"
+                          : "names",
+           op.names,
            op.seconds, op.broken ? " broken " : "", broken_name[op.broken]);
     fflush(stdout);
 
