@@ -372,13 +372,26 @@ void cerb__engine_stats(const struct cerb_engine_ops *ops, cerb_engine *e,
         ops->stats(e, out);
 }
 
+cerb_status cerb__engine_gate_ask(const struct cerb_engine_ops *ops, cerb_engine *e,
+                                  const cerb_engine_lock *lk)
+{
+    if (!is_queued(lk->prim))
+        return cerb__engine_held(ops, e, lk->name, lk->prim);
+    const struct cerb_queue_methods *q = queue_of(ops, lk->prim);
+    if (!q)
+        return CERB_OK; /* nobody can hold this primitive there */
+    if (!e)
+        return cerb__error_set(CERB_UNAVAILABLE, "engine %s is not open", ops->name);
+    return q->fits ? q->fits(e, lk) : q->held(e, lk->name);
+}
+
 cerb_status cerb__engine_held(const struct cerb_engine_ops *ops, cerb_engine *e,
                               const char *name, int prim)
 {
     if (is_queued(prim)) {
         const struct cerb_queue_methods *q = queue_of(ops, prim);
         if (!q)
-            return no_prim(ops, prim);
+            return CERB_OK; /* nobody can hold this primitive there */
         if (!e)
             return cerb__error_set(CERB_UNAVAILABLE, "engine %s is not open", ops->name);
         return q->held(e, name);

@@ -489,7 +489,11 @@ struct cerb_queue_methods {
                            const atomic_int *interrupted, cerb_grant *grant);
     /* Optional (NULL: holds last until the session ends, as ops->renew). */
     cerb_status (*renew)(cerb_engine *e, cerb_engine_lock *lk, cerb_grant *grant);
-    /* Required. */
+    /* Required. By token, atomically: removes lk's member whether it is
+     * granted or still waiting (the core releases a member whose acquire
+     * had an unknown outcome, which check_owner cannot tell from a waiting
+     * one). CERB_OK when a granted member was removed, CERB_NOT_OWNER when
+     * none was (absent, or only waiting). Idempotent. */
     cerb_status (*release)(cerb_engine *e, cerb_engine_lock *lk);
     /* Required: is lk's member granted (CERB_OK, fence filled) or not
      * (CERB_NOT_OWNER: absent, or present but still waiting)? */
@@ -501,6 +505,17 @@ struct cerb_queue_methods {
      * in queue order, as ops->inspect; detail says "read", "write" or
      * "permits K of N". */
     cerb_status (*inspect)(cerb_engine *e, const char *name, struct cerb_holders *out);
+    /* Optional (NULL: the gate asks held, so it refuses while any member
+     * holds — a semaphore with permits to spare, or readers, included):
+     * would a new member like lk (its prim, variant, limit and count) be
+     * granted at the tail of lk->name's queue now? CERB_OK when it would;
+     * CERB_BUSY when the rule refuses it — the permits of every member
+     * there, waiting or holding, plus lk->count exceed the limit (the
+     * stored one when there is one, else lk->limit); a writer, with any
+     * member there; a reader, with a writer there — or an error. Members
+     * of lk's own token are not counted. One consistent read, no write.
+     * The safe switch asks it of the engine switched from (health.c). */
+    cerb_status (*fits)(cerb_engine *e, const cerb_engine_lock *lk);
 };
 
 /* ---- registry and checking shims (engine.c) ---- */
@@ -550,6 +565,13 @@ int64_t cerb__engine_hold_bound_ms(const struct cerb_engine_ops *ops, cerb_engin
  * tell (no `held` method), or its error. */
 cerb_status cerb__engine_held(const struct cerb_engine_ops *ops, cerb_engine *e,
                               const char *name, int prim);
+/* The switch gate's question for the hold lk is about to get on another
+ * engine: is its name free enough on engine e? The mutex's and an
+ * election's: ops->held(name). A queued primitive's: its table's fits (or
+ * held without it); CERB_OK on an engine without the primitive (nobody
+ * can hold it there). */
+cerb_status cerb__engine_gate_ask(const struct cerb_engine_ops *ops, cerb_engine *e,
+                                  const cerb_engine_lock *lk);
 /* Does the engine have primitive `prim` (the mutex always)? The shims of
  * acquire, renew, release, check_owner and inspect route a hold or a name
  * by its prim; a missing table answers CERB_UNAVAILABLE naming it (with

@@ -12,6 +12,10 @@
  * inside acquire, so it leaves when that call returns. Any member leaving
  * signals the queue's condition: waiters of other names never wake.
  *
+ * A waiting member is a thread inside acquire, which removes it when the
+ * call returns; nothing here answers with an unknown outcome, so release
+ * never has a waiting member of its token to remove (engine.h asks it to).
+ *
  * A semaphore's limit is stored while the queue has members; a caller with
  * another limit is refused then, and an empty queue takes the next
  * caller's (docs/semaphore.md).
@@ -348,6 +352,33 @@ static cerb_status q_inspect(int prim, cerb_engine *e, const char *name, struct 
     return st;
 }
 
+/* The rule for a new member like lk at the tail (engine.h, fits). */
+static cerb_status q_fits(cerb_engine *e, const cerb_engine_lock *lk)
+{
+    if (cerb__local_dir(e))
+        return CERB_OK; /* file mode grants none */
+    cerb__mutex_lock(&q_mu);
+    struct q_name *q = q_get(lk->prim, lk->name, false);
+    bool fits = true;
+    if (q) {
+        q_prune(q, cerb_monotime());
+        int64_t permits = 0;
+        for (struct q_member *m = q->head; m; m = m->next) {
+            if (strcmp(m->token, lk->token) == 0)
+                continue;
+            permits += m->count;
+            if (lk->prim == CERB_PRIM_RWLOCK &&
+                (lk->variant == CERB_RW_WRITE || m->mode == CERB_RW_WRITE))
+                fits = false;
+        }
+        int64_t limit = q->head && q->limit ? q->limit : lk->limit;
+        if (lk->prim == CERB_PRIM_SEMAPHORE && permits + lk->count > limit)
+            fits = false;
+    }
+    cerb__mutex_unlock(&q_mu);
+    return fits ? CERB_OK : CERB_BUSY;
+}
+
 static cerb_status sem_held(cerb_engine *e, const char *name)
 {
     return q_held(CERB_PRIM_SEMAPHORE, e, name);
@@ -376,6 +407,7 @@ const struct cerb_queue_methods cerb__local_semaphore = {
     .check_owner = q_check,
     .held = sem_held,
     .inspect = sem_inspect,
+    .fits = q_fits,
 };
 
 const struct cerb_queue_methods cerb__local_rwlock = {
@@ -386,6 +418,7 @@ const struct cerb_queue_methods cerb__local_rwlock = {
     .check_owner = q_check,
     .held = rw_held,
     .inspect = rw_inspect,
+    .fits = q_fits,
 };
 
 void cerb__local_queue_cancel(const cerb_engine_lock *lk)

@@ -360,7 +360,7 @@ int cerb__client_switch(cerb_client *c, int to, const char *why, int pin)
  * or CERB_UNAVAILABLE with *until_ns = when its grace ends.
  */
 static cerb_status gate_one(cerb_client *c, struct cerb_client_engine *ce, struct cerb_slot *s,
-                            int64_t now, int64_t *until_ns)
+                            const cerb_engine_lock *lk, int64_t now, int64_t *until_ns)
 {
     const char *name = s->name;
     /* The hot path, without fo_mu: not gated. */
@@ -391,7 +391,7 @@ static cerb_status gate_one(cerb_client *c, struct cerb_client_engine *ce, struc
      * probes time out (a gray failure) is still asked. */
     if (ce->e && !(ask_fail > last && now - ask_fail < ASK_BACKOFF_NS)) {
         atomic_fetch_add_explicit(&ce->gate_questions, 1, memory_order_relaxed);
-        cerb_status st = cerb__engine_held(ce->ops, ce->e, name, s->prim);
+        cerb_status st = cerb__engine_gate_ask(ce->ops, ce->e, lk);
         int64_t t = cerb_monotime();
         if (st == CERB_OK || st == CERB_BUSY) {
             answered(ce, t);
@@ -527,7 +527,8 @@ static bool others_closed(cerb_client *c, int idx)
     return true;
 }
 
-cerb_status cerb__switch_gate(cerb_client *c, int idx, struct cerb_slot *s, int64_t deadline_ns,
+cerb_status cerb__switch_gate(cerb_client *c, int idx, struct cerb_slot *s,
+                              const cerb_engine_lock *lk, int64_t deadline_ns,
                               const atomic_int *intr)
 {
     char why[CERB_ERROR_MAX] = "";
@@ -550,7 +551,7 @@ cerb_status cerb__switch_gate(cerb_client *c, int idx, struct cerb_slot *s, int6
             if ((int)i == idx)
                 continue;
             int64_t until = 0;
-            cerb_status st = gate_one(c, &c->engines[i], s, now, &until);
+            cerb_status st = gate_one(c, &c->engines[i], s, lk, now, &until);
             if (st == CERB_OK)
                 continue;
             if (worst == CERB_OK || st == CERB_BUSY)

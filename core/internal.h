@@ -529,7 +529,8 @@ int cerb__client_switch(cerb_client *c, int to, const char *why, int pin);
  * within its grace period must confirm the name is free there, or the
  * grace must run out. CERB_OK, CERB_BUSY (deadline 0), CERB_TIMEOUT,
  * CERB_INTERRUPTED. */
-cerb_status cerb__switch_gate(cerb_client *c, int idx, struct cerb_slot *s, int64_t deadline_ns,
+cerb_status cerb__switch_gate(cerb_client *c, int idx, struct cerb_slot *s,
+                              const cerb_engine_lock *lk, int64_t deadline_ns,
                               const atomic_int *intr);
 /* Is any engine other than idx gated (so a grant on idx must be checked
  * against it once more)? Lock-free. */

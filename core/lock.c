@@ -493,7 +493,7 @@ static cerb_status claims_take(cerb_client *c, struct cerb_engine_hold *h)
             cerb__watchdog_orphan(c, k);
         else
             hold_free(k);
-        st = cerb__switch_gate(c, h->engine_idx, h->slot, 0, NULL);
+        st = cerb__switch_gate(c, h->engine_idx, h->slot, &h->lk, 0, NULL);
         if (st != CERB_OK)
             return st;
     }
@@ -616,7 +616,7 @@ static void acq_choose(struct acq *a)
 static enum acq_next acq_gate(struct acq *a)
 {
     struct cerb_engine_hold *h = *a->hp;
-    cerb_status st = cerb__switch_gate(a->c, h->engine_idx, h->slot, a->deadline_ns, &a->w->stop);
+    cerb_status st = cerb__switch_gate(a->c, h->engine_idx, h->slot, &h->lk, a->deadline_ns, &a->w->stop);
     if (st == CERB_INTERRUPTED && follow_switch(a->c, a->hp, a->w, false))
         return ACQ_RESTART;
     if (st != CERB_OK) {
@@ -863,7 +863,7 @@ static enum acq_next acq_confirm(struct acq *a)
     /* The gate asked before the grant; ask again after it, or a process
      * granted on the gated engine in between (it asked us before our
      * grant) would hold the name with us. */
-    cerb_status st = cerb__switch_gate(c, h->engine_idx, h->slot, 0, NULL);
+    cerb_status st = cerb__switch_gate(c, h->engine_idx, h->slot, &h->lk, 0, NULL);
     if (st == CERB_OK && timed && cerb__ms_left(a->deadline_ns) <= 0)
         return acq_give_back(a, CERB_TIMEOUT, ran_out);
     if (st == CERB_OK)
