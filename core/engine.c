@@ -254,18 +254,46 @@ void cerb__engine_renew_batch(const struct cerb_engine_ops *ops,
                               cerb_engine *e, cerb_renew_item *items, size_t n)
 {
     /* The engine's batch renews the mutex's layout (and an election's,
-     * which shares it); a queued primitive's holds go one by one. */
-    bool batch = ops->renew_batch && n > 1;
-    for (size_t i = 0; batch && i < n; i++)
-        batch = !is_queued(items[i].lk->prim);
-    if (batch) {
+     * which shares it); a queued primitive's holds go one by one, apart:
+     * one of them must not turn the whole chunk into one call per hold
+     * (the watchdog counts on a chunk taking one round trip). */
+    size_t nq = 0;
+    for (size_t i = 0; i < n; i++)
+        nq += is_queued(items[i].lk->prim);
+    if (!ops->renew_batch || n - nq < 2) {
         for (size_t i = 0; i < n; i++)
-            grant_reset(&items[i].grant);
-        ops->renew_batch(e, items, n);
+            items[i].st = cerb__engine_renew(ops, e, items[i].lk, &items[i].grant);
         return;
     }
-    for (size_t i = 0; i < n; i++)
-        items[i].st = cerb__engine_renew(ops, e, items[i].lk, &items[i].grant);
+    cerb_renew_item *batch = items;
+    if (nq > 0 && !(batch = cerb__calloc(n - nq, sizeof *batch))) {
+        for (size_t i = 0; i < n; i++) /* no memory: one by one */
+            items[i].st = cerb__engine_renew(ops, e, items[i].lk, &items[i].grant);
+        return;
+    }
+    size_t k = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (nq > 0 && is_queued(items[i].lk->prim))
+            continue;
+        if (nq > 0)
+            batch[k++].lk = items[i].lk;
+    }
+    for (size_t i = 0; i < n - nq; i++)
+        grant_reset(&batch[i].grant);
+    ops->renew_batch(e, batch, n - nq);
+    if (nq == 0)
+        return;
+    k = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (is_queued(items[i].lk->prim)) {
+            items[i].st = cerb__engine_renew(ops, e, items[i].lk, &items[i].grant);
+        } else {
+            items[i].st = batch[k].st;
+            items[i].grant = batch[k].grant;
+            k++;
+        }
+    }
+    cerb__free(batch);
 }
 
 cerb_status cerb__engine_release(const struct cerb_engine_ops *ops,

@@ -343,6 +343,14 @@ static void settle_item(struct renewer *rn, cerb_renew_item *it, int64_t t, stru
  * (cerb__watchdog_remove) instead of waiting for the holds before it. The
  * first renewal nobody answered fails the rest unsent.
  */
+/* Whether the engine's batch renews this hold (a queued primitive's are
+ * renewed one by one, engine.h). */
+static bool batched(const struct cerb_client_engine *ce, const cerb_renew_item *it)
+{
+    return ce->ops->renew_batch && it->lk->prim != CERB_PRIM_SEMAPHORE &&
+           it->lk->prim != CERB_PRIM_RWLOCK;
+}
+
 static void renew_chunk(struct renewer *rn)
 {
     struct cerb_watchdog *wd = rn->wd;
@@ -353,15 +361,24 @@ static void renew_chunk(struct renewer *rn)
     cerb_status fail_st = CERB_OK;
     char why[CERB_ERROR_MAX] = "";
 
-    if (ce->ops->renew_batch) {
-        size_t m = 0;
-        for (size_t k = 0; k < rn->n; k++)
-            if (rn->items[k].lk) {
-                rn->items[m] = rn->items[k];
-                ((struct cerb_engine_hold *)rn->items[m].lk)->wd_sending = true;
-                m++;
-            }
-        rn->n = m;
+    /* The batched holds first, in one call (one exchange: one op timeout
+     * at most), their results applied before the others are sent; then
+     * the rest one by one. Withdrawn items (lk NULL) are dropped. */
+    size_t n = 0, m = 0;
+    for (size_t k = 0; k < rn->n; k++)
+        if (rn->items[k].lk)
+            rn->items[n++] = rn->items[k];
+    rn->n = n;
+    for (size_t k = 0; k < n; k++) {
+        if (!batched(ce, &rn->items[k]))
+            continue;
+        cerb_renew_item it = rn->items[k]; /* stable: the batch keeps its order */
+        memmove(&rn->items[m + 1], &rn->items[m], (k - m) * sizeof it);
+        rn->items[m++] = it;
+    }
+    if (m > 0) {
+        for (size_t k = 0; k < m; k++)
+            ((struct cerb_engine_hold *)rn->items[k].lk)->wd_sending = true;
         cerb__mutex_unlock(&wd->mu);
         cerb__engine_renew_batch(ce->ops, ce->e, rn->items, m);
         for (size_t k = 0; k < m; k++) {
@@ -377,30 +394,29 @@ static void renew_chunk(struct renewer *rn)
         int64_t t = cerb_monotime();
         for (size_t k = 0; k < m; k++)
             settle_item(rn, &rn->items[k], t, &pl);
-    } else {
-        for (size_t k = 0; k < rn->n; k++) {
-            cerb_renew_item *it = &rn->items[k];
-            if (!it->lk)
-                continue; /* withdrawn by a release */
-            if (fail_st != CERB_OK) {
-                it->st = fail_st; /* not sent: the server is not answering */
-                failed++;
+    }
+    for (size_t k = m; k < rn->n; k++) {
+        cerb_renew_item *it = &rn->items[k];
+        if (!it->lk)
+            continue; /* withdrawn by a release */
+        if (fail_st != CERB_OK) {
+            it->st = fail_st; /* not sent: the server is not answering */
+            failed++;
+        } else {
+            ((struct cerb_engine_hold *)it->lk)->wd_sending = true;
+            cerb__mutex_unlock(&wd->mu);
+            it->st = cerb__engine_renew(ce->ops, ce->e, it->lk, &it->grant);
+            if (it->st == CERB_OK || it->st == CERB_NOT_OWNER) {
+                answered++;
             } else {
-                ((struct cerb_engine_hold *)it->lk)->wd_sending = true;
-                cerb__mutex_unlock(&wd->mu);
-                it->st = cerb__engine_renew(ce->ops, ce->e, it->lk, &it->grant);
-                if (it->st == CERB_OK || it->st == CERB_NOT_OWNER) {
-                    answered++;
-                } else {
-                    failed++;
-                    fail_st = it->st;
-                    cerb__error_copy(why, sizeof why);
-                }
-                cerb__mutex_lock(&wd->mu);
+                failed++;
+                fail_st = it->st;
+                cerb__error_copy(why, sizeof why);
             }
-            settle_item(rn, it, cerb_monotime(), &pl);
-            cerb__cond_broadcast(&wd->idle);
+            cerb__mutex_lock(&wd->mu);
         }
+        settle_item(rn, it, cerb_monotime(), &pl);
+        cerb__cond_broadcast(&wd->idle);
     }
     if (answered == 0 && failed > 0)
         fail_due(rn, cerb_monotime());

@@ -29,6 +29,7 @@ struct plan {
 
 static struct plan plans[FAULT_NOPS];
 static atomic_long calls[FAULT_NOPS];
+static atomic_long batch_calls; /* faultbatch's renew_batch calls */
 static atomic_long faults;
 static atomic_long delay_ms[FAULT_NOPS];
 static atomic_bool delay_stall[FAULT_NOPS];
@@ -101,6 +102,7 @@ void fault_engine_reset(void)
     }
     atomic_store(&faults, 0);
     atomic_store(&ttl_div, 0);
+    atomic_store(&batch_calls, 0);
 }
 
 void fault_engine_ttl_div(long div) { atomic_store(&ttl_div, div); }
@@ -170,6 +172,14 @@ static cerb_status injected(cerb_grant *g, int kind)
                            kind == FAULT_AFTER ? "reply-lost" : "connect");
 }
 
+/* The local engine's table for lk's primitive when it is a queued one. */
+static const struct cerb_queue_methods *inner_queue(const cerb_engine_lock *lk)
+{
+    return lk->prim == CERB_PRIM_SEMAPHORE ? INNER->semaphore
+           : lk->prim == CERB_PRIM_RWLOCK  ? INNER->rwlock
+                                           : NULL;
+}
+
 static cerb_status f_acquire(cerb_engine *e, cerb_engine_lock *lk, int64_t deadline_ns,
                              const atomic_int *intr, cerb_grant *g)
 {
@@ -178,7 +188,9 @@ static cerb_status f_acquire(cerb_engine *e, cerb_engine_lock *lk, int64_t deadl
         return stalled(g);
     if (k == FAULT_BEFORE)
         return injected(g, k);
-    cerb_status st = INNER->acquire(e, lk, deadline_ns, intr, g);
+    const struct cerb_queue_methods *q = inner_queue(lk);
+    cerb_status st = q ? q->acquire(e, lk, deadline_ns, intr, g)
+                       : INNER->acquire(e, lk, deadline_ns, intr, g);
     if (k == FAULT_AFTER && st == CERB_OK)
         return injected(g, k);
     long div = atomic_load(&ttl_div);
@@ -194,7 +206,8 @@ static cerb_status f_renew(cerb_engine *e, cerb_engine_lock *lk, cerb_grant *g)
         return stalled(g);
     if (k == FAULT_BEFORE)
         return injected(g, k);
-    cerb_status st = INNER->renew(e, lk, g);
+    const struct cerb_queue_methods *q = inner_queue(lk);
+    cerb_status st = q ? q->renew(e, lk, g) : INNER->renew(e, lk, g);
     return k == FAULT_AFTER ? injected(g, k) : st;
 }
 
@@ -205,7 +218,8 @@ static cerb_status f_release(cerb_engine *e, cerb_engine_lock *lk)
         return stalled(NULL);
     if (k == FAULT_BEFORE)
         return injected(NULL, k);
-    cerb_status st = INNER->release(e, lk);
+    const struct cerb_queue_methods *q = inner_queue(lk);
+    cerb_status st = q ? q->release(e, lk) : INNER->release(e, lk);
     return k == FAULT_AFTER ? injected(NULL, k) : st;
 }
 
@@ -216,7 +230,8 @@ static cerb_status f_check(cerb_engine *e, cerb_engine_lock *lk, cerb_grant *g)
         return stalled(g);
     if (k >= 0)
         return injected(g, k);
-    return INNER->check_owner(e, lk, g);
+    const struct cerb_queue_methods *q = inner_queue(lk);
+    return q ? q->check_owner(e, lk, g) : INNER->check_owner(e, lk, g);
 }
 
 static void f_cancel(cerb_engine *e, cerb_engine_lock *lk) { INNER->cancel(e, lk); }
@@ -257,13 +272,68 @@ static const struct cerb_election_methods fault_election = {
     .leader = f_leader,
 };
 
+/* Semaphores and read-write locks: the local engine's queues through the
+ * faulty acquire, renew, release and check above. */
+static cerb_status f_sem_held(cerb_engine *e, const char *name)
+{
+    return INNER->semaphore->held(e, name);
+}
+
+static cerb_status f_rw_held(cerb_engine *e, const char *name)
+{
+    return INNER->rwlock->held(e, name);
+}
+
+static cerb_status f_sem_inspect(cerb_engine *e, const char *name, struct cerb_holders *out)
+{
+    return INNER->semaphore->inspect(e, name, out);
+}
+
+static cerb_status f_rw_inspect(cerb_engine *e, const char *name, struct cerb_holders *out)
+{
+    return INNER->rwlock->inspect(e, name, out);
+}
+
+static cerb_status f_fits(cerb_engine *e, const cerb_engine_lock *lk)
+{
+    return inner_queue(lk)->fits(e, lk);
+}
+
+static const struct cerb_queue_methods fault_semaphore = {
+    .version = CERB_QUEUE_METHODS_V1, .acquire = f_acquire, .renew = f_renew,
+    .release = f_release, .check_owner = f_check, .held = f_sem_held,
+    .inspect = f_sem_inspect, .fits = f_fits};
+
+static const struct cerb_queue_methods fault_rwlock = {
+    .version = CERB_QUEUE_METHODS_V1, .acquire = f_acquire, .renew = f_renew,
+    .release = f_release, .check_owner = f_check, .held = f_rw_held,
+    .inspect = f_rw_inspect, .fits = f_fits};
+
+/* "faultbatch": renewals in batches, as a Redis pipeline: one delay (a
+ * slow server's round trip) for the whole batch, then each hold's. */
+static void f_renew_batch(cerb_engine *e, cerb_renew_item *items, size_t n)
+{
+    atomic_fetch_add(&batch_calls, 1);
+    bool stall = delayed(FAULT_RENEW);
+    for (size_t i = 0; i < n; i++) {
+        if (stall) {
+            items[i].st = stalled(&items[i].grant);
+            continue;
+        }
+        const struct cerb_queue_methods *q = inner_queue(items[i].lk);
+        items[i].st = q ? q->renew(e, items[i].lk, &items[i].grant)
+                        : INNER->renew(e, items[i].lk, &items[i].grant);
+    }
+}
+
 /* The methods both tables share: the local engine with faults injected. */
 #define FAULT_OPS_COMMON                                                      \
     .version = CERB_ENGINE_OPS_V5, .caps = CERB_CAP_FENCING | CERB_CAP_WAIT,  \
     .lock_priv_size = 64, /* covers the local engine's per-hold state */      \
     .open = f_open, .close = f_close, .acquire = f_acquire, .renew = f_renew, \
     .release = f_release, .check_owner = f_check, .cancel = f_cancel,         \
-    .probe = f_probe, .election = &fault_election
+    .probe = f_probe, .election = &fault_election, .semaphore = &fault_semaphore, \
+    .rwlock = &fault_rwlock
 
 static const struct cerb_engine_ops fault_ops = {FAULT_OPS_COMMON, .name = "fault"};
 
@@ -283,9 +353,15 @@ static cerb_status f_held(cerb_engine *e, const char *name)
 static const struct cerb_engine_ops fault_held_ops = {FAULT_OPS_COMMON, .name = "faultheld",
                                                       .held = f_held};
 
+static const struct cerb_engine_ops fault_batch_ops = {FAULT_OPS_COMMON, .name = "faultbatch",
+                                                       .renew_batch = f_renew_batch};
+
+long fault_engine_batch_calls(void) { return atomic_load(&batch_calls); }
+
 void fault_engine_register(void)
 {
     cerb__engines_builtin();
     cerb__engine_register(&fault_ops);
     cerb__engine_register(&fault_held_ops);
+    cerb__engine_register(&fault_batch_ops);
 }

@@ -43,9 +43,13 @@ void fault_engine_ttl_div(long div);
  * hold) from every open fault engine instance to its client, as an engine
  * does when its session is lost. Returns the number of instances told. */
 int fault_engine_emit(int ev, const char *name);
-/* Register "fault", and "faultheld" (the same engine, answering the
- * safe-switch gate's question as a check: it can be a gated engine)
- * (idempotent). */
+/* renew_batch calls of "faultbatch" since the last reset. */
+long fault_engine_batch_calls(void);
+/* Register "fault", "faultheld" (the same engine, answering the
+ * safe-switch gate's question as a check: it can be a gated engine) and
+ * "faultbatch" (renewals in batches, one delay per batch, as a Redis
+ * pipeline) (idempotent). All three have the local engine's elections,
+ * semaphores and read-write locks. */
 void fault_engine_register(void);
 
 #endif
