@@ -486,6 +486,13 @@ static cerb_status claims_take(cerb_client *c, struct cerb_engine_hold *h)
             return cerb__error_set(CERB_BUSY, "lock \"%s\" is held on engine %s, switched from",
                                    h->slot->name, ce->name);
         }
+        if (g.no_prim) {
+            /* Refused for good there (a semaphore's stored limit differs):
+             * a final answer about this acquisition, not silence. */
+            hold_free(k);
+            cerb__error_prefix("claim on engine %s, switched from", ce->name);
+            return st;
+        }
         /* No answer: the gate's grace rules that engine, as for a question:
          * the grant stands only once it has been silent for its grace. */
         cerb__gate_no_answer(c, (int)i);
@@ -745,6 +752,15 @@ static enum acq_next acq_failed(struct acq *a)
             h->renew_once = true;
             return ACQ_GRANTED; /* a settled grant is checked like any other */
         }
+        if (s2 == CERB_NOT_OWNER && (h->lk.prim == CERB_PRIM_SEMAPHORE ||
+                                     h->lk.prim == CERB_PRIM_RWLOCK)) {
+            /* Not granted is not absent: a queued primitive's member may
+             * wait there still (on a session, for good). The background
+             * release removes it; the next try goes with a fresh token. */
+            if (rehome(c, a->hp, a->w, h->engine_idx, h->epoch, true) != CERB_OK)
+                cerb__engine_release(ce->ops, ce->e, &h->lk); /* no memory: try now */
+            h = *a->hp;
+        }
         if (s2 != CERB_NOT_OWNER) {
             /* Unsettled: a late landing must leave no orphan. Move on if
              * the selector has switched meanwhile; otherwise hand the
@@ -875,6 +891,11 @@ static enum acq_next acq_confirm(struct acq *a)
                                       "the engines switched from");
     }
     cerb__error_copy(a->why, sizeof a->why);
+    if (st == CERB_ECONFIG) {
+        /* A claim refused for good (claims_take): no retry changes it. */
+        undo_grant(c, a->hp, a->w);
+        return acq_done(a, cerb__error_set(st, "%s", a->why));
+    }
     if (undo_grant(c, a->hp, a->w) != CERB_OK || a->deadline_ns == 0 ||
         cerb__ms_left(a->deadline_ns) <= a->rc->backoff_ms) {
         a->w->gate_said = true;

@@ -1,25 +1,28 @@
 /*
  * rwlock.c — read-write locks (DESIGN.md §16): each mode is a lock handle.
  *
- * The writer side is one private lock handle (a slot of its own, prim
- * CERB_PRIM_RWLOCK, variant CERB_RW_WRITE): cerb_lock_lock() on it gives
- * the thread reentrancy, the deadline, the switch gate, claims, settling,
- * the fence, renewal and loss exactly as a lock's. Readers are many at
- * once, so each thread that reads gets a private handle of its own
- * (variant CERB_RW_READ), made at its first read and freed when it stops
- * reading; a process's readers are each a member of the server's queue,
- * which is what keeps the order first come first served across processes
- * (a reader behind a waiting writer waits, wherever either runs).
+ * Each thread that reads or writes gets private lock handles of its own
+ * (a slot each, prim CERB_PRIM_RWLOCK, variant CERB_RW_READ or
+ * CERB_RW_WRITE), made at its first read or write and freed when it holds
+ * neither: cerb_lock_lock() on them gives the thread reentrancy, the
+ * deadline, the switch gate, claims, settling, the fence, renewal and loss
+ * exactly as a lock's. Every reader and every writer of a process is thus
+ * a member of the server's queue, which is what keeps the order first
+ * come, first served across threads and processes alike (a reader behind
+ * a waiting writer waits, wherever either runs).
  *
  * Reads inside the thread's own write are counted on its reader entry
  * (`nested`) without a server call: the writer's hold already excludes
  * everybody. A thread that reads cannot write (its writer would wait
  * behind its own reader): refused at once instead of deadlocking.
  *
- * Lock order: rw->mu (the reader list) before a handle's slot mutex, and
- * only for a look (the free's); no lock call, which may wait, is made
- * under it. The callback (cb_mu) is a leaf the watchdog reads under a slot
- * mutex.
+ * rw->mu guards the threads' entries (their handles and nesting, written
+ * by their own thread, read by the free) and the count of calls inside;
+ * it is taken before a handle's slot mutex, only for a look (the free's),
+ * and no lock call, which may wait, is made under it. A call counts itself
+ * in (`calls`) before it touches an entry, so the free refuses while one
+ * is inside. The callback (cb_mu) is a leaf the watchdog reads under a
+ * slot mutex.
  */
 #include "internal_posix.h"
 
@@ -31,11 +34,12 @@
 
 #define CERB_RWLOCK_MAGIC 0x52574c4bu /* "RWLK" */
 
-struct rw_reader {
+/* One thread's holds of the lock. */
+struct rw_thread {
     uint64_t tid;
-    cerb_lock *h;      /* the thread's reader handle, NULL while it only nests */
-    unsigned nested;   /* reads taken inside the thread's write */
-    struct rw_reader *next;
+    cerb_lock *rd, *wr;  /* its handles, NULL until it reads / writes */
+    unsigned nested;     /* reads taken inside its write */
+    struct rw_thread *next;
 };
 
 struct cerb_rwlock {
@@ -43,22 +47,38 @@ struct cerb_rwlock {
     cerb_client *c;
     char *name;
     cerb_lock_opts lo;
-    cerb_lock *writer;
-    cerb_mutex mu;                 /* readers */
-    struct rw_reader *readers;
-    cerb_mutex cb_mu;              /* a leaf: cb, cb_ud */
+    cerb_mutex mu;       /* threads, their fields, calls */
+    struct rw_thread *threads;
+    unsigned calls;      /* public calls inside */
+    cerb_mutex cb_mu;    /* a leaf: cb, cb_ud */
     void (*cb)(cerb_rwlock *, void *);
     void *cb_ud;
 };
 
-static bool rw_ok(const cerb_rwlock *rw)
-{
-    return rw && atomic_load(&((cerb_rwlock *)rw)->magic) == CERB_RWLOCK_MAGIC;
-}
-
 static cerb_status bad(const char *what)
 {
     return cerb__error_set(CERB_EINVAL, "%s: bad read-write lock", what);
+}
+
+/* Count a call in; false (nothing counted) for a bad or freed handle. */
+static bool call_in(cerb_rwlock *rw)
+{
+    if (!rw || atomic_load(&rw->magic) != CERB_RWLOCK_MAGIC)
+        return false;
+    cerb__mutex_lock(&rw->mu);
+    bool ok = atomic_load(&rw->magic) == CERB_RWLOCK_MAGIC;
+    if (ok)
+        rw->calls++;
+    cerb__mutex_unlock(&rw->mu);
+    return ok;
+}
+
+static cerb_status call_out(cerb_rwlock *rw, cerb_status st)
+{
+    cerb__mutex_lock(&rw->mu);
+    rw->calls--;
+    cerb__mutex_unlock(&rw->mu);
+    return st;
 }
 
 static cerb_status handle_new(cerb_rwlock *rw, int mode, cerb_lock **out)
@@ -79,11 +99,13 @@ cerb_status cerb_rwlock_new(cerb_client *c, const char *name, const cerb_rwlock_
     *out = NULL;
     if (!cerb__client_ok(c))
         return cerb__client_refused(c, "cerb_rwlock_new");
+    if (!name)
+        return cerb__error_set(CERB_EINVAL, "lock name is NULL");
     cerb_rwlock_opts o = CERB_RWLOCK_OPTS_INIT;
     if (opts)
         o = *opts;
     cerb_rwlock *rw = cerb__calloc(1, sizeof *rw);
-    if (!rw || !(rw->name = cerb__strdup(name ? name : ""))) {
+    if (!rw || !(rw->name = cerb__strdup(name))) {
         cerb__free(rw);
         return cerb__error_set(CERB_ENOMEM, "out of memory");
     }
@@ -92,14 +114,15 @@ cerb_status cerb_rwlock_new(cerb_client *c, const char *name, const cerb_rwlock_
     rw->lo.lease_ms = o.lease_ms;
     rw->lo.renew = 1;
     rw->lo.fair = 1;
-    /* The writer's handle checks the name and options, as a lock's. */
-    cerb_status st = name ? handle_new(rw, CERB_RW_WRITE, &rw->writer)
-                          : cerb__error_set(CERB_EINVAL, "lock name is NULL");
+    /* The name and options are checked as a lock's, once, here. */
+    cerb_lock *probe = NULL;
+    cerb_status st = handle_new(rw, CERB_RW_WRITE, &probe);
     if (st != CERB_OK) {
         cerb__free(rw->name);
         cerb__free(rw);
         return st;
     }
+    cerb_lock_free(probe);
     cerb__mutex_init(&rw->mu);
     cerb__mutex_init(&rw->cb_mu);
     atomic_store(&rw->magic, CERB_RWLOCK_MAGIC);
@@ -107,99 +130,130 @@ cerb_status cerb_rwlock_new(cerb_client *c, const char *name, const cerb_rwlock_
     return CERB_OK;
 }
 
-/* The calling thread's reader entry; NULL when it has none. */
-static struct rw_reader *reader_find(cerb_rwlock *rw, uint64_t me)
+/* The calling thread's entry; NULL when it has none (or, with make, on
+ * OOM). Only a thread makes or drops its own entry. */
+static struct rw_thread *thread_of(cerb_rwlock *rw, bool make)
 {
+    uint64_t me = cerb__thread_id();
     cerb__mutex_lock(&rw->mu);
-    struct rw_reader *r = rw->readers;
-    while (r && r->tid != me)
-        r = r->next;
+    struct rw_thread *t = rw->threads;
+    while (t && t->tid != me)
+        t = t->next;
+    if (!t && make && (t = cerb__calloc(1, sizeof *t))) {
+        t->tid = me;
+        t->next = rw->threads;
+        rw->threads = t;
+    }
     cerb__mutex_unlock(&rw->mu);
-    return r;
+    return t;
 }
 
-/* The calling thread's entry, made when missing (only this thread makes or
- * drops its own, so no other can race it). */
-static cerb_status reader_get(cerb_rwlock *rw, uint64_t me, struct rw_reader **out)
+static unsigned held_through(cerb_lock *h)
 {
-    struct rw_reader *r = reader_find(rw, me);
-    if (!r) {
-        r = cerb__calloc(1, sizeof *r);
-        if (!r)
-            return cerb__error_set(CERB_ENOMEM, "out of memory");
-        r->tid = me;
-        cerb__mutex_lock(&rw->mu);
-        r->next = rw->readers;
-        rw->readers = r;
-        cerb__mutex_unlock(&rw->mu);
+    return h ? cerb_lock_hold_count(h) : 0;
+}
+
+/* The thread's handle of @mode, made when missing. */
+static cerb_status handle_of(cerb_rwlock *rw, struct rw_thread *t, int mode, cerb_lock **out)
+{
+    cerb_lock **slot = mode == CERB_RW_READ ? &t->rd : &t->wr;
+    if (*slot) {
+        *out = *slot;
+        return CERB_OK;
     }
-    *out = r;
+    cerb_lock *h = NULL;
+    cerb_status st = handle_new(rw, mode, &h);
+    if (st != CERB_OK)
+        return st;
+    cerb__mutex_lock(&rw->mu);
+    *slot = h;
+    cerb__mutex_unlock(&rw->mu);
+    *out = h;
     return CERB_OK;
 }
 
-/* Drop the calling thread's entry when it neither reads nor nests. */
-static void reader_trim(cerb_rwlock *rw, struct rw_reader *r)
+/* Drop the calling thread's entry and handles when it holds nothing. */
+static void thread_trim(cerb_rwlock *rw, struct rw_thread *t)
 {
-    if (r->nested > 0 || (r->h && cerb_lock_hold_count(r->h) > 0))
+    if (t->nested > 0 || held_through(t->rd) > 0 || held_through(t->wr) > 0)
         return;
     cerb__mutex_lock(&rw->mu);
-    struct rw_reader **pp = &rw->readers;
-    while (*pp != r)
+    struct rw_thread **pp = &rw->threads;
+    while (*pp != t)
         pp = &(*pp)->next;
-    *pp = r->next;
+    *pp = t->next;
     cerb__mutex_unlock(&rw->mu);
-    if (r->h)
-        cerb_lock_free(r->h);
-    cerb__free(r);
+    cerb_lock_free(t->rd);
+    cerb_lock_free(t->wr);
+    cerb__free(t);
 }
 
 /* wait_ms: -1 without limit, 0 one try, else the longest wait. A new
  * hold (not a reentry) is counted for the metrics. */
-static cerb_status take(cerb_rwlock *rw, cerb_lock *h, int64_t wait_ms)
+static cerb_status take(cerb_rwlock *rw, cerb_lock *h, int mode, int64_t wait_ms)
 {
     cerb_status st = wait_ms < 0    ? cerb_lock_lock(h)
                      : wait_ms == 0 ? cerb_lock_trylock(h)
                                     : cerb_lock_trylock_for(h, wait_ms);
     int idx;
     if (st == CERB_OK && cerb_lock_hold_count(h) == 1 && (idx = cerb__lock_engine_idx(h)) >= 0)
-        atomic_fetch_add(h == rw->writer ? &rw->c->engines[idx].write_grants
-                                         : &rw->c->engines[idx].read_grants,
+        atomic_fetch_add(mode == CERB_RW_WRITE ? &rw->c->engines[idx].write_grants
+                                               : &rw->c->engines[idx].read_grants,
                          1);
     return st;
 }
 
-static cerb_status read_lock(cerb_rwlock *rw, int64_t wait_ms, const char *what)
+/* Keep st's error text across the trim (which may free handles). */
+static cerb_status trim_keeping(cerb_rwlock *rw, struct rw_thread *t, cerb_status st)
 {
-    if (!rw_ok(rw))
-        return bad(what);
+    char why[CERB_ERROR_MAX];
+    if (st != CERB_OK)
+        cerb__error_copy(why, sizeof why);
+    thread_trim(rw, t);
+    if (st != CERB_OK)
+        cerb__error_set(st, "%s", why);
+    return st;
+}
+
+static cerb_status lock_mode(cerb_rwlock *rw, int mode, int64_t wait_ms, const char *what)
+{
     if (wait_ms < -1)
         return cerb__error_set(CERB_EINVAL, "%s: wait_ms %lld", what, (long long)wait_ms);
-    uint64_t me = cerb__thread_id();
-    struct rw_reader *r = NULL;
-    cerb_status st = reader_get(rw, me, &r);
-    if (st != CERB_OK)
-        return st;
-    if (cerb_lock_hold_count(rw->writer) > 0) {
-        r->nested++; /* inside our own write: nobody else holds */
-        return CERB_OK;
+    if (!call_in(rw))
+        return bad(what);
+    struct rw_thread *t = thread_of(rw, true);
+    if (!t)
+        return call_out(rw, cerb__error_set(CERB_ENOMEM, "out of memory"));
+    cerb_status st;
+    if (mode == CERB_RW_READ && held_through(t->wr) > 0) {
+        /* Inside our own write: nobody else holds, unless it was lost. */
+        st = cerb_lock_state(t->wr) == CERB_LOCK_LOST
+                 ? cerb__error_set(CERB_LOST, "read-write lock \"%s\": the write hold this "
+                                              "thread reads inside was lost", rw->name)
+                 : CERB_OK;
+        if (st == CERB_OK) {
+            cerb__mutex_lock(&rw->mu);
+            t->nested++;
+            cerb__mutex_unlock(&rw->mu);
+        }
+        return call_out(rw, st);
     }
-    if (!r->h && (st = handle_new(rw, CERB_RW_READ, &r->h)) != CERB_OK) {
-        reader_trim(rw, r);
-        return st;
-    }
-    st = take(rw, r->h, wait_ms);
-    if (st != CERB_OK) {
-        char why[CERB_ERROR_MAX];
-        cerb__error_copy(why, sizeof why);
-        reader_trim(rw, r);
-        cerb__error_set(st, "%s", why);
-    }
-    return st;
+    if (mode == CERB_RW_WRITE && (held_through(t->rd) > 0 || t->nested > 0) &&
+        held_through(t->wr) == 0)
+        return call_out(rw, cerb__error_set(CERB_EINVAL, "read-write lock \"%s\": this thread "
+                                                         "holds a read lock; taking the write "
+                                                         "lock would wait for itself "
+                                                         "(read_unlock first)", rw->name));
+    cerb_lock *h = NULL;
+    st = handle_of(rw, t, mode, &h);
+    if (st == CERB_OK)
+        st = take(rw, h, mode, wait_ms);
+    return call_out(rw, trim_keeping(rw, t, st));
 }
 
 cerb_status cerb_rwlock_read_lock(cerb_rwlock *rw)
 {
-    return read_lock(rw, -1, "cerb_rwlock_read_lock");
+    return lock_mode(rw, CERB_RW_READ, -1, "cerb_rwlock_read_lock");
 }
 
 cerb_status cerb_rwlock_read_trylock_for(cerb_rwlock *rw, int64_t wait_ms)
@@ -207,50 +261,12 @@ cerb_status cerb_rwlock_read_trylock_for(cerb_rwlock *rw, int64_t wait_ms)
     if (wait_ms < 0)
         return cerb__error_set(CERB_EINVAL, "cerb_rwlock_read_trylock_for: wait_ms %lld",
                                (long long)wait_ms);
-    return read_lock(rw, wait_ms, "cerb_rwlock_read_trylock_for");
-}
-
-cerb_status cerb_rwlock_read_unlock(cerb_rwlock *rw)
-{
-    if (!rw_ok(rw))
-        return bad("cerb_rwlock_read_unlock");
-    struct rw_reader *r = reader_find(rw, cerb__thread_id());
-    if (!r)
-        return cerb__error_set(CERB_NOT_OWNER, "read-write lock \"%s\": this thread holds no "
-                                               "read lock", rw->name);
-    cerb_status st;
-    if (r->nested > 0) {
-        r->nested--;
-        st = CERB_OK;
-    } else {
-        st = r->h ? cerb_lock_unlock(r->h)
-                  : cerb__error_set(CERB_NOT_OWNER, "read-write lock \"%s\": this thread "
-                                                    "holds no read lock", rw->name);
-    }
-    char why[CERB_ERROR_MAX];
-    if (st != CERB_OK)
-        cerb__error_copy(why, sizeof why);
-    reader_trim(rw, r);
-    if (st != CERB_OK)
-        cerb__error_set(st, "%s", why);
-    return st;
-}
-
-static cerb_status write_lock(cerb_rwlock *rw, int64_t wait_ms, const char *what)
-{
-    if (!rw_ok(rw))
-        return bad(what);
-    struct rw_reader *r = reader_find(rw, cerb__thread_id());
-    if (r && r->h && cerb_lock_hold_count(r->h) > 0)
-        return cerb__error_set(CERB_EINVAL, "read-write lock \"%s\": this thread holds a read "
-                                            "lock; taking the write lock would wait for itself "
-                                            "(read_unlock first)", rw->name);
-    return take(rw, rw->writer, wait_ms);
+    return lock_mode(rw, CERB_RW_READ, wait_ms, "cerb_rwlock_read_trylock_for");
 }
 
 cerb_status cerb_rwlock_write_lock(cerb_rwlock *rw)
 {
-    return write_lock(rw, -1, "cerb_rwlock_write_lock");
+    return lock_mode(rw, CERB_RW_WRITE, -1, "cerb_rwlock_write_lock");
 }
 
 cerb_status cerb_rwlock_write_trylock_for(cerb_rwlock *rw, int64_t wait_ms)
@@ -258,53 +274,88 @@ cerb_status cerb_rwlock_write_trylock_for(cerb_rwlock *rw, int64_t wait_ms)
     if (wait_ms < 0)
         return cerb__error_set(CERB_EINVAL, "cerb_rwlock_write_trylock_for: wait_ms %lld",
                                (long long)wait_ms);
-    return write_lock(rw, wait_ms, "cerb_rwlock_write_trylock_for");
+    return lock_mode(rw, CERB_RW_WRITE, wait_ms, "cerb_rwlock_write_trylock_for");
+}
+
+static cerb_status unlock_mode(cerb_rwlock *rw, int mode, const char *what)
+{
+    if (!call_in(rw))
+        return bad(what);
+    struct rw_thread *t = thread_of(rw, false);
+    cerb_lock *h = t ? (mode == CERB_RW_READ ? t->rd : t->wr) : NULL;
+    cerb_status st;
+    if (mode == CERB_RW_READ && t && t->nested > 0) {
+        cerb__mutex_lock(&rw->mu);
+        t->nested--;
+        cerb__mutex_unlock(&rw->mu);
+        st = CERB_OK;
+    } else if (!h || held_through(h) == 0) {
+        st = cerb__error_set(CERB_NOT_OWNER, "read-write lock \"%s\": this thread holds no %s "
+                                             "lock", rw->name,
+                             mode == CERB_RW_READ ? "read" : "write");
+    } else if (mode == CERB_RW_WRITE && t->nested > 0 && held_through(h) == 1) {
+        st = cerb__error_set(CERB_EINVAL, "read-write lock \"%s\": %u read lock(s) taken "
+                                          "inside the write are still held (read_unlock "
+                                          "them first)", rw->name, t->nested);
+    } else {
+        st = cerb_lock_unlock(h);
+    }
+    if (t)
+        st = trim_keeping(rw, t, st);
+    return call_out(rw, st);
+}
+
+cerb_status cerb_rwlock_read_unlock(cerb_rwlock *rw)
+{
+    return unlock_mode(rw, CERB_RW_READ, "cerb_rwlock_read_unlock");
 }
 
 cerb_status cerb_rwlock_write_unlock(cerb_rwlock *rw)
 {
-    if (!rw_ok(rw))
-        return bad("cerb_rwlock_write_unlock");
-    struct rw_reader *r = reader_find(rw, cerb__thread_id());
-    if (r && r->nested > 0 && cerb_lock_hold_count(rw->writer) == 1)
-        return cerb__error_set(CERB_EINVAL, "read-write lock \"%s\": %u read lock(s) taken "
-                                            "inside the write are still held (read_unlock "
-                                            "them first)", rw->name, r->nested);
-    return cerb_lock_unlock(rw->writer);
+    return unlock_mode(rw, CERB_RW_WRITE, "cerb_rwlock_write_unlock");
 }
 
-/* The calling thread's hold: its writer handle when it writes, else its
- * reader handle when it reads, else NULL. */
-static cerb_lock *mine(const cerb_rwlock *rw)
+/* The calling thread's hold, write first; NULL when it holds neither. */
+static cerb_lock *mine(struct rw_thread *t)
 {
-    cerb_rwlock *m = (cerb_rwlock *)rw;
-    if (cerb_lock_hold_count(m->writer) > 0)
-        return m->writer;
-    struct rw_reader *r = reader_find(m, cerb__thread_id());
-    return r && r->h && cerb_lock_hold_count(r->h) > 0 ? r->h : NULL;
+    if (!t)
+        return NULL;
+    if (held_through(t->wr) > 0)
+        return t->wr;
+    return held_through(t->rd) > 0 ? t->rd : NULL;
 }
 
-enum cerb_lock_state cerb_rwlock_state(const cerb_rwlock *rw)
+enum cerb_lock_state cerb_rwlock_state(const cerb_rwlock *crw)
 {
-    cerb_lock *h = rw_ok(rw) ? mine(rw) : NULL;
-    return h ? cerb_lock_state(h) : CERB_LOCK_FREE;
+    cerb_rwlock *rw = (cerb_rwlock *)crw;
+    if (!call_in(rw))
+        return CERB_LOCK_FREE;
+    cerb_lock *h = mine(thread_of(rw, false));
+    enum cerb_lock_state st = h ? cerb_lock_state(h) : CERB_LOCK_FREE;
+    call_out(rw, CERB_OK);
+    return st;
 }
 
-uint64_t cerb_rwlock_fencing_token(const cerb_rwlock *rw)
+uint64_t cerb_rwlock_fencing_token(const cerb_rwlock *crw)
 {
-    cerb_lock *h = rw_ok(rw) ? mine(rw) : NULL;
-    return h ? cerb_lock_fencing_token(h) : 0;
+    cerb_rwlock *rw = (cerb_rwlock *)crw;
+    if (!call_in(rw))
+        return 0;
+    cerb_lock *h = mine(thread_of(rw, false));
+    uint64_t f = h ? cerb_lock_fencing_token(h) : 0;
+    call_out(rw, CERB_OK);
+    return f;
 }
 
 cerb_status cerb_rwlock_on_lost(cerb_rwlock *rw, void (*cb)(cerb_rwlock *, void *), void *ud)
 {
-    if (!rw_ok(rw))
+    if (!call_in(rw))
         return bad("cerb_rwlock_on_lost");
     cerb__mutex_lock(&rw->cb_mu);
     rw->cb = cb;
     rw->cb_ud = ud;
     cerb__mutex_unlock(&rw->cb_mu);
-    return CERB_OK;
+    return call_out(rw, CERB_OK);
 }
 
 bool cerb__rwlock_lost(cerb_client *c, cerb_rwlock *rw)
@@ -320,29 +371,30 @@ cerb_status cerb_rwlock_free(cerb_rwlock *rw)
 {
     if (!rw)
         return CERB_OK;
-    if (!rw_ok(rw))
+    if (atomic_load(&rw->magic) != CERB_RWLOCK_MAGIC)
         return bad("cerb_rwlock_free");
     cerb__mutex_lock(&rw->mu);
-    bool busy = cerb__lock_busy(rw->writer);
-    for (struct rw_reader *r = rw->readers; r && !busy; r = r->next)
-        busy = r->nested > 0 || (r->h && cerb__lock_busy(r->h));
+    bool busy = rw->calls > 0;
+    for (struct rw_thread *t = rw->threads; t && !busy; t = t->next)
+        busy = t->nested > 0 || (t->rd && cerb__lock_busy(t->rd)) ||
+               (t->wr && cerb__lock_busy(t->wr));
     if (busy) {
         cerb__mutex_unlock(&rw->mu);
-        return cerb__error_set(CERB_BUSY, "read-write lock \"%s\" is held or awaited", rw->name);
+        return cerb__error_set(CERB_BUSY, "read-write lock \"%s\" is held, awaited or in use",
+                               rw->name);
     }
     atomic_store(&rw->magic, CERB_DEAD_MAGIC);
-    struct rw_reader *r = rw->readers;
-    rw->readers = NULL;
+    struct rw_thread *t = rw->threads;
+    rw->threads = NULL;
     cerb__mutex_unlock(&rw->mu);
-    while (r) {
-        struct rw_reader *next = r->next;
-        if (r->h)
-            cerb_lock_free(r->h);
-        cerb__free(r);
-        r = next;
+    while (t) {
+        struct rw_thread *next = t->next;
+        cerb_lock_free(t->rd);
+        cerb_lock_free(t->wr);
+        cerb__free(t);
+        t = next;
     }
     cerb_client *c = rw->c;
-    cerb_lock_free(rw->writer);
     cerb__free(rw->name);
     cerb__mutex_destroy(&rw->mu);
     cerb__mutex_destroy(&rw->cb_mu);

@@ -33,6 +33,7 @@ struct cerb_semaphore {
     char *name;
     int64_t limit;
     cerb_lock_opts lo;
+    atomic_uint calls;   /* acquisitions inside: the free refuses while any */
 };
 
 static bool sem_ok(const cerb_semaphore *s)
@@ -95,6 +96,9 @@ cerb_status cerb_semaphore_new(cerb_client *c, const char *name, int64_t permits
     return CERB_OK;
 }
 
+static cerb_status acquire(cerb_semaphore *s, unsigned count, int64_t wait_ms,
+                           cerb_cancel *cancel, cerb_permit **out);
+
 cerb_status cerb_semaphore_acquire(cerb_semaphore *s, unsigned count, int64_t wait_ms,
                                    cerb_cancel *cancel, cerb_permit **out)
 {
@@ -105,13 +109,29 @@ cerb_status cerb_semaphore_acquire(cerb_semaphore *s, unsigned count, int64_t wa
     if (!sem_ok(s))
         return cerb__cancel_note(cancel, cerb__error_set(CERB_EINVAL, "cerb_semaphore_acquire: "
                                                                       "bad semaphore"));
+    atomic_fetch_add(&s->calls, 1);
+    /* A free racing this call is refused (calls) or came first (magic). */
+    if (!sem_ok(s)) {
+        atomic_fetch_sub(&s->calls, 1);
+        return cerb__cancel_note(cancel, cerb__error_set(CERB_EINVAL, "cerb_semaphore_acquire: "
+                                                                      "bad semaphore"));
+    }
+    cerb_status st = acquire(s, count, wait_ms, cancel, out);
+    atomic_fetch_sub(&s->calls, 1);
+    return st;
+}
+
+static cerb_status acquire(cerb_semaphore *s, unsigned count, int64_t wait_ms,
+                           cerb_cancel *cancel, cerb_permit **out)
+{
     if (count < 1 || (int64_t)count > s->limit)
         return cerb__cancel_note(
             cancel, cerb__error_set(CERB_EINVAL,
                                     "semaphore \"%s\": %u permits asked of a limit of %lld",
                                     s->name, count, (long long)s->limit));
     cerb_lock *t = NULL;
-    cerb_status st = cerb__lock_new_private(s->c, s->name, &s->lo, CERB_PRIM_SEMAPHORE, &t);
+    cerb_client *c = s->c;
+    cerb_status st = cerb__lock_new_private(c, s->name, &s->lo, CERB_PRIM_SEMAPHORE, &t);
     if (st != CERB_OK)
         return cerb__cancel_note(cancel, st);
     t->limit = s->limit;
@@ -129,7 +149,7 @@ cerb_status cerb_semaphore_acquire(cerb_semaphore *s, unsigned count, int64_t wa
     }
     int idx = cerb__lock_engine_idx(&h->l);
     if (idx >= 0)
-        atomic_fetch_add(&s->c->engines[idx].sem_grants, 1);
+        atomic_fetch_add(&c->engines[idx].sem_grants, 1);
     *out = (cerb_permit *)(void *)h;
     return CERB_OK;
 }
@@ -145,7 +165,17 @@ cerb_status cerb_semaphore_free(cerb_semaphore *s)
         return CERB_OK;
     if (!sem_ok(s))
         return cerb__error_set(CERB_EINVAL, "cerb_semaphore_free: bad semaphore");
-    atomic_store(&s->magic, CERB_DEAD_MAGIC);
+    unsigned magic = CERB_SEMAPHORE_MAGIC;
+    if (atomic_load(&s->calls) > 0 ||
+        !atomic_compare_exchange_strong(&s->magic, &magic, CERB_DEAD_MAGIC))
+        return cerb__error_set(CERB_BUSY, "semaphore \"%s\": an acquisition is in progress",
+                               s->name);
+    if (atomic_load(&s->calls) > 0) {
+        /* One came in between the two looks: it saw the magic alive. */
+        atomic_store(&s->magic, CERB_SEMAPHORE_MAGIC);
+        return cerb__error_set(CERB_BUSY, "semaphore \"%s\": an acquisition is in progress",
+                               s->name);
+    }
     cerb__free(s->name);
     cerb__free(s);
     return CERB_OK;

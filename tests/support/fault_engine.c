@@ -191,8 +191,8 @@ static cerb_status f_acquire(cerb_engine *e, cerb_engine_lock *lk, int64_t deadl
     const struct cerb_queue_methods *q = inner_queue(lk);
     cerb_status st = q ? q->acquire(e, lk, deadline_ns, intr, g)
                        : INNER->acquire(e, lk, deadline_ns, intr, g);
-    if (k == FAULT_AFTER && st == CERB_OK)
-        return injected(g, k);
+    if ((k == FAULT_AFTER && st == CERB_OK) || k == FAULT_LOST_REPLY)
+        return injected(g, FAULT_AFTER);
     long div = atomic_load(&ttl_div);
     if (st == CERB_OK && div > 1)
         g->ttl_ms /= div;

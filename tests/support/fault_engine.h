@@ -19,7 +19,9 @@ enum fault_op {
 
 enum fault_kind {
     FAULT_BEFORE, /* fail without effect: connection refused */
-    FAULT_AFTER   /* the call takes effect, the reply is lost */
+    FAULT_AFTER,  /* the call takes effect, the reply is lost */
+    FAULT_LOST_REPLY /* acquire: whatever it answered (a refusal too), the
+                        reply is lost (outcome UNKNOWN) */
 };
 
 /* Fail the nth call (1-based, counted from now) of op; with persistent,

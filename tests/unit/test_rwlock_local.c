@@ -230,6 +230,60 @@ static void test_lost_is_told(void **state)
     cerb_client_close(c2);
 }
 
+/* A read inside the thread's write that was lost is not a success. */
+static void test_read_inside_lost_write(void **state)
+{
+    (void)state;
+    cerb_client *c = open_local();
+    cerb_rwlock_opts o = CERB_RWLOCK_OPTS_INIT;
+    o.lease_ms = 3000;
+    cerb_rwlock *rw = NULL;
+    assert_int_equal(cerb_rwlock_new(c, "rw-lostw", &o, &rw), CERB_OK);
+    assert_int_equal(cerb_rwlock_write_lock(rw), CERB_OK);
+    cerb__clock_test_suspend(5000);
+    assert_int_equal(cerb_rwlock_state(rw), CERB_LOCK_LOST);
+    assert_int_equal(cerb_rwlock_read_lock(rw), CERB_LOST);
+    assert_int_equal(cerb_rwlock_write_unlock(rw), CERB_LOST);
+    assert_int_equal(cerb_rwlock_free(rw), CERB_OK);
+    cerb_client_close(c);
+}
+
+/* Writers of one process each queue on the server too (review finding:
+ * a shared writer handle kept the second writer in the local line, and a
+ * later reader of the process overtook it); the handle cannot be freed
+ * while a thread waits in it. */
+static void test_writers_of_one_process_queue_in_order(void **state)
+{
+    (void)state;
+    cerb_client *c = open_local(), *obs = open_local();
+    cerb_rwlock *rw = rwl(c, "rw-proc");
+    struct job w1 = {.rw = rw, .write = true}, w2 = {.rw = rw, .write = true}, r = {.rw = rw};
+    pthread_t t1, t2, tr;
+    pthread_create(&t1, NULL, job_main, &w1);
+    assert_true(wait_until(job_done, &w1, 5000));
+    assert_int_equal(w1.st, CERB_OK);
+    pthread_create(&t2, NULL, job_main, &w2);
+    expect_members(obs, "rw-proc", 1, 1); /* the second writer is on the server */
+    assert_int_equal(cerb_rwlock_free(rw), CERB_BUSY);
+    pthread_create(&tr, NULL, job_main, &r);
+    expect_members(obs, "rw-proc", 1, 2);
+    atomic_store(&w1.release, 1);
+    pthread_join(t1, NULL);
+    assert_true(wait_until(job_done, &w2, 5000));
+    assert_int_equal(w2.st, CERB_OK);
+    assert_int_equal(atomic_load(&r.done), 0); /* behind the second writer */
+    atomic_store(&w2.release, 1);
+    pthread_join(t2, NULL);
+    assert_true(wait_until(job_done, &r, 5000));
+    assert_int_equal(r.st, CERB_OK);
+    assert_true(r.fence > w2.fence && w2.fence > w1.fence);
+    atomic_store(&r.release, 1);
+    pthread_join(tr, NULL);
+    assert_int_equal(cerb_rwlock_free(rw), CERB_OK);
+    cerb_client_close(c);
+    cerb_client_close(obs);
+}
+
 static void test_bad_input(void **state)
 {
     (void)state;
@@ -254,6 +308,8 @@ int main(void)
         cmocka_unit_test(test_readers_share_writer_waits_in_order),
         cmocka_unit_test(test_reentrancy_and_nesting),
         cmocka_unit_test(test_lost_is_told),
+        cmocka_unit_test(test_read_inside_lost_write),
+        cmocka_unit_test(test_writers_of_one_process_queue_in_order),
         cmocka_unit_test(test_bad_input),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
