@@ -687,32 +687,51 @@ static cerb_status node_keep(const struct redis_qkind *k, cerb_engine *e, cerb_e
     return st;
 }
 
-static cerb_status node_held(const struct redis_qkind *k, cerb_engine *e, const char *name)
+/* Run the read-only script id with the keys of name (wake list of token)
+ * and args, the marker's id as args[mi]; its reply in *out. A marker found
+ * changed is learnt and the script run once more under it. */
+static cerb_status node_read(const struct redis_qkind *k, cerb_engine *e, const char *name,
+                             const char *token, enum redis_script id, const char **args,
+                             int nargs, int mi, const char *what, redisReply **out)
 {
     struct q_keys qk;
     struct redis_conn *c = NULL;
     struct redis_marker_view mv;
-    const char *args[1] = {mv.value};
     redisReply *r = NULL;
     cerb_outcome oc;
-    cerb_status st = q_keys_init(k, e, name, "", &qk);
+    args[mi] = mv.value;
+    cerb_status st = q_keys_init(k, e, name, token, &qk);
     if (st != CERB_OK)
         return st;
     st = cerb__redis_get(e, cerb__deadline_in(e->rc->op_timeout_ms), &c);
     for (int round = 0; st == CERB_OK; round++) {
         st = cerb__redis_marker_for(e, c, &qk.ks, &mv);
         if (st == CERB_OK)
-            st = q_eval(e, c, k->held, &qk, 1, args, NULL, &r, &oc);
+            st = q_eval(e, c, id, &qk, nargs, args, NULL, &r, &oc);
         if (st != CERB_OK || !cerb__redis_is_lost(r))
             break;
         freeReplyObject(r);
         r = NULL;
         st = round == 0 ? cerb__redis_marker_lost(e, c, &qk.ks, &mv)
-                        : cerb__error_set(CERB_EIO, "redis %s: held: the server keeps losing "
-                                          "its data (marker changed twice)", e->where);
+                        : cerb__error_set(CERB_EIO, "redis %s: %s: the server keeps losing "
+                                          "its data (marker changed twice)", e->where, what);
     }
     if (c)
         cerb__redis_put(e, c);
+    q_keys_free(&qk);
+    if (st != CERB_OK && r) {
+        freeReplyObject(r);
+        r = NULL;
+    }
+    *out = r;
+    return st;
+}
+
+static cerb_status node_held(const struct redis_qkind *k, cerb_engine *e, const char *name)
+{
+    const char *args[1];
+    redisReply *r = NULL;
+    cerb_status st = node_read(k, e, name, "", k->held, args, 1, 0, "held", &r);
     if (st == CERB_OK) {
         if (r->type == REDIS_REPLY_INTEGER && r->integer == 0)
             st = CERB_OK;
@@ -728,7 +747,51 @@ static cerb_status node_held(const struct redis_qkind *k, cerb_engine *e, const 
     }
     if (r)
         freeReplyObject(r);
-    q_keys_free(&qk);
+    return st;
+}
+
+/* Would a new member like lk be granted at the tail now (engine.h's fits)?
+ * One read-only script: CERB_OK, or CERB_BUSY naming why not. */
+static cerb_status node_fits(const struct redis_qkind *k, cerb_engine *e,
+                             const cerb_engine_lock *lk)
+{
+    char cnt[NUM], lim[NUM], lease[NUM];
+    const char *args[5] = {lk->token, cnt, NULL, NULL, NULL};
+    redisReply *r = NULL;
+    cerb_status st;
+    if (k->prim == CERB_PRIM_SEMAPHORE) {
+        snprintf(cnt, sizeof cnt, "%u", lk->count);
+        snprintf(lim, sizeof lim, "%lld", (long long)lk->limit);
+        snprintf(lease, sizeof lease, "%lld", (long long)lk->lease_ms);
+        args[2] = lim;
+        args[3] = lease;
+        st = node_read(k, e, lk->name, lk->token, k->fits, args, 5, 4, "fits", &r);
+    } else {
+        snprintf(cnt, sizeof cnt, "%s", lk->variant == CERB_RW_WRITE ? "w" : "r");
+        st = node_read(k, e, lk->name, lk->token, k->fits, args, 3, 2, "fits", &r);
+    }
+    if (st == CERB_OK) {
+        if (r->type == REDIS_REPLY_INTEGER && r->integer == 0)
+            st = CERB_OK;
+        else if (r->type == REDIS_REPLY_INTEGER && r->integer == 1 &&
+                 k->prim == CERB_PRIM_SEMAPHORE)
+            st = cerb__error_set(CERB_BUSY, "redis %s: semaphore \"%s\": %u permit(s) more "
+                                 "would exceed its limit now", e->where, lk->name, lk->count);
+        else if (r->type == REDIS_REPLY_INTEGER && r->integer == 1)
+            st = cerb__error_set(CERB_BUSY, "redis %s: read-write lock \"%s\": a %s would "
+                                 "not be granted now (%s)", e->where, lk->name,
+                                 lk->variant == CERB_RW_WRITE ? "writer" : "reader",
+                                 lk->variant == CERB_RW_WRITE ? "members there"
+                                                              : "a writer there");
+        else if (r->type == REDIS_REPLY_INTEGER && r->integer == 2)
+            st = cerb__error_set(CERB_BUSY, "redis %s: no answer for %s \"%s\" before the "
+                                 "quarantine after a loss of data ends", e->where, kind_name(k),
+                                 lk->name);
+        else
+            st = bad(e, "fits", r, NULL);
+    }
+    if (r)
+        freeReplyObject(r);
     return st;
 }
 
@@ -760,6 +823,7 @@ static cerb_status node_inspect(const struct redis_qkind *k, cerb_engine *e, con
 struct q_arg {
     const struct redis_qkind *k;
     cerb_engine_lock *lk;
+    const cerb_engine_lock *clk; /* fits */
     const char *name;
     int64_t deadline_ns;
     const atomic_int *intr;
@@ -828,6 +892,13 @@ static cerb_status held_op(cerb_engine *e, void *arg, cerb_outcome *oc)
     return node_held(a->k, e, a->name);
 }
 
+static cerb_status fits_op(cerb_engine *e, void *arg, cerb_outcome *oc)
+{
+    struct q_arg *a = arg;
+    *oc = CERB_OUTCOME_NO;
+    return node_fits(a->k, e, a->clk);
+}
+
 static cerb_status inspect_op(cerb_engine *e, void *arg, cerb_outcome *oc)
 {
     struct q_arg *a = arg;
@@ -882,6 +953,15 @@ cerb_status cerb__redis_q_held(const struct redis_qkind *k, cerb_engine *e, cons
     return route(e, k, name, cerb__deadline_in(e->rc->op_timeout_ms), held_op, &a);
 }
 
+cerb_status cerb__redis_q_fits(const struct redis_qkind *k, cerb_engine *e,
+                             const cerb_engine_lock *lk)
+{
+    if (!e->cl_top)
+        return node_fits(k, e, lk);
+    struct q_arg a = {.k = k, .clk = lk};
+    return route(e, k, lk->name, cerb__deadline_in(e->rc->op_timeout_ms), fits_op, &a);
+}
+
 cerb_status cerb__redis_q_inspect(const struct redis_qkind *k, cerb_engine *e, const char *name,
                                   struct cerb_holders *out)
 {
@@ -913,6 +993,10 @@ cerb_status cerb__redis_q_inspect(const struct redis_qkind *k, cerb_engine *e, c
     {                                                                                        \
         return cerb__redis_q_held(&kind, e, name);                                           \
     }                                                                                        \
+    static cerb_status fn##_fits(cerb_engine *e, const cerb_engine_lock *lk)                 \
+    {                                                                                        \
+        return cerb__redis_q_fits(&kind, e, lk);                                             \
+    }                                                                                        \
     static cerb_status fn##_inspect(cerb_engine *e, const char *name,                        \
                                     struct cerb_holders *out)                                \
     {                                                                                        \
@@ -930,6 +1014,7 @@ const struct cerb_queue_methods cerb__redis_semaphore = {
     .check_owner = sem_check,
     .held = sem_held,
     .inspect = sem_inspect,
+    .fits = sem_fits,
 };
 
 const struct cerb_queue_methods cerb__redis_rwlock = {
@@ -940,4 +1025,5 @@ const struct cerb_queue_methods cerb__redis_rwlock = {
     .check_owner = rw_check,
     .held = rw_held,
     .inspect = rw_inspect,
+    .fits = rw_fits,
 };

@@ -40,7 +40,7 @@ struct redis_qkind {
     const char *infix;            /* B = prefix + infix + name */
     int nkeys;
     struct redis_qkey keys[REDIS_QK_MAX];
-    enum redis_script acquire, release, renew, check, held, inspect;
+    enum redis_script acquire, release, renew, check, held, inspect, fits;
     /* The inspect script's answer into out (holders, then waiters). */
     cerb_status (*read_inspect)(cerb_engine *e, const char *name, const redisReply *r,
                                 struct cerb_holders *out);
@@ -48,7 +48,7 @@ struct redis_qkind {
 
 extern const struct redis_qkind cerb__redis_qkind_sem, cerb__redis_qkind_rw;
 
-/* Acquire/release/renew/check/held/inspect of a kind (engine.h). */
+/* Acquire/release/renew/check/held/fits/inspect of a kind (engine.h). */
 cerb_status cerb__redis_q_acquire(const struct redis_qkind *k, cerb_engine *e,
                                   cerb_engine_lock *lk, int64_t deadline_ns,
                                   const atomic_int *interrupted, cerb_grant *g);
@@ -59,6 +59,8 @@ cerb_status cerb__redis_q_renew(const struct redis_qkind *k, cerb_engine *e,
 cerb_status cerb__redis_q_check(const struct redis_qkind *k, cerb_engine *e,
                                 cerb_engine_lock *lk, cerb_grant *g);
 cerb_status cerb__redis_q_held(const struct redis_qkind *k, cerb_engine *e, const char *name);
+cerb_status cerb__redis_q_fits(const struct redis_qkind *k, cerb_engine *e,
+                             const cerb_engine_lock *lk);
 cerb_status cerb__redis_q_inspect(const struct redis_qkind *k, cerb_engine *e, const char *name,
                                   struct cerb_holders *out);
 

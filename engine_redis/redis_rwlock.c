@@ -204,6 +204,27 @@ const char cerb__redis_lua_rw_held[] =
     "end\n"
     "return 0\n";
 
+/* KEYS RQ RD F M W, ARGV token mode(r|w) marker. Read-only (the switch
+ * gate's question, engine.h's fits): would a new member of this mode be
+ * granted at the tail now? 0 yes — a writer when no live member is there,
+ * a reader when no live writer is, waiting or holding, the token's own
+ * left out — 1 no, 2 during the quarantine after a loss of data. */
+const char cerb__redis_lua_rw_fits[] =
+    "local tok = ARGV[1]\n"
+    LUA_MARKER_CHECK(4, 3)
+    LUA_RW_COMMON
+    LUA_Q_CLOCK(3)
+    "if now < QEND then return 2 end\n"
+    "local md = ARGV[2]\n"
+    "for _, m in ipairs(redis.call('ZRANGE', RQ, 0, -1)) do\n"
+    "  local mm, tk = string.sub(m, 1, 1), string.sub(m, 3)\n"
+    "  if tk ~= tok then\n"
+    "    local e = parse(redis.call('HGET', RD, tk))\n"
+    "    if e and e.dl >= now and e.md == mm and (md == 'w' or mm == 'w') then return 1 end\n"
+    "  end\n"
+    "end\n"
+    "return 0\n";
+
 /* KEYS RQ RD F M W. Read-only: {now, RQ with scores, RD}. */
 const char cerb__redis_lua_rw_inspect[] =
     "local t = redis.call('TIME')\n"
@@ -267,5 +288,6 @@ const struct redis_qkind cerb__redis_qkind_rw = {
     .check = REDIS_SCRIPT_RW_CHECK,
     .held = REDIS_SCRIPT_RW_HELD,
     .inspect = REDIS_SCRIPT_RW_INSPECT,
+    .fits = REDIS_SCRIPT_RW_FITS,
     .read_inspect = rw_read_inspect,
 };

@@ -382,12 +382,14 @@ static const struct {
     [REDIS_SCRIPT_SEM_CHECK] = {"semaphore check", cerb__redis_lua_sem_check, 0},
     [REDIS_SCRIPT_SEM_HELD] = {"semaphore held", cerb__redis_lua_sem_held, 0},
     [REDIS_SCRIPT_SEM_INSPECT] = {"semaphore inspect", cerb__redis_lua_sem_inspect, 0},
+    [REDIS_SCRIPT_SEM_FITS] = {"semaphore fits", cerb__redis_lua_sem_fits, 0},
     [REDIS_SCRIPT_RW_ACQUIRE] = {"rwlock acquire", cerb__redis_lua_rw_acquire, 0},
     [REDIS_SCRIPT_RW_RELEASE] = {"rwlock release", cerb__redis_lua_rw_release, 0},
     [REDIS_SCRIPT_RW_RENEW] = {"rwlock renew", cerb__redis_lua_rw_renew, 0},
     [REDIS_SCRIPT_RW_CHECK] = {"rwlock check", cerb__redis_lua_rw_check, 0},
     [REDIS_SCRIPT_RW_HELD] = {"rwlock held", cerb__redis_lua_rw_held, 0},
     [REDIS_SCRIPT_RW_INSPECT] = {"rwlock inspect", cerb__redis_lua_rw_inspect, 0},
+    [REDIS_SCRIPT_RW_FITS] = {"rwlock fits", cerb__redis_lua_rw_fits, 0},
 };
 
 /* ---- key names ---- */

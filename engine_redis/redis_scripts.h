@@ -175,10 +175,10 @@ extern const struct cerb_election_methods cerb__redis_election;
  * at open) and the tables the ops table points to (redis_queue.h). */
 extern const char cerb__redis_lua_sem_acquire[], cerb__redis_lua_sem_release[],
     cerb__redis_lua_sem_renew[], cerb__redis_lua_sem_check[], cerb__redis_lua_sem_held[],
-    cerb__redis_lua_sem_inspect[];
+    cerb__redis_lua_sem_inspect[], cerb__redis_lua_sem_fits[];
 extern const char cerb__redis_lua_rw_acquire[], cerb__redis_lua_rw_release[],
     cerb__redis_lua_rw_renew[], cerb__redis_lua_rw_check[], cerb__redis_lua_rw_held[],
-    cerb__redis_lua_rw_inspect[];
+    cerb__redis_lua_rw_inspect[], cerb__redis_lua_rw_fits[];
 extern const struct cerb_queue_methods cerb__redis_semaphore, cerb__redis_rwlock;
 
 /* redis_wait.c */

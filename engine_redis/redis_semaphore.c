@@ -233,6 +233,47 @@ const char cerb__redis_lua_sem_held[] =
     "if redis.call('ZCARD', KEYS[1]) > 0 then return 1 end\n"
     "return 0\n";
 
+/* KEYS Z H Q F L M W, ARGV token k limit lease marker. Read-only (the
+ * switch gate's question, engine.h's fits): would a new member of k
+ * permits be granted at the tail now? 0 yes, 1 no, 2 during the
+ * quarantine after a loss of data. Counted: the permits of every live
+ * member, waiting or holding, peers' members included (live as the sweep
+ * keeps them: score > now - lease), the token's own left out; against the
+ * stored limit while any live member is there, else the caller's. */
+const char cerb__redis_lua_sem_fits[] =
+    "local tok = ARGV[1]\n"
+    LUA_MARKER_CHECK(6, 5)
+    LUA_SEM_COMMON
+    LUA_Q_CLOCK(5)
+    "if now < QEND then return 2 end\n"
+    "local cnt, lim, lease = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])\n"
+    "local used, live, inh = 0, false, {}\n"
+    "local all = redis.call('HGETALL', H)\n"
+    "for i = 1, #all, 2 do\n"
+    "  local tk, e = all[i], parse(all[i + 1])\n"
+    "  inh[tk] = true\n"
+    "  local n = 0\n"
+    "  if e and e.st == 'g' then\n"
+    "    local s = redis.call('ZSCORE', Z, mem(tk, e.n, 0))\n"
+    "    if s and tonumber(s) + e.lease >= now then n = e.n end\n"
+    "  elseif e and e.dl >= now then\n"
+    "    n = e.n\n"
+    "  end\n"
+    "  if n > 0 then live = true end\n"
+    "  if tk ~= tok then used = used + n end\n"
+    "end\n"
+    "for _, m in ipairs(redis.call('ZRANGEBYSCORE', Z, string.format('(%d', now - lease), '+inf')) do\n"
+    "  local tk = string.match(m, '^(.+)_%d+$') or m\n"
+    "  if not inh[tk] and not inh[m] then\n"
+    "    live = true\n"
+    "    if tk ~= tok and m ~= tok then used = used + 1 end\n"
+    "  end\n"
+    "end\n"
+    "local sl = tonumber(redis.call('GET', L) or '')\n"
+    "if live and sl then lim = sl end\n"
+    "if used + cnt <= lim then return 0 end\n"
+    "return 1\n";
+
 /* KEYS Z H Q F L M W. Read-only: {now, limit or '', Z with scores, H,
  * Q}. */
 const char cerb__redis_lua_sem_inspect[] =
@@ -339,5 +380,6 @@ const struct redis_qkind cerb__redis_qkind_sem = {
     .check = REDIS_SCRIPT_SEM_CHECK,
     .held = REDIS_SCRIPT_SEM_HELD,
     .inspect = REDIS_SCRIPT_SEM_INSPECT,
+    .fits = REDIS_SCRIPT_SEM_FITS,
     .read_inspect = sem_read_inspect,
 };

@@ -8,7 +8,11 @@
  * child killed) not blocking the line, a holder that dies freeing the lock
  * after its lease, fences growing, nothing left behind, inspection
  * ("read"/"write", holders then waiters), and the quarantine after a loss
- * of data.
+ * of data; and, through the engine's table (engine.h), the switch gate's
+ * question `fits` (a reader fits beside readers, not with a writer there,
+ * waiting or holding; a writer only with nobody there; the asking token's
+ * own member left out) and a release by token of a writer still waiting
+ * (its process dead) removing it.
  */
 #define _POSIX_C_SOURCE 200809L
 #include <hiredis/hiredis.h>
@@ -29,6 +33,8 @@
 #include <cmocka.h>
 
 #include "cerberus.h"
+#include "config.h"
+#include "engine.h"
 #include "test_util.h"
 
 #define FENCE_MASK ((UINT64_C(1) << 48) - 1)
@@ -511,6 +517,180 @@ static void test_quarantine(void **state)
     free(name);
 }
 
+/* ---- the engine's table, driven as the core drives it ---- */
+
+static const struct cerb_engine_ops *ops;
+
+struct eng {
+    struct cerb_config *cfg;
+    cerb_engine *e;
+};
+
+static void eng_open(struct eng *g)
+{
+    cerb__engines_builtin();
+    ops = cerb__engine_find("redis");
+    assert_non_null(ops);
+    char *text = cerb_test_redis_config(NULL, NULL);
+    memset(g, 0, sizeof *g);
+    if (cerb__config_from_string(text, &g->cfg) != CERB_OK)
+        fail_msg("config: %s", cerb_last_error());
+    free(text);
+    cerb_engine_env env = {.cfg = g->cfg, .event = NULL, .ud = NULL};
+    if (cerb__engine_open(ops, &env, &g->e) != CERB_OK)
+        fail_msg("open: %s", cerb_last_error());
+}
+
+static void eng_close(struct eng *g)
+{
+    cerb__engine_close(ops, g->e);
+    cerb__config_free(g->cfg);
+}
+
+struct hold {
+    cerb_engine_lock lk;
+    void *priv;
+    cerb_grant gr;
+};
+
+static void hold_init(struct hold *h, const char *name, const char *tok, int mode)
+{
+    memset(h, 0, sizeof *h);
+    h->priv = calloc(1, ops->lock_priv_size + 1);
+    assert_non_null(h->priv);
+    h->lk.name = name;
+    snprintf(h->lk.token, sizeof h->lk.token, "%s", tok);
+    h->lk.lease_ms = 10000;
+    h->lk.priv = h->priv;
+    h->lk.epoch = -1;
+    h->lk.prim = CERB_PRIM_RWLOCK;
+    h->lk.variant = mode;
+}
+
+/* The switch gate's question for a member like h in mode `mode`. */
+static cerb_status fits(struct eng *g, struct hold *h, int mode)
+{
+    h->lk.variant = mode;
+    return cerb__engine_gate_ask(ops, g->e, &h->lk);
+}
+
+static bool has_owner(cerb_client *c, const char *name, const char *tok)
+{
+    size_t n = 0;
+    cerb_holder_info *v = inspect(c, name, &n);
+    bool found = false;
+    for (size_t i = 0; i < n; i++)
+        found = found || strcmp(v[i].owner, tok) == 0;
+    cerb_holders_free(v, n);
+    return found;
+}
+
+/* fits: on an empty name both fit; with a reader holding a reader fits, a
+ * writer does not; with a writer of the asking token's own holding both
+ * fit for it, neither for another token; with a writer waiting (behind a
+ * reader) a reader does not fit. That writer's process is killed (as one
+ * that gave up its wait, or whose acquire's outcome was unknown): released
+ * by its token (read from inspect) it is gone at once, while its alive
+ * deadline (server clock) has not passed, and the release says
+ * CERB_NOT_OWNER (it held nothing). */
+static void test_fits_and_waiting_release(void **state)
+{
+    (void)state;
+    char *name = test_name("rw-fits");
+    char *cfg = cerb_test_redis_config(NULL, NULL);
+    struct eng g;
+    eng_open(&g);
+    struct hold me, other;
+    hold_init(&me, name, "0000000000000000000000000000f1a5", CERB_RW_WRITE);
+    hold_init(&other, name, "0000000000000000000000000000f1a6", CERB_RW_READ);
+    redisContext *r = raw();
+    char *qk = helper(name, "q"), *dk = helper(name, "d");
+
+    assert_int_equal(fits(&g, &other, CERB_RW_WRITE), CERB_OK);
+    assert_int_equal(fits(&g, &other, CERB_RW_READ), CERB_OK);
+
+    struct job rd1;
+    job_init(&rd1, name, false, 0);
+    pthread_t t1;
+    pthread_create(&t1, NULL, job_main, &rd1);
+    assert_true(wait_until(job_done, &rd1, 5000));
+    assert_int_equal(rd1.st, CERB_OK);
+    assert_int_equal(fits(&g, &other, CERB_RW_READ), CERB_OK);
+    assert_int_equal(fits(&g, &other, CERB_RW_WRITE), CERB_BUSY);
+    let_go(&rd1, t1);
+
+    /* The asking token's own writer is left out. */
+    me.lk.variant = CERB_RW_WRITE;
+    assert_int_equal(cerb__engine_acquire(ops, g.e, &me.lk, 0, NULL, &me.gr), CERB_OK);
+    assert_int_equal(fits(&g, &me, CERB_RW_WRITE), CERB_OK);
+    assert_int_equal(fits(&g, &me, CERB_RW_READ), CERB_OK);
+    assert_int_equal(fits(&g, &other, CERB_RW_READ), CERB_BUSY);
+    assert_int_equal(fits(&g, &other, CERB_RW_WRITE), CERB_BUSY);
+    me.lk.variant = CERB_RW_WRITE;
+    assert_int_equal(cerb__engine_release(ops, g.e, &me.lk), CERB_OK);
+    assert_int_equal(cerb__engine_release(ops, g.e, &me.lk), CERB_NOT_OWNER);
+
+    /* A reader holds, a writer waits behind it (a child). */
+    struct job rd2;
+    job_init(&rd2, name, false, 0);
+    pthread_t t2;
+    pthread_create(&t2, NULL, job_main, &rd2);
+    assert_true(wait_until(job_done, &rd2, 5000));
+    assert_int_equal(rd2.st, CERB_OK);
+    int pfd;
+    pid_t pid = spawn_rw(cfg, name, "w", "10000", "wait", &pfd);
+    expect_byte(pfd, 'w');
+    expect_members(rd2.c, name, 1, 1);
+    assert_int_equal(fits(&g, &other, CERB_RW_READ), CERB_BUSY);
+
+    char wtok[33] = "";
+    size_t n = 0;
+    cerb_holder_info *v = inspect(rd2.c, name, &n);
+    for (size_t i = 0; i < n; i++)
+        if (v[i].waiting)
+            snprintf(wtok, sizeof wtok, "%s", v[i].owner);
+    cerb_holders_free(v, n);
+    assert_int_equal(strlen(wtok), 32);
+    kill_child(pid);
+    redisReply *e = redisCommand(r, "HGET %b %s", dk, strlen(dk), wtok);
+    assert_non_null(e);
+    assert_int_equal(e->type, REDIS_REPLY_STRING);
+    char st = 0, md = 0;
+    long long lease = 0, alive = 0;
+    assert_int_equal(sscanf(e->str, "%c %c %lld %lld", &st, &md, &lease, &alive), 4);
+    freeReplyObject(e);
+    assert_int_equal(st, 'w');
+    assert_int_equal(md, 'w');
+
+    struct hold w;
+    hold_init(&w, name, wtok, CERB_RW_WRITE);
+    assert_int_equal(cerb__engine_release(ops, g.e, &w.lk), CERB_NOT_OWNER);
+    assert_false(has_owner(rd2.c, name, wtok));
+    assert_int_equal(raw_int(r, "ZCARD %b", qk), 1); /* the reader only */
+    e = redisCommand(r, "HEXISTS %b %s", dk, strlen(dk), wtok);
+    assert_int_equal(e->integer, 0);
+    freeReplyObject(e);
+    /* Gone by the release, not by its own expiry (not due yet). */
+    if (server_ms(r) > alive)
+        fail_msg("inconclusive: the waiter's alive deadline passed before the check");
+    assert_int_equal(fits(&g, &other, CERB_RW_READ), CERB_OK);
+    assert_int_equal(cerb__engine_release(ops, g.e, &w.lk), CERB_NOT_OWNER); /* idempotent */
+
+    let_go(&rd2, t2);
+    close(pfd);
+    job_free(&rd1);
+    job_free(&rd2);
+    free(me.priv);
+    free(other.priv);
+    free(w.priv);
+    free(qk);
+    free(dk);
+    redisFree(r);
+    eng_close(&g);
+    free(cfg);
+    free(name);
+}
+
 static const struct cerb_test_role roles[] = {{"rw", rw_child}, {NULL, NULL}};
 
 int main(int argc, char **argv)
@@ -525,6 +705,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_dead_holder_frees_after_lease),
         cmocka_unit_test(test_writer_release_wakes_readers),
         cmocka_unit_test(test_quarantine),
+        cmocka_unit_test(test_fits_and_waiting_release),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

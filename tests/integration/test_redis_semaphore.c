@@ -8,7 +8,11 @@
  * queue (a child killed) not blocking the line, a holder that dies freeing
  * its permit after its lease, fences growing, peers' members counting
  * against the limit, nothing left behind after release, inspection, and the
- * quarantine after a loss of data (no grant, then the holds told lost).
+ * quarantine after a loss of data (no grant, then the holds told lost);
+ * and, through the engine's table (engine.h), the switch gate's question
+ * `fits` (permits of every member, waiting or holding, peers' included,
+ * the asking token's own left out, against the limit) and a release by
+ * token of a member still waiting (its process dead) removing it.
  * The npm package itself is driven by tests/node/semaphore.
  */
 #define _POSIX_C_SOURCE 200809L
@@ -31,6 +35,8 @@
 #include <cmocka.h>
 
 #include "cerberus.h"
+#include "config.h"
+#include "engine.h"
 #include "test_util.h"
 
 #define FENCE_MASK ((UINT64_C(1) << 48) - 1)
@@ -572,6 +578,182 @@ static void test_quarantine_and_loss(void **state)
     free(name);
 }
 
+/* ---- the engine's table, driven as the core drives it ---- */
+
+static const struct cerb_engine_ops *ops;
+
+struct eng {
+    struct cerb_config *cfg;
+    cerb_engine *e;
+};
+
+static void eng_open(struct eng *g)
+{
+    cerb__engines_builtin();
+    ops = cerb__engine_find("redis");
+    assert_non_null(ops);
+    char *text = cerb_test_redis_config(NULL, NULL);
+    memset(g, 0, sizeof *g);
+    if (cerb__config_from_string(text, &g->cfg) != CERB_OK)
+        fail_msg("config: %s", cerb_last_error());
+    free(text);
+    cerb_engine_env env = {.cfg = g->cfg, .event = NULL, .ud = NULL};
+    if (cerb__engine_open(ops, &env, &g->e) != CERB_OK)
+        fail_msg("open: %s", cerb_last_error());
+}
+
+static void eng_close(struct eng *g)
+{
+    cerb__engine_close(ops, g->e);
+    cerb__config_free(g->cfg);
+}
+
+/* A member of semaphore `name` (limit 3) of token tok. */
+struct hold {
+    cerb_engine_lock lk;
+    void *priv;
+    cerb_grant gr;
+};
+
+static void hold_init(struct hold *h, const char *name, const char *tok, unsigned count)
+{
+    memset(h, 0, sizeof *h);
+    h->priv = calloc(1, ops->lock_priv_size + 1);
+    assert_non_null(h->priv);
+    h->lk.name = name;
+    snprintf(h->lk.token, sizeof h->lk.token, "%s", tok);
+    h->lk.lease_ms = 10000;
+    h->lk.priv = h->priv;
+    h->lk.epoch = -1;
+    h->lk.prim = CERB_PRIM_SEMAPHORE;
+    h->lk.limit = 3;
+    h->lk.count = count;
+}
+
+/* The switch gate's question for a member like h asking for k permits. */
+static cerb_status fits(struct eng *g, struct hold *h, unsigned k)
+{
+    h->lk.count = k;
+    return cerb__engine_gate_ask(ops, g->e, &h->lk);
+}
+
+static bool has_owner(cerb_client *c, const char *name, const char *tok)
+{
+    size_t n = 0;
+    cerb_holder_info *v = inspect(c, name, &n);
+    bool found = false;
+    for (size_t i = 0; i < n; i++)
+        found = found || strcmp(v[i].owner, tok) == 0;
+    cerb_holders_free(v, n);
+    return found;
+}
+
+/* fits: limit 3 with 1 held, 1 and 2 fit, 3 does not; the asking token's
+ * own permits are left out; a released 2-permit member is gone whole; a
+ * peer's member (npm) counts; a waiting member counts (a request for 2
+ * queued behind 2 held: then not even 1 fits). That waiter's process is
+ * killed (as one that gave up its wait, or whose acquire's outcome was
+ * unknown): released by its token (read from inspect) it is gone at once,
+ * while its alive deadline (on the server's clock) has not passed, and
+ * the release says CERB_NOT_OWNER (it held nothing). */
+static void test_fits_and_waiting_release(void **state)
+{
+    (void)state;
+    char *name = test_name("sem-fits");
+    char *cfg = cerb_test_redis_config(NULL, NULL);
+    cerb_client *c = open_client(NULL, NULL);
+    cerb_semaphore *s = sem(c, name, 3, 0);
+    struct eng g;
+    eng_open(&g);
+    struct hold me, other;
+    hold_init(&me, name, "0000000000000000000000000000f175", 1);
+    hold_init(&other, name, "0000000000000000000000000000f176", 1);
+    redisContext *r = raw();
+    char *z = zkey(name), *hk = helper(name, "h"), *qk = helper(name, "q");
+
+    assert_int_equal(fits(&g, &other, 3), CERB_OK); /* nothing there */
+    cerb_permit *p = NULL;
+    assert_int_equal(cerb_semaphore_acquire(s, 1, 0, NULL, &p), CERB_OK);
+    assert_int_equal(fits(&g, &other, 1), CERB_OK);
+    assert_int_equal(fits(&g, &other, 2), CERB_OK);
+    assert_int_equal(fits(&g, &other, 3), CERB_BUSY);
+
+    /* Own token left out: me holds 2 (3 of 3 taken) and still fits for 2. */
+    me.lk.count = 2;
+    assert_int_equal(cerb__engine_acquire(ops, g.e, &me.lk, 0, NULL, &me.gr), CERB_OK);
+    assert_int_equal(fits(&g, &me, 2), CERB_OK);
+    assert_int_equal(fits(&g, &other, 1), CERB_BUSY);
+    me.lk.count = 2;
+    assert_int_equal(cerb__engine_release(ops, g.e, &me.lk), CERB_OK);
+    assert_int_equal(raw_int(r, "ZCARD %b", z), 1); /* both of its members gone */
+    assert_int_equal(cerb__engine_release(ops, g.e, &me.lk), CERB_NOT_OWNER);
+
+    /* A peer's member counts: 1 ours + 1 npm's. */
+    redisReply *a = redisCommand(r, "ZADD %b %lld %s", z, strlen(z), server_ms(r), "npm-fits-1");
+    freeReplyObject(a);
+    assert_int_equal(fits(&g, &other, 2), CERB_BUSY);
+    assert_int_equal(fits(&g, &other, 1), CERB_OK);
+
+    /* A waiting member counts: a child asks for 2 (2 + 2 > 3: it waits). */
+    int rd;
+    pid_t pid = spawn_sem(cfg, name, "3", "2", "10000", "wait", &rd);
+    expect_byte(rd, 'w');
+    expect_members(c, name, 2, 1);
+    assert_int_equal(fits(&g, &other, 1), CERB_BUSY);
+
+    /* Its token, from inspect; then the child dies in the queue. */
+    char wtok[33] = "";
+    size_t n = 0;
+    cerb_holder_info *v = inspect(c, name, &n);
+    for (size_t i = 0; i < n; i++)
+        if (v[i].waiting)
+            snprintf(wtok, sizeof wtok, "%s", v[i].owner);
+    cerb_holders_free(v, n);
+    assert_int_equal(strlen(wtok), 32);
+    kill_child(pid);
+    redisReply *e = redisCommand(r, "HGET %b %s", hk, strlen(hk), wtok);
+    assert_non_null(e);
+    assert_int_equal(e->type, REDIS_REPLY_STRING);
+    char st = 0;
+    unsigned long k = 0;
+    long long lease = 0, alive = 0;
+    assert_int_equal(sscanf(e->str, "%c %lu %lld %lld", &st, &k, &lease, &alive), 4);
+    freeReplyObject(e);
+    assert_int_equal(st, 'w');
+    assert_int_equal(k, 2);
+
+    struct hold w;
+    hold_init(&w, name, wtok, 2);
+    assert_int_equal(cerb__engine_release(ops, g.e, &w.lk), CERB_NOT_OWNER);
+    assert_false(has_owner(c, name, wtok));
+    assert_int_equal(raw_int(r, "LLEN %b", qk), 0);
+    e = redisCommand(r, "HEXISTS %b %s", hk, strlen(hk), wtok);
+    assert_int_equal(e->integer, 0);
+    freeReplyObject(e);
+    /* Gone by the release, not by its own expiry (not due yet). */
+    if (server_ms(r) > alive)
+        fail_msg("inconclusive: the waiter's alive deadline passed before the check");
+    assert_int_equal(fits(&g, &other, 1), CERB_OK);
+    assert_int_equal(cerb__engine_release(ops, g.e, &w.lk), CERB_NOT_OWNER); /* idempotent */
+
+    a = redisCommand(r, "ZREM %b %s", z, strlen(z), "npm-fits-1");
+    freeReplyObject(a);
+    assert_int_equal(cerb_permit_free(p), CERB_OK);
+    close(rd);
+    free(me.priv);
+    free(other.priv);
+    free(w.priv);
+    free(z);
+    free(hk);
+    free(qk);
+    redisFree(r);
+    eng_close(&g);
+    cerb_semaphore_free(s);
+    cerb_client_close(c);
+    free(cfg);
+    free(name);
+}
+
 static const struct cerb_test_role roles[] = {{"sem", sem_child}, {NULL, NULL}};
 
 int main(int argc, char **argv)
@@ -587,6 +769,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_dead_holder_frees_after_lease),
         cmocka_unit_test(test_peer_members_count),
         cmocka_unit_test(test_quarantine_and_loss),
+        cmocka_unit_test(test_fits_and_waiting_release),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
