@@ -15,8 +15,10 @@
  * holds and waits of this instance carry the uuid of their nodes (tag,
  * copied under mu whenever a hold joins a list, zk_mutex.c), so the nodes
  * whose uuid is the tag of a hold of lk's token, name and primitive are
- * left out. A semaphore acquisition still queued on locks/ is found by
- * its locks/ mutex hold (name "<name>/locks", same token).
+ * left out. A semaphore acquisition is found by its locks/ mutex hold
+ * (name "<name>/locks", same token, the uuid its leases get): it holds
+ * that from its turn on locks/ until it leaves, so while it waits for
+ * room too; once granted, by its own hold.
  *
  * Semaphore (zk_semaphore.c's layout): list leases/ and locks/ and read
  * count in one round trip. Every lease node is one permit (ours: k per

@@ -698,9 +698,6 @@ static cerb_status attempt(struct sem *a, struct zk_wait *w, cerb_grant *g)
         cerb__mutex_lock(&e->mu);
         p->gen = a->gen;
         p->w = w;
-        /* Our leases' uuid, for fits() (the tag) while we wait; cleared
-         * again below unless granted. */
-        memcpy(p->uuid, a->uuid, sizeof p->uuid);
         cerb__free(w->watch);
         w->watch = cerb__strdup(a->sp.leases);
         if (w->watch)
@@ -761,12 +758,8 @@ static cerb_status sem_acquire(cerb_engine *e, cerb_engine_lock *lk, int64_t dea
             break;
         }
     }
-    if (st != CERB_OK) {
+    if (st != CERB_OK)
         g->outcome = CERB_OUTCOME_NO; /* nothing of ours holds: leases deleted */
-        cerb__mutex_lock(&e->mu);
-        p->uuid[0] = '\0'; /* nothing to check or release */
-        cerb__mutex_unlock(&e->mu);
-    }
     cerb__cond_destroy(&w->cond);
     cerb__free(w->watch);
     cerb__free(w);
