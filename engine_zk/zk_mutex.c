@@ -280,6 +280,8 @@ static void hb_sooner_locked(cerb_engine *e, const cerb_engine_lock *lk)
 static void list_link(cerb_engine *e, struct zk_lock_priv *p, enum zk_list which)
 {
     struct zk_lock_priv **head = which == ZK_LIST_WAITING ? &e->waiting : &e->held;
+    /* Only the hold's own thread links it and writes its uuid. */
+    memcpy(p->tag, p->uuid, sizeof p->tag);
     if (p->list == which)
         return;
     list_unlink(e, p);

@@ -46,6 +46,10 @@ extern const struct cerb_queue_methods cerb__zk_rwlock;
 /* zk_queue_inspect.c: their holders and waiters (two reads, no watch). */
 cerb_status cerb__zk_sem_inspect(cerb_engine *e, const char *name, struct cerb_holders *out);
 cerb_status cerb__zk_rw_inspect(cerb_engine *e, const char *name, struct cerb_holders *out);
+/* zk_queue_fits.c: would a new member like lk be granted at the tail now
+ * (one read, members of lk's token left out)? */
+cerb_status cerb__zk_sem_fits(cerb_engine *e, const cerb_engine_lock *lk);
+cerb_status cerb__zk_rw_fits(cerb_engine *e, const cerb_engine_lock *lk);
 
 /* ---- leader election (zk_election.c) ---- */
 extern const struct cerb_election_methods cerb__zk_election;

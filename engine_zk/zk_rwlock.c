@@ -42,4 +42,7 @@ const struct cerb_queue_methods cerb__zk_rwlock = {
     /* Any child, holding or queued, answers BUSY (zk_session.c). */
     .held = cerb__zk_op_held,
     .inspect = cerb__zk_rw_inspect,
+    /* A writer with no other node; a reader with no other writer
+     * (zk_queue_fits.c). */
+    .fits = cerb__zk_rw_fits,
 };

@@ -933,4 +933,5 @@ const struct cerb_queue_methods cerb__zk_semaphore = {
     .check_owner = sem_check,
     .held = sem_held,
     .inspect = cerb__zk_sem_inspect,
+    .fits = cerb__zk_sem_fits, /* zk_queue_fits.c */
 };

@@ -118,6 +118,9 @@ struct zk_lock_priv {
     bool mark_pending;  /* its ZK_DATA_HOLDING mark is to be sent again (mu) */
     unsigned char mark_tries;          /* marks sent again (mu) */
     char uuid[ZK_UUID_LEN + 1];        /* this acquisition's node uuid */
+    /* uuid as it was when the hold last joined a list (mu): what fits()
+     * reads of another thread's hold (zk_queue_fits.c). */
+    char tag[ZK_UUID_LEN + 1];
     /* A semaphore's acquisition (zk_semaphore.c): the hold of its locks/
      * mutex while it is being taken, so that cancel() wakes it (mu). */
     struct zk_lock_priv *inner;

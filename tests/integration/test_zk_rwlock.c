@@ -26,6 +26,7 @@
 
 #include "cerberus.h"
 #include "test_util.h"
+#include "zk_queue_engine.h"
 #include "zk_util.h"
 
 static cerb_client *open_client(void)
@@ -266,6 +267,132 @@ static void test_killed_reader_frees_lock(void **state)
     free(name);
 }
 
+/* ---- the switch gate's question (fits), through the engine table ---- */
+
+static void test_fits_rule(void **state)
+{
+    (void)state;
+    const int P = CERB_PRIM_RWLOCK, R = CERB_RW_READ, W = CERB_RW_WRITE;
+    char *name = test_name("rw-fits");
+    zhandle_t *zh = cerb_test_zk_connect(NULL, NULL);
+    assert_non_null(zh);
+    struct qe_eng a, b;
+    qe_open(&a);
+    qe_open(&b);
+
+    assert_fits(CERB_OK, &a, name, 0xb, P, W, 0, 0); /* an empty queue */
+    struct qe_hold r1, r2, w;
+    qe_hold_init(&r1, &a, name, 0xa, P, R, 0, 0);
+    assert_int_equal(qe_acquire(&r1, 0), CERB_OK);
+    /* A reader fits with readers; a writer does not, unless the reader is
+     * of its own token. */
+    assert_fits(CERB_OK, &a, name, 0xb, P, R, 0, 0);
+    assert_fits(CERB_OK, &b, name, 0xb, P, R, 0, 0);
+    assert_fits(CERB_BUSY, &a, name, 0xb, P, W, 0, 0);
+    assert_fits(CERB_BUSY, &b, name, 0xb, P, W, 0, 0);
+    assert_fits(CERB_OK, &a, name, 0xa, P, W, 0, 0);
+    qe_hold_init(&r2, &b, name, 0xe, P, R, 0, 0);
+    assert_int_equal(qe_acquire(&r2, 0), CERB_OK);
+    assert_fits(CERB_BUSY, &a, name, 0xa, P, W, 0, 0); /* r2 is another's */
+    assert_int_equal(qe_release(&r2), CERB_OK);
+    assert_fits(CERB_OK, &a, name, 0xa, P, W, 0, 0);
+
+    /* A writer waiting behind r1: no reader fits any more. */
+    qe_hold_init(&w, &b, name, 0xc, P, W, 0, 0);
+    w.wait_ms = 20000;
+    pthread_t th;
+    assert_int_equal(pthread_create(&th, NULL, qe_wait_main, &w), 0);
+    struct nkids k = {zh, name, 2};
+    assert_wait_until(kids_are, &k, 10000);
+    assert_false(atomic_load(&w.done));
+    assert_fits(CERB_BUSY, &a, name, 0xb, P, R, 0, 0);
+    assert_fits(CERB_BUSY, &a, name, 0xa, P, R, 0, 0); /* its own reader aside */
+    assert_fits(CERB_BUSY, &b, name, 0xc, P, W, 0, 0); /* r1 is another's */
+    assert_fits(CERB_OK, &b, name, 0xc, P, R, 0, 0);   /* its own writer aside */
+
+    assert_int_equal(qe_release(&r1), CERB_OK);
+    assert_wait_until(qe_done, &w, 10000);
+    pthread_join(th, NULL);
+    assert_int_equal(w.st, CERB_OK);
+    assert_fits(CERB_BUSY, &a, name, 0xb, P, R, 0, 0);
+    assert_fits(CERB_BUSY, &a, name, 0xb, P, W, 0, 0);
+    assert_fits(CERB_OK, &b, name, 0xc, P, W, 0, 0);
+    assert_int_equal(qe_release(&w), CERB_OK);
+    assert_fits(CERB_OK, &a, name, 0xb, P, W, 0, 0);
+
+    /* A peer's child that is neither a reader nor a writer counts as a
+     * writer (as inspect reads it). */
+    char *base = cerb_test_zk_lock_path(name);
+    qe_mkdirs(zh, base);
+    char prefix[1200], made[1300];
+    snprintf(prefix, sizeof prefix, "%s/_c_3f2a9d10-0000-4000-8000-000000000003-lock-", base);
+    assert_int_equal(zoo_create(zh, prefix, "x", 1, &ZOO_OPEN_ACL_UNSAFE,
+                                ZOO_EPHEMERAL_SEQUENTIAL, made, sizeof made),
+                     ZOK);
+    assert_fits(CERB_BUSY, &a, name, 0xb, P, R, 0, 0);
+    assert_int_equal(zoo_delete(zh, made, -1), ZOK);
+    assert_fits(CERB_OK, &a, name, 0xb, P, R, 0, 0);
+
+    free(base);
+    qe_hold_free(&w);
+    qe_hold_free(&r2);
+    qe_hold_free(&r1);
+    qe_close(&b);
+    qe_close(&a);
+    cerb_test_zk_close(zh);
+    free(name);
+}
+
+/* ---- release removes a waiting member of its hold ---- */
+
+static void test_release_removes_waiting_member(void **state)
+{
+    (void)state;
+    const int P = CERB_PRIM_RWLOCK;
+    const char *uuid = "5e3a0c7d-1b2f-8c4d-9e5f-000000000004";
+    char *name = test_name("rw-relw");
+    zhandle_t *zh = cerb_test_zk_connect(NULL, NULL);
+    assert_non_null(zh);
+    cerb_client *c = open_client();
+    struct qe_eng a;
+    qe_open(&a);
+    struct qe_hold r1, u;
+    qe_hold_init(&r1, &a, name, 0xa, P, CERB_RW_READ, 0, 0);
+    assert_int_equal(qe_acquire(&r1, 0), CERB_OK);
+
+    /* A writer queued behind r1 whose caller was told "outcome unknown":
+     * the hold keeps the uuid of its node, not the node. */
+    char *base = cerb_test_zk_lock_path(name);
+    char prefix[1200];
+    snprintf(prefix, sizeof prefix, "%s/_c_%s-__WRIT__", base, uuid);
+    assert_int_equal(zoo_create(zh, prefix, "cerb:waiting", 12, &ZOO_OPEN_ACL_UNSAFE,
+                                ZOO_EPHEMERAL_SEQUENTIAL, NULL, 0),
+                     ZOK);
+    size_t all = 0;
+    assert_int_equal(qe_inspect_with(c, CERB_KIND_RWLOCK, name, uuid, &all), 1);
+    assert_int_equal(all, 2);
+
+    qe_hold_init(&u, &a, name, 0xd, P, CERB_RW_WRITE, 0, 0);
+    qe_hold_unknown(&u, uuid);
+    /* Removed, though it held nothing: NOT_OWNER. Idempotent. */
+    assert_int_equal(qe_release(&u), CERB_NOT_OWNER);
+    assert_int_equal(qe_inspect_with(c, CERB_KIND_RWLOCK, name, uuid, &all), 0);
+    assert_int_equal(all, 1);
+    assert_int_equal(kids(zh, name, NULL), 1);
+    assert_int_equal(qe_release(&u), CERB_NOT_OWNER);
+    assert_int_equal(qe_release(&r1), CERB_OK);
+    assert_int_equal(qe_release(&r1), CERB_NOT_OWNER);
+    assert_int_equal(kids(zh, name, NULL), 0);
+
+    free(base);
+    qe_hold_free(&u);
+    qe_hold_free(&r1);
+    qe_close(&a);
+    cerb_client_close(c);
+    cerb_test_zk_close(zh);
+    free(name);
+}
+
 static const struct cerb_test_role roles[] = {{"reader", reader_role}, {NULL, NULL}};
 
 int main(int argc, char **argv)
@@ -274,6 +401,8 @@ int main(int argc, char **argv)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_layout_share_exclude_fifo),
         cmocka_unit_test(test_killed_reader_frees_lock),
+        cmocka_unit_test(test_fits_rule),
+        cmocka_unit_test(test_release_removes_waiting_member),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -26,6 +26,7 @@
 
 #include "cerberus.h"
 #include "test_util.h"
+#include "zk_queue_engine.h"
 #include "zk_util.h"
 
 static cerb_client *open_client(const char *zk_extra)
@@ -348,6 +349,145 @@ static void test_killed_holder_frees_permit(void **state)
     free(name);
 }
 
+/* ---- the switch gate's question (fits), through the engine table ---- */
+
+struct nleases {
+    zhandle_t *zh;
+    const char *name;
+    int n;
+};
+
+static bool leases_are(void *ud)
+{
+    struct nleases *q = ud;
+    return n_sub(q->zh, q->name, "leases", NULL) == q->n;
+}
+
+static void test_fits_rule(void **state)
+{
+    (void)state;
+    const int S = CERB_PRIM_SEMAPHORE;
+    char *name = test_name("sem-fits");
+    zhandle_t *zh = cerb_test_zk_connect(NULL, NULL);
+    assert_non_null(zh);
+    struct qe_eng a, b;
+    qe_open(&a);
+    qe_open(&b);
+
+    assert_fits(CERB_OK, &a, name, 0xb, S, 0, 3, 3); /* nobody there */
+    struct qe_hold h1;
+    qe_hold_init(&h1, &a, name, 0xa, S, 0, 3, 1);
+    assert_int_equal(qe_acquire(&h1, 0), CERB_OK);
+    /* Limit 3, 1 held: 1 or 2 more fit, 3 do not — asked of any instance. */
+    assert_fits(CERB_OK, &a, name, 0xb, S, 0, 3, 1);
+    assert_fits(CERB_OK, &b, name, 0xb, S, 0, 3, 2);
+    assert_fits(CERB_BUSY, &a, name, 0xb, S, 0, 3, 3);
+    assert_fits(CERB_BUSY, &b, name, 0xb, S, 0, 3, 3);
+    /* The permit of the token asking is not counted. */
+    assert_fits(CERB_OK, &a, name, 0xa, S, 0, 3, 3);
+    /* The stored limit (3) rules while in use, not the caller's. */
+    assert_fits(CERB_BUSY, &a, name, 0xb, S, 0, 5, 3);
+
+    /* A waiting member counts: W asks for 3 on b and waits (1 + 3 > 3). */
+    struct qe_hold w;
+    qe_hold_init(&w, &b, name, 0xc, S, 0, 3, 3);
+    w.wait_ms = 20000;
+    pthread_t th;
+    assert_int_equal(pthread_create(&th, NULL, qe_wait_main, &w), 0);
+    struct nleases q = {zh, name, 4};
+    assert_wait_until(leases_are, &q, 10000);
+    assert_false(atomic_load(&w.done));
+    assert_fits(CERB_BUSY, &a, name, 0xb, S, 0, 3, 1);
+    assert_fits(CERB_OK, &b, name, 0xc, S, 0, 3, 2); /* W's own 3 left out */
+    assert_fits(CERB_BUSY, &b, name, 0xc, S, 0, 3, 3);
+    assert_fits(CERB_BUSY, &a, name, 0xc, S, 0, 3, 2); /* a knows no member of 0xc */
+
+    assert_int_equal(qe_release(&h1), CERB_OK);
+    assert_wait_until(qe_done, &w, 10000);
+    pthread_join(th, NULL);
+    assert_int_equal(w.st, CERB_OK);
+    assert_fits(CERB_BUSY, &a, name, 0xb, S, 0, 3, 1);
+    assert_fits(CERB_OK, &b, name, 0xc, S, 0, 3, 3);
+    assert_int_equal(qe_release(&w), CERB_OK);
+
+    /* A node queued on locks/ with no lease yet (a Curator acquirer, one
+     * lease per round) counts one permit. */
+    char *locks = sub_path(name, "locks");
+    qe_mkdirs(zh, locks);
+    char prefix[1200], made[1300];
+    snprintf(prefix, sizeof prefix, "%s/_c_3f2a9d10-0000-4000-8000-000000000001-lock-", locks);
+    assert_int_equal(zoo_create(zh, prefix, "10.0.0.1", 8, &ZOO_OPEN_ACL_UNSAFE,
+                                ZOO_EPHEMERAL_SEQUENTIAL, made, sizeof made),
+                     ZOK);
+    assert_fits(CERB_OK, &a, name, 0xb, S, 0, 3, 2);
+    assert_fits(CERB_BUSY, &a, name, 0xb, S, 0, 3, 3);
+    assert_int_equal(zoo_delete(zh, made, -1), ZOK);
+    assert_fits(CERB_OK, &a, name, 0xb, S, 0, 3, 3);
+
+    free(locks);
+    qe_hold_free(&w);
+    qe_hold_free(&h1);
+    qe_close(&b);
+    qe_close(&a);
+    cerb_test_zk_close(zh);
+    free(name);
+}
+
+/* ---- release removes a waiting member of its hold, all its permits ---- */
+
+static void test_release_removes_waiting_member(void **state)
+{
+    (void)state;
+    const int S = CERB_PRIM_SEMAPHORE;
+    const char *uuid = "5e3a0c7d-1b2f-8c4d-9e5f-000000000002";
+    char *name = test_name("sem-relw");
+    zhandle_t *zh = cerb_test_zk_connect(NULL, NULL);
+    assert_non_null(zh);
+    cerb_client *c = open_client(NULL);
+    struct qe_eng a;
+    qe_open(&a);
+    struct qe_hold h1;
+    qe_hold_init(&h1, &a, name, 0xa, S, 0, 2, 2);
+    assert_int_equal(qe_acquire(&h1, 0), CERB_OK);
+
+    /* An acquisition of 2 with its leases made, waiting (4 > 2), whose
+     * caller was told "outcome unknown": the hold keeps the uuid. */
+    char *leases = sub_path(name, "leases");
+    char prefix[1200];
+    snprintf(prefix, sizeof prefix, "%s/_c_%s-lease-", leases, uuid);
+    for (int i = 0; i < 2; i++)
+        assert_int_equal(zoo_create(zh, prefix, "cerb:permit", 11, &ZOO_OPEN_ACL_UNSAFE,
+                                    ZOO_EPHEMERAL_SEQUENTIAL, NULL, 0),
+                         ZOK);
+    size_t all = 0;
+    assert_int_equal(qe_inspect_with(c, CERB_KIND_SEMAPHORE, name, uuid, &all), 1);
+    assert_int_equal(all, 2);
+    assert_int_equal(n_sub(zh, name, "leases", NULL), 4);
+
+    struct qe_hold u;
+    qe_hold_init(&u, &a, name, 0xd, S, 0, 2, 2);
+    qe_hold_unknown(&u, uuid);
+    /* Removed, both permits, but it held nothing: NOT_OWNER. Idempotent. */
+    assert_int_equal(qe_release(&u), CERB_NOT_OWNER);
+    assert_int_equal(qe_inspect_with(c, CERB_KIND_SEMAPHORE, name, uuid, &all), 0);
+    assert_int_equal(all, 1);
+    assert_int_equal(n_sub(zh, name, "leases", NULL), 2);
+    assert_int_equal(qe_release(&u), CERB_NOT_OWNER);
+    assert_int_equal(n_sub(zh, name, "leases", NULL), 2);
+    /* A granted member's release is OK, once. */
+    assert_int_equal(qe_release(&h1), CERB_OK);
+    assert_int_equal(qe_release(&h1), CERB_NOT_OWNER);
+    assert_int_equal(n_sub(zh, name, "leases", NULL), 0);
+
+    free(leases);
+    qe_hold_free(&u);
+    qe_hold_free(&h1);
+    qe_close(&a);
+    cerb_client_close(c);
+    cerb_test_zk_close(zh);
+    free(name);
+}
+
 static const struct cerb_test_role roles[] = {{"holder", holder_role}, {NULL, NULL}};
 
 int main(int argc, char **argv)
@@ -358,6 +498,8 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_limit_mismatch),
         cmocka_unit_test(test_fifo_big_request_not_passed),
         cmocka_unit_test(test_killed_holder_frees_permit),
+        cmocka_unit_test(test_fits_rule),
+        cmocka_unit_test(test_release_removes_waiting_member),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
