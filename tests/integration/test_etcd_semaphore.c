@@ -542,6 +542,13 @@ static void test_fits_counts_permits_not_own_token(void **state)
     assert_int_equal(qh_release(&a, &h2), CERB_OK);
     assert_int_equal(qh_release(&a, &h1), CERB_OK);
     expect_keys(name, 0);
+    /* A member of k permits counts k. */
+    qh_init(&h1, name, SEM, 0, 3, 2, 1);
+    assert_int_equal(qh_acquire(&a, &h1, 0), CERB_OK);
+    assert_int_equal(qe_fits(&b, name, SEM, 0, 3, 1, 9), CERB_OK);
+    assert_int_equal(qe_fits(&b, name, SEM, 0, 3, 2, 9), CERB_BUSY);
+    assert_int_equal(qh_release(&a, &h1), CERB_OK);
+    expect_keys(name, 0);
     /* Empty again: the asker's limit (an acquire would store it). */
     assert_int_equal(qe_fits(&b, name, SEM, 0, 10, 5, 9), CERB_OK);
     assert_int_equal(qe_fits(&b, name, SEM, 0, 3, 5, 9), CERB_BUSY);
