@@ -58,6 +58,13 @@
  * revision (cerb__etcd_delete_key). Giving up deletes our key, re-sent
  * until definite, else hands it to the session thread (an orphan).
  *
+ * Release deletes our key, granted or still waiting (a hold whose acquire
+ * had an unknown outcome), in one txn comparing its create revision; a
+ * hold never granted reads that revision first and the txn reads the
+ * members ahead before the delete, so CERB_OK (granted) or CERB_NOT_OWNER
+ * (waiting) is what the key was when it went. fits (the switch gate's
+ * question) is one read-only txn of the queue and the limit.
+ *
  * Fences. A grant's fence is its key's create revision plus the offset it
  * was put with, as the mutex's; members are granted in create revision
  * order (a member ahead is granted whenever one behind it is), so fences
