@@ -231,6 +231,10 @@ void cerb__etcd_claim_keep(cerb_engine *e, cerb_engine_lock *lk);
 void cerb__etcd_unclaim(cerb_engine *e, cerb_engine_lock *lk);
 /* Does lk hold a permanent claim on its key? */
 bool cerb__etcd_claimed(cerb_engine *e, cerb_engine_lock *lk);
+/* Is key[0..len) (a session's key, <prefix>NAME/<lease hex>) claimed by a
+ * hold of this instance whose token is `token`? (A member of that token:
+ * the queue's fits leaves it out.) */
+bool cerb__etcd_key_of_token(cerb_engine *e, const char *key, size_t len, const char *token);
 
 /* ---- etcd_mutex.c ---- */
 

@@ -652,6 +652,18 @@ void cerb__etcd_unclaim(cerb_engine *e, cerb_engine_lock *lk)
     cerb__mutex_unlock(&e->sess_mu);
 }
 
+bool cerb__etcd_key_of_token(cerb_engine *e, const char *key, size_t len, const char *token)
+{
+    uint64_t h = key_hash(key, len);
+    bool mine = false;
+    cerb__mutex_lock(&e->sess_mu);
+    for (struct etcd_reg *r = e->reg[h % ETCD_REG_BUCKETS]; r && !mine; r = r->next)
+        mine = reg_is(e, r, key, len, h) &&
+               strncmp(r->lk->token, token, sizeof r->lk->token) == 0;
+    cerb__mutex_unlock(&e->sess_mu);
+    return mine;
+}
+
 bool cerb__etcd_claimed(cerb_engine *e, cerb_engine_lock *lk)
 {
     struct etcd_lock_priv *p = lk->priv;

@@ -58,6 +58,13 @@
  * revision (cerb__etcd_delete_key). Giving up deletes our key, re-sent
  * until definite, else hands it to the session thread (an orphan).
  *
+ * Release deletes our key, granted or still waiting (a hold whose acquire
+ * had an unknown outcome), in one txn comparing its create revision; a
+ * hold never granted reads that revision first and the txn reads the
+ * members ahead before the delete, so CERB_OK (granted) or CERB_NOT_OWNER
+ * (waiting) is what the key was when it went. fits (the switch gate's
+ * question) is one read-only txn of the queue and the limit.
+ *
  * Fences. A grant's fence is its key's create revision plus the offset it
  * was put with, as the mutex's; members are granted in create revision
  * order (a member ahead is granted whenever one behind it is), so fences
@@ -857,6 +864,94 @@ cerb_status cerb__etcd_queue_acquire(cerb_engine *e, cerb_engine_lock *lk, int64
 
 /* ---- release, check ---- */
 
+/* The create revision of our key now (0: absent), by a linearizable read. */
+static cerb_status own_rev(cerb_engine *e, const struct etcd_qkeys *qk, int64_t deadline_ns,
+                           int64_t *rev)
+{
+    struct etcd_range_req r = {.key = qk->k, .key_len = qk->len, .keys_only = true};
+    struct etcd_range_res rr = {0};
+    json_t *answer;
+    *rev = 0;
+    cerb_status st = cerb__etcd_post(e, "queue key read", "/v3/kv/range",
+                                     cerb__etcd_range_json(&r), deadline_ns, NULL, &answer);
+    if (st != CERB_OK)
+        return st;
+    st = cerb__etcd_parse_range(answer, &rr);
+    json_decref(answer);
+    if (st == CERB_OK && rr.n_kvs > 0)
+        *rev = rr.first.create_revision;
+    cerb__etcd_kv_clear(&rr.first);
+    return st;
+}
+
+/*
+ * Delete our key at create revision rev and learn whether it was granted
+ * when it went: one txn compares the revision and, when !known_granted,
+ * reads the members of B ahead of it before the delete (a txn's reads see
+ * what its earlier operations left), so the answer and the delete are one
+ * step. A key once granted stays granted (members only leave from ahead
+ * of it, and the limit changes only while the queue is empty), so a hold
+ * that was granted needs no read. *deleted: the key is gone by this call
+ * (or by a first copy of it whose answer was lost: then *granted is
+ * known_granted, all that can be known).
+ */
+static cerb_status delete_member(cerb_engine *e, const cerb_engine_lock *lk,
+                                 const struct etcd_qkeys *qk, int64_t rev, bool known_granted,
+                                 int64_t deadline_ns, bool *deleted, bool *granted)
+{
+    struct etcd_call call;
+    bool ok = false;
+    int64_t hrev;
+    const json_t *resp;
+
+    *deleted = false;
+    *granted = known_granted;
+    struct etcd_range_req look = {.key = qk->k, .key_len = qk->len, .keys_only = true};
+    json_t *cmp = cerb__etcd_list(cerb__etcd_cmp_create(qk->k, qk->len, NULL, 0, "EQUAL", rev),
+                                  NULL);
+    json_t *succ = known_granted ? cerb__etcd_list(cerb__etcd_op_delete(qk->k, qk->len), NULL)
+                                 : cerb__etcd_list(op_blockers(lk, qk, rev, false),
+                                                   cerb__etcd_op_delete(qk->k, qk->len));
+    json_t *fail = cerb__etcd_list(cerb__etcd_op_range(&look), NULL);
+    if (!cmp || !succ || !fail) {
+        json_decref(cmp);
+        json_decref(succ);
+        json_decref(fail);
+        return cerb__error_set(CERB_ENOMEM, "etcd: out of memory for a request");
+    }
+    cerb_status st = cerb__etcd_run_txn(e, "queue release", cerb__etcd_txn(cmp, succ, fail), 0,
+                                        deadline_ns, &call, &ok, &hrev, &resp);
+    if (st != CERB_OK)
+        return st;
+    if (ok) {
+        int64_t n = 0;
+        const json_t *dr = json_object_get(json_array_get(resp, known_granted ? 0 : 1),
+                                           "response_delete_range");
+        st = cerb__etcd_get_i64(dr, "deleted", &n);
+        *deleted = st == CERB_OK && n > 0;
+        if (st == CERB_OK && !known_granted) {
+            struct q_view v = {.sem = is_sem(lk), .below = rev};
+            st = view_ahead(e, cerb__etcd_txn_range(resp, 0), &v);
+            *granted = st == CERB_OK && rule_grants(lk, &v);
+            view_clear(&v);
+        }
+    } else {
+        /* Absent, or another create revision (not ours to delete). A
+         * re-send that finds it absent: our first copy deleted it. */
+        const json_t *rr = cerb__etcd_txn_range(resp, 0);
+        *deleted = call.resent && rr && json_array_size(json_object_get(rr, "kvs")) == 0;
+    }
+    json_decref(call.resp);
+    return st;
+}
+
+/*
+ * release (engine.h): removes our member, granted or still waiting (the
+ * core releases a hold whose acquire had an unknown outcome, whose key may
+ * wait in the queue); CERB_OK only when it was granted. A hold that was
+ * granted knows its key's revision (p->rev); one that never was reads it
+ * first, and the delete compares it either way.
+ */
 cerb_status cerb__etcd_queue_release(cerb_engine *e, cerb_engine_lock *lk)
 {
     struct etcd_lock_priv *p = lk->priv;
@@ -869,6 +964,7 @@ cerb_status cerb__etcd_queue_release(cerb_engine *e, cerb_engine_lock *lk)
     cerb__etcd_session_peek(e, &s);
     bool holder = cerb__etcd_claimed(e, lk);
     if (p->gen != s.gen) {
+        /* Its key, if any, ends with that session's lease. */
         cerb__etcd_unclaim(e, lk);
         return cerb__error_set(CERB_NOT_OWNER,
                                "etcd %s: \"%s\": the session (lease %llx) holding it has ended",
@@ -878,7 +974,6 @@ cerb_status cerb__etcd_queue_release(cerb_engine *e, cerb_engine_lock *lk)
     if (st != CERB_OK)
         return st;
     int64_t d = cerb__deadline_in(2 * e->ec->op_timeout_ms);
-    bool temp = false;
     if (!p->alt && !holder) {
         /* The session's key, without the claim: a hold whose acquire
          * failed; the key may be another (current) hold's now. */
@@ -895,17 +990,26 @@ cerb_status cerb__etcd_queue_release(cerb_engine *e, cerb_engine_lock *lk)
             cerb__etcd_qkeys_free(&qk);
             return st;
         }
-        temp = true;
     }
-    bool deleted = false;
-    st = cerb__etcd_delete_key(e, qk.k, qk.len, p->rev, d, NULL, &deleted);
-    if (st == CERB_OK && !deleted)
+    const bool was_granted = p->rev > 0;
+    int64_t rev = p->rev;
+    bool deleted = false, granted = false;
+    if (!was_granted)
+        st = own_rev(e, &qk, d, &rev);
+    if (st == CERB_OK && rev > 0)
+        st = delete_member(e, lk, &qk, rev, was_granted, d, &deleted, &granted);
+    if (st != CERB_OK)
+        cerb__etcd_orphan_add(e, qk.k, qk.len, rev);
+    else if (!deleted)
         st = cerb__error_set(CERB_NOT_OWNER, "etcd %s: \"%s\" is not held by this session (key %s "
                                              "is gone)",
                              ep(e), lk->name, qk.k);
-    else if (st != CERB_OK)
-        cerb__etcd_orphan_add(e, qk.k, qk.len, p->rev);
-    (void)temp;
+    else if (!granted)
+        st = cerb__error_set(CERB_NOT_OWNER, "etcd %s: \"%s\": this hold's key %s was still "
+                                             "waiting (removed)",
+                             ep(e), lk->name, qk.k);
+    if (st == CERB_OK || deleted)
+        p->rev = 0;
     cerb__etcd_unclaim(e, lk);
     cerb__etcd_qkeys_free(&qk);
     return st;
@@ -1008,6 +1112,120 @@ cerb_status cerb__etcd_queue_held(cerb_engine *e, int prim, const char *name)
         return cerb__error_set(CERB_BUSY, "etcd: %s \"%s\" has members (%lld keys)",
                                cerb__prim_name(prim), name, (long long)rr.count);
     return CERB_OK;
+}
+
+struct q_fits {
+    cerb_engine *e;
+    const cerb_engine_lock *lk;
+    const struct etcd_qkeys *qk;
+    int64_t members;     /* keys in the queue, ours included */
+    int64_t permits;     /* semaphore: the permits of the others' members */
+    bool other;          /* read-write: a member not of lk's token */
+    bool writer;         /* read-write: a writer not of lk's token */
+};
+
+/* Is the member key kv (in the queue qk->q) one of lk's token? */
+static bool of_token(const struct q_fits *f, const struct etcd_kv *kv)
+{
+    const char *rest = kv->key + f->qk->q_len;
+    size_t n = kv->key_len > f->qk->q_len ? kv->key_len - f->qk->q_len : 0;
+    const char *tok = f->lk->token;
+    size_t tl = strlen(tok);
+    if (!is_sem(f->lk)) {
+        size_t cut = n >= 6 && memcmp(rest, "write/", 6) == 0 ? 6
+                     : n >= 5 && memcmp(rest, "read/", 5) == 0 ? 5 : 0;
+        return cut && n - cut == tl && memcmp(rest + cut, tok, tl) == 0;
+    }
+    /* <lease hex>.<token>: a further member of a session */
+    const char *dot = memchr(rest, '.', n);
+    if (dot)
+        return (size_t)(rest + n - dot - 1) == tl && memcmp(dot + 1, tok, tl) == 0;
+    /* <lease hex>: the session's key; whose it is, the claims of this
+     * instance say (a key of another instance is never ours). */
+    return tl > 0 && cerb__etcd_key_of_token(f->e, kv->key, kv->key_len, tok);
+}
+
+static bool fits_one(void *ud, const struct etcd_kv *kv)
+{
+    struct q_fits *f = ud;
+    f->members++;
+    if (of_token(f, kv))
+        return true;
+    if (is_sem(f->lk)) {
+        int64_t off;
+        unsigned count;
+        cerb__etcd_qvalue_parse(kv->value, kv->value_len, &off, &count);
+        f->permits += count;
+    } else {
+        size_t n = kv->key_len > f->qk->q_len ? kv->key_len - f->qk->q_len : 0;
+        f->other = true;
+        f->writer = f->writer || (n >= 6 && memcmp(kv->key + f->qk->q_len, "write/", 6) == 0);
+    }
+    return true;
+}
+
+/*
+ * fits (engine.h): one read-only txn of the queue (and a semaphore's
+ * limit), the rule applied to a member like lk at its tail: a semaphore's
+ * permits of every member there plus lk->count within the limit stored
+ * while the queue has members (else lk->limit, which an acquire would
+ * store); a writer with no member there, a reader with no writer. Members
+ * of lk's token are left out: a token-named key by its name, the session's
+ * key by this instance's claims on it.
+ */
+cerb_status cerb__etcd_queue_fits(cerb_engine *e, const cerb_engine_lock *lk)
+{
+    struct etcd_qkeys qk;
+    cerb_status st = cerb__etcd_qkeys_init(&qk, e->ec->prefix, lk->prim, lk->name, CERB_RW_WRITE,
+                                           0, "", false);
+    if (st != CERB_OK)
+        return st;
+    const bool sem = is_sem(lk);
+    struct etcd_range_req rq = {.key = qk.q, .key_len = qk.q_len, .end = qk.q_end,
+                                .end_len = qk.q_end_len, .keys_only = !sem};
+    json_t *reads = cerb__etcd_list(cerb__etcd_op_range(&rq), NULL);
+    if (reads && sem) {
+        struct etcd_range_req lr = {.key = qk.lim, .key_len = qk.lim_len};
+        if (json_array_append_new(reads, cerb__etcd_op_range(&lr))) {
+            json_decref(reads);
+            reads = NULL;
+        }
+    }
+    struct etcd_call call;
+    bool ok;
+    int64_t rev;
+    const json_t *resp;
+    st = cerb__etcd_run_txn(e, "fits", reads ? cerb__etcd_txn(NULL, reads, NULL) : NULL,
+                            sem ? 2 : 1, cerb__deadline_in(e->ec->op_timeout_ms), &call, &ok, &rev,
+                            &resp);
+    if (st != CERB_OK) {
+        cerb__etcd_qkeys_free(&qk);
+        return st;
+    }
+    struct q_fits f = {.e = e, .lk = lk, .qk = &qk};
+    const json_t *rr = cerb__etcd_txn_range(resp, 0);
+    st = rr ? cerb__etcd_range_each(rr, fits_one, &f)
+            : cerb__error_set(CERB_EPROTO, "etcd %s: fits: not a range", ep(e));
+    int64_t stored = 0;
+    if (st == CERB_OK && sem)
+        st = cerb__etcd_qlimit_stored(cerb__etcd_txn_range(resp, 1), &stored);
+    json_decref(call.resp);
+    if (st == CERB_OK) {
+        if (sem) {
+            int64_t limit = f.members > 0 && stored > 0 ? stored : lk->limit;
+            if (f.permits + (int64_t)lk->count > limit)
+                st = cerb__error_set(CERB_BUSY,
+                                     "etcd %s: semaphore \"%s\": %lld of %lld permits taken, "
+                                     "%u asked",
+                                     ep(e), lk->name, (long long)f.permits, (long long)limit,
+                                     lk->count);
+        } else if (lk->variant == CERB_RW_WRITE ? f.other : f.writer) {
+            st = cerb__error_set(CERB_BUSY, "etcd %s: read-write lock \"%s\" has %s", ep(e),
+                                 lk->name, f.writer ? "a writer" : "readers");
+        }
+    }
+    cerb__etcd_qkeys_free(&qk);
+    return st;
 }
 
 /* The lease's seconds left (-1: gone or unknown). */

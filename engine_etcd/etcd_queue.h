@@ -53,6 +53,10 @@ cerb_status cerb__etcd_queue_check(cerb_engine *e, cerb_engine_lock *lk, cerb_gr
 cerb_status cerb__etcd_queue_held(cerb_engine *e, int prim, const char *name);
 cerb_status cerb__etcd_queue_inspect(cerb_engine *e, int prim, const char *name,
                                      struct cerb_holders *out);
+/* engine.h's fits: would a member like lk be granted at the tail now? One
+ * read-only txn of the queue (and the limit); lk's own members left out.
+ * lk may be another engine's hold: its priv is not read. */
+cerb_status cerb__etcd_queue_fits(cerb_engine *e, const cerb_engine_lock *lk);
 
 /* ---- the stored limit (etcd_semaphore.c) ---- */
 
@@ -84,5 +88,7 @@ cerb_status cerb__etcd_qlimit_learn(cerb_engine *e, const cerb_engine_lock *lk,
                                     bool *changed);
 /* The limit in a read of L (1, etcdctl lock's, when absent). */
 cerb_status cerb__etcd_qlimit_parse(const json_t *range, int64_t *limit);
+/* The same, but 0 when L is absent (an acquire would store its own). */
+cerb_status cerb__etcd_qlimit_stored(const json_t *range, int64_t *limit);
 
 #endif

@@ -38,4 +38,5 @@ const struct cerb_queue_methods cerb__etcd_rwlock = {
     .check_owner = cerb__etcd_queue_check,
     .held = rw_held,
     .inspect = rw_inspect,
+    .fits = cerb__etcd_queue_fits,
 };

@@ -178,6 +178,20 @@ cerb_status cerb__etcd_qlimit_parse(const json_t *range, int64_t *limit)
     return st;
 }
 
+cerb_status cerb__etcd_qlimit_stored(const json_t *range, int64_t *limit)
+{
+    struct etcd_range_res r = {0};
+    *limit = 0;
+    if (!range)
+        return cerb__error_set(CERB_EPROTO, "etcd: the limit read is not a range");
+    cerb_status st = cerb__etcd_parse_range(range, &r);
+    if (st == CERB_OK && r.n_kvs > 0 &&
+        !parse_limit(r.first.value, r.first.value ? r.first.value_len : 0, limit))
+        *limit = 1;
+    cerb__etcd_kv_clear(&r.first);
+    return st;
+}
+
 static cerb_status sem_held(cerb_engine *e, const char *name)
 {
     return cerb__etcd_queue_held(e, CERB_PRIM_SEMAPHORE, name);
@@ -196,4 +210,5 @@ const struct cerb_queue_methods cerb__etcd_semaphore = {
     .check_owner = cerb__etcd_queue_check,
     .held = sem_held,
     .inspect = sem_inspect,
+    .fits = cerb__etcd_queue_fits,
 };

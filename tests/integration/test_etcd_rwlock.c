@@ -11,7 +11,13 @@
  *    session is revoked while it waits queues again and is not granted
  *    while the holder holds (etcd#16221); a dead waiter's key blocks only
  *    until its lease ends;
- *  - timed-out attempts leave nothing behind.
+ *  - timed-out attempts leave nothing behind;
+ *  - the switch gate's question (fits): a reader fits with readers, not
+ *    with a writer (waiting or holding); a writer only on an empty queue;
+ *    the asker's own token's members not counted;
+ *  - release removes a member left waiting by an acquire whose answer was
+ *    lost (CERB_NOT_OWNER: it was not granted) and says CERB_OK for one
+ *    that was granted; idempotent.
  * No peer runs here (the Go recipe is not packaged as a tool).
  */
 #define _POSIX_C_SOURCE 200809L
@@ -29,6 +35,7 @@
 #include <cmocka.h>
 
 #include "cerberus.h"
+#include "etcd_queue_engine.h"
 #include "etcd_queue_util.h"
 #include "etcd_util.h"
 #include "test_util.h"
@@ -304,6 +311,98 @@ static void test_dead_waiter_and_timeouts(void **state)
     free(name);
 }
 
+/* ---- the switch gate's question, release of a waiting member ---- */
+
+#define RW CERB_PRIM_RWLOCK
+
+static void test_fits_readers_share_writers_alone(void **state)
+{
+    (void)state;
+    char *name = test_name("rw-fits");
+    char lost[600];
+    struct qe a, b;
+    qe_open(&a);
+    qe_open(&b);
+    /* Empty: a writer fits, a reader too. */
+    assert_int_equal(qe_fits(&b, name, RW, CERB_RW_WRITE, 0, 1, 9), CERB_OK);
+    assert_int_equal(qe_fits(&b, name, RW, CERB_RW_READ, 0, 1, 9), CERB_OK);
+    struct qh r1, w1, ww;
+    qh_init(&r1, name, RW, CERB_RW_READ, 0, 1, 1);
+    assert_int_equal(qh_acquire(&a, &r1, 0), CERB_OK);
+    /* A reader holds: readers fit, a writer does not ... */
+    assert_int_equal(qe_fits(&b, name, RW, CERB_RW_READ, 0, 1, 9), CERB_OK);
+    assert_int_equal(qe_fits(&b, name, RW, CERB_RW_WRITE, 0, 1, 9), CERB_BUSY);
+    /* ... unless the reader is its own token's (on any instance: the
+     * token is in the key). */
+    assert_int_equal(qe_fits(&a, name, RW, CERB_RW_WRITE, 0, 1, 1), CERB_OK);
+    assert_int_equal(qe_fits(&b, name, RW, CERB_RW_WRITE, 0, 1, 1), CERB_OK);
+    /* A writer waiting behind the reader: no reader fits now. */
+    qh_init(&ww, name, RW, CERB_RW_WRITE, 0, 1, 3);
+    qh_lost_reply(&b, &ww, true, lost, sizeof lost);
+    assert_int_equal(qe_inspect(&a, name, RW, NULL).waiters, 1);
+    assert_int_equal(qe_fits(&a, name, RW, CERB_RW_READ, 0, 1, 9), CERB_BUSY);
+    assert_int_equal(qe_fits(&a, name, RW, CERB_RW_READ, 0, 1, 3), CERB_OK);
+    assert_int_equal(qh_release(&b, &ww), CERB_NOT_OWNER);
+    assert_int_equal(qe_fits(&a, name, RW, CERB_RW_READ, 0, 1, 9), CERB_OK);
+    assert_int_equal(qh_release(&a, &r1), CERB_OK);
+    /* A writer holds: nothing of another token fits. */
+    qh_init(&w1, name, RW, CERB_RW_WRITE, 0, 1, 2);
+    assert_int_equal(qh_acquire(&a, &w1, 0), CERB_OK);
+    assert_int_equal(qe_fits(&b, name, RW, CERB_RW_READ, 0, 1, 9), CERB_BUSY);
+    assert_non_null(strstr(cerb_last_error(), "a writer"));
+    assert_int_equal(qe_fits(&b, name, RW, CERB_RW_WRITE, 0, 1, 9), CERB_BUSY);
+    assert_int_equal(qe_fits(&b, name, RW, CERB_RW_READ, 0, 1, 2), CERB_OK);
+    assert_int_equal(qe_fits(&b, name, RW, CERB_RW_WRITE, 0, 1, 2), CERB_OK);
+    assert_int_equal(qh_release(&a, &w1), CERB_OK);
+    expect_keys(name, 0);
+    assert_int_equal(qe_fits(&b, name, RW, CERB_RW_WRITE, 0, 1, 9), CERB_OK);
+    qe_close(&a);
+    qe_close(&b);
+    free(name);
+}
+
+static void test_release_removes_waiting_member(void **state)
+{
+    (void)state;
+    char *name = test_name("rw-relwait");
+    char lost[600];
+    struct qe a, b;
+    qe_open(&a);
+    qe_open(&b);
+    struct qh r1, ww, rg;
+    qh_init(&r1, name, RW, CERB_RW_READ, 0, 1, 1);
+    assert_int_equal(qh_acquire(&a, &r1, 0), CERB_OK);
+    /* A writer behind the reader, put by an acquire whose answer was lost;
+     * inspect's owner is its token. */
+    qh_init(&ww, name, RW, CERB_RW_WRITE, 0, 1, 2);
+    qh_lost_reply(&b, &ww, true, lost, sizeof lost);
+    struct qe_seen seen = qe_inspect(&a, name, RW, ww.lk.token);
+    assert_true(seen.owner_seen && seen.owner_waiting);
+    assert_int_equal(seen.holders, 1);
+    assert_int_equal(seen.waiters, 1);
+    assert_int_equal(qh_release(&b, &ww), CERB_NOT_OWNER);
+    assert_non_null(strstr(cerb_last_error(), "still waiting"));
+    seen = qe_inspect(&a, name, RW, ww.lk.token);
+    assert_false(seen.owner_seen);
+    assert_int_equal(seen.holders, 1);
+    assert_int_equal(seen.waiters, 0);
+    assert_int_equal(qu_get(lost, NULL, 0), 0);
+    assert_int_equal(qh_release(&b, &ww), CERB_NOT_OWNER); /* idempotent */
+    expect_keys(name, 1);
+    /* A reader's lost answer beside the reader: granted, so CERB_OK. */
+    qh_init(&rg, name, RW, CERB_RW_READ, 0, 1, 3);
+    qh_lost_reply(&b, &rg, true, lost, sizeof lost);
+    seen = qe_inspect(&a, name, RW, rg.lk.token);
+    assert_true(seen.owner_seen && !seen.owner_waiting);
+    assert_int_equal(qh_release(&b, &rg), CERB_OK);
+    assert_int_equal(qh_release(&b, &rg), CERB_NOT_OWNER);
+    assert_int_equal(qh_release(&a, &r1), CERB_OK);
+    expect_keys(name, 0);
+    qe_close(&a);
+    qe_close(&b);
+    free(name);
+}
+
 int main(void)
 {
     cerb_test_debug_aids();
@@ -312,6 +411,8 @@ int main(void)
         cmocka_unit_test(test_reader_behind_waiting_writer_waits),
         cmocka_unit_test(test_revoked_sessions),
         cmocka_unit_test(test_dead_waiter_and_timeouts),
+        cmocka_unit_test(test_fits_readers_share_writers_alone),
+        cmocka_unit_test(test_release_removes_waiting_member),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

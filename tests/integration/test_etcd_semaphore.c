@@ -12,7 +12,15 @@
  *  - a holder whose lease is revoked frees its permit (and is told LOST);
  *    a waiter whose process died (a key whose lease nobody keeps alive)
  *    blocks the line only until its lease ends;
- *  - interop with `etcdctl lock` for a semaphore of 1, both ways.
+ *  - interop with `etcdctl lock` for a semaphore of 1, both ways;
+ *  - the switch gate's question (fits): the permits of every member,
+ *    waiting or holding, plus the request within the limit stored while
+ *    the queue has members (else the asker's); the asker's own members
+ *    (its token's key, or the session's key this instance claims for that
+ *    token) not counted;
+ *  - release removes a member left waiting by an acquire whose answer was
+ *    lost (CERB_NOT_OWNER: it was not granted), of one or k permits, and
+ *    says CERB_OK for one that was granted; idempotent.
  * Every test ends with no key of the name left.
  */
 #define _POSIX_C_SOURCE 200809L
@@ -32,6 +40,7 @@
 #include <cmocka.h>
 
 #include "cerberus.h"
+#include "etcd_queue_engine.h"
 #include "etcd_queue_util.h"
 #include "etcd_util.h"
 #include "test_util.h"
@@ -486,6 +495,127 @@ static void test_semaphore_holds_etcdctl_waits(void **state)
     free(name);
 }
 
+/* ---- the switch gate's question, release of a waiting member ---- */
+
+#define SEM CERB_PRIM_SEMAPHORE
+
+static void test_fits_counts_permits_not_own_token(void **state)
+{
+    (void)state;
+    char *name = test_name("sem-fits");
+    char lost[600];
+    struct qe a, b;
+    qe_open(&a);
+    qe_open(&b);
+    /* Empty: as many as the asker's limit. */
+    assert_int_equal(qe_fits(&b, name, SEM, 0, 3, 3, 9), CERB_OK);
+    struct qh h1, h2, hw;
+    qh_init(&h1, name, SEM, 0, 3, 1, 1);
+    assert_int_equal(qh_acquire(&a, &h1, 0), CERB_OK);
+    /* Limit 3 with 1 held: a request of 1 or 2 fits, of 3 does not. */
+    assert_int_equal(qe_fits(&b, name, SEM, 0, 3, 1, 9), CERB_OK);
+    assert_int_equal(qe_fits(&b, name, SEM, 0, 3, 2, 9), CERB_OK);
+    assert_int_equal(qe_fits(&b, name, SEM, 0, 3, 3, 9), CERB_BUSY);
+    assert_non_null(strstr(cerb_last_error(), "1 of 3 permits taken"));
+    /* Its own member (the session's key, claimed here for token 1) is
+     * not counted; another token's is. */
+    assert_int_equal(qe_fits(&a, name, SEM, 0, 3, 3, 1), CERB_OK);
+    assert_int_equal(qe_fits(&a, name, SEM, 0, 3, 3, 2), CERB_BUSY);
+    /* A further member of the session: the token-named key. */
+    qh_init(&h2, name, SEM, 0, 3, 1, 2);
+    assert_int_equal(qh_acquire(&a, &h2, 0), CERB_OK);
+    assert_true(h2.priv.alt);
+    assert_int_equal(qe_fits(&b, name, SEM, 0, 3, 2, 2), CERB_OK);
+    assert_int_equal(qe_fits(&b, name, SEM, 0, 3, 2, 9), CERB_BUSY);
+    /* A waiting member counts too: 2 held + 2 waiting + 1 > 3. */
+    qh_init(&hw, name, SEM, 0, 3, 2, 3);
+    qh_lost_reply(&b, &hw, false, lost, sizeof lost);
+    struct qe_seen seen = qe_inspect(&a, name, SEM, NULL);
+    assert_int_equal(seen.holders, 2);
+    assert_int_equal(seen.waiters, 1);
+    assert_int_equal(qe_fits(&a, name, SEM, 0, 3, 1, 9), CERB_BUSY);
+    assert_int_equal(qh_release(&b, &hw), CERB_NOT_OWNER);
+    assert_int_equal(qe_fits(&a, name, SEM, 0, 3, 1, 9), CERB_OK);
+    /* The stored limit rules while the queue has members: the asker's 10
+     * does not make room (2 + 2 > 3). */
+    assert_int_equal(qe_fits(&b, name, SEM, 0, 10, 2, 9), CERB_BUSY);
+    assert_int_equal(qh_release(&a, &h2), CERB_OK);
+    assert_int_equal(qh_release(&a, &h1), CERB_OK);
+    expect_keys(name, 0);
+    /* A member of k permits counts k. */
+    qh_init(&h1, name, SEM, 0, 3, 2, 1);
+    assert_int_equal(qh_acquire(&a, &h1, 0), CERB_OK);
+    assert_int_equal(qe_fits(&b, name, SEM, 0, 3, 1, 9), CERB_OK);
+    assert_int_equal(qe_fits(&b, name, SEM, 0, 3, 2, 9), CERB_BUSY);
+    assert_int_equal(qh_release(&a, &h1), CERB_OK);
+    expect_keys(name, 0);
+    /* Empty again: the asker's limit (an acquire would store it). */
+    assert_int_equal(qe_fits(&b, name, SEM, 0, 10, 5, 9), CERB_OK);
+    assert_int_equal(qe_fits(&b, name, SEM, 0, 3, 5, 9), CERB_BUSY);
+    qe_close(&a);
+    qe_close(&b);
+    drop_limit(name);
+    free(name);
+}
+
+static void test_release_removes_waiting_member(void **state)
+{
+    (void)state;
+    char *name = test_name("sem-relwait");
+    char p[300], lost[600], owner[64];
+    snprintf(p, sizeof p, "%s/", name);
+    struct qe a, b;
+    qe_open(&a);
+    qe_open(&b);
+    struct qh h1, hw, hk, hg;
+    qh_init(&h1, name, SEM, 0, 3, 2, 1);
+    assert_int_equal(qh_acquire(&a, &h1, 0), CERB_OK);
+    /* 2 of 3 held: a member of 2 permits waits. The session's key of b,
+     * put by an acquire whose answer was lost. */
+    qh_init(&hk, name, SEM, 0, 3, 2, 2);
+    qh_lost_reply(&b, &hk, false, lost, sizeof lost);
+    snprintf(owner, sizeof owner, "%llx", (unsigned long long)hk.priv.lease);
+    struct qe_seen seen = qe_inspect(&a, name, SEM, owner);
+    assert_true(seen.owner_seen && seen.owner_waiting);
+    assert_int_equal(seen.holders, 1);
+    assert_int_equal(seen.waiters, 1);
+    /* Released by its hold: removed, and not granted. */
+    assert_int_equal(qh_release(&b, &hk), CERB_NOT_OWNER);
+    assert_non_null(strstr(cerb_last_error(), "still waiting"));
+    seen = qe_inspect(&a, name, SEM, owner);
+    assert_false(seen.owner_seen);
+    assert_int_equal(seen.holders, 1);
+    assert_int_equal(seen.waiters, 0);
+    assert_int_equal(qu_get(lost, NULL, 0), 0);
+    /* Idempotent. */
+    assert_int_equal(qh_release(&b, &hk), CERB_NOT_OWNER);
+    expect_keys(name, 1);
+    /* A one-permit member behind a full semaphore, token-named. */
+    qh_init(&hg, name, SEM, 0, 3, 1, 4);
+    assert_int_equal(qh_acquire(&a, &hg, 0), CERB_OK); /* 3 of 3 */
+    qh_init(&hw, name, SEM, 0, 3, 1, 3);
+    qh_lost_reply(&b, &hw, true, lost, sizeof lost);
+    snprintf(owner, sizeof owner, "%llx.%s", (unsigned long long)hw.priv.lease, hw.lk.token);
+    seen = qe_inspect(&b, name, SEM, owner);
+    assert_true(seen.owner_seen && seen.owner_waiting);
+    assert_int_equal(qh_release(&b, &hw), CERB_NOT_OWNER);
+    assert_false(qe_inspect(&b, name, SEM, owner).owner_seen);
+    assert_int_equal(qh_release(&a, &hg), CERB_OK);
+    assert_int_equal(qh_release(&a, &h1), CERB_OK);
+    expect_keys(name, 0);
+    /* The same lost answer on an empty queue: granted, so CERB_OK. */
+    qh_init(&hg, name, SEM, 0, 3, 3, 5);
+    qh_lost_reply(&b, &hg, false, lost, sizeof lost);
+    assert_int_equal(qe_inspect(&a, name, SEM, NULL).holders, 1);
+    assert_int_equal(qh_release(&b, &hg), CERB_OK);
+    assert_int_equal(qh_release(&b, &hg), CERB_NOT_OWNER);
+    expect_keys(name, 0);
+    qe_close(&a);
+    qe_close(&b);
+    drop_limit(name);
+    free(name);
+}
+
 int main(void)
 {
     cerb_test_debug_aids();
@@ -498,6 +628,8 @@ int main(void)
         cmocka_unit_test(test_failed_attempts_leave_nothing),
         cmocka_unit_test(test_etcdctl_holds_semaphore_waits),
         cmocka_unit_test(test_semaphore_holds_etcdctl_waits),
+        cmocka_unit_test(test_fits_counts_permits_not_own_token),
+        cmocka_unit_test(test_release_removes_waiting_member),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
