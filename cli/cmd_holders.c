@@ -23,7 +23,7 @@
 #include "config.h"
 
 const char cerb__cli_holders_usage[] =
-    "Usage: cerberus [-c FILE] holders [--semaphore | --rwlock] NAME\n"
+    "Usage: cerberus [-c FILE] holders [--semaphore | --rwlock | --election] NAME\n"
     "\n"
     "Show who holds lock NAME on every configured engine, in configuration\n"
     "order: the owner, the time its lease has left where the engine has one,\n"
@@ -37,6 +37,8 @@ const char cerb__cli_holders_usage[] =
     "               N\"), then the waiters in queue order\n"
     "  --rwlock     NAME is a read-write lock: every reader and writer\n"
     "               (\"read\", \"write\"), then the waiters in queue order\n"
+    "  --election   NAME is a leader election: its leader, as `cerberus\n"
+    "               leader NAME` prints it (and takes its options)\n"
     "\n"
     "  redis: 2 holding: 3f9c...e1 (permits 1 of 4, 8412 ms left, fence 17), 9a...\n"
     "\n"
@@ -234,7 +236,8 @@ static int parse_args(int argc, char **argv, const char **name, int *kind)
         }
         if (strcmp(argv[i], "--semaphore") == 0 || strcmp(argv[i], "--rwlock") == 0) {
             if (*kind != CERB_KIND_LOCK)
-                return cerb__cli_usage_error("holders", "one of --semaphore and --rwlock");
+                return cerb__cli_usage_error("holders", "one of --semaphore, --rwlock and "
+                                                        "--election");
             *kind = argv[i][2] == 's' ? CERB_KIND_SEMAPHORE : CERB_KIND_RWLOCK;
             continue;
         }
@@ -258,10 +261,32 @@ static int parse_args(int argc, char **argv, const char **name, int *kind)
     return -1;
 }
 
+/* `holders --election ...` is `leader ...`: argv without the flag in @out
+ * (argc - 1 entries); false when the flag is not there. */
+static bool as_leader(int argc, char **argv, char **out)
+{
+    int k = 0;
+    bool found = false;
+    for (int i = 0; i < argc; i++) {
+        if (!found && i > 0 && strcmp(argv[i], "--election") == 0) {
+            found = true;
+            continue;
+        }
+        if (strcmp(argv[i], "--") == 0 && !found)
+            return false;
+        if (k < argc - 1)
+            out[k++] = argv[i];
+    }
+    return found;
+}
+
 int cerb__cli_holders_parse(int argc, char **argv)
 {
     const char *name = NULL;
     int kind;
+    char *largv[argc > 0 ? argc : 1];
+    if (as_leader(argc, argv, largv))
+        return cerb__cli_leader_parse(argc - 1, largv);
     return parse_args(argc, argv, &name, &kind);
 }
 
@@ -273,6 +298,9 @@ int cerb__cli_holders(const struct cerb__cli *cli, int argc, char **argv)
     cerb_status st;
     int rc, kind;
 
+    char *largv[argc > 0 ? argc : 1];
+    if (as_leader(argc, argv, largv))
+        return cerb__cli_leader(cli, argc - 1, largv);
     rc = parse_args(argc, argv, &name, &kind);
     if (rc >= 0)
         return rc;

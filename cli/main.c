@@ -51,7 +51,7 @@ static const char main_usage[] =
     "  switch [ENGINE|auto]\n"
     "                    set `active` in the config file (running clients follow)\n"
     "  check [FILE...]   validate the configuration\n"
-    "  holders NAME      who holds lock NAME on each engine (--semaphore, --rwlock)\n"
+    "  holders NAME      who holds lock NAME on each engine (--semaphore, --rwlock, --election)\n"
     "  once [-n | -w MS] [--on-lost kill|ignore] [--keep DURATION] SCOPE KEY -- CMD [ARG...]\n"
     "                    run CMD unless KEY already succeeded in SCOPE\n"
     "  init [--force]    prepare the configured stores for their first use\n"

@@ -15,6 +15,9 @@
  *   etcd_closure.c the switch closure record that acquire checks
  *   etcd_watch.c   the waiter's watch on its predecessor; cancel
  *   etcd_guard.c   the idempotency guard's records and their leases
+ *   etcd_queue.c   semaphore and read-write lock members: acquire, wait,
+ *                  release, check, inspect (tables: etcd_semaphore.c, with
+ *                  the stored limit, and etcd_rwlock.c)
  * open() authenticates (when a user is set), reads under the prefix (a
  * lease grant needs no credentials, a read does) and grants the session
  * lease, all within the connect + operation timeouts, so unreachable
@@ -273,4 +276,8 @@ const struct cerb_engine_ops cerb__etcd_engine_ops = {
     .closure_put = cerb__etcd_op_closure_put,
     /* version 5: leader election in etcdctl elect's layout (etcd_election.c) */
     .election = &cerb__etcd_election,
+    /* semaphores and read-write locks (etcd_queue.c, etcd_semaphore.c,
+     * etcd_rwlock.c) */
+    .semaphore = &cerb__etcd_semaphore,
+    .rwlock = &cerb__etcd_rwlock,
 };

@@ -179,6 +179,10 @@ struct etcd_lock_priv {
     bool cancelled;  /* cancel() came: look at the flags */
     /* under e->sess_mu: */
     struct etcd_reg reg;
+    /* queued primitives (etcd_queue.c): the member key is the token-named
+     * one, not <name>/<lease hex> (a semaphore member whose session has
+     * another member of the name already; every read-write lock member) */
+    bool alt;
 };
 
 /* A lock key: <prefix><name>/<lease hex>, and its name prefix's range. */
@@ -242,6 +246,31 @@ void cerb__etcd_op_cancel(cerb_engine *e, cerb_engine_lock *lk);
 cerb_status cerb__etcd_elect_acquire(cerb_engine *e, cerb_engine_lock *lk, int64_t deadline_ns,
                                      const atomic_int *interrupted, cerb_grant *grant);
 cerb_status cerb__etcd_elect_check(cerb_engine *e, cerb_engine_lock *lk, cerb_grant *grant);
+
+/* Pieces of the mutex that the queued primitives share (etcd_queue.c):
+ * one txn, run and parsed (as etcd_mutex.c's run_txn, no abort flag);
+ * delete a key of ours at create revision rev (0: read it first) within
+ * an operation timeout, else hand it to the session thread (keeps the
+ * caller's last error); a grant as the session vouches for it (false when
+ * the session is about to be given up); wait a little for a new session;
+ * nap in slices that look at the interrupt flag and the deadline. */
+cerb_status cerb__etcd_run_txn(cerb_engine *e, const char *what, json_t *req, size_t want,
+                               int64_t deadline_ns, struct etcd_call *call, bool *succeeded,
+                               int64_t *rev, const json_t **responses);
+void cerb__etcd_drop_key(cerb_engine *e, const char *key, size_t len, int64_t rev);
+bool cerb__etcd_grant_fill(cerb_engine *e, const struct etcd_session *s, int64_t fence,
+                           cerb_grant *g);
+void cerb__etcd_await_session(cerb_engine *e, uint64_t gen, int64_t deadline_ns);
+void cerb__etcd_nap(int64_t ms, int64_t deadline_ns, const atomic_int *intr);
+
+/* ---- etcd_queue.c, etcd_semaphore.c, etcd_rwlock.c ---- */
+
+/* ops->semaphore: ranked lease keys under <prefix><name>/ (etcdctl lock's
+ * layout for one permit), the limit in <prefix><name>.limit. */
+extern const struct cerb_queue_methods cerb__etcd_semaphore;
+/* ops->rwlock: the etcd recipe's read/ and write/ keys under
+ * <prefix>/rwlock/<name>/. */
+extern const struct cerb_queue_methods cerb__etcd_rwlock;
 
 /* ---- etcd_election.c ---- */
 
@@ -352,6 +381,7 @@ cerb_status cerb__etcd_probe_read(cerb_engine *e, int64_t deadline_ns);
 
 /* ---- etcd_watch.c ---- */
 
+
 enum etcd_watch_end {
     ETCD_WATCH_DELETED,  /* the key was deleted */
     ETCD_WATCH_EXPIRED,  /* `until` came: look again */
@@ -372,6 +402,27 @@ cerb_status cerb__etcd_watch_delete(cerb_engine *e, cerb_engine_lock *lk, const 
                                     size_t len, int64_t key_rev, int64_t read_rev,
                                     int64_t until_ns, const atomic_int *interrupted,
                                     uint64_t gen, enum etcd_watch_end *end);
+
+/*
+ * A watch on a range (etcd_queue.c's semaphore waiter): the DELETEs of
+ * any key in [key, end) are passed to deleted(), which says whether the
+ * waiter's turn may have come (then the watch ends with
+ * ETCD_WATCH_DELETED); gap() is called once when the watch came up after
+ * the waiter's read (events between are not streamed): 1 the turn may
+ * have come, 0 keep watching, -1 unknown (look again).
+ */
+struct etcd_watch_range {
+    const char *end;
+    size_t end_len;
+    bool (*deleted)(void *ud, const char *key, size_t len);
+    int (*gap)(void *ud);
+    void *ud;
+};
+cerb_status cerb__etcd_watch_range(cerb_engine *e, cerb_engine_lock *lk, const char *key,
+                                   size_t len, const struct etcd_watch_range *wr,
+                                   int64_t read_rev, int64_t until_ns,
+                                   const atomic_int *interrupted, uint64_t gen,
+                                   enum etcd_watch_end *end);
 
 /* ---- etcd_inspect.c ---- */
 

@@ -210,6 +210,19 @@ json_t *cerb__etcd_cmp_create(const char *key, size_t key_len, const char *end, 
     return o;
 }
 
+json_t *cerb__etcd_cmp_value(const char *key, size_t key_len, const char *result,
+                             const void *value, size_t n)
+{
+    json_t *o = put(json_object(), "key", cerb__etcd_json_bytes(key, key_len));
+    if (o)
+        o = put(o, "target", json_string("VALUE"));
+    if (o)
+        o = put(o, "result", json_string(result));
+    if (o)
+        o = put(o, "value", cerb__etcd_json_bytes(value, n));
+    return o;
+}
+
 json_t *cerb__etcd_cmp_key(const char *key, size_t key_len, const char *target,
                            const char *result, int64_t v)
 {
@@ -469,6 +482,75 @@ cerb_status cerb__etcd_parse_watch_line(const char *line, size_t len, struct etc
         }
     }
     json_decref(root);
+    return st;
+}
+
+cerb_status cerb__etcd_watch_line_deletes(const char *line, size_t len,
+                                          void (*fn)(void *ud, const char *key, size_t n),
+                                          void *ud)
+{
+    json_error_t jerr;
+    json_t *root = json_loadb(line, len, 0, &jerr);
+    if (!root)
+        return cerb__error_set(CERB_EPROTO, "etcd: watch stream: bad JSON (%s)", jerr.text);
+    cerb_status st = CERB_OK;
+    const json_t *ev = json_object_get(json_object_get(root, "result"), "events");
+    size_t i;
+    const json_t *e;
+    json_array_foreach(ev, i, e) {
+        const json_t *t = json_object_get(e, "type");
+        bool del = (json_is_string(t) && strcmp(json_string_value(t), "DELETE") == 0) ||
+                   (json_is_integer(t) && json_integer_value(t) == 1);
+        const char *b64 = json_string_value(json_object_get(json_object_get(e, "kv"), "key"));
+        if (!del || !b64)
+            continue;
+        char *key = NULL;
+        size_t n = 0;
+        st = cerb__etcd_b64_decode(b64, &key, &n);
+        if (st != CERB_OK)
+            break;
+        fn(ud, key, n);
+        cerb__free(key);
+    }
+    json_decref(root);
+    return st;
+}
+
+cerb_status cerb__etcd_range_each(const json_t *rr,
+                                  bool (*fn)(void *ud, const struct etcd_kv *kv), void *ud)
+{
+    if (!json_is_object(rr))
+        return cerb__error_set(CERB_EPROTO, "etcd: a range answer is not an object");
+    const json_t *kvs = json_object_get(rr, "kvs");
+    if (kvs && !json_is_array(kvs))
+        return cerb__error_set(CERB_EPROTO, "etcd: \"kvs\" is not an array");
+    size_t i;
+    const json_t *o;
+    cerb_status st = CERB_OK;
+    json_array_foreach(kvs, i, o) {
+        struct etcd_kv kv = {0};
+        const char *kb = json_string_value(json_object_get(o, "key"));
+        const char *vb = json_string_value(json_object_get(o, "value"));
+        if (!kb)
+            st = cerb__error_set(CERB_EPROTO, "etcd: a kv without a key");
+        if (st == CERB_OK)
+            st = cerb__etcd_b64_decode(kb, &kv.key, &kv.key_len);
+        if (st == CERB_OK && vb)
+            st = cerb__etcd_b64_decode(vb, &kv.value, &kv.value_len);
+        if (st == CERB_OK)
+            st = cerb__etcd_get_i64(o, "create_revision", &kv.create_revision);
+        if (st == CERB_OK)
+            st = cerb__etcd_get_i64(o, "mod_revision", &kv.mod_revision);
+        if (st == CERB_OK)
+            st = cerb__etcd_get_i64(o, "version", &kv.version);
+        if (st == CERB_OK)
+            st = cerb__etcd_get_i64(o, "lease", &kv.lease);
+        if (st == CERB_OK && !fn(ud, &kv))
+            st = cerb__error_set(CERB_ENOMEM, "etcd: out of memory");
+        cerb__etcd_kv_clear(&kv);
+        if (st != CERB_OK)
+            break;
+    }
     return st;
 }
 

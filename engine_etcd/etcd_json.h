@@ -94,6 +94,10 @@ json_t *cerb__etcd_cmp_create(const char *key, size_t key_len, const char *end, 
  * ETCD_TARGET_VERSION (version); a missing key compares as 0. */
 json_t *cerb__etcd_cmp_key(const char *key, size_t key_len, const char *target,
                            const char *result, int64_t v);
+/* A Compare on one key's value: value(key) `result` value[0..n). A missing
+ * key compares as an empty value. */
+json_t *cerb__etcd_cmp_value(const char *key, size_t key_len, const char *result,
+                             const void *value, size_t n);
 /* A TxnRequest; each argument is an array or NULL (left out); all stolen. */
 json_t *cerb__etcd_txn(json_t *compare, json_t *success, json_t *failure);
 /* Arrays of 1 or 2 elements (stolen; b may be NULL for one). */
@@ -171,6 +175,19 @@ struct etcd_watch_msg {
 /* Parse one newline-delimited message. CERB_EPROTO for a line that is not
  * a watch message. */
 cerb_status cerb__etcd_parse_watch_line(const char *line, size_t len, struct etcd_watch_msg *m);
+
+/* The keys of the DELETE events of one watch-stream line: fn(ud, key,
+ * len) for each, in order (the key is decoded; borrowed for the call).
+ * CERB_EPROTO for a line that is not a watch message, CERB_ENOMEM. */
+cerb_status cerb__etcd_watch_line_deletes(const char *line, size_t len,
+                                          void (*fn)(void *ud, const char *key, size_t n),
+                                          void *ud);
+
+/* Each kv of a RangeResponse, decoded (key and value as in struct etcd_kv,
+ * borrowed for the call: fn must copy what it keeps); fn returns false to
+ * stop with CERB_ENOMEM. CERB_EPROTO for an answer that is not one. */
+cerb_status cerb__etcd_range_each(const json_t *rr,
+                                  bool (*fn)(void *ud, const struct etcd_kv *kv), void *ud);
 
 /* A lease keepalive answer (the "result" object): ID and TTL; a TTL absent
  * or 0 means the lease is gone. */

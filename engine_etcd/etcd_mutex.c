@@ -1185,3 +1185,38 @@ void cerb__etcd_op_cancel(cerb_engine *e, cerb_engine_lock *lk)
         curl_multi_wakeup((CURLM *)p->multi);
     cerb__mutex_unlock(&e->wait_mu);
 }
+
+/* ---- for the queued primitives (etcd_queue.c) ---- */
+
+cerb_status cerb__etcd_run_txn(cerb_engine *e, const char *what, json_t *req, size_t want,
+                               int64_t deadline_ns, struct etcd_call *call, bool *succeeded,
+                               int64_t *rev, const json_t **responses)
+{
+    return run_txn(e, what, req, want, deadline_ns, NULL, call, succeeded, rev, responses);
+}
+
+void cerb__etcd_drop_key(cerb_engine *e, const char *key, size_t len, int64_t rev)
+{
+    char why[CERB_ERROR_MAX];
+    cerb__error_copy(why, sizeof why);
+    int64_t d = cerb__deadline_in(e->ec->op_timeout_ms);
+    if (cerb__etcd_delete_key(e, key, len, rev, d, NULL, NULL) != CERB_OK)
+        cerb__etcd_orphan_add(e, key, len, rev);
+    cerb__error_set(CERB_OK, "%s", why);
+}
+
+bool cerb__etcd_grant_fill(cerb_engine *e, const struct etcd_session *s, int64_t fence,
+                           cerb_grant *g)
+{
+    return grant_fill(e, s, fence, g);
+}
+
+void cerb__etcd_await_session(cerb_engine *e, uint64_t gen, int64_t deadline_ns)
+{
+    await_new_session(e, gen, deadline_ns);
+}
+
+void cerb__etcd_nap(int64_t ms, int64_t deadline_ns, const atomic_int *intr)
+{
+    nap_watching(ms, deadline_ns, intr);
+}

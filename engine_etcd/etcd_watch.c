@@ -1,5 +1,7 @@
 /*
- * etcd_watch.c — a waiter's watch on the key just ahead of it.
+ * etcd_watch.c — a waiter's watch on the key just ahead of it (or, for a
+ * semaphore's waiter, on its queue's range, judged by the waiter's own
+ * arithmetic: cerb__etcd_watch_range, etcd_queue.c).
  *
  * One POST /v3/watch per wait, on a connection of its own: the gateway
  * turns the request body into the stream's single create request and then
@@ -64,7 +66,15 @@ struct watch_ctx {
     bool failed;         /* an in-band error or an unreadable line */
     int code;            /* gRPC code of the failure, -1 = none */
     char msg[256];
+    const struct etcd_watch_range *range; /* range mode (NULL: one key) */
 };
+
+static void range_deleted(void *ud, const char *key, size_t n)
+{
+    struct watch_ctx *w = ud;
+    if (w->range->deleted(w->range->ud, key, n))
+        w->deleted = w->done = true;
+}
 
 static void handle_line(struct watch_ctx *w, const char *line, size_t len)
 {
@@ -105,8 +115,17 @@ static void handle_line(struct watch_ctx *w, const char *line, size_t len)
         w->restart = w->done = true;
         return;
     }
-    if (m.n_delete > 0)
+    if (m.n_delete > 0 && !w->range) {
         w->deleted = w->done = true;
+    } else if (m.n_delete > 0) {
+        /* Range mode: only a delete that may bring the waiter's turn ends
+         * the watch; the others were counted by the callback. */
+        if (cerb__etcd_watch_line_deletes(line, len, range_deleted, w) != CERB_OK) {
+            w->failed = w->done = true;
+            w->code = -1;
+            cerb__error_copy(w->msg, sizeof w->msg);
+        }
+    }
 }
 
 static size_t on_stream(char *data, size_t size, size_t n, void *ud)
@@ -164,11 +183,16 @@ static int on_progress(void *ud, curl_off_t dt, curl_off_t dn, curl_off_t ut, cu
     return flagged(ud) ? 1 : 0;
 }
 
-/* The request body: {"create_request": {key, filters: [NOPUT]}}. */
-static char *create_body(const char *key, size_t len)
+/* The request body: {"create_request": {key, [range_end,] filters: [NOPUT]}}. */
+static char *create_body(const char *key, size_t len, const struct etcd_watch_range *r)
 {
     json_t *cr = json_pack("{s:o, s:[s]}", "key", cerb__etcd_json_bytes(key, len), "filters",
                            "NOPUT");
+    if (cr && r &&
+        json_object_set_new(cr, "range_end", cerb__etcd_json_bytes(r->end, r->end_len)) != 0) {
+        json_decref(cr);
+        cr = NULL;
+    }
     json_t *req = cr ? json_pack("{s:o}", "create_request", cr) : NULL;
     char *body = req ? json_dumps(req, JSON_COMPACT) : NULL;
     json_decref(req);
@@ -202,13 +226,13 @@ static int still_there(cerb_engine *e, const char *key, size_t len, int64_t key_
     return there;
 }
 
-cerb_status cerb__etcd_watch_delete(cerb_engine *e, cerb_engine_lock *lk, const char *key,
-                                    size_t len, int64_t key_rev, int64_t read_rev,
-                                    int64_t until_ns, const atomic_int *interrupted,
-                                    uint64_t gen, enum etcd_watch_end *end)
+static cerb_status watch(cerb_engine *e, cerb_engine_lock *lk, const char *key, size_t len,
+                         int64_t key_rev, const struct etcd_watch_range *range,
+                         int64_t read_rev, int64_t until_ns, const atomic_int *interrupted,
+                         uint64_t gen, enum etcd_watch_end *end)
 {
     struct etcd_lock_priv *p = lk->priv;
-    struct watch_ctx w = {.e = e, .p = p, .intr = interrupted, .code = -1};
+    struct watch_ctx w = {.e = e, .p = p, .intr = interrupted, .code = -1, .range = range};
     struct etcd_conn *c = NULL;
     CURLM *multi = NULL;
     cerb_status st;
@@ -220,7 +244,7 @@ cerb_status cerb__etcd_watch_delete(cerb_engine *e, cerb_engine_lock *lk, const 
 
     *end = ETCD_WATCH_EXPIRED;
     bool checked = false;
-    char *body = create_body(key, len);
+    char *body = create_body(key, len, range);
     if (!body)
         return cerb__error_set(CERB_ENOMEM, "etcd: out of memory for a watch");
     st = cerb__etcd_conn_get(e, &c);
@@ -268,7 +292,15 @@ cerb_status cerb__etcd_watch_delete(cerb_engine *e, cerb_engine_lock *lk, const 
             break;
         if (w.created && !checked) {
             checked = true;
-            if (w.created_rev > read_rev) {
+            if (w.created_rev > read_rev && range) {
+                /* Range mode: the caller reads what it waits for. */
+                ETCD_COUNT(e, watch_checks);
+                int g = range->gap(range->ud);
+                if (g != 0) {
+                    *end = g > 0 ? ETCD_WATCH_DELETED : ETCD_WATCH_RESTART;
+                    break;
+                }
+            } else if (w.created_rev > read_rev) {
                 ETCD_COUNT(e, watch_checks);
                 int there = still_there(e, key, len, key_rev);
                 if (there <= 0) {
@@ -368,4 +400,21 @@ cerb_status cerb__etcd_watch_delete(cerb_engine *e, cerb_engine_lock *lk, const 
     cerb__free(w.line);
     free(body);
     return st;
+}
+
+cerb_status cerb__etcd_watch_delete(cerb_engine *e, cerb_engine_lock *lk, const char *key,
+                                    size_t len, int64_t key_rev, int64_t read_rev,
+                                    int64_t until_ns, const atomic_int *interrupted,
+                                    uint64_t gen, enum etcd_watch_end *end)
+{
+    return watch(e, lk, key, len, key_rev, NULL, read_rev, until_ns, interrupted, gen, end);
+}
+
+cerb_status cerb__etcd_watch_range(cerb_engine *e, cerb_engine_lock *lk, const char *key,
+                                   size_t len, const struct etcd_watch_range *wr,
+                                   int64_t read_rev, int64_t until_ns,
+                                   const atomic_int *interrupted, uint64_t gen,
+                                   enum etcd_watch_end *end)
+{
+    return watch(e, lk, key, len, 0, wr, read_rev, until_ns, interrupted, gen, end);
 }

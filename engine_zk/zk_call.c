@@ -140,10 +140,32 @@ static void children_done(int rc, const struct String_vector *v, const void *dat
     finish(r, rc);
 }
 
+/* Copy the names of a listing into r (names, n_names); the new rc. */
+static int copy_names(struct zk_res *r, int rc, const struct String_vector *v)
+{
+    if (rc == ZOK && v && v->count > 0) {
+        r->names = cerb__calloc((size_t)v->count, sizeof *r->names);
+        if (!r->names) {
+            rc = CERB_ZK_RC_NOMEM;
+        } else {
+            for (int i = 0; i < v->count && rc == ZOK; i++) {
+                r->names[i] = cerb__strdup(v->data[i]);
+                if (!r->names[i])
+                    rc = CERB_ZK_RC_NOMEM;
+                else
+                    r->n_names = i + 1;
+            }
+        }
+    }
+    return rc;
+}
+
 static void wchildren_done(int rc, const struct String_vector *v, const void *data)
 {
     struct zk_res *r = (struct zk_res *)data;
-    (void)v;
+    /* The names too: a semaphore's waiter counts the leases and looks for
+     * its own (zk_semaphore.c); a lock node has none. */
+    rc = copy_names(r, rc, v);
     r->rc = rc;
     if (r->on_done)
         r->on_done(r);
@@ -230,21 +252,7 @@ static void getdata_done(int rc, const char *value, int len, const struct Stat *
 static void list_done(int rc, const struct String_vector *v, const void *data)
 {
     struct zk_res *r = (struct zk_res *)data;
-    if (rc == ZOK && v && v->count > 0) {
-        r->names = cerb__calloc((size_t)v->count, sizeof *r->names);
-        if (!r->names) {
-            rc = CERB_ZK_RC_NOMEM;
-        } else {
-            for (int i = 0; i < v->count && rc == ZOK; i++) {
-                r->names[i] = cerb__strdup(v->data[i]);
-                if (!r->names[i])
-                    rc = CERB_ZK_RC_NOMEM;
-                else
-                    r->n_names = i + 1;
-            }
-        }
-    }
-    finish(r, rc);
+    finish(r, copy_names(r, rc, v));
 }
 
 /* ---- submitting ---- */

@@ -100,7 +100,7 @@ struct zk_res {
     int64_t zxid;
     /* GETDATA: a copy of the node's whole data with a NUL after it
      * (owned; NULL when the node has none), its length in data_len.
-     * LIST: copies of the children's names (owned), n_names of them.
+     * LIST, WCHILDREN: copies of the children's names (owned), n_names of them.
      * MULTI: the operations' results (owned). */
     char *buf;
     char **names;

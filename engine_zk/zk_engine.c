@@ -25,6 +25,10 @@
  *   zk_guard.c    the idempotency guard's records (DESIGN.md §11)
  *   zk_election.c leader election in Curator's LeaderLatch and
  *                 LeaderSelector layouts (proclaim, leader)
+ *   zk_semaphore.c semaphores in Curator's InterProcessSemaphoreV2 layout
+ *   zk_rwlock.c   read-write locks in Curator's InterProcessReadWriteLock
+ *                 layout (the acquisition is zk_mutex.c's)
+ *   zk_queue_inspect.c  who holds and waits for those two
  *   zk_call.c     batches of asynchronous requests
  *   zk_layout.c   names, paths, the order of children
  *   zk_errors.c   ZooKeeper codes to cerb_status
@@ -179,4 +183,7 @@ const struct cerb_engine_ops cerb__zk_engine_ops = {
     .closure_put = cerb__zk_op_closure_put,
     /* version 5: leader election (zk_election.c) */
     .election = &cerb__zk_election,
+    /* semaphores (zk_semaphore.c) and read-write locks (zk_rwlock.c) */
+    .semaphore = &cerb__zk_semaphore,
+    .rwlock = &cerb__zk_rwlock,
 };

@@ -42,6 +42,21 @@ const char *cerb__zk_child_key_mark(const char *name, const char *mark)
     return key;
 }
 
+const char ZK_RW_ORDER[] = "(read-write order)";
+
+const char *cerb__zk_child_key_rw(const char *name)
+{
+    return cerb__zk_child_key_mark(cerb__zk_child_key_mark(name, ZK_READ_MARK), ZK_WRITE_MARK);
+}
+
+bool cerb__zk_child_is_writer(const char *name) { return strstr(name, ZK_WRITE_MARK) != NULL; }
+
+/* The key of child `name` in the order `mark` names. */
+static const char *order_key(const char *name, const char *mark)
+{
+    return mark == ZK_RW_ORDER ? cerb__zk_child_key_rw(name) : cerb__zk_child_key_mark(name, mark);
+}
+
 const char *cerb__zk_child_key(const char *name)
 {
     return cerb__zk_child_key_mark(name, ZK_LOCK_MARK);
@@ -156,8 +171,9 @@ void cerb__zk_children_analyze_mark(const struct String_vector *v, const char *s
                                     const char *uuid, const char *mark,
                                     struct zk_children *out)
 {
-    const char *self_key = self ? cerb__zk_child_key_mark(self, mark) : NULL;
-    const char *pred = NULL, *pred_key = NULL;
+    const char *self_key = self ? order_key(self, mark) : NULL;
+    const char *pred = NULL, *pred_key = NULL, *wpred = NULL, *wpred_key = NULL;
+    const bool rw = mark == ZK_RW_ORDER;
 
     memset(out, 0, sizeof *out);
     out->n_children = v ? (size_t)v->count : 0;
@@ -176,7 +192,7 @@ void cerb__zk_children_analyze_mark(const struct String_vector *v, const char *s
             out->found_self = true;
             continue;
         }
-        const char *k = cerb__zk_child_key_mark(c, mark);
+        const char *k = order_key(c, mark);
         if (!before(k, c, self_key, self))
             continue;
         out->n_lower++;
@@ -184,10 +200,22 @@ void cerb__zk_children_analyze_mark(const struct String_vector *v, const char *s
             pred = c;
             pred_key = k;
         }
+        if (rw && cerb__zk_child_is_writer(c)) {
+            out->n_wlower++;
+            if (!wpred || before(wpred_key, wpred, k, c)) {
+                wpred = c;
+                wpred_key = k;
+            }
+        }
     }
     if (pred) {
         out->pred = cerb__strdup(pred);
         if (!out->pred)
+            out->oom = true;
+    }
+    if (wpred) {
+        out->wpred = cerb__strdup(wpred);
+        if (!out->wpred)
             out->oom = true;
     }
 }
@@ -195,6 +223,7 @@ void cerb__zk_children_analyze_mark(const struct String_vector *v, const char *s
 void cerb__zk_children_clear(struct zk_children *c)
 {
     cerb__free(c->pred);
+    cerb__free(c->wpred);
     for (size_t i = 0; i < c->n_mine; i++)
         cerb__free(c->mine[i]);
     memset(c, 0, sizeof *c);

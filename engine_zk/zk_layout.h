@@ -27,6 +27,17 @@
 /* Curator LeaderLatch's mark (<root>/<name>/_c_<uuid>-latch-<seq>): the
  * zk engine's leader election in its default layout (zk_election.c). */
 #define ZK_LATCH_MARK "latch-"
+/* Curator InterProcessReadWriteLock's marks (zk_rwlock.c): its nodes are
+ * <root>/<name>/_c_<uuid>-__READ__<seq> and ..._c_<uuid>-__WRIT__<seq>. */
+#define ZK_READ_MARK "__READ__"
+#define ZK_WRITE_MARK "__WRIT__"
+/* Not a mark in any name: the ordering of a read-write lock's children,
+ * Curator's fixForSorting with both marks (the text after the last
+ * __READ__, then after the last __WRIT__ of that), given as `mark` to the
+ * analysis, which then also counts the writers before self. */
+extern const char ZK_RW_ORDER[];
+/* Curator InterProcessSemaphoreV2's lease nodes (zk_semaphore.c). */
+#define ZK_LEASE_MARK "lease-"
 /* At most this many children carrying our uuid are remembered by one
  * listing (there is one, or none; more only after repeated ambiguity). */
 #define ZK_MAX_MINE 8
@@ -38,6 +49,10 @@ struct String_vector;
  * ZK_LATCH_MARK), as Curator's fixForSorting with that lock name. */
 const char *cerb__zk_child_key(const char *name);
 const char *cerb__zk_child_key_mark(const char *name, const char *mark);
+/* A read-write lock child's ordering key (ZK_RW_ORDER), and whether it is
+ * a writer's (its name contains ZK_WRITE_MARK, as Curator tests). */
+const char *cerb__zk_child_key_rw(const char *name);
+bool cerb__zk_child_is_writer(const char *name);
 
 /*
  * The nodes Cerberus makes (locks and election terms) carry a uuid of
@@ -95,6 +110,8 @@ struct zk_children {
     bool found_self;    /* self is among them */
     size_t n_lower;     /* children ordered before self */
     char *pred;         /* the child just before self (owned), NULL if none */
+    size_t n_wlower;    /* ZK_RW_ORDER: writers ordered before self */
+    char *wpred;        /* ZK_RW_ORDER: the last of them (owned), or NULL */
     size_t n_mine;      /* children carrying uuid */
     char *mine[ZK_MAX_MINE];  /* their names (owned) */
     bool oom;           /* an allocation failed: the result is incomplete */

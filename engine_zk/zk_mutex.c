@@ -121,6 +121,8 @@ const char *cerb__zk_variant_mark(int variant)
 
 const char *cerb__zk_lock_mark(const cerb_engine_lock *lk)
 {
+    if (lk->prim == CERB_PRIM_RWLOCK)
+        return lk->variant == CERB_RW_WRITE ? ZK_WRITE_MARK : ZK_READ_MARK;
     return lk->prim == CERB_PRIM_ELECTION ? cerb__zk_variant_mark(lk->variant) : ZK_LOCK_MARK;
 }
 
@@ -161,6 +163,10 @@ struct acq {
     int64_t closed_epoch;     /* the epoch of the closure record that
                                  refused us, 0 if none did */
     const char *mark;         /* the layout's (cerb__zk_lock_mark) */
+    const char *order;        /* how children are ordered: the mark, or
+                                 ZK_RW_ORDER for a read-write lock */
+    int rw;                   /* a read-write lock hold: CERB_RW_READ or
+                                 CERB_RW_WRITE (zk_rwlock.c); 0 otherwise */
     bool term;                /* an election term: data = its value, and
                                  no ZK_DATA_HOLDING mark (zk_election.c) */
 };
@@ -285,6 +291,20 @@ static void list_link(cerb_engine *e, struct zk_lock_priv *p, enum zk_list which
     p->list = which;
 }
 
+void cerb__zk_list_link_locked(cerb_engine *e, struct zk_lock_priv *p, enum zk_list which)
+{
+    list_link(e, p, which);
+    if (which == ZK_LIST_HELD && p->lk)
+        hb_sooner_locked(e, p->lk);
+}
+
+void cerb__zk_list_unlink_locked(cerb_engine *e, struct zk_lock_priv *p) { list_unlink(e, p); }
+
+int64_t cerb__zk_grant_ttl(const struct zk_state *st, const cerb_engine_lock *lk)
+{
+    return grant_ttl(st, lk);
+}
+
 /* Replace p->node (under mu: the watch callbacks read it). */
 static void set_node(cerb_engine *e, struct zk_lock_priv *p, char *node)
 {
@@ -379,6 +399,10 @@ static void data_armed(struct zk_res *r)
          * the leader before it still leads. A term's waiter takes over
          * without listing only when its predecessor was first. */
         if (p->lk && p->lk->prim == CERB_PRIM_ELECTION)
+            ;
+        /* Nor a read-write lock's: a reader that holds is not first, so
+         * "it holds" says nothing to the one behind it. */
+        else if (p->lk && p->lk->prim == CERB_PRIM_RWLOCK)
             ;
         /* Nor does anyone read marks in a peer's node: its data is its
          * user's (a LeaderSelector participant id may read like a mark),
@@ -508,7 +532,7 @@ static cerb_status create_round(struct acq *a, uint64_t gen, bool with_parents, 
                                       with_closure ? e->closure.path : NULL,
                                       with_closure ? cs.version : -1, a->prefix, data,
                                       data_len, &e->acl, a->parent);
-        kl = cerb__zk_call_children_mark(c, s, a->parent, kc, NULL, NULL, a->mark);
+        kl = cerb__zk_call_children_mark(c, s, a->parent, kc, NULL, NULL, a->order);
     }
     cerb__zk_session_end(e);
     if (kc < 0) {
@@ -698,7 +722,7 @@ static cerb_status relist(struct acq *a, uint64_t gen, bool *restart)
         struct zk_session *s = cerb__zk_session_begin(e);
         int k = s && s->gen == gen
                     ? cerb__zk_call_children_mark(c, s, a->parent, -1,
-                                                  cerb__zk_basename(p->node), NULL, a->mark)
+                                                  cerb__zk_basename(p->node), NULL, a->order)
                     : -1;
         cerb__zk_session_end(e);
         int rc = k < 0 ? ZINVALIDSTATE
@@ -745,7 +769,7 @@ static enum woke arm_and_wait(struct acq *a, uint64_t gen, cerb_status *err)
     cerb_engine *e = a->e;
     struct zk_lock_priv *p = a->p;
     struct zk_wait *wt = p->w;
-    char *watch = cerb__zk_join(a->parent, a->kids.pred);
+    char *watch = cerb__zk_join(a->parent, a->rw == CERB_RW_READ ? a->kids.wpred : a->kids.pred);
     enum woke w;
 
     if (!watch) {
@@ -896,8 +920,9 @@ static int mark_send(struct zk_session *s, const char *node, struct zk_lock_priv
 static void announce(struct acq *a, uint64_t gen)
 {
     size_t after = a->kids.n_children - a->kids.n_lower - (a->kids.found_self ? 1 : 0);
-    if (a->term)
-        return; /* its data is its value: successors list again, as Curator's */
+    if (a->term || a->rw)
+        return; /* a term's data is its value, and a reader that holds is
+                   not first: successors list again, as Curator's */
     if (!a->waited && (!a->listed || after == 0))
         return;
     int rc = ZOK;
@@ -955,6 +980,30 @@ void cerb__zk_marks_retry(cerb_engine *e)
     for (size_t i = 0; i < n; i++)
         if (todo[i].rc != ZOK)
             mark_again(e, todo[i].p, todo[i].acq_id, gen, todo[i].rc);
+}
+
+/*
+ * Is it our turn, by the latest listing? The mutex (and a term, and a
+ * read-write lock's writer): nobody before us. A reader: no writer before
+ * us (Curator's readLockPredicate). A reader waits on the last writer
+ * before it (Curator watches the first: the last one leaves after all
+ * those before it, in the usual case, so one wake-up suffices).
+ */
+static bool turn_now(const struct acq *a)
+{
+    return a->rw == CERB_RW_READ ? a->kids.n_wlower == 0 : a->kids.n_lower == 0;
+}
+
+/* When the one we watch went: was it the last obstacle? Sequence numbers
+ * only grow, so nothing can come in before us: if it was the only child
+ * (for a reader: the only writer) before ours, the turn is ours. */
+static bool turn_after_deletion(const struct acq *a, const struct zk_wait *w)
+{
+    if (a->rw == CERB_RW_READ)
+        return a->kids.n_wlower == 1;
+    if (a->rw == CERB_RW_WRITE)
+        return a->kids.n_lower == 1;
+    return a->kids.n_lower == 1 || w->pred_holds;
 }
 
 /* We are first: the grant. *restart when the session went meanwhile. */
@@ -1030,7 +1079,7 @@ static cerb_status wait_turn(struct acq *a, uint64_t gen, cerb_grant *g, bool *r
             *restart = true;
             return CERB_OK;
         }
-        if (a->kids.n_lower == 0)
+        if (turn_now(a))
             return grant(a, gen, g, restart);
         if (a->deadline == 0) {
             st = cerb__error_set(CERB_BUSY, "zk %s: \"%s\" is held by another owner", e->hosts,
@@ -1047,7 +1096,7 @@ static cerb_status wait_turn(struct acq *a, uint64_t gen, cerb_grant *g, bool *r
             /* Our predecessor went: if it was first, ours now (see the
              * header). */
             cerb__mutex_lock(&e->mu);
-            first = a->kids.n_lower == 1 || p->w->pred_holds;
+            first = turn_after_deletion(a, p->w);
             cerb__mutex_unlock(&e->mu);
             if (first) {
                 ZK_COUNT(e, quick_grants);
@@ -1128,6 +1177,8 @@ cerb_status cerb__zk_op_acquire(cerb_engine *e, cerb_engine_lock *lk, int64_t de
     struct zk_lock_priv *p = lk->priv;
     struct acq a = {.e = e, .lk = lk, .p = p, .deadline = deadline_ns, .intr = interrupted,
                     .mark = cerb__zk_lock_mark(lk), .term = lk->prim == CERB_PRIM_ELECTION};
+    a.rw = lk->prim == CERB_PRIM_RWLOCK ? lk->variant : 0;
+    a.order = a.rw ? ZK_RW_ORDER : a.mark;
     a.bound = op_bound(e, deadline_ns);
     struct zk_wait *w = cerb__calloc(1, sizeof *w);
     cerb_status st;
@@ -1186,6 +1237,10 @@ void cerb__zk_op_cancel(cerb_engine *e, cerb_engine_lock *lk)
     if (p->w) {
         p->w->cancelled = true;
         cerb__cond_signal(&p->w->cond);
+    }
+    if (p->inner && p->inner->w) { /* a semaphore taking its locks/ mutex */
+        p->inner->w->cancelled = true;
+        cerb__cond_signal(&p->inner->w->cond);
     }
     cerb__mutex_unlock(&e->mu);
 }
@@ -1276,6 +1331,8 @@ cerb_status cerb__zk_op_check(cerb_engine *e, cerb_engine_lock *lk, cerb_grant *
                                e->hosts, lk->name);
     struct acq a = {.e = e, .lk = lk, .p = p, .deadline = 0, .mark = cerb__zk_lock_mark(lk),
                     .term = lk->prim == CERB_PRIM_ELECTION};
+    a.rw = lk->prim == CERB_PRIM_RWLOCK ? lk->variant : 0;
+    a.order = a.rw ? ZK_RW_ORDER : a.mark;
     a.bound = op_bound(e, 0);
     st = cerb__zk_wait_connected(e, a.bound, NULL, 0, &ss);
     if (st != CERB_OK)
@@ -1310,8 +1367,8 @@ cerb_status cerb__zk_op_check(cerb_engine *e, cerb_engine_lock *lk, cerb_grant *
         cerb__free(a.parent);
         return st;
     }
-    bool first = !restart && a.kids.found_self && a.kids.n_lower == 0;
-    bool queued = !restart && a.kids.found_self && a.kids.n_lower > 0;
+    bool first = !restart && a.kids.found_self && turn_now(&a);
+    bool queued = !restart && a.kids.found_self && !turn_now(&a);
     cerb__zk_children_clear(&a.kids);
     if (first) {
         cerb__mutex_lock(&e->mu);

@@ -31,6 +31,22 @@ cerb_status cerb__zk_op_inspect(cerb_engine *e, const char *name, struct cerb_ho
 const char *cerb__zk_lock_mark(const cerb_engine_lock *lk);
 const char *cerb__zk_variant_mark(int variant);
 
+/* The lists of waiting and held holds (e->mu held): link p to `which`
+ * (a held one may need the heartbeat sooner for its lease), unlink it. The
+ * keeper checks the node of every held hold after a reconnect and reports
+ * LOST (name, token) for one that is gone. */
+void cerb__zk_list_link_locked(cerb_engine *e, struct zk_lock_priv *p, enum zk_list which);
+void cerb__zk_list_unlink_locked(cerb_engine *e, struct zk_lock_priv *p);
+/* A grant's ttl on session state st: the negotiated session timeout. */
+int64_t cerb__zk_grant_ttl(const struct zk_state *st, const cerb_engine_lock *lk);
+
+/* ---- semaphores and read-write locks (zk_semaphore.c, zk_rwlock.c) ---- */
+extern const struct cerb_queue_methods cerb__zk_semaphore;
+extern const struct cerb_queue_methods cerb__zk_rwlock;
+/* zk_queue_inspect.c: their holders and waiters (two reads, no watch). */
+cerb_status cerb__zk_sem_inspect(cerb_engine *e, const char *name, struct cerb_holders *out);
+cerb_status cerb__zk_rw_inspect(cerb_engine *e, const char *name, struct cerb_holders *out);
+
 /* ---- leader election (zk_election.c) ---- */
 extern const struct cerb_election_methods cerb__zk_election;
 

@@ -118,6 +118,9 @@ struct zk_lock_priv {
     bool mark_pending;  /* its ZK_DATA_HOLDING mark is to be sent again (mu) */
     unsigned char mark_tries;          /* marks sent again (mu) */
     char uuid[ZK_UUID_LEN + 1];        /* this acquisition's node uuid */
+    /* A semaphore's acquisition (zk_semaphore.c): the hold of its locks/
+     * mutex while it is being taken, so that cancel() wakes it (mu). */
+    struct zk_lock_priv *inner;
 };
 
 /* A deletion the keeper finishes (zk_cleanup.c). */

@@ -35,6 +35,11 @@
  *     later grant on etcd ranks above them;
  *   - a client that opens on the secondary because the primary's port is
  *     closed waits the primary's grace before granting (none with grace 0);
+ *   - semaphores and read-write locks (DESIGN.md §16) switch by the same
+ *     rules: after a manual switch, a permit or read hold standing on the
+ *     live old engine keeps the new engine from granting the name (the
+ *     gate asks the primitive's own layout there), and its release lets
+ *     the next one in at once (skipped where the primary has neither);
  *   - `cerberus switch <secondary>` on a file watched by three processes
  *     moves all three, and an invalid edit afterwards keeps the old
  *     configuration in every one of them, which each says why (file:line).
@@ -1355,6 +1360,86 @@ static void test_cli_switch_followed_by_processes(void **state)
     cerb_test_remove_file(path);
 }
 
+/* ---- semaphores and read-write locks across a switch ---- */
+
+/* The status of a primitive the primary may not have: skip the case then. */
+static void skip_unless_primary_has(cerb_status st, const char *what)
+{
+    if (st == CERB_UNAVAILABLE && strstr(cerb_last_error(), "has no")) {
+        print_message("%s has no %s: %s\n", PRIMARY.name, what, cerb_last_error());
+        skip();
+    }
+}
+
+static void test_switch_gates_semaphore(void **state)
+{
+    (void)state;
+    cerb_client *a = open_cfg("failback = \"manual\";");
+    cerb_client *b = open_cfg("failback = \"manual\";");
+    char *name = test_name("fo-sem");
+    cerb_semaphore *sa = NULL, *sb = NULL;
+    assert_int_equal(cerb_semaphore_new(a, name, 1, NULL, &sa), CERB_OK);
+    assert_int_equal(cerb_semaphore_new(b, name, 1, NULL, &sb), CERB_OK);
+    cerb_permit *pa = NULL, *pb = NULL;
+    cerb_status st = cerb_semaphore_acquire(sa, 1, 5000, NULL, &pa);
+    if (st != CERB_OK) {
+        cerb_semaphore_free(sa);
+        cerb_semaphore_free(sb);
+        free(name);
+        skip_unless_primary_has(st, "semaphores");
+        fail_msg("permit on %s: %s (%s)", PRIMARY.name, cerb_status_name(st), cerb_last_error());
+    }
+    assert_string_equal(cerb_engine_switch_to(b, SECONDARY.name), SECONDARY.name);
+    /* The one permit stands on the live old engine: refused on the new. */
+    st = cerb_semaphore_acquire(sb, 1, 0, NULL, &pb);
+    expect_status(st, CERB_BUSY, "a permit held on the old engine");
+    if (!strstr(cerb_last_error(), "after a switch"))
+        fail_msg("refusal says \"%s\"", cerb_last_error());
+    expect_status(cerb_semaphore_acquire(sb, 1, 2 * PRIMARY.hold_ms + 500, NULL, &pb),
+                  CERB_TIMEOUT, "a permit held on the old engine, past the grace");
+    assert_int_equal(cerb_permit_free(pa), CERB_OK);
+    int64_t t0 = cerb_test_now_ms();
+    expect_status(cerb_semaphore_acquire(sb, 1, 5000, NULL, &pb), CERB_OK,
+                  "the permit released on the old engine");
+    print_message("semaphore: granted on %s %lld ms after the release on %s\n", SECONDARY.name,
+                  (long long)(cerb_test_now_ms() - t0), PRIMARY.name);
+    assert_int_equal(cerb_permit_free(pb), CERB_OK);
+    cerb_semaphore_free(sa);
+    cerb_semaphore_free(sb);
+    free(name);
+}
+
+static void test_switch_gates_rwlock(void **state)
+{
+    (void)state;
+    cerb_client *a = open_cfg("failback = \"manual\";");
+    cerb_client *b = open_cfg("failback = \"manual\";");
+    char *name = test_name("fo-rw");
+    cerb_rwlock *ra = NULL, *rb = NULL;
+    assert_int_equal(cerb_rwlock_new(a, name, NULL, &ra), CERB_OK);
+    assert_int_equal(cerb_rwlock_new(b, name, NULL, &rb), CERB_OK);
+    cerb_status st = cerb_rwlock_read_trylock_for(ra, 5000);
+    if (st != CERB_OK) {
+        cerb_rwlock_free(ra);
+        cerb_rwlock_free(rb);
+        free(name);
+        skip_unless_primary_has(st, "read-write locks");
+        fail_msg("read lock on %s: %s (%s)", PRIMARY.name, cerb_status_name(st),
+                 cerb_last_error());
+    }
+    assert_string_equal(cerb_engine_switch_to(b, SECONDARY.name), SECONDARY.name);
+    /* A reader stands on the old engine: no writer on the new one. */
+    expect_status(cerb_rwlock_write_trylock_for(rb, 0), CERB_BUSY,
+                  "a writer while a reader holds on the old engine");
+    assert_int_equal(cerb_rwlock_read_unlock(ra), CERB_OK);
+    expect_status(cerb_rwlock_write_trylock_for(rb, 5000), CERB_OK,
+                  "a writer once the old engine's reader left");
+    assert_int_equal(cerb_rwlock_write_unlock(rb), CERB_OK);
+    assert_int_equal(cerb_rwlock_free(ra), CERB_OK);
+    assert_int_equal(cerb_rwlock_free(rb), CERB_OK);
+    free(name);
+}
+
 /* Every case starts with the primary up and ends with nothing of its own
  * left running (primary_up, cleanup). */
 #define CASE(f) cmocka_unit_test_setup_teardown(f, primary_up, cleanup)
@@ -1378,6 +1463,8 @@ int main(void)
         CASE(test_own_tokens_grow_across_switches_etcd),
 #endif
         CASE(test_open_below_dead_engine_waits_grace),
+        CASE(test_switch_gates_semaphore),
+        CASE(test_switch_gates_rwlock),
         CASE(test_reload_while_switching),
         CASE(test_cli_switch_followed_by_processes),
     };
