@@ -562,6 +562,14 @@ static cerb_status route(cerb_engine *top, int slot, int64_t deadline_ns, node_o
     return route_ex(top, slot, deadline_ns, op, arg, NULL);
 }
 
+cerb_status cerb__redis_cl_route(cerb_engine *top, const char *key, size_t len,
+                                 int64_t deadline_ns,
+                                 cerb_status (*op)(cerb_engine *, void *, cerb_outcome *),
+                                 void *arg)
+{
+    return route(top, (int)cerb__redis_key_slot(key, len), deadline_ns, op, arg);
+}
+
 static int lock_slot(cerb_engine *top, const char *name)
 {
     const char *prefix = top->rc->prefix ? top->rc->prefix : "";

@@ -109,6 +109,13 @@ cerb_status cerb__redis_cl_guard_finish(cerb_engine *e, const cerb_guard_rec *re
                                         cerb_outcome *oc);
 cerb_status cerb__redis_cl_guard_check(cerb_engine *e, const cerb_guard_rec *rec,
                                        cerb_guard_found *found);
+/* Run op(node instance, arg, &outcome) on the master of key's slot,
+ * following redirects as every routed operation (the semaphore and
+ * read-write lock tables, redis_queue.c). */
+cerb_status cerb__redis_cl_route(cerb_engine *top, const char *key, size_t len,
+                                 int64_t deadline_ns,
+                                 cerb_status (*op)(cerb_engine *, void *, cerb_outcome *),
+                                 void *arg);
 /* Sum of every node's counters. */
 void cerb__redis_cl_stats(cerb_engine *e, struct redis_counters *sum);
 

@@ -44,6 +44,19 @@ enum redis_script {
     REDIS_SCRIPT_HELD,    /* the safe switch's question (held()) */
     REDIS_SCRIPT_PROCLAIM, /* an election term's value (redis_election.c) */
     REDIS_SCRIPT_LEADER,   /* who leads an election, read-only */
+    /* Semaphores and read-write locks (redis_queue.c). */
+    REDIS_SCRIPT_SEM_ACQUIRE,
+    REDIS_SCRIPT_SEM_RELEASE,
+    REDIS_SCRIPT_SEM_RENEW,
+    REDIS_SCRIPT_SEM_CHECK,
+    REDIS_SCRIPT_SEM_HELD,
+    REDIS_SCRIPT_SEM_INSPECT,
+    REDIS_SCRIPT_RW_ACQUIRE,
+    REDIS_SCRIPT_RW_RELEASE,
+    REDIS_SCRIPT_RW_RENEW,
+    REDIS_SCRIPT_RW_CHECK,
+    REDIS_SCRIPT_RW_HELD,
+    REDIS_SCRIPT_RW_INSPECT,
     REDIS_SCRIPT_COUNT
 };
 

@@ -15,6 +15,8 @@
  *   redis_cluster.c  cluster mode: the slot map, one instance per master,
  *                    routing with MOVED/ASK/TRYAGAIN followed
  *   redis_election.c leader election: a term's value beside the lock key
+ *   redis_queue.c    semaphores and read-write locks: keys, scripts run,
+ *                    the wait (redis_semaphore.c, redis_rwlock.c: layouts)
  * open() connects one pool connection within the connect timeout, loads
  * the scripts on it and reads (or makes) the data-loss marker
  * (redis_marker.c), so an unreachable or unusable server fails open() with
@@ -346,4 +348,7 @@ const struct cerb_engine_ops cerb__redis_engine_ops = {
     .closure_put = cerb__redis_op_closure_put,
     /* version 5: leader election (redis_election.c) */
     .election = &cerb__redis_election,
+    /* semaphores and read-write locks (redis_queue.c) */
+    .semaphore = &cerb__redis_semaphore,
+    .rwlock = &cerb__redis_rwlock,
 };

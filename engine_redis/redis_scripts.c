@@ -375,6 +375,19 @@ static const struct {
     [REDIS_SCRIPT_HELD] = {"held", lua_held, sizeof lua_held - 1},
     [REDIS_SCRIPT_PROCLAIM] = {"proclaim", lua_proclaim, sizeof lua_proclaim - 1},
     [REDIS_SCRIPT_LEADER] = {"leader", lua_leader, sizeof lua_leader - 1},
+    /* redis_semaphore.c, redis_rwlock.c (len 0: strlen at load) */
+    [REDIS_SCRIPT_SEM_ACQUIRE] = {"semaphore acquire", cerb__redis_lua_sem_acquire, 0},
+    [REDIS_SCRIPT_SEM_RELEASE] = {"semaphore release", cerb__redis_lua_sem_release, 0},
+    [REDIS_SCRIPT_SEM_RENEW] = {"semaphore renew", cerb__redis_lua_sem_renew, 0},
+    [REDIS_SCRIPT_SEM_CHECK] = {"semaphore check", cerb__redis_lua_sem_check, 0},
+    [REDIS_SCRIPT_SEM_HELD] = {"semaphore held", cerb__redis_lua_sem_held, 0},
+    [REDIS_SCRIPT_SEM_INSPECT] = {"semaphore inspect", cerb__redis_lua_sem_inspect, 0},
+    [REDIS_SCRIPT_RW_ACQUIRE] = {"rwlock acquire", cerb__redis_lua_rw_acquire, 0},
+    [REDIS_SCRIPT_RW_RELEASE] = {"rwlock release", cerb__redis_lua_rw_release, 0},
+    [REDIS_SCRIPT_RW_RENEW] = {"rwlock renew", cerb__redis_lua_rw_renew, 0},
+    [REDIS_SCRIPT_RW_CHECK] = {"rwlock check", cerb__redis_lua_rw_check, 0},
+    [REDIS_SCRIPT_RW_HELD] = {"rwlock held", cerb__redis_lua_rw_held, 0},
+    [REDIS_SCRIPT_RW_INSPECT] = {"rwlock inspect", cerb__redis_lua_rw_inspect, 0},
 };
 
 /* ---- key names ---- */
@@ -557,7 +570,7 @@ static cerb_status append_eval(cerb_engine *e, struct redis_conn *c, const char 
 static cerb_status append_load(struct redis_conn *c, enum redis_script id)
 {
     const char *argv[3] = {"SCRIPT", "LOAD", scripts[id].text};
-    size_t argl[3] = {6, 4, scripts[id].len};
+    size_t argl[3] = {6, 4, scripts[id].len ? scripts[id].len : strlen(scripts[id].text)};
     return cerb__redis_append(c, 3, argv, argl);
 }
 
@@ -667,14 +680,14 @@ cerb_status cerb__redis_eval_argv(cerb_engine *e, struct redis_conn *c, enum red
                                   int nargs, const char *const *args, const size_t *alen,
                                   redisReply **out, cerb_outcome *oc)
 {
-    const char *argv[3 + 8];
-    size_t argl[3 + 8];
+    const char *argv[3 + 16];
+    size_t argl[3 + 16];
     char nk[2] = {(char)('0' + nkeys), '\0'};
     int n = 0;
 
     *out = NULL;
     *oc = CERB_OUTCOME_NO;
-    if (nkeys < 1 || nkeys > 4 || nargs < 0 || nkeys + nargs > 8)
+    if (nkeys < 1 || nkeys > 9 || nargs < 0 || nkeys + nargs > 16)
         return cerb__error_set(CERB_EINVAL, "redis: %s: %d keys and %d arguments",
                                scripts[id].name, nkeys, nargs);
     argv[n] = "EVALSHA", argl[n++] = 7;

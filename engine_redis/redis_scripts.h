@@ -136,7 +136,7 @@ cerb_status cerb__redis_leave(cerb_engine *e, struct redis_keys *ks,
  * marker key among the keys where the script wants it; reloads the script
  * after NOSCRIPT and runs it again, once. On success *out is a reply that
  * is not an error (the caller frees it); otherwise *oc says whether the
- * script may have run. At most 4 keys, and 8 keys and arguments together.
+ * script may have run. At most 9 keys, and 16 keys and arguments together.
  */
 cerb_status cerb__redis_eval_argv(cerb_engine *e, struct redis_conn *c, enum redis_script id,
                                   int nkeys, const char *const *keys, const size_t *klen,
@@ -171,7 +171,21 @@ cerb_status cerb__redis_op_leader(cerb_engine *e, const char *name, int variant,
                                   cerb_leader_rec *out);
 extern const struct cerb_election_methods cerb__redis_election;
 
+/* redis_semaphore.c, redis_rwlock.c: the Lua texts (loaded with the rest
+ * at open) and the tables the ops table points to (redis_queue.h). */
+extern const char cerb__redis_lua_sem_acquire[], cerb__redis_lua_sem_release[],
+    cerb__redis_lua_sem_renew[], cerb__redis_lua_sem_check[], cerb__redis_lua_sem_held[],
+    cerb__redis_lua_sem_inspect[];
+extern const char cerb__redis_lua_rw_acquire[], cerb__redis_lua_rw_release[],
+    cerb__redis_lua_rw_renew[], cerb__redis_lua_rw_check[], cerb__redis_lua_rw_held[],
+    cerb__redis_lua_rw_inspect[];
+extern const struct cerb_queue_methods cerb__redis_semaphore, cerb__redis_rwlock;
+
 /* redis_wait.c */
+/* A waiter's blocking socket, registered in lk->priv so that cancel() can
+ * shut it down; unregister answers whether cancel() hit it. */
+void cerb__redis_wait_register(cerb_engine *e, cerb_engine_lock *lk, const struct redis_conn *bc);
+bool cerb__redis_wait_unregister(cerb_engine *e, cerb_engine_lock *lk);
 cerb_status cerb__redis_op_acquire(cerb_engine *e, cerb_engine_lock *lk, int64_t deadline_ns,
                                    const atomic_int *interrupted, cerb_grant *grant);
 void cerb__redis_op_cancel(cerb_engine *e, cerb_engine_lock *lk);

@@ -130,7 +130,7 @@ static void note_queued(cerb_engine *e, const cerb_engine_lock *lk, bool on)
 
 /* ---- cancel ---- */
 
-static void wait_register(cerb_engine *e, cerb_engine_lock *lk, const struct redis_conn *bc)
+void cerb__redis_wait_register(cerb_engine *e, cerb_engine_lock *lk, const struct redis_conn *bc)
 {
     struct redis_lock_priv *p = lk->priv;
 
@@ -144,7 +144,7 @@ static void wait_register(cerb_engine *e, cerb_engine_lock *lk, const struct red
 }
 
 /* Stop being cancellable; true when cancel() hit the registered socket. */
-static bool wait_unregister(cerb_engine *e, cerb_engine_lock *lk)
+bool cerb__redis_wait_unregister(cerb_engine *e, cerb_engine_lock *lk)
 {
     struct redis_lock_priv *p = lk->priv;
     bool hit;
@@ -185,7 +185,7 @@ void cerb__redis_op_cancel(cerb_engine *e, cerb_engine_lock *lk)
 static bool cancel_hit(cerb_engine *e, cerb_engine_lock *lk, struct redis_conn **bc,
                        int64_t *next_check, bool *woken)
 {
-    if (!wait_unregister(e, lk))
+    if (!cerb__redis_wait_unregister(e, lk))
         return false;
     REDIS_COUNT(e, cancel_wakeups);
     cerb__redis_redirect_clear(); /* whatever the failure said is moot */
@@ -266,7 +266,7 @@ static cerb_status wait_loop(cerb_engine *e, cerb_engine_lock *lk, struct redis_
             st = cerb__redis_block_get(e, &bc);
             if (st != CERB_OK)
                 break;
-            wait_register(e, lk, bc);
+            cerb__redis_wait_register(e, lk, bc);
             inflight = false;
             /* Registered, then the flag again: an interrupt that came
              * before the registration is seen here, one after it shuts the
@@ -409,7 +409,7 @@ static cerb_status wait_loop(cerb_engine *e, cerb_engine_lock *lk, struct redis_
     }
 
     if (bc) {
-        if (wait_unregister(e, lk) || inflight)
+        if (cerb__redis_wait_unregister(e, lk) || inflight)
             bc->broken = true; /* shut down by cancel(), or a BLPOP is pending */
     }
     if (st != CERB_OK && redirected(e, st, oc))
