@@ -32,7 +32,9 @@
  * same run — redis-py on redis, Curator and kazoo on ZooKeeper,
  * python-etcd3 and etcdctl on etcd — through the scripts in bench/peers/,
  * and puts a row for each right under Cerberus's uncontended and handoff
- * rows, with Cerberus's figure over the peer's. A peer that is not
+ * rows, with Cerberus's figure over the peer's; the primitives' rows have
+ * theirs too (Curator's recipes, npm redis-semaphore, a redis-py election
+ * loop, `etcdctl elect`, etcd's election API), or a "no peer" row. A peer that is not
  * installed is a "skipped" row, never a failure of the bench.
  *
  * Without -c the bench writes its own configuration: Redis on 127.0.0.1,

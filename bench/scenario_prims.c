@@ -45,7 +45,6 @@
 struct sem_ctx {
     cerb_client *client;
     cerb_semaphore *sem;
-    uint64_t cycles; /* every cycle of the measured phases */
 };
 
 static void *sem_body(void *p)
@@ -75,7 +74,6 @@ static void *sem_body(void *p)
         if (bench_worker_done(w, t1))
             break;
         bench_hist_record(w->hist, t1 - t0);
-        c->cycles++;
         atomic_store_explicit(&w->ops, ++n, memory_order_relaxed);
     }
     w->end_ns = t_end;
