@@ -201,7 +201,7 @@ def result(peer, a, ops_per_s, lat_ns, how):
         fail("no %s measured in %.1f s" % (
             "cycle" if a.scenario == "uncontended" else "hand-off", a.duration))
     us = [pct(lat, q) / 1000.0 for q in (0.5, 0.9, 0.99)]
-    print("result peer=%s scenario=%s threads=%d ops_per_s=%.1f p50_us=%.1f "
+    print("result peer=%s scenario=%s threads=%d ops_per_s=%.6g p50_us=%.1f "
           "p90_us=%.1f p99_us=%.1f max_us=%.1f samples=%d # %s"
           % (peer, a.scenario, a.threads, ops_per_s, us[0], us[1], us[2],
              lat[-1] / 1000.0, len(lat), how), flush=True)
