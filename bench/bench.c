@@ -7,7 +7,8 @@
  *                  [--threads N[,N...]] [--duration S] [--waiters N]
  *                  [--locks M] [--lease MS] [--port P] [--redis-port P]
  *                  [--zk-port P] [--etcd-port P] [--pg-port P] [--mysql-port P]
- *                  [--cli PATH] [--peers]
+ *                  [--cli PATH] [--peers] [--permits N[,N...]]
+ *                  [--candidates K] [--rounds R]
  *                  [--json FILE] [--plot FILE.png]
  *
  * Scenarios: uncontended, contended, handoff, herd, many, guard (the
@@ -18,7 +19,12 @@
  * needs a server for every engine of its file; nor is serve
  * (scenario_serve.c: `cerberus serve`, in this process, against the
  * library in-process, and its blocking hand-off against Dapr's
- * try-lock-and-poll). For each engine the chosen
+ * try-lock-and-poll); nor are the coordination primitives' scenarios
+ * (issue 28): semaphore and rwlock (scenario_prims.c) and elect-failover
+ * (scenario_elect.c: leader processes killed, the time to the next
+ * leader; its candidates are this program re-executed with
+ * --elect-candidate), which need engines with those primitives. For each
+ * engine the chosen
  * scenarios run in that order; each row goes to the table as soon as it is
  * measured.
  *
@@ -26,7 +32,9 @@
  * same run — redis-py on redis, Curator and kazoo on ZooKeeper,
  * python-etcd3 and etcdctl on etcd — through the scripts in bench/peers/,
  * and puts a row for each right under Cerberus's uncontended and handoff
- * rows, with Cerberus's figure over the peer's. A peer that is not
+ * rows, with Cerberus's figure over the peer's; the primitives' rows have
+ * theirs too (Curator's recipes, npm redis-semaphore, a redis-py election
+ * loop, `etcdctl elect`, etcd's election API), or a "no peer" row. A peer that is not
  * installed is a "skipped" row, never a failure of the bench.
  *
  * Without -c the bench writes its own configuration: Redis on 127.0.0.1,
@@ -69,6 +77,10 @@
 #define DEFAULT_CONTENDED_THREADS 8
 #define DEFAULT_LOCKS 10000
 #define DEFAULT_MANY_LEASE_MS 3000
+#define DEFAULT_RWLOCK_THREADS 8
+#define DEFAULT_CANDIDATES 3
+#define DEFAULT_ELECT_ROUNDS 5
+#define MAX_PERMIT_COUNTS 8
 
 /* Scenario bits, in the order they run. */
 enum {
@@ -81,6 +93,10 @@ enum {
     SC_GUARD = 1 << 6,
     SC_SWITCH = 1 << 7,
     SC_SERVE = 1 << 8,
+    SC_SEMAPHORE = 1 << 9,
+    SC_RWLOCK = 1 << 10,
+    SC_ELECT_FAILOVER = 1 << 11,
+    SC_LAST = SC_ELECT_FAILOVER,
     SC_ALL = SC_UNCONTENDED | SC_CONTENDED | SC_HANDOFF | SC_HERD | SC_MANY |
              SC_GUARD,
 };
@@ -115,7 +131,9 @@ static const struct {
     {"handoff", SC_HANDOFF},         {"herd", SC_HERD},
     {"many", SC_MANY},               {"failover", SC_FAILOVER},
     {"guard", SC_GUARD},             {"switch", SC_SWITCH},
-    {"serve", SC_SERVE},             {"all", SC_ALL},
+    {"serve", SC_SERVE},             {"semaphore", SC_SEMAPHORE},
+    {"rwlock", SC_RWLOCK},           {"elect-failover", SC_ELECT_FAILOVER},
+    {"all", SC_ALL},
 };
 
 /* The engines of the switch scenario's built-in configuration, in order. */
@@ -140,6 +158,11 @@ struct cli {
     const char *json_path;
     const char *plot_path;
     int peers;                 /* --peers */
+    int permits[MAX_PERMIT_COUNTS]; /* semaphore: one row per limit */
+    int n_permits;
+    int candidates;            /* elect-failover */
+    int rounds;                /* elect-failover */
+    int lease_given;           /* --lease given: elect-failover's lease too */
     struct bench_fo_opts fo;
 };
 
@@ -153,25 +176,34 @@ static void usage(FILE *f)
         "                      [--lease MS] [--port P] [--redis-port P] "
         "[--zk-port P]\n"
         "                      [--etcd-port P] [--pg-port P] [--mysql-port P]\n"
-        "                      [--cli PATH] [--peers]\n"
+        "                      [--cli PATH] [--peers] [--permits N[,N...]]\n"
+        "                      [--candidates K] [--rounds R]\n"
         "                      [--json FILE] [--plot FILE.png]\n"
         "\n"
         "  -c, --config FILE   engines and servers from a Cerberus config file;\n"
         "                      without it: redis on 127.0.0.1:PORT\n"
         "  --engine E|all      engine to measure (default all: every configured one)\n"
         "  --scenario S        uncontended, contended, handoff, herd, many, guard,\n"
-        "                      switch, serve, failover, or all (default: every one\n"
-        "                      but switch, serve and failover); a comma list runs\n"
-        "                      several\n"
+        "                      switch, serve, semaphore, rwlock, elect-failover,\n"
+        "                      failover, or all (default: every one but switch,\n"
+        "                      serve, semaphore, rwlock, elect-failover and\n"
+        "                      failover); a comma list runs several\n"
         "  --threads N[,N...]  uncontended, guard, switch and serve: worker threads,\n"
         "                      one run per value\n"
         "                      (default 1);\n"
         "                      contended: clients on one name, one run per value\n"
-        "                      (default %d)\n"
+        "                      (default %d); rwlock: clients on one read-write\n"
+        "                      lock, 90 %% reads, 10 %% writes (default %d)\n"
+        "  --permits N[,N...]  semaphore: a row per limit N, 2N clients looping\n"
+        "                      acquire 1 permit + release (default 1,4,16)\n"
+        "  --candidates K      elect-failover: candidate processes (default %d)\n"
+        "  --rounds R          elect-failover: leaders killed, 1..%d (default %d)\n"
         "  --waiters N         handoff, herd and serve: contending clients, one each\n"
         "                      (default %d for handoff, %d for herd)\n"
         "  --locks M           many: locks held by one client (default %d)\n"
-        "  --lease MS          many: their lease, renewed every third (default %d)\n"
+        "  --lease MS          many: their lease, renewed every third (default %d);\n"
+        "                      elect-failover: a term's lease (default lock.lease_ms;\n"
+        "                      zk and etcd terms end with the session instead)\n"
         "  --duration S        seconds measured per side of each scenario; herd: rounds\n"
         "                      for that long; many: the hold period (default 5)\n"
         "  --port P            without -c: the port of the engine measured (default\n"
@@ -184,8 +216,14 @@ static void usage(FILE *f)
         "  --peers             also run the peers on the same servers, a row each\n"
         "                      under Cerberus's uncontended and handoff rows:\n"
         "                      redis-py (redis), Curator and kazoo (zk),\n"
-        "                      python-etcd3 and etcdctl (etcd); one not installed\n"
-        "                      is a \"skipped\" row. Scripts: $CERB_BENCH_PEERS_DIR\n"
+        "                      python-etcd3 and etcdctl (etcd); semaphore: Curator's\n"
+        "                      InterProcessSemaphoreV2 (zk), npm redis-semaphore\n"
+        "                      (redis); rwlock: Curator's InterProcessReadWriteLock;\n"
+        "                      elect-failover: Curator's LeaderLatch, a redis-py\n"
+        "                      Lock loop, `etcdctl elect` and etcd's election API;\n"
+        "                      one not installed is a \"skipped\" row, an engine\n"
+        "                      with no peer a row \"skipped: no peer\".\n"
+        "                      Scripts: $CERB_BENCH_PEERS_DIR\n"
         "                      (default: the source tree's bench/peers); Python\n"
         "                      ones run with $CERB_PEER_PYTHON (/usr/bin/python3)\n"
         "  --json FILE         also write the results as a JSON array\n"
@@ -227,7 +265,8 @@ static void usage(FILE *f)
         "  --cli PATH          the `cerberus` command that switches (default\n"
         "                      $CERB_BENCH_CLI, else the one built with the bench,\n"
         "                      else cerberus on PATH)\n",
-        DEFAULT_CONTENDED_THREADS, DEFAULT_HANDOFF_WAITERS,
+        DEFAULT_CONTENDED_THREADS, DEFAULT_RWLOCK_THREADS, DEFAULT_CANDIDATES,
+        BENCH_ELECT_MAX_ROUNDS, DEFAULT_ELECT_ROUNDS, DEFAULT_HANDOFF_WAITERS,
         DEFAULT_HERD_WAITERS, DEFAULT_LOCKS, DEFAULT_MANY_LEASE_MS,
         DEFAULT_PORT, DEFAULT_ZK_PORT, DEFAULT_ETCD_PORT, DEFAULT_PG_PORT,
         DEFAULT_MYSQL_PORT, BENCH_SWITCH_TARGET);
@@ -295,7 +334,8 @@ static int parse_scenarios(const char *s, int *out)
         if (i == n) {
             bench_errorf("--scenario: unknown scenario \"%s\" (known: "
                          "uncontended, contended, handoff, herd, many, "
-                         "guard, switch, serve, failover, all)", tok);
+                         "guard, switch, serve, semaphore, rwlock, "
+                         "elect-failover, failover, all)", tok);
             return -1;
         }
         *out |= scenario_names[i].bit;
@@ -317,7 +357,7 @@ static int parse_cli(int argc, char **argv, struct cli *c)
 {
     enum { O_ENGINE = 256, O_SCENARIO, O_THREADS, O_DURATION, O_WAITERS,
            O_PORT, O_JSON, O_FAIL, O_RESTORE, O_GRACE0, O_FLAP, O_FLAP_PERIOD, O_MAX_WAIT,
-           O_LOCKS, O_LEASE, O_PLOT, O_PEERS, O_CLI,
+           O_LOCKS, O_LEASE, O_PLOT, O_PEERS, O_CLI, O_PERMITS, O_CANDIDATES, O_ROUNDS,
            O_ENGINE_PORT /* + index in builtin_ports */ };
     static const struct option opts[] = {
         {"config", required_argument, NULL, 'c'},
@@ -336,6 +376,9 @@ static int parse_cli(int argc, char **argv, struct cli *c)
         {"json", required_argument, NULL, O_JSON},
         {"plot", required_argument, NULL, O_PLOT},
         {"peers", no_argument, NULL, O_PEERS},
+        {"permits", required_argument, NULL, O_PERMITS},
+        {"candidates", required_argument, NULL, O_CANDIDATES},
+        {"rounds", required_argument, NULL, O_ROUNDS},
         {"locks", required_argument, NULL, O_LOCKS},
         {"lease", required_argument, NULL, O_LEASE},
         {"fail-cmd", required_argument, NULL, O_FAIL},
@@ -360,6 +403,12 @@ static int parse_cli(int argc, char **argv, struct cli *c)
     c->lease_ms = DEFAULT_MANY_LEASE_MS;
     c->duration_s = 5.0;
     c->port = DEFAULT_PORT;
+    c->permits[0] = 1;
+    c->permits[1] = 4;
+    c->permits[2] = 16;
+    c->n_permits = 3;
+    c->candidates = DEFAULT_CANDIDATES;
+    c->rounds = DEFAULT_ELECT_ROUNDS;
 
     while ((ch = getopt_long(argc, argv, "c:h", opts, NULL)) != -1) {
         switch (ch) {
@@ -385,6 +434,36 @@ static int parse_cli(int argc, char **argv, struct cli *c)
         case O_LEASE:
             /* The configuration's range for lock.lease_ms. */
             if (parse_int("--lease", optarg, 100, 86400000, &c->lease_ms))
+                return -1;
+            c->lease_given = 1;
+            break;
+        case O_PERMITS: {
+            char buf[256];
+            snprintf(buf, sizeof buf, "%s", optarg);
+            c->n_permits = 0;
+            for (char *save = NULL, *tok = strtok_r(buf, ",", &save); tok;
+                 tok = strtok_r(NULL, ",", &save)) {
+                if (c->n_permits == MAX_PERMIT_COUNTS) {
+                    bench_errorf("--permits: at most %d values", MAX_PERMIT_COUNTS);
+                    return -1;
+                }
+                /* 2N clients: N up to half the thread limit. */
+                if (parse_int("--permits", tok, 1, MAX_THREADS / 2, &c->permits[c->n_permits]))
+                    return -1;
+                c->n_permits++;
+            }
+            if (c->n_permits == 0) {
+                bench_errorf("--permits: no value");
+                return -1;
+            }
+            break;
+        }
+        case O_CANDIDATES:
+            if (parse_int("--candidates", optarg, 2, 32, &c->candidates))
+                return -1;
+            break;
+        case O_ROUNDS:
+            if (parse_int("--rounds", optarg, 1, BENCH_ELECT_MAX_ROUNDS, &c->rounds))
                 return -1;
             break;
         case O_PLOT:
@@ -780,7 +859,7 @@ static int run_engine(const struct cli *cli, struct bench_opts *opts,
     const int *ct = cli->threads_given ? cli->threads : default_contended;
     int n_ct = cli->threads_given ? cli->n_threads : 1;
 
-    for (int bit = SC_UNCONTENDED; bit <= SC_SERVE; bit <<= 1) {
+    for (int bit = SC_UNCONTENDED; bit <= SC_LAST; bit <<= 1) {
         if (!(cli->scenarios & bit) || bit == SC_FAILOVER)
             continue;
         if (bit == SC_SERVE) {
@@ -816,8 +895,12 @@ static int run_engine(const struct cli *cli, struct bench_opts *opts,
             }
             continue;
         }
+        static const int default_rw[1] = {DEFAULT_RWLOCK_THREADS};
+        const int *rwt = cli->threads_given ? cli->threads : default_rw;
         int runs = bit == SC_UNCONTENDED || bit == SC_SWITCH ? cli->n_threads
                  : bit == SC_CONTENDED                       ? n_ct
+                 : bit == SC_RWLOCK                          ? n_ct
+                 : bit == SC_SEMAPHORE                       ? cli->n_permits
                                                              : 1;
         for (int k = 0; k < runs; k++) {
             struct bench_result *r = bench_rows_slot(rows);
@@ -841,6 +924,15 @@ static int run_engine(const struct cli *cli, struct bench_opts *opts,
                 break;
             case SC_HERD:
                 rc = bench_herd(e, opts, r);
+                break;
+            case SC_SEMAPHORE:
+                rc = bench_semaphore(e, opts, cli->permits[k], r);
+                break;
+            case SC_RWLOCK:
+                rc = bench_rwlock(e, opts, rwt[k], r);
+                break;
+            case SC_ELECT_FAILOVER:
+                rc = bench_elect_failover(e, opts, r);
                 break;
             default:
                 rc = bench_many(e, opts, r);
@@ -868,6 +960,10 @@ int main(int argc, char **argv)
     struct bench_rows rows = {NULL, 0, 0};
     struct bench_peers *peers = NULL;
     int n_engines, status = 0;
+
+    /* elect-failover's candidates: this program in a role. */
+    if (argc > 1 && strcmp(argv[1], "--elect-candidate") == 0)
+        return bench_elect_candidate_main(argc, argv);
 
     int p = parse_cli(argc, argv, &cli);
     if (p != 0)
@@ -912,6 +1008,9 @@ int main(int argc, char **argv)
         .many_lease_ms = cli.lease_ms,
         .duration_s = cli.duration_s,
         .progress = isatty(STDERR_FILENO),
+        .candidates = cli.candidates,
+        .elect_rounds = cli.rounds,
+        .elect_lease_ms = cli.lease_given ? cli.lease_ms : 0,
         .sw = {cli.config_path, cli.switch_text, switch_cli(&cli)},
     };
     if (cli.scenarios == SC_FAILOVER) {

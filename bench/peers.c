@@ -18,8 +18,16 @@
  *           "result peer=P scenario=S threads=N ops_per_s=X p50_us=..
  *            [p90_us=..] p99_us=.. max_us=.. [samples=K] # how"
  *
- * Only uncontended (ops/s at each --threads value) and handoff (p50/p99
- * with --waiters contenders) have peer rows: the other scenarios measure
+ * Uncontended (ops/s at each --threads value) and handoff (p50/p99 with
+ * --waiters contenders) have peer rows, and so do the coordination
+ * primitives (issue 28): semaphore (ops/s; the script gets --permits N
+ * and --threads 2N) and rwlock (ops/s) with Curator's recipes on zk and
+ * npm redis-semaphore on redis; elect-failover (median and longest
+ * failover; the script gets --threads K candidates, --rounds R and
+ * --lease-ms L, the bound Cerberus's candidates had) with Curator's
+ * LeaderLatch, a redis-py Lock loop, `etcdctl elect` and etcd's election
+ * API. Where an engine has no established peer for a primitive, the row
+ * says so ("skipped: no peer: ..."). The other scenarios measure
  * Cerberus's own machinery (wake-ups, renewal) that peers do not expose.
  *
  * Algorithm. The first time a peer is needed, it is checked (--check: the
@@ -84,15 +92,48 @@ struct peer_def {
     double unc_min;
     int unc_1_only;
     double ho_p50_max, ho_p99_max;
+    /* The scenarios it measures, each between commas. */
+    const char *scenarios;
 };
 
 static const struct peer_def peer_defs[] = {
-    {"redis", "redis-py", "redispy_lock.py", NULL, 3.0, 1, 0, 0},
-    {"zk", "curator", "curator.sh", NULL, 1.6, 0, 0.7, 0.4},
-    {"zk", "kazoo", "kazoo_lock.py", NULL, 2.8, 0, 0, 0},
-    {"etcd", "python-etcd3", "etcd_peers.py", "python-etcd3", 1.0, 0, 0, 0},
-    {"etcd", "etcdctl", "etcd_peers.py", "etcdctl", 1.0, 0, 0, 0},
+    {"redis", "redis-py", "redispy_lock.py", NULL, 3.0, 1, 0, 0,
+     ",uncontended,handoff,elect-failover,"},
+    {"redis", "redis-semaphore", "redis_semaphore.sh", NULL, 0, 0, 0, 0, ",semaphore,"},
+    {"zk", "curator", "curator.sh", NULL, 1.6, 0, 0.7, 0.4,
+     ",uncontended,handoff,semaphore,rwlock,elect-failover,"},
+    {"zk", "kazoo", "kazoo_lock.py", NULL, 2.8, 0, 0, 0, ",uncontended,handoff,"},
+    {"etcd", "python-etcd3", "etcd_peers.py", "python-etcd3", 1.0, 0, 0, 0,
+     ",uncontended,handoff,"},
+    {"etcd", "etcdctl", "etcd_peers.py", "etcdctl", 1.0, 0, 0, 0,
+     ",uncontended,handoff,elect-failover,"},
+    {"etcd", "etcd-election", "etcd_peers.py", "election-api", 0, 0, 0, 0,
+     ",elect-failover,"},
 };
+
+/* Engines and primitives with no established peer to compare with: the
+ * row says why. */
+static const struct {
+    const char *engine, *scenario, *why;
+} no_peer[] = {
+    {"etcd", "semaphore",
+     "no peer: etcd ships no semaphore (neither etcdctl nor the Go client's "
+     "concurrency package has one)"},
+    {"redis", "rwlock",
+     "no peer: neither redis-py nor npm redis-semaphore has a read-write lock"},
+    {"etcd", "rwlock",
+     "no peer: etcd's read-write lock is only the Go contrib/recipes example, "
+     "with no command or client to run it"},
+};
+#define N_NO_PEER (sizeof no_peer / sizeof no_peer[0])
+
+/* Whether peer @d measures @scenario. */
+static int serves(const struct peer_def *d, const char *scenario)
+{
+    char key[BENCH_NAME_MAX + 3];
+    snprintf(key, sizeof key, ",%s,", scenario);
+    return strstr(d->scenarios, key) != NULL;
+}
 #define N_PEERS (sizeof peer_defs / sizeof peer_defs[0])
 
 enum peer_state { PEER_UNKNOWN, PEER_READY, PEER_GONE };
@@ -455,8 +496,8 @@ static const char *unreachable_why(const struct bench_engine *e)
 
 /* The argv of one run of peer @d; @scenario NULL = --check. */
 static void build_argv(const struct bench_peers *p, const struct peer_def *d,
-                       const struct bench_engine *e, const char *scenario,
-                       int threads, double duration_s, char *bufs,
+                       const struct bench_engine *e, const struct bench_result *cerb,
+                       double duration_s, char *bufs,
                        size_t bufsz, char **argv, size_t maxargs)
 {
     size_t n = 0, used = 0;
@@ -477,13 +518,23 @@ static void build_argv(const struct bench_peers *p, const struct peer_def *d,
         ARG("--peer");
         ARG("%s", d->peer_arg);
     }
-    if (scenario) {
+    if (cerb) {
         ARG("--scenario");
-        ARG("%s", scenario);
+        ARG("%s", cerb->scenario);
         ARG("--threads");
-        ARG("%d", threads);
+        ARG("%d", cerb->threads);
         ARG("--duration");
         ARG("%g", duration_s);
+        if (strcmp(cerb->scenario, "semaphore") == 0) {
+            ARG("--permits");
+            ARG("%d", cerb->permits);
+        }
+        if (strcmp(cerb->scenario, "elect-failover") == 0) {
+            ARG("--rounds");
+            ARG("%d", cerb->rounds);
+            ARG("--lease-ms");
+            ARG("%lld", (long long)cerb->bound_ms);
+        }
     } else {
         ARG("--check");
     }
@@ -631,7 +682,7 @@ static int check_peer(struct bench_peers *p, size_t k,
         return 0;
     }
     ensure_work(p);
-    build_argv(p, d, e, NULL, 0, 0, bufs, sizeof bufs, argv, 32);
+    build_argv(p, d, e, NULL, 0, bufs, sizeof bufs, argv, 32);
     snprintf(label, sizeof label, "peer %s on %s: checking", d->name,
              e->name);
     int limit = p->limit_s ? p->limit_s : PEER_CHECK_LIMIT_S;
@@ -665,7 +716,7 @@ static void set_targets(const struct peer_def *d, struct bench_result *r)
     if (strcmp(r->scenario, "uncontended") == 0) {
         if (d->unc_min > 0 && (!d->unc_1_only || r->threads == 1))
             r->peer_target_min = d->unc_min;
-    } else {
+    } else if (strcmp(r->scenario, "handoff") == 0) {
         r->peer_target_max = d->ho_p50_max;
         r->peer_target_p99_max = d->ho_p99_max;
     }
@@ -676,16 +727,37 @@ int bench_peers_after(struct bench_peers *p, const struct bench_engine *e,
                       const struct bench_result *cerb,
                       struct bench_rows *rows)
 {
-    int unc = strcmp(cerb->scenario, "uncontended") == 0;
-    if (!unc && strcmp(cerb->scenario, "handoff") != 0)
-        return 0;
+    /* Compared by ops/s (higher is better) or by latency (lower). */
+    int unc = strcmp(cerb->scenario, "uncontended") == 0 ||
+              strcmp(cerb->scenario, "semaphore") == 0 ||
+              strcmp(cerb->scenario, "rwlock") == 0;
+    int elect = strcmp(cerb->scenario, "elect-failover") == 0;
+    if (cerb->note[0])
+        return 0; /* no figures of Cerberus's to compare (local elections) */
+    for (size_t i = 0; i < N_NO_PEER; i++)
+        if (strcmp(no_peer[i].engine, e->name) == 0 &&
+            strcmp(no_peer[i].scenario, cerb->scenario) == 0) {
+            struct bench_result *r = bench_rows_slot(rows);
+            if (!r)
+                return -1;
+            snprintf(r->scenario, sizeof r->scenario, "%s", cerb->scenario);
+            snprintf(r->engine, sizeof r->engine, "%s", cerb->engine);
+            snprintf(r->peer, sizeof r->peer, "none");
+            r->threads = cerb->threads;
+            r->ratio = r->ratio_paired_median = -1;
+            r->cerb_over_peer = r->cerb_over_peer_p99 = -1;
+            r->peer_status = "skipped";
+            snprintf(r->peer_reason, sizeof r->peer_reason, "%s", no_peer[i].why);
+            rows->n++;
+            bench_report_row(stdout, r);
+        }
     for (size_t k = 0; k < N_PEERS; k++) {
         const struct peer_def *d = &peer_defs[k];
         char out[PEER_OUT_MAX], err[PEER_ERR_MAX], bufs[4096], *argv[32];
         char label[96], line[PEER_OUT_MAX], tail[512], why[700];
         int oom = 0;
 
-        if (strcmp(d->engine, e->name) != 0)
+        if (strcmp(d->engine, e->name) != 0 || !serves(d, cerb->scenario))
             continue;
         if (!check_peer(p, k, e, cerb, rows, &oom)) {
             if (oom)
@@ -695,10 +767,13 @@ int bench_peers_after(struct bench_peers *p, const struct bench_engine *e,
         struct bench_result *r = peer_row(rows, d, cerb);
         if (!r)
             return -1;
-        build_argv(p, d, e, cerb->scenario, cerb->threads, o->duration_s,
-                   bufs, sizeof bufs, argv, 32);
+        build_argv(p, d, e, cerb, o->duration_s, bufs, sizeof bufs, argv, 32);
+        /* elect-failover: each round waits out a lease (etcdctl's is its
+         * own 60 s, one round). */
         int limit = p->limit_s ? p->limit_s
-                               : PEER_BASE_LIMIT_S + (int)(3 * o->duration_s);
+                    : elect ? PEER_BASE_LIMIT_S + 90 +
+                                  cerb->rounds * (int)(2 * cerb->bound_ms / 1000 + 15)
+                            : PEER_BASE_LIMIT_S + (int)(3 * o->duration_s);
         snprintf(label, sizeof label, "peer %s %s x%d on %s", d->name,
                  cerb->scenario, cerb->threads, e->name);
         int st = run_child(argv, limit, label, p->progress, out, sizeof out,

@@ -39,6 +39,23 @@
  *                lines say what was switched (engines, epochs, from which
  *                engine), how long it settled, the alone latencies and
  *                the tries answered BUSY.
+ *   semaphore    acquire 1 + release cycles/s with 2N clients on N permits
+ *                (threads = 2N), latency = the acquire wait; ceiling one
+ *                round trip, ratio acquire-wait p50 / RTT (no target in
+ *                DESIGN 10: the peers are the comparison); JSON permits;
+ *   rwlock       lock + ~10 us + unlock cycles/s, 90 % reads, 10 %
+ *                writes, latency = the cycle; ceiling and ratio as
+ *                semaphore; the detail line splits reads and writes (JSON
+ *                reads, writes, read_p50_us, read_p99_us, write_p50_us,
+ *                write_p99_us);
+ *   elect-failover  the leader process killed -> the next one elected:
+ *                p50 = the median over the rounds, p99 = max = the
+ *                longest, ops/s = rounds / summed failover time; ceiling
+ *                kind "bound": the lease or session that ends a dead
+ *                leader's term + one RTT, ratio = median / bound (target
+ *                <= 1, every round within it); JSON candidates, rounds,
+ *                bound_ms, bound_what, rtt_us, failover_ms (a list),
+ *                target_met. On the local engine a note.
  * "n/a" where the engine has no raw ceiling (guard rows say why: "no
  * ceiling for engine X (...)"). The detail line under a row
  * gives the per-acquisition protocol counters (wake-ups, acquire calls)
@@ -109,6 +126,19 @@ static int is_switch(const struct bench_result *r)
     return strcmp(r->scenario, "switch") == 0;
 }
 
+/* Peer rows compared by ops/s (higher is better for Cerberus) rather than
+ * by latency p50 and p99 (lower is better). */
+static int by_ops(const char *scenario)
+{
+    return strcmp(scenario, "uncontended") == 0 || strcmp(scenario, "semaphore") == 0 ||
+           strcmp(scenario, "rwlock") == 0;
+}
+
+static int is_elect(const struct bench_result *r)
+{
+    return strcmp(r->scenario, "elect-failover") == 0;
+}
+
 /* Whether peer row @r meets its DESIGN.md §10 target: 1, 0, or -1 when
  * it has none (or no ratio to judge). */
 /* How the guard rows' server commands were counted, for the detail line. */
@@ -161,7 +191,7 @@ static const char *counted_by(const char *engine)
 static void peer_row(FILE *f, const struct bench_result *r)
 {
     char cmp[96] = "cerberus/peer n/a", tgt[64];
-    int unc = strcmp(r->scenario, "uncontended") == 0;
+    int unc = by_ops(r->scenario);
 
     if (strcmp(r->peer_status, "measured") != 0) {
         fprintf(f, "%-12s %-12s %7d %11s %9s %9s %10s  %s: %s\n", r->scenario,
@@ -208,6 +238,8 @@ void bench_report_row(FILE *f, const struct bench_result *r)
         snprintf(ceiling, sizeof ceiling, "alone %.0f ops/s", r->ceiling_ops_per_s);
     else if (r->ceiling_kind && strcmp(r->ceiling_kind, "in-process") == 0)
         snprintf(ceiling, sizeof ceiling, "in-proc %.0f ops/s", r->ceiling_ops_per_s);
+    else if (r->ceiling_kind && strcmp(r->ceiling_kind, "bound") == 0)
+        snprintf(ceiling, sizeof ceiling, "bound %.0f ms", r->ceiling_p50_us / 1e3);
     else if (r->ceiling_kind && strcmp(r->ceiling_kind, "poll") == 0)
         snprintf(ceiling, sizeof ceiling, "poll p50 %.0f us", r->ceiling_p50_us);
     else if (r->ceiling_kind)
@@ -219,7 +251,39 @@ void bench_report_row(FILE *f, const struct bench_result *r)
             r->scenario, r->engine, r->threads, r->ops_per_s, r->p50_us,
             r->p99_us, r->max_us, ceiling, ratio);
 
-    if (strcmp(r->scenario, "serve") == 0 && r->ceiling_kind) {
+    if (strcmp(r->scenario, "semaphore") == 0) {
+        fprintf(f, "%-12s permits %d, %d clients (one thread each) looping acquire 1 "
+                   "(no wait limit) + release; latency = the acquire wait, p90 %.1f us, "
+                   "mean %.1f us\n",
+                "", r->permits, r->threads, r->p90_us, r->mean_us);
+        if (r->ceiling_kind)
+            fprintf(f, "%-12s ratio = acquire-wait p50 / RTT p50 (round trips per wait; "
+                       "RTT p50 per round %.1f..%.1f us); no target in DESIGN 10\n",
+                    "", r->ceiling_round_p50_min_us, r->ceiling_round_p50_max_us);
+    } else if (strcmp(r->scenario, "rwlock") == 0) {
+        fprintf(f, "%-12s %d clients, 90 %% reads / 10 %% writes, ~10 us held; reads: "
+                   "%llu, p50 %.1f us, p99 %.1f us; writes: %llu, p50 %.1f us, p99 %.1f us\n",
+                "", r->threads, (unsigned long long)r->rw_reads, r->read_p50_us,
+                r->read_p99_us, (unsigned long long)r->rw_writes, r->write_p50_us,
+                r->write_p99_us);
+        if (r->ceiling_kind)
+            fprintf(f, "%-12s ratio = cycle p50 / RTT p50 (RTT p50 per round "
+                       "%.1f..%.1f us); no target in DESIGN 10\n",
+                    "", r->ceiling_round_p50_min_us, r->ceiling_round_p50_max_us);
+    } else if (is_elect(r) && r->ceiling_kind) {
+        char list[BENCH_ELECT_MAX_ROUNDS * 12] = "";
+        for (int i = 0; i < r->rounds && i < BENCH_ELECT_MAX_ROUNDS; i++) {
+            size_t len = strlen(list);
+            snprintf(list + len, sizeof list - len, "%s%.0f", i ? ", " : "", r->failover_ms[i]);
+        }
+        fprintf(f, "%-12s %d candidate processes, the leader killed (SIGKILL) %d times: "
+                   "next leader after median %.0f ms, max %.0f ms (%s ms)\n",
+                "", r->candidates, r->rounds, r->p50_us / 1e3, r->max_us / 1e3, list);
+        fprintf(f, "%-12s bound = %s + 1 RTT (%.1f us); target (DESIGN 16): next leader "
+                   "within it, every round: %s\n",
+                "", r->bound_what, r->rtt_us > 0 ? r->rtt_us : 0.0,
+                r->max_us <= r->ceiling_p50_us ? "met" : "MISSED");
+    } else if (strcmp(r->scenario, "serve") == 0 && r->ceiling_kind) {
         fprintf(f, "%-12s in-process cycle p50 %.1f us, p99 %.1f us (p50 per round "
                    "%.1f..%.1f us); overhead of the daemon per cycle: p50 %+.1f us, "
                    "p99 %+.1f us (target: p50 <= 100 us)\n",
@@ -385,7 +449,7 @@ static json_t *peer_json(const struct bench_result *r)
     json_t *o = json_object();
     int ok = o != NULL;
     int m = strcmp(r->peer_status, "measured") == 0;
-    int unc = strcmp(r->scenario, "uncontended") == 0;
+    int unc = by_ops(r->scenario);
     char tgt[64];
     int met = target_met(r);
 
@@ -577,6 +641,29 @@ static json_t *result_json(const struct bench_result *r)
         put(o, "raw_handoff_p99_us", json_real(r->raw_ho_p99_us), &ok);
         put(o, "ratio_to_raw_handoff",
             r->raw_ho_p50_us > 0 ? json_real(r->p50_us / r->raw_ho_p50_us) : json_null(), &ok);
+    }
+    if (strcmp(r->scenario, "semaphore") == 0)
+        put(o, "permits", json_integer(r->permits), &ok);
+    if (strcmp(r->scenario, "rwlock") == 0) {
+        put(o, "reads", json_integer((json_int_t)r->rw_reads), &ok);
+        put(o, "writes", json_integer((json_int_t)r->rw_writes), &ok);
+        put(o, "read_p50_us", json_real(r->read_p50_us), &ok);
+        put(o, "read_p99_us", json_real(r->read_p99_us), &ok);
+        put(o, "write_p50_us", json_real(r->write_p50_us), &ok);
+        put(o, "write_p99_us", json_real(r->write_p99_us), &ok);
+    }
+    if (is_elect(r) && !r->note[0]) {
+        json_t *fo = json_array();
+        for (int i = 0; fo && i < r->rounds && i < BENCH_ELECT_MAX_ROUNDS; i++)
+            if (json_array_append_new(fo, json_real(r->failover_ms[i])) != 0)
+                ok = 0;
+        put(o, "candidates", json_integer(r->candidates), &ok);
+        put(o, "rounds", json_integer(r->rounds), &ok);
+        put(o, "bound_ms", json_integer((json_int_t)r->bound_ms), &ok);
+        put(o, "bound_what", json_string(r->bound_what), &ok);
+        put(o, "rtt_us", real_or_null(r->rtt_us), &ok);
+        put(o, "failover_ms", fo, &ok);
+        put(o, "target_met", json_boolean(r->max_us <= r->ceiling_p50_us), &ok);
     }
     if (strcmp(r->scenario, "serve-handoff") == 0 && r->poll_slow_p50_us > 0) {
         put(o, "poll_100ms_p50_us", json_real(r->poll_slow_p50_us), &ok);

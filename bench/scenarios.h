@@ -74,11 +74,17 @@ struct bench_opts {
     int64_t many_lease_ms; /* many: the lease of each of those locks */
     double duration_s;  /* measured time per side of each scenario */
     int progress;       /* draw a progress line on stderr */
+    int candidates;     /* elect-failover: candidate processes */
+    int elect_rounds;   /* elect-failover: leaders killed */
+    int64_t elect_lease_ms; /* elect-failover: a term's lease (0 = the configuration's) */
     struct bench_switch_opts sw; /* switch */
 };
 
 /* many: threads that acquire (and later release) the locks. */
 #define BENCH_MANY_THREADS 8
+
+/* elect-failover: most rounds (leaders killed) of one run. */
+#define BENCH_ELECT_MAX_ROUNDS 20
 
 /* One row of the report (and one object of the JSON array). */
 struct bench_result {
@@ -164,6 +170,21 @@ struct bench_result {
     /* serve-handoff: the hand-off of a 100 ms poll (the ceiling is the
      * 10 ms one's). */
     double poll_slow_p50_us, poll_slow_p99_us;
+
+    /* semaphore: the limit (threads = 2 x permits). */
+    int permits;
+    /* rwlock: cycles of each kind measured, and their latencies. */
+    uint64_t rw_reads, rw_writes;
+    double read_p50_us, read_p99_us, write_p50_us, write_p99_us;
+    /* elect-failover: candidates standing, the bound (the lease or session
+     * that ends a dead leader's term, in ms, and what it is), one round trip
+     * (-1 = not measured), each round's failover (rounds of them). The
+     * ceiling (kind "bound") is bound_ms + the round trip. */
+    int candidates;
+    int64_t bound_ms;
+    char bound_what[96];
+    double rtt_us;
+    double failover_ms[BENCH_ELECT_MAX_ROUNDS];
 
     /* --peers (peers.c): a row measured by another lock library on the
      * engine's server, right after Cerberus's row of the same scenario and
@@ -303,6 +324,30 @@ int bench_herd(const struct bench_engine *e, const struct bench_opts *o,
 /* One client holding o->locks renewed locks (scenario_many.c). */
 int bench_many(const struct bench_engine *e, const struct bench_opts *o,
                struct bench_result *out);
+
+/*
+ * Coordination primitives (scenario_prims.c): a semaphore of @permits
+ * permits with 2 x @permits clients looping acquire 1 + release (latency =
+ * the acquire wait); a read-write lock with @threads clients, 90 % reads
+ * and 10 % writes (latency = the cycle).
+ */
+int bench_semaphore(const struct bench_engine *e, const struct bench_opts *o, int permits,
+                    struct bench_result *out);
+int bench_rwlock(const struct bench_engine *e, const struct bench_opts *o, int threads,
+                 struct bench_result *out);
+
+/*
+ * Leader failover (scenario_elect.c): o->candidates candidate processes,
+ * the leader killed o->elect_rounds times; the time to the next leader's
+ * CERB_OK. On the local engine, a row with a note (no cross-process
+ * elections). bench_elect_candidate_main is the candidates' role
+ * (`cerberus-bench --elect-candidate ...`); it never returns. The bound
+ * (lease or session) of a dead leader's term on @e, in ms.
+ */
+int bench_elect_failover(const struct bench_engine *e, const struct bench_opts *o,
+                         struct bench_result *out);
+int bench_elect_candidate_main(int argc, char **argv);
+int64_t bench_elect_bound_ms(const struct bench_engine *e, int64_t lease_ms);
 
 /* The idempotency guard with @threads threads sharing one client
  * (scenario_guard.c): out[0] is the "guard" row (begin + finish on

@@ -5,9 +5,11 @@
 # in the same run (`cerberus-bench --peers` runs it; DESIGN.md §10: >= 1.6 x
 # Curator uncontended, handoff p50 <= 0.7 x and p99 <= 0.4 x Curator's).
 #
-#   bench/peers/curator.sh --check | --scenario uncontended|handoff
+#   bench/peers/curator.sh --check | --scenario uncontended|handoff|semaphore|
+#                          rwlock|elect-failover
 #                          [--threads N] [--duration S] [--hosts H | --port P]
-#                          [--root R] [--work DIR]
+#                          [--root R] [--work DIR] [--permits N] [--rounds R]
+#                          [--lease-ms L]
 #
 # Compiles tests/interop/curator/CuratorBench.java against Debian's Curator
 # jars (javac from default-jdk-headless, under a 120 s deadline) into
@@ -19,8 +21,21 @@
 #   handoff      N clients (sessions), one path, 20 us of work while holding;
 #                latency = the next holder's acquire return minus the release
 #                stamp. Curator's mutex is fair, the releaser queues again.
+# The coordination recipes (issue 28) are tests/interop/curator/
+# CuratorPrimsBench.java, compiled alongside:
+#   semaphore    InterProcessSemaphoreV2 with --permits N leases, --threads
+#                (2N) clients looping acquire + returnLease; latency = the
+#                acquire wait;
+#   rwlock       InterProcessReadWriteLock, --threads clients, one cycle in
+#                ten a write, ~10 us held; latency = the cycle;
+#   elect-failover  --threads LeaderLatch candidates, a JVM each, with a
+#                session timeout of --lease-ms (Cerberus's
+#                zk.session_timeout_ms), driven by elect_driver.py: the
+#                leader's JVM killed --rounds times, the time to the next
+#                leader's latch.await().
 # Lock paths are under --root (default /cerberus/locks, the engine's
-# default), named bench-cu-<pid>-<i> and bench-ch-<pid>.
+# default), named bench-cu-<pid>-<i>, bench-ch-<pid>, bench-cs-<pid>,
+# bench-crw-<pid> and bench-ce-<pid>.
 #
 # Output: one line on stdout, the protocol of every peer script
 # (bench/peers/peerlib.py): "ok <what>" after --check, "skip <why>" with
@@ -42,6 +57,8 @@ JAVA=${JAVA:-java}
 JAVAC=${JAVAC:-javac}
 JARS=${CURATOR_JARS:-/usr/share/java}
 SRC=$ROOT_DIR/tests/interop/curator/CuratorBench.java
+SRC_PRIMS=$ROOT_DIR/tests/interop/curator/CuratorPrimsBench.java
+PY=${CERB_PEER_PYTHON:-/usr/bin/python3}
 
 die() { printf '%s: error: %s\n' "$PROG" "$*" >&2; exit 1; }
 skip() { printf 'skip %s\n' "$*"; exit 3; }
@@ -58,6 +75,9 @@ THREADS=1
 SCENARIO=""
 CHECK=0
 WORK=""
+PERMITS=1
+ROUNDS=5
+LEASE_MS=10000
 while (($#)); do
     case $1 in
         --check) CHECK=1; shift ;;
@@ -68,13 +88,18 @@ while (($#)); do
         --duration) DURATION=${2:-}; shift 2 || die "--duration needs a value" ;;
         --threads) THREADS=${2:-}; shift 2 || die "--threads needs a value" ;;
         --work) WORK=${2:-}; shift 2 || die "--work needs a value" ;;
+        --permits) PERMITS=${2:-}; shift 2 || die "--permits needs a value" ;;
+        --rounds) ROUNDS=${2:-}; shift 2 || die "--rounds needs a value" ;;
+        --lease-ms) LEASE_MS=${2:-}; shift 2 || die "--lease-ms needs a value" ;;
         -h | --help) usage; exit 0 ;;
         *) usage >&2; exit 2 ;;
     esac
 done
 bad() { printf '%s: error: %s\n' "$PROG" "$*" >&2; exit 2; }
-[[ $CHECK == 1 || $SCENARIO == uncontended || $SCENARIO == handoff ]] ||
-    bad "--scenario uncontended|handoff (or --check) is required"
+[[ $CHECK == 1 || $SCENARIO =~ ^(uncontended|handoff|semaphore|rwlock|elect-failover)$ ]] ||
+    bad "--scenario uncontended|handoff|semaphore|rwlock|elect-failover (or --check) is required"
+[[ $PERMITS =~ ^[1-9][0-9]*$ && $ROUNDS =~ ^[1-9][0-9]*$ && $LEASE_MS =~ ^[1-9][0-9]*$ ]] ||
+    bad "bad --permits, --rounds or --lease-ms"
 [[ $PORT =~ ^[0-9]+$ ]] || bad "bad --port '$PORT'"
 [[ $DURATION =~ ^[0-9]+(\.[0-9]+)?$ ]] || bad "bad --duration '$DURATION'"
 [[ $THREADS =~ ^[1-9][0-9]*$ && $THREADS -le 1024 ]] || bad "bad --threads '$THREADS'"
@@ -87,17 +112,17 @@ command -v "$JAVAC" >/dev/null || skip "$JAVAC not found (Debian package default
 [[ -f $JARS/curator-recipes.jar ]] ||
     skip "$JARS/curator-recipes.jar not found (Debian package libcurator-recipes-java)"
 [[ -f $JARS/slf4j-nop.jar ]] || skip "$JARS/slf4j-nop.jar not found (Debian package libslf4j-java)"
-[[ -f $SRC ]] || skip "$SRC not found (a source checkout is needed)"
+[[ -f $SRC && -f $SRC_PRIMS ]] || skip "$SRC or $SRC_PRIMS not found (a source checkout is needed)"
 
 if [[ -z $WORK ]]; then
     WORK=$(mktemp -d "${TMPDIR:-/tmp}/cerberus-curator-bench.XXXXXX")
     trap 'rm -rf -- "$WORK"' EXIT
 fi
 CLASSES=$WORK/curator-classes
-if [[ ! -f $CLASSES/CuratorBench.class ]]; then
+if [[ ! -f $CLASSES/CuratorBench.class || ! -f $CLASSES/CuratorPrimsBench.class ]]; then
     mkdir -p -- "$CLASSES"
-    timeout 120 "$JAVAC" -nowarn -d "$CLASSES" -cp "$JARS/curator-recipes.jar" "$SRC" >&2 ||
-        die "javac $SRC failed or timed out"
+    timeout 120 "$JAVAC" -nowarn -d "$CLASSES" -cp "$JARS/curator-recipes.jar" "$SRC" \
+        "$SRC_PRIMS" >&2 || die "javac $SRC $SRC_PRIMS failed or timed out"
 fi
 CP="$JARS/curator-recipes.jar:$JARS/slf4j-nop.jar:$CLASSES"
 read -r -a JVM_OPTS <<<"${CURATOR_JVM_OPTS:-}"
@@ -115,9 +140,43 @@ if ((CHECK)); then
     exit 0
 fi
 
+if [[ $SCENARIO == elect-failover ]]; then
+    "$PY" "$HERE/elect_driver.py" --peer curator --threads "$THREADS" \
+        --rounds "$ROUNDS" --lease-ms "$LEASE_MS" \
+        --how "Curator LeaderLatch, a JVM per candidate, session timeout $LEASE_MS ms" -- \
+        "$JAVA" ${JVM_OPTS[@]+"${JVM_OPTS[@]}"} -cp "$CP" CuratorPrimsBench "$HOSTS" \
+        "$LOCK_ROOT" candidate "bench-ce-$$" "{idx}" "$LEASE_MS"
+    exit $?
+fi
+
 # A run may not outlast its measured time by much: a hung server must not
 # hang the script (cerberus-bench bounds it too).
 limit=$(awk -v d="$DURATION" 'BEGIN { printf "%d", d + 60 }')
+if [[ $SCENARIO == semaphore || $SCENARIO == rwlock ]]; then
+    n=$THREADS
+    [[ $SCENARIO == semaphore ]] && n=$PERMITS
+    out=$(timeout "$limit" "$JAVA" ${JVM_OPTS[@]+"${JVM_OPTS[@]}"} -cp "$CP" CuratorPrimsBench \
+        "$HOSTS" "$LOCK_ROOT" "$SCENARIO" "$n" "$DURATION") ||
+        die "CuratorPrimsBench $SCENARIO $n $DURATION failed (status $?)"
+    line=$(printf '%s\n' "$out" | grep -m1 "^curator $SCENARIO ") ||
+        die "CuratorPrimsBench printed no result: $out"
+    if [[ $SCENARIO == semaphore ]]; then
+        how="InterProcessSemaphoreV2, $PERMITS leases, $((2 * PERMITS)) clients (sessions) in one JVM, acquire + returnLease; latency = acquire wait"
+    else
+        how="InterProcessReadWriteLock, $THREADS clients (sessions) in one JVM, 1 cycle in 10 a write, ~10 us held"
+    fi
+    printf '%s\n' "$line" | awk -v how="$how" '{
+        printf "result peer=curator scenario=%s", $2
+        for (i = 3; i <= NF; i++) {
+            split($i, kv, "=")
+            k = kv[1]
+            if (k == "ops/s") k = "ops_per_s"
+            printf " %s=%s", k, kv[2]
+        }
+        printf " # %s\n", how
+    }'
+    exit 0
+fi
 out=$(timeout "$limit" "$JAVA" ${JVM_OPTS[@]+"${JVM_OPTS[@]}"} -cp "$CP" CuratorBench \
     "$HOSTS" "$LOCK_ROOT" "$SCENARIO" "$THREADS" "$DURATION") ||
     die "CuratorBench $SCENARIO $THREADS $DURATION failed (status $?)"

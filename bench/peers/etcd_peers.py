@@ -5,9 +5,10 @@ same etcd in the same run (`cerberus-bench --peers` runs it through
 etcd_peers.sh; DESIGN.md §10: >= python-etcd3 and etcdctl; hand-off p50 <=
 6 ms, p90 <= 10 ms with 8 contenders).
 
-usage: etcd_peers.py --peer python-etcd3|etcdctl
-                     --check | --scenario uncontended|handoff
+usage: etcd_peers.py --peer python-etcd3|etcdctl|election-api
+                     --check | --scenario uncontended|handoff|elect-failover
                      [--threads N] [--duration S] [--endpoint URL] [--work DIR]
+                     [--rounds R] [--lease-ms L]
 
   --endpoint   the etcd client URL, http://HOST:PORT (or HOST:PORT)
 
@@ -32,6 +33,19 @@ Measures, each on lock names of its own (bench-peer-<pid>-...):
       (no fork); the hand-off is the next A minus the previous R, so it
       includes etcdctl's unlock, the waiter's wake-up and the start of the
       next bash.
+  etcdctl elect-failover  N `etcdctl elect NAME PROPOSAL` candidates
+      (peerlib.elect_failover: the leader killed, the time to the next
+      one's first line, stamped when read). etcdctl 3.4's elect has no TTL
+      option: its session lease is the client's default, 60 s, so a killed
+      leader's term lasts 60 s; one round is run (--rounds is ignored) and
+      the row's "how" says so. The same layout with Cerberus's TTL is the
+      election-api peer.
+  election-api elect-failover  etcd's own election service (v3election,
+      the server side of concurrency.Election, the layout `etcdctl elect`
+      writes) through the JSON gateway: N candidate processes (this script
+      with --election-candidate), each granting a lease of --lease-ms
+      (Cerberus's etcd.session_ttl_s), keeping it alive every third of it,
+      and blocking in POST /v3/election/campaign; --rounds leaders killed.
 Hand-offs are counted between two different contenders; a holder of the
 python-etcd3 lock busy-works 20 us. Output: one line on stdout, "ok
 <what>" (--check), "skip <why>" (exit 3: not installed) or "result
@@ -49,7 +63,8 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import peerlib  # noqa: E402
 
-PEERS = ("python-etcd3", "etcdctl")
+PEERS = ("python-etcd3", "etcdctl", "election-api")
+ETCDCTL_TTL_MS = 60000   # etcdctl elect's session lease (no option sets it)
 
 
 def host_port(endpoint):
@@ -265,8 +280,89 @@ def etcdctl(a):
                    "per acquisition; fair (each joins the queue)" % a.threads)
 
 
+# ---- elections ----
+
+def gw_post(base, path, body, timeout=30):
+    import json
+    import urllib.request
+    req = urllib.request.Request(base + path, data=json.dumps(body).encode(),
+                                 headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=timeout) as r:
+        return json.loads(r.read().decode() or "{}")
+
+
+def election_candidate(argv):
+    """--election-candidate ENDPOINT NAME IDX TTL_MS: one candidate of
+    etcd's election API (see election-api above)."""
+    import base64
+    import threading
+    endpoint, name, idx, ttl_ms = argv
+    host, port = host_port(endpoint)
+    base = "http://%s:%d" % (host, port)
+    ttl = max(1, int(ttl_ms) // 1000)
+    lease = gw_post(base, "/v3/lease/grant", {"TTL": ttl})["ID"]
+    done = threading.Event()
+
+    def keepalive():
+        while not done.wait(ttl / 3.0):
+            gw_post(base, "/v3/lease/keepalive", {"ID": lease})
+    threading.Thread(target=keepalive, daemon=True).start()
+    print("ready %s" % idx, flush=True)
+    b64 = lambda v: base64.b64encode(v.encode()).decode()  # noqa: E731
+    r = gw_post(base, "/v3/election/campaign",
+                {"name": b64(name), "value": b64("bench-candidate-%s" % idx),
+                 "lease": lease}, timeout=3600)
+    t = time.monotonic_ns()
+    if "leader" not in r:
+        peerlib.fail("campaign: %r" % r)
+    print("elected %s %d" % (idx, t), flush=True)
+    while sys.stdin.buffer.read(64):
+        pass
+    done.set()
+    gw_post(base, "/v3/lease/revoke", {"ID": lease})
+    sys.exit(0)
+
+
+def elect_failover(a):
+    host, port = host_port(a.endpoint)
+    name = "bench-peer-%d-e" % os.getpid()
+    if a.peer == "etcdctl":
+        exe = etcdctl_cmd()
+        ep = "--endpoints=http://%s:%d" % (host, port)
+        a.rounds = 1
+        peerlib.elect_failover(
+            a, lambda i: [exe, ep, "elect", name, "bench-candidate-%d" % i], "etcdctl",
+            "`etcdctl elect NAME PROPOSAL` processes; its session TTL is 60 s, fixed "
+            "(etcdctl 3.4 has no option), not Cerberus's %d ms: one round" % a.lease_ms,
+            stamps=False, bound_ms=ETCDCTL_TTL_MS)
+    me = os.path.abspath(__file__)
+    peerlib.elect_failover(
+        a, lambda i: [sys.executable, me, "--election-candidate", a.endpoint, name, str(i),
+                      str(a.lease_ms)], "etcd-election",
+        "etcd's election API (v3election, etcdctl elect's layout) through the JSON "
+        "gateway, a process per candidate, lease TTL %d s kept alive" % (a.lease_ms // 1000))
+
+
 def main():
-    a = peerlib.parse_args(__doc__, etcd=True, peer_choices=PEERS)
+    if sys.argv[1:2] == ["--election-candidate"]:
+        election_candidate(sys.argv[2:])
+    a = peerlib.parse_args(__doc__, etcd=True, peer_choices=PEERS,
+                           scenarios=("uncontended", "handoff", "elect-failover"))
+    if a.peer == "election-api":
+        if a.check:
+            host, port = host_port(a.endpoint)
+            try:
+                gw_post("http://%s:%d" % (host, port), "/v3/maintenance/status", {})
+            except OSError as e:
+                peerlib.fail("etcd at %s: %s" % (a.endpoint, e))
+            peerlib.ok("etcd election API (v3election) via the gateway")
+        if a.scenario != "elect-failover":
+            peerlib.fail("election-api measures elect-failover only")
+        elect_failover(a)
+    if a.scenario == "elect-failover":
+        if a.peer != "etcdctl":
+            peerlib.fail("%s has no election" % a.peer)
+        elect_failover(a)
     if a.peer == "python-etcd3":
         python_etcd3(a)
     else:

@@ -4,9 +4,17 @@ that bench/peers.c reads.
 
 Command line (every peer script, Python or shell):
   --check                      say whether the peer can run, measure nothing
-  --scenario uncontended|handoff
+  --scenario uncontended|handoff|semaphore|rwlock|elect-failover
+                               (each script takes those it measures)
   --threads N                  uncontended: threads (or processes); handoff:
-                               contenders (default 1)
+                               contenders; semaphore: clients (2 x permits);
+                               rwlock: clients; elect-failover: candidate
+                               processes (default 1)
+  --permits N                  semaphore: the limit
+  --rounds R                   elect-failover: leaders killed (default 5)
+  --lease-ms L                 elect-failover: the lease (or session timeout,
+                               or TTL) Cerberus's candidates had; the peer's
+                               is set to it where the peer lets it be set
   --duration S                 measured seconds (default 5)
   --work DIR                   a scratch directory the bench owns (unused here)
 plus the server: --host/--port/--db (redis), --hosts/--root (zk) or
@@ -26,15 +34,31 @@ in nanoseconds, percentiles by nearest rank. A hand-off is the next
 holder's acquire return minus the previous holder's release stamp, taken
 just before it releases, as in the bench's handoff scenario; the holder
 busy-works 20 us first.
+
+elect-failover (elect_failover below) drives K candidate processes of any
+kind, each a command that prints "ready I" once it campaigns and "elected
+I T" (T its CLOCK_MONOTONIC stamp, ns) the moment it leads, or, for a
+command that cannot stamp (etcdctl), any first line, stamped here when
+read. The leader is sent SIGKILL, its term left to end as a crashed
+leader's would; the failover is the next leader's stamp minus the kill's;
+a new candidate takes the dead one's place; R rounds. Candidates die with
+this script (PR_SET_PDEATHSIG) and on EOF of their stdin, and are killed
+by PID (never by name) at the end.
 """
 import argparse
+import ctypes
 import multiprocessing as mp
+import os
+import selectors
+import signal
+import subprocess
 import sys
 import threading
 import time
 import traceback
 
 HOLD_NS = 20000          # handoff: busy work while holding, as scenarios.c
+SCENARIOS = ("uncontended", "handoff", "semaphore", "rwlock", "elect-failover")
 SETUP_TIMEOUT_S = 60     # processes and threads must be ready by then
 
 
@@ -57,11 +81,15 @@ def fail(why):
     sys.exit(1)
 
 
-def parse_args(doc, redis=False, zk=False, etcd=False, peer_choices=None):
+def parse_args(doc, redis=False, zk=False, etcd=False, peer_choices=None,
+               scenarios=None):
     p = argparse.ArgumentParser(add_help=False)
     p.add_argument("-h", "--help", action="store_true")
     p.add_argument("--check", action="store_true")
-    p.add_argument("--scenario", choices=("uncontended", "handoff"))
+    p.add_argument("--scenario", choices=SCENARIOS)
+    p.add_argument("--permits", type=int, default=1)
+    p.add_argument("--rounds", type=int, default=5)
+    p.add_argument("--lease-ms", type=int, default=10000)
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--duration", type=float, default=5.0)
     p.add_argument("--work")
@@ -86,7 +114,11 @@ def parse_args(doc, redis=False, zk=False, etcd=False, peer_choices=None):
         sys.exit(0)
     err = None
     if not a.check and not a.scenario:
-        err = "--scenario uncontended|handoff (or --check) is required"
+        err = "--scenario %s (or --check) is required" % "|".join(SCENARIOS)
+    elif a.scenario and a.scenario not in (scenarios or ("uncontended", "handoff")):
+        err = "this peer does not measure --scenario %s" % a.scenario
+    elif not 1 <= a.rounds <= 20 or not 100 <= a.lease_ms <= 3600000:
+        err = "--rounds must be in 1..20, --lease-ms in 100..3600000"
     elif not 1 <= a.threads <= 1024:
         err = "--threads must be in 1..1024"
     elif not 0.1 <= a.duration <= 3600:
@@ -169,7 +201,7 @@ def result(peer, a, ops_per_s, lat_ns, how):
         fail("no %s measured in %.1f s" % (
             "cycle" if a.scenario == "uncontended" else "hand-off", a.duration))
     us = [pct(lat, q) / 1000.0 for q in (0.5, 0.9, 0.99)]
-    print("result peer=%s scenario=%s threads=%d ops_per_s=%.1f p50_us=%.1f "
+    print("result peer=%s scenario=%s threads=%d ops_per_s=%.6g p50_us=%.1f "
           "p90_us=%.1f p99_us=%.1f max_us=%.1f samples=%d # %s"
           % (peer, a.scenario, a.threads, ops_per_s, us[0], us[1], us[2],
              lat[-1] / 1000.0, len(lat), how), flush=True)
@@ -287,3 +319,128 @@ def main(fn):
     except BaseException as e:  # noqa: B902 - one clear line, exit 1
         traceback.print_exc(limit=3, file=sys.stderr)
         fail("%s: %s" % (type(e).__name__, e))
+
+
+# ---- elect-failover ----
+
+SETTLE_S = 0.3           # ready -> kill: campaigns reach the server
+
+
+def _die_with_parent():
+    """preexec_fn: SIGKILL when this script dies (PR_SET_PDEATHSIG)."""
+    try:
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)
+    except OSError:
+        pass
+
+
+class _Cand:
+    def __init__(self, idx, argv, stamps, ready_after_s):
+        self.idx = idx
+        self.stamps = stamps
+        self.p = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                  preexec_fn=_die_with_parent)
+        self.buf = b""
+        self.ready = False
+        self.ready_at = None if stamps else now() + int(ready_after_s * 1e9)
+        self.elected_ns = None
+
+    def feed(self, data):
+        self.buf += data
+        while b"\n" in self.buf:
+            line, self.buf = self.buf.split(b"\n", 1)
+            w = line.decode(errors="replace").split()
+            if self.stamps and w[:1] == ["ready"]:
+                self.ready = True
+            elif self.stamps and w[:1] == ["elected"] and len(w) == 3:
+                self.elected_ns = int(w[2])
+            elif not self.stamps and self.elected_ns is None and w:
+                self.elected_ns = now()     # stamped when read
+
+    def is_ready(self):
+        if not self.ready and self.ready_at is not None and now() >= self.ready_at:
+            self.ready = True
+        return self.ready
+
+    def stop(self, grace_s):
+        try:
+            self.p.stdin.close()
+        except OSError:
+            pass
+        try:
+            self.p.wait(timeout=grace_s)
+        except subprocess.TimeoutExpired:
+            self.p.kill()                   # our child, by its PID
+            self.p.wait()
+        self.p.stdout.close()
+
+
+def elect_failover(a, argv_for, peer, how, stamps=True, ready_after_s=1.0,
+                   bound_ms=None):
+    """Run the elect-failover measurement with candidates argv_for(idx) and
+    print the result line: p50 = the median failover, p99 = max = the
+    longest, ops_per_s = rounds / their summed time."""
+    k, rounds = a.threads, a.rounds
+    bound_ms = bound_ms or a.lease_ms
+    wait_ns = int((3 * bound_ms / 1000.0 + 10) * 1e9)
+    sel = selectors.DefaultSelector()
+    cands = {}
+    nxt = [0]
+
+    def spawn():
+        c = _Cand(nxt[0], argv_for(nxt[0]), stamps, ready_after_s)
+        nxt[0] += 1
+        cands[c.idx] = c
+        sel.register(c.p.stdout, selectors.EVENT_READ, c)
+        return c
+
+    def pump(until, deadline_ns, skip=None):
+        while not until():
+            left = (deadline_ns - now()) / 1e9
+            if left <= 0:
+                raise RuntimeError("timed out waiting for the candidates")
+            for key, _ in sel.select(timeout=min(left, 0.2)):
+                c = key.data
+                if c is skip:
+                    continue
+                data = os.read(key.fd, 4096)
+                if not data:
+                    raise RuntimeError("candidate %d exited (status %s)"
+                                       % (c.idx, c.p.poll()))
+                c.feed(data)
+
+    def leader(skip=None):
+        for c in cands.values():
+            if c is not skip and c.elected_ns is not None:
+                return c
+        return None
+
+    fo = []
+    try:
+        for _ in range(k):
+            spawn()
+        pump(lambda: all(c.is_ready() for c in cands.values()) and leader(),
+             now() + wait_ns + int(60e9))
+        for rnd in range(rounds):
+            ld = leader()
+            time.sleep(SETTLE_S)
+            sel.unregister(ld.p.stdout)
+            t_kill = now()
+            ld.p.kill()                     # SIGKILL, our child by its PID
+            pump(lambda: leader(ld) is not None, t_kill + wait_ns, skip=ld)
+            fo.append(leader(ld).elected_ns - t_kill)
+            ld.p.wait()
+            ld.p.stdout.close()
+            ld.p.stdin.close()
+            del cands[ld.idx]
+            if rnd + 1 < rounds:
+                spawn()
+                pump(lambda: all(c.is_ready() for c in cands.values()),
+                     now() + int(60e9))
+    finally:
+        for c in list(cands.values()):
+            c.stop(3)
+    a.duration = sum(fo) / 1e9      # for result(): rounds over their time
+    fo_ms = ", ".join("%.0f" % (x / 1e6) for x in fo)
+    result(peer, a, len(fo) / (sum(fo) / 1e9), fo,
+           "%s; %d candidates, leader killed %d times: %s ms" % (how, k, len(fo), fo_ms))

@@ -4,9 +4,9 @@ way cerberus-bench measures Cerberus, on the same server in the same run
 (`cerberus-bench --peers` runs it; DESIGN.md §10: Cerberus >= 3 x redis-py's
 Lock uncontended at 1 thread).
 
-usage: redispy_lock.py --check | --scenario uncontended|handoff
+usage: redispy_lock.py --check | --scenario uncontended|handoff|elect-failover
                        [--threads N] [--duration S] [--host H] [--port P]
-                       [--db N] [--work DIR]
+                       [--db N] [--work DIR] [--rounds R] [--lease-ms L]
 
   uncontended  N threads of one process (the GIL is redis-py's own limit,
                as it is for a Python service), a connection pool shared by
@@ -24,7 +24,17 @@ usage: redispy_lock.py --check | --scenario uncontended|handoff
                the next holder's acquire return minus the previous
                holder's release stamp (CLOCK_MONOTONIC, shared by
                processes on Linux).
-Both run an unmeasured warm-up of a tenth of the time (0.05..0.5 s) first.
+  elect-failover  redis-py has no election recipe; the election a redis-py
+               service writes is a Lock loop, and that is what runs: N
+               candidate processes (this script with --candidate), each
+               blocking in lock.acquire() on one name with a lease (timeout)
+               of --lease-ms, polling every 0.1 s (redis-py's default);
+               the winner leads, extends the lease every third of it and
+               prints its CLOCK_MONOTONIC stamp. peerlib.elect_failover
+               kills the leader (SIGKILL) --rounds times; the failover is
+               the next leader's stamp minus the kill's.
+uncontended and handoff run an unmeasured warm-up of a tenth of the time
+(0.05..0.5 s) first.
 
 Output, one line on stdout (the protocol every peer script speaks):
   ok <what>            --check: the peer can run
@@ -99,8 +109,42 @@ def handoff_proc(idx, a, name):
     return loop
 
 
+def candidate(argv):
+    """--candidate HOST PORT DB NAME IDX LEASE_MS: one election candidate
+    (see elect-failover above), for peerlib.elect_failover."""
+    import threading
+    host, port, db, name, idx, lease_ms = argv
+    redis = have_redis()
+    r = redis.Redis(host=host, port=int(port), db=int(db), socket_timeout=10,
+                    socket_connect_timeout=5)
+    lease = int(lease_ms) / 1000.0
+    lock = r.lock(name, timeout=lease)     # sleep=0.1: redis-py's default
+    r.ping()
+    print("ready %s" % idx, flush=True)
+    lock.acquire(blocking=True)
+    t = time.monotonic_ns()
+    print("elected %s %d" % (idx, t), flush=True)
+    done = threading.Event()
+
+    def renew():
+        while not done.wait(lease / 3):
+            lock.extend(lease, replace_ttl=True)
+    threading.Thread(target=renew, daemon=True).start()
+    while sys.stdin.buffer.read(64):
+        pass
+    done.set()
+    try:
+        lock.release()
+    except redis.exceptions.LockError:
+        pass
+    sys.exit(0)
+
+
 def main():
-    a = peerlib.parse_args(__doc__, redis=True)
+    if sys.argv[1:2] == ["--candidate"]:
+        candidate(sys.argv[2:])
+    a = peerlib.parse_args(__doc__, redis=True,
+                           scenarios=("uncontended", "handoff", "elect-failover"))
     redis = have_redis()
     if a.check:
         c = client(a)
@@ -109,6 +153,14 @@ def main():
         except redis.exceptions.RedisError as e:
             peerlib.fail("redis at %s:%d: %s" % (a.host, a.port, e))
         peerlib.ok("redis-py %s" % redis.__version__)
+    if a.scenario == "elect-failover":
+        name = "bench-redispy-%d-e" % os.getpid()
+        me = os.path.abspath(__file__)
+        peerlib.elect_failover(
+            a, lambda i: [sys.executable, me, "--candidate", a.host, str(a.port), str(a.db),
+                          name, str(i), str(a.lease_ms)],
+            "redis-py", "a redis-py Lock loop per process, lease %d ms extended every "
+            "third, blocking acquire polling every 0.1 s" % a.lease_ms)
     if a.scenario == "uncontended":
         out = {"client": client(a)}
         clock = peerlib.Clock(a.duration)

@@ -22,10 +22,20 @@ ceiling_ops_per_s and, like ratio, a positive number; engines a list of two
 or more names with the row's engine among them; from one of them;
 epoch_before, epoch_after, lease_ms, hold_ms, settle_ms, busy, busy_alone
 integers; target_min 0.9 and target_met a boolean.
-Peer rows (--peers): only under uncontended or handoff, never on the local
-engine, each right after Cerberus's row (or another peer's) of the same
-scenario, engine and threads; peer_status measured, skipped or failed;
-compared "ops_per_s" (uncontended) or "p50_us" (handoff). Measured: the
+Semaphore rows: permits a positive integer, threads = 2 x permits.
+Rwlock rows: reads and writes integers (writes > 0 once reads > 20),
+read_p50_us and write_p50_us numbers.
+Elect-failover rows (other than the local engine's note): ceiling_kind
+"bound"; candidates = threads >= 2; rounds >= 1 and failover_ms a list of
+that many positive numbers; bound_ms a positive integer, bound_what text;
+max_us >= p50_us > 0; target_met a boolean, true exactly when every
+failover is within the bound (ceiling_p50_us).
+Peer rows (--peers): only under uncontended, handoff, semaphore, rwlock or
+elect-failover, never on the local engine, each right after Cerberus's row
+(or another peer's) of the same scenario, engine and threads; peer_status
+measured, skipped or failed; compared "ops_per_s" (uncontended, semaphore,
+rwlock) or "p50_us" (handoff, elect-failover); a row "none" (no peer for
+this engine and primitive) is skipped with a reason starting "no peer". Measured: the
 figures are numbers (ops_per_s > 0), peer_reason null, cerberus_over_peer a
 positive number or null, cerberus_over_peer_p99 null on uncontended;
 target null or text, target_met a boolean exactly when a target is there.
@@ -43,6 +53,8 @@ import sys
 CORE_FIGURES = ("wakeups_per_acq", "calls_per_acq", "cpu_percent", "bytes_per_lock")
 PEER_STATUSES = ("measured", "skipped", "failed")
 GUARD_SCENARIOS = ("guard", "guard-dup")
+PEER_SCENARIOS = ("uncontended", "handoff", "semaphore", "rwlock", "elect-failover")
+BY_OPS = ("uncontended", "semaphore", "rwlock")
 
 
 def num(v):
@@ -68,6 +80,42 @@ def check_cerberus(r, where, errors):
         check_guard(r, where, errors)
     if r.get("scenario") == "switch":
         check_switch(r, where, errors)
+    if r.get("scenario") == "semaphore":
+        n = r.get("permits")
+        if not isinstance(n, int) or isinstance(n, bool) or n < 1 or r.get("threads") != 2 * n:
+            errors.append("%s: permits %r / threads %r (2 x permits)"
+                          % (where, n, r.get("threads")))
+    if r.get("scenario") == "rwlock":
+        rd, wr = r.get("reads"), r.get("writes")
+        if not isinstance(rd, int) or not isinstance(wr, int) or (rd > 20 and wr <= 0):
+            errors.append("%s: reads %r / writes %r" % (where, rd, wr))
+        for k in ("read_p50_us", "write_p50_us"):
+            if not num(r.get(k)):
+                errors.append("%s: %s is not a number" % (where, k))
+    if r.get("scenario") == "elect-failover":
+        check_elect(r, where, errors)
+
+
+def check_elect(r, where, errors):
+    if r.get("ceiling_kind") != "bound":
+        errors.append("%s: ceiling_kind %r is not \"bound\"" % (where, r.get("ceiling_kind")))
+    k, rounds, fo = r.get("candidates"), r.get("rounds"), r.get("failover_ms")
+    if not isinstance(k, int) or k < 2 or k != r.get("threads"):
+        errors.append("%s: candidates %r (threads %r)" % (where, k, r.get("threads")))
+    if not isinstance(rounds, int) or rounds < 1 or not isinstance(fo, list) \
+            or len(fo) != rounds or not all(num(x) and x > 0 for x in fo):
+        errors.append("%s: rounds %r / failover_ms %r" % (where, rounds, fo))
+        return
+    b = r.get("bound_ms")
+    if not isinstance(b, int) or b <= 0 or not isinstance(r.get("bound_what"), str):
+        errors.append("%s: bound_ms %r / bound_what %r" % (where, b, r.get("bound_what")))
+        return
+    if not (num(r.get("p50_us")) and num(r.get("max_us")) and 0 < r["p50_us"] <= r["max_us"]):
+        errors.append("%s: p50_us %r / max_us %r" % (where, r.get("p50_us"), r.get("max_us")))
+    within = all(x * 1e3 <= r.get("ceiling_p50_us", 0) for x in fo)
+    if r.get("target_met") is not within:
+        errors.append("%s: target_met %r, yet every failover within the bound is %r"
+                      % (where, r.get("target_met"), within))
 
 
 def check_switch(r, where, errors):
@@ -128,11 +176,14 @@ def check_peer(r, where, errors, allowed):
     if st not in allowed:
         errors.append("%s: peer_status %r (%s) is not allowed here (%s)"
                       % (where, st, r.get("peer_reason"), ", ".join(allowed)))
-    if r.get("scenario") not in ("uncontended", "handoff"):
+    if r.get("scenario") not in PEER_SCENARIOS:
         errors.append("%s: a peer row under scenario %r" % (where, r.get("scenario")))
     if r.get("engine") == "local":
         errors.append("%s: a peer row on the local engine" % where)
-    want = "ops_per_s" if r.get("scenario") == "uncontended" else "p50_us"
+    if r.get("peer") == "none" and (st != "skipped" or
+                                    not str(r.get("peer_reason")).startswith("no peer")):
+        errors.append("%s: a \"none\" row must be skipped with \"no peer: ...\"" % where)
+    want = "ops_per_s" if r.get("scenario") in BY_OPS else "p50_us"
     if r.get("compared") != want:
         errors.append("%s: compared is %r, expected %r" % (where, r.get("compared"), want))
     for k in ("peer_reason", "peer_how", "cerberus_over_peer",
@@ -153,7 +204,7 @@ def check_peer(r, where, errors, allowed):
         if not (c is None or (num(c) and c > 0)):
             errors.append("%s: cerberus_over_peer %r is not a positive number or null" % (where, c))
         c99 = r.get("cerberus_over_peer_p99")
-        if r.get("scenario") == "uncontended" and c99 is not None:
+        if r.get("scenario") in BY_OPS and c99 is not None:
             errors.append("%s: cerberus_over_peer_p99 must be null on uncontended" % where)
         if not (c99 is None or (num(c99) and c99 > 0)):
             errors.append("%s: cerberus_over_peer_p99 %r is not a positive number or null"

@@ -5,7 +5,8 @@
 # checked with Python's json module: the schema every row follows
 # (check_bench_json.py, with the peer fields: the local engine has no peers,
 # so every row says "peer": null and there is no peer row), then what the
-# local run itself must show. Also: --plot draws a PNG when gnuplot is
+# local run itself must show; the coordination primitives' scenarios
+# (semaphore, rwlock, elect-failover's note) likewise. Also: --plot draws a PNG when gnuplot is
 # installed, and says plainly when it is not; bad options exit 2. The peer
 # rows themselves are tested against a real server in test_bench_peers.sh.
 #
@@ -145,6 +146,38 @@ for k in ("http_rtt_p50_us", "lean_p50_us", "lean_rtt_p50_us", "lean_ops_per_s")
     ok = ok and serve[0].get(k, 0) > 0
 sys.exit(0 if ok else 1)
 PYEOF
+
+# 7. The coordination primitives (issue 28) on the local engine: a
+# semaphore row per --permits value (threads 2N), the read-write lock's row
+# with its reads and writes, and elect-failover's note (the local engine's
+# elections live in one process).
+if timeout 120 "$BENCH" --engine local --scenario semaphore,rwlock,elect-failover \
+        --duration 0.5 --permits 1,2 --threads 4 --peers --json "$WORK/prims.json" \
+        >"$WORK/prims.txt" 2>&1; then
+    ok "cerberus-bench --scenario semaphore,rwlock,elect-failover on the local engine exits 0"
+else
+    not_ok "cerberus-bench --scenario semaphore,rwlock,elect-failover on the local engine exits 0 (status $?)"
+    sed 's/^/# /' "$WORK/prims.txt"
+fi
+check "the primitives' JSON follows the schema, with no peer rows on the local engine" \
+    "$PY" "$HERE/check_bench_json.py" "$WORK/prims.json" --engine local --peer-rows none
+check "semaphore rows for 1 and 2 permits, rwlock with 4 clients, elect-failover's note" \
+    "$PY" - "$WORK/prims.json" <<'PYEOF'
+import json, sys
+rows = json.load(open(sys.argv[1]))
+got = [(r["scenario"], r["threads"], r.get("permits")) for r in rows]
+want = [("semaphore", 2, 1), ("semaphore", 4, 2), ("rwlock", 4, None), ("elect-failover", 3, None)]
+rw = rows[2] if len(rows) > 2 else {}
+ok = got == want and rw.get("reads", 0) > 0 and rw.get("writes", 0) > 0 \
+    and "one process" in rows[3].get("note", "")
+if not ok:
+    print("# got %r" % got)
+sys.exit(0 if ok else 1)
+PYEOF
+timeout 30 "$BENCH" --engine local --scenario semaphore --permits 0 >/dev/null 2>&1
+check "--permits 0 exits 2" test $? = 2
+timeout 30 "$BENCH" --engine local --scenario elect-failover --rounds 21 >/dev/null 2>&1
+check "--rounds 21 exits 2" test $? = 2
 
 echo "1..$N"
 exit $FAILED
