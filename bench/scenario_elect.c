@@ -226,7 +226,7 @@ static int spawn_candidate(struct elect_run *r, struct cand *cd, char *err, size
     close(pin[0]);
     close(pout[1]);
     if (e != 0) {
-        snprintf(err, errlen, "cannot run %s: %s", r->self, strerror(e));
+        snprintf(err, errlen, "cannot run %.200s: %s", r->self, strerror(e));
         close(pin[1]);
         close(pout[0]);
         return -1;
