@@ -401,7 +401,7 @@ void cerb__engine_stats(const struct cerb_engine_ops *ops, cerb_engine *e,
 }
 
 cerb_status cerb__engine_gate_ask(const struct cerb_engine_ops *ops, cerb_engine *e,
-                                  const cerb_engine_lock *lk)
+                                  const cerb_engine_lock *lk, bool whole)
 {
     if (!is_queued(lk->prim))
         return cerb__engine_held(ops, e, lk->name, lk->prim);
@@ -410,7 +410,14 @@ cerb_status cerb__engine_gate_ask(const struct cerb_engine_ops *ops, cerb_engine
         return CERB_OK; /* nobody can hold this primitive there */
     if (!e)
         return cerb__error_set(CERB_UNAVAILABLE, "engine %s is not open", ops->name);
-    return q->fits ? q->fits(e, lk) : q->held(e, lk->name);
+    if (!q->fits)
+        return q->held(e, lk->name);
+    if (!whole || lk->prim != CERB_PRIM_SEMAPHORE)
+        return q->fits(e, lk);
+    /* Would the whole limit fit: is nobody else's member there? */
+    cerb_engine_lock all = *lk;
+    all.count = (unsigned)lk->limit;
+    return q->fits(e, &all);
 }
 
 cerb_status cerb__engine_held(const struct cerb_engine_ops *ops, cerb_engine *e,

@@ -568,10 +568,11 @@ cerb_status cerb__engine_held(const struct cerb_engine_ops *ops, cerb_engine *e,
 /* The switch gate's question for the hold lk is about to get on another
  * engine: is its name free enough on engine e? The mutex's and an
  * election's: ops->held(name). A queued primitive's: its table's fits (or
- * held without it); CERB_OK on an engine without the primitive (nobody
- * can hold it there). */
+ * held without it); with `whole`, a semaphore's asks whether its whole
+ * limit would fit (nobody else has a member there). CERB_OK on an engine
+ * without the primitive (nobody can hold it there). */
 cerb_status cerb__engine_gate_ask(const struct cerb_engine_ops *ops, cerb_engine *e,
-                                  const cerb_engine_lock *lk);
+                                  const cerb_engine_lock *lk, bool whole);
 /* Does the engine have primitive `prim` (the mutex always)? The shims of
  * acquire, renew, release, check_owner and inspect route a hold or a name
  * by its prim; a missing table answers CERB_UNAVAILABLE naming it (with

@@ -391,7 +391,14 @@ static cerb_status gate_one(cerb_client *c, struct cerb_client_engine *ce, struc
      * probes time out (a gray failure) is still asked. */
     if (ce->e && !(ask_fail > last && now - ask_fail < ASK_BACKOFF_NS)) {
         atomic_fetch_add_explicit(&ce->gate_questions, 1, memory_order_relaxed);
-        cerb_status st = cerb__engine_gate_ask(ce->ops, ce->e, lk);
+        /* A semaphore's permits add up across engines. Claims make the
+         * engine switched from count ours too, so a member that fits
+         * there fits in all; without them (it is closed by a record, or
+         * not claimable), permits granted here are not counted there, and
+         * only an engine with no member of anybody else's is safe. */
+        bool strict = lk->prim == CERB_PRIM_SEMAPHORE &&
+                      (closed || !cerb__gate_claimable(c, ce->idx));
+        cerb_status st = cerb__engine_gate_ask(ce->ops, ce->e, lk, strict);
         int64_t t = cerb_monotime();
         if (st == CERB_OK || st == CERB_BUSY) {
             answered(ce, t);

@@ -98,6 +98,7 @@
 # at least two processes each, on names of their own, judged by the same
 # oracle (one leader per name at a time, each told LOST before the next;
 # at most two permits held; never a writer with anybody; tokens).
+# redis-zk-prims adds switches: permits add up across the two engines.
 #
 # Replay: every scenario prints its seed and the nemesis schedule; the same
 # --scenario and --seed give the same worker choices and the same schedule
@@ -157,7 +158,7 @@ ALL_SCENARIOS="redis zk etcd redis-zk etcd-redis zk-etcd redis-zk-grace0 manual-
 # leases when it resumes (etcd#15247): overlaps there are the server's,
 # counted and reported, not failed.
 EXTRA_SCENARIOS="etcd3-oldleader"
-CI_SCENARIOS="redis zk etcd redis-zk etcd-redis redis-zk-grace0 manual-switch zk3 etcd3 sentinel cluster zk-guard pg mysql pg-redis redis-prims zk-prims etcd-prims"
+CI_SCENARIOS="redis zk etcd redis-zk etcd-redis redis-zk-grace0 manual-switch zk3 etcd3 sentinel cluster zk-guard pg mysql pg-redis redis-prims zk-prims etcd-prims redis-zk-prims"
 
 say() { printf '%s: %s\n' "$PROG" "$*"; }
 die() { printf '%s: error: %s\n' "$PROG" "$*" >&2; exit 1; }

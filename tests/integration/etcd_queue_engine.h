@@ -93,7 +93,7 @@ static cerb_status qe_fits(struct qe *g, const char *name, int prim, int variant
     struct qh h;
     qh_init(&h, name, prim, variant, limit, count, tok);
     h.lk.priv = NULL; /* fits never reads it: lk may be another engine's */
-    return cerb__engine_gate_ask(g->ops, g->e, &h.lk);
+    return cerb__engine_gate_ask(g->ops, g->e, &h.lk, false);
 }
 
 /*

@@ -571,7 +571,7 @@ static void hold_init(struct hold *h, const char *name, const char *tok, int mod
 static cerb_status fits(struct eng *g, struct hold *h, int mode)
 {
     h->lk.variant = mode;
-    return cerb__engine_gate_ask(ops, g->e, &h->lk);
+    return cerb__engine_gate_ask(ops, g->e, &h->lk, false);
 }
 
 static bool has_owner(cerb_client *c, const char *name, const char *tok)

@@ -125,7 +125,7 @@ static cerb_status qe_fits(struct qe_eng *g, const char *name, unsigned tok, int
     lk.variant = variant;
     lk.limit = limit;
     lk.count = count;
-    return cerb__engine_gate_ask(qe_ops, g->e, &lk);
+    return cerb__engine_gate_ask(qe_ops, g->e, &lk, false);
 }
 
 #define assert_fits(want, g, name, tok, prim, variant, limit, count)                        \
