@@ -16,7 +16,9 @@
  * acquire script grants, or puts the token in the name's queue with an
  * alive deadline; the waiter then blocks in BLPOP on its own wake list,
  * woken once when its turn may have come (the script of whoever made room
- * pushes one "w"), and re-runs acquire on a timer too: the head of a
+ * pushes one "w"; a semaphore's pushes "f<fence>" when it granted the
+ * waiter already, which then holds without another run), and re-runs
+ * acquire on a timer too: the head of a
  * semaphore's queue every REDIS_HEAD_POLL_MS (npm peers release without a
  * word), every other waiter every REDIS_TAIL_POLL_MS to stay alive (and
  * sooner when a holder ahead of it expires sooner). The socket is polled in
@@ -46,6 +48,7 @@
 #include "redis_closure.h"
 #include "redis_cluster.h"
 #include "redis_marker.h"
+#include "redis_replies.h"
 
 #define BLPOP_TICK_MS 100
 
@@ -284,11 +287,14 @@ static cerb_status run_release(const struct redis_qkind *k, cerb_engine *e, stru
     char lease[NUM];
     struct redis_marker_view mv;
     snprintf(lease, sizeof lease, "%lld", (long long)lk->lease_ms);
-    const char *args[4] = {lk->token, leave ? "1" : "0", mv.value, lease};
+    /* "1": single and Sentinel mode, where the closure record is read (a
+     * semaphore's release hands nothing over while it says closed). */
+    const char *args[5] = {lk->token, leave ? "1" : "0", mv.value, lease, "1"};
+    int nargs = qk->ks.mk || !e->closure_key ? 4 : 5;
     redisReply *r = NULL;
     cerb_status st = cerb__redis_marker_for(e, c, &qk->ks, &mv);
     if (st == CERB_OK)
-        st = q_eval(e, c, k->release, qk, 4, args, NULL, &r, oc);
+        st = q_eval(e, c, k->release, qk, nargs, args, NULL, &r, oc);
     if (st != CERB_OK)
         return st;
     if (cerb__redis_is_lost(r)) {
@@ -481,10 +487,33 @@ static cerb_status q_wait(const struct redis_qkind *k, cerb_engine *e, cerb_engi
             freeReplyObject(r);
             continue;
         }
-        if (r->type == REDIS_REPLY_ARRAY && r->elements == 2) {
-            /* "w": our turn may have come; run acquire now. */
+        if (r->type == REDIS_REPLY_ARRAY && r->elements == 2 &&
+            r->element[1]->type == REDIS_REPLY_STRING) {
+            uint64_t fence;
+            enum redis_read rv = cerb__redis_read_wake(r->element[1]->str, r->element[1]->len,
+                                                       &fence);
             freeReplyObject(r);
             REDIS_COUNT(e, wakeups);
+            if (rv == REDIS_READ_YES) {
+                /* "f<fence>": a semaphore's release (or another member's
+                 * acquire) granted us at the head of the queue, with a
+                 * lease of min(ours, REDIS_HANDOFF_TTL_MS). It came after
+                 * our last acquire run, which found us waiting and emptied
+                 * this list: its lease started after last_sent. With half
+                 * of it gone already, a run of acquire extends it (or
+                 * finds it lost) before we say yes. */
+                int64_t ttl = min64(lk->lease_ms, REDIS_HANDOFF_TTL_MS);
+                if (cerb_monotime() - last_sent < ttl * CERB_NS_PER_MS / 2) {
+                    grant_fill(g, fence, last_sent, ttl);
+                    REDIS_COUNT(e, handoffs_received);
+                    st = CERB_OK;
+                    break;
+                }
+            } else if (rv == REDIS_READ_BAD) {
+                CERB_LOG_W("redis %s: a wake list held a message that is no hand-off; "
+                           "looking again", e->where);
+            }
+            /* "w": our turn may have come; run acquire now. */
             next_check = 0;
             continue;
         }

@@ -14,10 +14,12 @@
  *   {B}^_sem:limit    string: the limit stored while B or the queue has
  *                     members.
  *   {B}^_sem:h        hash: our members, token -> "g k lease 0 fence" (holds)
- *                     or "w k lease alive_ms 0" (waiters).
+ *                     or "w k lease alive_ms floor" (waiters; floor: the
+ *                     fence floor their grant must pass).
  *   {B}^_sem:q        list: waiting tokens, FIFO.
  *   {B}^_sem:fence    counter: the last grant's fence (a day's TTL).
- *   {B}^_sem:w:<tok>  list: a waiter's wake-ups ("w").
+ *   {B}^_sem:w:<tok>  list: a waiter's wake-ups: "w" (look again) or
+ *                     "f<fence>" (granted by a hand-off).
  *
  * The rule. Every script first drops the dead: our holds whose score +
  * their own lease passed (or whose members a peer removed), our waiters
@@ -29,11 +31,19 @@
  * smaller ones behind it. npm peers do not queue: they take a permit
  * whenever ZCARD < limit, and may overtake our head (documented).
  *
- * Wake-ups: a release, a leave or a grant that leaves room wakes the
- * queue's head, and only when its k permits fit (one "w" on its list; a
- * woken head runs acquire, and its grant wakes the next). npm releases
- * notify nobody: the head re-checks every REDIS_HEAD_POLL_MS, the others
- * every REDIS_TAIL_POLL_MS (to stay alive).
+ * Hand-off (grant_heads): a release, a leave, and every acquire before it
+ * looks at its caller, grant the waiters at the head of the queue whose k
+ * permits fit, in order, in the same script: members ZADDed at now, a
+ * fence above the floor stored in their entry, a lease of min(theirs,
+ * REDIS_HANDOFF_TTL_MS) (the core extends it at once, as a lock's hand-off,
+ * so a waiter that died after its last re-check blocks the permits that
+ * long), and "f<fence>" pushed on their wake lists: a woken waiter holds
+ * already (redis_queue.c). During the quarantine, or while the closure
+ * record says closed (single and Sentinel mode), the head is only woken
+ * ("w") when it fits, and its own acquire decides; a renewal that finds
+ * its hold expired only wakes too. npm releases notify nobody: the head
+ * re-checks every REDIS_HEAD_POLL_MS, the others every REDIS_TAIL_POLL_MS
+ * (to stay alive); anyone's acquire hands the room over.
  */
 #include "internal_posix.h"
 
@@ -48,6 +58,7 @@
     "local Z, H, Q, F, L, W = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[7]\n" \
     "local WB = string.sub(W, 1, #W - #tok)\n"                                   \
     "local ALIVE, WTTL = " REDIS_Q_STR(REDIS_ALIVE_MS) ", " REDIS_Q_STR(REDIS_WAKE_TTL_MS) "\n" \
+    "local CAP = " REDIS_Q_STR(REDIS_HANDOFF_TTL_MS) "\n"                         \
     "local function parse(v)\n"                                                  \
     "  if not v then return nil end\n"                                           \
     "  local st, n, ls, dl, f = string.match(v, '^(%a) (%d+) (%d+) (%d+) (%d+)$')\n" \
@@ -92,12 +103,35 @@
     "  end\n"                                                                    \
     "end\n"                                                                      \
     LUA_Q_FENCE                                                                  \
-    "local function wake_head()\n"                                               \
-    "  local h = redis.call('LINDEX', Q, 0)\n"                                   \
-    "  if not h then return end\n"                                              \
-    "  local e = parse(redis.call('HGET', H, h))\n"                              \
-    "  local lim = tonumber(redis.call('GET', L) or '')\n"                       \
-    "  if e and (not lim or redis.call('ZCARD', Z) + e.n <= lim) then wake(h) end\n" \
+    "local function closed(cf)\n"                                                \
+    "  return cf and string.find(redis.call('GET', KEYS[6] .. '\\31closure') or '',\n" \
+    "                            ' closed', 1, true) ~= nil\n"                    \
+    "end\n"                                                                      \
+    "local function grant_heads(now, tick, qend, hand, stop)\n"                   \
+    "  local lim, card, kl = tonumber(redis.call('GET', L) or ''), nil, 0\n"      \
+    "  while true do\n"                                                          \
+    "    local h = redis.call('LINDEX', Q, 0)\n"                                 \
+    "    if not h or h == stop then break end\n"                                 \
+    "    local e = parse(redis.call('HGET', H, h))\n"                            \
+    "    if not e or e.st ~= 'w' then break end\n"                               \
+    "    card = card or redis.call('ZCARD', Z)\n"                                \
+    "    if lim and card + e.n > lim then break end\n"                           \
+    "    if not hand or not lim or now < qend or e.dl < now then\n"              \
+    "      wake(h)\n"                                                            \
+    "      break\n"                                                              \
+    "    end\n"                                                                  \
+    "    local f = next_fence(tick, e.f)\n"                                      \
+    "    for i = 0, e.n - 1 do redis.call('ZADD', Z, now, mem(h, e.n, i)) end\n" \
+    "    card = card + e.n\n"                                                    \
+    "    redis.call('HSET', H, h, string.format('g %d %d 0 %d', e.n, math.min(e.lease, CAP), f))\n" \
+    "    redis.call('LPOP', Q)\n"                                                \
+    "    local w = WB .. h\n"                                                    \
+    "    redis.call('DEL', w)\n"                                                 \
+    "    redis.call('RPUSH', w, string.format('f%d', f))\n"                      \
+    "    redis.call('PEXPIRE', w, WTTL)\n"                                       \
+    "    if e.lease > kl then kl = e.lease end\n"                                \
+    "  end\n"                                                                    \
+    "  if kl > 0 then keep(math.max(kl, ALIVE + WTTL)) end\n"                    \
     "end\n"                                                                      \
     "local function forget(tk)\n"                                                \
     "  local e = parse(redis.call('HGET', H, tk))\n"                             \
@@ -132,6 +166,11 @@ const char cerb__redis_lua_sem_acquire[] =
     "local card, qn = redis.call('ZCARD', Z), redis.call('LLEN', Q)\n"
     "local sl = redis.call('GET', L)\n"
     "if sl and (card > 0 or qn > 0) and tonumber(sl) ~= lim then return {'E', sl} end\n"
+    "local HAND = not closed(ARGV[8] ~= nil)\n"
+    "if qn > 0 then\n"
+    "  grant_heads(now, tick, QEND, HAND, tok)\n"
+    "  card = redis.call('ZCARD', Z)\n"
+    "end\n"
     "local ahead, pos = 0, nil\n"
     "for i, w in ipairs(redis.call('LRANGE', Q, 0, -1)) do\n"
     "  if w == tok then pos = i break end\n"
@@ -145,13 +184,13 @@ const char cerb__redis_lua_sem_acquire[] =
     "  redis.call('DEL', W)\n"
     "  redis.call('SET', L, ARGV[3])\n"
     "  keep(KEEP)\n"
-    "  wake_head()\n"
+    "  grant_heads(now, tick, QEND, HAND, nil)\n"
     "  return f\n"
     "end\n"
     "redis.call('DEL', W)\n"
     "local head = 0\n"
     "if wait > 0 then\n"
-    "  redis.call('HSET', H, tok, string.format('w %d %d %d 0', cnt, lease, now + math.min(wait, ALIVE)))\n"
+    "  redis.call('HSET', H, tok, string.format('w %d %d %d %d', cnt, lease, now + math.min(wait, ALIVE), FL))\n"
     "  if not pos then redis.call('RPUSH', Q, tok) end\n"
     "  if ahead == 0 then head = 1 end\n"
     "  redis.call('SET', L, ARGV[3])\n"
@@ -167,8 +206,10 @@ const char cerb__redis_lua_sem_acquire[] =
     "end\n"
     "return {0, hint, head, quar}\n";
 
-/* KEYS Z H Q F L M W, ARGV token leave marker lease. Takes the token's
- * members and queue entry out, then wakes the head if it fits. 1 when it
+/* KEYS Z H Q F L M W, ARGV token leave marker lease [closure]. Takes the
+ * token's members and queue entry out, then hands the room to the heads
+ * that fit (nothing while the closure record says closed, with closure
+ * "1": single and Sentinel mode). 1 when it
  * was a live hold (or leave), 0 when not ours; "L" another marker. */
 const char cerb__redis_lua_sem_release[] =
     "local tok = ARGV[1]\n"
@@ -184,7 +225,7 @@ const char cerb__redis_lua_sem_release[] =
     "end\n"
     "forget(tok)\n"
     "sweep(now, lease)\n"
-    "wake_head()\n"
+    "grant_heads(now, tick, QEND, not closed(ARGV[5] == '1'), nil)\n"
     "if redis.call('ZCARD', Z) == 0 and redis.call('LLEN', Q) == 0 then redis.call('DEL', L) end\n"
     "if ARGV[2] == '1' then return 1 end\n"
     "return ok\n";
@@ -202,7 +243,7 @@ const char cerb__redis_lua_sem_renew[] =
     "local s = redis.call('ZSCORE', Z, mem(tok, e.n, 0))\n"
     "if not s or tonumber(s) + e.lease < now then\n"
     "  forget(tok)\n"
-    "  wake_head()\n"
+    "  grant_heads(now, tick, QEND, false, nil)\n"
     "  return -1\n"
     "end\n"
     "for i = 0, e.n - 1 do redis.call('ZADD', Z, now, mem(tok, e.n, i)) end\n"

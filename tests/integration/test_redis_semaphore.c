@@ -12,7 +12,11 @@
  * and, through the engine's table (engine.h), the switch gate's question
  * `fits` (permits of every member, waiting or holding, peers' included,
  * the asking token's own left out, against the limit) and a release by
- * token of a member still waiting (its process dead) removing it.
+ * token of a member still waiting (its process dead) removing it, and the
+ * hand-off: a release grants the queue's head in its own script (the
+ * waiter's entry turned into a hold of the short hand-off lease, its fence
+ * above the floor it queued with, "f<fence>" on its wake list), so the
+ * waiter holds without running acquire again.
  * The npm package itself is driven by tests/node/semaphore.
  */
 #define _POSIX_C_SOURCE 200809L
@@ -35,8 +39,10 @@
 #include <cmocka.h>
 
 #include "cerberus.h"
+#include "clock.h"
 #include "config.h"
 #include "engine.h"
+#include "redis_stats.h"
 #include "test_util.h"
 
 #define FENCE_MASK ((UINT64_C(1) << 48) - 1)
@@ -754,6 +760,135 @@ static void test_fits_and_waiting_release(void **state)
     free(name);
 }
 
+struct eng_taker;
+static bool taker_done_eng(void *ud);
+
+struct eng_taker {
+    struct eng *g;
+    struct hold *h;
+    int64_t wait_ms;
+    cerb_status st;
+    atomic_int done;
+};
+
+static void *eng_take_main(void *arg)
+{
+    struct eng_taker *t = arg;
+    t->st = cerb__engine_acquire(ops, t->g->e, &t->h->lk, cerb__deadline_in(t->wait_ms), NULL,
+                                 &t->h->gr);
+    atomic_store(&t->done, 1);
+    return NULL;
+}
+
+static bool taker_done_eng(void *ud)
+{
+    return atomic_load(&((struct eng_taker *)ud)->done) != 0;
+}
+
+struct hval {
+    redisContext *r;
+    const char *key, *field;
+    char want; /* first byte of the value */
+};
+
+static bool hval_is(void *ud)
+{
+    struct hval *hv = ud;
+    redisReply *e = redisCommand(hv->r, "HGET %s %s", hv->key, hv->field);
+    bool ok = e && e->type == REDIS_REPLY_STRING && e->len > 0 && e->str[0] == hv->want;
+    if (e)
+        freeReplyObject(e);
+    return ok;
+}
+
+static struct cerb_redis_stats stats_of(struct eng *g)
+{
+    struct cerb_redis_stats rs;
+    cerb__redis_stats(g->e, &rs);
+    return rs;
+}
+
+/* The hand-off (limit 1, lease 10 s): a waiter queued with a fence floor
+ * above every fence so far; the holder's release grants it in the release
+ * script. On the wire right after: its entry "g 1 2000 0 <fence>" (the
+ * hand-off lease, min(10 s, 2 s): only a hand-off writes it, a waiter's
+ * own acquire writes its full lease, and no core renews here), its member
+ * in B, the queue empty. The waiter got the grant from its wake list
+ * ("f<fence>": a hand-off received, the grant's ttl the short lease), with
+ * the fence from the script, above its floor; its renewal then finds the
+ * same fence and stores the full lease. */
+static void test_handoff_on_the_wire(void **state)
+{
+    (void)state;
+    char *name = test_name("sem-handoff");
+    struct eng ga, gw;
+    eng_open(&ga);
+    eng_open(&gw);
+    struct hold a, w;
+    hold_init(&a, name, "0000000000000000000000000000a001", 1);
+    hold_init(&w, name, "0000000000000000000000000000a002", 1);
+    a.lk.limit = w.lk.limit = 1;
+    redisContext *r = raw();
+    char *z = zkey(name), *hk = helper(name, "h"), *qk = helper(name, "q");
+    char *wk = helper(name, "w:0000000000000000000000000000a002");
+
+    assert_int_equal(cerb__engine_acquire(ops, ga.e, &a.lk, 0, NULL, &a.gr), CERB_OK);
+    uint64_t fa = a.gr.fence & FENCE_MASK;
+    w.lk.fence_floor = fa + 5000000;
+    struct eng_taker t = {.g = &gw, .h = &w, .wait_ms = 20000};
+    pthread_t th;
+    pthread_create(&th, NULL, eng_take_main, &t);
+    struct hval queued = {r, hk, w.lk.token, 'w'};
+    assert_true(wait_until(hval_is, &queued, 8000));
+    assert_int_equal(atomic_load(&t.done), 0);
+    uint64_t got0 = stats_of(&gw).handoffs_received;
+
+    assert_int_equal(cerb__engine_release(ops, ga.e, &a.lk), CERB_OK);
+    assert_true(wait_until(taker_done_eng, &t, 5000));
+    pthread_join(th, NULL);
+    assert_int_equal(t.st, CERB_OK);
+    uint64_t fw = w.gr.fence & FENCE_MASK;
+    assert_true(fw > w.lk.fence_floor);
+    assert_int_equal(w.gr.ttl_ms, 2000);
+    assert_int_equal(stats_of(&gw).handoffs_received, got0 + 1);
+
+    char want[64];
+    snprintf(want, sizeof want, "g 1 2000 0 %llu", (unsigned long long)fw);
+    redisReply *e = redisCommand(r, "HGET %s %s", hk, w.lk.token);
+    assert_non_null(e);
+    assert_int_equal(e->type, REDIS_REPLY_STRING);
+    assert_string_equal(e->str, want);
+    freeReplyObject(e);
+    e = redisCommand(r, "ZSCORE %s %s", z, w.lk.token);
+    assert_int_equal(e->type, REDIS_REPLY_STRING);
+    freeReplyObject(e);
+    assert_int_equal(raw_int(r, "ZCARD %b", z), 1);
+    assert_int_equal(raw_int(r, "LLEN %b", qk), 0);
+    assert_int_equal(raw_int(r, "EXISTS %b", wk), 0); /* popped by the waiter */
+
+    cerb_grant g2;
+    memset(&g2, 0, sizeof g2);
+    assert_int_equal(cerb__engine_renew(ops, gw.e, &w.lk, &g2), CERB_OK);
+    assert_int_equal(g2.fence & FENCE_MASK, fw);
+    snprintf(want, sizeof want, "g 1 10000 0 %llu", (unsigned long long)fw);
+    e = redisCommand(r, "HGET %s %s", hk, w.lk.token);
+    assert_string_equal(e->str, want);
+    freeReplyObject(e);
+    assert_int_equal(cerb__engine_release(ops, gw.e, &w.lk), CERB_OK);
+    assert_int_equal(raw_int(r, "EXISTS %b", z), 0);
+
+    free(a.priv);
+    free(w.priv);
+    free(z);
+    free(hk);
+    free(qk);
+    free(wk);
+    redisFree(r);
+    eng_close(&ga);
+    eng_close(&gw);
+    free(name);
+}
+
 static const struct cerb_test_role roles[] = {{"sem", sem_child}, {NULL, NULL}};
 
 int main(int argc, char **argv)
@@ -770,6 +905,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_peer_members_count),
         cmocka_unit_test(test_quarantine_and_loss),
         cmocka_unit_test(test_fits_and_waiting_release),
+        cmocka_unit_test(test_handoff_on_the_wire),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
