@@ -414,7 +414,11 @@ cerb_status cerb__engine_gate_ask(const struct cerb_engine_ops *ops, cerb_engine
         return q->held(e, lk->name);
     if (!whole || lk->prim != CERB_PRIM_SEMAPHORE)
         return q->fits(e, lk);
-    /* Would the whole limit fit: is nobody else's member there? */
+    /* Is nobody else's member there: no permit held (whatever limit it
+     * was taken under), and the whole limit would fit past the waiters. */
+    cerb_status st = q->held(e, lk->name);
+    if (st != CERB_OK)
+        return st;
     cerb_engine_lock all = *lk;
     all.count = (unsigned)lk->limit;
     return q->fits(e, &all);

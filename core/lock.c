@@ -436,9 +436,14 @@ static bool claims_drop(cerb_client *c, struct cerb_engine_hold *h)
  */
 static cerb_status claims_take(cerb_client *c, struct cerb_engine_hold *h)
 {
+    bool unclaimed = false; /* a gated engine left without a claim */
     for (size_t i = 0; i < c->n_engines; i++) {
-        if ((int)i == h->engine_idx || !cerb__gate_claimable(c, (int)i))
+        if ((int)i == h->engine_idx)
             continue;
+        if (!cerb__gate_claimable(c, (int)i)) {
+            unclaimed = unclaimed || atomic_load(&c->engines[i].gated);
+            continue;
+        }
         /* An engine without the primitive elects nobody: nothing to claim
          * there (its held() still gates the name), and its refusal is no
          * silence. */
@@ -486,12 +491,18 @@ static cerb_status claims_take(cerb_client *c, struct cerb_engine_hold *h)
             return cerb__error_set(CERB_BUSY, "lock \"%s\" is held on engine %s, switched from",
                                    h->slot->name, ce->name);
         }
-        if (g.no_prim) {
+        if (g.no_prim && st == CERB_ECONFIG) {
             /* Refused for good there (a semaphore's stored limit differs):
              * a final answer about this acquisition, not silence. */
             hold_free(k);
             cerb__error_prefix("claim on engine %s, switched from", ce->name);
             return st;
+        }
+        if (g.no_prim) {
+            /* The primitive is not there in the mode it runs in: nothing
+             * to claim, as on an engine without it. */
+            hold_free(k);
+            continue;
         }
         /* No answer: the gate's grace rules that engine, as for a question:
          * the grant stands only once it has been silent for its grace. */
@@ -504,6 +515,11 @@ static cerb_status claims_take(cerb_client *c, struct cerb_engine_hold *h)
         if (st != CERB_OK)
             return st;
     }
+    /* A semaphore's permits add up across engines: one that turned
+     * unclaimable (closed, or quiet) since the gate asked cannot count
+     * this grant, so it is asked again, now strictly (health.c). */
+    if (unclaimed && h->lk.prim == CERB_PRIM_SEMAPHORE)
+        return cerb__switch_gate(c, h->engine_idx, h->slot, &h->lk, 0, NULL);
     return CERB_OK;
 }
 

@@ -394,13 +394,17 @@ static void renew_chunk(struct renewer *rn)
         int64_t t = cerb_monotime();
         for (size_t k = 0; k < m; k++)
             settle_item(rn, &rn->items[k], t, &pl);
+        cerb__cond_broadcast(&wd->idle); /* releases waiting for these */
     }
+    /* The rest go unsent only when the server answered nothing: a batch
+     * with answers (a Cluster with one node down) says it is there. */
+    cerb_status skip_st = answered == 0 ? fail_st : CERB_OK;
     for (size_t k = m; k < rn->n; k++) {
         cerb_renew_item *it = &rn->items[k];
         if (!it->lk)
             continue; /* withdrawn by a release */
-        if (fail_st != CERB_OK) {
-            it->st = fail_st; /* not sent: the server is not answering */
+        if (skip_st != CERB_OK) {
+            it->st = skip_st; /* not sent: the server is not answering */
             failed++;
         } else {
             ((struct cerb_engine_hold *)it->lk)->wd_sending = true;
@@ -410,7 +414,7 @@ static void renew_chunk(struct renewer *rn)
                 answered++;
             } else {
                 failed++;
-                fail_st = it->st;
+                fail_st = skip_st = it->st;
                 cerb__error_copy(why, sizeof why);
             }
             cerb__mutex_lock(&wd->mu);

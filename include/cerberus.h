@@ -886,7 +886,10 @@ CERB_API int64_t cerb_semaphore_limit(const cerb_semaphore *sem);
  * cerb_semaphore_free — free the handle. Its permits are not released:
  * each stays the caller's until cerb_permit_free().
  * Returns: CERB_OK; CERB_BUSY (nothing freed) while an acquisition through
- * it is in progress; CERB_EINVAL for a bad handle. NULL does nothing.
+ * it is in progress; CERB_EINVAL for a bad handle. NULL does nothing. As
+ * for every handle, a call that may still start on another thread must
+ * not race the free (BUSY covers the calls already under way; one racing
+ * it may fail with CERB_EINVAL).
  */
 CERB_API cerb_status cerb_semaphore_free(cerb_semaphore *sem);
 

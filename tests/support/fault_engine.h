@@ -45,6 +45,11 @@ void fault_engine_ttl_div(long div);
  * hold) from every open fault engine instance to its client, as an engine
  * does when its session is lost. Returns the number of instances told. */
 int fault_engine_emit(int ev, const char *name);
+/* "faultbatch": from now until reset, renewals of lock @name in a batch
+ * fail (UNAVAILABLE, answered at once) while the others of the batch go
+ * through, as with a Redis Cluster node down. Set it while no renewal
+ * runs (between runs). */
+void fault_engine_batch_fail(const char *name);
 /* renew_batch calls of "faultbatch" since the last reset. */
 long fault_engine_batch_calls(void);
 /* Register "fault", "faultheld" (the same engine, answering the
