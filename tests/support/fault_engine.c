@@ -31,7 +31,9 @@ struct plan {
 static struct plan plans[FAULT_NOPS];
 static atomic_long calls[FAULT_NOPS];
 static atomic_long batch_calls; /* faultbatch's renew_batch calls */
-static char batch_fail_name[128]; /* faultbatch: this name's renewals fail (set between runs) */
+/* faultbatch: this name's renewals fail; the caller's string, which must
+ * outlive the setting (a literal): only the pointer changes, atomically. */
+static _Atomic(const char *) batch_fail_name;
 static atomic_long faults;
 static atomic_long delay_ms[FAULT_NOPS];
 static atomic_bool delay_stall[FAULT_NOPS];
@@ -105,7 +107,7 @@ void fault_engine_reset(void)
     atomic_store(&faults, 0);
     atomic_store(&ttl_div, 0);
     atomic_store(&batch_calls, 0);
-    batch_fail_name[0] = '\0';
+    atomic_store(&batch_fail_name, NULL);
 }
 
 void fault_engine_ttl_div(long div) { atomic_store(&ttl_div, div); }
@@ -319,9 +321,9 @@ static void f_renew_batch(cerb_engine *e, cerb_renew_item *items, size_t n)
     atomic_fetch_add(&batch_calls, 1);
     bool stall = delayed(FAULT_RENEW);
     for (size_t i = 0; i < n; i++) {
-        if (batch_fail_name[0] && strcmp(items[i].lk->name, batch_fail_name) == 0) {
-            items[i].st = cerb__error_set(CERB_UNAVAILABLE, "fault: node of %s down",
-                                          batch_fail_name);
+        const char *fail = atomic_load(&batch_fail_name);
+        if (fail && strcmp(items[i].lk->name, fail) == 0) {
+            items[i].st = cerb__error_set(CERB_UNAVAILABLE, "fault: node of %s down", fail);
             continue;
         }
         if (stall) {
@@ -368,7 +370,7 @@ long fault_engine_batch_calls(void) { return atomic_load(&batch_calls); }
 
 void fault_engine_batch_fail(const char *name)
 {
-    snprintf(batch_fail_name, sizeof batch_fail_name, "%s", name ? name : "");
+    atomic_store(&batch_fail_name, name);
 }
 
 void fault_engine_register(void)

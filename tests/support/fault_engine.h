@@ -47,8 +47,8 @@ void fault_engine_ttl_div(long div);
 int fault_engine_emit(int ev, const char *name);
 /* "faultbatch": from now until reset, renewals of lock @name in a batch
  * fail (UNAVAILABLE, answered at once) while the others of the batch go
- * through, as with a Redis Cluster node down. Set it while no renewal
- * runs (between runs). */
+ * through, as with a Redis Cluster node down. @name must outlive the
+ * setting (a string literal): it is not copied. */
 void fault_engine_batch_fail(const char *name);
 /* renew_batch calls of "faultbatch" since the last reset. */
 long fault_engine_batch_calls(void);
