@@ -29,12 +29,18 @@ if(CERB_WITH_MYSQL)
   list(APPEND CERB_CONFORMANCE_DEFS CERB_CONF_MYSQL=1)
 endif()
 
+# cerb_engine_suite(NAME SOURCE TIMEOUT ENGINE [cerb_add_suite arguments...]):
+# one source built for one engine, named by CERB_CONFORMANCE_ENGINE.
+function(cerb_engine_suite name source timeout engine)
+  cerb_add_suite(NAME ${name} SOURCES ${source}
+    LABELS integration conformance TIMEOUT ${timeout} ${ARGN})
+  target_compile_definitions(${name} PRIVATE
+    CERB_CONFORMANCE_ENGINE="${engine}" ${CERB_CONFORMANCE_DEFS})
+endfunction()
+
 # cerb_conformance_suite(ENGINE [cerb_add_suite arguments...])
 function(cerb_conformance_suite engine)
-  cerb_add_suite(NAME conformance_${engine} SOURCES ${CERB_CONFORMANCE_SOURCE}
-    LABELS integration conformance TIMEOUT 120 ${ARGN})
-  target_compile_definitions(conformance_${engine} PRIVATE
-    CERB_CONFORMANCE_ENGINE="${engine}" ${CERB_CONFORMANCE_DEFS})
+  cerb_engine_suite(conformance_${engine} ${CERB_CONFORMANCE_SOURCE} 120 ${engine} ${ARGN})
 endfunction()
 
 cerb_conformance_suite(local)
@@ -62,11 +68,8 @@ endif()
 # cerb_lock_inspect on each engine (integration/inspect_conformance.c), built
 # the same way: inspect_<engine>, the engine named by CERB_CONFORMANCE_ENGINE.
 function(cerb_inspect_suite engine)
-  cerb_add_suite(NAME inspect_${engine}
-    SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/integration/inspect_conformance.c
-    LABELS integration conformance TIMEOUT 120 ${ARGN})
-  target_compile_definitions(inspect_${engine} PRIVATE
-    CERB_CONFORMANCE_ENGINE="${engine}" ${CERB_CONFORMANCE_DEFS})
+  cerb_engine_suite(inspect_${engine}
+    ${CMAKE_CURRENT_SOURCE_DIR}/integration/inspect_conformance.c 120 ${engine} ${ARGN})
 endfunction()
 
 cerb_inspect_suite(local)
@@ -89,11 +92,8 @@ endif()
 # Semaphores and read-write locks on each engine (integration/
 # queue_conformance.c), built the same way: queue_conformance_<engine>.
 function(cerb_queue_suite engine)
-  cerb_add_suite(NAME queue_conformance_${engine}
-    SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/integration/queue_conformance.c
-    LABELS integration conformance TIMEOUT 240 ${ARGN})
-  target_compile_definitions(queue_conformance_${engine} PRIVATE
-    CERB_CONFORMANCE_ENGINE="${engine}" ${CERB_CONFORMANCE_DEFS})
+  cerb_engine_suite(queue_conformance_${engine}
+    ${CMAKE_CURRENT_SOURCE_DIR}/integration/queue_conformance.c 240 ${engine} ${ARGN})
 endfunction()
 
 cerb_queue_suite(local)
