@@ -29,9 +29,11 @@
 # pg_basebackup for the standby, pg_isready and psql) and mariadb-server and
 # mariadb-client (mariadbd, mariadb-install-db, the mariadb client); as root
 # both servers run as their package's system user (postgres, mysql), through
-# util-linux's setpriv, which every Debian system has. Installing them may
-# create and start Debian's own servers on 5432 and 3306; the tests never use
-# those (their ports are 25432 and 23306). The Debian packages
+# util-linux's setpriv, which every Debian system has. The memcached engine's
+# tests run Debian's memcached (1.6.18: the meta protocol), started by
+# scripts/servers.d/memcached.sh. Installing these servers may create and
+# start Debian's own on 5432, 3306 and 11211; the tests never use those (their
+# ports are 25432, 23306 and 21211). The Debian packages
 # (scripts/package.sh, tests/package/) need dpkg-dev (dpkg-shlibdeps,
 # dpkg-architecture) and file (CPack reads the ELF files with it); their test
 # runs the maintainer scripts, which use systemd's systemd-sysusers and
@@ -51,6 +53,7 @@ CERB_DEB_PACKAGES=(
     groff-base man-db mandoc
     python3 python3-pytest python3-pip python3-setuptools python3-wheel python3-venv
     postgresql libpq-dev mariadb-server mariadb-client libmariadb-dev
+    memcached
     dpkg-dev file systemd init-system-helpers
 )
 
