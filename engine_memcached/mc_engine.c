@@ -160,9 +160,16 @@ static void mc_stats(cerb_engine *e, struct cerb_engine_stats *out)
     out->handoffs = 0; /* a release only deletes */
 }
 
-/* The longest expiry this instance sent: an item can outlive its holder's
- * last contact by that much. */
-static int64_t mc_hold_bound(cerb_engine *e) { return atomic_load(&e->max_ttl_ms); }
+/* The longest expiry this instance sent, or would send for the file's
+ * lease (a fresh client has sent none yet): an item can outlive its
+ * holder's last contact by that much. */
+static int64_t mc_hold_bound(cerb_engine *e)
+{
+    int64_t ttl_s = 0, sent = atomic_load(&e->max_ttl_ms);
+    if (cerb__mc_ttl_s(e->cfg->lock.lease_ms, &ttl_s) == CERB_OK && ttl_s * 1000 > sent)
+        sent = ttl_s * 1000;
+    return sent;
+}
 
 const struct cerb_engine_ops cerb__memcached_engine_ops = {
     .version = CERB_ENGINE_OPS_V5,

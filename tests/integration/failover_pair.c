@@ -1403,9 +1403,22 @@ static void skip_unless_primary_has(cerb_status st, const char *what)
     }
 }
 
+/* A primitive the secondary has not (memcached): nothing to switch to. */
+static void skip_unless_secondary_has(int prim)
+{
+    cerb__engines_builtin();
+    const struct cerb_engine_ops *ops = cerb__engine_find(SECONDARY.name);
+    assert_non_null(ops);
+    if (!cerb__engine_has_prim(ops, prim)) {
+        print_message("%s has no %s\n", SECONDARY.name, cerb__prim_name(prim));
+        skip();
+    }
+}
+
 static void test_switch_gates_semaphore(void **state)
 {
     (void)state;
+    skip_unless_secondary_has(CERB_PRIM_SEMAPHORE);
     cerb_client *a = open_cfg("failback = \"manual\";");
     cerb_client *b = open_cfg("failback = \"manual\";");
     char *name = test_name("fo-sem");
@@ -1448,6 +1461,7 @@ static void test_switch_gates_semaphore(void **state)
 static void test_switch_gates_rwlock(void **state)
 {
     (void)state;
+    skip_unless_secondary_has(CERB_PRIM_RWLOCK);
     cerb_client *a = open_cfg("failback = \"manual\";");
     cerb_client *b = open_cfg("failback = \"manual\";");
     char *name = test_name("fo-rw");
