@@ -90,7 +90,8 @@ int oracle_enter_claim(oracle *o, const char *name, int client, const char *engi
 
 /*
  * oracle_enter_unfenced — as oracle_enter, for a lock granted by an engine
- * that has no fencing token (memcached; the token it reports is 0): the
+ * that has no fencing token (memcached; the token it reports carries
+ * the client's epoch and no counter): the
  * overlap rule alone, no token rule, no rerun rule. Returns: a holder id,
  * as oracle_enter.
  */

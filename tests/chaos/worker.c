@@ -59,9 +59,10 @@
  * release; the lost callbacks record LOST as they fire.
  *
  * --unfenced ENGINE: ENGINE has no fencing (memcached): a lock it grants,
- * token 0, is recorded by oracle_enter_unfenced (the overlap rule alone),
- * as is a token-0 grant whose engine the client could not tell ("?":
- * a switch under way). Any other engine's token 0 is still a failure.
+ * whose token carries no counter (its low 48 bits are 0: the epoch alone),
+ * is recorded by oracle_enter_unfenced (the overlap rule alone), as is such
+ * a grant whose engine the client could not tell ("?": a switch under
+ * way). Any other engine's is still judged as a token.
  *
  * --broken modes exist to show the oracle can fail (tests/chaos chaos_broken):
  * skip-lock records holds without locking (a lock that grants twice),
@@ -215,7 +216,9 @@ static void enter(struct thread *t, struct tlock *tl, const char *e0)
         break;
     }
     const char *uf = t->op->unfenced;
-    if (uf && token == 0 && (strcmp(engine, uf) == 0 || strcmp(engine, "?") == 0)) {
+    /* Its counter, the low 48 bits, is 0; the epoch stays above. */
+    bool no_fence = (token & ((UINT64_C(1) << 48) - 1)) == 0;
+    if (uf && no_fence && (strcmp(engine, uf) == 0 || strcmp(engine, "?") == 0)) {
         atomic_store(&tl->holder,
                      oracle_enter_unfenced(t->o, tl->name, t->op->client, engine, oracle_now()));
         return;
