@@ -7,6 +7,7 @@
  *                  [--threads N[,N...]] [--duration S] [--waiters N]
  *                  [--locks M] [--lease MS] [--port P] [--redis-port P]
  *                  [--zk-port P] [--etcd-port P] [--pg-port P] [--mysql-port P]
+ *                  [--memcached-port P]
  *                  [--cli PATH] [--peers] [--permits N[,N...]]
  *                  [--candidates K] [--rounds R]
  *                  [--json FILE] [--plot FILE.png]
@@ -40,9 +41,10 @@
  * Without -c the bench writes its own configuration: Redis on 127.0.0.1,
  * port --port (26379, the test server's), with the default pool (it opens
  * as many connections as threads call at once); `--engine local` gives
- * the in-process engine instead, `--engine zk`, `etcd`, `pg` or `mysql`
- * that server (22181, 22379, 25432, 23306; pg and mysql as the test
- * servers' user and database cerb, with the default pool). The switch scenario needs every engine of the file it
+ * the in-process engine instead, `--engine zk`, `etcd`, `pg`, `mysql` or
+ * `memcached` that server (22181, 22379, 25432, 23306, 21211; pg and mysql
+ * as the test servers' user and database cerb, with the default pool).
+ * memcached has no guard (its guard row says "skipped") and no fencing. The switch scenario needs every engine of the file it
  * switches, so with it the built-in configuration lists redis, zk and etcd
  * on 127.0.0.1, each on its own port option (--redis-port, --zk-port,
  * --etcd-port; --port still names the port of the --engine measured), and
@@ -106,6 +108,7 @@ enum {
 #define DEFAULT_ETCD_PORT 22379
 #define DEFAULT_PG_PORT 25432
 #define DEFAULT_MYSQL_PORT 23306
+#define DEFAULT_MEMCACHED_PORT 21211
 
 /* The engines a built-in configuration can name, each with its port
  * option and default port (DESIGN.md §9). A new engine is a row here, a
@@ -120,6 +123,7 @@ static const struct {
     {"etcd", "--etcd-port", DEFAULT_ETCD_PORT},
     {"pg", "--pg-port", DEFAULT_PG_PORT},
     {"mysql", "--mysql-port", DEFAULT_MYSQL_PORT},
+    {"memcached", "--memcached-port", DEFAULT_MEMCACHED_PORT},
 };
 #define N_BUILTIN_PORTS (sizeof builtin_ports / sizeof builtin_ports[0])
 
@@ -176,6 +180,7 @@ static void usage(FILE *f)
         "                      [--lease MS] [--port P] [--redis-port P] "
         "[--zk-port P]\n"
         "                      [--etcd-port P] [--pg-port P] [--mysql-port P]\n"
+        "                      [--memcached-port P]\n"
         "                      [--cli PATH] [--peers] [--permits N[,N...]]\n"
         "                      [--candidates K] [--rounds R]\n"
         "                      [--json FILE] [--plot FILE.png]\n"
@@ -207,8 +212,10 @@ static void usage(FILE *f)
         "  --duration S        seconds measured per side of each scenario; herd: rounds\n"
         "                      for that long; many: the hold period (default 5)\n"
         "  --port P            without -c: the port of the engine measured (default\n"
-        "                      redis %d, zk %d, etcd %d, pg %d, mysql %d)\n"
-        "  --redis-port P, --zk-port P, --etcd-port P, --pg-port P, --mysql-port P\n"
+        "                      redis %d, zk %d, etcd %d, pg %d, mysql %d,\n"
+        "                      memcached %d)\n"
+        "  --redis-port P, --zk-port P, --etcd-port P, --pg-port P, --mysql-port P,\n"
+        "  --memcached-port P\n"
         "                      without -c: that engine's port (the switch scenario's\n"
         "                      built-in file lists redis, zk and etcd); pg and mysql\n"
         "                      connect as user cerb to database cerb, as the test\n"
@@ -269,7 +276,7 @@ static void usage(FILE *f)
         BENCH_ELECT_MAX_ROUNDS, DEFAULT_ELECT_ROUNDS, DEFAULT_HANDOFF_WAITERS,
         DEFAULT_HERD_WAITERS, DEFAULT_LOCKS, DEFAULT_MANY_LEASE_MS,
         DEFAULT_PORT, DEFAULT_ZK_PORT, DEFAULT_ETCD_PORT, DEFAULT_PG_PORT,
-        DEFAULT_MYSQL_PORT, BENCH_SWITCH_TARGET);
+        DEFAULT_MYSQL_PORT, DEFAULT_MEMCACHED_PORT, BENCH_SWITCH_TARGET);
 }
 
 /* Parse an integer in [lo, hi]; -1 on error (message printed). */
@@ -372,6 +379,7 @@ static int parse_cli(int argc, char **argv, struct cli *c)
         {"etcd-port", required_argument, NULL, O_ENGINE_PORT + 2},
         {"pg-port", required_argument, NULL, O_ENGINE_PORT + 3},
         {"mysql-port", required_argument, NULL, O_ENGINE_PORT + 4},
+        {"memcached-port", required_argument, NULL, O_ENGINE_PORT + 5},
         {"cli", required_argument, NULL, O_CLI},
         {"json", required_argument, NULL, O_JSON},
         {"plot", required_argument, NULL, O_PLOT},
@@ -664,6 +672,12 @@ static int builtin_one(const struct cli *c, const char *want, struct bench_engin
                  "mysql = { host = \"127.0.0.1\"; port = %d; user = \"cerb\"; "
                  "database = \"cerb\"; };\n",
                  builtin_port(c, "mysql"));
+    } else if (strcmp(want, "memcached") == 0 && !(c->scenarios & SC_SWITCH)) {
+        /* The test server (scripts/servers.d/memcached.sh), no prefix. */
+        snprintf(text, sizeof text,
+                 "engines = (\"memcached\");\n"
+                 "memcached = { servers = (\"127.0.0.1:%d\"); };\n",
+                 builtin_port(c, "memcached"));
     } else if (strcmp(want, "local") == 0 && !(c->scenarios & SC_SWITCH)) {
         snprintf(text, sizeof text, "engines = (\"local\");\n");
     } else {
@@ -671,7 +685,8 @@ static int builtin_one(const struct cli *c, const char *want, struct bench_engin
                      "one the bench knows %s", want,
                      c->scenarios & SC_SWITCH ? "redis, zk and etcd (the switch scenario's "
                                                 "built-in file)"
-                                              : "redis, zk, etcd, pg, mysql and local");
+                                              : "redis, zk, etcd, pg, mysql, memcached and "
+                                                "local");
         return -1;
     }
     e->config_text = dup_or_die(text);
@@ -1057,6 +1072,12 @@ int main(int argc, char **argv)
             printf("# mysql at %s (raw ceiling on the same server and table)\n", where);
         }
 #endif
+    for (int i = 0; cli.scenarios & ~SC_SWITCH && i < n_engines; i++)
+        if (strcmp(engines[i].name, "memcached") == 0)
+            printf("# memcached at %s (raw ceiling on the same server: ms ... ME c + "
+                   "md ... C<cas>; no fencing, no guard)\n",
+                   engines[i].cfg->memcached.n_servers ? engines[i].cfg->memcached.servers[0]
+                                                       : "?");
     if (cli.peers)
         bench_peers_describe(peers, stdout, engines, n_engines);
     if (cli.scenarios & SC_SWITCH)

@@ -278,6 +278,9 @@ static const struct bench_ceiling *const ceilings[] = {
 #ifdef CERB_WITH_MYSQL
     &bench_ceiling_mysql,
 #endif
+#ifdef CERB_WITH_MEMCACHED
+    &bench_ceiling_memcached, /* ms ... ME c + md ... C<cas> */
+#endif
 };
 
 const struct bench_ceiling *bench_ceiling_find(const char *engine)

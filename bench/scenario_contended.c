@@ -30,7 +30,8 @@
  * holds the lock, and the release frees the row and unlocks in one. For
  * mysql (ceiling_mysql.c) likewise: the grant UPDATE whose condition ends
  * in GET_LOCK(name, 0), and the UPDATE that frees the row and calls
- * RELEASE_LOCK.
+ * RELEASE_LOCK. For memcached (ceiling_memcached.c): `ms` in add mode,
+ * retried at once on NS, and `md` with the CAS of the grant.
  *
  * The contended ceiling has its own small table (struct
  * bench_contended_ceiling) rather than new members of struct bench_ceiling,
@@ -64,6 +65,9 @@ static const struct bench_contended_ceiling *const contended_ceilings[] = {
 #endif
 #ifdef CERB_WITH_MYSQL
     &bench_contended_ceiling_mysql, /* ceiling_mysql.c */
+#endif
+#ifdef CERB_WITH_MEMCACHED
+    &bench_contended_ceiling_memcached, /* ceiling_memcached.c */
 #endif
 };
 

@@ -515,6 +515,9 @@ bench_contended_ceiling_find(const char *engine);
  * at once; free + RELEASE_LOCK. */
 extern const struct bench_contended_ceiling bench_contended_ceiling_pg;
 extern const struct bench_contended_ceiling bench_contended_ceiling_mysql;
+/* memcached's (ceiling_memcached.c): `ms ... ME` (add), retried at once;
+ * `md ... C<cas>`. */
+extern const struct bench_contended_ceiling bench_contended_ceiling_memcached;
 
 /* ---- raw hand-off (ceiling_handoff.c) ---- */
 
@@ -623,6 +626,7 @@ extern const struct bench_ceiling bench_ceiling_zk;
 extern const struct bench_ceiling bench_ceiling_etcd;
 extern const struct bench_ceiling bench_ceiling_pg;
 extern const struct bench_ceiling bench_ceiling_mysql;
+extern const struct bench_ceiling bench_ceiling_memcached;
 
 /* The ceiling for @engine, or NULL when none is implemented ("n/a"). */
 const struct bench_ceiling *bench_ceiling_find(const char *engine);

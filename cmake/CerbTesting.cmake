@@ -202,6 +202,7 @@ function(cerb_add_suite)
     "CERB_ETCD_PORT=${CERB_TEST_ETCD_PORT}"
     "CERB_PG_PORT=${CERB_TEST_PG_PORT}"
     "CERB_MYSQL_PORT=${CERB_TEST_MYSQL_PORT}"
+    "CERB_MEMCACHED_PORT=${CERB_TEST_MEMCACHED_PORT}"
     "CERB_CLUSTER_PORT=${CERB_TEST_CLUSTER_PORT}"
     "ASAN_OPTIONS=detect_leaks=1"
     "UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1")

@@ -125,6 +125,16 @@ struct cerb_mysql_config {
     int64_t op_timeout_ms;       /* 1000, 1 .. 600000 */
 };
 
+/* The memcached engine (DESIGN.md §4): one server, the meta protocol. */
+struct cerb_memcached_config {
+    size_t n_servers;                     /* 1: one server, no client-side hashing */
+    char *servers[CERB_MAX_ENDPOINTS];    /* ("127.0.0.1:11211"), "host:port" */
+    char *prefix;                         /* "": before every lock name in its key */
+    int pool;                             /* 8, 1 .. 1024: connections open on demand */
+    int64_t connect_timeout_ms;           /* 500, 1 .. 600000 */
+    int64_t op_timeout_ms;                /* 500, 1 .. 600000 */
+};
+
 struct cerb_local_config {
     char *dir;   /* "" = in-process only; else flock files under dir */
 };
@@ -172,6 +182,7 @@ struct cerb_config {
     struct cerb_etcd_config etcd;
     struct cerb_pg_config pg;
     struct cerb_mysql_config mysql;
+    struct cerb_memcached_config memcached;
     struct cerb_local_config local;
     struct cerb_guard_config guard;
     struct cerb_serve_config serve;

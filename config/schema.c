@@ -9,7 +9,8 @@
  * the parser, the validator and the reload comparison never name a field.
  * Defaults and ranges are those documented in config.h. Keys under lock,
  * retry and failover, plus `active` and `epoch`, are RELOADABLE; the engine
- * list and every connection setting (redis, zk, etcd, pg, mysql, local) are IMMUTABLE
+ * list and every connection setting (redis, zk, etcd, pg, mysql, memcached, local) are
+ * IMMUTABLE
  * because engines are opened once per client. The serve group belongs to
  * `cerberus serve` alone (the library opens no socket): its sockets are
  * immutable, its token file, limits and windows reloadable.
@@ -177,6 +178,18 @@ const struct cerb__cfg_key cerb__cfg_keys[] = {
     KEY_INT("mysql.pool", mysql.pool, I, 8, 2, 1024),
     KEY_I64("mysql.connect_timeout_ms", mysql.connect_timeout_ms, I, 2000, 1, 600000),
     KEY_I64("mysql.op_timeout_ms", mysql.op_timeout_ms, I, 1000, 1, 600000),
+
+    /* A list for the quorum mode to come; one server for now
+     * (check_memcached in validate.c). */
+    {.path = "memcached.servers", .type = CERB__CFG_STRLIST, .flags = I,
+     .offset = offsetof(struct cerb_config, memcached.servers),
+     .count_offset = offsetof(struct cerb_config, memcached.n_servers),
+     .min = 1, .max = CERB_MAX_ENDPOINTS, .def_str = "127.0.0.1:11211",
+     .check = cerb__cfg_check_hostport},
+    KEY_STR("memcached.prefix", memcached.prefix, I, "", cerb__cfg_check_mc_prefix),
+    KEY_INT("memcached.pool", memcached.pool, I, 8, 1, 1024),
+    KEY_I64("memcached.connect_timeout_ms", memcached.connect_timeout_ms, I, 500, 1, 600000),
+    KEY_I64("memcached.op_timeout_ms", memcached.op_timeout_ms, I, 500, 1, 600000),
 
     KEY_STR("local.dir", local.dir, I, "", NULL),
 

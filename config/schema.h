@@ -20,7 +20,7 @@
 #include "config.h"
 
 /* Upper bound on the number of rows; schema.c asserts the table fits. */
-#define CERB__CFG_MAX_KEYS 96
+#define CERB__CFG_MAX_KEYS 128
 
 typedef enum cerb__cfg_type {
     CERB__CFG_INT,     /* int field; libconfig int or int64 accepted */
@@ -132,6 +132,10 @@ bool cerb__cfg_check_sql_ident(const struct cerb__cfg_key *k, const char *s,
 bool cerb__cfg_check_pg_key(const struct cerb__cfg_key *k, const char *s,
                             char *why, size_t len);
 bool cerb__cfg_check_mysql_key(const struct cerb__cfg_key *k, const char *s,
+                               char *why, size_t len);
+/* memcached.prefix: at most 150 bytes, none of them a space or a control
+ * character (memcached's key rules; the rest of the 250 is the name's). */
+bool cerb__cfg_check_mc_prefix(const struct cerb__cfg_key *k, const char *s,
                                char *why, size_t len);
 
 /* serve.listen: "unix:/ABSOLUTE/PATH" or "HOST:PORT" / "[V6]:PORT" (the

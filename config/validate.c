@@ -187,6 +187,25 @@ bool cerb__cfg_check_mysql_key(const struct cerb__cfg_key *k, const char *s,
     return false;
 }
 
+bool cerb__cfg_check_mc_prefix(const struct cerb__cfg_key *k, const char *s,
+                               char *why, size_t len)
+{
+    size_t n = strlen(s);
+    if (n > 150) {
+        snprintf(why, len, "%s: longer than 150 bytes", k->path);
+        return false;
+    }
+    for (size_t i = 0; i < n; i++) {
+        unsigned char ch = (unsigned char)s[i];
+        if (ch <= 0x20 || ch == 0x7f) {
+            snprintf(why, len, "%s: \"%s\" holds a space or a control character, which a "
+                     "memcached key cannot", k->path, s);
+            return false;
+        }
+    }
+    return true;
+}
+
 /* ---- whole-struct validation ---- */
 
 struct vctx {
@@ -324,6 +343,18 @@ static cerb_status check_guard(const struct vctx *v,
     return CERB_OK;
 }
 
+static cerb_status check_memcached(const struct vctx *v, const struct cerb_config *cfg)
+{
+    /* memcached does not replicate, and client-side hashing over several
+     * servers moves a name to another server when one drops out: two
+     * holders. One server, until a quorum mode exists. */
+    if (cfg->memcached.n_servers != 1)
+        return cerb__cfg_error_at(v->file, line_of(v, "memcached.servers", NULL),
+                                  "memcached.servers: exactly one server (several would be "
+                                  "hashed over, and a name would move when one drops out)");
+    return CERB_OK;
+}
+
 cerb_status cerb__config_validate(const struct cerb_config *cfg,
                                   const char *file, const unsigned *lines)
 {
@@ -342,5 +373,7 @@ cerb_status cerb__config_validate(const struct cerb_config *cfg,
         st = check_timing(&v, cfg);
     if (st == CERB_OK)
         st = check_guard(&v, cfg);
+    if (st == CERB_OK)
+        st = check_memcached(&v, cfg);
     return st;
 }

@@ -25,6 +25,9 @@ extern const struct cerb_engine_ops cerb__etcd_engine_ops;
 extern const struct cerb_engine_ops cerb__pg_engine_ops;
 extern const struct cerb_store_ops cerb__pg_store_ops;
 #endif
+#ifdef CERB_WITH_MEMCACHED
+extern const struct cerb_engine_ops cerb__memcached_engine_ops;
+#endif
 #ifdef CERB_WITH_MYSQL
 extern const struct cerb_engine_ops cerb__my_engine_ops;
 extern const struct cerb_store_ops cerb__my_store_ops;
@@ -49,6 +52,9 @@ static void register_all(void)
 #endif
 #ifdef CERB_WITH_MYSQL
     cerb__engine_register(&cerb__my_engine_ops);
+#endif
+#ifdef CERB_WITH_MEMCACHED
+    cerb__engine_register(&cerb__memcached_engine_ops);
 #endif
 }
 

@@ -26,8 +26,22 @@ bool cerb__engine_has_guard(const struct cerb_engine_ops *ops)
            ops->guard_renew && ops->guard_finish && ops->guard_check;
 }
 
+/* Why an engine has no guard. Memcached refuses it for good: a record
+ * that says "done" can be evicted before keep_ms, and then a duplicate
+ * runs — a guard that silently lets duplicates through is worse than
+ * none (the caller's on_unavailable policy then decides knowingly). */
+static const char *why_none(const char *name)
+{
+    if (name && strcmp(name, "memcached") == 0)
+        return "memcached: the idempotency guard is refused: its records could be evicted";
+    return NULL;
+}
+
 static cerb_status no_guard(const struct cerb_engine_ops *ops, cerb_engine *e)
 {
+    const char *why = why_none(ops ? ops->name : NULL);
+    if (!cerb__engine_has_guard(ops) && why)
+        return cerb__error_set(CERB_UNAVAILABLE, "%s", why);
     if (!cerb__engine_has_guard(ops))
         return cerb__error_set(CERB_UNAVAILABLE,
                                "engine %s has no idempotency guard (not implemented for it yet)",

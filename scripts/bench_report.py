@@ -305,6 +305,13 @@ itself over bare client connections (one per thread), with no library logic:
   `pg_advisory_unlock`: two round trips, prepared once per session, with
   `synchronous_commit = on` as the engine's sessions have it. The round trip is
   `SELECT 1`.
+- **memcached** (engine `memcached`, `--engine memcached`; not in this page's run):
+  `ms name 32 T10 ME c` with the token as the value (add mode: stored only when the
+  key is absent; the reply carries the item's CAS), then `md name C<cas>` (deleted
+  only while the item is still the one the grant wrote): two round trips over one
+  bare connection per thread. The contended ceiling sends the `ms` again at once
+  on `NS`. The round trip is `mn`. The engine has no fencing and no guard (its
+  guard row says skipped).
 - **MariaDB** (engine `mysql`): one `UPDATE` of the name's row in the engine's own
   table that raises the fence through `LAST_INSERT_ID(fence + 1)` (it comes back in
   the OK packet) and sets the owner and a 10 s lease, where no other owner's lease
@@ -472,6 +479,15 @@ runs the command above once, and stops the servers by their PIDs however it
 exits. It writes this page and `performance.png` (`--out DIR` elsewhere) and keeps
 the JSON, its metadata and the bench's table in `build/bench-report/`. Commit the
 page and the plot together: their history is this file's git log.
+
+The memcached engine (not in this page's run) is measured the same way, against
+its raw ceiling on the same server in the same run:
+
+```sh
+CERB_MEMCACHED_NO_EVICT=1 scripts/servers.sh start memcached --port 21211
+build/bench/cerberus-bench --engine memcached --memcached-port 21211 --scenario uncontended,contended,handoff --threads 1,8 --duration 5
+scripts/servers.sh stop memcached --port 21211
+```
 """
 
 

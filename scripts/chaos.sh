@@ -100,6 +100,15 @@
 # at most two permits held; never a writer with anybody; tokens).
 # redis-zk-prims adds switches: permits add up across the two engines.
 #
+# memcached (memcached, memcached-redis): one memcached started with -M
+# ($CERB_MEMCACHED_NO_EVICT=1: no evictions, as docs/engines.md asks of a
+# lock server) through the proxy. `kill` restarts it as a new, empty process
+# (memcached keeps nothing on disk): the engine tells every holder LOST and
+# grants nothing on the new process for about one lease, so the oracle must
+# see no overlap across it. memcached has no fencing: its grants (no counter)
+# are judged by the overlap rule alone (worker --unfenced memcached).
+# memcached-redis adds switches to redis and back.
+#
 # Replay: every scenario prints its seed and the nemesis schedule; the same
 # --scenario and --seed give the same worker choices and the same schedule
 # (faults land at the same offsets; the servers' timing is real time).
@@ -115,6 +124,7 @@
 # CERB_CHAOS_SENTINEL_PORT (31500: master and replicas 31500-31502,
 # sentinels 31510-31512), CERB_CHAOS_CLUSTER_PORT (31600: nodes 31600-31605,
 # bus ports 21600-21605, see servers.d/cluster.sh),
+# CERB_CHAOS_MEMCACHED_PORT (31950),
 # CERB_CHAOS_STATE_DIR (servers' state, default $TMPDIR/cerb-chaos-$UID),
 # CERB_CHAOS_KEEP_DIR (a failed scenario's worker logs, config and oracle,
 # default $TMPDIR/cerb-chaos-failed-<seed>), CERB_CHAOS_KEEP_ALL=1 (keep
@@ -138,6 +148,9 @@ SENTINEL_PORT=${CERB_CHAOS_SENTINEL_PORT:-31500}
 CLUSTER_PORT=${CERB_CHAOS_CLUSTER_PORT:-31600}
 PG_PORT=${CERB_CHAOS_PG_PORT:-31700}
 MYSQL_PORT=${CERB_CHAOS_MYSQL_PORT:-31800}
+MEMCACHED_PORT=${CERB_CHAOS_MEMCACHED_PORT:-31950}
+# memcached with -M: an unexpired lock is never evicted (servers.d/memcached.sh).
+export CERB_MEMCACHED_NO_EVICT=1
 export CERB_SENTINEL_MASTER=${CERB_SENTINEL_MASTER:-cerbmaster}
 NODES=1              # servers per engine in the current scenario
 RKIND=redis          # the redis deployment: redis (one server), sentinel, cluster
@@ -152,13 +165,13 @@ BUILD=${CERB_BUILD_DIR:-$ROOT/build}
 LEASE_MS=2000        # lock.lease_ms; zk sessions and etcd TTLs are of the same order
 SETTLE_MS=3000       # time clients take to see a `cerberus switch` (file watch)
 
-ALL_SCENARIOS="redis zk etcd redis-zk etcd-redis zk-etcd redis-zk-grace0 manual-switch zk3 etcd3 sentinel cluster zk-guard redis-guard etcd-guard pg mysql pg-redis pg-guard redis-prims zk-prims etcd-prims redis-zk-prims"
+ALL_SCENARIOS="redis zk etcd redis-zk etcd-redis zk-etcd redis-zk-grace0 manual-switch zk3 etcd3 sentinel cluster zk-guard redis-guard etcd-guard pg mysql pg-redis pg-guard redis-prims zk-prims etcd-prims redis-zk-prims memcached memcached-redis"
 # Run only when named: etcd3-oldleader pauses the leader of a 3-node etcd,
 # which etcd before 3.4.28 / 3.5.11 answers by revoking live sessions'
 # leases when it resumes (etcd#15247): overlaps there are the server's,
 # counted and reported, not failed.
 EXTRA_SCENARIOS="etcd3-oldleader"
-CI_SCENARIOS="redis zk etcd redis-zk etcd-redis redis-zk-grace0 manual-switch zk3 etcd3 sentinel cluster zk-guard pg mysql pg-redis redis-prims zk-prims etcd-prims redis-zk-prims"
+CI_SCENARIOS="redis zk etcd redis-zk etcd-redis redis-zk-grace0 manual-switch zk3 etcd3 sentinel cluster zk-guard pg mysql pg-redis redis-prims zk-prims etcd-prims redis-zk-prims memcached"
 
 say() { printf '%s: %s\n' "$PROG" "$*"; }
 die() { printf '%s: error: %s\n' "$PROG" "$*" >&2; exit 1; }
@@ -270,6 +283,7 @@ port_of() {
         etcd) if ((NODES > 1)); then echo "$ETCD3_PORT"; else echo "$ETCD_PORT"; fi ;;
         pg) echo "$PG_PORT" ;;
         mysql) echo "$MYSQL_PORT" ;;
+        memcached) echo "$MEMCACHED_PORT" ;;
     esac
 }
 
@@ -466,6 +480,14 @@ restart() {
             mapfile -d '' argv <"/proc/$pid/cmdline"
             kill9 "$pid"
             relaunch "$e" "$port" "${argv[@]}"
+            ;;
+        memcached)
+            # A new process, empty (memcached keeps nothing): servers.sh
+            # starts one on the port once the killed one has let it go.
+            kill9 "$pid"
+            local deadline=$(($(now_ms) + 10000))
+            while listening "$port" && (($(now_ms) < deadline)); do sleep 0.05; done
+            servers start memcached --port "$port" >/dev/null
             ;;
         pg | mysql)
             # servers.sh restarts a server whose process is gone on its
@@ -966,6 +988,10 @@ scenario_def() {
         zk-prims) ENGINES="zk"; PRIMS=1; ACTS="pause kill-keep expire delay blackhole drop" ;;
         etcd-prims) ENGINES="etcd"; PRIMS=1; ACTS="pause kill-keep delay blackhole drop" ;;
         redis-zk-prims) ENGINES="redis zk"; PRIMS=1; ACTS="pause kill blackhole drop switch" ;;
+        # No kill-keep: memcached keeps nothing, every restart is empty.
+        # kill twice: a 20 s run (about four faults) nearly always meets it.
+        memcached) ENGINES="memcached"; ACTS="pause kill delay kill blackhole drop" ;;
+        memcached-redis) ENGINES="memcached redis"; ACTS="pause kill blackhole switch" ;;
     esac
     if [[ -n $GRACE_OVERRIDE ]]; then GRACE=$GRACE_OVERRIDE; fi
 }
@@ -1021,6 +1047,7 @@ write_config() {
                 etcd:*) echo "etcd = { endpoints = (\"http://127.0.0.1:$port\"); prefix = \"cerb-chaos/$ns/\"; session_ttl_s = 2; op_timeout_ms = 1000; connect_timeout_ms = 500; };" ;;
                 # No namespace: the names carry the run's tag (run_scenario).
                 pg:*) echo "pg = { conninfo = \"host=127.0.0.1 port=$port dbname=cerb user=cerb\"; op_timeout_ms = 1000; connect_timeout_ms = 500; };" ;;
+                memcached:*) echo "memcached = { servers = (\"127.0.0.1:$port\"); prefix = \"cerb-chaos-$ns:\"; connect_timeout_ms = 500; op_timeout_ms = 500; };" ;;
                 mysql:*) echo "mysql = { host = \"127.0.0.1\"; port = $port; user = \"cerb\"; database = \"cerb\"; op_timeout_ms = 1000; connect_timeout_ms = 500; };" ;;
             esac
         done
@@ -1035,7 +1062,7 @@ bound_ms() {
     local e b=0
     for e in $ENGINES; do
         case $e in
-            redis) b=$((b + (500 + 500) * 2)) ;;
+            redis | memcached) b=$((b + (500 + 500) * 2)) ;;
             zk) b=$((b + (1000 + LEASE_MS) * 2)) ;;
             etcd) b=$((b + (500 + 2 * 1000) * 2)) ;; # a release re-sends once (cerberus.h)
             pg | mysql) b=$((b + (500 + 1000) * 2)) ;;
@@ -1067,6 +1094,8 @@ run_scenario() {
         [[ $first == zk ]] && proxied zk && wargs+=(--count-conns "$PROXY_PORT")
     fi
     if [[ -n $BROKEN ]]; then wargs+=(--broken "$BROKEN"); fi
+    # memcached grants carry no fencing counter (no token to judge).
+    if [[ " $ENGINES " == *" memcached "* ]]; then wargs+=(--unfenced memcached); fi
     NAME_PREFIX="chaos-$scen-$seed-"
     # pg and mysql have no namespace: names of this run's own.
     if [[ " $ENGINES " == *" pg "* || " $ENGINES " == *" mysql "* ]]; then

@@ -28,6 +28,9 @@ endif()
 if(CERB_WITH_MYSQL)
   list(APPEND CERB_CONFORMANCE_DEFS CERB_CONF_MYSQL=1)
 endif()
+if(CERB_WITH_MEMCACHED)
+  list(APPEND CERB_CONFORMANCE_DEFS CERB_CONF_MEMCACHED=1)
+endif()
 
 # cerb_engine_suite(NAME SOURCE TIMEOUT ENGINE [cerb_add_suite arguments...]):
 # one source built for one engine, named by CERB_CONFORMANCE_ENGINE.
@@ -64,6 +67,9 @@ if(CERB_WITH_MYSQL)
   # Group Replication.
   cerb_conformance_suite(mysql_lease FIXTURES mysql ENV CERB_MYSQL_PORT=${CERB_TEST_MYSQL_PORT})
 endif()
+if(CERB_WITH_MEMCACHED)
+  cerb_conformance_suite(memcached FIXTURES memcached)
+endif()
 
 # cerb_lock_inspect on each engine (integration/inspect_conformance.c), built
 # the same way: inspect_<engine>, the engine named by CERB_CONFORMANCE_ENGINE.
@@ -88,6 +94,8 @@ endif()
 if(CERB_WITH_MYSQL)
   cerb_inspect_suite(mysql FIXTURES mysql ENV CERB_MYSQL_PORT=${CERB_TEST_MYSQL_PORT})
 endif()
+# memcached: no inspect_memcached — its waiters poll and leave nothing on
+# the server to list, and it has no fence; test_memcached.c inspects.
 
 # Semaphores and read-write locks on each engine (integration/
 # queue_conformance.c), built the same way: queue_conformance_<engine>.

@@ -29,6 +29,10 @@
  * existed on the server, from the finish's return to the finish's send +
  * keep_ms; a claim whose whole begin call lies inside it ran the operation
  * twice (a rerun).
+ *
+ * Locks granted by an engine without fencing (memcached: no counter survives
+ * its restart) are holds without a token too (oracle_enter_unfenced): the
+ * overlap rule alone.
  */
 #include "oracle.h"
 
@@ -291,7 +295,11 @@ static bool conflicts(int share, unsigned weight, unsigned cap, const struct hol
     return share == ORACLE_WRITE || h->share == ORACLE_WRITE;
 }
 
-static int enter(oracle *o, const char *name, int client, bool fenced, uint64_t token,
+/* What enter() records: a fenced hold (token judged), a guard claim, or a
+ * lock of an engine without fencing (memcached): no token, no reruns. */
+enum kind { K_FENCED, K_CLAIM, K_UNFENCED };
+
+static int enter(oracle *o, const char *name, int client, enum kind kind, uint64_t token,
                  const char *engine, int64_t t_begin_ns, int64_t t_ns, int share,
                  unsigned weight, unsigned cap)
 {
@@ -304,6 +312,7 @@ static int enter(oracle *o, const char *name, int client, bool fenced, uint64_t 
     int ei = engine_index(s, engine);
     struct name_slot *n = &s->names[ni];
     int id = -1;
+    bool fenced = kind == K_FENCED;
 
     spin_lock(&n->lock);
     atomic_fetch_add(&s->acquisitions, 1);
@@ -344,15 +353,18 @@ static int enter(oracle *o, const char *name, int client, bool fenced, uint64_t 
                  h->t_lost ? "told LOST only after" : "never told LOST");
         } else {
             atomic_fetch_add(&s->overlaps_unsafe, 1);
-            note(o, "UNSAFE overlap on guard key %s: client %d (%s) began at +%.3fs "
+            note(o, "UNSAFE overlap on %s %s: client %d (%s) began at +%.3fs "
                  "while client %d (%s) running since +%.3fs, %s",
-                 name, client, s->engine[ei], (t_ns - s->t0) / 1e9, h->client,
-                 s->engine[h->engine], (h->t_enter - s->t0) / 1e9,
+                 kind == K_CLAIM ? "guard key" : "unfenced lock", name, client,
+                 s->engine[ei], (t_ns - s->t0) / 1e9, h->client, s->engine[h->engine],
+                 (h->t_enter - s->t0) / 1e9,
                  h->t_lost ? "told LOST only after" : "never told LOST");
         }
     }
 
-    if (!fenced) {
+    if (kind == K_UNFENCED) {
+        /* Nothing to judge beyond the overlap. */
+    } else if (!fenced) {
         /* §11: a success keeps its key from running again for keep_ms. */
         if (n->done_until != 0 && t_begin_ns > n->done_from &&
             t_ns + DONE_SLACK_NS < n->done_until) {
@@ -429,21 +441,27 @@ static int enter(oracle *o, const char *name, int client, bool fenced, uint64_t 
 int oracle_enter(oracle *o, const char *name, int client, uint64_t token,
                  const char *engine, int64_t t_ns)
 {
-    return enter(o, name, client, true, token, engine, t_ns, t_ns, 0, 1, 1);
+    return enter(o, name, client, K_FENCED, token, engine, t_ns, t_ns, 0, 1, 1);
 }
 
 int oracle_enter_shared(oracle *o, const char *name, int client, uint64_t token,
                         const char *engine, int64_t t_ns, enum oracle_share share,
                         unsigned weight, unsigned cap)
 {
-    return enter(o, name, client, true, token, engine, t_ns, t_ns, (int)share,
+    return enter(o, name, client, K_FENCED, token, engine, t_ns, t_ns, (int)share,
                  share == ORACLE_PERMITS ? weight : 1, cap);
 }
 
 int oracle_enter_claim(oracle *o, const char *name, int client, const char *engine,
                        int64_t t_begin_ns, int64_t t_ns)
 {
-    return enter(o, name, client, false, 0, engine, t_begin_ns, t_ns, 0, 1, 1);
+    return enter(o, name, client, K_CLAIM, 0, engine, t_begin_ns, t_ns, 0, 1, 1);
+}
+
+int oracle_enter_unfenced(oracle *o, const char *name, int client, const char *engine,
+                          int64_t t_ns)
+{
+    return enter(o, name, client, K_UNFENCED, 0, engine, t_ns, t_ns, 0, 1, 1);
 }
 
 void oracle_done(oracle *o, const char *name, int64_t t0_ns, int64_t t1_ns, int64_t keep_ms)

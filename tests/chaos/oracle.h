@@ -88,6 +88,16 @@ int oracle_enter(oracle *o, const char *name, int client, uint64_t token,
 int oracle_enter_claim(oracle *o, const char *name, int client, const char *engine,
                        int64_t t_begin_ns, int64_t t_ns);
 
+/*
+ * oracle_enter_unfenced — as oracle_enter, for a lock granted by an engine
+ * that has no fencing token (memcached; the token it reports carries
+ * the client's epoch and no counter): the
+ * overlap rule alone, no token rule, no rerun rule. Returns: a holder id,
+ * as oracle_enter.
+ */
+int oracle_enter_unfenced(oracle *o, const char *name, int client, const char *engine,
+                          int64_t t_ns);
+
 /* What a shared hold is (oracle_enter_shared). */
 enum oracle_share { ORACLE_PERMITS = 1, ORACLE_READ = 2, ORACLE_WRITE = 3 };
 

@@ -196,6 +196,30 @@ static void guard_claims(void **state)
     assert_non_null(strstr(oracle_note_get(o, 0), "UNSAFE overlap on guard key k"));
 }
 
+/* memcached's locks carry no token: none is judged (no "token 0"), the
+ * overlap rule still is. */
+static void unfenced_locks(void **state)
+{
+    oracle *o = *state;
+    int a = oracle_enter_unfenced(o, "m", 0, "memcached", 1 * MS);
+    oracle_leave(o, a, 2 * MS);
+    int b = oracle_enter_unfenced(o, "m", 1, "memcached", 3 * MS);
+    int c = oracle_enter_unfenced(o, "m", 2, "memcached", 4 * MS);
+    oracle_leave(o, c, 5 * MS);
+    oracle_told_lost(o, b, 6 * MS);
+    int d = oracle_enter_unfenced(o, "m", 2, "memcached", 7 * MS);
+    oracle_leave(o, d, 8 * MS);
+    oracle_leave(o, b, 9 * MS);
+    oracle_report r = rep(o);
+    assert_int_equal(r.acquisitions, 4);
+    assert_int_equal(r.zero_tokens, 0);
+    assert_int_equal(r.token_regressions, 0);
+    assert_int_equal(r.reruns, 0);
+    assert_int_equal(r.overlaps_unsafe, 1);
+    assert_int_equal(r.overlaps_explained, 1);
+    assert_non_null(strstr(oracle_note_get(o, 0), "UNSAFE overlap on unfenced lock m"));
+}
+
 static void guard_reruns(void **state)
 {
     oracle *o = *state;
@@ -318,6 +342,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(overruns, setup, teardown),
         cmocka_unit_test_setup_teardown(guard_claims, setup, teardown),
         cmocka_unit_test_setup_teardown(guard_reruns, setup, teardown),
+        cmocka_unit_test_setup_teardown(unfenced_locks, setup, teardown),
         cmocka_unit_test_setup_teardown(two_processes_share_the_file, setup, teardown),
         cmocka_unit_test_setup_teardown(dead_holder_is_no_overlap, setup, teardown),
         cmocka_unit_test_setup_teardown(shared_holds, setup, teardown),

@@ -6,7 +6,7 @@
  *   cerb_chaos_worker -c CONFIG -o ORACLE [--client ID] [--threads T]
  *       [--names N] [--prefix P] [--seconds S] [--max-ops M] [--seed X]
  *       [--bound-ms B] [--lease-ms L] [--guard | --elect | --semaphore N | --rwlock]
- *       [--count-conns PORT]
+ *       [--count-conns PORT] [--unfenced ENGINE]
  *       [--broken skip-lock|fake-token|overrun|skip-guard|ignore-busy|ignore-duplicate|
  *                 skip-elect|skip-share]
  *
@@ -57,6 +57,12 @@
  * hold (oracle_enter_shared: at most N permits inside, never a writer with
  * anybody), held as a lock's (1 in 20 past the lease), left before the
  * release; the lost callbacks record LOST as they fire.
+ *
+ * --unfenced ENGINE: ENGINE has no fencing (memcached): a lock it grants,
+ * whose token carries no counter (its low 48 bits are 0: the epoch alone),
+ * is recorded by oracle_enter_unfenced (the overlap rule alone), as is such
+ * a grant whose engine the client could not tell ("?": a switch under
+ * way). Any other engine's is still judged as a token.
  *
  * --broken modes exist to show the oracle can fail (tests/chaos chaos_broken):
  * skip-lock records holds without locking (a lock that grants twice),
@@ -112,6 +118,7 @@ static const char *const broken_name[] = {"",
 struct opts {
     const char *config, *oracle_path, *prefix;
     int client, threads, names, guard, elect, rwlock, count_port;
+    const char *unfenced; /* --unfenced ENGINE, or NULL */
     int64_t semaphore; /* --semaphore N: the limit; 0 = not that mode */
     int64_t seconds, max_ops, bound_ms, lease_ms;
     uint64_t seed;
@@ -207,6 +214,14 @@ static void enter(struct thread *t, struct tlock *tl, const char *e0)
     default:
         token = cerb_lock_fencing_token(tl->l);
         break;
+    }
+    const char *uf = t->op->unfenced;
+    /* Its counter, the low 48 bits, is 0; the epoch stays above. */
+    bool no_fence = (token & ((UINT64_C(1) << 48) - 1)) == 0;
+    if (uf && no_fence && (strcmp(engine, uf) == 0 || strcmp(engine, "?") == 0)) {
+        atomic_store(&tl->holder,
+                     oracle_enter_unfenced(t->o, tl->name, t->op->client, engine, oracle_now()));
+        return;
     }
     atomic_store(&tl->holder, oracle_enter(t->o, tl->name, t->op->client, token,
                                            engine, oracle_now()));
@@ -894,7 +909,7 @@ static void usage(void)
             "usage: cerb_chaos_worker -c CONFIG -o ORACLE [--client ID] [--threads T]\n"
             "  [--names N] [--prefix P] [--seconds S] [--max-ops M] [--seed X]\n"
             "  [--bound-ms B] [--lease-ms L] [--guard | --elect | --semaphore N | --rwlock]\n"
-            "  [--count-conns PORT]\n"
+            "  [--count-conns PORT] [--unfenced ENGINE]\n"
             "  [--broken skip-lock|fake-token|overrun|skip-guard|ignore-busy|ignore-duplicate|\n"
             "            skip-elect|skip-share]\n");
     exit(2);
@@ -908,7 +923,7 @@ static void parse(int argc, char **argv, struct opts *op)
         {"seed", 1, 0, 'S'},   {"bound-ms", 1, 0, 'b'}, {"lease-ms", 1, 0, 'l'},
         {"broken", 1, 0, 'B'}, {"guard", 0, 0, 'g'},   {"count-conns", 1, 0, 'C'},
         {"elect", 0, 0, 'E'},  {"semaphore", 1, 0, 'N'}, {"rwlock", 0, 0, 'R'},
-        {0, 0, 0, 0}};
+        {"unfenced", 1, 0, 'U'}, {0, 0, 0, 0}};
     *op = (struct opts){.prefix = "chaos-", .threads = 4, .names = 3,
                         .seconds = 10, .bound_ms = 5000, .lease_ms = 2000};
     op->seed = (uint64_t)time(NULL);
@@ -931,6 +946,7 @@ static void parse(int argc, char **argv, struct opts *op)
         case 'N': op->semaphore = atoll(optarg); if (op->semaphore < 1) usage(); break;
         case 'R': op->rwlock = 1; break;
         case 'C': op->count_port = atoi(optarg); break;
+        case 'U': op->unfenced = optarg; break;
         case 'B':
             op->broken = BROKEN_NONE;
             for (size_t i = 1; i < sizeof(broken_name) / sizeof(broken_name[0]); i++)

@@ -1,7 +1,8 @@
 /*
  * failover_pair.c — failover from a real primary server to a secondary
  * engine, one source built once per pair (tests/CMakeLists.txt defines
- * CERB_FO_PAIR_REDIS_ZK, CERB_FO_PAIR_ETCD_REDIS, CERB_FO_PAIR_PG_REDIS or
+ * CERB_FO_PAIR_REDIS_ZK, CERB_FO_PAIR_ETCD_REDIS, CERB_FO_PAIR_PG_REDIS,
+ * CERB_FO_PAIR_MEMCACHED_REDIS, CERB_FO_PAIR_REDIS_MEMCACHED or
  * CERB_FO_PAIR_REDIS_LOCAL).
  * The first engine is the primary and runs on this suite's exclusive
  * server, which the tests kill -9, SIGSTOP and restart; the second is the
@@ -74,6 +75,8 @@
 #include "etcd_util.h"
 #elif defined(CERB_FO_PAIR_PG_REDIS)
 #include "pg_util.h"
+#elif defined(CERB_FO_PAIR_MEMCACHED_REDIS) || defined(CERB_FO_PAIR_REDIS_MEMCACHED)
+#include "mc_util.h"
 #elif !defined(CERB_FO_PAIR_REDIS_LOCAL)
 #error "define CERB_FO_PAIR_REDIS_ZK, _ETCD_REDIS, _PG_REDIS or _REDIS_LOCAL (tests/CMakeLists.txt)"
 #endif
@@ -184,6 +187,34 @@ static const struct fo_engine fo_pg = {"pg", pg_section, LEASE_MS, pg_pid,
                                        pg_pause, pg_resume, pg_start};
 #define PRIMARY fo_pg
 #define SECONDARY fo_redis
+#elif defined(CERB_FO_PAIR_MEMCACHED_REDIS) || defined(CERB_FO_PAIR_REDIS_MEMCACHED)
+/* memcached keeps no closure record: a prefix of the case's own keeps the
+ * names apart all the same. As the secondary it runs on the shared server,
+ * whose port the suite's environment names, as the primary's does. */
+static char *mc_section(bool dead, const char *ns)
+{
+    return fmt("memcached = { servers = (\"127.0.0.1:%d\"); op_timeout_ms = %d;\n"
+               "  connect_timeout_ms = %d;%s%s%s };\n",
+               dead ? 1 : mc_test_port(), OP_TIMEOUT_MS, OP_TIMEOUT_MS,
+               ns ? " prefix = \"" : "", ns ? ns : "", ns ? ":\";" : "");
+}
+static pid_t mc_pid(void) { return cerb_test_server_pid("memcached", mc_test_port()); }
+static int mc_pause(void) { return cerb_test_pause_pid(mc_pid()); }
+static int mc_resume(void) { return cerb_test_resume_pid(mc_pid()); }
+static int mc_start(void)
+{
+    return cerb_test_servers_run("start", "memcached", mc_test_port(), 20000);
+}
+/* The item lives ceil(lease)+1 s: what the engine sends (mc_proto.c). */
+static const struct fo_engine fo_mc = {"memcached", mc_section, (LEASE_MS + 999) / 1000 * 1000 + 1000,
+                                       mc_pid, mc_pause, mc_resume, mc_start};
+#if defined(CERB_FO_PAIR_MEMCACHED_REDIS)
+#define PRIMARY fo_mc
+#define SECONDARY fo_redis
+#else
+#define PRIMARY fo_redis
+#define SECONDARY fo_mc
+#endif
 #else
 /* In-process: no server, no section, nothing to disrupt. */
 static char *local_section(bool dead, const char *ns)
@@ -1372,9 +1403,22 @@ static void skip_unless_primary_has(cerb_status st, const char *what)
     }
 }
 
+/* A primitive the secondary has not (memcached): nothing to switch to. */
+static void skip_unless_secondary_has(int prim)
+{
+    cerb__engines_builtin();
+    const struct cerb_engine_ops *ops = cerb__engine_find(SECONDARY.name);
+    assert_non_null(ops);
+    if (!cerb__engine_has_prim(ops, prim)) {
+        print_message("%s has no %s\n", SECONDARY.name, cerb__prim_name(prim));
+        skip();
+    }
+}
+
 static void test_switch_gates_semaphore(void **state)
 {
     (void)state;
+    skip_unless_secondary_has(CERB_PRIM_SEMAPHORE);
     cerb_client *a = open_cfg("failback = \"manual\";");
     cerb_client *b = open_cfg("failback = \"manual\";");
     char *name = test_name("fo-sem");
@@ -1417,6 +1461,7 @@ static void test_switch_gates_semaphore(void **state)
 static void test_switch_gates_rwlock(void **state)
 {
     (void)state;
+    skip_unless_secondary_has(CERB_PRIM_RWLOCK);
     cerb_client *a = open_cfg("failback = \"manual\";");
     cerb_client *b = open_cfg("failback = \"manual\";");
     char *name = test_name("fo-rw");
