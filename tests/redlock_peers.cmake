@@ -1,0 +1,42 @@
+# redlock_peers.cmake — other Redlock clients on the masters of the redis
+# engine's Redlock mode (redis.mode = "redlock"), issue 29:
+#   node_redlock                    npm redlock 4.2.0 (tests/node/redlock: pinned by its
+#                                   package-lock.json, installed into the build dir with
+#                                   npm ci; the Cerberus side is rl_peer.c, driven by the
+#                                   node test over a pipe). Skipped (77) with a message
+#                                   when npm cannot install.
+#   integration_redlock_interop_redispy
+#                                   redis-py Locks on each master, as a Python Redlock
+#                                   would hold them (integration/redlock_interop_redispy.c)
+# Both on the shared set of three masters (fixture redlock, ports
+# CERB_TEST_REDLOCK_PORT +0..+2, DESIGN.md §9). Included at the end of
+# tests/CMakeLists.txt; the fixture is the engine's own suites' when they
+# define it first.
+
+set(CERB_TEST_REDLOCK_PORT 26411 CACHE STRING
+  "First port of the shared test Redlock masters (three: +0..+2); suites read CERB_REDLOCK_PORT")
+if(TARGET PkgConfig::HIREDIS)
+  if(NOT TEST redlock_start)
+    cerb_add_server_fixture(redlock ENGINE redis PORT ${CERB_TEST_REDLOCK_PORT} NODES 3)
+  endif()
+  math(EXPR _rl1 "${CERB_TEST_REDLOCK_PORT} + 1")
+  math(EXPR _rl2 "${CERB_TEST_REDLOCK_PORT} + 2")
+
+  add_executable(node_rl_peer ${CMAKE_CURRENT_SOURCE_DIR}/node/redlock/rl_peer.c)
+  target_link_libraries(node_rl_peer PRIVATE cerberus_static Threads::Threads)
+  target_include_directories(node_rl_peer PRIVATE ${PROJECT_SOURCE_DIR}/include)
+  cerb_set_warnings(node_rl_peer)
+  cerb_add_sanitizers(node_rl_peer)
+  cerb_add_test(NAME node_redlock COMMAND ${CERB_BASH}
+    ${CMAKE_CURRENT_SOURCE_DIR}/node/redlock/run.sh $<TARGET_FILE:node_rl_peer>
+    ${CMAKE_CURRENT_BINARY_DIR}/node-redlock
+    ${CERB_TEST_REDLOCK_PORT},${_rl1},${_rl2})
+  set_tests_properties(node_redlock PROPERTIES LABELS integration TIMEOUT 600
+    SKIP_RETURN_CODE 77 FIXTURES_REQUIRED redlock
+    ENVIRONMENT "ASAN_OPTIONS=detect_leaks=1;UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1")
+
+  cerb_add_suite(NAME integration_redlock_interop_redispy
+    SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/integration/redlock_interop_redispy.c
+    LABELS integration TIMEOUT 120 FIXTURES redlock
+    ENV CERB_REDLOCK_PORT=${CERB_TEST_REDLOCK_PORT})
+endif()
