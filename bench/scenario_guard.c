@@ -309,7 +309,7 @@ static int measure(const struct guard_run *gr, const char *scenario, void *(*lib
 
     memset(out, 0, sizeof *out);
     snprintf(out->scenario, sizeof out->scenario, "%s", scenario);
-    snprintf(out->engine, sizeof out->engine, "%s", e->name);
+    snprintf(out->engine, sizeof out->engine, "%s", bench_engine_label(e));
     out->threads = gr->threads;
     out->ratio = out->ratio_paired_median = -1;
     out->cmds_per_op = out->ceiling_cmds_per_op = -1;

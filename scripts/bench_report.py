@@ -289,6 +289,13 @@ itself over bare client connections (one per thread), with no library logic:
 - **Redis**: `SET name token NX PX 10000`, then `EVALSHA` of the compare-and-delete
   script: two round trips, with a token fixed per thread (redis-py's protocol
   reduced to its round trips). The round trip is `PING`.
+- **Redlock** (the redis engine with `redis.mode = "redlock"`, rows `redlock`, `--engine
+  redlock`): `SET name token NX PX 10000` to every master at once (one connection per
+  master per thread, every request written before the first reply is read; a majority
+  must say OK), then the compare-and-delete script to every master at once: two
+  round trips of the slowest master. Cerberus's fenced grant adds a third (the fence's
+  write-back to a majority), the price of its tokens. The round trip is `PING` to every
+  master at once. Its peer is npm `redlock` 4.2.0 (node-redlock) on the same masters.
 - **ZooKeeper**: `create2` of an ephemeral sequential node under the lock's node and
   `getChildren` of it, sent together (one round trip: the server answers a
   session's requests in order), then `delete` of the node: Curator's layout on a

@@ -8,6 +8,9 @@
 #   integration_redlock_interop_redispy
 #                                   redis-py Locks on each master, as a Python Redlock
 #                                   would hold them (integration/redlock_interop_redispy.c)
+#   bench_redlock                   cerberus-bench --engine redlock: uncontended and
+#                                   handoff rows with the Redlock raw ceiling and
+#                                   node-redlock's rows (bench/test_bench_redlock.sh)
 # Both on the shared set of three masters (fixture redlock, ports
 # CERB_TEST_REDLOCK_PORT +0..+2, DESIGN.md §9). Included at the end of
 # tests/CMakeLists.txt; the fixture is the engine's own suites' when they
@@ -39,4 +42,12 @@ if(TARGET PkgConfig::HIREDIS)
     SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/integration/redlock_interop_redispy.c
     LABELS integration TIMEOUT 120 FIXTURES redlock
     ENV CERB_REDLOCK_PORT=${CERB_TEST_REDLOCK_PORT})
+
+  if(TARGET cerberus-bench)
+    cerb_add_test(NAME bench_redlock COMMAND ${CERB_BASH}
+      ${CMAKE_CURRENT_SOURCE_DIR}/bench/test_bench_redlock.sh $<TARGET_FILE:cerberus-bench>)
+    set_tests_properties(bench_redlock PROPERTIES LABELS integration TIMEOUT 300
+      FIXTURES_REQUIRED redlock ENVIRONMENT
+      "CERB_REDLOCK_PORT=${CERB_TEST_REDLOCK_PORT};CERB_PYTHON=${CERB_TEST_PYTHON};ASAN_OPTIONS=detect_leaks=1;UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1")
+  endif()
 endif()
