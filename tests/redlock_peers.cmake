@@ -11,17 +11,11 @@
 #   bench_redlock                   cerberus-bench --engine redlock: uncontended and
 #                                   handoff rows with the Redlock raw ceiling and
 #                                   node-redlock's rows (bench/test_bench_redlock.sh)
-# Both on the shared set of three masters (fixture redlock, ports
-# CERB_TEST_REDLOCK_PORT +0..+2, DESIGN.md §9). Included at the end of
-# tests/CMakeLists.txt; the fixture is the engine's own suites' when they
-# define it first.
+# All three on the shared set of three masters (fixture redlock, ports
+# CERB_TEST_REDLOCK_PORT +0..+2, DESIGN.md §9), which tests/CMakeLists.txt
+# defines with the Redlock mode's own suites; this file is included after.
 
-set(CERB_TEST_REDLOCK_PORT 26411 CACHE STRING
-  "First port of the shared test Redlock masters (three: +0..+2); suites read CERB_REDLOCK_PORT")
 if(TARGET PkgConfig::HIREDIS)
-  if(NOT TEST redlock_start)
-    cerb_add_server_fixture(redlock ENGINE redis PORT ${CERB_TEST_REDLOCK_PORT} NODES 3)
-  endif()
   math(EXPR _rl1 "${CERB_TEST_REDLOCK_PORT} + 1")
   math(EXPR _rl2 "${CERB_TEST_REDLOCK_PORT} + 2")
 
