@@ -202,6 +202,7 @@ static void test_our_waiter_sees_python_release(void **state)
     assert_int_equal(py("acquire", name, PY_TOKEN, 10000, 0x7), 0x7);
     cerb_client *c = open_client(10000);
     cerb_lock *l = cerb_test_handle(c, name);
+    assert_int_equal(cerb_lock_trylock(l), CERB_BUSY);
     char ttl[] = "10000", p0[16], p1[16], p2[16];
     snprintf(p0, sizeof p0, "%d", base_port());
     snprintf(p1, sizeof p1, "%d", base_port() + 1);
@@ -215,6 +216,10 @@ static void test_our_waiter_sees_python_release(void **state)
     int64_t took_ms = cerb_test_now_ms() - t0;
     assert_int_equal(cerb_test_wait(pid, 20000), 0x7);
     assert_true(took_ms < 5000);
+    /* The name itself, on a majority, is ours now. */
+    char tok[128];
+    our_token(name, tok, sizeof tok);
+    assert_true(majority(holding(name, tok)));
     assert_int_equal(cerb_lock_unlock(l), CERB_OK);
     cerb_lock_free(l);
     cerb_client_close(c);
