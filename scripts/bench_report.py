@@ -479,6 +479,17 @@ runs the command above once, and stops the servers by their PIDs however it
 exits. It writes this page and `performance.png` (`--out DIR` elsewhere) and keeps
 the JSON, its metadata and the bench's table in `build/bench-report/`. Commit the
 page and the plot together: their history is this file's git log.
+
+The Redlock mode (not in this page's run: its engine is `redis` in another mode) is
+measured the same way, against its raw ceiling and node-redlock on the same three
+masters in the same run:
+
+```sh
+scripts/servers.sh start redis --port 26411 --nodes 3
+build/bench/cerberus-bench --engine redlock --port 26411 --scenario uncontended,handoff \\
+    --threads 1,8 --peers --duration 5
+scripts/servers.sh stop redis --port 26411 --nodes 3
+```
 """
 
 
