@@ -7,7 +7,7 @@
  *                  [--threads N[,N...]] [--duration S] [--waiters N]
  *                  [--locks M] [--lease MS] [--port P] [--redis-port P]
  *                  [--zk-port P] [--etcd-port P] [--pg-port P] [--mysql-port P]
- *                  [--memcached-port P]
+ *                  [--memcached-port P] [--redlock-port P]
  *                  [--cli PATH] [--peers] [--permits N[,N...]]
  *                  [--candidates K] [--rounds R]
  *                  [--json FILE] [--plot FILE.png]
@@ -109,6 +109,9 @@ enum {
 #define DEFAULT_PG_PORT 25432
 #define DEFAULT_MYSQL_PORT 23306
 #define DEFAULT_MEMCACHED_PORT 21211
+/* The first of the three test Redlock masters (DESIGN.md §9: 26411+). */
+#define DEFAULT_REDLOCK_PORT 26411
+#define REDLOCK_BUILTIN_NODES 3
 
 /* The engines a built-in configuration can name, each with its port
  * option and default port (DESIGN.md §9). A new engine is a row here, a
@@ -124,6 +127,8 @@ static const struct {
     {"pg", "--pg-port", DEFAULT_PG_PORT},
     {"mysql", "--mysql-port", DEFAULT_MYSQL_PORT},
     {"memcached", "--memcached-port", DEFAULT_MEMCACHED_PORT},
+    /* The redis engine in Redlock mode over three masters, P to P+2. */
+    {"redlock", "--redlock-port", DEFAULT_REDLOCK_PORT},
 };
 #define N_BUILTIN_PORTS (sizeof builtin_ports / sizeof builtin_ports[0])
 
@@ -180,14 +185,17 @@ static void usage(FILE *f)
         "                      [--lease MS] [--port P] [--redis-port P] "
         "[--zk-port P]\n"
         "                      [--etcd-port P] [--pg-port P] [--mysql-port P]\n"
-        "                      [--memcached-port P]\n"
+        "                      [--memcached-port P] [--redlock-port P]\n"
         "                      [--cli PATH] [--peers] [--permits N[,N...]]\n"
         "                      [--candidates K] [--rounds R]\n"
         "                      [--json FILE] [--plot FILE.png]\n"
         "\n"
         "  -c, --config FILE   engines and servers from a Cerberus config file;\n"
         "                      without it: redis on 127.0.0.1:PORT\n"
-        "  --engine E|all      engine to measure (default all: every configured one)\n"
+        "  --engine E|all      engine to measure (default all: every configured one);\n"
+        "                      redlock: the redis engine in Redlock mode (rows\n"
+        "                      \"redlock\"; with -c, its redis engine when\n"
+        "                      redis.mode = \"redlock\")\n"
         "  --scenario S        uncontended, contended, handoff, herd, many, guard,\n"
         "                      switch, serve, semaphore, rwlock, elect-failover,\n"
         "                      failover, or all (default: every one but switch,\n"
@@ -213,17 +221,19 @@ static void usage(FILE *f)
         "                      for that long; many: the hold period (default 5)\n"
         "  --port P            without -c: the port of the engine measured (default\n"
         "                      redis %d, zk %d, etcd %d, pg %d, mysql %d,\n"
-        "                      memcached %d)\n"
+        "                      memcached %d, redlock %d: its first master of three,\n"
+        "                      P..P+2)\n"
         "  --redis-port P, --zk-port P, --etcd-port P, --pg-port P, --mysql-port P,\n"
-        "  --memcached-port P\n"
+        "  --memcached-port P, --redlock-port P\n"
         "                      without -c: that engine's port (the switch scenario's\n"
         "                      built-in file lists redis, zk and etcd); pg and mysql\n"
         "                      connect as user cerb to database cerb, as the test\n"
         "                      servers have them\n"
         "  --peers             also run the peers on the same servers, a row each\n"
         "                      under Cerberus's uncontended and handoff rows:\n"
-        "                      redis-py (redis), Curator and kazoo (zk),\n"
-        "                      python-etcd3 and etcdctl (etcd); semaphore: Curator's\n"
+        "                      redis-py (redis), node-redlock (redlock), Curator\n"
+        "                      and kazoo (zk), python-etcd3 and etcdctl (etcd);\n"
+        "                      semaphore: Curator's\n"
         "                      InterProcessSemaphoreV2 (zk), npm redis-semaphore\n"
         "                      (redis); rwlock: Curator's InterProcessReadWriteLock;\n"
         "                      elect-failover: Curator's LeaderLatch, a redis-py\n"
@@ -276,7 +286,8 @@ static void usage(FILE *f)
         BENCH_ELECT_MAX_ROUNDS, DEFAULT_ELECT_ROUNDS, DEFAULT_HANDOFF_WAITERS,
         DEFAULT_HERD_WAITERS, DEFAULT_LOCKS, DEFAULT_MANY_LEASE_MS,
         DEFAULT_PORT, DEFAULT_ZK_PORT, DEFAULT_ETCD_PORT, DEFAULT_PG_PORT,
-        DEFAULT_MYSQL_PORT, DEFAULT_MEMCACHED_PORT, BENCH_SWITCH_TARGET);
+        DEFAULT_MYSQL_PORT, DEFAULT_MEMCACHED_PORT, DEFAULT_REDLOCK_PORT,
+        BENCH_SWITCH_TARGET);
 }
 
 /* Parse an integer in [lo, hi]; -1 on error (message printed). */
@@ -380,6 +391,7 @@ static int parse_cli(int argc, char **argv, struct cli *c)
         {"pg-port", required_argument, NULL, O_ENGINE_PORT + 3},
         {"mysql-port", required_argument, NULL, O_ENGINE_PORT + 4},
         {"memcached-port", required_argument, NULL, O_ENGINE_PORT + 5},
+        {"redlock-port", required_argument, NULL, O_ENGINE_PORT + 6},
         {"cli", required_argument, NULL, O_CLI},
         {"json", required_argument, NULL, O_JSON},
         {"plot", required_argument, NULL, O_PLOT},
@@ -649,6 +661,23 @@ static int builtin_one(const struct cli *c, const char *want, struct bench_engin
         e->redis.password = dup_or_die("");
         e->redis.connect_timeout_ms = 500;
         e->redis.op_timeout_ms = 500;
+    } else if (strcmp(want, "redlock") == 0 && !(c->scenarios & SC_SWITCH)) {
+        /* The redis engine in Redlock mode over the three test masters,
+         * with its defaults (quorum fencing). The engine is "redis"; the
+         * rows say "redlock" (bench_engine_label). */
+        int p = builtin_port(c, "redlock");
+        snprintf(text, sizeof text,
+                 "engines = (\"redis\");\n"
+                 "redis = { mode = \"redlock\";\n"
+                 "  nodes = (\"127.0.0.1:%d\", \"127.0.0.1:%d\", \"127.0.0.1:%d\"); };\n",
+                 p, p + 1, p + 2);
+        snprintf(e->name, sizeof e->name, "redis");
+        e->redis.host = dup_or_die("127.0.0.1");
+        e->redis.port = p;
+        e->redis.user = dup_or_die("");
+        e->redis.password = dup_or_die("");
+        e->redis.connect_timeout_ms = 500;
+        e->redis.op_timeout_ms = 500;
     } else if (strcmp(want, "zk") == 0) {
         snprintf(text, sizeof text,
                  "engines = (\"zk\");\nzk = { hosts = \"127.0.0.1:%d\"; };\n",
@@ -685,8 +714,8 @@ static int builtin_one(const struct cli *c, const char *want, struct bench_engin
                      "one the bench knows %s", want,
                      c->scenarios & SC_SWITCH ? "redis, zk and etcd (the switch scenario's "
                                                 "built-in file)"
-                                              : "redis, zk, etcd, pg, mysql, memcached and "
-                                                "local");
+                                              : "redis, redlock, zk, etcd, pg, mysql, "
+                                                "memcached and local");
         return -1;
     }
     e->config_text = dup_or_die(text);
@@ -788,7 +817,10 @@ static int engines_from_file(const struct cli *c, struct bench_engine *out)
     }
     for (size_t i = 0; i < cfg->n_engines; i++) {
         const char *name = cfg->engines[i];
-        if (strcmp(c->engine, "all") && strcmp(c->engine, name))
+        /* "redlock" names the redis engine when it is in Redlock mode. */
+        int redlock = strcmp(name, "redis") == 0 && cfg->redis.mode == CERB_REDIS_REDLOCK;
+        if (strcmp(c->engine, "all") && strcmp(c->engine, name) &&
+            !(redlock && strcmp(c->engine, "redlock") == 0))
             continue;
         struct bench_engine *e = &out[n++];
         memset(e, 0, sizeof *e);
@@ -1053,9 +1085,18 @@ int main(int argc, char **argv)
            cli.duration_s,
            cli.config_path ? cli.config_path : "built-in configuration");
     for (int i = 0; cli.scenarios & ~SC_SWITCH && i < n_engines; i++)
-        if (strcmp(engines[i].name, "redis") == 0)
+        if (strcmp(bench_engine_label(&engines[i]), "redlock") == 0) {
+            const struct cerb_redis_config *rc = &engines[i].cfg->redis;
+            printf("# redlock: the redis engine in Redlock mode on");
+            for (size_t k = 0; k < rc->n_nodes; k++)
+                printf("%s %s", k ? "," : "", rc->nodes[k]);
+            printf(" (fence %s; raw ceiling: SET NX PX, then compare-and-DEL, "
+                   "each to every master at once)\n",
+                   rc->redlock_fence == CERB_REDLOCK_FENCE_QUORUM ? "quorum" : "none");
+        } else if (strcmp(engines[i].name, "redis") == 0) {
             printf("# redis at %s:%d (raw ceiling on the same server)\n",
                    engines[i].redis.host, engines[i].redis.port);
+        }
 #ifdef CERB_WITH_PG
     for (int i = 0; cli.scenarios & ~SC_SWITCH && i < n_engines; i++)
         if (strcmp(engines[i].name, "pg") == 0) {

@@ -16,7 +16,8 @@
  * the hand-off scenario is PING on such a context.
  *
  * The other engines' ceilings are in files of their own (ceiling_zk.c,
- * ceiling_etcd.c, ceiling_pg.c), listed in the table below. Engines without
+ * ceiling_etcd.c, ceiling_pg.c; Redlock's over N masters in
+ * ceiling_redlock.c), listed in the table below. Engines without
  * a ceiling (local: there is no server) are reported as "n/a".
  */
 #include <hiredis/hiredis.h>
@@ -266,6 +267,7 @@ static const struct bench_ceiling redis_ceiling = {
 
 static const struct bench_ceiling *const ceilings[] = {
     &redis_ceiling,
+    &bench_ceiling_redlock,
 #ifdef CERB_WITH_ZK
     &bench_ceiling_zk,
 #endif
@@ -282,6 +284,13 @@ static const struct bench_ceiling *const ceilings[] = {
     &bench_ceiling_memcached, /* ms ... ME c + md ... C<cas> */
 #endif
 };
+
+const char *bench_engine_label(const struct bench_engine *e)
+{
+    if (strcmp(e->name, "redis") == 0 && e->cfg && e->cfg->redis.mode == CERB_REDIS_REDLOCK)
+        return "redlock";
+    return e->name;
+}
 
 const struct bench_ceiling *bench_ceiling_find(const char *engine)
 {

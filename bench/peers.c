@@ -4,7 +4,8 @@
  * same scenario, with Cerberus's figure over the peer's (DESIGN.md §10).
  *
  * Peers (the table peer_defs below): redis-py's Lock on the redis engine's
- * server; Apache Curator's InterProcessMutex and kazoo's Lock on ZooKeeper;
+ * server; npm redlock (node-redlock) on the masters of its Redlock mode
+ * (rows "redlock", --nodes HOST:PORT,... instead of --host/--port); Apache Curator's InterProcessMutex and kazoo's Lock on ZooKeeper;
  * python-etcd3's Lock and `etcdctl lock` on etcd. The local engine has none.
  * Each is measured by a script in bench/peers/ (Python scripts run with
  * $CERB_PEER_PYTHON, default /usr/bin/python3, the interpreter Debian's
@@ -100,6 +101,9 @@ static const struct peer_def peer_defs[] = {
     {"redis", "redis-py", "redispy_lock.py", NULL, 3.0, 1, 0, 0,
      ",uncontended,handoff,elect-failover,"},
     {"redis", "redis-semaphore", "redis_semaphore.sh", NULL, 0, 0, 0, 0, ",semaphore,"},
+    /* The redis engine in Redlock mode ("redlock" rows): npm redlock 4.2.0
+     * on the same masters. No DESIGN 10 target: the ratio is reported. */
+    {"redlock", "node-redlock", "node_redlock.sh", NULL, 0, 0, 0, 0, ",uncontended,handoff,"},
     {"zk", "curator", "curator.sh", NULL, 1.6, 0, 0.7, 0.4,
      ",uncontended,handoff,semaphore,rwlock,elect-failover,"},
     {"zk", "kazoo", "kazoo_lock.py", NULL, 2.8, 0, 0, 0, ",uncontended,handoff,"},
@@ -455,11 +459,11 @@ void bench_peers_describe(const struct bench_peers *p, FILE *f,
     char list[512] = "";
     for (int i = 0; i < n; i++)
         for (size_t k = 0; k < N_PEERS; k++) {
-            if (strcmp(peer_defs[k].engine, engines[i].name) != 0)
+            if (strcmp(peer_defs[k].engine, bench_engine_label(&engines[i])) != 0)
                 continue;
             size_t len = strlen(list);
             snprintf(list + len, sizeof list - len, "%s%s on %s",
-                     len ? ", " : "", peer_defs[k].name, engines[i].name);
+                     len ? ", " : "", peer_defs[k].name, bench_engine_label(&engines[i]));
         }
     if (list[0])
         fprintf(f, "# peers: %s (scripts in %s)\n"
@@ -538,7 +542,16 @@ static void build_argv(const struct bench_peers *p, const struct peer_def *d,
     } else {
         ARG("--check");
     }
-    if (strcmp(e->name, "redis") == 0) {
+    if (strcmp(bench_engine_label(e), "redlock") == 0) {
+        char nodes[1024] = "";
+        for (size_t i = 0; i < e->cfg->redis.n_nodes; i++) {
+            size_t len = strlen(nodes);
+            snprintf(nodes + len, sizeof nodes - len, "%s%s", i ? "," : "",
+                     e->cfg->redis.nodes[i]);
+        }
+        ARG("--nodes");
+        ARG("%s", nodes);
+    } else if (strcmp(e->name, "redis") == 0) {
         ARG("--host");
         ARG("%s", e->redis.host);
         ARG("--port");
@@ -735,7 +748,7 @@ int bench_peers_after(struct bench_peers *p, const struct bench_engine *e,
     if (cerb->note[0])
         return 0; /* no figures of Cerberus's to compare (local elections) */
     for (size_t i = 0; i < N_NO_PEER; i++)
-        if (strcmp(no_peer[i].engine, e->name) == 0 &&
+        if (strcmp(no_peer[i].engine, bench_engine_label(e)) == 0 &&
             strcmp(no_peer[i].scenario, cerb->scenario) == 0) {
             struct bench_result *r = bench_rows_slot(rows);
             if (!r)
@@ -757,7 +770,7 @@ int bench_peers_after(struct bench_peers *p, const struct bench_engine *e,
         char label[96], line[PEER_OUT_MAX], tail[512], why[700];
         int oom = 0;
 
-        if (strcmp(d->engine, e->name) != 0 || !serves(d, cerb->scenario))
+        if (strcmp(d->engine, bench_engine_label(e)) != 0 || !serves(d, cerb->scenario))
             continue;
         if (!check_peer(p, k, e, cerb, rows, &oom)) {
             if (oom)

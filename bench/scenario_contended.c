@@ -165,7 +165,7 @@ int bench_contended(const struct bench_engine *e, const struct bench_opts *o,
                     int threads, struct bench_result *out)
 {
     const struct bench_contended_ceiling *ceil =
-        bench_contended_ceiling_find(e->name);
+        bench_contended_ceiling_find(bench_engine_label(e));
     struct ct_ctx *ctxs = calloc((size_t)threads, sizeof *ctxs);
     void **ctxp = calloc((size_t)threads, sizeof *ctxp);
     cerb_client **clients = calloc((size_t)threads, sizeof *clients);
@@ -183,7 +183,7 @@ int bench_contended(const struct bench_engine *e, const struct bench_opts *o,
 
     memset(out, 0, sizeof *out);
     snprintf(out->scenario, sizeof out->scenario, "contended");
-    snprintf(out->engine, sizeof out->engine, "%s", e->name);
+    snprintf(out->engine, sizeof out->engine, "%s", bench_engine_label(e));
     out->threads = threads;
     out->ratio = out->ratio_paired_median = -1;
     out->fair = e->cfg ? e->cfg->lock.fair : 1;

@@ -412,7 +412,7 @@ int64_t bench_elect_bound_ms(const struct bench_engine *e, int64_t lease_ms)
  * ceiling. */
 static double measure_rtt_us(const struct bench_engine *e, int progress)
 {
-    const struct bench_ceiling *ceil = bench_ceiling_find(e->name);
+    const struct bench_ceiling *ceil = bench_ceiling_find(bench_engine_label(e));
     struct bench_rtt_ctx rc = {ceil, NULL};
     void *ctxp[1] = {&rc};
     struct bench_hist hist, acc;
@@ -450,7 +450,7 @@ int bench_elect_failover(const struct bench_engine *e, const struct bench_opts *
 
     memset(out, 0, sizeof *out);
     snprintf(out->scenario, sizeof out->scenario, "elect-failover");
-    snprintf(out->engine, sizeof out->engine, "%s", e->name);
+    snprintf(out->engine, sizeof out->engine, "%s", bench_engine_label(e));
     out->threads = k;
     out->candidates = k;
     out->ratio = out->ratio_paired_median = -1;

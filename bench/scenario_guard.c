@@ -309,7 +309,7 @@ static int measure(const struct guard_run *gr, const char *scenario, void *(*lib
 
     memset(out, 0, sizeof *out);
     snprintf(out->scenario, sizeof out->scenario, "%s", scenario);
-    snprintf(out->engine, sizeof out->engine, "%s", e->name);
+    snprintf(out->engine, sizeof out->engine, "%s", bench_engine_label(e));
     out->threads = gr->threads;
     out->ratio = out->ratio_paired_median = -1;
     out->cmds_per_op = out->ceiling_cmds_per_op = -1;
@@ -423,8 +423,11 @@ static int probe(cerb_client *client, const struct guard_ctx *c)
             return 1;
     } else if (st == CERB_UNAVAILABLE &&
                (strstr(cerb_last_error(), "has no idempotency guard") ||
-                strstr(cerb_last_error(), "idempotency guard is refused"))) {
-        /* memcached refuses it for good (core/guard_engine.c). */
+                strstr(cerb_last_error(), "idempotency guard is refused") ||
+                strstr(cerb_last_error(), "guard is not available in redlock mode"))) {
+        /* No guard in this build, none in this mode (Redlock: a done-record
+         * would need a quorum read and write-back), or refused for good
+         * (memcached: records can be evicted, core/guard_engine.c). */
         return 0;
     } else {
         cerb_guard_free(g);
@@ -488,14 +491,15 @@ int bench_guard(const struct bench_engine *e, const struct bench_opts *o, int th
         goto done;
     if (p == 0) {
         snprintf(out[0].scenario, sizeof out[0].scenario, "guard");
-        snprintf(out[0].engine, sizeof out[0].engine, "%s", e->name);
+        snprintf(out[0].engine, sizeof out[0].engine, "%s", bench_engine_label(e));
         out[0].threads = threads;
         out[0].ratio = out[0].ratio_paired_median = -1;
         out[0].cmds_per_op = out[0].ceiling_cmds_per_op = -1;
         snprintf(out[0].note, sizeof out[0].note,
-                 "skipped: engine %s has no idempotency guard %s", e->name,
+                 "skipped: engine %s has no idempotency guard %s", bench_engine_label(e),
                  strcmp(e->name, "memcached") == 0 ? "(refused: records can be evicted)"
-                                                   : "in this build");
+                 : strcmp(bench_engine_label(e), "redlock") == 0 ? "in Redlock mode"
+                                                                 : "in this build");
         *n_out = 1;
         rc = 0;
         goto done;

@@ -232,8 +232,8 @@ int bench_herd(const struct bench_engine *e, const struct bench_opts *o,
                struct bench_result *out)
 {
     const int n = o->herd_waiters;
-    const struct bench_ceiling *ceil = bench_ceiling_find(e->name);
-    const struct bench_handoff_ceiling *hc = bench_handoff_ceiling_find(e->name);
+    const struct bench_ceiling *ceil = bench_ceiling_find(bench_engine_label(e));
+    const struct bench_handoff_ceiling *hc = bench_handoff_ceiling_find(bench_engine_label(e));
     struct herd h;
     struct herd_waiter *ws = calloc((size_t)n, sizeof *ws);
     cerb_client **clients = calloc((size_t)n, sizeof *clients);
@@ -252,7 +252,7 @@ int bench_herd(const struct bench_engine *e, const struct bench_opts *o,
     memset(&h, 0, sizeof h);
     memset(out, 0, sizeof *out);
     snprintf(out->scenario, sizeof out->scenario, "herd");
-    snprintf(out->engine, sizeof out->engine, "%s", e->name);
+    snprintf(out->engine, sizeof out->engine, "%s", bench_engine_label(e));
     out->threads = n;
     out->ratio = out->ratio_paired_median = -1;
     out->fair = e->cfg ? e->cfg->lock.fair : 1;

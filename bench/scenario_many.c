@@ -219,7 +219,7 @@ int bench_many(const struct bench_engine *e, const struct bench_opts *o,
     memset(&m, 0, sizeof m);
     memset(out, 0, sizeof *out);
     snprintf(out->scenario, sizeof out->scenario, "many");
-    snprintf(out->engine, sizeof out->engine, "%s", e->name);
+    snprintf(out->engine, sizeof out->engine, "%s", bench_engine_label(e));
     out->threads = T;
     out->ratio = out->ratio_paired_median = -1;
     out->locks = (uint64_t)o->locks;

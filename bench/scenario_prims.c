@@ -167,7 +167,7 @@ int bench_semaphore(const struct bench_engine *e, const struct bench_opts *o, in
                     struct bench_result *out)
 {
     const int n = 2 * permits;
-    const struct bench_ceiling *ceil = bench_ceiling_find(e->name);
+    const struct bench_ceiling *ceil = bench_ceiling_find(bench_engine_label(e));
     struct sem_ctx *ctxs = calloc((size_t)n, sizeof *ctxs);
     void **ctxp = calloc((size_t)n, sizeof *ctxp);
     struct bench_hist *hists = calloc((size_t)n, sizeof *hists);
@@ -179,7 +179,7 @@ int bench_semaphore(const struct bench_engine *e, const struct bench_opts *o, in
 
     memset(out, 0, sizeof *out);
     snprintf(out->scenario, sizeof out->scenario, "semaphore");
-    snprintf(out->engine, sizeof out->engine, "%s", e->name);
+    snprintf(out->engine, sizeof out->engine, "%s", bench_engine_label(e));
     out->threads = n;
     out->permits = permits;
     out->ratio = out->ratio_paired_median = -1;
@@ -287,7 +287,7 @@ int bench_rwlock(const struct bench_engine *e, const struct bench_opts *o, int t
                  struct bench_result *out)
 {
     const int n = threads;
-    const struct bench_ceiling *ceil = bench_ceiling_find(e->name);
+    const struct bench_ceiling *ceil = bench_ceiling_find(bench_engine_label(e));
     struct rw_ctx *ctxs = calloc((size_t)n, sizeof *ctxs);
     void **ctxp = calloc((size_t)n, sizeof *ctxp);
     struct bench_hist *hists = calloc((size_t)n, sizeof *hists);
@@ -300,7 +300,7 @@ int bench_rwlock(const struct bench_engine *e, const struct bench_opts *o, int t
 
     memset(out, 0, sizeof *out);
     snprintf(out->scenario, sizeof out->scenario, "rwlock");
-    snprintf(out->engine, sizeof out->engine, "%s", e->name);
+    snprintf(out->engine, sizeof out->engine, "%s", bench_engine_label(e));
     out->threads = n;
     out->ratio = out->ratio_paired_median = -1;
     if (!ctxs || !ctxp || !hists || !lat || !rd || !wr) {

@@ -458,7 +458,7 @@ int bench_switch(const struct bench_engine *e, const struct bench_opts *o, int t
 
     memset(out, 0, sizeof *out);
     snprintf(out->scenario, sizeof out->scenario, "switch");
-    snprintf(out->engine, sizeof out->engine, "%s", e->name);
+    snprintf(out->engine, sizeof out->engine, "%s", bench_engine_label(e));
     out->threads = threads;
     out->ratio = out->ratio_paired_median = -1;
     if (!sw || !al || !swp || !alp || !hists || !lib || !alone || !one) {

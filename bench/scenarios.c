@@ -536,7 +536,7 @@ static void *unc_ceiling_body(void *p)
 int bench_uncontended(const struct bench_engine *e, const struct bench_opts *o,
                       int threads, struct bench_result *out)
 {
-    const struct bench_ceiling *ceil = bench_ceiling_find(e->name);
+    const struct bench_ceiling *ceil = bench_ceiling_find(bench_engine_label(e));
     struct unc_ctx *ctxs = calloc((size_t)threads, sizeof *ctxs);
     void **ctxp = calloc((size_t)threads, sizeof *ctxp);
     struct bench_hist *hists = calloc((size_t)threads, sizeof *hists);
@@ -553,7 +553,7 @@ int bench_uncontended(const struct bench_engine *e, const struct bench_opts *o,
 
     memset(out, 0, sizeof *out);
     snprintf(out->scenario, sizeof out->scenario, "uncontended");
-    snprintf(out->engine, sizeof out->engine, "%s", e->name);
+    snprintf(out->engine, sizeof out->engine, "%s", bench_engine_label(e));
     out->threads = threads;
     out->ratio = out->ratio_paired_median = -1;
     if (!ctxs || !ctxp || !hists || !lib || !raw || !one) {
@@ -762,8 +762,8 @@ int bench_handoff(const struct bench_engine *e, const struct bench_opts *o,
                   struct bench_result *out)
 {
     const int n = o->waiters;
-    const struct bench_ceiling *ceil = bench_ceiling_find(e->name);
-    const struct bench_handoff_ceiling *hc = bench_handoff_ceiling_find(e->name);
+    const struct bench_ceiling *ceil = bench_ceiling_find(bench_engine_label(e));
+    const struct bench_handoff_ceiling *hc = bench_handoff_ceiling_find(bench_engine_label(e));
     struct bench_raw_ho *raw_ho = NULL;
     struct bench_hist *raw_lat = malloc(sizeof *raw_lat); /* raw hand-offs */
     cerb_client **clients = calloc((size_t)n, sizeof *clients);
@@ -788,7 +788,7 @@ int bench_handoff(const struct bench_engine *e, const struct bench_opts *o,
 
     memset(out, 0, sizeof *out);
     snprintf(out->scenario, sizeof out->scenario, "handoff");
-    snprintf(out->engine, sizeof out->engine, "%s", e->name);
+    snprintf(out->engine, sizeof out->engine, "%s", bench_engine_label(e));
     out->threads = n;
     out->ratio = out->ratio_paired_median = -1;
     if (!clients || !ctxs || !ctxp || !hists || !lat || !rtt || !one ||

@@ -627,6 +627,14 @@ extern const struct bench_ceiling bench_ceiling_etcd;
 extern const struct bench_ceiling bench_ceiling_pg;
 extern const struct bench_ceiling bench_ceiling_mysql;
 extern const struct bench_ceiling bench_ceiling_memcached;
+/* Redlock (ceiling_redlock.c): the bare commands over the N masters of a
+ * redis engine in Redlock mode, each step sent to all of them at once. */
+extern const struct bench_ceiling bench_ceiling_redlock;
+
+/* What the rows call engine @e: its name, except "redlock" for the redis
+ * engine in Redlock mode (its ceiling and peers are not those of one
+ * Redis server). The string is static or @e's own. */
+const char *bench_engine_label(const struct bench_engine *e);
 
 /* The ceiling for @engine, or NULL when none is implemented ("n/a"). */
 const struct bench_ceiling *bench_ceiling_find(const char *engine);

@@ -59,17 +59,22 @@ struct cerb_redis_config {
     int64_t op_timeout_ms;       /* 500, 1 .. 600000 */
     int pool_max;                /* 64, 1 .. 1024: connections open on demand */
     int64_t pool_idle_ms;        /* 30000, 100 .. 86400000: idle ones close */
-    int mode;                    /* CERB_REDIS_SINGLE (default), _SENTINEL, _CLUSTER */
+    int mode;                    /* CERB_REDIS_SINGLE (default), _SENTINEL, _CLUSTER,
+                                    _REDLOCK */
     size_t n_sentinels;          /* sentinel mode: >= 1 */
     char *sentinels[CERB_MAX_ENDPOINTS]; /* ("127.0.0.1:26379"), "host:port" */
     char *master_name;           /* "mymaster" */
     char *sentinel_password;     /* "" = no AUTH to the sentinels */
-    size_t n_nodes;              /* cluster mode: >= 1 */
+    size_t n_nodes;              /* cluster mode (seeds), redlock (masters): >= 1 */
     char *nodes[CERB_MAX_ENDPOINTS]; /* ("127.0.0.1:6379"), "host:port" seeds */
     int min_replicas_ack;        /* 0, 0 .. 16: WAIT for this many replicas */
+    int redlock_fence;           /* redlock mode: CERB_REDLOCK_FENCE_QUORUM
+                                    (default) or _NONE */
 };
 
-enum { CERB_REDIS_SINGLE = 0, CERB_REDIS_SENTINEL = 1, CERB_REDIS_CLUSTER = 2 };
+enum { CERB_REDIS_SINGLE = 0, CERB_REDIS_SENTINEL = 1, CERB_REDIS_CLUSTER = 2,
+       CERB_REDIS_REDLOCK = 3 };
+enum { CERB_REDLOCK_FENCE_NONE = 0, CERB_REDLOCK_FENCE_QUORUM = 1 };
 
 struct cerb_zk_config {
     char *hosts;                 /* "127.0.0.1:2181" */

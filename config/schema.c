@@ -57,7 +57,9 @@ static const struct cerb__cfg_enum failback_enum[] = {
     {"auto", 1}, {"manual", 0}, {NULL, 0}};
 static const struct cerb__cfg_enum redis_mode_enum[] = {
     {"single", CERB_REDIS_SINGLE}, {"sentinel", CERB_REDIS_SENTINEL},
-    {"cluster", CERB_REDIS_CLUSTER}, {NULL, 0}};
+    {"cluster", CERB_REDIS_CLUSTER}, {"redlock", CERB_REDIS_REDLOCK}, {NULL, 0}};
+static const struct cerb__cfg_enum redlock_fence_enum[] = {
+    {"quorum", CERB_REDLOCK_FENCE_QUORUM}, {"none", CERB_REDLOCK_FENCE_NONE}, {NULL, 0}};
 static const struct cerb__cfg_enum sql_mode_enum[] = {
     {"hybrid", CERB_SQL_HYBRID}, {"lease", CERB_SQL_LEASE},
     {"advisory", CERB_SQL_ADVISORY}, {NULL, 0}};
@@ -129,6 +131,8 @@ const struct cerb__cfg_key cerb__cfg_keys[] = {
      .min = 1, .max = CERB_MAX_ENDPOINTS, .def_str = "127.0.0.1:6379",
      .check = cerb__cfg_check_hostport},
     KEY_INT("redis.min_replicas_ack", redis.min_replicas_ack, I, 0, 0, 16),
+    KEY_ENUM("redis.redlock_fence", redis.redlock_fence, I, CERB_REDLOCK_FENCE_QUORUM,
+             redlock_fence_enum),
 
     KEY_STR("zk.hosts", zk.hosts, I, "127.0.0.1:2181",
             cerb__cfg_check_nonempty),

@@ -366,6 +366,33 @@ static void parse_replication(const redisReply *r, char *role, size_t rolel, cha
     }
 }
 
+/* From an INFO answer: the value of the line "<key>..." into out ("" when
+ * absent, too long or not hex). */
+static void parse_field(const redisReply *r, const char *key, char *out, size_t outl)
+{
+    size_t kl = strlen(key);
+    out[0] = '\0';
+    if (r->type != REDIS_REPLY_STRING)
+        return;
+    const char *s = r->str, *end = r->str + r->len;
+    while (s < end) {
+        const char *nl = memchr(s, '\n', (size_t)(end - s));
+        const char *le = nl ? nl : end;
+        if (le > s && le[-1] == '\r')
+            le--;
+        size_t n = (size_t)(le - s);
+        if (n > kl && memcmp(s, key, kl) == 0 && n - kl < outl) {
+            for (size_t i = kl; i < n; i++)
+                if (!((s[i] >= '0' && s[i] <= '9') || (s[i] >= 'a' && s[i] <= 'f')))
+                    return;
+            memcpy(out, s + kl, n - kl);
+            out[n - kl] = '\0';
+            return;
+        }
+        s = nl ? nl + 1 : end;
+    }
+}
+
 /* Connect c (whose ctx is NULL) and run the set-up commands. */
 static cerb_status conn_connect(cerb_engine *e, struct redis_conn *c, int64_t connect_ms,
                                 int64_t timeout_ms)
@@ -412,7 +439,7 @@ static cerb_status conn_connect(cerb_engine *e, struct redis_conn *c, int64_t co
     /* AUTH (ACL form when a user is set) and SELECT, one round trip. */
     const char *argv[3];
     size_t argl[3];
-    const char *names[3];
+    const char *names[4];
     int n = 0;
     char db[16];
     st = CERB_OK;
@@ -445,17 +472,28 @@ static cerb_status conn_connect(cerb_engine *e, struct redis_conn *c, int64_t co
         st = cerb__redis_append(c, 2, argv, argl);
         names[n++] = "INFO replication";
     }
+    /* A Redlock node: its incarnation (redis_redlock.h), same round trip. */
+    if (st == CERB_OK && e->rl_node) {
+        argv[0] = "INFO", argv[1] = "server";
+        argl[0] = 4, argl[1] = 6;
+        st = cerb__redis_append(c, 2, argv, argl);
+        names[n++] = "INFO server";
+    }
     char role[16] = "", replid[48] = "";
+    c->run_id[0] = '\0';
     if (st == CERB_OK) {
-        redisReply *r[3];
+        redisReply *r[4];
         size_t got;
         st = cerb__redis_exchange(e, c, names[0], r, &got, NULL);
         for (size_t i = 0; st == CERB_OK && i + 1 < got; i++)
             st = setup_reply(e, names[i], r[i]);
         /* INFO may be renamed away on a hardened server: then no history
          * check, as before. */
-        if (st == CERB_OK && got == (size_t)n && r[n - 1]->type != REDIS_REPLY_ERROR)
-            parse_replication(r[n - 1], role, sizeof role, replid, sizeof replid);
+        int ri = e->rl_node ? n - 2 : n - 1; /* INFO replication's reply */
+        if (st == CERB_OK && got == (size_t)n && r[ri]->type != REDIS_REPLY_ERROR)
+            parse_replication(r[ri], role, sizeof role, replid, sizeof replid);
+        if (st == CERB_OK && got == (size_t)n && e->rl_node)
+            parse_field(r[n - 1], "run_id:", c->run_id, sizeof c->run_id);
         free_replies(r, got);
     }
     if (st == CERB_OK && role[0] && strcmp(role, "master") != 0) {
@@ -468,7 +506,7 @@ static cerb_status conn_connect(cerb_engine *e, struct redis_conn *c, int64_t co
                    "this user): a restart from an older snapshot or a promoted replica cannot "
                    "be told from the marker, and holds written after it may be granted again "
                    "at once; allow INFO to this user", e->where);
-    if (st == CERB_OK && e->marker_key)
+    if (st == CERB_OK && e->marker_key && !e->rl_node)
         st = cerb__redis_marker_history(e, c, replid);
     if (st != CERB_OK) {
         redisFree(c->ctx);

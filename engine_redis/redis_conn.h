@@ -77,6 +77,8 @@ struct redis_conn {
     unsigned char *asked;
     size_t ask_cap, ask_n, ask_rd;
     uint64_t gen;       /* the master address generation it connected to */
+    char run_id[48];    /* redlock node: the server's run_id at connect
+                           (INFO server), "" when unknown */
 };
 
 struct redis_pool {
@@ -109,6 +111,12 @@ struct cerb_engine {
      * probe) that shares `cl` for the per-slot markers. */
     struct redis_cluster *cl;
     bool cl_top;
+    /* Redlock mode (redis_redlock.h): the routing instance owns `rl`; each
+     * master is an instance of its own (rl_node: no data-loss marker, its
+     * run_id read at every connect). */
+    struct redis_redlock *rl;
+    bool rl_top;
+    bool rl_node;
     char *marker_key;                  /* redis_marker.h */
     size_t marker_key_len;
     _Atomic int64_t quarantine_ms;     /* after a loss: the longest lease
@@ -152,6 +160,7 @@ struct redis_lock_priv {
     bool queued;   /* cluster: a redirect cut a wait (or its leave) short, so
                       our token may still be in the name's queue: the router
                       runs the acquisition again where it points, or leaves */
+    uint64_t rl_fence; /* redlock: the grant's fence (T), 0 = none known */
 };
 
 /* Set up and tear down the pools (no connection is made). */

@@ -52,6 +52,7 @@
 #include "error.h"
 #include "redis_cluster.h"
 #include "redis_marker.h"
+#include "redis_redlock.h"
 #include "redis_scripts.h"
 
 static void marker_key(cerb_engine *e, const struct redis_keys *ks, const char **k, size_t *l)
@@ -212,6 +213,10 @@ cerb_status cerb__redis_op_leader(cerb_engine *e, const char *name, int variant,
 static cerb_status redis_proclaim(cerb_engine *e, cerb_engine_lock *lk, const void *value,
                                   size_t n, cerb_outcome *outcome)
 {
+    if (e->rl_top) {
+        *outcome = CERB_OUTCOME_NO;
+        return cerb__redis_rl_no_prim(e, "leader election", NULL);
+    }
     return e->cl_top ? cerb__redis_cl_proclaim(e, lk, value, n, outcome)
                      : cerb__redis_op_proclaim(e, lk, value, n, outcome);
 }
@@ -219,6 +224,8 @@ static cerb_status redis_proclaim(cerb_engine *e, cerb_engine_lock *lk, const vo
 static cerb_status redis_leader(cerb_engine *e, const char *name, int variant,
                                 cerb_leader_rec *out)
 {
+    if (e->rl_top)
+        return cerb__redis_rl_no_prim(e, "leader election", NULL);
     return e->cl_top ? cerb__redis_cl_leader(e, name, variant, out)
                      : cerb__redis_op_leader(e, name, variant, out);
 }

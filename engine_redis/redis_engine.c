@@ -35,6 +35,7 @@
 #include "redis_guard.h"
 #include "redis_closure.h"
 #include "redis_marker.h"
+#include "redis_redlock.h"
 #include "redis_scripts.h"
 #include "redis_sentinel.h"
 #include "redis_stats.h"
@@ -44,6 +45,8 @@ static void redis_close(cerb_engine *e)
     if (!e)
         return;
     cerb__redis_watch_stop(e);
+    if (e->rl_top)
+        cerb__redis_rl_close(e); /* its nodes first */
     if (e->cl_top)
         cerb__redis_cluster_close(e); /* its nodes first */
     cerb__redis_pool_destroy(e);
@@ -80,6 +83,9 @@ static cerb_status redis_open(const cerb_engine_env *env, cerb_engine **out)
     else if (e->rc->mode == CERB_REDIS_CLUSTER)
         snprintf(e->where, sizeof e->where, "cluster (%s%s)", e->rc->nodes[0],
                  e->rc->n_nodes > 1 ? ", …" : "");
+    else if (e->rc->mode == CERB_REDIS_REDLOCK)
+        snprintf(e->where, sizeof e->where, "redlock (%s%s)", e->rc->nodes[0],
+                 e->rc->n_nodes > 1 ? ", …" : "");
     else
         snprintf(e->where, sizeof e->where, "%s:%d", e->rc->host, e->rc->port);
     cerb__redis_addr_init(e);
@@ -101,6 +107,18 @@ static cerb_status redis_open(const cerb_engine_env *env, cerb_engine **out)
         cerb__redis_addr_destroy(e);
         cerb__free(e);
         return st;
+    }
+    if (e->rc->mode == CERB_REDIS_REDLOCK) {
+        /* The routing instance: one instance per independent master. */
+        e->rl_top = true;
+        st = cerb__redis_rl_open(e);
+        if (st != CERB_OK) {
+            redis_close(e);
+            return st;
+        }
+        CERB_LOG_D("redis %s: engine open (redlock, %zu nodes)", e->where, e->rc->n_nodes);
+        *out = e;
+        return CERB_OK;
     }
     if (e->rc->mode == CERB_REDIS_CLUSTER) {
         /* The routing instance: a map and one instance per master. */
@@ -184,9 +202,12 @@ void cerb__redis_node_close(cerb_engine *e) { redis_close(e); }
 
 void cerb__redis_stats(cerb_engine *e, struct cerb_redis_stats *out)
 {
-    if (e->cl_top) {
+    if (e->cl_top || e->rl_top) {
         struct redis_counters sum;
-        cerb__redis_cl_stats(e, &sum);
+        if (e->cl_top)
+            cerb__redis_cl_stats(e, &sum);
+        else
+            cerb__redis_rl_stats(e, &sum);
 #define RS_SUM(f) out->f = atomic_load_explicit(&sum.f, memory_order_relaxed)
         RS_SUM(round_trips);
         RS_SUM(connects);
@@ -240,33 +261,45 @@ static void redis_op_stats(cerb_engine *e, struct cerb_engine_stats *out)
 static cerb_status redis_acquire(cerb_engine *e, cerb_engine_lock *lk, int64_t deadline_ns,
                                  const atomic_int *interrupted, cerb_grant *g)
 {
+    if (e->rl_top)
+        return cerb__redis_rl_acquire(e, lk, deadline_ns, interrupted, g);
     return e->cl_top ? cerb__redis_cl_acquire(e, lk, deadline_ns, interrupted, g)
                      : cerb__redis_op_acquire(e, lk, deadline_ns, interrupted, g);
 }
 
 static cerb_status redis_renew(cerb_engine *e, cerb_engine_lock *lk, cerb_grant *g)
 {
+    if (e->rl_top)
+        return cerb__redis_rl_renew(e, lk, g);
     return e->cl_top ? cerb__redis_cl_renew(e, lk, g) : cerb__redis_op_renew(e, lk, g);
 }
 
 static cerb_status redis_release(cerb_engine *e, cerb_engine_lock *lk)
 {
+    if (e->rl_top)
+        return cerb__redis_rl_release(e, lk);
     return e->cl_top ? cerb__redis_cl_release(e, lk) : cerb__redis_op_release(e, lk);
 }
 
 static cerb_status redis_check(cerb_engine *e, cerb_engine_lock *lk, cerb_grant *g)
 {
+    if (e->rl_top)
+        return cerb__redis_rl_check(e, lk, g);
     return e->cl_top ? cerb__redis_cl_check(e, lk, g) : cerb__redis_op_check(e, lk, g);
 }
 
 static cerb_status redis_probe(cerb_engine *e, int64_t timeout_ms)
 {
+    if (e->rl_top)
+        return cerb__redis_rl_probe(e, timeout_ms);
     return e->cl_top ? cerb__redis_cl_probe(e, timeout_ms) : cerb__redis_op_probe(e, timeout_ms);
 }
 
 static void redis_renew_batch(cerb_engine *e, cerb_renew_item *items, size_t n)
 {
-    if (e->cl_top)
+    if (e->rl_top)
+        cerb__redis_rl_renew_batch(e, items, n);
+    else if (e->cl_top)
         cerb__redis_cl_renew_batch(e, items, n);
     else
         cerb__redis_op_renew_batch(e, items, n);
@@ -274,18 +307,32 @@ static void redis_renew_batch(cerb_engine *e, cerb_renew_item *items, size_t n)
 
 static cerb_status redis_held(cerb_engine *e, const char *name)
 {
+    if (e->rl_top)
+        return cerb__redis_rl_held(e, name);
     return e->cl_top ? cerb__redis_cl_held(e, name) : cerb__redis_op_held(e, name);
+}
+
+/* The guard in redlock mode: a done-record read from one node could miss
+ * the majority that wrote it. */
+static cerb_status rl_no_guard(void)
+{
+    return cerb__error_set(CERB_UNAVAILABLE, "redis: the idempotency guard is not available in "
+                           "redlock mode (a done-record would need a quorum read and write-back)");
 }
 
 static cerb_status redis_guard_begin(cerb_engine *e, const cerb_guard_rec *rec, cerb_grant *g,
                                      void **result, size_t *result_len)
 {
+    if (e->rl_top)
+        return rl_no_guard();
     return e->cl_top ? cerb__redis_cl_guard_begin(e, rec, g, result, result_len)
                      : cerb__redis_guard_begin(e, rec, g, result, result_len);
 }
 
 static cerb_status redis_guard_renew(cerb_engine *e, const cerb_guard_rec *rec, cerb_grant *g)
 {
+    if (e->rl_top)
+        return rl_no_guard();
     return e->cl_top ? cerb__redis_cl_guard_renew(e, rec, g) : cerb__redis_guard_renew(e, rec, g);
 }
 
@@ -293,6 +340,8 @@ static cerb_status redis_guard_finish(cerb_engine *e, const cerb_guard_rec *rec,
                                       const void *result, size_t len, int64_t keep_ms,
                                       cerb_outcome *oc)
 {
+    if (e->rl_top)
+        return rl_no_guard();
     return e->cl_top ? cerb__redis_cl_guard_finish(e, rec, ok, result, len, keep_ms, oc)
                      : cerb__redis_guard_finish(e, rec, ok, result, len, keep_ms, oc);
 }
@@ -300,13 +349,41 @@ static cerb_status redis_guard_finish(cerb_engine *e, const cerb_guard_rec *rec,
 static cerb_status redis_guard_check(cerb_engine *e, const cerb_guard_rec *rec,
                                      cerb_guard_found *found)
 {
+    if (e->rl_top)
+        return rl_no_guard();
     return e->cl_top ? cerb__redis_cl_guard_check(e, rec, found)
                      : cerb__redis_guard_check(e, rec, found);
 }
 
 static cerb_status redis_inspect(cerb_engine *e, const char *name, struct cerb_holders *out)
 {
+    if (e->rl_top)
+        return cerb__redis_rl_inspect(e, name, out);
     return e->cl_top ? cerb__redis_cl_inspect(e, name, out) : cerb__redis_op_inspect(e, name, out);
+}
+
+static cerb_status redis_closure_get(cerb_engine *e, cerb_closure *out)
+{
+    return e->rl_top ? cerb__redis_rl_closure_get(e, out) : cerb__redis_op_closure_get(e, out);
+}
+
+static cerb_status redis_closure_put(cerb_engine *e, const cerb_closure *rec, cerb_closure *now)
+{
+    return e->rl_top ? cerb__redis_rl_closure_put(e, rec, now)
+                     : cerb__redis_op_closure_put(e, rec, now);
+}
+
+static void redis_cancel(cerb_engine *e, cerb_engine_lock *lk)
+{
+    if (!e->rl_top) /* redlock waits in slices that look at the flag */
+        cerb__redis_op_cancel(e, lk);
+}
+
+/* Redlock: the longest lease this instance asked (a hold lasts at most
+ * that past its last renewal on any node). Other modes: unknown. */
+static int64_t redis_hold_bound_ms(cerb_engine *e)
+{
+    return e->rl_top ? atomic_load(&e->rl->max_lease_ms) : 0;
 }
 
 /* The probe canary lives under a reserved prefix no lock may use. */
@@ -330,12 +407,13 @@ const struct cerb_engine_ops cerb__redis_engine_ops = {
     .renew = redis_renew,
     .release = redis_release,
     .check_owner = redis_check,
-    .cancel = cerb__redis_op_cancel,
+    .cancel = redis_cancel,
     .probe = redis_probe,
     .renew_batch = redis_renew_batch,
     .stats = redis_op_stats,
     .held = redis_held,
     .check_name = redis_check_name,
+    .hold_bound_ms = redis_hold_bound_ms,
     /* version 2: guard records (redis_guard.c) */
     .guard_begin = redis_guard_begin,
     .guard_renew = redis_guard_renew,
@@ -344,8 +422,8 @@ const struct cerb_engine_ops cerb__redis_engine_ops = {
     /* version 3: inspection (redis_inspect.c) */
     .inspect = redis_inspect,
     /* version 4: closure records (redis_closure.c) */
-    .closure_get = cerb__redis_op_closure_get,
-    .closure_put = cerb__redis_op_closure_put,
+    .closure_get = redis_closure_get,
+    .closure_put = redis_closure_put,
     /* version 5: leader election (redis_election.c) */
     .election = &cerb__redis_election,
     /* semaphores and read-write locks (redis_queue.c) */

@@ -34,6 +34,7 @@
 #include "internal_posix.h"
 
 #include "redis_queue.h"
+#include "redis_redlock.h"
 
 #include <errno.h>
 #include <poll.h>
@@ -1004,31 +1005,45 @@ cerb_status cerb__redis_q_inspect(const struct redis_qkind *k, cerb_engine *e, c
     static cerb_status fn##_acquire(cerb_engine *e, cerb_engine_lock *lk, int64_t dl,        \
                                     const atomic_int *intr, cerb_grant *g)                   \
     {                                                                                        \
+        if (e->rl_top)                                                                       \
+            return cerb__redis_rl_no_prim(e, cerb__prim_name(lk->prim), g);                  \
         return cerb__redis_q_acquire(&kind, e, lk, dl, intr, g);                             \
     }                                                                                        \
     static cerb_status fn##_renew(cerb_engine *e, cerb_engine_lock *lk, cerb_grant *g)       \
     {                                                                                        \
+        if (e->rl_top)                                                                       \
+            return cerb__redis_rl_no_prim(e, cerb__prim_name(lk->prim), g);                  \
         return cerb__redis_q_renew(&kind, e, lk, g);                                         \
     }                                                                                        \
     static cerb_status fn##_release(cerb_engine *e, cerb_engine_lock *lk)                    \
     {                                                                                        \
+        if (e->rl_top)                                                                       \
+            return cerb__redis_rl_no_prim(e, cerb__prim_name(lk->prim), NULL);               \
         return cerb__redis_q_release(&kind, e, lk);                                          \
     }                                                                                        \
     static cerb_status fn##_check(cerb_engine *e, cerb_engine_lock *lk, cerb_grant *g)       \
     {                                                                                        \
+        if (e->rl_top)                                                                       \
+            return cerb__redis_rl_no_prim(e, cerb__prim_name(lk->prim), g);                  \
         return cerb__redis_q_check(&kind, e, lk, g);                                         \
     }                                                                                        \
     static cerb_status fn##_held(cerb_engine *e, const char *name)                           \
     {                                                                                        \
+        if (e->rl_top) /* nobody can hold one here */                                        \
+            return CERB_OK;                                                                  \
         return cerb__redis_q_held(&kind, e, name);                                           \
     }                                                                                        \
     static cerb_status fn##_fits(cerb_engine *e, const cerb_engine_lock *lk)                 \
     {                                                                                        \
+        if (e->rl_top)                                                                       \
+            return CERB_OK;                                                                  \
         return cerb__redis_q_fits(&kind, e, lk);                                             \
     }                                                                                        \
     static cerb_status fn##_inspect(cerb_engine *e, const char *name,                        \
                                     struct cerb_holders *out)                                \
     {                                                                                        \
+        if (e->rl_top)                                                                       \
+            return cerb__redis_rl_no_prim(e, "queued primitive", NULL);                      \
         return cerb__redis_q_inspect(&kind, e, name, out);                                   \
     }
 

@@ -289,6 +289,13 @@ itself over bare client connections (one per thread), with no library logic:
 - **Redis**: `SET name token NX PX 10000`, then `EVALSHA` of the compare-and-delete
   script: two round trips, with a token fixed per thread (redis-py's protocol
   reduced to its round trips). The round trip is `PING`.
+- **Redlock** (the redis engine with `redis.mode = "redlock"`, rows `redlock`, `--engine
+  redlock`): `SET name token NX PX 10000` to every master at once (one connection per
+  master per thread, every request written before the first reply is read; a majority
+  must say OK), then the compare-and-delete script to every master at once: two
+  round trips of the slowest master. Cerberus's fenced grant adds a third (the fence's
+  write-back to a majority), the price of its tokens. The round trip is `PING` to every
+  master at once. Its peer is npm `redlock` 4.2.0 (node-redlock) on the same masters.
 - **ZooKeeper**: `create2` of an ephemeral sequential node under the lock's node and
   `getChildren` of it, sent together (one round trip: the server answers a
   session's requests in order), then `delete` of the node: Curator's layout on a
@@ -487,6 +494,17 @@ its raw ceiling on the same server in the same run:
 CERB_MEMCACHED_NO_EVICT=1 scripts/servers.sh start memcached --port 21211
 build/bench/cerberus-bench --engine memcached --memcached-port 21211 --scenario uncontended,contended,handoff --threads 1,8 --duration 5
 scripts/servers.sh stop memcached --port 21211
+```
+
+The Redlock mode (not in this page's run: its engine is `redis` in another mode) is
+measured the same way, against its raw ceiling and node-redlock on the same three
+masters in the same run:
+
+```sh
+scripts/servers.sh start redis --port 26411 --nodes 3
+build/bench/cerberus-bench --engine redlock --port 26411 --scenario uncontended,handoff \\
+    --threads 1,8 --peers --duration 5
+scripts/servers.sh stop redis --port 26411 --nodes 3
 ```
 """
 

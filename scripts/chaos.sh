@@ -52,6 +52,14 @@
 #                replica gets replica-priority 0, and SENTINEL FAILOVER
 #                promotes the stale one: what the master granted in between
 #                is lost
+#   kill-node    (redlock) kill -9 one of the three masters, chosen at
+#                random, and restart it without its data (its keys and fence
+#                counters gone, a new run_id): one node, never a majority
+#   pause-node   (redlock) SIGSTOP one master past the lease, then SIGCONT
+#   pause-two    (redlock) SIGSTOP one master past the lease and, in the
+#                middle of it, a second one for 300-800 ms: a majority
+#                unreachable for a moment (no grant can be made, holders
+#                cannot renew), then both continued
 #   migrate      (cluster) the slot of a worker name moves to another master
 #                under load: SETSLOT IMPORTING/MIGRATING, MIGRATE of its keys
 #                two at a time 100 ms apart, SETSLOT NODE everywhere
@@ -108,6 +116,13 @@
 # see no overlap across it. memcached has no fencing: its grants (no counter)
 # are judged by the overlap rule alone (worker --unfenced memcached).
 # memcached-redis adds switches to redis and back.
+# redlock: the redis engine in Redlock mode (redis.mode = "redlock",
+# redis.redlock_fence = "quorum") over three independent masters
+# (CERB_CHAOS_REDLOCK_PORT +0..+2, no proxy: each node is a server of its
+# own), under kill-node, pause-node and pause-two. The oracle judges it as
+# any engine: no unsafe overlap, and fencing tokens that strictly increase
+# per name (the quorum fence, written back to a majority before a grant is
+# reported) through restarts without data of any one node.
 #
 # Replay: every scenario prints its seed and the nemesis schedule; the same
 # --scenario and --seed give the same worker choices and the same schedule
@@ -125,6 +140,7 @@
 # sentinels 31510-31512), CERB_CHAOS_CLUSTER_PORT (31600: nodes 31600-31605,
 # bus ports 21600-21605, see servers.d/cluster.sh),
 # CERB_CHAOS_MEMCACHED_PORT (31950),
+# CERB_CHAOS_REDLOCK_PORT (31900: masters 31900-31902),
 # CERB_CHAOS_STATE_DIR (servers' state, default $TMPDIR/cerb-chaos-$UID),
 # CERB_CHAOS_KEEP_DIR (a failed scenario's worker logs, config and oracle,
 # default $TMPDIR/cerb-chaos-failed-<seed>), CERB_CHAOS_KEEP_ALL=1 (keep
@@ -151,9 +167,10 @@ MYSQL_PORT=${CERB_CHAOS_MYSQL_PORT:-31800}
 MEMCACHED_PORT=${CERB_CHAOS_MEMCACHED_PORT:-31950}
 # memcached with -M: an unexpired lock is never evicted (servers.d/memcached.sh).
 export CERB_MEMCACHED_NO_EVICT=1
+REDLOCK_PORT=${CERB_CHAOS_REDLOCK_PORT:-31900}
 export CERB_SENTINEL_MASTER=${CERB_SENTINEL_MASTER:-cerbmaster}
 NODES=1              # servers per engine in the current scenario
-RKIND=redis          # the redis deployment: redis (one server), sentinel, cluster
+RKIND=redis          # the redis deployment: redis (one server), sentinel, cluster, redlock
 GUARD=0              # workers make guard attempts instead of locking
 PRIMS=0              # workers use the primitives of §16 instead (elect, semaphore, rwlock)
 BROKEN=${CERB_CHAOS_BROKEN:-} # a worker --broken mode (the verdict must fail)
@@ -165,13 +182,13 @@ BUILD=${CERB_BUILD_DIR:-$ROOT/build}
 LEASE_MS=2000        # lock.lease_ms; zk sessions and etcd TTLs are of the same order
 SETTLE_MS=3000       # time clients take to see a `cerberus switch` (file watch)
 
-ALL_SCENARIOS="redis zk etcd redis-zk etcd-redis zk-etcd redis-zk-grace0 manual-switch zk3 etcd3 sentinel cluster zk-guard redis-guard etcd-guard pg mysql pg-redis pg-guard redis-prims zk-prims etcd-prims redis-zk-prims memcached memcached-redis"
+ALL_SCENARIOS="redis zk etcd redis-zk etcd-redis zk-etcd redis-zk-grace0 manual-switch zk3 etcd3 sentinel cluster zk-guard redis-guard etcd-guard pg mysql pg-redis pg-guard redis-prims zk-prims etcd-prims redis-zk-prims memcached memcached-redis redlock"
 # Run only when named: etcd3-oldleader pauses the leader of a 3-node etcd,
 # which etcd before 3.4.28 / 3.5.11 answers by revoking live sessions'
 # leases when it resumes (etcd#15247): overlaps there are the server's,
 # counted and reported, not failed.
 EXTRA_SCENARIOS="etcd3-oldleader"
-CI_SCENARIOS="redis zk etcd redis-zk etcd-redis redis-zk-grace0 manual-switch zk3 etcd3 sentinel cluster zk-guard pg mysql pg-redis redis-prims zk-prims etcd-prims redis-zk-prims memcached"
+CI_SCENARIOS="redis zk etcd redis-zk etcd-redis redis-zk-grace0 manual-switch zk3 etcd3 sentinel cluster zk-guard pg mysql pg-redis redis-prims zk-prims etcd-prims redis-zk-prims memcached redlock"
 
 say() { printf '%s: %s\n' "$PROG" "$*"; }
 die() { printf '%s: error: %s\n' "$PROG" "$*" >&2; exit 1; }
@@ -264,7 +281,7 @@ servers() { "$ROOT/scripts/servers.sh" "$@"; }
 # scenario (redis, sentinel or cluster for the redis engine).
 kind_of() {
     case $1 in
-        redis) echo "$RKIND" ;;
+        redis) if [[ $RKIND == redlock ]]; then echo redis; else echo "$RKIND"; fi ;;
         *) echo "$1" ;;
     esac
 }
@@ -276,6 +293,7 @@ port_of() {
             case $RKIND in
                 sentinel) echo "$SENTINEL_PORT" ;;
                 cluster) echo "$CLUSTER_PORT" ;;
+                redlock) echo "$REDLOCK_PORT" ;;
                 *) echo "$REDIS_PORT" ;;
             esac
             ;;
@@ -296,12 +314,20 @@ node_ports() {
     [[ $1 == etcd ]] && step=2
     [[ $1 == redis && $RKIND == sentinel ]] && n=3
     [[ $1 == redis && $RKIND == cluster ]] && n=6
+    [[ $1 == redis && $RKIND == redlock ]] && n=3
     for ((i = 0; i < n; i++)); do echo $((base + step * i)); done
 }
 
+# nodes_of E: how many servers servers.sh starts for E (a Redlock
+# deployment's three masters are three plain redis nodes).
+nodes_of() {
+    if [[ $1 == redis && $RKIND == redlock ]]; then echo 3; else echo "$NODES"; fi
+}
+
 # proxied E: E's clients go through the proxy (one server of its own;
-# Sentinel and Cluster hand out their nodes' real addresses).
-proxied() { ((NODES == 1)) && [[ $(kind_of "$1") == "$1" ]]; }
+# Sentinel and Cluster hand out their nodes' real addresses; Redlock's
+# masters are each a server of its own).
+proxied() { (($(nodes_of "$1") == 1)) && [[ $(kind_of "$1") == "$1" ]]; }
 
 # pid_of E [PORT]: the PID of E's server (of its node on PORT).
 pid_of() {
@@ -333,7 +359,7 @@ leader_port() {
 # await E: every node of E answers (servers.sh status), within 30 s.
 await() {
     local e=$1 deadline=$(($(now_ms) + 30000))
-    until servers status "$(kind_of "$e")" --port "$(port_of "$e")" --nodes "$NODES" >/dev/null 2>&1; do
+    until servers status "$(kind_of "$e")" --port "$(port_of "$e")" --nodes "$(nodes_of "$e")" >/dev/null 2>&1; do
         (($(now_ms) < deadline)) || { say "$e did not come back within 30 s"; return 1; }
         sleep 0.1
     done
@@ -362,27 +388,29 @@ trap 'exit 143' TERM
 trap 'exit 130' INT
 
 start_server() {
-    local e=$1 p k
+    local e=$1 p k n
     p=$(port_of "$e")
     k=$(kind_of "$e")
-    [[ " $STARTED " == *" $k:$p:$NODES "* ]] && { await "$e"; return; }
-    STARTED="$STARTED $k:$p:$NODES"
+    n=$(nodes_of "$e")
+    [[ " $STARTED " == *" $k:$p:$n "* ]] && { await "$e"; return; }
+    STARTED="$STARTED $k:$p:$n"
     # Three tries: the port may be held for a moment by a client socket
     # (ephemeral range).
-    servers start "$k" --port "$p" --nodes "$NODES" >/dev/null ||
-        servers start "$k" --port "$p" --nodes "$NODES" >/dev/null ||
-        servers start "$k" --port "$p" --nodes "$NODES" >/dev/null
+    servers start "$k" --port "$p" --nodes "$n" >/dev/null ||
+        servers start "$k" --port "$p" --nodes "$n" >/dev/null ||
+        servers start "$k" --port "$p" --nodes "$n" >/dev/null
 }
 
 # stop_server E: stop E's deployment now (a Sentinel or Cluster one, used
 # by its own scenario only: nine and six processes on two cores are not
 # left running under the next scenarios).
 stop_server() {
-    local e=$1 p k
+    local e=$1 p k n
     p=$(port_of "$e")
     k=$(kind_of "$e")
-    servers stop "$k" --port "$p" --nodes "$NODES" >/dev/null 2>&1 || true
-    STARTED=${STARTED/ $k:$p:$NODES/}
+    n=$(nodes_of "$e")
+    servers stop "$k" --port "$p" --nodes "$n" >/dev/null 2>&1 || true
+    STARTED=${STARTED/ $k:$p:$n/}
 }
 
 # ---------------------------------------------------------------- nemesis
@@ -837,6 +865,7 @@ nemesis() {
     shift 3
     local -a acts=("$@")
     local sw=0 a ms pid i j t step=0
+    local -a rl_nodes=()
     # A seeded shuffle of the actions, taken in turn (then reshuffled), so a
     # short run still meets every fault of its scenario once.
     shuffle() {
@@ -917,6 +946,44 @@ nemesis() {
                     kill -CONT "$pid"
                 fi
                 ;;
+            kill-node)
+                # One master of the three, restarted empty at once: the
+                # engine keeps it out of quorums for a lease (its run_id
+                # changed) and re-seeds its fence counters.
+                local np
+                mapfile -t rl_nodes < <(node_ports "$first")
+                np=${rl_nodes[RANDOM % ${#rl_nodes[@]}]}
+                echo "  [$scen $(elapsed)] kill -9 the master :$np, restart without data"
+                restart "$first" 0 "$np" || return 1
+                ;;
+            pause-node | pause-two)
+                local np np2 ms2
+                mapfile -t rl_nodes < <(node_ports "$first")
+                i=$((RANDOM % ${#rl_nodes[@]}))
+                np=${rl_nodes[i]}
+                np2=${rl_nodes[(i + 1 + RANDOM % 2) % ${#rl_nodes[@]}]}
+                ms=$((LEASE_MS + 1000 + RANDOM % 1500))
+                ms2=$((300 + RANDOM % 500))
+                pid=$(pid_of "$first" "$np") || { say "no pid for :$np"; return 1; }
+                PAUSED=("$pid")
+                if [[ $a == pause-node ]]; then
+                    echo "  [$scen $(elapsed)] pause the master :$np ${ms} ms (SIGSTOP pid $pid)"
+                    kill -STOP "$pid"
+                    ms_sleep "$ms"
+                else
+                    local pid2
+                    pid2=$(pid_of "$first" "$np2") || { say "no pid for :$np2"; return 1; }
+                    echo "  [$scen $(elapsed)] pause the master :$np ${ms} ms, and :$np2 ${ms2} ms in the middle of it (a majority away)"
+                    kill -STOP "$pid"
+                    ms_sleep $(((ms - ms2) / 2))
+                    PAUSED+=("$pid2")
+                    kill -STOP "$pid2"
+                    ms_sleep "$ms2"
+                    kill -CONT "$pid2"
+                    ms_sleep $(((ms - ms2) / 2))
+                fi
+                resume_paused
+                ;;
             kill-master | pause-master | stale-promote | migrate)
                 local rf=0
                 replicated_fault "$scen" "$end" "$a" || rf=$?
@@ -992,6 +1059,7 @@ scenario_def() {
         # kill twice: a 20 s run (about four faults) nearly always meets it.
         memcached) ENGINES="memcached"; ACTS="pause kill delay kill blackhole drop" ;;
         memcached-redis) ENGINES="memcached redis"; ACTS="pause kill blackhole switch" ;;
+        redlock) ENGINES="redis"; RKIND=redlock; ACTS="kill-node pause-node pause-two" ;;
     esac
     if [[ -n $GRACE_OVERRIDE ]]; then GRACE=$GRACE_OVERRIDE; fi
 }
@@ -1042,6 +1110,11 @@ write_config() {
                     echo "  nodes = (\"127.0.0.1:$port\", \"127.0.0.1:$((port + 1))\", \"127.0.0.1:$((port + 2))\");"
                     echo "  connect_timeout_ms = 500; op_timeout_ms = 500; };"
                     ;;
+                redis:redlock)
+                    echo "redis = { mode = \"redlock\"; redlock_fence = \"quorum\";"
+                    echo "  nodes = (\"127.0.0.1:$port\", \"127.0.0.1:$((port + 1))\", \"127.0.0.1:$((port + 2))\");"
+                    echo "  prefix = \"cerb-chaos-$ns:\"; connect_timeout_ms = 500; op_timeout_ms = 500; };"
+                    ;;
                 redis:*) echo "redis = { host = \"127.0.0.1\"; port = $port; prefix = \"cerb-chaos-$ns:\"; connect_timeout_ms = 500; op_timeout_ms = 500; };" ;;
                 zk:*) echo "zk = { hosts = \"127.0.0.1:$port\"; root = \"/cerb-chaos/$ns\"; session_timeout_ms = $LEASE_MS; connect_timeout_ms = 1000; };" ;;
                 etcd:*) echo "etcd = { endpoints = (\"http://127.0.0.1:$port\"); prefix = \"cerb-chaos/$ns/\"; session_ttl_s = 2; op_timeout_ms = 1000; connect_timeout_ms = 500; };" ;;
@@ -1062,7 +1135,10 @@ bound_ms() {
     local e b=0
     for e in $ENGINES; do
         case $e in
-            redis | memcached) b=$((b + (500 + 500) * 2)) ;;
+            memcached) b=$((b + (500 + 500) * 2)) ;;
+            # Redlock: the masters in parallel, a fenced grant two rounds
+            # (acquire, then the write-back to a majority).
+            redis) if [[ $RKIND == redlock ]]; then b=$((b + (500 + 2 * 500) * 2)); else b=$((b + (500 + 500) * 2)); fi ;;
             zk) b=$((b + (1000 + LEASE_MS) * 2)) ;;
             etcd) b=$((b + (500 + 2 * 1000) * 2)) ;; # a release re-sends once (cerberus.h)
             pg | mysql) b=$((b + (500 + 1000) * 2)) ;;

@@ -49,6 +49,9 @@ endfunction()
 cerb_conformance_suite(local)
 if(TARGET PkgConfig::HIREDIS)
   cerb_conformance_suite(redis FIXTURES redis)
+  # redis.mode = "redlock" over the shared set of three masters.
+  cerb_conformance_suite(redis_redlock FIXTURES redlock
+    ENV CERB_REDLOCK_PORT=${CERB_TEST_REDLOCK_PORT})
 endif()
 if(CERB_WITH_ZK)
   cerb_conformance_suite(zk FIXTURES zk ENV CERB_ZK_PORT=${CERB_TEST_ZK_PORT})

@@ -46,6 +46,8 @@
 
 #ifdef CERB_CONF_REDIS
 #include <hiredis/hiredis.h>
+
+#include "redlock_util.h"
 #endif
 #ifdef CERB_CONF_ZK
 #include "zk_util.h"
@@ -125,6 +127,9 @@ static int redis_records(const char *name)
     redisFree(r);
     return n;
 }
+#endif
+
+#ifdef CERB_CONF_REDIS
 #endif
 
 #ifdef CERB_CONF_ZK
@@ -213,6 +218,9 @@ static const struct engine engines[] = {
     {"local", local_config, NULL, NULL, NULL, true, 100, 25, NULL, false},
 #ifdef CERB_CONF_REDIS
     {"redis", cerb_test_redis_config, NULL, redis_records, NULL, false, 100, 50, NULL, false},
+    /* Redlock mode: a waiter polls and keeps nothing on the server (as
+     * pg_lease), so no record counts; test_redlock.c checks the masters. */
+    {"redis", rl_config, NULL, NULL, NULL, false, 40, 20, "redis_redlock", false},
 #endif
 #ifdef CERB_CONF_ZK
     {"zk", zk_config, "session_timeout_ms = 2000;", zk_records, zk_raw_close, false, 40, 25, NULL,

@@ -1,0 +1,505 @@
+/*
+ * redis_redlock_io.c — Redlock's nodes: opening them, the per-node scripts,
+ * the parallel fan-out, the delayed restart and the counters' re-seed
+ * (redis_redlock.h).
+ */
+#include "internal_posix.h"
+
+#include <errno.h>
+#include <openssl/evp.h>
+#include <poll.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "alloc.h"
+#include "clock.h"
+#include "error.h"
+#include "log.h"
+#include "redis_redlock.h"
+#include "redis_scripts.h"
+
+/* KEYS K F HI SEED; ARGV token lease fence(0|1) fence_ttl. A re-sent grant
+ * (K already ours) answers as the first did. A missing counter restarts
+ * above hi, so a name's counter never goes back when it expires; one at or
+ * below the seed (the node lost it) starts above the seed. */
+static const char rl_acquire_lua[] =
+    "local v = redis.call('GET', KEYS[1])\n"
+    "if v == ARGV[1] then\n"
+    "  redis.call('PEXPIRE', KEYS[1], ARGV[2])\n"
+    "  if ARGV[3] == '0' then return {1, 0, 0} end\n"
+    "  return {1, tonumber(redis.call('GET', KEYS[2]) or '0'), redis.call('EXISTS', KEYS[4])}\n"
+    "end\n"
+    "if v then return {0, redis.call('PTTL', KEYS[1])} end\n"
+    "redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])\n"
+    "if ARGV[3] == '0' then return {1, 0, 0} end\n"
+    "local hi = tonumber(redis.call('GET', KEYS[3]) or '0')\n"
+    "local s = tonumber(redis.call('GET', KEYS[4]) or '')\n"
+    "local c\n"
+    "if redis.call('EXISTS', KEYS[2]) == 1 then c = redis.call('INCR', KEYS[2]) else c = hi + 1 end\n"
+    "if s and c <= s then c = s + 1 end\n"
+    "redis.call('SET', KEYS[2], string.format('%d', c), 'PX', ARGV[4])\n"
+    "if c > hi then redis.call('SET', KEYS[3], string.format('%d', c)) end\n"
+    "return {1, c, s and 1 or 0}\n";
+
+/* KEYS K; ARGV token lease topup(0|1). 2: K was absent and is ours now
+ * (topped up: not counted by this renewal). */
+static const char rl_renew_lua[] =
+    "local v = redis.call('GET', KEYS[1])\n"
+    "if v == ARGV[1] then redis.call('PEXPIRE', KEYS[1], ARGV[2]) return 1 end\n"
+    "if not v and ARGV[3] == '1' then\n"
+    "  redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2]) return 2\n"
+    "end\n"
+    "return 0\n";
+
+static const char rl_release_lua[] =
+    "if redis.call('GET', KEYS[1]) == ARGV[1] then redis.call('DEL', KEYS[1]) return 1 end\n"
+    "return 0\n";
+
+static const char rl_check_lua[] =
+    "if redis.call('GET', KEYS[1]) == ARGV[1] then return {1, redis.call('PTTL', KEYS[1])} end\n"
+    "return {0}\n";
+
+static const char rl_inspect_lua[] =
+    "local v = redis.call('GET', KEYS[1])\n"
+    "if not v then return {} end\n"
+    "return {v, redis.call('PTTL', KEYS[1])}\n";
+
+/* KEYS K F HI SEED; ARGV token c fence_ttl. Raise only, and only while K
+ * is ours: the write-back is ordered before any later grant on this node. */
+static const char rl_writeback_lua[] =
+    "if redis.call('GET', KEYS[1]) ~= ARGV[1] then return -1 end\n"
+    "local c = tonumber(ARGV[2])\n"
+    "if c > tonumber(redis.call('GET', KEYS[2]) or '0') then\n"
+    "  redis.call('SET', KEYS[2], ARGV[2], 'PX', ARGV[3])\n"
+    "end\n"
+    "if c > tonumber(redis.call('GET', KEYS[3]) or '0') then redis.call('SET', KEYS[3], ARGV[2]) end\n"
+    "return redis.call('EXISTS', KEYS[4])\n";
+
+/* KEYS HI SEED. */
+static const char rl_readseed_lua[] =
+    "return {redis.call('EXISTS', KEYS[2]), tonumber(redis.call('GET', KEYS[1]) or '0')}\n";
+
+/* KEYS HI SEED; ARGV s. Raise only. */
+static const char rl_reseed_lua[] =
+    "local s = tonumber(ARGV[1])\n"
+    "if s > tonumber(redis.call('GET', KEYS[2]) or '-1') then redis.call('SET', KEYS[2], ARGV[1]) end\n"
+    "if s > tonumber(redis.call('GET', KEYS[1]) or '0') then redis.call('SET', KEYS[1], ARGV[1]) end\n"
+    "return 1\n";
+
+static const char *const rl_lua[RL_SCRIPT_COUNT] = {
+    rl_acquire_lua, rl_renew_lua,     rl_release_lua,  rl_check_lua,
+    rl_inspect_lua, rl_writeback_lua, rl_readseed_lua, rl_reseed_lua,
+};
+
+static cerb_status sha1_hex(const char *s, char out[41])
+{
+    unsigned char md[EVP_MAX_MD_SIZE];
+    unsigned int len = 0;
+    if (EVP_Digest(s, strlen(s), md, &len, EVP_sha1(), NULL) != 1 || len != 20)
+        return cerb__error_set(CERB_EIO, "redis redlock: SHA-1 of a script failed");
+    for (unsigned i = 0; i < 20; i++)
+        snprintf(out + 2 * i, 3, "%02x", md[i]);
+    return CERB_OK;
+}
+
+int64_t cerb__redis_rl_bound_ms(const cerb_engine *top, int64_t lease_ms)
+{
+    int64_t b = lease_ms / 20;
+    if (b < RL_NODE_MIN_MS)
+        b = RL_NODE_MIN_MS;
+    if (b > top->rc->op_timeout_ms)
+        b = top->rc->op_timeout_ms;
+    return b;
+}
+
+static bool parse_node(const char *s, char *host, size_t hl, int *port)
+{
+    const char *colon = strrchr(s, ':');
+    if (!colon || (size_t)(colon - s) >= hl || colon == s)
+        return false;
+    memcpy(host, s, (size_t)(colon - s));
+    host[colon - s] = '\0';
+    char *end;
+    long p = strtol(colon + 1, &end, 10);
+    if (*end || p < 1 || p > 65535)
+        return false;
+    *port = (int)p;
+    return true;
+}
+
+/*
+ * A connection's incarnation against what we saw of the node: a new
+ * run_id means the node restarted, and what it granted before may be gone,
+ * so it votes in no quorum for the longest lease we use (the Redlock
+ * spec's delayed restart, kept by the client).
+ */
+static bool node_seen(cerb_engine *top, int i, const char *run_id, int64_t now)
+{
+    struct rl_node *nd = &top->rl->nodes[i];
+    bool out;
+
+    cerb__mutex_lock(&nd->mu);
+    if (run_id[0] && strcmp(nd->run_id, run_id) != 0) {
+        if (nd->run_id[0]) {
+            int64_t lease = atomic_load(&top->rl->max_lease_ms);
+            int64_t away = lease + lease * RL_DRIFT_PERMILLE / 1000 + RL_DRIFT_FIXED_MS;
+            nd->out_until_ns = now + away * CERB_NS_PER_MS;
+            CERB_LOG_W("redis redlock: %s restarted (run_id %s, was %s): it votes in no "
+                       "quorum for %lld ms (delayed restart)",
+                       nd->cn.e->where, run_id, nd->run_id, (long long)away);
+        }
+        snprintf(nd->run_id, sizeof nd->run_id, "%s", run_id);
+    }
+    out = now < nd->out_until_ns;
+    cerb__mutex_unlock(&nd->mu);
+    return out;
+}
+
+cerb_status cerb__redis_rl_open(cerb_engine *top)
+{
+    const struct cerb_redis_config *rc = top->rc;
+    struct redis_redlock *rl;
+    cerb_status st = CERB_OK;
+
+    if (rc->n_nodes < 1 || rc->n_nodes > RL_MAX_NODES)
+        return cerb__error_set(CERB_ECONFIG, "redis: redlock mode needs 1 to %d redis.nodes",
+                               RL_MAX_NODES);
+    rl = cerb__calloc(1, sizeof *rl);
+    if (!rl)
+        return cerb__error_set(CERB_ENOMEM, "redis: out of memory");
+    top->rl = rl;
+    rl->n = (int)rc->n_nodes;
+    rl->quorum = rl->n / 2 + 1;
+    rl->fence = rc->redlock_fence == CERB_REDLOCK_FENCE_QUORUM;
+    atomic_store(&rl->max_lease_ms, top->cfg->lock.lease_ms);
+    const char *prefix = rc->prefix ? rc->prefix : "";
+    snprintf(rl->hi_key, sizeof rl->hi_key, "%s" REDIS_SEP "cerberus" REDIS_SEP "redlock" REDIS_SEP
+             "hi", prefix);
+    snprintf(rl->seed_key, sizeof rl->seed_key, "%s" REDIS_SEP "cerberus" REDIS_SEP "redlock"
+             REDIS_SEP "seed", prefix);
+    for (int s = 0; s < RL_SCRIPT_COUNT && st == CERB_OK; s++)
+        st = sha1_hex(rl_lua[s], rl->sha[s]);
+    if (rl->n < 3 || rl->n % 2 == 0)
+        CERB_LOG_W("redis redlock: %d nodes; an odd number of 3 or more is what tolerates a "
+                   "failure (%d must answer)", rl->n, rl->quorum);
+    int64_t nb = cerb__redis_rl_bound_ms(top, top->cfg->lock.lease_ms);
+    for (int i = 0; i < rl->n && st == CERB_OK; i++) {
+        struct rl_node *nd = &rl->nodes[i];
+        if (!parse_node(rc->nodes[i], nd->cn.host, sizeof nd->cn.host, &nd->cn.port)) {
+            st = cerb__error_set(CERB_ECONFIG, "redis: redlock node \"%s\" is not host:port",
+                                 rc->nodes[i]);
+            break;
+        }
+        for (int j = 0; j < i; j++)
+            if (strcmp(rl->nodes[j].cn.host, nd->cn.host) == 0 &&
+                rl->nodes[j].cn.port == nd->cn.port)
+                st = cerb__error_set(CERB_ECONFIG, "redis: redlock node %s:%d is listed twice "
+                                     "(it would vote twice)", nd->cn.host, nd->cn.port);
+        if (st != CERB_OK)
+            break;
+        cerb__mutex_init(&nd->mu);
+        st = cerb__redis_node_new(top, &nd->cn);
+        if (st != CERB_OK) {
+            cerb__mutex_destroy(&nd->mu);
+            break;
+        }
+        /* Connecting (and its set-up round trip) happens before the
+         * fan-out: keep a node that accepts but does not answer within the
+         * per-node bound of the configured lease. */
+        nd->cn.rc.mode = CERB_REDIS_SINGLE;
+        if (nd->cn.rc.connect_timeout_ms > nb)
+            nd->cn.rc.connect_timeout_ms = nb;
+        if (nd->cn.rc.op_timeout_ms > nb)
+            nd->cn.rc.op_timeout_ms = nb;
+        nd->cn.e->rl_node = true;
+    }
+    if (st != CERB_OK) {
+        cerb__redis_rl_close(top);
+        return st;
+    }
+    /* Learn every node's incarnation; a quorum must answer now. */
+    const char *ping = "PING";
+    size_t pingl = 4;
+    struct rl_req rq = {.script = -1, .argc = 1, .argv = &ping, .argl = &pingl};
+    struct rl_reply rep[RL_MAX_NODES];
+    cerb__redis_rl_fanout(top, (1u << rl->n) - 1, &rq, nb, rep);
+    int ok = 0;
+    for (int i = 0; i < rl->n; i++)
+        ok += rep[i].st == CERB_OK && rep[i].r->type != REDIS_REPLY_ERROR;
+    if (ok < rl->quorum) {
+        char why[1024];
+        cerb__redis_rl_failed(top, rep, why, sizeof why);
+        st = cerb__error_set(CERB_EIO, "redis redlock: %d of %d nodes answered, %d needed: %s",
+                             ok, rl->n, rl->quorum, why);
+    }
+    cerb__redis_rl_free(rep, rl->n);
+    if (st != CERB_OK)
+        cerb__redis_rl_close(top);
+    return st;
+}
+
+void cerb__redis_rl_close(cerb_engine *top)
+{
+    struct redis_redlock *rl = top->rl;
+    if (!rl)
+        return;
+    for (int i = 0; i < rl->n; i++)
+        if (rl->nodes[i].cn.e) {
+            cerb__redis_node_close(rl->nodes[i].cn.e);
+            cerb__mutex_destroy(&rl->nodes[i].mu);
+        }
+    cerb__free(rl);
+    top->rl = NULL;
+}
+
+static cerb_status append_req(struct redis_redlock *rl, struct redis_conn *c,
+                              const struct rl_req *rq, bool eval)
+{
+    const char *argv[16];
+    size_t argl[16];
+    char nk[16];
+    int n = 0;
+
+    if (rq->script < 0)
+        return cerb__redis_append(c, rq->argc, rq->argv, rq->argl);
+    if (rq->argc + 3 > 16)
+        return cerb__error_set(CERB_EINVAL, "redis redlock: too many script arguments");
+    snprintf(nk, sizeof nk, "%d", rq->nkeys);
+    argv[n] = eval ? "EVAL" : "EVALSHA", argl[n] = strlen(argv[n]), n++;
+    argv[n] = eval ? rl_lua[rq->script] : rl->sha[rq->script], argl[n] = strlen(argv[n]), n++;
+    argv[n] = nk, argl[n] = strlen(nk), n++;
+    for (int i = 0; i < rq->argc; i++)
+        argv[n] = rq->argv[i], argl[n] = rq->argl[i], n++;
+    return cerb__redis_append(c, n, argv, argl);
+}
+
+static void fail(struct rl_reply *p, cerb_status st, cerb_outcome oc, const char *why)
+{
+    p->st = st;
+    p->oc = oc;
+    snprintf(p->why, sizeof p->why, "%s", why);
+}
+
+void cerb__redis_rl_fanout(cerb_engine *top, unsigned mask, const struct rl_req *rq,
+                           int64_t bound_ms, struct rl_reply *rep)
+{
+    struct redis_redlock *rl = top->rl;
+    struct redis_conn *c[RL_MAX_NODES] = {0};
+    bool waiting[RL_MAX_NODES] = {0};
+    int64_t start = cerb_monotime();
+    int64_t deadline = start + bound_ms * CERB_NS_PER_MS;
+
+    for (int i = 0; i < rl->n; i++) {
+        struct rl_reply *p = &rep[i];
+        memset(p, 0, sizeof *p);
+        p->st = CERB_EIO;
+        if (!(mask & (1u << i)))
+            continue;
+        p->asked = true;
+        cerb_engine *ne = rl->nodes[i].cn.e;
+        cerb_status st = cerb__redis_get(ne, deadline, &c[i]);
+        if (st != CERB_OK) {
+            fail(p, st, CERB_OUTCOME_NO, cerb_last_error());
+            continue;
+        }
+        p->out = node_seen(top, i, c[i]->run_id, cerb_monotime());
+        st = append_req(rl, c[i], rq, false);
+        cerb_outcome oc = CERB_OUTCOME_NO;
+        if (st == CERB_OK)
+            st = cerb__redis_send(ne, c[i], "redlock request", &oc);
+        if (st != CERB_OK) {
+            fail(p, st, oc, cerb_last_error());
+            continue;
+        }
+        waiting[i] = true;
+        if (rq->script == RL_ACQUIRE)
+            REDIS_COUNT(ne, acquire_calls);
+    }
+    for (;;) {
+        struct pollfd pfd[RL_MAX_NODES];
+        int idx[RL_MAX_NODES], np = 0;
+        for (int i = 0; i < rl->n; i++)
+            if (waiting[i]) {
+                pfd[np].fd = c[i]->ctx->fd;
+                pfd[np].events = POLLIN;
+                pfd[np].revents = 0;
+                idx[np++] = i;
+            }
+        if (np == 0)
+            break;
+        int64_t left = cerb__ms_left(deadline);
+        if (left <= 0)
+            break;
+        int k = poll(pfd, (nfds_t)np, (int)(left > 1000 ? 1000 : left));
+        if (k < 0 && errno != EINTR)
+            break;
+        for (int j = 0; k > 0 && j < np; j++) {
+            if (!pfd[j].revents)
+                continue;
+            int i = idx[j];
+            struct rl_reply *p = &rep[i];
+            redisContext *ctx = c[i]->ctx;
+            void *r = NULL;
+            if (redisBufferRead(ctx) != REDIS_OK || redisReaderGetReply(ctx->reader, &r) != REDIS_OK) {
+                c[i]->broken = true;
+                waiting[i] = false;
+                char why[400];
+                snprintf(why, sizeof why, "redis %.200s: %.150s", rl->nodes[i].cn.e->where,
+                         ctx->errstr[0] ? ctx->errstr : "connection lost");
+                fail(p, CERB_EIO, CERB_OUTCOME_UNKNOWN, why);
+                continue;
+            }
+            if (!r)
+                continue; /* part of a reply */
+            redisReply *rr = r;
+            if (rq->script >= 0 && rr->type == REDIS_REPLY_ERROR &&
+                strncmp(rr->str, "NOSCRIPT", 8) == 0) {
+                /* Not run: send the body once on the same connection. */
+                freeReplyObject(rr);
+                cerb_outcome oc = CERB_OUTCOME_NO;
+                cerb_status st = append_req(rl, c[i], rq, true);
+                if (st == CERB_OK)
+                    st = cerb__redis_send(rl->nodes[i].cn.e, c[i], "redlock EVAL", &oc);
+                if (st != CERB_OK) {
+                    waiting[i] = false;
+                    fail(p, st, oc, cerb_last_error());
+                }
+                continue;
+            }
+            waiting[i] = false;
+            p->st = CERB_OK;
+            p->r = rr;
+        }
+    }
+    for (int i = 0; i < rl->n; i++) {
+        if (waiting[i]) {
+            char why[400];
+            c[i]->broken = true; /* a late answer must not meet the next request */
+            snprintf(why, sizeof why, "redis %.200s: no answer within %lld ms",
+                     rl->nodes[i].cn.e->where, (long long)bound_ms);
+            fail(&rep[i], CERB_EIO, CERB_OUTCOME_UNKNOWN, why);
+        }
+        if (c[i])
+            cerb__redis_put(rl->nodes[i].cn.e, c[i]);
+    }
+}
+
+void cerb__redis_rl_free(struct rl_reply *rep, int n)
+{
+    for (int i = 0; i < n; i++)
+        if (rep[i].r) {
+            freeReplyObject(rep[i].r);
+            rep[i].r = NULL;
+        }
+}
+
+void cerb__redis_rl_failed(const cerb_engine *top, const struct rl_reply *rep, char *buf,
+                           size_t len)
+{
+    size_t off = 0;
+    buf[0] = '\0';
+    for (int i = 0; i < top->rl->n && off < len; i++) {
+        if (!rep[i].asked || rep[i].st == CERB_OK)
+            continue;
+        int k = snprintf(buf + off, len - off, "%s%s", off ? "; " : "", rep[i].why);
+        if (k < 0)
+            break;
+        off += (size_t)k;
+    }
+    if (!buf[0])
+        snprintf(buf, len, "none failed");
+}
+
+/*
+ * Re-seed (stores.md §3.7): a node without the seed key lost its counters
+ * (or is new). Every grant reported since was written back to a majority
+ * of seeded nodes, and any majority of nodes that kept their state meets
+ * it, so the largest hi of such a majority is at least every fence handed
+ * out: the node's counters start above it. When no node is seeded at all
+ * (a new set of masters, or a majority lost: outside the guarantee) the
+ * answering majority seeds itself from the largest hi it has.
+ */
+cerb_status cerb__redis_rl_reseed(cerb_engine *top, int64_t bound_ms)
+{
+    struct redis_redlock *rl = top->rl;
+    const char *keys[2] = {rl->hi_key, rl->seed_key};
+    size_t kl[2] = {strlen(rl->hi_key), strlen(rl->seed_key)};
+    struct rl_req rq = {.script = RL_READSEED, .nkeys = 2, .argc = 2, .argv = keys, .argl = kl};
+    struct rl_reply rep[RL_MAX_NODES];
+    int answered = 0, seeded = 0;
+    long long hi_seeded = 0, hi_all = 0;
+    unsigned unseeded = 0, all = 0;
+
+    cerb__redis_rl_fanout(top, (1u << rl->n) - 1, &rq, bound_ms, rep);
+    for (int i = 0; i < rl->n; i++) {
+        redisReply *r = rep[i].r;
+        if (rep[i].st != CERB_OK || r->type != REDIS_REPLY_ARRAY || r->elements != 2 ||
+            r->element[0]->type != REDIS_REPLY_INTEGER || r->element[1]->type != REDIS_REPLY_INTEGER)
+            continue;
+        answered++;
+        all |= 1u << i;
+        long long hi = r->element[1]->integer;
+        if (hi > hi_all)
+            hi_all = hi;
+        if (r->element[0]->integer == 1) {
+            seeded++;
+            if (hi > hi_seeded)
+                hi_seeded = hi;
+        } else {
+            unseeded |= 1u << i;
+        }
+    }
+    cerb__redis_rl_free(rep, rl->n);
+    long long s;
+    unsigned to;
+    if (seeded >= rl->quorum) {
+        s = hi_seeded, to = unseeded;
+    } else if (seeded == 0 && answered >= rl->quorum) {
+        s = hi_all, to = all;
+        CERB_LOG_I("redis redlock: no node holds fencing state; %d nodes seeded at %lld",
+                   answered, s);
+    } else {
+        return cerb__error_set(CERB_UNAVAILABLE, "redis redlock: %d of %d nodes keep their "
+                               "fencing state, %d needed to re-seed the others", seeded, rl->n,
+                               rl->quorum);
+    }
+    if (!to)
+        return CERB_OK;
+    char sv[24];
+    snprintf(sv, sizeof sv, "%lld", s);
+    const char *argv[3] = {rl->hi_key, rl->seed_key, sv};
+    size_t argl[3] = {kl[0], kl[1], strlen(sv)};
+    struct rl_req wq = {.script = RL_RESEED, .nkeys = 2, .argc = 3, .argv = argv, .argl = argl};
+    cerb__redis_rl_fanout(top, to, &wq, bound_ms, rep);
+    for (int i = 0; i < rl->n; i++)
+        if (rep[i].asked && rep[i].st == CERB_OK)
+            CERB_LOG_I("redis redlock: %s re-seeded: its counters start above %lld",
+                       rl->nodes[i].cn.e->where, s);
+    cerb__redis_rl_free(rep, rl->n);
+    return CERB_OK;
+}
+
+void cerb__redis_rl_stats(cerb_engine *top, struct redis_counters *sum)
+{
+    memset(sum, 0, sizeof *sum);
+    for (int i = 0; i < top->rl->n; i++) {
+        struct redis_counters *c = &top->rl->nodes[i].cn.e->stats;
+#define ADD(f) atomic_fetch_add_explicit(&sum->f, atomic_load_explicit(&c->f, memory_order_relaxed), \
+                                         memory_order_relaxed)
+        ADD(round_trips);
+        ADD(connects);
+        ADD(acquire_calls);
+        ADD(acquire_polls);
+        ADD(grants);
+        ADD(handoffs_received);
+        ADD(handoffs_sent);
+        ADD(wakes_sent);
+        ADD(wakeups);
+        ADD(cancel_wakeups);
+        ADD(leaves);
+        ADD(noscript_reloads);
+        ADD(data_losses);
+        ADD(master_switches);
+#undef ADD
+    }
+}

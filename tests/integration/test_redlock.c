@@ -1,0 +1,216 @@
+/*
+ * test_redlock.c — the redis engine's Redlock mode on three shared masters
+ * (fixture redlock): the per-node layout (redis-py's key and token on every
+ * node), a partial grant left by another client (a client killed
+ * mid-acquire: its key on some nodes), a refused attempt leaving nothing
+ * behind, fences increasing across clients, inspection per node, and the
+ * primitives the mode refuses with a clear error. Killing, pausing and
+ * restarting nodes is test_redlock_fault.c (its own masters).
+ */
+#define _POSIX_C_SOURCE 200809L
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "cerberus.h"
+#include "redlock_util.h"
+#include "test_util.h"
+
+static cerb_client *open_rl(const char *redis_extra, const char *extra)
+{
+    char *cfg = rl_config(redis_extra, extra);
+    assert_non_null(cfg);
+    cerb_client *c = cerb_test_open(cfg);
+    free(cfg);
+    assert_non_null(c);
+    return c;
+}
+
+/* The value of key name on node i (malloc'd), NULL when absent. */
+static char *node_get(int i, const char *name)
+{
+    redisContext *r = rl_raw(i);
+    assert_non_null(r);
+    redisReply *k = redisCommand(r, "GET %s", name);
+    assert_non_null(k);
+    char *v = k->type == REDIS_REPLY_STRING ? strdup(k->str) : NULL;
+    freeReplyObject(k);
+    redisFree(r);
+    return v;
+}
+
+/* Held: the same 32-hex token under the plain name on every master (what
+ * redis-py, redsync and node-redlock read); released: gone everywhere. */
+static void test_layout_every_node(void **state)
+{
+    (void)state;
+    cerb_client *c = open_rl(NULL, NULL);
+    char *name = test_name("rl-layout");
+    cerb_lock *l = cerb_test_handle(c, name);
+    assert_int_equal(cerb_lock_lock(l), CERB_OK);
+    char *v0 = node_get(0, name);
+    assert_non_null(v0);
+    assert_int_equal(strlen(v0), 32);
+    for (int i = 1; i < rl_nodes(); i++) {
+        char *v = node_get(i, name);
+        assert_non_null(v);
+        assert_string_equal(v, v0);
+        free(v);
+    }
+    assert_true(cerb_lock_fencing_token(l) > 0);
+    assert_int_equal(cerb_lock_unlock(l), CERB_OK);
+    assert_int_equal(rl_key_count(name), 0);
+    free(v0);
+    cerb_lock_free(l);
+    cerb_client_close(c);
+    free(name);
+}
+
+/* Another client died after SET on one node: we still get the other two;
+ * on two nodes: refused, and our attempts leave no key on the third. */
+static void test_partial_grant(void **state)
+{
+    (void)state;
+    cerb_client *c = open_rl(NULL, NULL);
+    char *name = test_name("rl-partial");
+    cerb_lock *l = cerb_test_handle(c, name);
+
+    assert_int_equal(rl_set(0, name, "0123456789abcdef0123456789abcdef", 30000), 0);
+    assert_int_equal(cerb_lock_trylock(l), CERB_OK);
+    assert_int_equal(rl_has_key(1, name), 1);
+    assert_int_equal(rl_has_key(2, name), 1);
+    char *v = node_get(0, name);
+    assert_string_equal(v, "0123456789abcdef0123456789abcdef"); /* theirs untouched */
+    free(v);
+    assert_int_equal(cerb_lock_unlock(l), CERB_OK);
+    assert_int_equal(rl_has_key(1, name), 0);
+    assert_int_equal(rl_has_key(2, name), 0);
+
+    assert_int_equal(rl_set(1, name, "0123456789abcdef0123456789abcdef", 30000), 0);
+    assert_int_equal(cerb_lock_trylock(l), CERB_BUSY);
+    assert_int_equal(rl_has_key(2, name), 0);
+    int64_t t0 = cerb_test_now_ms();
+    assert_int_equal(cerb_lock_trylock_for(l, 300), CERB_TIMEOUT);
+    assert_true(cerb_test_now_ms() - t0 < 3000);
+    assert_int_equal(rl_has_key(2, name), 0); /* released after every attempt */
+    cerb_lock_free(l);
+    cerb_client_close(c);
+    free(name);
+}
+
+/* A waiter gets the lock once the holder's partial grant expires. */
+static void test_wait_for_expiry(void **state)
+{
+    (void)state;
+    cerb_client *c = open_rl(NULL, NULL);
+    char *name = test_name("rl-expiry");
+    cerb_lock *l = cerb_test_handle(c, name);
+    for (int i = 0; i < 2; i++)
+        assert_int_equal(rl_set(i, name, "0123456789abcdef0123456789abcdef", 400), 0);
+    int64_t t0 = cerb_test_now_ms();
+    assert_int_equal(cerb_lock_trylock_for(l, 5000), CERB_OK);
+    int64_t took = cerb_test_now_ms() - t0;
+    assert_true(took >= 300 && took < 2000);
+    assert_int_equal(cerb_lock_unlock(l), CERB_OK);
+    cerb_lock_free(l);
+    cerb_client_close(c);
+    free(name);
+}
+
+/* Grants by two clients alternating: every fence above the one before. */
+static void test_fences_increase(void **state)
+{
+    (void)state;
+    cerb_client *a = open_rl(NULL, NULL), *b = open_rl(NULL, NULL);
+    char *name = test_name("rl-fence");
+    cerb_lock *la = cerb_test_handle(a, name), *lb = cerb_test_handle(b, name);
+    uint64_t last = 0;
+    for (int k = 0; k < 20; k++) {
+        cerb_lock *l = k % 2 ? lb : la;
+        assert_int_equal(cerb_lock_trylock_for(l, 2000), CERB_OK);
+        uint64_t f = cerb_lock_fencing_token(l);
+        assert_true(f > last);
+        last = f;
+        assert_int_equal(cerb_lock_unlock(l), CERB_OK);
+    }
+    cerb_lock_free(la);
+    cerb_lock_free(lb);
+    cerb_client_close(a);
+    cerb_client_close(b);
+    free(name);
+}
+
+/* redlock_fence = "none": fence 0, grants still exclusive. */
+static void test_fence_none(void **state)
+{
+    (void)state;
+    cerb_client *a = open_rl("redlock_fence = \"none\";", NULL);
+    cerb_client *b = open_rl("redlock_fence = \"none\";", NULL);
+    char *name = test_name("rl-nofence");
+    cerb_lock *la = cerb_test_handle(a, name), *lb = cerb_test_handle(b, name);
+    assert_int_equal(cerb_lock_lock(la), CERB_OK);
+    assert_int_equal(cerb_lock_trylock(lb), CERB_BUSY);
+    assert_int_equal(cerb_lock_unlock(la), CERB_OK);
+    assert_int_equal(cerb_lock_trylock(lb), CERB_OK);
+    assert_int_equal(cerb_lock_unlock(lb), CERB_OK);
+    cerb_lock_free(la);
+    cerb_lock_free(lb);
+    cerb_client_close(a);
+    cerb_client_close(b);
+    free(name);
+}
+
+/* What the mode does not have says so. */
+static void test_refused_primitives(void **state)
+{
+    (void)state;
+    cerb_client *c = open_rl(NULL, NULL);
+    char *name = test_name("rl-sem");
+    cerb_semaphore *s = NULL;
+    cerb_permit *p = NULL;
+    assert_int_equal(cerb_semaphore_new(c, name, 2, NULL, &s), CERB_OK);
+    assert_int_equal(cerb_semaphore_acquire(s, 1, 0, NULL, &p), CERB_UNAVAILABLE);
+    assert_non_null(strstr(cerb_last_error(), "redlock"));
+    assert_null(p);
+    cerb_semaphore_free(s);
+    cerb_client_close(c);
+    free(name);
+}
+
+/* Inspection: one holder, on every node. */
+static void test_inspect(void **state)
+{
+    (void)state;
+    cerb_client *c = open_rl(NULL, NULL);
+    char *name = test_name("rl-inspect");
+    cerb_lock *l = cerb_test_handle(c, name);
+    assert_int_equal(cerb_lock_lock(l), CERB_OK);
+    cerb_holder_info *h = NULL;
+    size_t n = 0;
+    assert_int_equal(cerb_lock_inspect(c, name, NULL, &h, &n), CERB_OK);
+    assert_int_equal(n, 1);
+    assert_non_null(strstr(h[0].detail, "(3 of 3)"));
+    cerb_holders_free(h, n);
+    assert_int_equal(cerb_lock_unlock(l), CERB_OK);
+    cerb_lock_free(l);
+    cerb_client_close(c);
+    free(name);
+}
+
+int main(void)
+{
+    cerb_test_debug_aids();
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_layout_every_node), cmocka_unit_test(test_partial_grant),
+        cmocka_unit_test(test_wait_for_expiry),   cmocka_unit_test(test_fences_increase),
+        cmocka_unit_test(test_fence_none),        cmocka_unit_test(test_refused_primitives),
+        cmocka_unit_test(test_inspect),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
