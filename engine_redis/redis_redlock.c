@@ -114,6 +114,7 @@ enum attempt_result { AT_GRANTED, AT_BUSY, AT_UNREACHABLE, AT_ERROR };
 
 struct attempt {
     int64_t min_pttl;   /* the shortest lease left of another holder, -1 none */
+    bool reseeded;      /* failed only for counters just re-seeded: again now */
     cerb_outcome oc;    /* after a failure: may a majority still hold it? */
     char why[1024];
 };
@@ -139,6 +140,7 @@ static enum attempt_result attempt(cerb_engine *e, cerb_engine_lock *lk, const s
     long long cmax = -1;
 
     a->min_pttl = -1;
+    a->reseeded = false;
     a->oc = CERB_OUTCOME_NO;
     a->why[0] = '\0';
     int64_t sent = cerb_monotime();
@@ -183,6 +185,8 @@ static enum attempt_result attempt(cerb_engine *e, cerb_engine_lock *lk, const s
             ok = false;
             if (cerb__redis_rl_reseed(e, nb) != CERB_OK)
                 snprintf(a->why, sizeof a->why, "%s", cerb_last_error());
+            else
+                a->reseeded = true;
         } else {
             uint64_t floor = lk->fence_floor & ((UINT64_C(1) << 48) - 1);
             if ((uint64_t)cmax * 16 + (uint64_t)best <= floor)
@@ -235,18 +239,26 @@ cerb_status cerb__redis_rl_acquire(cerb_engine *e, cerb_engine_lock *lk, int64_t
     if ((st = rl_keys(e, lk->name, &ks)) != CERB_OK)
         return st;
     note_lease(e, lk->lease_ms);
+    bool again = false;
     for (unsigned k = 0;; k++) {
         enum attempt_result ar = attempt(e, lk, &ks, g, &a);
         if (ar == AT_GRANTED)
             return CERB_OK;
         g->outcome = a.oc;
-        if (ar == AT_UNREACHABLE)
+        if (ar == AT_BUSY && a.reseeded && a.oc == CERB_OUTCOME_NO && !again) {
+            again = true; /* once: the quorum was there, its counters were not */
+            continue;
+        }
+        /* Unreachable: asked again until the deadline (a node that failed
+         * is skipped for a second), then the nodes are named. */
+        if (ar == AT_UNREACHABLE &&
+            (deadline_ns == 0 || cerb_monotime() + RL_RETRY_CAP_MS * CERB_NS_PER_MS >= deadline_ns))
             return cerb__error_set(CERB_UNAVAILABLE, "redis redlock: fewer than %d of %d nodes "
                                    "answered: %s", e->rl->quorum, e->rl->n, a.why);
         if (a.oc == CERB_OUTCOME_UNKNOWN)
             return cerb__error_set(CERB_EIO, "redis redlock: a failed attempt could not be "
                                    "released on a majority: %s", a.why);
-        if (deadline_ns == 0)
+        if (deadline_ns == 0 && ar == AT_BUSY)
             return cerb__error_set(CERB_BUSY, "redis redlock: \"%s\" is held (no quorum)",
                                    lk->name);
         /* Full jitter, bounded by the holder's lease left: nobody wakes us

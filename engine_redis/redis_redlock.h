@@ -35,6 +35,8 @@
 
 #define RL_MAX_NODES 16       /* the fence packs the node index in 4 bits */
 #define RL_NODE_MIN_MS 20     /* per-node bound floor: a loaded host's RTT */
+#define RL_SETUP_MAX_MS 200   /* a node's connect and set-up, at most */
+#define RL_SKIP_MS 1000       /* a failed node is asked again after this */
 #define RL_RETRY_BASE_MS 10   /* full jitter: [0, min(cap, base × 2^k)) */
 #define RL_RETRY_CAP_MS 200
 #define RL_FENCE_TTL_MS 86400000 /* a name's counter outlives its last grant
@@ -61,6 +63,9 @@ struct rl_node {
     cerb_mutex mu;                 /* run_id, out_until_ns */
     char run_id[48];               /* the incarnation last seen, "" = none */
     int64_t out_until_ns;          /* restarted: no vote until then */
+    _Atomic int64_t skip_until_ns; /* failed: not asked until then (a node that
+                                      accepts but does not answer would cost
+                                      every call its connect set-up) */
 };
 
 struct redis_redlock {

@@ -207,10 +207,11 @@ cerb_status cerb__redis_rl_open(cerb_engine *top)
          * fan-out: keep a node that accepts but does not answer within the
          * per-node bound of the configured lease. */
         nd->cn.rc.mode = CERB_REDIS_SINGLE;
-        if (nd->cn.rc.connect_timeout_ms > nb)
-            nd->cn.rc.connect_timeout_ms = nb;
-        if (nd->cn.rc.op_timeout_ms > nb)
-            nd->cn.rc.op_timeout_ms = nb;
+        int64_t setup = nb < RL_SETUP_MAX_MS ? nb : RL_SETUP_MAX_MS;
+        if (nd->cn.rc.connect_timeout_ms > setup)
+            nd->cn.rc.connect_timeout_ms = setup;
+        if (nd->cn.rc.op_timeout_ms > setup)
+            nd->cn.rc.op_timeout_ms = setup;
         nd->cn.e->rl_node = true;
     }
     if (st != CERB_OK) {
@@ -297,8 +298,16 @@ void cerb__redis_rl_fanout(cerb_engine *top, unsigned mask, const struct rl_req 
             continue;
         p->asked = true;
         cerb_engine *ne = rl->nodes[i].cn.e;
+        if (start < atomic_load(&rl->nodes[i].skip_until_ns)) {
+            char why[400];
+            snprintf(why, sizeof why, "redis %.200s: failed less than %d ms ago", ne->where,
+                     RL_SKIP_MS);
+            fail(p, CERB_EIO, CERB_OUTCOME_NO, why);
+            continue;
+        }
         cerb_status st = cerb__redis_get(ne, deadline, &c[i]);
         if (st != CERB_OK) {
+            atomic_store(&rl->nodes[i].skip_until_ns, cerb_monotime() + RL_SKIP_MS * CERB_NS_PER_MS);
             fail(p, st, CERB_OUTCOME_NO, cerb_last_error());
             continue;
         }
@@ -375,6 +384,7 @@ void cerb__redis_rl_fanout(cerb_engine *top, unsigned mask, const struct rl_req 
         if (waiting[i]) {
             char why[400];
             c[i]->broken = true; /* a late answer must not meet the next request */
+            atomic_store(&rl->nodes[i].skip_until_ns, cerb_monotime() + RL_SKIP_MS * CERB_NS_PER_MS);
             snprintf(why, sizeof why, "redis %.200s: no answer within %lld ms",
                      rl->nodes[i].cn.e->where, (long long)bound_ms);
             fail(&rep[i], CERB_EIO, CERB_OUTCOME_UNKNOWN, why);
@@ -454,15 +464,23 @@ cerb_status cerb__redis_rl_reseed(cerb_engine *top, int64_t bound_ms)
     unsigned to;
     if (seeded >= rl->quorum) {
         s = hi_seeded, to = unseeded;
-    } else if (seeded == 0 && answered >= rl->quorum) {
-        s = hi_all, to = all;
-        CERB_LOG_I("redis redlock: no node holds fencing state; %d nodes seeded at %lld",
-                   answered, s);
+    } else if (answered >= rl->quorum) {
+        /* New masters, or a majority lost its state: the guarantee is gone
+         * (a fence handed out before may come again); the largest counter
+         * left is the best start there is, and refusing forever is worse. */
+        s = hi_all, to = unseeded;
+        if (seeded == 0)
+            CERB_LOG_I("redis redlock: no node holds fencing state; %d nodes seeded at %lld",
+                       answered, s);
+        else
+            CERB_LOG_E("redis redlock: only %d of %d nodes kept their fencing state (%d "
+                       "needed): a fence handed out before may be handed out again; the others "
+                       "start above %lld", seeded, rl->n, rl->quorum, s);
     } else {
-        return cerb__error_set(CERB_UNAVAILABLE, "redis redlock: %d of %d nodes keep their "
-                               "fencing state, %d needed to re-seed the others", seeded, rl->n,
-                               rl->quorum);
+        return cerb__error_set(CERB_UNAVAILABLE, "redis redlock: %d of %d nodes answered, %d "
+                               "needed to re-seed fencing state", answered, rl->n, rl->quorum);
     }
+    (void)all;
     if (!to)
         return CERB_OK;
     char sv[24];
