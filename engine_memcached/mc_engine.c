@@ -160,15 +160,16 @@ static void mc_stats(cerb_engine *e, struct cerb_engine_stats *out)
     out->handoffs = 0; /* a release only deletes */
 }
 
-/* The longest expiry this instance sent, or would send for the file's
- * lease (a fresh client has sent none yet): an item can outlive its
- * holder's last contact by that much. */
+/* The longest expiry T this instance sent, or would send for the file's
+ * lease (a fresh client has sent none yet), plus one second: an item can
+ * outlive its holder's last contact by T, and by up to a second more when
+ * memcached's clock tick is late (it then reads the item as younger). */
 static int64_t mc_hold_bound(cerb_engine *e)
 {
     int64_t ttl_s = 0, sent = atomic_load(&e->max_ttl_ms);
     if (cerb__mc_ttl_s(e->cfg->lock.lease_ms, &ttl_s) == CERB_OK && ttl_s * 1000 > sent)
         sent = ttl_s * 1000;
-    return sent;
+    return sent + 1000;
 }
 
 const struct cerb_engine_ops cerb__memcached_engine_ops = {

@@ -5,7 +5,7 @@
  * `<memcached.prefix><name>` (or, for a name memcached cannot carry as a
  * key, the binary key prefix || SHA-256(name) sent base64-encoded with the
  * meta `b` flag), value the 32 hex chars of the owner token, expiry the
- * lease in whole seconds rounded up plus one. Acquire is an add-mode `ms`;
+ * lease in whole seconds rounded up plus two. Acquire is an add-mode `ms`;
  * renew a CAS-checked `ms`, release a CAS-checked `md`: one round trip
  * each, owner-checked on the server by the CAS the grant returned.
  *
@@ -41,6 +41,8 @@
  * (anything above is an absolute Unix time). */
 #define MC_KEY_MAX 250
 #define MC_TTL_REL_MAX 2592000
+/* Seconds added to every expiry (cerb__mc_ttl_s says why). */
+#define MC_TTL_MARGIN_S 2
 /* A waiter polls at most this long between two looks (and looks at its
  * interrupt flag in between at least every MC_SLICE_MS). */
 #define MC_POLL_MAX_MS 100
@@ -125,10 +127,14 @@ cerb_status cerb__mc_call_lines(struct mc_conn *c, const char *req, int64_t dead
 /* ---- mc_proto.c ---- */
 /* The key of `name` under prefix. */
 cerb_status cerb__mc_key(const char *prefix, const char *name, struct mc_key *out);
-/* Seconds to send for a lease: ceil(ms / 1000) + 1 (memcached's clock
- * ticks once a second and an item can die up to a second early, so the
- * extra second keeps the item alive for the whole lease); never 0, which
- * memcached reads as "never expires". CERB_EINVAL above 30 days. */
+/* Seconds to send for a lease: ceil(ms / 1000) + MC_TTL_MARGIN_S; never 0,
+ * which memcached reads as "never expires". CERB_EINVAL above 30 days.
+ * Why 2: memcached's clock is a 1 s timer re-armed from inside its own
+ * handler, so its ticks drift later (1.1-1.5 ms/s measured); just before
+ * the drift crosses a second boundary its current_time lags real time by
+ * almost 2 s, then jumps by 2. An item stored in that window with T<n>
+ * can die after n - 2 s (measured: 12 ms after a T2 store). One second of
+ * margin is thus not enough; two are. */
 cerb_status cerb__mc_ttl_s(int64_t lease_ms, int64_t *ttl_s);
 /* Parse one reply line (without CRLF). CERB_EPROTO on an error reply or
  * an unknown shape. */
