@@ -138,6 +138,7 @@ struct cerb_memcached_config {
     int pool;                             /* 8, 1 .. 1024: connections open on demand */
     int64_t connect_timeout_ms;           /* 500, 1 .. 600000 */
     int64_t op_timeout_ms;                /* 500, 1 .. 600000 */
+    bool allow_evictions;                 /* false: a server with evictions on is refused */
 };
 
 struct cerb_local_config {

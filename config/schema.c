@@ -194,6 +194,7 @@ const struct cerb__cfg_key cerb__cfg_keys[] = {
     KEY_INT("memcached.pool", memcached.pool, I, 8, 1, 1024),
     KEY_I64("memcached.connect_timeout_ms", memcached.connect_timeout_ms, I, 500, 1, 600000),
     KEY_I64("memcached.op_timeout_ms", memcached.op_timeout_ms, I, 500, 1, 600000),
+    KEY_BOOL("memcached.allow_evictions", memcached.allow_evictions, I, 0),
 
     KEY_STR("local.dir", local.dir, I, "", NULL),
 

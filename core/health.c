@@ -261,6 +261,7 @@ static int64_t grace_ms(cerb_client *c, int i)
     cerb__client_failover_cfg(c, &fo, &g);
     if (fo.switch_grace_ms >= 0)
         return fo.switch_grace_ms;
+    int64_t lease = g; /* lock.lease_ms */
     /* A session engine keeps a hold as long as the server granted the
      * session (the negotiated ZooKeeper timeout, the etcd TTL), which may
      * be longer than what the file asked for. */
@@ -272,11 +273,13 @@ static int64_t grace_ms(cerb_client *c, int i)
         g = c->boot_cfg->zk.session_timeout_ms;
     if (strcmp(ce->name, "etcd") == 0 && c->boot_cfg->etcd.session_ttl_s * 1000 > g)
         g = c->boot_cfg->etcd.session_ttl_s * 1000;
-    /* memcached keeps an item a whole second beyond the lease rounded up
-     * to seconds (its clock ticks by the second): known from the file
+    /* memcached keeps an item T = the lease rounded up to seconds + 2
+     * (its clock ticks by the second and drifts), and up to a second more
+     * on a late tick: (T + 1) s, as its hold_bound_ms. Known from the file
      * alone, also for an engine that never opened. */
-    if (strcmp(ce->name, "memcached") == 0 && ((g + 999) / 1000 + 1) * 1000 > g)
-        g = ((g + 999) / 1000 + 1) * 1000;
+    int64_t mc_bound = ((lease + 999) / 1000 + 3) * 1000;
+    if (strcmp(ce->name, "memcached") == 0 && mc_bound > g)
+        g = mc_bound;
     return g + g * CERB_DRIFT_PERMILLE / 1000 + CERB_DRIFT_FIXED_MS;
 }
 

@@ -159,7 +159,9 @@ static cerb_status lock_new(cerb_client *c, const char *name, const cerb_lock_op
     const char *quarantined = cerb__config_engine_index(c->boot_cfg, "redis") >= 0   ? "redis"
                               : cerb__config_engine_index(c->boot_cfg, "pg") >= 0    ? "pg"
                               : cerb__config_engine_index(c->boot_cfg, "mysql") >= 0 ? "mysql"
-                                                                                      : NULL;
+                              : cerb__config_engine_index(c->boot_cfg, "memcached") >= 0
+                                  ? "memcached"
+                                  : NULL;
     if (o.lease_ms > 0 && quarantined) {
         /* After a data loss (redis) or a failover (pg, mysql), the engine
          * quarantines grants for the longest lease it knows; another
@@ -173,7 +175,9 @@ static cerb_status lock_new(cerb_client *c, const char *name, const cerb_lock_op
                                    "quarantine after a %s (in any process) covers only "
                                    "lock.lease_ms; raise lock.lease_ms",
                                    (long long)o.lease_ms, (long long)cfg_lease, quarantined,
-                                   strcmp(quarantined, "redis") == 0 ? "data loss" : "failover");
+                                   strcmp(quarantined, "redis") == 0       ? "data loss"
+                                   : strcmp(quarantined, "memcached") == 0 ? "restart or loss"
+                                                                           : "failover");
     }
     if (o.lease_ms > 0 && c->n_engines > 1) {
         /* The safe grace (switch_grace_ms = -1) is what every process can

@@ -15,14 +15,14 @@
  * reports UNKNOWN and the connection is closed (never pooled again): no
  * later request can read the late answer of an earlier one.
  *
- * The fingerprint (mc_internal.h says why): a new connection sends `stats`
- * before anything else and reads `pid` and `time` − `uptime` (the start
- * time: memcached prints both from one clock reading, so the difference is
- * fixed for the life of a process). A fingerprint other than the last one
- * seen starts a new generation and reports LOST for every hold, under
- * fp_mu, so a connection to the new process is handed out only after that
- * report.
+ * A new connection is checked before it carries any command
+ * (cerb__mc_fingerprint, mc_marker.c). A pooled one is looked at before
+ * reuse: readable (EOF or stray bytes: its server went away) means it is
+ * closed instead, so a routine restart does not cost one failed call per
+ * idle connection (which would open the breaker).
  */
+/* POLLRDHUP (Linux): a peer that closed its end reads as ready. */
+#define _GNU_SOURCE 1
 #include "internal_posix.h"
 
 #include <errno.h>
@@ -60,7 +60,7 @@ static int wait_fd(int fd, short events, int64_t deadline_ns)
     }
 }
 
-static cerb_status dial(cerb_engine *e, int64_t deadline_ns, int *out)
+cerb_status cerb__mc_resolve(cerb_engine *e)
 {
     struct addrinfo hints = {0}, *res = NULL;
     hints.ai_family = AF_UNSPEC;
@@ -70,39 +70,55 @@ static cerb_status dial(cerb_engine *e, int64_t deadline_ns, int *out)
     if (rc != 0)
         return cerb__error_set(CERB_EIO, "memcached: %s:%s: %s", e->host, e->port,
                                gai_strerror(rc));
-    cerb_status st = CERB_EIO;
-    int err = 0;
-    bool late = false;
-    for (struct addrinfo *ai = res; ai && st != CERB_OK; ai = ai->ai_next) {
-        int fd = socket(ai->ai_family, ai->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC,
-                        ai->ai_protocol);
-        if (fd < 0) {
-            err = errno;
-            continue;
-        }
-        int one = 1;
-        (void)setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-        if (connect(fd, ai->ai_addr, ai->ai_addrlen) != 0 && errno != EINPROGRESS) {
-            err = errno;
-            close(fd);
-            continue;
-        }
-        int w = wait_fd(fd, POLLOUT, deadline_ns);
-        socklen_t sl = sizeof err;
-        if (w == 1 && getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &sl) == 0 && err == 0) {
-            *out = fd;
-            st = CERB_OK;
-            break;
-        }
-        late = late || w == 0;
-        if (w < 0)
-            err = errno;
-        close(fd);
+    /* Several addresses could be several servers (a round-robin name, a
+     * VIP in a rolling update): a name held on each. One only. */
+    int n = 0;
+    for (struct addrinfo *ai = res; ai; ai = ai->ai_next) {
+        bool dup = false;
+        for (struct addrinfo *bi = res; bi != ai; bi = bi->ai_next)
+            dup = dup || (bi->ai_addrlen == ai->ai_addrlen &&
+                          memcmp(bi->ai_addr, ai->ai_addr, ai->ai_addrlen) == 0);
+        if (!dup)
+            n++;
     }
+    if (n != 1 || res->ai_addrlen > sizeof e->addr) {
+        freeaddrinfo(res);
+        return cerb__error_set(CERB_ECONFIG,
+                               "memcached.servers: %s resolves to %d addresses: name one "
+                               "server by one address (several could be several memcached "
+                               "processes, each granting the same names)",
+                               e->host, n);
+    }
+    memcpy(&e->addr, res->ai_addr, res->ai_addrlen);
+    e->addrlen = res->ai_addrlen;
     freeaddrinfo(res);
-    if (st == CERB_OK)
+    return CERB_OK;
+}
+
+static cerb_status dial(cerb_engine *e, int64_t deadline_ns, int *out)
+{
+    const struct sockaddr *sa = (const struct sockaddr *)&e->addr;
+    int fd = socket(sa->sa_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (fd < 0)
+        return cerb__error_set(CERB_EIO, "memcached: socket: %s", strerror(errno));
+    int one = 1, err = 0;
+    (void)setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    if (connect(fd, sa, e->addrlen) != 0 && errno != EINPROGRESS) {
+        err = errno;
+        close(fd);
+        return cerb__error_set(CERB_EIO, "memcached: %s:%s: %s", e->host, e->port,
+                               strerror(err));
+    }
+    int w = wait_fd(fd, POLLOUT, deadline_ns);
+    socklen_t sl = sizeof err;
+    if (w == 1 && getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &sl) == 0 && err == 0) {
+        *out = fd;
         return CERB_OK;
-    if (late)
+    }
+    if (w < 0)
+        err = errno;
+    close(fd);
+    if (w == 0)
         return cerb__error_set(CERB_EIO, "memcached: %s:%s: no connection in time", e->host,
                                e->port);
     return cerb__error_set(CERB_EIO, "memcached: %s:%s: %s", e->host, e->port,
@@ -212,18 +228,24 @@ static cerb_status read_value(struct mc_conn *c, int64_t deadline_ns, struct mc_
     return CERB_OK;
 }
 
+cerb_status cerb__mc_read_reply(struct mc_conn *c, int64_t deadline_ns, struct mc_reply *r)
+{
+    char *line = NULL;
+    cerb_status st = read_line(c, deadline_ns, &line);
+    if (st == CERB_OK)
+        st = cerb__mc_parse(line, r);
+    if (st == CERB_OK && r->vlen >= 0)
+        st = read_value(c, deadline_ns, r);
+    return st;
+}
+
 cerb_status cerb__mc_call(struct mc_conn *c, const char *req, size_t len, int64_t deadline_ns,
                           struct mc_reply *r, bool *sent)
 {
     *sent = false;
     cerb_status st = send_all(c, req, len, deadline_ns, sent);
-    char *line = NULL;
     if (st == CERB_OK)
-        st = read_line(c, deadline_ns, &line);
-    if (st == CERB_OK)
-        st = cerb__mc_parse(line, r);
-    if (st == CERB_OK && r->vlen >= 0)
-        st = read_value(c, deadline_ns, r);
+        st = cerb__mc_read_reply(c, deadline_ns, r);
     return st;
 }
 
@@ -247,57 +269,6 @@ cerb_status cerb__mc_call_lines(struct mc_conn *c, const char *req, int64_t dead
     return st;
 }
 
-/* ---- the fingerprint ---- */
-
-struct fp {
-    long pid;
-    long long time, uptime;
-    int seen;
-};
-
-static void fp_line(void *ud, const char *line)
-{
-    struct fp *f = ud;
-    if (sscanf(line, "STAT pid %ld", &f->pid) == 1)
-        f->seen |= 1;
-    else if (sscanf(line, "STAT uptime %lld", &f->uptime) == 1)
-        f->seen |= 2;
-    else if (sscanf(line, "STAT time %lld", &f->time) == 1)
-        f->seen |= 4;
-}
-
-/* Read the fingerprint on c and give c its generation. */
-static cerb_status fingerprint(cerb_engine *e, struct mc_conn *c, int64_t deadline_ns)
-{
-    struct fp f = {0, 0, 0, 0};
-    cerb_status st = cerb__mc_call_lines(c, "stats\r\n", deadline_ns, fp_line, &f);
-    if (st != CERB_OK)
-        return st;
-    if (f.seen != 7)
-        return cerb__error_set(CERB_EPROTO, "memcached: `stats` lacks pid, uptime or time");
-    long long start = f.time - f.uptime;
-    cerb__mutex_lock(&e->fp_mu);
-    if (!e->fp_known) {
-        e->fp_known = true;
-    } else if (f.pid != e->fp_pid || start != e->fp_start) {
-        /* A new process: the items, our holds among them, are gone, and
-         * its CAS counter started again. */
-        uint64_t g = atomic_fetch_add(&e->gen, 1) + 1;
-        atomic_fetch_add(&e->stats.restarts, 1);
-        CERB_LOG_W("memcached: %s:%s restarted (pid %ld started at %lld, was pid %ld started at "
-                   "%lld): every hold there is lost (generation %llu)",
-                   e->host, e->port, f.pid, start, e->fp_pid, e->fp_start,
-                   (unsigned long long)g);
-        if (e->env.event)
-            e->env.event(e->env.ud, CERB_EV_LOST, NULL, NULL);
-    }
-    e->fp_pid = f.pid;
-    e->fp_start = start;
-    c->gen = atomic_load(&e->gen);
-    cerb__mutex_unlock(&e->fp_mu);
-    return CERB_OK;
-}
-
 /* ---- the pool ---- */
 
 static void conn_free(struct mc_conn *c)
@@ -318,15 +289,35 @@ static cerb_status conn_open(cerb_engine *e, int64_t deadline_ns, struct mc_conn
     int64_t dl = cerb__deadline_in(e->mc->connect_timeout_ms + e->mc->op_timeout_ms);
     if (deadline_ns < dl)
         dl = deadline_ns;
-    cerb_status st = dial(e, dl, &c->fd);
-    if (st == CERB_OK)
-        st = fingerprint(e, c, dl);
-    if (st != CERB_OK) {
-        conn_free(c);
-        return st;
+    cerb_status st = CERB_OK;
+    /* A late connection (to a process seen before) is closed and another
+     * opened, a few times at most. */
+    for (int i = 0; i < 3; i++) {
+        bool late = false;
+        st = dial(e, dl, &c->fd);
+        if (st == CERB_OK)
+            st = cerb__mc_fingerprint(e, c, dl, &late);
+        if (st == CERB_OK) {
+            *out = c;
+            return CERB_OK;
+        }
+        if (c->fd >= 0)
+            close(c->fd);
+        c->fd = -1;
+        c->rpos = c->rlen = 0;
+        if (!late)
+            break;
     }
-    *out = c;
-    return CERB_OK;
+    conn_free(c);
+    return st;
+}
+
+/* A pooled connection its server has closed (or that has stray bytes to
+ * read) is of no use: readable now means exactly that. */
+static bool stale(const struct mc_conn *c)
+{
+    struct pollfd p = {.fd = c->fd, .events = POLLIN | POLLRDHUP};
+    return poll(&p, 1, 0) != 0;
 }
 
 cerb_status cerb__mc_take(cerb_engine *e, int64_t deadline_ns, struct mc_conn **out)
@@ -338,6 +329,11 @@ cerb_status cerb__mc_take(cerb_engine *e, int64_t deadline_ns, struct mc_conn **
             struct mc_conn *c = e->idle;
             e->idle = c->next;
             c->next = NULL;
+            if (stale(c)) {
+                e->open--;
+                conn_free(c);
+                continue;
+            }
             cerb__mutex_unlock(&e->mu);
             *out = c;
             return CERB_OK;
@@ -392,5 +388,29 @@ void cerb__mc_pool_close(cerb_engine *e)
         struct mc_conn *next = c->next;
         conn_free(c);
         c = next;
+    }
+}
+
+void cerb__mc_pool_drop_older(cerb_engine *e, uint64_t gen)
+{
+    struct mc_conn *drop = NULL;
+    cerb__mutex_lock(&e->mu);
+    for (struct mc_conn **pp = &e->idle; *pp;) {
+        struct mc_conn *c = *pp;
+        if (c->gen < gen) {
+            *pp = c->next;
+            c->next = drop;
+            drop = c;
+            e->open--;
+        } else {
+            pp = &c->next;
+        }
+    }
+    cerb__cond_broadcast(&e->cv);
+    cerb__mutex_unlock(&e->mu);
+    while (drop) {
+        struct mc_conn *next = drop->next;
+        conn_free(drop);
+        drop = next;
     }
 }

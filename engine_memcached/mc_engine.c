@@ -2,16 +2,11 @@
  * mc_engine.c — the "memcached" engine table, and the glue that opens and
  * closes an instance, reports its counters and says what it cannot do.
  *
- * open() parses memcached.servers (one "host:port"), then on the first
- * pooled connection (fingerprinted like every new one, mc_conn.c):
- *   - `mn` must answer MN: a server older than 1.6 has no meta protocol,
- *     and without it release could not be owner-checked (refused);
- *   - `stats settings`: `cas_enabled no` (-C) is refused, since every renew
- *     and release is checked by CAS; `evictions on` is warned about: an
- *     unexpired lock item can then be evicted under memory pressure, and
- *     its holder learns it only at its next renewal. The advice (start
- *     memcached with -M, or give locks a dedicated instance) is in the
- *     warning and in docs/engines.md.
+ * open() parses memcached.servers (one "host:port", resolved once to one
+ * address), then opens the first pooled connection, which checks the
+ * server and reads or makes its marker as every new connection does
+ * (mc_marker.c: meta protocol, CAS on, evictions off unless
+ * memcached.allow_evictions; a quarantine after a loss).
  *
  * No fencing (CERB_CAP_FENCING off): memcached keeps no counter across a
  * restart or an eviction, and the only monotonic number it has, the CAS,
@@ -61,55 +56,6 @@ static cerb_status split_hostport(cerb_engine *e, const char *s)
     return CERB_OK;
 }
 
-struct settings {
-    int evictions; /* 1 on, 0 off, -1 not said */
-    int cas;       /* 1 yes, 0 no, -1 not said */
-};
-
-static void settings_line(void *ud, const char *line)
-{
-    struct settings *s = ud;
-    if (strcmp(line, "STAT evictions on") == 0)
-        s->evictions = 1;
-    else if (strcmp(line, "STAT evictions off") == 0)
-        s->evictions = 0;
-    else if (strcmp(line, "STAT cas_enabled yes") == 0)
-        s->cas = 1;
-    else if (strcmp(line, "STAT cas_enabled no") == 0)
-        s->cas = 0;
-}
-
-static cerb_status check_server(cerb_engine *e, struct mc_conn *c)
-{
-    struct mc_reply r;
-    bool sent;
-    cerb_status st = cerb__mc_call(c, "mn\r\n", 4, cerb__deadline_in(e->mc->op_timeout_ms), &r,
-                                   &sent);
-    if (st == CERB_EPROTO || (st == CERB_OK && strcmp(r.code, "MN") != 0))
-        return cerb__error_set(CERB_ECONFIG,
-                               "memcached: %s:%s does not speak the meta protocol (memcached "
-                               "1.6 or later is needed for owner-checked release and renew)",
-                               e->host, e->port);
-    if (st != CERB_OK)
-        return st;
-    struct settings s = {-1, -1};
-    st = cerb__mc_call_lines(c, "stats settings\r\n", cerb__deadline_in(e->mc->op_timeout_ms),
-                             settings_line, &s);
-    if (st != CERB_OK)
-        return st;
-    if (s.cas == 0)
-        return cerb__error_set(CERB_ECONFIG,
-                               "memcached: %s:%s runs with CAS disabled (-C): release and renew "
-                               "are checked by CAS; start it without -C",
-                               e->host, e->port);
-    if (s.evictions == 1)
-        CERB_LOG_W("memcached: %s:%s evicts items when memory is short (evictions on): a lock "
-                   "can vanish before its lease ends and another client take it; start "
-                   "memcached with -M (--disable-evictions) or give locks a dedicated instance",
-                   e->host, e->port);
-    return CERB_OK;
-}
-
 static cerb_status mc_open(const cerb_engine_env *env, cerb_engine **out)
 {
     *out = NULL;
@@ -129,13 +75,17 @@ static cerb_status mc_open(const cerb_engine_env *env, cerb_engine **out)
     cerb__mutex_init(&e->fp_mu);
     cerb__cond_init(&e->cv);
     cerb_status st = split_hostport(e, mc->servers[0]);
+    if (st == CERB_OK)
+        st = cerb__mc_resolve(e);
+    if (st == CERB_OK)
+        st = cerb__mc_marker_init(e);
+    /* The first connection checks the server and reads (or makes) its
+     * marker, as every new one does (mc_marker.c). */
     struct mc_conn *c = NULL;
     if (st == CERB_OK)
         st = cerb__mc_take(e, cerb__deadline_in(mc->connect_timeout_ms + mc->op_timeout_ms), &c);
-    if (st == CERB_OK) {
-        st = check_server(e, c);
-        cerb__mc_give(e, c, st != CERB_OK);
-    }
+    if (st == CERB_OK)
+        cerb__mc_give(e, c, false);
     if (st != CERB_OK) {
         char why[CERB_ERROR_MAX];
         cerb__error_copy(why, sizeof why);
@@ -160,15 +110,16 @@ static void mc_stats(cerb_engine *e, struct cerb_engine_stats *out)
     out->handoffs = 0; /* a release only deletes */
 }
 
-/* The longest expiry this instance sent, or would send for the file's
- * lease (a fresh client has sent none yet): an item can outlive its
- * holder's last contact by that much. */
+/* The longest expiry T this instance sent, or would send for the file's
+ * lease (a fresh client has sent none yet), plus one second: an item can
+ * outlive its holder's last contact by T, and by up to a second more when
+ * memcached's clock tick is late (it then reads the item as younger). */
 static int64_t mc_hold_bound(cerb_engine *e)
 {
     int64_t ttl_s = 0, sent = atomic_load(&e->max_ttl_ms);
     if (cerb__mc_ttl_s(e->cfg->lock.lease_ms, &ttl_s) == CERB_OK && ttl_s * 1000 > sent)
         sent = ttl_s * 1000;
-    return sent;
+    return sent + 1000;
 }
 
 const struct cerb_engine_ops cerb__memcached_engine_ops = {

@@ -68,7 +68,7 @@ cerb_status cerb__mc_ttl_s(int64_t lease_ms, int64_t *ttl_s)
 {
     if (lease_ms <= 0)
         return cerb__error_set(CERB_EINVAL, "memcached: a lease of %lld ms", (long long)lease_ms);
-    int64_t s = (lease_ms + 999) / 1000 + 1;
+    int64_t s = (lease_ms + 999) / 1000 + MC_TTL_MARGIN_S;
     if (s > MC_TTL_REL_MAX)
         return cerb__error_set(CERB_EINVAL,
                                "memcached: a lease of %lld ms is above 30 days, which memcached "

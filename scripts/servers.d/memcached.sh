@@ -12,9 +12,18 @@
 # disk; the temporary directory only marks the node as ours (its path is on
 # the command line, as `-P <dir>/memcached.pid`) and holds nothing else.
 #
-# $CERB_MEMCACHED_NO_EVICT=1 starts it with -M (errors instead of evicting
-# unexpired items: what docs/engines.md advises for locks); the default is
-# memcached's own (evictions on), so the engine's warning can be seen.
+# It runs as docs/engines.md advises for locks: -M (errors instead of
+# evicting unexpired items; the engine refuses a server with evictions on)
+# and -o slab_automove=0 (a slab page move can evict live items).
+# $CERB_MEMCACHED_EVICT=1 starts it with memcached's defaults instead, so
+# the refusal can be seen.
+#
+# A server started on a clean port is new and empty, so it gets the
+# Cerberus marker without a quarantine (what `cerberus init` does for
+# redis; engine_memcached/mc_marker.c): the value "<nonce> 0" under the key
+# 0x01 "marker". A start after a server died here (stale state), or with
+# $CERB_MEMCACHED_UNMARKED=1, is left unmarked: its first client
+# quarantines it.
 #
 # Readiness: `stats` answers with our PID (a foreign server on the port is an
 # error, not a success). The probe goes through bash's /dev/tcp under
@@ -44,6 +53,17 @@ memcached_is_ours() {
     [[ $cmd == *memcached* && $cmd == *"/cerberus-memcached-$2."* ]]
 }
 
+# memcached_mark PORT: the marker of a new server, no quarantine (add mode:
+# one already there is kept).
+memcached_mark() {
+    local nonce out
+    nonce=$(od -An -N16 -tx1 /dev/urandom | tr -d ' \n')
+    out=$(timeout 2 bash -c 'exec 3<>"/dev/tcp/127.0.0.1/$1" || exit 1
+        printf "ms AW1hcmtlcg== 34 ME b\r\n%s 0\r\nquit\r\n" "$2" >&3
+        cat <&3' _ "$1" "$nonce" 2>/dev/null) || return 1
+    [[ $out == HD* || $out == NS* ]]
+}
+
 memcached_ports() { engine_ports memcached "$(memcached_default_port)" 1; }
 
 memcached_start_one() {
@@ -61,7 +81,9 @@ memcached_start_one() {
             return 0
         }
     fi
+    local restart=0
     if [[ -n $pid || -f $pidf || -f $dirf ]]; then
+        restart=1
         say "memcached :$port: removing stale state (pid ${pid:-none})"
         [[ -n $pid ]] && pid_alive "$pid" && memcached_is_ours "$pid" "$port" &&
             kill_pid "$pid" "memcached :$port"
@@ -75,7 +97,7 @@ memcached_start_one() {
     printf '%s\n' "$data" >"$dirf"
     local -a args=(-l 127.0.0.1 -p "$port" -U 0 -m 16 -c 1024 -t 2 -P "$data/memcached.pid")
     ((EUID == 0)) && args+=(-u root)
-    [[ ${CERB_MEMCACHED_NO_EVICT:-0} == 1 ]] && args+=(-M)
+    [[ ${CERB_MEMCACHED_EVICT:-0} == 1 ]] || args+=(-M -o slab_automove=0)
     # setsid and redirected stdio detach it (ctest waits for a fixture's
     # output pipe to close); 9>&- keeps the state-dir lock out of it.
     setsid "$MEMCACHED_BIN" "${args[@]}" </dev/null >"$logf" 2>&1 9>&- &
@@ -97,7 +119,10 @@ memcached_start_one() {
         fi
         sleep 0.02
     done
-    say "memcached :$port serving (pid $pid${CERB_MEMCACHED_NO_EVICT:+, -M})"
+    if ((restart == 0)) && [[ ${CERB_MEMCACHED_UNMARKED:-0} != 1 ]]; then
+        memcached_mark "$port" || die "memcached :$port: could not write the Cerberus marker"
+    fi
+    say "memcached :$port serving (pid $pid${CERB_MEMCACHED_EVICT:+, evictions on})"
 }
 
 memcached_start() {

@@ -1,17 +1,17 @@
 /*
  * test_memcached.c — the memcached engine on the shared test server (fixture
- * `memcached`, evictions on, as memcached starts by default): what the
+ * `memcached`, -M): what the
  * conformance suite cannot see because it is memcached's own.
  *
  *   - the wire layout: the item under the name holds the owner token, with
- *     an expiry of ceil(lease s) + 1 (a lease of 1500 ms → T3, 100 ms → T2:
- *     never 0, which memcached reads as "never expires");
+ *     an expiry of ceil(lease s) + 2 (a lease of 1500 ms → T4, 100 ms → T3:
+ *     never 0, which memcached reads as "never expires"; the 2 s margin
+ *     because memcached's 1 s clock tick drifts and an item can die almost
+ *     2 s before its T);
  *   - names memcached cannot carry as keys (longer than 250 bytes, or with
  *     a space) are hashed into a `b` key and still exclude;
  *   - a release when the item holds another owner's token (what a holder
  *     whose lease ran out meets) leaves that item alone;
- *   - the eviction warning at open (the -M case is in
- *     test_memcached_fault.c, on the exclusive server);
  *   - the guard is refused with its reason, and ALLOW runs degraded;
  *   - inspect: the holder's token and the time left.
  * Every lock name is unique to the run (test_name()).
@@ -103,15 +103,15 @@ static void test_layout_and_ttl(void **state)
     assert_int_equal(mc_test_item(mc_test_port(), name, value, &ttl_s), 1);
     assert_string_equal(owner, value); /* the plain key holds the token */
     assert_int_equal(strlen(value), 32);
-    assert_true(ttl_ms > 0 && ttl_ms <= 6000);
+    assert_true(ttl_ms > 0 && ttl_ms <= 7000);
     assert_int_equal(cerb_lock_unlock(l), CERB_OK);
     assert_int_equal(mc_test_item(mc_test_port(), name, NULL, NULL), 0);
     cerb_lock_free(l);
     free(name);
 
-    expect_ttl(c, 1500, 3);
-    expect_ttl(c, 100, 2);
-    expect_ttl(c, 2000, 3);
+    expect_ttl(c, 1500, 4);
+    expect_ttl(c, 100, 3);
+    expect_ttl(c, 2000, 4);
     cerb_client_close(c);
 }
 
@@ -198,35 +198,6 @@ static void test_release_leaves_anothers_item(void **state)
     cerb_client_close(c);
 }
 
-/* ---- the eviction warning ---- */
-
-static char warned[1024];
-static atomic_int warnings;
-
-static void sink(cerb_log_level level, const char *line, void *ud)
-{
-    (void)ud;
-    if (level >= CERB_LOG_WARN && strstr(line, "evicts items")) {
-        snprintf(warned, sizeof warned, "%s", line);
-        atomic_fetch_add(&warnings, 1);
-    }
-}
-
-static void test_eviction_warning(void **state)
-{
-    (void)state;
-    atomic_store(&warnings, 0);
-    cerb_log_set(sink, NULL, CERB_LOG_WARN);
-    cerb_client *c = open_client();
-    cerb_log_set(NULL, NULL, CERB_LOG_WARN);
-    assert_int_equal(atomic_load(&warnings), 1);
-    print_message("%s\n", warned);
-    assert_non_null(strstr(warned, "evictions on"));
-    assert_non_null(strstr(warned, "-M"));
-    assert_non_null(strstr(warned, "dedicated instance"));
-    cerb_client_close(c);
-}
-
 /* ---- the guard ---- */
 
 static void test_guard_refused(void **state)
@@ -255,7 +226,6 @@ int main(void)
         cmocka_unit_test(test_layout_and_ttl),
         cmocka_unit_test(test_names_hashed),
         cmocka_unit_test(test_release_leaves_anothers_item),
-        cmocka_unit_test(test_eviction_warning),
         cmocka_unit_test(test_guard_refused),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

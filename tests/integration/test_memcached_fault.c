@@ -14,6 +14,7 @@
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stdatomic.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -28,11 +29,21 @@
 
 #define HOLDS 3
 
+static cerb_client *open_client_with(const char *mc_extra);
 static cerb_client *open_client(void)
 {
     /* A fast prober: the restart is seen by the first probe after it. */
-    char *cfg = mc_test_config("op_timeout_ms = 300; connect_timeout_ms = 300;",
-                               "failover = { probe_interval_ms = 100; probe_timeout_ms = 100; };");
+    return open_client_with(NULL);
+}
+
+static cerb_client *open_client_with(const char *mc_extra)
+{
+    /* lock.lease_ms 1000: the quarantine after a loss is then 5 s. */
+    char mce[256];
+    snprintf(mce, sizeof mce, "op_timeout_ms = 300; connect_timeout_ms = 300; %s",
+             mc_extra ? mc_extra : "");
+    char *cfg = mc_test_config(mce, "lock = { lease_ms = 1000; };\n"
+                                    "failover = { probe_interval_ms = 100; probe_timeout_ms = 100; };");
     assert_non_null(cfg);
     cerb_client *c = NULL;
     if (cerb_client_open_string(&c, cfg) != CERB_OK)
@@ -51,16 +62,21 @@ static cerb_lock *mk(cerb_client *c, const char *name, int64_t lease_ms)
     return l;
 }
 
-static void restart(const char *no_evict)
+/* Stop and start the server: unmarked (as after a crash: its first client
+ * quarantines it), and with evictions on when asked. */
+static void restart(bool evict)
 {
-    if (no_evict)
-        setenv("CERB_MEMCACHED_NO_EVICT", no_evict, 1);
-    else
-        unsetenv("CERB_MEMCACHED_NO_EVICT");
+    if (evict)
+        setenv("CERB_MEMCACHED_EVICT", "1", 1);
+    setenv("CERB_MEMCACHED_UNMARKED", "1", 1);
     assert_int_equal(cerb_test_servers_run("stop", "memcached", mc_test_port(), 20000), 0);
     assert_int_equal(cerb_test_servers_run("start", "memcached", mc_test_port(), 20000), 0);
-    unsetenv("CERB_MEMCACHED_NO_EVICT");
+    unsetenv("CERB_MEMCACHED_EVICT");
+    unsetenv("CERB_MEMCACHED_UNMARKED");
 }
+
+/* The quarantine of lock.lease_ms 1000: ceil(1000 + 1 % + 2 ms + 3 s). */
+#define Q_MS 5000
 
 /* `STAT <name> <n>` of the server's stats, or -1. */
 static long long stat_of(const char *name)
@@ -99,21 +115,29 @@ static void test_restart_tells_holders_lost(void **state)
         names[i] = test_name("restart");
         /* With one engine there is no prober: the first renewal after
          * the restart (at a third of the lease) meets it. */
-        held[i] = mk(i == 0 ? c1 : c2, names[i], 3000);
+        held[i] = mk(i == 0 ? c1 : c2, names[i], 1000);
         cerb_lock_on_lost(held[i], on_lost, NULL);
         assert_int_equal(cerb_lock_lock(held[i]), CERB_OK);
     }
     int64_t t0 = cerb_test_now_ms();
-    restart(NULL);
+    restart(false);
+    /* A client that never held anything, opened on the new process: no
+     * grant during the quarantine (a holder elsewhere may not know yet). */
+    cerb_client *c3 = open_client();
+    cerb_lock *again = mk(c3, names[1], 1000);
+    assert_int_equal(cerb_lock_trylock(again), CERB_BUSY);
     int want = HOLDS;
     assert_wait_until(all_lost, &want, 5000);
     print_message("every holder told LOST %lld ms after the restart began\n",
                   (long long)(cerb_test_now_ms() - t0));
     for (int i = 0; i < HOLDS; i++)
         assert_int_equal(cerb_lock_state(held[i]), CERB_LOCK_LOST);
-    /* A new grant on the new process, by another client, at once. */
-    cerb_lock *again = mk(c1, names[1], 5000);
-    assert_int_equal(cerb_lock_trylock_for(again, 2000), CERB_OK);
+    /* Granted once the quarantine is over. */
+    int64_t t1 = cerb_test_now_ms();
+    assert_int_equal(cerb_lock_trylock_for(again, Q_MS + 4000), CERB_OK);
+    print_message("granted %lld ms after the restart (quarantine %d ms)\n",
+                  (long long)(cerb_test_now_ms() - t0), Q_MS);
+    assert_true(cerb_test_now_ms() - t1 >= 1000);
     for (int i = 0; i < HOLDS; i++)
         assert_int_equal(cerb_lock_unlock(held[i]), CERB_LOST);
     assert_int_equal(cerb_lock_unlock(again), CERB_OK);
@@ -133,40 +157,81 @@ static void test_restart_tells_holders_lost(void **state)
     cerb_lock_free(again);
     cerb_client_close(c1);
     cerb_client_close(c2);
+    cerb_client_close(c3);
+}
+
+/* flush_all drops every item, the marker with them: a client that holds
+ * a name keeps believing it until its renewal, so another client (new, or
+ * with connections from before) is not granted it during the quarantine. */
+static void test_flush_all_quarantines(void **state)
+{
+    (void)state;
+    cerb_client *c1 = open_client(), *c2 = open_client();
+    char *name = test_name("flush"), *other = test_name("flush2");
+    cerb_lock *h = mk(c1, name, 1000), *w = mk(c2, other, 1000);
+    assert_int_equal(cerb_lock_lock(h), CERB_OK);
+    assert_int_equal(cerb_lock_lock(w), CERB_OK); /* c2 has a pooled connection */
+    assert_int_equal(cerb_lock_unlock(w), CERB_OK);
+    char *r = mc_test_cmd(mc_test_port(), "flush_all");
+    assert_non_null(r);
+    free(r);
+    cerb_client *c3 = open_client();
+    cerb_lock *b3 = mk(c3, name, 1000), *b2 = mk(c2, name, 1000);
+    assert_int_equal(cerb_lock_trylock(b3), CERB_BUSY);
+    assert_int_equal(cerb_lock_trylock(b2), CERB_BUSY);
+    assert_int_equal(cerb_lock_trylock_for(b3, Q_MS + 4000), CERB_OK);
+    assert_int_equal(cerb_lock_unlock(b3), CERB_OK);
+    (void)cerb_lock_unlock(h);
+    cerb_lock_free(h);
+    cerb_lock_free(w);
+    cerb_lock_free(b2);
+    cerb_lock_free(b3);
+    free(name);
+    free(other);
+    cerb_client_close(c1);
+    cerb_client_close(c2);
+    cerb_client_close(c3);
 }
 
 static atomic_int warnings;
 static void sink(cerb_log_level level, const char *line, void *ud)
 {
     (void)ud;
-    if (level >= CERB_LOG_WARN && strstr(line, "evicts items"))
+    if (level >= CERB_LOG_WARN && strstr(line, "slab_automove"))
         atomic_fetch_add(&warnings, 1);
 }
 
-static int warnings_at_open(void)
-{
-    atomic_store(&warnings, 0);
-    cerb_log_set(sink, NULL, CERB_LOG_WARN);
-    cerb_client *c = open_client();
-    cerb_log_set(NULL, NULL, CERB_LOG_WARN);
-    cerb_client_close(c);
-    return atomic_load(&warnings);
-}
-
-static void test_eviction_warning_follows_server(void **state)
+/* Evictions on: refused at open, with the fix named, unless allowed (then
+ * the slab page mover is warned about). The server is started again as the
+ * fixture does (-M) at the end. */
+static void test_evictions_refused(void **state)
 {
     (void)state;
-    restart("1"); /* -M */
-    assert_int_equal(warnings_at_open(), 0);
-    restart(NULL);
-    assert_int_equal(warnings_at_open(), 1);
+    restart(true);
+    char *cfg = mc_test_config("op_timeout_ms = 300;", "lock = { lease_ms = 1000; };");
+    cerb_client *c = NULL;
+    assert_int_equal(cerb_client_open_string(&c, cfg), CERB_ECONFIG);
+    free(cfg);
+    print_message("%s\n", cerb_last_error());
+    assert_non_null(strstr(cerb_last_error(), "evictions on"));
+    assert_non_null(strstr(cerb_last_error(), "-M"));
+    assert_non_null(strstr(cerb_last_error(), "memcached.allow_evictions"));
+    atomic_store(&warnings, 0);
+    cerb_log_set(sink, NULL, CERB_LOG_WARN);
+    c = open_client_with("allow_evictions = true;");
+    cerb_log_set(NULL, NULL, CERB_LOG_WARN);
+    assert_int_equal(atomic_load(&warnings), 1);
+    cerb_client_close(c);
+    assert_int_equal(cerb_test_servers_run("stop", "memcached", mc_test_port(), 20000), 0);
+    assert_int_equal(cerb_test_servers_run("start", "memcached", mc_test_port(), 20000), 0);
 }
 
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_restart_tells_holders_lost),
-        cmocka_unit_test(test_eviction_warning_follows_server),
+        cmocka_unit_test(test_flush_all_quarantines),
+        cmocka_unit_test(test_evictions_refused),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
