@@ -491,7 +491,7 @@ The memcached engine (not in this page's run) is measured the same way, against
 its raw ceiling on the same server in the same run:
 
 ```sh
-CERB_MEMCACHED_NO_EVICT=1 scripts/servers.sh start memcached --port 21211
+scripts/servers.sh start memcached --port 21211
 build/bench/cerberus-bench --engine memcached --memcached-port 21211 --scenario uncontended,contended,handoff --threads 1,8 --duration 5
 scripts/servers.sh stop memcached --port 21211
 ```

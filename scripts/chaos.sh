@@ -108,11 +108,11 @@
 # at most two permits held; never a writer with anybody; tokens).
 # redis-zk-prims adds switches: permits add up across the two engines.
 #
-# memcached (memcached, memcached-redis): one memcached started with -M
-# ($CERB_MEMCACHED_NO_EVICT=1: no evictions, as docs/engines.md asks of a
-# lock server) through the proxy. `kill` restarts it as a new, empty process
-# (memcached keeps nothing on disk): the engine tells every holder LOST and
-# grants nothing on the new process for about one lease, so the oracle must
+# memcached (memcached, memcached-redis): one memcached (servers.d/memcached.sh
+# starts it with -M: no evictions, as the engine requires of a lock server)
+# through the proxy. `kill` restarts it as a new, empty process (memcached
+# keeps nothing on disk): the engine tells every holder LOST and grants
+# nothing on the new process for about one lease (its quarantine), so the oracle must
 # see no overlap across it. memcached has no fencing: its grants (no counter)
 # are judged by the overlap rule alone (worker --unfenced memcached).
 # memcached-redis adds switches to redis and back.
@@ -165,8 +165,6 @@ CLUSTER_PORT=${CERB_CHAOS_CLUSTER_PORT:-31600}
 PG_PORT=${CERB_CHAOS_PG_PORT:-31700}
 MYSQL_PORT=${CERB_CHAOS_MYSQL_PORT:-31800}
 MEMCACHED_PORT=${CERB_CHAOS_MEMCACHED_PORT:-31950}
-# memcached with -M: an unexpired lock is never evicted (servers.d/memcached.sh).
-export CERB_MEMCACHED_NO_EVICT=1
 REDLOCK_PORT=${CERB_CHAOS_REDLOCK_PORT:-31900}
 export CERB_SENTINEL_MASTER=${CERB_SENTINEL_MASTER:-cerbmaster}
 NODES=1              # servers per engine in the current scenario

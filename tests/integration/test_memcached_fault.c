@@ -4,11 +4,12 @@
  *
  *   - a restart is detected (a new pid and start time in `stats`, read on
  *     every new connection before any command): every holder is told LOST,
- *     a new grant works at once, and no CAS of an old hold ever reaches
- *     the new process (its cas_misses, cas_badval and delete_misses stay 0);
- *   - the eviction warning follows the server: none with -M
- *     (CERB_MEMCACHED_NO_EVICT=1 to servers.sh), one without.
- * The server is left running as the fixture started it (evictions on).
+ *     the new process grants nothing during its quarantine and then does,
+ *     and no CAS of an old hold ever reaches it (its cas_misses, cas_badval
+ *     and delete_misses stay 0); a flush_all quarantines the same way;
+ *   - a server that evicts (started with CERB_MEMCACHED_EVICT=1 to
+ *     servers.sh) is refused, and one with -M is not.
+ * The server is left running as the fixture started it (-M, marked).
  */
 #define _POSIX_C_SOURCE 200809L
 #include <setjmp.h>
