@@ -161,6 +161,13 @@ struct redis_lock_priv {
                       our token may still be in the name's queue: the router
                       runs the acquisition again where it points, or leaves */
     uint64_t rl_fence; /* redlock: the grant's fence (T), 0 = none known */
+    char rl_value[33]; /* redlock: what this hold's last attempt wrote on the
+                          nodes (attempt 0 the token, later ones its first
+                          half + fresh random: a late DEL of an abandoned
+                          attempt can never match a later one) */
+    unsigned rl_attempts; /* redlock: attempts made for this hold */
+    bool rl_abandoned;    /* redlock: the last attempt failed and its release
+                             was sent: never reported as held */
 };
 
 /* Set up and tear down the pools (no connection is made). */

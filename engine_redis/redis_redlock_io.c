@@ -10,6 +10,7 @@
 #include <poll.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/socket.h>
 
 #include "alloc.h"
 #include "clock.h"
@@ -384,6 +385,11 @@ void cerb__redis_rl_fanout(cerb_engine *top, unsigned mask, const struct rl_req 
         if (waiting[i]) {
             char why[400];
             c[i]->broken = true; /* a late answer must not meet the next request */
+            /* Closed with a reset, not a FIN: bytes still queued (a
+             * compare-and-DEL whose segment was lost) die with it instead
+             * of being retransmitted into a later attempt's grant. */
+            struct linger lg = {.l_onoff = 1, .l_linger = 0};
+            (void)setsockopt(c[i]->ctx->fd, SOL_SOCKET, SO_LINGER, &lg, sizeof lg);
             atomic_store(&rl->nodes[i].skip_until_ns, cerb_monotime() + RL_SKIP_MS * CERB_NS_PER_MS);
             snprintf(why, sizeof why, "redis %.200s: no answer within %lld ms",
                      rl->nodes[i].cn.e->where, (long long)bound_ms);
