@@ -77,8 +77,8 @@ struct redis_conn {
     unsigned char *asked;
     size_t ask_cap, ask_n, ask_rd;
     uint64_t gen;       /* the master address generation it connected to */
-    char run_id[48];    /* redlock node: the server's run_id at connect
-                           (INFO server), "" when unknown */
+    char policy[32];    /* redlock node: maxmemory_policy at connect
+                           (INFO memory) */
 };
 
 struct redis_pool {
@@ -112,8 +112,8 @@ struct cerb_engine {
     struct redis_cluster *cl;
     bool cl_top;
     /* Redlock mode (redis_redlock.h): the routing instance owns `rl`; each
-     * master is an instance of its own (rl_node: no data-loss marker, its
-     * run_id read at every connect). */
+     * master is an instance of its own (rl_node: its own data-loss marker
+     * and history check, its eviction policy read at every connect). */
     struct redis_redlock *rl;
     bool rl_top;
     bool rl_node;

@@ -122,8 +122,9 @@ static int write_back(cerb_engine *e, const struct rl_keys *ks, const char *toke
     char cv[24], ttl[24];
     snprintf(cv, sizeof cv, "%lld", c);
     snprintf(ttl, sizeof ttl, "%d", RL_FENCE_TTL_MS);
-    const char *argv[7] = {ks->k, ks->f, rl->hi_key, rl->seed_key, token, cv, ttl};
-    size_t argl[7] = {ks->kl, ks->fl, strlen(rl->hi_key), strlen(rl->seed_key), strlen(token),
+    cerb_engine *n0 = rl->nodes[0].cn.e;
+    const char *argv[7] = {ks->k, ks->f, rl->state_key, n0->marker_key, token, cv, ttl};
+    size_t argl[7] = {ks->kl, ks->fl, strlen(rl->state_key), n0->marker_key_len, strlen(token),
                       strlen(cv), strlen(ttl)};
     struct rl_req rq = {.script = RL_WRITEBACK, .nkeys = 4, .argc = 7, .argv = argv, .argl = argl};
     struct rl_reply rep[RL_MAX_NODES];
@@ -169,15 +170,17 @@ static enum attempt_result attempt(cerb_engine *e, cerb_engine_lock *lk, const s
         return AT_ERROR;
     }
     const char *val = rl_value(lk);
-    const char *argv[8] = {ks->k, ks->f, rl->hi_key, rl->seed_key, val, lease,
+    cerb_engine *n0 = rl->nodes[0].cn.e;
+    const char *argv[8] = {ks->k, ks->f, rl->state_key, n0->marker_key, val, lease,
                            rl->fence ? "1" : "0", ttl};
     size_t argl[8];
     for (int i = 0; i < 8; i++)
-        argl[i] = i == 0 ? ks->kl : i == 1 ? ks->fl : strlen(argv[i]);
+        argl[i] = i == 0 ? ks->kl : i == 1 ? ks->fl : i == 3 ? n0->marker_key_len : strlen(argv[i]);
     struct rl_req rq = {.script = RL_ACQUIRE, .nkeys = 4, .argc = 8, .argv = argv, .argl = argl};
     struct rl_reply rep[RL_MAX_NODES];
     unsigned granted = 0, unknown = 0;
     int votes = 0, answered = 0, seeded_votes = 0, best = -1;
+    bool unseeded_vote = false;
     long long cmax = -1;
 
     a->min_pttl = -1;
@@ -189,11 +192,14 @@ static enum attempt_result attempt(cerb_engine *e, cerb_engine_lock *lk, const s
     for (int i = 0; i < rl->n; i++) {
         redisReply *r = rep[i].r;
         if (rep[i].st != CERB_OK || !is_arr(r, 1)) {
-            if (rep[i].st == CERB_OK) /* an error reply: it did not run */
+            /* An error reply may come after the script's SET: released. */
+            if (rep[i].st == CERB_OK) {
                 snprintf(rep[i].why, sizeof rep[i].why, "redis %.200s: %.150s", rl->nodes[i].cn.e->where,
                          r->type == REDIS_REPLY_ERROR ? r->str : "unexpected reply");
-            else if (rep[i].oc != CERB_OUTCOME_NO)
                 unknown |= 1u << i;
+            } else if (rep[i].oc != CERB_OUTCOME_NO) {
+                unknown |= 1u << i;
+            }
             rep[i].st = rep[i].st == CERB_OK ? CERB_EIO : rep[i].st;
             continue;
         }
@@ -203,6 +209,8 @@ static enum attempt_result attempt(cerb_engine *e, cerb_engine_lock *lk, const s
             if (rep[i].out)
                 continue;
             votes++;
+            if (int_at(r, 2) != 1)
+                unseeded_vote = true;
             if (int_at(r, 2) == 1) {
                 seeded_votes++;
                 if (int_at(r, 1) > cmax)
@@ -219,22 +227,28 @@ static enum attempt_result attempt(cerb_engine *e, cerb_engine_lock *lk, const s
 
     bool ok = votes >= rl->quorum && cerb_monotime() < valid_end(sent, lk->lease_ms);
     uint64_t fence = 0;
+    if (ok && rl->fence && seeded_votes < rl->quorum) {
+        /* Counters of nodes that lost them do not count: seed them for the
+         * next attempt (at once, not after a pause). */
+        ok = false;
+        if (cerb__redis_rl_reseed(e, nb) != CERB_OK)
+            snprintf(a->why, sizeof a->why, "%s", cerb_last_error());
+        else
+            a->reseeded = true;
+    } else if (rl->fence && unseeded_vote) {
+        /* A node lost its state (a restart, a rolling one across the set):
+         * re-seed it now from the majority that kept theirs, before the
+         * others restart too. This grant does not count its counter. */
+        (void)cerb__redis_rl_reseed(e, nb);
+    }
     if (ok && rl->fence) {
-        if (seeded_votes < rl->quorum) {
-            /* Counters of nodes that lost them do not count: seed them for
-             * the next attempt (at once, not after a pause). */
-            ok = false;
-            if (cerb__redis_rl_reseed(e, nb) != CERB_OK)
-                snprintf(a->why, sizeof a->why, "%s", cerb_last_error());
-            else
-                a->reseeded = true;
-        } else {
+        {
             uint64_t floor = lk->fence_floor & ((UINT64_C(1) << 48) - 1);
-            if ((uint64_t)cmax * 16 + (uint64_t)best <= floor)
+            if ((uint64_t)cmax * 16 + (uint64_t)rl->nodes[best].id <= floor)
                 cmax = (long long)(floor >> 4) + 1;
             int w = no_writeback() ? rl->quorum : write_back(e, ks, val, cmax, granted, nb);
             ok = w >= rl->quorum && cerb_monotime() < valid_end(sent, lk->lease_ms);
-            fence = (uint64_t)cmax * 16 + (uint64_t)best;
+            fence = (uint64_t)cmax * 16 + (uint64_t)rl->nodes[best].id;
             if (!ok)
                 snprintf(a->why, sizeof a->why, "the fence reached %d of %d nodes in time, %d "
                          "needed", w, rl->n, rl->quorum);
@@ -264,6 +278,8 @@ static enum attempt_result attempt(cerb_engine *e, cerb_engine_lock *lk, const s
 
 static void note_lease(cerb_engine *e, int64_t lease_ms)
 {
+    for (int i = 0; i < e->rl->n; i++) /* the nodes' quarantines cover it */
+        cerb__redis_marker_note_lease(e->rl->nodes[i].cn.e, lease_ms);
     int64_t cur = atomic_load(&e->rl->max_lease_ms);
     while (lease_ms > cur && !atomic_compare_exchange_weak(&e->rl->max_lease_ms, &cur, lease_ms))
         ;
@@ -345,9 +361,10 @@ cerb_status cerb__redis_rl_renew(cerb_engine *e, cerb_engine_lock *lk, cerb_gran
     char lease[24];
     snprintf(lease, sizeof lease, "%lld", (long long)lk->lease_ms);
     const char *val = rl_value(lk);
-    const char *argv[4] = {ks.k, val, lease, "1"};
-    size_t argl[4] = {ks.kl, strlen(val), strlen(lease), 1};
-    struct rl_req rq = {.script = RL_RENEW, .nkeys = 1, .argc = 4, .argv = argv, .argl = argl};
+    cerb_engine *n0 = rl->nodes[0].cn.e;
+    const char *argv[5] = {ks.k, n0->marker_key, val, lease, "1"};
+    size_t argl[5] = {ks.kl, n0->marker_key_len, strlen(val), strlen(lease), 1};
+    struct rl_req rq = {.script = RL_RENEW, .nkeys = 2, .argc = 5, .argv = argv, .argl = argl};
     struct rl_reply rep[RL_MAX_NODES];
     int ext = 0, no = 0;
     unsigned topped = 0;
@@ -359,11 +376,12 @@ cerb_status cerb__redis_rl_renew(cerb_engine *e, cerb_engine_lock *lk, cerb_gran
         redisReply *r = rep[i].r;
         if (rep[i].st != CERB_OK || r->type != REDIS_REPLY_INTEGER)
             continue;
-        /* Only a compare-and-extend that succeeded counts; a top-up (the
-         * key was gone there) does not. */
-        if (r->integer == 1 && !rep[i].out)
+        /* A compare-and-extend counts, and so does a top-up (the key was
+         * gone there and SET NX made it ours: as safe as a grant) on a node
+         * out of quarantine (3: nothing done) that may not evict it. */
+        if ((r->integer == 1 || r->integer == 2) && !rep[i].out)
             ext++;
-        else if (r->integer != 1)
+        else if (r->integer == 0 || r->integer == 3)
             no++;
         if (r->integer == 2)
             topped |= 1u << i;
