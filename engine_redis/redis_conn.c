@@ -691,6 +691,15 @@ cerb_status cerb__redis_get(cerb_engine *e, int64_t deadline_ns, struct redis_co
     return CERB_OK;
 }
 
+bool cerb__redis_has_warm(cerb_engine *e)
+{
+    struct redis_pool *p = &e->pool;
+    cerb__mutex_lock(&p->mu);
+    bool warm = p->n_free > 0 && p->slots[p->free_slots[p->n_free - 1]].ctx != NULL;
+    cerb__mutex_unlock(&p->mu);
+    return warm;
+}
+
 void cerb__redis_put(cerb_engine *e, struct redis_conn *c)
 {
     struct redis_pool *p = &e->pool;

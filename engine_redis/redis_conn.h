@@ -190,6 +190,9 @@ cerb_status cerb__redis_conn_set_timeout(cerb_engine *e, struct redis_conn *c,
  * `deadline_ns`. Give it back with cerb__redis_put(); a broken one is freed
  * there and its slot reconnects on next use. */
 cerb_status cerb__redis_get(cerb_engine *e, int64_t deadline_ns, struct redis_conn **out);
+/* Would cerb__redis_get hand out an open connection now (no connect)? A
+ * hint: another thread may take it first. */
+bool cerb__redis_has_warm(cerb_engine *e);
 void cerb__redis_put(cerb_engine *e, struct redis_conn *c);
 
 /* Take or return a blocking (BLPOP) connection. */

@@ -327,23 +327,43 @@ static bool evicts(cerb_engine *top, int i, const struct redis_conn *c)
     return true;
 }
 
+/* A failed node is skipped for RL_SKIP_MS, jittered by up to a quarter so
+ * that clients do not all come back to it at once. */
+static int64_t skip_ns(void)
+{
+    int64_t ms = RL_SKIP_MS + (int64_t)cerb__rand_below(RL_SKIP_MS / 4 + 1);
+    return ms * CERB_NS_PER_MS;
+}
+
 void cerb__redis_rl_fanout(cerb_engine *top, unsigned mask, const struct rl_req *rq,
                            int64_t bound_ms, struct rl_reply *rep)
 {
     struct redis_redlock *rl = top->rl;
     struct redis_conn *c[RL_MAX_NODES] = {0};
-    bool waiting[RL_MAX_NODES] = {0};
+    bool waiting[RL_MAX_NODES] = {0}, late[RL_MAX_NODES] = {0};
+    int64_t dl[RL_MAX_NODES] = {0};
     int64_t start = cerb_monotime();
-    int64_t deadline = start + bound_ms * CERB_NS_PER_MS;
 
     for (int i = 0; i < rl->n; i++) {
+        memset(&rep[i], 0, sizeof rep[i]);
+        rep[i].st = CERB_EIO;
+    }
+    /*
+     * Warm connections first, then the nodes that need a connect: a node
+     * that accepts but does not answer (its set-up bounded by
+     * min(bound, RL_SETUP_MAX_MS)) delays no request to the others. Each
+     * node's bound runs from its own send; the callers' validity window
+     * runs from before the first, so a late quorum still fails there.
+     */
+    for (int pass = 0; pass < 2; pass++)
+    for (int i = 0; i < rl->n; i++) {
         struct rl_reply *p = &rep[i];
-        memset(p, 0, sizeof *p);
-        p->st = CERB_EIO;
-        if (!(mask & (1u << i)))
+        if (!(mask & (1u << i)) || p->asked)
+            continue;
+        cerb_engine *ne = rl->nodes[i].cn.e;
+        if (pass == 0 && !cerb__redis_has_warm(ne))
             continue;
         p->asked = true;
-        cerb_engine *ne = rl->nodes[i].cn.e;
         if (start < atomic_load(&rl->nodes[i].skip_until_ns)) {
             char why[400];
             snprintf(why, sizeof why, "redis %.200s: failed less than %d ms ago", ne->where,
@@ -351,9 +371,9 @@ void cerb__redis_rl_fanout(cerb_engine *top, unsigned mask, const struct rl_req 
             fail(p, CERB_EIO, CERB_OUTCOME_NO, why);
             continue;
         }
-        cerb_status st = cerb__redis_get(ne, deadline, &c[i]);
+        cerb_status st = cerb__redis_get(ne, cerb_monotime() + bound_ms * CERB_NS_PER_MS, &c[i]);
         if (st != CERB_OK) {
-            atomic_store(&rl->nodes[i].skip_until_ns, cerb_monotime() + RL_SKIP_MS * CERB_NS_PER_MS);
+            atomic_store(&rl->nodes[i].skip_until_ns, cerb_monotime() + skip_ns());
             fail(p, st, CERB_OUTCOME_NO, cerb_last_error());
             continue;
         }
@@ -367,6 +387,7 @@ void cerb__redis_rl_fanout(cerb_engine *top, unsigned mask, const struct rl_req 
             continue;
         }
         waiting[i] = true;
+        dl[i] = cerb_monotime() + bound_ms * CERB_NS_PER_MS;
         if (rq->script == RL_ACQUIRE)
             REDIS_COUNT(ne, acquire_calls);
     }
@@ -382,12 +403,17 @@ void cerb__redis_rl_fanout(cerb_engine *top, unsigned mask, const struct rl_req 
             }
         if (np == 0)
             break;
-        int64_t left = cerb__ms_left(deadline);
-        if (left <= 0)
-            break;
-        int k = poll(pfd, (nfds_t)np, (int)(left > 1000 ? 1000 : left));
+        /* Until the nearest node's bound; past it, one last poll(0) and
+         * read (an answer already here is not thrown away), then the
+         * nodes past their bound are given up. */
+        int64_t next = INT64_MAX;
+        for (int j = 0; j < np; j++)
+            if (dl[idx[j]] < next)
+                next = dl[idx[j]];
+        int64_t left = cerb__ms_left(next);
+        int k = poll(pfd, (nfds_t)np, (int)(left <= 0 ? 0 : left > 1000 ? 1000 : left));
         if (k < 0 && errno != EINTR)
-            break;
+            k = 0, left = 0;
         for (int j = 0; k > 0 && j < np; j++) {
             if (!pfd[j].revents)
                 continue;
@@ -425,6 +451,12 @@ void cerb__redis_rl_fanout(cerb_engine *top, unsigned mask, const struct rl_req 
             p->st = CERB_OK;
             p->r = rr;
         }
+        if (left <= 0) {
+            int64_t now = cerb_monotime();
+            for (int j = 0; j < np; j++)
+                if (waiting[idx[j]] && now >= dl[idx[j]])
+                    waiting[idx[j]] = false, late[idx[j]] = true;
+        }
     }
     for (int i = 0; i < rl->n; i++) {
         if (!waiting[i] && cerb__redis_is_lost(rep[i].r)) {
@@ -441,7 +473,7 @@ void cerb__redis_rl_fanout(cerb_engine *top, unsigned mask, const struct rl_req 
             rep[i].lost = true;
             fail(&rep[i], CERB_EIO, CERB_OUTCOME_NO, why);
         }
-        if (waiting[i]) {
+        if (late[i] || waiting[i]) {
             char why[400];
             c[i]->broken = true; /* a late answer must not meet the next request */
             /* Closed with a reset, not a FIN: bytes still queued (a
@@ -449,7 +481,7 @@ void cerb__redis_rl_fanout(cerb_engine *top, unsigned mask, const struct rl_req 
              * of being retransmitted into a later attempt's grant. */
             struct linger lg = {.l_onoff = 1, .l_linger = 0};
             (void)setsockopt(c[i]->ctx->fd, SOL_SOCKET, SO_LINGER, &lg, sizeof lg);
-            atomic_store(&rl->nodes[i].skip_until_ns, cerb_monotime() + RL_SKIP_MS * CERB_NS_PER_MS);
+            atomic_store(&rl->nodes[i].skip_until_ns, cerb_monotime() + skip_ns());
             snprintf(why, sizeof why, "redis %.200s: no answer within %lld ms",
                      rl->nodes[i].cn.e->where, (long long)bound_ms);
             fail(&rep[i], CERB_EIO, CERB_OUTCOME_UNKNOWN, why);

@@ -335,6 +335,39 @@ static void test_fence_through_old_snapshot(void **state)
     assert_int_equal(rl_servers("start", 0), 0);
 }
 
+/* Review finding 5: node 0 paused (the kernel still accepts connections:
+ * every connect to it hangs in its set-up), then a port where nothing
+ * listens. Lease 2000 ms: a per-node bound of 100 ms. A client opened
+ * after the pause, and each operation a second later (node 0's skip over,
+ * so it is connected to again): all go through on nodes 1 and 2, each
+ * within a few bounds, not failing for the dead node. */
+static void blackholed_ops(void)
+{
+    cerb_client *c = open_rl("lock = { lease_ms = 2000; };");
+    char *name = test_name("rlf-hole");
+    cerb_lock *l = cerb_test_handle(c, name);
+    for (int k = 0; k < 3; k++) {
+        int64_t t0 = cerb_test_now_ms();
+        assert_int_equal(cerb_lock_trylock(l), CERB_OK);
+        assert_int_equal(cerb_lock_unlock(l), CERB_OK);
+        assert_true(cerb_test_now_ms() - t0 < 1000);
+        cerb_test_let_time_pass(1300); /* past node 0's skip (1 s + jitter) */
+    }
+    cerb_lock_free(l);
+    cerb_client_close(c);
+    free(name);
+}
+
+static void test_blackholed_node(void **state)
+{
+    (void)state;
+    assert_int_equal(rl_pause(0), 0);
+    blackholed_ops();
+    assert_int_equal(rl_resume(0), 0);
+    assert_int_equal(rl_servers("stop", 0), 0); /* nothing listens there now */
+    blackholed_ops();
+}
+
 int main(void)
 {
     cerb_test_debug_aids();
@@ -346,6 +379,7 @@ int main(void)
         cmocka_unit_test_teardown(test_renew_one_then_two_gone, all_up),
         cmocka_unit_test_teardown(test_fresh_client_after_restart, all_up),
         cmocka_unit_test_teardown(test_fence_through_old_snapshot, all_up),
+        cmocka_unit_test_teardown(test_blackholed_node, all_up),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
