@@ -151,11 +151,13 @@ static void test_fences_increase(void **state)
 static void test_fence_none(void **state)
 {
     (void)state;
-    cerb_client *a = open_rl("redlock_fence = \"none\";", NULL);
+    cerb_client *a = open_rl("redlock_fence = \"none\";", "epoch = 3;");
     cerb_client *b = open_rl("redlock_fence = \"none\";", NULL);
     char *name = test_name("rl-nofence");
     cerb_lock *la = cerb_test_handle(a, name), *lb = cerb_test_handle(b, name);
     assert_int_equal(cerb_lock_lock(la), CERB_OK);
+    /* no token, not a constant epoch << 48 (review finding 7) */
+    assert_int_equal(cerb_lock_fencing_token(la), 0);
     assert_int_equal(cerb_lock_trylock(lb), CERB_BUSY);
     assert_int_equal(cerb_lock_unlock(la), CERB_OK);
     assert_int_equal(cerb_lock_trylock(lb), CERB_OK);
