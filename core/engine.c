@@ -449,6 +449,15 @@ int64_t cerb__engine_hold_bound_ms(const struct cerb_engine_ops *ops, cerb_engin
     return ms > 0 ? ms : 0;
 }
 
+unsigned cerb__engine_caps(const struct cerb_engine_ops *ops, cerb_engine *e)
+{
+    if (!ops)
+        return 0;
+    if (!ops->instance_caps || !e)
+        return ops->caps;
+    return ops->instance_caps(e) & ops->caps;
+}
+
 bool cerb__engine_has_closure(const struct cerb_engine_ops *ops)
 {
     return ops && ops->version >= CERB_ENGINE_OPS_V4 && ops->closure_get && ops->closure_put;

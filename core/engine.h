@@ -297,6 +297,14 @@ struct cerb_engine_ops {
      * election. Cheap, no I/O, safe from any thread. */
     int64_t (*hold_bound_ms)(cerb_engine *e);
 
+    /* Optional (NULL: `caps`): this instance's capabilities, when its
+     * configuration takes some away (redis redlock with redlock_fence =
+     * "none" grants no fence: no CERB_CAP_FENCING, no FENCE_FLOOR). A
+     * subset of `caps`. No I/O, safe from any thread. Added to the
+     * version 5 table without a version bump (a NULL entry keeps the old
+     * meaning). */
+    unsigned (*instance_caps)(cerb_engine *e);
+
     /* ---- version 2: the idempotency guard (core/guard_engine.c) ----
      *
      * All optional as a group: an engine that leaves guard_begin NULL has
@@ -561,6 +569,8 @@ void cerb__engine_stats(const struct cerb_engine_ops *ops, cerb_engine *e,
 /* ops->hold_bound_ms, or 0 (unknown) when the engine has none or e is
  * NULL. */
 int64_t cerb__engine_hold_bound_ms(const struct cerb_engine_ops *ops, cerb_engine *e);
+/* ops->instance_caps(e) & ops->caps, or ops->caps (none, or e NULL). */
+unsigned cerb__engine_caps(const struct cerb_engine_ops *ops, cerb_engine *e);
 /* CERB_OK free, CERB_BUSY held; CERB_UNAVAILABLE when the engine cannot
  * tell (no `held` method), or its error. */
 cerb_status cerb__engine_held(const struct cerb_engine_ops *ops, cerb_engine *e,

@@ -87,7 +87,7 @@ static void fence_granted(cerb_client *c, struct cerb_engine_hold *h)
     while (h->fence > m && !atomic_compare_exchange_weak(&ce->max_fence, &m, h->fence))
         ;
     if ((h->fence >> 48) == (uint64_t)h->epoch && (h->fence & FENCE_MASK) <= h->lk.fence_floor &&
-        (ce->ops->caps & CERB_CAP_FENCING))
+        (cerb__engine_caps(ce->ops, atomic_load(&ce->e)) & CERB_CAP_FENCING))
         CERB_LOG_W("fencing: %s granted \"%s\" fence %llu, not above %llu (this client's "
                    "highest on another engine): its tokens went backwards across a switch",
                    ce->name, h->lk.name, (unsigned long long)(h->fence & FENCE_MASK),
@@ -701,7 +701,7 @@ static enum acq_next acq_try(struct acq *a)
     struct cerb_engine_hold *h = *a->hp;
     struct cerb_client_engine *ce = &c->engines[h->engine_idx];
     a->t0 = cerb_monotime();
-    h->lk.fence_floor = (ce->ops->caps & CERB_CAP_FENCE_FLOOR)
+    h->lk.fence_floor = (cerb__engine_caps(ce->ops, atomic_load(&ce->e)) & CERB_CAP_FENCE_FLOOR)
                             ? fence_floor(c, h->engine_idx, h->epoch) : 0;
     cerb_status st = cerb__engine_acquire(ce->ops, ce->e, &h->lk, a->deadline_ns, &a->w->stop,
                                           &a->g);
@@ -1126,7 +1126,13 @@ static void finish(cerb_lock *l, struct cerb_waiter *w, struct cerb_engine_hold 
     int64_t ep_now, ep = h->epoch;
     if (cerb__route(c, &ep_now) == h->engine_idx && ep_now > ep)
         ep = ep_now;
-    h->fence = cerb__fence_compose(ep, h->fence);
+    /* An engine instance without fencing has no token: 0, not a constant
+     * epoch << 48 that a resource would take for one. */
+    struct cerb_client_engine *gce = &c->engines[h->engine_idx];
+    if (cerb__engine_caps(gce->ops, atomic_load(&gce->e)) & CERB_CAP_FENCING)
+        h->fence = cerb__fence_compose(ep, h->fence);
+    else
+        h->fence = 0;
     fence_granted(c, h);
     h->owner_handle = l;
     atomic_store(&h->state, CERB_LOCK_VALID);

@@ -344,11 +344,13 @@ static void settle_item(struct renewer *rn, cerb_renew_item *it, int64_t t, stru
  * first renewal nobody answered fails the rest unsent.
  */
 /* Whether the engine's batch renews this hold (a queued primitive's are
- * renewed one by one, engine.h). */
+ * renewed one by one, engine.h; so are all of an instance without
+ * CERB_CAP_BATCH_RENEW, e.g. redis redlock: its renewal is a fan-out). */
 static bool batched(const struct cerb_client_engine *ce, const cerb_renew_item *it)
 {
-    return ce->ops->renew_batch && it->lk->prim != CERB_PRIM_SEMAPHORE &&
-           it->lk->prim != CERB_PRIM_RWLOCK;
+    return ce->ops->renew_batch &&
+           (cerb__engine_caps(ce->ops, atomic_load(&ce->e)) & CERB_CAP_BATCH_RENEW) &&
+           it->lk->prim != CERB_PRIM_SEMAPHORE && it->lk->prim != CERB_PRIM_RWLOCK;
 }
 
 static void renew_chunk(struct renewer *rn)

@@ -367,7 +367,7 @@ static void parse_replication(const redisReply *r, char *role, size_t rolel, cha
 }
 
 /* From an INFO answer: the value of the line "<key>..." into out ("" when
- * absent, too long or not hex). */
+ * absent, too long or not [0-9a-z-]). */
 static void parse_field(const redisReply *r, const char *key, char *out, size_t outl)
 {
     size_t kl = strlen(key);
@@ -383,7 +383,7 @@ static void parse_field(const redisReply *r, const char *key, char *out, size_t 
         size_t n = (size_t)(le - s);
         if (n > kl && memcmp(s, key, kl) == 0 && n - kl < outl) {
             for (size_t i = kl; i < n; i++)
-                if (!((s[i] >= '0' && s[i] <= '9') || (s[i] >= 'a' && s[i] <= 'f')))
+                if (!((s[i] >= '0' && s[i] <= '9') || (s[i] >= 'a' && s[i] <= 'z') || s[i] == '-'))
                     return;
             memcpy(out, s + kl, n - kl);
             out[n - kl] = '\0';
@@ -472,20 +472,23 @@ static cerb_status conn_connect(cerb_engine *e, struct redis_conn *c, int64_t co
         st = cerb__redis_append(c, 2, argv, argl);
         names[n++] = "INFO replication";
     }
-    /* A Redlock node: its incarnation (redis_redlock.h), same round trip. */
+    /* A Redlock node: whether it may evict keys (redis_redlock.h), same
+     * round trip. */
     if (st == CERB_OK && e->rl_node) {
-        argv[0] = "INFO", argv[1] = "server";
+        argv[0] = "INFO", argv[1] = "memory";
         argl[0] = 4, argl[1] = 6;
         st = cerb__redis_append(c, 2, argv, argl);
-        names[n++] = "INFO server";
+        names[n++] = "INFO memory";
     }
     char role[16] = "", replid[48] = "";
-    c->run_id[0] = '\0';
+    c->policy[0] = '\0';
     if (st == CERB_OK) {
         redisReply *r[4];
         size_t got;
         st = cerb__redis_exchange(e, c, names[0], r, &got, NULL);
-        for (size_t i = 0; st == CERB_OK && i + 1 < got; i++)
+        /* AUTH and SELECT only: the INFO answers are read below. */
+        size_t ninfo = e->rl_node ? 2 : 1;
+        for (size_t i = 0; st == CERB_OK && i + ninfo < got; i++)
             st = setup_reply(e, names[i], r[i]);
         /* INFO may be renamed away on a hardened server: then no history
          * check, as before. */
@@ -493,7 +496,7 @@ static cerb_status conn_connect(cerb_engine *e, struct redis_conn *c, int64_t co
         if (st == CERB_OK && got == (size_t)n && r[ri]->type != REDIS_REPLY_ERROR)
             parse_replication(r[ri], role, sizeof role, replid, sizeof replid);
         if (st == CERB_OK && got == (size_t)n && e->rl_node)
-            parse_field(r[n - 1], "run_id:", c->run_id, sizeof c->run_id);
+            parse_field(r[n - 1], "maxmemory_policy:", c->policy, sizeof c->policy);
         free_replies(r, got);
     }
     if (st == CERB_OK && role[0] && strcmp(role, "master") != 0) {
@@ -501,12 +504,19 @@ static cerb_status conn_connect(cerb_engine *e, struct redis_conn *c, int64_t co
                              "refuse (or lose) our writes", e->where, host, port, role);
         cerb__redis_addr_suspect(e);
     }
+    /* A Redlock node whose history or eviction policy cannot be read could
+     * come back from an old snapshot, or drop keys, unseen: not used. */
+    if (st == CERB_OK && e->rl_node && (!replid[0] || !c->policy[0]))
+        st = cerb__error_set(CERB_EIO, "redis %s: redlock needs INFO replication and INFO "
+                             "memory (master_replid, maxmemory_policy), which this server does "
+                             "not give this user: allow INFO, or a restart from an older "
+                             "snapshot or an eviction could not be seen", e->where);
     if (st == CERB_OK && !replid[0] && !atomic_exchange(&e->replid_warned, true))
         CERB_LOG_W("redis %s: INFO replication gives no master_replid (renamed, or denied to "
                    "this user): a restart from an older snapshot or a promoted replica cannot "
                    "be told from the marker, and holds written after it may be granted again "
                    "at once; allow INFO to this user", e->where);
-    if (st == CERB_OK && e->marker_key && !e->rl_node)
+    if (st == CERB_OK && e->marker_key)
         st = cerb__redis_marker_history(e, c, replid);
     if (st != CERB_OK) {
         redisFree(c->ctx);
@@ -679,6 +689,15 @@ cerb_status cerb__redis_get(cerb_engine *e, int64_t deadline_ns, struct redis_co
     }
     *out = c;
     return CERB_OK;
+}
+
+bool cerb__redis_has_warm(cerb_engine *e)
+{
+    struct redis_pool *p = &e->pool;
+    cerb__mutex_lock(&p->mu);
+    bool warm = p->n_free > 0 && p->slots[p->free_slots[p->n_free - 1]].ctx != NULL;
+    cerb__mutex_unlock(&p->mu);
+    return warm;
 }
 
 void cerb__redis_put(cerb_engine *e, struct redis_conn *c)

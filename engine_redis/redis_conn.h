@@ -77,8 +77,8 @@ struct redis_conn {
     unsigned char *asked;
     size_t ask_cap, ask_n, ask_rd;
     uint64_t gen;       /* the master address generation it connected to */
-    char run_id[48];    /* redlock node: the server's run_id at connect
-                           (INFO server), "" when unknown */
+    char policy[32];    /* redlock node: maxmemory_policy at connect
+                           (INFO memory) */
 };
 
 struct redis_pool {
@@ -112,8 +112,8 @@ struct cerb_engine {
     struct redis_cluster *cl;
     bool cl_top;
     /* Redlock mode (redis_redlock.h): the routing instance owns `rl`; each
-     * master is an instance of its own (rl_node: no data-loss marker, its
-     * run_id read at every connect). */
+     * master is an instance of its own (rl_node: its own data-loss marker
+     * and history check, its eviction policy read at every connect). */
     struct redis_redlock *rl;
     bool rl_top;
     bool rl_node;
@@ -161,6 +161,13 @@ struct redis_lock_priv {
                       our token may still be in the name's queue: the router
                       runs the acquisition again where it points, or leaves */
     uint64_t rl_fence; /* redlock: the grant's fence (T), 0 = none known */
+    char rl_value[33]; /* redlock: what this hold's last attempt wrote on the
+                          nodes (attempt 0 the token, later ones its first
+                          half + fresh random: a late DEL of an abandoned
+                          attempt can never match a later one) */
+    unsigned rl_attempts; /* redlock: attempts made for this hold */
+    bool rl_abandoned;    /* redlock: the last attempt failed and its release
+                             was sent: never reported as held */
 };
 
 /* Set up and tear down the pools (no connection is made). */
@@ -183,6 +190,9 @@ cerb_status cerb__redis_conn_set_timeout(cerb_engine *e, struct redis_conn *c,
  * `deadline_ns`. Give it back with cerb__redis_put(); a broken one is freed
  * there and its slot reconnects on next use. */
 cerb_status cerb__redis_get(cerb_engine *e, int64_t deadline_ns, struct redis_conn **out);
+/* Would cerb__redis_get hand out an open connection now (no connect)? A
+ * hint: another thread may take it first. */
+bool cerb__redis_has_warm(cerb_engine *e);
 void cerb__redis_put(cerb_engine *e, struct redis_conn *c);
 
 /* Take or return a blocking (BLPOP) connection. */

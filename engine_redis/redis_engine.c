@@ -386,6 +386,20 @@ static int64_t redis_hold_bound_ms(cerb_engine *e)
     return e->rl_top ? atomic_load(&e->rl->max_lease_ms) : 0;
 }
 
+/* Redlock renews one hold per fan-out (no batch: a batch would be a loop
+ * of fan-outs with every hold of the chunk marked sending, and an unlock
+ * waiting for all of them); with redlock_fence = "none" it grants no fence
+ * (token 0) and cannot honour a fence floor. */
+static unsigned redis_instance_caps(cerb_engine *e)
+{
+    unsigned all = ~0u;
+    if (e->rl_top)
+        all &= ~(unsigned)CERB_CAP_BATCH_RENEW;
+    if (e->rl_top && !e->rl->fence)
+        all &= ~(unsigned)(CERB_CAP_FENCING | CERB_CAP_FENCE_FLOOR);
+    return all;
+}
+
 /* The probe canary lives under a reserved prefix no lock may use. */
 static cerb_status redis_check_name(const char *name)
 {
@@ -401,6 +415,7 @@ const struct cerb_engine_ops cerb__redis_engine_ops = {
     .caps = CERB_CAP_FENCING | CERB_CAP_FAIR_QUEUE | CERB_CAP_WAIT | CERB_CAP_BATCH_RENEW |
             CERB_CAP_CROSS_PROCESS | CERB_CAP_FENCE_FLOOR,
     .lock_priv_size = sizeof(struct redis_lock_priv),
+    .instance_caps = redis_instance_caps,
     .open = redis_open,
     .close = redis_close,
     .acquire = redis_acquire,

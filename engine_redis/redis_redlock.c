@@ -15,6 +15,7 @@
 #include "log.h"
 #include "redis_redlock.h"
 #include "redis_scripts.h"
+#include "token.h"
 
 /* The keys of a name: K and its counter F. */
 struct rl_keys {
@@ -50,6 +51,40 @@ static long long int_at(const redisReply *r, size_t i)
 }
 
 static void all_mask(const cerb_engine *e, unsigned *m) { *m = (1u << e->rl->n) - 1; }
+
+/* The value this hold has on the nodes (its last attempt's). */
+static const char *rl_value(const cerb_engine_lock *lk)
+{
+    const struct redis_lock_priv *pv = lk->priv;
+    return pv->rl_value[0] ? pv->rl_value : lk->token;
+}
+
+/*
+ * The value of a new attempt. The core retries a hold with the same token
+ * (after a NO, or an UNKNOWN settled as not ours), and the compare-and-DEL
+ * that released a failed attempt may still be in flight (a retransmission
+ * of a dropped connection's last segment): were the next attempt to write
+ * the same value, that DEL could take a node from under its grant. So
+ * attempt 0 writes the token (what other libraries and inspection expect)
+ * and every later one the token's first half and 16 fresh random hex.
+ */
+static cerb_status next_value(cerb_engine_lock *lk)
+{
+    struct redis_lock_priv *pv = lk->priv;
+    if (pv->rl_attempts++ == 0) {
+        memcpy(pv->rl_value, lk->token, sizeof pv->rl_value);
+    } else {
+        char fresh[CERB_TOKEN_LEN + 1];
+        cerb_status st = cerb__token_new(fresh);
+        if (st != CERB_OK)
+            return st;
+        memcpy(pv->rl_value, lk->token, 16);
+        memcpy(pv->rl_value + 16, fresh + 16, 16);
+        pv->rl_value[32] = '\0';
+    }
+    pv->rl_abandoned = false;
+    return CERB_OK;
+}
 
 /* Compare-and-DEL of lk on the nodes of mask; the nodes where it may still
  * be (no answer) are returned. */
@@ -87,8 +122,9 @@ static int write_back(cerb_engine *e, const struct rl_keys *ks, const char *toke
     char cv[24], ttl[24];
     snprintf(cv, sizeof cv, "%lld", c);
     snprintf(ttl, sizeof ttl, "%d", RL_FENCE_TTL_MS);
-    const char *argv[7] = {ks->k, ks->f, rl->hi_key, rl->seed_key, token, cv, ttl};
-    size_t argl[7] = {ks->kl, ks->fl, strlen(rl->hi_key), strlen(rl->seed_key), strlen(token),
+    cerb_engine *n0 = rl->nodes[0].cn.e;
+    const char *argv[7] = {ks->k, ks->f, rl->state_key, n0->marker_key, token, cv, ttl};
+    size_t argl[7] = {ks->kl, ks->fl, strlen(rl->state_key), n0->marker_key_len, strlen(token),
                       strlen(cv), strlen(ttl)};
     struct rl_req rq = {.script = RL_WRITEBACK, .nkeys = 4, .argc = 7, .argv = argv, .argl = argl};
     struct rl_reply rep[RL_MAX_NODES];
@@ -128,15 +164,23 @@ static enum attempt_result attempt(cerb_engine *e, cerb_engine_lock *lk, const s
     char lease[24], ttl[24];
     snprintf(lease, sizeof lease, "%lld", (long long)lk->lease_ms);
     snprintf(ttl, sizeof ttl, "%d", RL_FENCE_TTL_MS);
-    const char *argv[8] = {ks->k, ks->f, rl->hi_key, rl->seed_key, lk->token, lease,
+    if (next_value(lk) != CERB_OK) {
+        snprintf(a->why, sizeof a->why, "%s", cerb_last_error());
+        a->min_pttl = -1, a->reseeded = false, a->oc = CERB_OUTCOME_NO;
+        return AT_ERROR;
+    }
+    const char *val = rl_value(lk);
+    cerb_engine *n0 = rl->nodes[0].cn.e;
+    const char *argv[8] = {ks->k, ks->f, rl->state_key, n0->marker_key, val, lease,
                            rl->fence ? "1" : "0", ttl};
     size_t argl[8];
     for (int i = 0; i < 8; i++)
-        argl[i] = i == 0 ? ks->kl : i == 1 ? ks->fl : strlen(argv[i]);
+        argl[i] = i == 0 ? ks->kl : i == 1 ? ks->fl : i == 3 ? n0->marker_key_len : strlen(argv[i]);
     struct rl_req rq = {.script = RL_ACQUIRE, .nkeys = 4, .argc = 8, .argv = argv, .argl = argl};
     struct rl_reply rep[RL_MAX_NODES];
     unsigned granted = 0, unknown = 0;
     int votes = 0, answered = 0, seeded_votes = 0, best = -1;
+    bool unseeded_vote = false;
     long long cmax = -1;
 
     a->min_pttl = -1;
@@ -148,11 +192,14 @@ static enum attempt_result attempt(cerb_engine *e, cerb_engine_lock *lk, const s
     for (int i = 0; i < rl->n; i++) {
         redisReply *r = rep[i].r;
         if (rep[i].st != CERB_OK || !is_arr(r, 1)) {
-            if (rep[i].st == CERB_OK) /* an error reply: it did not run */
+            /* An error reply may come after the script's SET: released. */
+            if (rep[i].st == CERB_OK) {
                 snprintf(rep[i].why, sizeof rep[i].why, "redis %.200s: %.150s", rl->nodes[i].cn.e->where,
                          r->type == REDIS_REPLY_ERROR ? r->str : "unexpected reply");
-            else if (rep[i].oc != CERB_OUTCOME_NO)
                 unknown |= 1u << i;
+            } else if (rep[i].oc != CERB_OUTCOME_NO) {
+                unknown |= 1u << i;
+            }
             rep[i].st = rep[i].st == CERB_OK ? CERB_EIO : rep[i].st;
             continue;
         }
@@ -162,6 +209,8 @@ static enum attempt_result attempt(cerb_engine *e, cerb_engine_lock *lk, const s
             if (rep[i].out)
                 continue;
             votes++;
+            if (int_at(r, 2) != 1)
+                unseeded_vote = true;
             if (int_at(r, 2) == 1) {
                 seeded_votes++;
                 if (int_at(r, 1) > cmax)
@@ -178,22 +227,28 @@ static enum attempt_result attempt(cerb_engine *e, cerb_engine_lock *lk, const s
 
     bool ok = votes >= rl->quorum && cerb_monotime() < valid_end(sent, lk->lease_ms);
     uint64_t fence = 0;
+    if (ok && rl->fence && seeded_votes < rl->quorum) {
+        /* Counters of nodes that lost them do not count: seed them for the
+         * next attempt (at once, not after a pause). */
+        ok = false;
+        if (cerb__redis_rl_reseed(e, nb) != CERB_OK)
+            snprintf(a->why, sizeof a->why, "%s", cerb_last_error());
+        else
+            a->reseeded = true;
+    } else if (rl->fence && unseeded_vote) {
+        /* A node lost its state (a restart, a rolling one across the set):
+         * re-seed it now from the majority that kept theirs, before the
+         * others restart too. This grant does not count its counter. */
+        (void)cerb__redis_rl_reseed(e, nb);
+    }
     if (ok && rl->fence) {
-        if (seeded_votes < rl->quorum) {
-            /* Counters of nodes that lost them do not count: seed them for
-             * the next attempt (at once, not after a pause). */
-            ok = false;
-            if (cerb__redis_rl_reseed(e, nb) != CERB_OK)
-                snprintf(a->why, sizeof a->why, "%s", cerb_last_error());
-            else
-                a->reseeded = true;
-        } else {
+        {
             uint64_t floor = lk->fence_floor & ((UINT64_C(1) << 48) - 1);
-            if ((uint64_t)cmax * 16 + (uint64_t)best <= floor)
+            if ((uint64_t)cmax * 16 + (uint64_t)rl->nodes[best].id <= floor)
                 cmax = (long long)(floor >> 4) + 1;
-            int w = no_writeback() ? rl->quorum : write_back(e, ks, lk->token, cmax, granted, nb);
+            int w = no_writeback() ? rl->quorum : write_back(e, ks, val, cmax, granted, nb);
             ok = w >= rl->quorum && cerb_monotime() < valid_end(sent, lk->lease_ms);
-            fence = (uint64_t)cmax * 16 + (uint64_t)best;
+            fence = (uint64_t)cmax * 16 + (uint64_t)rl->nodes[best].id;
             if (!ok)
                 snprintf(a->why, sizeof a->why, "the fence reached %d of %d nodes in time, %d "
                          "needed", w, rl->n, rl->quorum);
@@ -211,7 +266,9 @@ static enum attempt_result attempt(cerb_engine *e, cerb_engine_lock *lk, const s
     /* Release everywhere it may be (redsync does; node-redlock does not,
      * and blocks its own retries on those nodes until they expire). */
     int deleted;
-    unsigned left = release_on(e, ks, lk->token, granted | unknown, nb, &deleted);
+    struct redis_lock_priv *pv = lk->priv;
+    pv->rl_abandoned = true; /* whatever its release reaches */
+    unsigned left = release_on(e, ks, val, granted | unknown, nb, &deleted);
     int maybe = __builtin_popcount(left);
     a->oc = maybe >= rl->quorum ? CERB_OUTCOME_UNKNOWN : CERB_OUTCOME_NO;
     if (answered < rl->quorum)
@@ -221,6 +278,8 @@ static enum attempt_result attempt(cerb_engine *e, cerb_engine_lock *lk, const s
 
 static void note_lease(cerb_engine *e, int64_t lease_ms)
 {
+    for (int i = 0; i < e->rl->n; i++) /* the nodes' quarantines cover it */
+        cerb__redis_marker_note_lease(e->rl->nodes[i].cn.e, lease_ms);
     int64_t cur = atomic_load(&e->rl->max_lease_ms);
     while (lease_ms > cur && !atomic_compare_exchange_weak(&e->rl->max_lease_ms, &cur, lease_ms))
         ;
@@ -245,6 +304,8 @@ cerb_status cerb__redis_rl_acquire(cerb_engine *e, cerb_engine_lock *lk, int64_t
         if (ar == AT_GRANTED)
             return CERB_OK;
         g->outcome = a.oc;
+        if (ar == AT_ERROR)
+            return cerb__error_set(CERB_EIO, "redis redlock: %s", a.why);
         if (ar == AT_BUSY && a.reseeded && a.oc == CERB_OUTCOME_NO && !again) {
             again = true; /* once: the quorum was there, its counters were not */
             continue;
@@ -299,9 +360,11 @@ cerb_status cerb__redis_rl_renew(cerb_engine *e, cerb_engine_lock *lk, cerb_gran
     int64_t nb = cerb__redis_rl_bound_ms(e, lk->lease_ms);
     char lease[24];
     snprintf(lease, sizeof lease, "%lld", (long long)lk->lease_ms);
-    const char *argv[4] = {ks.k, lk->token, lease, "1"};
-    size_t argl[4] = {ks.kl, strlen(lk->token), strlen(lease), 1};
-    struct rl_req rq = {.script = RL_RENEW, .nkeys = 1, .argc = 4, .argv = argv, .argl = argl};
+    const char *val = rl_value(lk);
+    cerb_engine *n0 = rl->nodes[0].cn.e;
+    const char *argv[5] = {ks.k, n0->marker_key, val, lease, "1"};
+    size_t argl[5] = {ks.kl, n0->marker_key_len, strlen(val), strlen(lease), 1};
+    struct rl_req rq = {.script = RL_RENEW, .nkeys = 2, .argc = 5, .argv = argv, .argl = argl};
     struct rl_reply rep[RL_MAX_NODES];
     int ext = 0, no = 0;
     unsigned topped = 0;
@@ -313,11 +376,12 @@ cerb_status cerb__redis_rl_renew(cerb_engine *e, cerb_engine_lock *lk, cerb_gran
         redisReply *r = rep[i].r;
         if (rep[i].st != CERB_OK || r->type != REDIS_REPLY_INTEGER)
             continue;
-        /* Only a compare-and-extend that succeeded counts; a top-up (the
-         * key was gone there) does not. */
-        if (r->integer == 1 && !rep[i].out)
+        /* A compare-and-extend counts, and so does a top-up (the key was
+         * gone there and SET NX made it ours: as safe as a grant) on a node
+         * out of quarantine (3: nothing done) that may not evict it. */
+        if ((r->integer == 1 || r->integer == 2) && !rep[i].out)
             ext++;
-        else if (r->integer != 1)
+        else if (r->integer == 0 || r->integer == 3)
             no++;
         if (r->integer == 2)
             topped |= 1u << i;
@@ -334,7 +398,7 @@ cerb_status cerb__redis_rl_renew(cerb_engine *e, cerb_engine_lock *lk, cerb_gran
     }
     if (rl->n - no < rl->quorum) {
         int deleted;
-        release_on(e, &ks, lk->token, topped, nb, &deleted);
+        release_on(e, &ks, val, topped, nb, &deleted);
         return cerb__error_set(CERB_NOT_OWNER, "redis redlock: \"%s\" is ours on %d of %d "
                                "nodes, %d needed", lk->name, ext, rl->n, rl->quorum);
     }
@@ -362,7 +426,7 @@ cerb_status cerb__redis_rl_release(cerb_engine *e, cerb_engine_lock *lk)
         return st;
     all_mask(e, &m);
     int deleted;
-    unsigned left = release_on(e, &ks, lk->token, m, cerb__redis_rl_bound_ms(e, lk->lease_ms),
+    unsigned left = release_on(e, &ks, rl_value(lk), m, cerb__redis_rl_bound_ms(e, lk->lease_ms),
                                &deleted);
     if (deleted > 0)
         return CERB_OK;
@@ -385,8 +449,21 @@ cerb_status cerb__redis_rl_check(cerb_engine *e, cerb_engine_lock *lk, cerb_gran
     if ((st = rl_keys(e, lk->name, &ks)) != CERB_OK)
         return st;
     int64_t nb = cerb__redis_rl_bound_ms(e, lk->lease_ms);
-    const char *argv[2] = {ks.k, lk->token};
-    size_t argl[2] = {ks.kl, strlen(lk->token)};
+    struct redis_lock_priv *pv = lk->priv;
+    const char *val = rl_value(lk);
+    if (pv->rl_abandoned) {
+        /* The attempt failed and its release is on its way: our keys may
+         * still be there, but the DELs in flight will take them. Send the
+         * release again (it also settles the nodes that missed it). */
+        int deleted;
+        unsigned every;
+        all_mask(e, &every);
+        release_on(e, &ks, val, every, cerb__redis_rl_bound_ms(e, lk->lease_ms), &deleted);
+        return cerb__error_set(CERB_NOT_OWNER, "redis redlock: \"%s\": the attempt failed and "
+                               "was released", lk->name);
+    }
+    const char *argv[2] = {ks.k, val};
+    size_t argl[2] = {ks.kl, strlen(val)};
     struct rl_req rq = {.script = RL_CHECK, .nkeys = 1, .argc = 2, .argv = argv, .argl = argl};
     struct rl_reply rep[RL_MAX_NODES];
     int ours = 0, no = 0;
@@ -412,14 +489,13 @@ cerb_status cerb__redis_rl_check(cerb_engine *e, cerb_engine_lock *lk, cerb_gran
     }
     cerb__redis_rl_failed(e, rep, why, sizeof why);
     cerb__redis_rl_free(rep, rl->n);
-    struct redis_lock_priv *pv = lk->priv;
     if (ours >= rl->quorum && rl->fence && pv->rl_fence == 0) {
         /* A majority has our key but no fence was written back for it (an
          * acquire whose outcome was unknown): not a grant we can report.
          * Release it; until that lands, nobody believes they hold it. */
         int deleted;
         all_mask(e, &m);
-        release_on(e, &ks, lk->token, m, nb, &deleted);
+        release_on(e, &ks, val, m, nb, &deleted);
         return cerb__error_set(CERB_NOT_OWNER, "redis redlock: \"%s\" was ours without a fence; "
                                "released", lk->name);
     }

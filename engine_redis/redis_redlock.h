@@ -60,9 +60,10 @@ enum rl_script {
 
 struct rl_node {
     struct redis_cluster_node cn;  /* host, port, its configuration, instance */
-    cerb_mutex mu;                 /* run_id, out_until_ns */
-    char run_id[48];               /* the incarnation last seen, "" = none */
-    int64_t out_until_ns;          /* restarted: no vote until then */
+    int id;                        /* its rank in the nodes sorted by "host:port"
+                                      (the fence's node index: the same in
+                                      every client listing the same nodes) */
+    _Atomic bool evict_said;       /* its eviction policy was logged */
     _Atomic int64_t skip_until_ns; /* failed: not asked until then (a node that
                                       accepts but does not answer would cost
                                       every call its connect set-up) */
@@ -73,8 +74,8 @@ struct redis_redlock {
     struct rl_node nodes[RL_MAX_NODES];
     char sha[RL_SCRIPT_COUNT][41];
     bool fence;
-    _Atomic int64_t max_lease_ms;  /* the longest lease asked (delayed restart) */
-    char hi_key[160], seed_key[160];
+    _Atomic int64_t max_lease_ms;  /* the longest lease asked */
+    char *state_key;      /* the hash of hi and seed, per node */
 };
 
 /* One node's part of a fan-out. */
@@ -83,7 +84,8 @@ struct rl_reply {
     cerb_status st;       /* CERB_OK: r is its answer (maybe an error reply) */
     cerb_outcome oc;      /* on failure: may it have run? */
     redisReply *r;
-    bool out;             /* left out of quorums (restarted) when asked */
+    bool out;             /* left out of quorums (its policy evicts) */
+    bool lost;            /* answered 'L': lost its data, marker made again */
     char why[400];        /* on failure */
 };
 

@@ -10,6 +10,7 @@
 #include <poll.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/socket.h>
 
 #include "alloc.h"
 #include "clock.h"
@@ -18,32 +19,72 @@
 #include "redis_redlock.h"
 #include "redis_scripts.h"
 
-/* KEYS K F HI SEED; ARGV token lease fence(0|1) fence_ttl. A re-sent grant
- * (K already ours) answers as the first did. A missing counter restarts
- * above hi, so a name's counter never goes back when it expires; one at or
- * below the seed (the node lost it) starts above the seed. */
+/*
+ * Every script that counts on a node's state starts with this: the node's
+ * marker M (redis_marker.h, the last key) must be there, else 'L' (the node
+ * lost its data: the client makes M again, with a quarantine, and the node
+ * does not vote this time); while the server's time is before M's
+ * quarantine end, {'Q', ms left} (a restart, a history change or a loss
+ * less than a lease ago: no vote, no write). `inc` is the node's
+ * incarnation, M's id and the replication id it records: the seed S (the
+ * field 'seed' of the state hash H, "<inc> <floor>") counts only when it
+ * was written in this incarnation, so a node that came back from an older
+ * snapshot (its seed and counters restored, stale) or lost its data is
+ * unseeded until re-seeded from a majority. `s` is the floor (nil when
+ * unseeded), `hi` the largest counter it has seen. hi and seed are fields
+ * of one hash, so an eviction or a loss takes both.
+ */
+#define RL_STATE(M, H, Q)                                                        \
+    "local mk = redis.call('GET', KEYS[" #M "])\n"                              \
+    "if not mk then return 'L' end\n"                                            \
+    "local mid, mq, mr = string.match(mk, '^(%S+) (%d+) ?(%x*)$')\n"            \
+    "if not mid then return 'L' end\n"                                           \
+    "local t = redis.call('TIME')\n"                                             \
+    "local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)\n"   \
+    "local qleft = tonumber(mq) - now\n"                                         \
+    Q                                                                            \
+    "local inc = mid .. ' ' .. mr\n"                                             \
+    "local sv = redis.call('HGET', KEYS[" #H "], 'seed')\n"                     \
+    "local s = nil\n"                                                            \
+    "if sv then\n"                                                               \
+    "  local si, sf = string.match(sv, '^(.*) (%d+)$')\n"                       \
+    "  if si == inc then s = tonumber(sf) end\n"                                 \
+    "end\n"                                                                      \
+    "local hi = tonumber(redis.call('HGET', KEYS[" #H "], 'hi') or '0')\n"
+#define RL_NO_VOTE_IN_Q "if qleft > 0 then return {'Q', qleft} end\n"
+
+/* KEYS K F H M; ARGV value lease fence(0|1) fence_ttl. A re-sent grant
+ * (K already ours) answers as the first did (a counter gone since answers
+ * hi, never 0). A missing counter restarts above hi, so a name's counter
+ * never goes back when it expires; one at or below the seed (the node lost
+ * it) starts above the seed. */
 static const char rl_acquire_lua[] =
+    RL_STATE(4, 3, RL_NO_VOTE_IN_Q)
     "local v = redis.call('GET', KEYS[1])\n"
     "if v == ARGV[1] then\n"
     "  redis.call('PEXPIRE', KEYS[1], ARGV[2])\n"
     "  if ARGV[3] == '0' then return {1, 0, 0} end\n"
-    "  return {1, tonumber(redis.call('GET', KEYS[2]) or '0'), redis.call('EXISTS', KEYS[4])}\n"
+    "  return {1, tonumber(redis.call('GET', KEYS[2]) or '') or hi, s and 1 or 0}\n"
     "end\n"
     "if v then return {0, redis.call('PTTL', KEYS[1])} end\n"
     "redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])\n"
     "if ARGV[3] == '0' then return {1, 0, 0} end\n"
-    "local hi = tonumber(redis.call('GET', KEYS[3]) or '0')\n"
-    "local s = tonumber(redis.call('GET', KEYS[4]) or '')\n"
-    "local c\n"
-    "if redis.call('EXISTS', KEYS[2]) == 1 then c = redis.call('INCR', KEYS[2]) else c = hi + 1 end\n"
+    "local c = tonumber(redis.call('GET', KEYS[2]) or '')\n"
+    "if c then c = c + 1 else c = hi + 1 end\n"
     "if s and c <= s then c = s + 1 end\n"
     "redis.call('SET', KEYS[2], string.format('%d', c), 'PX', ARGV[4])\n"
-    "if c > hi then redis.call('SET', KEYS[3], string.format('%d', c)) end\n"
+    "if c > hi then redis.call('HSET', KEYS[3], 'hi', string.format('%d', c)) end\n"
     "return {1, c, s and 1 or 0}\n";
 
-/* KEYS K; ARGV token lease topup(0|1). 2: K was absent and is ours now
- * (topped up: not counted by this renewal). */
+/* KEYS K M; ARGV value lease topup(0|1). 1 extended, 2: K was absent and is
+ * ours now (topped up), 0 not ours, 3 quarantined (nothing done). */
 static const char rl_renew_lua[] =
+    "local mk = redis.call('GET', KEYS[2])\n"
+    "if not mk then return 'L' end\n"
+    "local mq = tonumber(string.match(mk, '^%S+ (%d+)') or '')\n"
+    "if not mq then return 'L' end\n"
+    "local t = redis.call('TIME')\n"
+    "if tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) < mq then return 3 end\n"
     "local v = redis.call('GET', KEYS[1])\n"
     "if v == ARGV[1] then redis.call('PEXPIRE', KEYS[1], ARGV[2]) return 1 end\n"
     "if not v and ARGV[3] == '1' then\n"
@@ -64,26 +105,30 @@ static const char rl_inspect_lua[] =
     "if not v then return {} end\n"
     "return {v, redis.call('PTTL', KEYS[1])}\n";
 
-/* KEYS K F HI SEED; ARGV token c fence_ttl. Raise only, and only while K
- * is ours: the write-back is ordered before any later grant on this node. */
+/* KEYS K F H M; ARGV value c fence_ttl. Raise only, and only while K is
+ * ours: the write-back is ordered before any later grant on this node.
+ * 1 seeded, 0 not (or quarantined), -1 K not ours. */
 static const char rl_writeback_lua[] =
+    RL_STATE(4, 3, "if qleft > 0 then return 0 end\n")
     "if redis.call('GET', KEYS[1]) ~= ARGV[1] then return -1 end\n"
     "local c = tonumber(ARGV[2])\n"
     "if c > tonumber(redis.call('GET', KEYS[2]) or '0') then\n"
     "  redis.call('SET', KEYS[2], ARGV[2], 'PX', ARGV[3])\n"
     "end\n"
-    "if c > tonumber(redis.call('GET', KEYS[3]) or '0') then redis.call('SET', KEYS[3], ARGV[2]) end\n"
-    "return redis.call('EXISTS', KEYS[4])\n";
+    "if c > hi then redis.call('HSET', KEYS[3], 'hi', ARGV[2]) end\n"
+    "return s and 1 or 0\n";
 
-/* KEYS HI SEED. */
+/* KEYS H M: {seeded in this incarnation, hi} (also in quarantine). */
 static const char rl_readseed_lua[] =
-    "return {redis.call('EXISTS', KEYS[2]), tonumber(redis.call('GET', KEYS[1]) or '0')}\n";
+    RL_STATE(2, 1, "")
+    "return {s and 1 or 0, hi}\n";
 
-/* KEYS HI SEED; ARGV s. Raise only. */
+/* KEYS H M; ARGV s. The seed of this incarnation, raised only. */
 static const char rl_reseed_lua[] =
-    "local s = tonumber(ARGV[1])\n"
-    "if s > tonumber(redis.call('GET', KEYS[2]) or '-1') then redis.call('SET', KEYS[2], ARGV[1]) end\n"
-    "if s > tonumber(redis.call('GET', KEYS[1]) or '0') then redis.call('SET', KEYS[1], ARGV[1]) end\n"
+    RL_STATE(2, 1, "")
+    "local n = tonumber(ARGV[1])\n"
+    "if not s or n > s then redis.call('HSET', KEYS[1], 'seed', inc .. ' ' .. ARGV[1]) end\n"
+    "if n > hi then redis.call('HSET', KEYS[1], 'hi', ARGV[1]) end\n"
     "return 1\n";
 
 static const char *const rl_lua[RL_SCRIPT_COUNT] = {
@@ -127,34 +172,6 @@ static bool parse_node(const char *s, char *host, size_t hl, int *port)
     return true;
 }
 
-/*
- * A connection's incarnation against what we saw of the node: a new
- * run_id means the node restarted, and what it granted before may be gone,
- * so it votes in no quorum for the longest lease we use (the Redlock
- * spec's delayed restart, kept by the client).
- */
-static bool node_seen(cerb_engine *top, int i, const char *run_id, int64_t now)
-{
-    struct rl_node *nd = &top->rl->nodes[i];
-    bool out;
-
-    cerb__mutex_lock(&nd->mu);
-    if (run_id[0] && strcmp(nd->run_id, run_id) != 0) {
-        if (nd->run_id[0]) {
-            int64_t lease = atomic_load(&top->rl->max_lease_ms);
-            int64_t away = lease + lease * RL_DRIFT_PERMILLE / 1000 + RL_DRIFT_FIXED_MS;
-            nd->out_until_ns = now + away * CERB_NS_PER_MS;
-            CERB_LOG_W("redis redlock: %s restarted (run_id %s, was %s): it votes in no "
-                       "quorum for %lld ms (delayed restart)",
-                       nd->cn.e->where, run_id, nd->run_id, (long long)away);
-        }
-        snprintf(nd->run_id, sizeof nd->run_id, "%s", run_id);
-    }
-    out = now < nd->out_until_ns;
-    cerb__mutex_unlock(&nd->mu);
-    return out;
-}
-
 cerb_status cerb__redis_rl_open(cerb_engine *top)
 {
     const struct cerb_redis_config *rc = top->rc;
@@ -173,10 +190,14 @@ cerb_status cerb__redis_rl_open(cerb_engine *top)
     rl->fence = rc->redlock_fence == CERB_REDLOCK_FENCE_QUORUM;
     atomic_store(&rl->max_lease_ms, top->cfg->lock.lease_ms);
     const char *prefix = rc->prefix ? rc->prefix : "";
-    snprintf(rl->hi_key, sizeof rl->hi_key, "%s" REDIS_SEP "cerberus" REDIS_SEP "redlock" REDIS_SEP
-             "hi", prefix);
-    snprintf(rl->seed_key, sizeof rl->seed_key, "%s" REDIS_SEP "cerberus" REDIS_SEP "redlock"
-             REDIS_SEP "seed", prefix);
+    size_t need = strlen(prefix) + sizeof REDIS_SEP "cerberus" REDIS_SEP "redlock";
+    rl->state_key = cerb__malloc(need);
+    if (!rl->state_key) {
+        cerb__free(rl);
+        top->rl = NULL;
+        return cerb__error_set(CERB_ENOMEM, "redis: out of memory");
+    }
+    snprintf(rl->state_key, need, "%s" REDIS_SEP "cerberus" REDIS_SEP "redlock", prefix);
     for (int s = 0; s < RL_SCRIPT_COUNT && st == CERB_OK; s++)
         st = sha1_hex(rl_lua[s], rl->sha[s]);
     if (rl->n < 3 || rl->n % 2 == 0)
@@ -197,12 +218,9 @@ cerb_status cerb__redis_rl_open(cerb_engine *top)
                                      "(it would vote twice)", nd->cn.host, nd->cn.port);
         if (st != CERB_OK)
             break;
-        cerb__mutex_init(&nd->mu);
         st = cerb__redis_node_new(top, &nd->cn);
-        if (st != CERB_OK) {
-            cerb__mutex_destroy(&nd->mu);
+        if (st != CERB_OK)
             break;
-        }
         /* Connecting (and its set-up round trip) happens before the
          * fan-out: keep a node that accepts but does not answer within the
          * per-node bound of the configured lease. */
@@ -218,22 +236,33 @@ cerb_status cerb__redis_rl_open(cerb_engine *top)
         cerb__redis_rl_close(top);
         return st;
     }
-    /* Learn every node's incarnation; a quorum must answer now. */
-    const char *ping = "PING";
-    size_t pingl = 4;
-    struct rl_req rq = {.script = -1, .argc = 1, .argv = &ping, .argl = &pingl};
-    struct rl_reply rep[RL_MAX_NODES];
-    cerb__redis_rl_fanout(top, (1u << rl->n) - 1, &rq, nb, rep);
-    int ok = 0;
+    /* The fence's node index: the rank of the node's "host:port" among
+     * all, so that clients listing the nodes in another order agree. */
     for (int i = 0; i < rl->n; i++)
-        ok += rep[i].st == CERB_OK && rep[i].r->type != REDIS_REPLY_ERROR;
-    if (ok < rl->quorum) {
-        char why[1024];
-        cerb__redis_rl_failed(top, rep, why, sizeof why);
-        st = cerb__error_set(CERB_EIO, "redis redlock: %d of %d nodes answered, %d needed: %s",
-                             ok, rl->n, rl->quorum, why);
+        for (int j = 0; j < rl->n; j++)
+            rl->nodes[i].id += strcmp(rc->nodes[j], rc->nodes[i]) < 0;
+    /* A quorum must answer now. With fencing, every node found without its
+     * marker gets one (its quarantine starts) and every node that lost its
+     * fencing state is re-seeded from a majority before it votes. */
+    if (rl->fence) {
+        st = cerb__redis_rl_reseed(top, nb);
+    } else {
+        const char *ping = "PING";
+        size_t pingl = 4;
+        struct rl_req rq = {.script = -1, .argc = 1, .argv = &ping, .argl = &pingl};
+        struct rl_reply rep[RL_MAX_NODES];
+        cerb__redis_rl_fanout(top, (1u << rl->n) - 1, &rq, nb, rep);
+        int ok = 0;
+        for (int i = 0; i < rl->n; i++)
+            ok += rep[i].st == CERB_OK && rep[i].r->type != REDIS_REPLY_ERROR;
+        if (ok < rl->quorum) {
+            char why[1024];
+            cerb__redis_rl_failed(top, rep, why, sizeof why);
+            st = cerb__error_set(CERB_EIO, "redis redlock: %d of %d nodes answered, %d needed: "
+                                 "%s", ok, rl->n, rl->quorum, why);
+        }
+        cerb__redis_rl_free(rep, rl->n);
     }
-    cerb__redis_rl_free(rep, rl->n);
     if (st != CERB_OK)
         cerb__redis_rl_close(top);
     return st;
@@ -245,10 +274,9 @@ void cerb__redis_rl_close(cerb_engine *top)
     if (!rl)
         return;
     for (int i = 0; i < rl->n; i++)
-        if (rl->nodes[i].cn.e) {
+        if (rl->nodes[i].cn.e)
             cerb__redis_node_close(rl->nodes[i].cn.e);
-            cerb__mutex_destroy(&rl->nodes[i].mu);
-        }
+    cerb__free(rl->state_key);
     cerb__free(rl);
     top->rl = NULL;
 }
@@ -281,23 +309,61 @@ static void fail(struct rl_reply *p, cerb_status st, cerb_outcome oc, const char
     snprintf(p->why, sizeof p->why, "%s", why);
 }
 
+/*
+ * A node whose maxmemory-policy may evict keys can drop a lock key, a
+ * counter or its marker alone (a key with a TTL under volatile-*, any key
+ * under allkeys-*), and nothing on the node would show it: it votes in no
+ * quorum, and says so once.
+ */
+static bool evicts(cerb_engine *top, int i, const struct redis_conn *c)
+{
+    struct rl_node *nd = &top->rl->nodes[i];
+    if (strcmp(c->policy, "noeviction") == 0)
+        return false;
+    if (!atomic_exchange(&nd->evict_said, true))
+        CERB_LOG_E("redis redlock: %s has maxmemory-policy %s: it may evict lock keys, so it "
+                   "votes in no quorum; set maxmemory-policy noeviction on it",
+                   nd->cn.e->where, c->policy);
+    return true;
+}
+
+/* A failed node is skipped for RL_SKIP_MS, jittered by up to a quarter so
+ * that clients do not all come back to it at once. */
+static int64_t skip_ns(void)
+{
+    int64_t ms = RL_SKIP_MS + (int64_t)cerb__rand_below(RL_SKIP_MS / 4 + 1);
+    return ms * CERB_NS_PER_MS;
+}
+
 void cerb__redis_rl_fanout(cerb_engine *top, unsigned mask, const struct rl_req *rq,
                            int64_t bound_ms, struct rl_reply *rep)
 {
     struct redis_redlock *rl = top->rl;
     struct redis_conn *c[RL_MAX_NODES] = {0};
-    bool waiting[RL_MAX_NODES] = {0};
+    bool waiting[RL_MAX_NODES] = {0}, late[RL_MAX_NODES] = {0};
+    int64_t dl[RL_MAX_NODES] = {0};
     int64_t start = cerb_monotime();
-    int64_t deadline = start + bound_ms * CERB_NS_PER_MS;
 
     for (int i = 0; i < rl->n; i++) {
+        memset(&rep[i], 0, sizeof rep[i]);
+        rep[i].st = CERB_EIO;
+    }
+    /*
+     * Warm connections first, then the nodes that need a connect: a node
+     * that accepts but does not answer (its set-up bounded by
+     * min(bound, RL_SETUP_MAX_MS)) delays no request to the others. Each
+     * node's bound runs from its own send; the callers' validity window
+     * runs from before the first, so a late quorum still fails there.
+     */
+    for (int pass = 0; pass < 2; pass++)
+    for (int i = 0; i < rl->n; i++) {
         struct rl_reply *p = &rep[i];
-        memset(p, 0, sizeof *p);
-        p->st = CERB_EIO;
-        if (!(mask & (1u << i)))
+        if (!(mask & (1u << i)) || p->asked)
+            continue;
+        cerb_engine *ne = rl->nodes[i].cn.e;
+        if (pass == 0 && !cerb__redis_has_warm(ne))
             continue;
         p->asked = true;
-        cerb_engine *ne = rl->nodes[i].cn.e;
         if (start < atomic_load(&rl->nodes[i].skip_until_ns)) {
             char why[400];
             snprintf(why, sizeof why, "redis %.200s: failed less than %d ms ago", ne->where,
@@ -305,13 +371,13 @@ void cerb__redis_rl_fanout(cerb_engine *top, unsigned mask, const struct rl_req 
             fail(p, CERB_EIO, CERB_OUTCOME_NO, why);
             continue;
         }
-        cerb_status st = cerb__redis_get(ne, deadline, &c[i]);
+        cerb_status st = cerb__redis_get(ne, cerb_monotime() + bound_ms * CERB_NS_PER_MS, &c[i]);
         if (st != CERB_OK) {
-            atomic_store(&rl->nodes[i].skip_until_ns, cerb_monotime() + RL_SKIP_MS * CERB_NS_PER_MS);
+            atomic_store(&rl->nodes[i].skip_until_ns, cerb_monotime() + skip_ns());
             fail(p, st, CERB_OUTCOME_NO, cerb_last_error());
             continue;
         }
-        p->out = node_seen(top, i, c[i]->run_id, cerb_monotime());
+        p->out = evicts(top, i, c[i]);
         st = append_req(rl, c[i], rq, false);
         cerb_outcome oc = CERB_OUTCOME_NO;
         if (st == CERB_OK)
@@ -321,6 +387,7 @@ void cerb__redis_rl_fanout(cerb_engine *top, unsigned mask, const struct rl_req 
             continue;
         }
         waiting[i] = true;
+        dl[i] = cerb_monotime() + bound_ms * CERB_NS_PER_MS;
         if (rq->script == RL_ACQUIRE)
             REDIS_COUNT(ne, acquire_calls);
     }
@@ -336,12 +403,17 @@ void cerb__redis_rl_fanout(cerb_engine *top, unsigned mask, const struct rl_req 
             }
         if (np == 0)
             break;
-        int64_t left = cerb__ms_left(deadline);
-        if (left <= 0)
-            break;
-        int k = poll(pfd, (nfds_t)np, (int)(left > 1000 ? 1000 : left));
+        /* Until the nearest node's bound; past it, one last poll(0) and
+         * read (an answer already here is not thrown away), then the
+         * nodes past their bound are given up. */
+        int64_t next = INT64_MAX;
+        for (int j = 0; j < np; j++)
+            if (dl[idx[j]] < next)
+                next = dl[idx[j]];
+        int64_t left = cerb__ms_left(next);
+        int k = poll(pfd, (nfds_t)np, (int)(left <= 0 ? 0 : left > 1000 ? 1000 : left));
         if (k < 0 && errno != EINTR)
-            break;
+            k = 0, left = 0;
         for (int j = 0; k > 0 && j < np; j++) {
             if (!pfd[j].revents)
                 continue;
@@ -379,12 +451,37 @@ void cerb__redis_rl_fanout(cerb_engine *top, unsigned mask, const struct rl_req 
             p->st = CERB_OK;
             p->r = rr;
         }
+        if (left <= 0) {
+            int64_t now = cerb_monotime();
+            for (int j = 0; j < np; j++)
+                if (waiting[idx[j]] && now >= dl[idx[j]])
+                    waiting[idx[j]] = false, late[idx[j]] = true;
+        }
     }
     for (int i = 0; i < rl->n; i++) {
-        if (waiting[i]) {
+        if (!waiting[i] && cerb__redis_is_lost(rep[i].r)) {
+            /* The node lost its data (no marker: a restart without it, a
+             * FLUSHALL, an eviction): make the marker again, which starts
+             * its quarantine; the script changed nothing. */
+            char why[400];
+            cerb_engine *ne = rl->nodes[i].cn.e;
+            cerb_status st = cerb__redis_marker_fetch(ne, c[i]);
+            snprintf(why, sizeof why, "redis %.200s: lost its data (%s)", ne->where,
+                     st == CERB_OK ? "marker made again, quarantined" : cerb_last_error());
+            freeReplyObject(rep[i].r);
+            rep[i].r = NULL;
+            rep[i].lost = true;
+            fail(&rep[i], CERB_EIO, CERB_OUTCOME_NO, why);
+        }
+        if (late[i] || waiting[i]) {
             char why[400];
             c[i]->broken = true; /* a late answer must not meet the next request */
-            atomic_store(&rl->nodes[i].skip_until_ns, cerb_monotime() + RL_SKIP_MS * CERB_NS_PER_MS);
+            /* Closed with a reset, not a FIN: bytes still queued (a
+             * compare-and-DEL whose segment was lost) die with it instead
+             * of being retransmitted into a later attempt's grant. */
+            struct linger lg = {.l_onoff = 1, .l_linger = 0};
+            (void)setsockopt(c[i]->ctx->fd, SOL_SOCKET, SO_LINGER, &lg, sizeof lg);
+            atomic_store(&rl->nodes[i].skip_until_ns, cerb_monotime() + skip_ns());
             snprintf(why, sizeof why, "redis %.200s: no answer within %lld ms",
                      rl->nodes[i].cn.e->where, (long long)bound_ms);
             fail(&rep[i], CERB_EIO, CERB_OUTCOME_UNKNOWN, why);
@@ -432,34 +529,47 @@ void cerb__redis_rl_failed(const cerb_engine *top, const struct rl_reply *rep, c
 cerb_status cerb__redis_rl_reseed(cerb_engine *top, int64_t bound_ms)
 {
     struct redis_redlock *rl = top->rl;
-    const char *keys[2] = {rl->hi_key, rl->seed_key};
-    size_t kl[2] = {strlen(rl->hi_key), strlen(rl->seed_key)};
+    cerb_engine *n0 = rl->nodes[0].cn.e;
+    const char *keys[2] = {rl->state_key, n0->marker_key};
+    size_t kl[2] = {strlen(rl->state_key), n0->marker_key_len};
     struct rl_req rq = {.script = RL_READSEED, .nkeys = 2, .argc = 2, .argv = keys, .argl = kl};
     struct rl_reply rep[RL_MAX_NODES];
     int answered = 0, seeded = 0;
     long long hi_seeded = 0, hi_all = 0;
     unsigned unseeded = 0, all = 0;
 
-    cerb__redis_rl_fanout(top, (1u << rl->n) - 1, &rq, bound_ms, rep);
-    for (int i = 0; i < rl->n; i++) {
-        redisReply *r = rep[i].r;
-        if (rep[i].st != CERB_OK || r->type != REDIS_REPLY_ARRAY || r->elements != 2 ||
-            r->element[0]->type != REDIS_REPLY_INTEGER || r->element[1]->type != REDIS_REPLY_INTEGER)
-            continue;
-        answered++;
-        all |= 1u << i;
-        long long hi = r->element[1]->integer;
-        if (hi > hi_all)
-            hi_all = hi;
-        if (r->element[0]->integer == 1) {
-            seeded++;
-            if (hi > hi_seeded)
-                hi_seeded = hi;
-        } else {
-            unseeded |= 1u << i;
+    /* A node that answered 'L' has its marker made again now: read once
+     * more, so it is re-seeded in this call. */
+    bool again = true;
+    for (int round = 0; round < 2 && again; round++) {
+        again = false;
+        answered = seeded = 0;
+        hi_seeded = hi_all = 0;
+        unseeded = all = 0;
+        cerb__redis_rl_fanout(top, (1u << rl->n) - 1, &rq, bound_ms, rep);
+        for (int i = 0; i < rl->n; i++) {
+            redisReply *r = rep[i].r;
+            again |= rep[i].lost;
+            if (rep[i].st != CERB_OK || r->type != REDIS_REPLY_ARRAY || r->elements != 2 ||
+                r->element[0]->type != REDIS_REPLY_INTEGER ||
+                r->element[1]->type != REDIS_REPLY_INTEGER)
+                continue;
+            answered++;
+            all |= 1u << i;
+            long long hi = r->element[1]->integer;
+            if (hi > hi_all)
+                hi_all = hi;
+            /* A node that may evict keys may have lost its counters. */
+            if (r->element[0]->integer == 1 && !rep[i].out) {
+                seeded++;
+                if (hi > hi_seeded)
+                    hi_seeded = hi;
+            } else {
+                unseeded |= 1u << i;
+            }
         }
+        cerb__redis_rl_free(rep, rl->n);
     }
-    cerb__redis_rl_free(rep, rl->n);
     long long s;
     unsigned to;
     if (seeded >= rl->quorum) {
@@ -470,8 +580,9 @@ cerb_status cerb__redis_rl_reseed(cerb_engine *top, int64_t bound_ms)
          * left is the best start there is, and refusing forever is worse. */
         s = hi_all, to = unseeded;
         if (seeded == 0)
-            CERB_LOG_I("redis redlock: no node holds fencing state; %d nodes seeded at %lld",
-                       answered, s);
+            CERB_LOG_W("redis redlock: no node holds fencing state (new masters, or every node "
+                       "lost its data): fences restart above %lld on the %d nodes that answered",
+                       s, answered);
         else
             CERB_LOG_E("redis redlock: only %d of %d nodes kept their fencing state (%d "
                        "needed): a fence handed out before may be handed out again; the others "
@@ -485,7 +596,7 @@ cerb_status cerb__redis_rl_reseed(cerb_engine *top, int64_t bound_ms)
         return CERB_OK;
     char sv[24];
     snprintf(sv, sizeof sv, "%lld", s);
-    const char *argv[3] = {rl->hi_key, rl->seed_key, sv};
+    const char *argv[3] = {keys[0], keys[1], sv};
     size_t argl[3] = {kl[0], kl[1], strlen(sv)};
     struct rl_req wq = {.script = RL_RESEED, .nkeys = 2, .argc = 3, .argv = argv, .argl = argl};
     cerb__redis_rl_fanout(top, to, &wq, bound_ms, rep);

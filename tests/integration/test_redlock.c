@@ -10,6 +10,7 @@
 #define _POSIX_C_SOURCE 200809L
 #include <setjmp.h>
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -150,11 +151,13 @@ static void test_fences_increase(void **state)
 static void test_fence_none(void **state)
 {
     (void)state;
-    cerb_client *a = open_rl("redlock_fence = \"none\";", NULL);
+    cerb_client *a = open_rl("redlock_fence = \"none\";", "epoch = 3;");
     cerb_client *b = open_rl("redlock_fence = \"none\";", NULL);
     char *name = test_name("rl-nofence");
     cerb_lock *la = cerb_test_handle(a, name), *lb = cerb_test_handle(b, name);
     assert_int_equal(cerb_lock_lock(la), CERB_OK);
+    /* no token, not a constant epoch << 48 (review finding 7) */
+    assert_int_equal(cerb_lock_fencing_token(la), 0);
     assert_int_equal(cerb_lock_trylock(lb), CERB_BUSY);
     assert_int_equal(cerb_lock_unlock(la), CERB_OK);
     assert_int_equal(cerb_lock_trylock(lb), CERB_OK);
@@ -203,6 +206,96 @@ static void test_inspect(void **state)
     free(name);
 }
 
+/* The values our acquire scripts carried on node 0 (MONITOR, from before
+ * the lock until an ECHO of `end`) on name: each distinct 32-hex argument, into
+ * vals (up to max); how many. */
+static int monitor_values(redisContext *mon, const char *name, const char *end, char vals[][33],
+                          int max)
+{
+    char quoted[300];
+    snprintf(quoted, sizeof quoted, "\"%s\"", name);
+    int n = 0;
+    for (;;) {
+        redisReply *r = NULL;
+        assert_int_equal(redisGetReply(mon, (void **)&r), REDIS_OK);
+        assert_non_null(r);
+        bool done = r->type == REDIS_REPLY_STATUS && strstr(r->str, end) != NULL;
+        if (r->type == REDIS_REPLY_STATUS && strstr(r->str, "\"EVALSHA\"") &&
+            strstr(r->str, quoted)) {
+            for (const char *q = strchr(r->str, '"'); q; q = strchr(q + 1, '"')) {
+                size_t k = strspn(q + 1, "0123456789abcdef");
+                if (k != 32 || q[33] != '"')
+                    continue;
+                bool seen = false;
+                for (int i = 0; i < n; i++)
+                    seen |= memcmp(vals[i], q + 1, 32) == 0;
+                if (!seen && n < max) {
+                    memcpy(vals[n], q + 1, 32);
+                    vals[n++][32] = '\0';
+                }
+                q += 33;
+            }
+        }
+        freeReplyObject(r);
+        if (done)
+            return n;
+    }
+}
+
+/* Review finding 1: an attempt that failed (node 0 granted, 1 and 2 held
+ * by another client) is released by a compare-and-DEL that may arrive
+ * late; the attempt that then wins writes a value of its own, so that DEL
+ * (replayed here on node 0) cannot take the winner's key. */
+static void test_attempt_values(void **state)
+{
+    (void)state;
+    cerb_client *c = open_rl(NULL, NULL);
+    char *name = test_name("rl-attempt");
+    cerb_lock *l = cerb_test_handle(c, name);
+    redisContext *mon = rl_raw(0);
+    assert_non_null(mon);
+    redisReply *ok = redisCommand(mon, "MONITOR");
+    assert_non_null(ok);
+    freeReplyObject(ok);
+    for (int i = 1; i < 3; i++)
+        assert_int_equal(rl_set(i, name, "0123456789abcdef0123456789abcdef", 300), 0);
+    assert_int_equal(cerb_lock_trylock_for(l, 5000), CERB_OK);
+    char end[128];
+    snprintf(end, sizeof end, "monitor-end-%s", name);
+    redisContext *r0 = rl_raw(0);
+    assert_non_null(r0);
+    freeReplyObject(redisCommand(r0, "ECHO %s", end));
+    char vals[64][33];
+    int n = monitor_values(mon, name, end, vals, 64);
+    redisFree(mon);
+    char *won = node_get(0, name);
+    assert_non_null(won);
+    int others = 0;
+    for (int i = 0; i < n; i++) {
+        if (strcmp(vals[i], won) == 0 || strcmp(vals[i], "0123456789abcdef0123456789abcdef") == 0)
+            continue;
+        others++;
+        /* the late compare-and-DEL of that attempt */
+        redisReply *d = redisCommand(r0, "EVAL %s 1 %s %s",
+                                     "if redis.call('GET', KEYS[1]) == ARGV[1] then "
+                                     "return redis.call('DEL', KEYS[1]) end return 0",
+                                     name, vals[i]);
+        assert_non_null(d);
+        assert_int_equal(d->integer, 0);
+        freeReplyObject(d);
+    }
+    assert_true(others >= 1); /* attempt 0 failed, and wrote another value */
+    assert_int_equal(rl_has_key(0, name), 1);
+    assert_int_equal(strncmp(won, vals[0], 16), 0); /* the token's first half */
+    redisFree(r0);
+    free(won);
+    assert_int_equal(cerb_lock_unlock(l), CERB_OK);
+    assert_int_equal(rl_key_count(name), 0);
+    cerb_lock_free(l);
+    cerb_client_close(c);
+    free(name);
+}
+
 int main(void)
 {
     cerb_test_debug_aids();
@@ -210,7 +303,7 @@ int main(void)
         cmocka_unit_test(test_layout_every_node), cmocka_unit_test(test_partial_grant),
         cmocka_unit_test(test_wait_for_expiry),   cmocka_unit_test(test_fences_increase),
         cmocka_unit_test(test_fence_none),        cmocka_unit_test(test_refused_primitives),
-        cmocka_unit_test(test_inspect),
+        cmocka_unit_test(test_inspect),           cmocka_unit_test(test_attempt_values),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
