@@ -439,7 +439,10 @@ CERB_API cerb_status cerb_lock_unlock(cerb_lock *lock);
  * had on the engine it left, on the server, so this client's tokens never
  * go backwards across its own switches and every client's later grants on
  * that engine rank above it.
- * Returns: the token, or 0 when the calling thread does not hold the lock.
+ * Returns: the token, or 0 when the calling thread does not hold the lock
+ * or its engine issues no tokens (memcached; redis in Redlock mode with
+ * redis.redlock_fence = "none"): never a bare epoch a resource could take
+ * for one.
  */
 CERB_API uint64_t cerb_lock_fencing_token(const cerb_lock *lock);
 
@@ -601,7 +604,7 @@ CERB_API cerb_status cerb_hold_release(cerb_hold *hold);
 /**
  * cerb_hold_fencing_token — the fencing token of this hold's grant (as
  * cerb_lock_fencing_token()); it stays readable after the release.
- * Returns: 0 for NULL.
+ * Returns: 0 for NULL, or when the hold's engine issues no tokens.
  */
 CERB_API uint64_t cerb_hold_fencing_token(const cerb_hold *hold);
 

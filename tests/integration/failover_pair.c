@@ -124,6 +124,10 @@ struct fo_engine {
     int (*start)(void);  /* start it (again); servers.sh's exit status */
 };
 
+/* Does @e issue fencing tokens? memcached grants none (its locks' token
+ * is 0, not a bare epoch). */
+static bool fenced(const struct fo_engine *e) { return strcmp(e->name, "memcached") != 0; }
+
 static char *redis_section(bool dead, const char *ns)
 {
     return fmt("redis = { port = %d; op_timeout_ms = %d; connect_timeout_ms = %d;%s%s%s };\n",
@@ -685,7 +689,8 @@ static void run_outage(bool kill_it)
         c[i] = open_cfg(extra);
     free(extra);
     loopers_start(c, what);
-    assert_wait_until(looped_a_little, NULL, 5000);
+    /* Past a quarantine of a primary restarted by the case before. */
+    assert_wait_until(looped_a_little, NULL, 5000 + (int)PRIMARY.hold_ms);
 
     pid_t pid = PRIMARY.pid();
     assert_true(pid > 0);
@@ -824,7 +829,10 @@ static void test_manual_switch_fast_path(void **state)
                   PRIMARY.name, (long long)PRIMARY.hold_ms);
     assert_true(took < 500);
     uint64_t f = cerb_lock_fencing_token(lb);
-    assert_int_equal(f >> 48, 1); /* the configuration's epoch: a switch leaves it */
+    if (fenced(&SECONDARY))
+        assert_int_equal(f >> 48, 1); /* the configuration's epoch: a switch leaves it */
+    else
+        assert_int_equal(f, 0); /* no token at all, not a bare epoch */
     assert_int_equal(acquires_on(b, &SECONDARY), 2);
     assert_int_equal(cerb_lock_unlock(lb), CERB_OK);
 }
@@ -1020,7 +1028,8 @@ static void test_epoch_orders_config_bump_above_own_switches(void **state)
     cerb_lock *la = handle(a, name);
     expect_status(cerb_lock_trylock_for(la, 5000), CERB_OK, "after three switches");
     uint64_t before = cerb_lock_fencing_token(la);
-    assert_int_equal(before >> 48, 1); /* own switches leave the epoch */
+    if (fenced(&SECONDARY))
+        assert_int_equal(before >> 48, 1); /* own switches leave the epoch */
     assert_int_equal(cerb_lock_unlock(la), CERB_OK);
 
     cerb_client *b = open_with(CFG(.active = SECONDARY.name, .epoch = 2, .ns = true));
@@ -1030,8 +1039,12 @@ static void test_epoch_orders_config_bump_above_own_switches(void **state)
     uint64_t after = cerb_lock_fencing_token(lb);
     print_message("on %s: before the bump %#llx, after %#llx\n", SECONDARY.name,
                   (unsigned long long)before, (unsigned long long)after);
-    assert_int_equal(after >> 48, 2);
-    assert_true(after > before);
+    if (fenced(&SECONDARY)) {
+        assert_int_equal(after >> 48, 2);
+        assert_true(after > before);
+    } else {
+        assert_int_equal(after, 0);
+    }
     assert_int_equal(cerb_lock_unlock(lb), CERB_OK);
 }
 
@@ -1375,7 +1388,8 @@ static void test_cli_switch_followed_by_processes(void **state)
     cerb_lock *l = handle(c, name);
     free(name);
     expect_status(cerb_lock_trylock_for(l, 5000), CERB_OK, "a grant after the switch");
-    assert_int_equal(cerb_lock_fencing_token(l) >> 48, 2); /* the bumped epoch */
+    if (fenced(&SECONDARY))
+        assert_int_equal(cerb_lock_fencing_token(l) >> 48, 2); /* the bumped epoch */
     assert_int_equal(cerb_lock_unlock(l), CERB_OK);
 
     /* An engine name with a typo: refused everywhere, the old
