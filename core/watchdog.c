@@ -344,12 +344,14 @@ static void settle_item(struct renewer *rn, cerb_renew_item *it, int64_t t, stru
  * first renewal nobody answered fails the rest unsent.
  */
 /* Whether the engine's batch renews this hold (a queued primitive's are
- * renewed one by one, engine.h; so are all of an instance without
- * CERB_CAP_BATCH_RENEW, e.g. redis redlock: its renewal is a fan-out). */
+ * renewed one by one, engine.h; so are all of an instance whose
+ * configuration takes CERB_CAP_BATCH_RENEW away, e.g. redis redlock: its
+ * renewal is a fan-out). An engine with renew_batch is batched whether or
+ * not its table claims the cap (the cap says the batch is cheaper). */
 static bool batched(const struct cerb_client_engine *ce, const cerb_renew_item *it)
 {
-    return ce->ops->renew_batch &&
-           (cerb__engine_caps(ce->ops, atomic_load(&ce->e)) & CERB_CAP_BATCH_RENEW) &&
+    unsigned removed = ce->ops->caps & ~cerb__engine_caps(ce->ops, atomic_load(&ce->e));
+    return ce->ops->renew_batch && !(removed & CERB_CAP_BATCH_RENEW) &&
            it->lk->prim != CERB_PRIM_SEMAPHORE && it->lk->prim != CERB_PRIM_RWLOCK;
 }
 
