@@ -244,6 +244,27 @@ void cerb__redis_stats(cerb_engine *e, struct cerb_redis_stats *out)
 #undef RS_LOAD
 }
 
+void cerb__redis_counters_add(struct redis_counters *sum, struct redis_counters *c)
+{
+#define ADD(f) atomic_fetch_add_explicit(&sum->f, atomic_load_explicit(&c->f, memory_order_relaxed), \
+                                         memory_order_relaxed)
+    ADD(round_trips);
+    ADD(connects);
+    ADD(acquire_calls);
+    ADD(acquire_polls);
+    ADD(grants);
+    ADD(handoffs_received);
+    ADD(handoffs_sent);
+    ADD(wakes_sent);
+    ADD(wakeups);
+    ADD(cancel_wakeups);
+    ADD(leaves);
+    ADD(noscript_reloads);
+    ADD(data_losses);
+    ADD(master_switches);
+#undef ADD
+}
+
 /* The generic counters for cerb_engine_info(): every run of the acquire
  * script counts (timer re-checks of queued waiters included), so "acquire
  * calls per acquisition" in the bench is the honest server-side cost. */

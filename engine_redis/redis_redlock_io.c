@@ -613,22 +613,6 @@ void cerb__redis_rl_stats(cerb_engine *top, struct redis_counters *sum)
     memset(sum, 0, sizeof *sum);
     for (int i = 0; i < top->rl->n; i++) {
         struct redis_counters *c = &top->rl->nodes[i].cn.e->stats;
-#define ADD(f) atomic_fetch_add_explicit(&sum->f, atomic_load_explicit(&c->f, memory_order_relaxed), \
-                                         memory_order_relaxed)
-        ADD(round_trips);
-        ADD(connects);
-        ADD(acquire_calls);
-        ADD(acquire_polls);
-        ADD(grants);
-        ADD(handoffs_received);
-        ADD(handoffs_sent);
-        ADD(wakes_sent);
-        ADD(wakeups);
-        ADD(cancel_wakeups);
-        ADD(leaves);
-        ADD(noscript_reloads);
-        ADD(data_losses);
-        ADD(master_switches);
-#undef ADD
+        cerb__redis_counters_add(sum, c);
     }
 }

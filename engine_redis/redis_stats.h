@@ -38,6 +38,10 @@ struct redis_counters {
         noscript_reloads, data_losses, master_switches;
 };
 
+/* Add every counter of `c` to `sum` (the routing instances of cluster and
+ * Redlock mode sum their nodes'). */
+void cerb__redis_counters_add(struct redis_counters *sum, struct redis_counters *c);
+
 #define REDIS_COUNT(e, field) \
     atomic_fetch_add_explicit(&(e)->stats.field, 1, memory_order_relaxed)
 
