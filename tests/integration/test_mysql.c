@@ -1086,6 +1086,7 @@ static const struct cerb_test_role roles[] = {{"hung_holder", role_hung_holder},
 int main(int argc, char **argv)
 {
     cerb_test_roles(argc, argv, roles);
+    cerb_test_debug_aids();
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_mapping),      cmocka_unit_test(test_eval_order),
         cmocka_unit_test(test_interop),      cmocka_unit_test(test_round_trips),
