@@ -15,9 +15,10 @@
  *    and hands due renewals to the renewer of their engine. A frozen server
  *    therefore cannot delay a LOST, on its engine or on another.
  *  - one renewer per engine sends the renewals it was handed, at most
- *    CERB_RENEW_CHUNK per call (one pipelined round trip on Redis; when
- *    more are due, those with the earliest deadlines), and
- *    applies the answers: OK extends the deadline (VALID, next renewal at
+ *    CERB_RENEW_CHUNK per call to an engine that renews in batches (a
+ *    few pipelines on Redis), CERB_RENEW_CHUNK_ONE to one that renews a
+ *    hold per call; when more are due, those with the earliest deadlines
+ *    go first. It applies the answers: OK extends the deadline (VALID, next renewal at
  *    lease/3 after the send), "not owner" is a definitive loss (LOST), any
  *    other error makes the hold SUSPECT, retried with jitter until it
  *    succeeds or the deadline passes. A chunk nobody answered fails the rest
@@ -46,14 +47,20 @@
 #include "internal.h"
 #include "log.h"
 
-/* Renewals per engine call. A call's cost is mostly per call, not per
- * hold: a round trip on Redis, and on the SQL engines one statement per
+/* Renewals per batch call. A batch's cost is mostly per call, not per
+ * hold: a round trip on Redis, and on the SQL engines a statement per
  * pooled connection, each waiting for that connection to finish what it
  * is doing. So the chunk is what sets the renewal rate under load: with
  * 256, 8 threads taking names on a pool of 8 left the renewer about 3 000
  * renewals a second on MariaDB, and 10 000 holds on a 3 s lease ran out
- * (integration_mysql's test_renewals_keep_up lost 2 000 to 4 000). */
+ * (integration_mysql's test_renewals_keep_up lost 2 000 to 4 000). An
+ * engine's batch stops at the first part nobody answered, so a frozen
+ * server still costs one request timeout per chunk. */
 #define CERB_RENEW_CHUNK 1024
+/* Renewals handed over at once to an engine that renews one per call: a
+ * renewal falling due meanwhile (a retry of a SUSPECT hold) waits for the
+ * whole chunk to be sent. */
+#define CERB_RENEW_CHUNK_ONE 256
 /* Lost holds named in the log per round; the rest are counted. */
 #define LOG_NAMES 4
 
@@ -356,11 +363,16 @@ static void settle_item(struct renewer *rn, cerb_renew_item *it, int64_t t, stru
  * configuration takes CERB_CAP_BATCH_RENEW away, e.g. redis redlock: its
  * renewal is a fan-out). An engine with renew_batch is batched whether or
  * not its table claims the cap (the cap says the batch is cheaper). */
-static bool batched(const struct cerb_client_engine *ce, const cerb_renew_item *it)
+static bool batches(const struct cerb_client_engine *ce)
 {
     unsigned removed = ce->ops->caps & ~cerb__engine_caps(ce->ops, atomic_load(&ce->e));
-    return ce->ops->renew_batch && !(removed & CERB_CAP_BATCH_RENEW) &&
-           it->lk->prim != CERB_PRIM_SEMAPHORE && it->lk->prim != CERB_PRIM_RWLOCK;
+    return ce->ops->renew_batch && !(removed & CERB_CAP_BATCH_RENEW);
+}
+
+static bool batched(const struct cerb_client_engine *ce, const cerb_renew_item *it)
+{
+    return batches(ce) && it->lk->prim != CERB_PRIM_SEMAPHORE &&
+           it->lk->prim != CERB_PRIM_RWLOCK;
 }
 
 static void renew_chunk(struct renewer *rn)
@@ -480,6 +492,16 @@ static void *renewer_main(void *arg)
     return NULL;
 }
 
+/* Whether item a of rn's chunk goes after item b: a later deadline, or
+ * the same one (none at all, on a session) and a later renewal time. */
+static bool chunk_after(const struct renewer *rn, size_t a, size_t b)
+{
+    if (rn->until[a] != rn->until[b])
+        return rn->until[a] > rn->until[b];
+    return ((const struct cerb_engine_hold *)rn->items[a].lk)->next_renew_ns >
+           ((const struct cerb_engine_hold *)rn->items[b].lk)->next_renew_ns;
+}
+
 static void chunk_swap(struct renewer *rn, size_t a, size_t b)
 {
     cerb_renew_item it = rn->items[a];
@@ -496,26 +518,28 @@ static void chunk_swap(struct renewer *rn, size_t a, size_t b)
  * while the renewer kept up on average (integration_mysql's
  * test_renewals_keep_up: 146 of 10 000 lost with chunks of 1 024).
  */
-static void chunk_offer(struct renewer *rn, struct cerb_engine_hold *h, int64_t until)
+static void chunk_offer(struct renewer *rn, size_t cap, struct cerb_engine_hold *h, int64_t until)
 {
     size_t i;
-    if (rn->n < CERB_RENEW_CHUNK) {
+    if (rn->n < cap) {
         i = rn->n++;
         rn->items[i].lk = &h->lk;
         rn->until[i] = until;
-        for (; i > 0 && rn->until[(i - 1) / 2] < rn->until[i]; i = (i - 1) / 2)
+        for (; i > 0 && chunk_after(rn, i, (i - 1) / 2); i = (i - 1) / 2)
             chunk_swap(rn, i, (i - 1) / 2);
         return;
     }
-    if (until >= rn->until[0])
+    if (until > rn->until[0] ||
+        (until == rn->until[0] &&
+         h->next_renew_ns >= ((struct cerb_engine_hold *)rn->items[0].lk)->next_renew_ns))
         return; /* the next round takes it */
     rn->items[0].lk = &h->lk;
     rn->until[0] = until;
     for (i = 0;;) {
         size_t m = i, l = 2 * i + 1, r = l + 1;
-        if (l < rn->n && rn->until[l] > rn->until[m])
+        if (l < rn->n && chunk_after(rn, l, m))
             m = l;
-        if (r < rn->n && rn->until[r] > rn->until[m])
+        if (r < rn->n && chunk_after(rn, r, m))
             m = r;
         if (m == i)
             break;
@@ -536,10 +560,13 @@ static bool scan(struct cerb_watchdog *wd, int64_t now, int64_t *next_ns)
     int64_t next = now + 1000 * CERB_NS_PER_MS;
     struct pending_log pl = {.nlost = 0};
     bool handed[CERB_MAX_ENGINES] = {false}, open[CERB_MAX_ENGINES] = {false};
+    size_t cap[CERB_MAX_ENGINES] = {0};
     /* A renewer still busy with its last chunk takes a new one when it is
      * done (it wakes us). */
-    for (size_t i = 0; i < wd->c->n_engines; i++)
+    for (size_t i = 0; i < wd->c->n_engines; i++) {
         open[i] = wd->rn[i].started && wd->rn[i].n == 0;
+        cap[i] = batches(&wd->c->engines[i]) ? CERB_RENEW_CHUNK : CERB_RENEW_CHUNK_ONE;
+    }
 
     for (struct cerb_engine_hold *h = wd->head; h; h = h->wd_next) {
         if (h->lost_reported)
@@ -563,7 +590,7 @@ static bool scan(struct cerb_watchdog *wd, int64_t now, int64_t *next_ns)
         struct renewer *rn = &wd->rn[h->engine_idx];
         if (renewal_due(h, now)) {
             if (open[h->engine_idx]) {
-                chunk_offer(rn, h, until);
+                chunk_offer(rn, cap[h->engine_idx], h, until);
                 handed[h->engine_idx] = true;
             }
             continue;

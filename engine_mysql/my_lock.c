@@ -923,9 +923,18 @@ void cerb__my_op_renew_batch(cerb_engine *e, cerb_renew_item *items, size_t n)
                                           items[i].lk->name);
         }
     }
+    cerb_status dead = CERB_OK;
     for (size_t i = 0; i < n; i++) {
         if (done[i])
             continue;
+        if (dead != CERB_OK) {
+            /* A group nobody answered within the request timeout (a frozen
+             * server) fails the rest unsent: the whole batch then costs
+             * about one request timeout, not one per 64 holds. */
+            done[i] = true;
+            items[i].st = dead;
+            continue;
+        }
         struct my_lock_priv *p = items[i].lk->priv;
         bool row = p->row_only;
         int s = row ? -1 : p->slot;
@@ -941,7 +950,13 @@ void cerb__my_op_renew_batch(cerb_engine *e, cerb_renew_item *items, size_t n)
                 done[j] = true;
             }
         }
+        int64_t t0 = cerb_monotime();
         renew_chunk(e, items, idx, cnt, s, gen);
+        bool answered = false;
+        for (int k = 0; k < cnt && !answered; k++)
+            answered = items[idx[k]].st == CERB_OK || items[idx[k]].st == CERB_NOT_OWNER;
+        if (!answered && cerb_monotime() - t0 >= e->mc->op_timeout_ms * CERB_NS_PER_MS)
+            dead = items[idx[0]].st;
     }
     if (done != stack_done)
         cerb__free(done);
