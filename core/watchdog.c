@@ -53,13 +53,14 @@
  * is doing. So the chunk is what sets the renewal rate under load: with
  * 256, 8 threads taking names on a pool of 8 left the renewer about 3 000
  * renewals a second on MariaDB, and 10 000 holds on a 3 s lease ran out
- * (integration_mysql's test_renewals_keep_up lost 2 000 to 4 000). An
- * engine's batch stops at the first part nobody answered, so a frozen
- * server still costs one request timeout per chunk. */
+ * (integration_mysql's test_renewals_keep_up lost 2 000 to 4 000). On a
+ * frozen server a chunk still costs one request timeout on Redis (one
+ * pipeline) and on MySQL (its batch stops at the first statement left
+ * unanswered); PostgreSQL's costs one per pooled session, as before. */
 #define CERB_RENEW_CHUNK 1024
-/* Renewals handed over at once to an engine that renews one per call: a
- * renewal falling due meanwhile (a retry of a SUSPECT hold) waits for the
- * whole chunk to be sent. */
+/* Renewals handed over at once that go one per call (an engine without
+ * batches; semaphores and read-write locks everywhere): a renewal falling
+ * due meanwhile (a retry of a SUSPECT hold) waits for all of them. */
 #define CERB_RENEW_CHUNK_ONE 256
 /* Lost holds named in the log per round; the rest are counted. */
 #define LOG_NAMES 4
@@ -369,10 +370,16 @@ static bool batches(const struct cerb_client_engine *ce)
     return ce->ops->renew_batch && !(removed & CERB_CAP_BATCH_RENEW);
 }
 
+/* Renewed one per call even where the engine batches (their members'
+ * renewal is the queue method's). */
+static bool alone(const cerb_engine_lock *lk)
+{
+    return lk->prim == CERB_PRIM_SEMAPHORE || lk->prim == CERB_PRIM_RWLOCK;
+}
+
 static bool batched(const struct cerb_client_engine *ce, const cerb_renew_item *it)
 {
-    return batches(ce) && it->lk->prim != CERB_PRIM_SEMAPHORE &&
-           it->lk->prim != CERB_PRIM_RWLOCK;
+    return batches(ce) && !alone(it->lk);
 }
 
 static void renew_chunk(struct renewer *rn)
@@ -560,12 +567,14 @@ static bool scan(struct cerb_watchdog *wd, int64_t now, int64_t *next_ns)
     int64_t next = now + 1000 * CERB_NS_PER_MS;
     struct pending_log pl = {.nlost = 0};
     bool handed[CERB_MAX_ENGINES] = {false}, open[CERB_MAX_ENGINES] = {false};
-    size_t cap[CERB_MAX_ENGINES] = {0};
+    bool bat[CERB_MAX_ENGINES] = {false};
+    size_t cap[CERB_MAX_ENGINES] = {0}, singles[CERB_MAX_ENGINES] = {0};
     /* A renewer still busy with its last chunk takes a new one when it is
      * done (it wakes us). */
     for (size_t i = 0; i < wd->c->n_engines; i++) {
         open[i] = wd->rn[i].started && wd->rn[i].n == 0;
-        cap[i] = batches(&wd->c->engines[i]) ? CERB_RENEW_CHUNK : CERB_RENEW_CHUNK_ONE;
+        bat[i] = batches(&wd->c->engines[i]);
+        cap[i] = bat[i] ? CERB_RENEW_CHUNK : CERB_RENEW_CHUNK_ONE;
     }
 
     for (struct cerb_engine_hold *h = wd->head; h; h = h->wd_next) {
@@ -589,9 +598,14 @@ static bool scan(struct cerb_watchdog *wd, int64_t now, int64_t *next_ns)
             continue; /* its hold is over: let the claim lapse */
         struct renewer *rn = &wd->rn[h->engine_idx];
         if (renewal_due(h, now)) {
-            if (open[h->engine_idx]) {
-                chunk_offer(rn, cap[h->engine_idx], h, until);
-                handed[h->engine_idx] = true;
+            int i = h->engine_idx;
+            bool single = !bat[i] || alone(&h->lk);
+            /* Singles are counted as offered, not as kept: a chunk may
+             * end with fewer than it could take, never with more. */
+            if (open[i] && (!single || singles[i] < CERB_RENEW_CHUNK_ONE)) {
+                chunk_offer(rn, cap[i], h, until);
+                singles[i] += single;
+                handed[i] = true;
             }
             continue;
         }

@@ -832,8 +832,11 @@ static void unpin(cerb_engine *e, struct my_lock_priv *p)
 
 /* Renew up to MY_RENEW_CHUNK items (indexes idx) pinned to slot s, gen,
  * all with the same lease, in one statement (two when some are gone); with
- * s < 0, items held by their rows alone (lease mode), on any connection. */
-static void renew_chunk(cerb_engine *e, cerb_renew_item *items, const size_t *idx, int cnt, int s,
+ * s < 0, items held by their rows alone (lease mode), on any connection.
+ * True when the statement went out and the server did not answer it (the
+ * session broke on it): not a busy slot, nor a session ended by a KILL,
+ * which say nothing of the other slots. */
+static bool renew_chunk(cerb_engine *e, cerb_renew_item *items, const size_t *idx, int cnt, int s,
                         uint64_t gen)
 {
     struct my_val v[1 + 2 * MY_RENEW_CHUNK];
@@ -900,6 +903,8 @@ static void renew_chunk(cerb_engine *e, cerb_renew_item *items, const size_t *id
         cerb__my_give(e, slot, false, NULL, NULL);
     cerb__my_res_free(&res);
     cerb__my_res_free(&chk);
+    return taken && broken && st != CERB_OK && st != CERB_NOT_OWNER &&
+           cerb_monotime() - sent >= e->mc->op_timeout_ms * CERB_NS_PER_MS;
 }
 
 void cerb__my_op_renew_batch(cerb_engine *e, cerb_renew_item *items, size_t n)
@@ -928,9 +933,10 @@ void cerb__my_op_renew_batch(cerb_engine *e, cerb_renew_item *items, size_t n)
         if (done[i])
             continue;
         if (dead != CERB_OK) {
-            /* A group nobody answered within the request timeout (a frozen
-             * server) fails the rest unsent: the whole batch then costs
-             * about one request timeout, not one per 64 holds. */
+            /* A statement the server left unanswered for the request
+             * timeout (a frozen server) fails the rest unsent: the whole
+             * batch then costs about one request timeout, not one per 64
+             * holds. */
             done[i] = true;
             items[i].st = dead;
             continue;
@@ -950,12 +956,7 @@ void cerb__my_op_renew_batch(cerb_engine *e, cerb_renew_item *items, size_t n)
                 done[j] = true;
             }
         }
-        int64_t t0 = cerb_monotime();
-        renew_chunk(e, items, idx, cnt, s, gen);
-        bool answered = false;
-        for (int k = 0; k < cnt && !answered; k++)
-            answered = items[idx[k]].st == CERB_OK || items[idx[k]].st == CERB_NOT_OWNER;
-        if (!answered && cerb_monotime() - t0 >= e->mc->op_timeout_ms * CERB_NS_PER_MS)
+        if (renew_chunk(e, items, idx, cnt, s, gen))
             dead = items[idx[0]].st;
     }
     if (done != stack_done)

@@ -953,11 +953,15 @@ cerb_status cerb__pg_op_check(cerb_engine *e, cerb_engine_lock *lk, cerb_grant *
      * this re-checks an acquire whose answer did not come, which may have
      * run one request timeout past its caller's deadline already. A
      * connect to a paused server and then a statement on it made that
-     * three, past the two the failover pairs allow. */
+     * three, past the two the failover pairs allow. But a statement on a
+     * session that pins holds gets a whole one: cut short, it would end
+     * that session, and those holds with it. */
     int64_t opd = cerb__deadline_in(e->pc->op_timeout_ms);
     cerb_status st = cerb__pg_take_any(e, opd, true, &slot);
     if (st != CERB_OK)
         return st;
+    if (cerb__pg_slot_holds(e, slot) > 0)
+        opd = cerb__deadline_in(e->pc->op_timeout_ms);
     const char *v[2] = {lk->name, lk->token};
     int l[2] = {(int)strlen(lk->name), 0}, f[2] = {1, 0};
     grant->sent_ns = cerb_monotime();

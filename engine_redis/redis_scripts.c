@@ -1162,9 +1162,11 @@ cerb_status cerb__redis_op_held(cerb_engine *e, const char *name)
     return st;
 }
 
-/* Renewals per pipeline: bounds the request buffer; a batch of more is
- * several pipelines, one after another. */
-#define RENEW_CHUNK 256
+/* Renewals per pipeline: bounds the request buffer. As many as the
+ * watchdog hands over at once (core/watchdog.c, CERB_RENEW_CHUNK), so a
+ * batch is one pipeline: one request timeout on a frozen server, which a
+ * release waiting for the renewal on the wire relies on. */
+#define RENEW_CHUNK 1024
 
 static void renew_item_fail(cerb_renew_item *it, cerb_status st, cerb_outcome oc)
 {
@@ -1276,20 +1278,10 @@ static void renew_pipeline(cerb_engine *e, struct redis_conn *c, cerb_renew_item
     cerb__free(mvs);
 }
 
-/* Whether a pipeline's items got any answer from the server. */
-static bool renew_answered(const cerb_renew_item *items, size_t n, const bool *ns)
-{
-    for (size_t i = 0; i < n; i++)
-        if (items[i].st == CERB_OK || items[i].st == CERB_NOT_OWNER || ns[i])
-            return true;
-    return false;
-}
-
 void cerb__redis_op_renew_batch(cerb_engine *e, cerb_renew_item *items, size_t n)
 {
     redisReply *r[RENEW_CHUNK];
     bool ns[RENEW_CHUNK], ns2[RENEW_CHUNK];
-    cerb_status dead = CERB_OK;
 
     for (size_t base = 0; base < n; base += RENEW_CHUNK) {
         size_t m = n - base < RENEW_CHUNK ? n - base : RENEW_CHUNK;
@@ -1300,25 +1292,13 @@ void cerb__redis_op_renew_batch(cerb_engine *e, cerb_renew_item *items, size_t n
             memset(&chunk[i].grant, 0, sizeof chunk[i].grant);
             chunk[i].grant.outcome = CERB_OUTCOME_NO;
         }
-        /* A pipeline nobody answered (a frozen server: one request timeout)
-         * fails the rest unsent, as the watchdog does with single
-         * renewals: the whole batch then costs one request timeout, which
-         * a release waiting for it relies on. */
-        if (dead != CERB_OK) {
-            for (size_t i = 0; i < m; i++)
-                renew_item_fail(&chunk[i], dead, CERB_OUTCOME_NO);
-            continue;
-        }
         cerb_status st = cerb__redis_get(e, cerb__deadline_in(e->rc->op_timeout_ms), &c);
         if (st != CERB_OK) {
             for (size_t i = 0; i < m; i++)
                 renew_item_fail(&chunk[i], st, CERB_OUTCOME_NO);
-            dead = st;
             continue;
         }
         renew_pipeline(e, c, chunk, m, r, ns);
-        if (!renew_answered(chunk, m, ns))
-            dead = chunk[0].st;
         bool any = false;
         for (size_t i = 0; i < m; i++)
             any = any || ns[i];

@@ -853,13 +853,16 @@ static void test_cancel_ends_one_call(void **state)
     assert_int_equal(cerb_cancel_new(&k2), CERB_OK);
     /* Two calls wait for the name through one handle (the other client's),
      * and one is cancelled: the head of that process's local line waits
-     * on the server, the other behind it in the process. */
+     * on the server, the other behind it in the process. q2, the one
+     * cancelled, goes first: once a waiter is on the server it is the one
+     * using k2 (started together, q1 could be that waiter while q2 had not
+     * taken k2 yet, and the call below took it: BUSY, not EINVAL). */
     struct acquirer q1 = {.l = p.b, .wait_ms = -1, .cancel = k1};
     struct acquirer q2 = {.l = p.b, .wait_ms = -1, .cancel = k2};
     pthread_t t1, t2;
-    assert_int_equal(pthread_create(&t1, NULL, acquirer_main, &q1), 0);
     assert_int_equal(pthread_create(&t2, NULL, acquirer_main, &q2), 0);
     acquirer_queued(&q2, p.name, 2);
+    assert_int_equal(pthread_create(&t1, NULL, acquirer_main, &q1), 0);
     assert_false(acquirer_done(&q1));
     /* A cancel serves one call at a time. */
     cerb_hold *hx = NULL;
