@@ -2,10 +2,11 @@
  * failover_pair.c — failover from a real primary server to a secondary
  * engine, one source built once per pair (tests/CMakeLists.txt defines
  * CERB_FO_PAIR_REDIS_ZK, CERB_FO_PAIR_ETCD_REDIS, CERB_FO_PAIR_PG_REDIS,
- * CERB_FO_PAIR_MEMCACHED_REDIS, CERB_FO_PAIR_REDIS_MEMCACHED or
- * CERB_FO_PAIR_REDIS_LOCAL).
+ * CERB_FO_PAIR_MEMCACHED_REDIS, CERB_FO_PAIR_REDIS_MEMCACHED,
+ * CERB_FO_PAIR_REDLOCK_PG or CERB_FO_PAIR_REDIS_LOCAL).
  * The first engine is the primary and runs on this suite's exclusive
- * server, which the tests kill -9, SIGSTOP and restart; the second is the
+ * server, which the tests kill -9, SIGSTOP and restart (a Redlock primary:
+ * all its masters at once); the second is the
  * shared server of its engine, where every lock name is unique to this run
  * (test_name()), or the local engine, which needs no server. The cases (the
  * table in main), each for every pair:
@@ -77,8 +78,11 @@
 #include "pg_util.h"
 #elif defined(CERB_FO_PAIR_MEMCACHED_REDIS) || defined(CERB_FO_PAIR_REDIS_MEMCACHED)
 #include "mc_util.h"
+#elif defined(CERB_FO_PAIR_REDLOCK_PG)
+#include "pg_util.h"
+#include "redlock_util.h"
 #elif !defined(CERB_FO_PAIR_REDIS_LOCAL)
-#error "define CERB_FO_PAIR_REDIS_ZK, _ETCD_REDIS, _PG_REDIS or _REDIS_LOCAL (tests/CMakeLists.txt)"
+#error "define CERB_FO_PAIR_<PRIMARY>_<SECONDARY> (tests/CMakeLists.txt)"
 #endif
 
 /* Small numbers keep the suite short. */
@@ -122,12 +126,18 @@ struct fo_engine {
     int (*pause)(void);  /* SIGSTOP, then wait until stopped; 0 or -1 */
     int (*resume)(void); /* SIGCONT; 0 or -1 */
     int (*start)(void);  /* start it (again); servers.sh's exit status */
+    /* kill -9 (NULL: of pid()); 0 or -1. A Redlock set is killed whole. */
+    int (*kill9)(void);
 };
+
+/* kill -9 the primary's server. */
+#define PRIMARY_KILL9() (PRIMARY.kill9 ? PRIMARY.kill9() : kill(PRIMARY.pid(), SIGKILL))
 
 /* Does @e issue fencing tokens? memcached grants none (its locks' token
  * is 0, not a bare epoch). */
 static bool fenced(const struct fo_engine *e) { return strcmp(e->name, "memcached") != 0; }
 
+#if !defined(CERB_FO_PAIR_REDLOCK_PG)
 static char *redis_section(bool dead, const char *ns)
 {
     return fmt("redis = { port = %d; op_timeout_ms = %d; connect_timeout_ms = %d;%s%s%s };\n",
@@ -137,7 +147,53 @@ static char *redis_section(bool dead, const char *ns)
 static int redis_start(void) { return cerb_test_servers("start"); }
 static const struct fo_engine fo_redis = {"redis", redis_section, LEASE_MS, cerb_test_redis_pid,
                                           cerb_test_redis_pause, cerb_test_redis_resume,
-                                          redis_start};
+                                          redis_start, NULL};
+#endif
+
+#if defined(CERB_FO_PAIR_REDLOCK_PG)
+/* The Redlock mode of the redis engine on its three masters of this suite
+ * (CERB_REDLOCK_PORT: the exclusive set), all killed, stopped and started
+ * together: the primary's outage is the loss of every master (a minority's
+ * is test_redlock_fault.c's). It keeps no closure record, so it needs no
+ * namespace of its own. Dead: three closed ports. */
+static char *redlock_section(bool dead, const char *ns)
+{
+    (void)ns;
+    char nodes[256] = "";
+    size_t off = 0;
+    for (int i = 0; i < rl_nodes(); i++)
+        off += (size_t)snprintf(nodes + off, sizeof nodes - off, "%s\"127.0.0.1:%d\"",
+                                i ? ", " : "", dead ? 1 + i : rl_base_port() + i);
+    return fmt("redis = { mode = \"redlock\"; nodes = (%s);\n"
+               "  op_timeout_ms = %d; connect_timeout_ms = %d; };\n",
+               nodes, OP_TIMEOUT_MS, OP_TIMEOUT_MS);
+}
+static pid_t redlock_pid(void) { return rl_pid(0); }
+static int redlock_each(int (*fn)(pid_t))
+{
+    int rc = 0;
+    for (int i = 0; i < rl_nodes(); i++)
+        if (fn(rl_pid(i)) != 0)
+            rc = -1;
+    return rc;
+}
+static int kill9_pid(pid_t pid) { return pid > 0 ? kill(pid, SIGKILL) : -1; }
+static int redlock_pause(void) { return redlock_each(cerb_test_pause_pid); }
+static int redlock_resume(void) { return redlock_each(cerb_test_resume_pid); }
+static int redlock_kill9(void) { return redlock_each(kill9_pid); }
+static int redlock_start(void)
+{
+    int rc = 0;
+    for (int i = 0; i < rl_nodes(); i++)
+        if (rl_servers("start", i) != 0)
+            rc = -1;
+    return rc;
+}
+/* A key lives its PX, the lease (what the engine states as its bound). */
+static const struct fo_engine fo_redlock = {"redis",        redlock_section, LEASE_MS,
+                                            redlock_pid,    redlock_pause,   redlock_resume,
+                                            redlock_start,  redlock_kill9};
+#endif
 
 #if defined(CERB_FO_PAIR_REDIS_ZK)
 #define ZK_SESSION_MS 4000
@@ -148,7 +204,7 @@ static char *zk_section(bool dead, const char *ns)
                cerb_test_zk_port(), ZK_SESSION_MS, ns ? " root = \"/" : "", ns ? ns : "",
                ns ? "/locks\";" : "");
 }
-static const struct fo_engine fo_zk = {"zk", zk_section, ZK_SESSION_MS, NULL, NULL, NULL, NULL};
+static const struct fo_engine fo_zk = {"zk", zk_section, ZK_SESSION_MS, NULL, NULL, NULL, NULL, NULL};
 #define PRIMARY fo_redis
 #define SECONDARY fo_zk
 #elif defined(CERB_FO_PAIR_ETCD_REDIS)
@@ -168,11 +224,11 @@ static int etcd_start(void) { return etcd_test_servers("start", etcd_test_port()
  * shorter here). */
 static const struct fo_engine fo_etcd = {"etcd",       etcd_section, ETCD_TTL_S * 1000,
                                          etcd_pid,     etcd_pause,   etcd_resume,
-                                         etcd_start};
+                                         etcd_start,   NULL};
 _Static_assert(ETCD_TTL_S * 1000 >= LEASE_MS, "the hold time above assumes it");
 #define PRIMARY fo_etcd
 #define SECONDARY fo_redis
-#elif defined(CERB_FO_PAIR_PG_REDIS)
+#elif defined(CERB_FO_PAIR_PG_REDIS) || defined(CERB_FO_PAIR_REDLOCK_PG)
 /* pg keeps no closure record, so it needs no namespace of its own: every
  * name here is unique to the run anyway. */
 static char *pg_section(bool dead, const char *ns)
@@ -188,9 +244,14 @@ static int pg_resume(void) { return pg_test_resume_server(pg_pid()); }
 static int pg_start(void) { return cerb_test_servers_run("start", "pg", pg_test_port(), 60000); }
 /* A hold lives as long as its lease row (the engine states no bound). */
 static const struct fo_engine fo_pg = {"pg", pg_section, LEASE_MS, pg_pid,
-                                       pg_pause, pg_resume, pg_start};
+                                       pg_pause, pg_resume, pg_start, NULL};
+#if defined(CERB_FO_PAIR_REDLOCK_PG)
+#define PRIMARY fo_redlock
+#define SECONDARY fo_pg
+#else
 #define PRIMARY fo_pg
 #define SECONDARY fo_redis
+#endif
 #elif defined(CERB_FO_PAIR_MEMCACHED_REDIS) || defined(CERB_FO_PAIR_REDIS_MEMCACHED)
 /* memcached keeps no closure record: a prefix of the case's own keeps the
  * names apart all the same. As the secondary it runs on the shared server,
@@ -212,7 +273,7 @@ static int mc_start(void)
 /* The item lives T = ceil(lease)+2 s (what the engine sends, mc_proto.c),
  * and up to a second more on a late clock tick: the engine's hold bound. */
 static const struct fo_engine fo_mc = {"memcached", mc_section, (LEASE_MS + 999) / 1000 * 1000 + 3000,
-                                       mc_pid, mc_pause, mc_resume, mc_start};
+                                       mc_pid, mc_pause, mc_resume, mc_start, NULL};
 #if defined(CERB_FO_PAIR_MEMCACHED_REDIS)
 #define PRIMARY fo_mc
 #define SECONDARY fo_redis
@@ -228,7 +289,7 @@ static char *local_section(bool dead, const char *ns)
     (void)ns;
     return fmt("%s", "");
 }
-static const struct fo_engine fo_local = {"local", local_section, 0, NULL, NULL, NULL, NULL};
+static const struct fo_engine fo_local = {"local", local_section, 0, NULL, NULL, NULL, NULL, NULL};
 #define PRIMARY fo_redis
 #define SECONDARY fo_local
 #endif
@@ -257,9 +318,15 @@ static char *case_ns;
 static const char *ns_get(void)
 {
     if (!case_ns) {
+#if defined(CERB_FO_PAIR_REDLOCK_PG)
+        /* No plain redis here, and neither engine keeps closure records. */
+        char *p = test_name("fo");
+        assert_non_null(p);
+#else
         char *p = cerb_test_redis_namespace("fo", 0);
         assert_non_null(p);
         p[strlen(p) - 1] = '\0'; /* the ':' comes back in the redis prefix */
+#endif
         case_ns = p;
     }
     return case_ns;
@@ -702,11 +769,10 @@ static void run_outage(bool kill_it)
     /* Past a quarantine of a primary restarted by the case before. */
     assert_wait_until(looped_a_little, NULL, 5000 + (int)PRIMARY.hold_ms);
 
-    pid_t pid = PRIMARY.pid();
-    assert_true(pid > 0);
+    assert_true(PRIMARY.pid() > 0);
     int64_t t_out = cerb_test_now_ms();
     if (kill_it)
-        assert_int_equal(kill(pid, SIGKILL), 0);
+        assert_int_equal(PRIMARY_KILL9(), 0);
     else
         assert_int_equal(PRIMARY.pause(), 0);
     assert_wait_until(first_secondary, NULL, 5000);
@@ -774,7 +840,7 @@ static void test_manual_failback_never(void **state)
     (void)state;
     cerb_client *c =
         open_cfg("switch_grace_ms = 0; failback = \"manual\"; failback_after_ms = 100;");
-    assert_int_equal(kill(PRIMARY.pid(), SIGKILL), 0);
+    assert_int_equal(PRIMARY_KILL9(), 0);
     assert_wait_until(on_secondary, c, 3000);
     assert_int_equal(PRIMARY.start(), 0);
     /* Healthy again, then well past failback_after_ms and several probe
@@ -792,7 +858,7 @@ static void test_holder_lost_and_grace_respected(void **state)
     /* Default grace: the old engine's lease or session plus drift. */
     cerb_client *b = hold_on_primary("grace");
     int64_t t_kill = cerb_test_now_ms();
-    assert_int_equal(kill(PRIMARY.pid(), SIGKILL), 0);
+    assert_int_equal(PRIMARY_KILL9(), 0);
     assert_wait_until(on_secondary, b, 3000);
     cerb_lock *lb = handle(b, H.w.name);
     expect_status(cerb_lock_trylock_for(lb, 10000), CERB_OK, "the other client");
