@@ -65,7 +65,12 @@ class _UnixConnection(http.client.HTTPConnection):
 
 def _shutdown(conn: Optional[http.client.HTTPConnection]) -> None:
     """Wake a thread blocked on @conn's socket (from any thread)."""
-    sock = getattr(conn, "sock", None) if conn is not None else None
+    # The socket as connected (Transport.connect): http.client drops
+    # conn.sock once the answer to a "Connection: close" request has begun
+    # (the response reads on from it), and a shutdown through conn.sock
+    # would then do nothing: an event stream would stay open.
+    sock = getattr(conn, "_cerb_sock", None) or getattr(conn, "sock", None) \
+        if conn is not None else None
     if sock is not None:
         try:
             sock.shutdown(socket.SHUT_RDWR)
@@ -173,6 +178,7 @@ class _Transport:
             conn = http.client.HTTPConnection(self.host, self.port, timeout=t)
         try:
             conn.connect()
+            setattr(conn, "_cerb_sock", conn.sock)  # for _shutdown
         except OSError as e:
             conn.close()
             reason = e.strerror or str(e) or type(e).__name__

@@ -264,6 +264,32 @@ def test_lost_when_keepalives_stop(daemon):
     other.close()
 
 
+def test_paused_while_listening_lets_the_hold_go(daemon):
+    """The same stall once the hold's event stream is open (an open stream
+    keeps the hold on the daemon): the pause must end the stream, or the
+    daemon keeps the hold for good. It did not: http.client drops
+    conn.sock once a "Connection: close" answer has begun, and the shutdown
+    went through conn.sock (test_lost_when_keepalives_stop failed so when
+    the listener was quicker than the pause)."""
+    name = uniq("rkl")
+    c = cerberus.RemoteClient(daemon.address)
+    other = cerberus.RemoteClient(daemon.address)
+    hold = c.lock(name, lease_ms=300).acquire(wait=5)
+    deadline = time.monotonic() + 10
+    while not hold._core.listening:
+        assert time.monotonic() < deadline, "the event stream did not open"
+        time.sleep(0.01)
+    hold._pause_keeper()
+    second = other.lock(name).acquire(wait=5)
+    assert hold.state is cerberus.State.LOST
+    hold._resume_keeper()
+    with pytest.raises(cerberus.Lost):
+        hold.release()
+    second.release()
+    c.close()
+    other.close()
+
+
 def test_lost_event_from_the_daemon(own_daemon):
     """A daemon whose library does not renew: the hold is lost at its
     lease's end and the event stream says `event: lost`."""
